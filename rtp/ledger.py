@@ -1,0 +1,84 @@
+"""The carrier ledger: which frames of which item have been handed to the carrier, and when.
+
+A frame is *transmitted* the moment it is handed to the carrier side (the RTP socket, or pjmedia's
+`onFrameRequested`, whose frame is on the wire about 0.2 ms later). Transmitted audio cannot be retracted and
+is what the caller may have heard, so barge-in truncation and recovery read what was heard from here, never
+from elapsed wall time.
+
+`record` runs on the media clock thread 50 times a second per call: it appends one tuple to a bounded deque
+and updates one dict entry, both atomic under the GIL, so readers on another thread need no lock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from rtp.audio import FRAME_MS
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One transmitted frame."""
+
+    item_id: str
+    offset_ms: int  # start of the frame within its item
+    epoch: int
+    transmitted_ns: int  # monotonic time it was handed to the carrier
+
+
+@dataclass(frozen=True, slots=True)
+class ItemProgress:
+    """How much of an item has left: `transmitted_ms` is the end of its last transmitted frame."""
+
+    item_id: str
+    frames: int
+    transmitted_ms: int
+    first_ns: int
+    last_ns: int
+
+
+class CarrierLedger:
+    """Bounded record of transmitted frames plus a per-item summary that is never trimmed by the bound."""
+
+    def __init__(self, max_entries: int = 3000, max_items: int = 256) -> None:
+        self._entries: deque[LedgerEntry] = deque(maxlen=max_entries)
+        self._items: dict[str, ItemProgress] = {}
+        self._max_items = max_items
+        self.frames_transmitted = 0
+
+    def record(self, item_id: str, offset_ms: int, epoch: int, now_ns: int) -> None:
+        """Note that a frame has been handed to the carrier (media clock thread)."""
+        self._entries.append(LedgerEntry(item_id, offset_ms, epoch, now_ns))
+        self.frames_transmitted += 1
+        prev = self._items.get(item_id)
+        end_ms = offset_ms + FRAME_MS
+        if prev is None:
+            if len(self._items) >= self._max_items:
+                self._items.pop(next(iter(self._items)))
+            self._items[item_id] = ItemProgress(item_id, 1, end_ms, now_ns, now_ns)
+        else:
+            self._items[item_id] = ItemProgress(
+                item_id, prev.frames + 1, max(prev.transmitted_ms, end_ms), prev.first_ns, now_ns
+            )
+
+    def progress(self, item_id: str) -> ItemProgress | None:
+        """What of `item_id` has left, or None when none of it has."""
+        return self._items.get(item_id)
+
+    def transmitted_ms(self, item_id: str) -> int:
+        """Milliseconds of `item_id` transmitted from its start (0 when nothing has left)."""
+        progress = self._items.get(item_id)
+        return progress.transmitted_ms if progress else 0
+
+    def entries(self, item_id: str | None = None) -> list[LedgerEntry]:
+        """The retained entries, optionally of one item, oldest first."""
+        snapshot = list(self._entries)
+        return snapshot if item_id is None else [e for e in snapshot if e.item_id == item_id]
+
+    def last(self) -> LedgerEntry | None:
+        """The most recently transmitted frame."""
+        try:
+            return self._entries[-1]
+        except IndexError:
+            return None

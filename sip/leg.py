@@ -1,0 +1,112 @@
+"""The call-leg contract: everything `bridge` may know about, and do with, one phone call.
+
+`bridge` sees a call only through `CallLeg`, so the session engine runs unchanged on any SIP engine (pjsua2
+today, a native asyncio engine later). Inbound audio arrives as 20 ms frames of 8 kHz PCM16 with their arrival
+time; leg events say what happened to the call. Outbound audio goes through the leg's `Playout` (epochs,
+barrier, carrier ledger), which the engine's media clock drains.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rtp.ledger import CarrierLedger
+from rtp.playout import ClearResult, OutboundFrame
+
+
+@dataclass(frozen=True, slots=True)
+class CallIdentity:
+    """Who called whom, from where, as the INVITE said."""
+
+    call_id: str  # this bridge's id for the call, unique in the process
+    sip_call_id: str
+    from_uri: str
+    to_uri: str
+    request_user: str  # user part of the Request-URI: the number that was called
+    source: str  # "host:port" the INVITE came from
+    headers: tuple[tuple[str, str], ...] = field(default=())
+
+    def header(self, name: str) -> str | None:
+        """First value of a SIP header, case-insensitively."""
+        lowered = name.lower()
+        return next((v for k, v in self.headers if k.lower() == lowered), None)
+
+
+# --- inbound: frames and leg events (past-tense facts) ---
+
+
+@dataclass(frozen=True, slots=True)
+class FrameReceived:
+    """20 ms of the caller's audio, 8 kHz PCM16LE (320 bytes)."""
+
+    pcm: bytes
+    seq: int
+    arrival_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class MediaStarted:
+    """Media is flowing; `codec` is the negotiated payload (e.g. "PCMU/8000")."""
+
+    codec: str
+
+
+@dataclass(frozen=True, slots=True)
+class MediaHeld:
+    """The caller put the call on hold (no audio to play out until resumed)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MediaResumed:
+    """The caller took the call off hold."""
+
+
+@dataclass(frozen=True, slots=True)
+class DtmfReceived:
+    """A digit from the caller (RFC 4733 telephone-event)."""
+
+    digit: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnded:
+    """The call is over. `by_remote` is true when the caller (or the network) hung up."""
+
+    reason: str
+    status_code: int
+    by_remote: bool
+    frames_in: int
+    frames_out: int
+
+
+LegEvent = FrameReceived | MediaStarted | MediaHeld | MediaResumed | DtmfReceived | CallEnded
+
+
+class CallLeg(Protocol):
+    """One answered call as the session engine sees it."""
+
+    @property
+    def identity(self) -> CallIdentity: ...
+
+    @property
+    def ledger(self) -> CarrierLedger:
+        """Which frames of which item have left, and when."""
+        ...
+
+    def events(self) -> AsyncIterator[LegEvent]:
+        """Inbound frames and leg events in order; ends after `CallEnded`."""
+        ...
+
+    def enqueue(self, frames: list[OutboundFrame]) -> None:
+        """Queue audio for the caller behind what is already queued."""
+        ...
+
+    def clear(self, epoch: int) -> ClearResult:
+        """Drop every queued frame older than `epoch`; transmitted frames are out of scope (HR4)."""
+        ...
+
+    def hangup(self, reason: str = "normal clearing") -> None:
+        """End the call with a BYE (or a final response if not yet answered)."""
+        ...

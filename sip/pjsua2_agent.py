@@ -1,0 +1,496 @@
+"""The SIP user agent on pjsua2: answers calls and exposes each one as a `CallLeg`.
+
+Threading (shared/reference/pjsua2.md §1 and its pitfalls table):
+- One Python thread, the *pjsua thread*, creates the library (`threadCnt=0`, `mainThreadOnly=True`), polls
+  `libHandleEvents` and owns every pjsua2 object: all SIP callbacks run there, and every `Call` and
+  `AudioMediaPort` is created and dropped there (pitfall 6: the last reference dropped on an unregistered
+  thread aborts the process).
+- pjmedia's clock thread calls each call's port every 20 ms. Those callbacks do a ctypes copy, a deque
+  operation and a `call_soon_threadsafe`, nothing else: a slow callback stalls every call in the process.
+- The asyncio loop (the session engine) never calls pjsua2. It talks to the pjsua thread through a command
+  queue, and receives frames and leg events through `call_soon_threadsafe`.
+
+Limits of the PyPI wheel (pjsua2-python 2.15.1.post1), surfaced rather than hidden: it is compiled with
+PJSUA_MAX_CALLS=4, so pjsua itself answers a 5th concurrent INVITE with 486 Busy Here (we log that with the
+reason), and it bundles OpenSSL 1.0.2k, so SIP-TLS and SRTP on this engine belong behind a trusted boundary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import itertools
+import logging
+import queue
+import re
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+
+import pjsua2 as pj
+
+from rtp.audio import PCM16_FRAME_BYTES
+from rtp.ledger import CarrierLedger
+from rtp.playout import ClearResult, OutboundFrame, Playout
+from sip.leg import (
+    CallEnded,
+    CallIdentity,
+    DtmfReceived,
+    FrameReceived,
+    LegEvent,
+    MediaHeld,
+    MediaResumed,
+    MediaStarted,
+)
+
+log = logging.getLogger("parlora.sip")
+
+WHEEL_MAX_CALLS = 4  # PJSUA_MAX_CALLS compiled into the pjsua2-python wheel
+_POLL_MS = 10
+_VOID_PTR = ctypes.POINTER(ctypes.c_void_p)
+
+
+@dataclass(frozen=True, slots=True)
+class UserAgentConfig:
+    """Where to listen and how many calls to take. `max_calls` above the engine's limit is clamped."""
+
+    host: str = "127.0.0.1"
+    port: int = 5060
+    rtp_port: int = 4000  # first RTP port; each call uses the next free pair
+    max_calls: int = WHEEL_MAX_CALLS
+    user_agent: str = "parlora-bridge"
+    pjsip_log_level: int = 2  # pjsip's own log lines routed into logging at DEBUG (warnings at WARNING)
+
+
+class UserAgentError(RuntimeError):
+    """The SIP engine could not start (bad address, port in use, ...)."""
+
+
+def _vector_begin(vector: pj.ByteVector) -> int:
+    """Address of a std::vector<uint8_t>'s data ({begin, end, cap} layout): 2 µs instead of 130 µs for
+    `bytes(vector)`, which iterates the SWIG proxy element by element."""
+    return int(ctypes.cast(int(vector.this), _VOID_PTR)[0] or 0)
+
+
+def _frame_bytes(frame: pj.MediaFrame) -> bytes:
+    begin, end = ctypes.cast(int(frame.buf.this), _VOID_PTR)[0:2]
+    return ctypes.string_at(begin, end - begin) if begin else b""
+
+
+class Pjsua2Leg:
+    """One call as the asyncio side sees it (implements `sip.leg.CallLeg`).
+
+    Created on the pjsua thread, used from the asyncio loop; only `_post` crosses from other threads.
+    """
+
+    def __init__(self, agent: Pjsua2UserAgent, key: int, identity: CallIdentity) -> None:
+        self._agent = agent
+        self._key = key
+        self._identity = identity
+        self.playout = Playout(CarrierLedger())
+        self._queue: asyncio.Queue[LegEvent] = asyncio.Queue()
+        self._ended = False
+        self.hangup_requested = False
+        self.frames_in = 0  # counted on the clock thread
+        self.frames_out = 0
+
+    @property
+    def identity(self) -> CallIdentity:
+        return self._identity
+
+    @property
+    def ledger(self) -> CarrierLedger:
+        return self.playout.ledger
+
+    async def events(self) -> AsyncIterator[LegEvent]:
+        while True:
+            event = await self._queue.get()
+            yield event
+            if isinstance(event, CallEnded):
+                return
+
+    def enqueue(self, frames: list[OutboundFrame]) -> None:
+        self.playout.enqueue(frames)
+
+    def clear(self, epoch: int) -> ClearResult:
+        return self.playout.clear(epoch)
+
+    def hangup(self, reason: str = "normal clearing") -> None:
+        if not self.hangup_requested:
+            self.hangup_requested = True
+            self._agent._command(("hangup", self._key, reason))
+
+    def _post(self, event: LegEvent) -> None:
+        """Hand an event to the asyncio loop (any thread)."""
+        try:
+            self._agent.loop.call_soon_threadsafe(self._queue.put_nowait, event)
+        except RuntimeError:  # loop closed during shutdown: nobody is listening any more
+            pass
+
+
+class _MediaPort(pj.AudioMediaPort):
+    """The call's audio port. Both callbacks run on pjmedia's clock thread and must stay in microseconds."""
+
+    def __init__(self, leg: Pjsua2Leg) -> None:
+        super().__init__()
+        self._leg = leg
+        self._playout = leg.playout
+        self._seq = 0
+
+    def onFrameRequested(self, frame: pj.MediaFrame) -> None:  # noqa: N802 (pjsua2 name)
+        try:
+            out = self._playout.pull(time.monotonic_ns())
+            if out is None:
+                return  # type stays NONE: pjmedia sends silence, the RTP stream never stops
+            buf = frame.buf
+            buf.resize(PCM16_FRAME_BYTES)
+            ctypes.memmove(_vector_begin(buf), out.pcm, PCM16_FRAME_BYTES)
+            frame.type = pj.PJMEDIA_FRAME_TYPE_AUDIO
+            frame.size = PCM16_FRAME_BYTES
+            self._leg.frames_out += 1
+        except Exception:  # pitfall 4: never let an exception reach SWIG's director
+            log.exception("onFrameRequested failed")
+
+    def onFrameReceived(self, frame: pj.MediaFrame) -> None:  # noqa: N802
+        try:
+            if frame.size != PCM16_FRAME_BYTES:
+                return  # size 0 / type NONE during hold
+            self._seq += 1
+            self._leg.frames_in += 1
+            self._leg._post(FrameReceived(_frame_bytes(frame), self._seq, time.monotonic_ns()))
+        except Exception:
+            log.exception("onFrameReceived failed")
+
+
+class _Call(pj.Call):
+    def __init__(self, agent: Pjsua2UserAgent, account: pj.Account, pj_call_id: int) -> None:
+        super().__init__(account, pj_call_id)
+        self._agent = agent
+        self.key = pj_call_id
+        self.leg: Pjsua2Leg | None = None
+        self.port: _MediaPort | None = None
+        self.media_format = pj.MediaFormatAudio()
+        self.media_format.init(pj.PJMEDIA_FORMAT_PCM, 8000, 1, 20000, 16)
+        self.held = False
+
+    def onCallState(self, prm: pj.OnCallStateParam) -> None:  # noqa: N802
+        try:
+            ci = self.getInfo()
+            if ci.state == pj.PJSIP_INV_STATE_DISCONNECTED:
+                self._agent._on_disconnected(self, ci.lastReason, ci.lastStatusCode)
+        except Exception:
+            log.exception("onCallState failed")
+
+    def onCallMediaState(self, prm: pj.OnCallMediaStateParam) -> None:  # noqa: N802
+        try:
+            ci = self.getInfo()  # keep ci alive: getInfo().media would dangle (pitfall 5)
+            for mi in ci.media:
+                if mi.type != pj.PJMEDIA_TYPE_AUDIO or self.leg is None:
+                    continue
+                if mi.status == pj.PJSUA_CALL_MEDIA_ACTIVE:
+                    self._connect(mi.index)
+                elif mi.status == pj.PJSUA_CALL_MEDIA_REMOTE_HOLD and not self.held:
+                    self.held = True
+                    self.leg._post(MediaHeld())
+        except Exception:
+            log.exception("onCallMediaState failed")
+
+    def _connect(self, media_index: int) -> None:
+        assert self.leg is not None
+        audio = self.getAudioMedia(media_index)
+        first = self.port is None
+        if first:
+            self.port = _MediaPort(self.leg)
+            self.port.createPort(f"call{self.key}", self.media_format)
+        assert self.port is not None
+        audio.startTransmit(self.port)  # idempotent on re-INVITE (pitfall 10)
+        self.port.startTransmit(audio)
+        if first:
+            codec = self.getStreamInfo(media_index).codecName
+            self.leg._post(MediaStarted(f"{codec}/8000"))
+        elif self.held:
+            self.held = False
+            self.leg._post(MediaResumed())
+
+    def onDtmfDigit(self, prm: pj.OnDtmfDigitParam) -> None:  # noqa: N802
+        try:
+            if self.leg is not None:
+                self.leg._post(DtmfReceived(prm.digit))
+        except Exception:
+            log.exception("onDtmfDigit failed")
+
+
+class _Account(pj.Account):
+    def __init__(self, agent: Pjsua2UserAgent) -> None:
+        super().__init__()
+        self._agent = agent
+
+    def onIncomingCall(self, prm: pj.OnIncomingCallParam) -> None:  # noqa: N802
+        try:
+            self._agent._on_incoming(self, prm)
+        except Exception:
+            log.exception("onIncomingCall failed")
+
+
+class _LogWriter(pj.LogWriter):
+    """pjsip's log into `logging`; also the only sign of a 5th INVITE that pjsua rejected on its own."""
+
+    def __init__(self, agent: Pjsua2UserAgent) -> None:
+        super().__init__()
+        self._agent = agent
+
+    def write(self, entry: pj.LogEntry) -> None:
+        try:
+            msg = entry.msg.rstrip()
+            if "too many calls" in msg:
+                self._agent.calls_rejected += 1
+                log.warning(
+                    "rejected an INVITE with 486 Busy Here: %d calls are up and this pjsua2 wheel is "
+                    "compiled with PJSUA_MAX_CALLS=%d (4 calls per process)",
+                    len(self._agent._calls),
+                    WHEEL_MAX_CALLS,
+                )
+            elif entry.level <= 1:
+                log.warning("pjsip: %s", msg)
+            else:
+                log.debug("pjsip: %s", msg)
+        except Exception:
+            pass
+
+
+_REQUEST_LINE = re.compile(r"^INVITE\s+(?:sips?|tel):(?:([^@;>\s]+)@)?", re.IGNORECASE)
+
+
+def _parse_invite(whole_msg: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """Request-URI user and header fields (unfolded, in order) of an INVITE's text."""
+    head = whole_msg.split("\r\n\r\n", 1)[0].split("\n\n", 1)[0]
+    lines = head.replace("\r\n", "\n").split("\n")
+    match = _REQUEST_LINE.match(lines[0]) if lines else None
+    user = match.group(1) or "" if match else ""
+    headers: list[tuple[str, str]] = []
+    for line in lines[1:]:
+        if line[:1] in (" ", "\t") and headers:  # folded continuation
+            name, value = headers[-1]
+            headers[-1] = (name, f"{value} {line.strip()}")
+        elif ":" in line:
+            name, value = line.split(":", 1)
+            headers.append((name.strip(), value.strip()))
+    return user, tuple(headers)
+
+
+class Pjsua2UserAgent:
+    """Runs pjsua2 on its own thread and hands each answered call to `on_call` on the asyncio loop."""
+
+    def __init__(
+        self,
+        config: UserAgentConfig,
+        loop: asyncio.AbstractEventLoop,
+        on_call: Callable[[Pjsua2Leg], None],
+    ) -> None:
+        self.config = config
+        self.loop = loop
+        self._on_call = on_call
+        self._commands: queue.SimpleQueue[tuple[str, int, str]] = queue.SimpleQueue()
+        self._calls: dict[int, _Call] = {}
+        self._dead: list[_Call] = []
+        self._ids = itertools.count(1)
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="pjsua", daemon=True)
+        self.max_calls = min(config.max_calls, WHEEL_MAX_CALLS)
+        self.calls_rejected = 0
+        self.calls_answered = 0
+
+    # --- asyncio side ---
+
+    def start(self, timeout: float = 10.0) -> None:
+        """Start the engine; returns once it listens, raises UserAgentError if it cannot."""
+        self._thread.start()
+        if not self._ready.wait(timeout):
+            raise UserAgentError("the SIP engine did not start in time")
+        if self._error is not None:
+            raise UserAgentError(str(self._error)) from self._error
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        """Hang up every call, shut pjsua down cleanly, and wait for the thread; False if it hung."""
+        self._stop.set()
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _command(self, command: tuple[str, int, str]) -> None:
+        self._commands.put(command)
+
+    # --- pjsua thread ---
+
+    def _run(self) -> None:
+        ep: pj.Endpoint | None = None
+        account: _Account | None = None
+        writer: _LogWriter | None = None
+        try:
+            ep = pj.Endpoint()
+            ep.libCreate()
+            writer = _LogWriter(self)
+            ep.libInit(self._endpoint_config(writer))
+            transport = pj.TransportConfig()
+            transport.port = self.config.port
+            transport.boundAddress = self.config.host
+            ep.transportCreate(pj.PJSIP_TRANSPORT_UDP, transport)
+            ep.libStart()
+            ep.audDevManager().setNullDev()  # the null device's clock drives the conference bridge
+            for codec in ep.codecEnum2():
+                ep.codecSetPriority(codec.codecId, 0)
+            ep.codecSetPriority("PCMU/8000", 250)
+            ep.codecSetPriority("PCMA/8000", 249)
+            account = _Account(self)
+            account.create(self._account_config())
+            log.info(
+                "listening on udp %s:%d (engine pjsua2 %s, at most %d calls per process)",
+                self.config.host,
+                self.config.port,
+                ep.libVersion().full,
+                self.max_calls,
+            )
+        except Exception as exc:
+            self._error = exc
+            self._ready.set()
+            self._destroy(ep, account)
+            return
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                ep.libHandleEvents(_POLL_MS)
+                self._run_commands()
+                self._dead.clear()
+            self._hangup_all(ep)
+        finally:
+            self._destroy(ep, account)
+            del writer
+
+    def _endpoint_config(self, writer: _LogWriter) -> pj.EpConfig:
+        cfg = pj.EpConfig()
+        cfg.uaConfig.threadCnt = 0
+        cfg.uaConfig.mainThreadOnly = True
+        cfg.uaConfig.maxCalls = WHEEL_MAX_CALLS
+        cfg.uaConfig.userAgent = self.config.user_agent
+        cfg.logConfig.writer = writer
+        cfg.logConfig.level = self.config.pjsip_log_level
+        cfg.logConfig.consoleLevel = self.config.pjsip_log_level
+        cfg.logConfig.decor = 0
+        media = cfg.medConfig
+        media.clockRate = 8000  # 16000 (the default) resamples every 8 kHz port: double the CPU
+        media.sndClockRate = 8000
+        media.audioFramePtime = 20
+        media.ptime = 20
+        media.noVad = True  # continuous RTP: the caller never hears the stream stop
+        media.ecTailLen = 0
+        return cfg
+
+    def _account_config(self) -> pj.AccountConfig:
+        acfg = pj.AccountConfig()
+        acfg.idUri = f"sip:bridge@{self.config.host}:{self.config.port}"
+        acfg.mediaConfig.transportConfig.port = self.config.rtp_port
+        acfg.mediaConfig.transportConfig.boundAddress = self.config.host
+        return acfg
+
+    def _on_incoming(self, account: _Account, prm: pj.OnIncomingCallParam) -> None:
+        call = _Call(self, account, prm.callId)
+        self._calls[call.key] = call  # keep a reference, or ~Call answers 603 (pitfall 1)
+        op = pj.CallOpParam()
+        if len(self._calls) > self.max_calls:
+            self.calls_rejected += 1
+            log.warning(
+                "rejected an INVITE with 486 Busy Here: %d calls are up and the limit is %d",
+                len(self._calls) - 1,
+                self.max_calls,
+            )
+            op.statusCode = pj.PJSIP_SC_BUSY_HERE
+            call.answer(op)
+            return
+        rdata = prm.rdata
+        user, headers = _parse_invite(rdata.wholeMsg)
+        ci = call.getInfo()
+        identity = CallIdentity(
+            call_id=f"call-{next(self._ids)}",
+            sip_call_id=ci.callIdString,
+            from_uri=ci.remoteUri,
+            to_uri=ci.localUri,
+            request_user=user,
+            source=rdata.srcAddress,
+            headers=headers,
+        )
+        call.leg = Pjsua2Leg(self, call.key, identity)
+        op.statusCode = pj.PJSIP_SC_RINGING
+        call.answer(op)
+        op = pj.CallOpParam()
+        op.statusCode = pj.PJSIP_SC_OK
+        call.answer(op)
+        self.calls_answered += 1
+        leg = call.leg
+        self.loop.call_soon_threadsafe(self._on_call, leg)
+
+    def _on_disconnected(self, call: _Call, reason: str, status: int) -> None:
+        self._calls.pop(call.key, None)
+        self._dead.append(call)  # dropped after this callback returns, still on this thread
+        leg = call.leg
+        if leg is not None:
+            leg._post(
+                CallEnded(
+                    reason=reason,
+                    status_code=status,
+                    by_remote=not leg.hangup_requested,
+                    frames_in=leg.frames_in,
+                    frames_out=leg.frames_out,
+                )
+            )
+
+    def _run_commands(self) -> None:
+        while True:
+            try:
+                verb, key, reason = self._commands.get_nowait()
+            except queue.Empty:
+                return
+            call = self._calls.get(key)
+            if verb == "hangup" and call is not None:
+                op = pj.CallOpParam()
+                op.statusCode = pj.PJSIP_SC_DECLINE if not call.isActive() else pj.PJSIP_SC_OK
+                op.reason = reason
+                try:
+                    call.hangup(op)
+                except pj.Error as exc:
+                    log.warning("hangup of %s failed: %s", key, exc.info())
+
+    def _hangup_all(self, ep: pj.Endpoint) -> None:
+        if self._calls:
+            log.info("shutting down: hanging up %d call(s)", len(self._calls))
+            for call in self._calls.values():
+                if call.leg is not None:
+                    call.leg.hangup_requested = True  # the bridge ended these calls, not the callers
+            ep.hangupAllCalls()
+        deadline = time.monotonic() + 2.0
+        while self._calls and time.monotonic() < deadline:
+            ep.libHandleEvents(_POLL_MS)
+        for _ in range(5):  # let the BYE transactions get their responses
+            ep.libHandleEvents(_POLL_MS)
+
+    def _destroy(self, ep: pj.Endpoint | None, account: _Account | None) -> None:
+        """Every Call, port and Account must be gone before libDestroy, or pjsip asserts at exit (pitfall 3)."""
+        self._calls.clear()
+        self._dead.clear()
+        # A traceback kept by SWIG's PyErr_Print can hold a Call alive (pitfall 4).
+        sys.last_type = sys.last_value = sys.last_traceback = None  # type: ignore[assignment]
+        gc.collect()
+        if account is not None:
+            try:
+                account.shutdown()
+            except Exception:
+                log.exception("account shutdown failed")
+            del account
+        if ep is not None:
+            try:
+                ep.libDestroy()
+            except Exception:
+                log.exception("libDestroy failed")

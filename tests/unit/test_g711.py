@@ -1,0 +1,65 @@
+"""G.711 must be bit-exact: the bridge passes provider PCMU to the caller unchanged through decode/encode."""
+
+import struct
+import warnings
+
+import pytest
+
+from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import audioop  # CPython's implementation of the ITU-T reference (Sun g711.c); removed in 3.13
+
+ALL_SAMPLES = struct.pack("<65536h", *range(-32768, 32768))
+ALL_CODES = bytes(range(256))
+
+
+def test_ulaw_encode_matches_reference_for_every_sample() -> None:
+    assert ulaw_encode(ALL_SAMPLES) == audioop.lin2ulaw(ALL_SAMPLES, 2)
+
+
+def test_alaw_encode_matches_reference_for_every_sample() -> None:
+    assert alaw_encode(ALL_SAMPLES) == audioop.lin2alaw(ALL_SAMPLES, 2)
+
+
+def test_decode_matches_reference_for_every_code() -> None:
+    assert ulaw_decode(ALL_CODES) == audioop.ulaw2lin(ALL_CODES, 2)
+    assert alaw_decode(ALL_CODES) == audioop.alaw2lin(ALL_CODES, 2)
+
+
+@pytest.mark.parametrize(
+    ("code", "value"),
+    [(0x00, -32124), (0x80, 32124), (0xFF, 0), (0x7F, 0), (0x7E, -8), (0xFE, 8)],
+)
+def test_ulaw_reference_vectors(code: int, value: int) -> None:
+    assert struct.unpack("<h", ulaw_decode(bytes([code])))[0] == value
+
+
+@pytest.mark.parametrize(
+    ("code", "value"),
+    [(0xD5, 8), (0x55, -8), (0xAA, 32256), (0x2A, -32256)],
+)
+def test_alaw_reference_vectors(code: int, value: int) -> None:
+    assert struct.unpack("<h", alaw_decode(bytes([code])))[0] == value
+
+
+def test_ulaw_round_trip_is_identity_except_negative_zero() -> None:
+    """Decode then encode returns every code, except 0x7F (-0), which re-encodes as 0xFF (+0)."""
+    again = ulaw_encode(ulaw_decode(ALL_CODES))
+    differ = [c for c in range(256) if again[c] != c]
+    assert differ == [0x7F]
+
+
+def test_alaw_round_trip_is_identity() -> None:
+    assert alaw_encode(alaw_decode(ALL_CODES)) == ALL_CODES
+
+
+def test_silence_encodes_to_the_standard_idle_codes() -> None:
+    assert ulaw_encode(bytes(320)) == b"\xff" * 160
+    assert alaw_encode(bytes(320)) == b"\xd5" * 160
+
+
+def test_odd_pcm_length_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="even byte count"):
+        ulaw_encode(b"\x00\x01\x02")

@@ -1,0 +1,98 @@
+"""GPT-Live client core: wire frames in, vocabulary events out; peer input never raises."""
+
+import base64
+import json
+
+import pytest
+
+from providers.events import (
+    AudioReceived,
+    InputTranscript,
+    OutputTranscript,
+    ProviderError,
+    SessionClosed,
+    SessionStarted,
+    UsageUpdated,
+)
+from providers.openai_live import LiveClientProtocol, LiveConfig, resolve_url, session_start_frame
+from rtp.audio import PCM16_24K, PCMU_8K
+
+
+def core(**kw: object) -> LiveClientProtocol:
+    return LiveClientProtocol(LiveConfig(**kw), token=7)  # type: ignore[arg-type]
+
+
+def test_session_start_asks_for_pcmu_8k_passthrough_and_client_delegation() -> None:
+    frame = json.loads(core(instructions="Be brief.").start())
+    assert frame == {
+        "type": "session.start",
+        "session": {
+            "model": "gpt-live-1",
+            "instructions": "Be brief.",
+            "audio": {"format": {"type": "audio/pcmu", "rate": 8000}, "output": {"voice": "marin"}},
+            "delegation": {"type": "client"},
+        },
+    }
+    assert "instructions" not in session_start_frame(LiveConfig())["session"]
+
+
+def test_audio_append_is_base64_of_the_exact_bytes() -> None:
+    frame = json.loads(core().append_audio(b"\x00\xff\x7f"))
+    assert frame == {"type": "session.input_audio.append", "audio": base64.b64encode(b"\x00\xff\x7f").decode()}
+
+
+def test_server_events_map_to_the_vocabulary() -> None:
+    c = core()
+    delta = base64.b64encode(bytes(range(160))).decode()
+    frames = [
+        {"type": "session.started", "event_id": "e1", "session": {"id": "sess_1", "expires_at": 99, "model": "gpt-live-1", "status": "active"}},
+        {"type": "session.output_audio.delta", "delta": delta},
+        {"type": "session.input_transcript.delta", "event_id": "e2", "delta": "hi", "start_ms": 10, "end_ms": 900},
+        {"type": "session.output_transcript.delta", "event_id": "e3", "delta": "hello", "start_ms": 1000, "end_ms": 1000},
+        {"type": "session.usage.updated", "event_id": "e4", "usage": {"seconds": 15}},
+        {"type": "info", "event_id": "e5", "info": {}},
+        {"type": "session.closed", "event_id": "e6", "reason": "expired", "session": {}, "usage": {"seconds": 42}},
+    ]
+    events = [e for f in frames for e in c.receive_text(json.dumps(f))]
+    assert events == [
+        SessionStarted(7, "sess_1", 99),
+        AudioReceived(7, bytes(range(160)), PCMU_8K),
+        InputTranscript(7, "hi", 10, 900),
+        OutputTranscript(7, "hello", 1000, 1000),
+        UsageUpdated(7, 15.0),
+        SessionClosed(7, "expired", True, 42.0),
+    ]
+    assert c.started and c.closed and c.bytes_received == 160
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["not json", "[1,2]", '{"no_type": 1}', '{"type": "session.output_audio.delta"}', '{"type": "session.usage.updated", "usage": {}}'],
+)
+def test_malformed_frames_become_non_fatal_protocol_errors_with_the_raw_frame(text: str) -> None:
+    [event] = core().receive_text(text)
+    assert isinstance(event, ProviderError) and not event.fatal
+    assert event.code == "invalid_event" and event.raw == text
+
+
+def test_invalid_base64_audio_is_fatal() -> None:
+    [event] = core().receive_text(json.dumps({"type": "session.output_audio.delta", "delta": "@@not base64@@"}))
+    assert isinstance(event, ProviderError) and event.fatal and event.code == "invalid_audio"
+
+
+def test_odd_length_pcm16_audio_is_fatal() -> None:
+    c = core(audio_format=PCM16_24K)
+    [event] = c.receive_text(json.dumps({"type": "session.output_audio.delta", "delta": base64.b64encode(b"abc").decode()}))
+    assert isinstance(event, ProviderError) and event.fatal and "odd length" in event.message
+
+
+def test_provider_error_events_are_reported_not_fatal() -> None:
+    err = {"type": "error", "event_id": "e", "error": {"type": "invalid_request_error", "code": "unknown_parameter", "message": "Unknown parameter: 'session.x'."}}
+    [event] = core().receive_text(json.dumps(err))
+    assert isinstance(event, ProviderError) and event.code == "unknown_parameter" and not event.fatal
+
+
+def test_url_resolution() -> None:
+    assert resolve_url(None) == "wss://api.openai.com/v1/live/sessions"
+    assert resolve_url("ws://127.0.0.1:9000") == "ws://127.0.0.1:9000/v1/live/sessions"
+    assert resolve_url("ws://127.0.0.1:9000/custom/path") == "ws://127.0.0.1:9000/custom/path"

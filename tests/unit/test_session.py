@@ -1,0 +1,141 @@
+"""The minimal session joins a leg to a provider both ways and ends cleanly from either side.
+
+Driven with in-memory fakes of both sides: no sockets, no SIP engine, no sleeps.
+"""
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from bridge.session import CallSession
+from providers.base import ProviderUnavailable
+from providers.events import AudioReceived, ProviderError, ProviderEvent, SessionClosed, SessionStarted
+from rtp.audio import PCMU_8K, AudioFormat
+from rtp.g711 import ulaw_decode, ulaw_encode
+from rtp.ledger import CarrierLedger
+from rtp.playout import ClearResult, OutboundFrame, Playout
+from sip.leg import CallEnded, CallIdentity, FrameReceived, LegEvent, MediaStarted
+
+
+class FakeLeg:
+    def __init__(self) -> None:
+        self.playout = Playout()
+        self.queue: asyncio.Queue[LegEvent] = asyncio.Queue()
+        self.hangups: list[str] = []
+        self._identity = CallIdentity("call-1", "abc@host", "<sip:a@h>", "<sip:b@h>", "b", "127.0.0.1:5080")
+
+    @property
+    def identity(self) -> CallIdentity:
+        return self._identity
+
+    @property
+    def ledger(self) -> CarrierLedger:
+        return self.playout.ledger
+
+    async def events(self) -> AsyncIterator[LegEvent]:
+        while True:
+            event = await self.queue.get()
+            yield event
+            if isinstance(event, CallEnded):
+                return
+
+    def enqueue(self, frames: list[OutboundFrame]) -> None:
+        self.playout.enqueue(frames)
+
+    def clear(self, epoch: int) -> ClearResult:
+        return self.playout.clear(epoch)
+
+    def hangup(self, reason: str = "normal clearing") -> None:
+        self.hangups.append(reason)
+        self.queue.put_nowait(CallEnded("bridge hangup", 200, False, 0, 0))
+
+
+class FakeProvider:
+    audio_format: AudioFormat = PCMU_8K
+
+    def __init__(self, refuse: bool = False) -> None:
+        self.refuse = refuse
+        self.sent: list[bytes] = []
+        self.queue: asyncio.Queue[ProviderEvent] = asyncio.Queue()
+        self.closed = False
+        self.got_audio = asyncio.Event()
+
+    async def connect(self) -> SessionStarted:
+        if self.refuse:
+            raise ProviderUnavailable("connection refused")
+        return SessionStarted(1, "sess", None)
+
+    def send_audio(self, audio: bytes) -> None:
+        self.sent.append(audio)
+        self.got_audio.set()
+
+    async def events(self) -> AsyncIterator[ProviderEvent]:
+        while True:
+            event = await self.queue.get()
+            yield event
+            if isinstance(event, SessionClosed):
+                return
+
+    async def close(self, timeout: float = 2.0) -> None:
+        self.closed = True
+
+
+def pcm_frame(value: int) -> bytes:
+    return ulaw_decode(bytes([value]) * 160)
+
+
+async def test_caller_audio_reaches_the_provider_as_pcmu_and_the_caller_bye_closes_it() -> None:
+    leg, provider = FakeLeg(), FakeProvider()
+    task = asyncio.create_task(CallSession(leg, provider).run())
+    leg.queue.put_nowait(MediaStarted("PCMU/8000"))
+    for i in range(3):
+        leg.queue.put_nowait(FrameReceived(pcm_frame(0x10 + i), i, i))
+    leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 3, 0))
+    summary = await asyncio.wait_for(task, 5)
+    assert provider.sent == [bytes([0x10 + i]) * 160 for i in range(3)]
+    assert provider.closed and leg.hangups == []
+    assert summary.ended_by == "caller" and summary.frames_in == 3
+
+
+async def test_provider_audio_is_framed_onto_the_leg_playout() -> None:
+    leg, provider = FakeLeg(), FakeProvider()
+    task = asyncio.create_task(CallSession(leg, provider).run())
+    audio = bytes(range(256)) * 5  # 160 ms of PCMU
+    provider.queue.put_nowait(AudioReceived(1, audio, PCMU_8K))
+    provider.queue.put_nowait(SessionClosed(1, "expired", True, 12.0))
+    summary = await asyncio.wait_for(task, 5)
+    pulled = [leg.playout.pull(t) for t in range(8)]
+    assert b"".join(f.pcm for f in pulled if f) == ulaw_decode(audio)
+    assert leg.hangups and "expired" in leg.hangups[0]
+    assert summary.ended_by == "provider" and summary.usage_seconds == 12.0
+
+
+async def test_fatal_protocol_error_hangs_up_with_the_reason() -> None:
+    leg, provider = FakeLeg(), FakeProvider()
+    task = asyncio.create_task(CallSession(leg, provider).run())
+    provider.queue.put_nowait(ProviderError(1, "invalid_audio", "output audio is not valid base64", fatal=True))
+    summary = await asyncio.wait_for(task, 5)
+    assert leg.hangups == ["protocol error invalid_audio: output audio is not valid base64"]
+    assert summary.ended_by == "provider" and provider.closed
+
+
+async def test_non_fatal_provider_errors_keep_the_call_up() -> None:
+    leg, provider = FakeLeg(), FakeProvider()
+    task = asyncio.create_task(CallSession(leg, provider).run())
+    provider.queue.put_nowait(ProviderError(1, "invalid_event", "unparseable", fatal=False))
+    leg.queue.put_nowait(FrameReceived(pcm_frame(0x20), 1, 1))
+    await asyncio.wait_for(provider.got_audio.wait(), 5)  # still bridging after the error
+    assert leg.hangups == []
+    leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 1, 0))
+    summary = await asyncio.wait_for(task, 5)
+    assert summary.ended_by == "caller"
+
+
+async def test_unreachable_provider_hangs_up_the_call_with_the_reason() -> None:
+    leg, provider = FakeLeg(), FakeProvider(refuse=True)
+    summary = await asyncio.wait_for(CallSession(leg, provider).run(), 5)
+    assert leg.hangups == ["provider unavailable: connection refused"]
+    assert summary.ended_by == "bridge"
+
+
+def test_ulaw_helpers_used_above_round_trip() -> None:
+    assert ulaw_encode(pcm_frame(0x10)) == b"\x10" * 160
