@@ -109,6 +109,7 @@ async def _serve(options: _ServeOptions) -> int:
     if options.provider == "echo" and url is None:
         from providers.fakes import openai_live as live_fake
 
+        logging.getLogger("providers.fakes").setLevel(logging.WARNING)  # one connection per call: no chatter
         fake = await live_fake.serve("127.0.0.1", 0)
         url = fake.url
         log.info("provider: echo (embedded GPT-Live fake at %s)", url)

@@ -4,7 +4,8 @@ Inbound, each 20 ms caller frame is encoded to the provider's format and queued 
 provider audio is cut into tagged 20 ms frames and queued on the leg's playout, which the SIP engine's media
 clock drains (the bridge is the clock: nothing here sleeps to pace audio).
 
-The session ends when either side does: a caller BYE closes the provider session; a provider close or a fatal
+The call rings (180) while the provider session starts and is answered (200) once it has; a provider that
+cannot be reached gets the caller a 503 instead of a silent call. The session ends when either side does: a caller BYE closes the provider session; a provider close or a fatal
 protocol error hangs up the call with the reason logged. (Recovery and rollover, which keep the call up
 through provider trouble, build on this in bridge/recovery.py and bridge/rollover.py.)
 """
@@ -34,6 +35,7 @@ from sip.leg import CallEnded, CallLeg, FrameReceived, MediaStarted
 log = logging.getLogger("parlora.session")
 
 _LEG_DRAIN_TIMEOUT_S = 5.0
+_PROVIDER_CLOSE_TIMEOUT_S = 2.0  # how long a finished call waits for the provider's final usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +67,7 @@ class CallSession:
         self.usage_seconds: float | None = None
         self._ended: CallEnded | None = None
         self._end_reason = ""
-        self._ended_by = "caller"
+        self._ended_by = ""
 
     async def run(self) -> CallSummary:
         ident = self.leg.identity
@@ -74,9 +76,11 @@ class CallSession:
         try:
             await self.provider.connect()
         except ProviderUnavailable as exc:
+            # Not answered yet: the caller gets 503 rather than a call that cannot talk.
             self._hangup("bridge", f"provider unavailable: {exc}")
             await self._drain_leg()
         else:
+            self.leg.answer()
             await self._bridge()
         summary = self._summary(started)
         log.info(
@@ -99,8 +103,10 @@ class CallSession:
         try:
             await asyncio.wait({inbound, outbound}, return_when=asyncio.FIRST_COMPLETED)
             if not inbound.done():  # the provider side ended first: hang up, then see the call end
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(inbound), _LEG_DRAIN_TIMEOUT_S)
+                await asyncio.wait({inbound}, timeout=_LEG_DRAIN_TIMEOUT_S)
+            elif not outbound.done():  # the call ended: close the provider session, keep its final usage
+                self.provider.request_close()
+                await asyncio.wait({outbound}, timeout=_PROVIDER_CLOSE_TIMEOUT_S)
         finally:
             for task in (inbound, outbound, reader):
                 task.cancel()
@@ -121,6 +127,8 @@ class CallSession:
                 self._ended = event
                 if event.by_remote:
                     self._ended_by, self._end_reason = "caller", f"{event.status_code} {event.reason}"
+                elif not self._ended_by:
+                    self._ended_by, self._end_reason = "bridge", event.reason
             elif isinstance(event, MediaStarted):
                 log.info("call %s media: %s", self.leg.identity.call_id, event.codec)
 
@@ -173,7 +181,7 @@ class CallSession:
             duration_s=(self._clock() - started_ns) / 1e9,
             frames_in=self.frames_in,
             frames_out=self.leg.ledger.frames_transmitted,
-            ended_by=self._ended_by,
+            ended_by=self._ended_by or "unknown",
             reason=self._end_reason or (f"{ended.status_code} {ended.reason}" if ended else "unknown"),
             usage_seconds=self.usage_seconds,
         )

@@ -37,6 +37,10 @@ class ProviderConnection(Protocol):
         """Events until the session closes (the last one is `SessionClosed`)."""
         ...
 
+    def request_close(self) -> None:
+        """Ask the provider to end the session; its `SessionClosed` (with final usage) follows in `events()`."""
+        ...
+
     async def close(self, timeout: float = 2.0) -> None:
-        """Close the session cleanly within `timeout`."""
+        """Close the socket within `timeout` (asking the provider to end the session first if not yet asked)."""
         ...

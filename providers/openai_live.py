@@ -185,6 +185,7 @@ class OpenAILiveAdapter:
         self._outbox: asyncio.Queue[str] = asyncio.Queue(max_pending_frames)
         self._writer: asyncio.Task[None] | None = None
         self._early: list[ProviderEvent] = []
+        self._close_requested = False
         self.frames_sent = 0
         self.frames_dropped = 0  # caller audio dropped because the socket could not keep up
 
@@ -234,6 +235,15 @@ class OpenAILiveAdapter:
             self.frames_dropped += 1
         self._outbox.put_nowait(frame)
 
+    def request_close(self) -> None:
+        """Queue `session.close` behind the caller audio already queued; `session.closed` answers it."""
+        if not self._close_requested:
+            self._close_requested = True
+            if self._outbox.full():
+                self._outbox.get_nowait()
+                self.frames_dropped += 1
+            self._outbox.put_nowait(self.core.close())
+
     async def events(self) -> AsyncIterator[ProviderEvent]:
         """Provider events until the session closes; a lost socket ends with an unfinalised SessionClosed."""
         assert self._ws is not None, "connect() first"
@@ -261,7 +271,7 @@ class OpenAILiveAdapter:
             return
         try:
             async with asyncio.timeout(timeout):
-                if not self.core.closed:
+                if not self.core.closed and not self._close_requested:
                     await ws.send(self.core.close())
                 await ws.close()
         except (TimeoutError, ConnectionClosed, OSError):

@@ -85,7 +85,7 @@ LegEvent = FrameReceived | MediaStarted | MediaHeld | MediaResumed | DtmfReceive
 
 
 class CallLeg(Protocol):
-    """One answered call as the session engine sees it."""
+    """One incoming call as the session engine sees it: ringing until `answer()`, then talking."""
 
     @property
     def identity(self) -> CallIdentity: ...
@@ -107,6 +107,10 @@ class CallLeg(Protocol):
         """Drop every queued frame older than `epoch`; transmitted frames are out of scope (HR4)."""
         ...
 
-    def hangup(self, reason: str = "normal clearing") -> None:
-        """End the call with a BYE (or a final response if not yet answered)."""
+    def answer(self) -> None:
+        """Send the 200 OK: the call is ringing (180) until the session is ready to talk."""
+        ...
+
+    def hangup(self, reason: str = "normal clearing", status: int = 503) -> None:
+        """End the call: a BYE once answered, else a final response with `status` (503: no provider)."""
         ...

@@ -94,6 +94,7 @@ class Pjsua2Leg:
         self._queue: asyncio.Queue[LegEvent] = asyncio.Queue()
         self._ended = False
         self.hangup_requested = False
+        self.hangup_reason = ""
         self.frames_in = 0  # counted on the clock thread
         self.frames_out = 0
 
@@ -118,10 +119,14 @@ class Pjsua2Leg:
     def clear(self, epoch: int) -> ClearResult:
         return self.playout.clear(epoch)
 
-    def hangup(self, reason: str = "normal clearing") -> None:
+    def answer(self) -> None:
+        self._agent._command(("answer", self._key, "", 200))
+
+    def hangup(self, reason: str = "normal clearing", status: int = 503) -> None:
         if not self.hangup_requested:
             self.hangup_requested = True
-            self._agent._command(("hangup", self._key, reason))
+            self.hangup_reason = reason
+            self._agent._command(("hangup", self._key, reason, status))
 
     def _post(self, event: LegEvent) -> None:
         """Hand an event to the asyncio loop (any thread)."""
@@ -293,7 +298,7 @@ class Pjsua2UserAgent:
         self.config = config
         self.loop = loop
         self._on_call = on_call
-        self._commands: queue.SimpleQueue[tuple[str, int, str]] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[tuple[str, int, str, int]] = queue.SimpleQueue()
         self._calls: dict[int, _Call] = {}
         self._dead: list[_Call] = []
         self._ids = itertools.count(1)
@@ -321,7 +326,7 @@ class Pjsua2UserAgent:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def _command(self, command: tuple[str, int, str]) -> None:
+    def _command(self, command: tuple[str, int, str, int]) -> None:
         self._commands.put(command)
 
     # --- pjsua thread ---
@@ -423,12 +428,8 @@ class Pjsua2UserAgent:
             headers=headers,
         )
         call.leg = Pjsua2Leg(self, call.key, identity)
-        op.statusCode = pj.PJSIP_SC_RINGING
+        op.statusCode = pj.PJSIP_SC_RINGING  # 200 follows once the session has its provider (leg.answer)
         call.answer(op)
-        op = pj.CallOpParam()
-        op.statusCode = pj.PJSIP_SC_OK
-        call.answer(op)
-        self.calls_answered += 1
         leg = call.leg
         self.loop.call_soon_threadsafe(self._on_call, leg)
 
@@ -439,7 +440,7 @@ class Pjsua2UserAgent:
         if leg is not None:
             leg._post(
                 CallEnded(
-                    reason=reason,
+                    reason=leg.hangup_reason if leg.hangup_requested else reason,
                     status_code=status,
                     by_remote=not leg.hangup_requested,
                     frames_in=leg.frames_in,
@@ -450,25 +451,33 @@ class Pjsua2UserAgent:
     def _run_commands(self) -> None:
         while True:
             try:
-                verb, key, reason = self._commands.get_nowait()
+                verb, key, reason, status = self._commands.get_nowait()
             except queue.Empty:
                 return
             call = self._calls.get(key)
-            if verb == "hangup" and call is not None:
-                op = pj.CallOpParam()
-                op.statusCode = pj.PJSIP_SC_DECLINE if not call.isActive() else pj.PJSIP_SC_OK
-                op.reason = reason
-                try:
+            if call is None:
+                continue
+            op = pj.CallOpParam()
+            try:
+                if verb == "answer":
+                    op.statusCode = pj.PJSIP_SC_OK
+                    call.answer(op)
+                    self.calls_answered += 1
+                elif verb == "hangup":
+                    # Before the 200 this is a final response (status, e.g. 503); after it, a BYE.
+                    op.statusCode = status
+                    op.reason = reason
                     call.hangup(op)
-                except pj.Error as exc:
-                    log.warning("hangup of %s failed: %s", key, exc.info())
+            except pj.Error as exc:
+                log.warning("%s of %s failed: %s", verb, key, exc.info())
 
     def _hangup_all(self, ep: pj.Endpoint) -> None:
         if self._calls:
             log.info("shutting down: hanging up %d call(s)", len(self._calls))
             for call in self._calls.values():
-                if call.leg is not None:
+                if call.leg is not None and not call.leg.hangup_requested:
                     call.leg.hangup_requested = True  # the bridge ended these calls, not the callers
+                    call.leg.hangup_reason = "bridge shutting down"
             ep.hangupAllCalls()
         deadline = time.monotonic() + 2.0
         while self._calls and time.monotonic() < deadline:

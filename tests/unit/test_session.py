@@ -10,7 +10,7 @@ from bridge.session import CallSession
 from providers.base import ProviderUnavailable
 from providers.events import AudioReceived, ProviderError, ProviderEvent, SessionClosed, SessionStarted
 from rtp.audio import PCMU_8K, AudioFormat
-from rtp.g711 import ulaw_decode, ulaw_encode
+from rtp.g711 import ulaw_decode
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame, Playout
 from sip.leg import CallEnded, CallIdentity, FrameReceived, LegEvent, MediaStarted
@@ -21,6 +21,7 @@ class FakeLeg:
         self.playout = Playout()
         self.queue: asyncio.Queue[LegEvent] = asyncio.Queue()
         self.hangups: list[str] = []
+        self.answered = False
         self._identity = CallIdentity("call-1", "abc@host", "<sip:a@h>", "<sip:b@h>", "b", "127.0.0.1:5080")
 
     @property
@@ -44,7 +45,10 @@ class FakeLeg:
     def clear(self, epoch: int) -> ClearResult:
         return self.playout.clear(epoch)
 
-    def hangup(self, reason: str = "normal clearing") -> None:
+    def answer(self) -> None:
+        self.answered = True
+
+    def hangup(self, reason: str = "normal clearing", status: int = 503) -> None:
         self.hangups.append(reason)
         self.queue.put_nowait(CallEnded("bridge hangup", 200, False, 0, 0))
 
@@ -57,6 +61,7 @@ class FakeProvider:
         self.sent: list[bytes] = []
         self.queue: asyncio.Queue[ProviderEvent] = asyncio.Queue()
         self.closed = False
+        self.close_requested = False
         self.got_audio = asyncio.Event()
 
     async def connect(self) -> SessionStarted:
@@ -75,6 +80,10 @@ class FakeProvider:
             if isinstance(event, SessionClosed):
                 return
 
+    def request_close(self) -> None:
+        self.close_requested = True
+        self.queue.put_nowait(SessionClosed(1, "close_requested", True, 3.0))
+
     async def close(self, timeout: float = 2.0) -> None:
         self.closed = True
 
@@ -92,8 +101,9 @@ async def test_caller_audio_reaches_the_provider_as_pcmu_and_the_caller_bye_clos
     leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 3, 0))
     summary = await asyncio.wait_for(task, 5)
     assert provider.sent == [bytes([0x10 + i]) * 160 for i in range(3)]
-    assert provider.closed and leg.hangups == []
+    assert provider.close_requested and provider.closed and leg.hangups == [] and leg.answered
     assert summary.ended_by == "caller" and summary.frames_in == 3
+    assert summary.usage_seconds == 3.0  # the final usage from the provider's session.closed
 
 
 async def test_provider_audio_is_framed_onto_the_leg_playout() -> None:
@@ -134,8 +144,13 @@ async def test_unreachable_provider_hangs_up_the_call_with_the_reason() -> None:
     leg, provider = FakeLeg(), FakeProvider(refuse=True)
     summary = await asyncio.wait_for(CallSession(leg, provider).run(), 5)
     assert leg.hangups == ["provider unavailable: connection refused"]
-    assert summary.ended_by == "bridge"
+    assert summary.ended_by == "bridge" and not leg.answered
 
 
-def test_ulaw_helpers_used_above_round_trip() -> None:
-    assert ulaw_encode(pcm_frame(0x10)) == b"\x10" * 160
+async def test_a_call_ended_by_the_bridge_is_not_blamed_on_the_caller() -> None:
+    leg, provider = FakeLeg(), FakeProvider()
+    task = asyncio.create_task(CallSession(leg, provider).run())
+    leg.queue.put_nowait(CallEnded("bridge shutting down", 200, False, 0, 0))
+    summary = await asyncio.wait_for(task, 5)
+    assert (summary.ended_by, summary.reason) == ("bridge", "bridge shutting down")
+    assert provider.closed

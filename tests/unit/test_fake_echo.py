@@ -1,0 +1,220 @@
+"""The echo model on virtual time: detection by energy with hangover, bit-exact echo spans, pacing and queueing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from providers.fakes.echo import (
+    EchoAudio,
+    EchoEvent,
+    EchoFinished,
+    EchoModel,
+    EchoOptions,
+    EchoStarted,
+    UtteranceDetected,
+)
+from rtp.g711 import ulaw_decode, ulaw_encode
+
+MS = 1_000_000
+RATE = 8000
+
+
+def tone(ms: int, rate: int = RATE, freq: float = 1000.0, amp: float = 0.3) -> np.ndarray:
+    t = np.arange(rate * ms // 1000) / rate
+    return amp * np.sin(2 * np.pi * freq * t)
+
+
+def quiet(ms: int, rate: int = RATE, seed: int = 0) -> np.ndarray:
+    """Low noise (about -66 dBFS), well under the -40 dBFS threshold but not digital zero."""
+    return np.random.default_rng(seed).normal(0.0, 0.0005, rate * ms // 1000)
+
+
+def pcm16(signal: np.ndarray) -> bytes:
+    return (np.clip(signal, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+def ulaw(*parts: np.ndarray) -> bytes:
+    return ulaw_encode(pcm16(np.concatenate(parts)))
+
+
+class Driver:
+    """Feeds 20 ms µ-law frames at real time on a virtual clock and runs the model's timers in between."""
+
+    def __init__(self, model: EchoModel) -> None:
+        self.model = model
+        self.now = 0
+        self.events: list[EchoEvent] = []
+
+    def _drain(self) -> None:
+        while (ev := self.model.next_event()) is not None:
+            self.events.append(ev)
+
+    def advance(self, until: int) -> None:
+        while (d := self.model.next_deadline()) is not None and d <= until:
+            self.now = max(self.now, d)
+            self.model.handle_timer(self.now)
+            self._drain()
+        self.now = max(self.now, until)
+
+    def feed(self, audio: bytes, frame_bytes: int = 160, frame_ms: int = 20) -> None:
+        for i in range(0, len(audio), frame_bytes):
+            raw = audio[i : i + frame_bytes]
+            self.model.receive_audio(raw, ulaw_decode(raw), self.now)
+            self._drain()
+            self.advance(self.now + frame_ms * MS)
+
+    def of(self, kind: type) -> list:
+        return [e for e in self.events if isinstance(e, kind)]
+
+
+def test_one_tone_burst_is_detected_once_and_echoed_bit_exactly() -> None:
+    audio = ulaw(quiet(500), tone(800), quiet(1200, seed=1))
+    d = Driver(EchoModel(RATE, 1))
+    d.feed(audio)
+    d.advance(10_000 * MS)
+
+    [det] = d.of(UtteranceDetected)
+    u = det.utterance
+    assert (u.voiced_start, u.voiced_end) == (500 * 8, 1300 * 8)
+    assert (u.start_ms, u.end_ms) == (440, 1360)
+    assert u.voiced_samples == 800 * 8
+    assert u.audio == audio[440 * 8 : 1360 * 8]
+    # Detected in the frame that completes 400 ms of hangover (1680..1700 ms), not earlier.
+    assert det.at == 1680 * MS
+
+    echoed = b"".join(e.data for e in d.of(EchoAudio))
+    assert echoed == audio[440 * 8 : 1360 * 8]
+    assert [len(e.data) for e in d.of(EchoAudio)] == [320] * 23  # 920 ms in 40 ms chunks
+    [fin] = d.of(EchoFinished)
+    assert fin.index == 1
+
+
+def test_echo_chunks_are_due_at_t0_plus_n_chunks_and_not_earlier() -> None:
+    model = EchoModel(RATE, 1)
+    audio = ulaw(quiet(500), tone(800), quiet(400, seed=2))
+    d = Driver(model)
+    d.feed(audio)  # ends exactly at the detection frame's end
+    [started] = d.of(EchoStarted)
+    t0 = started.at
+    assert t0 == 1680 * MS
+    for n in range(1, 23):
+        due = t0 + n * 40 * MS
+        assert model.next_deadline() == due
+        before = len(d.events)
+        model.handle_timer(due - 1)
+        assert model.next_event() is None and len(d.events) == before
+        model.handle_timer(due)
+        ev = model.next_event()
+        assert isinstance(ev, EchoAudio) and ev.n == n and ev.due == due
+        d.events.append(ev)
+    assert isinstance(model.next_event(), EchoFinished)
+    assert model.next_deadline() is None
+
+
+def test_lead_sends_the_first_chunks_at_once() -> None:
+    model = EchoModel(RATE, 1, EchoOptions(lead_ms=120))
+    d = Driver(model)
+    d.feed(ulaw(quiet(500), tone(800), quiet(400, seed=2)))
+    t0 = d.of(EchoStarted)[0].at
+    assert [e.due for e in d.of(EchoAudio)] == [t0] * 4  # n = 0..3 have t0 + n*40 - 120 <= t0
+    assert model.next_deadline() == t0 + 40 * MS
+
+
+@pytest.mark.parametrize(("blip_ms", "detected"), [(100, False), (120, True)])
+def test_blips_shorter_than_min_utterance_are_ignored(blip_ms: int, detected: bool) -> None:
+    d = Driver(EchoModel(RATE, 1))
+    d.feed(ulaw(quiet(300), tone(blip_ms), quiet(1000, seed=3)))
+    assert len(d.of(UtteranceDetected)) == int(detected)
+    assert bool(d.of(EchoAudio)) is detected
+
+
+def test_min_utterance_counts_voiced_audio_only() -> None:
+    # Two 60 ms blips 200 ms apart merge into one utterance (gap < hangover) with 120 ms voiced.
+    d = Driver(EchoModel(RATE, 1))
+    d.feed(ulaw(quiet(300), tone(60), quiet(200, seed=4), tone(60), quiet(1000, seed=5)))
+    [det] = d.of(UtteranceDetected)
+    assert det.utterance.voiced_samples == 120 * 8
+    assert (det.utterance.voiced_start, det.utterance.voiced_end) == (300 * 8, 620 * 8)
+
+
+@pytest.mark.parametrize(("gap_ms", "count"), [(380, 1), (400, 2)])
+def test_hangover_joins_short_gaps_and_splits_long_ones(gap_ms: int, count: int) -> None:
+    d = Driver(EchoModel(RATE, 1))
+    d.feed(ulaw(quiet(200), tone(300), quiet(gap_ms, seed=6), tone(300), quiet(1000, seed=7)))
+    dets = d.of(UtteranceDetected)
+    assert len(dets) == count
+    if count == 2:
+        assert dets[0].at == (500 + 400 - 20) * MS  # frame ending at last voiced end + hangover
+        assert dets[1].utterance.voiced_start == (500 + gap_ms) * 8
+
+
+def test_hangover_option_is_respected() -> None:
+    d = Driver(EchoModel(RATE, 1, EchoOptions(hangover_ms=200)))
+    d.feed(ulaw(quiet(200), tone(300), quiet(220, seed=8), tone(300), quiet(600, seed=9)))
+    assert len(d.of(UtteranceDetected)) == 2
+
+
+def test_an_utterance_ending_during_an_echo_is_queued() -> None:
+    audio = ulaw(quiet(500), tone(2000), quiet(600, seed=10), tone(400), quiet(3000, seed=11))
+    model = EchoModel(RATE, 1)
+    d = Driver(model)
+    d.feed(audio)
+    d.advance(20_000 * MS)
+
+    first, second = (e.utterance for e in d.of(UtteranceDetected))
+    assert (first.start_ms, first.end_ms) == (440, 2560)
+    assert (second.start_ms, second.end_ms) == (3040, 3560)
+    s1, s2 = d.of(EchoStarted)
+    det2 = d.of(UtteranceDetected)[1]
+    assert det2.at < s1.at + 2120 * MS  # ended while the first echo was still playing
+    assert s2.at == s1.at + 2120 * MS  # starts when the first echo has played out
+    assert (s2.start_ms, s2.end_ms) == (s1.end_ms, s1.end_ms + 520)
+    chunks2 = [e for e in d.of(EchoAudio) if e.index == 2]
+    assert [e.due for e in chunks2] == [s2.at + n * 40 * MS for n in range(len(chunks2))]
+    assert b"".join(e.data for e in chunks2) == audio[3040 * 8 : 3560 * 8]
+    # Order: all of echo 1 before any of echo 2.
+    indices = [e.index for e in d.of(EchoAudio)]
+    assert indices == sorted(indices)
+
+
+def test_pcm16_input_echoes_its_own_bytes() -> None:
+    rate = 16000
+    audio = pcm16(np.concatenate([quiet(300, rate), tone(500, rate), quiet(800, rate, seed=12)]))
+    model = EchoModel(rate, 2)
+    for i in range(0, len(audio), 640):
+        model.receive_audio(audio[i : i + 640], audio[i : i + 640], i * MS // 32)
+    events = []
+    while (ev := model.next_event()) is not None:
+        events.append(ev)
+    [det] = [e for e in events if isinstance(e, UtteranceDetected)]
+    assert (det.utterance.start_ms, det.utterance.end_ms) == (240, 860)
+    assert det.utterance.audio == audio[240 * 32 : 860 * 32]
+
+
+def test_memory_stays_bounded_in_silence_and_utterances_are_capped() -> None:
+    model = EchoModel(RATE, 1, EchoOptions(max_utterance_ms=2000))
+    d = Driver(model)
+    d.feed(ulaw(quiet(10_000, seed=13)))
+    assert model.retained_bytes <= 60 * 8 + 20 * 16  # pad of raw plus under one window of PCM
+    d.feed(ulaw(tone(5000)))
+    lengths = [e.utterance.voiced_samples for e in d.of(UtteranceDetected)]
+    assert lengths and lengths[0] == 2000 * 8  # forced end at the cap, while the tone goes on
+    assert model.retained_bytes <= (2000 + 2 * 60) * 8 + 20 * 16
+
+
+def test_queue_is_bounded() -> None:
+    model = EchoModel(RATE, 1, EchoOptions(max_queued=1, hangover_ms=100))
+    burst = ulaw(tone(200), quiet(200, seed=14))
+    for i in range(5):
+        model.receive_audio(burst, ulaw_decode(burst), 0)  # all at now=0: nothing plays out
+    assert model.queued == 1 and model.dropped == 3
+
+
+def test_options_are_validated() -> None:
+    with pytest.raises(ValueError):
+        EchoOptions(chunk_ms=0)
+    with pytest.raises(ValueError):
+        EchoOptions(pad_ms=-1)
+    with pytest.raises(ValueError):
+        EchoModel(RATE, 1).receive_audio(b"\x00", b"\x00", 0)
