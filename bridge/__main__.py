@@ -1,0 +1,5 @@
+"""`python -m bridge` is `parlora-bridge`."""
+
+from bridge.cli import main
+
+main()

@@ -1,0 +1,105 @@
+"""Fixtures that run `parlora-bridge` as a real process on loopback, as an operator would."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+import peers
+
+BRIDGE = [sys.executable, "-m", "bridge"]
+READY = re.compile(r"listening on udp 127\.0\.0\.1:(\d+)")
+
+pytestmark = pytest.mark.integration
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration" in str(item.fspath) and item.get_closest_marker("integration") is None:
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _peers_installed() -> None:
+    missing = [tool for tool in ("baresip", "sipp", "sox", "espeak-ng") if shutil.which(tool) is None]
+    if missing:
+        pytest.fail(f"integration peers missing: {', '.join(missing)} (bash tests/run.sh installs them)")
+
+
+class Bridge:
+    """A running `parlora-bridge serve`; `stop()` sends SIGTERM and checks for a clean exit."""
+
+    def __init__(self, proc: peers.ManagedProcess, sip_port: int) -> None:
+        self.proc = proc
+        self.sip_port = sip_port
+
+    @property
+    def log(self) -> str:
+        return self.proc.stderr
+
+    def wait_for(self, pattern: str, timeout: float = 15.0) -> re.Match[str]:
+        return self.proc.wait_for(pattern, timeout)
+
+    def stop(self) -> int | None:
+        rc = self.proc.stop(term_timeout=15.0)
+        assert "Assertion" not in self.log, self.log[-3000:]
+        return rc
+
+
+def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra or {})
+    return env
+
+
+@pytest.fixture
+def start_bridge(tmp_path: Path) -> Iterator[Callable[..., Bridge]]:
+    """Start `serve` with extra CLI args; every bridge started is stopped (and checked) at teardown."""
+    started: list[Bridge] = []
+
+    def start(*args: str, env: dict[str, str] | None = None) -> Bridge:
+        sip_port = peers.free_udp_port()
+        rtp_port = peers._free_udp_port_pair()
+        argv = [*BRIDGE, "serve", "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port), *args]
+        proc = peers.ManagedProcess(argv, cwd=tmp_path, env=_clean_env(env), name="parlora-bridge")
+        bridge = Bridge(proc, sip_port)
+        started.append(bridge)
+        bridge.wait_for(READY.pattern, timeout=20)
+        return bridge
+
+    yield start
+    for bridge in started:
+        bridge.stop()
+
+
+@pytest.fixture
+def start_fake(tmp_path: Path) -> Iterator[Callable[..., tuple[peers.ManagedProcess, str, Path]]]:
+    """Start `parlora-bridge fake-provider` as its own process; returns (process, url, record file)."""
+    started: list[peers.ManagedProcess] = []
+
+    def start() -> tuple[peers.ManagedProcess, str, Path]:
+        port = peers.free_udp_port(also_tcp=True)
+        record = tmp_path / f"fake-{port}.jsonl"
+        argv = [*BRIDGE, "fake-provider", "--protocol", "openai-live", "--listen", f"127.0.0.1:{port}", "--record", str(record)]
+        proc = peers.ManagedProcess(argv, cwd=tmp_path, env=_clean_env(), name="fake-provider")
+        started.append(proc)
+        match = proc.wait_for(r"listening on (ws://\S+)", timeout=20)
+        return proc, match.group(1), record
+
+    yield start
+    for proc in started:
+        proc.stop(term_timeout=5.0)
+
+
+@pytest.fixture(scope="session")
+def utterance(tmp_path_factory: pytest.TempPathFactory) -> peers.Utterance:
+    """A spoken sentence between silences, long enough after it for the echo to come back."""
+    path = tmp_path_factory.mktemp("audio") / "utterance.wav"
+    return peers.make_utterance(path, "Hello bridge. Please say this sentence back to me.", tail_silence_s=4.5)

@@ -1,0 +1,96 @@
+"""The walking skeleton with real peers: baresip and SIPp call `parlora-bridge serve` on loopback."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+
+import peers
+from rtp.g711 import ulaw_decode
+
+ECHO_MIN_CORRELATION = 0.9
+
+
+def _frames(log: str, call_id: str) -> tuple[int, int]:
+    match = re.search(rf"call {call_id} ended after .*: frames in (\d+), out (\d+)", log)
+    assert match, log[-3000:]
+    return int(match.group(1)), int(match.group(2))
+
+
+def _assert_echoed(result: peers.BaresipResult, utterance: peers.Utterance) -> int:
+    """The caller heard its own utterance back, after it ended; returns the turn-around in ms."""
+    assert result.established, result.stdout[-2000:]
+    peak, lag = peers.normalized_xcorr(utterance.speech, result.received)
+    # `received` starts with the first RTP packet from the bridge, within a frame of when the caller's
+    # stream (and so the utterance file) started: lag is on the caller's timeline, to about 20 ms.
+    turnaround_ms = round((lag - utterance.end) / 8)
+    print(f"echo: correlation {peak:.4f}, utterance ended at {utterance.end / 8:.0f} ms, echo heard at "
+          f"{lag / 8:.0f} ms: turn-around {turnaround_ms} ms")
+    assert peak >= ECHO_MIN_CORRELATION
+    assert lag > utterance.end, "the echo must come after the utterance, not during it"
+    return turnaround_ms
+
+
+def test_baresip_hears_its_utterance_echoed_by_the_embedded_provider(start_bridge, utterance, tmp_path: Path) -> None:
+    bridge = start_bridge("--provider", "echo")
+    with peers.BaresipCaller(tmp_path / "baresip", utterance.path) as caller:
+        result = caller.run(bridge.sip_port, timeout=40)
+    _assert_echoed(result, utterance)
+    assert result.end_of_file and result.hangup_by == "caller"
+    bridge.wait_for(r"call call-1 ended after [\d.]+ s by caller \(200 ")  # the caller's BYE ended the session
+    frames_in, frames_out = _frames(bridge.log, "call-1")
+    assert frames_in >= len(utterance.samples) // 160  # every 20 ms of the file reached the session
+    assert frames_out >= len(utterance.speech) // 160  # and at least the utterance came back
+
+
+def test_echo_through_a_separate_fake_provider_process(start_fake, start_bridge, utterance, tmp_path: Path) -> None:
+    fake, url, record = start_fake()
+    key = "sk-test-never-logged"
+    bridge = start_bridge("--provider", "openai-live", "--provider-url", url, env={"OPENAI_API_KEY": key})
+    with peers.BaresipCaller(tmp_path / "baresip", utterance.path) as caller:
+        result = caller.run(bridge.sip_port, timeout=40)
+    _assert_echoed(result, utterance)
+    bridge.wait_for(r"call call-1 ended after .* by caller")
+    frames = [json.loads(line)["frame"] for line in record.read_text().splitlines()]
+    kinds = [frame["type"] for frame in frames]
+    assert kinds[0] == "session.start" and kinds[-1] == "session.close"  # the caller's BYE closed the session
+    assert frames[0]["session"]["audio"]["format"] == {"type": "audio/pcmu", "rate": 8000}
+    sent = b"".join(base64.b64decode(f["audio"]["base64"]) for f in frames if f["type"] == "session.input_audio.append")
+    heard = np.frombuffer(ulaw_decode(sent), dtype="<i2")
+    peak, lag = peers.normalized_xcorr(utterance.speech, heard)
+    assert peak >= 0.99, "the fake must receive the caller's audio (PCMU, bit-exact apart from G.711 itself)"
+    assert abs(lag - utterance.start) <= 160, "and on the caller's timeline"
+    assert key not in bridge.log and key not in fake.stderr and key not in fake.stdout
+
+
+def test_fifth_concurrent_call_is_refused_with_486(start_bridge, tmp_path: Path) -> None:
+    bridge = start_bridge("--provider", "echo")
+    result = peers.run_sipp("uac_busy", bridge.sip_port, calls=5, rate=20, workdir=tmp_path / "sipp", timeout=60)
+    assert (result.count("ANSWERED"), result.count("BUSY")) == (4, 1), result.logs
+    assert result.count("CLOSED") == 4
+    assert re.search(r"486 Busy Here: 4 calls are up and this pjsua2 wheel is compiled with PJSUA_MAX_CALLS=4", bridge.log)
+
+
+def test_unreachable_provider_gets_the_caller_a_503(start_bridge, tmp_path: Path) -> None:
+    dead = peers.free_udp_port(also_tcp=True)  # nothing listens there
+    bridge = start_bridge("--provider", "openai-live", "--provider-url", f"ws://127.0.0.1:{dead}",
+                          env={"OPENAI_API_KEY": "sk-test"})
+    result = peers.run_sipp("uac_busy", bridge.sip_port, calls=1, workdir=tmp_path / "sipp", timeout=30)
+    assert [line.split()[-1] for line in result.logs] == ["503"], result.logs
+    bridge.wait_for(r"call call-1 ended after .* by bridge \(provider unavailable: cannot connect")
+
+
+def test_sigterm_hangs_up_every_call_and_exits_zero(start_bridge, utterance, tmp_path: Path) -> None:
+    bridge = start_bridge("--provider", "echo")
+    with peers.BaresipCaller(tmp_path / "baresip", utterance.path) as caller:
+        caller.start(bridge.sip_port)
+        bridge.wait_for(r"call call-1 media: PCMU/8000")
+        assert bridge.stop() == 0
+        result = caller.wait(timeout=20)
+    assert result.established and result.hangup_by == "remote"  # the bridge sent BYE
+    assert re.search(r"call call-1 ended after .* by bridge \(bridge shutting down\)", bridge.log)
+    assert "stopped" in bridge.log
