@@ -119,7 +119,9 @@ async def _serve(options: _ServeOptions) -> int:
     sessions: set[asyncio.Task[object]] = set()
 
     def on_call(leg: Pjsua2Leg) -> None:
-        adapter = OpenAILiveAdapter(options.api_key, LiveConfig(instructions=options.instructions), url=url)
+        config = LiveConfig(instructions=options.instructions)
+        limits = OpenAILiveAdapter.audio_limits(config.audio_format)
+        adapter = OpenAILiveAdapter(options.api_key, config, limits=limits, url=url)
         task: asyncio.Task[object] = asyncio.create_task(CallSession(leg, adapter).run(), name=leg.identity.call_id)
         sessions.add(task)
         task.add_done_callback(sessions.discard)

@@ -11,24 +11,11 @@ Sans-I/O: `now` comes in, `next_deadline()` goes out.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from rtp.audio import FRAME_MS, G711_FRAME_BYTES, PCM16_FRAME_BYTES, PCM16_8K, PCMA_8K, PCMU_8K, AudioFormat
-from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+from rtp.g711 import alaw_decode, ulaw_decode
 from rtp.playout import OutboundFrame
 
 _NS_PER_MS = 1_000_000
-
-
-def input_encoder(fmt: AudioFormat) -> Callable[[bytes], bytes]:
-    """How the caller's 8 kHz PCM16 frames become the provider's input format."""
-    if fmt == PCMU_8K:
-        return ulaw_encode
-    if fmt == PCMA_8K:
-        return alaw_encode
-    if fmt == PCM16_8K:
-        return bytes
-    raise ValueError(f"no input conversion to {fmt} yet: input must be 8 kHz G.711 or PCM16")
 
 
 class OutputFramer:

@@ -1,6 +1,6 @@
 """One call's session: the caller's leg joined to one provider connection, in both directions.
 
-Inbound, each 20 ms caller frame is encoded to the provider's format and queued on the socket. Outbound,
+Inbound, each 20 ms caller frame goes to the provider adapter, which converts it and queues it on the socket. Outbound,
 provider audio is cut into tagged 20 ms frames and queued on the leg's playout, which the SIP engine's media
 clock drains (the bridge is the clock: nothing here sleeps to pace audio).
 
@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from bridge.framing import OutputFramer, input_encoder
-from providers.base import ProviderConnection, ProviderUnavailable
+from bridge.framing import OutputFramer
+from providers.base import Provider, ProviderUnavailable
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -55,13 +55,12 @@ class CallSession:
     """Runs one call to completion. `run()` returns when the call leg has ended."""
 
     def __init__(
-        self, leg: CallLeg, provider: ProviderConnection, *, clock: Callable[[], int] = time.monotonic_ns
+        self, leg: CallLeg, provider: Provider, *, clock: Callable[[], int] = time.monotonic_ns
     ) -> None:
         self.leg = leg
         self.provider = provider
         self._clock = clock
-        self._encode = input_encoder(provider.audio_format)
-        self._framer = OutputFramer(provider.audio_format)
+        self._framer = OutputFramer(provider.output_format)
         self._epoch = 0
         self.frames_in = 0
         self.usage_seconds: float | None = None
@@ -122,7 +121,7 @@ class CallSession:
         async for event in self.leg.events():
             if isinstance(event, FrameReceived):
                 self.frames_in += 1
-                self.provider.send_audio(self._encode(event.pcm))
+                self.provider.send_audio(event.pcm)
             elif isinstance(event, CallEnded):
                 self._ended = event
                 if event.by_remote:

@@ -13,7 +13,6 @@ length) is fatal (HR1): playing a guess would be worse than failing clearly.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
@@ -23,10 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidURI
-
-from providers.base import ProviderUnavailable
+from providers.base import Capabilities, SessionSettings
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -35,9 +31,13 @@ from providers.events import (
     ProviderEvent,
     SessionClosed,
     SessionStarted,
+    ToolCallRequested,
     UsageUpdated,
 )
-from rtp.audio import PCMU_8K, AudioFormat, Encoding
+from providers.limits import GPT_LIVE, AudioLimits, require_limits
+from providers.ws_shell import WebSocketShell
+from rtp.audio import PCMA_8K, PCMU_8K, AudioFormat, Encoding
+from rtp.g711 import alaw_encode, ulaw_encode
 
 log = logging.getLogger("parlora.providers.openai_live")
 
@@ -54,6 +54,15 @@ class LiveConfig:
     instructions: str | None = None
     voice: str = "marin"
     audio_format: AudioFormat = PCMU_8K
+
+    @classmethod
+    def from_settings(cls, settings: SessionSettings, audio_format: AudioFormat = PCMU_8K) -> LiveConfig:
+        return cls(
+            model=settings.model or cls.model,
+            instructions=settings.instructions,
+            voice=settings.voice or cls.voice,
+            audio_format=audio_format,
+        )
 
 
 def session_start_frame(config: LiveConfig) -> dict[str, Any]:
@@ -72,7 +81,11 @@ def session_start_frame(config: LiveConfig) -> dict[str, Any]:
 
 
 class LiveClientProtocol:
-    """The client side of one GPT-Live connection, without I/O. `token` tags every event it produces."""
+    """The client side of one GPT-Live connection, without I/O. `token` tags every event it produces.
+
+    Inputs: `receive_text` (server frames) and commands (`append_audio`, `append_commentary`, ...).
+    Outputs: the returned events, and frames pulled with `frames_to_send()`.
+    """
 
     def __init__(self, config: LiveConfig, token: int = 1) -> None:
         self.config = config
@@ -80,18 +93,31 @@ class LiveClientProtocol:
         self.started = False
         self.closed = False
         self.bytes_received = 0
+        self._outgoing: list[str] = [self._frame(session_start_frame(config))]
 
-    def start(self) -> str:
-        return json.dumps(session_start_frame(self.config))
+    def frames_to_send(self) -> list[str]:
+        frames, self._outgoing = self._outgoing, []
+        return frames
+
+    def close_frames(self) -> list[str]:
+        return [] if self.closed else [self._frame({"type": "session.close"})]
 
     def append_audio(self, audio: bytes) -> str:
-        """An `session.input_audio.append` frame for audio already in the session's format."""
-        return json.dumps(
-            {"type": "session.input_audio.append", "audio": base64.b64encode(audio).decode("ascii")}
-        )
+        """A `session.input_audio.append` frame for audio already in the session's format (returned, not
+        queued: the shell queues audio separately so that it may drop it under back-pressure)."""
+        return self._frame({"type": "session.input_audio.append", "audio": base64.b64encode(audio).decode("ascii")})
 
-    def close(self) -> str:
-        return json.dumps({"type": "session.close"})
+    def append_commentary(self, content: str, delegation_id: str | None) -> None:
+        """Spoken context: GPT-Live says it (the answer to a delegation, or a session-wide update)."""
+        self._outgoing.append(self._frame({"type": "session.commentary.append", "content": content, "delegation_id": delegation_id}))
+
+    def append_thinking(self, content: str, delegation_id: str | None) -> None:
+        """Silent context: GPT-Live knows it but does not say it."""
+        self._outgoing.append(self._frame({"type": "session.thinking.append", "content": content, "delegation_id": delegation_id}))
+
+    @staticmethod
+    def _frame(event: dict[str, Any]) -> str:
+        return json.dumps(event, separators=(",", ":"))
 
     def receive_text(self, text: str | bytes) -> list[ProviderEvent]:
         """Events for one server frame. Never raises."""
@@ -108,11 +134,19 @@ class LiveClientProtocol:
         if kind == "session.output_audio.delta":
             return [self._audio(event)]
         if kind == "session.input_transcript.delta":
-            return [InputTranscript(self.token, str(event["delta"]), event.get("start_ms"), event.get("end_ms"))]
+            return [InputTranscript(self.token, str(event["delta"]), start_ms=event.get("start_ms"), end_ms=event.get("end_ms"))]
         if kind == "session.output_transcript.delta":
-            return [OutputTranscript(self.token, str(event["delta"]), event.get("start_ms"), event.get("end_ms"))]
+            return [OutputTranscript(self.token, str(event["delta"]), start_ms=event.get("start_ms"), end_ms=event.get("end_ms"))]
         if kind == "session.usage.updated":
-            return [UsageUpdated(self.token, float(event["usage"]["seconds"]))]
+            return [UsageUpdated(self.token, audio_seconds=float(event["usage"]["seconds"]))]
+        if kind == "session.delegation.created":
+            delegation = event["delegation"]
+            return [
+                ToolCallRequested(
+                    self.token, str(delegation["id"]), str(delegation.get("target", "client")),
+                    kind="delegation", at_ms=event.get("offset_ms"),
+                )
+            ]
         if kind == "session.started":
             self.started = True
             session = event.get("session") or {}
@@ -129,7 +163,7 @@ class LiveClientProtocol:
             code = str(error.get("code") or error.get("type") or "error")
             # GPT-Live errors answer a client command; the session stays open.
             return [ProviderError(self.token, code, str(error.get("message", "")), fatal=False, raw=_clip(event))]
-        return []  # events this bridge does not use (info, delegation before issue 7, ...)
+        return []  # events this bridge does not use (info, commentary acks, ...)
 
     def _audio(self, event: dict[str, Any]) -> ProviderEvent:
         delta = event["delta"]
@@ -164,133 +198,77 @@ def resolve_url(url: str | None) -> str:
     return urlunsplit(parts)
 
 
+_ENCODERS = {PCMU_8K: ulaw_encode, PCMA_8K: alaw_encode}
+
+
 class OpenAILiveAdapter:
-    """The asyncio shell: one WebSocket, a writer task for caller audio, events out as an async iterator."""
+    """GPT-Live as a `providers.base.Provider`: the client core inside a `WebSocketShell`."""
+
+    name = "openai-live"
+    capabilities = Capabilities(server_vad=False, truncate=False, interrupts_itself=False, tool_calls=True)
 
     def __init__(
         self,
         api_key: str,
         config: LiveConfig,
         *,
+        limits: AudioLimits | None,
         url: str | None = None,
         token: int = 1,
         connect_timeout: float = 10.0,
-        max_pending_frames: int = 250,
     ) -> None:
-        self._api_key = api_key
-        self.url = resolve_url(url)
+        if config.audio_format not in _ENCODERS:
+            raise ValueError(f"the telephone bridge speaks 8 kHz G.711 to GPT-Live, not {config.audio_format}")
+        self._limits = require_limits(limits, type(self).__name__)
         self.core = LiveClientProtocol(config, token)
-        self._connect_timeout = connect_timeout
-        self._ws: ClientConnection | None = None
-        self._outbox: asyncio.Queue[str] = asyncio.Queue(max_pending_frames)
-        self._writer: asyncio.Task[None] | None = None
-        self._early: list[ProviderEvent] = []
-        self._close_requested = False
-        self.frames_sent = 0
-        self.frames_dropped = 0  # caller audio dropped because the socket could not keep up
+        self.token = token
+        self.url = resolve_url(url)
+        self._encode = _ENCODERS[config.audio_format]
+        self.shell = WebSocketShell(
+            self.core, self.url, {"Authorization": f"Bearer {api_key}"}, log=log, connect_timeout=connect_timeout
+        )
+
+    @staticmethod
+    def audio_limits(fmt: AudioFormat) -> AudioLimits:
+        """GPT-Live paces its output near real time: 2 s of capacity, a 3 s residence deadline (DESIGN §5)."""
+        return GPT_LIVE.for_format(fmt)
 
     @property
-    def audio_format(self) -> AudioFormat:
+    def output_format(self) -> AudioFormat:
         return self.core.config.audio_format
 
-    async def connect(self) -> SessionStarted:
-        """Open the socket and start the session; raises ProviderUnavailable with the reason."""
-        try:
-            async with asyncio.timeout(self._connect_timeout):
-                self._ws = await connect(
-                    self.url,
-                    additional_headers={"Authorization": f"Bearer {self._api_key}"},
-                    max_size=2**24,
-                    ping_interval=20,
-                    ping_timeout=20,
-                )
-                await self._ws.send(self.core.start())
-                while True:
-                    for event in self.core.receive_text(await self._ws.recv()):
-                        if isinstance(event, SessionStarted):
-                            self._writer = asyncio.create_task(self._write_loop(), name="openai-live-writer")
-                            return event
-                        if isinstance(event, ProviderError):
-                            raise ProviderUnavailable(f"session.start refused: {event.code}: {event.message}")
-                        self._early.append(event)
-        except TimeoutError:
-            await self._abort()
-            raise ProviderUnavailable(f"no session.started from {self.url} within {self._connect_timeout:.0f} s") from None
-        except (OSError, InvalidHandshake, InvalidURI) as exc:
-            await self._abort()
-            raise ProviderUnavailable(f"cannot connect to {self.url}: {exc}") from None
-        except ConnectionClosed as exc:
-            await self._abort()
-            raise ProviderUnavailable(f"{self.url} closed the connection during start: {exc}") from None
-        except ProviderUnavailable:
-            await self._abort()
-            raise
+    @property
+    def limits(self) -> AudioLimits:
+        return self._limits
 
-    def send_audio(self, audio: bytes) -> None:
-        """Queue caller audio (in the session's format). Never blocks the media path: when the socket cannot
-        keep up, the oldest waiting frame is dropped and counted, so the provider hears the present."""
-        frame = self.core.append_audio(audio)
-        if self._outbox.full():
-            self._outbox.get_nowait()
-            self.frames_dropped += 1
-        self._outbox.put_nowait(frame)
+    async def connect(self) -> SessionStarted:
+        return await self.shell.connect()
+
+    def send_audio(self, pcm16_8k: bytes) -> None:
+        self.shell.send_audio_frame(self.core.append_audio(self._encode(pcm16_8k)))
+
+    def truncate(self, item_id: str, audio_end_ms: int) -> None:
+        """GPT-Live has no truncation; its server-side mixer owns what was said."""
+
+    def cancel_response(self) -> None:
+        """GPT-Live has no response to cancel: it is one continuous full-duplex stream."""
+
+    def send_tool_result(self, call_id: str, name: str, output: str) -> None:
+        self.core.append_commentary(output, call_id)
+        self.shell.flush()
+
+    def send_text(self, text: str, *, speak: bool = False) -> None:
+        if speak:
+            self.core.append_commentary(text, None)
+        else:
+            self.core.append_thinking(text, None)
+        self.shell.flush()
+
+    def events(self) -> AsyncIterator[ProviderEvent]:
+        return self.shell.events()
 
     def request_close(self) -> None:
-        """Queue `session.close` behind the caller audio already queued; `session.closed` answers it."""
-        if not self._close_requested:
-            self._close_requested = True
-            if self._outbox.full():
-                self._outbox.get_nowait()
-                self.frames_dropped += 1
-            self._outbox.put_nowait(self.core.close())
-
-    async def events(self) -> AsyncIterator[ProviderEvent]:
-        """Provider events until the session closes; a lost socket ends with an unfinalised SessionClosed."""
-        assert self._ws is not None, "connect() first"
-        for event in self._early:
-            yield event
-        self._early.clear()
-        token = self.core.token
-        try:
-            async for message in self._ws:
-                for event in self.core.receive_text(message):
-                    if isinstance(event, ProviderError) and event.raw is not None:
-                        log.warning("provider %s: %s; frame: %s", event.code, event.message, event.raw)
-                    yield event
-                    if isinstance(event, SessionClosed):
-                        return
-        except ConnectionClosed:
-            pass
-        code = self._ws.close_code
-        yield SessionClosed(token, f"connection closed (code {code}, {self._ws.close_reason or 'no reason'})", False)
+        self.shell.request_close()
 
     async def close(self, timeout: float = 2.0) -> None:
-        """Ask the provider to close the session, then close the socket; bounded by `timeout`."""
-        ws = self._ws
-        if ws is None:
-            return
-        try:
-            async with asyncio.timeout(timeout):
-                if not self.core.closed and not self._close_requested:
-                    await ws.send(self.core.close())
-                await ws.close()
-        except (TimeoutError, ConnectionClosed, OSError):
-            pass
-        await self._abort()
-
-    async def _write_loop(self) -> None:
-        assert self._ws is not None
-        try:
-            while True:
-                frame = await self._outbox.get()
-                await self._ws.send(frame)
-                self.frames_sent += 1
-        except ConnectionClosed:
-            pass
-
-    async def _abort(self) -> None:
-        if self._writer is not None:
-            self._writer.cancel()
-            self._writer = None
-        if self._ws is not None and self._ws.transport is not None:
-            self._ws.transport.abort()
+        await self.shell.close(timeout)

@@ -1,8 +1,8 @@
 """Provider audio of any chunk size becomes exact 20 ms frames, tagged with item and offset."""
 
-from bridge.framing import OutputFramer, input_encoder
+from bridge.framing import OutputFramer
 from rtp.audio import PCM16_24K, PCMA_8K, PCMU_8K
-from rtp.g711 import alaw_decode, ulaw_decode, ulaw_encode
+from rtp.g711 import alaw_decode, ulaw_decode
 
 import pytest
 
@@ -53,10 +53,3 @@ def test_discard_forgets_the_remainder() -> None:
 def test_formats_without_a_conversion_are_refused_clearly() -> None:
     with pytest.raises(ValueError, match="no framing"):
         OutputFramer(PCM16_24K)
-    with pytest.raises(ValueError, match="no input conversion"):
-        input_encoder(PCM16_24K)
-
-
-def test_input_encoder_for_pcmu() -> None:
-    pcm = bytes(range(256)) + bytes(64)
-    assert input_encoder(PCMU_8K)(pcm) == ulaw_encode(pcm)

@@ -12,9 +12,10 @@ from providers.events import (
     ProviderError,
     SessionClosed,
     SessionStarted,
+    ToolCallRequested,
     UsageUpdated,
 )
-from providers.openai_live import LiveClientProtocol, LiveConfig, resolve_url, session_start_frame
+from providers.openai_live import LiveClientProtocol, LiveConfig, OpenAILiveAdapter, resolve_url, session_start_frame
 from rtp.audio import PCM16_24K, PCMU_8K
 
 
@@ -23,7 +24,9 @@ def core(**kw: object) -> LiveClientProtocol:
 
 
 def test_session_start_asks_for_pcmu_8k_passthrough_and_client_delegation() -> None:
-    frame = json.loads(core(instructions="Be brief.").start())
+    c = core(instructions="Be brief.")
+    [text] = c.frames_to_send()
+    frame = json.loads(text)
     assert frame == {
         "type": "session.start",
         "session": {
@@ -34,6 +37,7 @@ def test_session_start_asks_for_pcmu_8k_passthrough_and_client_delegation() -> N
         },
     }
     assert "instructions" not in session_start_frame(LiveConfig())["session"]
+    assert c.frames_to_send() == []  # pulled once
 
 
 def test_audio_append_is_base64_of_the_exact_bytes() -> None:
@@ -57,9 +61,9 @@ def test_server_events_map_to_the_vocabulary() -> None:
     assert events == [
         SessionStarted(7, "sess_1", 99),
         AudioReceived(7, bytes(range(160)), PCMU_8K),
-        InputTranscript(7, "hi", 10, 900),
-        OutputTranscript(7, "hello", 1000, 1000),
-        UsageUpdated(7, 15.0),
+        InputTranscript(7, "hi", start_ms=10, end_ms=900),
+        OutputTranscript(7, "hello", start_ms=1000, end_ms=1000),
+        UsageUpdated(7, audio_seconds=15.0),
         SessionClosed(7, "expired", True, 42.0),
     ]
     assert c.started and c.closed and c.bytes_received == 160
@@ -96,3 +100,27 @@ def test_url_resolution() -> None:
     assert resolve_url(None) == "wss://api.openai.com/v1/live/sessions"
     assert resolve_url("ws://127.0.0.1:9000") == "ws://127.0.0.1:9000/v1/live/sessions"
     assert resolve_url("ws://127.0.0.1:9000/custom/path") == "ws://127.0.0.1:9000/custom/path"
+
+
+def test_delegations_become_tool_call_requests_and_answers_go_back_as_commentary() -> None:
+    c = core()
+    c.frames_to_send()
+    created = {"type": "session.delegation.created", "event_id": "e", "offset_ms": 4200,
+               "delegation": {"id": "del_1", "type": "delegation", "target": "client"}}
+    [event] = c.receive_text(json.dumps(created))
+    assert event == ToolCallRequested(7, "del_1", "client", kind="delegation", at_ms=4200)
+    c.append_commentary("Your order shipped.", "del_1")
+    c.append_thinking("Order 42 is in transit.", None)
+    assert [json.loads(f) for f in c.frames_to_send()] == [
+        {"type": "session.commentary.append", "content": "Your order shipped.", "delegation_id": "del_1"},
+        {"type": "session.thinking.append", "content": "Order 42 is in transit.", "delegation_id": None},
+    ]
+    assert [json.loads(f) for f in c.close_frames()] == [{"type": "session.close"}]
+
+
+def test_an_adapter_without_limits_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="needs explicit AudioLimits"):
+        OpenAILiveAdapter("sk-test", LiveConfig(), limits=None)
+    limits = OpenAILiveAdapter.audio_limits(PCMU_8K)
+    assert (limits.capacity_bytes, limits.residence_ms) == (16_000, 3_000)  # 2 s of PCMU, 3 s residence
+    assert OpenAILiveAdapter.audio_limits(PCM16_24K).capacity_bytes == 96_000

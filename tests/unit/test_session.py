@@ -54,7 +54,7 @@ class FakeLeg:
 
 
 class FakeProvider:
-    audio_format: AudioFormat = PCMU_8K
+    output_format: AudioFormat = PCMU_8K
 
     def __init__(self, refuse: bool = False) -> None:
         self.refuse = refuse
@@ -100,7 +100,7 @@ async def test_caller_audio_reaches_the_provider_as_pcmu_and_the_caller_bye_clos
         leg.queue.put_nowait(FrameReceived(pcm_frame(0x10 + i), i, i))
     leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 3, 0))
     summary = await asyncio.wait_for(task, 5)
-    assert provider.sent == [bytes([0x10 + i]) * 160 for i in range(3)]
+    assert provider.sent == [pcm_frame(0x10 + i) for i in range(3)]  # the adapter converts, not the session
     assert provider.close_requested and provider.closed and leg.hangups == [] and leg.answered
     assert summary.ended_by == "caller" and summary.frames_in == 3
     assert summary.usage_seconds == 3.0  # the final usage from the provider's session.closed
