@@ -6,7 +6,7 @@ Two layers, in the aioquic shape:
   Drivers: `receive_message(data, now)`, `handle_timer(now)` and `connection_lost(code)`. Outputs are pulled:
   `frames_to_send()` (JSON text frames) and `close_to_send()`; `next_deadline()` gives the absolute `now`
   (monotonic int ns) at which `handle_timer` must run. Peer input never raises: it becomes an `error` event.
-* `serve()` / `LiveFakeServer` is the thin `websockets.asyncio.server` shell: HTTP checks, one loop per
+* `serve()` runs it in the shared fake shell (providers/fakes/server.py): HTTP checks, one loop per
   connection that feeds frames and the single timer, writes what the core pulls, and an optional JSONL record.
 
 Wire shapes follow openai 3.57.0 `openai/types/live/` (the authoritative schema). Choices where the real service
@@ -33,26 +33,25 @@ Fault injection (later) plugs in at two funnels: every outbound event goes throu
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import json
-import logging
-import secrets
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from http import HTTPStatus
-from types import TracebackType
-from typing import IO, Any, Protocol
-
-from websockets.asyncio.server import Server, ServerConnection
-from websockets.asyncio.server import serve as ws_serve
-from websockets.datastructures import MultipleValuesError
-from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from providers.fakes.echo import EchoAudio, EchoModel, EchoOptions, EchoStarted, UtteranceDetected
+from providers.fakes.faults import Fault
+from providers.fakes.server import (
+    ClientFrameRecord,
+    CloseRequest,
+    ConnectionContext,
+    ConnectionRecord,
+    FakeServer,
+    IdSource,
+    SequentialIds,
+    bearer_authorize,
+)
 from rtp.audio import PCM16_16K, PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat
 from rtp.g711 import alaw_decode, ulaw_decode
 
@@ -67,11 +66,6 @@ __all__ = [
     "LiveFakeServer",
     "serve",
 ]
-
-# websockets logs request headers (Authorization included) at DEBUG on the logger it is given: pin ours at INFO
-# so the bearer token is never logged, whatever the root level.
-_ws_logger = logging.getLogger(__name__ + ".websockets")
-_ws_logger.setLevel(logging.INFO)
 
 _NS_PER_MS = 1_000_000
 _NS_PER_S = 1_000_000_000
@@ -113,52 +107,6 @@ class LiveFakeOptions:
             lead_ms=self.lead_ms,
             max_queued=self.max_queued,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class ClientFrameRecord:
-    """One client frame as received: `frame` when it parsed to a JSON object, else `raw` (the text)."""
-
-    now: int
-    frame: dict[str, Any] | None
-    raw: str | None = None
-    audio_bytes: int | None = None
-    """Decoded length of an `input_audio.append` payload, when it decoded."""
-
-
-@dataclass(slots=True)
-class ConnectionRecord:
-    """What one connection did; grows while the connection runs."""
-
-    index: int
-    client_frames: list[ClientFrameRecord] = field(default_factory=list)
-    server_frames: int = 0
-    close_code: int | None = None
-    session_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class CloseRequest:
-    """The core asks the shell to close the WebSocket with this code and reason."""
-
-    code: int
-    reason: str = ""
-
-
-class IdSource(Protocol):
-    def new(self, prefix: str) -> str: ...
-
-
-class SequentialIds:
-    """Predictable ids (`<prefix>_<seed><counter>` in hex); share one per server so ids are unique within it."""
-
-    def __init__(self, seed: int = 0) -> None:
-        self._seed = seed & 0xFFFFFFFF
-        self._n = 0
-
-    def new(self, prefix: str) -> str:
-        self._n += 1
-        return f"{prefix}_{self._seed:08x}{self._n:016x}"
 
 
 # -- validation ---------------------------------------------------------------------------------------------
@@ -438,6 +386,17 @@ class LiveFakeConnection:
         self._closing = True
         self.record.close_code = code
 
+    def inject(self, fault: Fault, now: int) -> None:
+        """Apply a fault at runtime (see providers/fakes/faults.py)."""
+        self.record.faults.append(str(fault))
+
+    def recorded(self, frame: dict[str, Any]) -> dict[str, Any]:
+        """The frame for the record file: an audio payload as its decoded length plus the base64."""
+        if frame.get("type") == "session.input_audio.append" and isinstance(frame.get("audio"), str):
+            assert self.last_frame is not None
+            return {**frame, "audio": {"bytes": self.last_frame.audio_bytes, "base64": frame["audio"]}}
+        return frame
+
     # -- outputs --------------------------------------------------------------------------------------------
 
     def frames_to_send(self) -> list[str]:
@@ -628,125 +587,34 @@ class LiveFakeConnection:
         self.record.close_code = request.code
 
 
-# -- the websockets shell -----------------------------------------------------------------------------------
+# -- the shell ----------------------------------------------------------------------------------------------
 
 
-class LiveFakeServer:
-    """A running fake on loopback. Use `serve()` to start one; `close()` or `async with` to stop it."""
+def _accepts_path(path: str) -> bool:
+    return path.endswith("/live/sessions")
 
-    def __init__(self, options: LiveFakeOptions | None = None, record_path: str | None = None) -> None:
-        self.options = options or LiveFakeOptions()
-        self.connections: list[ConnectionRecord] = []
-        self._record_path = record_path
-        self._record: IO[str] | None = None
-        self._ids = SequentialIds(secrets.randbits(32))
-        self._server: Server | None = None
-        self._host = "127.0.0.1"
-        self.port = 0
 
-    async def _start(self, host: str, port: int) -> None:
-        if self._record_path is not None:
-            self._record = open(self._record_path, "a", encoding="utf-8")
-        self._server = await ws_serve(
-            self._handler, host, port, process_request=self._process_request,
-            max_size=16 * 2**20,
-            compression=None,
-            logger=_ws_logger,
-        )
-        sockname = next(iter(self._server.sockets)).getsockname()
-        self._host, self.port = host, sockname[1]
+def server(
+    options: LiveFakeOptions | None = None,
+    *,
+    faults: Sequence[Fault] = (),
+    record_path: str | None = None,
+) -> FakeServer:
+    """A GPT-Live fake (not yet listening: `await server(...).start(host, port)`)."""
+    opts = options or LiveFakeOptions()
 
-    @property
-    def url(self) -> str:
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"ws://{host}:{self.port}/v1/live/sessions"
+    def factory(ctx: ConnectionContext) -> LiveFakeConnection:
+        return LiveFakeConnection(opts, now=ctx.now, unix_time=ctx.unix_time, ids=ctx.ids, index=ctx.index)
 
-    async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
-        if self._record is not None:
-            self._record.close()
-            self._record = None
-
-    async def __aenter__(self) -> LiveFakeServer:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.close()
-
-    @staticmethod
-    def _process_request(connection: ServerConnection, request: Request) -> Response | None:
-        """Reject the upgrade with 404 off `/live/sessions` and 401 without a Bearer token (never logged)."""
-        if not request.path.partition("?")[0].endswith("/live/sessions"):
-            return connection.respond(HTTPStatus.NOT_FOUND, "Not Found\n")
-        try:
-            auth = request.headers.get("Authorization", "")
-        except MultipleValuesError:
-            auth = ""
-        scheme, _, token = auth.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return connection.respond(HTTPStatus.UNAUTHORIZED, "Unauthorized\n")
-        return None
-
-    async def _handler(self, ws: ServerConnection) -> None:
-        loop = asyncio.get_running_loop()
-        core = LiveFakeConnection(
-            self.options,
-            now=time.monotonic_ns(),
-            unix_time=int(time.time()),
-            ids=self._ids,
-            index=len(self.connections),
-        )
-        self.connections.append(core.record)
-        try:
-            while True:
-                deadline = core.next_deadline()
-                now = time.monotonic_ns()
-                if deadline is not None and deadline <= now:
-                    core.handle_timer(now)
-                else:
-                    try:
-                        if deadline is None:
-                            message = await ws.recv()
-                        else:
-                            async with asyncio.timeout_at(loop.time() + (deadline - now) / _NS_PER_S):
-                                message = await ws.recv()
-                    except TimeoutError:
-                        core.handle_timer(max(deadline or 0, time.monotonic_ns()))
-                    else:
-                        core.receive_message(message, time.monotonic_ns())
-                        self._write_record(core)
-                for frame in core.frames_to_send():
-                    await ws.send(frame)
-                request = core.close_to_send()
-                if request is not None:
-                    await ws.close(request.code, request.reason)
-                    break
-        except ConnectionClosed:
-            pass
-        finally:
-            code = ws.close_code if ws.close_code is not None else core.record.close_code
-            core.connection_lost(code)
-            if self._record is not None:
-                self._record.flush()
-
-    def _write_record(self, core: LiveFakeConnection) -> None:
-        entry = core.last_frame
-        if self._record is None or entry is None:
-            return
-        line: dict[str, Any] = {"conn": core.record.index, "t_ns": entry.now}
-        frame = entry.frame
-        if frame is None:
-            line["raw"] = entry.raw
-        else:
-            if frame.get("type") == "session.input_audio.append" and isinstance(frame.get("audio"), str):
-                frame = {**frame, "audio": {"bytes": entry.audio_bytes, "base64": frame["audio"]}}
-            line["frame"] = frame
-        self._record.write(json.dumps(line, separators=(",", ":")) + "\n")
+    return FakeServer(
+        "openai_live",
+        factory,
+        path="/v1/live/sessions",
+        accepts_path=_accepts_path,
+        authorize=bearer_authorize,
+        faults=faults,
+        record_path=record_path,
+    )
 
 
 async def serve(
@@ -754,9 +622,11 @@ async def serve(
     port: int = 0,
     *,
     options: LiveFakeOptions | None = None,
+    faults: Sequence[Fault] = (),
     record_path: str | None = None,
-) -> LiveFakeServer:
+) -> FakeServer:
     """Start a fake GPT-Live server; `port=0` picks a free port (see `.port` / `.url`)."""
-    server = LiveFakeServer(options, record_path)
-    await server._start(host, port)
-    return server
+    return await server(options, faults=faults, record_path=record_path).start(host, port)
+
+
+LiveFakeServer = FakeServer
