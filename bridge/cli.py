@@ -7,12 +7,19 @@ import logging
 import os
 import signal
 import sys
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, replace
+from importlib import import_module
 
 import click
 
+from bridge.http import StatusServer
+from bridge.providers import KINDS, MissingKey, ProviderChoice, api_key
 from bridge.session import CallSession
-from providers.openai_live import LiveConfig, OpenAILiveAdapter
+from providers.base import SessionSettings
+from providers.fakes.faults import Fault, parse_fault
+from providers.fakes.script import Script, load_script
+from providers.limits import LimitOverrides
 from sip.pjsua2_agent import Pjsua2Leg, Pjsua2UserAgent, UserAgentConfig, UserAgentError
 
 log = logging.getLogger("parlora")
@@ -49,11 +56,19 @@ def main() -> None:
 class _ServeOptions:
     sip: tuple[str, int]
     rtp_port: int
-    provider: str
-    provider_url: str | None
-    api_key: str
-    instructions: str | None
+    choice: ProviderChoice
+    embedded_echo: bool
     max_calls: int
+    http: tuple[str, int] | None
+
+
+_PROVIDERS = ["echo", *KINDS]
+_FAKES = {
+    "openai-live": "providers.fakes.openai_live",
+    "openai-realtime": "providers.fakes.openai_realtime",
+    "gemini-live": "providers.fakes.gemini_live",
+    "xai": "providers.fakes.xai",
+}
 
 
 @main.command()
@@ -61,7 +76,7 @@ class _ServeOptions:
 @click.option("--rtp-port", default=4000, show_default=True, help="First local RTP port (each call takes a pair).")
 @click.option(
     "--provider",
-    type=click.Choice(["echo", "openai-live"]),
+    type=click.Choice(_PROVIDERS),
     default=None,
     help="Realtime provider. Default: openai-live when OPENAI_API_KEY is set, else echo (a local GPT-Live fake "
     "that speaks each caller utterance back).",
@@ -69,6 +84,10 @@ class _ServeOptions:
 @click.option("--provider-url", default=None, help="WebSocket URL of the provider (e.g. a fake-provider).")
 @click.option("--instructions", default=None, help="Instructions for the model.")
 @click.option("--max-calls", default=4, show_default=True, help="Concurrent calls (this pjsua2 wheel allows 4).")
+@click.option("--http", "http_addr", default=None, help="HOST:PORT for the JSON status endpoint (GET /calls).")
+@click.option("--reservoir-bytes", type=int, default=None, help="Reservoir capacity in bytes of the provider's "
+              "output format (default: the provider's own).")
+@click.option("--residence-ms", type=int, default=None, help="Reservoir residence deadline (default: the provider's).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
 def serve(
     sip_addr: str,
@@ -77,23 +96,32 @@ def serve(
     provider_url: str | None,
     instructions: str | None,
     max_calls: int,
+    http_addr: str | None,
+    reservoir_bytes: int | None,
+    residence_ms: int | None,
     log_level: str,
 ) -> None:
     """Answer SIP calls and bridge each one to a realtime provider."""
     _setup_logging(log_level)
-    key = os.environ.get("OPENAI_API_KEY", "")
     if provider is None:
-        provider = "openai-live" if key else "echo"
-    if provider == "openai-live" and not key:
-        raise click.UsageError("--provider openai-live needs an API key in the environment variable OPENAI_API_KEY")
+        provider = "openai-live" if os.environ.get("OPENAI_API_KEY") else "echo"
+    embedded_echo = provider == "echo"
+    kind = KINDS["openai-live" if embedded_echo else provider]
+    try:
+        key = ECHO_LOCAL_KEY if embedded_echo else api_key(kind)
+    except MissingKey as exc:
+        raise click.UsageError(str(exc)) from None
+    overrides = None
+    if reservoir_bytes is not None or residence_ms is not None:
+        overrides = LimitOverrides(reservoir_bytes, residence_ms)
+    choice = ProviderChoice(kind, key, provider_url, SessionSettings(instructions=instructions), overrides)
     options = _ServeOptions(
         sip=_host_port(sip_addr, 5060),
         rtp_port=rtp_port,
-        provider=provider,
-        provider_url=provider_url,
-        api_key=key if provider == "openai-live" else ECHO_LOCAL_KEY,
-        instructions=instructions,
+        choice=choice,
+        embedded_echo=embedded_echo and provider_url is None,
         max_calls=max_calls,
+        http=_host_port(http_addr, 8080) if http_addr else None,
     )
     sys.exit(asyncio.run(_serve(options)))
 
@@ -105,26 +133,37 @@ async def _serve(options: _ServeOptions) -> int:
         loop.add_signal_handler(signum, stop.set)
 
     fake = None
-    url = options.provider_url
-    if options.provider == "echo" and url is None:
+    choice = options.choice
+    if options.embedded_echo:
         from providers.fakes import openai_live as live_fake
 
         logging.getLogger("providers.fakes").setLevel(logging.WARNING)  # one connection per call: no chatter
         fake = await live_fake.serve("127.0.0.1", 0)
-        url = fake.url
-        log.info("provider: echo (embedded GPT-Live fake at %s)", url)
+        choice = replace(choice, url=fake.url)
+        log.info("provider: echo (embedded GPT-Live fake at %s)", fake.url)
     else:
-        log.info("provider: %s at %s", options.provider, url or "the default endpoint")
+        log.info("provider: %s at %s", choice.kind.name, choice.url or "the default endpoint")
 
-    sessions: set[asyncio.Task[object]] = set()
+    sessions: dict[str, CallSession] = {}
+    tasks: set[asyncio.Task[object]] = set()
 
     def on_call(leg: Pjsua2Leg) -> None:
-        config = LiveConfig(instructions=options.instructions)
-        limits = OpenAILiveAdapter.audio_limits(config.audio_format)
-        adapter = OpenAILiveAdapter(options.api_key, config, limits=limits, url=url)
-        task: asyncio.Task[object] = asyncio.create_task(CallSession(leg, adapter).run(), name=leg.identity.call_id)
-        sessions.add(task)
-        task.add_done_callback(sessions.discard)
+        try:
+            session = CallSession(leg, choice.connect(token=1))
+        except Exception:
+            log.exception("call %s: cannot create the provider adapter; answering 500", leg.identity.call_id)
+            leg.hangup("provider adapter failed", status=500)
+            return
+        sessions[session.call_id] = session
+        task: asyncio.Task[object] = asyncio.create_task(session.run(), name=session.call_id)
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+        task.add_done_callback(lambda _: sessions.pop(session.call_id, None))
+
+    status_server = None
+    if options.http is not None:
+        status_server = await StatusServer(lambda: {cid: s.status for cid, s in sessions.items()}).start(*options.http)
+        log.info("status on http://%s:%d/calls", options.http[0], status_server.port)
 
     agent = Pjsua2UserAgent(
         UserAgentConfig(host=options.sip[0], port=options.sip[1], rtp_port=options.rtp_port, max_calls=options.max_calls),
@@ -141,10 +180,12 @@ async def _serve(options: _ServeOptions) -> int:
     await stop.wait()
     log.info("stopping")
     clean = await loop.run_in_executor(None, agent.stop)  # hangs up every call; sessions see CallEnded
-    if sessions:
-        await asyncio.wait(set(sessions), timeout=5.0)
-    for task in sessions:
+    if tasks:
+        await asyncio.wait(set(tasks), timeout=5.0)
+    for task in tasks:
         task.cancel()
+    if status_server is not None:
+        await status_server.close()
     if fake is not None:
         await fake.close()
     if not clean:
@@ -155,25 +196,60 @@ async def _serve(options: _ServeOptions) -> int:
 
 
 @main.command("fake-provider")
-@click.option("--protocol", type=click.Choice(["openai-live"]), default="openai-live", show_default=True)
+@click.option("--protocol", type=click.Choice(list(_FAKES)), default="openai-live", show_default=True)
 @click.option("--listen", default="127.0.0.1:8765", show_default=True, help="HOST:PORT to listen on (loopback).")
 @click.option("--record", "record_path", default=None, help="Append every client frame to this JSON-lines file.")
+@click.option("--fault", "faults", multiple=True, help="Inject a fault: [N/]KIND[:VALUE][@AFTER_MS] (repeatable; "
+              "see providers/fakes/faults.py). At runtime: GET /_fault?spec=... on the same port.")
+@click.option("--script", "script_path", default=None, help="JSON script of the fake model's answers.")
+@click.option("--cert", default=None, help="TLS certificate (gemini-live; generated when absent).")
+@click.option("--key", "key_path", default=None, help="TLS private key (gemini-live; generated when absent).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
-def fake_provider(protocol: str, listen: str, record_path: str | None, log_level: str) -> None:
+def fake_provider(
+    protocol: str,
+    listen: str,
+    record_path: str | None,
+    faults: tuple[str, ...],
+    script_path: str | None,
+    cert: str | None,
+    key_path: str | None,
+    log_level: str,
+) -> None:
     """Run a provider fake on its own, for tests and for trying the bridge without a key."""
     _setup_logging(log_level)
     host, port = _host_port(listen, 8765)
-    asyncio.run(_fake_provider(host, port, record_path))
+    try:
+        parsed = [parse_fault(spec) for spec in faults]
+        script = load_script(script_path) if script_path else None
+    except (ValueError, KeyError, OSError) as exc:
+        raise click.UsageError(str(exc)) from None
+    asyncio.run(_fake_provider(protocol, host, port, record_path, parsed, script, cert, key_path))
 
 
-async def _fake_provider(host: str, port: int, record_path: str | None) -> None:
-    from providers.fakes import openai_live as live_fake
-
+async def _fake_provider(
+    protocol: str,
+    host: str,
+    port: int,
+    record_path: str | None,
+    faults: list[Fault],
+    script: Script | None,
+    cert: str | None,
+    key_path: str | None,
+) -> None:
+    module = import_module(_FAKES[protocol])
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    server = await live_fake.serve(host, port, record_path=record_path)
-    log.info("fake provider openai-live listening on %s", server.url)
+    kwargs: dict[str, object] = {"record_path": record_path, "faults": faults}
+    if script is not None:
+        kwargs["script"] = script
+    if protocol == "gemini-live":
+        cert_path, key_file, generated = module.ensure_cert(cert, key_path, tempfile.mkdtemp(prefix="parlora-tls-"))
+        if generated:
+            print(f"generated a self-signed TLS pair: cert {cert_path} key {key_file}", flush=True)
+        kwargs.update(cert=cert_path, key=key_file)
+    server = await module.serve(host, port, **kwargs)
+    log.info("fake provider %s listening on %s", protocol, server.url)
     await stop.wait()
     await server.close()

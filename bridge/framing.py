@@ -1,108 +1,97 @@
-"""Cut provider audio into the carrier's 20 ms frames, tagged with an item id and the offset in that item.
+"""From provider audio to the carrier's 20 ms frames of 8 kHz PCM16, tagged with item and offset.
 
-Providers deliver audio in chunks of any size; the carrier takes exactly 160 samples every 20 ms. The framer
-keeps the remainder between chunks and names the *item* each frame belongs to, because the carrier ledger
-answers "how much of item X has the caller been sent" and barge-in truncation needs exactly that. When the
-provider names its items (Realtime's `item_id`) those names are used; GPT-Live does not, so an item is a run
-of output with no pause longer than `quiet_ms` between chunks.
-
-Sans-I/O: `now` comes in, `next_deadline()` goes out.
+Two small pieces, both sans-I/O:
+- `CarrierConverter` turns audio of the received format into 8 kHz PCM16: G.711 is decoded with the standard
+  tables (bit-exact), PCM16 at another rate goes through PyAV's resampler (rtp/resample.py).
+- `ItemFramer` cuts that PCM into exact 20 ms frames and numbers them within their *item* (an assistant
+  utterance), because the carrier ledger answers "how much of item X has the caller been sent" and barge-in
+  truncation needs exactly that. A partial last frame is padded with silence when its item ends.
 """
 
 from __future__ import annotations
 
-from rtp.audio import FRAME_MS, G711_FRAME_BYTES, PCM16_FRAME_BYTES, PCM16_8K, PCMA_8K, PCMU_8K, AudioFormat
+from collections.abc import Callable
+
+from rtp.audio import FRAME_MS, PCM16_FRAME_BYTES, PCM16_8K, PCMA_8K, PCMU_8K, AudioFormat, Encoding
 from rtp.g711 import alaw_decode, ulaw_decode
 from rtp.playout import OutboundFrame
 
-_NS_PER_MS = 1_000_000
 
+class CarrierConverter:
+    """Received-format bytes to 8 kHz PCM16. `frame_bytes` is how many received bytes make 20 ms."""
 
-class OutputFramer:
-    """Provider output (G.711 or PCM16 at 8 kHz) to tagged 20 ms PCM16 frames."""
-
-    def __init__(self, fmt: AudioFormat, *, quiet_ms: int = 300) -> None:
+    def __init__(self, fmt: AudioFormat) -> None:
+        self.format = fmt
+        self.frame_bytes = fmt.bytes_per_ms * FRAME_MS
+        self._resampler = None
+        self._convert: Callable[[bytes], bytes]
         if fmt == PCMU_8K:
-            self._decode, self._frame_bytes = ulaw_decode, G711_FRAME_BYTES
+            self._convert = ulaw_decode
         elif fmt == PCMA_8K:
-            self._decode, self._frame_bytes = alaw_decode, G711_FRAME_BYTES
+            self._convert = alaw_decode
         elif fmt == PCM16_8K:
-            self._decode, self._frame_bytes = bytes, PCM16_FRAME_BYTES
+            self._convert = bytes
+        elif fmt.encoding is Encoding.PCM16:
+            from rtp.resample import Resampler
+
+            self._resampler = Resampler(fmt.rate, 8000)
+            self._convert = self._resampler.process
         else:
-            raise ValueError(f"no framing for {fmt} yet: output must be 8 kHz G.711 or PCM16")
-        self._quiet_ns = quiet_ms * _NS_PER_MS
-        self._pending = b""
-        self._items = 0
-        self._item_id: str | None = None
+            raise ValueError(f"no conversion from {fmt} to the carrier's 8 kHz PCM16")
+
+    def convert(self, audio: bytes) -> bytes:
+        return self._convert(audio)
+
+    def end_item(self) -> bytes:
+        """What a stateful converter still holds at the end of an item (resampler tail)."""
+        if self._resampler is None:
+            return b""
+        tail = self._resampler.flush()
+        self._resampler.reset()
+        return tail
+
+    def reset(self) -> None:
+        """Forget state (a clear): the next audio starts a fresh stream."""
+        if self._resampler is not None:
+            self._resampler.reset()
+
+
+class ItemFramer:
+    """8 kHz PCM16 of one item at a time, cut into tagged 20 ms frames."""
+
+    def __init__(self) -> None:
+        self.item_id: str | None = None
         self._epoch = 0
         self._offset_ms = 0
-        self._deadline: int | None = None
+        self._pending = b""
+
+    def start(self, item_id: str, epoch: int) -> None:
+        self.item_id, self._epoch, self._offset_ms, self._pending = item_id, epoch, 0, b""
+
+    def add(self, pcm: bytes) -> list[OutboundFrame]:
+        """Frames completed by `pcm` (the remainder waits for more of the same item)."""
+        data = self._pending + pcm
+        whole = len(data) - len(data) % PCM16_FRAME_BYTES
+        self._pending = data[whole:]
+        return self._tag(data[:whole])
+
+    def finish(self) -> list[OutboundFrame]:
+        """End the item: its partial last frame, padded with silence (digital zero)."""
+        frames = self._tag(self._pending + bytes(PCM16_FRAME_BYTES - len(self._pending))) if self._pending else []
+        self.item_id, self._pending = None, b""
+        return frames
+
+    def discard(self) -> None:
+        self.item_id, self._pending = None, b""
 
     @property
-    def item_id(self) -> str | None:
-        """The item being framed now, or None between items."""
-        return self._item_id
-
-    def push(self, audio: bytes, now_ns: int, epoch: int, item_id: str | None = None) -> list[OutboundFrame]:
-        """Frames completed by `audio`; a new item starts on a new provider item id, a new epoch, or after a
-        pause of `quiet_ms`."""
-        frames: list[OutboundFrame] = []
-        if self._item_id is None or epoch != self._epoch or (item_id is not None and item_id != self._item_id):
-            frames.extend(self._finish_item())
-            self._start_item(item_id, epoch)
-        self._deadline = now_ns + self._quiet_ns
-        data = self._pending + audio
-        whole = len(data) - len(data) % self._frame_bytes
-        self._pending = data[whole:]
-        if whole:
-            pcm = self._decode(data[:whole])
-            frames.extend(self._tag(pcm))
-        return frames
-
-    def next_deadline(self) -> int | None:
-        return self._deadline
-
-    def handle_timer(self, now_ns: int) -> list[OutboundFrame]:
-        """After a pause of `quiet_ms` the item is over: its remainder is padded with silence and sent."""
-        if self._deadline is None or now_ns < self._deadline:
-            return []
-        return self._finish_item()
-
-    def discard(self) -> int:
-        """Forget the current item (a clear); returns the bytes of remainder dropped."""
-        dropped = len(self._pending)
-        self._pending = b""
-        self._item_id = None
-        self._deadline = None
-        return dropped
-
-    def _start_item(self, item_id: str | None, epoch: int) -> None:
-        self._items += 1
-        self._item_id = item_id if item_id is not None else f"out-{self._items}"
-        self._epoch = epoch
-        self._offset_ms = 0
-
-    def _finish_item(self) -> list[OutboundFrame]:
-        frames: list[OutboundFrame] = []
-        if self._pending:
-            padded = self._pending + self._silence_byte() * (self._frame_bytes - len(self._pending))
-            frames.extend(self._tag(self._decode(padded)))
-        self._pending = b""
-        self._item_id = None
-        self._deadline = None
-        return frames
-
-    def _silence_byte(self) -> bytes:
-        if self._decode is ulaw_decode:
-            return b"\xff"
-        if self._decode is alaw_decode:
-            return b"\xd5"
-        return b"\x00"
+    def pending_bytes(self) -> int:
+        return len(self._pending)
 
     def _tag(self, pcm: bytes) -> list[OutboundFrame]:
-        assert self._item_id is not None
+        assert self.item_id is not None
         frames = []
         for start in range(0, len(pcm), PCM16_FRAME_BYTES):
-            frames.append(OutboundFrame(pcm[start : start + PCM16_FRAME_BYTES], self._epoch, self._item_id, self._offset_ms))
+            frames.append(OutboundFrame(pcm[start : start + PCM16_FRAME_BYTES], self._epoch, self.item_id, self._offset_ms))
             self._offset_ms += FRAME_MS
         return frames

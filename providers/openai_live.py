@@ -57,10 +57,11 @@ class LiveConfig:
 
     @classmethod
     def from_settings(cls, settings: SessionSettings, audio_format: AudioFormat = PCMU_8K) -> LiveConfig:
+        defaults = cls()
         return cls(
-            model=settings.model or cls.model,
+            model=settings.model or defaults.model,
             instructions=settings.instructions,
-            voice=settings.voice or cls.voice,
+            voice=settings.voice or defaults.voice,
             audio_format=audio_format,
         )
 

@@ -95,6 +95,11 @@ class CallLeg(Protocol):
         """Which frames of which item have left, and when."""
         ...
 
+    @property
+    def depth(self) -> int:
+        """Frames queued for the caller and not yet transmitted (the carrier's playback cushion)."""
+        ...
+
     def events(self) -> AsyncIterator[LegEvent]:
         """Inbound frames and leg events in order; ends after `CallEnded`."""
         ...

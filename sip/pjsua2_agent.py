@@ -106,6 +106,10 @@ class Pjsua2Leg:
     def ledger(self) -> CarrierLedger:
         return self.playout.ledger
 
+    @property
+    def depth(self) -> int:
+        return self.playout.depth
+
     async def events(self) -> AsyncIterator[LegEvent]:
         while True:
             event = await self._queue.get()

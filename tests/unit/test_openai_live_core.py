@@ -124,3 +124,10 @@ def test_an_adapter_without_limits_is_a_clear_error() -> None:
     limits = OpenAILiveAdapter.audio_limits(PCMU_8K)
     assert (limits.capacity_bytes, limits.residence_ms) == (16_000, 3_000)  # 2 s of PCMU, 3 s residence
     assert OpenAILiveAdapter.audio_limits(PCM16_24K).capacity_bytes == 96_000
+
+
+def test_config_from_application_settings_keeps_defaults_for_what_is_not_given() -> None:
+    from providers.base import SessionSettings
+
+    assert LiveConfig.from_settings(SessionSettings(instructions="Hi")) == LiveConfig(instructions="Hi")
+    assert LiveConfig.from_settings(SessionSettings(voice="cedar", model="gpt-live-1.1")).voice == "cedar"

@@ -7,7 +7,8 @@ import asyncio
 from collections.abc import AsyncIterator
 
 from bridge.session import CallSession
-from providers.base import ProviderUnavailable
+from providers.base import Capabilities, ProviderUnavailable
+from providers.limits import AudioLimits
 from providers.events import AudioReceived, ProviderError, ProviderEvent, SessionClosed, SessionStarted
 from rtp.audio import PCMU_8K, AudioFormat
 from rtp.g711 import ulaw_decode
@@ -32,6 +33,10 @@ class FakeLeg:
     def ledger(self) -> CarrierLedger:
         return self.playout.ledger
 
+    @property
+    def depth(self) -> int:
+        return self.playout.depth
+
     async def events(self) -> AsyncIterator[LegEvent]:
         while True:
             event = await self.queue.get()
@@ -54,7 +59,11 @@ class FakeLeg:
 
 
 class FakeProvider:
+    name = "fake"
+    token = 1
     output_format: AudioFormat = PCMU_8K
+    capabilities = Capabilities(server_vad=True, truncate=True, interrupts_itself=True, tool_calls=True)
+    limits = AudioLimits(16_000, 3_000)
 
     def __init__(self, refuse: bool = False) -> None:
         self.refuse = refuse
@@ -62,6 +71,7 @@ class FakeProvider:
         self.queue: asyncio.Queue[ProviderEvent] = asyncio.Queue()
         self.closed = False
         self.close_requested = False
+        self.truncated: list[tuple[str, int]] = []
         self.got_audio = asyncio.Event()
 
     async def connect(self) -> SessionStarted:
@@ -79,6 +89,18 @@ class FakeProvider:
             yield event
             if isinstance(event, SessionClosed):
                 return
+
+    def truncate(self, item_id: str, audio_end_ms: int) -> None:
+        self.truncated.append((item_id, audio_end_ms))
+
+    def cancel_response(self) -> None:
+        pass
+
+    def send_tool_result(self, call_id: str, name: str, output: str) -> None:
+        pass
+
+    def send_text(self, text: str, *, speak: bool = False) -> None:
+        pass
 
     def request_close(self) -> None:
         self.close_requested = True
@@ -106,15 +128,15 @@ async def test_caller_audio_reaches_the_provider_as_pcmu_and_the_caller_bye_clos
     assert summary.usage_seconds == 3.0  # the final usage from the provider's session.closed
 
 
-async def test_provider_audio_is_framed_onto_the_leg_playout() -> None:
+async def test_provider_audio_reaches_the_leg_playout_and_a_provider_close_hangs_up() -> None:
     leg, provider = FakeLeg(), FakeProvider()
     task = asyncio.create_task(CallSession(leg, provider).run())
     audio = bytes(range(256)) * 5  # 160 ms of PCMU
     provider.queue.put_nowait(AudioReceived(1, audio, PCMU_8K))
     provider.queue.put_nowait(SessionClosed(1, "expired", True, 12.0))
     summary = await asyncio.wait_for(task, 5)
-    pulled = [leg.playout.pull(t) for t in range(8)]
-    assert b"".join(f.pcm for f in pulled if f) == ulaw_decode(audio)
+    first = [leg.playout.pull(t) for t in range(2)]  # the cushion: two frames ahead of the media clock
+    assert b"".join(f.pcm for f in first if f) == ulaw_decode(audio[:320])
     assert leg.hangups and "expired" in leg.hangups[0]
     assert summary.ended_by == "provider" and summary.usage_seconds == 12.0
 

@@ -1,0 +1,367 @@
+"""The session coordinator: one call's rules, as a sans-I/O core.
+
+Inputs (each with `now`, monotonic ns): caller frames from the call leg, provider events, the timer.
+Outputs: commands for the provider (pulled with `commands()`), frames pushed into the carrier channel (the
+leg's playout, a plain data structure), facts for the log (pulled with `notices()`), and `status()`.
+
+What it enforces:
+- The generation reservoir (bridge/reservoir.py) holds received, unplayed audio within the session's limits;
+  overflow and staleness are detected, counted and surfaced (SE2).
+- The carrier's playback cushion is the pacer's lead: at most `lead_frames` frames wait in the playout; the
+  reservoir tops it up on every media tick (each inbound caller frame marks one) and on a 20 ms timer, so the
+  first frame plays as soon as it arrives (SE3).
+- Barge-in (SE5): the caller starting to speak — the provider's speech-started or interrupted event, or the
+  local voice-activity detector for providers without one — suppresses assistant output, clears it through
+  the playback barrier (SE4), and tells the provider what the caller heard, read from the carrier ledger
+  (Realtime: `truncate(item, audio_end_ms)`). Suppression ends when the caller's turn ends.
+- Everything is stamped on the session's logical timeline (SE6); events from another transport token are
+  inert (DESIGN principle 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from bridge.barrier import Channel, PlaybackBarrier
+from bridge.cushion import CARRIER_LEAD_FRAMES
+from bridge.framing import CarrierConverter, ItemFramer
+from bridge.reservoir import GenerationReservoir, MediaCondition, OutputOverflow
+from bridge.timeline import Timeline
+from bridge.vad import VadOptions, VoiceActivityDetector, VoiceStarted, VoiceStopped
+from providers.base import Capabilities
+from providers.events import (
+    AudioReceived,
+    InputTranscript,
+    OutputInterrupted,
+    OutputTranscript,
+    ProviderError,
+    ProviderEvent,
+    SessionClosed,
+    SessionStarted,
+    SpeechStarted,
+    SpeechStopped,
+    ToolCallRequested,
+    UsageUpdated,
+)
+from providers.limits import AudioLimits
+from rtp.audio import FRAME_MS, AudioFormat
+
+_NS_PER_MS = 1_000_000
+TICK_NS = FRAME_MS * _NS_PER_MS
+
+# --- commands for the provider (imperatives) ---
+
+
+@dataclass(frozen=True, slots=True)
+class SendAudio:
+    pcm16_8k: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Truncate:
+    item_id: str
+    audio_end_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelResponse:
+    pass
+
+
+Command = SendAudio | Truncate | CancelResponse
+
+# --- notices for the log and the metrics (facts) ---
+
+
+@dataclass(frozen=True, slots=True)
+class ConditionDetected:
+    condition: MediaCondition
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class BargedIn:
+    """The caller interrupted: `source` is "provider" or "local_vad"; `cleared_ms` of unplayed output dropped;
+    `heard` lists each interrupted item with the ms of it transmitted, from the carrier ledger."""
+
+    at_ms: int
+    source: str
+    cleared_ms: int
+    heard: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnEnded:
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    role: str  # "caller" or "assistant"
+    text: str
+    at_ms: int
+    final: bool
+
+
+Notice = ConditionDetected | BargedIn | TurnEnded | Transcript | ProviderError | ToolCallRequested
+
+
+@dataclass(slots=True)
+class Usage:
+    audio_seconds: float | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    complete: bool = False  # the provider confirmed final usage for every transport
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorOptions:
+    lead_frames: int = CARRIER_LEAD_FRAMES  # the carrier cushion: frames waiting in the playout at most
+    item_quiet_ms: int = 300  # GPT-Live names no items: a pause this long ends one
+    vad: VadOptions = field(default_factory=VadOptions)
+
+
+class SessionCoordinator:
+    """One call's session rules. The shell feeds it and carries out what it pulls."""
+
+    def __init__(
+        self,
+        *,
+        limits: AudioLimits,
+        output_format: AudioFormat,
+        capabilities: Capabilities,
+        channel: Channel,
+        now: int,
+        token: int = 1,
+        options: CoordinatorOptions | None = None,
+    ) -> None:
+        self.options = options or CoordinatorOptions()
+        self.capabilities = capabilities
+        self.timeline = Timeline(now)
+        self.reservoir = GenerationReservoir(limits, output_format)
+        self.converter = CarrierConverter(output_format)
+        self.framer = ItemFramer()
+        self.barrier = PlaybackBarrier(channel)
+        self.channel = channel
+        self.vad = VoiceActivityDetector(self.options.vad)
+        self.token = token
+        self.state = "connecting"
+        self.suppressed = False
+        self.usage = Usage()
+        self._commands: list[Command] = []
+        self._notices: list[Notice] = []
+        self._ready_frames: list = []  # framed output waiting for room in the cushion
+        self._next_tick: int | None = None
+        self._items = 0
+        self._item_id: str | None = None  # the item audio is arriving for now
+        self._last_audio_ns: int | None = None
+        self.frames_in = 0
+        self.stale_events = 0  # events from another transport token, ignored
+        self.suppressed_bytes = 0  # output dropped while the caller spoke
+        self.barge_ins = 0
+
+    # --- inputs ---
+
+    def caller_frame(self, pcm: bytes, now: int) -> None:
+        """One 20 ms caller frame: forwarded to the provider; it also marks a media-clock tick."""
+        self.frames_in += 1
+        self._commands.append(SendAudio(pcm))
+        if not self.capabilities.server_vad:
+            change = self.vad.frame(pcm, now)
+            if isinstance(change, VoiceStarted):
+                self._barge_in(now, "local_vad")
+            elif isinstance(change, VoiceStopped):
+                self._turn_ended(now)
+        self._feed(now)
+
+    def provider_event(self, event: ProviderEvent, now: int) -> None:
+        if event.token != self.token:
+            self.stale_events += 1
+            return
+        if isinstance(event, AudioReceived):
+            self._audio(event, now)
+        elif isinstance(event, (SpeechStarted, OutputInterrupted)):
+            if not self.suppressed or isinstance(event, OutputInterrupted):
+                self._barge_in(now, "provider")
+        elif isinstance(event, SpeechStopped):
+            self._turn_ended(now)
+        elif isinstance(event, InputTranscript):
+            self._notices.append(Transcript("caller", event.text, self.timeline.rebase(self.token, event.start_ms, now), event.final))
+        elif isinstance(event, OutputTranscript):
+            self._notices.append(Transcript("assistant", event.text, self.timeline.rebase(self.token, event.start_ms, now), event.final))
+        elif isinstance(event, UsageUpdated):
+            self._usage(event)
+        elif isinstance(event, SessionStarted):
+            self.state = "ready"
+            self.timeline.connection_started(self.token, now)
+        elif isinstance(event, SessionClosed):
+            if event.audio_seconds is not None:
+                self.usage.audio_seconds = event.audio_seconds
+            self.usage.complete = event.finalized
+        elif isinstance(event, (ProviderError, ToolCallRequested)):
+            self._notices.append(event)
+
+    def handle_timer(self, now: int) -> None:
+        condition = self.reservoir.check(now)
+        if condition is not None:
+            self._notices.append(ConditionDetected(condition, self.timeline.ms(now)))
+        self._feed(now)
+
+    def next_deadline(self) -> int | None:
+        candidates = [t for t in (self._next_tick, self.reservoir.next_deadline()) if t is not None]
+        return min(candidates) if candidates else None
+
+    # --- outputs ---
+
+    def commands(self) -> list[Command]:
+        commands, self._commands = self._commands, []
+        return commands
+
+    def notices(self) -> list[Notice]:
+        notices, self._notices = self._notices, []
+        return notices
+
+    # --- rules ---
+
+    def _audio(self, event: AudioReceived, now: int) -> None:
+        if self.suppressed:
+            self.suppressed_bytes += len(event.audio)  # the caller is speaking: this output is interrupted
+            return
+        item = event.item_id
+        if item is None:  # GPT-Live: a pause ends an item
+            quiet = self.options.item_quiet_ms * _NS_PER_MS
+            if self._item_id is None or (self._last_audio_ns is not None and now - self._last_audio_ns >= quiet):
+                self._items += 1
+                self._item_id = f"out-{self._items}"
+            item = self._item_id
+        else:
+            self._item_id = item
+        self._last_audio_ns = now
+        overflow = self.reservoir.push(event.audio, now, item)
+        if isinstance(overflow, OutputOverflow):
+            self._notices.append(ConditionDetected(overflow, self.timeline.ms(now)))
+        self._feed(now)
+
+    def _feed(self, now: int) -> None:
+        """Top the carrier cushion up to `lead_frames` from the reservoir."""
+        room = self.options.lead_frames - self.channel.depth
+        while room > len(self._ready_frames):
+            data, item = self.reservoir.pull(self.converter.frame_bytes)
+            if not data:
+                if self._item_over(now):
+                    self._ready_frames += self.framer.finish() + self._flush_converter()
+                break
+            if item != self.framer.item_id:
+                self._ready_frames += self._flush_converter() + self.framer.finish()
+                self.framer.start(item or "out", self.barrier.epoch)
+            self._ready_frames += self.framer.add(self.converter.convert(data))
+        if room > 0 and self._ready_frames:
+            batch, self._ready_frames = self._ready_frames[:room], self._ready_frames[room:]
+            self.channel.enqueue(batch)
+        busy = self.reservoir.depth_bytes or self._ready_frames or self.framer.pending_bytes
+        self._next_tick = now + TICK_NS if busy else None
+
+    def _item_over(self, now: int) -> bool:
+        if self.framer.item_id is None:
+            return False
+        quiet = self.options.item_quiet_ms * _NS_PER_MS
+        return self._last_audio_ns is None or now - self._last_audio_ns >= quiet
+
+    def _flush_converter(self) -> list:
+        tail = self.converter.end_item()
+        return self.framer.add(tail) if tail and self.framer.item_id is not None else []
+
+    def _barge_in(self, now: int, source: str) -> None:
+        self.suppressed = True
+        self.barge_ins += 1
+        cleared_ms, items = self._clear()
+        ledger = self.channel.ledger
+        heard = [(item, ledger.transmitted_ms(item)) for item in items]
+        if self.capabilities.truncate:
+            # What the caller heard of each interrupted item, from the ledger; never from elapsed time.
+            self._commands.extend(Truncate(item, ms) for item, ms in heard)
+        self._notices.append(BargedIn(self.timeline.ms(now), source, cleared_ms, tuple(heard)))
+
+    def _clear(self) -> tuple[int, list[str]]:
+        """Drop all unplayed output through the barrier; returns the ms dropped and the items it belonged to."""
+        items: dict[str, None] = {}
+        for frame in self._ready_frames:
+            items[frame.item_id] = None
+        if self.framer.item_id is not None:
+            items[self.framer.item_id] = None
+        for item in self.reservoir.item_ids():
+            if item is not None:
+                items[item] = None
+        dropped_bytes = self.reservoir.clear()
+        dropped_ms = int(self.reservoir.format.duration_ms(dropped_bytes))
+        pending = len(self._ready_frames) * FRAME_MS + (FRAME_MS if self.framer.pending_bytes else 0)
+        self._ready_frames = []
+        self.framer.discard()
+        self.converter.reset()
+        self._item_id = None
+        result = self.barrier.clear()
+        for item in result.transmitted_ms:
+            items[item] = None
+        return dropped_ms + pending + result.dropped_ms, list(items)
+
+    def _turn_ended(self, now: int) -> None:
+        if self.suppressed:
+            self.suppressed = False
+            self._notices.append(TurnEnded(self.timeline.ms(now)))
+
+    def _usage(self, event: UsageUpdated) -> None:
+        if event.audio_seconds is not None:
+            self.usage.audio_seconds = event.audio_seconds if event.cumulative else (self.usage.audio_seconds or 0) + event.audio_seconds
+        if event.cumulative:
+            self.usage.input_tokens = event.input_tokens or self.usage.input_tokens
+            self.usage.output_tokens = event.output_tokens or self.usage.output_tokens
+        else:
+            self.usage.input_tokens += event.input_tokens or 0
+            self.usage.output_tokens += event.output_tokens or 0
+
+    # --- status ---
+
+    def status(self, now: int) -> dict[str, Any]:
+        """The session's state for `status()` and `GET /calls/{id}` (SE7)."""
+        ledger = self.channel.ledger
+        age = self.reservoir.oldest_age_ms(now)
+        return {
+            "state": self.state,
+            "session_ms": self.timeline.ms(now),
+            "transport_token": self.token,
+            "output_recovery": None,
+            "rollover": None,
+            "limits": {
+                "capacity_bytes": self.reservoir.limits.capacity_bytes,
+                "residence_ms": self.reservoir.limits.residence_ms,
+                "format": str(self.reservoir.format),
+            },
+            "reservoir": {
+                "depth_bytes": self.reservoir.depth_bytes,
+                "depth_ms": round(self.reservoir.depth_ms),
+                "oldest_age_ms": age,
+                "overflows": self.reservoir.overflows,
+                "stales": self.reservoir.stales,
+                "dropped_bytes": self.reservoir.dropped_bytes,
+            },
+            "playback": {
+                "epoch": self.barrier.epoch,
+                "settled": self.barrier.settled,
+                "cushion_frames": self.channel.depth,
+                "suppressed": self.suppressed,
+                "barge_ins": self.barge_ins,
+                "frames_transmitted": ledger.frames_transmitted,
+            },
+            "qos": {
+                "frames_in": self.frames_in,
+                "suppressed_bytes": self.suppressed_bytes,
+                "stale_events": self.stale_events,
+            },
+            "usage": {
+                "audio_seconds": self.usage.audio_seconds,
+                "input_tokens": self.usage.input_tokens,
+                "output_tokens": self.usage.output_tokens,
+                "complete": self.usage.complete,
+            },
+        }
