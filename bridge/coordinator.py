@@ -89,6 +89,7 @@ class BargedIn:
     source: str
     cleared_ms: int
     heard: tuple[tuple[str, int], ...]
+    last_frame_ms: float | None = None  # when the last assistant frame left, relative to the event
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,13 +276,16 @@ class SessionCoordinator:
     def _barge_in(self, now: int, source: str) -> None:
         self.suppressed = True
         self.barge_ins += 1
+        old_epoch = self.barrier.epoch
         cleared_ms, items = self._clear()
         ledger = self.channel.ledger
+        last = ledger.last()  # after the clear nothing of the old epoch can leave: this is the last one
+        last_frame_ms = (last.transmitted_ns - now) / _NS_PER_MS if last is not None and last.epoch == old_epoch else None
         heard = [(item, ledger.transmitted_ms(item)) for item in items]
         if self.capabilities.truncate:
             # What the caller heard of each interrupted item, from the ledger; never from elapsed time.
             self._commands.extend(Truncate(item, ms) for item, ms in heard)
-        self._notices.append(BargedIn(self.timeline.ms(now), source, cleared_ms, tuple(heard)))
+        self._notices.append(BargedIn(self.timeline.ms(now), source, cleared_ms, tuple(heard), last_frame_ms))
 
     def _clear(self) -> tuple[int, list[str]]:
         """Drop all unplayed output through the barrier; returns the ms dropped and the items it belonged to."""

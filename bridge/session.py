@@ -232,8 +232,10 @@ class CallSession:
             log.warning("call %s %s at %d ms: %s", cid, _condition_name(notice.condition), notice.at_ms, notice.condition)
         elif isinstance(notice, BargedIn):
             level = logging.INFO if notice.cleared_ms else logging.DEBUG
-            log.log(level, "call %s barge-in (%s) at %d ms: cleared %d ms of output; heard %s", cid, notice.source,
-                    notice.at_ms, notice.cleared_ms, list(notice.heard) or "nothing interrupted")
+            reaction = "n/a" if notice.last_frame_ms is None else f"{notice.last_frame_ms:+.1f} ms"
+            log.log(level, "call %s barge-in (%s) at %d ms: cleared %d ms of output; heard %s; last assistant frame "
+                    "left %s from the event", cid, notice.source, notice.at_ms, notice.cleared_ms,
+                    list(notice.heard) or "nothing interrupted", reaction)
         elif isinstance(notice, TurnEnded):
             log.debug("call %s caller turn ended at %d ms", cid, notice.at_ms)
         elif isinstance(notice, Transcript):

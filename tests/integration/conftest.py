@@ -27,7 +27,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _peers_installed() -> None:
-    missing = [tool for tool in ("baresip", "sipp", "sox", "espeak-ng") if shutil.which(tool) is None]
+    missing = [tool for tool in ("baresip", "sipp", "sox", "espeak-ng", "tshark") if shutil.which(tool) is None]
     if missing:
         pytest.fail(f"integration peers missing: {', '.join(missing)} (bash tests/run.sh installs them)")
 
@@ -35,9 +35,10 @@ def _peers_installed() -> None:
 class Bridge:
     """A running `parlora-bridge serve`; `stop()` sends SIGTERM and checks for a clean exit."""
 
-    def __init__(self, proc: peers.ManagedProcess, sip_port: int) -> None:
+    def __init__(self, proc: peers.ManagedProcess, sip_port: int, rtp_port: int) -> None:
         self.proc = proc
         self.sip_port = sip_port
+        self.rtp_port = rtp_port  # the first call's RTP port
 
     @property
     def log(self) -> str:
@@ -69,7 +70,7 @@ def start_bridge(tmp_path: Path) -> Iterator[Callable[..., Bridge]]:
         rtp_port = peers._free_udp_port_pair()
         argv = [*BRIDGE, "serve", "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port), *args]
         proc = peers.ManagedProcess(argv, cwd=tmp_path, env=_clean_env(env), name="parlora-bridge")
-        bridge = Bridge(proc, sip_port)
+        bridge = Bridge(proc, sip_port, rtp_port)
         started.append(bridge)
         bridge.wait_for(READY.pattern, timeout=20)
         return bridge
@@ -103,3 +104,35 @@ def utterance(tmp_path_factory: pytest.TempPathFactory) -> peers.Utterance:
     """A spoken sentence between silences, long enough after it for the echo to come back."""
     path = tmp_path_factory.mktemp("audio") / "utterance.wav"
     return peers.make_utterance(path, "Hello bridge. Please say this sentence back to me.", tail_silence_s=4.5)
+
+
+class Capture:
+    """tshark on loopback, limited by a capture filter to the project's own traffic."""
+
+    def __init__(self, path: Path, capture_filter: str) -> None:
+        self.path = path
+        self.proc = peers.ManagedProcess(["tshark", "-i", "lo", "-f", capture_filter, "-w", str(path)], name="tshark")
+        self.proc.wait_for(r"Capturing on", timeout=15)
+
+    def stop(self) -> None:
+        self.proc.stop(term_timeout=5.0)
+
+    def rtp_payloads(self, port: int) -> list[bytes]:
+        """Payloads of the RTP packets sent from `port`, in capture order."""
+        out = peers._run_bounded(["tshark", "-r", str(self.path), "-d", f"udp.port=={port},rtp", "-Y",
+                                  f"rtp && udp.srcport=={port}", "-T", "fields", "-e", "rtp.payload"], 60)
+        return [bytes.fromhex(line.replace(":", "")) for line in out.stdout.split() if line]
+
+
+@pytest.fixture
+def capture(tmp_path: Path) -> Iterator[Callable[[str], Capture]]:
+    started: list[Capture] = []
+
+    def start(capture_filter: str) -> Capture:
+        cap = Capture(tmp_path / f"capture-{len(started)}.pcapng", capture_filter)
+        started.append(cap)
+        return cap
+
+    yield start
+    for cap in started:
+        cap.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -94,3 +95,23 @@ def test_sigterm_hangs_up_every_call_and_exits_zero(start_bridge, utterance, tmp
     assert result.established and result.hangup_by == "remote"  # the bridge sent BYE
     assert re.search(r"call call-1 ended after .* by bridge \(bridge shutting down\)", bridge.log)
     assert "stopped" in bridge.log
+
+
+def test_status_endpoint_shows_the_live_call(start_bridge, utterance, tmp_path: Path) -> None:
+    http_port = peers.free_udp_port(also_tcp=True)
+    bridge = start_bridge("--provider", "echo", "--http", f"127.0.0.1:{http_port}")
+    with peers.BaresipCaller(tmp_path / "baresip", utterance.path) as caller:
+        caller.start(bridge.sip_port)
+        bridge.wait_for(r"call call-1 media: PCMU/8000")
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/calls", timeout=5) as response:
+            listing = json.load(response)
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/calls/call-1", timeout=5) as response:
+            status = json.load(response)
+        caller.wait(timeout=30)
+    assert [c["call_id"] for c in listing["calls"]] == ["call-1"]
+    assert status["state"] == "ready" and status["provider"] == "openai-live"
+    assert status["limits"] == {"capacity_bytes": 16_000, "residence_ms": 3_000, "format": "audio/pcmu@8000"}
+    assert status["output_recovery"] is None and status["usage"]["complete"] is False
+    bridge.wait_for(r"call call-1 ended after")
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/calls", timeout=5) as response:
+        assert json.load(response) == {"calls": []}

@@ -248,6 +248,7 @@ def test_se5_barge_in_truncates_to_what_the_carrier_ledger_says_was_sent() -> No
     assert call.playout.ledger.transmitted_ms("item_a") == 740
     [barge] = [n for n in call.notices if isinstance(n, BargedIn)]
     assert barge.source == "provider" and barge.heard == (("item_a", 740),) and barge.cleared_ms > 2_000
+    assert barge.last_frame_ms == 0  # the frame of this very tick was the last to leave
     assert call.core.suppressed
 
 
