@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import signal
+import ssl
 import sys
 import tempfile
 from dataclasses import dataclass, replace
@@ -82,6 +83,8 @@ _FAKES = {
     "that speaks each caller utterance back).",
 )
 @click.option("--provider-url", default=None, help="WebSocket URL of the provider (e.g. a fake-provider).")
+@click.option("--provider-ca", default=None, help="CA certificate(s) to trust for a wss:// provider URL (e.g. the "
+              "Gemini fake's self-signed certificate).")
 @click.option("--instructions", default=None, help="Instructions for the model.")
 @click.option("--max-calls", default=4, show_default=True, help="Concurrent calls (this pjsua2 wheel allows 4).")
 @click.option("--http", "http_addr", default=None, help="HOST:PORT for the JSON status endpoint (GET /calls).")
@@ -94,6 +97,7 @@ def serve(
     rtp_port: int,
     provider: str | None,
     provider_url: str | None,
+    provider_ca: str | None,
     instructions: str | None,
     max_calls: int,
     http_addr: str | None,
@@ -114,7 +118,12 @@ def serve(
     overrides = None
     if reservoir_bytes is not None or residence_ms is not None:
         overrides = LimitOverrides(reservoir_bytes, residence_ms)
-    choice = ProviderChoice(kind, key, provider_url, SessionSettings(instructions=instructions), overrides)
+    extra: tuple[tuple[str, object], ...] = ()
+    if provider_ca is not None:
+        if kind.name != "gemini-live":
+            raise click.UsageError("--provider-ca applies to --provider gemini-live")
+        extra = (("ssl_context", ssl.create_default_context(cafile=provider_ca)),)
+    choice = ProviderChoice(kind, key, provider_url, SessionSettings(instructions=instructions), overrides, extra)
     options = _ServeOptions(
         sip=_host_port(sip_addr, 5060),
         rtp_port=rtp_port,

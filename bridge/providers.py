@@ -14,7 +14,7 @@ from typing import Any
 
 from providers.base import Provider, SessionSettings
 from providers.limits import LimitOverrides, merge_limits
-from rtp.audio import PCMU_8K
+from rtp.audio import PCM16_24K, PCMU_8K, AudioFormat
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,15 +23,17 @@ class ProviderKind:
     module: str
     adapter: str
     key_variable: str
+    output_format: AudioFormat  # what its audio arrives as: the reservoir's limits are bytes of this
+    tls_fake: bool = False  # its fake serves TLS only (google-genai insists on wss)
 
 
 KINDS = {
     kind.name: kind
     for kind in (
-        ProviderKind("openai-live", "providers.openai_live", "OpenAILiveAdapter", "OPENAI_API_KEY"),
-        ProviderKind("openai-realtime", "providers.openai_realtime", "OpenAIRealtimeAdapter", "OPENAI_API_KEY"),
-        ProviderKind("gemini-live", "providers.gemini_live", "GeminiLiveAdapter", "GEMINI_API_KEY"),
-        ProviderKind("xai", "providers.xai", "XAIAdapter", "XAI_API_KEY"),
+        ProviderKind("openai-live", "providers.openai_live", "OpenAILiveAdapter", "OPENAI_API_KEY", PCMU_8K),
+        ProviderKind("openai-realtime", "providers.openai_realtime", "OpenAIRealtimeAdapter", "OPENAI_API_KEY", PCMU_8K),
+        ProviderKind("gemini-live", "providers.gemini_live", "GeminiLiveAdapter", "GEMINI_API_KEY", PCM16_24K, True),
+        ProviderKind("xai", "providers.xai", "XAIAdapter", "XAI_API_KEY", PCMU_8K),
     )
 }
 
@@ -70,8 +72,7 @@ class ProviderChoice:
             config = LiveConfig.from_settings(self.settings)
             limits = merge_limits(cls.audio_limits(config.audio_format), self.overrides)
             return cls(self.key, config, limits=limits, url=self.url, token=token, **dict(self.extra))
-        fmt = getattr(cls, "OUTPUT_FORMAT", PCMU_8K)
-        limits = merge_limits(cls.audio_limits(fmt), self.overrides)
+        limits = merge_limits(cls.audio_limits(self.kind.output_format), self.overrides)
         return cls(self.key, self.settings, limits=limits, url=self.url, token=token, **dict(self.extra))
 
 

@@ -83,14 +83,15 @@ class WebSocketShell:
         """Open the socket and run the handshake; raises ProviderUnavailable with the reason (never the key)."""
         try:
             async with asyncio.timeout(self._connect_timeout):
+                tls = {"ssl": self._ssl} if self._ssl is not None else {}  # websockets refuses ssl=None for wss
                 self._ws = await connect(
                     self.url,
                     additional_headers=self._headers,
-                    ssl=self._ssl,
                     max_size=2**24,
                     ping_interval=self._ping_interval,
                     ping_timeout=self._ping_timeout,
                     open_timeout=None,
+                    **tls,
                 )
                 for frame in self.core.frames_to_send():
                     await self._ws.send(frame)

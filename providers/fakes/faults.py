@@ -98,6 +98,7 @@ class FaultSchedule:
         self._pending: list[tuple[int, Fault]] = []  # (due time, fault)
         self._states: dict[FaultKind, tuple[int, Fault]] = {}  # active lasting faults, with their start
         self.fired: list[Fault] = []
+        self._unreported: list[Fault] = []  # lasting faults that `active()` switched on before `due()` said so
         for fault in faults:
             self.add(fault, start, from_start=True)
 
@@ -111,7 +112,7 @@ class FaultSchedule:
 
     def due(self, now: int) -> list[Fault]:
         """Faults whose time has come (each returned once); lasting ones become active states."""
-        fired = []
+        fired, self._unreported = self._unreported, []
         while self._pending and self._pending[0][0] <= now:
             at, fault = self._pending.pop(0)
             if fault.kind not in ONE_SHOT:
@@ -121,8 +122,9 @@ class FaultSchedule:
         return fired
 
     def active(self, kind: FaultKind, now: int) -> Fault | None:
-        """The lasting fault of `kind` in force at `now` (a stall ends VALUE ms after it began)."""
-        self.due(now)
+        """The lasting fault of `kind` in force at `now` (a stall ends VALUE ms after it began). One-shot
+        faults that are due stay pending for `due()`: asking about a state never swallows them."""
+        self._promote_states(now)
         entry = self._states.get(kind)
         if entry is None:
             return None
@@ -131,6 +133,17 @@ class FaultSchedule:
             del self._states[kind]
             return None
         return fault
+
+    def _promote_states(self, now: int) -> None:
+        keep = []
+        for at, fault in self._pending:
+            if at <= now and fault.kind not in ONE_SHOT:
+                self._states[fault.kind] = (at, fault)
+                self.fired.append(fault)
+                self._unreported.append(fault)
+            else:
+                keep.append((at, fault))
+        self._pending = keep
 
     def stall_ends(self) -> int | None:
         """When the current stall ends (the dump is due then), if one is active."""

@@ -80,19 +80,36 @@ def start_bridge(tmp_path: Path) -> Iterator[Callable[..., Bridge]]:
         bridge.stop()
 
 
+class Fake:
+    """A running `parlora-bridge fake-provider`: its URL, its record file, and (TLS fakes) its certificate."""
+
+    def __init__(self, proc: peers.ManagedProcess, url: str, record: Path, cert: str | None) -> None:
+        self.proc, self.url, self.record, self.cert = proc, url, record, cert
+
+    def __iter__(self) -> Iterator[object]:  # (proc, url, record), as the first tests unpack it
+        return iter((self.proc, self.url, self.record))
+
+    def bridge_args(self, protocol: str) -> list[str]:
+        args = ["--provider", protocol, "--provider-url", self.url]
+        return args + ["--provider-ca", self.cert] if self.cert else args
+
+
 @pytest.fixture
-def start_fake(tmp_path: Path) -> Iterator[Callable[..., tuple[peers.ManagedProcess, str, Path]]]:
-    """Start `parlora-bridge fake-provider` as its own process; returns (process, url, record file)."""
+def start_fake(tmp_path: Path) -> Iterator[Callable[..., Fake]]:
+    """Start `parlora-bridge fake-provider` as its own process."""
     started: list[peers.ManagedProcess] = []
 
-    def start() -> tuple[peers.ManagedProcess, str, Path]:
+    def start(protocol: str = "openai-live", *extra: str) -> Fake:
         port = peers.free_udp_port(also_tcp=True)
         record = tmp_path / f"fake-{port}.jsonl"
-        argv = [*BRIDGE, "fake-provider", "--protocol", "openai-live", "--listen", f"127.0.0.1:{port}", "--record", str(record)]
+        argv = [*BRIDGE, "fake-provider", "--protocol", protocol, "--listen", f"127.0.0.1:{port}",
+                "--record", str(record), *extra]
         proc = peers.ManagedProcess(argv, cwd=tmp_path, env=_clean_env(), name="fake-provider")
         started.append(proc)
-        match = proc.wait_for(r"listening on (ws://\S+)", timeout=20)
-        return proc, match.group(1), record
+        match = proc.wait_for(r"listening on (wss?://\S+)", timeout=20)
+        cert = re.search(r"generated a self-signed TLS pair: cert (\S+)", proc.stdout + proc.stderr)
+        url = match.group(1).replace("127.0.0.1", "localhost") if cert else match.group(1)
+        return Fake(proc, url, record, cert.group(1) if cert else None)
 
     yield start
     for proc in started:
