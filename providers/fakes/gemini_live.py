@@ -1,0 +1,1195 @@
+"""A faithful fake of Google's Gemini Live WebSocket (BidiGenerateContent) over TLS, with a scripted model.
+
+Two layers, in the aioquic shape:
+
+* `GeminiFakeConnection` is the sans-I/O protocol core of one connection: no socket, no clock. Drivers are
+  `receive_message(data, now)`, `handle_timer(now)`, `connection_lost(code)` and `inject(fault, now)`; outputs
+  are pulled with `frames_to_send()` and `close_to_send()`; `next_deadline()` says when the timer is due
+  (`now` is monotonic int ns). Peer input never raises: a bad frame becomes a close, as on the real service.
+* `serve()` / `server()` run it in the shared fake shell (providers/fakes/server.py) over `wss://`, because
+  google-genai insists on TLS for API-key clients (shared/reference/providers.md §6.2). `ensure_cert()` makes a
+  self-signed pair for `localhost` / `127.0.0.1` with `cryptography`.
+
+Protocol (providers.md §2, §5.2). Client frames may use camelCase or snake_case keys at every level (the SDK
+sends a mix); server frames are camelCase only and use only top-level keys the SDK knows. The first frame must
+be `setup` (else close 1007 "Request contains an invalid argument."); an unknown model closes 1008. Auth comes
+from `x-goog-api-key`, `?key=` or `Authorization: Token`; none closes 1008 right after the upgrade.
+
+The model (choices where the real service is undocumented, all deliberate):
+
+* Input audio `audio/pcm;rate=N` at any rate (16000 when the mime names none) is resampled to 16 kHz. An
+  energy VAD (20 ms windows over `threshold_dbfs`) starts speech after `speech_start_ms` of voiced audio
+  (`prefixPaddingMs` overrides) and ends it after `hangover_ms` of silence (`silenceDurationMs` overrides);
+  sensitivities are ignored. With `automaticActivityDetection.disabled`, `activityStart`/`activityEnd` delimit
+  turns instead (and are a 1007 otherwise).
+* Each user turn (utterance, `realtimeInput.text`, or `clientContent` with `turnComplete`) gets the script's
+  turn (providers/fakes/script.py). Echo speaks the utterance back, upsampled 16 -> 24 kHz; a text turn's echo
+  is a tone of the turn's duration whose transcript is the text. Output starts `response_latency_ms` after the
+  turn ends and goes out `burst_factor` (default 4) times faster than real time in `chunk_ms` chunks, with
+  `outputTranscription` word chunks interleaved; then `generationComplete`, and `turnComplete` (+
+  `usageMetadata`) when real-time playback of the turn would have finished (`wait_for_playback`).
+* Input transcription is a placeholder ("[utterance 2, 0.6 s]") in word chunks, the last one `finished`.
+* Usage: 25 tokens per second of audio, 1 per 4 characters of text. `promptTokenCount` is the whole context
+  (instructions, tools, every utterance and answer so far), so it grows every turn; with compression enabled
+  the context slides down to `targetTokens` when it passes `triggerTokens`.
+* Barge-in (`START_OF_ACTIVITY_INTERRUPTS`, the default): speech while a turn is open (generating, playing
+  back, or awaiting a tool) sends `toolCallCancellation` for its open calls, `interrupted`, then
+  `turnComplete` (no `generationComplete`). With `NO_INTERRUPTION`, turns queue instead.
+* Tools: `toolCall.functionCalls[{id,name,args}]`; the turn blocks until every call is answered by a
+  `toolResponse` with a matching `id` (anything else closes 1007). `NON_BLOCKING` is not modelled.
+* Sessions: with `sessionResumption`, an update `{newHandle, resumable: true}` follows setupComplete, every
+  turnComplete and every `resumption_update_ms`; while a turn is open the update is `{}` (proto3 JSON omits
+  `resumable: false` and an empty handle). A handle resumes its session (turn count and context) on a new
+  connection for `handle_ttl_ms`; an unknown handle closes 1007, a session whose old socket is still open
+  closes 1011. A connection lives `connection_lifetime_ms` (10 min): `goAway {timeLeft}` `go_away_ms` before,
+  then close 1011 "Deadline expired before operation could complete.". Without `contextWindowCompression`
+  the session (across resumptions) ends after `session_cap_ms` (15 min) with the same 1011 and no goAway.
+
+Faults (providers/fakes/faults.py) count from setup: burst:F (factor F instead of `burst_factor`), stall:MS
+(every outbound frame held, then dumped), half_open, close (goAway "0s" then 1011 now), abrupt_close,
+garbage_json, invalid_audio (an `inlineData` that is not base64), duplicate_tool_call, slow_handshake:MS
+(setupComplete MS late; other output waits behind it). `refuse` is the shell's.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime
+import ipaddress
+import json
+import math
+import os
+import re
+import ssl as ssl_module
+import tempfile
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+
+from providers.fakes.faults import Fault, FaultKind, FaultSchedule
+from providers.fakes.script import Script, Turn
+from providers.fakes.server import (
+    ClientFrameRecord,
+    CloseRequest,
+    ConnectionContext,
+    ConnectionRecord,
+    FakeServer,
+    IdSource,
+    SequentialIds,
+)
+from rtp.resample import Resampler
+
+__all__ = [
+    "ALLOWED_SERVER_KEYS",
+    "DEFAULT_PATH",
+    "KNOWN_MODELS",
+    "GeminiFakeOptions",
+    "GeminiSessions",
+    "GeminiFakeConnection",
+    "GeminiFakeServer",
+    "ensure_cert",
+    "server",
+    "serve",
+]
+
+_NS_PER_MS = 1_000_000
+_IN_RATE = 16_000
+_OUT_RATE = 24_000
+_WINDOW = _IN_RATE * 20 // 1000  # samples per VAD window
+_TOKENS_PER_AUDIO_S = 25
+_CONTEXT_LIMIT = 128_000
+
+INVALID_ARGUMENT = "Request contains an invalid argument."
+DEADLINE_EXPIRED = "Deadline expired before operation could complete."
+INTERNAL_ERROR = "Internal error encountered."
+NO_KEY = "Method doesn't allow unregistered callers. Please use API Key or other form of API consumer identity."
+BAD_KEY = "API key not valid. Please pass a valid API key."
+
+KNOWN_MODELS = frozenset({
+    "gemini-3.1-flash-live-preview",
+    "gemini-2.5-flash-native-audio-preview-12-2025",
+    "gemini-2.5-flash-native-audio-preview-09-2025",
+    "gemini-live-2.5-flash-preview",
+    "gemini-2.0-flash-live-001",
+})
+ALLOWED_SERVER_KEYS = frozenset({
+    "setupComplete", "serverContent", "toolCall", "toolCallCancellation", "usageMetadata", "goAway",
+    "sessionResumptionUpdate", "voiceActivityDetectionSignal", "voiceActivity",
+})
+DEFAULT_PATH = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
+# `//ws/...` (what the SDK requests) reaches the shell's path check as `/google.ai...` (urlsplit reads `ws` as
+# a host), so both forms pass the upgrade; the version is read from the raw path.
+_PATH = re.compile(
+    r"^/(?:ws/)?google\.ai\.generativelanguage\.(v1|v1beta|v1alpha)\.GenerativeService\."
+    r"BidiGenerateContent(?:Constrained)?$"
+)
+_SETUP_KEYS = frozenset({
+    "model", "generationConfig", "systemInstruction", "tools", "realtimeInputConfig", "sessionResumption",
+    "contextWindowCompression", "inputAudioTranscription", "outputAudioTranscription", "proactivity",
+    "explicitVadSignal", "historyConfig", "safetySettings", "avatarConfig", "labels",
+})
+_GENERATION_KEYS = frozenset({
+    "responseModalities", "speechConfig", "temperature", "maxOutputTokens", "topK", "topP", "seed",
+    "mediaResolution", "enableAffectiveDialog", "thinkingConfig", "translationConfig", "candidateCount",
+    "presencePenalty", "frequencyPenalty",
+})
+_REALTIME_INPUT_KEYS = frozenset({
+    "audio", "audioStreamEnd", "activityStart", "activityEnd", "text", "mediaChunks", "video",
+})
+
+
+# -- options, shared sessions -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class GeminiFakeOptions:
+    """Everything tunable about the fake; times in ms."""
+
+    threshold_dbfs: float = -40.0
+    speech_start_ms: int = 40
+    hangover_ms: int = 500
+    min_utterance_ms: int = 120
+    pad_ms: int = 60
+    max_utterance_ms: int = 30_000
+    chunk_ms: int = 40
+    burst_factor: float = 4.0
+    response_latency_ms: int = 300
+    wait_for_playback: bool = True
+    resumption_update_ms: int = 10_000
+    connection_lifetime_ms: int = 10 * 60_000
+    go_away_ms: int = 50_000
+    session_cap_ms: int = 15 * 60_000
+    handle_ttl_ms: int = 2 * 3_600_000
+    models: frozenset[str] = KNOWN_MODELS
+    api_keys: frozenset[str] | None = None
+    """Keys accepted; None accepts any non-empty key."""
+    record_client_frames: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_ms", "connection_lifetime_ms", "session_cap_ms", "resumption_update_ms", "handle_ttl_ms"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.burst_factor <= 0:
+            raise ValueError("burst_factor must be positive")
+
+
+@dataclass(slots=True)
+class _Session:
+    id: str
+    started: int
+    holder: int | None  # index of the connection that has it open
+    turns: int = 0
+    context_text: int = 0
+    context_audio: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    session: _Session
+    turns: int
+    context_text: int
+    context_audio: int
+    issued: int
+
+
+class GeminiSessions:
+    """Resumable sessions shared by the connections of one fake server, by handle."""
+
+    def __init__(self) -> None:
+        self.handles: dict[str, _Snapshot] = {}
+
+    def issue(self, handle: str, session: _Session, now: int) -> None:
+        self.handles[handle] = _Snapshot(session, session.turns, session.context_text, session.context_audio, now)
+
+
+class _Reject(Exception):
+    """A client error the real service answers by closing the socket."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code, self.reason = code, _close_reason(reason)
+
+
+def _close_reason(reason: str) -> str:
+    data = reason.encode()
+    return reason if len(data) <= 123 else data[:120].decode("utf-8", "ignore") + "..."
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"([A-Z])", r"_\1", key).lower()
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _get(obj: dict[str, Any], key: str, default: Any = None) -> Any:
+    """`key` (camelCase) in either spelling."""
+    if key in obj:
+        return obj[key]
+    return obj.get(_snake(key), default)
+
+
+def _obj(value: Any, where: str, known: frozenset[str] | None = None) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Reject(1007, f"Invalid JSON payload received. Expected an object at '{where}'.")
+    if known is not None:
+        for key in value:
+            if _camel(key) not in known:
+                message = f"Invalid JSON payload received. Unknown name \"{key}\" at '{where}': Cannot find field."
+                raise _Reject(1007, message)
+    return value
+
+
+def _list(value: Any) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Reject(1007, INVALID_ARGUMENT)
+    return value
+
+
+def _int64(value: Any) -> int:
+    """A proto3 JSON int64: a number or a decimal string."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)) or not str(value).isdigit():
+        raise _Reject(1007, INVALID_ARGUMENT)
+    return int(value)
+
+
+def _bytes_field(data: str) -> bytes:
+    """A proto3 JSON bytes field: standard or URL-safe base64 (google-genai sends URL-safe), padded."""
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError):
+        return base64.b64decode(data, altchars=b"-_", validate=True)
+
+
+def _duration(ms: int) -> str:
+    """A proto3 JSON Duration: "50s", "1.500s"."""
+    seconds, rest = divmod(max(ms, 0), 1000)
+    return f"{seconds}s" if not rest else f"{seconds}.{rest:03d}s"
+
+
+def _text_tokens(text: str) -> int:
+    return math.ceil(len(text) / 4)
+
+
+def _words(text: str) -> list[str]:
+    return re.findall(r"\s*\S+", text) or [text]
+
+
+def _tone(ms: int, hz: float) -> bytes:
+    n = _OUT_RATE * ms // 1000
+    t = np.arange(n) / _OUT_RATE
+    ramp = np.minimum(1.0, np.minimum(np.arange(n), np.arange(n)[::-1]) / (_OUT_RATE * 0.005))
+    return (0.3 * 32767 * np.sin(2 * np.pi * hz * t) * ramp).astype("<i2").tobytes()
+
+
+# -- voice activity -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _VadConfig:
+    threshold: float  # mean square
+    start_windows: int
+    hangover: int  # samples
+    min_voiced: int
+    pad_bytes: int
+    max_bytes: int
+
+
+class _Vad:
+    """Energy VAD on 16 kHz PCM16 in 20 ms windows; positions count samples, never clocks.
+
+    `feed` returns "start" when speech begins and an utterance (bytes, padded) when it ends; a too-short
+    burst ends as "discard". In manual mode the client's activityStart/activityEnd decide instead.
+    """
+
+    def __init__(self, config: _VadConfig, manual: bool) -> None:
+        self.c = config
+        self.manual = manual
+        self.speaking = False
+        self._pending = bytearray()
+        self._preroll = bytearray()
+        self._run = bytearray()  # voiced windows not yet confirmed as speech
+        self._speech = bytearray()
+        self._voiced = 0
+        self._silence = 0
+        self._last_voiced = 0
+
+    def feed(self, pcm: bytes) -> list[str | bytes]:
+        out: list[str | bytes] = []
+        if self.manual:
+            if self.speaking:
+                self._speech += pcm
+            return out
+        self._pending += pcm
+        step = 2 * _WINDOW
+        n = len(self._pending) // step
+        if not n:
+            return out
+        cut = n * step
+        block = bytes(self._pending[:cut])
+        del self._pending[:cut]
+        x = np.frombuffer(block, dtype="<i2").astype(np.float64).reshape(n, _WINDOW)
+        voiced = (np.einsum("ij,ij->i", x, x) / _WINDOW > self.c.threshold).tolist()
+        for i, v in enumerate(voiced):
+            self._window(block[i * step : (i + 1) * step], v, out)
+        return out
+
+    def _window(self, w: bytes, voiced: bool, out: list[str | bytes]) -> None:
+        c = self.c
+        if not self.speaking:
+            if not voiced:
+                self._preroll += self._run + w
+                self._run.clear()
+                del self._preroll[: max(0, len(self._preroll) - c.pad_bytes)]
+                return
+            self._run += w
+            if len(self._run) // (2 * _WINDOW) < c.start_windows:
+                return
+            self.speaking = True
+            self._speech = self._preroll + self._run
+            self._voiced = len(self._run) // 2
+            self._last_voiced = len(self._speech)
+            self._silence = 0
+            self._preroll.clear()
+            self._run.clear()
+            out.append("start")
+            return
+        self._speech += w
+        if voiced:
+            self._voiced += _WINDOW
+            self._silence = 0
+            self._last_voiced = len(self._speech)
+        else:
+            self._silence += _WINDOW
+        if self._silence >= c.hangover or len(self._speech) >= c.max_bytes:
+            out.append(self.end())
+
+    def start(self) -> None:
+        """activityStart (manual mode)."""
+        self.speaking = True
+        self._speech = bytearray()
+
+    def end(self) -> str | bytes:
+        """End the current speech: the utterance, or "discard" when it was too short."""
+        self.speaking = False
+        audio = bytes(self._speech[: self._last_voiced + self.c.pad_bytes]) if not self.manual else bytes(self._speech)
+        voiced = self._voiced if not self.manual else len(audio) // 2
+        self._speech = bytearray()
+        self._voiced = self._silence = self._last_voiced = 0
+        return audio if voiced >= self.c.min_voiced and audio else "discard"
+
+
+# -- turns --------------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Reply:
+    """One model turn, from the user's turn to turnComplete."""
+
+    number: int
+    script: Turn
+    utterance: bytes | None  # 16 kHz PCM the user said, when spoken
+    text: str | None  # what the user typed, when text
+    calls: dict[str, str] = field(default_factory=dict)  # open tool calls: id -> name
+    audio: bytes = b""
+    words: list[str] = field(default_factory=list)
+    t0: int | None = None  # when output starts
+    next_due: int = 0
+    sent: int = 0
+    words_sent: int = 0
+    generated: bool = False  # generationComplete sent
+    done_at: int | None = None  # when turnComplete goes
+
+
+# -- the sans-I/O core --------------------------------------------------------------------------------------
+
+
+class GeminiFakeConnection:
+    """One Gemini Live connection, server side, with the scripted model behind it."""
+
+    def __init__(
+        self,
+        options: GeminiFakeOptions | None = None,
+        *,
+        now: int,
+        api_key: str | None,
+        api_version: str = "v1beta",
+        ids: IdSource | None = None,
+        index: int = 0,
+        faults: Sequence[Fault] = (),
+        script: Script | None = None,
+        sessions: GeminiSessions | None = None,
+    ) -> None:
+        self.options = opts = options or GeminiFakeOptions()
+        self.record = ConnectionRecord(index)
+        self.last_frame: ClientFrameRecord | None = None
+        self.index = index
+        self.api_version = api_version
+        self.script = script or Script()
+        self.sessions = sessions if sessions is not None else GeminiSessions()
+        self._ids: IdSource = ids or SequentialIds()
+        self._created = now
+        self._initial_faults = list(faults)
+        self._faults: FaultSchedule | None = None
+        self._out: list[str] = []
+        self._held: list[str] = []
+        self._close: CloseRequest | None = None
+        self._closing = False
+        self._half_open = False
+        self._reject_at: int | None = None
+        self._reject: _Reject | None = None
+        if not api_key:
+            self._reject_at, self._reject = now, _Reject(1008, NO_KEY)
+        elif opts.api_keys is not None and api_key not in opts.api_keys:
+            self._reject_at, self._reject = now, _Reject(1007, BAD_KEY)
+        # After setup:
+        self.setup: dict[str, Any] | None = None
+        self.session: _Session | None = None
+        self.model = ""
+        self._setup_complete_at: int | None = None
+        self._vad: _Vad | None = None
+        self._interrupts = True
+        self._transcribe_in = self._transcribe_out = False
+        self._resumption = False
+        self._compression: tuple[int, int] | None = None  # (trigger, target) tokens
+        self._next_update: int | None = None
+        self._go_away_at: int | None = None
+        self._close_at: int | None = None
+        self._cap_at: int | None = None
+        self._reply: _Reply | None = None
+        self._queue: deque[_Reply] = deque()
+        self._in_rate = 0
+        self._in_resampler: Resampler | None = None
+        self._carry = b""
+        self._audio_bytes: int | None = None
+
+    @classmethod
+    def from_context(
+        cls, ctx: ConnectionContext, options: GeminiFakeOptions, script: Script | None, sessions: GeminiSessions
+    ) -> GeminiFakeConnection:
+        raw_path = ctx.request.path
+        while raw_path.startswith("//"):
+            raw_path = raw_path[1:]
+        parts = urlsplit(raw_path)
+        match = _PATH.match(parts.path)
+        headers = ctx.request.headers
+        key = next(iter(headers.get_all("x-goog-api-key")), None)
+        key = key or next(iter(parse_qs(parts.query).get("key", [])), None)
+        scheme, _, token = next(iter(headers.get_all("Authorization")), "").partition(" ")
+        if not key and scheme.lower() == "token":
+            key = token.strip()
+        return cls(
+            options, now=ctx.now, api_key=key, api_version=match.group(1) if match else "v1beta",
+            ids=ctx.ids, index=ctx.index, faults=ctx.faults, script=script, sessions=sessions,
+        )
+
+    # -- drivers --------------------------------------------------------------------------------------------
+
+    def receive_message(self, data: str | bytes, now: int) -> None:
+        """Handle one client frame. Never raises for bad peer input (it becomes a close)."""
+        frame: dict[str, Any] | None = None
+        raw: str | None = None
+        self._audio_bytes = None
+        try:
+            try:
+                text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+                parsed = json.loads(text)
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                raw = data if isinstance(data, str) else data.decode("utf-8", "replace")
+                raise _Reject(1007, "Invalid JSON payload received. Unexpected token.") from None
+            if not isinstance(parsed, dict):
+                raw = text
+                raise _Reject(1007, "Invalid JSON payload received. Expected an object.")
+            frame = parsed
+            if self._reject is not None:
+                raise self._reject
+            if not self._closing:
+                self._fire_faults(now)
+                try:
+                    self._dispatch(frame, now)
+                except (TypeError, AttributeError, KeyError, ValueError) as exc:
+                    # A shape the checks above did not foresee: the service refuses any malformed request so.
+                    raise _Reject(1007, INVALID_ARGUMENT) from exc
+                self._tick(now)
+        except _Reject as exc:
+            if not self._closing:
+                self._close_with(CloseRequest(exc.code, exc.reason))
+        finally:
+            self.last_frame = ClientFrameRecord(now, frame, raw, self._audio_bytes)
+            if self.options.record_client_frames:
+                self.record.client_frames.append(self.last_frame)
+
+    def handle_timer(self, now: int) -> None:
+        """Run everything due at or before `now`."""
+        if self._closing:
+            return
+        if self._reject_at is not None and now >= self._reject_at and self._reject is not None:
+            self._close_with(CloseRequest(self._reject.code, self._reject.reason))
+            return
+        self._fire_faults(now)
+        self._tick(now)
+
+    def connection_lost(self, code: int | None) -> None:
+        """The socket is gone (either side closed it): stop all timers and free the session."""
+        self._closing = True
+        if self.record.close_code is None:
+            self.record.close_code = code
+        if self.session is not None and self.session.holder == self.index:
+            self.session.holder = None
+
+    def inject(self, fault: Fault, now: int) -> None:
+        """Apply a fault at runtime; AFTER_MS counts from now."""
+        if self._faults is None:
+            self._initial_faults.append(fault)  # counts from setup, like the configured ones
+            return
+        self._faults.add(fault, now)
+        if not self._closing:
+            self._fire_faults(now)
+            self._tick(now)
+
+    def recorded(self, frame: dict[str, Any]) -> dict[str, Any]:
+        """The frame for the record file, audio payloads shortened to their decoded length."""
+        for key in ("realtimeInput", "realtime_input"):
+            body = frame.get(key)
+            if isinstance(body, dict) and isinstance(body.get("audio"), dict) and "data" in body["audio"]:
+                audio = {k: v for k, v in body["audio"].items() if k != "data"}
+                audio["data"] = {"bytes": self.last_frame.audio_bytes if self.last_frame else None}
+                return {key: {**body, "audio": audio}}
+        return frame
+
+    # -- outputs --------------------------------------------------------------------------------------------
+
+    def frames_to_send(self) -> list[str]:
+        out, self._out = self._out, []
+        self.record.server_frames += len(out)
+        return out
+
+    def close_to_send(self) -> CloseRequest | None:
+        req, self._close = self._close, None
+        return req
+
+    def next_deadline(self) -> int | None:
+        if self._closing or self._half_open:
+            return None
+        if self._reject_at is not None:
+            return self._reject_at
+        candidates = [self._setup_complete_at, self._next_update, self._go_away_at, self._close_at, self._cap_at]
+        if self._faults is not None:
+            candidates.append(self._faults.next_deadline())
+        reply = self._reply
+        if reply is not None and reply.t0 is not None:
+            candidates.append(reply.done_at if reply.generated else reply.next_due)
+        due = [t for t in candidates if t is not None]
+        return min(due) if due else None
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    @property
+    def replying(self) -> bool:
+        """A model turn is open (generating, playing back or awaiting a tool)."""
+        return self._reply is not None
+
+    # -- client frames --------------------------------------------------------------------------------------
+
+    def _dispatch(self, frame: dict[str, Any], now: int) -> None:
+        if len(frame) != 1:
+            raise _Reject(1007, INVALID_ARGUMENT)
+        key, body = next(iter(frame.items()))
+        kind = _camel(key)
+        if self.setup is None:
+            if kind != "setup":
+                raise _Reject(1007, INVALID_ARGUMENT)
+            self._on_setup(_obj(body, "setup", _SETUP_KEYS), now)
+        elif kind == "realtimeInput":
+            self._on_realtime_input(_obj(body, "realtime_input", _REALTIME_INPUT_KEYS), now)
+        elif kind == "clientContent":
+            self._on_client_content(_obj(body, "client_content"), now)
+        elif kind == "toolResponse":
+            self._on_tool_response(_obj(body, "tool_response"), now)
+        elif kind == "setup":
+            raise _Reject(1007, INVALID_ARGUMENT)
+        elif kind == "contextUpdate":
+            _obj(body, "context_update")
+        else:
+            raise _Reject(1007, f"Invalid JSON payload received. Unknown name \"{key}\": Cannot find field.")
+
+    def _on_setup(self, setup: dict[str, Any], now: int) -> None:
+        opts = self.options
+        model = _get(setup, "model")
+        if not isinstance(model, str) or not model.startswith("models/"):
+            raise _Reject(1007, INVALID_ARGUMENT)
+        name = model.removeprefix("models/")
+        if name not in opts.models:
+            raise _Reject(
+                1008,
+                f"models/{name} is not found for API version {self.api_version}, "
+                "or is not supported for bidiGenerateContent.",
+            )
+        generation = _obj(_get(setup, "generationConfig", {}), "setup.generation_config", _GENERATION_KEYS)
+        modalities = _get(generation, "responseModalities", ["AUDIO"])
+        if modalities != ["AUDIO"]:
+            raise _Reject(1007, INVALID_ARGUMENT)
+        rt = _obj(_get(setup, "realtimeInputConfig", {}), "setup.realtime_input_config")
+        aad = _obj(_get(rt, "automaticActivityDetection", {}), "setup.realtime_input_config.automatic_activity_detection")
+        handling = _get(rt, "activityHandling", "START_OF_ACTIVITY_INTERRUPTS")
+        if handling not in ("START_OF_ACTIVITY_INTERRUPTS", "NO_INTERRUPTION", "ACTIVITY_HANDLING_UNSPECIFIED"):
+            raise _Reject(1007, INVALID_ARGUMENT)
+        self._interrupts = handling != "NO_INTERRUPTION"
+        start_ms = _get(aad, "prefixPaddingMs", opts.speech_start_ms)
+        hangover_ms = _get(aad, "silenceDurationMs", opts.hangover_ms)
+        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (start_ms, hangover_ms)):
+            raise _Reject(1007, INVALID_ARGUMENT)
+        threshold = (32768.0 * 10 ** (opts.threshold_dbfs / 20)) ** 2
+        self._vad = _Vad(
+            _VadConfig(
+                threshold,
+                max(1, math.ceil(start_ms / 20)),
+                _IN_RATE * hangover_ms // 1000,
+                _IN_RATE * opts.min_utterance_ms // 1000,
+                2 * _IN_RATE * opts.pad_ms // 1000,
+                2 * _IN_RATE * opts.max_utterance_ms // 1000,
+            ),
+            manual=bool(_get(aad, "disabled", False)),
+        )
+        instruction_tokens = self._setup_tokens(setup)
+        self._transcribe_in = _get(setup, "inputAudioTranscription") is not None
+        self._transcribe_out = _get(setup, "outputAudioTranscription") is not None
+        compression = _get(setup, "contextWindowCompression")
+        if compression is not None:
+            compression = _obj(compression, "setup.context_window_compression")
+            trigger = _int64(_get(compression, "triggerTokens", int(_CONTEXT_LIMIT * 0.8)))
+            window = _obj(_get(compression, "slidingWindow", {}), "setup.context_window_compression.sliding_window")
+            self._compression = (trigger, _int64(_get(window, "targetTokens", trigger // 2)))
+        resumption = _get(setup, "sessionResumption")
+        handle = None
+        if resumption is not None:
+            self._resumption = True
+            handle = _get(_obj(resumption, "setup.session_resumption"), "handle")
+        self.session = self._open_session(handle, instruction_tokens, now)
+        self.setup, self.model = setup, name
+        self.record.session_id = self.session.id
+        # The session (and every timer and fault) starts now.
+        self._faults = FaultSchedule(
+            [f for f in self._initial_faults if f.kind is not FaultKind.SLOW_HANDSHAKE], self.index + 1, now
+        )
+        slow = [f for f in self._initial_faults if f.kind is FaultKind.SLOW_HANDSHAKE]
+        delay = int((slow[-1].value or 0) * _NS_PER_MS) if slow else 0
+        for f in slow:
+            self.record.faults.append(str(f))
+        self._setup_complete_at = now + delay
+        life = opts.connection_lifetime_ms * _NS_PER_MS
+        self._close_at = self._created + life
+        self._go_away_at = max(now, self._close_at - opts.go_away_ms * _NS_PER_MS)
+        if self._compression is None:
+            self._cap_at = self.session.started + opts.session_cap_ms * _NS_PER_MS
+        if self._resumption:
+            self._next_update = now  # the first update follows setupComplete
+        self._fire_faults(now)
+
+    def _setup_tokens(self, setup: dict[str, Any]) -> int:
+        tokens = 0
+        instruction = _get(setup, "systemInstruction")
+        if isinstance(instruction, str):
+            tokens += _text_tokens(instruction)
+        elif instruction is not None:
+            for part in _list(_get(_obj(instruction, "setup.system_instruction"), "parts", [])):
+                if isinstance(part, dict) and isinstance(part.get("text"), str):
+                    tokens += _text_tokens(part["text"])
+        for tool in _list(_get(setup, "tools", [])):
+            for decl in _list(_get(_obj(tool, "setup.tools"), "functionDeclarations", [])):
+                if not isinstance(decl, dict) or not isinstance(decl.get("name"), str):
+                    raise _Reject(1007, INVALID_ARGUMENT)
+            tokens += _text_tokens(json.dumps(tool))
+        return tokens
+
+    def _open_session(self, handle: Any, instruction_tokens: int, now: int) -> _Session:
+        if handle:
+            snap = self.sessions.handles.get(handle) if isinstance(handle, str) else None
+            if snap is None or now - snap.issued > self.options.handle_ttl_ms * _NS_PER_MS:
+                raise _Reject(1007, INVALID_ARGUMENT)
+            session = snap.session
+            if session.holder is not None:
+                raise _Reject(1011, INTERNAL_ERROR)  # the old socket still holds the session
+            session.turns, session.context_text, session.context_audio = snap.turns, snap.context_text, snap.context_audio
+            session.holder = self.index
+            return session
+        return _Session(self._ids.new("session"), now, self.index, context_text=instruction_tokens)
+
+    def _on_realtime_input(self, body: dict[str, Any], now: int) -> None:
+        assert self._vad is not None
+        for key, value in body.items():
+            kind = _camel(key)
+            if kind == "audio":
+                self._on_audio(value, now)
+            elif kind == "mediaChunks":
+                if not isinstance(value, list):
+                    raise _Reject(1007, INVALID_ARGUMENT)
+                for blob in value:
+                    self._on_audio(blob, now)
+            elif kind == "audioStreamEnd":
+                if value is True and not self._vad.manual and self._vad.speaking:
+                    self._speech_ended(self._vad.end(), now)
+            elif kind in ("activityStart", "activityEnd"):
+                if not self._vad.manual:
+                    raise _Reject(1007, INVALID_ARGUMENT)
+                if kind == "activityStart" and not self._vad.speaking:
+                    self._vad.start()
+                    self._speech_started(now)
+                elif kind == "activityEnd" and self._vad.speaking:
+                    self._speech_ended(self._vad.end(), now)
+            elif kind == "text":
+                if not isinstance(value, str):
+                    raise _Reject(1007, INVALID_ARGUMENT)
+                self._user_text(value, now)
+
+    def _on_audio(self, blob: Any, now: int) -> None:
+        blob = _obj(blob, "realtime_input.audio", frozenset({"data", "mimeType", "displayName"}))
+        mime, data = _get(blob, "mimeType"), blob.get("data")
+        if not isinstance(mime, str) or not isinstance(data, str):
+            raise _Reject(1007, INVALID_ARGUMENT)
+        kind, _, params = mime.replace(" ", "").partition(";")
+        if kind != "audio/pcm":
+            raise _Reject(1007, INVALID_ARGUMENT)
+        rate = _IN_RATE
+        for param in params.split(";") if params else ():
+            name, _, value = param.partition("=")
+            if name == "rate":
+                if not value.isdigit() or not 0 < int(value) <= 192_000:
+                    raise _Reject(1007, INVALID_ARGUMENT)
+                rate = int(value)
+        try:
+            pcm = _bytes_field(data)
+        except (binascii.Error, ValueError):
+            raise _Reject(1007, INVALID_ARGUMENT) from None
+        self._audio_bytes = len(pcm)
+        if rate != self._in_rate:
+            self._in_rate, self._in_resampler, self._carry = rate, Resampler(rate, _IN_RATE), b""
+        pcm = self._carry + pcm
+        whole = len(pcm) & ~1
+        pcm, self._carry = pcm[:whole], pcm[whole:]
+        assert self._in_resampler is not None and self._vad is not None and self.session is not None
+        pcm = self._in_resampler.process(pcm)
+        for event in self._vad.feed(pcm):
+            if event == "start":
+                self._speech_started(now)
+            else:
+                self._speech_ended(event, now)
+
+    def _on_client_content(self, body: dict[str, Any], now: int) -> None:
+        assert self.session is not None
+        turns = _get(body, "turns", [])
+        if not isinstance(turns, list):
+            raise _Reject(1007, INVALID_ARGUMENT)
+        last_user = ""
+        for content in turns:
+            content = _obj(content, "client_content.turns")
+            parts = _get(content, "parts", [])
+            if not isinstance(parts, list):
+                raise _Reject(1007, INVALID_ARGUMENT)
+            for part in parts:
+                text = _obj(part, "client_content.turns.parts").get("text")
+                if isinstance(text, str):
+                    self.session.context_text += _text_tokens(text)
+                    if content.get("role", "user") == "user":
+                        last_user = text
+        if _get(body, "turnComplete", False) is True:
+            self._user_text(last_user, now, counted=True)
+
+    def _on_tool_response(self, body: dict[str, Any], now: int) -> None:
+        responses = _get(body, "functionResponses", [])
+        if not isinstance(responses, list) or not responses:
+            raise _Reject(1007, INVALID_ARGUMENT)
+        reply = self._reply
+        for response in responses:
+            response = _obj(response, "tool_response.function_responses")
+            call_id = response.get("id")
+            if reply is None or not isinstance(call_id, str) or call_id not in reply.calls:
+                raise _Reject(1007, INVALID_ARGUMENT)
+            result = response.get("response")
+            if result is not None and not isinstance(result, dict):
+                raise _Reject(1007, INVALID_ARGUMENT)
+            assert self.session is not None
+            self.session.context_text += _text_tokens(json.dumps(result))
+            del reply.calls[call_id]
+        if reply is not None and not reply.calls:
+            self._generate(reply, now)
+
+    # -- the model ------------------------------------------------------------------------------------------
+
+    def _speech_started(self, now: int) -> None:
+        if self._reply is not None and self._interrupts:
+            self._interrupt(now)
+
+    def _speech_ended(self, utterance: str | bytes, now: int) -> None:
+        if isinstance(utterance, str):
+            return  # too short to be a turn
+        assert self.session is not None
+        self.session.turns += 1
+        self.session.context_audio += math.ceil(len(utterance) / 2 / _IN_RATE * _TOKENS_PER_AUDIO_S)
+        number = self.session.turns
+        if self._transcribe_in:
+            words = _words(f"[utterance {number}, {len(utterance) / 2 / _IN_RATE:.1f} s]")
+            for i, word in enumerate(words):
+                chunk: dict[str, Any] = {"text": word}
+                if i == len(words) - 1:
+                    chunk["finished"] = True
+                self._emit({"serverContent": {"inputTranscription": chunk}})
+        self._begin(_Reply(number, self.script.turn(number), utterance, None), now)
+
+    def _user_text(self, text: str, now: int, *, counted: bool = False) -> None:
+        assert self.session is not None
+        if self._reply is not None and self._interrupts:
+            self._interrupt(now)
+        self.session.turns += 1
+        if not counted:
+            self.session.context_text += _text_tokens(text)
+        number = self.session.turns
+        self._begin(_Reply(number, self.script.turn(number), None, text), now)
+
+    def _begin(self, reply: _Reply, now: int) -> None:
+        if self._reply is not None:
+            self._queue.append(reply)  # NO_INTERRUPTION: answer after the current turn
+            return
+        self._reply = reply
+        call = reply.script.tool_call
+        if call is None:
+            self._generate(reply, now)
+            return
+        call_id = self._ids.new("fc")
+        reply.calls[call_id] = call.name
+        message = {"toolCall": {"functionCalls": [{"id": call_id, "name": call.name, "args": dict(call.arguments)}]}}
+        self._emit(message)
+        if self._faults is not None and self._faults.active(FaultKind.DUPLICATE_TOOL_CALL, now):
+            self._emit(message)
+
+    def _generate(self, reply: _Reply, now: int) -> None:
+        turn = reply.script
+        if turn.reply == "echo" and reply.utterance is not None:
+            up = Resampler(_IN_RATE, _OUT_RATE)
+            reply.audio = up.process(reply.utterance) + up.flush()
+            transcript = turn.transcript or f"[echo {reply.number}, {len(reply.audio) / 2 / _OUT_RATE:.1f} s]"
+        elif turn.reply == "silence":
+            reply.audio = bytes(_OUT_RATE * turn.duration_ms // 1000 * 2)
+            transcript = turn.transcript or ""
+        else:
+            reply.audio = _tone(turn.duration_ms, turn.frequency_hz)
+            placeholder = f"[tone {reply.number}, {turn.duration_ms / 1000:.1f} s]"
+            transcript = turn.transcript or (reply.text if turn.reply == "echo" and reply.text else placeholder)
+        reply.words = _words(transcript) if transcript else []
+        reply.t0 = reply.next_due = now + self.options.response_latency_ms * _NS_PER_MS
+
+    def _pump(self, now: int) -> None:
+        """Send what is due of the open turn; then generationComplete, then turnComplete."""
+        reply = self._reply
+        if reply is None or reply.t0 is None:
+            return
+        assert self._faults is not None
+        chunk = 2 * _OUT_RATE * self.options.chunk_ms // 1000
+        while not reply.generated and reply.next_due <= now:
+            if reply.sent < len(reply.audio):
+                data = reply.audio[reply.sent : reply.sent + chunk]
+                reply.sent += len(data)
+                self._emit({"serverContent": {"modelTurn": {"parts": [{"inlineData": {
+                    "mimeType": f"audio/pcm;rate={_OUT_RATE}", "data": base64.b64encode(data).decode("ascii"),
+                }}]}}})
+                self._transcribe_upto(reply, math.ceil(len(reply.words) * reply.sent / len(reply.audio)))
+                fault = self._faults.active(FaultKind.BURST, now)
+                speed = fault.value if fault is not None and fault.value else self.options.burst_factor
+                reply.next_due += int(len(data) / 2 / _OUT_RATE * 1e9 / speed)
+            if reply.sent >= len(reply.audio):
+                self._transcribe_upto(reply, len(reply.words))
+                reply.generated = True
+                self._emit({"serverContent": {"generationComplete": True}})
+                playback_end = reply.t0 + len(reply.audio) * 1_000_000_000 // (2 * _OUT_RATE)
+                reply.done_at = max(now, playback_end) if self.options.wait_for_playback else now
+        if reply.generated and reply.done_at is not None and now >= reply.done_at:
+            self._complete(reply, now, interrupted=False)
+
+    def _transcribe_upto(self, reply: _Reply, n: int) -> None:
+        while reply.words_sent < min(n, len(reply.words)):
+            if self._transcribe_out:
+                self._emit({"serverContent": {"outputTranscription": {"text": reply.words[reply.words_sent]}}})
+            reply.words_sent += 1
+
+    def _interrupt(self, now: int) -> None:
+        reply = self._reply
+        assert reply is not None
+        if reply.calls:
+            self._emit({"toolCallCancellation": {"ids": list(reply.calls)}})
+            reply.calls.clear()
+        self._emit({"serverContent": {"interrupted": True}})
+        self._complete(reply, now, interrupted=True)
+
+    def _complete(self, reply: _Reply, now: int, *, interrupted: bool) -> None:
+        session = self.session
+        assert session is not None
+        response = math.ceil(reply.sent / 2 / _OUT_RATE * _TOKENS_PER_AUDIO_S)
+        prompt_text, prompt_audio = session.context_text, session.context_audio
+        prompt = prompt_text + prompt_audio
+        usage: dict[str, Any] = {
+            "promptTokenCount": prompt,
+            "responseTokenCount": response,
+            "totalTokenCount": prompt + response,
+            "promptTokensDetails": [
+                {"modality": "TEXT", "tokenCount": prompt_text},
+                {"modality": "AUDIO", "tokenCount": prompt_audio},
+            ],
+            "responseTokensDetails": [{"modality": "AUDIO", "tokenCount": response}],
+        }
+        self._emit({"serverContent": {"turnComplete": True}, "usageMetadata": usage})
+        session.context_audio += response
+        if self._compression is not None:
+            trigger, target = self._compression
+            total = session.context_text + session.context_audio
+            if total > trigger and total > 0:
+                scale = target / total
+                session.context_text = int(session.context_text * scale)
+                session.context_audio = int(session.context_audio * scale)
+        self._reply = None
+        if self._resumption:
+            self._update_resumption(now)
+        while self._reply is None and self._queue:
+            self._begin(self._queue.popleft(), now)
+
+    def _update_resumption(self, now: int) -> None:
+        assert self.session is not None
+        if self._reply is not None:
+            self._emit({"sessionResumptionUpdate": {}})  # not resumable: proto3 JSON omits the defaults
+        else:
+            handle = self._ids.new("handle")
+            self.sessions.issue(handle, self.session, now)
+            self._emit({"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}})
+        self._next_update = now + self.options.resumption_update_ms * _NS_PER_MS
+
+    # -- timers and faults ----------------------------------------------------------------------------------
+
+    def _tick(self, now: int) -> None:
+        if self._closing or self.setup is None:
+            return
+        if self._setup_complete_at is not None and now >= self._setup_complete_at:
+            self._setup_complete_at = None
+            self._out.append(json.dumps({"setupComplete": {}}))
+            if not self._stalled(now):
+                self._release()
+        if self._cap_at is not None and now >= self._cap_at:
+            self._close_with(CloseRequest(1011, DEADLINE_EXPIRED))
+            return
+        if self._close_at is not None and now >= self._close_at:
+            self._close_with(CloseRequest(1011, DEADLINE_EXPIRED))
+            return
+        if self._go_away_at is not None and now >= self._go_away_at:
+            left = (self._close_at or now) - now
+            self._go_away_at = None
+            self._emit({"goAway": {"timeLeft": _duration(left // _NS_PER_MS)}})
+        self._pump(now)
+        if self._next_update is not None and now >= self._next_update:
+            self._update_resumption(now)
+        if self._setup_complete_at is None and not self._stalled(now):
+            self._release()
+
+    def _stalled(self, now: int) -> bool:
+        return self._faults is not None and self._faults.active(FaultKind.STALL, now) is not None
+
+    def _fire_faults(self, now: int) -> None:
+        if self._faults is None:
+            return
+        for fault in self._faults.due(now):
+            self.record.faults.append(str(fault))
+            kind = fault.kind
+            if kind is FaultKind.HALF_OPEN:
+                self._half_open = True
+                self._held.clear()
+            elif kind is FaultKind.CLOSE:
+                self._emit({"goAway": {"timeLeft": "0s"}})
+                self._release()
+                self._close_with(CloseRequest(1011, DEADLINE_EXPIRED))
+            elif kind is FaultKind.ABRUPT_CLOSE:
+                self._close_with(CloseRequest(1006, abrupt=True))
+            elif kind is FaultKind.GARBAGE_JSON:
+                self._emit_raw("}{ this is not JSON")
+            elif kind is FaultKind.INVALID_AUDIO:
+                self._emit({"serverContent": {"modelTurn": {"parts": [{"inlineData": {
+                    "mimeType": f"audio/pcm;rate={_OUT_RATE}", "data": "!!not*base64!!",
+                }}]}}})
+            if self._closing:
+                return
+
+    # -- the funnels ----------------------------------------------------------------------------------------
+
+    def _emit(self, message: dict[str, Any]) -> None:
+        self._emit_raw(json.dumps(message, separators=(",", ":")))
+
+    def _emit_raw(self, text: str) -> None:
+        """Every outbound frame passes here: held during a stall or a slow handshake, dropped when half-open."""
+        if self._half_open or self._closing:
+            return
+        self._held.append(text)
+
+    def _release(self) -> None:
+        if self._setup_complete_at is None and not self._half_open:
+            self._out.extend(self._held)
+            self._held.clear()
+
+    def _close_with(self, request: CloseRequest) -> None:
+        if self._half_open and not request.abrupt:
+            return  # a half-open connection says nothing more, not even a close
+        self._closing = True
+        self._close = request
+        self.record.close_code = request.code
+
+
+# -- TLS ----------------------------------------------------------------------------------------------------
+
+
+def ensure_cert(cert: str | None, key: str | None, directory: str) -> tuple[str, str, bool]:
+    """The given pair, or a new self-signed one for CN=localhost (SAN localhost, 127.0.0.1) in `directory`."""
+    if cert is not None and key is not None:
+        return cert, key, False
+    if cert is not None or key is not None:
+        raise ValueError("give both a certificate and its key, or neither")
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    private = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    start = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    ski = x509.SubjectKeyIdentifier.from_public_key(private.public_key())
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(private.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(start + datetime.timedelta(days=365))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(True, False, False, False, False, True, False, False, False), critical=True
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(ski, critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), critical=False)
+        .sign(private, hashes.SHA256())
+    )
+    os.makedirs(directory, exist_ok=True)
+    cert_path, key_path = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
+    with open(cert_path, "wb") as f:
+        f.write(certificate.public_bytes(serialization.Encoding.PEM))
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        ))
+    return cert_path, key_path, True
+
+
+_default_pair: tuple[str, str] | None = None
+
+
+def _default_cert() -> tuple[str, str]:
+    """One generated pair per process, in a private temporary directory."""
+    global _default_pair
+    if _default_pair is None:
+        cert, key, _ = ensure_cert(None, None, tempfile.mkdtemp(prefix="parlora-gemini-fake-"))
+        _default_pair = (cert, key)
+    return _default_pair
+
+
+# -- the shell ----------------------------------------------------------------------------------------------
+
+
+class GeminiFakeServer(FakeServer):
+    """The shared fake shell over TLS, plus what a client needs to trust it."""
+
+    def __init__(self, *args: Any, cert_path: str, key_path: str, sessions: GeminiSessions, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cert_path = cert_path
+        self.key_path = key_path
+        self.sessions = sessions
+
+    def client_ssl_context(self) -> ssl_module.SSLContext:
+        """A client context that trusts this fake's certificate (and nothing else)."""
+        return ssl_module.create_default_context(cafile=self.cert_path)
+
+    @property
+    def base_url(self) -> str:
+        """For google-genai's `HttpOptions(base_url=...)` (it derives wss:// and the path itself)."""
+        return f"https://localhost:{self.port}"
+
+
+def _accepts_path(path: str) -> bool:
+    return _PATH.match(path) is not None
+
+
+def _authorize(request: Any) -> HTTPStatus | None:
+    return None  # the core closes with the real service's reason text instead (see GeminiFakeConnection)
+
+
+def server(
+    options: GeminiFakeOptions | None = None,
+    *,
+    faults: Sequence[Fault] = (),
+    record_path: str | None = None,
+    script: Script | None = None,
+    cert: str | None = None,
+    key: str | None = None,
+) -> GeminiFakeServer:
+    """A Gemini Live fake over TLS (not yet listening: `await server(...).start(host, port)`)."""
+    opts = options or GeminiFakeOptions()
+    cert_path, key_path = (cert, key) if cert is not None or key is not None else _default_cert()
+    cert_path, key_path, _ = ensure_cert(cert_path, key_path, tempfile.gettempdir())
+    context = ssl_module.SSLContext(ssl_module.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_path, key_path)
+    sessions = GeminiSessions()
+
+    def factory(ctx: ConnectionContext) -> GeminiFakeConnection:
+        return GeminiFakeConnection.from_context(ctx, opts, script, sessions)
+
+    return GeminiFakeServer(
+        "gemini_live",
+        factory,
+        path=DEFAULT_PATH,
+        accepts_path=_accepts_path,
+        authorize=_authorize,
+        faults=faults,
+        record_path=record_path,
+        ssl=context,
+        cert_path=cert_path,
+        key_path=key_path,
+        sessions=sessions,
+    )
+
+
+async def serve(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    options: GeminiFakeOptions | None = None,
+    faults: Sequence[Fault] = (),
+    record_path: str | None = None,
+    script: Script | None = None,
+    cert: str | None = None,
+    key: str | None = None,
+) -> GeminiFakeServer:
+    """Start a fake Gemini Live server on wss; `port=0` picks a free port (see `.port`, `.url`, `.base_url`)."""
+    fake = server(options, faults=faults, record_path=record_path, script=script, cert=cert, key=key)
+    await fake.start(host, port)
+    return fake
