@@ -65,7 +65,7 @@ class Fault:
     def __str__(self) -> str:
         text = self.kind.value
         if self.value is not None:
-            text += f":{self.value:g}"
+            text += f":{int(self.value)}" if self.value.is_integer() else f":{self.value}"
         if self.after_ms:
             text += f"@{self.after_ms}"
         return f"{self.connection}/{text}" if self.connection is not None else text
@@ -81,7 +81,10 @@ def parse_fault(spec: str) -> Fault:
     except ValueError:
         known = ", ".join(k.value for k in FaultKind)
         raise ValueError(f"unknown fault {match['kind']!r} (known: {known})") from None
-    value = float(match["value"]) if match["value"] else None
+    try:
+        value = float(match["value"]) if match["value"] else None
+    except ValueError:
+        raise ValueError(f"bad fault value {match['value']!r} in {spec!r}: expected a number") from None
     if kind in _NEEDS_VALUE and value is None:
         raise ValueError(f"fault {kind.value} needs a value, e.g. {kind.value}:{4 if kind is FaultKind.BURST else 3000}")
     if kind is FaultKind.BURST and value is not None and value <= 0:

@@ -593,6 +593,11 @@ class GeminiFakeConnection:
         return min(due) if due else None
 
     @property
+    def half_open(self) -> bool:
+        """The shell stops reading and writing once this is true (a vanished peer)."""
+        return self._half_open
+
+    @property
     def closed(self) -> bool:
         return self._closing
 

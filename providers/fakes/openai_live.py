@@ -1,47 +1,98 @@
-"""A faithful fake of OpenAI's GPT-Live WebSocket (`/v1/live/sessions`) whose model is the echo in `echo.py`.
+"""A faithful fake of OpenAI's GPT-Live WebSocket (`/v1/live/sessions`): scripted turns, delegations and faults.
 
 Two layers, in the aioquic shape:
 
 * `LiveFakeConnection` is the sans-I/O protocol core for one connection. It never touches a socket or a clock.
-  Drivers: `receive_message(data, now)`, `handle_timer(now)` and `connection_lost(code)`. Outputs are pulled:
-  `frames_to_send()` (JSON text frames) and `close_to_send()`; `next_deadline()` gives the absolute `now`
-  (monotonic int ns) at which `handle_timer` must run. Peer input never raises: it becomes an `error` event.
+  Drivers: `receive_message(data, now)`, `handle_timer(now)`, `inject(fault, now)` and `connection_lost(code)`.
+  Outputs are pulled: `frames_to_send()` (text frames) and `close_to_send()`; `next_deadline()` gives the
+  absolute `now` (monotonic int ns) at which `handle_timer` must run. Peer input never raises: it becomes an
+  `error` event.
 * `serve()` runs it in the shared fake shell (providers/fakes/server.py): HTTP checks, one loop per
-  connection that feeds frames and the single timer, writes what the core pulls, and an optional JSONL record.
+  connection that feeds frames and the single timer, writes what the core pulls, runtime fault injection
+  (`FakeServer.inject`, `GET /_fault?spec=`), and an optional JSONL record.
 
-Wire shapes follow openai 3.57.0 `openai/types/live/` (the authoritative schema). Choices where the real service
-is undocumented, all deliberate:
+Wire shapes follow openai 3.57.0 `openai/types/live/` (the authoritative schema).
+
+The model. The echo model (`echo.py`, with `speak=False`) only *detects* caller utterances here. The N-th
+utterance is answered by `options.script.turn(N)` (providers/fakes/script.py):
+`echo` speaks the utterance's exact client bytes back, `tone` a sine of `frequency_hz` for `duration_ms`,
+`silence` digital silence for `duration_ms`, all in the session's audio format. One speaker plays every reply
+in order (FIFO) on one paced timeline: chunk n (`chunk_ms` of audio) of a reply that starts at t0 is due when
+the reply's media clock, which starts at `lead_ms` and runs at the current speed (1, or F under `burst:F`),
+reaches n·chunk_ms; without faults that is max(t0, t0 + n·chunk_ms - lead_ms), as the echo model paces.
+A reply starts when it is ready and the previous one has ended (its media clock reached its length).
+
+Delegation (GPT-Live's tool calls). A turn with `tool_call` first emits `session.delegation.created` with a fresh
+`del_...` id, target `client` and `offset_ms`; the tool's name and arguments go nowhere on the wire (GPT-Live
+delegations carry no task text; tests read them from `LiveFakeConnection.delegations`). The turn's reply waits
+until the client sends `session.commentary.append` (spoken) or `session.thinking.append` (silent) with that
+`delegation_id`; replies behind it wait too. Both appends are acknowledged (`*.appended`, start_ms = end_ms =
+the input position), also when `delegation_id` is null (session-wide context) or names a delegation already
+answered (more context; no second reply). A non-null id the session never issued is `unknown_delegation`.
+
+Choices where the real service is undocumented, all deliberate:
 
 * Error codes: `session_not_started`, `session_already_started`, `unknown_parameter`, `missing_required_parameter`,
-  `invalid_type`, `invalid_value`, `invalid_json`, `invalid_event_type`, `unsupported_by_fake`. `param` is a dotted
-  path; `error.client_event_id` echoes the client's `event_id` (as does the top-level `client_event_id`).
-* Known GPT-Live client events that the echo does not model (session.update, mute/unmute, instructions/thinking/
-  commentary append, fixture play, decision.*, response.*, transport.dtmf.send) get `unsupported_by_fake`, so a
-  client relying on them fails loudly instead of silently.
+  `invalid_type`, `invalid_value`, `invalid_json`, `invalid_event_type`, `unknown_delegation`,
+  `unsupported_by_fake`. `param` is a dotted path; `error.client_event_id` echoes the client's `event_id` (as
+  does the top-level `client_event_id`).
+* Known GPT-Live client events the fake does not model (session.update, mute/unmute, instructions append,
+  fixture play, decision.*, response.*, transport.dtmf.send) get `unsupported_by_fake`, so a client relying on
+  them fails loudly instead of silently.
 * `session.start` checks every key it knows and shape-checks `client`, `input` and `triggers` only shallowly;
-  delegation other than `client` is `unsupported_by_fake`. A failed start can be retried.
-* Both transcript timelines are input-audio ms since `session.started` (bytes, not clocks): an input transcript
-  covers the echoed (padded) span; an output transcript starts at the input position when its echo starts (or
-  where the previous echo ended) and lasts as long as the echo.
+  delegation other than `client` is `unsupported_by_fake`; `acknowledgement_delay_ms` is echoed, not modelled.
+  A failed start can be retried. Until `session.started` is sent (see `slow_handshake`) the session has not
+  started: other client events get `session_not_started`.
+* Every timeline (transcripts, `offset_ms`, `*.appended`) is input-audio ms since `session.started` (bytes, not
+  clocks). An input transcript covers the echoed (padded) span; an output transcript starts at the input
+  position when its reply starts (or where the previous reply ended) and lasts as long as the reply. Output
+  transcripts: the turn's `transcript`, else `[echo N, X.X s]` / `[tone N, X.X s]` with N the utterance number;
+  a silence turn has none unless the turn gives one.
 * Usage is whole seconds of session time (`now` since `session.started`) as a float, every `usage_interval_ms`.
-* After `session_length_ms` the session ends with `session.closed` reason `expired` and close code 1000 (guess).
+* The session ends with `session.closed` then a close frame with code 1000: on `session.close` (reason
+  `close_requested`), after `session_length_ms` or on the `close` fault (reason `expired`). GPT-Live's real close
+  code is undocumented; 1000 is a guess.
+* At most `max_queued` replies wait; the utterances beyond are transcribed but not answered (`dropped`).
 * Frames after the core asked to close are recorded but otherwise ignored.
 
-Fault injection (later) plugs in at two funnels: every outbound event goes through `_emit`, every close through
-`_close`; a `faults` field on `LiveFakeOptions` can then drop, delay or corrupt there without touching handlers.
+Faults (providers/fakes/faults.py), from the options or `ConnectionContext.faults` (armed when `session.start`
+arrives: their @AFTER_MS counts from then) or `inject(fault, now)` (counted from `now`, also before the session
+starts). A fault is appended to `record.faults` when it fires. What each does here:
+
+* `burst:F`        every reply's media clock runs F times faster from the moment it fires (lasts).
+* `stall:MS`       every outbound frame is held for MS, then all are sent at once; pacing runs on meanwhile, so the
+                   dump holds everything that became due. A graceful close ends a stall early (dump, then close).
+* `half_open`      nothing more is sent, not even a close frame; client frames are still recorded but not
+                   answered, and the model stops. Only `abrupt_close` still acts (it sends nothing).
+* `close`          `session.closed` reason `expired` with the final usage, then close 1000 (before
+                   `session.started`: just the close frame).
+* `abrupt_close`   `CloseRequest(1006, abrupt=True)`: the shell drops TCP without a close frame; held frames are lost.
+* `garbage_json`   one text frame that is not JSON (a truncated audio delta).
+* `invalid_audio`  one extra `session.output_audio.delta` whose `delta` is not base64 (strict or lenient).
+* `duplicate_tool_call` from then on every `session.delegation.created` is sent twice: same delegation id, each
+                   with its own `event_id` (so only deduplication by delegation id works).
+* `slow_handshake:MS` `session.started` is sent MS after `session.start` arrives; the session (usage, expiry,
+                   audio) starts then. Fired after the session started, it has no effect.
+* `refuse`         handled by the shell (HTTP 503); the core ignores it.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
+import math
+from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from providers.fakes.echo import EchoAudio, EchoModel, EchoOptions, EchoStarted, UtteranceDetected
-from providers.fakes.faults import Fault
+import numpy as np
+
+from providers.fakes.echo import EchoModel, EchoOptions, Utterance, UtteranceDetected
+from providers.fakes.faults import Fault, FaultKind, FaultSchedule
+from providers.fakes.script import Script, ToolCallScript, Turn
 from providers.fakes.server import (
     ClientFrameRecord,
     CloseRequest,
@@ -53,22 +104,27 @@ from providers.fakes.server import (
     bearer_authorize,
 )
 from rtp.audio import PCM16_16K, PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat
-from rtp.g711 import alaw_decode, ulaw_decode
+from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 
 __all__ = [
     "LiveFakeOptions",
     "ClientFrameRecord",
     "ConnectionRecord",
     "CloseRequest",
+    "DelegationRecord",
     "IdSource",
     "SequentialIds",
     "LiveFakeConnection",
     "LiveFakeServer",
     "serve",
+    "server",
 ]
 
 _NS_PER_MS = 1_000_000
 _NS_PER_S = 1_000_000_000
+_TONE_AMPLITUDE = 0.3  # of full scale: about -10 dBFS peak, clearly voiced, far from clipping
+_GARBAGE_FRAME = '{"type":"session.output_audio.delta","delta":"AAAA'  # a truncated frame: not JSON
+_BAD_BASE64 = "@@not base64@@"  # rejected by strict decoding, and by lenient decoding (9 data characters)
 
 # -- options and records ------------------------------------------------------------------------------------
 
@@ -91,10 +147,13 @@ class LiveFakeOptions:
     default_voice: str = "marin"
     record_client_frames: bool = True
     """Keep every client frame in `ConnectionRecord.client_frames`; turn off for long in-process calls."""
+    script: Script = Script()
+    """How each caller utterance is answered; the default echoes every one."""
 
     def __post_init__(self) -> None:
         if self.usage_interval_ms <= 0 or self.session_length_ms <= 0:
             raise ValueError("usage_interval_ms and session_length_ms must be positive")
+        self.echo_options()  # validates the echo knobs (chunk_ms, lead_ms, max_queued, ...)
 
     def echo_options(self) -> EchoOptions:
         return EchoOptions(
@@ -107,6 +166,19 @@ class LiveFakeOptions:
             lead_ms=self.lead_ms,
             max_queued=self.max_queued,
         )
+
+
+@dataclass(slots=True)
+class DelegationRecord:
+    """A delegation the fake model made (what a test may check; none of it but `id` is on the wire)."""
+
+    id: str
+    utterance: int
+    tool_call: ToolCallScript
+    created_at: int
+    answered_at: int | None = None
+    answers: list[str] = field(default_factory=list)
+    """Client event types that named this delegation, in order (`session.commentary.append`, ...)."""
 
 
 # -- validation ---------------------------------------------------------------------------------------------
@@ -129,8 +201,6 @@ _UNMODELLED = frozenset(
         "session.input_audio.unmute",
         "session.output_audio.fixture.play",
         "session.instructions.append",
-        "session.thinking.append",
-        "session.commentary.append",
         "decision.create",
         "decision.item.create",
         "decision.item.delete",
@@ -293,13 +363,57 @@ def _validate_session(session: Any) -> _SessionConfig:
     )
 
 
+# -- the speaker: scripted replies on one paced timeline ------------------------------------------------------
+
+_CONTEXT_EVENTS = ("session.commentary.append", "session.thinking.append")
+
+
+def _detector_options(options: LiveFakeOptions) -> EchoOptions:
+    """The echo model as a pure utterance detector (`speak=False`): it never queues, plays or asks for a timer."""
+    return dataclasses.replace(options.echo_options(), speak=False)
+
+
+def _tone_pcm(frequency_hz: float, rate: int, first: int, count: int) -> bytes:
+    """Samples [first, first + count) of a sine starting at phase 0, as PCM16LE (chunks join seamlessly)."""
+    n = np.arange(first, first + count, dtype=np.float64)
+    wave = np.round(_TONE_AMPLITUDE * 32767 * np.sin(2 * np.pi * frequency_hz * n / rate))
+    return wave.astype("<i2").tobytes()
+
+
+@dataclass(slots=True)
+class _Reply:
+    """The answer to one utterance, waiting in the speaker's queue; `ready_at` is None while its delegation is open."""
+
+    number: int  # the utterance it answers (1-based)
+    turn: Turn
+    utterance: Utterance
+    ready_at: int | None
+    delegation_id: str | None = None
+
+
+@dataclass(slots=True)
+class _Playout:
+    """A reply being spoken. Its media clock (ns of audio allowed out) is `anchor_m` at `anchor_t` and runs at
+    `speed`; a burst re-anchors it, so the chunks already due keep their times."""
+
+    reply: _Reply
+    length: int  # bytes in the session's format
+    length_ns: int
+    anchor_t: int
+    anchor_m: float
+    speed: float
+    n: int = 0
+    sent: int = 0
+
+
 # -- the sans-I/O core --------------------------------------------------------------------------------------
 
 
 class LiveFakeConnection:
-    """One GPT-Live WebSocket connection, server side, with the echo model behind it.
+    """One GPT-Live WebSocket connection, server side, with the scripted model and the faults behind it.
 
     `unix_time` is the wall clock (seconds) at `now`; it only feeds `expires_at`, so the core stays clock-free.
+    `faults` are armed when `session.start` arrives (their @AFTER_MS counts from then); `index` is 0-based.
     """
 
     def __init__(
@@ -310,6 +424,7 @@ class LiveFakeConnection:
         unix_time: int,
         ids: IdSource | None = None,
         index: int = 0,
+        faults: Sequence[Fault] = (),
     ) -> None:
         self.options = options or LiveFakeOptions()
         self.record = ConnectionRecord(index)
@@ -320,16 +435,40 @@ class LiveFakeConnection:
         self._close: CloseRequest | None = None
         self._closing = False
         self._config: _SessionConfig | None = None
+        self._start_event_id: str | None = None
+        self._announce_at: int | None = None  # when session.started is due (slow_handshake)
         self._resource: dict[str, Any] | None = None
         self._started_at = 0
         self._echo: EchoModel | None = None
         self._decode: Callable[[bytes], bytes] = bytes
+        self._encode: Callable[[bytes], bytes] = bytes
         self._carry = b""  # odd trailing byte of PCM16 input, completed by the next append
         self._next_usage: int | None = None
         self._expires: int | None = None
         self._utterance_no = 0
-        self._echo_no = 0
         self._audio_bytes: int | None = None
+        # the speaker
+        self._replies: deque[_Reply] = deque()
+        self._playout: _Playout | None = None
+        self._free_at = 0  # when the last reply's media clock reached its end
+        self._out_end_ms = 0  # where the last output transcript ended on the input timeline
+        self._chunk_ns = self.options.chunk_ms * _NS_PER_MS
+        self._lead_ns = self.options.lead_ms * _NS_PER_MS
+        self._chunk_bytes = 1
+        self.delegations: dict[str, DelegationRecord] = {}
+        self.dropped = 0
+        """Utterances left unanswered because `max_queued` replies were already waiting."""
+        # faults
+        self._schedule = FaultSchedule([], index + 1, now)
+        self._armed = tuple(f for f in faults if f.kind is not FaultKind.REFUSE)  # added at session.start
+        self._speed = 1.0
+        self._stall_until: int | None = None
+        self._held: list[str] = []  # frames a stall holds back
+        self._half_open = False
+        self._duplicate = False
+        self._slow_handshake_ms = 0.0
+        self.suppressed = 0
+        """Frames not sent because the connection is half-open."""
         self.last_frame: ClientFrameRecord | None = None
         """The client frame most recently received (also when `record_client_frames` is off)."""
 
@@ -337,25 +476,27 @@ class LiveFakeConnection:
 
     def receive_message(self, data: str | bytes, now: int) -> None:
         """Handle one client WebSocket message. Never raises for bad peer input."""
+        self._advance(now)
         frame: dict[str, Any] | None = None
         raw: str | None = None
         self._audio_bytes = None
+        answering = not self._closing and not self._half_open
         try:
             try:
                 text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
                 parsed = json.loads(text)
             except (UnicodeDecodeError, ValueError, RecursionError):
                 raw = data if isinstance(data, str) else data.decode("utf-8", "replace")
-                if not self._closing:
+                if answering:
                     raise _ClientError("invalid_json", "The client event is not valid JSON.") from None
                 return
             if not isinstance(parsed, dict):
                 raw = text
-                if not self._closing:
+                if answering:
                     raise _ClientError("invalid_json", "A client event must be a JSON object.")
                 return
             frame = parsed
-            if not self._closing:
+            if answering:
                 self._dispatch(frame, now)
         except _ClientError as exc:
             client_event_id = frame.get("event_id") if frame is not None else None
@@ -366,20 +507,8 @@ class LiveFakeConnection:
                 self.record.client_frames.append(self.last_frame)
 
     def handle_timer(self, now: int) -> None:
-        """Run everything due at or before `now`: echo chunks, usage snapshots, expiry."""
-        if self._closing or self._config is None:
-            return
-        if self._expires is not None and now >= self._expires:
-            self._finish("expired", now, None)
-            return
-        assert self._echo is not None
-        self._echo.handle_timer(now)
-        self._drain_echo()
-        if self._next_usage is not None and now >= self._next_usage:
-            self._emit({"type": "session.usage.updated", "event_id": self._ids.new("event"), "usage": self._usage(now)})
-            interval = self.options.usage_interval_ms * _NS_PER_MS
-            k = (now - self._started_at) // interval + 1
-            self._next_usage = self._started_at + k * interval
+        """Run everything due at or before `now`: faults, the handshake, reply chunks, usage snapshots, expiry."""
+        self._advance(now)
 
     def connection_lost(self, code: int | None) -> None:
         """The socket is gone (either side closed it); stop all timers."""
@@ -387,8 +516,9 @@ class LiveFakeConnection:
         self.record.close_code = code
 
     def inject(self, fault: Fault, now: int) -> None:
-        """Apply a fault at runtime (see providers/fakes/faults.py)."""
-        self.record.faults.append(str(fault))
+        """Schedule a fault at runtime: it fires at `now` + its AFTER_MS (see providers/fakes/faults.py)."""
+        if not self._closing and fault.kind is not FaultKind.REFUSE:
+            self._schedule.add(fault, now)
 
     def recorded(self, frame: dict[str, Any]) -> dict[str, Any]:
         """The frame for the record file: an audio payload as its decoded length plus the base64."""
@@ -410,19 +540,28 @@ class LiveFakeConnection:
         return req
 
     def next_deadline(self) -> int | None:
-        if self._closing or self._config is None:
+        if self._closing:
             return None
-        assert self._echo is not None
-        candidates = [t for t in (self._echo.next_deadline(), self._next_usage, self._expires) if t is not None]
-        return min(candidates) if candidates else None
+        candidates = [self._fault_deadline()]
+        if not self._half_open:
+            candidates.append(self._announce_at)
+            if self._resource is not None:
+                candidates += [self._speaker_deadline(), self._next_usage, self._expires]
+        due = [t for t in candidates if t is not None]
+        return min(due) if due else None
 
     @property
     def started(self) -> bool:
-        return self._config is not None
+        """`session.started` has been sent."""
+        return self._resource is not None
 
     @property
     def closed(self) -> bool:
         return self._closing
+
+    @property
+    def half_open(self) -> bool:
+        return self._half_open
 
     @property
     def audio_format(self) -> AudioFormat | None:
@@ -430,8 +569,109 @@ class LiveFakeConnection:
 
     @property
     def echo(self) -> EchoModel | None:
-        """The echo model (after session.start), for introspection in tests."""
+        """The echo model used as the utterance detector (after session.started), for introspection in tests."""
         return self._echo
+
+    @property
+    def queued(self) -> int:
+        """Replies waiting behind the one being spoken (including those waiting for their delegation)."""
+        return len(self._replies)
+
+    # -- time -----------------------------------------------------------------------------------------------
+
+    def _advance(self, now: int) -> None:
+        """Bring the model up to `now`, firing faults at their own times so each one splits the timeline."""
+        while not self._closing:
+            at = self._fault_deadline()
+            if at is None or at > now:
+                break
+            self._run(at)
+            if not self._closing:
+                self._faults_at(at)
+        if not self._closing:
+            self._run(now)
+
+    def _run(self, now: int) -> None:
+        """The model's own timers up to `now` (faults excluded)."""
+        if self._half_open or self._closing:
+            return
+        if self._announce_at is not None and now >= self._announce_at:
+            self._announce(self._announce_at)
+        if self._resource is None:
+            return
+        assert self._expires is not None and self._next_usage is not None
+        if now >= self._expires:
+            self._finish("expired", now, None)
+            return
+        self._speak(now)
+        if now >= self._next_usage:
+            self._emit({"type": "session.usage.updated", "event_id": self._ids.new("event"), "usage": self._usage(now)})
+            interval = self.options.usage_interval_ms * _NS_PER_MS
+            k = (now - self._started_at) // interval + 1
+            self._next_usage = self._started_at + k * interval
+
+    # -- faults ---------------------------------------------------------------------------------------------
+
+    def _fault_deadline(self) -> int | None:
+        times = [t for t in (self._schedule.next_deadline(), self._stall_until) if t is not None]
+        return min(times) if times else None
+
+    def _faults_at(self, now: int) -> None:
+        """Fire what the schedule has due at `now`, then end a stall whose time is up."""
+        for fault in self._schedule.due(now):
+            self._fire(fault, now)
+            if self._closing:
+                return
+        self._schedule.active(FaultKind.STALL, now)  # lets the schedule forget a stall that has ended
+        if self._stall_until is not None and now >= self._stall_until:
+            self._end_stall()
+
+    def _fire(self, fault: Fault, now: int) -> None:
+        self.record.faults.append(str(fault))
+        kind = fault.kind
+        if self._half_open and kind is not FaultKind.ABRUPT_CLOSE:
+            return  # a wedged connection sends nothing, whatever else goes wrong
+        if kind is FaultKind.BURST:
+            self._set_speed(fault.value if fault.value and fault.value > 0 else 1.0, now)
+        elif kind is FaultKind.STALL:
+            self._stall_until = self._schedule.stall_ends()
+        elif kind is FaultKind.HALF_OPEN:
+            self._half_open = True
+            self._stall_until = None
+            self.suppressed += len(self._held)
+            self._held.clear()
+        elif kind is FaultKind.CLOSE:
+            if self._resource is not None:
+                self._finish("expired", now, None)
+            else:
+                self._close_with(CloseRequest(1000))
+        elif kind is FaultKind.ABRUPT_CLOSE:
+            self._held.clear()
+            self._close_with(CloseRequest(1006, abrupt=True))
+        elif kind is FaultKind.GARBAGE_JSON:
+            self._send(_GARBAGE_FRAME)
+        elif kind is FaultKind.INVALID_AUDIO:
+            # No event_id on the primary WebSocket (OutputAudioDeltaEvent).
+            self._emit({"type": "session.output_audio.delta", "delta": _BAD_BASE64})
+        elif kind is FaultKind.DUPLICATE_TOOL_CALL:
+            self._duplicate = True
+        elif kind is FaultKind.SLOW_HANDSHAKE:
+            if self._resource is None and self._announce_at is None:  # only a start not yet answered
+                self._slow_handshake_ms = fault.value or 0.0
+
+    def _set_speed(self, speed: float, now: int) -> None:
+        p = self._playout
+        if p is not None:
+            if now > p.anchor_t:
+                p.anchor_m += (now - p.anchor_t) * p.speed
+                p.anchor_t = now
+            p.speed = speed
+        self._speed = speed
+
+    def _end_stall(self) -> None:
+        self._stall_until = None
+        held, self._held = self._held, []
+        self._out += held
 
     # -- client events --------------------------------------------------------------------------------------
 
@@ -447,6 +687,9 @@ class LiveFakeConnection:
         elif kind == "session.input_audio.append":
             self._require_started()
             self._on_audio_append(event, now)
+        elif kind in _CONTEXT_EVENTS:
+            self._require_started()
+            self._on_context_append(event, kind, now)
         elif kind == "session.close":
             self._require_started()
             _object(event, "", {"type", "event_id"})
@@ -458,18 +701,39 @@ class LiveFakeConnection:
             raise _ClientError("invalid_event_type", f"Invalid value: '{kind}'. Unknown client event type.", "type")
 
     def _require_started(self) -> None:
-        if self._config is None:
+        if self._resource is None:
             raise _ClientError("session_not_started", "Send 'session.start' and wait for 'session.started' first.")
 
     def _on_session_start(self, event: dict[str, Any], now: int) -> None:
         if self._config is not None:
             raise _ClientError("session_already_started", "The session has already started.")
         _object(event, "", {"type", "event_id", "session"}, ("session",))
-        config = _validate_session(event["session"])
-        self._config = config
+        self._config = _validate_session(event["session"])
+        self._start_event_id = event.get("event_id")
+        for fault in self._armed:
+            self._schedule.add(fault, now)
+        self._armed = ()
+        fired = self._schedule.due(now)
+        for fault in fired:  # a slow handshake must be known before session.started can be sent
+            if fault.kind is FaultKind.SLOW_HANDSHAKE:
+                self._fire(fault, now)
+        self._announce_at = now + int(self._slow_handshake_ms * _NS_PER_MS)
+        if self._slow_handshake_ms <= 0:
+            self._announce(now)
+        for fault in fired:
+            if fault.kind is not FaultKind.SLOW_HANDSHAKE and not self._closing:
+                self._fire(fault, now)
+
+    def _announce(self, now: int) -> None:
+        """The session starts: send `session.started` and start its clocks."""
+        config = self._config
+        assert config is not None
+        self._announce_at = None
         self._started_at = now
-        self._echo = EchoModel(config.fmt.rate, config.fmt.sample_width, self.options.echo_options())
+        self._echo = EchoModel(config.fmt.rate, config.fmt.sample_width, _detector_options(self.options))
         self._decode = {PCMU_8K: ulaw_decode, PCMA_8K: alaw_decode}.get(config.fmt, bytes)
+        self._encode = {PCMU_8K: ulaw_encode, PCMA_8K: alaw_encode}.get(config.fmt, bytes)
+        self._chunk_bytes = max(1, config.fmt.rate * self.options.chunk_ms // 1000) * config.fmt.sample_width
         self._next_usage = now + self.options.usage_interval_ms * _NS_PER_MS
         self._expires = now + self.options.session_length_ms * _NS_PER_MS
         session_id = self._ids.new("sess")
@@ -488,8 +752,10 @@ class LiveFakeConnection:
         if config.safety_identifier is not None:
             resource["safety_identifier"] = config.safety_identifier
         self._resource = resource
-        started = {"type": "session.started", "event_id": self._ids.new("event"), "session": resource}
-        self._emit(self._reply(started, event))
+        started: dict[str, Any] = {"type": "session.started", "event_id": self._ids.new("event"), "session": resource}
+        if isinstance(self._start_event_id, str):
+            started["client_event_id"] = self._start_event_id
+        self._emit(started)
 
     def _on_audio_append(self, event: dict[str, Any], now: int) -> None:
         _object(event, "", {"type", "event_id", "audio"}, ("audio",))
@@ -507,41 +773,165 @@ class LiveFakeConnection:
             raw, self._carry = raw[:whole], raw[whole:]
         if raw:
             self._echo.receive_audio(raw, self._decode(raw), now)
-            self._drain_echo()
+            self._drain_detector()
+            self._speak(now)
 
-    # -- server events --------------------------------------------------------------------------------------
+    def _on_context_append(self, event: dict[str, Any], kind: str, now: int) -> None:
+        """`session.commentary.append` / `session.thinking.append` (CommentaryAppendEventParam and its twin)."""
+        _object(event, "", {"type", "event_id", "content", "delegation_id"}, ("content", "delegation_id"))
+        _expect(event["content"], str, "content")
+        delegation_id = event["delegation_id"]
+        delegation: DelegationRecord | None = None
+        if delegation_id is not None:
+            _expect(delegation_id, str, "delegation_id")
+            delegation = self.delegations.get(delegation_id)
+            if delegation is None:
+                message = f"Unknown delegation: '{delegation_id}'. Use an id from 'session.delegation.created'."
+                raise _ClientError("unknown_delegation", message, "delegation_id")
+        position = self._position_ms()
+        appended = {
+            "type": kind.removesuffix("append") + "appended",
+            "event_id": self._ids.new("event"),
+            "start_ms": position,
+            "end_ms": position,
+        }
+        self._emit(self._reply(appended, event))
+        if delegation is None:
+            return  # session-wide context: acknowledged, nothing waits for it
+        delegation.answers.append(kind)
+        if delegation.answered_at is None:
+            delegation.answered_at = now
+            for reply in self._replies:
+                if reply.delegation_id == delegation.id:
+                    reply.ready_at = now
+            self._speak(now)
 
-    def _drain_echo(self) -> None:
+    # -- the model ------------------------------------------------------------------------------------------
+
+    def _position_ms(self) -> int:
+        return self._echo.position_ms if self._echo is not None else 0
+
+    def _drain_detector(self) -> None:
         assert self._echo is not None
         while (ev := self._echo.next_event()) is not None:
-            if isinstance(ev, UtteranceDetected):
-                self._utterance_no += 1
-                u = ev.utterance
+            if isinstance(ev, UtteranceDetected):  # the only event a non-speaking detector without starts emits
+                self._on_utterance(ev.utterance, ev.at)
+
+    def _on_utterance(self, u: Utterance, now: int) -> None:
+        self._utterance_no += 1
+        number = self._utterance_no
+        self._emit({
+            "type": "session.input_transcript.delta",
+            "event_id": self._ids.new("event"),
+            "delta": f"[utterance {number}, {u.duration_ms / 1000:.1f} s]",
+            "start_ms": u.start_ms,
+            "end_ms": u.end_ms,
+        })
+        if len(self._replies) >= self.options.max_queued:
+            self.dropped += 1
+            return
+        turn = self.options.script.turn(number)
+        reply = _Reply(number, turn, u, now)
+        if turn.tool_call is not None:
+            delegation_id = self._ids.new("del")
+            self.delegations[delegation_id] = DelegationRecord(delegation_id, number, turn.tool_call, now)
+            reply.ready_at, reply.delegation_id = None, delegation_id
+            deliveries = 2 if self._duplicate else 1
+            for _ in range(deliveries):
+                # GPT-Live delegations carry no task text: the tool's name and arguments stay in the fake.
                 self._emit({
-                    "type": "session.input_transcript.delta",
+                    "type": "session.delegation.created",
                     "event_id": self._ids.new("event"),
-                    "delta": f"[utterance {self._utterance_no}, {u.duration_ms / 1000:.1f} s]",
-                    "start_ms": u.start_ms,
-                    "end_ms": u.end_ms,
+                    "delegation": {"id": delegation_id, "type": "delegation", "target": "client"},
+                    "offset_ms": self._position_ms(),
                 })
-            elif isinstance(ev, EchoStarted):
-                self._echo_no += 1
-                self._emit({
-                    "type": "session.output_transcript.delta",
-                    "event_id": self._ids.new("event"),
-                    "delta": f"[echo {self._echo_no}, {ev.utterance.duration_ms / 1000:.1f} s]",
-                    "start_ms": ev.start_ms,
-                    "end_ms": ev.end_ms,
-                })
-            elif isinstance(ev, EchoAudio):
+        self._replies.append(reply)
+
+    def _speaker_deadline(self) -> int | None:
+        if self._playout is not None:
+            return self._due(self._playout)
+        if self._replies and self._replies[0].ready_at is not None:
+            return max(self._replies[0].ready_at, self._free_at)
+        return None
+
+    def _due(self, p: _Playout) -> int:
+        """When chunk `p.n` is due: the media clock reaches n·chunk_ms."""
+        need = p.n * self._chunk_ns
+        if need <= p.anchor_m:
+            return p.anchor_t
+        return p.anchor_t + math.ceil((need - p.anchor_m) / p.speed)
+
+    def _speak(self, now: int) -> None:
+        """Hand out every reply chunk due at or before `now`, starting queued replies in order."""
+        while True:
+            p = self._playout
+            if p is None:
+                head = self._replies[0] if self._replies else None
+                if head is None or head.ready_at is None:
+                    return
+                t0 = max(head.ready_at, self._free_at)
+                if t0 > now:
+                    return
+                self._replies.popleft()
+                p = self._playout = self._start(head, t0)
+            while p.sent < p.length:
+                due = self._due(p)
+                if due > now:
+                    return
+                end = min(p.length, p.sent + self._chunk_bytes)
+                data = self._audio(p.reply, p.sent, end)
                 # No event_id on the primary WebSocket (OutputAudioDeltaEvent).
-                self._emit({"type": "session.output_audio.delta", "delta": base64.b64encode(ev.data).decode("ascii")})
+                self._emit({"type": "session.output_audio.delta", "delta": base64.b64encode(data).decode("ascii")})
+                p.sent = end
+                p.n += 1
+            remaining = self._lead_ns + p.length_ns - p.anchor_m
+            self._free_at = p.anchor_t + max(0, math.ceil(remaining / p.speed))
+            self._playout = None
+
+    def _start(self, reply: _Reply, t0: int) -> _Playout:
+        """A reply starts speaking at t0: its output transcript, then a playout on the current speed."""
+        assert self._config is not None
+        fmt = self._config.fmt
+        turn = reply.turn
+        if turn.reply == "echo":
+            length, duration_ms = len(reply.utterance.audio), reply.utterance.duration_ms
+        else:
+            length, duration_ms = fmt.rate * turn.duration_ms // 1000 * fmt.sample_width, float(turn.duration_ms)
+        start_ms = max(self._position_ms(), self._out_end_ms)
+        self._out_end_ms = start_ms + math.ceil(duration_ms)
+        text = turn.transcript
+        if text is None and turn.reply != "silence":
+            text = f"[{turn.reply} {reply.number}, {duration_ms / 1000:.1f} s]"
+        if text is not None:
+            self._emit({
+                "type": "session.output_transcript.delta",
+                "event_id": self._ids.new("event"),
+                "delta": text,
+                "start_ms": start_ms,
+                "end_ms": self._out_end_ms,
+            })
+        length_ns = length * _NS_PER_S // (fmt.rate * fmt.sample_width)
+        return _Playout(reply, length, length_ns, t0, float(self._lead_ns), self._speed)
+
+    def _audio(self, reply: _Reply, start: int, end: int) -> bytes:
+        """Bytes [start, end) of a reply in the session's format."""
+        if reply.turn.reply == "echo":
+            return reply.utterance.audio[start:end]
+        assert self._config is not None
+        width = self._config.fmt.sample_width
+        first, count = start // width, (end - start) // width
+        if reply.turn.reply == "tone":
+            return self._encode(_tone_pcm(reply.turn.frequency_hz, self._config.fmt.rate, first, count))
+        return self._encode(bytes(2 * count))
+
+    # -- server events --------------------------------------------------------------------------------------
 
     def _usage(self, now: int) -> dict[str, float]:
         return {"seconds": float((now - self._started_at) // _NS_PER_S)}
 
     def _finish(self, reason: str, now: int, client_event_id: str | None) -> None:
         assert self._resource is not None
+        self._end_stall()  # a graceful end flushes what a stall held back first
         closed = {
             "type": "session.closed",
             "event_id": self._ids.new("event"),
@@ -577,11 +967,19 @@ class LiveFakeConnection:
         return event
 
     def _emit(self, event: dict[str, Any]) -> None:
-        """The single outbound funnel (fault-injection hook point)."""
-        self._out.append(json.dumps(event, separators=(",", ":")))
+        self._send(json.dumps(event, separators=(",", ":")))
+
+    def _send(self, text: str) -> None:
+        """The single outbound funnel: half-open drops, a stall holds, otherwise out it goes."""
+        if self._half_open:
+            self.suppressed += 1
+        elif self._stall_until is not None:
+            self._held.append(text)
+        else:
+            self._out.append(text)
 
     def _close_with(self, request: CloseRequest) -> None:
-        """The single close funnel (fault-injection hook point)."""
+        """The single close funnel."""
         self._closing = True
         self._close = request
         self.record.close_code = request.code
@@ -598,13 +996,18 @@ def server(
     options: LiveFakeOptions | None = None,
     *,
     faults: Sequence[Fault] = (),
+    script: Script | None = None,
     record_path: str | None = None,
 ) -> FakeServer:
-    """A GPT-Live fake (not yet listening: `await server(...).start(host, port)`)."""
+    """A GPT-Live fake (not yet listening: `await server(...).start(host, port)`); `script` overrides the options'."""
     opts = options or LiveFakeOptions()
+    if script is not None:
+        opts = dataclasses.replace(opts, script=script)
 
     def factory(ctx: ConnectionContext) -> LiveFakeConnection:
-        return LiveFakeConnection(opts, now=ctx.now, unix_time=ctx.unix_time, ids=ctx.ids, index=ctx.index)
+        return LiveFakeConnection(
+            opts, now=ctx.now, unix_time=ctx.unix_time, ids=ctx.ids, index=ctx.index, faults=ctx.faults
+        )
 
     return FakeServer(
         "openai_live",
@@ -623,10 +1026,11 @@ async def serve(
     *,
     options: LiveFakeOptions | None = None,
     faults: Sequence[Fault] = (),
+    script: Script | None = None,
     record_path: str | None = None,
 ) -> FakeServer:
     """Start a fake GPT-Live server; `port=0` picks a free port (see `.port` / `.url`)."""
-    return await server(options, faults=faults, record_path=record_path).start(host, port)
+    return await server(options, faults=faults, script=script, record_path=record_path).start(host, port)
 
 
 LiveFakeServer = FakeServer

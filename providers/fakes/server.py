@@ -10,7 +10,9 @@ A connection core provides:
 - `record: ConnectionRecord`, `last_frame: ClientFrameRecord | None`;
 - `receive_message(data, now)`, `handle_timer(now)`, `connection_lost(code)`, `inject(fault, now)`;
 - `frames_to_send() -> list[str]`, `close_to_send() -> CloseRequest | None`, `next_deadline() -> int | None`;
-- `recorded(frame) -> dict`: the frame as written to the record file (audio payloads shortened).
+- `recorded(frame) -> dict`: the frame as written to the record file (audio payloads shortened);
+- optionally `half_open: bool`: once true, the shell stops reading and writing on the socket (pings go
+  unanswered), as a peer whose network vanished would, until the client closes or the server stops.
 """
 
 from __future__ import annotations
@@ -181,7 +183,11 @@ class FakeServer:
         return f"{scheme}://{host}:{self.port}{self._path}"
 
     def inject(self, fault: Fault) -> None:
-        """Apply a fault now: to every open connection (or the N-th, now or when it opens)."""
+        """Apply a fault now: to every open connection (or the N-th, now or when it opens). `refuse` applies
+        to the upgrades that follow."""
+        if fault.kind is FaultKind.REFUSE:
+            self.faults.append(fault)
+            return
         now = time.monotonic_ns()
         applied = False
         for index, (core, wake) in self._live.items():
@@ -233,10 +239,7 @@ class FakeServer:
         if not faults:
             return connection.respond(HTTPStatus.BAD_REQUEST, "give ?spec=KIND[:VALUE][@AFTER_MS]\n")
         for fault in faults:
-            if fault.kind is FaultKind.REFUSE:
-                self.faults.append(fault)
-            else:
-                self.inject(fault)
+            self.inject(fault)
         return connection.respond(HTTPStatus.OK, "ok\n")
 
     async def _handler(self, ws: ServerConnection) -> None:
@@ -298,6 +301,9 @@ class FakeServer:
                         self._write_record(core)
             for frame in core.frames_to_send():
                 await ws.send(frame)
+            if getattr(core, "half_open", False):
+                await self._hang(ws)
+                return
             request = core.close_to_send()
             if request is not None:
                 if request.abrupt:
@@ -306,6 +312,14 @@ class FakeServer:
                 else:
                     await ws.close(request.code, request.reason)
                 return
+
+    @staticmethod
+    async def _hang(ws: ServerConnection) -> None:
+        """A half-open socket: stop reading (so pings go unanswered and nothing more is recorded) and stop
+        writing, but keep the TCP connection, until the client gives up or the server shuts down."""
+        if ws.transport is not None:
+            ws.transport.pause_reading()
+        await ws.wait_closed()
 
     def _write_record(self, core: FakeConnection) -> None:
         entry = core.last_frame

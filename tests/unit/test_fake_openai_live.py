@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import typing
 from pathlib import Path
 from typing import Any
@@ -17,8 +18,10 @@ from openai.types.live import ServerEvent
 from websockets.asyncio.client import connect
 
 from providers.fakes.echo import EchoOptions
-from providers.fakes.openai_live import LiveFakeConnection, LiveFakeOptions, SequentialIds, serve
-from rtp.g711 import alaw_encode, ulaw_encode
+from providers.fakes.faults import Fault, parse_fault
+from providers.fakes.openai_live import CloseRequest, LiveFakeConnection, LiveFakeOptions, SequentialIds, serve
+from providers.fakes.script import Script, ToolCallScript, Turn
+from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 
 MS = 1_000_000
 S = 1_000_000_000
@@ -43,6 +46,9 @@ KEYS = {
     "session.output_transcript.delta": {"type", "event_id", "delta", "start_ms", "end_ms"},
     "session.output_audio.delta": {"type", "delta"},
     "error": {"type", "event_id", "error"},
+    "session.delegation.created": {"type", "event_id", "delegation", "offset_ms"},
+    "session.commentary.appended": {"type", "event_id", "start_ms", "end_ms"},
+    "session.thinking.appended": {"type", "event_id", "start_ms", "end_ms"},
 }
 ERROR_KEYS = {"type", "code", "message", "param", "client_event_id"}
 
@@ -53,6 +59,8 @@ def check(event: dict[str, Any]) -> dict[str, Any]:
     assert set(event) - {"client_event_id"} == KEYS[event["type"]], event
     if event["type"] == "error":
         assert set(event["error"]) == ERROR_KEYS
+    if event["type"] == "session.delegation.created":
+        assert set(event["delegation"]) == {"id", "type", "target"}
     return event
 
 
@@ -74,15 +82,26 @@ def utterance_pcmu() -> bytes:
 
 
 class Harness:
-    """Drives one core on a virtual clock; every frame it emits is schema-checked and kept with its time."""
+    """Drives one core on a virtual clock; every frame it emits is schema-checked and kept with its time.
 
-    def __init__(self, options: LiveFakeOptions | None = None) -> None:
-        self.core = LiveFakeConnection(options, now=0, unix_time=UNIX, ids=SequentialIds(7))
+    Frames that are not JSON (only the garbage_json fault sends them) go to `raw` instead.
+    """
+
+    def __init__(self, options: LiveFakeOptions | None = None, faults: tuple[Fault, ...] = ()) -> None:
+        self.core = LiveFakeConnection(options, now=0, unix_time=UNIX, ids=SequentialIds(7), faults=faults)
         self.now = 0
         self.log: list[tuple[int, dict[str, Any]]] = []
+        self.raw: list[tuple[int, str]] = []
 
     def _pull(self) -> list[dict[str, Any]]:
-        got = [check(json.loads(f)) for f in self.core.frames_to_send()]
+        got = []
+        for text in self.core.frames_to_send():
+            try:
+                event = json.loads(text)
+            except ValueError:
+                self.raw.append((self.now, text))
+                continue
+            got.append(check(event))
         self.log += [(self.now, e) for e in got]
         return got
 
@@ -204,6 +223,8 @@ def test_session_start_unknown_top_level_key_and_missing_session() -> None:
         {"type": "session.input_audio.append", "audio": ""},
         {"type": "session.close"},
         {"type": "session.update", "session": {}},
+        {"type": "session.commentary.append", "content": "x", "delegation_id": None},
+        {"type": "session.thinking.append", "content": "x", "delegation_id": None},
     ],
 )
 def test_anything_before_session_start_is_an_error(event: dict[str, Any]) -> None:
@@ -233,7 +254,8 @@ def test_second_session_start_is_rejected() -> None:
         ('{"audio": "AAAA"}', "missing_required_parameter", "type"),
         ('{"type": 3}', "invalid_type", "type"),
         ('{"type": "conversation.item.create"}', "invalid_event_type", "type"),
-        ('{"type": "session.commentary.append", "content": "hi"}', "unsupported_by_fake", "type"),
+        ('{"type": "session.commentary.append", "content": "hi"}', "missing_required_parameter", "delegation_id"),
+        ('{"type": "session.instructions.append", "content": "hi"}', "unsupported_by_fake", "type"),
         ('{"type": "session.input_audio.append", "audio": "%%%not-base64"}', "invalid_value", "audio"),
         ('{"type": "session.input_audio.append", "audio": "AAA"}', "invalid_value", "audio"),
         ('{"type": "session.input_audio.append"}', "missing_required_parameter", "audio"),
@@ -505,3 +527,380 @@ async def test_openai_sdk_live_client_talks_to_the_fake() -> None:
             closed = await conn.recv()
             assert isinstance(closed, SessionClosedEvent) and closed.reason == "close_requested"
         assert server.connections[0].close_code == 1000
+
+
+# -- scripted turns and delegations -------------------------------------------------------------------------
+
+T0 = 1680 * MS  # when utterance_pcmu(), streamed in 20 ms frames from 0, is detected
+LOOKUP = ToolCallScript("lookup_order", {"order_id": "42"})
+CONTEXT_KINDS = ("session.commentary.append", "session.thinking.append")
+
+
+def scripted(*turns: Turn, then: Turn = Turn(), **options: Any) -> LiveFakeOptions:
+    return LiveFakeOptions(script=Script(turns, then), **options)
+
+
+def faults(*specs: str) -> tuple[Fault, ...]:
+    return tuple(parse_fault(spec) for spec in specs)
+
+
+def audio_out(h: Harness) -> bytes:
+    return b"".join(base64.b64decode(e["delta"]) for _, e in h.of("session.output_audio.delta"))
+
+
+def delta_times(h: Harness) -> list[int]:
+    return [t for t, _ in h.of("session.output_audio.delta")]
+
+
+@pytest.mark.parametrize("kind", CONTEXT_KINDS)
+def test_delegation_round_trip(kind: str) -> None:
+    turn = Turn(reply="tone", duration_ms=400, tool_call=LOOKUP, transcript="Your order ships today.")
+    h = Harness(scripted(turn))
+    h.start(audio={"format": PCMU})
+    h.stream(utterance_pcmu())
+    h.advance(5 * S)
+    assert [e["type"] for _, e in h.log] == [
+        "session.started", "session.input_transcript.delta", "session.delegation.created"
+    ]
+    [(t, created)] = h.of("session.delegation.created")
+    delegation = created["delegation"]
+    assert t == T0 and created["offset_ms"] == 1700
+    assert delegation["id"].startswith("del_")
+    assert (delegation["type"], delegation["target"]) == ("delegation", "client")
+    record = h.core.delegations[delegation["id"]]
+    assert (record.tool_call, record.utterance, record.answered_at) == (LOOKUP, 1, None)
+    wire = json.dumps([e for _, e in h.log])
+    assert "lookup_order" not in wire and "order_id" not in wire  # GPT-Live delegations carry no task text
+    assert h.core.next_deadline() == 15 * S  # only usage: the reply waits for the answer
+
+    answer = {"type": kind, "event_id": "a1", "content": "Order 42 ships today.", "delegation_id": delegation["id"]}
+    got = h.send(answer)
+    assert [e["type"] for e in got] == [
+        kind.replace("append", "appended"), "session.output_transcript.delta", "session.output_audio.delta"
+    ]
+    ack, transcript, _ = got
+    assert (ack["start_ms"], ack["end_ms"], ack["client_event_id"]) == (1700, 1700, "a1")
+    assert transcript["delta"] == "Your order ships today."
+    assert (transcript["start_ms"], transcript["end_ms"]) == (1700, 2100)
+    h.advance(10 * S)
+    assert delta_times(h) == [5 * S + n * 40 * MS for n in range(10)]
+    assert len(audio_out(h)) == 3200
+    assert (record.answered_at, record.answers) == (5 * S, [kind])
+
+
+def test_duplicate_tool_call_delivers_each_delegation_twice_and_one_answer_suffices() -> None:
+    h = Harness(scripted(Turn(reply="tone", duration_ms=200, tool_call=LOOKUP)), faults("duplicate_tool_call"))
+    h.start(audio={"format": PCMU})
+    h.stream(utterance_pcmu())
+    h.advance(3 * S)
+    [(t1, first), (t2, second)] = h.of("session.delegation.created")
+    assert t1 == t2 == T0
+    assert first["delegation"] == second["delegation"] and first["offset_ms"] == second["offset_ms"]
+    assert first["event_id"] != second["event_id"]
+    [delegation_id] = h.core.delegations
+    answer = {"type": "session.commentary.append", "content": "Shipped.", "delegation_id": delegation_id}
+    assert [e["type"] for e in h.send(answer)][:2] == ["session.commentary.appended", "session.output_transcript.delta"]
+    assert [e["type"] for e in h.send(answer)] == ["session.commentary.appended"]  # acknowledged, no second reply
+    h.advance(10 * S)
+    assert len(h.of("session.output_transcript.delta")) == 1 and len(audio_out(h)) == 1600
+    assert h.core.delegations[delegation_id].answers == ["session.commentary.append"] * 2
+    assert h.core.record.faults == ["duplicate_tool_call"]
+
+
+def test_commentary_for_an_unknown_delegation_is_an_error() -> None:
+    h = Harness(scripted(Turn(tool_call=LOOKUP)))
+    h.start(audio={"format": PCMU})
+    h.stream(utterance_pcmu())
+    event = {"type": "session.commentary.append", "event_id": "c9", "content": "x", "delegation_id": "del_nope"}
+    err = error_of(h.send(event))
+    assert (err["code"], err["param"], err["client_event_id"]) == ("unknown_delegation", "delegation_id", "c9")
+    h.advance(5 * S)
+    assert h.of("session.output_audio.delta") == []  # the real delegation is still open
+
+
+@pytest.mark.parametrize("kind", CONTEXT_KINDS)
+def test_session_wide_context_is_acknowledged(kind: str) -> None:
+    h = Harness()
+    h.start(audio={"format": PCMU})
+    h.stream(ulaw_encode(pcm16(quiet(300))))
+    [ack] = h.send({"type": kind, "content": "The caller is a VIP.", "delegation_id": None})
+    assert ack["type"] == kind.replace("append", "appended")
+    assert (ack["start_ms"], ack["end_ms"]) == (300, 300) and "client_event_id" not in ack
+
+
+@pytest.mark.parametrize("kind", CONTEXT_KINDS)
+@pytest.mark.parametrize(
+    ("fields", "code", "param"),
+    [
+        ({"delegation_id": None}, "missing_required_parameter", "content"),
+        ({"content": "x"}, "missing_required_parameter", "delegation_id"),
+        ({"content": 5, "delegation_id": None}, "invalid_type", "content"),
+        ({"content": "x", "delegation_id": 7}, "invalid_type", "delegation_id"),
+        ({"content": "x", "delegation_id": None, "role": "system"}, "unknown_parameter", "role"),
+    ],
+)
+def test_context_appends_are_validated_strictly(kind: str, fields: dict[str, Any], code: str, param: str) -> None:
+    h = Harness()
+    h.start()
+    err = error_of(h.send({"type": kind, **fields}))
+    assert (err["code"], err["param"]) == (code, param)
+
+
+@pytest.mark.parametrize(
+    ("fmt", "encode", "decode", "rate", "width"),
+    [
+        (PCMU, ulaw_encode, ulaw_decode, 8000, 1),
+        ({"type": "audio/pcma", "rate": 8000}, alaw_encode, alaw_decode, 8000, 1),
+        ({"type": "audio/pcm", "rate": 24000}, bytes, bytes, 24000, 2),
+    ],
+)
+def test_tone_turn_length_frequency_and_pacing(fmt: dict, encode: Any, decode: Any, rate: int, width: int) -> None:
+    h = Harness(scripted(Turn(reply="tone", duration_ms=1000, frequency_hz=500)))
+    h.start(audio={"format": fmt})
+    frame = rate * width // 50
+    h.stream(encode(pcm16(quiet(500, rate), tone(800, rate), quiet(400, rate, seed=1))), frame_bytes=frame)
+    h.advance(10 * S)
+    [(t0, transcript)] = h.of("session.output_transcript.delta")
+    assert t0 == T0
+    assert (transcript["delta"], transcript["start_ms"], transcript["end_ms"]) == ("[tone 1, 1.0 s]", 1700, 2700)
+    chunks = [base64.b64decode(e["delta"]) for _, e in h.of("session.output_audio.delta")]
+    assert delta_times(h) == [t0 + n * 40 * MS for n in range(25)]
+    assert {len(c) for c in chunks} == {rate * width * 40 // 1000}
+    x = np.frombuffer(decode(b"".join(chunks)), dtype="<i2") / 32768
+    assert len(x) == rate  # one second
+    expected = 0.3 * np.sin(2 * np.pi * 500 * np.arange(rate) / rate)
+    assert np.max(np.abs(x - expected)) < 0.01  # the right sine, continuous across chunk boundaries
+
+
+def test_silence_turn_is_digital_silence_without_a_transcript() -> None:
+    h = Harness(scripted(Turn(reply="silence", duration_ms=200)))
+    h.start(audio={"format": PCMU})
+    h.stream(utterance_pcmu())
+    h.advance(5 * S)
+    assert h.of("session.output_transcript.delta") == []
+    assert delta_times(h) == [T0 + n * 40 * MS for n in range(5)]
+    assert audio_out(h) == ulaw_encode(bytes(2 * 1600))
+
+
+def test_replies_are_spoken_in_order_behind_an_open_delegation() -> None:
+    audio = ulaw_encode(pcm16(quiet(500), tone(800), quiet(600, seed=1), tone(600), quiet(600, seed=2)))
+    h = Harness(scripted(Turn(reply="tone", duration_ms=300, tool_call=LOOKUP)))  # then: echo
+    h.start(audio={"format": PCMU})
+    h.stream(audio)
+    h.advance(4 * S)
+    assert len(h.of("session.input_transcript.delta")) == 2 and h.of("session.output_audio.delta") == []
+    assert h.core.queued == 2
+    [delegation_id] = h.core.delegations
+    h.send({"type": "session.thinking.append", "content": "found it", "delegation_id": delegation_id})
+    h.advance(10 * S)
+    outputs = [(t, e["delta"], e["start_ms"], e["end_ms"]) for t, e in h.of("session.output_transcript.delta")]
+    assert outputs == [(4 * S, "[tone 1, 0.3 s]", 3100, 3400), (4300 * MS, "[echo 2, 0.7 s]", 3400, 4120)]
+    assert audio_out(h)[2400:] == audio[(1900 - 60) * 8 : (2500 + 60) * 8]
+
+
+def test_utterances_beyond_max_queued_are_transcribed_but_not_answered() -> None:
+    audio = ulaw_encode(pcm16(quiet(500), tone(800), quiet(600, seed=1), tone(600), quiet(600, seed=2)))
+    h = Harness(scripted(then=Turn(tool_call=LOOKUP), max_queued=1))
+    h.start(audio={"format": PCMU})
+    h.stream(audio)
+    assert len(h.of("session.input_transcript.delta")) == 2
+    assert len(h.of("session.delegation.created")) == 1 and h.core.dropped == 1
+
+
+# -- faults on virtual time ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("factor", [4, 3, 0.5])
+def test_burst_sends_chunk_n_at_t0_plus_n_chunks_over_the_factor(factor: float) -> None:
+    h = Harness(faults=faults(f"burst:{factor:g}"))
+    h.start(audio={"format": PCMU})
+    h.stream(utterance_pcmu())
+    h.advance(10 * S)
+    assert delta_times(h) == [T0 + math.ceil(n * 40 * MS / factor) for n in range(23)]
+    assert audio_out(h) == utterance_pcmu()[440 * 8 : 1360 * 8]
+    assert h.core.record.faults == [f"burst:{factor:g}"]
+
+
+def test_burst_injected_mid_reply_speeds_up_only_what_follows() -> None:
+    h = Harness()
+    h.start(audio={"format": PCMU})
+    h.stream(utterance_pcmu())
+    h.advance(T0 + 100 * MS)
+    h.core.inject(parse_fault("burst:4"), h.now)
+    assert h.core.record.faults == []  # recorded when it fires, not when injected
+    h.advance(10 * S)
+    times = delta_times(h)
+    assert times[:3] == [T0, T0 + 40 * MS, T0 + 80 * MS]
+    assert times[3:] == [T0 + 100 * MS + (n * 40 - 100) * MS // 4 for n in range(3, 23)]
+    assert audio_out(h) == utterance_pcmu()[440 * 8 : 1360 * 8]
+    assert h.core.record.faults == ["burst:4"]
+
+
+def test_stall_sends_nothing_then_dumps_everything_that_became_due() -> None:
+    h = Harness(faults=faults("stall:200@1730"))
+    h.start(audio={"format": PCMU})
+    h.stream(utterance_pcmu())
+    h.advance(10 * S)
+    end = 1930 * MS
+    assert delta_times(h) == [T0, T0 + 40 * MS] + [end] * 5 + [T0 + n * 40 * MS for n in range(7, 23)]
+    assert not any(1730 * MS <= t < end for t, _ in h.log)
+    assert audio_out(h) == utterance_pcmu()[440 * 8 : 1360 * 8]
+
+
+def test_a_graceful_close_ends_a_stall_first() -> None:
+    h = Harness(LiveFakeOptions(usage_interval_ms=100), faults("stall:5000@250"))
+    h.start()
+    h.advance(700 * MS)
+    assert [t for t, _ in h.of("session.usage.updated")] == [100 * MS, 200 * MS]
+    got = h.send({"type": "session.close"})
+    assert [e["type"] for e in got] == ["session.usage.updated"] * 5 + ["session.closed"]
+    assert h.core.close_to_send() == CloseRequest(1000)
+
+
+def test_half_open_sends_nothing_more_but_keeps_recording() -> None:
+    h = Harness(faults=faults("half_open@1000"))
+    h.start(audio={"format": PCMU})
+    h.stream(utterance_pcmu())
+    h.advance(20 * S)
+    assert [e["type"] for _, e in h.log] == ["session.started"] and h.raw == []
+    assert h.core.half_open and h.core.next_deadline() is None
+    frames = len(h.core.record.client_frames)
+    assert h.send({"type": "session.close"}) == [] and h.send("junk") == []
+    assert h.core.close_to_send() is None and not h.core.closed
+    assert len(h.core.record.client_frames) == frames + 2
+    h.core.inject(parse_fault("close"), h.now)  # fires, but a wedged connection sends nothing
+    h.core.inject(parse_fault("abrupt_close@100"), h.now)  # sends nothing either: it still acts
+    h.advance(h.now + S)
+    assert len(h.log) == 1 and h.raw == []
+    assert h.core.close_to_send() == CloseRequest(1006, abrupt=True)
+    assert h.core.record.faults == ["half_open@1000", "close", "abrupt_close@100"]
+
+
+def test_close_fault_is_gpt_lives_real_end() -> None:
+    h = Harness(faults=faults("close@3000"))
+    started = h.start(audio={"format": PCMU})
+    h.advance(10 * S)
+    [(t, closed)] = h.of("session.closed")
+    assert t == 3 * S and closed["reason"] == "expired" and closed["usage"] == {"seconds": 3.0}
+    assert closed["session"] == started["session"] and "client_event_id" not in closed
+    assert h.core.close_to_send() == CloseRequest(1000)
+    assert h.core.closed and h.core.next_deadline() is None
+    assert (h.core.record.faults, h.core.record.close_code) == (["close@3000"], 1000)
+
+
+def test_abrupt_close_sends_no_close_frame_and_loses_held_frames() -> None:
+    h = Harness(LiveFakeOptions(usage_interval_ms=500), faults("stall:1000@2200", "abrupt_close@2500"))
+    h.start()
+    h.advance(5 * S)
+    assert [t for t, _ in h.of("session.usage.updated")] == [500 * MS, 1000 * MS, 1500 * MS, 2000 * MS]
+    assert h.core.close_to_send() == CloseRequest(1006, abrupt=True)
+    assert h.of("session.closed") == [] and h.core.closed and h.core.next_deadline() is None
+    assert h.core.record.faults == ["stall:1000@2200", "abrupt_close@2500"]
+
+
+def test_garbage_json_is_one_frame_that_is_not_json() -> None:
+    h = Harness(LiveFakeOptions(usage_interval_ms=1000), faults("garbage_json@1500"))
+    h.start()
+    h.advance(3 * S)
+    [(t, text)] = h.raw
+    assert t == 1500 * MS
+    with pytest.raises(ValueError):
+        json.loads(text)
+    assert [t for t, _ in h.of("session.usage.updated")] == [1 * S, 2 * S, 3 * S]  # the session goes on
+    assert not h.core.closed
+
+
+def test_invalid_audio_is_one_delta_whose_payload_is_not_base64() -> None:
+    h = Harness(faults=faults("invalid_audio@500"))
+    h.start(audio={"format": PCMU})
+    h.advance(S)
+    [(t, delta)] = h.of("session.output_audio.delta")  # schema-valid (checked by the harness)
+    assert t == 500 * MS
+    for validate in (True, False):
+        with pytest.raises(ValueError):
+            base64.b64decode(delta["delta"], validate=validate)
+
+
+def test_slow_handshake_sends_session_started_late() -> None:
+    h = Harness(faults=faults("slow_handshake:800"))
+    h.now = S
+    start = {"type": "session.start", "event_id": "s1", "session": {"model": "gpt-live-1", "audio": {"format": PCMU}}}
+    assert h.send(start) == []
+    assert not h.core.started and h.core.next_deadline() == 1800 * MS
+    h.now = 1500 * MS
+    assert error_of(h.send({"type": "session.input_audio.append", "audio": ""}))["code"] == "session_not_started"
+    assert error_of(h.send(start))["code"] == "session_already_started"
+    h.advance(1799 * MS)
+    assert h.of("session.started") == []
+    h.advance(2 * S)
+    [(t, started)] = h.of("session.started")
+    assert t == 1800 * MS and started["client_event_id"] == "s1"
+    assert started["session"]["expires_at"] == UNIX + 1 + 3600
+    assert h.core.next_deadline() == 1800 * MS + 15 * S  # usage counts from the real start
+    assert h.core.record.faults == ["slow_handshake:800"]
+
+
+def test_slow_handshake_injected_before_the_start_delays_it() -> None:
+    h = Harness()
+    h.core.inject(parse_fault("slow_handshake:500"), 0)
+    assert h.core.next_deadline() == 0
+    h.advance(0)
+    h.now = 100 * MS
+    assert h.send({"type": "session.start", "session": {"model": "gpt-live-1"}}) == []
+    h.advance(S)
+    assert [t for t, _ in h.of("session.started")] == [600 * MS]
+
+
+def test_runtime_faults_count_from_injection() -> None:
+    h = Harness()
+    h.now = 2 * S
+    h.core.inject(parse_fault("garbage_json@300"), h.now)
+    h.core.inject(parse_fault("refuse"), h.now)  # the shell's business: ignored by the core
+    assert h.core.next_deadline() == 2300 * MS and h.core.record.faults == []
+    h.advance(2299 * MS)
+    assert h.raw == []
+    h.advance(3 * S)
+    assert [t for t, _ in h.raw] == [2300 * MS] and h.core.record.faults == ["garbage_json@300"]
+    assert h.core.next_deadline() is None
+
+
+def test_option_faults_count_from_session_start_and_only_for_their_connection() -> None:
+    h = Harness(faults=faults("close@1000", "2/abrupt_close"))
+    assert h.core.next_deadline() is None
+    h.now = 5 * S
+    h.start()
+    assert h.core.next_deadline() == 6 * S
+    h.advance(10 * S)
+    assert [t for t, _ in h.of("session.closed")] == [6 * S]
+    assert h.core.close_to_send() == CloseRequest(1000) and h.core.record.faults == ["close@1000"]
+
+
+async def test_shell_passes_script_and_faults_to_each_connection() -> None:
+    turn = Turn(reply="tone", duration_ms=200, tool_call=LOOKUP)
+    audio = ulaw_encode(pcm16(quiet(200), tone(300), quiet(400, seed=3)))
+    async with await serve(script=Script((turn,)), faults=faults("duplicate_tool_call", "garbage_json")) as server:
+        async with connect(server.url, additional_headers={"Authorization": "Bearer sk-test"}) as ws:
+            await ws.send(json.dumps({"type": "session.start", "session": {"model": "gpt-live-1",
+                                                                          "audio": {"format": PCMU}}}))
+            async with asyncio.timeout(5):
+                assert check(json.loads(await ws.recv()))["type"] == "session.started"
+                garbage = await ws.recv()
+                with pytest.raises(ValueError):
+                    json.loads(garbage)
+                await ws.send(json.dumps({"type": "session.input_audio.append",
+                                          "audio": base64.b64encode(audio).decode()}))
+                delegations = []
+                while len(delegations) < 2:
+                    event = check(json.loads(await ws.recv()))
+                    if event["type"] == "session.delegation.created":
+                        delegations.append(event["delegation"]["id"])
+                assert delegations[0] == delegations[1]
+                await ws.send(json.dumps({"type": "session.commentary.append", "content": "ok",
+                                          "delegation_id": delegations[0]}))
+                played = b""
+                while len(played) < 1600:
+                    event = check(json.loads(await ws.recv()))
+                    if event["type"] == "session.output_audio.delta":
+                        played += base64.b64decode(event["delta"])
+                assert played == ulaw_encode(pcm16(0.3 * np.sin(2 * np.pi * 440 * np.arange(1600) / 8000)))
+        assert server.connections[0].faults == ["duplicate_tool_call", "garbage_json"]

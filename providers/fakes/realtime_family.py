@@ -1,0 +1,1507 @@
+"""The shared sans-I/O core of the OpenAI-Realtime-family fakes (OpenAI Realtime GA and xAI Grok Voice Agent).
+
+xAI's Voice Agent API is an OpenAI Realtime clone with a list of differences (providers.md §3.6). Both fakes run
+this one core; everything that differs is data in a `Dialect` (openai_realtime.py and xai.py each define one).
+Nothing here names a vendor: a behaviour that only one service has is a dialect field.
+
+The core, in the aioquic shape (aesthetics.md §4): `RealtimeFamilyConnection` is driven by
+`receive_message(data, now)`, `handle_timer(now)`, `inject(fault, now)` and `connection_lost(code)`; outputs are
+pulled (`frames_to_send()`, `close_to_send()`), and `next_deadline()` says when `handle_timer` must run. `now` is
+monotonic int ns, always passed in. Peer input never raises: it becomes an `error` event (session stays open).
+It satisfies the `FakeConnection` protocol of providers/fakes/server.py, whose shell runs it on loopback.
+
+The model behind it (deterministic, on bytes and `now` only):
+
+* Input audio is decoded per the session's input format and its length counted from bytes (the `*_ms` values
+  of VAD events are offsets into the appended audio, never clock readings). The server VAD is the energy
+  detector of echo.py: `threshold` t (0..1) maps to -60 + 40*t dBFS per 20 ms window, `silence_duration_ms` is
+  the hangover, speech counts once it holds `min_speech_ms` of voiced audio. `speech_started.audio_start_ms` =
+  first voiced ms - `prefix_padding_ms`; `speech_stopped.audio_end_ms` = last voiced ms + `silence_duration_ms`.
+* Each answered input takes the next `Script` turn (default: echo). The echo speaks the utterance's exact input
+  bytes (first voiced - prefix .. last voiced + prefix) when the input and output formats are equal; otherwise
+  it speaks a tone of the same length (no transcoding). A tool-call turn first answers with the function call,
+  then waits for `function_call_output` + `response.create` before speaking.
+* Output audio goes out faster than real time: chunks of `chunk_ms`, chunk k+1 due `chunk_ms / speed` after
+  chunk k (`speed` default 4x; a `burst:F` fault makes it F). Transcript deltas (one per word) ride along.
+
+Faults (faults.py) act at two funnels: every outbound frame goes through `_emit`, every close through
+`_close_with`. Fired faults are appended to `record.faults` as spec strings.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import copy
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit
+
+import numpy as np
+
+from providers.fakes.echo import EchoModel, EchoOptions, UtteranceDetected, UtteranceStarted
+from providers.fakes.faults import Fault, FaultKind, FaultSchedule
+from providers.fakes.script import Script, ToolCallScript, Turn
+from providers.fakes.server import (
+    Authorize,
+    ClientFrameRecord,
+    CloseRequest,
+    ConnectionContext,
+    ConnectionRecord,
+    FakeServer,
+    IdSource,
+    SequentialIds,
+)
+from rtp.audio import AudioFormat, Encoding
+from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+
+__all__ = [
+    "Obj",
+    "Str",
+    "Int",
+    "Num",
+    "Bool",
+    "Nullable",
+    "ListOf",
+    "AnyOf",
+    "Tagged",
+    "Anything",
+    "Spec",
+    "Dialect",
+    "RealtimeFakeOptions",
+    "RealtimeFamilyConnection",
+    "connection_factory",
+    "make_server",
+    "accepts_path",
+    "threshold_dbfs",
+]
+
+_NS_PER_MS = 1_000_000
+_NS_PER_S = 1_000_000_000
+_MAX_APPEND_B64 = 15 * 2**20  # providers.md §1.4: up to 15 MiB of base64 per append
+_MIN_COMMIT_MS = 100  # §1.9: a commit needs at least 100 ms of audio
+_GARBAGE = '{"type":"response.output_audio.delta","event_id":"event_'  # garbage_json: cut-off JSON
+_INVALID_B64 = "!!not*base64!!"  # invalid_audio: not decodable as base64
+_EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 700, "auto": 700, "high": 400}  # semantic_vad stand-in
+
+# -- declarative schemas (each dialect describes its session and items with these) ---------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Obj:
+    """A JSON object with known `fields`. `merge`: a session.update deep-merges into it (else replaces it);
+    `defaults` are filled in whenever the object is set anew."""
+
+    fields: Mapping[str, Spec]
+    required: tuple[str, ...] = ()
+    merge: bool = False
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Str:
+    choices: tuple[str, ...] | None = None
+    nonempty: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Int:
+    lo: int | None = None
+    hi: int | None = None
+    choices: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Num:
+    lo: float | None = None
+    hi: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Bool:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Nullable:
+    inner: Spec
+
+
+@dataclass(frozen=True, slots=True)
+class ListOf:
+    item: Spec
+
+
+@dataclass(frozen=True, slots=True)
+class AnyOf:
+    """The first option whose JSON type fits the value decides (e.g. a voice name or `{"id": ...}`)."""
+
+    options: tuple[Spec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Tagged:
+    """An object discriminated by its `type` (or `key`) field; each variant lists that field too."""
+
+    variants: Mapping[str, Obj]
+    key: str = "type"
+
+
+@dataclass(frozen=True, slots=True)
+class Anything:
+    pass
+
+
+Spec = Obj | Str | Int | Num | Bool | Nullable | ListOf | AnyOf | Tagged | Anything
+
+
+class _ClientError(Exception):
+    """A bad client event; caught in `receive_message` and turned into an `error` event."""
+
+    def __init__(self, code: str, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.param = code, message, param
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int):
+        return "an integer"
+    if isinstance(value, float):
+        return "a number"
+    return {str: "a string", dict: "an object", list: "an array"}.get(type(value), "an unknown type")
+
+
+def _fits(spec: Spec, value: Any) -> bool:
+    """Does the JSON type of `value` fit `spec` (without looking inside)?"""
+    if isinstance(spec, Anything):
+        return True
+    if isinstance(spec, Nullable):
+        return value is None or _fits(spec.inner, value)
+    if isinstance(spec, (Obj, Tagged)):
+        return isinstance(value, dict)
+    if isinstance(spec, Str):
+        return isinstance(value, str)
+    if isinstance(spec, Bool):
+        return isinstance(value, bool)
+    if isinstance(spec, Int):
+        return isinstance(value, int) and not isinstance(value, bool)
+    if isinstance(spec, Num):
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if isinstance(spec, ListOf):
+        return isinstance(value, list)
+    return any(_fits(o, value) for o in spec.options)
+
+
+_EXPECTED = {Obj: "an object", Tagged: "an object", Str: "a string", Bool: "a boolean", Int: "an integer",
+             Num: "a number", ListOf: "an array"}
+
+
+def _invalid_value(value: Any, path: str, detail: str) -> _ClientError:
+    return _ClientError("invalid_value", f"Invalid value: {json.dumps(value)}. {detail}", path)
+
+
+def validate(spec: Spec, value: Any, path: str) -> None:
+    """Check `value` against `spec`; raise `_ClientError` naming the dotted `path` of the first problem."""
+    if isinstance(spec, Anything):
+        return
+    if isinstance(spec, Nullable):
+        if value is not None:
+            validate(spec.inner, value, path)
+        return
+    if isinstance(spec, AnyOf):
+        for option in spec.options:
+            if _fits(option, value):
+                validate(option, value, path)
+                return
+        raise _ClientError("invalid_type", f"Invalid type for '{path}': got {_json_type(value)}.", path)
+    if not _fits(spec, value):
+        expected = _EXPECTED[type(spec)]
+        message = f"Invalid type for '{path}': expected {expected}, but got {_json_type(value)} instead."
+        raise _ClientError("invalid_type", message, path)
+    if isinstance(spec, Tagged):
+        if spec.key not in value:
+            message = f"Missing required parameter: '{path}.{spec.key}'."
+            raise _ClientError("missing_required_parameter", message, f"{path}.{spec.key}")
+        tag = value[spec.key]
+        if tag not in spec.variants:
+            supported = ", ".join(f"'{v}'" for v in spec.variants)
+            raise _invalid_value(tag, f"{path}.{spec.key}", f"Supported values are: {supported}.")
+        validate(spec.variants[tag], value, path)
+    elif isinstance(spec, Obj):
+        for key, item in value.items():
+            sub = f"{path}.{key}" if path else key
+            if key not in spec.fields:
+                raise _ClientError("unknown_parameter", f"Unknown parameter: '{sub}'.", sub)
+            validate(spec.fields[key], item, sub)
+        for key in spec.required:
+            if key not in value:
+                sub = f"{path}.{key}" if path else key
+                raise _ClientError("missing_required_parameter", f"Missing required parameter: '{sub}'.", sub)
+    elif isinstance(spec, ListOf):
+        for i, item in enumerate(value):
+            validate(spec.item, item, f"{path}[{i}]")
+    elif isinstance(spec, Str):
+        if spec.choices is not None and value not in spec.choices:
+            supported = ", ".join(f"'{c}'" for c in spec.choices)
+            raise _invalid_value(value, path, f"Supported values are: {supported}.")
+        if spec.nonempty and not value:
+            raise _invalid_value(value, path, "Expected a non-empty string.")
+    elif isinstance(spec, (Int, Num)):
+        if isinstance(spec, Int) and spec.choices is not None and value not in spec.choices:
+            supported = ", ".join(str(c) for c in spec.choices)
+            raise _invalid_value(value, path, f"Supported values are: {supported}.")
+        if spec.lo is not None and value < spec.lo:
+            raise _invalid_value(value, path, f"Expected a value >= {spec.lo}.")
+        if spec.hi is not None and value > spec.hi:
+            raise _invalid_value(value, path, f"Expected a value <= {spec.hi}.")
+
+
+def _with_defaults(spec: Spec, value: Any) -> Any:
+    """A fresh copy of a newly set value, its object's `defaults` filled in."""
+    value = copy.deepcopy(value)
+    if isinstance(spec, Nullable):
+        spec = spec.inner
+    if isinstance(spec, Tagged) and isinstance(value, dict):
+        spec = spec.variants[value[spec.key]]
+    if isinstance(spec, Obj) and isinstance(value, dict):
+        for key, default in spec.defaults.items():
+            value.setdefault(key, copy.deepcopy(default))
+    return value
+
+
+def merge(spec: Spec, current: Any, update: Any) -> Any:
+    """`update` (already validated) applied to `current`: deep-merged where the schema says so, else replaced."""
+    inner = spec.inner if isinstance(spec, Nullable) else spec
+    if isinstance(inner, Obj) and inner.merge and isinstance(current, dict) and isinstance(update, dict):
+        result = dict(current)
+        for key, value in update.items():
+            result[key] = merge(inner.fields[key], current.get(key), value)
+        return result
+    return _with_defaults(spec, update)
+
+
+def _get(obj: Any, path: Sequence[str]) -> Any:
+    for key in path:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+# -- the dialect ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Dialect:
+    """Everything the OpenAI Realtime GA and xAI Voice Agent fakes do differently (providers.md §3.6)."""
+
+    name: str
+    default_model: str
+    session_schema: Obj
+    """The `session` object of `session.update`."""
+    response_schema: Obj
+    """The `response` object of `response.create`."""
+    item_schema: Tagged
+    """The `item` of `conversation.item.create`."""
+    new_session: Callable[[str, str, int], dict[str, Any]]
+    """(model, session id, expires_at unix s) -> the full default session of `session.created`."""
+    voice_path: tuple[str, ...]
+    turn_detection_path: tuple[str, ...]
+    input_format_path: tuple[str, ...]
+    output_format_path: tuple[str, ...]
+    transcription_path: tuple[str, ...]
+    modalities_path: tuple[str, ...] | None
+    """Where the session says which output modalities it wants (None: audio always)."""
+    response_modalities_key: str
+    """The key in `response.create.response` that overrides the modalities."""
+    text_alongside_audio: bool
+    """True: text cannot replace audio; a text modality adds text deltas to the audio (xAI)."""
+    text_delta_type: str
+    text_done_type: str | None
+    item_prefix: str
+    item_done_events: bool
+    """`conversation.item.done` after `conversation.item.added` (OpenAI; xAI never sends it)."""
+    rate_limits: bool
+    """`rate_limits.updated` after `response.created`."""
+    transcription_events: Literal["deltas", "snapshots"]
+    snapshot_model: str | None
+    """With `snapshots`, only this transcription model sends `.updated` snapshots before `.completed`."""
+    function_call_events: Literal["streamed", "at_done"]
+    """`streamed`: item added, argument deltas, done (OpenAI); `at_done`: `arguments.done` + item done just
+    before `response.done`, after any audio (xAI)."""
+    usage: Literal["tokens", "audio_seconds"]
+    rich_response: bool
+    """Response objects carry conversation_id, output_modalities, audio, max_output_tokens, metadata."""
+    unsupported_events: frozenset[str]
+    """Client event types answered with an `error` (code `unsupported_event`)."""
+    commit_creates_response: bool
+    """A manual `input_audio_buffer.commit` is answered at once, without `response.create` (xAI)."""
+    commit_ignores_silence: bool
+    """... unless the committed audio holds no speech (xAI)."""
+    drops_repeat_response_create: bool
+    """A `response.create` with nothing new since the last answer is silently dropped (xAI)."""
+    honours_create_response: bool
+    """False: auto-responds even when `turn_detection.create_response` is false (xAI echoes it, ignores it)."""
+    voice_locked_after_audio: bool
+    idle_timeout: bool
+    """`turn_detection.idle_timeout_ms` -> `input_audio_buffer.timeout_triggered` (OpenAI server_vad)."""
+    ping_interval_ms: int | None
+    """Periodic `{"type":"ping","timestamp":ms}` keepalive (xAI)."""
+    session_length_ms: int
+    expiry_error: bool
+    """At the session cap: an `error` `session_expired` before the close."""
+    expiry_close_code: int
+    expiry_message: Callable[[int], str]
+    """Session length in ms -> the error message / close reason at the cap."""
+    beta_header_rejected: bool
+    """An `OpenAI-Beta` header gets `error` `beta_api_shape_disabled` and close 4000."""
+
+
+@dataclass(frozen=True, slots=True)
+class RealtimeFakeOptions:
+    """Tunables of the fake model and its pacing (dialect defaults where None)."""
+
+    speed: float = 4.0
+    """Output audio goes out this many times faster than real time."""
+    chunk_ms: int = 100
+    """Audio per `response.output_audio.delta`."""
+    response_latency_ms: int = 0
+    """From `response.created` to the first audio delta."""
+    min_speech_ms: int = 100
+    """Voiced audio needed before `speech_started` (and barge-in)."""
+    max_utterance_ms: int = 30_000
+    window_ms: int = 20
+    session_length_ms: int | None = None
+    ping_interval_ms: int | None = None
+    """0 turns the dialect's keepalive ping off."""
+    tone_amplitude: float = 0.3
+    force_message_ms_per_char: int = 60
+    record_client_frames: bool = True
+
+    def __post_init__(self) -> None:
+        if self.speed <= 0:
+            raise ValueError("speed must be positive")
+        for name in ("chunk_ms", "window_ms", "max_utterance_ms", "force_message_ms_per_char"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")
+        if self.response_latency_ms < 0 or self.min_speech_ms < 0:
+            raise ValueError("response_latency_ms and min_speech_ms must not be negative")
+        if self.session_length_ms is not None and self.session_length_ms <= 0:
+            raise ValueError("session_length_ms must be positive")
+
+
+def threshold_dbfs(threshold: float) -> float:
+    """The energy threshold (dBFS per window) standing in for a VAD `threshold` in 0..1.
+
+    The real threshold is a speech probability, not a level: even xAI's default 0.85 accepts ordinary speech.
+    The map keeps every threshold well below speech levels (0.5 -> -42.5 dBFS, 0.85 -> -33.75 dBFS) so that
+    the default never splits a spoken sentence at its softer syllables."""
+    return -55.0 + 25.0 * threshold
+
+
+# -- audio helpers -------------------------------------------------------------------------------------------
+
+
+def _format(fmt: Mapping[str, Any]) -> AudioFormat:
+    kind = fmt.get("type")
+    if kind == "audio/pcmu":
+        return AudioFormat(Encoding.PCMU, 8000)
+    if kind == "audio/pcma":
+        return AudioFormat(Encoding.PCMA, 8000)
+    return AudioFormat(Encoding.PCM16, int(fmt.get("rate") or 24000))
+
+
+def _decode(fmt: AudioFormat, raw: bytes) -> bytes:
+    if fmt.encoding is Encoding.PCMU:
+        return ulaw_decode(raw)
+    if fmt.encoding is Encoding.PCMA:
+        return alaw_decode(raw)
+    return raw
+
+
+def _encode(fmt: AudioFormat, pcm: bytes) -> bytes:
+    if fmt.encoding is Encoding.PCMU:
+        return ulaw_encode(pcm)
+    if fmt.encoding is Encoding.PCMA:
+        return alaw_encode(pcm)
+    return pcm
+
+
+def _ms(fmt: AudioFormat, nbytes: int) -> float:
+    return nbytes / fmt.sample_width * 1000 / fmt.rate
+
+
+def _has_speech(fmt: AudioFormat, raw: bytes, dbfs: float, window_ms: int) -> bool:
+    pcm = np.frombuffer(_decode(fmt, raw[: len(raw) - len(raw) % fmt.sample_width]), dtype="<i2")
+    n = max(1, fmt.rate * window_ms // 1000)
+    k = len(pcm) // n
+    if k == 0:
+        return False
+    x = pcm[: k * n].astype(np.float64).reshape(k, n)
+    return bool(np.any(np.einsum("ij,ij->i", x, x) / n > (32768.0 * 10 ** (dbfs / 20)) ** 2))
+
+
+# -- conversation state --------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Input:
+    """A user input waiting to be answered: committed audio (in `fmt`) or a text item."""
+
+    item_id: str
+    audio: bytes | None
+    fmt: AudioFormat | None
+    ms: float
+    index: int  # n-th committed audio input (0 for text)
+
+
+@dataclass(slots=True)
+class _Item:
+    item: dict[str, Any]
+    audio_ms: float = 0.0
+    words: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Chunk:
+    audio: bytes
+    words: list[str]
+    ns: int  # real-time duration of the audio
+
+
+@dataclass(slots=True)
+class _Response:
+    id: str
+    fmt: AudioFormat
+    fmt_json: dict[str, Any]
+    modalities: tuple[str, ...]
+    in_conversation: bool
+    metadata: Any
+    interruptible: bool
+    output: list[dict[str, Any]] = field(default_factory=list)
+    item_id: str | None = None
+    chunks: list[_Chunk] = field(default_factory=list)
+    sent: int = 0
+    next_at: int = 0
+    audio_ms: float = 0.0
+    words: list[str] = field(default_factory=list)
+    first_at: int | None = None  # when the first chunk was due
+
+
+@dataclass(slots=True)
+class _PendingTool:
+    turn: Turn
+    source: _Input | None
+    turn_no: int
+    call_id: str
+
+
+# -- the core ------------------------------------------------------------------------------------------------
+
+
+class RealtimeFamilyConnection:
+    """One Realtime-family WebSocket connection, server side (see the module docstring)."""
+
+    def __init__(
+        self,
+        dialect: Dialect,
+        options: RealtimeFakeOptions | None = None,
+        *,
+        now: int,
+        unix_time: int,
+        ids: IdSource | None = None,
+        index: int = 0,
+        faults: Sequence[Fault] = (),
+        script: Script | None = None,
+        model: str | None = None,
+        beta_header: bool = False,
+    ) -> None:
+        self.dialect = d = dialect
+        self.options = opts = options or RealtimeFakeOptions()
+        self.script = script or Script()
+        self.record = ConnectionRecord(index)
+        self.last_frame: ClientFrameRecord | None = None
+        self._ids: IdSource = ids or SequentialIds()
+        self._created_now = now
+        self._unix_time = unix_time
+        self._now = now
+        self._out: list[str] = []
+        self._held: list[str] = []  # frames kept back by a stall
+        self._close: CloseRequest | None = None
+        self._closing = False
+        self._half_open = False
+        self._corrupt_audio = False
+        self._schedule = FaultSchedule(list(faults), index + 1, now)
+        self._fired = 0
+        self._audio_bytes: int | None = None
+
+        length = opts.session_length_ms or d.session_length_ms
+        self._length_ms = length
+        self._expires: int | None = now + length * _NS_PER_MS
+        interval = d.ping_interval_ms if opts.ping_interval_ms is None else opts.ping_interval_ms
+        self._ping_ns = interval * _NS_PER_MS if interval else None
+        self._next_ping = now + self._ping_ns if self._ping_ns else None
+
+        session_id = self._ids.new("sess")
+        self.record.session_id = session_id
+        self._session = d.new_session(model or d.default_model, session_id, unix_time + length // 1000)
+        self._conversation_id = self._ids.new("conv")
+        self._items: dict[str, _Item] = {}
+        self._input_fmt = _format(_get(self._session, d.input_format_path) or {})
+        self._carry = b""
+        self._input_ms = 0.0
+        self._buffer = bytearray()  # raw input since the last commit/clear (its last max_utterance_ms)
+        self._buffer_ms = 0.0
+        self._vad: EchoModel | None = None
+        self._vad_base_ms = 0.0
+        self._vad_key: Any = None
+        self._speech_item: str | None = None
+        self._response: _Response | None = None
+        self._pending_tool: _PendingTool | None = None
+        self._unanswered: _Input | None = None
+        self._answered_any = False
+        self._turn_no = 0
+        self._audio_inputs = 0
+        self._audio_out_any = False
+        self._input_total_ms = 0.0
+        self._idle_at: int | None = None
+        self._reconfigure()
+
+        # Nothing is emitted here: the shell writes frames only after a driver call, so the handshake (or the
+        # beta refusal) is due at `now` and goes out from the first `handle_timer`.
+        self._handshake_at: int | None = now
+        self._refuse_beta = beta_header and d.beta_header_rejected
+        self._early: list[tuple[dict[str, Any], int]] = []  # client events received before session.created
+
+    # -- drivers --------------------------------------------------------------------------------------------
+
+    def receive_message(self, data: str | bytes, now: int) -> None:
+        """Handle one client WebSocket message. Never raises for bad peer input."""
+        self._now = now
+        self._faults(now)
+        frame: dict[str, Any] | None = None
+        raw: str | None = None
+        self._audio_bytes = None
+        try:
+            try:
+                text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
+                parsed = json.loads(text)
+            except (UnicodeDecodeError, ValueError, RecursionError):
+                raw = data if isinstance(data, str) else data.decode("utf-8", "replace")
+                if not self._closing:
+                    raise _ClientError("invalid_json", "The client event is not valid JSON.") from None
+                return
+            if not isinstance(parsed, dict):
+                raw = text
+                if not self._closing:
+                    raise _ClientError("invalid_json", "A client event must be a JSON object.")
+                return
+            frame = parsed
+            if self._closing:
+                return
+            if self._handshake_at is not None:
+                self._early.append((frame, now))
+                if frame.get("type") == "input_audio_buffer.append" and isinstance(frame.get("audio"), str):
+                    self._audio_bytes = _b64_length(frame["audio"])
+                return
+            self._dispatch(frame, now)
+        except _ClientError as exc:
+            self._client_error(exc, frame)
+        finally:
+            self.last_frame = ClientFrameRecord(now, frame, raw, self._audio_bytes)
+            if self.options.record_client_frames:
+                self.record.client_frames.append(self.last_frame)
+
+    def handle_timer(self, now: int) -> None:
+        """Run everything due at or before `now`."""
+        self._now = now
+        if self._closing:
+            return
+        self._faults(now)
+        if self._closing:
+            return
+        if self._refuse_beta:
+            message = "The Realtime Beta API is no longer supported. Please use /v1/realtime for the GA API."
+            self._error("beta_api_shape_disabled", message)
+            self._close_with(CloseRequest(4000, "invalid_request_error.beta_api_shape_disabled"))
+            return
+        if self._handshake_at is not None and now >= self._handshake_at:
+            self._handshake(now)
+        if self._expires is not None and now >= self._expires:
+            self._expire()
+            return
+        while self._next_ping is not None and self._ping_ns and now >= self._next_ping:
+            stamp = self._unix_time * 1000 + (self._next_ping - self._created_now) // _NS_PER_MS
+            self._emit({"type": "ping", "timestamp": stamp})
+            self._next_ping += self._ping_ns
+        if self._idle_at is not None and now >= self._idle_at:
+            self._idle_timeout(now)
+        self._pump(now)
+        self._flush_held(now)
+
+    def connection_lost(self, code: int | None) -> None:
+        """The socket is gone (either side closed it); stop all timers."""
+        self._closing = True
+        self.record.close_code = code
+
+    def inject(self, fault: Fault, now: int) -> None:
+        """Apply a fault at runtime; its AFTER_MS counts from `now` (see providers/fakes/faults.py)."""
+        self._now = now
+        if self._closing:
+            return
+        self._schedule.add(fault, now)
+        self._faults(now)
+        self._flush_held(now)
+
+    def recorded(self, frame: dict[str, Any]) -> dict[str, Any]:
+        """The frame for the record file: an audio payload as its decoded length plus the base64."""
+        if frame.get("type") == "input_audio_buffer.append" and isinstance(frame.get("audio"), str):
+            nbytes = self.last_frame.audio_bytes if self.last_frame is not None else None
+            return {**frame, "audio": {"bytes": nbytes, "base64": frame["audio"]}}
+        return frame
+
+    # -- outputs --------------------------------------------------------------------------------------------
+
+    def frames_to_send(self) -> list[str]:
+        out, self._out = self._out, []
+        self.record.server_frames += len(out)
+        return out
+
+    def close_to_send(self) -> CloseRequest | None:
+        req, self._close = self._close, None
+        return req
+
+    def next_deadline(self) -> int | None:
+        if self._closing or self._half_open:
+            return None
+        candidates = [self._handshake_at, self._expires, self._next_ping, self._idle_at,
+                      self._schedule.next_deadline()]
+        if self._response is not None and self._response.sent < len(self._response.chunks):
+            candidates.append(self._response.next_at)
+        due = [t for t in candidates if t is not None]
+        return min(due) if due else None
+
+    # -- introspection --------------------------------------------------------------------------------------
+
+    @property
+    def session(self) -> dict[str, Any]:
+        """A copy of the full effective session (as `session.updated` would carry it)."""
+        return copy.deepcopy(self._session)
+
+    @property
+    def half_open(self) -> bool:
+        """The shell stops reading and writing once this is true (a vanished peer)."""
+        return self._half_open
+
+    @property
+    def closed(self) -> bool:
+        return self._closing
+
+    @property
+    def input_ms(self) -> float:
+        """Input audio received so far, in ms (from bytes)."""
+        return self._input_ms
+
+    @property
+    def responding(self) -> bool:
+        return self._response is not None
+
+    # -- faults ---------------------------------------------------------------------------------------------
+
+    def _faults(self, now: int) -> None:
+        self._schedule.due(now)
+        while self._fired < len(self._schedule.fired):
+            fault = self._schedule.fired[self._fired]
+            self._fired += 1
+            self.record.faults.append(str(fault))
+            self._on_fault(fault, now)
+
+    def _on_fault(self, fault: Fault, now: int) -> None:
+        kind = fault.kind
+        if kind is FaultKind.HALF_OPEN:
+            self._half_open = True
+            self._out.clear()
+            self._held.clear()
+        elif kind is FaultKind.CLOSE:
+            self._expire()
+        elif kind is FaultKind.ABRUPT_CLOSE:
+            self._close_with(CloseRequest(1006, abrupt=True))
+        elif kind is FaultKind.GARBAGE_JSON:
+            self._emit_raw(_GARBAGE)
+        elif kind is FaultKind.INVALID_AUDIO:
+            self._corrupt_audio = True
+        elif kind is FaultKind.SLOW_HANDSHAKE and self._handshake_at is not None:
+            delay = int((fault.value or 0) * _NS_PER_MS)
+            self._handshake_at = max(self._handshake_at, now + delay)
+        # BURST, STALL and DUPLICATE_TOOL_CALL are states, asked for where they act.
+
+    def _stalled(self, now: int) -> bool:
+        return self._schedule.active(FaultKind.STALL, now) is not None
+
+    def _speed(self, now: int) -> float:
+        burst = self._schedule.active(FaultKind.BURST, now)
+        return burst.value if burst is not None and burst.value else self.options.speed
+
+    def _flush_held(self, now: int) -> None:
+        if self._held and not self._stalled(now):
+            self._out += self._held
+            self._held = []
+
+    # -- funnels --------------------------------------------------------------------------------------------
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        self._emit_raw(json.dumps(event, separators=(",", ":")))
+
+    def _emit_raw(self, frame: str) -> None:
+        """The single outbound funnel: half_open drops, a stall holds back."""
+        if self._half_open or self._closing:
+            return
+        if self._stalled(self._now):
+            self._held.append(frame)
+            return
+        if self._held:
+            self._out += self._held
+            self._held = []
+        self._out.append(frame)
+
+    def _close_with(self, request: CloseRequest) -> None:
+        """The single close funnel (a stall's frames go out first; half_open never closes)."""
+        if self._half_open or self._close is not None or self._closing:
+            return
+        self._out += self._held
+        self._held = []
+        self._closing = True
+        self._close = request
+        self.record.close_code = request.code
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        self._emit({"type": kind, "event_id": self._ids.new("event"), **fields})
+
+    def _error(self, code: str, message: str, param: str | None = None, client_event_id: str | None = None,
+               kind: str = "invalid_request_error") -> None:
+        error = {"type": kind, "code": code, "message": message, "param": param, "event_id": client_event_id}
+        self._event("error", error=error)
+
+    def _client_error(self, exc: _ClientError, frame: dict[str, Any] | None) -> None:
+        event_id = frame.get("event_id") if frame is not None else None
+        self._error(exc.code, exc.message, exc.param, event_id if isinstance(event_id, str) else None)
+
+    # -- session lifecycle ----------------------------------------------------------------------------------
+
+    def _handshake(self, now: int) -> None:
+        self._handshake_at = None
+        self._event("session.created", session=self.session)
+        conversation = {"id": self._conversation_id, "object": "realtime.conversation"}
+        self._event("conversation.created", conversation=conversation)
+        early, self._early = self._early, []
+        for frame, _ in early:
+            if self._closing:
+                break
+            try:
+                self._dispatch(frame, now)
+            except _ClientError as exc:
+                self._client_error(exc, frame)
+
+    def _expire(self) -> None:
+        message = self.dialect.expiry_message(self._length_ms)
+        if self.dialect.expiry_error:
+            self._error("session_expired", message)
+        self._close_with(CloseRequest(self.dialect.expiry_close_code, message))
+
+    def _reconfigure(self) -> None:
+        """Apply the session's formats and turn detection (a changed input side restarts the VAD)."""
+        d = self.dialect
+        fmt = _format(_get(self._session, d.input_format_path) or {})
+        td = _get(self._session, d.turn_detection_path)
+        key = (fmt, json.dumps(td, sort_keys=True))
+        if key == self._vad_key:
+            return
+        self._vad_key = key
+        if fmt != self._input_fmt:
+            self._carry = b""
+            self._buffer.clear()
+            self._buffer_ms = 0.0
+        self._input_fmt = fmt
+        self._vad = None
+        self._vad_base_ms = self._input_ms
+        self._speech_item = None
+        if isinstance(td, dict):
+            self._vad = EchoModel(fmt.rate, fmt.sample_width, self._vad_options(td))
+
+    def _vad_options(self, td: dict[str, Any]) -> EchoOptions:
+        opts = self.options
+        silence = td.get("silence_duration_ms")
+        if td.get("type") == "semantic_vad":
+            silence = _EAGERNESS_SILENCE_MS.get(td.get("eagerness") or "auto", 700)
+        threshold = td.get("threshold")
+        return EchoOptions(
+            threshold_dbfs=threshold_dbfs(0.5 if threshold is None else float(threshold)),
+            window_ms=opts.window_ms,
+            hangover_ms=int(500 if silence is None else silence),
+            min_utterance_ms=opts.min_speech_ms,
+            pad_ms=int(td.get("prefix_padding_ms") or 0) if td.get("type") == "server_vad" else 300,
+            max_utterance_ms=opts.max_utterance_ms,
+            report_starts=True,
+            speak=False,
+        )
+
+    @property
+    def _td(self) -> dict[str, Any] | None:
+        td = _get(self._session, self.dialect.turn_detection_path)
+        return td if isinstance(td, dict) else None
+
+    @property
+    def _output_fmt_json(self) -> dict[str, Any]:
+        return copy.deepcopy(_get(self._session, self.dialect.output_format_path) or {"type": "audio/pcm"})
+
+    # -- client events --------------------------------------------------------------------------------------
+
+    def _dispatch(self, event: dict[str, Any], now: int) -> None:
+        if "type" not in event:
+            raise _ClientError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
+        kind = event["type"]
+        validate(Str(), kind, "type")
+        if event.get("event_id") is not None:
+            validate(Str(), event["event_id"], "event_id")
+        entry = _CLIENT_EVENTS.get(kind)
+        if entry is None:
+            supported = ", ".join(f"'{k}'" for k in _CLIENT_EVENTS)
+            raise _invalid_value(kind, "type", f"Supported values are: {supported}.")
+        handler, allowed, required = entry
+        validate(Obj({k: Anything() for k in ("type", "event_id", *allowed)}, required), event, "")
+        if kind in self.dialect.unsupported_events:
+            raise _ClientError("unsupported_event", f"The event type '{kind}' is not supported.", "type")
+        handler(self, event, now)
+
+    def _on_session_update(self, event: dict[str, Any], now: int) -> None:
+        d = self.dialect
+        update = event["session"]
+        validate(d.session_schema, update, "session")
+        candidate = merge(d.session_schema, self._session, update)
+        if d.voice_locked_after_audio and self._audio_out_any:
+            if _get(candidate, d.voice_path) != _get(self._session, d.voice_path):
+                message = "Cannot update a conversation's voice if assistant audio is present."
+                raise _ClientError("cannot_update_voice", message, "session." + ".".join(d.voice_path))
+        self._session = candidate
+        self._reconfigure()
+        self._event("session.updated", session=self.session)
+
+    def _on_append(self, event: dict[str, Any], now: int) -> None:
+        audio = event["audio"]
+        validate(Str(), audio, "audio")
+        if len(audio) > _MAX_APPEND_B64:
+            raise _invalid_value(f"<{len(audio)} chars>", "audio", "Audio is larger than 15 MiB of base64.")
+        try:
+            raw = base64.b64decode(audio, validate=True)
+        except (binascii.Error, ValueError):
+            message = "Invalid 'audio': expected base64-encoded audio data."
+            raise _ClientError("invalid_value", message, "audio") from None
+        self._audio_bytes = len(raw)
+        fmt = self._input_fmt
+        if fmt.sample_width == 2:
+            raw = self._carry + raw
+            whole = len(raw) & ~1
+            raw, self._carry = raw[:whole], raw[whole:]
+        if not raw:
+            return
+        ms = _ms(fmt, len(raw))
+        self._input_ms += ms
+        self._input_total_ms += ms
+        self._buffer += raw
+        self._buffer_ms += ms
+        keep = int(self.options.max_utterance_ms * fmt.rate / 1000) * fmt.sample_width
+        if len(self._buffer) > keep:
+            del self._buffer[: len(self._buffer) - keep]
+        if self._vad is not None:
+            self._vad.receive_audio(raw, _decode(fmt, raw), now)
+            self._drain_vad(now)
+
+    def _on_commit(self, event: dict[str, Any], now: int) -> None:
+        if self._buffer_ms < _MIN_COMMIT_MS:
+            message = (
+                "Error committing input audio buffer: buffer too small. Expected at least 100ms of audio, "
+                f"but buffer only has {self._buffer_ms:.2f}ms of audio."
+            )
+            raise _ClientError("input_audio_buffer_commit_empty", message)
+        d, fmt = self.dialect, self._input_fmt
+        item_id = self._speech_item or self._ids.new(d.item_prefix)
+        audio = bytes(self._buffer)
+        respond = d.commit_creates_response
+        if respond and d.commit_ignores_silence:
+            respond = _has_speech(fmt, audio, self._vad_threshold_dbfs(), self.options.window_ms)
+        self._audio_inputs += 1
+        source = _Input(item_id, audio, fmt, self._buffer_ms, self._audio_inputs)
+        self._reset_buffer()
+        self._commit(source, now, respond=respond)
+
+    def _vad_threshold_dbfs(self) -> float:
+        td = self._td or {}
+        return threshold_dbfs(float(td.get("threshold") if td.get("threshold") is not None else 0.5))
+
+    def _reset_buffer(self) -> None:
+        self._buffer.clear()
+        self._buffer_ms = 0.0
+        self._speech_item = None
+        self._vad_key = None  # restart the detector at the current position
+        self._reconfigure()
+
+    def _on_clear(self, event: dict[str, Any], now: int) -> None:
+        self._reset_buffer()
+        self._event("input_audio_buffer.cleared")
+
+    def _on_item_create(self, event: dict[str, Any], now: int) -> None:
+        d = self.dialect
+        item = event["item"]
+        validate(d.item_schema, item, "item")
+        previous = event.get("previous_item_id")
+        if previous is not None:
+            validate(Str(), previous, "previous_item_id")
+            if previous not in self._items:
+                message = f"Item with item_id not found: {previous}"
+                raise _ClientError("item_not_found", message, "previous_item_id")
+        if item["type"] == "force_message":
+            text = " ".join(str(c.get("text", "")) for c in item.get("content", []))
+            self._force_message(text, bool(item.get("interruptible", True)), now)
+            return
+        item = copy.deepcopy(item)
+        item_id = item.get("id") or self._ids.new(d.item_prefix)
+        if item_id in self._items:
+            raise _ClientError("duplicate_item_id", f"Item with id '{item_id}' already exists.", "item.id")
+        item = {"id": item_id, "object": "realtime.item", **{k: v for k, v in item.items() if k != "id"}}
+        item.setdefault("status", "completed")
+        self._add_item(item)
+        if item["type"] == "message" and item.get("role") == "user":
+            self._unanswered = _Input(item_id, None, None, 0.0, 0)
+
+    def _add_item(self, item: dict[str, Any]) -> None:
+        previous = self._last_item()
+        self._items[item["id"]] = _Item(item)
+        self._event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item))
+        if self.dialect.item_done_events:
+            self._event("conversation.item.done", previous_item_id=previous, item=copy.deepcopy(item))
+
+    def _on_truncate(self, event: dict[str, Any], now: int) -> None:
+        item_id, index, end = event["item_id"], event["content_index"], event["audio_end_ms"]
+        validate(Str(), item_id, "item_id")
+        validate(Int(lo=0), index, "content_index")
+        validate(Int(lo=0), end, "audio_end_ms")
+        entry = self._items.get(item_id)
+        if entry is None:
+            raise _ClientError("item_not_found", f"Item with item_id not found: {item_id}", "item_id")
+        item = entry.item
+        if item.get("type") != "message" or item.get("role") != "assistant":
+            raise _ClientError("invalid_value", "Only assistant messages can be truncated.", "item_id")
+        if index != 0:
+            raise _invalid_value(index, "content_index", "The item has one content part (index 0).")
+        if end > entry.audio_ms:
+            message = f"Audio content of {math.floor(entry.audio_ms)}ms is shorter than {end}ms"
+            raise _ClientError("invalid_value", message, "audio_end_ms")
+        keep = int(len(entry.words) * end / entry.audio_ms) if entry.audio_ms else 0
+        entry.words = entry.words[:keep]
+        entry.audio_ms = float(end)
+        for part in item.get("content", []):
+            if "transcript" in part:
+                part["transcript"] = " ".join(entry.words)
+        self._event("conversation.item.truncated", item_id=item_id, content_index=index, audio_end_ms=end)
+
+    def _on_delete(self, event: dict[str, Any], now: int) -> None:
+        item_id = event["item_id"]
+        validate(Str(), item_id, "item_id")
+        if self._items.pop(item_id, None) is None:
+            raise _ClientError("item_not_found", f"Item with item_id not found: {item_id}", "item_id")
+        self._event("conversation.item.deleted", item_id=item_id)
+
+    def _on_retrieve(self, event: dict[str, Any], now: int) -> None:
+        item_id = event["item_id"]
+        validate(Str(), item_id, "item_id")
+        entry = self._items.get(item_id)
+        if entry is None:
+            raise _ClientError("item_not_found", f"Item with item_id not found: {item_id}", "item_id")
+        self._event("conversation.item.retrieved", item=copy.deepcopy(entry.item))
+
+    def _on_response_create(self, event: dict[str, Any], now: int) -> None:
+        d = self.dialect
+        params = event.get("response") or {}
+        validate(d.response_schema, params, "response")
+        if self._response is not None:
+            message = (
+                f"Conversation already has an active response in progress: {self._response.id}. "
+                "Wait until the response is finished before creating a new one."
+            )
+            raise _ClientError("conversation_already_has_active_response", message)
+        if self._pending_tool is not None:
+            pending, self._pending_tool = self._pending_tool, None
+            self._speak(pending.turn, pending.source, pending.turn_no, now, params)
+            return
+        if self._unanswered is not None:
+            self._answer(now, params)
+            return
+        if d.drops_repeat_response_create and self._answered_any:
+            return
+        self._answered_any = True
+        self._speak(Turn(reply="tone", duration_ms=500), None, 0, now, params)
+
+    def _on_response_cancel(self, event: dict[str, Any], now: int) -> None:
+        r = self._response
+        wanted = event.get("response_id")
+        if wanted is not None:
+            validate(Str(), wanted, "response_id")
+        if r is None or (wanted is not None and wanted != r.id):
+            raise _ClientError("response_cancel_not_active", "Cancellation failed: no active response found.")
+        self._finish(r, "cancelled", "client_cancelled", now)
+
+    def _on_output_audio_buffer_clear(self, event: dict[str, Any], now: int) -> None:
+        message = "output_audio_buffer.clear is only supported for WebRTC and SIP connections."
+        raise _ClientError("unsupported_event", message, "type")
+
+    # -- VAD ------------------------------------------------------------------------------------------------
+
+    def _drain_vad(self, now: int) -> None:
+        assert self._vad is not None
+        vad, base = self._vad, self._vad_base_ms
+        td = self._td or {}
+        while (ev := vad.next_event()) is not None:
+            if isinstance(ev, UtteranceStarted):
+                item_id = self._ids.new(self.dialect.item_prefix)
+                self._speech_item = item_id
+                start = max(0.0, (ev.voiced_start - vad.options.pad_ms * vad.rate / 1000) * 1000 / vad.rate)
+                self._event("input_audio_buffer.speech_started", audio_start_ms=int(base + start), item_id=item_id)
+                self._idle_at = None
+                r = self._response
+                if r is not None and r.interruptible and td.get("interrupt_response", True) is not False:
+                    self._finish(r, "cancelled", "turn_detected", now)
+            elif isinstance(ev, UtteranceDetected):
+                u = ev.utterance
+                item_id = self._speech_item or self._ids.new(self.dialect.item_prefix)
+                self._speech_item = None
+                end_ms = base + (u.voiced_end * 1000 / u.rate) + vad.options.hangover_ms
+                self._event("input_audio_buffer.speech_stopped", audio_end_ms=int(end_ms), item_id=item_id)
+                self._audio_inputs += 1
+                source = _Input(item_id, u.audio, self._input_fmt, u.duration_ms, self._audio_inputs)
+                self._buffer.clear()
+                self._buffer_ms = 0.0
+                respond = td.get("create_response", True) is not False or not self.dialect.honours_create_response
+                self._commit(source, now, respond=respond)
+
+    def _idle_timeout(self, now: int) -> None:
+        self._idle_at = None
+        td = self._td or {}
+        if self._response is not None or self._speech_item is not None:
+            return
+        idle = int(td.get("idle_timeout_ms") or 0)
+        end = int(self._input_ms)
+        item_id = self._ids.new(self.dialect.item_prefix)
+        self._event("input_audio_buffer.timeout_triggered", item_id=item_id,
+                    audio_start_ms=max(0, end - idle), audio_end_ms=end)
+        self._audio_inputs += 1
+        source = _Input(item_id, bytes(self._buffer), self._input_fmt, self._buffer_ms, self._audio_inputs)
+        self._reset_buffer()
+        self._commit(source, now, respond=True)
+
+    def _commit(self, source: _Input, now: int, *, respond: bool) -> None:
+        """A user audio item enters the conversation: committed, item events, transcription, answer."""
+        previous = self._last_item()
+        self._event("input_audio_buffer.committed", previous_item_id=previous, item_id=source.item_id)
+        item = {"id": source.item_id, "object": "realtime.item", "type": "message", "role": "user",
+                "status": "completed", "content": [{"type": "input_audio", "transcript": None}]}
+        self._add_item(item)
+        self._transcribe(source)
+        self._unanswered = source
+        if respond and self._response is None:
+            self._answer(now, {})
+
+    def _transcribe(self, source: _Input) -> None:
+        d = self.dialect
+        config = _get(self._session, d.transcription_path)
+        if not isinstance(config, dict):
+            return
+        text = f"[utterance {source.index}, {source.ms / 1000:.1f} s]"
+        words = text.split(" ")
+        if d.transcription_events == "deltas":
+            for i, word in enumerate(words):
+                delta = word if i == len(words) - 1 else word + " "
+                self._event("conversation.item.input_audio_transcription.delta", item_id=source.item_id,
+                            content_index=0, delta=delta)
+            usage = {"type": "duration", "seconds": round(source.ms / 1000, 3)}
+            self._event("conversation.item.input_audio_transcription.completed", item_id=source.item_id,
+                        content_index=0, transcript=text, usage=usage)
+        else:
+            if config.get("model") == d.snapshot_model:
+                for i in range(1, len(words)):
+                    self._event("conversation.item.input_audio_transcription.updated", item_id=source.item_id,
+                                transcript=" ".join(words[:i]))
+            self._event("conversation.item.input_audio_transcription.completed", item_id=source.item_id,
+                        transcript=text)
+        entry = self._items.get(source.item_id)
+        if entry is not None:
+            entry.item["content"][0]["transcript"] = text
+
+    # -- responses ------------------------------------------------------------------------------------------
+
+    def _answer(self, now: int, params: dict[str, Any]) -> None:
+        """Answer the unanswered input with the next script turn."""
+        source, self._unanswered = self._unanswered, None
+        self._answered_any = True
+        self._turn_no += 1
+        turn = self.script.turn(self._turn_no)
+        if turn.tool_call is not None:
+            self._call_tool(turn, source if source is not None and source.audio is not None else None, now, params)
+        else:
+            self._speak(turn, source if source is not None and source.audio is not None else None,
+                        self._turn_no, now, params)
+
+    def _new_response(self, now: int, params: dict[str, Any], *, interruptible: bool = True) -> _Response:
+        d = self.dialect
+        fmt_json = copy.deepcopy(_get(params, ("audio", "output", "format")) or self._output_fmt_json)
+        if fmt_json.get("type") == "audio/pcm":
+            fmt_json.setdefault("rate", 24000)
+        modalities = params.get(d.response_modalities_key)
+        if modalities is None and d.modalities_path is not None:
+            modalities = _get(self._session, d.modalities_path)
+        r = _Response(
+            id=self._ids.new("resp"),
+            fmt=_format(fmt_json),
+            fmt_json=fmt_json,
+            modalities=tuple(modalities or ("audio",)),
+            in_conversation=params.get("conversation", "auto") != "none",
+            metadata=params.get("metadata"),
+            interruptible=interruptible,
+        )
+        self._idle_at = None
+        self._event("response.created", response=self._response_json(r, "in_progress", None, None))
+        if d.rate_limits:
+            self._event("rate_limits.updated", rate_limits=[
+                {"name": "requests", "limit": 5000, "remaining": 4999, "reset_seconds": 0.012},
+                {"name": "tokens", "limit": 400000, "remaining": 395000, "reset_seconds": 0.75},
+            ])
+        return r
+
+    def _speaks_text_only(self, r: _Response) -> bool:
+        return "audio" not in r.modalities and not self.dialect.text_alongside_audio
+
+    def _speak(self, turn: Turn, source: _Input | None, turn_no: int, now: int, params: dict[str, Any],
+               *, transcript: str | None = None, interruptible: bool = True) -> None:
+        """A response that speaks `turn` (echoing `source` when it is audio)."""
+        r = self._new_response(now, params, interruptible=interruptible)
+        audio, text = self._reply(turn, source, turn_no, r.fmt)
+        text = transcript if transcript is not None else text
+        self._open_message(r)
+        self._plan(r, audio, text, now)
+        self._response = r
+        self._pump(now)
+
+    def _force_message(self, text: str, interruptible: bool, now: int) -> None:
+        if self._response is not None:
+            message = (
+                f"Conversation already has an active response in progress: {self._response.id}. "
+                "Wait until the response is finished before creating a new one."
+            )
+            raise _ClientError("conversation_already_has_active_response", message)
+        ms = max(300, len(text) * self.options.force_message_ms_per_char)
+        self._speak(Turn(reply="tone", duration_ms=ms), None, 0, now, {}, transcript=text,
+                    interruptible=interruptible)
+
+    def _reply(self, turn: Turn, source: _Input | None, turn_no: int, fmt: AudioFormat) -> tuple[bytes, str]:
+        if turn.reply == "echo" and source is not None and source.audio is not None:
+            ms = source.ms
+            if source.fmt == fmt:
+                audio = source.audio
+            else:
+                audio = self._tone(fmt, ms, turn.frequency_hz)
+            label = f"[echo {turn_no}, {ms / 1000:.1f} s]"
+        else:
+            ms = float(turn.duration_ms)
+            kind = "silence" if turn.reply == "silence" else "tone"
+            audio = self._tone(fmt, ms, 0.0 if kind == "silence" else turn.frequency_hz)
+            label = f"[{kind} {turn_no}, {ms / 1000:.1f} s]"
+        return audio, turn.transcript if turn.transcript is not None else label
+
+    def _tone(self, fmt: AudioFormat, ms: float, freq: float) -> bytes:
+        n = int(round(fmt.rate * ms / 1000))
+        t = np.arange(n) / fmt.rate
+        x = self.options.tone_amplitude * np.sin(2 * np.pi * freq * t) if freq > 0 else np.zeros(n)
+        return _encode(fmt, (x * 32767).astype("<i2").tobytes())
+
+    def _open_message(self, r: _Response) -> None:
+        r.item_id = self._ids.new(self.dialect.item_prefix)
+        item = {"id": r.item_id, "object": "realtime.item", "type": "message", "role": "assistant",
+                "status": "in_progress", "content": []}
+        self._event("response.output_item.added", response_id=r.id, output_index=0, item=copy.deepcopy(item))
+        if r.in_conversation:
+            previous = self._last_item()
+            self._items[r.item_id] = _Item(item)
+            self._event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item))
+        part = {"type": "text", "text": ""} if self._speaks_text_only(r) else {"type": "audio", "transcript": ""}
+        self._event("response.content_part.added", response_id=r.id, item_id=r.item_id, output_index=0,
+                    content_index=0, part=part)
+
+    def _plan(self, r: _Response, audio: bytes, text: str, now: int) -> None:
+        words = text.split(" ") if text else []
+        if self._speaks_text_only(r):
+            r.chunks = [_Chunk(b"", words, 0)]
+        else:
+            fmt = r.fmt
+            step = max(1, int(round(fmt.rate * self.options.chunk_ms / 1000))) * fmt.sample_width
+            pieces = [audio[i: i + step] for i in range(0, len(audio), step)] or [b""]
+            n = len(pieces)
+            r.chunks = [
+                _Chunk(p, words[len(words) * i // n: len(words) * (i + 1) // n], int(_ms(fmt, len(p)) * _NS_PER_MS))
+                for i, p in enumerate(pieces)
+            ]
+        r.next_at = now + self.options.response_latency_ms * _NS_PER_MS
+
+    def _pump(self, now: int) -> None:
+        """Send every chunk of the active response that is due at `now`; finish it after the last."""
+        r = self._response
+        while r is not None and r is self._response and r.sent < len(r.chunks) and r.next_at <= now:
+            chunk = r.chunks[r.sent]
+            r.sent += 1
+            if r.first_at is None:
+                r.first_at = r.next_at
+            common = {"response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0}
+            if chunk.audio:
+                delta = base64.b64encode(chunk.audio).decode("ascii")
+                if self._corrupt_audio:
+                    self._corrupt_audio, delta = False, _INVALID_B64
+                self._event("response.output_audio.delta", **common, delta=delta)
+                r.audio_ms += _ms(r.fmt, len(chunk.audio))
+                self._audio_out_any = True
+            for i, word in enumerate(chunk.words):
+                last = r.sent == len(r.chunks) and i == len(chunk.words) - 1
+                delta = word if last else word + " "
+                if self._speaks_text_only(r):
+                    self._event(self.dialect.text_delta_type, **common, delta=delta)
+                else:
+                    self._event("response.output_audio_transcript.delta", **common, delta=delta)
+                    if "text" in r.modalities and self.dialect.text_alongside_audio:
+                        self._event(self.dialect.text_delta_type, **common, delta=delta)
+                r.words.append(word)
+            r.next_at += int(chunk.ns / self._speed(now))
+            if r.sent == len(r.chunks):
+                self._finish(r, "completed", None, now)
+
+    def _finish(self, r: _Response, status: str, reason: str | None, now: int) -> None:
+        """Close the response's message item, any tool call after it, then `response.done`."""
+        d = self.dialect
+        self._response = None
+        complete = status == "completed"
+        text = " ".join(r.words)
+        common = {"response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0}
+        if self._speaks_text_only(r):
+            if d.text_done_type is not None:
+                self._event(d.text_done_type, **common, text=text)
+            part = {"type": "text", "text": text}
+            content = [{"type": "output_text", "text": text}]
+        else:
+            self._event("response.output_audio.done", **common)
+            self._event("response.output_audio_transcript.done", **common, transcript=text)
+            part = {"type": "audio", "transcript": text}
+            content = [{"type": "output_audio", "transcript": text}]
+        self._event("response.content_part.done", **common, part=part)
+        item = {"id": r.item_id, "object": "realtime.item", "type": "message", "role": "assistant",
+                "status": "completed" if complete else "incomplete", "content": content}
+        self._event("response.output_item.done", response_id=r.id, output_index=0, item=copy.deepcopy(item))
+        r.output.append(item)
+        if r.in_conversation and r.item_id in self._items:
+            entry = self._items[r.item_id]
+            entry.item, entry.audio_ms, entry.words = copy.deepcopy(item), r.audio_ms, list(r.words)
+            if d.item_done_events:
+                previous = self._previous_of(r.item_id)
+                self._event("conversation.item.done", previous_item_id=previous, item=copy.deepcopy(item))
+        details = None if complete else {"type": "cancelled", "reason": reason}
+        self._done(r, status, details)
+        self._arm_idle(r, now)
+
+    def _arm_idle(self, r: _Response, now: int) -> None:
+        """The idle timeout runs from when the response's audio has played out (at real time, from its first
+        delta) plus `idle_timeout_ms` (providers.md §1.3)."""
+        td = self._td or {}
+        idle = td.get("idle_timeout_ms")
+        if not self.dialect.idle_timeout or td.get("type") != "server_vad" or not idle:
+            return
+        played_out = (r.first_at if r.first_at is not None else now) + int(r.audio_ms * _NS_PER_MS)
+        self._idle_at = max(now, played_out) + int(idle) * _NS_PER_MS
+
+    def _previous_of(self, item_id: str) -> str | None:
+        previous = None
+        for key in self._items:
+            if key == item_id:
+                return previous
+            previous = key
+        return previous
+
+    def _done(self, r: _Response, status: str, details: dict[str, Any] | None) -> None:
+        usage = self._usage(r)
+        event: dict[str, Any] = {"response": self._response_json(r, status, details, usage)}
+        if self.dialect.usage == "audio_seconds":
+            event["usage"] = usage
+        self._event("response.done", **event)
+
+    def _call_tool(self, turn: Turn, source: _Input | None, now: int, params: dict[str, Any]) -> None:
+        """A response whose only output is the scripted function call; the spoken answer waits for the result."""
+        assert turn.tool_call is not None
+        r = self._new_response(now, params)
+        call_id = self._tool_events(r, turn.tool_call, 0)
+        self._pending_tool = _PendingTool(turn, source, self._turn_no, call_id)
+        self._done(r, "completed", None)
+
+    def _tool_events(self, r: _Response, call: ToolCallScript, index: int) -> str:
+        d = self.dialect
+        item_id, call_id = self._ids.new(d.item_prefix), self._ids.new("call")
+        arguments = json.dumps(call.arguments, separators=(",", ":"))
+        base = {"id": item_id, "object": "realtime.item", "type": "function_call", "name": call.name,
+                "call_id": call_id}
+        done_item = {**base, "status": "completed", "arguments": arguments}
+        common = {"response_id": r.id, "item_id": item_id, "output_index": index, "call_id": call_id}
+        copies = 2 if self._schedule.active(FaultKind.DUPLICATE_TOOL_CALL, self._now) is not None else 1
+        for _ in range(copies):
+            if d.function_call_events == "streamed":
+                added = {**base, "status": "in_progress", "arguments": ""}
+                self._event("response.output_item.added", response_id=r.id, output_index=index, item=added)
+                if r.in_conversation:
+                    self._event("conversation.item.added", previous_item_id=self._last_item(), item=added)
+                cut = max(1, len(arguments) // 2)
+                for piece in (arguments[:cut], arguments[cut:]):
+                    if piece:
+                        self._event("response.function_call_arguments.delta", **common, delta=piece)
+            self._event("response.function_call_arguments.done", **common, name=call.name, arguments=arguments)
+            self._event("response.output_item.done", response_id=r.id, output_index=index,
+                        item=copy.deepcopy(done_item))
+            if d.item_done_events and r.in_conversation:
+                self._event("conversation.item.done", previous_item_id=self._last_item(), item=done_item)
+        if r.in_conversation:
+            self._items[item_id] = _Item(copy.deepcopy(done_item))
+        r.output.append(done_item)
+        return call_id
+
+    def _last_item(self) -> str | None:
+        return next(reversed(self._items), None) if self._items else None
+
+    def _response_json(self, r: _Response, status: str, details: dict[str, Any] | None,
+                       usage: dict[str, Any] | None) -> dict[str, Any]:
+        obj: dict[str, Any] = {"id": r.id, "object": "realtime.response", "status": status}
+        if self.dialect.rich_response:
+            obj.update(
+                status_details=details,
+                output=copy.deepcopy(r.output),
+                conversation_id=self._conversation_id if r.in_conversation else None,
+                output_modalities=list(r.modalities),
+                audio={"output": {"format": r.fmt_json, "voice": _get(self._session, self.dialect.voice_path)}},
+                max_output_tokens=self._session.get("max_output_tokens", "inf"),
+                metadata=r.metadata,
+                usage=usage,
+            )
+        else:
+            obj["output"] = copy.deepcopy(r.output)
+            if details is not None:
+                obj["status_details"] = details
+            if usage is not None:
+                obj["usage"] = usage
+        return obj
+
+    def _usage(self, r: _Response) -> dict[str, Any]:
+        """Made-up but consistent numbers: 10 input audio tokens per s, 20 output audio tokens per s."""
+        in_audio = int(self._input_total_ms // 100)
+        in_text = 10 + len(str(self._session.get("instructions") or "").split())
+        out_audio, out_text = int(r.audio_ms // 50), len(r.words)
+        if self.dialect.usage == "tokens":
+            return {
+                "total_tokens": in_audio + in_text + out_audio + out_text,
+                "input_tokens": in_audio + in_text,
+                "output_tokens": out_audio + out_text,
+                "input_token_details": {"text_tokens": in_text, "audio_tokens": in_audio, "image_tokens": 0,
+                                        "cached_tokens": 0, "cached_tokens_details": {
+                                            "text_tokens": 0, "audio_tokens": 0, "image_tokens": 0}},
+                "output_token_details": {"text_tokens": out_text, "audio_tokens": out_audio},
+            }
+        return {
+            "total_tokens": in_audio + in_text + out_audio + out_text,
+            "input_tokens": in_audio + in_text,
+            "output_tokens": out_audio + out_text,
+            "input_token_details": {"grok_tokens": in_audio + in_text},
+            "output_token_details": {"grok_tokens": out_audio + out_text},
+            "billable_audio_seconds": round(self._input_total_ms / 1000, 3),
+        }
+
+
+def _b64_length(text: str) -> int | None:
+    try:
+        return len(base64.b64decode(text, validate=True))
+    except (binascii.Error, ValueError):
+        return None
+
+
+_Handler = Callable[[RealtimeFamilyConnection, dict[str, Any], int], None]
+# Client event type -> (handler, allowed keys besides type/event_id, required keys). providers.md §1.4.
+_CLIENT_EVENTS: dict[str, tuple[_Handler, tuple[str, ...], tuple[str, ...]]] = {
+    "session.update": (RealtimeFamilyConnection._on_session_update, ("session",), ("session",)),
+    "input_audio_buffer.append": (RealtimeFamilyConnection._on_append, ("audio",), ("audio",)),
+    "input_audio_buffer.commit": (RealtimeFamilyConnection._on_commit, (), ()),
+    "input_audio_buffer.clear": (RealtimeFamilyConnection._on_clear, (), ()),
+    "conversation.item.create": (RealtimeFamilyConnection._on_item_create, ("item", "previous_item_id"), ("item",)),
+    "conversation.item.truncate": (
+        RealtimeFamilyConnection._on_truncate,
+        ("item_id", "content_index", "audio_end_ms"),
+        ("item_id", "content_index", "audio_end_ms"),
+    ),
+    "conversation.item.delete": (RealtimeFamilyConnection._on_delete, ("item_id",), ("item_id",)),
+    "conversation.item.retrieve": (RealtimeFamilyConnection._on_retrieve, ("item_id",), ("item_id",)),
+    "response.create": (RealtimeFamilyConnection._on_response_create, ("response",), ()),
+    "response.cancel": (RealtimeFamilyConnection._on_response_cancel, ("response_id",), ()),
+    "output_audio_buffer.clear": (RealtimeFamilyConnection._on_output_audio_buffer_clear, (), ()),
+}
+
+
+# -- the shell ----------------------------------------------------------------------------------------------
+
+
+def connection_factory(
+    dialect: Dialect, options: RealtimeFakeOptions | None = None, script: Script | None = None
+) -> Callable[[ConnectionContext], RealtimeFamilyConnection]:
+    """What the shell calls per connection: the `?model=` query and an `OpenAI-Beta` header reach the core."""
+
+    def factory(ctx: ConnectionContext) -> RealtimeFamilyConnection:
+        query = parse_qs(urlsplit(ctx.request.path).query)
+        model = (query.get("model") or [None])[0]
+        try:
+            beta = ctx.request.headers.get("OpenAI-Beta") is not None
+        except Exception:  # a repeated header is still a beta header
+            beta = True
+        return RealtimeFamilyConnection(
+            dialect, options, now=ctx.now, unix_time=ctx.unix_time, ids=ctx.ids, index=ctx.index,
+            faults=ctx.faults, script=script, model=model, beta_header=beta,
+        )
+
+    return factory
+
+
+def make_server(
+    dialect: Dialect,
+    *,
+    authorize: Authorize,
+    options: RealtimeFakeOptions | None = None,
+    faults: Sequence[Fault] = (),
+    record_path: str | None = None,
+    script: Script | None = None,
+) -> FakeServer:
+    """A Realtime-family fake at `/v1/realtime` (any path ending in `/realtime`); not yet listening."""
+    return FakeServer(
+        dialect.name,
+        connection_factory(dialect, options, script),
+        path="/v1/realtime",
+        accepts_path=accepts_path,
+        authorize=authorize,
+        faults=faults,
+        record_path=record_path,
+    )
+
+
+def accepts_path(path: str) -> bool:
+    return path.endswith("/realtime")

@@ -1,0 +1,270 @@
+"""A faithful fake of xAI's Grok Voice Agent WebSocket, `/v1/realtime?model=...` (providers.md §3, §5.3).
+
+xAI's API is an OpenAI Realtime clone with listed differences (§3.6); the protocol and model are shared in
+realtime_family.py, and this module is the xAI `Dialect`: `voice` and `turn_detection` at the top of the session
+(no `session.type`), PCM at 8..48 kHz besides G.711, VAD defaults 0.85 / 333 ms, no `conversation.item.done`,
+no `rate_limits.updated`, cumulative `...input_audio_transcription.updated` snapshots (grok-transcribe), text as
+`response.text.delta`, function calls only as `arguments.done` + item done alongside `response.done`, usage
+inside `response` and at the top level with a running `billable_audio_seconds`, truncate/retrieve unsupported,
+a manual commit answered at once, a repeated bare `response.create` dropped, `create_response:false` echoed but
+ignored, `force_message` items, and a periodic `{"type":"ping","timestamp":ms}`.
+
+Guesses (the real behaviour is not documented), all deliberate:
+* Auth: `Authorization: Bearer <key>`, or a `xai-client-secret.<token>` WebSocket subprotocol offer. The shared
+  shell cannot select a subprotocol, so the offer is accepted for auth but **not echoed** (a browser would
+  fail such a handshake; Python websockets clients do not).
+* Session cap (default 30 min): no error event, close 1000 with a reason text.
+* Unknown session keys -> `unknown_parameter` like OpenAI (strict, to catch OpenAI-shaped config sent to xAI);
+  `session.type:"realtime"` is tolerated.
+* Unsupported client events -> `error` code `unsupported_event`. The default silence duration is 500 ms.
+* `billable_audio_seconds` = input audio received so far (s); token counts are made up like OpenAI's.
+* With `modalities` containing "text" in `response.create`, `response.text.delta` copies of the transcript deltas
+  are sent besides the audio (audio cannot be turned off).
+* Ping every 15 s; the session object carries `id` (sess_*) but no `object`/`expires_at`; item ids are `msg_*`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from http import HTTPStatus
+from typing import Any
+
+from websockets.http11 import Request
+
+from providers.fakes.faults import Fault
+from providers.fakes.realtime_family import (
+    AnyOf,
+    Anything,
+    Bool,
+    Dialect,
+    Int,
+    ListOf,
+    Nullable,
+    Num,
+    Obj,
+    RealtimeFakeOptions,
+    Str,
+    Tagged,
+    make_server,
+)
+from providers.fakes.script import Script
+from providers.fakes.server import FakeServer, bearer_authorize
+
+__all__ = ["DIALECT", "PCM_RATES", "RealtimeFakeOptions", "authorize", "server", "serve"]
+
+PCM_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
+SUBPROTOCOL_PREFIX = "xai-client-secret."
+
+_TYPE = Str()
+FORMAT = Tagged({
+    "audio/pcm": Obj({"type": _TYPE, "rate": Int(choices=PCM_RATES)}, defaults={"rate": 24000}),
+    "audio/pcmu": Obj({"type": _TYPE, "rate": Int(choices=(8000,))}),
+    "audio/pcma": Obj({"type": _TYPE, "rate": Int(choices=(8000,))}),
+})
+TURN_DETECTION_DEFAULTS: dict[str, Any] = {"threshold": 0.85, "silence_duration_ms": 500, "prefix_padding_ms": 333}
+_TURN_DETECTION = Tagged({
+    "server_vad": Obj(
+        {
+            "type": _TYPE,
+            "threshold": Num(0.0, 1.0),
+            "silence_duration_ms": Int(0, 10_000),
+            "prefix_padding_ms": Int(0, 10_000),
+            "create_response": Bool(),
+            "interrupt_response": Bool(),
+        },
+        defaults=TURN_DETECTION_DEFAULTS,
+    ),
+})
+_ANY_FIELDS = Anything()
+_TOOLS = ListOf(Tagged({
+    "function": Obj(
+        {"type": _TYPE, "name": Str(nonempty=True), "description": Str(), "parameters": Anything()},
+        required=("name",),
+    ),
+    "web_search": Obj({"type": _TYPE}),
+    "x_search": Obj({"type": _TYPE, "allowed_x_handles": ListOf(Str())}),
+    "file_search": Obj({"type": _TYPE, "vector_store_ids": ListOf(Str()), "max_num_results": Int(lo=1)}),
+    "mcp": Obj({key: _ANY_FIELDS for key in ("type", "server_url", "server_label", "allowed_tools",
+                                             "authorization", "headers", "require_approval",
+                                             "server_description")}),
+}))
+_TOOL_CHOICE = AnyOf((
+    Str(choices=("none", "auto", "required")),
+    Obj({"type": Str(choices=("function",)), "name": Str(nonempty=True)}, required=("type", "name")),
+))
+_MAX_OUTPUT_TOKENS = AnyOf((Int(lo=1), Str(choices=("inf",))))
+
+SESSION = Obj(
+    {
+        "type": Str(choices=("realtime",)),
+        "model": Str(nonempty=True),
+        "instructions": Str(),
+        "voice": Str(nonempty=True),
+        "turn_detection": Nullable(_TURN_DETECTION),
+        "audio": Obj(
+            {
+                "input": Obj(
+                    {
+                        "format": FORMAT,
+                        "transcription": Nullable(Obj({
+                            "model": Str(nonempty=True),
+                            "language_hint": Str(),
+                            "language": Str(),
+                            "keyterms": ListOf(Str()),
+                        })),
+                    },
+                    merge=True,
+                ),
+                "output": Obj({"format": FORMAT}, merge=True),
+            },
+            merge=True,
+        ),
+        "tools": _TOOLS,
+        "tool_choice": _TOOL_CHOICE,
+        "reasoning": Obj({"effort": Str(choices=("high", "none"))}),
+        "resumption": Obj({"enabled": Bool()}),
+        "max_output_tokens": _MAX_OUTPUT_TOKENS,
+        "parallel_tool_calls": Bool(),
+    },
+    merge=True,
+)
+
+RESPONSE = Obj({
+    "modalities": ListOf(Str(choices=("text", "audio"))),
+    "instructions": Str(),
+    "tools": _TOOLS,
+    "tool_choice": _TOOL_CHOICE,
+    "max_output_tokens": _MAX_OUTPUT_TOKENS,
+    "metadata": Nullable(Anything()),
+    "conversation": Str(),
+})
+
+_ITEM_COMMON = {"type": _TYPE, "id": Str(nonempty=True), "object": Str(), "status": Str()}
+ITEM = Tagged({
+    "message": Obj(
+        {
+            **_ITEM_COMMON,
+            "role": Str(choices=("user", "assistant", "system")),
+            "content": ListOf(Obj({
+                "type": Str(choices=("input_text", "input_audio", "output_text", "output_audio")),
+                "text": Str(),
+                "audio": Str(),
+                "transcript": Nullable(Str()),
+            })),
+        },
+        required=("role", "content"),
+    ),
+    "function_call": Obj(
+        {**_ITEM_COMMON, "name": Str(nonempty=True), "arguments": Str(), "call_id": Str()},
+        required=("name", "arguments"),
+    ),
+    "function_call_output": Obj(
+        {**_ITEM_COMMON, "call_id": Str(nonempty=True), "output": Str()}, required=("call_id", "output")
+    ),
+    "force_message": Obj(
+        {
+            "type": _TYPE,
+            "role": Str(choices=("assistant",)),
+            "interruptible": Bool(),
+            "content": ListOf(Obj({"type": Str(choices=("output_text",)), "text": Str()}, required=("type", "text"))),
+        },
+        required=("content",),
+    ),
+})
+
+
+def _new_session(model: str, session_id: str, expires_at: int) -> dict[str, Any]:
+    pcm = {"type": "audio/pcm", "rate": 24000}
+    return {
+        "id": session_id,
+        "model": model,
+        "instructions": "",
+        "voice": "eve",
+        "turn_detection": {"type": "server_vad", **TURN_DETECTION_DEFAULTS},
+        "audio": {"input": {"format": dict(pcm), "transcription": None}, "output": {"format": dict(pcm)}},
+        "tools": [],
+        "reasoning": {"effort": "high"},
+    }
+
+
+def _expiry_message(ms: int) -> str:
+    minutes = ms / 60_000
+    return f"Session expired: maximum session duration of {minutes:g} minutes reached."
+
+
+DIALECT = Dialect(
+    name="xai",
+    default_model="grok-voice-think-fast-1.0",
+    session_schema=SESSION,
+    response_schema=RESPONSE,
+    item_schema=ITEM,
+    new_session=_new_session,
+    voice_path=("voice",),
+    turn_detection_path=("turn_detection",),
+    input_format_path=("audio", "input", "format"),
+    output_format_path=("audio", "output", "format"),
+    transcription_path=("audio", "input", "transcription"),
+    modalities_path=None,
+    response_modalities_key="modalities",
+    text_alongside_audio=True,
+    text_delta_type="response.text.delta",
+    text_done_type=None,
+    item_prefix="msg",
+    item_done_events=False,
+    rate_limits=False,
+    transcription_events="snapshots",
+    snapshot_model="grok-transcribe",
+    function_call_events="at_done",
+    usage="audio_seconds",
+    rich_response=False,
+    unsupported_events=frozenset({"conversation.item.truncate", "conversation.item.retrieve"}),
+    commit_creates_response=True,
+    commit_ignores_silence=True,
+    drops_repeat_response_create=True,
+    honours_create_response=False,
+    voice_locked_after_audio=False,
+    idle_timeout=False,
+    ping_interval_ms=15_000,
+    session_length_ms=30 * 60 * 1000,
+    expiry_error=False,
+    expiry_close_code=1000,
+    expiry_message=_expiry_message,
+    beta_header_rejected=False,
+)
+
+
+def authorize(request: Request) -> HTTPStatus | None:
+    """Bearer auth, or an ephemeral secret offered as the `xai-client-secret.<token>` subprotocol."""
+    try:
+        offers = [p.strip() for h in request.headers.get_all("Sec-WebSocket-Protocol") for p in h.split(",")]
+    except Exception:
+        offers = []
+    if any(p.startswith(SUBPROTOCOL_PREFIX) and len(p) > len(SUBPROTOCOL_PREFIX) for p in offers):
+        return None
+    return bearer_authorize(request)
+
+
+def server(
+    options: RealtimeFakeOptions | None = None,
+    *,
+    faults: Sequence[Fault] = (),
+    record_path: str | None = None,
+    script: Script | None = None,
+) -> FakeServer:
+    """An xAI Voice Agent fake (not yet listening: `await server(...).start(host, port)`)."""
+    return make_server(
+        DIALECT, authorize=authorize, options=options, faults=faults, record_path=record_path, script=script
+    )
+
+
+async def serve(
+    host: str = "127.0.0.1",
+    port: int = 0,
+    *,
+    options: RealtimeFakeOptions | None = None,
+    faults: Sequence[Fault] = (),
+    record_path: str | None = None,
+    script: Script | None = None,
+) -> FakeServer:
+    """Start an xAI Voice Agent fake; `port=0` picks a free port (see `.port` / `.url`)."""
+    return await server(options, faults=faults, record_path=record_path, script=script).start(host, port)
