@@ -64,11 +64,11 @@ class _ServeOptions:
 
 
 _PROVIDERS = ["echo", *KINDS]
-_FAKES = {
-    "openai-live": "providers.fakes.openai_live",
-    "openai-realtime": "providers.fakes.openai_realtime",
-    "gemini-live": "providers.fakes.gemini_live",
-    "xai": "providers.fakes.xai",
+_FAKES = {  # protocol: (module, options class module, options class)
+    "openai-live": ("providers.fakes.openai_live", "providers.fakes.openai_live", "LiveFakeOptions"),
+    "openai-realtime": ("providers.fakes.openai_realtime", "providers.fakes.realtime_family", "RealtimeFakeOptions"),
+    "gemini-live": ("providers.fakes.gemini_live", "providers.fakes.gemini_live", "GeminiFakeOptions"),
+    "xai": ("providers.fakes.xai", "providers.fakes.realtime_family", "RealtimeFakeOptions"),
 }
 
 
@@ -147,7 +147,8 @@ async def _serve(options: _ServeOptions) -> int:
         from providers.fakes import openai_live as live_fake
 
         logging.getLogger("providers.fakes").setLevel(logging.WARNING)  # one connection per call: no chatter
-        fake = await live_fake.serve("127.0.0.1", 0)
+        # Calls may last hours: the embedded fake keeps no per-frame record in memory.
+        fake = await live_fake.serve("127.0.0.1", 0, options=live_fake.LiveFakeOptions(record_client_frames=False))
         choice = replace(choice, url=fake.url)
         log.info("provider: echo (embedded GPT-Live fake at %s)", fake.url)
     else:
@@ -245,12 +246,15 @@ async def _fake_provider(
     cert: str | None,
     key_path: str | None,
 ) -> None:
-    module = import_module(_FAKES[protocol])
+    module_name, options_module, options_class = _FAKES[protocol]
+    module = import_module(module_name)
+    # A standalone fake may run for hours: it writes client frames to --record, never keeps them in memory.
+    options = getattr(import_module(options_module), options_class)(record_client_frames=False)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    kwargs: dict[str, object] = {"record_path": record_path, "faults": faults}
+    kwargs: dict[str, object] = {"record_path": record_path, "faults": faults, "options": options}
     if script is not None:
         kwargs["script"] = script
     if protocol == "gemini-live":

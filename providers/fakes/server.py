@@ -153,6 +153,7 @@ class FakeServer:
         self._server: Server | None = None
         self._live: dict[int, tuple[FakeConnection, asyncio.Queue[object]]] = {}
         self._later: list[Fault] = []  # runtime faults for connections not yet open
+        self._hanging: set[ServerConnection] = set()  # half-open sockets: no close handshake is possible
         self.connections: list[ConnectionRecord] = []
         self._ws_logger = logging.getLogger(f"providers.fakes.{name}.websockets")
         # websockets logs request headers (Authorization included) at DEBUG: never below INFO here.
@@ -199,6 +200,9 @@ class FakeServer:
             self._later.append(fault)
 
     async def close(self) -> None:
+        for ws in list(self._hanging):  # a half-open peer would never finish a close handshake
+            if ws.transport is not None:
+                ws.transport.abort()
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
@@ -313,13 +317,16 @@ class FakeServer:
                     await ws.close(request.code, request.reason)
                 return
 
-    @staticmethod
-    async def _hang(ws: ServerConnection) -> None:
+    async def _hang(self, ws: ServerConnection) -> None:
         """A half-open socket: stop reading (so pings go unanswered and nothing more is recorded) and stop
         writing, but keep the TCP connection, until the client gives up or the server shuts down."""
         if ws.transport is not None:
             ws.transport.pause_reading()
-        await ws.wait_closed()
+        self._hanging.add(ws)
+        try:
+            await ws.wait_closed()
+        finally:
+            self._hanging.discard(ws)
 
     def _write_record(self, core: FakeConnection) -> None:
         entry = core.last_frame

@@ -58,3 +58,96 @@ async def test_a_refused_handshake_is_provider_unavailable_without_the_key() -> 
         with pytest.raises(ProviderUnavailable, match="HTTP 404") as info:
             await adapter(wrong_path, key="sk-secret-value").connect()
         assert "sk-secret-value" not in str(info.value)
+
+
+# --- faults, tools and usage against the fake --------------------------------------------------------------
+
+from providers.events import ProviderError, ToolCallRequested, UsageUpdated  # noqa: E402
+from providers.fakes.faults import parse_fault  # noqa: E402
+from providers.fakes.openai_live import LiveFakeOptions  # noqa: E402
+from providers.fakes.script import Script, ToolCallScript, Turn  # noqa: E402
+
+
+async def _events_until(live: OpenAILiveAdapter, done, seconds: float = 5.0) -> list:
+    seen = []
+    try:
+        async with asyncio.timeout(seconds):
+            async for event in live.events():
+                seen.append(event)
+                if done(event, seen):
+                    break
+    except TimeoutError:
+        pass
+    return seen
+
+
+def _speak(live: OpenAILiveAdapter, ms: int = 400) -> None:
+    for frame in tone_frames(ms) + [bytes(320)] * 30:
+        live.send_audio(frame)
+
+
+async def test_garbage_json_is_a_non_fatal_error_and_invalid_audio_a_fatal_one() -> None:
+    async with await serve(faults=[parse_fault("garbage_json"), parse_fault("invalid_audio@50")]) as fake:
+        live = adapter(fake.url)
+        await live.connect()
+        errors = await _events_until(live, lambda e, s: sum(isinstance(x, ProviderError) for x in s) >= 2)
+        kinds = [(e.code, e.fatal) for e in errors if isinstance(e, ProviderError)]
+        assert kinds == [("invalid_event", False), ("invalid_audio", True)]
+        await live.close()
+
+
+async def test_the_close_fault_ends_the_session_finalised_and_an_abrupt_close_does_not() -> None:
+    async with await serve(faults=[parse_fault("1/close@50"), parse_fault("2/abrupt_close@50")]) as fake:
+        for finalized in (True, False):
+            live = adapter(fake.url)
+            await live.connect()
+            [closed] = [e for e in await _events_until(live, lambda e, s: isinstance(e, SessionClosed))
+                        if isinstance(e, SessionClosed)]
+            assert closed.finalized is finalized
+            assert closed.reason == "expired" if finalized else "connection closed" in closed.reason
+            await live.close()
+
+
+async def test_a_half_open_socket_goes_silent() -> None:
+    async with await serve(faults=[parse_fault("half_open")]) as fake:
+        live = adapter(fake.url)
+        await live.connect()
+        _speak(live)
+        assert await _events_until(live, lambda e, s: True, seconds=1.5) == []  # no echo, no close
+        await live.close(timeout=0.5)
+
+
+async def test_slow_handshake_and_refusal_are_provider_unavailable() -> None:
+    async with await serve(faults=[parse_fault("slow_handshake:3000")]) as fake:
+        live = OpenAILiveAdapter("sk-test", LiveConfig(), limits=OpenAILiveAdapter.audio_limits(PCMU_8K),
+                                 url=fake.url, connect_timeout=0.5)
+        with pytest.raises(ProviderUnavailable, match="no session"):
+            await live.connect()
+    async with await serve(faults=[parse_fault("refuse")]) as fake:
+        with pytest.raises(ProviderUnavailable, match="HTTP 503"):
+            await adapter(fake.url).connect()
+
+
+async def test_a_delegation_round_trip_and_a_duplicate_delivery() -> None:
+    script = Script((Turn(reply="tone", duration_ms=200, tool_call=ToolCallScript("lookup_order", {"id": "42"})),))
+    async with await serve(options=LiveFakeOptions(script=script), faults=[parse_fault("duplicate_tool_call")]) as fake:
+        live = adapter(fake.url)
+        await live.connect()
+        _speak(live)
+        calls = [e for e in await _events_until(live, lambda e, s: sum(isinstance(x, ToolCallRequested) for x in s) >= 2)
+                 if isinstance(e, ToolCallRequested)]
+        assert len(calls) == 2 and calls[0].call_id == calls[1].call_id and calls[0].kind == "delegation"
+        live.send_tool_result(calls[0].call_id, "lookup_order", "Order 42 shipped today.")
+        audio = await _events_until(live, lambda e, s: sum(len(x.audio) for x in s if isinstance(x, AudioReceived)) >= 1600)
+        assert sum(len(e.audio) for e in audio if isinstance(e, AudioReceived)) >= 1600  # the answer is spoken
+        await live.close()
+
+
+async def test_usage_snapshots_are_cumulative_audio_seconds() -> None:
+    async with await serve(options=LiveFakeOptions(usage_interval_ms=200)) as fake:
+        live = adapter(fake.url)
+        await live.connect()
+        usage = [e for e in await _events_until(live, lambda e, s: sum(isinstance(x, UsageUpdated) for x in s) >= 2)
+                 if isinstance(e, UsageUpdated)]
+        assert len(usage) == 2 and all(u.cumulative for u in usage)
+        await live.close()
