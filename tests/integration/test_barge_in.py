@@ -98,3 +98,34 @@ def test_pcmu_passes_through_bit_exact_from_the_provider_to_the_callers_rtp(
     print(f"RTP to the caller: {len(payload)} bytes, {len(voiced)} of them the echo")
     assert len(voiced) >= 0.95 * len(utterance.speech)  # the whole utterance came back (its faint edges are µ-law 0xFF)...
     assert voiced in provider_sent  # ...as the provider's exact bytes
+
+
+def test_realtime_truncate_reports_exactly_the_audio_the_caller_received(
+    start_fake, start_bridge, capture, tmp_path: Path
+) -> None:
+    """OpenAI Realtime: barge-in sends `conversation.item.truncate` with `audio_end_ms` from the carrier
+    ledger, and that is what went out on the wire to the caller, frame for frame."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [{"reply": "tone", "duration_ms": 8000, "frequency_hz": 440},
+                                            {"reply": "silence", "duration_ms": 500}]}))
+    wav, _, second_start, _ = _two_utterances(tmp_path)
+    fake = start_fake("openai-realtime", "--script", str(script))
+    bridge = start_bridge(*fake.bridge_args("openai-realtime"), env={"OPENAI_API_KEY": "sk-test"})
+    cap = capture(f"udp and src host 127.0.0.1 and src port {bridge.rtp_port}")
+    with peers.BaresipCaller(tmp_path / "baresip", wav) as caller:
+        result = caller.run(bridge.sip_port, timeout=40)
+    assert result.established
+    line = bridge.wait_for(r"barge-in \(provider\) at \d+ ms: cleared (\d+) ms of output; heard \[\('(\w+)', (\d+)\)\]; "
+                           r"last assistant frame left ([-+\d.]+) ms from the event")
+    item, heard_ms, reaction_ms = line.group(2), int(line.group(3)), float(line.group(4))
+    bridge.wait_for(r"call call-1 ended after")
+    cap.stop()
+    frames = [json.loads(l)["frame"] for l in fake.record.read_text().splitlines() if '"frame"' in l]
+    truncates = [f for f in frames if f["type"] == "conversation.item.truncate"]
+    assert truncates == [{"type": "conversation.item.truncate", "item_id": item, "content_index": 0,
+                          "audio_end_ms": heard_ms}]
+    tone_packets = sum(1 for p in cap.rtp_payloads(bridge.rtp_port) if p.strip(b"\xff"))
+    print(f"realtime barge-in: audio_end_ms {heard_ms}, the caller was sent {tone_packets} tone packets "
+          f"({20 * tone_packets} ms); last frame left {reaction_ms:+.1f} ms from speech_started")
+    assert 20 * tone_packets == heard_ms
+    assert reaction_ms <= 40.0
