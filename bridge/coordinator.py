@@ -161,6 +161,8 @@ class SessionCoordinator:
         self.stale_events = 0  # events from another transport token, ignored
         self.suppressed_bytes = 0  # output dropped while the caller spoke
         self.barge_ins = 0
+        self.underruns = 0  # media ticks that found no frame ready in the middle of an item
+        self._last_transmitted = 0
 
     # --- inputs ---
 
@@ -168,6 +170,10 @@ class SessionCoordinator:
         """One 20 ms caller frame: forwarded to the provider; it also marks a media-clock tick."""
         self.frames_in += 1
         self._commands.append(SendAudio(pcm))
+        transmitted = self.channel.ledger.frames_transmitted
+        if transmitted == self._last_transmitted and self.framer.item_id is not None and not self._item_over(now):
+            self.underruns += 1  # this tick's pull found the cushion empty mid-item: the caller heard a gap
+        self._last_transmitted = transmitted
         if not self.capabilities.server_vad:
             change = self.vad.frame(pcm, now)
             if isinstance(change, VoiceStarted):
@@ -359,6 +365,7 @@ class SessionCoordinator:
             },
             "qos": {
                 "frames_in": self.frames_in,
+                "underruns": self.underruns,
                 "suppressed_bytes": self.suppressed_bytes,
                 "stale_events": self.stale_events,
             },

@@ -139,7 +139,9 @@ class LiveFakeOptions:
     pad_ms: int = 60
     max_utterance_ms: int = 30_000
     chunk_ms: int = 40
-    lead_ms: int = 0
+    lead_ms: int = 200
+    """GPT-Live paces its output near real time, a little ahead: the first 200 ms of a reply go at once, so the
+    client has a small store against network jitter (a guess; the real lead is undocumented)."""
     max_queued: int = 32
     usage_interval_ms: int = 15_000
     session_length_ms: int = 60 * 60 * 1000

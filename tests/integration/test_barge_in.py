@@ -97,6 +97,10 @@ def test_pcmu_passes_through_bit_exact_from_the_provider_to_the_callers_rtp(
     voiced = payload.strip(b"\xff")  # µ-law silence around the echo
     print(f"RTP to the caller: {len(payload)} bytes, {len(voiced)} of them the echo")
     assert len(voiced) >= 0.95 * len(utterance.speech)  # the whole utterance came back (its faint edges are µ-law 0xFF)...
+    if voiced not in provider_sent:  # keep the evidence for a diagnosis
+        (tmp_path / "voiced.bin").write_bytes(voiced)
+        (tmp_path / "provider_sent.bin").write_bytes(provider_sent)
+        print("evidence in", tmp_path)
     assert voiced in provider_sent  # ...as the provider's exact bytes
 
 

@@ -19,12 +19,20 @@ from websockets.asyncio.client import connect
 
 from providers.fakes.echo import EchoOptions
 from providers.fakes.faults import Fault, parse_fault
-from providers.fakes.openai_live import CloseRequest, LiveFakeConnection, LiveFakeOptions, SequentialIds, serve
+from providers.fakes.openai_live import CloseRequest, LiveFakeConnection, SequentialIds, serve
+from providers.fakes.openai_live import LiveFakeOptions as _LiveFakeOptions
 from providers.fakes.script import Script, ToolCallScript, Turn
 from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 
 MS = 1_000_000
 S = 1_000_000_000
+
+
+def LiveFakeOptions(**options: Any) -> _LiveFakeOptions:  # noqa: N802
+    """These tests time replies from t0 exactly: no initial lead unless a test asks for one."""
+    options.setdefault("lead_ms", 0)
+    return _LiveFakeOptions(**options)
+
 UNIX = 1_800_000_000
 PCMU = {"type": "audio/pcmu", "rate": 8000}
 
@@ -88,7 +96,7 @@ class Harness:
     """
 
     def __init__(self, options: LiveFakeOptions | None = None, faults: tuple[Fault, ...] = ()) -> None:
-        self.core = LiveFakeConnection(options, now=0, unix_time=UNIX, ids=SequentialIds(7), faults=faults)
+        self.core = LiveFakeConnection(options or LiveFakeOptions(), now=0, unix_time=UNIX, ids=SequentialIds(7), faults=faults)
         self.now = 0
         self.log: list[tuple[int, dict[str, Any]]] = []
         self.raw: list[tuple[int, str]] = []
@@ -376,6 +384,7 @@ def test_other_formats_echo_the_client_bytes(fmt: dict, encode: Any, rate: int, 
 
 def test_options_map_onto_echo_defaults() -> None:
     assert LiveFakeOptions().echo_options() == EchoOptions()
+    assert _LiveFakeOptions().lead_ms == 200  # the default: a little ahead of real time
     assert LiveFakeOptions(hangover_ms=250, chunk_ms=20).echo_options() == EchoOptions(hangover_ms=250, chunk_ms=20)
 
 

@@ -339,3 +339,17 @@ def test_se7_status_reports_state_limits_reservoir_playback_and_usage() -> None:
     assert status["playback"]["frames_transmitted"] == 10 and status["playback"]["epoch"] == 0
     assert status["usage"] == {"audio_seconds": 15.0, "input_tokens": 0, "output_tokens": 0, "complete": False}
     assert status["qos"]["frames_in"] == 10
+
+
+def test_se7_underruns_count_media_ticks_that_found_nothing_mid_item() -> None:
+    call = Call()
+    call.provider(AudioReceived(1, pcmu_tone(60), PCMU_8K))  # 3 frames, then the provider is late
+    call.tick(count=6)
+    assert call.core.status(call.now)["qos"]["underruns"] == 3
+    call.tick(count=20)  # 300 ms without audio: the item is over, silence is no longer a gap
+    assert call.core.underruns == 11 and call.core.framer.item_id is None  # ticks at 80..280 ms
+    call.tick(count=5)
+    assert call.core.underruns == call.core.status(call.now)["qos"]["underruns"]
+    before = call.core.underruns
+    call.tick(count=5)
+    assert call.core.underruns == before  # between items nothing is counted
