@@ -120,7 +120,8 @@ def start_fake(tmp_path: Path) -> Iterator[Callable[..., Fake]]:
 def utterance(tmp_path_factory: pytest.TempPathFactory) -> peers.Utterance:
     """A spoken sentence between silences, long enough after it for the echo to come back."""
     path = tmp_path_factory.mktemp("audio") / "utterance.wav"
-    return peers.make_utterance(path, "Hello bridge. Please say this sentence back to me.", tail_silence_s=4.5)
+    # One sentence: a full stop makes a pause long enough for a VAD to split it into two turns.
+    return peers.make_utterance(path, "Hello bridge, please say this sentence back to me", tail_silence_s=4.5)
 
 
 class Capture:

@@ -25,6 +25,6 @@ def test_a_sip_call_is_echoed_through_each_providers_fake(protocol, start_fake, 
     peak, lag = peers.normalized_xcorr(utterance.speech, result.received)
     print(f"{protocol}: echo correlation {peak:.4f}, heard {1000 * (lag - utterance.end) / 8000:.0f} ms after "
           "the utterance ended")
-    assert peak >= 0.9 and lag > utterance.end
+    assert peak >= 0.9 and lag > utterance.end, bridge.log[-4000:]
     assert re.search(r"call call-1 ended after .* by caller", bridge.wait_for(r"call call-1 ended after .*").group(0))
     assert secret not in bridge.log and secret not in fake.proc.stdout + fake.proc.stderr
