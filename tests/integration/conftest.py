@@ -68,7 +68,8 @@ def start_bridge(tmp_path: Path) -> Iterator[Callable[..., Bridge]]:
     def start(*args: str, env: dict[str, str] | None = None) -> Bridge:
         sip_port = peers.free_udp_port()
         rtp_port = peers._free_udp_port_pair()
-        argv = [*BRIDGE, "serve", "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port), *args]
+        argv = [*BRIDGE, "serve", "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port), *args,
+                "--log-level", os.environ.get("PARLORA_TEST_LOG_LEVEL", "info")]
         proc = peers.ManagedProcess(argv, cwd=tmp_path, env=_clean_env(env), name="parlora-bridge")
         bridge = Bridge(proc, sip_port, rtp_port)
         started.append(bridge)

@@ -675,6 +675,15 @@ def _moving_mean_square(samples: np.ndarray, window: int) -> np.ndarray:
     return (c[window:] - c[:-window]) / window
 
 
+def heard_in_pieces(speech: np.ndarray, received: np.ndarray, pieces: int = 4) -> list[tuple[float, int]]:
+    """Each of `pieces` equal parts of `speech` located in `received`: (peak, lag) per part.
+
+    baresip's receive path can slip by a few ms mid-call (its own buffering, seen as one part arriving 10 ms
+    off the others), which breaks a single whole-utterance correlation but not these."""
+    n = len(speech) // pieces
+    return [normalized_xcorr(speech[i * n : (i + 1) * n], received) for i in range(pieces)]
+
+
 def first_onset(samples: np.ndarray, threshold_dbfs: float = -40.0,
                 window: int = 160) -> int | None:
     """Index of the first ``window``-sample span whose RMS exceeds ``threshold_dbfs``.

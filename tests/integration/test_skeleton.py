@@ -23,16 +23,22 @@ def _frames(log: str, call_id: str) -> tuple[int, int]:
 
 
 def _assert_echoed(result: peers.BaresipResult, utterance: peers.Utterance) -> int:
-    """The caller heard its own utterance back, after it ended; returns the turn-around in ms."""
+    """The caller heard its own utterance back, after it ended; returns the turn-around in ms.
+
+    The utterance is found in the caller's recording eighth by eighth: a jitter buffer on the way can shift the
+    audio by 10 ms mid-call, which would break a single whole-utterance correlation."""
     assert result.established, result.stdout[-2000:]
-    peak, lag = peers.normalized_xcorr(utterance.speech, result.received)
+    pieces = peers.heard_in_pieces(utterance.speech, result.received, pieces=8)
+    lag = pieces[0][1]
     # `received` starts with the first RTP packet from the bridge, within a frame of when the caller's
     # stream (and so the utterance file) started: lag is on the caller's timeline, to about 20 ms.
     turnaround_ms = round((lag - utterance.end) / 8)
-    print(f"echo: correlation {peak:.4f}, utterance ended at {utterance.end / 8:.0f} ms, echo heard at "
-          f"{lag / 8:.0f} ms: turn-around {turnaround_ms} ms")
-    assert peak >= ECHO_MIN_CORRELATION
+    print(f"echo: correlation by eighths {[round(p, 4) for p, _ in pieces]}, utterance ended at "
+          f"{utterance.end / 8:.0f} ms, echo heard at {lag / 8:.0f} ms: turn-around {turnaround_ms} ms")
+    # A 10 ms jitter-buffer shift (pjmedia's on the way in, baresip's on the way back) spoils one eighth at most.
+    assert sum(peak >= ECHO_MIN_CORRELATION for peak, _ in pieces) >= 7 and min(p for p, _ in pieces) >= 0.7
     assert lag > utterance.end, "the echo must come after the utterance, not during it"
+    assert [l for _, l in pieces] == sorted(l for _, l in pieces)
     return turnaround_ms
 
 
@@ -62,9 +68,13 @@ def test_echo_through_a_separate_fake_provider_process(start_fake, start_bridge,
     assert frames[0]["session"]["audio"]["format"] == {"type": "audio/pcmu", "rate": 8000}
     sent = b"".join(base64.b64decode(f["audio"]["base64"]) for f in frames if f["type"] == "session.input_audio.append")
     heard = np.frombuffer(ulaw_decode(sent), dtype="<i2")
-    peak, lag = peers.normalized_xcorr(utterance.speech, heard)
-    assert peak >= 0.99, "the fake must receive the caller's audio (PCMU, bit-exact apart from G.711 itself)"
-    assert abs(lag - utterance.start) <= 160, "and on the caller's timeline"
+    pieces = peers.heard_in_pieces(utterance.speech, heard, pieces=8)
+    lag = pieces[0][1]
+    # The fake must receive the caller's audio (PCMU, exact apart from G.711 itself; a 10 ms jitter-buffer
+    # shift on the way in spoils one eighth at most).
+    assert sum(peak >= 0.99 for peak, _ in pieces) >= 7, pieces
+    # On the caller's timeline, give or take the first frames that arrive before the media port is connected.
+    assert abs(lag - utterance.start) <= 480, "and on the caller's timeline"
     assert key not in bridge.log and key not in fake.stderr and key not in fake.stdout
 
 
