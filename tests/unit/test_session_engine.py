@@ -353,3 +353,15 @@ def test_se7_underruns_count_media_ticks_that_found_nothing_mid_item() -> None:
     before = call.core.underruns
     call.tick(count=5)
     assert call.core.underruns == before  # between items nothing is counted
+
+
+def test_se5_vad_level_and_attack_hangover() -> None:
+    from bridge.vad import VadOptions, VoiceActivityDetector, VoiceStarted, VoiceStopped, frame_dbfs
+
+    assert frame_dbfs(bytes(320)) == float("-inf")
+    assert abs(frame_dbfs(speech_frame(16384)) - (-6.0 - 3.01)) < 0.2  # a half-scale sine: -9 dBFS
+    vad = VoiceActivityDetector(VadOptions(threshold_dbfs=-38.0, attack_ms=60, hangover_ms=300))
+    changes = [vad.frame(speech_frame(), t * TICK) for t in range(3)]
+    assert changes[:2] == [None, None] and changes[2] == VoiceStarted(0)  # the attack: three voiced frames
+    quiet = [vad.frame(bytes(320), (3 + t) * TICK) for t in range(15)]
+    assert quiet.index(VoiceStopped(17 * TICK)) == 14  # stopped after 300 ms without a voiced frame
