@@ -91,6 +91,7 @@ from typing import Any
 import numpy as np
 
 from providers.fakes.echo import EchoModel, EchoOptions, Utterance, UtteranceDetected
+from providers.fakes.client_errors import TYPE_NAMES, ClientError, json_type
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.script import Script, ToolCallScript, Turn
 from providers.fakes.server import (
@@ -211,33 +212,17 @@ _UNMODELLED = frozenset(
         "transport.dtmf.send",
     }
 )
-_JSON_TYPE_NAMES = {str: "a string", int: "an integer", bool: "a boolean", dict: "an object", list: "an array"}
 
 
-class _ClientError(Exception):
-    """A bad client event; caught in `receive_message` and turned into an `error` event."""
 
-    def __init__(self, code: str, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.param = code, message, param
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, float):
-        return "a number"
-    return _JSON_TYPE_NAMES.get(type(value), "an unknown type")
 
 
 def _expect(value: Any, kind: type, path: str) -> None:
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if not ok:
-        raise _ClientError(
+        raise ClientError(
             "invalid_type",
-            f"Invalid type for '{path}': expected {_JSON_TYPE_NAMES[kind]}, but got {_json_type(value)} instead.",
+            f"Invalid type for '{path}': expected {TYPE_NAMES[kind]}, but got {json_type(value)} instead.",
             path,
         )
 
@@ -247,11 +232,11 @@ def _object(value: Any, path: str, allowed: frozenset[str] | set[str], required:
     prefix = f"{path}." if path else ""
     for key in value:
         if key not in allowed:
-            raise _ClientError("unknown_parameter", f"Unknown parameter: '{prefix}{key}'.", prefix + key)
+            raise ClientError("unknown_parameter", f"Unknown parameter: '{prefix}{key}'.", prefix + key)
     for key in required:
         if key not in value:
             message = f"Missing required parameter: '{prefix}{key}'."
-            raise _ClientError("missing_required_parameter", message, prefix + key)
+            raise ClientError("missing_required_parameter", message, prefix + key)
     return value
 
 
@@ -267,7 +252,7 @@ def _validate_audio(audio: Any) -> dict[str, Any]:
     _object(fmt, "session.audio.format", {"type", "rate"}, ("type", "rate"))
     _expect(fmt["type"], str, "session.audio.format.type")
     if fmt["type"] not in _FORMAT_TYPES:
-        raise _ClientError(
+        raise ClientError(
             "invalid_value",
             f"Invalid value: '{fmt['type']}'. Supported values are: 'audio/pcm', 'audio/pcmu', and 'audio/pcma'.",
             "session.audio.format.type",
@@ -275,7 +260,7 @@ def _validate_audio(audio: Any) -> dict[str, Any]:
     _expect(fmt["rate"], int, "session.audio.format.rate")
     if (fmt["type"], fmt["rate"]) not in _FORMATS:
         supported = "16000 or 24000" if fmt["type"] == "audio/pcm" else "8000"
-        raise _ClientError(
+        raise ClientError(
             "invalid_value",
             f"Invalid value: {fmt['rate']}. '{fmt['type']}' supports a rate of {supported}.",
             "session.audio.format.rate",
@@ -291,7 +276,7 @@ def _validate_audio(audio: Any) -> dict[str, Any]:
             _expect(voice, str, "session.audio.output.voice")
             if not voice:
                 message = "Invalid value: ''. Voice must not be empty."
-                raise _ClientError("invalid_value", message, "session.audio.output.voice")
+                raise ClientError("invalid_value", message, "session.audio.output.voice")
     return {"format": {"type": fmt["type"], "rate": fmt["rate"]}, "voice": voice}
 
 
@@ -301,13 +286,13 @@ def _validate_delegation(delegation: Any) -> dict[str, Any]:
     _expect(delegation, dict, "session.delegation")
     if "type" not in delegation:
         message = "Missing required parameter: 'session.delegation.type'."
-        raise _ClientError("missing_required_parameter", message, "session.delegation.type")
+        raise ClientError("missing_required_parameter", message, "session.delegation.type")
     kind = delegation["type"]
     if kind in ("responses", "decisions"):
         message = f"The fake does not model '{kind}' delegation."
-        raise _ClientError("unsupported_by_fake", message, "session.delegation.type")
+        raise ClientError("unsupported_by_fake", message, "session.delegation.type")
     if kind != "client":
-        raise _ClientError(
+        raise ClientError(
             "invalid_value",
             f"Invalid value: {json.dumps(kind)}. Supported values are: 'client', 'responses', and 'decisions'.",
             "session.delegation.type",
@@ -317,7 +302,7 @@ def _validate_delegation(delegation: Any) -> dict[str, Any]:
     _expect(delay, int, "session.delegation.acknowledgement_delay_ms")
     if delay < 0:
         message = f"Invalid value: {delay}. Must be >= 0."
-        raise _ClientError("invalid_value", message, "session.delegation.acknowledgement_delay_ms")
+        raise ClientError("invalid_value", message, "session.delegation.acknowledgement_delay_ms")
     return {"type": "client", "acknowledgement_delay_ms": delay}
 
 
@@ -338,7 +323,7 @@ def _validate_session(session: Any) -> _SessionConfig:
     _object(session, "session", _SESSION_KEYS, ("model",))
     _expect(session["model"], str, "session.model")
     if not session["model"]:
-        raise _ClientError("invalid_value", "Invalid value: ''. 'session.model' must not be empty.", "session.model")
+        raise ClientError("invalid_value", "Invalid value: ''. 'session.model' must not be empty.", "session.model")
     _optional_str(session, "instructions", "session")
     _optional_str(session, "safety_identifier", "session")
     if "store" in session:
@@ -490,17 +475,17 @@ class LiveFakeConnection:
             except (UnicodeDecodeError, ValueError, RecursionError):
                 raw = data if isinstance(data, str) else data.decode("utf-8", "replace")
                 if answering:
-                    raise _ClientError("invalid_json", "The client event is not valid JSON.") from None
+                    raise ClientError("invalid_json", "The client event is not valid JSON.") from None
                 return
             if not isinstance(parsed, dict):
                 raw = text
                 if answering:
-                    raise _ClientError("invalid_json", "A client event must be a JSON object.")
+                    raise ClientError("invalid_json", "A client event must be a JSON object.")
                 return
             frame = parsed
             if answering:
                 self._dispatch(frame, now)
-        except _ClientError as exc:
+        except ClientError as exc:
             client_event_id = frame.get("event_id") if frame is not None else None
             self._error(exc.code, exc.message, exc.param, client_event_id if isinstance(client_event_id, str) else None)
         finally:
@@ -679,7 +664,7 @@ class LiveFakeConnection:
 
     def _dispatch(self, event: dict[str, Any], now: int) -> None:
         if "type" not in event:
-            raise _ClientError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
+            raise ClientError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
         kind = event["type"]
         _expect(kind, str, "type")
         if "event_id" in event and event["event_id"] is not None:
@@ -698,17 +683,17 @@ class LiveFakeConnection:
             self._finish("close_requested", now, event.get("event_id"))
         elif kind in _UNMODELLED:
             self._require_started()
-            raise _ClientError("unsupported_by_fake", f"The fake GPT-Live server does not model '{kind}'.", "type")
+            raise ClientError("unsupported_by_fake", f"The fake GPT-Live server does not model '{kind}'.", "type")
         else:
-            raise _ClientError("invalid_event_type", f"Invalid value: '{kind}'. Unknown client event type.", "type")
+            raise ClientError("invalid_event_type", f"Invalid value: '{kind}'. Unknown client event type.", "type")
 
     def _require_started(self) -> None:
         if self._resource is None:
-            raise _ClientError("session_not_started", "Send 'session.start' and wait for 'session.started' first.")
+            raise ClientError("session_not_started", "Send 'session.start' and wait for 'session.started' first.")
 
     def _on_session_start(self, event: dict[str, Any], now: int) -> None:
         if self._config is not None:
-            raise _ClientError("session_already_started", "The session has already started.")
+            raise ClientError("session_already_started", "The session has already started.")
         _object(event, "", {"type", "event_id", "session"}, ("session",))
         self._config = _validate_session(event["session"])
         self._start_event_id = event.get("event_id")
@@ -766,7 +751,7 @@ class LiveFakeConnection:
             raw = base64.b64decode(event["audio"], validate=True)
         except (binascii.Error, ValueError):
             message = "Invalid value for 'audio': expected base64-encoded audio."
-            raise _ClientError("invalid_value", message, "audio") from None
+            raise ClientError("invalid_value", message, "audio") from None
         self._audio_bytes = len(raw)
         assert self._echo is not None and self._config is not None
         if self._config.fmt.sample_width == 2:
@@ -789,7 +774,7 @@ class LiveFakeConnection:
             delegation = self.delegations.get(delegation_id)
             if delegation is None:
                 message = f"Unknown delegation: '{delegation_id}'. Use an id from 'session.delegation.created'."
-                raise _ClientError("unknown_delegation", message, "delegation_id")
+                raise ClientError("unknown_delegation", message, "delegation_id")
         position = self._position_ms()
         appended = {
             "type": kind.removesuffix("append") + "appended",

@@ -43,6 +43,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from providers.fakes.echo import EchoModel, EchoOptions, UtteranceDetected, UtteranceStarted
+from providers.fakes.client_errors import ClientError, json_type
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.script import Script, ToolCallScript, Turn
 from providers.fakes.server import (
@@ -158,24 +159,7 @@ class Anything:
 Spec = Obj | Str | Int | Num | Bool | Nullable | ListOf | AnyOf | Tagged | Anything
 
 
-class _ClientError(Exception):
-    """A bad client event; caught in `receive_message` and turned into an `error` event."""
 
-    def __init__(self, code: str, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.code, self.message, self.param = code, message, param
-
-
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int):
-        return "an integer"
-    if isinstance(value, float):
-        return "a number"
-    return {str: "a string", dict: "an object", list: "an array"}.get(type(value), "an unknown type")
 
 
 def _fits(spec: Spec, value: Any) -> bool:
@@ -203,12 +187,12 @@ _EXPECTED = {Obj: "an object", Tagged: "an object", Str: "a string", Bool: "a bo
              Num: "a number", ListOf: "an array"}
 
 
-def _invalid_value(value: Any, path: str, detail: str) -> _ClientError:
-    return _ClientError("invalid_value", f"Invalid value: {json.dumps(value)}. {detail}", path)
+def _invalid_value(value: Any, path: str, detail: str) -> ClientError:
+    return ClientError("invalid_value", f"Invalid value: {json.dumps(value)}. {detail}", path)
 
 
 def validate(spec: Spec, value: Any, path: str) -> None:
-    """Check `value` against `spec`; raise `_ClientError` naming the dotted `path` of the first problem."""
+    """Check `value` against `spec`; raise `ClientError` naming the dotted `path` of the first problem."""
     if isinstance(spec, Anything):
         return
     if isinstance(spec, Nullable):
@@ -220,15 +204,15 @@ def validate(spec: Spec, value: Any, path: str) -> None:
             if _fits(option, value):
                 validate(option, value, path)
                 return
-        raise _ClientError("invalid_type", f"Invalid type for '{path}': got {_json_type(value)}.", path)
+        raise ClientError("invalid_type", f"Invalid type for '{path}': got {json_type(value)}.", path)
     if not _fits(spec, value):
         expected = _EXPECTED[type(spec)]
-        message = f"Invalid type for '{path}': expected {expected}, but got {_json_type(value)} instead."
-        raise _ClientError("invalid_type", message, path)
+        message = f"Invalid type for '{path}': expected {expected}, but got {json_type(value)} instead."
+        raise ClientError("invalid_type", message, path)
     if isinstance(spec, Tagged):
         if spec.key not in value:
             message = f"Missing required parameter: '{path}.{spec.key}'."
-            raise _ClientError("missing_required_parameter", message, f"{path}.{spec.key}")
+            raise ClientError("missing_required_parameter", message, f"{path}.{spec.key}")
         tag = value[spec.key]
         if tag not in spec.variants:
             supported = ", ".join(f"'{v}'" for v in spec.variants)
@@ -238,12 +222,12 @@ def validate(spec: Spec, value: Any, path: str) -> None:
         for key, item in value.items():
             sub = f"{path}.{key}" if path else key
             if key not in spec.fields:
-                raise _ClientError("unknown_parameter", f"Unknown parameter: '{sub}'.", sub)
+                raise ClientError("unknown_parameter", f"Unknown parameter: '{sub}'.", sub)
             validate(spec.fields[key], item, sub)
         for key in spec.required:
             if key not in value:
                 sub = f"{path}.{key}" if path else key
-                raise _ClientError("missing_required_parameter", f"Missing required parameter: '{sub}'.", sub)
+                raise ClientError("missing_required_parameter", f"Missing required parameter: '{sub}'.", sub)
     elif isinstance(spec, ListOf):
         for i, item in enumerate(value):
             validate(spec.item, item, f"{path}[{i}]")
@@ -596,12 +580,12 @@ class RealtimeFamilyConnection:
             except (UnicodeDecodeError, ValueError, RecursionError):
                 raw = data if isinstance(data, str) else data.decode("utf-8", "replace")
                 if not self._closing:
-                    raise _ClientError("invalid_json", "The client event is not valid JSON.") from None
+                    raise ClientError("invalid_json", "The client event is not valid JSON.") from None
                 return
             if not isinstance(parsed, dict):
                 raw = text
                 if not self._closing:
-                    raise _ClientError("invalid_json", "A client event must be a JSON object.")
+                    raise ClientError("invalid_json", "A client event must be a JSON object.")
                 return
             frame = parsed
             if self._closing:
@@ -612,7 +596,7 @@ class RealtimeFamilyConnection:
                     self._audio_bytes = _b64_length(frame["audio"])
                 return
             self._dispatch(frame, now)
-        except _ClientError as exc:
+        except ClientError as exc:
             self._client_error(exc, frame)
         finally:
             self.last_frame = ClientFrameRecord(now, frame, raw, self._audio_bytes)
@@ -789,7 +773,7 @@ class RealtimeFamilyConnection:
         error = {"type": kind, "code": code, "message": message, "param": param, "event_id": client_event_id}
         self._event("error", error=error)
 
-    def _client_error(self, exc: _ClientError, frame: dict[str, Any] | None) -> None:
+    def _client_error(self, exc: ClientError, frame: dict[str, Any] | None) -> None:
         event_id = frame.get("event_id") if frame is not None else None
         self._error(exc.code, exc.message, exc.param, event_id if isinstance(event_id, str) else None)
 
@@ -806,7 +790,7 @@ class RealtimeFamilyConnection:
                 break
             try:
                 self._dispatch(frame, now)
-            except _ClientError as exc:
+            except ClientError as exc:
                 self._client_error(exc, frame)
 
     def _expire(self) -> None:
@@ -865,7 +849,7 @@ class RealtimeFamilyConnection:
 
     def _dispatch(self, event: dict[str, Any], now: int) -> None:
         if "type" not in event:
-            raise _ClientError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
+            raise ClientError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
         kind = event["type"]
         validate(Str(), kind, "type")
         if event.get("event_id") is not None:
@@ -877,7 +861,7 @@ class RealtimeFamilyConnection:
         handler, allowed, required = entry
         validate(Obj({k: Anything() for k in ("type", "event_id", *allowed)}, required), event, "")
         if kind in self.dialect.unsupported_events:
-            raise _ClientError("unsupported_event", f"The event type '{kind}' is not supported.", "type")
+            raise ClientError("unsupported_event", f"The event type '{kind}' is not supported.", "type")
         handler(self, event, now)
 
     def _on_session_update(self, event: dict[str, Any], now: int) -> None:
@@ -888,7 +872,7 @@ class RealtimeFamilyConnection:
         if d.voice_locked_after_audio and self._audio_out_any:
             if _get(candidate, d.voice_path) != _get(self._session, d.voice_path):
                 message = "Cannot update a conversation's voice if assistant audio is present."
-                raise _ClientError("cannot_update_voice", message, "session." + ".".join(d.voice_path))
+                raise ClientError("cannot_update_voice", message, "session." + ".".join(d.voice_path))
         self._session = candidate
         self._reconfigure()
         self._event("session.updated", session=self.session)
@@ -902,7 +886,7 @@ class RealtimeFamilyConnection:
             raw = base64.b64decode(audio, validate=True)
         except (binascii.Error, ValueError):
             message = "Invalid 'audio': expected base64-encoded audio data."
-            raise _ClientError("invalid_value", message, "audio") from None
+            raise ClientError("invalid_value", message, "audio") from None
         self._audio_bytes = len(raw)
         fmt = self._input_fmt
         if fmt.sample_width == 2:
@@ -929,7 +913,7 @@ class RealtimeFamilyConnection:
                 "Error committing input audio buffer: buffer too small. Expected at least 100ms of audio, "
                 f"but buffer only has {self._buffer_ms:.2f}ms of audio."
             )
-            raise _ClientError("input_audio_buffer_commit_empty", message)
+            raise ClientError("input_audio_buffer_commit_empty", message)
         d, fmt = self.dialect, self._input_fmt
         item_id = self._speech_item or self._ids.new(d.item_prefix)
         audio = bytes(self._buffer)
@@ -965,7 +949,7 @@ class RealtimeFamilyConnection:
             validate(Str(), previous, "previous_item_id")
             if previous not in self._items:
                 message = f"Item with item_id not found: {previous}"
-                raise _ClientError("item_not_found", message, "previous_item_id")
+                raise ClientError("item_not_found", message, "previous_item_id")
         if item["type"] == "force_message":
             text = " ".join(str(c.get("text", "")) for c in item.get("content", []))
             self._force_message(text, bool(item.get("interruptible", True)), now)
@@ -973,7 +957,7 @@ class RealtimeFamilyConnection:
         item = copy.deepcopy(item)
         item_id = item.get("id") or self._ids.new(d.item_prefix)
         if item_id in self._items:
-            raise _ClientError("duplicate_item_id", f"Item with id '{item_id}' already exists.", "item.id")
+            raise ClientError("duplicate_item_id", f"Item with id '{item_id}' already exists.", "item.id")
         item = {"id": item_id, "object": "realtime.item", **{k: v for k, v in item.items() if k != "id"}}
         item.setdefault("status", "completed")
         self._add_item(item)
@@ -994,15 +978,15 @@ class RealtimeFamilyConnection:
         validate(Int(lo=0), end, "audio_end_ms")
         entry = self._items.get(item_id)
         if entry is None:
-            raise _ClientError("item_not_found", f"Item with item_id not found: {item_id}", "item_id")
+            raise ClientError("item_not_found", f"Item with item_id not found: {item_id}", "item_id")
         item = entry.item
         if item.get("type") != "message" or item.get("role") != "assistant":
-            raise _ClientError("invalid_value", "Only assistant messages can be truncated.", "item_id")
+            raise ClientError("invalid_value", "Only assistant messages can be truncated.", "item_id")
         if index != 0:
             raise _invalid_value(index, "content_index", "The item has one content part (index 0).")
         if end > entry.audio_ms:
             message = f"Audio content of {math.floor(entry.audio_ms)}ms is shorter than {end}ms"
-            raise _ClientError("invalid_value", message, "audio_end_ms")
+            raise ClientError("invalid_value", message, "audio_end_ms")
         keep = int(len(entry.words) * end / entry.audio_ms) if entry.audio_ms else 0
         entry.words = entry.words[:keep]
         entry.audio_ms = float(end)
@@ -1015,7 +999,7 @@ class RealtimeFamilyConnection:
         item_id = event["item_id"]
         validate(Str(), item_id, "item_id")
         if self._items.pop(item_id, None) is None:
-            raise _ClientError("item_not_found", f"Item with item_id not found: {item_id}", "item_id")
+            raise ClientError("item_not_found", f"Item with item_id not found: {item_id}", "item_id")
         self._event("conversation.item.deleted", item_id=item_id)
 
     def _on_retrieve(self, event: dict[str, Any], now: int) -> None:
@@ -1023,7 +1007,7 @@ class RealtimeFamilyConnection:
         validate(Str(), item_id, "item_id")
         entry = self._items.get(item_id)
         if entry is None:
-            raise _ClientError("item_not_found", f"Item with item_id not found: {item_id}", "item_id")
+            raise ClientError("item_not_found", f"Item with item_id not found: {item_id}", "item_id")
         self._event("conversation.item.retrieved", item=copy.deepcopy(entry.item))
 
     def _on_response_create(self, event: dict[str, Any], now: int) -> None:
@@ -1035,7 +1019,7 @@ class RealtimeFamilyConnection:
                 f"Conversation already has an active response in progress: {self._response.id}. "
                 "Wait until the response is finished before creating a new one."
             )
-            raise _ClientError("conversation_already_has_active_response", message)
+            raise ClientError("conversation_already_has_active_response", message)
         if self._pending_tool is not None:
             pending, self._pending_tool = self._pending_tool, None
             self._speak(pending.turn, pending.source, pending.turn_no, now, params)
@@ -1054,12 +1038,12 @@ class RealtimeFamilyConnection:
         if wanted is not None:
             validate(Str(), wanted, "response_id")
         if r is None or (wanted is not None and wanted != r.id):
-            raise _ClientError("response_cancel_not_active", "Cancellation failed: no active response found.")
+            raise ClientError("response_cancel_not_active", "Cancellation failed: no active response found.")
         self._finish(r, "cancelled", "client_cancelled", now)
 
     def _on_output_audio_buffer_clear(self, event: dict[str, Any], now: int) -> None:
         message = "output_audio_buffer.clear is only supported for WebRTC and SIP connections."
-        raise _ClientError("unsupported_event", message, "type")
+        raise ClientError("unsupported_event", message, "type")
 
     # -- VAD ------------------------------------------------------------------------------------------------
 
@@ -1203,7 +1187,7 @@ class RealtimeFamilyConnection:
                 f"Conversation already has an active response in progress: {self._response.id}. "
                 "Wait until the response is finished before creating a new one."
             )
-            raise _ClientError("conversation_already_has_active_response", message)
+            raise ClientError("conversation_already_has_active_response", message)
         ms = max(300, len(text) * self.options.force_message_ms_per_char)
         self._speak(Turn(reply="tone", duration_ms=ms), None, 0, now, {}, transcript=text,
                     interruptible=interruptible)
