@@ -9,6 +9,7 @@ import signal
 import ssl
 import sys
 import tempfile
+import wave
 from dataclasses import dataclass, replace
 from importlib import import_module
 
@@ -17,7 +18,7 @@ import click
 from bridge.http import StatusServer
 from bridge.providers import KINDS, MissingKey, ProviderChoice, api_key
 from bridge.session import CallSession
-from providers.base import SessionSettings
+from providers.base import Provider, SessionSettings
 from providers.fakes.faults import Fault, parse_fault
 from providers.fakes.script import Script, load_script
 from providers.limits import LimitOverrides
@@ -61,6 +62,7 @@ class _ServeOptions:
     embedded_echo: bool
     max_calls: int
     http: tuple[str, int] | None
+    failure_message: bytes | None
 
 
 _PROVIDERS = ["echo", *KINDS]
@@ -91,6 +93,9 @@ _FAKES = {  # protocol: (module, options class module, options class)
 @click.option("--reservoir-bytes", type=int, default=None, help="Reservoir capacity in bytes of the provider's "
               "output format (default: the provider's own).")
 @click.option("--residence-ms", type=int, default=None, help="Reservoir residence deadline (default: the provider's).")
+@click.option("--failure-message", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="WAV (8 kHz mono 16-bit) the caller hears when a session fails, before the BYE "
+              "(default: three short beeps).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
 def serve(
     sip_addr: str,
@@ -103,6 +108,7 @@ def serve(
     http_addr: str | None,
     reservoir_bytes: int | None,
     residence_ms: int | None,
+    failure_message: str | None,
     log_level: str,
 ) -> None:
     """Answer SIP calls and bridge each one to a realtime provider."""
@@ -131,8 +137,16 @@ def serve(
         embedded_echo=embedded_echo and provider_url is None,
         max_calls=max_calls,
         http=_host_port(http_addr, 8080) if http_addr else None,
+        failure_message=_read_message(failure_message) if failure_message else None,
     )
     sys.exit(asyncio.run(_serve(options)))
+
+
+def _read_message(path: str) -> bytes:
+    with wave.open(path, "rb") as wav:
+        if (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) != (8000, 1, 2):
+            raise click.BadParameter(f"{path}: needs 8 kHz mono 16-bit PCM", param_hint="--failure-message")
+        return wav.readframes(wav.getnframes())
 
 
 async def _serve(options: _ServeOptions) -> int:
@@ -157,9 +171,13 @@ async def _serve(options: _ServeOptions) -> int:
     sessions: dict[str, CallSession] = {}
     tasks: set[asyncio.Task[object]] = set()
 
+    def reconnect(token: int, settings: SessionSettings) -> Provider:
+        return replace(choice, settings=settings).connect(token)
+
     def on_call(leg: Pjsua2Leg) -> None:
         try:
-            session = CallSession(leg, choice.connect(token=1))
+            session = CallSession(leg, choice.connect(token=1), reconnect=reconnect, settings=choice.settings,
+                                  failure_message=options.failure_message)
         except Exception:
             log.exception("call %s: cannot create the provider adapter; answering 500", leg.identity.call_id)
             leg.hangup("provider adapter failed", status=500)

@@ -20,13 +20,15 @@ What it enforces:
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.barrier import Channel, PlaybackBarrier
 from bridge.cushion import CARRIER_LEAD_FRAMES
 from bridge.framing import CarrierConverter, ItemFramer
-from bridge.reservoir import GenerationReservoir, MediaCondition, OutputOverflow
+from bridge.recovery import OutputRecovery, RecoverySnapshot, Stage
+from bridge.reservoir import GenerationReservoir, MediaCondition, OutputOverflow, OutputStale
 from bridge.timeline import Timeline
 from bridge.vad import VadOptions, VoiceActivityDetector, VoiceStarted, VoiceStopped
 from providers.base import Capabilities
@@ -69,7 +71,31 @@ class CancelResponse:
     pass
 
 
-Command = SendAudio | Truncate | CancelResponse
+@dataclass(frozen=True, slots=True)
+class OpenReplacement:
+    """Open the one replacement connection (HR5), seeded with `snapshot` (HR7), under `token`."""
+
+    token: int
+    cause: str
+    snapshot: RecoverySnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class CloseTransport:
+    """Close a quarantined connection: nothing it sends can reach the caller any more (HR2)."""
+
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
+class EndSession:
+    """The session cannot go on (a fatal protocol error, a failed recovery, the provider's final close)."""
+
+    reason: str
+    failed: bool
+
+
+Command = SendAudio | Truncate | CancelResponse | OpenReplacement | CloseTransport | EndSession
 
 # --- notices for the log and the metrics (facts) ---
 
@@ -103,9 +129,40 @@ class Transcript:
     text: str
     at_ms: int
     final: bool
+    caption_epoch: int = 0  # a recovery starts a fresh grouping epoch: old fragments never merge into new (HR11)
 
 
-Notice = ConditionDetected | BargedIn | TurnEnded | Transcript | ProviderError | ToolCallRequested
+@dataclass(frozen=True, slots=True)
+class AudioDiscontinuity:
+    """Audio that will never be heard: `direction` "output" (provider audio dropped) or "input" (caller
+    frames discarded while no connection could take them)."""
+
+    direction: str
+    amount: int  # bytes of the received format (output) or 20 ms caller frames (input)
+    cause: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryChanged:
+    """`output_recovery` moved: `stage` is "reconnecting", "awaiting_user", "done" or "failed"."""
+
+    token: int
+    cause: str
+    stage: str
+    elapsed_ms: int
+
+
+Notice = (
+    ConditionDetected
+    | BargedIn
+    | TurnEnded
+    | Transcript
+    | ProviderError
+    | ToolCallRequested
+    | AudioDiscontinuity
+    | RecoveryChanged
+)
 
 
 @dataclass(slots=True)
@@ -158,6 +215,13 @@ class SessionCoordinator:
         self._item_id: str | None = None  # the item audio is arriving for now
         self._last_audio_ns: int | None = None
         self.frames_in = 0
+        self.recovery = OutputRecovery()
+        self._highest_token = token
+        self._caller_text: deque[str] = deque(maxlen=5)  # recent final caller transcripts, for a re-seed
+        self._audio_by_token: dict[int, float] = {}  # latest cumulative audio seconds of each transport (HR12)
+        self._unfinalized = False  # some transport ended without the provider finalising its usage
+        self.caption_epoch = 0
+        self.ended = False
         self.stale_events = 0  # events from another transport token, ignored
         self.suppressed_bytes = 0  # output dropped while the caller spoke
         self.barge_ins = 0
@@ -169,7 +233,11 @@ class SessionCoordinator:
     def caller_frame(self, pcm: bytes, now: int) -> None:
         """One 20 ms caller frame: forwarded to the provider; it also marks a media-clock tick."""
         self.frames_in += 1
-        self._commands.append(SendAudio(pcm))
+        if self.recovery.reconnecting:
+            assert self.recovery.active is not None
+            self.recovery.active.discarded_frames += 1  # HR8: never replayed faster than real time
+        elif not self.ended:
+            self._commands.append(SendAudio(pcm))
         transmitted = self.channel.ledger.frames_transmitted
         if transmitted == self._last_transmitted and self.framer.item_id is not None and not self._item_over(now):
             self.underruns += 1  # this tick's pull found the cushion empty mid-item: the caller heard a gap
@@ -180,43 +248,74 @@ class SessionCoordinator:
                 self._barge_in(now, "local_vad")
             elif isinstance(change, VoiceStopped):
                 self._turn_ended(now)
+                self._caller_resumed(now)
         self._feed(now)
 
     def provider_event(self, event: ProviderEvent, now: int) -> None:
+        if isinstance(event, UsageUpdated) or isinstance(event, SessionClosed):
+            self._usage(event)  # usage of any transport counts, also a quarantined one (HR12)
         if event.token != self.token:
-            self.stale_events += 1
+            self.stale_events += 1  # a quarantined or unknown transport: inert (HR2, HR5)
             return
         if isinstance(event, AudioReceived):
-            self._audio(event, now)
+            if not self.recovery.reconnecting:
+                self._audio(event, now)
         elif isinstance(event, (SpeechStarted, OutputInterrupted)):
             if not self.suppressed or isinstance(event, OutputInterrupted):
                 self._barge_in(now, "provider")
         elif isinstance(event, SpeechStopped):
             self._turn_ended(now)
+            self._caller_resumed(now)
         elif isinstance(event, InputTranscript):
-            self._notices.append(Transcript("caller", event.text, self.timeline.rebase(self.token, event.start_ms, now), event.final))
+            at = self.timeline.rebase(self.token, event.start_ms, now)
+            self._notices.append(Transcript("caller", event.text, at, event.final, self.caption_epoch))
+            if event.final and event.text.strip():
+                self._caller_text.append(event.text.strip()[:500])
+                self._caller_resumed(now)
         elif isinstance(event, OutputTranscript):
-            self._notices.append(Transcript("assistant", event.text, self.timeline.rebase(self.token, event.start_ms, now), event.final))
-        elif isinstance(event, UsageUpdated):
-            self._usage(event)
+            at = self.timeline.rebase(self.token, event.start_ms, now)
+            self._notices.append(Transcript("assistant", event.text, at, event.final, self.caption_epoch))
         elif isinstance(event, SessionStarted):
             self.state = "ready"
             self.timeline.connection_started(self.token, now)
+            self._replacement_ready(event.token, now)
         elif isinstance(event, SessionClosed):
-            if event.audio_seconds is not None:
-                self.usage.audio_seconds = event.audio_seconds
-            self.usage.complete = event.finalized
-        elif isinstance(event, (ProviderError, ToolCallRequested)):
+            if event.finalized:
+                self._end(f"provider session closed: {event.reason}", failed=False)
+            else:
+                self._recover("transport_lost", now)
+        elif isinstance(event, ProviderError):
+            self._notices.append(event)
+            if event.fatal:  # HR1: invalid audio is a protocol error, not a media condition
+                self._end(f"protocol error {event.code}: {event.message}", failed=True)
+        elif isinstance(event, ToolCallRequested):
             self._notices.append(event)
 
+    def play_final_message(self, pcm16_8k: bytes) -> int:
+        """Clear all output and queue a closing message for the caller; returns its length in ms."""
+        self._clear()
+        self.framer.start("final-message", self.barrier.epoch)
+        frames = self.framer.add(pcm16_8k) + self.framer.finish()
+        self.channel.enqueue(frames)
+        return len(frames) * FRAME_MS
+
+    def replacement_failed(self, token: int, reason: str, now: int) -> None:
+        """The shell could not open the replacement: a dead replacement is fatal (HR5)."""
+        if self.recovery.active is not None and self.recovery.active.token == token:
+            self._fail_recovery(f"the replacement connection failed: {reason}", now)
+
     def handle_timer(self, now: int) -> None:
+        if self.recovery.expired(now):
+            self._fail_recovery(f"output recovery did not complete within {self.recovery.budget_ns // 1_000_000_000} s", now)
+            return
         condition = self.reservoir.check(now)
         if condition is not None:
-            self._notices.append(ConditionDetected(condition, self.timeline.ms(now)))
+            self._condition(condition, now)
         self._feed(now)
 
     def next_deadline(self) -> int | None:
-        candidates = [t for t in (self._next_tick, self.reservoir.next_deadline()) if t is not None]
+        deadlines = (self._next_tick, self.reservoir.next_deadline(), self.recovery.deadline())
+        candidates = [t for t in deadlines if t is not None]
         return min(candidates) if candidates else None
 
     # --- outputs ---
@@ -247,7 +346,8 @@ class SessionCoordinator:
         self._last_audio_ns = now
         overflow = self.reservoir.push(event.audio, now, item)
         if isinstance(overflow, OutputOverflow):
-            self._notices.append(ConditionDetected(overflow, self.timeline.ms(now)))
+            self._condition(overflow, now)
+            return
         self._feed(now)
 
     def _feed(self, now: int) -> None:
@@ -315,20 +415,90 @@ class SessionCoordinator:
             items[item] = None
         return dropped_ms + pending + result.dropped_ms, list(items)
 
+    # --- recovery (HR1-HR13) ---
+
+    def _condition(self, condition: MediaCondition, now: int) -> None:
+        """HR1: overflow and staleness are recoverable media conditions."""
+        self._notices.append(ConditionDetected(condition, self.timeline.ms(now)))
+        self._recover("output_overflow" if isinstance(condition, OutputOverflow) else "output_stale", now)
+
+    def _recover(self, cause: str, now: int) -> None:
+        if self.ended:
+            return
+        if self.recovery.active is not None:
+            self.recovery.begin(cause, self.token, now, self.timeline.ms(now), 0)  # counted, still one worker
+            return
+        old = self.token
+        # HR2/HR3: quarantine the old transport and clear everything unplayed through the barrier. The
+        # suppression state is left as it is: a caller who is speaking stays suppressed.
+        dropped = self.reservoir.depth_bytes + self.framer.pending_bytes
+        self._clear()
+        self._highest_token += 1
+        self.token = self._highest_token
+        recovery = self.recovery.begin(cause, self.token, now, self.timeline.ms(now), dropped)
+        assert recovery is not None
+        self.caption_epoch += 1  # HR11
+        self._commands.append(CloseTransport(old))
+        snapshot = RecoverySnapshot(tuple(self._caller_text))
+        self._commands.append(OpenReplacement(self.token, cause, snapshot))
+        at = self.timeline.ms(now)
+        self._notices.append(AudioDiscontinuity("output", dropped, cause, at))
+        self._notices.append(RecoveryChanged(self.token, cause, Stage.RECONNECTING.value, 0))
+
+    def _replacement_ready(self, token: int, now: int) -> None:
+        recovery = self.recovery.replacement_ready(token, now)
+        if recovery is None:
+            return
+        elapsed = (now - recovery.started_ns) // _NS_PER_MS
+        # HR8: everything the caller said while no connection could hear it, counted once.
+        self._notices.append(AudioDiscontinuity("input", recovery.discarded_frames, "voice_transport_recovery",
+                                                self.timeline.ms(now)))
+        self._notices.append(RecoveryChanged(token, recovery.cause, Stage.AWAITING_USER.value, elapsed))
+
+    def _caller_resumed(self, now: int) -> None:
+        recovery = self.recovery.caller_spoke(now)
+        if recovery is not None:
+            elapsed = (now - recovery.started_ns) // _NS_PER_MS
+            self._notices.append(RecoveryChanged(recovery.token, recovery.cause, "done", elapsed))
+
+    def _fail_recovery(self, reason: str, now: int) -> None:
+        recovery = self.recovery.fail()
+        if recovery is not None:
+            elapsed = (now - recovery.started_ns) // _NS_PER_MS
+            self._notices.append(RecoveryChanged(recovery.token, recovery.cause, "failed", elapsed))
+        self._end(reason, failed=True)
+
+    def _end(self, reason: str, *, failed: bool) -> None:
+        if not self.ended:
+            self.ended = True
+            self.state = "failed" if failed else "closing"
+            self._commands.append(EndSession(reason, failed))
+
     def _turn_ended(self, now: int) -> None:
         if self.suppressed:
             self.suppressed = False
             self._notices.append(TurnEnded(self.timeline.ms(now)))
 
-    def _usage(self, event: UsageUpdated) -> None:
-        if event.audio_seconds is not None:
-            self.usage.audio_seconds = event.audio_seconds if event.cumulative else (self.usage.audio_seconds or 0) + event.audio_seconds
-        if event.cumulative:
-            self.usage.input_tokens = event.input_tokens or self.usage.input_tokens
-            self.usage.output_tokens = event.output_tokens or self.usage.output_tokens
+    def _usage(self, event: UsageUpdated | SessionClosed) -> None:
+        """Observed totals: each transport's latest audio seconds, added up across transports (HR12)."""
+        if isinstance(event, SessionClosed):
+            if event.audio_seconds is not None:
+                self._audio_by_token[event.token] = event.audio_seconds
+            if not event.finalized:
+                self._unfinalized = True
+            self.usage.complete = event.finalized and not self._unfinalized
         else:
-            self.usage.input_tokens += event.input_tokens or 0
-            self.usage.output_tokens += event.output_tokens or 0
+            if event.audio_seconds is not None:
+                previous = self._audio_by_token.get(event.token, 0.0)
+                self._audio_by_token[event.token] = event.audio_seconds if event.cumulative else previous + event.audio_seconds
+            if event.cumulative:
+                self.usage.input_tokens = event.input_tokens or self.usage.input_tokens
+                self.usage.output_tokens = event.output_tokens or self.usage.output_tokens
+            else:
+                self.usage.input_tokens += event.input_tokens or 0
+                self.usage.output_tokens += event.output_tokens or 0
+        if self._audio_by_token:
+            self.usage.audio_seconds = sum(self._audio_by_token.values())
 
     # --- status ---
 
@@ -340,7 +510,7 @@ class SessionCoordinator:
             "state": self.state,
             "session_ms": self.timeline.ms(now),
             "transport_token": self.token,
-            "output_recovery": None,
+            "output_recovery": self.recovery.status(),
             "rollover": None,
             "limits": {
                 "capacity_bytes": self.reservoir.limits.capacity_bytes,
@@ -368,6 +538,15 @@ class SessionCoordinator:
                 "underruns": self.underruns,
                 "suppressed_bytes": self.suppressed_bytes,
                 "stale_events": self.stale_events,
+            },
+            "recoveries": {
+                "by_cause": dict(self.recovery.stats.by_cause),
+                "completed": self.recovery.stats.completed,
+                "failed": self.recovery.stats.failed,
+                "ignored": self.recovery.stats.ignored,
+                "durations_ms": list(self.recovery.stats.durations_ms[-20:]),
+                "dropped_bytes": self.recovery.stats.dropped_bytes,
+                "discarded_frames": self.recovery.stats.discarded_frames,
             },
             "usage": {
                 "audio_seconds": self.usage.audio_seconds,

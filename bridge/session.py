@@ -20,24 +20,59 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.coordinator import (
+    AudioDiscontinuity,
     BargedIn,
     CancelResponse,
+    CloseTransport,
     ConditionDetected,
     CoordinatorOptions,
+    EndSession,
+    OpenReplacement,
+    RecoveryChanged,
     SendAudio,
     SessionCoordinator,
     Transcript,
     Truncate,
     TurnEnded,
 )
+from bridge.recovery import RECOVERY_NOTICE, RecoverySnapshot
 from bridge.reservoir import OutputOverflow
-from providers.base import Provider, ProviderUnavailable
+from providers.base import Provider, ProviderUnavailable, SessionSettings
 from providers.events import ProviderError, ProviderEvent, SessionClosed, ToolCallRequested
 from sip.leg import CallEnded, CallLeg, DtmfReceived, FrameReceived, LegEvent, MediaHeld, MediaResumed, MediaStarted
 
 log = logging.getLogger("parlora.session")
 
 _LEG_DRAIN_TIMEOUT_S = 5.0
+_SEEDED_HISTORY = 20  # messages of the application's history a replacement connection is seeded with (HR7)
+
+
+def failure_tone() -> bytes:
+    """The default closing message when a session fails: three short beeps (8 kHz PCM16)."""
+    import numpy as np
+
+    t = np.arange(1600) / 8000  # 200 ms
+    beep = (6000 * np.sin(2 * np.pi * 440 * t)).astype("<i2").tobytes()
+    return (beep + bytes(1600)) * 3
+
+
+def seeded_settings(original: SessionSettings, snapshot: RecoverySnapshot, *, notice: bool) -> SessionSettings:
+    """HR7: the original instructions, a bounded part of the history, recent caller text and current facts;
+    never the assistant's captions as heard messages; with `notice`, a fresh instruction to say what happened."""
+    instructions = original.instructions or ""
+    if notice:
+        instructions = f"{instructions}\n\n{RECOVERY_NOTICE}".strip()
+    history = list(original.history[-_SEEDED_HISTORY:])
+    history += [("system", f"Verified fact: {fact}") for fact in snapshot.facts]
+    history += [("user", text) for text in snapshot.caller_text]
+    return SessionSettings(instructions=instructions, voice=original.voice, model=original.model,
+                           tools=original.tools, history=tuple(history))
+
+
+@dataclass(frozen=True, slots=True)
+class _ReplacementFailed:
+    token: int
+    reason: str
 _PROVIDER_CLOSE_TIMEOUT_S = 2.0  # how long a finished call waits for the provider's final usage
 
 
@@ -64,9 +99,17 @@ class CallSession:
         *,
         clock: Callable[[], int] = time.monotonic_ns,
         options: CoordinatorOptions | None = None,
+        reconnect: Callable[[int, SessionSettings], Provider] | None = None,
+        settings: SessionSettings | None = None,
+        failure_message: bytes | None = None,
     ) -> None:
         self.leg = leg
         self.provider = provider
+        self.providers: dict[int, Provider] = {provider.token: provider}
+        self._reconnect = reconnect
+        self._settings = settings or SessionSettings()
+        self._failure_message = failure_message if failure_message is not None else failure_tone()
+        self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clock = clock
         self._options = options
         self.started_ns = clock()
@@ -100,7 +143,7 @@ class CallSession:
             body.update(self.coordinator.status(now))
             if self._ended is not None:
                 body["state"] = "closed"
-            elif self._provider_done:
+            elif self._provider_done and body["state"] != "failed":
                 body["state"] = "closing"
         return body
 
@@ -142,11 +185,9 @@ class CallSession:
     async def _bridge(self) -> None:
         assert self.coordinator is not None
         coordinator = self.coordinator
-        inbox: asyncio.Queue[LegEvent | ProviderEvent | None] = asyncio.Queue()
-        readers = [
-            asyncio.create_task(_pump(self.leg.events(), inbox), name=f"{self.call_id}-leg"),
-            asyncio.create_task(_pump(self.provider.events(), inbox), name=f"{self.call_id}-provider"),
-        ]
+        self._inbox: asyncio.Queue[object] = asyncio.Queue()
+        self._spawn("leg", _pump(self.leg.events(), self._inbox))
+        self._spawn(f"provider-{self.provider.token}", _pump(self.provider.events(), self._inbox))
         loop = asyncio.get_running_loop()
         close_deadline: float | None = None
         try:
@@ -158,73 +199,112 @@ class CallSession:
                     left = max(0.0, close_deadline - loop.time())
                     timeout = left if timeout is None else min(timeout, left)
                 try:
-                    item = await asyncio.wait_for(inbox.get(), timeout)
+                    item = await asyncio.wait_for(self._inbox.get(), timeout)
                 except TimeoutError:
                     if close_deadline is not None and loop.time() >= close_deadline:
                         break
                     coordinator.handle_timer(self._clock())
                 else:
-                    if self._handle(item):
-                        if self._ended is not None and self._provider_done:
-                            break
-                        if self._ended is not None and close_deadline is None:
-                            self.provider.request_close()  # the call is over: ask for the final usage
-                            close_deadline = loop.time() + _PROVIDER_CLOSE_TIMEOUT_S
-                        elif self._provider_done and close_deadline is None:
-                            close_deadline = loop.time() + _LEG_DRAIN_TIMEOUT_S
-                self._carry_out()
+                    self._handle(item)
+                await self._carry_out()
+                if self._ended is not None and (self._provider_done or coordinator.ended or coordinator.recovery.reconnecting):
+                    break  # (while reconnecting there is no session whose final usage could be waited for)
+                if self._ended is not None and close_deadline is None:
+                    self.provider.request_close()  # the call is over: ask for the final usage
+                    close_deadline = loop.time() + _PROVIDER_CLOSE_TIMEOUT_S
+                elif self._provider_done and close_deadline is None:
+                    close_deadline = loop.time() + _LEG_DRAIN_TIMEOUT_S
         finally:
-            for task in readers:
+            for task in self._tasks.values():
                 task.cancel()
-            await asyncio.gather(*readers, return_exceptions=True)
-            await self.provider.close()
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+            await asyncio.gather(*(p.close(timeout=1.0) for p in self.providers.values()), return_exceptions=True)
 
-    def _handle(self, item: LegEvent | ProviderEvent | None) -> bool:
-        """Feed one input to the coordinator; True when one side has just ended."""
+    def _spawn(self, name: str, coro: Any) -> None:
+        self._tasks[name] = asyncio.create_task(coro, name=f"{self.call_id}-{name}")
+
+    def _handle(self, item: object) -> None:
+        """Feed one input to the coordinator."""
         assert self.coordinator is not None
         now = self._clock()
         if isinstance(item, FrameReceived):
             self.frames_in += 1
             self.coordinator.caller_frame(item.pcm, now)
-            return False
-        if isinstance(item, CallEnded):
+        elif isinstance(item, CallEnded):
             self._ended = item
             if item.by_remote:
                 self._ended_by, self._end_reason = "caller", f"{item.status_code} {item.reason}"
             elif not self._ended_by:
                 self._ended_by, self._end_reason = "bridge", item.reason
-            return True
-        if isinstance(item, MediaStarted):
+        elif isinstance(item, MediaStarted):
             log.info("call %s media: %s", self.call_id, item.codec)
-            return False
-        if item is None:  # a reader ended; its side's end arrives (or arrived) as an event
-            return False
-        if isinstance(item, (MediaHeld, MediaResumed, DtmfReceived)):
+        elif isinstance(item, (MediaHeld, MediaResumed, DtmfReceived)):
             log.info("call %s %s", self.call_id, item)  # not acted on yet
-            return False
-        self.coordinator.provider_event(item, now)
-        if isinstance(item, ProviderError) and item.fatal:
-            self._provider_done = True
-            self._hangup("provider", f"protocol error {item.code}: {item.message}")
-            return True
-        if isinstance(item, SessionClosed):
-            self._provider_done = True
-            self._hangup("provider", f"provider session closed: {item.reason}")
-            return True
-        return False
+        elif isinstance(item, _ReplacementFailed):
+            self.coordinator.replacement_failed(item.token, item.reason, now)
+        elif item is not None:  # a provider event (a reader that ended sends None)
+            self.coordinator.provider_event(item, now)  # type: ignore[arg-type]
 
-    def _carry_out(self) -> None:
+    async def _carry_out(self) -> None:
         assert self.coordinator is not None
         for command in self.coordinator.commands():
             if isinstance(command, SendAudio):
-                if not self._provider_done:
-                    self.provider.send_audio(command.pcm16_8k)
+                self._current().send_audio(command.pcm16_8k)
             elif isinstance(command, Truncate):
-                self.provider.truncate(command.item_id, command.audio_end_ms)
+                self._current().truncate(command.item_id, command.audio_end_ms)
             elif isinstance(command, CancelResponse):
-                self.provider.cancel_response()
+                self._current().cancel_response()
+            elif isinstance(command, OpenReplacement):
+                self._open_replacement(command)
+            elif isinstance(command, CloseTransport):
+                self._close_transport(command.token)
+            elif isinstance(command, EndSession):
+                await self._end_session(command)
         for notice in self.coordinator.notices():
             self._log_notice(notice)
+
+    def _current(self) -> Provider:
+        assert self.coordinator is not None
+        return self.providers.get(self.coordinator.token, self.provider)
+
+    def _open_replacement(self, command: OpenReplacement) -> None:
+        """HR5: one passive replacement with a fresh handshake; it carries no caller audio until ready."""
+        if self._reconnect is None:
+            self._inbox.put_nowait(_ReplacementFailed(command.token, "no way to reconnect this provider"))
+            return
+        settings = seeded_settings(self._settings, command.snapshot, notice=True)
+        provider = self._reconnect(command.token, settings)
+        self.providers[command.token] = provider
+        self._spawn(f"provider-{command.token}", self._connect_replacement(provider))
+
+    async def _connect_replacement(self, provider: Provider) -> None:
+        try:
+            started = await provider.connect()
+        except ProviderUnavailable as exc:
+            self._inbox.put_nowait(_ReplacementFailed(provider.token, str(exc)))
+            return
+        self.provider = provider
+        self._inbox.put_nowait(started)
+        await _pump(provider.events(), self._inbox)
+
+    def _close_transport(self, token: int) -> None:
+        task = self._tasks.pop(f"provider-{token}", None)
+        if task is not None:
+            task.cancel()
+        provider = self.providers.pop(token, None)
+        if provider is not None:
+            self._spawn(f"close-{token}", provider.close(timeout=1.0))
+
+    async def _end_session(self, command: EndSession) -> None:
+        self._provider_done = True
+        if self._ended is not None:
+            return
+        if command.failed and self.coordinator is not None:
+            # The caller hears a short message, then BYE: never a silent line that just drops.
+            ms = self.coordinator.play_final_message(self._failure_message)
+            log.error("call %s failed: %s; playing a %d ms message, then hanging up", self.call_id, command.reason, ms)
+            await asyncio.sleep(ms / 1000 + 0.1)
+        self._hangup("provider", command.reason)
 
     def _log_notice(self, notice: object) -> None:
         cid = self.call_id
@@ -244,6 +324,14 @@ class CallSession:
             log.warning("call %s provider error %s: %s", cid, notice.code, notice.message)
         elif isinstance(notice, ToolCallRequested):
             log.info("call %s tool call %s (%s) — no application handler yet", cid, notice.name, notice.call_id)
+        elif isinstance(notice, AudioDiscontinuity):
+            unit = "bytes of provider audio" if notice.direction == "output" else "caller frames"
+            log.warning("call %s audio_discontinuity %s: %d %s dropped (%s) at %d ms", cid, notice.direction,
+                        notice.amount, unit, notice.cause, notice.at_ms)
+        elif isinstance(notice, RecoveryChanged):
+            level = logging.ERROR if notice.stage == "failed" else logging.WARNING
+            log.log(level, "call %s output_recovery %s: token %d, cause %s, %d ms since the condition", cid,
+                    notice.stage, notice.token, notice.cause, notice.elapsed_ms)
 
     def _hangup(self, by: str, reason: str) -> None:
         if self._ended is None and not self._ended_by:

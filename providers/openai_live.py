@@ -54,6 +54,7 @@ class LiveConfig:
     instructions: str | None = None
     voice: str = "marin"
     audio_format: AudioFormat = PCMU_8K
+    history: tuple[tuple[str, str], ...] = ()  # (role, text) given as `session.input` (at most 128 messages)
 
     @classmethod
     def from_settings(cls, settings: SessionSettings, audio_format: AudioFormat = PCMU_8K) -> LiveConfig:
@@ -63,6 +64,7 @@ class LiveConfig:
             instructions=settings.instructions,
             voice=settings.voice or defaults.voice,
             audio_format=audio_format,
+            history=settings.history[-128:],
         )
 
 
@@ -78,7 +80,16 @@ def session_start_frame(config: LiveConfig) -> dict[str, Any]:
     }
     if config.instructions:
         session["instructions"] = config.instructions
+    if config.history:
+        session["input"] = [_history_item(role, text) for role, text in config.history]
     return {"type": "session.start", "session": session}
+
+
+def _history_item(role: str, text: str) -> dict[str, Any]:
+    """One `session.input` message: GPT-Live knows developer, user and assistant text, one part each."""
+    role = "developer" if role == "system" else role
+    part = "output_text" if role == "assistant" else "input_text"
+    return {"type": "message", "role": role, "content": [{"type": part, "text": text}]}
 
 
 class LiveClientProtocol:

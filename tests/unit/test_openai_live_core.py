@@ -131,3 +131,11 @@ def test_config_from_application_settings_keeps_defaults_for_what_is_not_given()
 
     assert LiveConfig.from_settings(SessionSettings(instructions="Hi")) == LiveConfig(instructions="Hi")
     assert LiveConfig.from_settings(SessionSettings(voice="cedar", model="gpt-live-1.1")).voice == "cedar"
+
+
+def test_history_goes_into_session_start_as_input_messages() -> None:
+    config = LiveConfig(history=(("system", "Order 42 is late."), ("user", "Where is my order?")))
+    assert session_start_frame(config)["session"]["input"] == [
+        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Order 42 is late."}]},
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Where is my order?"}]},
+    ]

@@ -104,7 +104,7 @@ class FakeProvider:
 
     def request_close(self) -> None:
         self.close_requested = True
-        self.queue.put_nowait(SessionClosed(1, "close_requested", True, 3.0))
+        self.queue.put_nowait(SessionClosed(self.token, "close_requested", True, 3.0))
 
     async def close(self, timeout: float = 2.0) -> None:
         self.closed = True

@@ -147,8 +147,9 @@ def test_se2_overflow_is_detected_counted_and_the_reservoir_never_exceeds_capaci
     overflows = [n.condition for n in call.notices if isinstance(n, ConditionDetected)]
     assert overflows == [OutputOverflow(3_200, 6_400 - 2 * 160, 8_000)]  # two frames had moved to the cushion
     assert call.core.reservoir.depth_bytes <= 8_000
-    assert call.core.reservoir.overflows == 1 and call.core.reservoir.dropped_bytes == 3_200
+    assert call.core.reservoir.overflows == 1
     assert call.core.status(call.now)["reservoir"]["overflows"] == 1
+    assert call.core.status(call.now)["output_recovery"]["cause"] == "output_overflow"  # and the repair begins
 
 
 def test_se2_stale_output_is_detected_once_when_nothing_plays_it() -> None:
