@@ -136,6 +136,12 @@ class Capture:
     def stop(self) -> None:
         self.proc.stop(term_timeout=5.0)
 
+    def packet_times(self, port: int) -> list[float]:
+        """Capture times (s) of the UDP packets sent from `port`."""
+        out = peers._run_bounded(["tshark", "-r", str(self.path), "-Y", f"udp.srcport=={port}", "-T", "fields",
+                                  "-e", "frame.time_epoch"], 60)
+        return [float(line) for line in out.stdout.split() if line]
+
     def rtp_payloads(self, port: int) -> list[bytes]:
         """Payloads of the RTP packets sent from `port`, in capture order."""
         out = peers._run_bounded(["tshark", "-r", str(self.path), "-d", f"udp.port=={port},rtp", "-Y",
