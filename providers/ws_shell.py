@@ -15,6 +15,10 @@ A core provides:
 Caller audio is queued behind control frames in one FIFO (order matters: a commit must follow its audio).
 When the socket cannot keep up, the oldest waiting audio frame is dropped and counted, so the provider
 hears the present; control frames are never dropped.
+
+The keepalive (a ping every 3 s, 3 s to answer, then 1 s for the close handshake) is what notices a
+half-open connection — a peer whose network vanished without a FIN — so that recovery can replace it about
+7 s after it went silent. (Gemini's pongs can take 8–30 s; its adapter asks for a longer timeout.)
 """
 
 from __future__ import annotations
@@ -57,8 +61,9 @@ class WebSocketShell:
         ssl: ssl_module.SSLContext | None = None,
         connect_timeout: float = 10.0,
         max_pending_audio: int = 250,
-        ping_interval: float | None = 20.0,
-        ping_timeout: float | None = 20.0,
+        ping_interval: float | None = 3.0,
+        ping_timeout: float | None = 3.0,
+        close_timeout: float = 1.0,
     ) -> None:
         self.core = core
         self.url = url
@@ -69,6 +74,7 @@ class WebSocketShell:
         self._max_pending_audio = max_pending_audio
         self._ping_interval = ping_interval
         self._ping_timeout = ping_timeout
+        self._close_timeout = close_timeout
         self._ws: ClientConnection | None = None
         self._outbox: deque[tuple[bool, str]] = deque()
         self._pending_audio = 0
@@ -90,6 +96,7 @@ class WebSocketShell:
                     max_size=2**24,
                     ping_interval=self._ping_interval,
                     ping_timeout=self._ping_timeout,
+                    close_timeout=self._close_timeout,
                     open_timeout=None,
                     **tls,
                 )
