@@ -5,8 +5,9 @@ A frame is *transmitted* the moment it is handed to the carrier side (the RTP so
 is what the caller may have heard, so barge-in truncation and recovery read what was heard from here, never
 from elapsed wall time.
 
-`record` runs on the media clock thread 50 times a second per call: it appends one tuple to a bounded deque
-and updates one dict entry, both atomic under the GIL, so readers on another thread need no lock.
+`record` runs on the media clock thread 50 times a second per call: it appends one entry to a bounded deque
+and updates one item's progress in place, both atomic under the GIL, so readers on another thread need no
+lock.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ class LedgerEntry:
     transmitted_ns: int  # monotonic time it was handed to the carrier
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ItemProgress:
-    """How much of an item has left: `transmitted_ms` is the end of its last transmitted frame."""
+    """How much of an item has left: `transmitted_ms` is the end of its last transmitted frame.
+
+    Updated in place by the media clock (no allocation per frame); read it, do not change it."""
 
     item_id: str
     frames: int
@@ -58,9 +61,9 @@ class CarrierLedger:
                 self._items.pop(next(iter(self._items)))
             self._items[item_id] = ItemProgress(item_id, 1, end_ms, now_ns, now_ns)
         else:
-            self._items[item_id] = ItemProgress(
-                item_id, prev.frames + 1, max(prev.transmitted_ms, end_ms), prev.first_ns, now_ns
-            )
+            prev.frames += 1
+            prev.transmitted_ms = max(prev.transmitted_ms, end_ms)
+            prev.last_ns = now_ns
 
     def progress(self, item_id: str) -> ItemProgress | None:
         """What of `item_id` has left, or None when none of it has."""

@@ -103,6 +103,7 @@ from providers.fakes.server import (
     IdSource,
     SequentialIds,
     bearer_authorize,
+    shorten_audio,
 )
 from rtp.audio import PCM16_16K, PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat
 from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
@@ -509,10 +510,8 @@ class LiveFakeConnection:
 
     def recorded(self, frame: dict[str, Any]) -> dict[str, Any]:
         """The frame for the record file: an audio payload as its decoded length plus the base64."""
-        if frame.get("type") == "session.input_audio.append" and isinstance(frame.get("audio"), str):
-            assert self.last_frame is not None
-            return {**frame, "audio": {"bytes": self.last_frame.audio_bytes, "base64": frame["audio"]}}
-        return frame
+        nbytes = self.last_frame.audio_bytes if self.last_frame is not None else None
+        return shorten_audio(frame, "session.input_audio.append", nbytes)
 
     # -- outputs --------------------------------------------------------------------------------------------
 

@@ -55,6 +55,7 @@ from providers.fakes.server import (
     FakeServer,
     IdSource,
     SequentialIds,
+    shorten_audio,
 )
 from rtp.audio import AudioFormat, Encoding
 from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
@@ -646,10 +647,8 @@ class RealtimeFamilyConnection:
 
     def recorded(self, frame: dict[str, Any]) -> dict[str, Any]:
         """The frame for the record file: an audio payload as its decoded length plus the base64."""
-        if frame.get("type") == "input_audio_buffer.append" and isinstance(frame.get("audio"), str):
-            nbytes = self.last_frame.audio_bytes if self.last_frame is not None else None
-            return {**frame, "audio": {"bytes": nbytes, "base64": frame["audio"]}}
-        return frame
+        nbytes = self.last_frame.audio_bytes if self.last_frame is not None else None
+        return shorten_audio(frame, "input_audio_buffer.append", nbytes)
 
     # -- outputs --------------------------------------------------------------------------------------------
 

@@ -340,6 +340,13 @@ class FakeServer:
         self._record.write(json.dumps(line, separators=(",", ":")) + "\n")
 
 
+def shorten_audio(frame: dict[str, Any], event_type: str, decoded_bytes: int | None) -> dict[str, Any]:
+    """An OpenAI-family audio append as the record file keeps it: its decoded length plus the base64."""
+    if frame.get("type") == event_type and isinstance(frame.get("audio"), str):
+        return {**frame, "audio": {"bytes": decoded_bytes, "base64": frame["audio"]}}
+    return frame
+
+
 def bearer_authorize(request: Request) -> HTTPStatus | None:
     """OpenAI-style auth: `Authorization: Bearer <non-empty>` (the token itself is never logged)."""
     try:
