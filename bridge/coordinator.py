@@ -26,6 +26,7 @@ from typing import Any
 
 from bridge.barrier import Channel, PlaybackBarrier
 from bridge.cushion import CARRIER_LEAD_FRAMES
+from bridge.delegations import DelegationCommand, DelegationNotice, DelegationOptions, Delegations
 from bridge.framing import CarrierConverter, ItemFramer
 from bridge.recovery import OutputRecovery, RecoverySnapshot, Stage
 from bridge.reservoir import GenerationReservoir, MediaCondition, OutputOverflow, OutputStale
@@ -39,10 +40,12 @@ from providers.events import (
     OutputTranscript,
     ProviderError,
     ProviderEvent,
+    ResponseDone,
     SessionClosed,
     SessionStarted,
     SpeechStarted,
     SpeechStopped,
+    ToolCallCancelled,
     ToolCallRequested,
     UsageUpdated,
 )
@@ -95,7 +98,7 @@ class EndSession:
     failed: bool
 
 
-Command = SendAudio | Truncate | CancelResponse | OpenReplacement | CloseTransport | EndSession
+Command = SendAudio | Truncate | CancelResponse | OpenReplacement | CloseTransport | EndSession | DelegationCommand
 
 # --- notices for the log and the metrics (facts) ---
 
@@ -159,9 +162,9 @@ Notice = (
     | TurnEnded
     | Transcript
     | ProviderError
-    | ToolCallRequested
     | AudioDiscontinuity
     | RecoveryChanged
+    | DelegationNotice
 )
 
 
@@ -178,6 +181,7 @@ class CoordinatorOptions:
     lead_frames: int = CARRIER_LEAD_FRAMES  # the carrier cushion: frames waiting in the playout at most
     item_quiet_ms: int = 300  # GPT-Live names no items: a pause this long ends one
     vad: VadOptions = field(default_factory=VadOptions)
+    delegations: DelegationOptions = field(default_factory=DelegationOptions)
 
 
 class SessionCoordinator:
@@ -216,6 +220,7 @@ class SessionCoordinator:
         self._last_audio_ns: int | None = None
         self.frames_in = 0
         self.recovery = OutputRecovery()
+        self.delegations = Delegations(self.options.delegations)
         self._highest_token = token
         self._caller_text: deque[str] = deque(maxlen=5)  # recent final caller transcripts, for a re-seed
         self._audio_by_token: dict[int, float] = {}  # latest cumulative audio seconds of each transport (HR12)
@@ -246,6 +251,7 @@ class SessionCoordinator:
             change = self.vad.frame(pcm, now)
             if isinstance(change, VoiceStarted):
                 self._barge_in(now, "local_vad")
+                self._caller_started(now, None)
             elif isinstance(change, VoiceStopped):
                 self._turn_ended(now)
                 self._caller_resumed(now)
@@ -263,6 +269,8 @@ class SessionCoordinator:
         elif isinstance(event, (SpeechStarted, OutputInterrupted)):
             if not self.suppressed or isinstance(event, OutputInterrupted):
                 self._barge_in(now, "provider")
+            if isinstance(event, SpeechStarted):
+                self._caller_started(now, event.at_ms)
         elif isinstance(event, SpeechStopped):
             self._turn_ended(now)
             self._caller_resumed(now)
@@ -289,7 +297,25 @@ class SessionCoordinator:
             if event.fatal:  # HR1: invalid audio is a protocol error, not a media condition
                 self._end(f"protocol error {event.code}: {event.message}", failed=True)
         elif isinstance(event, ToolCallRequested):
-            self._notices.append(event)
+            at = self.timeline.rebase(self.token, event.at_ms, now)  # HR11
+            self.delegations.call_requested(self.token, event.call_id, event.name, event.arguments, event.kind, at)
+        elif isinstance(event, ToolCallCancelled):
+            self.delegations.call_cancelled(event.call_ids, self.timeline.ms(now))
+        elif isinstance(event, ResponseDone):
+            self.delegations.response_ended(self.token, self.timeline.ms(now))
+
+    def job_answered(self, job_id: str, output: str, now: int) -> bool:
+        """The application answered a dispatched job; False when the job no longer takes an answer."""
+        return self.delegations.job_answered(job_id, output, self.token, self.timeline.ms(now))
+
+    def push_update(self, text: str, *, speak: bool, now: int) -> bool:
+        """An application update for the conversation (spoken, or silent context); held during a recovery
+        until the caller has spoken (HR9). False when over the limit on command records (DL2)."""
+        return self.delegations.push_update(text, speak, self.token)
+
+    def push_fact(self, text: str) -> None:
+        """A task fact or verified result, kept (bounded) for the seed of any replacement connection (HR7)."""
+        self.delegations.push_fact(text)
 
     def play_final_message(self, pcm16_8k: bytes) -> int:
         """Clear all output and queue a closing message for the caller; returns its length in ms."""
@@ -308,24 +334,29 @@ class SessionCoordinator:
         if self.recovery.expired(now):
             self._fail_recovery(f"output recovery did not complete within {self.recovery.budget_ns // 1_000_000_000} s", now)
             return
+        self.delegations.handle_timer(self.token, self.timeline.ms(now))
         condition = self.reservoir.check(now)
         if condition is not None:
             self._condition(condition, now)
         self._feed(now)
 
     def next_deadline(self) -> int | None:
-        deadlines = (self._next_tick, self.reservoir.next_deadline(), self.recovery.deadline())
+        hold = self.delegations.deadline_ms()
+        held_until = None if hold is None else self.timeline.start_ns + hold * _NS_PER_MS
+        deadlines = (self._next_tick, self.reservoir.next_deadline(), self.recovery.deadline(), held_until)
         candidates = [t for t in deadlines if t is not None]
         return min(candidates) if candidates else None
 
     # --- outputs ---
 
     def commands(self) -> list[Command]:
-        commands, self._commands = self._commands, []
+        commands: list[Command] = [*self._commands, *self.delegations.commands()]
+        self._commands = []
         return commands
 
     def notices(self) -> list[Notice]:
-        notices, self._notices = self._notices, []
+        notices: list[Notice] = [*self._notices, *self.delegations.notices()]
+        self._notices = []
         return notices
 
     # --- rules ---
@@ -340,6 +371,7 @@ class SessionCoordinator:
             if self._item_id is None or (self._last_audio_ns is not None and now - self._last_audio_ns >= quiet):
                 self._items += 1
                 self._item_id = f"out-{self._items}"
+                self.delegations.taken_in(self.token, self.timeline.ms(now))  # GPT-Live: a new item answers
             item = self._item_id
         else:
             self._item_id = item
@@ -438,8 +470,9 @@ class SessionCoordinator:
         recovery = self.recovery.begin(cause, self.token, now, self.timeline.ms(now), dropped)
         assert recovery is not None
         self.caption_epoch += 1  # HR11
+        self.delegations.recovery_started(old, self.timeline.ms(now))  # HR6, HR9, HR10
         self._commands.append(CloseTransport(old))
-        snapshot = RecoverySnapshot(tuple(self._caller_text))
+        snapshot = RecoverySnapshot(tuple(self._caller_text), self.delegations.snapshot_facts())
         self._commands.append(OpenReplacement(self.token, cause, snapshot))
         at = self.timeline.ms(now)
         self._notices.append(AudioDiscontinuity("output", dropped, cause, at))
@@ -455,7 +488,13 @@ class SessionCoordinator:
                                                 self.timeline.ms(now)))
         self._notices.append(RecoveryChanged(token, recovery.cause, Stage.AWAITING_USER.value, elapsed))
 
+    def _caller_started(self, now: int, provider_ms: int | None) -> None:
+        """The caller began to speak: after a repair, this opens the first fresh caller interval (HR10)."""
+        if not self.recovery.reconnecting:
+            self.delegations.caller_started(self.token, self.timeline.rebase(self.token, provider_ms, now))
+
     def _caller_resumed(self, now: int) -> None:
+        self.delegations.caller_turn_ended(self.timeline.ms(now))
         recovery = self.recovery.caller_spoke(now)
         if recovery is not None:
             elapsed = (now - recovery.started_ns) // _NS_PER_MS
@@ -463,6 +502,7 @@ class SessionCoordinator:
 
     def _fail_recovery(self, reason: str, now: int) -> None:
         recovery = self.recovery.fail()
+        self.delegations.recovery_failed()
         if recovery is not None:
             elapsed = (now - recovery.started_ns) // _NS_PER_MS
             self._notices.append(RecoveryChanged(recovery.token, recovery.cause, "failed", elapsed))
@@ -548,6 +588,7 @@ class SessionCoordinator:
                 "dropped_bytes": self.recovery.stats.dropped_bytes,
                 "discarded_frames": self.recovery.stats.discarded_frames,
             },
+            "delegations": self.delegations.status(),
             "usage": {
                 "audio_seconds": self.usage.audio_seconds,
                 "input_tokens": self.usage.input_tokens,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,10 +35,11 @@ from bridge.coordinator import (
     Truncate,
     TurnEnded,
 )
+from bridge.delegations import CommandsUnknown, DeliverResult, DispatchJob, JobChanged, JobRequest, SendContext
 from bridge.recovery import RECOVERY_NOTICE, RecoverySnapshot
 from bridge.reservoir import OutputOverflow
 from providers.base import Provider, ProviderUnavailable, SessionSettings
-from providers.events import ProviderError, ProviderEvent, SessionClosed, ToolCallRequested
+from providers.events import ProviderError, ProviderEvent, SessionClosed
 from sip.leg import CallEnded, CallLeg, DtmfReceived, FrameReceived, LegEvent, MediaHeld, MediaResumed, MediaStarted
 
 log = logging.getLogger("parlora.session")
@@ -69,10 +70,21 @@ def seeded_settings(original: SessionSettings, snapshot: RecoverySnapshot, *, no
                            tools=original.tools, history=tuple(history))
 
 
+JobHandler = Callable[[JobRequest], Awaitable[str]]
+"""The application's answer to a tool call or delegation: the output text (JSON or plain) for the model."""
+
+
 @dataclass(frozen=True, slots=True)
 class _ReplacementFailed:
     token: int
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class _JobAnswered:
+    job_id: str
+    output: str
+
 _PROVIDER_CLOSE_TIMEOUT_S = 2.0  # how long a finished call waits for the provider's final usage
 
 
@@ -102,6 +114,7 @@ class CallSession:
         reconnect: Callable[[int, SessionSettings], Provider] | None = None,
         settings: SessionSettings | None = None,
         failure_message: bytes | None = None,
+        job_handler: JobHandler | None = None,
     ) -> None:
         self.leg = leg
         self.provider = provider
@@ -109,6 +122,8 @@ class CallSession:
         self._reconnect = reconnect
         self._settings = settings or SessionSettings()
         self._failure_message = failure_message if failure_message is not None else failure_tone()
+        self._job_handler = job_handler
+        self.jobs_run: list[JobRequest] = []  # every job handed to the application, in order
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clock = clock
         self._options = options
@@ -242,6 +257,10 @@ class CallSession:
             log.info("call %s %s", self.call_id, item)  # not acted on yet
         elif isinstance(item, _ReplacementFailed):
             self.coordinator.replacement_failed(item.token, item.reason, now)
+        elif isinstance(item, _JobAnswered):
+            if not self.coordinator.job_answered(item.job_id, item.output, now):
+                log.info("call %s %s answered after it was withdrawn or superseded: not delivered", self.call_id,
+                         item.job_id)
         elif item is not None:  # a provider event (a reader that ended sends None)
             self.coordinator.provider_event(item, now)  # type: ignore[arg-type]
 
@@ -260,6 +279,14 @@ class CallSession:
                 self._close_transport(command.token)
             elif isinstance(command, EndSession):
                 await self._end_session(command)
+            elif isinstance(command, DispatchJob):
+                self._dispatch(command.request)
+            elif isinstance(command, DeliverResult):
+                if (provider := self.providers.get(command.token)) is not None:
+                    provider.send_tool_result(command.call_id, command.name, command.output)
+            elif isinstance(command, SendContext):
+                if (provider := self.providers.get(command.token)) is not None:
+                    provider.send_text(command.text, speak=command.speak)
         for notice in self.coordinator.notices():
             self._log_notice(notice)
 
@@ -286,6 +313,23 @@ class CallSession:
         self.provider = provider
         self._inbox.put_nowait(started)
         await _pump(provider.events(), self._inbox)
+
+    def _dispatch(self, request: JobRequest) -> None:
+        """Run the application's handler once for this job; its answer comes back through the inbox."""
+        self.jobs_run.append(request)
+        self._spawn(request.job_id, self._run_job(request))
+
+    async def _run_job(self, request: JobRequest) -> None:
+        if self._job_handler is None:
+            output = '{"error": "no application handler is configured for tools"}'
+        else:
+            try:
+                output = await self._job_handler(request)
+            except Exception as exc:  # the application's failure is the model's answer, not the call's end
+                log.warning("call %s %s (%s) failed in the application: %r", self.call_id, request.job_id,
+                            request.name, exc)
+                output = '{"error": "the application could not complete this request"}'
+        self._inbox.put_nowait(_JobAnswered(request.job_id, output))
 
     def _close_transport(self, token: int) -> None:
         task = self._tasks.pop(f"provider-{token}", None)
@@ -322,8 +366,14 @@ class CallSession:
             log.debug("call %s %s (%d ms): %s", cid, notice.role, notice.at_ms, notice.text)
         elif isinstance(notice, ProviderError) and not notice.fatal:
             log.warning("call %s provider error %s: %s", cid, notice.code, notice.message)
-        elif isinstance(notice, ToolCallRequested):
-            log.info("call %s tool call %s (%s) — no application handler yet", cid, notice.name, notice.call_id)
+        elif isinstance(notice, JobChanged):
+            log.info("call %s %s (%s) %s at %d ms: %s", cid, notice.job_id, notice.name, notice.state, notice.at_ms,
+                     notice.detail)
+        elif isinstance(notice, CommandsUnknown):
+            for record in notice.records:
+                log.warning("call %s command %d (%s%s) on lost connection %d: unknown, not replayed", cid,
+                            record.command_id, record.what, f" of {record.job_id}" if record.job_id else "",
+                            notice.token)
         elif isinstance(notice, AudioDiscontinuity):
             unit = "bytes of provider audio" if notice.direction == "output" else "caller frames"
             log.warning("call %s audio_discontinuity %s: %d %s dropped (%s) at %d ms", cid, notice.direction,

@@ -1,7 +1,7 @@
 """HR1–HR13 on virtual time: the coordinator's recovery rules, and the shell opening one replacement.
 
-HR6, HR9 and HR10 (command records, held backend results, delegations during resumption) need the job ledger
-of the delegations work and are not covered here yet.
+HR6, HR9 and HR10 (command records, held backend results, delegations during resumption) drive the job ledger
+(bridge/delegations.py) through a recovery.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from bridge.coordinator import (
     RecoveryChanged,
     Transcript,
 )
+from bridge.delegations import CommandsUnknown, DelegationOptions, DeliverResult, DispatchJob, JobChanged, SendContext
 from bridge.recovery import RECOVERY_NOTICE, RecoverySnapshot
 from bridge.session import CallSession, seeded_settings
 from providers.base import SessionSettings
@@ -25,17 +26,19 @@ from providers.events import (
     InputTranscript,
     OutputTranscript,
     ProviderError,
+    ResponseDone,
     SessionClosed,
     SessionStarted,
     SpeechStarted,
     SpeechStopped,
+    ToolCallRequested,
     UsageUpdated,
 )
 from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K
 from sip.leg import CallEnded
 from test_session import FakeLeg, FakeProvider
-from test_session_engine import MS, TICK, Call, pcmu_tone, speech_frame
+from test_session_engine import GPT_LIVE_CAPS, MS, TICK, Call, pcmu_tone, speech_frame
 
 GPT_LIVE_LIMITS = AudioLimits(16_000, 3_000)
 
@@ -247,3 +250,116 @@ async def test_hr5_closing_during_a_recovery_finishes_within_its_deadline() -> N
     leg.queue.put_nowait(CallEnded("bye", 200, True, 0, 0))  # the caller hangs up while reconnecting
     summary = await asyncio.wait_for(task, 3)  # the hanging replacement worker is cancelled, not awaited
     assert summary.ended_by == "caller"
+
+
+# --- HR6, HR9, HR10: the job ledger through a recovery (bridge/delegations.py) ---------------------------------
+
+
+def commands_of(call: Call, kind: type) -> list:
+    found = [c for c in call.commands if isinstance(c, kind)]
+    call.commands = [c for c in call.commands if not isinstance(c, kind)]
+    return found
+
+
+def answer(call: Call, job_id: str, output: str) -> bool:
+    """The application answers a job (the shell's `_JobAnswered`)."""
+    accepted = call.core.job_answered(job_id, output, call.now)
+    call._drain()
+    return accepted
+
+
+def jobs_in(call: Call, state: str) -> list[str]:
+    return [n.job_id for n in call.notices if isinstance(n, JobChanged) and n.state == state]
+
+
+def repaired(call: Call) -> None:
+    """The connection drops without a proper end, then the replacement (token 2) comes up."""
+    call.provider(SessionClosed(call.core.token, "connection lost", False))
+    assert recovery_notices(call)[-1] == "reconnecting"
+    call.tick(count=3)
+    call.provider(SessionStarted(call.core.token, "sess_2", None))
+    assert call.core.status(call.now)["output_recovery"]["stage"] == "awaiting_user"
+
+
+def test_hr6_a_command_interrupted_before_acknowledgement_is_unknown_and_not_replayed() -> None:
+    call = Call()
+    call.provider(ToolCallRequested(1, "call_a", "lookup_order", '{"order_id": "42"}'))
+    call.provider(ToolCallRequested(1, "call_b", "book_slot", "{}"))
+    [first, second] = [c.request for c in commands_of(call, DispatchJob)]
+    answer(call, first.job_id, '{"status": "shipped"}')
+    call.provider(ResponseDone(1, "resp_1"))  # the provider took the first answer in
+    answer(call, second.job_id, '{"booked": "10:00"}')
+    assert [(c.token, c.call_id) for c in commands_of(call, DeliverResult)] == [(1, "call_a"), (1, "call_b")]
+    repaired(call)  # the connection is lost before it acknowledged the second answer
+    [unknown] = [n for n in call.notices if isinstance(n, CommandsUnknown)]
+    assert unknown.token == 1 and [(r.job_id, r.state) for r in unknown.records] == [(second.job_id, "unknown")]
+    call.provider(SpeechStarted(2, 100))
+    call.provider(SpeechStopped(2, 900))
+    call.provider(ResponseDone(2, "resp_2"))
+    call.advance(5_000)
+    assert commands_of(call, DeliverResult) == [] and commands_of(call, SendContext) == []  # never replayed
+    assert call.core.status(call.now)["delegations"]["unknown_commands"] == 1
+    # New application context may be admitted during a reconnect, within the limit on command records.
+    limited = Call(delegations=DelegationOptions(max_command_records=2))
+    repaired(limited)
+    assert [limited.core.push_update(f"update {i}", speak=True, now=limited.now) for i in range(3)] == [True, True, False]
+
+
+def test_hr9_a_result_is_held_until_fresh_speech_and_a_correction_supersedes_it() -> None:
+    call = Call()
+    call.provider(ToolCallRequested(1, "call_a", "lookup_order", '{"order_id": "42"}'))
+    [job] = [c.request for c in commands_of(call, DispatchJob)]
+    repaired(call)
+    assert answer(call, job.job_id, '{"status": "shipped"}')  # backend work stays intact
+    assert call.core.push_update("Your parcel left the depot.", speak=True, now=call.now)
+    call._drain()
+    call.provider(SpeechStarted(2, 200))  # "no, order forty-three"
+    call.tick(count=10)
+    call.provider(SpeechStopped(2, 1_400))
+    assert commands_of(call, DeliverResult) == [] and commands_of(call, SendContext) == []  # still held
+    call.provider(ToolCallRequested(2, "call_c", "lookup_order", '{"order_id": "43"}'))  # the correction
+    [correction] = [c.request for c in commands_of(call, DispatchJob)]
+    assert correction.supersedes == job.job_id and jobs_in(call, "superseded") == [job.job_id]
+    call.provider(ResponseDone(2, "resp_2"))  # the fresh speech has been interpreted: the hold ends
+    assert commands_of(call, DeliverResult) == []  # the superseded result is never announced
+    assert [c.text for c in commands_of(call, SendContext)] == ["Your parcel left the depot."]
+    answer(call, correction.job_id, '{"status": "processing"}')
+    assert [(c.token, c.call_id) for c in commands_of(call, DeliverResult)] == [(2, "call_c")]
+    assert not answer(call, job.job_id, '{"status": "late"}')
+
+
+def test_hr9_a_held_result_without_correction_becomes_a_session_update_on_the_new_connection() -> None:
+    call = Call()
+    call.provider(ToolCallRequested(1, "call_a", "lookup_order", '{"order_id": "42"}'))
+    [job] = [c.request for c in commands_of(call, DispatchJob)]
+    repaired(call)
+    answer(call, job.job_id, '{"status": "shipped"}')
+    call.provider(SpeechStarted(2, 200))
+    call.provider(SpeechStopped(2, 800))
+    assert commands_of(call, SendContext) == []
+    call.advance(DelegationOptions().results_hold_ms + 20)  # the model never reacted: the fallback ends the hold
+    [update] = commands_of(call, SendContext)
+    assert update.token == 2 and job.job_id in update.text and "shipped" in update.text and update.speak
+
+
+def test_hr10_delegations_before_the_fresh_caller_interval_are_not_dispatched() -> None:
+    call = Call(caps=GPT_LIVE_CAPS, limits=GPT_LIVE_LIMITS, delegations=DelegationOptions(max_pending_delegations=2))
+    repaired(call)
+    call.provider(ToolCallRequested(2, "del_1", "check_balance", "{}", kind="delegation", at_ms=0))
+    call.provider(ToolCallRequested(2, "del_2", "check_balance", "{}", kind="delegation", at_ms=5))
+    call.provider(ToolCallRequested(2, "del_3", "check_balance", "{}", kind="delegation", at_ms=10))
+    assert commands_of(call, DispatchJob) == []  # waiting for the first fresh caller interval
+    assert len(jobs_in(call, "held")) == 2
+    [refusal] = commands_of(call, DeliverResult)  # the third is over max_pending_delegations
+    assert refusal.call_id == "del_3" and "refused" in refusal.output
+    call.tick(speech_frame(), count=10)  # the caller speaks again: the local VAD opens the fresh interval
+    stale = commands_of(call, DeliverResult)
+    assert sorted(c.call_id for c in stale) == ["del_1", "del_2"] and all("not run" in c.output for c in stale)
+    assert commands_of(call, DispatchJob) == []
+    started = call.core.delegations.fresh_start_ms
+    assert started is not None
+    origin = call.core.timeline.rebase(2, 0, call.now)
+    call.provider(ToolCallRequested(2, "del_4", "check_balance", "{}", kind="delegation", at_ms=started - origin + 40))
+    [fresh] = [c.request for c in commands_of(call, DispatchJob)]  # stamped inside the fresh interval: new work
+    assert fresh.requested_at_ms >= started
+    assert call.core.status(call.now)["delegations"]["not_dispatched"] == 2

@@ -1,0 +1,430 @@
+"""Delegations: the job ledger and the rules that keep a reconnect from ever acting twice (DESIGN §8, HR6,
+HR9, HR10, DL1, DL2).
+
+A tool call (Realtime, xAI, Gemini) or a delegation (GPT-Live) becomes a *job* with a session-unique id. The
+ledger lives in the session, not in a connection: every provider call id that ever named the job maps to it,
+so a call delivered again — on the same connection or on a recovery replacement — is answered from the
+ledger and never dispatched to the application a second time.
+
+What the session tells the provider on the application's behalf (a tool result, a spoken or silent update) is
+a *command record*. It stays outstanding until the connection that carried it shows it was taken in (the end
+of a later response, or for GPT-Live, which has no response boundaries, the next assistant item). A record
+still outstanding when its connection is lost is reported `unknown` and is never replayed (HR6): the
+application decides whether to say it again.
+
+Around a recovery:
+- Results the application returns are held (HR9) until fresh caller speech has been interpreted — the end of
+  the model's first reaction to the caller's first turn after the repair, or at most `results_hold_ms` after
+  that turn — so a correction can supersede them: a call of the same tool in that reaction marks the held job
+  superseded and its result is never announced. Speakable application updates wait the same way.
+- Calls that arrive while the voice path is being repaired wait for the first fresh caller interval, bounded
+  by `max_pending_delegations` (HR10); those stamped before that interval began are not dispatched as new
+  work, and the model is told so.
+
+This module is sans-I/O: the coordinator calls it with session times and connection tokens and drains
+`commands()` and `notices()`; the session shell runs the application's handler.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+NOT_RUN_STALE = (
+    '{"error": "not run: this request was made before the caller spoke again after an audio interruption; '
+    'ask the caller and request it again if it is still wanted"}'
+)
+
+
+def refused_output(reason: str) -> str:
+    return '{"error": "refused: %s"}' % reason.replace('"', "'")
+
+
+class JobState(enum.Enum):
+    HELD = "held"  # waiting for the first fresh caller interval (HR10)
+    RUNNING = "running"  # dispatched to the application
+    ANSWERED = "answered"  # the application answered; delivery waits for the caller (HR9) or a record slot
+    DELIVERED = "delivered"  # the result was sent to the provider
+    REFUSED = "refused"  # over a limit (DL2); the model was told
+    NOT_DISPATCHED = "not_dispatched"  # stamped before the fresh caller interval (HR10)
+    SUPERSEDED = "superseded"  # a correction replaced it before its result was announced (HR9)
+    CANCELLED = "cancelled"  # the provider withdrew the call
+
+    @property
+    def pending(self) -> bool:
+        return self in (JobState.HELD, JobState.RUNNING, JobState.ANSWERED)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRequest:
+    """What the application's handler is given: one job, dispatched exactly once."""
+
+    job_id: str
+    name: str
+    arguments: str  # JSON text, as the model produced it
+    kind: str  # "function" (tool call) or "delegation" (GPT-Live)
+    requested_at_ms: int  # on the session's logical timeline
+    supersedes: str | None = None  # the job this one corrects (HR9)
+
+
+@dataclass(slots=True)
+class Job:
+    request: JobRequest
+    call_ids: list[str]  # every provider call id that named this job (redeliveries included)
+    token: int  # the connection of the latest call id
+    state: JobState
+    revision: int = 0  # bumped by each answer from the application
+    output: str | None = None
+    redeliveries: int = 0
+    held_since_recovery: int | None = None  # the recovery count when its result was held
+
+    @property
+    def job_id(self) -> str:
+        return self.request.job_id
+
+
+@dataclass(slots=True)
+class CommandRecord:
+    command_id: int
+    token: int
+    what: str  # "tool_result" or "update"
+    job_id: str | None
+    state: str = "sent"  # "sent", then "acknowledged" or "unknown"
+
+
+# --- what the coordinator is asked to do ---
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchJob:
+    """Run the application's handler for this job (the shell does; the answer comes back as `job_answered`)."""
+
+    request: JobRequest
+
+
+@dataclass(frozen=True, slots=True)
+class DeliverResult:
+    """Answer the provider's call `call_id` on connection `token`."""
+
+    token: int
+    call_id: str
+    name: str
+    output: str
+
+
+@dataclass(frozen=True, slots=True)
+class SendContext:
+    """Context for the conversation on connection `token`; `speak` asks the model to say something."""
+
+    token: int
+    text: str
+    speak: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobChanged:
+    """A job moved: for the log, the metrics and the application."""
+
+    job_id: str
+    name: str
+    state: str
+    detail: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommandsUnknown:
+    """Commands sent on a connection that was lost before it took them in: never replayed (HR6)."""
+
+    token: int
+    records: tuple[CommandRecord, ...]
+
+
+DelegationCommand = DispatchJob | DeliverResult | SendContext
+DelegationNotice = JobChanged | CommandsUnknown
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationOptions:
+    max_pending_delegations: int = 4  # jobs held, running or waiting to be delivered, at most (DL2, HR10)
+    max_command_records: int = 32  # outstanding commands and queued updates, at most (DL2, HR6)
+    max_facts: int = 10  # task facts and verified results kept for a re-seed (HR7)
+    results_hold_ms: int = 3_000  # after the caller's fresh turn, results wait at most this long (HR9)
+
+
+@dataclass(slots=True)
+class DelegationStats:
+    dispatched: int = 0
+    redeliveries: int = 0
+    refused: int = 0
+    not_dispatched: int = 0
+    superseded: int = 0
+    unknown_commands: int = 0
+    by_state: Counter[str] = field(default_factory=Counter)
+
+
+class Delegations:
+    """The session's job ledger and command records, with the recovery gates."""
+
+    def __init__(self, options: DelegationOptions | None = None) -> None:
+        self.options = options or DelegationOptions()
+        self.jobs: dict[str, Job] = {}
+        self._by_call: dict[str, Job] = {}
+        self.records: list[CommandRecord] = []  # outstanding only
+        self.updates: list[tuple[str, bool]] = []  # speakable/silent application updates waiting (HR9)
+        self.facts: list[str] = []  # task facts and verified results, newest last (HR7)
+        self.stats = DelegationStats()
+        self._commands: list[DelegationCommand] = []
+        self._notices: list[DelegationNotice] = []
+        self._next_job = 0
+        self._next_command = 0
+        # The recovery gates. `resuming`: a recovery is running and the caller has not spoken since the
+        # repair; `fresh_start_ms`: when the caller's first fresh interval began; `held`: results wait.
+        self.resuming = False
+        self.fresh_start_ms: int | None = None
+        self.held = False
+        self.recoveries = 0
+        self._release_at_ms: int | None = None  # the fallback end of the hold (HR9)
+
+    # --- provider side ---
+
+    def call_requested(self, token: int, call_id: str, name: str, arguments: str, kind: str, at_ms: int) -> None:
+        """The model asked for a tool or a delegation (`at_ms` already on the session timeline)."""
+        known = self._by_call.get(call_id)
+        if known is not None:
+            self._redelivered(known, token, call_id, at_ms)
+            return
+        fresh = self.fresh_start_ms
+        supersedes = self._supersede(name, fresh, at_ms) if self.held and fresh is not None and at_ms >= fresh else None
+        self._next_job += 1
+        request = JobRequest(f"job-{self._next_job}", name, arguments, kind, at_ms, supersedes)
+        job = Job(request, [call_id], token, JobState.HELD)
+        self.jobs[job.job_id] = job
+        self._by_call[call_id] = job
+        if self._pending() > self.options.max_pending_delegations:
+            self._refuse(job, f"{self.options.max_pending_delegations} delegations are already pending", at_ms)
+        elif self.resuming and (self.fresh_start_ms is None or at_ms < self.fresh_start_ms):
+            self._changed(job, JobState.HELD, "waiting for the caller's first fresh interval (HR10)", at_ms)
+        else:
+            self._dispatch(job, at_ms)
+
+    def call_cancelled(self, call_ids: Iterable[str], at_ms: int) -> None:
+        for call_id in call_ids:
+            job = self._by_call.get(call_id)
+            if job is not None and job.state.pending:
+                self._changed(job, JobState.CANCELLED, "the provider withdrew the call", at_ms)
+
+    def taken_in(self, token: int, at_ms: int) -> None:
+        """Connection `token` showed it processed what it was sent (a response ended, a new item began)."""
+        for record in self.records:
+            if record.token == token and record.state == "sent":
+                record.state = "acknowledged"
+        self.records = [r for r in self.records if r.state == "sent"]
+        self._flush(token, at_ms)
+
+    # --- application side ---
+
+    def job_answered(self, job_id: str, output: str, token: int, at_ms: int) -> bool:
+        """The application's answer for a job; returns False when the job no longer takes one."""
+        job = self.jobs.get(job_id)
+        if job is None or job.state not in (JobState.RUNNING, JobState.ANSWERED, JobState.DELIVERED):
+            return False
+        job.revision += 1
+        job.output = output
+        job.state = JobState.ANSWERED
+        if self.held:
+            job.held_since_recovery = self.recoveries
+            self._changed(job, JobState.ANSWERED, f"revision {job.revision} held until the caller has spoken (HR9)", at_ms)
+        else:
+            self._deliver(job, token, at_ms)
+        return True
+
+    def push_update(self, text: str, speak: bool, token: int) -> bool:
+        """A speakable (or silent) update from the application; False when over the command-record limit."""
+        if self._outstanding() >= self.options.max_command_records:
+            return False
+        if self.held:
+            self.updates.append((text, speak))
+        else:
+            self._send_context(token, text, speak, None)
+        return True
+
+    def push_fact(self, text: str) -> None:
+        """A task fact or verified result: seeded into any replacement connection (HR7)."""
+        self.facts.append(text[:500])
+        del self.facts[: -self.options.max_facts]
+
+    # --- recovery gates ---
+
+    def recovery_started(self, old_token: int, at_ms: int) -> None:
+        """HR6: what the lost connection had not taken in is unknown; HR9/HR10: results and calls wait."""
+        lost = tuple(r for r in self.records if r.token == old_token and r.state == "sent")
+        for record in lost:
+            record.state = "unknown"
+        self.records = [r for r in self.records if r.state == "sent"]
+        if lost:
+            self.stats.unknown_commands += len(lost)
+            self._notices.append(CommandsUnknown(old_token, lost))
+        self.recoveries += 1
+        self.resuming = True
+        self.held = True
+        self.fresh_start_ms = None
+        self._release_at_ms = None
+
+    def caller_started(self, token: int, at_ms: int) -> None:
+        """The caller began to speak. The first time after a repair, held calls stamped before now are stale."""
+        if not self.resuming or self.fresh_start_ms is not None:
+            return
+        self.fresh_start_ms = at_ms
+        for job in list(self.jobs.values()):
+            if job.state is JobState.HELD:
+                if job.request.requested_at_ms < at_ms:
+                    self.stats.not_dispatched += 1
+                    self._changed(job, JobState.NOT_DISPATCHED, "requested before the caller's fresh interval", at_ms)
+                    self._answer_model(job, NOT_RUN_STALE, token)
+                else:
+                    self._dispatch(job, at_ms)
+
+    def caller_turn_ended(self, at_ms: int) -> None:
+        """The caller's fresh turn is over: the model's reaction to it ends the hold (or the fallback does)."""
+        if self.resuming and self.fresh_start_ms is not None:
+            self.resuming = False
+            self._release_at_ms = at_ms + self.options.results_hold_ms
+
+    def response_ended(self, token: int, at_ms: int) -> None:
+        """The model finished a response on `token`: it took in what it was sent; after the caller's fresh
+        turn, the fresh speech has been interpreted and held results may go."""
+        self.taken_in(token, at_ms)
+        if self.held and not self.resuming and self.fresh_start_ms is not None:
+            self._release(token, at_ms)
+
+    def recovery_failed(self) -> None:
+        self.resuming = False
+
+    def deadline_ms(self) -> int | None:
+        return self._release_at_ms if self.held else None
+
+    def handle_timer(self, token: int, at_ms: int) -> None:
+        if self.held and self._release_at_ms is not None and at_ms >= self._release_at_ms:
+            self._release(token, at_ms)
+
+    # --- outputs ---
+
+    def commands(self) -> list[DelegationCommand]:
+        commands, self._commands = self._commands, []
+        return commands
+
+    def notices(self) -> list[DelegationNotice]:
+        notices, self._notices = self._notices, []
+        return notices
+
+    def status(self) -> dict[str, object]:
+        states = Counter(job.state.value for job in self.jobs.values())
+        return {
+            "jobs": dict(states),
+            "pending": self._pending(),
+            "dispatched": self.stats.dispatched,
+            "redeliveries": self.stats.redeliveries,
+            "refused": self.stats.refused,
+            "not_dispatched": self.stats.not_dispatched,
+            "superseded": self.stats.superseded,
+            "outstanding_commands": self._outstanding(),
+            "unknown_commands": self.stats.unknown_commands,
+            "results_held": self.held,
+        }
+
+    # --- rules ---
+
+    def _redelivered(self, job: Job, token: int, call_id: str, at_ms: int) -> None:
+        """DL1: the same call again — answered from the ledger, never dispatched again."""
+        job.redeliveries += 1
+        self.stats.redeliveries += 1
+        job.token = token
+        if call_id not in job.call_ids:
+            job.call_ids.append(call_id)
+        self._notices.append(JobChanged(job.job_id, job.request.name, job.state.value,
+                                        f"call {call_id} delivered again: answered from the ledger", at_ms))
+        if job.state in (JobState.DELIVERED, JobState.REFUSED, JobState.NOT_DISPATCHED) and job.output is not None:
+            self._answer_model(job, job.output, token, call_id)
+
+    def _supersede(self, name: str, fresh_start_ms: int, at_ms: int) -> str | None:
+        """HR9: a call of the same tool in the caller's fresh interval corrects an older result not yet announced."""
+        replaced = None
+        for job in self.jobs.values():
+            older = job.request.requested_at_ms < fresh_start_ms
+            if older and job.request.name == name and job.state in (JobState.RUNNING, JobState.ANSWERED):
+                self.stats.superseded += 1
+                self._changed(job, JobState.SUPERSEDED, "a correction after the repair replaced it", at_ms)
+                replaced = job.job_id
+        return replaced
+
+    def _dispatch(self, job: Job, at_ms: int) -> None:
+        self.stats.dispatched += 1
+        self._changed(job, JobState.RUNNING, f"dispatched to the application (call {job.call_ids[-1]})", at_ms)
+        self._commands.append(DispatchJob(job.request))
+
+    def _refuse(self, job: Job, reason: str, at_ms: int) -> None:
+        self.stats.refused += 1
+        self._changed(job, JobState.REFUSED, reason, at_ms)
+        self._answer_model(job, refused_output(reason), job.token)
+
+    def _answer_model(self, job: Job, output: str, token: int, call_id: str | None = None) -> None:
+        """Tell the model something about its call (not an application result: no record, no hold)."""
+        job.output = output
+        self._commands.append(DeliverResult(token, call_id or job.call_ids[-1], job.request.name, output))
+
+    def _deliver(self, job: Job, token: int, at_ms: int) -> None:
+        if len(self.records) >= self.options.max_command_records:
+            self._changed(job, JobState.ANSWERED, "waiting for a free command record", at_ms)
+            return  # delivered by _flush once the connection takes in what it was sent
+        assert job.output is not None
+        self._next_command += 1
+        self.records.append(CommandRecord(self._next_command, token, "tool_result", job.job_id))
+        if job.token == token:
+            self._commands.append(DeliverResult(token, job.call_ids[-1], job.request.name, job.output))
+        else:
+            # The call came on a connection that is gone: its result is an update for the session (HR6).
+            text = f"Result of {job.request.name} ({job.job_id}), which you requested earlier: {job.output}"
+            self._commands.append(SendContext(token, text, True))
+        self._changed(job, JobState.DELIVERED, f"revision {job.revision} sent on connection {token}", at_ms)
+
+    def _send_context(self, token: int, text: str, speak: bool, job_id: str | None) -> None:
+        self._next_command += 1
+        self.records.append(CommandRecord(self._next_command, token, "update", job_id))
+        self._commands.append(SendContext(token, text, speak))
+
+    def _release(self, token: int, at_ms: int) -> None:
+        self.held = False
+        self._release_at_ms = None
+        self._flush(token, at_ms)
+
+    def _flush(self, token: int, at_ms: int) -> None:
+        """Deliver what waits, oldest first, while command records allow."""
+        if self.held:
+            return
+        for job in self.jobs.values():
+            if job.state is JobState.ANSWERED and len(self.records) < self.options.max_command_records:
+                self._deliver(job, token, at_ms)
+        while self.updates and len(self.records) < self.options.max_command_records:
+            text, speak = self.updates.pop(0)
+            self._send_context(token, text, speak, None)
+
+    def _changed(self, job: Job, state: JobState, detail: str, at_ms: int) -> None:
+        job.state = state
+        self.stats.by_state[state.value] += 1
+        self._notices.append(JobChanged(job.job_id, job.request.name, state.value, detail, at_ms))
+
+    def _pending(self) -> int:
+        return sum(1 for job in self.jobs.values() if job.state.pending)
+
+    def _outstanding(self) -> int:
+        return len(self.records) + len(self.updates)
+
+    def snapshot_facts(self) -> tuple[str, ...]:
+        """Facts and verified results for a re-seed (HR7): bounded, newest last."""
+        verified = [f"{job.request.name} ({job.job_id}) returned {job.output}" for job in self.jobs.values()
+                    if job.state is JobState.DELIVERED and job.output is not None
+                    and not any(r.job_id == job.job_id for r in self.records)]
+        return tuple((self.facts + verified)[-self.options.max_facts:])
