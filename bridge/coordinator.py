@@ -148,7 +148,8 @@ class AudioDiscontinuity:
 
 @dataclass(frozen=True, slots=True)
 class RecoveryChanged:
-    """`output_recovery` moved: `stage` is "reconnecting", "awaiting_user", "done" or "failed"."""
+    """`output_recovery` moved: `stage` is "reconnecting", "awaiting_user", "done", "interrupted" (the replacement failed in turn) or
+    "failed"."""
 
     token: int
     cause: str
@@ -227,11 +228,13 @@ class SessionCoordinator:
         self._unfinalized = False  # some transport ended without the provider finalising its usage
         self.caption_epoch = 0
         self.ended = False
+        self.leg_ended = False
         self.stale_events = 0  # events from another transport token, ignored
         self.suppressed_bytes = 0  # output dropped while the caller spoke
         self.barge_ins = 0
         self.underruns = 0  # media ticks that found no frame ready in the middle of an item
         self._last_transmitted = 0
+        self._answer_due: int | None = None  # the silent-provider watchdog's deadline (half-open detection)
 
     # --- inputs ---
 
@@ -255,6 +258,10 @@ class SessionCoordinator:
             elif isinstance(change, VoiceStopped):
                 self._turn_ended(now)
                 self._caller_resumed(now)
+                self._expect_answer(now)
+        elif self.capabilities.answer_within_ms is not None:
+            if isinstance(self.vad.frame(pcm, now), VoiceStopped):  # the local detector only watches here
+                self._expect_answer(now)
         self._feed(now)
 
     def provider_event(self, event: ProviderEvent, now: int) -> None:
@@ -263,6 +270,7 @@ class SessionCoordinator:
         if event.token != self.token:
             self.stale_events += 1  # a quarantined or unknown transport: inert (HR2, HR5)
             return
+        self._answer_due = None  # the provider is alive
         if isinstance(event, AudioReceived):
             if not self.recovery.reconnecting:
                 self._audio(event, now)
@@ -325,12 +333,19 @@ class SessionCoordinator:
         self.channel.enqueue(frames)
         return len(frames) * FRAME_MS
 
+    def call_ended(self) -> None:
+        """The call leg is gone: a connection lost from now on is the session closing, not a fault."""
+        self.leg_ended = True
+
     def replacement_failed(self, token: int, reason: str, now: int) -> None:
         """The shell could not open the replacement: a dead replacement is fatal (HR5)."""
         if self.recovery.active is not None and self.recovery.active.token == token:
             self._fail_recovery(f"the replacement connection failed: {reason}", now)
 
     def handle_timer(self, now: int) -> None:
+        if self._answer_due is not None and now >= self._answer_due:
+            self._answer_due = None
+            self._recover("provider_silent", now)  # a half-open socket: nothing arrives, nothing fails
         if self.recovery.expired(now):
             self._fail_recovery(f"output recovery did not complete within {self.recovery.budget_ns // 1_000_000_000} s", now)
             return
@@ -343,7 +358,8 @@ class SessionCoordinator:
     def next_deadline(self) -> int | None:
         hold = self.delegations.deadline_ms()
         held_until = None if hold is None else self.timeline.start_ns + hold * _NS_PER_MS
-        deadlines = (self._next_tick, self.reservoir.next_deadline(), self.recovery.deadline(), held_until)
+        deadlines = (self._next_tick, self.reservoir.next_deadline(), self.recovery.deadline(), held_until,
+                     self._answer_due)
         candidates = [t for t in deadlines if t is not None]
         return min(candidates) if candidates else None
 
@@ -455,12 +471,17 @@ class SessionCoordinator:
         self._recover("output_overflow" if isinstance(condition, OutputOverflow) else "output_stale", now)
 
     def _recover(self, cause: str, now: int) -> None:
-        if self.ended:
+        if self.ended or self.leg_ended:
             return
-        if self.recovery.active is not None:
+        if self.recovery.reconnecting:
             self.recovery.begin(cause, self.token, now, self.timeline.ms(now), 0)  # counted, still one worker
             return
+        if self.recovery.active is not None:  # the replacement itself failed before the caller spoke again
+            interrupted = self.recovery.active
+            elapsed = (now - interrupted.started_ns) // _NS_PER_MS
+            self._notices.append(RecoveryChanged(interrupted.token, interrupted.cause, "interrupted", elapsed))
         old = self.token
+        self._answer_due = None
         # HR2/HR3: quarantine the old transport and clear everything unplayed through the barrier. The
         # suppression state is left as it is: a caller who is speaking stays suppressed.
         dropped = self.reservoir.depth_bytes + self.framer.pending_bytes
@@ -488,9 +509,17 @@ class SessionCoordinator:
                                                 self.timeline.ms(now)))
         self._notices.append(RecoveryChanged(token, recovery.cause, Stage.AWAITING_USER.value, elapsed))
 
+    def _expect_answer(self, now: int) -> None:
+        """The caller stopped speaking: a provider that cannot be trusted to answer pings must show life
+        within `answer_within_ms`, or its connection is presumed half-open and replaced."""
+        limit = self.capabilities.answer_within_ms
+        if limit is not None and not self.recovery.reconnecting and not self.ended:
+            self._answer_due = now + limit * _NS_PER_MS
+
     def _caller_started(self, now: int, provider_ms: int | None) -> None:
         """The caller began to speak: after a repair, this opens the first fresh caller interval (HR10)."""
         if not self.recovery.reconnecting:
+            self.recovery.caller_started()
             self.delegations.caller_started(self.token, self.timeline.rebase(self.token, provider_ms, now))
 
     def _caller_resumed(self, now: int) -> None:
@@ -584,6 +613,7 @@ class SessionCoordinator:
                 "completed": self.recovery.stats.completed,
                 "failed": self.recovery.stats.failed,
                 "ignored": self.recovery.stats.ignored,
+                "interrupted": self.recovery.stats.interrupted,
                 "durations_ms": list(self.recovery.stats.durations_ms[-20:]),
                 "dropped_bytes": self.recovery.stats.dropped_bytes,
                 "discarded_frames": self.recovery.stats.discarded_frames,

@@ -50,6 +50,7 @@ class Recovery:
     stage: Stage = Stage.RECONNECTING
     discarded_frames: int = 0  # caller frames discarded while no connection could take them (HR8)
     dropped_bytes: int = 0  # output dropped when the old transport was quarantined (HR2)
+    fresh_speech: bool = False  # the caller began to speak after the replacement was ready
 
     def status(self) -> dict[str, object]:
         return {"token": self.token, "cause": self.cause, "started_at": self.started_ms, "stage": self.stage.value}
@@ -61,6 +62,7 @@ class RecoveryStats:
     completed: int = 0
     failed: int = 0
     ignored: int = 0  # conditions reported while a recovery was already running (still one worker)
+    interrupted: int = 0  # replacements lost before the caller spoke again (a new recovery took over)
     durations_ms: list[int] = field(default_factory=list)  # from the condition to the caller speaking again
     reconnect_ms: list[int] = field(default_factory=list)  # from the condition to the replacement being ready
     dropped_bytes: int = 0
@@ -76,10 +78,14 @@ class OutputRecovery:
         self.stats = RecoveryStats()
 
     def begin(self, cause: str, token: int, now: int, now_ms: int, dropped_bytes: int) -> Recovery | None:
-        """Start a recovery, or None when one is already running (HR5: at most one replacement worker)."""
-        if self.active is not None:
+        """Start a recovery, or None while a replacement is being opened (HR5: at most one replacement
+        worker). A replacement that is already up but fails before the caller spoke again is replaced in turn:
+        its recovery ends as interrupted and a new one, with a new budget, begins."""
+        if self.reconnecting:
             self.stats.ignored += 1
             return None
+        if self.active is not None:
+            self.stats.interrupted += 1
         self.active = Recovery(token, cause, now, now_ms, dropped_bytes=dropped_bytes)
         self.stats.by_cause[cause] += 1
         self.stats.dropped_bytes += dropped_bytes
@@ -99,10 +105,15 @@ class OutputRecovery:
         self.stats.discarded_frames += active.discarded_frames
         return active
 
+    def caller_started(self) -> None:
+        """The caller began to speak; once the replacement is ready, this is fresh speech."""
+        if self.active is not None and self.active.stage is Stage.AWAITING_USER:
+            self.active.fresh_speech = True
+
     def caller_spoke(self, now: int) -> Recovery | None:
-        """Fresh caller speech has been heard on the replacement: the voice path is repaired."""
+        """A caller turn that began after the replacement was ready has ended: the voice path is repaired."""
         active = self.active
-        if active is None or active.stage is not Stage.AWAITING_USER:
+        if active is None or active.stage is not Stage.AWAITING_USER or not active.fresh_speech:
             return None
         self.active = None
         self.stats.completed += 1

@@ -247,6 +247,7 @@ class CallSession:
             self.coordinator.caller_frame(item.pcm, now)
         elif isinstance(item, CallEnded):
             self._ended = item
+            self.coordinator.call_ended()
             if item.by_remote:
                 self._ended_by, self._end_reason = "caller", f"{item.status_code} {item.reason}"
             elif not self._ended_by:

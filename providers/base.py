@@ -33,6 +33,9 @@ class Capabilities:
     voice-activity detector drives barge-in (GPT-Live). `truncate`: the provider accepts "the caller heard
     up to N ms of item X" (Realtime GA `conversation.item.truncate`). `interrupts_itself`: the provider stops
     its own output on barge-in. `resumption`: a new connection can continue the conversation by handle.
+    `answer_within_ms`: for protocols whose keepalive cannot be trusted (Gemini's pong may take 30 s), the
+    longest the provider may stay entirely silent after the caller stops speaking before the connection is
+    presumed dead (half-open); None where WebSocket pings find that out.
     """
 
     server_vad: bool
@@ -40,6 +43,7 @@ class Capabilities:
     interrupts_itself: bool
     tool_calls: bool
     resumption: bool = False
+    answer_within_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,6 +122,7 @@ class FaultSchedule:
                 self._states[fault.kind] = (at, fault)
             self.fired.append(fault)
             fired.append(fault)
+        self.active(FaultKind.STALL, now)  # a stall that has ended is dropped, so its end is no longer a deadline
         return fired
 
     def active(self, kind: FaultKind, now: int) -> Fault | None:

@@ -4,7 +4,8 @@ Each fake is a sans-I/O connection core (its protocol and scripted model, on `no
 on the upgrade, one loop per connection that feeds client frames and the single re-armed timer, writes what
 the core pulls, performs the close the core asks for, and keeps an optional JSON-lines record of every client
 frame. Faults (providers/fakes/faults.py) reach connections from the options, at runtime through `inject()`,
-or through `GET /_fault?spec=...` on the fake's own port (for a fake running as a separate process).
+or through `GET /_fault?spec=...` on the fake's own port (for a fake running as a separate process);
+`GET /_connections` lists the connections open now (1-based, as a fault's `N/` counts them).
 
 A connection core provides:
 - `record: ConnectionRecord`, `last_frame: ClientFrameRecord | None`;
@@ -223,6 +224,10 @@ class FakeServer:
         path = urlsplit(request.path).path
         if path == "/_fault":
             return self._fault_request(connection, request)
+        if path == "/_connections":
+            live = {"open": sorted(index + 1 for index, (core, _) in self._live.items()
+                                   if not getattr(core, "half_open", False))}
+            return connection.respond(HTTPStatus.OK, json.dumps(live) + "\n")
         if not self._accepts_path(path):
             return connection.respond(HTTPStatus.NOT_FOUND, "Not Found\n")
         status = self._authorize(request)
@@ -287,6 +292,7 @@ class FakeServer:
             now = time.monotonic_ns()
             if deadline is not None and deadline <= now:
                 core.handle_timer(now)
+                await asyncio.sleep(0)  # never starve the other connections, even if a core's deadline is stuck
             else:
                 try:
                     if deadline is None:

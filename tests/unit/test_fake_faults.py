@@ -192,6 +192,7 @@ async def test_fault_endpoint_injects_valid_specs_and_rejects_bad_ones() -> None
         assert (status, body) == (400, "fault burst needs a value, e.g. burst:4\n")
         assert (await http_get(server.port, "/_fault"))[0] == 400
         assert server.connections[0].faults == []
+        assert await http_get(server.port, "/_connections") == (200, '{"open": [1]}\n')
         assert await http_get(server.port, "/_fault?spec=" + quote("1/close")) == (200, "ok\n")
         await ends_with_expiry(ws)
         assert server.connections[0].faults == ["1/close"]

@@ -20,7 +20,7 @@ from bridge.coordinator import (
 from bridge.delegations import CommandsUnknown, DelegationOptions, DeliverResult, DispatchJob, JobChanged, SendContext
 from bridge.recovery import RECOVERY_NOTICE, RecoverySnapshot
 from bridge.session import CallSession, seeded_settings
-from providers.base import SessionSettings
+from providers.base import Capabilities, SessionSettings
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -363,3 +363,50 @@ def test_hr10_delegations_before_the_fresh_caller_interval_are_not_dispatched() 
     [fresh] = [c.request for c in commands_of(call, DispatchJob)]  # stamped inside the fresh interval: new work
     assert fresh.requested_at_ms >= started
     assert call.core.status(call.now)["delegations"]["not_dispatched"] == 2
+
+
+def test_hr5_a_provider_silent_after_the_caller_spoke_is_presumed_half_open_when_pings_cannot_tell() -> None:
+    gemini = Capabilities(server_vad=True, truncate=False, interrupts_itself=True, tool_calls=True, resumption=True,
+                          answer_within_ms=6_000)
+    answered = Call(caps=gemini)
+    answered.tick(speech_frame(), count=50)
+    answered.tick(count=25)  # the caller stopped; the provider answers within the limit
+    answered.provider(InputTranscript(1, "hello", final=True))
+    answered.advance(10_000)
+    assert recovery_notices(answered) == []
+    silent = Call(caps=gemini)
+    silent.tick(speech_frame(), count=50)
+    silent.tick(count=25)
+    silent.advance(5_000)
+    assert recovery_notices(silent) == []
+    silent.advance(1_000)  # 6 s after the end of speech (hangover included) with nothing from the provider
+    assert recovery_notices(silent) == ["reconnecting"]
+    assert silent.core.status(silent.now)["output_recovery"]["cause"] == "provider_silent"
+    assert any(isinstance(c, OpenReplacement) and c.token == 2 for c in silent.commands)
+
+
+def test_hr5_a_replacement_lost_before_the_caller_spoke_again_is_replaced_in_turn() -> None:
+    call = Call()
+    repaired(call)  # token 2 is up, the caller has not spoken yet
+    call.provider(SessionClosed(2, "connection lost", False))
+    assert recovery_notices(call)[-3:] == ["awaiting_user", "interrupted", "reconnecting"]
+    assert [c.token for c in call.commands if isinstance(c, OpenReplacement)] == [2, 3]
+    assert [c.token for c in call.commands if isinstance(c, CloseTransport)] == [1, 2]
+    call.provider(SessionStarted(3, "sess_3", None))
+    call.provider(SpeechStarted(3, 100))
+    call.provider(SpeechStopped(3, 900))
+    assert recovery_notices(call)[-2:] == ["awaiting_user", "done"]
+    assert call.core.status(call.now)["recoveries"]["interrupted"] == 1 and not call.core.ended
+
+
+def test_hr13_a_turn_that_began_before_the_repair_does_not_complete_it() -> None:
+    call = Call(caps=GPT_LIVE_CAPS, limits=GPT_LIVE_LIMITS)
+    call.tick(speech_frame(), count=10)  # the caller is speaking when the connection drops
+    call.provider(SessionClosed(1, "connection lost", False))
+    call.provider(SessionStarted(2, "sess_2", None))
+    call.tick(speech_frame(), count=10)
+    call.tick(count=25)  # that turn ends on the replacement: it is not fresh speech
+    assert recovery_notices(call) == ["reconnecting", "awaiting_user"]
+    call.tick(speech_frame(), count=10)
+    call.tick(count=25)
+    assert recovery_notices(call) == ["reconnecting", "awaiting_user", "done"]
