@@ -513,8 +513,8 @@ class SessionCoordinator:
         """The caller stopped speaking: a provider that cannot be trusted to answer pings must show life
         within `answer_within_ms`, or its connection is presumed half-open and replaced."""
         limit = self.capabilities.answer_within_ms
-        if limit is not None and not self.recovery.reconnecting and not self.ended:
-            self._answer_due = now + limit * _NS_PER_MS
+        if limit is not None and self._answer_due is None and not self.recovery.reconnecting and not self.ended:
+            self._answer_due = now + limit * _NS_PER_MS  # (a later turn never postpones an armed watchdog)
 
     def _caller_started(self, now: int, provider_ms: int | None) -> None:
         """The caller began to speak: after a repair, this opens the first fresh caller interval (HR10)."""

@@ -13,9 +13,9 @@ still outstanding when its connection is lost is reported `unknown` and is never
 application decides whether to say it again.
 
 Around a recovery:
-- Results the application returns are held (HR9) until fresh caller speech has been interpreted — the end of
-  the model's first reaction to the caller's first turn after the repair, or at most `results_hold_ms` after
-  that turn — so a correction can supersede them: a call of the same tool in that reaction marks the held job
+- Results of work requested before the repair are held (HR9) until fresh caller speech has been interpreted —
+  the end of the model's first reaction to the caller's first turn after the repair, or at most
+  `results_hold_ms` after that turn — so a correction can supersede them: a call of the same tool in that reaction marks the held job
   superseded and its result is never announced. Speakable application updates wait the same way.
 - Calls that arrive while the voice path is being repaired wait for the first fresh caller interval, bounded
   by `max_pending_delegations` (HR10); those stamped before that interval began are not dispatched as new
@@ -234,7 +234,8 @@ class Delegations:
         job.revision += 1
         job.output = output
         job.state = JobState.ANSWERED
-        if self.held:
+        fresh = self.fresh_start_ms is not None and job.request.requested_at_ms >= self.fresh_start_ms
+        if self.held and not fresh:  # (a call made in the caller's fresh interval is the model's reaction to it)
             job.held_since_recovery = self.recoveries
             self._changed(job, JobState.ANSWERED, f"revision {job.revision} held until the caller has spoken (HR9)", at_ms)
         else:

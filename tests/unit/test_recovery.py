@@ -377,9 +377,11 @@ def test_hr5_a_provider_silent_after_the_caller_spoke_is_presumed_half_open_when
     silent = Call(caps=gemini)
     silent.tick(speech_frame(), count=50)
     silent.tick(count=25)
-    silent.advance(5_000)
+    silent.tick(speech_frame(), count=50)  # the caller talks on: a later turn does not postpone the watchdog
+    silent.tick(count=25)
+    silent.advance(3_000)
     assert recovery_notices(silent) == []
-    silent.advance(1_000)  # 6 s after the end of speech (hangover included) with nothing from the provider
+    silent.advance(1_500)  # 6 s after the end of the first turn (hangover included), nothing from the provider
     assert recovery_notices(silent) == ["reconnecting"]
     assert silent.core.status(silent.now)["output_recovery"]["cause"] == "provider_silent"
     assert any(isinstance(c, OpenReplacement) and c.token == 2 for c in silent.commands)
@@ -410,3 +412,15 @@ def test_hr13_a_turn_that_began_before_the_repair_does_not_complete_it() -> None
     call.tick(speech_frame(), count=10)
     call.tick(count=25)
     assert recovery_notices(call) == ["reconnecting", "awaiting_user", "done"]
+
+
+def test_hr9_a_call_made_in_the_fresh_interval_is_answered_at_once() -> None:
+    call = Call()
+    repaired(call)
+    call.provider(SpeechStarted(2, 100))
+    call.tick(count=50)
+    call.provider(SpeechStopped(2, 900))
+    call.provider(ToolCallRequested(2, "call_n", "lookup_order", '{"order_id": "43"}'))  # the model's reaction
+    [job] = [c.request for c in commands_of(call, DispatchJob)]
+    answer(call, job.job_id, '{"status": "processing"}')
+    assert [(c.token, c.call_id) for c in commands_of(call, DeliverResult)] == [(2, "call_n")]  # not held
