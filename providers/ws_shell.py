@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl as ssl_module
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import Protocol
@@ -34,7 +35,8 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from providers.base import ProviderUnavailable
-from providers.events import ProviderError, ProviderEvent, SessionClosed, SessionStarted
+from providers.events import AudioReceived, ProviderError, ProviderEvent, SessionClosed, SessionStarted
+from rtp import probe as _probe
 
 
 class ClientCore(Protocol):
@@ -84,9 +86,12 @@ class WebSocketShell:
         self._close_requested = False
         self.frames_sent = 0
         self.audio_dropped = 0  # caller audio frames dropped because the socket could not keep up
+        self._probe_call: str | None = None  # benchmark instrumentation (PARLORA_PROBE): this socket's call
 
     async def connect(self) -> SessionStarted:
         """Open the socket and run the handshake; raises ProviderUnavailable with the reason (never the key)."""
+        if _probe.ENABLED:  # the session task (named after its call) opens every connection of the call
+            self._probe_call = _probe.current_call()
         try:
             async with asyncio.timeout(self._connect_timeout):
                 tls = {"ssl": self._ssl} if self._ssl is not None else {}  # websockets refuses ssl=None for wss
@@ -159,9 +164,12 @@ class WebSocketShell:
             yield event
         try:
             async for message in self._ws:
+                received_ns = time.monotonic_ns() if _probe.ENABLED else 0
                 events = self.core.receive_text(message)
                 self.flush()
                 for event in events:
+                    if _probe.ENABLED and isinstance(event, AudioReceived):  # benchmark instrumentation
+                        _probe.ws_received(self._probe_call, received_ns, event.audio, event.format)
                     if isinstance(event, ProviderError) and event.raw is not None:
                         self._log.warning("provider %s: %s; frame: %s", event.code, event.message, event.raw)
                     yield event
@@ -215,5 +223,7 @@ class WebSocketShell:
                         self._pending_audio -= 1
                     await self._ws.send(frame)
                     self.frames_sent += 1
+                    if is_audio and _probe.ENABLED:  # benchmark instrumentation (PARLORA_PROBE)
+                        _probe.ws_sent(self._probe_call, time.monotonic_ns(), frame)
         except ConnectionClosed:
             pass

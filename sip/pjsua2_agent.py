@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import pjsua2 as pj
 
+from rtp import probe as _probe
 from rtp.audio import PCM16_FRAME_BYTES
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame, Playout
@@ -151,9 +152,12 @@ class _MediaPort(pj.AudioMediaPort):
 
     def onFrameRequested(self, frame: pj.MediaFrame) -> None:  # noqa: N802 (pjsua2 name)
         try:
-            out = self._playout.pull(time.monotonic_ns())
+            now = time.monotonic_ns()
+            out = self._playout.pull(now)
             if out is None:
                 return  # type stays NONE: pjmedia sends silence, the RTP stream never stops
+            if _probe.ENABLED:  # benchmark instrumentation (PARLORA_PROBE); one test when off
+                _probe.media_out(self._leg.identity.call_id, now, out.pcm)
             buf = frame.buf
             buf.resize(PCM16_FRAME_BYTES)
             ctypes.memmove(_vector_begin(buf), out.pcm, PCM16_FRAME_BYTES)
@@ -169,7 +173,10 @@ class _MediaPort(pj.AudioMediaPort):
                 return  # size 0 / type NONE during hold
             self._seq += 1
             self._leg.frames_in += 1
-            self._leg._post(FrameReceived(_frame_bytes(frame), self._seq, time.monotonic_ns()))
+            pcm, now = _frame_bytes(frame), time.monotonic_ns()
+            self._leg._post(FrameReceived(pcm, self._seq, now))
+            if _probe.ENABLED:  # benchmark instrumentation (PARLORA_PROBE); one test when off
+                _probe.media_in(self._leg.identity.call_id, now, pcm)
         except Exception:
             log.exception("onFrameReceived failed")
 

@@ -5,33 +5,36 @@
 The provider is the GPT-Live echo fake, in its own process by default (so its CPU is not counted) or embedded
 (`--embedded`, as `serve` runs with no key). CPU is utime+stime of the bridge process over a steady window,
 in percent of one core; RSS at the end of the window.
+
+tests/bench/run.py measures this and more (RTP timing, latencies, barge-in, recovery) per load step; this
+script stays for the embedded-fake case. Both use the benchmark's caller scenario (tests/bench/uac_bench.xml).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH.parent / "integration"))
+sys.path.insert(0, str(BENCH))
 import peers  # noqa: E402
+import stats  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return stats.proc_stat_cpu_seconds(Path(f"/proc/{pid}/stat").read_text(), TICKS)
 
 
 def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+    return stats.proc_status_rss_mb(Path(f"/proc/{pid}/status").read_text()) or 0.0
 
 
 def main() -> None:
@@ -63,10 +66,12 @@ def main() -> None:
         procs.append(bridge)
         bridge.wait_for(r"listening on udp", 20)
         duration_ms = int((args.seconds + 8) * 1000)
+        scenario = work / "uac_bench.xml"  # the benchmark's caller: loops ./speech.ul for duration_ms
+        scenario.write_text((BENCH / "uac_bench.xml").read_text().replace("__CALL_MS__", str(duration_ms)))
         sipp = peers.ManagedProcess(
-            ["sipp", "-sf", str(peers.SCENARIOS / "uac_stream.xml"), "-s", "bridge", f"127.0.0.1:{sip_port}",
+            ["sipp", "-sf", str(scenario), "-s", "bridge", f"127.0.0.1:{sip_port}",
              "-i", "127.0.0.1", "-mi", "127.0.0.1", "-p", str(peers.free_udp_port()), "-m", str(args.calls),
-             "-l", str(args.calls), "-r", "10", "-d", str(duration_ms), "-nostdin"],
+             "-l", str(args.calls), "-r", "10", "-nostdin"],
             cwd=work, name="sipp")
         procs.append(sipp)
         time.sleep(3.0)  # calls set up
@@ -81,6 +86,7 @@ def main() -> None:
     finally:
         for proc in reversed(procs):
             proc.stop()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
