@@ -71,6 +71,19 @@ class DtmfReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class TransferProgress:
+    """What the transfer target answered, as the REFER's NOTIFY reported it (RFC 3515 sipfrag).
+
+    `status_code` is the sipfrag's status (100 trying, 180 ringing, 200 answered, 4xx-6xx failed) or, when the
+    REFER itself was refused, the REFER's final response; `final` marks the last report of this transfer."""
+
+    target: str
+    status_code: int
+    reason: str
+    final: bool
+
+
+@dataclass(frozen=True, slots=True)
 class CallEnded:
     """The call is over. `by_remote` is true when the caller (or the network) hung up."""
 
@@ -81,7 +94,7 @@ class CallEnded:
     frames_out: int
 
 
-LegEvent = FrameReceived | MediaStarted | MediaHeld | MediaResumed | DtmfReceived | CallEnded
+LegEvent = FrameReceived | MediaStarted | MediaHeld | MediaResumed | DtmfReceived | TransferProgress | CallEnded
 
 
 class CallLeg(Protocol):
@@ -118,4 +131,13 @@ class CallLeg(Protocol):
 
     def hangup(self, reason: str = "normal clearing", status: int = 503) -> None:
         """End the call: a BYE once answered, else a final response with `status` (503: no provider)."""
+        ...
+
+    def transfer(self, target: str) -> None:
+        """Blind transfer: send REFER with Refer-To `target` (a SIP URI); progress arrives as `TransferProgress`
+        events. The call stays up until the transferee or the bridge ends it."""
+        ...
+
+    def send_dtmf(self, digits: str) -> None:
+        """Send `digits` (0-9, *, #, A-D) to the caller as RFC 4733 telephone-events."""
         ...
