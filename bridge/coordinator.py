@@ -30,18 +30,21 @@ from bridge.delegations import DelegationCommand, DelegationNotice, DelegationOp
 from bridge.framing import CarrierConverter, ItemFramer
 from bridge.recovery import OutputRecovery, RecoverySnapshot, Stage
 from bridge.reservoir import GenerationReservoir, MediaCondition, OutputOverflow, OutputStale
+from bridge import rollover as ro
 from bridge.timeline import Timeline
 from bridge.vad import VadOptions, VoiceActivityDetector, VoiceStarted, VoiceStopped
 from providers.base import Capabilities
 from providers.events import (
     AudioReceived,
     InputTranscript,
+    InputTranscriptFailed,
     OutputInterrupted,
     OutputTranscript,
     ProviderError,
     ProviderEvent,
     ResponseDone,
     SessionClosed,
+    SessionExpiring,
     SessionStarted,
     SpeechStarted,
     SpeechStopped,
@@ -61,6 +64,7 @@ TICK_NS = FRAME_MS * _NS_PER_MS
 @dataclass(frozen=True, slots=True)
 class SendAudio:
     pcm16_8k: bytes
+    token: int  # the connection that gets it (during a rollover's overlap, each listening connection does)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +96,49 @@ class CloseTransport:
 
 @dataclass(frozen=True, slots=True)
 class EndSession:
-    """The session cannot go on (a fatal protocol error, a failed recovery, the provider's final close)."""
+    """The session cannot go on (a fatal protocol error, a failed recovery, the provider's final close, a
+    refused rollover). `goodbye`: the caller hears the closing message before the BYE."""
 
     reason: str
     failed: bool
+    goodbye: bool = False
 
 
-Command = SendAudio | Truncate | CancelResponse | OpenReplacement | CloseTransport | EndSession | DelegationCommand
+@dataclass(frozen=True, slots=True)
+class ApproveRollover:
+    """Ask the application's `approve` hook; answer with `rollover_approved` (RO6)."""
+
+    rollover_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizeConnection:
+    """Ask `connection_hooks.authorize` for connection `connection_id`; answer with `connection_authorized`
+    (RO7)."""
+
+    connection_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRollover:
+    """Open the next connection under `token`, seeded with `snapshot` without the recovery notice (RO8)."""
+
+    token: int
+    connection_id: str
+    snapshot: RecoverySnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class CommitInput:
+    """Commit connection `token`'s input buffer (its last utterance is complete; RO2 at the hard stop)."""
+
+    token: int
+
+
+Command = (
+    SendAudio | Truncate | CancelResponse | OpenReplacement | CloseTransport | EndSession | ApproveRollover
+    | AuthorizeConnection | OpenRollover | CommitInput | DelegationCommand
+)
 
 # --- notices for the log and the metrics (facts) ---
 
@@ -147,6 +187,16 @@ class AudioDiscontinuity:
 
 
 @dataclass(frozen=True, slots=True)
+class RolloverChanged:
+    """A rollover step: `what` is "opening", "floor", "closed", "refused" (with `detail`)."""
+
+    what: str
+    connection_id: str
+    detail: str
+    at_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class RecoveryChanged:
     """`output_recovery` moved: `stage` is "reconnecting", "awaiting_user", "done", "interrupted" (the replacement failed in turn) or
     "failed"."""
@@ -165,6 +215,7 @@ Notice = (
     | ProviderError
     | AudioDiscontinuity
     | RecoveryChanged
+    | RolloverChanged
     | DelegationNotice
 )
 
@@ -183,6 +234,7 @@ class CoordinatorOptions:
     item_quiet_ms: int = 300  # GPT-Live names no items: a pause this long ends one
     vad: VadOptions = field(default_factory=VadOptions)
     delegations: DelegationOptions = field(default_factory=DelegationOptions)
+    rollover: ro.RolloverOptions | None = None  # None: no rollover (the call ends at the provider's cap)
 
 
 class SessionCoordinator:
@@ -235,6 +287,16 @@ class SessionCoordinator:
         self.underruns = 0  # media ticks that found no frame ready in the middle of an item
         self._last_transmitted = 0
         self._answer_due: int | None = None  # the silent-provider watchdog's deadline (half-open detection)
+        # Rollover (RO1-RO9): the controller names connections by string id; the coordinator maps them to
+        # transport tokens. `_others`: tokens of rollover connections that do not hold the floor.
+        self._ids: dict[int, str] = {}
+        self._tokens: dict[str, int] = {}
+        self._others: set[int] = set()
+        self._utterances: dict[int, dict[str | None, list[int]]] = {}  # token -> item -> [start_ms, end_ms]
+        self._speaker_busy = False
+        self.rollover: ro.RolloverController | None = None
+        self.listener_audio_bytes = 0  # audio from connections not holding the floor, never played
+        self._new_rollover(token, now)
 
     # --- inputs ---
 
@@ -245,7 +307,7 @@ class SessionCoordinator:
             assert self.recovery.active is not None
             self.recovery.active.discarded_frames += 1  # HR8: never replayed faster than real time
         elif not self.ended:
-            self._commands.append(SendAudio(pcm))
+            self._commands.extend(SendAudio(pcm, token) for token in self._audio_targets())
         transmitted = self.channel.ledger.frames_transmitted
         if transmitted == self._last_transmitted and self.framer.item_id is not None and not self._item_over(now):
             self.underruns += 1  # this tick's pull found the cushion empty mid-item: the caller heard a gap
@@ -268,9 +330,13 @@ class SessionCoordinator:
         if isinstance(event, UsageUpdated) or isinstance(event, SessionClosed):
             self._usage(event)  # usage of any transport counts, also a quarantined one (HR12)
         if event.token != self.token:
-            self.stale_events += 1  # a quarantined or unknown transport: inert (HR2, HR5)
+            if event.token in self._others:
+                self._other_event(event, now)
+            else:
+                self.stale_events += 1  # a quarantined or unknown transport: inert (HR2, HR5)
             return
         self._answer_due = None  # the provider is alive
+        self._rollover_input(event, now)
         if isinstance(event, AudioReceived):
             if not self.recovery.reconnecting:
                 self._audio(event, now)
@@ -283,10 +349,10 @@ class SessionCoordinator:
             self._turn_ended(now)
             self._caller_resumed(now)
         elif isinstance(event, InputTranscript):
-            at = self.timeline.rebase(self.token, event.start_ms, now)
-            self._notices.append(Transcript("caller", event.text, at, event.final, self.caption_epoch))
+            if self.rollover is None:
+                at = self.timeline.rebase(self.token, event.start_ms, now)
+                self._caller_said(event.text, at, event.final)
             if event.final and event.text.strip():
-                self._caller_text.append(event.text.strip()[:500])
                 self._caller_resumed(now)
         elif isinstance(event, OutputTranscript):
             at = self.timeline.rebase(self.token, event.start_ms, now)
@@ -294,7 +360,10 @@ class SessionCoordinator:
         elif isinstance(event, SessionStarted):
             self.state = "ready"
             self.timeline.connection_started(self.token, now)
-            self._replacement_ready(event.token, now)
+            if self._replacement_ready(event.token, now):
+                self._new_rollover(event.token, now)
+            if self.rollover is not None:
+                self.rollover.connection_confirmed(self._ids[event.token], now)
         elif isinstance(event, SessionClosed):
             if event.finalized:
                 self._end(f"provider session closed: {event.reason}", failed=False)
@@ -311,6 +380,7 @@ class SessionCoordinator:
             self.delegations.call_cancelled(event.call_ids, self.timeline.ms(now))
         elif isinstance(event, ResponseDone):
             self.delegations.response_ended(self.token, self.timeline.ms(now))
+        self._rollover_actions(now)
 
     def job_answered(self, job_id: str, output: str, now: int) -> bool:
         """The application answered a dispatched job; False when the job no longer takes an answer."""
@@ -333,6 +403,32 @@ class SessionCoordinator:
         self.channel.enqueue(frames)
         return len(frames) * FRAME_MS
 
+    def rollover_approved(self, rollover_id: str, approved: bool | None, error: str | None, now: int) -> None:
+        """The approve hook answered (False, an exception, or too late is a refusal: RO6)."""
+        if self.rollover is not None:
+            self.rollover.approve_answered(rollover_id, approved, error, now)
+            self._rollover_actions(now)
+
+    def connection_authorized(self, connection_id: str, ok: bool, now: int) -> None:
+        """`connection_hooks.authorize` answered for a rollover connection (RO7)."""
+        if self.rollover is not None:
+            self.rollover.authorize_answered(connection_id, ok, now)
+            self._rollover_actions(now)
+
+    def rollover_failed(self, token: int, reason: str, now: int) -> None:
+        """The next connection could not be opened, or was lost before it took the floor: drop it; the current
+        connection keeps the call and a later rollover may be tried (the hard stop still applies)."""
+        if token not in self._others:
+            return
+        cid = self._ids.get(token, "?")
+        self._drop_other(token)
+        self._notices.append(RolloverChanged("failed", cid, reason, self.timeline.ms(now)))
+        if self.rollover is not None:
+            current = self._ids[self.token]
+            confirmed = self.rollover.confirmed_ns(current)
+            self.rollover = None
+            self._new_rollover(self.token, now, confirmed_ns=confirmed)
+
     def call_ended(self) -> None:
         """The call leg is gone: a connection lost from now on is the session closing, not a fault."""
         self.leg_ended = True
@@ -350,6 +446,9 @@ class SessionCoordinator:
             self._fail_recovery(f"output recovery did not complete within {self.recovery.budget_ns // 1_000_000_000} s", now)
             return
         self.delegations.handle_timer(self.token, self.timeline.ms(now))
+        if self.rollover is not None:
+            self.rollover.handle_timer(now)
+            self._rollover_actions(now)
         condition = self.reservoir.check(now)
         if condition is not None:
             self._condition(condition, now)
@@ -359,7 +458,7 @@ class SessionCoordinator:
         hold = self.delegations.deadline_ms()
         held_until = None if hold is None else self.timeline.start_ns + hold * _NS_PER_MS
         deadlines = (self._next_tick, self.reservoir.next_deadline(), self.recovery.deadline(), held_until,
-                     self._answer_due)
+                     self._answer_due, self.rollover.next_deadline() if self.rollover is not None else None)
         candidates = [t for t in deadlines if t is not None]
         return min(candidates) if candidates else None
 
@@ -392,6 +491,9 @@ class SessionCoordinator:
         else:
             self._item_id = item
         self._last_audio_ns = now
+        if not self._speaker_busy and self.rollover is not None:
+            self._speaker_busy = True
+            self.rollover.items_pending(self._ids[self.token], now)
         overflow = self.reservoir.push(event.audio, now, item)
         if isinstance(overflow, OutputOverflow):
             self._condition(overflow, now)
@@ -416,6 +518,12 @@ class SessionCoordinator:
             self.channel.enqueue(batch)
         busy = self.reservoir.depth_bytes or self._ready_frames or self.framer.pending_bytes
         self._next_tick = now + TICK_NS if busy else None
+        if self._speaker_busy and not busy and self.channel.depth == 0 and self.rollover is not None:
+            quiet = self._last_audio_ns is None or now - self._last_audio_ns >= self.options.item_quiet_ms * _NS_PER_MS
+            if quiet:
+                self._speaker_busy = False  # everything the speaker said has been played (RO2, RO8)
+                self.rollover.items_finished(self._ids[self.token], now)
+                self._rollover_actions(now)
 
     def _item_over(self, now: int) -> bool:
         if self.framer.item_id is None:
@@ -492,6 +600,11 @@ class SessionCoordinator:
         assert recovery is not None
         self.caption_epoch += 1  # HR11
         self.delegations.recovery_started(old, self.timeline.ms(now))  # HR6, HR9, HR10
+        for other in list(self._others):  # a rollover in progress is abandoned; the replacement starts afresh
+            self._commands.append(CloseTransport(other))
+            self._drop_other(other)
+        self.rollover = None
+        self._speaker_busy = False
         self._commands.append(CloseTransport(old))
         snapshot = RecoverySnapshot(tuple(self._caller_text), self.delegations.snapshot_facts())
         self._commands.append(OpenReplacement(self.token, cause, snapshot))
@@ -499,15 +612,16 @@ class SessionCoordinator:
         self._notices.append(AudioDiscontinuity("output", dropped, cause, at))
         self._notices.append(RecoveryChanged(self.token, cause, Stage.RECONNECTING.value, 0))
 
-    def _replacement_ready(self, token: int, now: int) -> None:
+    def _replacement_ready(self, token: int, now: int) -> bool:
         recovery = self.recovery.replacement_ready(token, now)
         if recovery is None:
-            return
+            return False
         elapsed = (now - recovery.started_ns) // _NS_PER_MS
         # HR8: everything the caller said while no connection could hear it, counted once.
         self._notices.append(AudioDiscontinuity("input", recovery.discarded_frames, "voice_transport_recovery",
                                                 self.timeline.ms(now)))
         self._notices.append(RecoveryChanged(token, recovery.cause, Stage.AWAITING_USER.value, elapsed))
+        return True
 
     def _expect_answer(self, now: int) -> None:
         """The caller stopped speaking: a provider that cannot be trusted to answer pings must show life
@@ -537,11 +651,136 @@ class SessionCoordinator:
             self._notices.append(RecoveryChanged(recovery.token, recovery.cause, "failed", elapsed))
         self._end(reason, failed=True)
 
-    def _end(self, reason: str, *, failed: bool) -> None:
+    def _end(self, reason: str, *, failed: bool, goodbye: bool = False) -> None:
         if not self.ended:
             self.ended = True
             self.state = "failed" if failed else "closing"
-            self._commands.append(EndSession(reason, failed))
+            self._commands.append(EndSession(reason, failed, goodbye))
+
+    # --- rollover (RO1-RO9): the glue between the session and bridge/rollover.py ---
+
+    def _new_rollover(self, token: int, now: int, confirmed_ns: int | None = None) -> None:
+        """Name connection `token` and, with rollover enabled, start a controller whose current connection it
+        is (at the start of the call, and after a recovery replaced the connection)."""
+        cid = self._ids.get(token) or f"conn-{token}"
+        self._ids[token], self._tokens[cid] = cid, token
+        if self.options.rollover is not None:
+            self.rollover = ro.RolloverController(cid, self.options.rollover, start_ns=self.timeline.start_ns)
+            if confirmed_ns is not None:
+                self.rollover.connection_confirmed(cid, confirmed_ns)
+
+    def _audio_targets(self) -> tuple[int, ...]:
+        if self.rollover is None:
+            return (self.token,)
+        return tuple(self._tokens[cid] for cid in self.rollover.audio_targets() if cid in self._tokens)
+
+    def _utterance(self, token: int, item: str | None, start_ms: int | None, end_ms: int | None) -> list[int]:
+        """The session-time span of an utterance on a connection, from its speech events (RO3 matching)."""
+        spans = self._utterances.setdefault(token, {})
+        span = spans.setdefault(item, [start_ms or 0, end_ms or start_ms or 0])
+        if start_ms is not None and end_ms is None:
+            span[:] = [start_ms, start_ms]
+        elif end_ms is not None:
+            span[1] = end_ms
+        if len(spans) > 64:
+            del spans[next(iter(spans))]
+        return span
+
+    def _rollover_input(self, event: ProviderEvent, now: int) -> None:
+        """Feed what the rollover controller watches, from any connection it knows."""
+        if self.rollover is None or event.token not in self._ids:
+            return
+        cid = self._ids[event.token]
+        if isinstance(event, SpeechStarted):
+            at = self.timeline.rebase(event.token, event.at_ms, now)
+            self._utterance(event.token, event.item_id, at, None)
+            self._utterance(event.token, None, at, None)
+            self.rollover.speech_started(cid, at, now)
+        elif isinstance(event, SpeechStopped):
+            at = self.timeline.rebase(event.token, event.at_ms, now)
+            self._utterance(event.token, event.item_id, None, at)
+            self._utterance(event.token, None, None, at)
+            self.rollover.speech_stopped(cid, at, now)
+        elif isinstance(event, InputTranscript):
+            start = self.timeline.rebase(event.token, event.start_ms, now) if event.start_ms is not None else None
+            end = self.timeline.rebase(event.token, event.end_ms, now) if event.end_ms is not None else None
+            span = self._utterance(event.token, event.item_id, start, end)
+            self.rollover.transcript(cid, span[0], span[1], event.text, event.final, now)
+        elif isinstance(event, InputTranscriptFailed):
+            span = self._utterance(event.token, event.item_id, None, None)
+            self.rollover.transcript_failed(cid, span[0], span[1], now)
+        elif isinstance(event, SessionExpiring):
+            self.rollover.session_expiring(cid, event.time_left_ms, now)
+        elif isinstance(event, SessionStarted) and event.token != self.token:
+            self.timeline.connection_started(event.token, now)
+            self.rollover.connection_confirmed(cid, now)
+
+    def _other_event(self, event: ProviderEvent, now: int) -> None:
+        """An event from a rollover connection that does not hold the floor: it listens (RO2-RO4) but never
+        speaks or acts (RO8): its audio is dropped and counted, its tool calls are not dispatched."""
+        if isinstance(event, AudioReceived):
+            self.listener_audio_bytes += len(event.audio)
+        elif isinstance(event, SessionClosed):
+            if not event.finalized and self.rollover is not None and event.token in self._others:
+                self.rollover_failed(event.token, f"connection lost ({event.reason})", now)
+            return
+        self._rollover_input(event, now)
+        self._rollover_actions(now)
+
+    def _drop_other(self, token: int) -> None:
+        self._others.discard(token)
+        cid = self._ids.pop(token, None)
+        if cid is not None:
+            self._tokens.pop(cid, None)
+        self._utterances.pop(token, None)
+
+    def _rollover_actions(self, now: int) -> None:
+        if self.rollover is None:
+            return
+        at = self.timeline.ms(now)
+        for action in self.rollover.actions():
+            if isinstance(action, ro.RequestApproval):
+                self._commands.append(ApproveRollover(action.rollover_id))
+            elif isinstance(action, ro.Authorize):
+                self._commands.append(AuthorizeConnection(action.connection_id))
+            elif isinstance(action, ro.OpenConnection):
+                self._highest_token += 1
+                token = self._highest_token
+                self._ids[token], self._tokens[action.connection_id] = action.connection_id, token
+                self._others.add(token)
+                snapshot = RecoverySnapshot(tuple(self._caller_text), self.delegations.snapshot_facts())
+                self._commands.append(OpenRollover(token, action.connection_id, snapshot))
+                self._notices.append(RolloverChanged("opening", action.connection_id, f"token {token}", at))
+            elif isinstance(action, ro.Commit) and action.connection_id in self._tokens:
+                self._commands.append(CommitInput(self._tokens[action.connection_id]))
+            elif isinstance(action, ro.TakeFloor) and action.connection_id in self._tokens:
+                new = self._tokens[action.connection_id]
+                if new != self.token:
+                    self._others.add(self.token)  # the old one may still finish a transcript (RO3)
+                    self._others.discard(new)
+                    self.token = new
+                    self._speaker_busy = False
+                    self.caption_epoch += 1
+                    self._notices.append(RolloverChanged("floor", action.connection_id, f"token {new}", at))
+            elif isinstance(action, ro.CloseConnection) and action.connection_id in self._tokens:
+                token = self._tokens[action.connection_id]
+                if token != self.token:
+                    self._commands.append(CloseTransport(token))
+                    self._drop_other(token)
+                self._notices.append(RolloverChanged("closed", action.connection_id, action.reason, at))
+            elif isinstance(action, ro.EmitUtterance):
+                self._caller_said(action.text, action.start_ms, True)
+            elif isinstance(action, ro.EmitInterim):
+                self._caller_said(action.text, action.start_ms, False)
+            elif isinstance(action, ro.EndSession):
+                self._notices.append(RolloverChanged("refused", self._ids.get(self.token, "?"), action.reason, at))
+                self._end(f"rollover not possible: {action.reason}", failed=False, goodbye=True)
+
+    def _caller_said(self, text: str, at_ms: int, final: bool) -> None:
+        """A caller transcript for the application: emitted once, whichever connection heard it (RO3)."""
+        self._notices.append(Transcript("caller", text, at_ms, final, self.caption_epoch))
+        if final and text.strip():
+            self._caller_text.append(text.strip()[:500])
 
     def _turn_ended(self, now: int) -> None:
         if self.suppressed:
@@ -580,7 +819,7 @@ class SessionCoordinator:
             "session_ms": self.timeline.ms(now),
             "transport_token": self.token,
             "output_recovery": self.recovery.status(),
-            "rollover": None,
+            "rollover": self.rollover.status() if self.rollover is not None else None,
             "limits": {
                 "capacity_bytes": self.reservoir.limits.capacity_bytes,
                 "residence_ms": self.reservoir.limits.residence_ms,

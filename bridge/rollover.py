@@ -250,6 +250,11 @@ class RolloverController:
     def audio_targets(self) -> tuple[str, ...]:
         return tuple(c.id for c in self._conns.values() if c.receiving and not c.closed)
 
+    def confirmed_ns(self, connection_id: str) -> int | None:
+        """When that connection's session configuration was confirmed (its age counts from then)."""
+        conn = self._conns.get(connection_id)
+        return conn.confirmed_ns if conn is not None else None
+
     def speaker(self) -> str:
         return self._current
 

@@ -20,15 +20,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from bridge.coordinator import (
+    ApproveRollover,
     AudioDiscontinuity,
+    AuthorizeConnection,
     BargedIn,
     CancelResponse,
     CloseTransport,
+    CommitInput,
     ConditionDetected,
     CoordinatorOptions,
     EndSession,
     OpenReplacement,
+    OpenRollover,
     RecoveryChanged,
+    RolloverChanged,
     SendAudio,
     SessionCoordinator,
     Transcript,
@@ -73,6 +78,19 @@ def seeded_settings(original: SessionSettings, snapshot: RecoverySnapshot, *, no
 JobHandler = Callable[[JobRequest], Awaitable[str]]
 """The application's answer to a tool call or delegation: the output text (JSON or plain) for the model."""
 
+ApproveHook = Callable[[str], Awaitable[bool]]
+"""Called with the rollover id before a rollover opens the next connection; False or an exception refuses."""
+
+AuthorizeHook = Callable[[str], Awaitable[bool]]
+"""`connection_hooks.authorize`: called with a connection id ("<call id>/conn-N") before every connection is
+opened — the first, rollovers and recovery replacements (RO7). False refuses that connection."""
+
+_HOOK_TIMEOUT_S = 10.0
+
+
+async def _allow(_: str) -> bool:
+    return True
+
 
 @dataclass(frozen=True, slots=True)
 class _ReplacementFailed:
@@ -84,6 +102,25 @@ class _ReplacementFailed:
 class _JobAnswered:
     job_id: str
     output: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Approved:
+    rollover_id: str
+    approved: bool | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Authorized:
+    connection_id: str
+    ok: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _RolloverFailed:
+    token: int
+    reason: str
 
 _PROVIDER_CLOSE_TIMEOUT_S = 2.0  # how long a finished call waits for the provider's final usage
 
@@ -115,6 +152,8 @@ class CallSession:
         settings: SessionSettings | None = None,
         failure_message: bytes | None = None,
         job_handler: JobHandler | None = None,
+        approve: ApproveHook | None = None,
+        authorize: AuthorizeHook | None = None,
     ) -> None:
         self.leg = leg
         self.provider = provider
@@ -123,6 +162,8 @@ class CallSession:
         self._settings = settings or SessionSettings()
         self._failure_message = failure_message if failure_message is not None else failure_tone()
         self._job_handler = job_handler
+        self._approve = approve or _allow
+        self._authorize = authorize or _allow
         self.jobs_run: list[JobRequest] = []  # every job handed to the application, in order
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clock = clock
@@ -166,6 +207,8 @@ class CallSession:
         ident = self.leg.identity
         log.info("call %s started: from %s to %s (source %s)", ident.call_id, ident.from_uri, ident.to_uri, ident.source)
         try:
+            if not await self._authorized(f"conn-{self.provider.token}"):
+                raise ProviderUnavailable(f"connection {self.call_id}/conn-{self.provider.token} not authorised")
             started = await self.provider.connect()
         except ProviderUnavailable as exc:
             # Not answered yet: the caller gets 503 rather than a call that cannot talk.
@@ -258,6 +301,12 @@ class CallSession:
             log.info("call %s %s", self.call_id, item)  # not acted on yet
         elif isinstance(item, _ReplacementFailed):
             self.coordinator.replacement_failed(item.token, item.reason, now)
+        elif isinstance(item, _Approved):
+            self.coordinator.rollover_approved(item.rollover_id, item.approved, item.error, now)
+        elif isinstance(item, _Authorized):
+            self.coordinator.connection_authorized(item.connection_id, item.ok, now)
+        elif isinstance(item, _RolloverFailed):
+            self.coordinator.rollover_failed(item.token, item.reason, now)
         elif isinstance(item, _JobAnswered):
             if not self.coordinator.job_answered(item.job_id, item.output, now):
                 log.info("call %s %s answered after it was withdrawn or superseded: not delivered", self.call_id,
@@ -269,7 +318,8 @@ class CallSession:
         assert self.coordinator is not None
         for command in self.coordinator.commands():
             if isinstance(command, SendAudio):
-                self._current().send_audio(command.pcm16_8k)
+                if (target := self.providers.get(command.token)) is not None:
+                    target.send_audio(command.pcm16_8k)
             elif isinstance(command, Truncate):
                 self._current().truncate(command.item_id, command.audio_end_ms)
             elif isinstance(command, CancelResponse):
@@ -288,6 +338,18 @@ class CallSession:
             elif isinstance(command, SendContext):
                 if (provider := self.providers.get(command.token)) is not None:
                     provider.send_text(command.text, speak=command.speak)
+            elif isinstance(command, ApproveRollover):
+                self._spawn(f"approve-{command.rollover_id}", self._ask_approval(command.rollover_id))
+            elif isinstance(command, AuthorizeConnection):
+                self._spawn(f"authorize-{command.connection_id}", self._ask_authorization(command.connection_id))
+            elif isinstance(command, OpenRollover):
+                self._open_rollover(command)
+            elif isinstance(command, CommitInput):
+                commit = getattr(self.providers.get(command.token), "commit_input", None)
+                if commit is not None:
+                    commit()
+        if self.coordinator.token in self.providers:
+            self.provider = self.providers[self.coordinator.token]  # the connection holding the floor
         for notice in self.coordinator.notices():
             self._log_notice(notice)
 
@@ -307,11 +369,53 @@ class CallSession:
 
     async def _connect_replacement(self, provider: Provider) -> None:
         try:
+            if not await self._authorized(f"conn-{provider.token}"):
+                raise ProviderUnavailable(f"connection {self.call_id}/conn-{provider.token} not authorised")
             started = await provider.connect()
         except ProviderUnavailable as exc:
             self._inbox.put_nowait(_ReplacementFailed(provider.token, str(exc)))
             return
-        self.provider = provider
+        self._inbox.put_nowait(started)
+        await _pump(provider.events(), self._inbox)
+
+    # --- rollover (RO6-RO8): the hooks and the next connection ---
+
+    async def _authorized(self, connection_id: str) -> bool:
+        """RO7: every connection is authorised by its id ("<call id>/conn-N") before it is opened."""
+        key = f"{self.call_id}/{connection_id}"
+        try:
+            return bool(await asyncio.wait_for(self._authorize(key), _HOOK_TIMEOUT_S))
+        except Exception as exc:  # a failing hook refuses, it never crashes the call
+            log.warning("call %s authorize(%s) failed: %r", self.call_id, key, exc)
+            return False
+
+    async def _ask_approval(self, rollover_id: str) -> None:
+        try:
+            approved: bool | None = bool(await self._approve(f"{self.call_id}/{rollover_id}"))
+            error = None
+        except Exception as exc:  # RO6: an exception is a refusal
+            approved, error = False, repr(exc)
+        self._inbox.put_nowait(_Approved(rollover_id, approved, error))
+
+    async def _ask_authorization(self, connection_id: str) -> None:
+        self._inbox.put_nowait(_Authorized(connection_id, await self._authorized(connection_id)))
+
+    def _open_rollover(self, command: OpenRollover) -> None:
+        """RO8: the next connection, seeded with context (no recovery notice); it listens until it takes the floor."""
+        if self._reconnect is None:
+            self._inbox.put_nowait(_RolloverFailed(command.token, "no way to open another connection"))
+            return
+        settings = seeded_settings(self._settings, command.snapshot, notice=False)
+        provider = self._reconnect(command.token, settings)
+        self.providers[command.token] = provider
+        self._spawn(f"provider-{command.token}", self._connect_rollover(provider))
+
+    async def _connect_rollover(self, provider: Provider) -> None:
+        try:
+            started = await provider.connect()
+        except ProviderUnavailable as exc:
+            self._inbox.put_nowait(_RolloverFailed(provider.token, str(exc)))
+            return
         self._inbox.put_nowait(started)
         await _pump(provider.events(), self._inbox)
 
@@ -344,10 +448,12 @@ class CallSession:
         self._provider_done = True
         if self._ended is not None:
             return
-        if command.failed and self.coordinator is not None:
+        if (command.failed or command.goodbye) and self.coordinator is not None:
             # The caller hears a short message, then BYE: never a silent line that just drops.
             ms = self.coordinator.play_final_message(self._failure_message)
-            log.error("call %s failed: %s; playing a %d ms message, then hanging up", self.call_id, command.reason, ms)
+            level = logging.ERROR if command.failed else logging.WARNING
+            log.log(level, "call %s %s: %s; playing a %d ms message, then hanging up", self.call_id,
+                    "failed" if command.failed else "ends", command.reason, ms)
             await asyncio.sleep(ms / 1000 + 0.1)
         self._hangup("provider", command.reason)
 
@@ -364,6 +470,8 @@ class CallSession:
         elif isinstance(notice, TurnEnded):
             log.debug("call %s caller turn ended at %d ms", cid, notice.at_ms)
         elif isinstance(notice, Transcript):
+            if notice.role == "caller" and notice.final:  # each caller utterance once (RO3); its words at DEBUG
+                log.info("call %s caller utterance at %d ms (%d characters)", cid, notice.at_ms, len(notice.text))
             log.debug("call %s %s (%d ms): %s", cid, notice.role, notice.at_ms, notice.text)
         elif isinstance(notice, ProviderError) and not notice.fatal:
             log.warning("call %s provider error %s: %s", cid, notice.code, notice.message)
@@ -379,6 +487,9 @@ class CallSession:
             unit = "bytes of provider audio" if notice.direction == "output" else "caller frames"
             log.warning("call %s audio_discontinuity %s: %d %s dropped (%s) at %d ms", cid, notice.direction,
                         notice.amount, unit, notice.cause, notice.at_ms)
+        elif isinstance(notice, RolloverChanged):
+            log.warning("call %s rollover %s: %s (%s) at %d ms", cid, notice.what, notice.connection_id, notice.detail,
+                        notice.at_ms)
         elif isinstance(notice, RecoveryChanged):
             level = logging.ERROR if notice.stage == "failed" else logging.WARNING
             log.log(level, "call %s output_recovery %s: token %d, cause %s, %d ms since the condition", cid,

@@ -1,0 +1,144 @@
+"""RO1-RO9 through the session coordinator: the rollover controller's actions become commands for the shell,
+caller audio reaches every listening connection, one connection speaks, each utterance is emitted once."""
+
+from __future__ import annotations
+
+from bridge.coordinator import (
+    ApproveRollover,
+    AuthorizeConnection,
+    CloseTransport,
+    CoordinatorOptions,
+    EndSession,
+    OpenRollover,
+    SendAudio,
+    SessionCoordinator,
+    Transcript,
+)
+from bridge.rollover import RolloverOptions
+from providers.events import AudioReceived, InputTranscript, SessionStarted, SpeechStarted, SpeechStopped
+from providers.limits import OPENAI_REALTIME
+from rtp.audio import PCMU_8K
+from rtp.playout import Playout
+from test_session_engine import MS, REALTIME, TICK, pcmu_tone, speech_frame
+
+SCALED = RolloverOptions(after_ms=4_000, deadline_ms=6_000, overlap_ms=500, hard_stop_ms=7_000, cap_ms=8_000,
+                         drain_ms=1_000, transcript_wait_ms=1_000)
+
+
+class RolloverCall:
+    """A coordinator with rollover on, a virtual media clock, and a provider per connection whose server VAD
+    follows the caller's speech (each connection hears only what it was sent)."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.playout = Playout()
+        self.core = SessionCoordinator(limits=OPENAI_REALTIME.for_format(PCMU_8K), output_format=PCMU_8K,
+                                       capabilities=REALTIME, channel=self.playout, now=0,
+                                       options=CoordinatorOptions(rollover=SCALED))
+        self.core.provider_event(SessionStarted(1, "sess_1"), 0)
+        self.commands: list[object] = []
+        self.notices: list[object] = []
+        self.audio: dict[int, int] = {}  # token -> caller frames it received
+        self.speaking: dict[int, bool] = {}
+        self.utterance = 0
+        self.open: set[int] = {1}
+
+    def step(self, speech: bool, count: int = 1) -> None:
+        for _ in range(count):
+            self.now += TICK
+            self.playout.pull(self.now)
+            self.core.caller_frame(speech_frame() if speech else bytes(320), self.now)
+            if (deadline := self.core.next_deadline()) is not None and deadline <= self.now:
+                self.core.handle_timer(self.now)
+            self._carry_out()
+            for token in sorted(self.open):  # each connection's server VAD, on what it received this tick
+                heard = self.audio.get(token, 0) != self._seen.get(token, 0)
+                self._seen[token] = self.audio.get(token, 0)
+                if heard and speech and not self.speaking.get(token):
+                    self.speaking[token] = True
+                    self.core.provider_event(SpeechStarted(token, None, f"u{token}-{self.utterance}"), self.now)
+                elif self.speaking.get(token) and not speech:
+                    self.speaking[token] = False
+                    self.core.provider_event(SpeechStopped(token, None, f"u{token}-{self.utterance}"), self.now)
+                    self.core.provider_event(
+                        InputTranscript(token, f"utterance {self.utterance}", f"u{token}-{self.utterance}", final=True),
+                        self.now)
+                self._carry_out()
+
+    _seen: dict[int, int] = {}
+
+    def _carry_out(self) -> None:
+        for command in self.core.commands():
+            if isinstance(command, SendAudio):
+                self.audio[command.token] = self.audio.get(command.token, 0) + 1
+                continue
+            self.commands.append(command)
+            if isinstance(command, ApproveRollover):
+                self.core.rollover_approved(command.rollover_id, True, None, self.now)
+            elif isinstance(command, AuthorizeConnection):
+                self.core.connection_authorized(command.connection_id, True, self.now)
+            elif isinstance(command, OpenRollover):
+                self.open.add(command.token)
+                self.core.provider_event(SessionStarted(command.token, f"sess_{command.token}"), self.now)
+            elif isinstance(command, CloseTransport):
+                self.open.discard(command.token)
+        self.notices += self.core.notices()
+
+    def turn(self, talk_ms: int = 1_500, pause_ms: int = 1_000) -> None:
+        self.utterance += 1
+        self.step(True, talk_ms // 20)
+        self.step(False, pause_ms // 20)
+
+
+def test_ro9_five_rollovers_keep_one_speaker_and_emit_each_utterance_once() -> None:
+    call = RolloverCall()
+    call._seen = {}
+    for _ in range(20):  # 50 s of conversation, caps at 8 s
+        call.turn()
+    opened = [c.token for c in call.commands if isinstance(c, OpenRollover)]
+    closed = [c.token for c in call.commands if isinstance(c, CloseTransport)]
+    assert len(opened) >= 5 and not [c for c in call.commands if isinstance(c, EndSession)]
+    assert closed == sorted(closed) and set(closed) <= {1, *opened}
+    finals = [n for n in call.notices if isinstance(n, Transcript) and n.role == "caller" and n.final]
+    assert [n.text for n in finals] == [f"utterance {i}" for i in range(1, 21)]  # each one exactly once
+    assert call.core.status(call.now)["rollover"]["rollovers"] >= 5
+    assert all(seeded.snapshot.caller_text for seeded in call.commands if isinstance(seeded, OpenRollover))
+
+
+def test_ro8_only_the_connection_holding_the_floor_is_played() -> None:
+    call = RolloverCall()
+    call._seen = {}
+    for _ in range(10):
+        call.turn(talk_ms=1_000, pause_ms=200)
+        if any(isinstance(c, OpenRollover) for c in call.commands):
+            break
+    [opening] = [c for c in call.commands if isinstance(c, OpenRollover)]
+    assert call.core.token == 1 and opening.token in call.open  # the next one listens, the first one speaks
+    before = call.playout.depth
+    call.core.provider_event(AudioReceived(opening.token, pcmu_tone(500), PCMU_8K, "listener_item"), call.now)
+    assert call.playout.depth == before and call.core.listener_audio_bytes == 4_000  # never played
+    call.core.provider_event(AudioReceived(1, pcmu_tone(500), PCMU_8K, "speaker_item"), call.now)
+    assert call.playout.depth > before  # the speaker's audio is
+
+
+def test_ro6_a_refused_approval_ends_the_call_with_a_goodbye_at_the_hard_stop() -> None:
+    call = RolloverCall()
+    call._seen = {}
+    original = call._carry_out
+
+    def refuse() -> None:
+        for command in call.core.commands():
+            if isinstance(command, ApproveRollover):
+                call.core.rollover_approved(command.rollover_id, False, None, call.now)
+            call.commands.append(command)
+        call.notices += call.core.notices()
+
+    call._carry_out = refuse  # type: ignore[method-assign]
+    for _ in range(4):
+        call.turn()
+    call._carry_out = original  # type: ignore[method-assign]
+    call.step(False, 100)
+    ended = [c for c in call.commands if isinstance(c, EndSession)]
+    assert ended and ended[0].goodbye and not ended[0].failed and "approve_refused" in ended[0].reason
+    assert not [c for c in call.commands if isinstance(c, OpenRollover)]
+    assert call.now >= 7_000 * MS
