@@ -17,7 +17,10 @@ import click
 
 from bridge.http import StatusServer
 from bridge.providers import KINDS, MissingKey, ProviderChoice, api_key
+from bridge.coordinator import CoordinatorOptions
+from bridge.rollover import RolloverOptions
 from bridge.session import CallSession
+from bridge.webhook import SECRET_ENV, WebhookConfig, webhook_handler
 from providers.base import Provider, SessionSettings
 from providers.fakes.faults import Fault, parse_fault
 from providers.fakes.script import Script, load_script
@@ -63,6 +66,8 @@ class _ServeOptions:
     max_calls: int
     http: tuple[str, int] | None
     failure_message: bytes | None
+    webhook: WebhookConfig | None = None  # DL4: jobs are POSTed to the application (bridge/webhook.py)
+    rollover: RolloverOptions | None = None  # RO1-RO9 (bridge/rollover.py); None: the call ends at the cap
 
 
 _PROVIDERS = ["echo", *KINDS]
@@ -96,6 +101,27 @@ _FAKES = {  # protocol: (module, options class module, options class)
 @click.option("--failure-message", type=click.Path(exists=True, dir_okay=False), default=None,
               help="WAV (8 kHz mono 16-bit) the caller hears when a session fails, before the BYE "
               "(default: three short beeps).")
+# --- DL4: the application's HTTP webhook (bridge/webhook.py has the contract) ---
+@click.option("--webhook", "webhook_url", default=None, metavar="URL",
+              help="POST each tool call / delegation to this http(s) URL and give its answer to the model. "
+              f"Requests are signed with the shared secret in the environment variable {SECRET_ENV} (required).")
+@click.option("--webhook-timeout", type=float, default=10.0, show_default=True, metavar="SECONDS",
+              help="The application's time to answer one webhook request (connection attempts included).")
+@click.option("--webhook-ca", type=click.Path(exists=True, dir_okay=False), default=None, metavar="FILE",
+              help="CA certificate(s) to trust for an https:// --webhook URL (default: the system's).")
+# --- end DL4 ---
+@click.option("--session-cap-ms", type=int, default=None, metavar="MS",
+              help="How long the provider lets one connection last (default: the provider's: OpenAI 60 min, xAI "
+              "30 min, Gemini 10 min). The rollover ages are 55/60, 58/60 and 59.5/60 of it unless given below.")
+@click.option("--rollover-after-ms", type=int, default=None, metavar="MS",
+              help="Connection age after which the caller's first end of speech opens the next connection.")
+@click.option("--rollover-deadline-ms", type=int, default=None, metavar="MS",
+              help="Connection age at which the next connection opens whatever is being said.")
+@click.option("--rollover-hard-stop-ms", type=int, default=None, metavar="MS",
+              help="Connection age by which the next connection must have opened, or the call ends with a goodbye.")
+@click.option("--rollover-overlap-ms", type=int, default=None, metavar="MS",
+              help="Least time both connections hear the caller (default 3000).")
+@click.option("--no-rollover", is_flag=True, help="Never open a next connection: the call ends at the cap.")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
 def serve(
     sip_addr: str,
@@ -109,6 +135,15 @@ def serve(
     reservoir_bytes: int | None,
     residence_ms: int | None,
     failure_message: str | None,
+    webhook_url: str | None,  # DL4
+    webhook_timeout: float,  # DL4
+    webhook_ca: str | None,  # DL4
+    session_cap_ms: int | None,
+    rollover_after_ms: int | None,
+    rollover_deadline_ms: int | None,
+    rollover_hard_stop_ms: int | None,
+    rollover_overlap_ms: int | None,
+    no_rollover: bool,
     log_level: str,
 ) -> None:
     """Answer SIP calls and bridge each one to a realtime provider."""
@@ -130,6 +165,26 @@ def serve(
             raise click.UsageError("--provider-ca applies to --provider gemini-live")
         extra = (("ssl_context", ssl.create_default_context(cafile=provider_ca)),)
     choice = ProviderChoice(kind, key, provider_url, SessionSettings(instructions=instructions), overrides, extra)
+    # --- DL4: the application's HTTP webhook ---
+    webhook = None
+    if webhook_url is not None:
+        try:
+            webhook = WebhookConfig.from_options(webhook_url, timeout_s=webhook_timeout, ca_file=webhook_ca)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+        log.info("application webhook: POST %s (timeout %g s)", webhook.display_url, webhook.timeout_s)
+    elif webhook_ca is not None:
+        raise click.UsageError("--webhook-ca applies to --webhook")
+    # --- end DL4 ---
+    rollover = None
+    if not no_rollover:
+        given = {"after_ms": rollover_after_ms, "deadline_ms": rollover_deadline_ms,
+                 "hard_stop_ms": rollover_hard_stop_ms, "overlap_ms": rollover_overlap_ms}
+        try:
+            rollover = RolloverOptions.for_cap(session_cap_ms or kind.session_cap_ms,
+                                               **{k: v for k, v in given.items() if v is not None})
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     options = _ServeOptions(
         sip=_host_port(sip_addr, 5060),
         rtp_port=rtp_port,
@@ -138,6 +193,8 @@ def serve(
         max_calls=max_calls,
         http=_host_port(http_addr, 8080) if http_addr else None,
         failure_message=_read_message(failure_message) if failure_message else None,
+        webhook=webhook,  # DL4
+        rollover=rollover,
     )
     sys.exit(asyncio.run(_serve(options)))
 
@@ -175,9 +232,11 @@ async def _serve(options: _ServeOptions) -> int:
         return replace(choice, settings=settings).connect(token)
 
     def on_call(leg: Pjsua2Leg) -> None:
+        handler = webhook_handler(options.webhook, leg.identity) if options.webhook else None  # DL4
         try:
             session = CallSession(leg, choice.connect(token=1), reconnect=reconnect, settings=choice.settings,
-                                  failure_message=options.failure_message)
+                                  failure_message=options.failure_message, job_handler=handler,
+                                  options=CoordinatorOptions(rollover=options.rollover))
         except Exception:
             log.exception("call %s: cannot create the provider adapter; answering 500", leg.identity.call_id)
             leg.hangup("provider adapter failed", status=500)
@@ -230,6 +289,9 @@ async def _serve(options: _ServeOptions) -> int:
 @click.option("--fault", "faults", multiple=True, help="Inject a fault: [N/]KIND[:VALUE][@AFTER_MS] (repeatable; "
               "see providers/fakes/faults.py). At runtime: GET /_fault?spec=... on the same port.")
 @click.option("--script", "script_path", default=None, help="JSON script of the fake model's answers.")
+@click.option("--session-ms", type=int, default=None, metavar="MS",
+              help="How long one connection lasts before the fake ends it the way the provider does (default: the "
+              "provider's; Gemini: the connection lifetime, with goAway a quarter of it before).")
 @click.option("--cert", default=None, help="TLS certificate (gemini-live; generated when absent).")
 @click.option("--key", "key_path", default=None, help="TLS private key (gemini-live; generated when absent).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
@@ -239,6 +301,7 @@ def fake_provider(
     record_path: str | None,
     faults: tuple[str, ...],
     script_path: str | None,
+    session_ms: int | None,
     cert: str | None,
     key_path: str | None,
     log_level: str,
@@ -251,7 +314,7 @@ def fake_provider(
         script = load_script(script_path) if script_path else None
     except (ValueError, KeyError, OSError) as exc:
         raise click.UsageError(str(exc)) from None
-    asyncio.run(_fake_provider(protocol, host, port, record_path, parsed, script, cert, key_path))
+    asyncio.run(_fake_provider(protocol, host, port, record_path, parsed, script, cert, key_path, session_ms))
 
 
 async def _fake_provider(
@@ -263,11 +326,16 @@ async def _fake_provider(
     script: Script | None,
     cert: str | None,
     key_path: str | None,
+    session_ms: int | None = None,
 ) -> None:
     module_name, options_module, options_class = _FAKES[protocol]
     module = import_module(module_name)
     # A standalone fake may run for hours: it writes client frames to --record, never keeps them in memory.
-    options = getattr(import_module(options_module), options_class)(record_client_frames=False)
+    lengths: dict[str, int] = {}
+    if session_ms is not None:
+        lengths = ({"connection_lifetime_ms": session_ms, "go_away_ms": session_ms // 4} if protocol == "gemini-live"
+                   else {"session_length_ms": session_ms})
+    options = getattr(import_module(options_module), options_class)(record_client_frames=False, **lengths)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

@@ -232,6 +232,7 @@ class Usage:
 class CoordinatorOptions:
     lead_frames: int = CARRIER_LEAD_FRAMES  # the carrier cushion: frames waiting in the playout at most
     item_quiet_ms: int = 300  # GPT-Live names no items: a pause this long ends one
+    caption_close_ms: int = 1_000  # GPT-Live: a caller turn's caption fragments are final this long after it
     vad: VadOptions = field(default_factory=VadOptions)
     delegations: DelegationOptions = field(default_factory=DelegationOptions)
     rollover: ro.RolloverOptions | None = None  # None: no rollover (the call ends at the provider's cap)
@@ -294,6 +295,11 @@ class SessionCoordinator:
         self._others: set[int] = set()
         self._utterances: dict[int, dict[str | None, list[int]]] = {}  # token -> item -> [start_ms, end_ms]
         self._speaker_busy = False
+        # GPT-Live sends caller captions as timed fragments and never a final one: the fragments of one caller
+        # turn (by the local detector) are grouped per connection and closed `caption_close_ms` after the turn.
+        self._fragments: dict[int, list[tuple[str, int, int]]] = {}
+        self._captions_due: int | None = None
+        self._local_turn = [0, 0]  # the caller's last turn by the local detector, session ms (Gemini captions)
         self.rollover: ro.RolloverController | None = None
         self.listener_audio_bytes = 0  # audio from connections not holding the floor, never played
         self._new_rollover(token, now)
@@ -317,13 +323,26 @@ class SessionCoordinator:
             if isinstance(change, VoiceStarted):
                 self._barge_in(now, "local_vad")
                 self._caller_started(now, None)
+                if self.rollover is not None:  # without server VAD, the local detector marks utterances (RO1)
+                    self.rollover.speech_started(self._ids[self.token], self.timeline.ms(now), now)
             elif isinstance(change, VoiceStopped):
                 self._turn_ended(now)
                 self._caller_resumed(now)
                 self._expect_answer(now)
+                self._captions_due = now + self.options.caption_close_ms * _NS_PER_MS
+                if self.rollover is not None:
+                    self.rollover.speech_stopped(self._ids[self.token], self.timeline.ms(now), now)
+                    self._rollover_actions(now)
         elif self.capabilities.answer_within_ms is not None:
-            if isinstance(self.vad.frame(pcm, now), VoiceStopped):  # the local detector only watches here
+            # Gemini: the local detector watches for a silent provider, marks the caller's turns (its captions
+            # carry no times) and ends a barge-in's suppression (Gemini reports no end of speech).
+            change = self.vad.frame(pcm, now)
+            if isinstance(change, VoiceStarted):
+                self._local_turn = [self.timeline.ms(now), self.timeline.ms(now)]
+            elif isinstance(change, VoiceStopped):
+                self._local_turn[1] = self.timeline.ms(now)
                 self._expect_answer(now)
+                self._turn_ended(now)
         self._feed(now)
 
     def provider_event(self, event: ProviderEvent, now: int) -> None:
@@ -348,6 +367,8 @@ class SessionCoordinator:
         elif isinstance(event, SpeechStopped):
             self._turn_ended(now)
             self._caller_resumed(now)
+        elif isinstance(event, InputTranscript) and not event.final and not self.capabilities.server_vad:
+            self._fragment(event, now)
         elif isinstance(event, InputTranscript):
             if self.rollover is None:
                 at = self.timeline.rebase(self.token, event.start_ms, now)
@@ -439,6 +460,8 @@ class SessionCoordinator:
             self._fail_recovery(f"the replacement connection failed: {reason}", now)
 
     def handle_timer(self, now: int) -> None:
+        if self._captions_due is not None and now >= self._captions_due:
+            self._close_captions(now)
         if self._answer_due is not None and now >= self._answer_due:
             self._answer_due = None
             self._recover("provider_silent", now)  # a half-open socket: nothing arrives, nothing fails
@@ -458,7 +481,8 @@ class SessionCoordinator:
         hold = self.delegations.deadline_ms()
         held_until = None if hold is None else self.timeline.start_ns + hold * _NS_PER_MS
         deadlines = (self._next_tick, self.reservoir.next_deadline(), self.recovery.deadline(), held_until,
-                     self._answer_due, self.rollover.next_deadline() if self.rollover is not None else None)
+                     self._answer_due, self.rollover.next_deadline() if self.rollover is not None else None,
+                     self._captions_due)
         candidates = [t for t in deadlines if t is not None]
         return min(candidates) if candidates else None
 
@@ -675,8 +699,11 @@ class SessionCoordinator:
         return tuple(self._tokens[cid] for cid in self.rollover.audio_targets() if cid in self._tokens)
 
     def _utterance(self, token: int, item: str | None, start_ms: int | None, end_ms: int | None) -> list[int]:
-        """The session-time span of an utterance on a connection, from its speech events (RO3 matching)."""
+        """The session-time span of an utterance on a connection, from its speech events (RO3 matching), or,
+        for a caption that names no utterance and carries no times (Gemini), the local detector's last turn."""
         spans = self._utterances.setdefault(token, {})
+        if item is None and start_ms is None and end_ms is None and self.capabilities.answer_within_ms is not None:
+            return list(self._local_turn)
         span = spans.setdefault(item, [start_ms or 0, end_ms or start_ms or 0])
         if start_ms is not None and end_ms is None:
             span[:] = [start_ms, start_ms]
@@ -715,6 +742,30 @@ class SessionCoordinator:
             self.timeline.connection_started(event.token, now)
             self.rollover.connection_confirmed(cid, now)
 
+    def _fragment(self, event: InputTranscript, now: int) -> None:
+        """A timed caption fragment (GPT-Live): kept until the caller's turn is over."""
+        start = self.timeline.rebase(event.token, event.start_ms, now)
+        end = self.timeline.rebase(event.token, event.end_ms, now) if event.end_ms is not None else start
+        self._fragments.setdefault(event.token, []).append((event.text, start, end))
+        if self._captions_due is None and not self.vad.speaking:
+            self._captions_due = now + self.options.caption_close_ms * _NS_PER_MS  # a late fragment
+
+    def _close_captions(self, now: int) -> None:
+        """Each connection's fragments of the last caller turn become one final caption (one utterance)."""
+        self._captions_due = None
+        fragments, self._fragments = self._fragments, {}
+        for token, parts in fragments.items():
+            text = "".join(part for part, _, _ in parts).strip()
+            start, end = min(p[1] for p in parts), max(p[2] for p in parts)
+            if self.rollover is not None and token in self._ids:
+                cid = self._ids[token]
+                self.rollover.transcript(cid, start, end, text, True, now)
+            elif self.rollover is None and token == self.token:
+                self._caller_said(text, start, True)
+            if token == self.token and text:
+                self._caller_resumed(now)
+        self._rollover_actions(now)
+
     def _other_event(self, event: ProviderEvent, now: int) -> None:
         """An event from a rollover connection that does not hold the floor: it listens (RO2-RO4) but never
         speaks or acts (RO8): its audio is dropped and counted, its tool calls are not dispatched."""
@@ -723,6 +774,9 @@ class SessionCoordinator:
         elif isinstance(event, SessionClosed):
             if not event.finalized and self.rollover is not None and event.token in self._others:
                 self.rollover_failed(event.token, f"connection lost ({event.reason})", now)
+            return
+        if isinstance(event, InputTranscript) and not event.final and not self.capabilities.server_vad:
+            self._fragment(event, now)
             return
         self._rollover_input(event, now)
         self._rollover_actions(now)

@@ -25,6 +25,10 @@ class ProviderKind:
     key_variable: str
     output_format: AudioFormat  # what its audio arrives as: the reservoir's limits are bytes of this
     tls_fake: bool = False  # its fake serves TLS only (google-genai insists on wss)
+    # How long one connection may last (DESIGN §7): the rollover ages scale from it. OpenAI documents 60 min;
+    # xAI's cap is configurable (30-120 min, 30 assumed); Gemini announces each connection's end with goAway
+    # (about 10 min), which drives the rollover earlier when it comes.
+    session_cap_ms: int = 60 * 60_000
 
 
 KINDS = {
@@ -32,8 +36,9 @@ KINDS = {
     for kind in (
         ProviderKind("openai-live", "providers.openai_live", "OpenAILiveAdapter", "OPENAI_API_KEY", PCMU_8K),
         ProviderKind("openai-realtime", "providers.openai_realtime", "OpenAIRealtimeAdapter", "OPENAI_API_KEY", PCMU_8K),
-        ProviderKind("gemini-live", "providers.gemini_live", "GeminiLiveAdapter", "GEMINI_API_KEY", PCM16_24K, True),
-        ProviderKind("xai", "providers.xai", "XAIAdapter", "XAI_API_KEY", PCMU_8K),
+        ProviderKind("gemini-live", "providers.gemini_live", "GeminiLiveAdapter", "GEMINI_API_KEY", PCM16_24K, True,
+                     session_cap_ms=10 * 60_000),
+        ProviderKind("xai", "providers.xai", "XAIAdapter", "XAI_API_KEY", PCMU_8K, session_cap_ms=30 * 60_000),
     )
 }
 
