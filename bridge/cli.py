@@ -15,21 +15,17 @@ from importlib import import_module
 
 import click
 
-from bridge.http import StatusServer
-from bridge.providers import KINDS, MissingKey, ProviderChoice, api_key
-from bridge.coordinator import CoordinatorOptions
+from bridge.api import ECHO_LOCAL_KEY, Application, LiveCall, Server, ServerConfig
+from bridge.delegations import JobRequest
+from bridge.providers import KINDS, MissingKey, api_key
 from bridge.rollover import RolloverOptions
-from bridge.session import CallSession
+from bridge.telephony import TelephonyOptions
 from bridge.webhook import SECRET_ENV, WebhookConfig, webhook_handler
-from providers.base import Provider, SessionSettings
 from providers.fakes.faults import Fault, parse_fault
 from providers.fakes.script import Script, load_script
 from providers.limits import LimitOverrides
-from sip.pjsua2_agent import Pjsua2Leg, Pjsua2UserAgent, UserAgentConfig, UserAgentError
 
 log = logging.getLogger("parlora")
-
-ECHO_LOCAL_KEY = "echo-local"  # the embedded fake accepts any bearer token; this one is not a secret
 
 
 def _host_port(value: str, default_port: int) -> tuple[str, int]:
@@ -55,19 +51,6 @@ def _setup_logging(level: str) -> None:
 @click.version_option(package_name="parlora-bridge")
 def main() -> None:
     """parlora-bridge: phone calls to realtime speech-to-speech AI."""
-
-
-@dataclass(frozen=True)
-class _ServeOptions:
-    sip: tuple[str, int]
-    rtp_port: int
-    choice: ProviderChoice
-    embedded_echo: bool
-    max_calls: int
-    http: tuple[str, int] | None
-    failure_message: bytes | None
-    webhook: WebhookConfig | None = None  # DL4: jobs are POSTed to the application (bridge/webhook.py)
-    rollover: RolloverOptions | None = None  # RO1-RO9 (bridge/rollover.py); None: the call ends at the cap
 
 
 _PROVIDERS = ["echo", *KINDS]
@@ -122,6 +105,11 @@ _FAKES = {  # protocol: (module, options class module, options class)
 @click.option("--rollover-overlap-ms", type=int, default=None, metavar="MS",
               help="Least time both connections hear the caller (default 3000).")
 @click.option("--no-rollover", is_flag=True, help="Never open a next connection: the call ends at the cap.")
+@click.option("--end-call-tool", is_flag=True, help="Offer the model `end_call` (a goodbye, then BYE).")
+@click.option("--transfer-target", "transfer_targets", multiple=True, metavar="NAME=sip:URI",
+              help="Offer the model `transfer_call` to this destination (SIP REFER; repeatable).")
+@click.option("--send-dtmf-tool", is_flag=True, help="Offer the model `send_dtmf` (RFC 4733 digits).")
+@click.option("--dtmf-to-model", is_flag=True, help="Tell the model which keys the caller presses.")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
 def serve(
     sip_addr: str,
@@ -144,6 +132,10 @@ def serve(
     rollover_hard_stop_ms: int | None,
     rollover_overlap_ms: int | None,
     no_rollover: bool,
+    end_call_tool: bool,
+    transfer_targets: tuple[str, ...],
+    send_dtmf_tool: bool,
+    dtmf_to_model: bool,
     log_level: str,
 ) -> None:
     """Answer SIP calls and bridge each one to a realtime provider."""
@@ -164,7 +156,6 @@ def serve(
         if kind.name != "gemini-live":
             raise click.UsageError("--provider-ca applies to --provider gemini-live")
         extra = (("ssl_context", ssl.create_default_context(cafile=provider_ca)),)
-    choice = ProviderChoice(kind, key, provider_url, SessionSettings(instructions=instructions), overrides, extra)
     # --- DL4: the application's HTTP webhook ---
     webhook = None
     if webhook_url is not None:
@@ -185,18 +176,40 @@ def serve(
                                                **{k: v for k, v in given.items() if v is not None})
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
-    options = _ServeOptions(
+    targets = {}
+    for spec in transfer_targets:
+        name, sep, uri = spec.partition("=")
+        if not sep or not name or not uri.startswith(("sip:", "sips:", "tel:")):
+            raise click.UsageError(f"--transfer-target expects NAME=sip:URI, got {spec!r}")
+        targets[name] = uri
+    config = ServerConfig(
+        provider=provider,
+        key=key,
+        provider_url=provider_url,
+        provider_options=extra,
         sip=_host_port(sip_addr, 5060),
         rtp_port=rtp_port,
-        choice=choice,
-        embedded_echo=embedded_echo and provider_url is None,
         max_calls=max_calls,
         http=_host_port(http_addr, 8080) if http_addr else None,
+        instructions=instructions,
+        limits=overrides,
         failure_message=_read_message(failure_message) if failure_message else None,
-        webhook=webhook,  # DL4
         rollover=rollover,
+        telephony=TelephonyOptions(end_call=end_call_tool, transfer_targets=targets, send_dtmf=send_dtmf_tool,
+                                   dtmf_to_model=dtmf_to_model),
     )
-    sys.exit(asyncio.run(_serve(options)))
+    application = WebhookApplication(webhook) if webhook is not None else Application()  # DL4
+    sys.exit(asyncio.run(Server(application, config).run()))
+
+
+class WebhookApplication(Application):
+    """`serve --webhook`: every job is POSTed to the application (DL4, bridge/webhook.py)."""
+
+    def __init__(self, config: WebhookConfig) -> None:
+        self._config = config
+
+    async def job(self, call: LiveCall, job: JobRequest) -> str:
+        return await webhook_handler(self._config, call.info)(job)
 
 
 def _read_message(path: str) -> bytes:
@@ -204,82 +217,6 @@ def _read_message(path: str) -> bytes:
         if (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) != (8000, 1, 2):
             raise click.BadParameter(f"{path}: needs 8 kHz mono 16-bit PCM", param_hint="--failure-message")
         return wav.readframes(wav.getnframes())
-
-
-async def _serve(options: _ServeOptions) -> int:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-
-    fake = None
-    choice = options.choice
-    if options.embedded_echo:
-        from providers.fakes import openai_live as live_fake
-
-        logging.getLogger("providers.fakes").setLevel(logging.WARNING)  # one connection per call: no chatter
-        # Calls may last hours: the embedded fake keeps no per-frame record in memory.
-        fake = await live_fake.serve("127.0.0.1", 0, options=live_fake.LiveFakeOptions(record_client_frames=False))
-        choice = replace(choice, url=fake.url)
-        log.info("provider: echo (embedded GPT-Live fake at %s)", fake.url)
-    else:
-        log.info("provider: %s at %s", choice.kind.name, choice.url or "the default endpoint")
-
-    sessions: dict[str, CallSession] = {}
-    tasks: set[asyncio.Task[object]] = set()
-
-    def reconnect(token: int, settings: SessionSettings) -> Provider:
-        return replace(choice, settings=settings).connect(token)
-
-    def on_call(leg: Pjsua2Leg) -> None:
-        handler = webhook_handler(options.webhook, leg.identity) if options.webhook else None  # DL4
-        try:
-            session = CallSession(leg, choice.connect(token=1), reconnect=reconnect, settings=choice.settings,
-                                  failure_message=options.failure_message, job_handler=handler,
-                                  options=CoordinatorOptions(rollover=options.rollover))
-        except Exception:
-            log.exception("call %s: cannot create the provider adapter; answering 500", leg.identity.call_id)
-            leg.hangup("provider adapter failed", status=500)
-            return
-        sessions[session.call_id] = session
-        task: asyncio.Task[object] = asyncio.create_task(session.run(), name=session.call_id)
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-        task.add_done_callback(lambda _: sessions.pop(session.call_id, None))
-
-    status_server = None
-    if options.http is not None:
-        status_server = await StatusServer(lambda: {cid: s.status for cid, s in sessions.items()}).start(*options.http)
-        log.info("status on http://%s:%d/calls", options.http[0], status_server.port)
-
-    agent = Pjsua2UserAgent(
-        UserAgentConfig(host=options.sip[0], port=options.sip[1], rtp_port=options.rtp_port, max_calls=options.max_calls),
-        loop,
-        on_call,
-    )
-    try:
-        await loop.run_in_executor(None, agent.start)
-    except UserAgentError as exc:
-        log.error("cannot start the SIP user agent on %s:%d: %s", *options.sip, exc)
-        if fake is not None:
-            await fake.close()
-        return 2
-    await stop.wait()
-    log.info("stopping")
-    clean = await loop.run_in_executor(None, agent.stop)  # hangs up every call; sessions see CallEnded
-    if tasks:
-        await asyncio.wait(set(tasks), timeout=5.0)
-    for task in tasks:
-        task.cancel()
-    if status_server is not None:
-        await status_server.close()
-    if fake is not None:
-        await fake.close()
-    if not clean:
-        log.error("the SIP engine did not stop in time")
-        return 1
-    log.info("stopped")
-    return 0
 
 
 @main.command("fake-provider")

@@ -299,6 +299,8 @@ class SessionCoordinator:
         # turn (by the local detector) are grouped per connection and closed `caption_close_ms` after the turn.
         self._fragments: dict[int, list[tuple[str, int, int]]] = {}
         self._captions_due: int | None = None
+        self._goodbye: tuple[int, int] | None = None  # end_call: (asked at, give up at), ns
+        self._goodbye_spoken = False
         self._local_turn = [0, 0]  # the caller's last turn by the local detector, session ms (Gemini captions)
         self.rollover: ro.RolloverController | None = None
         self.listener_audio_bytes = 0  # audio from connections not holding the floor, never played
@@ -450,6 +452,13 @@ class SessionCoordinator:
             self.rollover = None
             self._new_rollover(self.token, now, confirmed_ns=confirmed)
 
+    def end_after_goodbye(self, now: int, timeout_ms: int) -> None:
+        """The model asked to end the call (end_call): once its goodbye has been played — or after
+        `timeout_ms` if it says nothing — the session ends and the call is hung up."""
+        if self._goodbye is None:
+            self._goodbye = (now, now + timeout_ms * _NS_PER_MS)
+            self._goodbye_spoken = False
+
     def call_ended(self) -> None:
         """The call leg is gone: a connection lost from now on is the session closing, not a fault."""
         self.leg_ended = True
@@ -480,7 +489,7 @@ class SessionCoordinator:
     def next_deadline(self) -> int | None:
         hold = self.delegations.deadline_ms()
         held_until = None if hold is None else self.timeline.start_ns + hold * _NS_PER_MS
-        deadlines = (self._next_tick, self.reservoir.next_deadline(), self.recovery.deadline(), held_until,
+        deadlines = (self._next_tick, self._goodbye[1] if self._goodbye is not None else None, self.reservoir.next_deadline(), self.recovery.deadline(), held_until,
                      self._answer_due, self.rollover.next_deadline() if self.rollover is not None else None,
                      self._captions_due)
         candidates = [t for t in deadlines if t is not None]
@@ -515,6 +524,8 @@ class SessionCoordinator:
         else:
             self._item_id = item
         self._last_audio_ns = now
+        if self._goodbye is not None:
+            self._goodbye_spoken = True
         if not self._speaker_busy and self.rollover is not None:
             self._speaker_busy = True
             self.rollover.items_pending(self._ids[self.token], now)
@@ -542,6 +553,11 @@ class SessionCoordinator:
             self.channel.enqueue(batch)
         busy = self.reservoir.depth_bytes or self._ready_frames or self.framer.pending_bytes
         self._next_tick = now + TICK_NS if busy else None
+        if self._goodbye is not None and not self.ended:
+            quiet = self._last_audio_ns is not None and now - self._last_audio_ns >= self.options.item_quiet_ms * _NS_PER_MS
+            played = self._goodbye_spoken and quiet and not busy and self.channel.depth == 0
+            if played or now >= self._goodbye[1]:
+                self._end("the model ended the call (end_call)", failed=False)
         if self._speaker_busy and not busy and self.channel.depth == 0 and self.rollover is not None:
             quiet = self._last_audio_ns is None or now - self._last_audio_ns >= self.options.item_quiet_ms * _NS_PER_MS
             if quiet:

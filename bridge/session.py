@@ -42,10 +42,22 @@ from bridge.coordinator import (
 )
 from bridge.delegations import CommandsUnknown, DeliverResult, DispatchJob, JobChanged, JobRequest, SendContext
 from bridge.recovery import RECOVERY_NOTICE, RecoverySnapshot
+from bridge import telephony
+from bridge.telephony import TelephonyOptions
 from bridge.reservoir import OutputOverflow
 from providers.base import Provider, ProviderUnavailable, SessionSettings
 from providers.events import ProviderError, ProviderEvent, SessionClosed
-from sip.leg import CallEnded, CallLeg, DtmfReceived, FrameReceived, LegEvent, MediaHeld, MediaResumed, MediaStarted
+from sip.leg import (
+    CallEnded,
+    CallLeg,
+    DtmfReceived,
+    FrameReceived,
+    LegEvent,
+    MediaHeld,
+    MediaResumed,
+    MediaStarted,
+    TransferProgress,
+)
 
 log = logging.getLogger("parlora.session")
 
@@ -122,6 +134,13 @@ class _RolloverFailed:
     token: int
     reason: str
 
+
+class _Wake:
+    """Something outside the loop changed the coordinator (an application push): carry out its commands."""
+
+
+DtmfHandler = Callable[[str], Awaitable[None]]
+
 _PROVIDER_CLOSE_TIMEOUT_S = 2.0  # how long a finished call waits for the provider's final usage
 
 
@@ -154,6 +173,8 @@ class CallSession:
         job_handler: JobHandler | None = None,
         approve: ApproveHook | None = None,
         authorize: AuthorizeHook | None = None,
+        telephony_options: TelephonyOptions | None = None,
+        dtmf_handler: DtmfHandler | None = None,
     ) -> None:
         self.leg = leg
         self.provider = provider
@@ -164,6 +185,9 @@ class CallSession:
         self._job_handler = job_handler
         self._approve = approve or _allow
         self._authorize = authorize or _allow
+        self._telephony = telephony_options or TelephonyOptions()
+        self._dtmf_handler = dtmf_handler
+        self._transfer_job: str | None = None  # the transfer_call job waiting for the transferee's answer
         self.jobs_run: list[JobRequest] = []  # every job handed to the application, in order
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clock = clock
@@ -297,7 +321,22 @@ class CallSession:
                 self._ended_by, self._end_reason = "bridge", item.reason
         elif isinstance(item, MediaStarted):
             log.info("call %s media: %s", self.call_id, item.codec)
-        elif isinstance(item, (MediaHeld, MediaResumed, DtmfReceived)):
+        elif isinstance(item, DtmfReceived):
+            log.info("call %s caller pressed %s", self.call_id, item.digit)
+            if self._dtmf_handler is not None:
+                self._spawn(f"dtmf-{self.frames_in}-{item.digit}", self._dtmf_handler(item.digit))
+            if self._telephony.dtmf_to_model:
+                self.coordinator.push_update(f"The caller pressed the key {item.digit} on their keypad.",
+                                             speak=False, now=now)
+        elif isinstance(item, TransferProgress):
+            log.info("call %s transfer to %s: %d %s%s", self.call_id, item.target, item.status_code, item.reason,
+                     " (final)" if item.final else "")
+            if item.final and self._transfer_job is not None:
+                ok = 200 <= item.status_code < 300
+                self.coordinator.job_answered(self._transfer_job, telephony.result(
+                    transferred=ok, status=item.status_code, reason=item.reason), now)
+                self._transfer_job = None
+        elif isinstance(item, (MediaHeld, MediaResumed)):
             log.info("call %s %s", self.call_id, item)  # not acted on yet
         elif isinstance(item, _ReplacementFailed):
             self.coordinator.replacement_failed(item.token, item.reason, now)
@@ -311,6 +350,8 @@ class CallSession:
             if not self.coordinator.job_answered(item.job_id, item.output, now):
                 log.info("call %s %s answered after it was withdrawn or superseded: not delivered", self.call_id,
                          item.job_id)
+        elif isinstance(item, _Wake):
+            pass  # the commands an application push produced are carried out next
         elif item is not None:  # a provider event (a reader that ended sends None)
             self.coordinator.provider_event(item, now)  # type: ignore[arg-type]
 
@@ -420,9 +461,62 @@ class CallSession:
         await _pump(provider.events(), self._inbox)
 
     def _dispatch(self, request: JobRequest) -> None:
-        """Run the application's handler once for this job; its answer comes back through the inbox."""
+        """Run the application's handler once for this job; its answer comes back through the inbox. The
+        telephony tools (DL6) are carried out here, on the call leg."""
         self.jobs_run.append(request)
+        if request.name in self._telephony.names:
+            self._telephony_tool(request)
+            return
         self._spawn(request.job_id, self._run_job(request))
+
+    def _telephony_tool(self, request: JobRequest) -> None:
+        assert self.coordinator is not None
+        now = self._clock()
+        if request.name == telephony.END_CALL:
+            output = telephony.result(ok=True, note="Say a short goodbye now; the call ends when you finish.")
+            self.coordinator.end_after_goodbye(now, self._telephony.goodbye_timeout_ms)
+        elif request.name == telephony.TRANSFER_CALL:
+            target = telephony.transfer_target(self._telephony, request.arguments)
+            if target is None or self._transfer_job is not None:
+                why = "a transfer is already in progress" if target else "unknown destination"
+                output = telephony.result(transferred=False, error=why)
+            else:
+                self._transfer_job = request.job_id
+                log.info("call %s transferring to %s (%s)", self.call_id, target[0], target[1])
+                self.leg.transfer(target[1])
+                return  # answered when the transferee's final status arrives
+        else:
+            digits = telephony.argument(request.arguments, "digits") or ""
+            try:
+                self.leg.send_dtmf(digits)
+                output = telephony.result(sent=digits)
+            except ValueError as exc:
+                output = telephony.result(sent="", error=str(exc))
+        self._inbox.put_nowait(_JobAnswered(request.job_id, output))
+
+    # --- the application's pushes into a live call (DL3) ---
+
+    def push_update(self, text: str, *, speak: bool = True) -> bool:
+        """A speakable update (or silent context) for the model; held during a recovery until the caller has
+        spoken again (HR9). False when the call is not live or the limit on command records is reached."""
+        if self.coordinator is None or self.coordinator.ended:
+            return False
+        accepted = self.coordinator.push_update(text, speak=speak, now=self._clock())
+        self._inbox.put_nowait(_Wake())
+        return accepted
+
+    def push_fact(self, text: str) -> None:
+        """A task fact or verified result: kept for the seed of any later connection (HR7), never spoken."""
+        if self.coordinator is not None:
+            self.coordinator.push_fact(text)
+
+    def push_result(self, job_id: str, output: str) -> bool:
+        """A (new revision of a) result for a job, e.g. when the application finishes work later."""
+        if self.coordinator is None:
+            return False
+        accepted = self.coordinator.job_answered(job_id, output, self._clock())
+        self._inbox.put_nowait(_Wake())
+        return accepted
 
     async def _run_job(self, request: JobRequest) -> None:
         if self._job_handler is None:

@@ -80,7 +80,7 @@ def _two_sentences(tmp_path: Path) -> Path:
     return path
 
 
-def test_each_job_is_posted_once_signed_and_its_answer_reaches_the_model(start_fake, start_bridge,
+def test_dl4_each_job_is_posted_once_signed_and_its_answer_reaches_the_model(start_fake, start_bridge,
                                                                           tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))

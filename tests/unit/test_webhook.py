@@ -174,7 +174,7 @@ def bound_not_listening() -> socket.socket:
 # --- the request ---
 
 
-async def test_signature_idempotency_key_headers_and_body(apps) -> None:
+async def test_dl4_signature_idempotency_key_headers_and_body(apps) -> None:
     app = apps(json_answer({"output": "order 42 shipped"}))
     port = await app.start()
     client = WebhookClient(config(port), wall=lambda: 1_700_000_000.7)
@@ -240,7 +240,7 @@ async def test_a_json_answer_without_output_is_an_error_for_the_model(apps, payl
 
 
 @pytest.mark.parametrize("status", [500, 503, 404, 302])
-async def test_an_error_status_is_an_error_output_and_never_retried(apps, status, caplog) -> None:
+async def test_dl4_an_error_status_is_an_error_output_and_never_retried(apps, status, caplog) -> None:
     app = apps(json_answer({"error": "internal stack trace"}, status=status))
     sleeps = Sleeps()
     result = await WebhookClient(config(await app.start()), sleep=sleeps).deliver(JOB, IDENTITY)
@@ -251,7 +251,7 @@ async def test_an_error_status_is_an_error_output_and_never_retried(apps, status
     assert f"HTTP {status}" in caplog.text  # one log line says what happened
 
 
-async def test_a_read_timeout_is_an_error_output_and_the_request_is_not_sent_again(apps) -> None:
+async def test_dl4_a_read_timeout_is_an_error_output_and_the_request_is_not_sent_again(apps) -> None:
     release = asyncio.Event()
 
     async def never(_: Received) -> Answer:
@@ -281,7 +281,7 @@ async def test_a_reset_after_the_request_was_sent_is_not_retried(apps) -> None:
     assert (result.attempts, result.sent, app.connections, len(app.requests), sleeps.waits) == (1, True, 1, 1, [])
 
 
-async def test_connection_refused_is_retried_until_the_application_listens(apps) -> None:
+async def test_dl4_connection_refused_is_retried_until_the_application_listens(apps) -> None:
     sock = bound_not_listening()
     port = sock.getsockname()[1]
     app = apps(json_answer({"output": "ok after a retry"}))

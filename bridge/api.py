@@ -1,0 +1,279 @@
+"""Running the bridge inside a Python application (DL3): a `Server` and the `Application` that drives it.
+
+    import asyncio, bridge
+
+    class Shop(bridge.Application):
+        async def setup(self, call):                      # per call, from the called number and SIP headers
+            return bridge.CallSetup(instructions=f"You answer for line {call.called}.", tools=(LOOKUP,))
+
+        async def job(self, call, job):                   # a tool call or delegation, run exactly once
+            call.push_fact(f"order {job.arguments} looked up")
+            return '{"status": "shipped"}'
+
+    asyncio.run(bridge.Server(Shop(), bridge.ServerConfig(provider="openai-realtime", key=KEY)).run())
+
+The server answers SIP calls (pjsua2), runs one session per call against the provider and calls the
+application's coroutines; `LiveCall` lets the application push speakable updates, task facts and later
+results into a live call. Every method of `Application` has a default, so an application overrides only what
+it needs. `parlora-bridge serve` is this server with the command line's options (and the HTTP webhook as its
+application when `--webhook` is given).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from bridge.coordinator import CoordinatorOptions
+from bridge.delegations import JobRequest
+from bridge.http import StatusServer
+from bridge.providers import KINDS, ProviderChoice
+from bridge.rollover import RolloverOptions
+from bridge.session import CallSession, CallSummary
+from bridge.telephony import TelephonyOptions, tool_specs
+from providers.base import Provider, SessionSettings, ToolSpec
+from providers.limits import LimitOverrides
+from sip.leg import CallIdentity
+from sip.pjsua2_agent import Pjsua2Leg, Pjsua2UserAgent, UserAgentConfig, UserAgentError
+
+log = logging.getLogger("parlora")
+
+ECHO_LOCAL_KEY = "echo-local"  # the embedded fake accepts any bearer token; this one is not a secret
+
+
+@dataclass(frozen=True, slots=True)
+class CallSetup:
+    """What one call's sessions are configured with (every connection of the call: rollovers and recoveries
+    are seeded from it)."""
+
+    instructions: str | None = None
+    voice: str | None = None
+    tools: tuple[ToolSpec, ...] = ()
+    history: tuple[tuple[str, str], ...] = ()  # (role, text) before the caller speaks
+
+
+class LiveCall:
+    """The application's handle on one live call."""
+
+    def __init__(self, info: CallIdentity, session: CallSession) -> None:
+        self.info = info
+        self._session = session
+
+    @property
+    def call_id(self) -> str:
+        return self.info.call_id
+
+    def status(self) -> dict[str, Any]:
+        return self._session.status()
+
+    def push_update(self, text: str, *, speak: bool = True) -> bool:
+        """Tell the model something now (spoken when `speak`); held while the voice path is being repaired."""
+        return self._session.push_update(text, speak=speak)
+
+    def push_fact(self, text: str) -> None:
+        """A task fact or verified result, seeded into any later connection; never spoken by itself."""
+        self._session.push_fact(text)
+
+    def push_result(self, job_id: str, output: str) -> bool:
+        """A later (revised) result of a job the model asked for."""
+        return self._session.push_result(job_id, output)
+
+    def hang_up(self, reason: str = "ended by the application") -> None:
+        self._session.leg.hangup(reason)
+
+
+class Application:
+    """The application side of the bridge. Override what you need; the defaults answer like `serve`."""
+
+    async def setup(self, call: CallIdentity) -> CallSetup:
+        """Per call, before it is answered: instructions and tools from the called number and SIP headers."""
+        return CallSetup()
+
+    async def job(self, call: LiveCall, job: JobRequest) -> str:
+        """A tool call or delegation, dispatched once however often the provider delivers it; the returned
+        text (JSON or plain) is the model's answer. An exception becomes an error answer for the model."""
+        return '{"error": "no application handler is configured for tools"}'
+
+    async def dtmf(self, call: LiveCall, digit: str) -> None:
+        """The caller pressed a key (RFC 4733)."""
+
+    async def ended(self, call: LiveCall, summary: CallSummary) -> None:
+        """The call is over."""
+
+    async def approve_rollover(self, call: LiveCall, rollover_id: str) -> bool:
+        """Before a rollover opens the next connection (RO6): False or an exception refuses it."""
+        return True
+
+    async def authorize(self, connection_id: str) -> bool:
+        """Before every provider connection is opened (RO7), keyed by "<call id>/conn-N"."""
+        return True
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Where to answer calls and which provider to bridge them to."""
+
+    provider: str = "echo"  # "echo" (the embedded GPT-Live fake) or a name in bridge.providers.KINDS
+    key: str | None = None  # the provider's API key (never logged)
+    provider_url: str | None = None
+    provider_options: tuple[tuple[str, Any], ...] = ()  # adapter keyword arguments (e.g. ssl_context)
+    sip: tuple[str, int] = ("127.0.0.1", 5060)
+    rtp_port: int = 4000
+    max_calls: int = 4
+    http: tuple[str, int] | None = None  # GET /calls status endpoint
+    instructions: str | None = None  # used when the application's setup gives none
+    limits: LimitOverrides | None = None
+    failure_message: bytes | None = None
+    rollover: RolloverOptions | None | str = "default"  # "default": from the provider's cap; None: off
+    telephony: TelephonyOptions = field(default_factory=TelephonyOptions)
+
+
+class Server:
+    """Answers SIP calls and runs one bridged session per call until stopped."""
+
+    def __init__(self, application: Application, config: ServerConfig) -> None:
+        self.application = application
+        self.config = config
+        self.calls: dict[str, LiveCall] = {}
+        self._sessions: dict[str, CallSession] = {}
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._agent: Pjsua2UserAgent | None = None
+        self._fake: Any = None
+        self._status: StatusServer | None = None
+        embedded = config.provider == "echo"
+        kind = KINDS["openai-live" if embedded else config.provider]
+        self._embedded = embedded and config.provider_url is None
+        key = ECHO_LOCAL_KEY if embedded else config.key
+        if key is None:
+            raise ValueError(f"provider {kind.name} needs an API key")
+        self._choice = ProviderChoice(kind, key, config.provider_url, SessionSettings(), config.limits,
+                                      config.provider_options)
+        rollover = config.rollover
+        self._rollover = RolloverOptions.for_cap(kind.session_cap_ms) if rollover == "default" else rollover
+
+    async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._embedded:
+            from providers.fakes import openai_live as live_fake
+
+            logging.getLogger("providers.fakes").setLevel(logging.WARNING)  # one connection per call: no chatter
+            # Calls may last hours: the embedded fake keeps no per-frame record in memory.
+            self._fake = await live_fake.serve("127.0.0.1", 0,
+                                               options=live_fake.LiveFakeOptions(record_client_frames=False))
+            self._choice = replace(self._choice, url=self._fake.url)
+            log.info("provider: echo (embedded GPT-Live fake at %s)", self._fake.url)
+        else:
+            log.info("provider: %s at %s", self._choice.kind.name, self._choice.url or "the default endpoint")
+        if self.config.http is not None:
+            sessions = self._sessions
+            self._status = await StatusServer(lambda: {cid: s.status for cid, s in sessions.items()}).start(
+                *self.config.http)
+            log.info("status on http://%s:%d/calls", self.config.http[0], self._status.port)
+        sip_host, sip_port = self.config.sip
+        self._agent = Pjsua2UserAgent(
+            UserAgentConfig(host=sip_host, port=sip_port, rtp_port=self.config.rtp_port,
+                            max_calls=self.config.max_calls),
+            loop,
+            self._on_call,
+        )
+        try:
+            await loop.run_in_executor(None, self._agent.start)
+        except UserAgentError:
+            await self._close_helpers()
+            raise
+
+    async def stop(self) -> bool:
+        """Hang up every call, stop the SIP engine; True when it stopped cleanly."""
+        loop = asyncio.get_running_loop()
+        clean = True
+        if self._agent is not None:
+            clean = await loop.run_in_executor(None, self._agent.stop)  # sessions see CallEnded
+            self._agent = None
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=5.0)
+        for task in self._tasks:
+            task.cancel()
+        await self._close_helpers()
+        return clean
+
+    async def run(self) -> int:
+        """Start, serve until SIGINT or SIGTERM, stop; the process exit status."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+        try:
+            await self.start()
+        except UserAgentError as exc:
+            log.error("cannot start the SIP user agent on %s:%d: %s", *self.config.sip, exc)
+            return 2
+        await stop.wait()
+        log.info("stopping")
+        if not await self.stop():
+            log.error("the SIP engine did not stop in time")
+            return 1
+        log.info("stopped")
+        return 0
+
+    async def __aenter__(self) -> Server:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _close_helpers(self) -> None:
+        if self._status is not None:
+            await self._status.close()
+            self._status = None
+        if self._fake is not None:
+            await self._fake.close()
+            self._fake = None
+
+    def _on_call(self, leg: Pjsua2Leg) -> None:
+        task: asyncio.Task[object] = asyncio.create_task(self._run_call(leg), name=leg.identity.call_id)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_call(self, leg: Pjsua2Leg) -> None:
+        app, identity = self.application, leg.identity
+        try:
+            setup = await app.setup(identity)
+        except Exception:
+            log.exception("call %s: the application's setup failed; answering 500", identity.call_id)
+            leg.hangup("application setup failed", status=500)
+            return
+        telephony = self.config.telephony
+        settings = SessionSettings(instructions=setup.instructions or self.config.instructions, voice=setup.voice,
+                                   tools=setup.tools + tool_specs(telephony), history=setup.history)
+        choice = replace(self._choice, settings=settings)
+
+        def reconnect(token: int, seeded: SessionSettings) -> Provider:
+            return replace(choice, settings=seeded).connect(token)
+
+        holder: list[LiveCall] = []
+        session = CallSession(
+            leg, choice.connect(token=1), reconnect=reconnect, settings=settings,
+            failure_message=self.config.failure_message, options=CoordinatorOptions(rollover=self._rollover),
+            job_handler=lambda job: app.job(holder[0], job),
+            approve=lambda rollover_id: app.approve_rollover(holder[0], rollover_id),
+            authorize=app.authorize, telephony_options=telephony,
+            dtmf_handler=lambda digit: app.dtmf(holder[0], digit),
+        )
+        call = LiveCall(identity, session)
+        holder.append(call)
+        self.calls[identity.call_id] = call
+        self._sessions[identity.call_id] = session
+        try:
+            summary = await session.run()
+            try:
+                await app.ended(call, summary)
+            except Exception:
+                log.exception("call %s: the application's ended() failed", identity.call_id)
+        finally:
+            self.calls.pop(identity.call_id, None)
+            self._sessions.pop(identity.call_id, None)
+
