@@ -74,8 +74,11 @@ class DtmfReceived:
 class TransferProgress:
     """What the transfer target answered, as the REFER's NOTIFY reported it (RFC 3515 sipfrag).
 
-    `status_code` is the sipfrag's status (100 trying, 180 ringing, 200 answered, 4xx-6xx failed) or, when the
-    REFER itself was refused, the REFER's final response; `final` marks the last report of this transfer."""
+    `status_code` is the sipfrag's status (100 trying, 180 ringing, 200 answered, 4xx-6xx failed); 100 with
+    reason "Accepted" when the REFER got its 202; the REFER's final response when it was refused; or one the
+    engine sets itself: 408 (no report in time), 487 (call ended first), 491 (a transfer already in progress),
+    500 (REFER not sent, or the subscription ended without a final NOTIFY). `final` marks the last report of
+    this transfer: exactly one per `transfer()`, and 2xx there means transferred."""
 
     target: str
     status_code: int
@@ -134,10 +137,28 @@ class CallLeg(Protocol):
         ...
 
     def transfer(self, target: str) -> None:
-        """Blind transfer: send REFER with Refer-To `target` (a SIP URI); progress arrives as `TransferProgress`
-        events. The call stays up until the transferee or the bridge ends it."""
+        """Blind transfer (RFC 3515): send the caller a REFER with Refer-To `target`, a sip:, sips: or tel: URI.
+
+        Raises ValueError, before anything is sent, if `target` is not such a URI. Every other outcome comes as
+        `TransferProgress` events, exactly one of them `final`, always before `CallEnded` (none at all if the
+        call had already ended):
+        - REFER accepted (202): (100, "Accepted"), then one event per NOTIFY sipfrag (100 Trying, 180 Ringing).
+        - Final sipfrag 2xx (or a 2xx to the REFER with "Refer-Sub: false"): transferred. The leg then hangs up
+          by itself (BYE), so `CallEnded(by_remote=False, reason="transferred to <target>")` follows (or
+          by_remote=True if the transferee hung up first).
+        - Final sipfrag 3xx-6xx, or the REFER refused (403, 405, 501, 603, ...): that code; the call stays up.
+        - 408: no REFER response or NOTIFY within the engine's transfer timeout; the call stays up (but if
+          the transferee still reports success later, the leg hangs up then).
+        - 491: another transfer of this call is still in progress; 487: the call ended before the outcome was
+          known; 500: REFER not sent (call not answered yet, engine error) or the subscription ended without
+          a final NOTIFY.
+        """
         ...
 
     def send_dtmf(self, digits: str) -> None:
-        """Send `digits` (0-9, *, #, A-D) to the caller as RFC 4733 telephone-events."""
+        """Send `digits` to the caller as RFC 4733 telephone-events on the call's RTP, 160 ms each, queued
+        behind any still being sent (as SIP INFO if the caller negotiated no telephone-event).
+
+        Raises ValueError, before anything is sent, unless `digits` is 1 to 32 of 0-9, *, #, A-D (a-d are
+        taken as A-D). Nothing confirms delivery: there is no leg event for it."""
         ...

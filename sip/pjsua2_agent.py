@@ -45,12 +45,17 @@ from sip.leg import (
     MediaHeld,
     MediaResumed,
     MediaStarted,
+    TransferProgress,
 )
 
 log = logging.getLogger("parlora.sip")
 
 WHEEL_MAX_CALLS = 4  # PJSUA_MAX_CALLS compiled into the pjsua2-python wheel
 _POLL_MS = 10
+DTMF_DIGITS = frozenset("0123456789*#ABCD")
+MAX_DTMF_DIGITS = 32  # pjmedia's stream queues at most 32 outgoing digits (PJ_ETOOMANY beyond)
+PJMEDIA_RTP_EREMNORFC2833 = 220107  # pjmedia: "Remote does not support RFC 2833" (measured on the wheel)
+_TRANSFER_TARGET = re.compile(r"^(?:sips?|tel):[^\s<>\"]+$", re.IGNORECASE)
 _VOID_PTR = ctypes.POINTER(ctypes.c_void_p)
 
 
@@ -64,6 +69,9 @@ class UserAgentConfig:
     max_calls: int = WHEEL_MAX_CALLS
     user_agent: str = "parlora-bridge"
     pjsip_log_level: int = 2  # pjsip's own log lines routed into logging at DEBUG (warnings at WARNING)
+    # A transfer with no report (REFER response or NOTIFY) for this long ends with a final 408. 30 s is just
+    # under the REFER's own UDP timeout (Timer F, 32 s), so an unanswered REFER reports 408, not pjsua's 500.
+    transfer_timeout_s: float = 30.0
 
 
 class UserAgentError(RuntimeError):
@@ -133,12 +141,46 @@ class Pjsua2Leg:
             self.hangup_reason = reason
             self._agent._command(("hangup", self._key, reason, status))
 
+    def transfer(self, target: str) -> None:
+        """Blind transfer (REFER). Raises ValueError for a malformed target, before anything is sent; every
+        other outcome, including failures, arrives as `TransferProgress` events (see `sip.leg.CallLeg`)."""
+        self._agent._command(("transfer", self._key, validate_transfer_target(target), 0))
+
+    def send_dtmf(self, digits: str) -> None:
+        """RFC 4733 telephone-events to the caller. Raises ValueError (nothing sent) unless `digits` is 1 to 32
+        of 0-9 * # A-D; a/b/c/d are taken as A-D."""
+        self._agent._command(("dtmf", self._key, validate_dtmf_digits(digits), 0))
+
     def _post(self, event: LegEvent) -> None:
         """Hand an event to the asyncio loop (any thread)."""
         try:
             self._agent.loop.call_soon_threadsafe(self._queue.put_nowait, event)
         except RuntimeError:  # loop closed during shutdown: nobody is listening any more
             pass
+
+
+def validate_dtmf_digits(digits: str) -> str:
+    """The digits to send, upper-cased; ValueError (with the offending characters) if any is not a DTMF key."""
+    if not isinstance(digits, str) or not digits:
+        raise ValueError("send_dtmf needs at least one digit (0-9, *, #, A-D)")
+    normalized = digits.upper()
+    bad = sorted({ch for ch in normalized if ch not in DTMF_DIGITS})
+    if bad:
+        raise ValueError(f"send_dtmf: {', '.join(map(repr, bad))} not DTMF digits: only 0-9, *, #, A-D are allowed")
+    if len(normalized) > MAX_DTMF_DIGITS:
+        raise ValueError(f"send_dtmf: {len(normalized)} digits, at most {MAX_DTMF_DIGITS} per call")
+    return normalized
+
+
+def validate_transfer_target(target: str) -> str:
+    """A bare sip:/sips:/tel: URI (angle brackets allowed); ValueError for anything else, e.g. a name, a
+    number without a scheme, or text with whitespace or CR/LF that would corrupt the Refer-To header."""
+    uri = target.strip() if isinstance(target, str) else ""
+    if uri.startswith("<") and uri.endswith(">"):
+        uri = uri[1:-1]
+    if not _TRANSFER_TARGET.match(uri):
+        raise ValueError(f"transfer target {target!r} is not a sip:, sips: or tel: URI")
+    return uri
 
 
 class _MediaPort(pj.AudioMediaPort):
@@ -191,12 +233,19 @@ class _Call(pj.Call):
         self.media_format = pj.MediaFormatAudio()
         self.media_format.init(pj.PJMEDIA_FORMAT_PCM, 8000, 1, 20000, 16)
         self.held = False
+        # Blind transfer in progress
+        self.xfer_target: str | None = None
+        self.xfer_deferred = False  # asked for while the ACK was outstanding
+        self.xfer_deadline = 0.0
+        self.xfer_expired: str | None = None  # gave up waiting on this one; a late 2xx still ends the call
 
     def onCallState(self, prm: pj.OnCallStateParam) -> None:  # noqa: N802
         try:
             ci = self.getInfo()
             if ci.state == pj.PJSIP_INV_STATE_DISCONNECTED:
                 self._agent._on_disconnected(self, ci.lastReason, ci.lastStatusCode)
+            elif ci.state == pj.PJSIP_INV_STATE_CONFIRMED and self.xfer_deferred:
+                self._send_refer()
         except Exception:
             log.exception("onCallState failed")
 
@@ -237,6 +286,116 @@ class _Call(pj.Call):
                 self.leg._post(DtmfReceived(prm.digit))
         except Exception:
             log.exception("onDtmfDigit failed")
+
+    # --- blind transfer (REFER, RFC 3515) and outgoing DTMF; all on the pjsua thread ---
+
+    def start_transfer(self, target: str) -> None:
+        leg = self.leg
+        assert leg is not None
+        # pjsua's status callback does not say which REFER it reports on, so one subscription at a time,
+        # including one we stopped waiting for (its late reports still come).
+        busy = self.xfer_target or self.xfer_expired
+        if busy is not None:
+            leg._post(TransferProgress(target, 491, f"a transfer to {busy} is still in progress", True))
+            return
+        state = self.getInfo().state
+        if state not in (pj.PJSIP_INV_STATE_CONNECTING, pj.PJSIP_INV_STATE_CONFIRMED):
+            leg._post(TransferProgress(target, 500, "REFER not sent: the call is not answered", True))
+            return
+        self.xfer_target = target
+        self.xfer_expired = None
+        self.xfer_deadline = time.monotonic() + self._agent.config.transfer_timeout_s
+        if state == pj.PJSIP_INV_STATE_CONFIRMED:
+            self._send_refer()
+        else:  # 200 sent, ACK not yet in: a REFER now would cross it; onCallState sends it at CONFIRMED
+            self.xfer_deferred = True
+            log.info("%s: blind transfer to %s waits for the ACK", leg.identity.call_id, target)
+
+    def _send_refer(self) -> None:
+        assert self.leg is not None and self.xfer_target is not None
+        self.xfer_deferred = False
+        target = self.xfer_target
+        try:
+            self.xfer(target, pj.CallOpParam())
+        except pj.Error as exc:
+            log.warning("%s: REFER to %s not sent: %s", self.leg.identity.call_id, target, exc.info())
+            self.xfer_target = None
+            self.leg._post(TransferProgress(target, 500, f"REFER not sent: {exc.reason}", True))
+            return
+        log.info("%s: blind transfer to %s (REFER sent)", self.leg.identity.call_id, target)
+
+    def onCallTransferStatus(self, prm: pj.OnCallTransferStatusParam) -> None:  # noqa: N802
+        """pjsua reports, in order: (100, "Accepted") when the REFER got its 2xx, then each NOTIFY's sipfrag
+        status, with finalNotify on the one that terminates the subscription; or the REFER's error response
+        (finalNotify set); or 500 when the subscription ended without a message (timer, transport).
+
+        `prm.cont` only tells pjsua whether to keep reporting this subscription; it never ends the call (the
+        pjsua *application* hangs up itself on 2xx). So we set cont=False once the outcome is known, and end
+        the call ourselves after a 2xx: a transferor leaves once the transferee reached the target."""
+        try:
+            leg = self.leg
+            code, reason = int(prm.statusCode), str(prm.reason)
+            target = self.xfer_target
+            if leg is None or target is None:  # no transfer of ours in progress
+                late = self.xfer_expired
+                if leg is None or late is None:
+                    prm.cont = False
+                elif prm.finalNotify or code >= 200:  # the outcome of one we gave up on (408 already reported)
+                    prm.cont = False
+                    self.xfer_expired = None
+                    if 200 <= code < 300:
+                        log.warning("%s: transfer to %s succeeded after we stopped waiting; ending the call",
+                                    leg.identity.call_id, late)
+                        leg.hangup(f"transferred to {late}", 200)
+                return
+            # A final sipfrag status is the transfer's outcome even if the subscription is still active
+            # (pjsua then unsubscribes by itself).
+            final = bool(prm.finalNotify) or code >= 200
+            log.info("%s: transfer to %s: %d %s%s", leg.identity.call_id, target, code, reason,
+                     " (final)" if final else "")
+            leg._post(TransferProgress(target, code, reason, final))
+            if not final:
+                self.xfer_deadline = time.monotonic() + self._agent.config.transfer_timeout_s
+                return
+            self.xfer_target = None
+            prm.cont = False
+            if 200 <= code < 300:
+                leg.hangup(f"transferred to {target}", 200)  # BYE, sent from the command queue after this callback
+        except Exception:
+            log.exception("onCallTransferStatus failed")
+
+    def expire_transfer(self, now: float) -> None:
+        if self.xfer_target is None or now < self.xfer_deadline or self.leg is None:
+            return
+        target, self.xfer_target, self.xfer_expired = self.xfer_target, None, self.xfer_target
+        timeout = self._agent.config.transfer_timeout_s
+        log.warning("%s: transfer to %s: no report for %g s, giving up", self.leg.identity.call_id, target, timeout)
+        self.leg._post(TransferProgress(target, 408, f"no answer to the transfer within {timeout:g} s", True))
+
+    def onCallTransferRequest(self, prm: pj.OnCallTransferRequestParam) -> None:  # noqa: N802
+        """The caller sent us a REFER. pjsua would accept it and dial `dstUri` from this bridge (toll fraud
+        by any caller): refuse it."""
+        try:
+            prm.statusCode = pj.PJSIP_SC_FORBIDDEN
+            call_id = self.leg.identity.call_id if self.leg is not None else self.key
+            log.warning("%s: refused the caller's REFER to %s with 403", call_id, prm.dstUri)
+        except Exception:
+            log.exception("onCallTransferRequest failed")
+
+    def send_digits(self, digits: str) -> None:
+        """RFC 4733 telephone-events on the call's stream; SIP INFO if the caller did not negotiate them."""
+        prm = pj.CallSendDtmfParam()  # duration 160 ms per digit (PJSUA_CALL_SEND_DTMF_DURATION_DEFAULT)
+        prm.method = pj.PJSUA_DTMF_METHOD_RFC2833
+        prm.digits = digits
+        try:
+            self.sendDtmf(prm)
+        except pj.Error as exc:
+            if exc.status != PJMEDIA_RTP_EREMNORFC2833:
+                raise
+            log.warning("%s: the caller negotiated no telephone-event; sending DTMF %s as SIP INFO",
+                        self.leg.identity.call_id if self.leg is not None else self.key, digits)
+            prm.method = pj.PJSUA_DTMF_METHOD_SIP_INFO
+            self.sendDtmf(prm)
 
 
 class _Account(pj.Account):
@@ -380,6 +539,7 @@ class Pjsua2UserAgent:
             while not self._stop.is_set():
                 ep.libHandleEvents(_POLL_MS)
                 self._run_commands()
+                self._expire_transfers()
                 self._dead.clear()
             self._hangup_all(ep)
         finally:
@@ -449,6 +609,9 @@ class Pjsua2UserAgent:
         self._dead.append(call)  # dropped after this callback returns, still on this thread
         leg = call.leg
         if leg is not None:
+            if call.xfer_target is not None:  # every transfer gets exactly one final report, before CallEnded
+                leg._post(TransferProgress(call.xfer_target, 487, "the call ended before the transfer's outcome", True))
+                call.xfer_target = None
             leg._post(
                 CallEnded(
                     reason=leg.hangup_reason if leg.hangup_requested else reason,
@@ -479,8 +642,19 @@ class Pjsua2UserAgent:
                     op.statusCode = status
                     op.reason = reason
                     call.hangup(op)
+                elif verb == "transfer":
+                    call.start_transfer(reason)
+                elif verb == "dtmf":
+                    call.send_digits(reason)
             except pj.Error as exc:
                 log.warning("%s of %s failed: %s", verb, key, exc.info())
+
+    def _expire_transfers(self) -> None:
+        # A method, not inline in _run: a loop variable there would keep a Call alive until libDestroy (pitfall 3).
+        now = time.monotonic()
+        for call in self._calls.values():
+            if call.xfer_target is not None:
+                call.expire_transfer(now)
 
     def _hangup_all(self, ep: pj.Endpoint) -> None:
         if self._calls:

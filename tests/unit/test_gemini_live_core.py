@@ -216,7 +216,7 @@ def test_tool_calls_and_cancellation() -> None:
     assert feed(c, {"toolCallCancellation": {"ids": ["fc-1", "fc-2"]}}) == [ToolCallCancelled(7, ("fc-1", "fc-2"))]
 
 
-def test_tool_results_and_text_commands() -> None:
+def test_dl5_gemini_tool_results_are_tool_responses_and_text_is_client_content() -> None:
     c = core()
     c.frames_to_send()
     c.send_tool_result("fc-1", "lookup_order", '{"status": "shipped"}')

@@ -102,7 +102,7 @@ def test_url_resolution() -> None:
     assert resolve_url("ws://127.0.0.1:9000/custom/path") == "ws://127.0.0.1:9000/custom/path"
 
 
-def test_delegations_become_tool_call_requests_and_answers_go_back_as_commentary() -> None:
+def test_dl5_gpt_live_delegations_are_answered_as_commentary_with_the_delegation_id() -> None:
     c = core()
     c.frames_to_send()
     created = {"type": "session.delegation.created", "event_id": "e", "offset_ms": 4200,

@@ -394,7 +394,7 @@ def test_cancel_goes_out_only_while_a_response_is_active() -> None:
 OUTPUT_ITEM = {"type": "conversation.item.create", "item": {"type": "function_call_output", "call_id": "call_ABC", "output": "{\"status\":\"shipped\"}"}}
 
 
-def test_a_tool_result_when_idle_is_answered_at_once() -> None:
+def test_dl5_realtime_tool_results_are_function_call_output_plus_response_create() -> None:
     c = started()
     c.send_tool_result("call_ABC", "{\"status\":\"shipped\"}")
     assert sent(c) == [OUTPUT_ITEM, {"type": "response.create"}]
