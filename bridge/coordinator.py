@@ -552,11 +552,12 @@ class SessionCoordinator:
             batch, self._ready_frames = self._ready_frames[:room], self._ready_frames[room:]
             self.channel.enqueue(batch)
         busy = self.reservoir.depth_bytes or self._ready_frames or self.framer.pending_bytes
-        self._next_tick = now + TICK_NS if busy else None
+        self._next_tick = now + TICK_NS if busy or self._goodbye is not None else None
         if self._goodbye is not None and not self.ended:
             quiet = self._last_audio_ns is not None and now - self._last_audio_ns >= self.options.item_quiet_ms * _NS_PER_MS
             played = self._goodbye_spoken and quiet and not busy and self.channel.depth == 0
             if played or now >= self._goodbye[1]:
+                self._goodbye = None
                 self._end("the model ended the call (end_call)", failed=False)
         if self._speaker_busy and not busy and self.channel.depth == 0 and self.rollover is not None:
             quiet = self._last_audio_ns is None or now - self._last_audio_ns >= self.options.item_quiet_ms * _NS_PER_MS

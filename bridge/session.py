@@ -280,14 +280,20 @@ class CallSession:
                 if close_deadline is not None:
                     left = max(0.0, close_deadline - loop.time())
                     timeout = left if timeout is None else min(timeout, left)
-                try:
-                    item = await asyncio.wait_for(self._inbox.get(), timeout)
-                except TimeoutError:
-                    if close_deadline is not None and loop.time() >= close_deadline:
-                        break
-                    coordinator.handle_timer(self._clock())
+                if close_deadline is not None and loop.time() >= close_deadline:
+                    break
+                if deadline is not None and deadline <= now:
+                    coordinator.handle_timer(now)  # a due timer first, then one queued input: neither starves
+                    if not self._inbox.empty():
+                        self._handle(self._inbox.get_nowait())
                 else:
-                    self._handle(item)
+                    try:
+                        item = await asyncio.wait_for(self._inbox.get(), timeout)
+                    except TimeoutError:
+                        if close_deadline is None or loop.time() < close_deadline:
+                            coordinator.handle_timer(self._clock())
+                    else:
+                        self._handle(item)
                 await self._carry_out()
                 if self._ended is not None and (self._provider_done or coordinator.ended or coordinator.recovery.reconnecting):
                     break  # (while reconnecting there is no session whose final usage could be waited for)

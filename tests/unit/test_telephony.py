@@ -1,0 +1,119 @@
+"""DL6: the telephony tools are carried out on the call leg, never dispatched to the application, and the
+caller's key presses reach the application and (when enabled) the model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from bridge.session import CallSession
+from bridge.telephony import TelephonyOptions, tool_specs
+from providers.events import AudioReceived, ToolCallRequested
+from rtp.audio import PCMU_8K
+from sip.leg import CallEnded, DtmfReceived, TransferProgress
+from test_delegations import ToolProvider
+from test_session import FakeLeg
+
+OPTIONS = TelephonyOptions(end_call=True, transfer_targets={"sales": "sip:sales@127.0.0.1:5090"}, send_dtmf=True,
+                           dtmf_to_model=True, goodbye_timeout_ms=2_000)
+
+
+class TelephonyLeg(FakeLeg):
+    def __init__(self) -> None:
+        super().__init__()
+        self.transfers: list[str] = []
+        self.digits: list[str] = []
+
+    def hangup(self, reason: str = "normal clearing", status: int = 503) -> None:
+        self.played_at_hangup = self.ledger.frames_transmitted
+        super().hangup(reason, status)
+
+    def transfer(self, target: str) -> None:
+        self.transfers.append(target)
+
+    def send_dtmf(self, digits: str) -> None:
+        if not digits or set(digits) - set("0123456789*#ABCD"):
+            raise ValueError(f"not DTMF digits: {digits!r}")
+        self.digits.append(digits)
+
+
+class TextProvider(ToolProvider):
+    def __init__(self) -> None:
+        super().__init__()
+        self.texts: list[tuple[str, bool]] = []
+
+    def send_text(self, text: str, *, speak: bool = False) -> None:
+        self.texts.append((text, speak))
+
+
+async def until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0)
+
+
+def test_dl6_the_tools_are_offered_only_when_enabled() -> None:
+    assert tool_specs(TelephonyOptions()) == ()
+    specs = {s.name: s for s in tool_specs(OPTIONS)}
+    assert set(specs) == {"end_call", "transfer_call", "send_dtmf"}
+    assert specs["transfer_call"].parameters["properties"]["destination"]["enum"] == ["sales"]
+
+
+async def test_dl6_transfer_call_sends_refer_and_reports_the_transferee_s_answer() -> None:
+    leg, provider = TelephonyLeg(), TextProvider()
+    ran: list[object] = []
+
+    async def application(job: object) -> str:
+        ran.append(job)
+        return "{}"
+
+    task = asyncio.create_task(CallSession(leg, provider, job_handler=application, telephony_options=OPTIONS).run())
+    provider.queue.put_nowait(ToolCallRequested(1, "call_t", "transfer_call", '{"destination": "sales"}'))
+    await until(lambda: leg.transfers)
+    assert leg.transfers == ["sip:sales@127.0.0.1:5090"] and not provider.results
+    leg.queue.put_nowait(TransferProgress("sip:sales@127.0.0.1:5090", 100, "Trying", False))
+    leg.queue.put_nowait(TransferProgress("sip:sales@127.0.0.1:5090", 486, "Busy Here", True))
+    await asyncio.wait_for(provider.answered.wait(), 5)
+    assert [(c, json.loads(o)) for c, o in provider.results] == [
+        ("call_t", {"transferred": False, "status": 486, "reason": "Busy Here"})]
+    provider.queue.put_nowait(ToolCallRequested(1, "call_d", "send_dtmf", '{"digits": "12#"}'))
+    provider.queue.put_nowait(ToolCallRequested(1, "call_x", "send_dtmf", '{"digits": "12x"}'))
+    await until(lambda: len(provider.results) == 3)
+    assert leg.digits == ["12#"] and "error" in json.loads(provider.results[2][1]) and ran == []
+    leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
+    await asyncio.wait_for(task, 5)
+
+
+async def test_dl6_end_call_lets_the_goodbye_play_then_hangs_up() -> None:
+    leg, provider = TelephonyLeg(), TextProvider()
+    task = asyncio.create_task(CallSession(leg, provider, telephony_options=OPTIONS).run())
+    provider.queue.put_nowait(ToolCallRequested(1, "call_e", "end_call", "{}"))
+    await asyncio.wait_for(provider.answered.wait(), 5)
+    provider.queue.put_nowait(AudioReceived(1, bytes(range(256)) * 4, PCMU_8K))  # the goodbye (128 ms)
+    await until(lambda: leg.playout.depth > 0)
+    assert leg.hangups == []  # not while the goodbye waits to be played
+    for tick in range(50):  # the media clock plays it out, one frame per 20 ms (bounded)
+        if task.done():
+            break
+        leg.playout.pull(tick * 20_000_000)
+        await asyncio.sleep(0.02)
+    summary = await asyncio.wait_for(task, 5)
+    assert leg.hangups and "end_call" in leg.hangups[0] and summary.ended_by == "provider"
+    assert leg.played_at_hangup == 7  # the whole goodbye (1024 bytes = 128 ms = 7 frames) left before the BYE
+
+
+async def test_dl6_the_caller_s_keys_reach_the_application_and_the_model() -> None:
+    leg, provider = TelephonyLeg(), TextProvider()
+    pressed: list[str] = []
+
+    async def on_dtmf(digit: str) -> None:
+        pressed.append(digit)
+
+    task = asyncio.create_task(CallSession(leg, provider, telephony_options=OPTIONS, dtmf_handler=on_dtmf).run())
+    for digit in "42#":
+        leg.queue.put_nowait(DtmfReceived(digit))
+    await until(lambda: len(pressed) == 3 and len(provider.texts) == 3)
+    assert pressed == ["4", "2", "#"]
+    assert provider.texts[0] == ("The caller pressed the key 4 on their keypad.", False)
+    leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
+    await asyncio.wait_for(task, 5)
