@@ -341,10 +341,12 @@ class SessionCoordinator:
             change = self.vad.frame(pcm, now)
             if isinstance(change, VoiceStarted):
                 self._local_turn = [self.timeline.ms(now), self.timeline.ms(now)]
+                self._caller_started(now, None)  # (a fresh caller interval after a repair, HR10)
             elif isinstance(change, VoiceStopped):
                 self._local_turn[1] = self.timeline.ms(now)
                 self._expect_answer(now)
                 self._turn_ended(now)
+                self._caller_resumed(now)
         self._feed(now)
 
     def provider_event(self, event: ProviderEvent, now: int) -> None:
