@@ -28,8 +28,9 @@ def say(**fields: object) -> None:
 
 
 class Shop(bridge.Application):
-    def __init__(self, job_delay: float) -> None:
+    def __init__(self, job_delay: float, hangup_on_pound: bool = False) -> None:
         self.job_delay = job_delay
+        self.hangup_on_pound = hangup_on_pound
         self.runs = 0
 
     async def setup(self, call):  # type: ignore[no-untyped-def]
@@ -48,6 +49,8 @@ class Shop(bridge.Application):
 
     async def dtmf(self, call, digit):  # type: ignore[no-untyped-def]
         say(event="dtmf", digit=digit)
+        if digit == "#" and self.hangup_on_pound:  # like an IVR: "press pound to finish"
+            call.hang_up("the caller finished with #")
 
     async def ended(self, call, summary):  # type: ignore[no-untyped-def]
         say(event="ended", by=summary.ended_by, reason=summary.reason)
@@ -64,6 +67,7 @@ def main() -> int:
     parser.add_argument("--transfer-target", action="append", default=[])
     parser.add_argument("--end-call-tool", action="store_true")
     parser.add_argument("--send-dtmf-tool", action="store_true")
+    parser.add_argument("--hangup-on-pound", action="store_true")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
@@ -74,7 +78,7 @@ def main() -> int:
                                  provider_options=extra, sip=(host, int(port)), rtp_port=args.rtp_port,
                                  telephony=TelephonyOptions(end_call=args.end_call_tool, transfer_targets=targets,
                                                             send_dtmf=args.send_dtmf_tool))
-    return asyncio.run(bridge.Server(Shop(args.job_delay), config).run())
+    return asyncio.run(bridge.Server(Shop(args.job_delay, args.hangup_on_pound), config).run())
 
 
 if __name__ == "__main__":

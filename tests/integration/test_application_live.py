@@ -83,3 +83,51 @@ def test_dl3_the_application_sets_up_the_call_and_each_job_runs_once_across_a_re
     assert first in superseded or delivered[answered[first]["ticket"]] >= 1  # never on the lost connection
     print(f"{len(jobs)} jobs, each run once by the application (the fake delivered every call twice); "
           f"superseded after the recovery: {sorted(superseded)}; delivered: {delivered}")
+
+
+def _start_app(fake, *extra: str) -> tuple[peers.ManagedProcess, int]:  # type: ignore[no-untyped-def]
+    sip_port, rtp_port = peers.free_udp_port(), peers._free_udp_port_pair()
+    app = peers.ManagedProcess([sys.executable, str(APP), "--sip", f"127.0.0.1:{sip_port}", "--rtp-port",
+                                str(rtp_port), "--provider", "openai-realtime", "--provider-url", fake.url, *extra],
+                               name="api-app")
+    app.wait_for(r"listening on udp", 20)
+    return app, sip_port
+
+
+@pytest.mark.timeout(120)
+def test_dl6_the_model_transfers_the_call_by_refer_and_is_told_the_outcome(start_fake, tmp_path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps({"turns": [{"tool_call": {"name": "transfer_call",
+                                                            "arguments": {"destination": "desk"}}}]}))
+    fake = start_fake("openai-realtime", "--script", str(script))
+    target = "sip:desk@127.0.0.1:5999"
+    workdir = tmp_path / "sipp"
+    speech = peers.make_utterance(workdir / "speech.wav", "Can I talk to a person, please?", lead_silence_s=0.3,
+                                  tail_silence_s=3.0, ulaw=True)
+    assert speech.ulaw_path.name == "speech.ul"
+    app, sip_port = _start_app(fake, "--transfer-target", f"desk={target}")
+    with app:
+        result = peers.run_sipp("uac_talk_then_refer", sip_port, workdir=workdir, timeout=60, trace_msg=True)
+        app.wait_for(r'"event": "ended"', 20)
+        log = app.stderr
+    assert result.returncode == 0, result.screen[-2000:]
+    assert [v.strip() for v in result.log_events["REFER_TO"]] == [target]  # the REFER reached the caller's side
+    assert result.count("BYE_RECEIVED") == 1  # and the bridge left the call after the transfer succeeded
+    assert re.search(r"transfer to sip:desk@127\.0\.0\.1:5999: 200 OK \(final\)", log), log[-3000:]
+    outputs = [json.loads((json.loads(line).get("frame") or {}).get("item", {}).get("output", "null"))
+               for line in fake.record.read_text().splitlines()
+               if ((json.loads(line).get("frame") or {}).get("item") or {}).get("type") == "function_call_output"]
+    assert outputs == [{"transferred": True, "status": 200, "reason": "OK"}], outputs  # the model was told
+
+
+@pytest.mark.timeout(120)
+def test_dl6_the_caller_s_rfc4733_keys_reach_the_application(start_fake, tmp_path) -> None:
+    fake = start_fake("openai-realtime")
+    app, sip_port = _start_app(fake, "--hangup-on-pound")
+    with app:
+        result = peers.run_sipp("uac_dtmf_rx", sip_port, workdir=tmp_path / "sipp", timeout=60, trace_msg=True)
+        app.wait_for(r'"event": "ended"', 20)
+        events = _events(app)
+    assert result.returncode == 0, result.screen[-2000:]
+    assert [e["digit"] for e in events if e["event"] == "dtmf"] == ["1", "9", "*", "#"]  # SIPp's 2833 pcaps
+    assert result.count("BYE_RECEIVED") == 1  # the application hung up on #
