@@ -20,7 +20,7 @@ KEYS = {"openai-live": "OPENAI_API_KEY", "openai-realtime": "OPENAI_API_KEY", "g
 CAP_MS = 8_000
 SCALED = ["--session-cap-ms", str(CAP_MS), "--rollover-after-ms", "4000", "--rollover-deadline-ms", "6000",
           "--rollover-hard-stop-ms", "7000", "--rollover-overlap-ms", "1000"]
-CALL_S = 44
+CALL_S = 36
 
 
 def _bursts(payloads: list[bytes], threshold_dbfs: float = -40.0) -> list[tuple[int, int]]:
