@@ -461,6 +461,13 @@ class SessionCoordinator:
             self._goodbye = (now, now + timeout_ms * _NS_PER_MS)
             self._goodbye_spoken = False
 
+    def connection_expires(self, token: int, time_left_ms: int, now: int) -> None:
+        """The provider said when connection `token` ends (GPT-Live's and Realtime's `expires_at`): sooner than
+        the configured cap, it drives the rollover as Gemini's goAway does."""
+        if self.rollover is not None and token in self._ids and self.rollover.options.cap_ms * 9 // 10 > time_left_ms:
+            self.rollover.session_expiring(self._ids[token], max(0, time_left_ms), now)
+            self._rollover_actions(now)
+
     def call_ended(self) -> None:
         """The call leg is gone: a connection lost from now on is the session closing, not a fault."""
         self.leg_ended = True

@@ -46,7 +46,7 @@ from bridge import telephony
 from bridge.telephony import TelephonyOptions
 from bridge.reservoir import OutputOverflow
 from providers.base import Provider, ProviderUnavailable, SessionSettings
-from providers.events import ProviderError, ProviderEvent, SessionClosed
+from providers.events import ProviderError, ProviderEvent, SessionClosed, SessionStarted
 from sip.leg import (
     CallEnded,
     CallLeg,
@@ -249,6 +249,8 @@ class CallSession:
                 options=self._options,
             )
             self.coordinator.provider_event(started, self._clock())
+            if started.expires_at:
+                self._expires(started)
             self.leg.answer()
             await self._bridge()
         summary = self._summary()
@@ -360,6 +362,8 @@ class CallSession:
             pass  # the commands an application push produced are carried out next
         elif item is not None:  # a provider event (a reader that ended sends None)
             self.coordinator.provider_event(item, now)  # type: ignore[arg-type]
+            if isinstance(item, SessionStarted) and item.expires_at:
+                self._expires(item)
 
     async def _carry_out(self) -> None:
         assert self.coordinator is not None
@@ -465,6 +469,12 @@ class CallSession:
             return
         self._inbox.put_nowait(started)
         await _pump(provider.events(), self._inbox)
+
+    def _expires(self, started: SessionStarted) -> None:
+        """`expires_at` (unix seconds) as time left, from the wall clock: the one place it is read."""
+        assert self.coordinator is not None and started.expires_at is not None
+        left_ms = int((started.expires_at - time.time()) * 1000)
+        self.coordinator.connection_expires(started.token, left_ms, self._clock())
 
     def _dispatch(self, request: JobRequest) -> None:
         """Run the application's handler once for this job; its answer comes back through the inbox. The

@@ -142,3 +142,16 @@ def test_ro6_a_refused_approval_ends_the_call_with_a_goodbye_at_the_hard_stop() 
     assert ended and ended[0].goodbye and not ended[0].failed and "approve_refused" in ended[0].reason
     assert not [c for c in call.commands if isinstance(c, OpenRollover)]
     assert call.now >= 7_000 * MS
+
+
+def test_ro1_an_announced_expiry_sooner_than_the_cap_drives_the_rollover_early() -> None:
+    call = RolloverCall()
+    call._seen = {}
+    call.core.connection_expires(1, 3_000, call.now)  # GPT-Live's expires_at: 3 s left, far below the 8 s cap
+    call.turn(talk_ms=1_000, pause_ms=600)
+    assert [c for c in call.commands if isinstance(c, OpenRollover)]  # opened at the first end of speech
+    late = RolloverCall()
+    late._seen = {}
+    late.core.connection_expires(1, 7_900, late.now)  # about the cap: the configured ages stand
+    late.turn(talk_ms=1_000, pause_ms=600)
+    assert not [c for c in late.commands if isinstance(c, OpenRollover)]
