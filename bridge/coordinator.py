@@ -315,7 +315,8 @@ class SessionCoordinator:
             assert self.recovery.active is not None
             self.recovery.active.discarded_frames += 1  # HR8: never replayed faster than real time
         elif not self.ended:
-            self._commands.extend(SendAudio(pcm, token) for token in self._audio_targets())
+            for target in self._targets:
+                self._commands.append(SendAudio(pcm, target))
         transmitted = self.channel.ledger.frames_transmitted
         if transmitted == self._last_transmitted and self.framer.item_id is not None and not self._item_over(now):
             self.underruns += 1  # this tick's pull found the cushion empty mid-item: the caller heard a gap
@@ -655,6 +656,7 @@ class SessionCoordinator:
             self._drop_other(other)
         self.rollover = None
         self._speaker_busy = False
+        self._refresh_targets()
         self._commands.append(CloseTransport(old))
         snapshot = RecoverySnapshot(tuple(self._caller_text), self.delegations.snapshot_facts())
         self._commands.append(OpenReplacement(self.token, cause, snapshot))
@@ -718,11 +720,14 @@ class SessionCoordinator:
             self.rollover = ro.RolloverController(cid, self.options.rollover, start_ns=self.timeline.start_ns)
             if confirmed_ns is not None:
                 self.rollover.connection_confirmed(cid, confirmed_ns)
+        self._refresh_targets()
 
-    def _audio_targets(self) -> tuple[int, ...]:
+    def _refresh_targets(self) -> None:
+        """The connections that get caller audio: worked out when they change, not on every frame."""
         if self.rollover is None:
-            return (self.token,)
-        return tuple(self._tokens[cid] for cid in self.rollover.audio_targets() if cid in self._tokens)
+            self._targets: tuple[int, ...] = (self.token,)
+        else:
+            self._targets = tuple(self._tokens[cid] for cid in self.rollover.audio_targets() if cid in self._tokens)
 
     def _utterance(self, token: int, item: str | None, start_ms: int | None, end_ms: int | None) -> list[int]:
         """The session-time span of an utterance on a connection, from its speech events (RO3 matching), or,
@@ -818,7 +823,10 @@ class SessionCoordinator:
         if self.rollover is None:
             return
         at = self.timeline.ms(now)
-        for action in self.rollover.actions():
+        actions = self.rollover.actions()
+        if actions:
+            self._refresh_targets()  # (a rollover changes which connections hear the caller only by an action)
+        for action in actions:
             if isinstance(action, ro.RequestApproval):
                 self._commands.append(ApproveRollover(action.rollover_id))
             elif isinstance(action, ro.Authorize):
@@ -926,6 +934,7 @@ class SessionCoordinator:
                 "underruns": self.underruns,
                 "suppressed_bytes": self.suppressed_bytes,
                 "stale_events": self.stale_events,
+                "listener_audio_bytes": self.listener_audio_bytes,
             },
             "recoveries": {
                 "by_cause": dict(self.recovery.stats.by_cause),

@@ -188,7 +188,6 @@ class CallSession:
         self._telephony = telephony_options or TelephonyOptions()
         self._dtmf_handler = dtmf_handler
         self._transfer_job: str | None = None  # the transfer_call job waiting for the transferee's answer
-        self.jobs_run: list[JobRequest] = []  # every job handed to the application, in order
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clock = clock
         self._options = options
@@ -416,15 +415,18 @@ class CallSession:
         settings = seeded_settings(self._settings, command.snapshot, notice=True)
         provider = self._reconnect(command.token, settings)
         self.providers[command.token] = provider
-        self._spawn(f"provider-{command.token}", self._connect_replacement(provider))
+        self._spawn(f"provider-{command.token}", self._connect_another(provider, _ReplacementFailed, authorize=True))
 
-    async def _connect_replacement(self, provider: Provider) -> None:
+    async def _connect_another(self, provider: Provider, failed: type[_ReplacementFailed] | type[_RolloverFailed],
+                               *, authorize: bool) -> None:
+        """Open a further connection (a recovery replacement, or a rollover's next one, which was authorised
+        before it was asked for) and feed its events to the inbox; a failure is reported as `failed`."""
         try:
-            if not await self._authorized(f"conn-{provider.token}"):
+            if authorize and not await self._authorized(f"conn-{provider.token}"):
                 raise ProviderUnavailable(f"connection {self.call_id}/conn-{provider.token} not authorised")
             started = await provider.connect()
         except ProviderUnavailable as exc:
-            self._inbox.put_nowait(_ReplacementFailed(provider.token, str(exc)))
+            self._inbox.put_nowait(failed(provider.token, str(exc)))
             return
         self._inbox.put_nowait(started)
         await _pump(provider.events(), self._inbox)
@@ -459,16 +461,7 @@ class CallSession:
         settings = seeded_settings(self._settings, command.snapshot, notice=False)
         provider = self._reconnect(command.token, settings)
         self.providers[command.token] = provider
-        self._spawn(f"provider-{command.token}", self._connect_rollover(provider))
-
-    async def _connect_rollover(self, provider: Provider) -> None:
-        try:
-            started = await provider.connect()
-        except ProviderUnavailable as exc:
-            self._inbox.put_nowait(_RolloverFailed(provider.token, str(exc)))
-            return
-        self._inbox.put_nowait(started)
-        await _pump(provider.events(), self._inbox)
+        self._spawn(f"provider-{command.token}", self._connect_another(provider, _RolloverFailed, authorize=False))
 
     def _expires(self, started: SessionStarted) -> None:
         """`expires_at` (unix seconds) as time left, from the wall clock: the one place it is read."""
@@ -479,7 +472,6 @@ class CallSession:
     def _dispatch(self, request: JobRequest) -> None:
         """Run the application's handler once for this job; its answer comes back through the inbox. The
         telephony tools (DL6) are carried out here, on the call leg."""
-        self.jobs_run.append(request)
         if request.name in self._telephony.names:
             self._telephony_tool(request)
             return

@@ -268,6 +268,12 @@ def match_forward(src: tuple[Sequence[int], Sequence[int]], dst: tuple[Sequence[
         by_key.setdefault(k, []).append(t)
     for times in by_key.values():
         times.sort()
+    return _pair(by_key, dst, t0=t0, t1=t1, unique_ns=unique_ns, max_ns=max_ns, skip=skip)
+
+
+def _pair(by_key: dict[int, list[int]], dst: tuple[Sequence[int], Sequence[int]], *, t0: int, t1: int,
+          unique_ns: int, max_ns: int, skip: frozenset[int]) -> tuple[list[float], int]:
+    """Each `dst` (time, key) in [t0, t1] against the latest earlier time of its key in `by_key` (ascending)."""
     out: list[float] = []
     unpaired = 0
     for t, k in zip(*dst):
@@ -310,18 +316,7 @@ def match_chunks_to_frames(chunks: Sequence[tuple[int, bytes]], frames: tuple[Se
     pairs; returns (latencies, frames left unpaired: their audio was not found, or only ambiguously)."""
     wanted = {k for t, k in zip(*frames) if t0 <= t <= t1 and k not in skip}
     by_key = chunk_windows(chunks, wanted, decode)
-    out: list[float] = []
-    unpaired = 0
-    for t, k in zip(*frames):
-        if not t0 <= t <= t1 or k in skip:
-            continue
-        times = by_key.get(k)
-        j = bisect_right(times, t) - 1 if times else -1
-        if j < 0 or t - times[j] > max_ns or (j > 0 and times[j] - times[j - 1] < unique_ns):
-            unpaired += 1
-            continue
-        out.append((t - times[j]) / NS_PER_MS)
-    return out, unpaired
+    return _pair(by_key, frames, t0=t0, t1=t1, unique_ns=unique_ns, max_ns=max_ns, skip=skip)
 
 
 def run_starts(times: Sequence[int], gap_ns: int) -> list[int]:

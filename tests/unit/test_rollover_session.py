@@ -42,6 +42,7 @@ class RolloverCall:
         self.speaking: dict[int, bool] = {}
         self.utterance = 0
         self.open: set[int] = {1}
+        self._seen: dict[int, int] = {}  # token -> caller frames it had received at the previous tick
 
     def step(self, speech: bool, count: int = 1) -> None:
         for _ in range(count):
@@ -64,8 +65,6 @@ class RolloverCall:
                         InputTranscript(token, f"utterance {self.utterance}", f"u{token}-{self.utterance}", final=True),
                         self.now)
                 self._carry_out()
-
-    _seen: dict[int, int] = {}
 
     def _carry_out(self) -> None:
         for command in self.core.commands():
@@ -92,7 +91,6 @@ class RolloverCall:
 
 def test_ro9_five_rollovers_keep_one_speaker_and_emit_each_utterance_once() -> None:
     call = RolloverCall()
-    call._seen = {}
     for _ in range(20):  # 50 s of conversation, caps at 8 s
         call.turn()
     opened = [c.token for c in call.commands if isinstance(c, OpenRollover)]
@@ -107,7 +105,6 @@ def test_ro9_five_rollovers_keep_one_speaker_and_emit_each_utterance_once() -> N
 
 def test_ro8_only_the_connection_holding_the_floor_is_played() -> None:
     call = RolloverCall()
-    call._seen = {}
     for _ in range(10):
         call.turn(talk_ms=1_000, pause_ms=200)
         if any(isinstance(c, OpenRollover) for c in call.commands):
@@ -123,7 +120,6 @@ def test_ro8_only_the_connection_holding_the_floor_is_played() -> None:
 
 def test_ro6_a_refused_approval_ends_the_call_with_a_goodbye_at_the_hard_stop() -> None:
     call = RolloverCall()
-    call._seen = {}
     original = call._carry_out
 
     def refuse() -> None:
@@ -146,12 +142,10 @@ def test_ro6_a_refused_approval_ends_the_call_with_a_goodbye_at_the_hard_stop() 
 
 def test_ro1_an_announced_expiry_sooner_than_the_cap_drives_the_rollover_early() -> None:
     call = RolloverCall()
-    call._seen = {}
     call.core.connection_expires(1, 3_000, call.now)  # GPT-Live's expires_at: 3 s left, far below the 8 s cap
     call.turn(talk_ms=1_000, pause_ms=600)
     assert [c for c in call.commands if isinstance(c, OpenRollover)]  # opened at the first end of speech
     late = RolloverCall()
-    late._seen = {}
     late.core.connection_expires(1, 7_900, late.now)  # about the cap: the configured ages stand
     late.turn(talk_ms=1_000, pause_ms=600)
     assert not [c for c in late.commands if isinstance(c, OpenRollover)]
