@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 from providers.events import ProviderEvent, SessionStarted
 from providers.limits import AudioLimits
@@ -25,24 +25,35 @@ class ProviderUnavailable(RuntimeError):
     """The provider could not be reached or refused the session; the message says why (never the key)."""
 
 
+class ResumptionRejected(ProviderUnavailable):
+    """The provider refused `SessionSettings.resume_handle` (expired or unknown): open a reseeded connection
+    without it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Capabilities:
-    """What a protocol offers, declared instead of tested with isinstance.
+    """What a protocol offers, declared instead of tested with isinstance or by the vendor's name.
 
-    `server_vad`: the provider reports caller speech (SpeechStarted) itself; without it the session's local
-    voice-activity detector drives barge-in (GPT-Live). `truncate`: the provider accepts "the caller heard
-    up to N ms of item X" (Realtime GA `conversation.item.truncate`). `interrupts_itself`: the provider stops
-    its own output on barge-in. `resumption`: a new connection can continue the conversation by handle.
-    `answer_within_ms`: for protocols whose keepalive cannot be trusted (Gemini's pong may take 30 s), the
-    longest the provider may stay entirely silent after the caller stops speaking before the connection is
-    presumed dead (half-open); None where WebSocket pings find that out.
+    `server_vad`: the provider reports the start of caller speech (SpeechStarted) itself; without it the
+    session's local voice-activity detector drives barge-in (GPT-Live). `speech_end_events`: it also reports
+    the end of caller speech (SpeechStopped); without it the local detector ends the caller's turn (Gemini).
+    `timed_captions`: caller captions carry start/end times on the session timeline; without them they take
+    the local detector's turn. `truncate`: the provider accepts "the caller heard up to N ms of item X"
+    (Realtime GA `conversation.item.truncate`). `resumption`: a new connection can continue the conversation
+    by a handle (`SessionSettings.resume_handle`, from `ResumptionUpdated`). `client_commits`: turn detection
+    can be switched off (`SessionSettings.turn_detection = "client"`), the engine then commits each caller
+    turn with `Provider.commit_input()` (RO5). `answer_within_ms`: for protocols whose keepalive cannot be
+    trusted (Gemini's pong may take 30 s), the longest the provider may stay entirely silent after the caller
+    stops speaking before the connection is presumed dead (half-open); None where WebSocket pings find that
+    out.
     """
 
     server_vad: bool
+    speech_end_events: bool
+    timed_captions: bool
     truncate: bool
-    interrupts_itself: bool
-    tool_calls: bool
     resumption: bool = False
+    client_commits: bool = False
     answer_within_ms: int | None = None
 
 
@@ -55,6 +66,12 @@ class SessionSettings:
     model: str | None = None
     tools: tuple[ToolSpec, ...] = ()
     history: tuple[tuple[str, str], ...] = ()  # (role, text) seeded before the caller speaks
+    # "server": the provider detects caller turns; "client": turn detection off, the engine commits each turn
+    # with `Provider.commit_input()` (only where `Capabilities.client_commits`).
+    turn_detection: Literal["server", "client"] = "server"
+    # Continue an earlier conversation by the provider's handle (only where `Capabilities.resumption`); a
+    # handle the provider no longer honours makes `connect()` raise `ResumptionRejected`.
+    resume_handle: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +114,11 @@ class Provider(Protocol):
 
     def cancel_response(self) -> None:
         """Stop the response being generated, if the protocol has one."""
+        ...
+
+    def commit_input(self) -> None:
+        """Commit the caller audio sent so far as one user turn (RO2 at the hard stop, RO5 in client mode), so
+        that it is transcribed and answered; a no-op where the provider has nothing uncommitted."""
         ...
 
     def send_tool_result(self, call_id: str, name: str, output: str) -> None:

@@ -370,7 +370,7 @@ class GeminiLiveAdapter:
     """Gemini Live as a `providers.base.Provider`: the client core inside a `WebSocketShell`."""
 
     name = "gemini-live"
-    capabilities = Capabilities(server_vad=True, truncate=False, interrupts_itself=True, tool_calls=True, resumption=True,
+    capabilities = Capabilities(server_vad=True, speech_end_events=False, timed_captions=False, truncate=False, resumption=True,
                                 answer_within_ms=6_000)
 
     def __init__(

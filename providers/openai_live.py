@@ -217,7 +217,7 @@ class OpenAILiveAdapter:
     """GPT-Live as a `providers.base.Provider`: the client core inside a `WebSocketShell`."""
 
     name = "openai-live"
-    capabilities = Capabilities(server_vad=False, truncate=False, interrupts_itself=False, tool_calls=True)
+    capabilities = Capabilities(server_vad=False, speech_end_events=False, timed_captions=True, truncate=False)
 
     def __init__(
         self,

@@ -43,7 +43,7 @@ class OpenAIRealtimeAdapter(RealtimeAdapter):
     """OpenAI Realtime GA as a `providers.base.Provider`."""
 
     name = "openai-realtime"
-    capabilities = Capabilities(server_vad=True, truncate=True, interrupts_itself=True, tool_calls=True)
+    capabilities = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=True, client_commits=True)
     dialect = DIALECT
     log = logging.getLogger("parlora.providers.openai_realtime")
 

@@ -44,7 +44,7 @@ class XAIAdapter(RealtimeAdapter):
     """xAI's Grok Voice Agent as a `providers.base.Provider`."""
 
     name = "xai"
-    capabilities = Capabilities(server_vad=True, truncate=False, interrupts_itself=True, tool_calls=True)
+    capabilities = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=False, client_commits=True)
     dialect = DIALECT
     log = logging.getLogger("parlora.providers.xai")
 

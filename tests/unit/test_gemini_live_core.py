@@ -331,8 +331,8 @@ def test_adapter_declares_itself_and_needs_limits() -> None:
         GeminiLiveAdapter("k", SessionSettings(), limits=None)
     adapter = GeminiLiveAdapter("k", SessionSettings(model="from-settings"), limits=GEMINI_LIVE.for_format(PCM16_24K))
     assert adapter.name == "gemini-live" and adapter.output_format == PCM16_24K
-    assert adapter.capabilities.server_vad and adapter.capabilities.interrupts_itself
-    assert not adapter.capabilities.truncate and adapter.capabilities.resumption and adapter.capabilities.tool_calls
+    assert adapter.capabilities.server_vad and not adapter.capabilities.speech_end_events
+    assert not adapter.capabilities.truncate and adapter.capabilities.resumption and not adapter.capabilities.timed_captions
     assert GeminiLiveAdapter.audio_limits(PCM16_24K) == GEMINI_LIVE.for_format(PCM16_24K)
     assert adapter.core.config.model == "from-settings"
     explicit = GeminiLiveAdapter("k", SessionSettings(model="m1"), limits=adapter.limits, model="m2", resumption_handle="h")

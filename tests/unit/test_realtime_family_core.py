@@ -490,11 +490,11 @@ def test_adapters_declare_what_their_protocol_offers() -> None:
     o = OpenAIRealtimeAdapter("sk-test", SessionSettings(model="gpt-realtime-2.1-mini"), limits=OpenAIRealtimeAdapter.audio_limits(PCMU_8K))
     assert o.name == "openai-realtime" and o.output_format == PCMU_8K
     assert o.url == "wss://api.openai.com/v1/realtime?model=gpt-realtime-2.1-mini"
-    assert o.capabilities.server_vad and o.capabilities.truncate and o.capabilities.interrupts_itself and o.capabilities.tool_calls
+    assert o.capabilities.server_vad and o.capabilities.truncate and o.capabilities.speech_end_events and o.capabilities.client_commits
     x = XAIAdapter("xai-test", SessionSettings(model="ignored"), limits=XAIAdapter.audio_limits(PCMU_8K), model="grok-voice-think-fast-2.0", token=4)
     assert x.name == "xai" and x.token == 4 and x.core.token == 4
     assert x.url == "wss://api.x.ai/v1/realtime?model=grok-voice-think-fast-2.0"
-    assert x.capabilities.server_vad and not x.capabilities.truncate and x.capabilities.interrupts_itself and x.capabilities.tool_calls
+    assert x.capabilities.server_vad and not x.capabilities.truncate and x.capabilities.speech_end_events and x.capabilities.client_commits
     assert x.limits == XAIAdapter.audio_limits(PCMU_8K)
 
 

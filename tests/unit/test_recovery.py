@@ -366,7 +366,7 @@ def test_hr10_delegations_before_the_fresh_caller_interval_are_not_dispatched() 
 
 
 def test_hr5_a_provider_silent_after_the_caller_spoke_is_presumed_half_open_when_pings_cannot_tell() -> None:
-    gemini = Capabilities(server_vad=True, truncate=False, interrupts_itself=True, tool_calls=True, resumption=True,
+    gemini = Capabilities(server_vad=True, speech_end_events=False, timed_captions=False, truncate=False, resumption=True,
                           answer_within_ms=6_000)
     answered = Call(caps=gemini)
     answered.tick(speech_frame(), count=50)

@@ -62,7 +62,7 @@ class FakeProvider:
     name = "fake"
     token = 1
     output_format: AudioFormat = PCMU_8K
-    capabilities = Capabilities(server_vad=True, truncate=True, interrupts_itself=True, tool_calls=True)
+    capabilities = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=True)
     limits = AudioLimits(16_000, 3_000)
 
     def __init__(self, refuse: bool = False) -> None:

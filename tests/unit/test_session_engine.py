@@ -49,8 +49,8 @@ from rtp.playout import OutboundFrame, Playout
 
 MS = 1_000_000
 TICK = 20 * MS
-REALTIME = Capabilities(server_vad=True, truncate=True, interrupts_itself=True, tool_calls=True)
-GPT_LIVE_CAPS = Capabilities(server_vad=False, truncate=False, interrupts_itself=False, tool_calls=True)
+REALTIME = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=True)
+GPT_LIVE_CAPS = Capabilities(server_vad=False, speech_end_events=False, timed_captions=True, truncate=False)
 
 
 class Call:
@@ -267,7 +267,7 @@ def test_se5_output_is_suppressed_until_the_callers_turn_ends() -> None:
 
 
 def test_se5_interrupted_providers_get_no_truncate_when_they_cannot_take_one() -> None:
-    call = Call(caps=Capabilities(server_vad=True, truncate=False, interrupts_itself=True, tool_calls=True))
+    call = Call(caps=Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=False))
     call.provider(AudioReceived(1, pcmu_tone(1_000), PCMU_8K))
     call.tick(count=5)
     call.provider(OutputInterrupted(1))
