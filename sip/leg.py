@@ -3,7 +3,9 @@
 `bridge` sees a call only through `CallLeg`, so the session engine runs unchanged on any SIP engine (pjsua2
 today, a native asyncio engine later). Inbound audio arrives as 20 ms frames of 8 kHz PCM16 with their arrival
 time; leg events say what happened to the call. Outbound audio goes through the leg's `Playout` (epochs,
-barrier, carrier ledger), which the engine's media clock drains.
+barrier, carrier ledger), which the engine's media clock drains: `PlayoutLeg` implements that half of the
+contract once for every engine. Engines are built through `sip.engine`; the SIP rules they share live in
+`sip.identity`, `sip.telephony` and `sip.transfer`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from rtp.ledger import CarrierLedger
-from rtp.playout import ClearResult, OutboundFrame
+from rtp.playout import ClearResult, OutboundFrame, Playout
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +99,9 @@ class CallEnded:
     frames_out: int
 
 
-LegEvent = FrameReceived | MediaStarted | MediaHeld | MediaResumed | DtmfReceived | TransferProgress | CallEnded
+LegEvent = (
+    FrameReceived | MediaStarted | MediaHeld | MediaResumed | DtmfReceived | TransferProgress | CallEnded
+)
 
 
 class CallLeg(Protocol):
@@ -125,7 +129,12 @@ class CallLeg(Protocol):
         ...
 
     def clear(self, epoch: int) -> ClearResult:
-        """Drop every queued frame older than `epoch`; transmitted frames are out of scope (HR4)."""
+        """Drop every queued frame older than `epoch`; transmitted frames are out of scope (HR4).
+
+        The clear is confirmed synchronously: when it returns, no frame older than `epoch` can be transmitted
+        any more, and the result's `transmitted_ms` is final for each item it names. `bridge.barrier`'s
+        playback-epoch barrier relies on this (it never waits for a confirmation); `PlayoutLeg` provides it
+        over `rtp.playout.Playout`, whose lock orders the clear against the media clock's pull."""
         ...
 
     def answer(self) -> None:
@@ -162,3 +171,32 @@ class CallLeg(Protocol):
         Raises ValueError, before anything is sent, unless `digits` is 1 to 32 of 0-9, *, #, A-D (a-d are
         taken as A-D). Nothing confirms delivery: there is no leg event for it."""
         ...
+
+
+class PlayoutLeg:
+    """The outbound half of `CallLeg` over one `rtp.playout.Playout`: `ledger`, `depth`, `enqueue`, `clear`.
+
+    Every engine's leg (and a test's fake leg) inherits it, so the playout rules live in one place: the
+    engine's media clock calls `self.playout.pull(now)` once per 20 ms tick, and whatever that returns is
+    transmitted (recorded in the ledger). `clear` is confirmed synchronously (see `CallLeg.clear`)."""
+
+    def __init__(self, playout: Playout | None = None) -> None:
+        self.playout = playout if playout is not None else Playout(CarrierLedger())
+
+    @property
+    def ledger(self) -> CarrierLedger:
+        """Which frames of which item have left, and when."""
+        return self.playout.ledger
+
+    @property
+    def depth(self) -> int:
+        """Frames queued for the caller and not yet transmitted."""
+        return self.playout.depth
+
+    def enqueue(self, frames: list[OutboundFrame]) -> None:
+        """Queue audio for the caller behind what is already queued."""
+        self.playout.enqueue(frames)
+
+    def clear(self, epoch: int) -> ClearResult:
+        """Drop every queued frame older than `epoch` (HR4: transmitted frames are out of scope)."""
+        return self.playout.clear(epoch)

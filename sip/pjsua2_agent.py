@@ -1,4 +1,9 @@
-"""The SIP user agent on pjsua2: answers calls and exposes each one as a `CallLeg`.
+"""The pjsua2 SIP engine (`serve --engine pjsua2`): answers calls and exposes each one as a `CallLeg`.
+
+Registered in `sip.engine` as "pjsua2" and built only through it; it needs the optional extra
+`parlora-bridge[pjsua2]` (the pjsua2-python wheel). The SIP rules it shares with the other engine are not
+here: call identity is `sip.identity`, DTMF and REFER-target checks `sip.telephony`, the REFER outcome
+machine `sip.transfer` (this module feeds it pjsua's callbacks and `now`), the outbound playout `PlayoutLeg`.
 
 Threading (shared/reference/pjsua2.md §1 and its pitfalls table):
 - One Python thread, the *pjsua thread*, creates the library (`threadCnt=0`, `mainThreadOnly=True`), polls
@@ -13,6 +18,9 @@ Threading (shared/reference/pjsua2.md §1 and its pitfalls table):
 Limits of the PyPI wheel (pjsua2-python 2.15.1.post1), surfaced rather than hidden: it is compiled with
 PJSUA_MAX_CALLS=4, so pjsua itself answers a 5th concurrent INVITE with 486 Busy Here (we log that with the
 reason), and it bundles OpenSSL 1.0.2k, so SIP-TLS and SRTP on this engine belong behind a trusted boundary.
+`drain()` does what pjsua2 lets it: new INVITEs get 503 with Retry-After, but pjsua answers out-of-dialog
+OPTIONS itself (200), which the Python API cannot change, so a load balancer that probes with OPTIONS keeps
+seeing this bridge as up while it drains (take it out of the dispatcher set instead).
 """
 
 from __future__ import annotations
@@ -23,19 +31,17 @@ import gc
 import itertools
 import logging
 import queue
-import re
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 
-import pjsua2 as pj
+import pjsua2 as pj  # type: ignore[import-untyped, import-not-found, unused-ignore]
 
 from rtp import probe as _probe
 from rtp.audio import PCM16_FRAME_BYTES
-from rtp.ledger import CarrierLedger
-from rtp.playout import ClearResult, OutboundFrame, Playout
+from sip.engine import ENGINES, EngineConfig, EngineStartError, OnCall
+from sip.identity import call_identity, parse_head
 from sip.leg import (
     CallEnded,
     CallIdentity,
@@ -45,37 +51,20 @@ from sip.leg import (
     MediaHeld,
     MediaResumed,
     MediaStarted,
+    PlayoutLeg,
     TransferProgress,
 )
+from sip.telephony import validate_dtmf_digits, validate_transfer_target
+from sip.transfer import DialogStage, EndTransferredCall, SendRefer, TransferOutput, TransferTracker
 
 log = logging.getLogger("parlora.sip")
 
 WHEEL_MAX_CALLS = 4  # PJSUA_MAX_CALLS compiled into the pjsua2-python wheel
+# The registry states the cap without importing this module (serve --help, the bench): keep them equal.
+assert ENGINES["pjsua2"].cap == ENGINES["pjsua2"].default_max_calls == WHEEL_MAX_CALLS
 _POLL_MS = 10
-DTMF_DIGITS = frozenset("0123456789*#ABCD")
-MAX_DTMF_DIGITS = 32  # pjmedia's stream queues at most 32 outgoing digits (PJ_ETOOMANY beyond)
 PJMEDIA_RTP_EREMNORFC2833 = 220107  # pjmedia: "Remote does not support RFC 2833" (measured on the wheel)
-_TRANSFER_TARGET = re.compile(r"^(?:sips?|tel):[^\s<>\"]+$", re.IGNORECASE)
 _VOID_PTR = ctypes.POINTER(ctypes.c_void_p)
-
-
-@dataclass(frozen=True, slots=True)
-class UserAgentConfig:
-    """Where to listen and how many calls to take. `max_calls` above the engine's limit is clamped."""
-
-    host: str = "127.0.0.1"
-    port: int = 5060
-    rtp_port: int = 4000  # first RTP port; each call uses the next free pair
-    max_calls: int = WHEEL_MAX_CALLS
-    user_agent: str = "parlora-bridge"
-    pjsip_log_level: int = 2  # pjsip's own log lines routed into logging at DEBUG (warnings at WARNING)
-    # A transfer with no report (REFER response or NOTIFY) for this long ends with a final 408. 30 s is just
-    # under the REFER's own UDP timeout (Timer F, 32 s), so an unanswered REFER reports 408, not pjsua's 500.
-    transfer_timeout_s: float = 30.0
-
-
-class UserAgentError(RuntimeError):
-    """The SIP engine could not start (bad address, port in use, ...)."""
 
 
 def _vector_begin(vector: pj.ByteVector) -> int:
@@ -89,17 +78,18 @@ def _frame_bytes(frame: pj.MediaFrame) -> bytes:
     return ctypes.string_at(begin, end - begin) if begin else b""
 
 
-class Pjsua2Leg:
-    """One call as the asyncio side sees it (implements `sip.leg.CallLeg`).
+class Pjsua2Leg(PlayoutLeg):
+    """One call as the asyncio side sees it (implements `sip.leg.CallLeg`; its playout is `PlayoutLeg`'s,
+    pulled by `_MediaPort.onFrameRequested` on pjmedia's clock thread).
 
     Created on the pjsua thread, used from the asyncio loop; only `_post` crosses from other threads.
     """
 
     def __init__(self, agent: Pjsua2UserAgent, key: int, identity: CallIdentity) -> None:
+        super().__init__()
         self._agent = agent
         self._key = key
         self._identity = identity
-        self.playout = Playout(CarrierLedger())
         self._queue: asyncio.Queue[LegEvent] = asyncio.Queue()
         self._ended = False
         self.hangup_requested = False
@@ -111,26 +101,12 @@ class Pjsua2Leg:
     def identity(self) -> CallIdentity:
         return self._identity
 
-    @property
-    def ledger(self) -> CarrierLedger:
-        return self.playout.ledger
-
-    @property
-    def depth(self) -> int:
-        return self.playout.depth
-
     async def events(self) -> AsyncIterator[LegEvent]:
         while True:
             event = await self._queue.get()
             yield event
             if isinstance(event, CallEnded):
                 return
-
-    def enqueue(self, frames: list[OutboundFrame]) -> None:
-        self.playout.enqueue(frames)
-
-    def clear(self, epoch: int) -> ClearResult:
-        return self.playout.clear(epoch)
 
     def answer(self) -> None:
         self._agent._command(("answer", self._key, "", 200))
@@ -153,37 +129,16 @@ class Pjsua2Leg:
 
     def _post(self, event: LegEvent) -> None:
         """Hand an event to the asyncio loop (any thread)."""
+        loop = self._agent.loop
+        if loop is None:
+            return
         try:
-            self._agent.loop.call_soon_threadsafe(self._queue.put_nowait, event)
+            loop.call_soon_threadsafe(self._queue.put_nowait, event)
         except RuntimeError:  # loop closed during shutdown: nobody is listening any more
             pass
 
 
-def validate_dtmf_digits(digits: str) -> str:
-    """The digits to send, upper-cased; ValueError (with the offending characters) if any is not a DTMF key."""
-    if not isinstance(digits, str) or not digits:
-        raise ValueError("send_dtmf needs at least one digit (0-9, *, #, A-D)")
-    normalized = digits.upper()
-    bad = sorted({ch for ch in normalized if ch not in DTMF_DIGITS})
-    if bad:
-        raise ValueError(f"send_dtmf: {', '.join(map(repr, bad))} not DTMF digits: only 0-9, *, #, A-D are allowed")
-    if len(normalized) > MAX_DTMF_DIGITS:
-        raise ValueError(f"send_dtmf: {len(normalized)} digits, at most {MAX_DTMF_DIGITS} per call")
-    return normalized
-
-
-def validate_transfer_target(target: str) -> str:
-    """A bare sip:/sips:/tel: URI (angle brackets allowed); ValueError for anything else, e.g. a name, a
-    number without a scheme, or text with whitespace or CR/LF that would corrupt the Refer-To header."""
-    uri = target.strip() if isinstance(target, str) else ""
-    if uri.startswith("<") and uri.endswith(">"):
-        uri = uri[1:-1]
-    if not _TRANSFER_TARGET.match(uri):
-        raise ValueError(f"transfer target {target!r} is not a sip:, sips: or tel: URI")
-    return uri
-
-
-class _MediaPort(pj.AudioMediaPort):
+class _MediaPort(pj.AudioMediaPort):  # type: ignore[misc]  # pjsua2 ships no type stubs: its classes are Any
     """The call's audio port. Both callbacks run on pjmedia's clock thread and must stay in microseconds."""
 
     def __init__(self, leg: Pjsua2Leg) -> None:
@@ -223,7 +178,7 @@ class _MediaPort(pj.AudioMediaPort):
             log.exception("onFrameReceived failed")
 
 
-class _Call(pj.Call):
+class _Call(pj.Call):  # type: ignore[misc]
     def __init__(self, agent: Pjsua2UserAgent, account: pj.Account, pj_call_id: int) -> None:
         super().__init__(account, pj_call_id)
         self._agent = agent
@@ -233,19 +188,15 @@ class _Call(pj.Call):
         self.media_format = pj.MediaFormatAudio()
         self.media_format.init(pj.PJMEDIA_FORMAT_PCM, 8000, 1, 20000, 16)
         self.held = False
-        # Blind transfer in progress
-        self.xfer_target: str | None = None
-        self.xfer_deferred = False  # asked for while the ACK was outstanding
-        self.xfer_deadline = 0.0
-        self.xfer_expired: str | None = None  # gave up waiting on this one; a late 2xx still ends the call
+        self.transfer = TransferTracker(int(agent.config.transfer_timeout_s * 1e9))  # blind transfer rules
 
     def onCallState(self, prm: pj.OnCallStateParam) -> None:  # noqa: N802
         try:
             ci = self.getInfo()
             if ci.state == pj.PJSIP_INV_STATE_DISCONNECTED:
                 self._agent._on_disconnected(self, ci.lastReason, ci.lastStatusCode)
-            elif ci.state == pj.PJSIP_INV_STATE_CONFIRMED and self.xfer_deferred:
-                self._send_refer()
+            elif ci.state == pj.PJSIP_INV_STATE_CONFIRMED and self.transfer.waiting_for_ack:
+                self._apply(self.transfer.confirmed(time.monotonic_ns()))
         except Exception:
             log.exception("onCallState failed")
 
@@ -290,37 +241,54 @@ class _Call(pj.Call):
     # --- blind transfer (REFER, RFC 3515) and outgoing DTMF; all on the pjsua thread ---
 
     def start_transfer(self, target: str) -> None:
-        leg = self.leg
-        assert leg is not None
-        # pjsua's status callback does not say which REFER it reports on, so one subscription at a time,
-        # including one we stopped waiting for (its late reports still come).
-        busy = self.xfer_target or self.xfer_expired
-        if busy is not None:
-            leg._post(TransferProgress(target, 491, f"a transfer to {busy} is still in progress", True))
-            return
+        assert self.leg is not None
         state = self.getInfo().state
-        if state not in (pj.PJSIP_INV_STATE_CONNECTING, pj.PJSIP_INV_STATE_CONFIRMED):
-            leg._post(TransferProgress(target, 500, "REFER not sent: the call is not answered", True))
-            return
-        self.xfer_target = target
-        self.xfer_expired = None
-        self.xfer_deadline = time.monotonic() + self._agent.config.transfer_timeout_s
-        if state == pj.PJSIP_INV_STATE_CONFIRMED:
-            self._send_refer()
-        else:  # 200 sent, ACK not yet in: a REFER now would cross it; onCallState sends it at CONFIRMED
-            self.xfer_deferred = True
-            log.info("%s: blind transfer to %s waits for the ACK", leg.identity.call_id, target)
+        # 200 sent, ACK not yet in (CONNECTING): a REFER now would cross it; onCallState sends it at CONFIRMED.
+        stage = (
+            DialogStage.CONFIRMED
+            if state == pj.PJSIP_INV_STATE_CONFIRMED
+            else DialogStage.AWAITING_ACK
+            if state == pj.PJSIP_INV_STATE_CONNECTING
+            else DialogStage.NOT_ANSWERED
+        )
+        self._apply(self.transfer.start(target, time.monotonic_ns(), stage))
+        if self.transfer.waiting_for_ack:
+            log.info("%s: blind transfer to %s waits for the ACK", self.leg.identity.call_id, target)
 
-    def _send_refer(self) -> None:
-        assert self.leg is not None and self.xfer_target is not None
-        self.xfer_deferred = False
-        target = self.xfer_target
+    def expire_transfer(self, now: int) -> None:
+        deadline = self.transfer.next_deadline()
+        if deadline is not None and now >= deadline:
+            self._apply(self.transfer.handle_timer(now))
+
+    def _apply(self, outputs: list[TransferOutput]) -> None:
+        """Carry out what the transfer tracker decided, in order (pjsua thread)."""
+        leg = self.leg
+        if leg is None:
+            return
+        for out in outputs:
+            if isinstance(out, TransferProgress):
+                log.info(
+                    "%s: transfer to %s: %d %s%s",
+                    leg.identity.call_id,
+                    out.target,
+                    out.status_code,
+                    out.reason,
+                    " (final)" if out.final else "",
+                )
+                leg._post(out)
+            elif isinstance(out, SendRefer):
+                self._send_refer(out.target)
+            elif isinstance(out, EndTransferredCall):
+                log.info("%s: %s: ending the call", leg.identity.call_id, out.reason)
+                leg.hangup(out.reason, 200)  # BYE, sent from the command queue after this callback
+
+    def _send_refer(self, target: str) -> None:
+        assert self.leg is not None
         try:
             self.xfer(target, pj.CallOpParam())
         except pj.Error as exc:
             log.warning("%s: REFER to %s not sent: %s", self.leg.identity.call_id, target, exc.info())
-            self.xfer_target = None
-            self.leg._post(TransferProgress(target, 500, f"REFER not sent: {exc.reason}", True))
+            self._apply(self.transfer.refer_failed(str(exc.reason), time.monotonic_ns()))
             return
         log.info("%s: blind transfer to %s (REFER sent)", self.leg.identity.call_id, target)
 
@@ -330,47 +298,20 @@ class _Call(pj.Call):
         (finalNotify set); or 500 when the subscription ended without a message (timer, transport).
 
         `prm.cont` only tells pjsua whether to keep reporting this subscription; it never ends the call (the
-        pjsua *application* hangs up itself on 2xx). So we set cont=False once the outcome is known, and end
-        the call ourselves after a 2xx: a transferor leaves once the transferee reached the target."""
+        pjsua *application* hangs up itself on 2xx). So it stays true while the tracker still awaits an
+        outcome, and the tracker decides when a 2xx ends the call: a transferor leaves once the transferee
+        reached the target."""
         try:
-            leg = self.leg
-            code, reason = int(prm.statusCode), str(prm.reason)
-            target = self.xfer_target
-            if leg is None or target is None:  # no transfer of ours in progress
-                late = self.xfer_expired
-                if leg is None or late is None:
-                    prm.cont = False
-                elif prm.finalNotify or code >= 200:  # the outcome of one we gave up on (408 already reported)
-                    prm.cont = False
-                    self.xfer_expired = None
-                    if 200 <= code < 300:
-                        log.warning("%s: transfer to %s succeeded after we stopped waiting; ending the call",
-                                    leg.identity.call_id, late)
-                        leg.hangup(f"transferred to {late}", 200)
+            if self.leg is None:
+                prm.cont = False
                 return
-            # A final sipfrag status is the transfer's outcome even if the subscription is still active
-            # (pjsua then unsubscribes by itself).
-            final = bool(prm.finalNotify) or code >= 200
-            log.info("%s: transfer to %s: %d %s%s", leg.identity.call_id, target, code, reason,
-                     " (final)" if final else "")
-            leg._post(TransferProgress(target, code, reason, final))
-            if not final:
-                self.xfer_deadline = time.monotonic() + self._agent.config.transfer_timeout_s
-                return
-            self.xfer_target = None
-            prm.cont = False
-            if 200 <= code < 300:
-                leg.hangup(f"transferred to {target}", 200)  # BYE, sent from the command queue after this callback
+            outputs = self.transfer.report(
+                int(prm.statusCode), str(prm.reason), time.monotonic_ns(), final=bool(prm.finalNotify)
+            )
+            prm.cont = self.transfer.pending
+            self._apply(outputs)
         except Exception:
             log.exception("onCallTransferStatus failed")
-
-    def expire_transfer(self, now: float) -> None:
-        if self.xfer_target is None or now < self.xfer_deadline or self.leg is None:
-            return
-        target, self.xfer_target, self.xfer_expired = self.xfer_target, None, self.xfer_target
-        timeout = self._agent.config.transfer_timeout_s
-        log.warning("%s: transfer to %s: no report for %g s, giving up", self.leg.identity.call_id, target, timeout)
-        self.leg._post(TransferProgress(target, 408, f"no answer to the transfer within {timeout:g} s", True))
 
     def onCallTransferRequest(self, prm: pj.OnCallTransferRequestParam) -> None:  # noqa: N802
         """The caller sent us a REFER. pjsua would accept it and dial `dstUri` from this bridge (toll fraud
@@ -392,13 +333,16 @@ class _Call(pj.Call):
         except pj.Error as exc:
             if exc.status != PJMEDIA_RTP_EREMNORFC2833:
                 raise
-            log.warning("%s: the caller negotiated no telephone-event; sending DTMF %s as SIP INFO",
-                        self.leg.identity.call_id if self.leg is not None else self.key, digits)
+            log.warning(
+                "%s: the caller negotiated no telephone-event; sending DTMF %s as SIP INFO",
+                self.leg.identity.call_id if self.leg is not None else self.key,
+                digits,
+            )
             prm.method = pj.PJSUA_DTMF_METHOD_SIP_INFO
             self.sendDtmf(prm)
 
 
-class _Account(pj.Account):
+class _Account(pj.Account):  # type: ignore[misc]
     def __init__(self, agent: Pjsua2UserAgent) -> None:
         super().__init__()
         self._agent = agent
@@ -410,7 +354,7 @@ class _Account(pj.Account):
             log.exception("onIncomingCall failed")
 
 
-class _LogWriter(pj.LogWriter):
+class _LogWriter(pj.LogWriter):  # type: ignore[misc]
     """pjsip's log into `logging`; also the only sign of a 5th INVITE that pjsua rejected on its own."""
 
     def __init__(self, agent: Pjsua2UserAgent) -> None:
@@ -436,38 +380,30 @@ class _LogWriter(pj.LogWriter):
             pass
 
 
-_REQUEST_LINE = re.compile(r"^INVITE\s+(?:sips?|tel):(?:([^@;>\s]+)@)?", re.IGNORECASE)
-
-
-def _parse_invite(whole_msg: str) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """Request-URI user and header fields (unfolded, in order) of an INVITE's text."""
-    head = whole_msg.split("\r\n\r\n", 1)[0].split("\n\n", 1)[0]
-    lines = head.replace("\r\n", "\n").split("\n")
-    match = _REQUEST_LINE.match(lines[0]) if lines else None
-    user = match.group(1) or "" if match else ""
-    headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        if line[:1] in (" ", "\t") and headers:  # folded continuation
-            name, value = headers[-1]
-            headers[-1] = (name, f"{value} {line.strip()}")
-        elif ":" in line:
-            name, value = line.split(":", 1)
-            headers.append((name.strip(), value.strip()))
-    return user, tuple(headers)
-
-
 class Pjsua2UserAgent:
-    """Runs pjsua2 on its own thread and hands each answered call to `on_call` on the asyncio loop."""
+    """Runs pjsua2 on its own thread and hands each incoming call to `on_call` on the asyncio loop that ran
+    `start()` (implements `sip.engine.SipEngine`; built through `sip.engine.create_engine("pjsua2", ...)`)."""
 
-    def __init__(
-        self,
-        config: UserAgentConfig,
-        loop: asyncio.AbstractEventLoop,
-        on_call: Callable[[Pjsua2Leg], None],
-    ) -> None:
+    def __init__(self, config: EngineConfig, on_call: OnCall, *, pjsip_log_level: int = 2) -> None:
+        """`pjsip_log_level`: pjsip's own log lines go to `logging` at DEBUG (level 1, errors, at WARNING)."""
+        wanted = WHEEL_MAX_CALLS if config.max_calls is None else config.max_calls
+        if wanted < 1:
+            raise ValueError(f"max_calls must be at least 1, got {wanted}")
+        if wanted > WHEEL_MAX_CALLS:
+            log.warning(
+                "max_calls %d: the pjsua2 engine takes at most %d calls per process (the wheel is compiled "
+                "with PJSUA_MAX_CALLS=%d); using %d",
+                wanted,
+                WHEEL_MAX_CALLS,
+                WHEEL_MAX_CALLS,
+                WHEEL_MAX_CALLS,
+            )
         self.config = config
-        self.loop = loop
+        self.pjsip_log_level = pjsip_log_level
+        self.loop: asyncio.AbstractEventLoop | None = None  # set by start(); legs post their events to it
         self._on_call = on_call
+        self._draining = False  # written on the loop, read on the pjsua thread (a bool: atomic)
+        self._active = 0  # calls handed to on_call and not yet disconnected; written on the pjsua thread only
         self._commands: queue.SimpleQueue[tuple[str, int, str, int]] = queue.SimpleQueue()
         self._calls: dict[int, _Call] = {}
         self._dead: list[_Call] = []
@@ -476,22 +412,61 @@ class Pjsua2UserAgent:
         self._ready = threading.Event()
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="pjsua", daemon=True)
-        self.max_calls = min(config.max_calls, WHEEL_MAX_CALLS)
+        self._max_calls = min(wanted, WHEEL_MAX_CALLS)
         self.calls_rejected = 0
         self.calls_answered = 0
 
-    # --- asyncio side ---
+    # --- asyncio side (sip.engine.SipEngine) ---
 
-    def start(self, timeout: float = 10.0) -> None:
-        """Start the engine; returns once it listens, raises UserAgentError if it cannot."""
+    @property
+    def max_calls(self) -> int:
+        return self._max_calls
+
+    @property
+    def active_calls(self) -> int:
+        # A counter kept on the pjsua thread: walking `_calls` from here could drop a Call's last reference on
+        # this unregistered thread (pitfall 6: abort).
+        return self._active
+
+    @property
+    def draining(self) -> bool:
+        return self._draining
+
+    async def start(self, timeout: float = 10.0) -> None:
+        """Start the engine; returns once it listens, raises EngineStartError if it cannot. pjsua's start
+        blocks (its thread creates the library and binds), so it runs in the loop's executor."""
+        loop = asyncio.get_running_loop()
+        self.loop = loop
+        await loop.run_in_executor(None, self._start_blocking, timeout)
+
+    async def stop(self, timeout: float = 10.0) -> bool:
+        """Hang up every call, shut pjsua down cleanly, and wait for the thread; False if it hung."""
+        if not self._thread.is_alive():
+            return True
+        return await asyncio.get_running_loop().run_in_executor(None, self._stop_blocking, timeout)
+
+    def drain(self) -> None:
+        """New INVITEs get 503 with Retry-After from now on; live calls go on. pjsua answers out-of-dialog
+        OPTIONS itself (200) and pjsua2 cannot change that: an OPTIONS-probing load balancer is not told."""
+        if self._draining:
+            return
+        self._draining = True
+        log.warning(
+            "draining: new INVITEs get 503 (Retry-After %d s) while %d call(s) finish; the pjsua2 engine "
+            "still answers OPTIONS with 200 (pjsua does that itself), so take this bridge out of the load "
+            "balancer's set as well",
+            self.config.retry_after_s,
+            self.active_calls,
+        )
+
+    def _start_blocking(self, timeout: float) -> None:
         self._thread.start()
         if not self._ready.wait(timeout):
-            raise UserAgentError("the SIP engine did not start in time")
+            raise EngineStartError("the pjsua2 engine did not start in time")
         if self._error is not None:
-            raise UserAgentError(str(self._error)) from self._error
+            raise EngineStartError(str(self._error)) from self._error
 
-    def stop(self, timeout: float = 10.0) -> bool:
-        """Hang up every call, shut pjsua down cleanly, and wait for the thread; False if it hung."""
+    def _stop_blocking(self, timeout: float) -> bool:
         self._stop.set()
         self._thread.join(timeout)
         return not self._thread.is_alive()
@@ -553,8 +528,8 @@ class Pjsua2UserAgent:
         cfg.uaConfig.maxCalls = WHEEL_MAX_CALLS
         cfg.uaConfig.userAgent = self.config.user_agent
         cfg.logConfig.writer = writer
-        cfg.logConfig.level = self.config.pjsip_log_level
-        cfg.logConfig.consoleLevel = self.config.pjsip_log_level
+        cfg.logConfig.level = self.pjsip_log_level
+        cfg.logConfig.consoleLevel = self.pjsip_log_level
         cfg.logConfig.decor = 0
         media = cfg.medConfig
         media.clockRate = 8000  # 16000 (the default) resamples every 8 kHz port: double the CPU
@@ -576,25 +551,35 @@ class Pjsua2UserAgent:
         call = _Call(self, account, prm.callId)
         self._calls[call.key] = call  # keep a reference, or ~Call answers 603 (pitfall 1)
         op = pj.CallOpParam()
-        if len(self._calls) > self.max_calls:
+        if self._draining:
+            self.calls_rejected += 1
+            log.info("draining: refused an INVITE with 503 (%d call(s) still up)", len(self._calls) - 1)
+            op.statusCode = pj.PJSIP_SC_SERVICE_UNAVAILABLE
+            op.reason = "Draining"
+            retry = pj.SipHeader()
+            retry.hName, retry.hValue = "Retry-After", str(self.config.retry_after_s)
+            op.txOption.headers.append(retry)
+            call.answer(op)
+            return
+        if len(self._calls) > self._max_calls:
             self.calls_rejected += 1
             log.warning(
                 "rejected an INVITE with 486 Busy Here: %d calls are up and the limit is %d",
                 len(self._calls) - 1,
-                self.max_calls,
+                self._max_calls,
             )
             op.statusCode = pj.PJSIP_SC_BUSY_HERE
             call.answer(op)
             return
         rdata = prm.rdata
-        user, headers = _parse_invite(rdata.wholeMsg)
+        request_uri, headers = parse_head(rdata.wholeMsg)
         ci = call.getInfo()
-        identity = CallIdentity(
-            call_id=f"call-{next(self._ids)}",
-            sip_call_id=ci.callIdString,
+        identity = call_identity(
+            f"call-{next(self._ids)}",
+            request_uri=request_uri,
             from_uri=ci.remoteUri,
             to_uri=ci.localUri,
-            request_user=user,
+            sip_call_id=ci.callIdString,
             source=rdata.srcAddress,
             headers=headers,
         )
@@ -602,6 +587,8 @@ class Pjsua2UserAgent:
         op.statusCode = pj.PJSIP_SC_RINGING  # 200 follows once the session has its provider (leg.answer)
         call.answer(op)
         leg = call.leg
+        self._active += 1
+        assert self.loop is not None  # set by start() before the thread runs
         self.loop.call_soon_threadsafe(self._on_call, leg)
 
     def _on_disconnected(self, call: _Call, reason: str, status: int) -> None:
@@ -609,9 +596,8 @@ class Pjsua2UserAgent:
         self._dead.append(call)  # dropped after this callback returns, still on this thread
         leg = call.leg
         if leg is not None:
-            if call.xfer_target is not None:  # every transfer gets exactly one final report, before CallEnded
-                leg._post(TransferProgress(call.xfer_target, 487, "the call ended before the transfer's outcome", True))
-                call.xfer_target = None
+            self._active -= 1
+            call._apply(call.transfer.call_ended(time.monotonic_ns()))  # a final report before CallEnded
             leg._post(
                 CallEnded(
                     reason=leg.hangup_reason if leg.hangup_requested else reason,
@@ -651,10 +637,9 @@ class Pjsua2UserAgent:
 
     def _expire_transfers(self) -> None:
         # A method, not inline in _run: a loop variable there would keep a Call alive until libDestroy (pitfall 3).
-        now = time.monotonic()
+        now = time.monotonic_ns()
         for call in self._calls.values():
-            if call.xfer_target is not None:
-                call.expire_transfer(now)
+            call.expire_transfer(now)
 
     def _hangup_all(self, ep: pj.Endpoint) -> None:
         if self._calls:
@@ -675,7 +660,7 @@ class Pjsua2UserAgent:
         self._calls.clear()
         self._dead.clear()
         # A traceback kept by SWIG's PyErr_Print can hold a Call alive (pitfall 4).
-        sys.last_type = sys.last_value = sys.last_traceback = None  # type: ignore[assignment]
+        sys.last_type = sys.last_value = sys.last_traceback = None
         gc.collect()
         if account is not None:
             try:

@@ -1,13 +1,14 @@
 """The benchmark of `parlora-bridge serve`: one command, run by hand, not part of CI.
 
-    .venv/bin/python tests/bench/run.py [--quick] [--steps 1,2,3,4] [--seconds S] [--no-probe] [--keep]
+    .venv/bin/python tests/bench/run.py [--engine NAME] [--quick] [--steps 1,2,3,4] [--seconds S] [--no-probe] [--keep]
 
-For each load step of N concurrent calls (--quick: 1 and 4; default: 1, 2, 3, 4 — the pjsua2 wheel is
-compiled with PJSUA_MAX_CALLS=4, so 4 is the most one process takes) it starts, all on 127.0.0.1 and each
-tracked by PID: the GPT-Live echo fake (`parlora-bridge fake-provider`, its own process), `parlora-bridge
-serve` pointed at it (with PARLORA_PROBE set: rtp/probe.py), tshark on the bridge's RTP ports and SIPp
-placing N calls that loop a spoken µ-law file (a short question, a pause into whose echo a longer sentence
-barges in, a pause into whose echo the loop barges in again). After a warm-up it measures a window of
+`--engine` (default pjsua2) is a name in sip/engine.py's registry, passed to `serve --engine`; every step of
+the JSON says which engine it measured. For each load step of N concurrent calls (--quick: 1 and 4; default:
+1, 2, 3, 4 — the pjsua2 wheel is compiled with PJSUA_MAX_CALLS=4, so 4 is the most one process takes) it
+starts, all on 127.0.0.1 and each tracked by PID: the GPT-Live echo fake (`parlora-bridge fake-provider`,
+its own process), `parlora-bridge serve` pointed at it (with PARLORA_PROBE set: rtp/probe.py), tshark on the
+bridge's RTP ports and SIPp placing N calls that loop a spoken µ-law file (a short question, a pause into
+whose echo a longer sentence barges in, a pause into whose echo the loop barges in again). After a warm-up it measures a window of
 --seconds, then makes the fake burst (`burst:10` on every open connection) so that every call overflows and
 recovers, then stops everything and computes the figures below from /proc, the capture, the probe, the log
 and GET /calls/{id}. tests/bench/README.md says what each figure means and how it is measured.
@@ -46,22 +47,33 @@ import stats  # noqa: E402
 
 from rtp.g711 import ulaw_decode  # noqa: E402
 from rtp.probe import CHUNK_HEADER  # noqa: E402
+from sip.engine import DEFAULT_ENGINE, ENGINES, EngineSpec  # noqa: E402  (the registry only: no engine import)
 
 PY = sys.executable
 TICKS = os.sysconf("SC_CLK_TCK")
-ENGINE = "pjsua2"
-ENGINE_MAX_CALLS = 4  # PJSUA_MAX_CALLS compiled into pjsua2-python 2.15.1.post1 (sip/pjsua2_agent.py)
 FAULT = "burst:10"
-OTHER_CPU_WARN_PCT = 40.0  # CPU (% of one core) used besides the bridge in the window above which a note warns
+# CPU (% of one core) used besides the bridge in the window above which a note warns
+OTHER_CPU_WARN_PCT = 40.0
 RESULTS = BENCH / "results" / "latest.json"
-KEYS = ("engine", "calls", "cpu_pct_per_call", "rss_mb_per_call", "rtp_interval_p50_ms", "rtp_interval_p99_ms",
-        "added_latency_in_p99_ms", "added_latency_out_p99_ms", "barge_in_ms_p99", "recovery_ms_p99")
+KEYS = (
+    "engine",
+    "calls",
+    "cpu_pct_per_call",
+    "rss_mb_per_call",
+    "rtp_interval_p50_ms",
+    "rtp_interval_p99_ms",
+    "added_latency_in_p99_ms",
+    "added_latency_out_p99_ms",
+    "barge_in_ms_p99",
+    "recovery_ms_p99",
+)
 
 
 @dataclass(frozen=True)
 class Config:
     steps: tuple[int, ...]
     window_s: float
+    engine: str = DEFAULT_ENGINE
     warmup_s: float = 3.0
     idle_s: float = 3.0
     recovery_budget_s: float = 25.0
@@ -109,9 +121,15 @@ def make_audio(work: Path) -> tuple[Path, float]:
     """The caller's loop: question (1.5 s), 1.2 s pause (its echo starts), a longer sentence (2.6 s) that barges
     into that echo, 1.2 s pause (its echo starts; the loop's next question barges into it). Returns the µ-law
     file SIPp streams (./speech.ul in its working directory) and the loop's length in seconds."""
-    a = peers.make_utterance(work / "a.wav", "Tell me about the weather tomorrow.", lead_silence_s=0, tail_silence_s=0)
-    b = peers.make_utterance(work / "b.wav", "No wait, I meant the weather in Lyon on Saturday.", lead_silence_s=0,
-                             tail_silence_s=0)
+    a = peers.make_utterance(
+        work / "a.wav", "Tell me about the weather tomorrow.", lead_silence_s=0, tail_silence_s=0
+    )
+    b = peers.make_utterance(
+        work / "b.wav",
+        "No wait, I meant the weather in Lyon on Saturday.",
+        lead_silence_s=0,
+        tail_silence_s=0,
+    )
     rate = peers.SAMPLE_RATE
     pause = np.zeros(int(1.2 * rate), dtype=np.int16)
     samples = np.concatenate([np.zeros(int(0.3 * rate), dtype=np.int16), a.speech, pause, b.speech, pause])
@@ -135,8 +153,12 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
     call_ms = int(1000 * (cfg.warmup_s + cfg.window_s + cfg.recovery_budget_s + 10))
     try:
         fake_port = peers.free_udp_port(also_tcp=True)
-        fake = peers.ManagedProcess([PY, "-m", "bridge", "fake-provider", "--listen", f"127.0.0.1:{fake_port}"],
-                                    cwd=step, env=env, name="fake-provider")
+        fake = peers.ManagedProcess(
+            [PY, "-m", "bridge", "fake-provider", "--listen", f"127.0.0.1:{fake_port}"],
+            cwd=step,
+            env=env,
+            name="fake-provider",
+        )
         procs.append(fake)
         url = fake.wait_for(r"listening on (ws://\S+)", 30).group(1)
 
@@ -144,10 +166,34 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
         rtp_port = peers._free_udp_port_pair()
         http_port = peers.free_udp_port(also_tcp=True)
         bridge_env = env | ({"PARLORA_PROBE": str(probe_dir)} if cfg.probe else {})
+        spec = ENGINES[cfg.engine]
+        more = ["--max-calls", str(calls)] if calls > spec.default_max_calls else []
         bridge = peers.ManagedProcess(
-            [PY, "-m", "bridge", "serve", "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port),
-             "--provider", "openai-live", "--provider-url", url, "--http", f"127.0.0.1:{http_port}",
-             "--log-level", "info"], cwd=step, env=bridge_env, name="parlora-bridge")
+            [
+                PY,
+                "-m",
+                "bridge",
+                "serve",
+                "--engine",
+                cfg.engine,
+                *more,
+                "--sip",
+                f"127.0.0.1:{sip_port}",
+                "--rtp-port",
+                str(rtp_port),
+                "--provider",
+                "openai-live",
+                "--provider-url",
+                url,
+                "--http",
+                f"127.0.0.1:{http_port}",
+                "--log-level",
+                "info",
+            ],
+            cwd=step,
+            env=bridge_env,
+            name="parlora-bridge",
+        )
         procs.append(bridge)
         bridge.wait_for(r"listening on udp", 30)
         calls_url = f"http://127.0.0.1:{http_port}/calls"
@@ -160,8 +206,21 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
         raw["rss_idle_mb"] = rss_mb(bridge.pid)
 
         pcap = step / "rtp.pcap"
-        capture = peers.ManagedProcess(["tshark", "-i", "lo", "-f", f"udp portrange {rtp_port}-{rtp_port + 39}",
-                                        "-F", "pcap", "-w", str(pcap)], cwd=step, name="tshark")
+        capture = peers.ManagedProcess(
+            [
+                "tshark",
+                "-i",
+                "lo",
+                "-f",
+                f"udp portrange {rtp_port}-{rtp_port + 39}",
+                "-F",
+                "pcap",
+                "-w",
+                str(pcap),
+            ],
+            cwd=step,
+            name="tshark",
+        )
         procs.append(capture)
         capture.wait_for(r"Capturing on", 20)
 
@@ -169,12 +228,43 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
         scenario.write_text((BENCH / "uac_bench.xml").read_text().replace("__CALL_MS__", str(call_ms)))
         messages = step / "sipp_messages.log"
         sipp = peers.ManagedProcess(
-            ["sipp", "-sf", str(scenario), "-s", "bridge", f"127.0.0.1:{sip_port}", "-i", "127.0.0.1",
-             "-mi", "127.0.0.1", "-p", str(peers.free_udp_port()), "-mp", str(peers._free_udp_port_pair()),
-             "-m", str(calls), "-l", str(calls), "-r", "10", "-nostdin", "-timeout", f"{call_ms // 1000 + 30}s",
-             "-trace_msg", "-message_file", str(messages), "-trace_logs", "-log_file", str(step / "sipp_logs.log"),
-             "-trace_err", "-error_file", str(step / "sipp_errors.log")],
-            cwd=step, name="sipp")
+            [
+                "sipp",
+                "-sf",
+                str(scenario),
+                "-s",
+                "bridge",
+                f"127.0.0.1:{sip_port}",
+                "-i",
+                "127.0.0.1",
+                "-mi",
+                "127.0.0.1",
+                "-p",
+                str(peers.free_udp_port()),
+                "-mp",
+                str(peers._free_udp_port_pair()),
+                "-m",
+                str(calls),
+                "-l",
+                str(calls),
+                "-r",
+                "10",
+                "-nostdin",
+                "-timeout",
+                f"{call_ms // 1000 + 30}s",
+                "-trace_msg",
+                "-message_file",
+                str(messages),
+                "-trace_logs",
+                "-log_file",
+                str(step / "sipp_logs.log"),
+                "-trace_err",
+                "-error_file",
+                str(step / "sipp_errors.log"),
+            ],
+            cwd=step,
+            name="sipp",
+        )
         procs.append(sipp)
         answered = wait_count(bridge, r"call \S+ media:", calls, 30)
         raw["calls_answered"] = answered
@@ -192,8 +282,13 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
         w1 = time.monotonic()
         cw1, hw1 = cpu_seconds(bridge.pid), host_busy()
         raw["host_busy_pct"] = stats.cpu_percent(hw0, hw1, w1 - w0)
-        raw.update(window=(w0, w1), offset=offset, cpu_window_pct=stats.cpu_percent(cw0, cw1, w1 - w0),
-                   rss_end_mb=rss_mb(bridge.pid), rss_max_mb=max(rss_samples, default=None))
+        raw.update(
+            window=(w0, w1),
+            offset=offset,
+            cpu_window_pct=stats.cpu_percent(cw0, cw1, w1 - w0),
+            rss_end_mb=rss_mb(bridge.pid),
+            rss_max_mb=max(rss_samples, default=None),
+        )
         raw["status_window"] = http_json(calls_url).get("calls", [])
 
         # Recovery: every open provider connection bursts; each call overflows its reservoir and recovers.
@@ -201,7 +296,9 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
         raw["t_fault"] = t_fault
         log_mark = bridge.line_count()
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{fake_port}/_fault?spec={FAULT}", timeout=2.0) as r:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{fake_port}/_fault?spec={FAULT}", timeout=2.0
+            ) as r:
                 r.read()
         except Exception as exc:  # noqa: BLE001 (reported, not fatal)
             notes.append(f"could not inject {FAULT}: {exc}")
@@ -232,31 +329,48 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
 # --- analysis ---------------------------------------------------------------------------------------------------
 
 
-def analyse(calls: int, cfg: Config, raw: dict[str, Any], step: Path, pcap: Path, messages: Path, probe_dir: Path,
-            rtp_port: int) -> dict[str, Any]:
+def analyse(
+    calls: int,
+    cfg: Config,
+    raw: dict[str, Any],
+    step: Path,
+    pcap: Path,
+    messages: Path,
+    probe_dir: Path,
+    rtp_port: int,
+) -> dict[str, Any]:
     notes: list[str] = raw["notes"]
     w0, w1 = raw["window"]
     off = raw["offset"]
     t_fault = raw["t_fault"]
-    out: dict[str, Any] = {"engine": ENGINE, "calls": calls}
+    out: dict[str, Any] = {"engine": cfg.engine, "calls": calls}
 
     # CPU and memory of the bridge process.
     answered = raw.get("calls_answered") or 0
     out["cpu_pct_per_call"] = round(raw["cpu_window_pct"] / answered, 2) if answered else None
-    out["cpu_pct_per_call_above_idle"] = (round((raw["cpu_window_pct"] - raw["cpu_idle_pct"]) / answered, 2)
-                                          if answered else None)
-    out["rss_mb_per_call"] = round((raw["rss_end_mb"] - raw["rss_idle_mb"]) / answered, 2) if answered else None
-    out.update(cpu_pct_total=round(raw["cpu_window_pct"], 2), cpu_pct_idle=round(raw["cpu_idle_pct"], 2),
-               rss_mb=round(raw["rss_end_mb"], 1), rss_idle_mb=round(raw["rss_idle_mb"], 1),
-               rss_max_mb=None if raw["rss_max_mb"] is None else round(raw["rss_max_mb"], 1))
+    out["cpu_pct_per_call_above_idle"] = (
+        round((raw["cpu_window_pct"] - raw["cpu_idle_pct"]) / answered, 2) if answered else None
+    )
+    out["rss_mb_per_call"] = (
+        round((raw["rss_end_mb"] - raw["rss_idle_mb"]) / answered, 2) if answered else None
+    )
+    out.update(
+        cpu_pct_total=round(raw["cpu_window_pct"], 2),
+        cpu_pct_idle=round(raw["cpu_idle_pct"], 2),
+        rss_mb=round(raw["rss_end_mb"], 1),
+        rss_idle_mb=round(raw["rss_idle_mb"], 1),
+        rss_max_mb=None if raw["rss_max_mb"] is None else round(raw["rss_max_mb"], 1),
+    )
 
     # Everything else the machine did meanwhile: the fake, SIPp, tshark and this runner take a few percent;
     # much more means other work disturbed the figures.
     others = raw["host_busy_pct"] - raw["cpu_window_pct"]
     out["other_cpu_pct"] = round(others, 1)
     if others > OTHER_CPU_WARN_PCT:
-        notes.append(f"the machine was busy: {others:.0f} % of a core besides the bridge during the window "
-                     f"(the benchmark's own peers take a few %); CPU, RTP and latency figures are disturbed")
+        notes.append(
+            f"the machine was busy: {others:.0f} % of a core besides the bridge during the window "
+            f"(the benchmark's own peers take a few %); CPU, RTP and latency figures are disturbed"
+        )
 
     # Outbound RTP at the caller, from the capture.
     packets: list[stats.Packet] = []
@@ -264,7 +378,9 @@ def analyse(calls: int, cfg: Config, raw: dict[str, Any], step: Path, pcap: Path
         packets = stats.read_pcap(pcap)
     except (OSError, ValueError) as exc:
         notes.append(f"no capture: {exc}")
-    answered_ports, _ = stats.sdp_audio_ports(messages.read_text(errors="replace") if messages.exists() else "")
+    answered_ports, _ = stats.sdp_audio_ports(
+        messages.read_text(errors="replace") if messages.exists() else ""
+    )
     bridge_ports = set(answered_ports)
     if not bridge_ports:
         bridge_ports = {rtp_port + 2 * i for i in range(calls)}
@@ -272,20 +388,32 @@ def analyse(calls: int, cfg: Config, raw: dict[str, Any], step: Path, pcap: Path
     per_stream = stats.rtp_intervals_ms(packets, bridge_ports, w0 + off, w1 + off)
     gaps = [g for v in per_stream.values() for g in v]
     rtp = stats.summary(gaps, 2)
-    out.update(rtp_interval_p50_ms=rtp["p50"], rtp_interval_p99_ms=rtp["p99"], rtp_interval_max_ms=rtp["max"],
-               rtp_streams=len(per_stream), rtp_intervals=rtp["n"])
+    out.update(
+        rtp_interval_p50_ms=rtp["p50"],
+        rtp_interval_p99_ms=rtp["p99"],
+        rtp_interval_max_ms=rtp["max"],
+        rtp_streams=len(per_stream),
+        rtp_intervals=rtp["n"],
+    )
     if not gaps:
         notes.append("RTP interval: no bridge RTP packets in the capture window")
 
     # Bridge-added latency, from the probe.
-    out.update(added_latency_in_p50_ms=None, added_latency_in_p99_ms=None, added_latency_out_p50_ms=None,
-               added_latency_out_p99_ms=None, added_latency_out_first_p50_ms=None,
-               added_latency_out_first_p99_ms=None)
+    out.update(
+        added_latency_in_p50_ms=None,
+        added_latency_in_p99_ms=None,
+        added_latency_out_p50_ms=None,
+        added_latency_out_p99_ms=None,
+        added_latency_out_first_p50_ms=None,
+        added_latency_out_first_p99_ms=None,
+    )
     probe_files = sorted(probe_dir.glob("probe-*.json")) if cfg.probe else []
     if not cfg.probe:
         notes.append("latency: --no-probe")
     elif not probe_files:
-        notes.append(f"latency: the bridge wrote no probe file (exit code {raw['bridge_rc']}; it dumps at a clean exit)")
+        notes.append(
+            f"latency: the bridge wrote no probe file (exit code {raw['bridge_rc']}; it dumps at a clean exit)"
+        )
     else:
         probe = json.loads(probe_files[-1].read_text())
         chunk_file = probe_files[-1].with_suffix(".chunks")
@@ -305,19 +433,34 @@ def analyse(calls: int, cfg: Config, raw: dict[str, Any], step: Path, pcap: Path
                     notes.append(f"latency out: {call} received {fmt}, only PCMU is followed")
                     continue
                 mine = [c for c in chunks.get(probe["calls"].index(call), []) if t0 - 10**10 <= c[0] <= t1]
-                got, miss = stats.match_chunks_to_frames(mine, tuple(points["media_out"]), ulaw_decode, t0=t0, t1=t1)
+                got, miss = stats.match_chunks_to_frames(
+                    mine, tuple(points["media_out"]), ulaw_decode, t0=t0, t1=t1
+                )
                 lat_out += got
                 unpaired_out += miss
-                lat_first += stats.first_frame_latencies([t for t, _ in mine], points["media_out"][0], t0=t0, t1=t1)
-        s_in, s_out, s_first = stats.summary(lat_in, 2), stats.summary(lat_out, 1), stats.summary(lat_first, 1)
-        out.update(added_latency_in_p50_ms=s_in["p50"], added_latency_in_p99_ms=s_in["p99"],
-                   added_latency_in_max_ms=s_in["max"], added_latency_in_n=s_in["n"],
-                   added_latency_in_unpaired=unpaired_in,
-                   added_latency_out_p50_ms=s_out["p50"], added_latency_out_p99_ms=s_out["p99"],
-                   added_latency_out_max_ms=s_out["max"], added_latency_out_n=s_out["n"],
-                   added_latency_out_unpaired=unpaired_out,
-                   added_latency_out_first_p50_ms=s_first["p50"], added_latency_out_first_p99_ms=s_first["p99"],
-                   added_latency_out_first_n=s_first["n"])
+                lat_first += stats.first_frame_latencies(
+                    [t for t, _ in mine], points["media_out"][0], t0=t0, t1=t1
+                )
+        s_in, s_out, s_first = (
+            stats.summary(lat_in, 2),
+            stats.summary(lat_out, 1),
+            stats.summary(lat_first, 1),
+        )
+        out.update(
+            added_latency_in_p50_ms=s_in["p50"],
+            added_latency_in_p99_ms=s_in["p99"],
+            added_latency_in_max_ms=s_in["max"],
+            added_latency_in_n=s_in["n"],
+            added_latency_in_unpaired=unpaired_in,
+            added_latency_out_p50_ms=s_out["p50"],
+            added_latency_out_p99_ms=s_out["p99"],
+            added_latency_out_max_ms=s_out["max"],
+            added_latency_out_n=s_out["n"],
+            added_latency_out_unpaired=unpaired_out,
+            added_latency_out_first_p50_ms=s_first["p50"],
+            added_latency_out_first_p99_ms=s_first["p99"],
+            added_latency_out_first_n=s_first["n"],
+        )
         if not lat_in:
             notes.append("latency in: no caller frame could be followed to the WebSocket")
         if not lat_out:
@@ -331,13 +474,21 @@ def analyse(calls: int, cfg: Config, raw: dict[str, Any], step: Path, pcap: Path
     for port in sorted(bridge_ports):
         wire += stats.wire_barge_ins(packets, port, w0 + off - cfg.warmup_s, t_fault + off)
     s_wire = stats.summary(wire, 1)
-    out.update(barge_in_ms_p50=s_wire["p50"], barge_in_ms_p99=s_wire["p99"], barge_in_ms_max=s_wire["max"],
-               barge_in_n=s_wire["n"], barge_in_event_ms_p50=s_barge["p50"], barge_in_event_ms_p99=s_barge["p99"],
-               barge_in_event_n=s_barge["n"])
+    out.update(
+        barge_in_ms_p50=s_wire["p50"],
+        barge_in_ms_p99=s_wire["p99"],
+        barge_in_ms_max=s_wire["max"],
+        barge_in_n=s_wire["n"],
+        barge_in_event_ms_p50=s_barge["p50"],
+        barge_in_event_ms_p99=s_barge["p99"],
+        barge_in_event_n=s_barge["n"],
+    )
     if not wire:
         notes.append("barge-in: no caller speech onset over assistant audio found in the capture")
     if not barge:
-        notes.append("barge-in: no 'barge-in ... last assistant frame left X ms' line in the log before the fault")
+        notes.append(
+            "barge-in: no 'barge-in ... last assistant frame left X ms' line in the log before the fault"
+        )
 
     # Recovery under the injected overflow: GET /calls/{id} while the calls were up, else the log.
     durations: list[float] = []
@@ -353,18 +504,26 @@ def analyse(calls: int, cfg: Config, raw: dict[str, Any], step: Path, pcap: Path
     if not reconnect:
         reconnect = [float(x) for x in stages.get("awaiting_user", [])]
     s_rec, s_con = stats.summary(durations, 0), stats.summary(reconnect, 0)
-    out.update(recovery_ms_p50=s_rec["p50"], recovery_ms_p99=s_rec["p99"], recovery_n=s_rec["n"],
-               recovery_reconnect_ms_p50=s_con["p50"], recovery_reconnect_ms_p99=s_con["p99"],
-               recovery_causes=sorted({c for s in raw.get("status_recovery", [])
-                                       for c in s.get("recoveries", {}).get("by_cause", {})}),
-               recovery_source=source if durations else None)
+    out.update(
+        recovery_ms_p50=s_rec["p50"],
+        recovery_ms_p99=s_rec["p99"],
+        recovery_n=s_rec["n"],
+        recovery_reconnect_ms_p50=s_con["p50"],
+        recovery_reconnect_ms_p99=s_con["p99"],
+        recovery_causes=sorted(
+            {c for s in raw.get("status_recovery", []) for c in s.get("recoveries", {}).get("by_cause", {})}
+        ),
+        recovery_source=source if durations else None,
+    )
     failed = sum(s.get("recoveries", {}).get("failed", 0) for s in raw.get("status_recovery", []))
     if failed:
         notes.append(f"recovery: {failed} failed")
     if len(durations) < answered:
-        notes.append(f"recovery: {len(durations)} of {answered} calls completed one within {cfg.recovery_budget_s:g} s "
-                     f"of {FAULT} (a call recovers only after an echo long enough to overflow, then its caller's "
-                     f"next turn)")
+        notes.append(
+            f"recovery: {len(durations)} of {answered} calls completed one within {cfg.recovery_budget_s:g} s "
+            f"of {FAULT} (a call recovers only after an echo long enough to overflow, then its caller's "
+            f"next turn)"
+        )
 
     # Session QoS at the end of the window.
     qos = [s.get("qos", {}) for s in raw.get("status_window", [])]
@@ -381,9 +540,11 @@ def fmt(value: Any, unit: str = "") -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ("| calls | CPU %/call | RSS MB/call (total) | RTP interval p50 / p99 / max ms | added latency in p50 / p99 ms "
-            "| added latency out p50 / p99 ms (first frame p50 / p99) | barge-in p50 / p99 ms (from the event p50 / p99) "
-            "| recovery p50 / p99 ms (reconnect p50 / p99) |")
+    head = (
+        "| calls | CPU %/call | RSS MB/call (total) | RTP interval p50 / p99 / max ms | added latency in p50 / p99 ms "
+        "| added latency out p50 / p99 ms (first frame p50 / p99) | barge-in p50 / p99 ms (from the event p50 / p99) "
+        "| recovery p50 / p99 ms (reconnect p50 / p99) |"
+    )
     lines = [head, "|" + "---|" * 8]
     for r in rows:
         lines.append(
@@ -395,32 +556,65 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"| {fmt(r.get('barge_in_ms_p50'))} / {fmt(r.get('barge_in_ms_p99'))} "
             f"({fmt(r.get('barge_in_event_ms_p50'))} / {fmt(r.get('barge_in_event_ms_p99'))}) "
             f"| {fmt(r.get('recovery_ms_p50'))} / {fmt(r.get('recovery_ms_p99'))} "
-            f"({fmt(r.get('recovery_reconnect_ms_p50'))} / {fmt(r.get('recovery_reconnect_ms_p99'))}) |")
+            f"({fmt(r.get('recovery_reconnect_ms_p50'))} / {fmt(r.get('recovery_reconnect_ms_p99'))}) |"
+        )
     return "\n".join(lines)
 
 
+def engine_limit(spec: EngineSpec) -> str:
+    return spec.limits
+
+
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--engine",
+        default=DEFAULT_ENGINE,
+        choices=sorted(ENGINES),
+        help=f"SIP engine of the bridge under test (default {DEFAULT_ENGINE})",
+    )
     parser.add_argument("--quick", action="store_true", help="steps 1 and 4, 20 s windows (under 10 minutes)")
-    parser.add_argument("--steps", default=None, help="comma-separated call counts (each 1..4)")
-    parser.add_argument("--seconds", type=float, default=None, help="measuring window per step (default 20 quick, 40)")
-    parser.add_argument("--no-probe", action="store_true", help="run the bridge without PARLORA_PROBE (no latencies)")
-    parser.add_argument("--keep", action="store_true", help="keep the working directory (logs, capture, probe)")
-    parser.add_argument("--output", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS.relative_to(ROOT)})")
+    parser.add_argument("--steps", default=None, help="comma-separated call counts (pjsua2: each 1..4)")
+    parser.add_argument(
+        "--seconds", type=float, default=None, help="measuring window per step (default 20 quick, 40)"
+    )
+    parser.add_argument(
+        "--no-probe", action="store_true", help="run the bridge without PARLORA_PROBE (no latencies)"
+    )
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the working directory (logs, capture, probe)"
+    )
+    parser.add_argument(
+        "--output", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS.relative_to(ROOT)})"
+    )
     args = parser.parse_args()
-    steps = tuple(int(s) for s in args.steps.split(",")) if args.steps else ((1, 4) if args.quick else (1, 2, 3, 4))
-    if any(not 1 <= n <= ENGINE_MAX_CALLS for n in steps):
-        parser.error(f"each step must be 1..{ENGINE_MAX_CALLS}: the pjsua2 wheel allows {ENGINE_MAX_CALLS} calls per process")
+    steps = (
+        tuple(int(s) for s in args.steps.split(","))
+        if args.steps
+        else ((1, 4) if args.quick else (1, 2, 3, 4))
+    )
+    spec = ENGINES[args.engine]
+    if any(n < 1 or (spec.cap is not None and n > spec.cap) for n in steps):
+        parser.error(f"each step must be 1..{spec.cap or 'N'}: engine {args.engine}: {engine_limit(spec)}")
     missing = [tool for tool in ("sipp", "tshark", "sox", "espeak-ng") if shutil.which(tool) is None]
     if missing:
         print(f"missing tools: {', '.join(missing)} (bash tests/run.sh installs them)", file=sys.stderr)
         return 2
-    cfg = Config(steps=steps, window_s=args.seconds or (20.0 if args.quick else 40.0), probe=not args.no_probe)
+    cfg = Config(
+        steps=steps,
+        window_s=args.seconds or (20.0 if args.quick else 40.0),
+        probe=not args.no_probe,
+        engine=args.engine,
+    )
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="parlora-bench-"))
-    print(f"engine {ENGINE}: at most {ENGINE_MAX_CALLS} calls per process (the pjsua2 wheel is compiled with "
-          f"PJSUA_MAX_CALLS={ENGINE_MAX_CALLS}); steps {', '.join(map(str, steps))}; {cfg.window_s:g} s window; "
-          f"working directory {work}", flush=True)
+    print(
+        f"engine {cfg.engine}: {engine_limit(spec)}; steps {', '.join(map(str, steps))}; {cfg.window_s:g} s "
+        f"window; working directory {work}",
+        flush=True,
+    )
     rows: list[dict[str, Any]] = []
     try:
         speech, loop_s = make_audio(work)
@@ -430,7 +624,10 @@ def main() -> int:
             try:
                 rows.append(run_step(n, cfg, speech, work))
             except Exception as exc:  # noqa: BLE001 (one failed step still reports the others)
-                rows.append({k: None for k in KEYS} | {"engine": ENGINE, "calls": n, "notes": [f"step failed: {exc!r}"]})
+                rows.append(
+                    {k: None for k in KEYS}
+                    | {"engine": cfg.engine, "calls": n, "notes": [f"step failed: {exc!r}"]}
+                )
             print(f"  done in {time.monotonic() - t:.0f} s", flush=True)
     finally:
         if not args.keep:
@@ -442,15 +639,33 @@ def main() -> int:
     for r in rows:
         for note in r.get("notes", []):
             print(f"- {r['calls']} call(s): {note}")
-    print(f"\nwall time {wall:.0f} s; results in {args.output}" + (f"; artefacts in {work}" if args.keep else ""))
+    print(
+        f"\nwall time {wall:.0f} s; results in {args.output}"
+        + (f"; artefacts in {work}" if args.keep else "")
+    )
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
-        "engine": ENGINE, "engine_max_calls_per_process": ENGINE_MAX_CALLS,
-        "mode": "quick" if args.quick else "full", "window_s": cfg.window_s, "caller_loop_s": round(loop_s, 2),
-        "fault": FAULT, "probe": cfg.probe, "wall_s": round(wall, 1),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-        "steps": rows,
-    }, indent=1) + "\n")
+    args.output.write_text(
+        json.dumps(
+            {
+                "engine": cfg.engine,
+                "engine_max_calls_per_process": spec.cap,  # None: no compiled-in cap
+                "mode": "quick" if args.quick else "full",
+                "window_s": cfg.window_s,
+                "caller_loop_s": round(loop_s, 2),
+                "fault": FAULT,
+                "probe": cfg.probe,
+                "wall_s": round(wall, 1),
+                "machine": {
+                    "cpus": os.cpu_count(),
+                    "python": platform.python_version(),
+                    "platform": platform.platform(),
+                },
+                "steps": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     return 0
 
 

@@ -1,4 +1,6 @@
-"""Run the pjsua2 user agent on its own and drive its call legs from stdin; print leg events as JSON lines.
+"""Run a SIP engine on its own and drive its call legs from stdin; print leg events as JSON lines.
+
+The engine comes from `sip.engine`'s registry (`--engine NAME`, default pjsua2), as `serve` gets it.
 
 A stand-in for the session engine in tests of leg-level telephony (transfer, DTMF): no provider, no audio.
 Every call is answered at once. Commands, one per line on stdin:
@@ -14,9 +16,9 @@ one line per leg event except FrameReceived (the leg event's class name, its fie
 {"event": "sent", ...} when a command was handed to the leg, {"event": "error", ...} when a leg method
 raised (e.g. ValueError from send_dtmf), and {"event": "stopped", "clean": bool} last. Logs go to stderr.
 The process exits after `--calls` calls ended, on "quit", on stdin EOF or on SIGTERM; exit status 0 when
-pjsua stopped cleanly.
+pjsua stopped cleanly (exit status 2 if it could not start, with the reason on stderr).
 
-    python tests/integration/leg_driver.py --sip 127.0.0.1:5070 --rtp-port 40000 --calls 1
+    python tests/integration/leg_driver.py --sip 127.0.0.1:5070 --rtp-port 40000 --calls 1 [--engine pjsua2]
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ import signal
 import sys
 import threading
 
-from sip.leg import FrameReceived
-from sip.pjsua2_agent import Pjsua2Leg, Pjsua2UserAgent, UserAgentConfig
+from sip.engine import DEFAULT_ENGINE, ENGINES, EngineConfig, EngineError, create_engine
+from sip.leg import CallLeg, FrameReceived
 
 
 def emit(**fields: object) -> None:
@@ -41,6 +43,7 @@ def emit(**fields: object) -> None:
 async def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sip", default="127.0.0.1:5070", help="HOST:PORT to listen on")
+    parser.add_argument("--engine", default=DEFAULT_ENGINE, choices=sorted(ENGINES))
     parser.add_argument("--rtp-port", type=int, default=40000)
     parser.add_argument("--calls", type=int, default=1, help="exit after this many calls ended (0: never)")
     parser.add_argument("--transfer-timeout", type=float, default=30.0)
@@ -50,12 +53,12 @@ async def main() -> int:
     host, port = args.sip.rsplit(":", 1)
 
     loop = asyncio.get_running_loop()
-    legs: dict[str, Pjsua2Leg] = {}
+    legs: dict[str, CallLeg] = {}
     done = asyncio.Event()
     ended = 0
     tasks: set[asyncio.Task[None]] = set()
 
-    async def follow(leg: Pjsua2Leg) -> None:
+    async def follow(leg: CallLeg) -> None:
         nonlocal ended
         call_id = leg.identity.call_id
         async for event in leg.events():
@@ -68,7 +71,7 @@ async def main() -> int:
         if args.calls and ended >= args.calls:
             done.set()
 
-    def on_call(leg: Pjsua2Leg) -> None:
+    def on_call(leg: CallLeg) -> None:
         legs[leg.identity.call_id] = leg
         emit(event="call", call_id=leg.identity.call_id, from_uri=leg.identity.from_uri)
         leg.answer()
@@ -107,15 +110,20 @@ async def main() -> int:
             loop.call_soon_threadsafe(command, raw.strip())
         loop.call_soon_threadsafe(done.set)  # EOF: the test went away
 
-    config = UserAgentConfig(host=host, port=int(port), rtp_port=args.rtp_port,
-                             transfer_timeout_s=args.transfer_timeout)
-    agent = Pjsua2UserAgent(config, loop, on_call)
-    await loop.run_in_executor(None, agent.start)
-    emit(event="listening", port=int(port))
+    config = EngineConfig(
+        host=host, port=int(port), rtp_port=args.rtp_port, transfer_timeout_s=args.transfer_timeout
+    )
+    try:
+        agent = create_engine(args.engine, config, on_call)
+        await agent.start()
+    except EngineError as exc:
+        print(f"leg driver: cannot start the {args.engine} engine: {exc}", file=sys.stderr, flush=True)
+        return 2
+    emit(event="listening", port=int(port), engine=args.engine)
     loop.add_signal_handler(signal.SIGTERM, done.set)
     threading.Thread(target=read_stdin, name="stdin", daemon=True).start()
     await done.wait()
-    clean = await loop.run_in_executor(None, agent.stop)
+    clean = await agent.stop()
     if tasks:
         await asyncio.wait(set(tasks), timeout=5.0)
     emit(event="stopped", clean=clean)
