@@ -1,0 +1,817 @@
+"""RFC 3261 §17 transactions, sans-I/O: the four state machines, timers A-M on an injected clock, matching.
+
+The transaction user (the UA core, `sip.ua`) drives one `TransactionLayer`:
+
+- peer requests: `layer.absorb(request, now)` first. It is True when a transaction took the request (a
+  retransmission answered with the last response, an ACK for a non-2xx final): the TU does nothing more.
+  Otherwise the TU creates a server transaction (`server_invite` / `server_non_invite`) and answers through
+  it with `tx.respond(response, now)`; an ACK for a 2xx is never absorbed (it is the TU's, §13.3.1.4).
+- peer responses: `layer.receive_response(response, now)` (False: no client transaction matched; drop it).
+- TU requests: `layer.send_request(request, destination, transport, now)` returns the client transaction.
+- 2xx reliability, which RFC 3261 gives the UAS core (§13.3.1.4): `layer.retransmit_2xx(...)` keeps sending a
+  2xx (T1 doubling to T2) until `stop()`, or reports `AckTimeout` after 64·T1.
+- time: `layer.next_deadline()` and `layer.handle_timer(now)`.
+- output, pulled: `layer.transmits()` (datagrams, frozen `Transmit`) and `layer.events()` (`ResponseReceived`,
+  `TransactionTimeout`, `AckTimeout`). Both drain.
+
+Choices (RFC 3261 leaves them open):
+- 100 Trying is sent by the INVITE server transaction at once, not after 200 ms: the TU needs no timer per
+  call, and a retransmitted INVITE is answered with the 100 from the start.
+- INVITE transactions use RFC 6026's "Accepted" state after a 2xx (Timer L server side, Timer M client side,
+  both 64·T1): retransmitted INVITEs are absorbed while the UAS core resends the 2xx, and a retransmitted 2xx
+  reaches the UAC core so that it sends its ACK again.
+- Timer C is a proxy timer and is not implemented. Timer B/F/H still run on reliable transports (they are
+  timeouts, not retransmissions); A, E and G (retransmissions) run only on unreliable ones, and D, I, J, K
+  are zero on reliable ones (§17.1.1.2, §17.1.2.2, §17.2.1, §17.2.2).
+- The 2xx retransmission of §13.3.1.4 runs on every transport, as the RFC says ("independent of whatever
+  transport protocols are used"): a hop further on may be UDP.
+- Matching (§17.1.3, §17.2.3): by the top Via's branch and sent-by and the CSeq method (ACK matches the
+  INVITE, CANCEL has its own transaction) when the branch starts with the magic cookie "z9hG4bK"; otherwise
+  (RFC 2543 peers) by Request-URI, From tag, Call-ID, CSeq number and top Via, and an ACK must also carry the
+  To tag of the response it acknowledges.
+
+All times are int nanoseconds from the caller's monotonic clock; nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from dataclasses import dataclass
+from enum import Enum
+
+from sip.message import (
+    Headers,
+    Request,
+    Response,
+    make_response,
+    parse_cseq,
+    parse_name_addr,
+    parse_via,
+    serialize,
+)
+
+MAGIC_COOKIE = "z9hG4bK"  # RFC 3261 §8.1.1.7
+RELIABLE_TRANSPORTS = frozenset({"TCP", "TLS", "SCTP", "WS", "WSS"})
+_MS = 1_000_000
+
+
+def is_reliable(transport: str) -> bool:
+    """True for the stream transports (no retransmissions, zero wait timers)."""
+    return transport.upper() in RELIABLE_TRANSPORTS
+
+
+@dataclass(frozen=True, slots=True)
+class TimerConfig:
+    """RFC 3261 §17.1.1.1 / Table 4 base values, in nanoseconds (defaults: T1 500 ms, T2 4 s, T4 5 s)."""
+
+    t1: int = 500 * _MS
+    t2: int = 4000 * _MS
+    t4: int = 5000 * _MS
+
+    @property
+    def timeout(self) -> int:
+        """64·T1: Timers B, F, H, J, L, M and the 2xx-without-ACK give-up (§13.3.1.4)."""
+        return 64 * self.t1
+
+    @property
+    def timer_d(self) -> int:
+        """Timer D on unreliable transports: "at least 32 s" (§17.1.1.2)."""
+        return max(32_000 * _MS, self.timeout)
+
+
+@dataclass(frozen=True, slots=True)
+class Transmit:
+    """One message for the shell to send: a UDP datagram, or bytes for the stream to `destination`.
+
+    `destination` is (host, port) as the core resolved it from Via, Route or Contact; host may be a name for
+    the shell to resolve. For a stream transport the shell should prefer the connection the peer opened from
+    that address (responses go back the way the request came, §18.2.2)."""
+
+    data: bytes
+    destination: tuple[str, int]
+    transport: str
+
+
+class Timed:
+    """Something with one deadline, fired by a `Scheduler` (transactions, the 2xx retransmitter, calls)."""
+
+    __slots__ = ("deadline", "_sched_seq", "_sched_when")
+
+    def __init__(self) -> None:
+        self.deadline: int | None = None
+        self._sched_seq = -1  # the seq of its live heap entry (-1: none)
+        self._sched_when: int | None = None  # the time of that entry
+
+    def fire(self, now: int) -> None:
+        raise NotImplementedError
+
+
+class Scheduler:
+    """Deadlines of many `Timed` objects in one heap with lazy deletion: O(log n) per change, and
+    `next_deadline()` is the heap's top (one process, hundreds of calls, no timer per call)."""
+
+    __slots__ = ("_heap", "_seq")
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, Timed]] = []
+        self._seq = itertools.count()
+
+    def update(self, obj: Timed) -> None:
+        """(Re)arm `obj` at `obj.deadline` (None: disarm). Call after every change of the deadline; a call
+        with the deadline unchanged pushes nothing (a retransmission flood does not grow the heap)."""
+        if obj.deadline is not None and obj._sched_seq != -1 and obj._sched_when == obj.deadline:
+            return
+        seq = next(self._seq)
+        obj._sched_seq = seq
+        obj._sched_when = obj.deadline
+        if obj.deadline is not None:
+            heapq.heappush(self._heap, (obj.deadline, seq, obj))
+        else:
+            obj._sched_seq = -1
+
+    def next_deadline(self) -> int | None:
+        heap = self._heap
+        while heap:
+            when, seq, obj = heap[0]
+            if obj._sched_seq == seq and obj.deadline == when:
+                return when
+            heapq.heappop(heap)
+        return None
+
+    def pop_due(self, now: int) -> list[Timed]:
+        """The objects due at `now`, each once, disarmed (the caller fires them and re-arms them)."""
+        due: list[Timed] = []
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            when, seq, obj = heapq.heappop(heap)
+            if obj._sched_seq == seq and obj.deadline == when:
+                obj._sched_seq = -1
+                due.append(obj)
+        return due
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+
+# --- matching keys (§17.1.3, §17.2.3) ---
+
+TransactionKey = tuple[str, ...]
+
+
+def _top_via(message: Request | Response) -> str | None:
+    vias = message.headers.get_all("Via")
+    return vias[0] if vias else None
+
+
+def _tag(value: str | None) -> str:
+    if value is None:
+        return ""
+    try:
+        return parse_name_addr(value).tag or ""
+    except Exception:  # noqa: BLE001 - a malformed From/To only makes the key worse, never an error
+        return ""
+
+
+def server_key(request: Request, method: str | None = None) -> TransactionKey | None:
+    """The §17.2.3 key of a request (None without a usable Via or CSeq). `method` overrides the CSeq method:
+    ACK is matched as "INVITE"; pass "INVITE" for a CANCEL to find the transaction it cancels (§9.2)."""
+    via_value = _top_via(request)
+    cseq_value = request.headers.get("CSeq")
+    if via_value is None or cseq_value is None:
+        return None
+    try:
+        via = parse_via(via_value)
+        number, cseq_method = parse_cseq(cseq_value)
+    except Exception:  # noqa: BLE001 - unmatchable, the TU treats it as new (and the parser vetted it)
+        return None
+    kind = method or ("INVITE" if cseq_method == "ACK" else cseq_method)
+    branch = via.branch or ""
+    if branch.startswith(MAGIC_COOKIE):
+        sent_by = f"{via.host.lower()}:{via.port or ''}"
+        return ("3261", branch, sent_by, kind)
+    # RFC 2543 fallback: no usable branch. The To tag is left out so an ACK (which has ours) finds the
+    # INVITE; `ServerInviteTransaction.to_tag` is compared separately.
+    return (
+        "2543",
+        str(request.uri),
+        _tag(request.headers.get("From")),
+        request.headers.get("Call-ID") or "",
+        str(number),
+        " ".join(via_value.split()),
+        kind,
+    )
+
+
+def client_key(message: Request | Response) -> TransactionKey | None:
+    """§17.1.3: the branch of the top Via and the CSeq method (a response carries our request's Via)."""
+    via_value = _top_via(message)
+    cseq_value = message.headers.get("CSeq")
+    if via_value is None or cseq_value is None:
+        return None
+    try:
+        branch = parse_via(via_value).branch
+        _, method = parse_cseq(cseq_value)
+    except Exception:  # noqa: BLE001
+        return None
+    if not branch:
+        return None
+    return (branch, "INVITE" if method == "ACK" else method)
+
+
+# --- events for the transaction user ---
+
+
+class State(Enum):
+    CALLING = "calling"
+    TRYING = "trying"
+    PROCEEDING = "proceeding"
+    ACCEPTED = "accepted"  # RFC 6026
+    COMPLETED = "completed"
+    CONFIRMED = "confirmed"
+    TERMINATED = "terminated"
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseReceived:
+    """A response for a client transaction: each provisional, the final, and (INVITE) every 2xx."""
+
+    transaction: ClientTransaction
+    response: Response
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionTimeout:
+    """Timer B or F (a client request got no final response), or H (no ACK for our non-2xx final)."""
+
+    transaction: Transaction
+    timer: str
+
+
+@dataclass(frozen=True, slots=True)
+class AckTimeout:
+    """64·T1 passed with no ACK for a 2xx (§13.3.1.4): the UAS core should send BYE."""
+
+    retransmitter: Retransmit2xx
+
+
+TransactionEvent = ResponseReceived | TransactionTimeout | AckTimeout
+
+
+class _Outbox:
+    __slots__ = ("transmits", "events")
+
+    def __init__(self) -> None:
+        self.transmits: list[Transmit] = []
+        self.events: list[TransactionEvent] = []
+
+
+# --- the four state machines ---
+
+
+class Transaction(Timed):
+    """Common state: key, where it sends, and named timers (several may run; `deadline` is the soonest)."""
+
+    __slots__ = ("key", "destination", "transport", "reliable", "state", "timers", "_cfg", "_out", "_timers")
+
+    def __init__(
+        self,
+        key: TransactionKey,
+        destination: tuple[str, int],
+        transport: str,
+        cfg: TimerConfig,
+        out: _Outbox,
+    ) -> None:
+        super().__init__()
+        self.key = key
+        self.destination = destination
+        self.transport = transport
+        self.reliable = is_reliable(transport)
+        self.state = State.TRYING
+        self._cfg = cfg
+        self._out = out
+        self._timers: dict[str, int] = {}
+
+    @property
+    def terminated(self) -> bool:
+        return self.state is State.TERMINATED
+
+    def timer(self, name: str) -> int | None:
+        """When timer `name` ("A".."M") fires, or None if it is not running."""
+        return self._timers.get(name)
+
+    def _set(self, name: str, when: int) -> None:
+        self._timers[name] = when
+        self.deadline = min(self._timers.values())
+
+    def _clear(self, *names: str) -> None:
+        for name in names:
+            self._timers.pop(name, None)
+        self.deadline = min(self._timers.values()) if self._timers else None
+
+    def _send(self, data: bytes) -> None:
+        self._out.transmits.append(Transmit(data, self.destination, self.transport))
+
+    def _terminate(self) -> None:
+        self.state = State.TERMINATED
+        self._timers.clear()
+        self.deadline = None
+
+    def fire(self, now: int) -> None:
+        for name, when in sorted(self._timers.items(), key=lambda item: item[1]):
+            if when <= now and name in self._timers and not self.terminated:
+                self._timers.pop(name)
+                self._on_timer(name, now)
+        self.deadline = min(self._timers.values()) if self._timers else None
+
+    def _on_timer(self, name: str, now: int) -> None:
+        raise NotImplementedError
+
+
+class ClientTransaction(Transaction):
+    """Base of the client transactions: the request and its serialised bytes (for retransmission)."""
+
+    __slots__ = ("request", "data", "_interval")
+
+    def __init__(
+        self,
+        key: TransactionKey,
+        request: Request,
+        destination: tuple[str, int],
+        transport: str,
+        cfg: TimerConfig,
+        out: _Outbox,
+    ) -> None:
+        super().__init__(key, destination, transport, cfg, out)
+        self.request = request
+        self.data = serialize(request)
+        self._interval = cfg.t1
+
+    def receive(self, response: Response, now: int) -> None:
+        raise NotImplementedError
+
+
+class ClientInviteTransaction(ClientTransaction):
+    """§17.1.1 (with RFC 6026): Calling → Proceeding → Accepted | Completed → Terminated."""
+
+    __slots__ = ("ack",)
+
+    def __init__(
+        self,
+        key: TransactionKey,
+        request: Request,
+        destination: tuple[str, int],
+        transport: str,
+        cfg: TimerConfig,
+        out: _Outbox,
+    ) -> None:
+        super().__init__(key, request, destination, transport, cfg, out)
+        self.ack: bytes | None = None  # the ACK of a non-2xx final, resent for each retransmission of it
+
+    def start(self, now: int) -> None:
+        self.state = State.CALLING
+        self._send(self.data)
+        if not self.reliable:
+            self._set("A", now + self._interval)
+        self._set("B", now + self._cfg.timeout)
+
+    def receive(self, response: Response, now: int) -> None:
+        status = response.status
+        if self.state in (State.CALLING, State.PROCEEDING):
+            if status < 200:
+                self.state = State.PROCEEDING
+                self._clear("A", "B")  # §17.1.1.2: no timeout in Proceeding (Timer C is a proxy's)
+            elif status < 300:
+                self.state = State.ACCEPTED
+                self._clear("A", "B")
+                self._set("M", now + self._cfg.timeout)
+            else:
+                self.state = State.COMPLETED
+                self._clear("A", "B")
+                self.ack = serialize(self._build_ack(response))
+                self._send(self.ack)
+                if self.reliable:
+                    self._terminate()
+                else:
+                    self._set("D", now + self._cfg.timer_d)
+            self._out.events.append(ResponseReceived(self, response))
+        elif self.state is State.ACCEPTED:
+            if 200 <= status < 300:  # a retransmitted (or forked) 2xx: the TU ACKs it again
+                self._out.events.append(ResponseReceived(self, response))
+        elif self.state is State.COMPLETED and status >= 300 and self.ack is not None:
+            self._send(self.ack)  # §17.1.1.2: retransmitted final → ACK again, not reported
+
+    def _build_ack(self, response: Response) -> Request:
+        """§17.1.1.3: the ACK for a non-2xx final, in this transaction (same branch)."""
+        req = self.request.headers
+        headers: list[tuple[str, str]] = []
+        via = _top_via(self.request)
+        if via is not None:
+            headers.append(("Via", via))
+        headers.append(("Max-Forwards", "70"))
+        for name in ("From",):
+            value = req.get(name)
+            if value is not None:
+                headers.append((name, value))
+        to = response.headers.get("To") or req.get("To")
+        if to is not None:
+            headers.append(("To", to))
+        call_id = req.get("Call-ID")
+        if call_id is not None:
+            headers.append(("Call-ID", call_id))
+        number, _ = parse_cseq(req.get("CSeq") or "1 INVITE")
+        headers.append(("CSeq", f"{number} ACK"))
+        for route in req.get_all("Route"):
+            headers.append(("Route", route))
+        headers.append(("Content-Length", "0"))
+        return Request("ACK", self.request.uri, _headers(headers), b"")
+
+    def _on_timer(self, name: str, now: int) -> None:
+        if name == "A" and self.state is State.CALLING:
+            self._send(self.data)
+            self._interval *= 2  # Timer A doubles without the T2 cap (§17.1.1.2)
+            self._set("A", now + self._interval)
+        elif name == "B" and self.state is State.CALLING:
+            self._terminate()
+            self._out.events.append(TransactionTimeout(self, "B"))
+        elif name in ("D", "M"):
+            self._terminate()
+
+
+class ClientNonInviteTransaction(ClientTransaction):
+    """§17.1.2: Trying → Proceeding → Completed → Terminated."""
+
+    __slots__ = ()
+
+    def start(self, now: int) -> None:
+        self.state = State.TRYING
+        self._send(self.data)
+        if not self.reliable:
+            self._set("E", now + self._interval)
+        self._set("F", now + self._cfg.timeout)
+
+    def receive(self, response: Response, now: int) -> None:
+        if self.state not in (State.TRYING, State.PROCEEDING):
+            return  # Completed: retransmissions of the final are absorbed
+        if response.status < 200:
+            self.state = State.PROCEEDING
+        else:
+            self.state = State.COMPLETED
+            self._clear("E", "F")
+            if self.reliable:
+                self._terminate()
+            else:
+                self._set("K", now + self._cfg.t4)
+        self._out.events.append(ResponseReceived(self, response))
+
+    def _on_timer(self, name: str, now: int) -> None:
+        if name == "E" and self.state in (State.TRYING, State.PROCEEDING):
+            self._send(self.data)
+            if self.state is State.TRYING:
+                self._interval = min(2 * self._interval, self._cfg.t2)
+            else:
+                self._interval = self._cfg.t2
+            self._set("E", now + self._interval)
+        elif name == "F" and self.state in (State.TRYING, State.PROCEEDING):
+            self._terminate()
+            self._out.events.append(TransactionTimeout(self, "F"))
+        elif name == "K":
+            self._terminate()
+
+
+class ServerTransaction(Transaction):
+    """Base of the server transactions: the request and the last response sent (for retransmissions)."""
+
+    __slots__ = ("request", "last_response", "response_data", "_interval")
+
+    def __init__(
+        self,
+        key: TransactionKey,
+        request: Request,
+        destination: tuple[str, int],
+        transport: str,
+        cfg: TimerConfig,
+        out: _Outbox,
+    ) -> None:
+        super().__init__(key, destination, transport, cfg, out)
+        self.request = request
+        self.last_response: Response | None = None
+        self.response_data: bytes | None = None
+        self._interval = cfg.t1
+
+    @property
+    def final_sent(self) -> bool:
+        return self.last_response is not None and self.last_response.status >= 200
+
+    def _store_and_send(self, response: Response) -> None:
+        self.last_response = response
+        self.response_data = serialize(response)
+        self._send(self.response_data)
+
+    def respond(self, response: Response, now: int) -> bool:
+        """Send `response` from the TU; False (nothing sent) if a final response was already sent."""
+        raise NotImplementedError
+
+    def retransmission(self, request: Request, now: int) -> bool:
+        """A request that matched this transaction; True when it is absorbed (not for the TU)."""
+        raise NotImplementedError
+
+
+class ServerInviteTransaction(ServerTransaction):
+    """§17.2.1 (with RFC 6026): Proceeding → Accepted | Completed → Confirmed → Terminated."""
+
+    __slots__ = ("to_tag",)
+
+    def __init__(
+        self,
+        key: TransactionKey,
+        request: Request,
+        destination: tuple[str, int],
+        transport: str,
+        cfg: TimerConfig,
+        out: _Outbox,
+    ) -> None:
+        super().__init__(key, request, destination, transport, cfg, out)
+        self.to_tag: str | None = None  # the tag of our responses (RFC 2543 ACK matching)
+
+    def start(self, now: int, *, trying: bool = True) -> None:
+        self.state = State.PROCEEDING
+        if trying:
+            self._store_and_send(make_response(self.request, 100))  # at once; see the module docstring
+
+    def respond(self, response: Response, now: int) -> bool:
+        if self.state is not State.PROCEEDING:
+            return False
+        self.to_tag = _tag(response.headers.get("To")) or self.to_tag
+        self._store_and_send(response)
+        status = response.status
+        if status < 200:
+            return True
+        if status < 300:
+            self.state = State.ACCEPTED
+            self._set("L", now + self._cfg.timeout)
+        else:
+            self.state = State.COMPLETED
+            if not self.reliable:
+                self._set("G", now + self._interval)
+            self._set("H", now + self._cfg.timeout)
+        return True
+
+    def retransmission(self, request: Request, now: int) -> bool:
+        if request.method == "ACK":
+            if self.key[0] == "2543" and self.to_tag and _tag(request.headers.get("To")) != self.to_tag:
+                return False
+            if self.state is State.COMPLETED:
+                self.state = State.CONFIRMED
+                self._clear("G", "H")
+                if self.reliable:
+                    self._terminate()
+                else:
+                    self._set("I", now + self._cfg.t4)
+                return True
+            if self.state is State.CONFIRMED:
+                return True
+            return False  # an ACK for a 2xx is the TU's (§13.3.1.4, RFC 6026 §8.6)
+        if self.state in (State.PROCEEDING, State.COMPLETED) and self.response_data is not None:
+            self._send(self.response_data)
+        return True  # Accepted: absorbed, the UAS core retransmits the 2xx itself
+
+    def _on_timer(self, name: str, now: int) -> None:
+        if name == "G" and self.state is State.COMPLETED and self.response_data is not None:
+            self._send(self.response_data)
+            self._interval = min(2 * self._interval, self._cfg.t2)
+            self._set("G", now + self._interval)
+        elif name == "H" and self.state is State.COMPLETED:
+            self._terminate()
+            self._out.events.append(TransactionTimeout(self, "H"))
+        elif name in ("I", "L"):
+            self._terminate()
+
+
+class ServerNonInviteTransaction(ServerTransaction):
+    """§17.2.2: Trying → Proceeding → Completed → Terminated."""
+
+    __slots__ = ()
+
+    def start(self, now: int) -> None:
+        self.state = State.TRYING
+
+    def respond(self, response: Response, now: int) -> bool:
+        if self.state not in (State.TRYING, State.PROCEEDING):
+            return False
+        self._store_and_send(response)
+        if response.status < 200:
+            self.state = State.PROCEEDING
+            return True
+        self.state = State.COMPLETED
+        if self.reliable:
+            self._terminate()
+        else:
+            self._set("J", now + self._cfg.timeout)
+        return True
+
+    def retransmission(self, request: Request, now: int) -> bool:
+        if self.response_data is not None:
+            self._send(self.response_data)
+        return True
+
+    def _on_timer(self, name: str, now: int) -> None:
+        if name == "J":
+            self._terminate()
+
+
+class Retransmit2xx(Timed):
+    """The UAS core's 2xx retransmission until the ACK (§13.3.1.4): interval T1, doubling to T2; after 64·T1
+    `AckTimeout`. `stop()` when the ACK (or a BYE, or the dialog's end) arrives."""
+
+    __slots__ = ("data", "destination", "transport", "started", "_interval", "_give_up", "_cfg", "_out")
+
+    def __init__(
+        self,
+        data: bytes,
+        destination: tuple[str, int],
+        transport: str,
+        now: int,
+        cfg: TimerConfig,
+        out: _Outbox,
+    ) -> None:
+        super().__init__()
+        self.data = data
+        self.destination = destination
+        self.transport = transport
+        self.started = now
+        self._cfg = cfg
+        self._out = out
+        self._interval = cfg.t1
+        self._give_up = now + cfg.timeout
+        self.deadline = now + self._interval
+
+    @property
+    def active(self) -> bool:
+        return self.deadline is not None
+
+    def stop(self) -> None:
+        self.deadline = None
+
+    def fire(self, now: int) -> None:
+        if self.deadline is None:
+            return
+        if now >= self._give_up:
+            self.deadline = None
+            self._out.events.append(AckTimeout(self))
+            return
+        self._out.transmits.append(Transmit(self.data, self.destination, self.transport))
+        self._interval = min(2 * self._interval, self._cfg.t2)
+        self.deadline = min(now + self._interval, self._give_up)
+
+
+def _headers(items: list[tuple[str, str]]) -> Headers:
+    return Headers(items)
+
+
+# --- the layer ---
+
+
+class TransactionLayer:
+    """All transactions of one UA (see the module docstring for the loop)."""
+
+    __slots__ = ("timers", "_server", "_client", "_sched", "_out")
+
+    def __init__(self, timers: TimerConfig | None = None) -> None:
+        self.timers = timers or TimerConfig()
+        self._server: dict[TransactionKey, ServerTransaction] = {}
+        self._client: dict[TransactionKey, ClientTransaction] = {}
+        self._sched = Scheduler()
+        self._out = _Outbox()
+
+    def __len__(self) -> int:
+        """Live transactions (server + client)."""
+        return len(self._server) + len(self._client)
+
+    @property
+    def server_count(self) -> int:
+        return len(self._server)
+
+    @property
+    def client_count(self) -> int:
+        return len(self._client)
+
+    # output
+
+    def transmits(self) -> list[Transmit]:
+        out, self._out.transmits = self._out.transmits, []
+        return out
+
+    def events(self) -> list[TransactionEvent]:
+        out, self._out.events = self._out.events, []
+        return out
+
+    # time
+
+    def next_deadline(self) -> int | None:
+        return self._sched.next_deadline()
+
+    def handle_timer(self, now: int) -> None:
+        for obj in self._sched.pop_due(now):
+            obj.fire(now)
+            self._settle(obj)
+
+    def _settle(self, obj: Timed) -> None:
+        if isinstance(obj, Transaction) and obj.terminated:
+            table: dict[TransactionKey, ServerTransaction] | dict[TransactionKey, ClientTransaction]
+            table = self._server if isinstance(obj, ServerTransaction) else self._client
+            if table.get(obj.key) is obj:
+                del table[obj.key]
+            obj.deadline = None
+        self._sched.update(obj)
+
+    # server side
+
+    def match(self, request: Request) -> ServerTransaction | None:
+        key = server_key(request)
+        return self._server.get(key) if key is not None else None
+
+    def absorb(self, request: Request, now: int) -> bool:
+        """True when a server transaction took `request` (retransmission, ACK for a non-2xx final)."""
+        tx = self.match(request)
+        if tx is None:
+            return False
+        taken = tx.retransmission(request, now)
+        self._settle(tx)
+        return taken
+
+    def invite_for_cancel(self, cancel: Request) -> ServerInviteTransaction | None:
+        """The INVITE server transaction a CANCEL cancels (§9.2), or None (→ 481)."""
+        key = server_key(cancel, "INVITE")
+        tx = self._server.get(key) if key is not None else None
+        return tx if isinstance(tx, ServerInviteTransaction) else None
+
+    def server_invite(
+        self, request: Request, destination: tuple[str, int], transport: str, now: int, *, trying: bool = True
+    ) -> ServerInviteTransaction:
+        """A new INVITE server transaction; it sends 100 Trying now (unless `trying` is False: the TU answers
+        with a final response at once)."""
+        key = server_key(request) or ("none", str(id(request)))
+        tx = ServerInviteTransaction(key, request, destination, transport, self.timers, self._out)
+        tx.start(now, trying=trying)
+        self._server[key] = tx
+        self._sched.update(tx)
+        return tx
+
+    def server_non_invite(
+        self, request: Request, destination: tuple[str, int], transport: str, now: int
+    ) -> ServerNonInviteTransaction:
+        key = server_key(request) or ("none", str(id(request)))
+        tx = ServerNonInviteTransaction(key, request, destination, transport, self.timers, self._out)
+        tx.start(now)
+        self._server[key] = tx
+        return tx
+
+    def respond(self, tx: ServerTransaction, response: Response, now: int) -> bool:
+        """`tx.respond` plus timer bookkeeping (use this rather than calling the transaction directly)."""
+        sent = tx.respond(response, now)
+        self._settle(tx)
+        return sent
+
+    def retransmit_2xx(
+        self, data: bytes, destination: tuple[str, int], transport: str, now: int
+    ) -> Retransmit2xx:
+        """Start the §13.3.1.4 retransmission of a 2xx already sent once (through its transaction)."""
+        r = Retransmit2xx(data, destination, transport, now, self.timers, self._out)
+        self._sched.update(r)
+        return r
+
+    def stop_2xx(self, retransmitter: Retransmit2xx) -> None:
+        retransmitter.stop()
+        self._sched.update(retransmitter)
+
+    # client side
+
+    def send_request(
+        self, request: Request, destination: tuple[str, int], transport: str, now: int
+    ) -> ClientTransaction:
+        """Send `request` (its top Via must carry a fresh branch) in a new client transaction. An ACK has no
+        transaction: send it with `send_stateless`."""
+        key = client_key(request) or ("none", str(id(request)))
+        tx: ClientInviteTransaction | ClientNonInviteTransaction
+        if request.method == "INVITE":
+            tx = ClientInviteTransaction(key, request, destination, transport, self.timers, self._out)
+        else:
+            tx = ClientNonInviteTransaction(key, request, destination, transport, self.timers, self._out)
+        tx.start(now)
+        self._client[key] = tx
+        self._settle(tx)
+        return tx
+
+    def send_stateless(self, data: bytes, destination: tuple[str, int], transport: str) -> None:
+        """Bytes outside any transaction (a 2xx ACK, a response to a request we keep no state for)."""
+        self._out.transmits.append(Transmit(data, destination, transport))
+
+    def receive_response(self, response: Response, now: int) -> bool:
+        key = client_key(response)
+        tx = self._client.get(key) if key is not None else None
+        if tx is None:
+            return False
+        tx.receive(response, now)
+        self._settle(tx)
+        return True

@@ -1,0 +1,1584 @@
+"""The user-agent core: every call of one process, sans-I/O (RFC 3261 §8, §12-§15; RFC 3264, 3311, 3515, 4028,
+3581). Bytes and `now` in; datagrams, call events and deadlines out. It reads no clock and does no I/O.
+
+The loop a shell runs (sip/native.py):
+
+    ua = UserAgent(UaConfig(host=..., port=...))
+    ua.receive(datagram, source, "udp", now)      # or receive_message() for what a StreamFramer returned
+    ua.answer(call, local_media, now)            # commands, from the application
+    for t in ua.transmits(): send t.data to t.destination over t.transport
+    for e in ua.events(): ...                    # IncomingCall, CallConfirmed, CallEnded, ...
+    arm one timer at ua.next_deadline(); when it fires: ua.handle_timer(now)
+
+`transmits()` and `events()` drain; call them after every input. Transports are named by lower-case strings
+("udp", "tcp", "tls"); a `Transmit` names the transport it must leave by and, for a response, the address the
+request came from (stream shells send it back over that connection, §18.2.2).
+
+What the core answers by itself (the application sees only call events):
+- a new INVITE: 100 Trying at once (by its transaction), `IncomingCall`; then the application's `ring`,
+  `answer` (200 with the SDP answer, or with our offer when the INVITE had none: the answer comes in the ACK;
+  `CallAnswered`, then `CallConfirmed` at the ACK) or `reject`. The core has no ring timeout: the application
+  answers, rejects or hangs up every call it is given. Each call's events end with exactly one `CallEnded`
+  or `CallCancelled`. 503 with Retry-After while draining or at `max_calls`; 482 for a merged request (§8.2.2.2).
+- the 2xx is retransmitted until the ACK (§13.3.1.4); no ACK within 64·T1 → BYE and `CallEnded(408)`.
+- CANCEL → 200, and 487 to the INVITE if no final response was sent (`CallCancelled`); else only 200. 481 when
+  it matches nothing.
+- BYE → 200 (`CallEnded(by_remote=True)`); `bye()` sends ours (after the ACK if the 200 is still unacknowledged).
+- re-INVITE and UPDATE: answered at once (no 100) from the call's local media; a=sendonly / inactive / c=0.0.0.0 →
+  `CallHeld`, back → `CallResumed`, any other new SDP → `MediaUpdated`; 488 when the new offer has nothing in
+  common; 491 when our own re-INVITE/UPDATE is in progress (glare, §14.2; ours is retried after 0-2 s, as the
+  UA that does not own the Call-ID); 500 with Retry-After when an earlier INVITE has no final response yet.
+- session timers (RFC 4028): a Session-Expires below our Min-SE → 422 with Min-SE; otherwise the caller's
+  refresher is accepted (or, when the caller supports "timer" and says nothing, we ask it to refresh; when it
+  does not support it and a proxy asked for a timer, we refresh). We refresh at half the interval (UPDATE when
+  the caller allows it, else re-INVITE with our unchanged SDP); an interval that passes unrefreshed (less
+  min(32 s, interval/3), §10) → BYE, `SessionExpired`, `CallEnded`. No timer when the caller neither supports
+  nor asks for one.
+- OPTIONS out of a dialog → 200 with Allow/Accept/Supported, 503 (Retry-After) while draining; in a dialog
+  always 200 (a live call's keep-alive must not fail because we drain).
+- INFO application/dtmf-relay (or application/dtmf) → 200 and `DtmfReceived`; other INFO bodies → 415.
+- REFER from the peer → 403 (a caller must not make the bridge dial out). NOTIFY for our REFER's implicit
+  subscription → 200 and `ReferNotify` (the sipfrag's status); other NOTIFYs → 481 or 489.
+- Methods: we allow INVITE ACK CANCEL BYE OPTIONS INFO UPDATE REFER NOTIFY. A method of RFC 3261 or a standard
+  extension that we do not do (REGISTER, SUBSCRIBE, PUBLISH, MESSAGE, PRACK) → 405 with Allow; a method no RFC
+  we know defines → 501 with Allow (§8.2.1: 405 is for methods the UAS recognises).
+- Checks, in this order: Max-Forwards 0 → 483 (the project's rule; RFC 4475 "zeromf" would have an endpoint
+  process it); method (405/501); the checks of `sip.message.check_request` (416, 400 bare branch, 420 with
+  Unsupported, 415 with Accept); then the method's own. A message the parser refused with a partial request
+  gets the parser's status and reason (400 "Bad CSeq header", 513, 505); one it refused without → dropped
+  and counted. An unparseable datagram, a stray response, an unmatched ACK are counted in `stats` and dropped.
+- Via: a request's top Via gets `received` and, when it asked with `rport`, `rport` filled (§18.2.1, RFC 3581);
+  the responses go to the source address when it asked for rport (or over a stream), else to the source IP and
+  the Via's port (§18.2.2).
+
+Counters (`stats`, a Counter; every drop and refusal has one): calls, keepalives, unparseable,
+malformed_<status>, retransmissions_absorbed, retransmissions_late, ack_unmatched, ack_duplicate, ack_without_answer, ack_timeout,
+responses_unmatched, max_forwards_zero, method_405, method_501, refused_<status> (check_request), merged_482,
+invite_503_draining, invite_503_max_calls, options_503_draining, session_interval_422, bad_sdp_400,
+malformed_400, invite_488, reoffer_488, glare_491, reinvite_500, cseq_out_of_order_500, no_dialog,
+cancel_481, cancel_too_late, refer_refused, notify_481, notify_489, notify_bad_sipfrag, info_bad_dtmf,
+session_expired, timer_b, timer_f, timer_h, internal_errors.
+
+Peer input never raises out of `receive`/`receive_message`/`handle_timer`: a fault in the core itself is
+counted in `stats["internal_errors"]` and logged, and the message is dropped. Commands raise only for misuse
+(a status out of range); a command for a call that has ended returns False.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from enum import Enum
+
+from sip.dialog import Dialog, DialogId
+from sip.message import (
+    MAX_MESSAGE_SIZE,
+    Message,
+    ParseError,
+    Request,
+    Response,
+    check_request,
+    make_response,
+    parse,
+    parse_cseq,
+    parse_name_addr,
+    parse_via,
+    serialize,
+)
+from sip.sdp import (
+    LocalMedia,
+    NegotiatedMedia,
+    SdpError,
+    SessionDescription,
+    accept_answer,
+    parse_sdp,
+    serialize_sdp,
+)
+from sip.sdp import answer as sdp_answer
+from sip.sdp import offer as sdp_offer
+from sip.transaction import (
+    AckTimeout,
+    ClientTransaction,
+    ResponseReceived,
+    Retransmit2xx,
+    Scheduler,
+    ServerInviteTransaction,
+    ServerTransaction,
+    Timed,
+    TimerConfig,
+    TransactionLayer,
+    TransactionTimeout,
+    Transmit,
+    is_reliable,
+    server_key,
+)
+
+log = logging.getLogger("parlora.sip.ua")
+
+__all__ = [
+    "CallAnswered",
+    "CallCancelled",
+    "CallConfirmed",
+    "CallEnded",
+    "CallHeld",
+    "CallResumed",
+    "DtmfReceived",
+    "IncomingCall",
+    "MediaUpdated",
+    "ReferNotify",
+    "ReferResponse",
+    "SessionExpired",
+    "Transmit",
+    "UaConfig",
+    "UaEvent",
+    "UserAgent",
+]
+
+ALLOWED = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY")
+ALLOW = ", ".join(ALLOWED)
+# Methods other RFCs define that this UA does not do: 405 (anything else is 501).
+KNOWN_NOT_ALLOWED = frozenset({"REGISTER", "SUBSCRIBE", "PUBLISH", "MESSAGE", "PRACK"})
+SUPPORTED_OPTIONS = ("timer",)
+SUPPORTED = ", ".join(SUPPORTED_OPTIONS)
+DTMF_TYPES = ("application/dtmf-relay", "application/dtmf")
+_SECOND = 1_000_000_000
+_DTMF_SIGNALS = {str(i): str(i) for i in range(10)} | {"*": "*", "#": "#", "10": "*", "11": "#"}
+_DTMF_SIGNALS |= {c: c for c in "ABCD"} | {str(12 + i): c for i, c in enumerate("ABCD")}
+
+
+# --- configuration, events ---
+
+
+@dataclass(frozen=True, slots=True)
+class UaConfig:
+    """How this UA presents itself and what it accepts.
+
+    `host`/`port`: the address written into our Via and Contact (the advertised address behind NAT).
+    `max_calls`: calls in progress (ringing or up) beyond which a new INVITE gets 503 with `retry_after_s`.
+    `session_expires_s`: the interval we ask for when the caller supports timers and asks for none;
+    `min_se_s`: the smallest interval we accept (RFC 4028 §5: at least 90).
+    `send_to_source`: send in-dialog requests to the address the INVITE came from instead of the route set /
+    remote target (a caller behind NAT with a private Contact); off by default (RFC 3261 behaviour).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 5060
+    user: str = "bridge"
+    user_agent: str = "parlora-bridge"
+    max_calls: int = 200
+    retry_after_s: int = 30
+    timers: TimerConfig = field(default_factory=TimerConfig)
+    max_message_size: int = MAX_MESSAGE_SIZE
+    session_expires_s: int = 1800
+    min_se_s: int = 90
+    send_to_source: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class IncomingCall:
+    """A new INVITE; the call rings (100 sent) until `ring`/`answer`/`reject`. `offer` is the SDP offer, or
+    None when the INVITE had none (then `answer` sends an offer and the ACK brings the answer)."""
+
+    call: str
+    sip_call_id: str
+    request_uri: str
+    from_uri: str
+    from_display: str | None
+    to_uri: str
+    source: tuple[str, int]
+    transport: str
+    headers: tuple[tuple[str, str], ...]
+    offer: SessionDescription | None
+
+
+@dataclass(frozen=True, slots=True)
+class CallAnswered:
+    """`answer()` sent the 200. `local` is the SDP in it; `media` what was agreed, or None when the 200
+    carried our offer (the INVITE had none): then `CallConfirmed` brings it with the ACK's answer."""
+
+    call: str
+    local: SessionDescription
+    media: NegotiatedMedia | None
+
+
+@dataclass(frozen=True, slots=True)
+class CallConfirmed:
+    """The ACK for our 200 arrived: the call is up. `media` is the session's agreed media (from our answer,
+    or from the answer the ACK carried to our offer); None when we offered and the ACK brought no usable
+    answer (RFC 3264 allows no rejection there: hang up)."""
+
+    call: str
+    media: NegotiatedMedia | None
+
+
+@dataclass(frozen=True, slots=True)
+class CallCancelled:
+    """The caller cancelled before we answered (200 to the CANCEL, 487 to the INVITE sent). Like `CallEnded`
+    it is the call's last event: no `CallEnded` follows."""
+
+    call: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnded:
+    """The call is over: `by_remote` when the caller (or the network) ended it. `status_code` is 200 for a BYE,
+    the final response we sent for an unanswered call, 408 for no ACK or an expired session."""
+
+    call: str
+    reason: str
+    status_code: int
+    by_remote: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CallHeld:
+    """A re-INVITE/UPDATE put the call on hold (sendonly, inactive, or c=0.0.0.0); `remote` is its SDP."""
+
+    call: str
+    media: NegotiatedMedia
+
+
+@dataclass(frozen=True, slots=True)
+class CallResumed:
+    """A re-INVITE/UPDATE took the call off hold."""
+
+    call: str
+    media: NegotiatedMedia
+
+
+@dataclass(frozen=True, slots=True)
+class MediaUpdated:
+    """The caller changed its SDP (address, port, codec) without a hold change: what is agreed now."""
+
+    call: str
+    media: NegotiatedMedia
+
+
+@dataclass(frozen=True, slots=True)
+class DtmfReceived:
+    """A digit from an INFO (application/dtmf-relay or application/dtmf)."""
+
+    call: str
+    digit: str
+    duration_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReferResponse:
+    """The final response to our REFER (408 when it got none). `refer_sub` False when a 2xx said
+    "Refer-Sub: false" (RFC 4488: no subscription, so no NOTIFY will come). Feed it to
+    `sip.transfer.TransferTracker.refer_response`."""
+
+    call: str
+    status_code: int
+    reason: str
+    refer_sub: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ReferNotify:
+    """A NOTIFY of our REFER's subscription: the sipfrag's status line (RFC 3515 §2.4.5) and whether its
+    Subscription-State ended the subscription. status_code 0: no readable sipfrag (then `terminated` means
+    the subscription ended without a final report). Feed it to `TransferTracker.notify`."""
+
+    call: str
+    status_code: int
+    reason: str
+    terminated: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SessionExpired:
+    """The session interval passed without a refresh (RFC 4028 §10): a BYE went out; `CallEnded` follows."""
+
+    call: str
+
+
+UaEvent = (
+    IncomingCall
+    | CallAnswered
+    | CallConfirmed
+    | CallCancelled
+    | CallEnded
+    | CallHeld
+    | CallResumed
+    | MediaUpdated
+    | DtmfReceived
+    | ReferResponse
+    | ReferNotify
+    | SessionExpired
+)
+
+
+# --- per-call state ---
+
+
+class _Stage(Enum):
+    RINGING = "ringing"  # INVITE received, no final response
+    ANSWERED = "answered"  # 2xx sent, ACK not in
+    CONFIRMED = "confirmed"
+    ENDING = "ending"  # ended for the application; a BYE waits for the ACK (§15.1.1)
+    ENDED = "ended"
+
+
+class _Call(Timed):
+    """One call (its INVITE dialog). Its `deadline` is the soonest of its session timer and glare retry."""
+
+    def __init__(
+        self,
+        call_id: str,
+        invite: Request,
+        ist: ServerInviteTransaction,
+        dialog: Dialog,
+        source: tuple[str, int],
+        transport: str,
+        response_destination: tuple[str, int],
+    ) -> None:
+        super().__init__()
+        self.id = call_id
+        self.invite = invite
+        self.ist = ist
+        self.dialog = dialog
+        self.source = source
+        self.transport = transport
+        self.response_destination = response_destination
+        self.stage = _Stage.RINGING
+        self.no_contact = invite.headers.get("Contact") is None  # a broken peer: send to where it came from
+        self.peer_allow = frozenset(m.strip().upper() for m in invite.headers.get_all("Allow"))
+        self.peer_supports_timer = _has_option(invite, "Supported", "timer") or _has_option(
+            invite, "Require", "timer"
+        )
+        # media
+        self.offer: SessionDescription | None = None  # the peer's offer waiting for our answer
+        self.local_media: LocalMedia | None = None
+        self.local_sdp: SessionDescription | None = None  # what we sent last (o= version, refreshes)
+        self.remote_body = b""  # the peer's last SDP body, to tell a refresh from a change
+        self.media: NegotiatedMedia | None = None
+        self.held = False
+        self.offer_in_2xx = False  # our 2xx carried the offer (`local_sdp`): the ACK carries the answer
+        # 2xx reliability (§13.3.1.4)
+        self.retransmitter: Retransmit2xx | None = None
+        self.ack_cseq = 0  # CSeq of the INVITE whose 2xx awaits its ACK
+        # our own requests
+        self.our_offer: ClientTransaction | None = None  # our re-INVITE/UPDATE in progress (glare)
+        self.our_acks: dict[ClientTransaction, bytes] = {}
+        self.retry_at: int | None = None
+        self.bye_pending: str | None = None  # reason of a bye() that waits for the ACK
+        self.info_queue: list[tuple[str, int]] = []
+        self.info_tx: ClientTransaction | None = None
+        self.refer_active = False  # our REFER's subscription may NOTIFY
+        # session timer (RFC 4028)
+        self.interval_s: int | None = None
+        self.we_refresh = False
+        self.refresh_at: int | None = None  # we send a refresh then
+        self.expire_at: int | None = None  # the peer's refresh must have come by then
+
+    def rearm(self) -> None:
+        times = [t for t in (self.refresh_at, self.expire_at, self.retry_at) if t is not None]
+        self.deadline = min(times) if times else None
+
+    def fire(self, now: int) -> None:  # the UserAgent dispatches call timers itself
+        raise AssertionError("call timers are dispatched by UserAgent.handle_timer")
+
+
+def _has_option(message: Message, header: str, option: str) -> bool:
+    return any(v.strip().lower() == option for v in message.headers.get_all(header))
+
+
+def _tag_of(value: str | None) -> str:
+    if not value:
+        return ""
+    try:
+        return parse_name_addr(value).tag or ""
+    except ValueError:
+        return ""
+
+
+def _parse_sdp(body: bytes) -> SessionDescription | None:
+    try:
+        return parse_sdp(body)
+    except (SdpError, ValueError):
+        return None
+
+
+def _media_key(media: NegotiatedMedia) -> tuple[object, ...]:
+    """What the media shell acts on: a change in any of these is a `MediaUpdated`."""
+    return (
+        media.codec,
+        media.payload_type,
+        media.telephone_event,
+        media.remote_address,
+        media.remote_port,
+        media.direction,
+    )
+
+
+def _content_type(message: Message) -> str:
+    return (message.headers.get("Content-Type") or "").split(";", 1)[0].strip().lower()
+
+
+def _session_expires(message: Message) -> tuple[int | None, str | None]:
+    """(delta-seconds, refresher) of Session-Expires (RFC 4028 §4), or (None, None); ValueError if bad."""
+    value = message.headers.get("Session-Expires")
+    if value is None:
+        return None, None
+    number, _, params = value.partition(";")
+    if not number.strip().isdigit():
+        raise ValueError("bad Session-Expires")
+    refresher: str | None = None
+    for param in params.split(";"):
+        name, _, val = param.partition("=")
+        if name.strip().lower() == "refresher":
+            refresher = val.strip().lower()
+            if refresher not in ("uac", "uas"):
+                raise ValueError("bad Session-Expires refresher")
+    return int(number.strip()), refresher
+
+
+def _min_se(message: Message) -> int | None:
+    value = message.headers.get("Min-SE")
+    if value is None:
+        return None
+    number = value.split(";", 1)[0].strip()
+    if not number.isdigit():
+        raise ValueError("bad Min-SE")
+    return int(number)
+
+
+def parse_sipfrag(body: bytes) -> tuple[int, str] | None:
+    """The status line of a message/sipfrag body (RFC 3420): "SIP/2.0 180 Ringing" → (180, "Ringing")."""
+    line = body.split(b"\n", 1)[0].strip().decode("utf-8", "replace")
+    parts = line.split(" ", 2)
+    if len(parts) < 2 or parts[0].upper() != "SIP/2.0" or not parts[1].isdigit() or len(parts[1]) != 3:
+        return None
+    status = int(parts[1])
+    if not 100 <= status <= 699:
+        return None
+    return status, parts[2].strip() if len(parts) > 2 else ""
+
+
+def parse_dtmf_info(content_type: str, body: bytes) -> tuple[str, int] | None:
+    """(digit, duration ms) of an INFO body: application/dtmf-relay ("Signal=5\\r\\nDuration=160") or
+    application/dtmf ("5"); None when no DTMF digit is in it."""
+    text = body.decode("utf-8", "replace")
+    if content_type == "application/dtmf":
+        signal, duration = text.strip(), 160
+    else:
+        signal, duration = "", 160
+        for line in text.splitlines():
+            name, _, value = line.partition("=")
+            key = name.strip().lower()
+            if key == "signal":
+                signal = value.strip()
+            elif key == "duration" and value.strip().isdigit():
+                duration = int(value.strip())
+    digit = _DTMF_SIGNALS.get(signal.upper())
+    return (digit, duration) if digit is not None else None
+
+
+# --- the user agent ---
+
+
+class UserAgent:
+    """All calls of one process (see the module docstring)."""
+
+    def __init__(self, config: UaConfig | None = None, *, rng: random.Random | None = None) -> None:
+        self.config = config or UaConfig()
+        self._rng = rng or random.SystemRandom()
+        self._layer = TransactionLayer(self.config.timers)
+        self._sched = Scheduler()
+        self._events: list[UaEvent] = []
+        self._calls: dict[str, _Call] = {}
+        self._dialogs: dict[DialogId, _Call] = {}
+        self._by_ist: dict[ServerInviteTransaction, _Call] = {}
+        self._by_retransmitter: dict[Retransmit2xx, _Call] = {}
+        self._pending: dict[ClientTransaction, tuple[_Call, str]] = {}
+        self._initial: dict[tuple[str, str, str], _Call] = {}  # (Call-ID, From tag, CSeq) → call, for 482
+        self._counter = 0
+        self.draining = False
+        self.stats: Counter[str] = Counter()
+
+    # --- output ---
+
+    def transmits(self) -> list[Transmit]:
+        """What to send, in order (drains)."""
+        return self._layer.transmits()
+
+    def events(self) -> list[UaEvent]:
+        """What happened to calls, in order (drains)."""
+        out, self._events = self._events, []
+        return out
+
+    def next_deadline(self) -> int | None:
+        layer = self._layer.next_deadline()
+        calls = self._sched.next_deadline()
+        if layer is None:
+            return calls
+        return layer if calls is None else min(layer, calls)
+
+    @property
+    def active_calls(self) -> int:
+        """Calls ringing or up (what `max_calls` limits)."""
+        return sum(
+            1 for c in self._calls.values() if c.stage in (_Stage.RINGING, _Stage.ANSWERED, _Stage.CONFIRMED)
+        )
+
+    @property
+    def transactions(self) -> int:
+        """Live transactions (for tests and `status`)."""
+        return len(self._layer)
+
+    def call_ids(self) -> list[str]:
+        return list(self._calls)
+
+    # --- input ---
+
+    def receive(self, data: bytes, source: tuple[str, int], transport: str, now: int) -> None:
+        """One datagram (or one message a stream shell framed). Never raises."""
+        if len(data) <= 4 and not data.strip(b"\r\n"):
+            self.stats["keepalives"] += 1  # RFC 5626 CRLF keep-alive
+            return
+        try:
+            message: Message | ParseError = parse(data, max_size=self.config.max_message_size)
+        except ParseError as error:
+            message = error
+        self.receive_message(message, source, transport, now)
+
+    def receive_message(
+        self, message: Message | ParseError, source: tuple[str, int], transport: str, now: int
+    ) -> None:
+        """A message (or the parser's error) from `StreamFramer.feed`. Never raises."""
+        transport = transport.lower()
+        try:
+            if isinstance(message, ParseError):
+                self._on_parse_error(message, source, transport, now)
+            elif isinstance(message, Request):
+                self._on_request(message, source, transport, now)
+            else:
+                self._on_response(message, now)
+            self._after_layer(now)
+        except Exception:  # noqa: BLE001 - peer input never raises out of the core
+            self.stats["internal_errors"] += 1
+            log.exception("SIP core failed on a message from %s:%s", *source)
+
+    def handle_timer(self, now: int) -> None:
+        """Fire every timer due at `now`. Never raises."""
+        try:
+            self._layer.handle_timer(now)
+            self._after_layer(now)
+            for obj in self._sched.pop_due(now):
+                if isinstance(obj, _Call):
+                    self._call_timer(obj, now)
+                    self._sched.update(obj)
+            self._after_layer(now)
+        except Exception:  # noqa: BLE001
+            self.stats["internal_errors"] += 1
+            log.exception("SIP core failed in handle_timer")
+
+    # --- commands ---
+
+    def drain(self, on: bool = True) -> None:
+        """Refuse new calls and out-of-dialog OPTIONS with 503 (or accept them again)."""
+        self.draining = on
+
+    def ring(self, call: str, now: int) -> bool:
+        """180 Ringing (with our To tag and Contact)."""
+        c = self._calls.get(call)
+        if c is None or c.stage is not _Stage.RINGING:
+            return False
+        self._respond(
+            c.ist, c.invite, 180, headers=self._contact_headers(c), now=now, to_tag=c.dialog.id.local_tag
+        )
+        return True
+
+    def answer(self, call: str, local: LocalMedia, now: int) -> bool:
+        """200 OK with our SDP: the answer to the INVITE's offer, or our offer when it had none
+        (`CallAnswered` follows). False when the call is not ringing any more, or when the offer has nothing
+        in common with `local` (then 488 went out and `CallEnded(488)` follows)."""
+        c = self._calls.get(call)
+        if c is None or c.stage is not _Stage.RINGING:
+            return False
+        if c.offer is not None:
+            result = sdp_answer(c.offer, local)
+            if result is None:
+                self.stats["invite_488"] += 1
+                self._respond(
+                    c.ist,
+                    c.invite,
+                    488,
+                    now=now,
+                    to_tag=c.dialog.id.local_tag,
+                    headers=(("Warning", '304 - "no common media format"'),),
+                )
+                self._end(c, "no common media format", 488, by_remote=False)
+                return False
+            local_sdp, c.media, c.held = result.description, result.media, result.media.held
+            c.offer = None
+        else:
+            local_sdp = sdp_offer(local)
+            c.offer_in_2xx = True
+        c.local_media = local
+        c.local_sdp = local_sdp
+        headers = self._contact_headers(c) + self._session_timer_response(c, c.invite)
+        response = make_response(
+            c.invite,
+            200,
+            to_tag=c.dialog.id.local_tag,
+            headers=headers + (("Content-Type", "application/sdp"),),
+            body=serialize_sdp(local_sdp),
+        )
+        self._send_2xx(c, c.ist, response, now)
+        c.stage = _Stage.ANSWERED
+        self._events.append(CallAnswered(c.id, local_sdp, c.media))
+        return True
+
+    def reject(
+        self,
+        call: str,
+        status: int,
+        now: int,
+        *,
+        reason: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> bool:
+        """A final error response (300-699) to the ringing INVITE, e.g. 486, 603, 503 with Retry-After."""
+        if not 300 <= status <= 699:
+            raise ValueError(f"reject needs a status of 300 to 699, got {status}")
+        c = self._calls.get(call)
+        if c is None or c.stage is not _Stage.RINGING:
+            return False
+        self._respond(c.ist, c.invite, status, reason, headers=headers, now=now, to_tag=c.dialog.id.local_tag)
+        self._end(c, reason or f"rejected with {status}", status, by_remote=False)
+        return True
+
+    def bye(self, call: str, now: int, reason: str = "normal clearing") -> bool:
+        """End the call: BYE when answered (after the ACK if it has not come yet, §15.1.1); a ringing call gets
+        480. `CallEnded(by_remote=False)` follows at once."""
+        c = self._calls.get(call)
+        if c is None:
+            return False
+        if c.stage is _Stage.RINGING:
+            return self.reject(call, 480, now, reason="Temporarily Unavailable")
+        if c.stage is _Stage.ANSWERED:
+            c.bye_pending = reason
+            c.stage = _Stage.ENDING
+            self._events.append(CallEnded(c.id, reason, 200, by_remote=False))
+            return True
+        if c.stage is not _Stage.CONFIRMED:
+            return False
+        self._send_bye(c, now)
+        self._end(c, reason, 200, by_remote=False)
+        return True
+
+    def refer(self, call: str, target: str, now: int) -> bool:
+        """Send a REFER (RFC 3515) with Refer-To `target` (a validated sip:/sips:/tel: URI). False when it
+        cannot be sent (the call is not confirmed). Outcomes come as `ReferResponse` and `ReferNotify`."""
+        c = self._calls.get(call)
+        if c is None or c.stage is not _Stage.CONFIRMED:
+            return False
+        refer_to = target if target.startswith("<") else f"<{target}>"
+        headers = (("Refer-To", refer_to), ("Referred-By", f"<{self._local_uri()}>"))
+        c.refer_active = False
+        self._send_in_dialog(c, "REFER", now, headers=headers, purpose="REFER")
+        return True
+
+    def send_info_dtmf(self, call: str, digit: str, now: int, duration_ms: int = 160) -> bool:
+        """One digit as INFO application/dtmf-relay; digits queue behind an INFO still in progress."""
+        c = self._calls.get(call)
+        if c is None or c.stage is not _Stage.CONFIRMED:
+            return False
+        if digit.upper() not in _DTMF_SIGNALS.values():
+            raise ValueError(f"not a DTMF digit: {digit!r}")
+        c.info_queue.append((digit.upper(), duration_ms))
+        if c.info_tx is None:
+            self._next_info(c, now)
+        self._after_layer(now)
+        return True
+
+    # --- requests ---
+
+    def _on_request(self, request: Request, source: tuple[str, int], transport: str, now: int) -> None:
+        request, destination = self._stamp_via(request, source, transport)
+        if self._layer.absorb(request, now):
+            self.stats["retransmissions_absorbed"] += 1
+            return
+        method = request.method
+        if method == "ACK":
+            self._on_ack(request, now)
+            return
+        status = self._precheck(request, source, transport, destination, now)
+        if status:
+            return
+        if method == "CANCEL":
+            self._on_cancel(request, destination, transport, now)
+            return
+        to_tag = _tag_of(request.headers.get("To"))
+        if to_tag:
+            self._in_dialog(request, to_tag, source, transport, destination, now)
+            return
+        if method == "INVITE":
+            self._on_invite(request, source, transport, destination, now)
+        elif method == "OPTIONS":
+            self._on_options(request, transport, destination, now, in_dialog=False)
+        elif method == "REFER":
+            self.stats["refer_refused"] += 1
+            self._reply(request, 403, transport, destination, now, reason="Forbidden (REFER not accepted)")
+        else:
+            self.stats["no_dialog"] += 1
+            self._reply(request, 481, transport, destination, now)
+
+    def _precheck(
+        self,
+        request: Request,
+        source: tuple[str, int],
+        transport: str,
+        destination: tuple[str, int],
+        now: int,
+    ) -> int:
+        """Answer a request that fails a generic check; the status sent, or 0."""
+        method = request.method
+        mf = request.headers.get("Max-Forwards")
+        if mf is not None and mf.strip().isdigit() and int(mf) == 0:
+            return self._refuse(request, 483, transport, destination, now, "max_forwards_zero")
+        if method not in ALLOWED:
+            status = 405 if method in KNOWN_NOT_ALLOWED else 501
+            return self._refuse(
+                request, status, transport, destination, now, f"method_{status}", (("Allow", ALLOW),)
+            )
+        accepted: tuple[str, ...]
+        if method in ("INVITE", "UPDATE"):
+            accepted = ("application/sdp",)
+        elif method == "INFO":
+            accepted = DTMF_TYPES
+        elif method == "NOTIFY":
+            accepted = ("message/sipfrag",)
+        else:
+            accepted = ("application/sdp", "message/sipfrag", *DTMF_TYPES)
+        rejection = check_request(request, supported_options=SUPPORTED_OPTIONS, accepted_types=accepted)
+        if rejection is not None:
+            return self._refuse(
+                request,
+                rejection.status,
+                transport,
+                destination,
+                now,
+                f"refused_{rejection.status}",
+                rejection.headers,
+                rejection.reason,
+            )
+        return 0
+
+    def _refuse(
+        self,
+        request: Request,
+        status: int,
+        transport: str,
+        destination: tuple[str, int],
+        now: int,
+        counter: str,
+        headers: tuple[tuple[str, str], ...] = (),
+        reason: str | None = None,
+    ) -> int:
+        self.stats[counter] += 1
+        self._reply(request, status, transport, destination, now, reason=reason, headers=headers)
+        return status
+
+    def _reply(
+        self,
+        request: Request,
+        status: int,
+        transport: str,
+        destination: tuple[str, int],
+        now: int,
+        *,
+        reason: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+        to_tag: str | None = None,
+        body: bytes = b"",
+    ) -> ServerTransaction:
+        """Answer `request` in a new server transaction (so retransmissions get the same answer)."""
+        tx: ServerTransaction
+        if request.method == "INVITE":
+            tx = self._layer.server_invite(request, destination, transport, now, trying=False)
+        else:
+            tx = self._layer.server_non_invite(request, destination, transport, now)
+        if to_tag is None and status >= 200 and status != 100 and not _tag_of(request.headers.get("To")):
+            to_tag = self._new_tag()
+        self._respond(tx, request, status, reason, headers=headers, now=now, to_tag=to_tag, body=body)
+        return tx
+
+    def _respond(
+        self,
+        tx: ServerTransaction,
+        request: Request,
+        status: int,
+        reason: str | None = None,
+        *,
+        now: int,
+        headers: tuple[tuple[str, str], ...] = (),
+        to_tag: str | None = None,
+        body: bytes = b"",
+    ) -> None:
+        extra = headers + (("Server", self.config.user_agent),)
+        response = make_response(request, status, reason, to_tag=to_tag, headers=extra, body=body)
+        self._layer.respond(tx, response, now)
+
+    def _on_parse_error(self, error: ParseError, source: tuple[str, int], transport: str, now: int) -> None:
+        partial = error.partial
+        if partial is None or partial.method == "ACK":
+            self.stats["unparseable"] += 1
+            return
+        self.stats[f"malformed_{error.status}"] += 1
+        try:
+            request, destination = self._stamp_via(partial, source, transport)
+            response = make_response(
+                request,
+                error.status,
+                error.reason,
+                to_tag=self._new_tag() if not _tag_of(request.headers.get("To")) else None,
+            )
+        except ValueError:
+            self.stats["unparseable"] += 1
+            return
+        self._layer.send_stateless(serialize(response), destination, transport)
+
+    def _stamp_via(
+        self, request: Request, source: tuple[str, int], transport: str
+    ) -> tuple[Request, tuple[str, int]]:
+        """§18.2.1 / RFC 3581: `received` (and `rport` when asked) on the top Via; where responses go."""
+        vias = request.headers.get_all("Via")
+        try:
+            top = parse_via(vias[0])
+        except (IndexError, ValueError):  # the parser vets the Via; without one there is nowhere to answer
+            return request, source
+        params: list[tuple[str, str | None]] = [("received", source[0])]
+        if top.wants_rport:
+            params.append(("rport", str(source[1])))
+        stamped = top.with_params(*params)
+        headers = request.headers.replaced("Via", ", ".join([str(stamped), *vias[1:]]))
+        request = Request(request.method, request.uri, headers, request.body)
+        if top.wants_rport or is_reliable(transport):
+            return request, source
+        return request, (source[0], top.port or 5060)
+
+    def _on_options(
+        self, request: Request, transport: str, destination: tuple[str, int], now: int, *, in_dialog: bool
+    ) -> None:
+        if self.draining and not in_dialog:
+            self._refuse(
+                request,
+                503,
+                transport,
+                destination,
+                now,
+                "options_503_draining",
+                (("Retry-After", str(self.config.retry_after_s)),),
+            )
+            return
+        headers = (
+            ("Allow", ALLOW),
+            ("Accept", "application/sdp"),
+            ("Supported", SUPPORTED),
+            ("Contact", f"<{self._local_uri(transport)}>"),
+        )
+        self._reply(request, 200, transport, destination, now, headers=headers)
+
+    # --- a new INVITE ---
+
+    def _on_invite(
+        self,
+        request: Request,
+        source: tuple[str, int],
+        transport: str,
+        destination: tuple[str, int],
+        now: int,
+    ) -> None:
+        h = request.headers
+        call_id = h.get("Call-ID") or ""
+        from_tag = _tag_of(h.get("From"))
+        cseq = h.get("CSeq") or ""
+        merged = self._initial.get((call_id, from_tag, cseq))
+        if merged is not None and merged.stage is not _Stage.ENDED:
+            if server_key(request) == merged.ist.key:  # a late retransmission (its transaction is gone)
+                self.stats["retransmissions_late"] += 1
+                return
+            self._refuse(request, 482, transport, destination, now, "merged_482")  # another branch: a fork
+            return
+        retry = (("Retry-After", str(self.config.retry_after_s)),)
+        if self.draining:
+            self._refuse(request, 503, transport, destination, now, "invite_503_draining", retry, "Draining")
+            return
+        if self.active_calls >= self.config.max_calls:
+            self._refuse(
+                request, 503, transport, destination, now, "invite_503_max_calls", retry, "Too Many Calls"
+            )
+            return
+        try:
+            expires, _ = _session_expires(request)
+            _min_se(request)
+        except ValueError as exc:
+            self._refuse(request, 400, transport, destination, now, "malformed_400", reason=str(exc))
+            return
+        if expires is not None and expires < self.config.min_se_s:
+            self._refuse(
+                request,
+                422,
+                transport,
+                destination,
+                now,
+                "session_interval_422",
+                (("Min-SE", str(self.config.min_se_s)),),
+            )
+            return
+        offer: SessionDescription | None = None
+        if request.body:
+            offer = _parse_sdp(request.body)
+            if offer is None:
+                self._refuse(request, 400, transport, destination, now, "bad_sdp_400", reason="Bad SDP body")
+                return
+        try:
+            from_value = parse_name_addr(h.get("From") or "")
+            to_value = parse_name_addr(h.get("To") or "")
+        except ValueError:
+            self._refuse(
+                request, 400, transport, destination, now, "malformed_400", reason="Bad From or To header"
+            )
+            return
+        local_tag = self._new_tag()
+        try:
+            dialog = Dialog.uas(
+                request,
+                local_tag=local_tag,
+                local_contact=f"<{self._local_uri(transport)}>",
+                transport=transport,
+            )
+        except ValueError:
+            self._refuse(
+                request, 400, transport, destination, now, "malformed_400", reason="Bad Contact header"
+            )
+            return
+        self._counter += 1
+        call = f"call-{self._counter}"
+        ist = self._layer.server_invite(request, destination, transport, now)
+        c = _Call(call, request, ist, dialog, source, transport, destination)
+        c.offer = offer
+        c.remote_body = request.body
+        self._calls[call] = c
+        self._dialogs[dialog.id] = c
+        self._by_ist[ist] = c
+        self._initial[(call_id, from_tag, cseq)] = c
+        self.stats["calls"] += 1
+        self._events.append(
+            IncomingCall(
+                call=call,
+                sip_call_id=call_id,
+                request_uri=request.uri,
+                from_uri=from_value.uri,
+                from_display=from_value.display,
+                to_uri=to_value.uri,
+                source=source,
+                transport=transport,
+                headers=h.items(),
+                offer=offer,
+            )
+        )
+
+    def _on_cancel(self, request: Request, destination: tuple[str, int], transport: str, now: int) -> None:
+        ist = self._layer.invite_for_cancel(request)
+        if ist is None:
+            self.stats["cancel_481"] += 1
+            self._reply(request, 481, transport, destination, now)
+            return
+        c = self._by_ist.get(ist)
+        to_tag = c.dialog.id.local_tag if c is not None else (ist.to_tag or self._new_tag())
+        self._reply(request, 200, transport, destination, now, to_tag=to_tag)  # the INVITE's To tag (§9.2)
+        if ist.final_sent:
+            self.stats["cancel_too_late"] += 1
+            return
+        self._respond(ist, ist.request, 487, now=now, to_tag=to_tag)
+        if c is None:
+            return
+        if c.ist is ist:
+            self._events.append(CallCancelled(c.id))
+            self._end(c, "cancelled", 487, by_remote=True, event=False)
+
+    # --- in-dialog requests ---
+
+    def _in_dialog(
+        self,
+        request: Request,
+        to_tag: str,
+        source: tuple[str, int],
+        transport: str,
+        destination: tuple[str, int],
+        now: int,
+    ) -> None:
+        h = request.headers
+        key = DialogId(h.get("Call-ID") or "", to_tag, _tag_of(h.get("From")))
+        c = self._dialogs.get(key)
+        method = request.method
+        if c is None or c.stage is _Stage.ENDED:
+            self.stats["no_dialog"] += 1
+            self._reply(request, 481, transport, destination, now)
+            return
+        status = c.dialog.check_request(request)
+        if status is not None:
+            self._refuse(
+                request,
+                status,
+                transport,
+                destination,
+                now,
+                "cseq_out_of_order_500",
+                reason="CSeq out of order",
+            )
+            return
+        if method == "BYE":
+            self._on_bye(c, request, transport, destination, now)
+        elif method == "INVITE":
+            self._on_reinvite(c, request, transport, destination, now)
+        elif method == "UPDATE":
+            self._on_update(c, request, transport, destination, now)
+        elif method == "OPTIONS":
+            self._on_options(request, transport, destination, now, in_dialog=True)
+        elif method == "INFO":
+            self._on_info(c, request, transport, destination, now)
+        elif method == "REFER":
+            self.stats["refer_refused"] += 1
+            self._reply(request, 403, transport, destination, now, reason="Forbidden (REFER not accepted)")
+        elif method == "NOTIFY":
+            self._on_notify(c, request, transport, destination, now)
+        else:  # pragma: no cover - _precheck let only ALLOWED through
+            self._reply(request, 405, transport, destination, now, headers=(("Allow", ALLOW),))
+
+    def _on_ack(self, request: Request, now: int) -> None:
+        h = request.headers
+        key = DialogId(h.get("Call-ID") or "", _tag_of(h.get("To")), _tag_of(h.get("From")))
+        c = self._dialogs.get(key)
+        if c is None:
+            self.stats["ack_unmatched"] += 1
+            return
+        try:
+            number, _ = parse_cseq(h.get("CSeq") or "")
+        except ValueError:
+            number = -1
+        if c.retransmitter is None or number != c.ack_cseq:
+            # an ACK we already had (the peer resends it for each retransmitted 2xx) or for nothing of ours
+            self.stats["ack_duplicate" if 0 < number <= c.ack_cseq else "ack_unmatched"] += 1
+            return
+        self._stop_2xx(c)
+        if c.offer_in_2xx:  # the ACK carries the answer to the offer in our 2xx (RFC 3264)
+            c.offer_in_2xx = False
+            theirs = _parse_sdp(request.body) if request.body else None
+            media = accept_answer(c.local_sdp, theirs) if theirs is not None and c.local_sdp else None
+            if media is None:
+                self.stats["ack_without_answer"] += 1
+            if c.stage is _Stage.CONFIRMED and media is not None:
+                self._take_media(c, media, request.body)
+            elif media is not None:
+                c.media, c.held, c.remote_body = media, media.held, request.body
+        if c.stage is _Stage.ANSWERED:
+            c.stage = _Stage.CONFIRMED
+            self._events.append(CallConfirmed(c.id, c.media))
+            self._start_session_timer(c, now)
+        elif c.stage is _Stage.ENDING and c.bye_pending is not None:
+            self._send_bye(c, now)
+            self._end(c, c.bye_pending, 200, by_remote=False, event=False)
+
+    def _on_bye(
+        self, c: _Call, request: Request, transport: str, destination: tuple[str, int], now: int
+    ) -> None:
+        self._reply(request, 200, transport, destination, now)
+        if c.stage is _Stage.RINGING:  # a BYE on the early dialog (§15.1.2)
+            self._respond(c.ist, c.invite, 487, now=now, to_tag=c.dialog.id.local_tag)
+        was_ending = c.stage is _Stage.ENDING
+        self._end(c, "remote hangup", 200, by_remote=True, event=not was_ending)
+
+    def _on_reinvite(
+        self, c: _Call, request: Request, transport: str, destination: tuple[str, int], now: int
+    ) -> None:
+        tx = self._layer.server_invite(request, destination, transport, now, trying=False)  # answered now
+        if self._glare(c, reinvite=True):  # §14.2
+            self.stats["glare_491"] += 1
+            self._respond(tx, request, 491, now=now)
+            return
+        if c.stage is _Stage.RINGING or c.retransmitter is not None:
+            self._respond(
+                tx, request, 500, now=now, headers=(("Retry-After", str(self._rng.randint(1, 10))),)
+            )
+            self.stats["reinvite_500"] += 1
+            return
+        status = self._check_refresh(request)
+        if status:
+            headers = (("Min-SE", str(self.config.min_se_s)),) if status == 422 else ()
+            self._respond(tx, request, status, now=now, headers=headers)
+            return
+        body, sdp_headers, status = self._answer_offer(c, request)
+        if status:
+            self._respond(tx, request, status, now=now)
+            return
+        self._accept_refresh(c, request, now)
+        response = make_response(
+            request,
+            200,
+            headers=self._contact_headers(c) + self._session_timer_response(c, request) + sdp_headers,
+            body=body,
+        )
+        self._send_2xx(c, tx, response, now)
+
+    def _on_update(
+        self, c: _Call, request: Request, transport: str, destination: tuple[str, int], now: int
+    ) -> None:
+        tx = self._layer.server_non_invite(request, destination, transport, now)
+        if request.body and self._glare(c, reinvite=False):  # RFC 3311 §5.2
+            self.stats["glare_491"] += 1
+            self._respond(tx, request, 491, now=now)
+            return
+        status = self._check_refresh(request)
+        if status:
+            headers = (("Min-SE", str(self.config.min_se_s)),) if status == 422 else ()
+            self._respond(tx, request, status, now=now, headers=headers)
+            return
+        body: bytes = b""
+        sdp_headers: tuple[tuple[str, str], ...] = ()
+        status = 0
+        if request.body:
+            if c.local_media is None:
+                self._respond(tx, request, 500, now=now, headers=(("Retry-After", "1"),))
+                return
+            body, sdp_headers, status = self._answer_offer(c, request)
+        if status:
+            self._respond(tx, request, status, now=now)
+            return
+        self._accept_refresh(c, request, now)
+        extra = self._contact_headers(c) + self._session_timer_response(c, request) + sdp_headers
+        self._respond(tx, request, 200, now=now, headers=extra, body=body)
+
+    @staticmethod
+    def _glare(c: _Call, *, reinvite: bool) -> bool:
+        """Whether a peer re-INVITE (or UPDATE with an offer) crosses a request of ours: our re-INVITE in
+        progress, or our UPDATE if it carries an offer (a bare refresh UPDATE offers nothing)."""
+        ours = c.our_offer
+        if ours is None:
+            return False
+        return bool(ours.request.body) or (reinvite and ours.request.method == "INVITE")
+
+    def _answer_offer(self, c: _Call, request: Request) -> tuple[bytes, tuple[tuple[str, str], ...], int]:
+        """(body, headers, 0) of our answer to a re-INVITE/UPDATE, or (b"", (), status) to refuse it. A request
+        without SDP gets our current SDP as an offer (its ACK brings the answer)."""
+        if c.local_media is None or c.local_sdp is None:
+            return b"", (), 500
+        sdp_type = (("Content-Type", "application/sdp"),)
+        if not request.body:
+            if request.method == "INVITE":  # we offer (unchanged); the ACK answers
+                c.offer_in_2xx = True
+                return serialize_sdp(c.local_sdp), sdp_type, 0
+            return b"", (), 0
+        offer = _parse_sdp(request.body)
+        if offer is None:
+            return b"", (), 400
+        if request.body == c.remote_body:  # a refresh with the same SDP: the same answer, no event
+            return serialize_sdp(c.local_sdp), sdp_type, 0
+        result = sdp_answer(offer, c.local_media, previous=c.local_sdp)
+        if result is None:
+            self.stats["reoffer_488"] += 1
+            return b"", (), 488  # the old session goes on (RFC 3264 §8)
+        c.local_sdp = result.description
+        self._take_media(c, result.media, request.body)
+        return serialize_sdp(result.description), sdp_type, 0
+
+    def _take_media(self, c: _Call, media: NegotiatedMedia, body: bytes) -> None:
+        """A new offer/answer in the confirmed call: hold, resume, or some other change."""
+        before, c.media, c.remote_body = c.media, media, body
+        if media.held and not c.held:
+            c.held = True
+            self._events.append(CallHeld(c.id, media))
+        elif c.held and not media.held:
+            c.held = False
+            self._events.append(CallResumed(c.id, media))
+        elif not c.held and (before is None or _media_key(before) != _media_key(media)):
+            self._events.append(MediaUpdated(c.id, media))
+        # held and still held (sendonly → inactive, say): no event; `CallResumed` will carry the media
+
+    def _on_info(
+        self, c: _Call, request: Request, transport: str, destination: tuple[str, int], now: int
+    ) -> None:
+        if not request.body:
+            self._reply(request, 200, transport, destination, now)  # an INFO keep-alive
+            return
+        dtmf = parse_dtmf_info(_content_type(request), request.body)
+        if dtmf is None:
+            self.stats["info_bad_dtmf"] += 1
+            self._reply(request, 400, transport, destination, now, reason="Bad DTMF body")
+            return
+        self._reply(request, 200, transport, destination, now)
+        self._events.append(DtmfReceived(c.id, dtmf[0], dtmf[1]))
+
+    def _on_notify(
+        self, c: _Call, request: Request, transport: str, destination: tuple[str, int], now: int
+    ) -> None:
+        event = (request.headers.get("Event") or "").split(";", 1)[0].strip().lower()
+        if event != "refer":
+            self._refuse(request, 489, transport, destination, now, "notify_489")
+            return
+        if not c.refer_active:
+            self._refuse(request, 481, transport, destination, now, "notify_481")
+            return
+        state = (request.headers.get("Subscription-State") or "").split(";", 1)[0].strip().lower()
+        terminated = state == "terminated"
+        frag = parse_sipfrag(request.body) if request.body else None
+        if request.body and frag is None:
+            self._refuse(
+                request,
+                400,
+                transport,
+                destination,
+                now,
+                "notify_bad_sipfrag",
+                reason="Bad message/sipfrag body",
+            )
+            if not terminated:
+                return
+        else:
+            self._reply(request, 200, transport, destination, now)
+        if terminated:
+            c.refer_active = False
+        status, reason = frag if frag is not None else (0, "")
+        self._events.append(ReferNotify(c.id, status, reason, terminated))
+
+    # --- session timers (RFC 4028) ---
+
+    def _check_refresh(self, request: Request) -> int:
+        try:
+            expires, _ = _session_expires(request)
+            _min_se(request)
+        except ValueError:
+            return 400
+        if expires is not None and expires < self.config.min_se_s:
+            self.stats["session_interval_422"] += 1
+            return 422
+        return 0
+
+    def _session_timer_response(self, c: _Call, request: Request) -> tuple[tuple[str, str], ...]:
+        """Choose the interval and refresher for `request`'s 2xx (RFC 4028 §9) and return its headers."""
+        expires, refresher = _session_expires(request)
+        supports = _has_option(request, "Supported", "timer") or _has_option(request, "Require", "timer")
+        if expires is None:
+            if c.interval_s is not None:  # a refresh without Session-Expires: keep the session's timer
+                expires = c.interval_s
+                refresher = "uas" if c.we_refresh else "uac"
+                if not supports:
+                    refresher = "uas"
+            elif supports:
+                expires = max(self.config.session_expires_s, _min_se(request) or 0, self.config.min_se_s)
+            else:
+                return (("Supported", SUPPORTED),)
+        if refresher is None:
+            refresher = "uac" if supports else "uas"
+        c.interval_s = expires
+        c.we_refresh = refresher == "uas"
+        headers: list[tuple[str, str]] = [
+            ("Supported", SUPPORTED),
+            ("Session-Expires", f"{expires};refresher={refresher}"),
+        ]
+        if supports:
+            headers.append(("Require", "timer"))
+        return tuple(headers)
+
+    def _accept_refresh(self, c: _Call, request: Request, now: int) -> None:
+        """A peer re-INVITE/UPDATE we answer 2xx refreshes the session (timers restart from `now`)."""
+        if c.stage is _Stage.CONFIRMED:
+            self._start_session_timer(c, now)
+
+    def _start_session_timer(self, c: _Call, now: int) -> None:
+        c.refresh_at = c.expire_at = None
+        if c.interval_s is not None:
+            interval = c.interval_s * _SECOND
+            if c.we_refresh:
+                c.refresh_at = now + interval // 2
+            else:
+                c.expire_at = now + interval - min(32 * _SECOND, interval // 3)
+        c.rearm()
+        self._sched.update(c)
+
+    def _call_timer(self, c: _Call, now: int) -> None:
+        if c.stage is not _Stage.CONFIRMED:
+            c.refresh_at = c.expire_at = c.retry_at = None
+            c.rearm()
+            return
+        if c.expire_at is not None and now >= c.expire_at:
+            c.expire_at = None
+            self.stats["session_expired"] += 1
+            self._send_bye(c, now)
+            self._events.append(SessionExpired(c.id))
+            self._end(c, "session expired", 408, by_remote=True)
+            return
+        if (c.refresh_at is not None and now >= c.refresh_at) or (
+            c.retry_at is not None and now >= c.retry_at
+        ):
+            c.refresh_at = c.retry_at = None
+            self._send_refresh(c, now)
+        c.rearm()
+
+    def _send_refresh(self, c: _Call, now: int) -> None:
+        if c.our_offer is not None or c.interval_s is None:
+            return
+        for old in [tx for tx in c.our_acks if tx.terminated]:  # earlier refreshes' 2xx can no longer repeat
+            del c.our_acks[old]
+            self._pending.pop(old, None)
+        headers = (
+            ("Session-Expires", f"{c.interval_s};refresher=uac"),
+            ("Min-SE", str(self.config.min_se_s)),
+            ("Supported", SUPPORTED),
+        )
+        if "UPDATE" in c.peer_allow:
+            c.our_offer = self._send_in_dialog(c, "UPDATE", now, headers=headers, purpose="UPDATE")
+        else:
+            body = serialize_sdp(c.local_sdp) if c.local_sdp is not None else b""
+            c.our_offer = self._send_in_dialog(
+                c,
+                "INVITE",
+                now,
+                headers=headers,
+                body=body,
+                content_type="application/sdp" if body else None,
+                purpose="INVITE",
+            )
+        # until the answer: the session must not expire on our side (we are the refresher)
+        c.expire_at = now + c.interval_s * _SECOND
+        c.rearm()
+
+    # --- our requests ---
+
+    def _send_in_dialog(
+        self,
+        c: _Call,
+        method: str,
+        now: int,
+        *,
+        headers: tuple[tuple[str, str], ...] = (),
+        body: bytes = b"",
+        content_type: str | None = None,
+        purpose: str,
+    ) -> ClientTransaction:
+        destination, transport = self._next_hop(c)
+        via = self._via(transport)
+        request = c.dialog.new_request(
+            method,
+            via=via,
+            headers=headers + (("User-Agent", self.config.user_agent),),
+            body=body,
+            content_type=content_type,
+        )
+        tx = self._layer.send_request(request, destination, transport, now)
+        self._pending[tx] = (c, purpose)
+        return tx
+
+    def _send_bye(self, c: _Call, now: int) -> None:
+        self._send_in_dialog(c, "BYE", now, purpose="BYE")
+
+    def _next_info(self, c: _Call, now: int) -> None:
+        if not c.info_queue or c.stage is not _Stage.CONFIRMED:
+            c.info_tx = None
+            return
+        digit, duration = c.info_queue.pop(0)
+        body = f"Signal={digit}\r\nDuration={duration}\r\n".encode()
+        c.info_tx = self._send_in_dialog(
+            c, "INFO", now, body=body, content_type="application/dtmf-relay", purpose="INFO"
+        )
+
+    def _next_hop(self, c: _Call) -> tuple[tuple[str, int], str]:
+        if (self.config.send_to_source or c.no_contact) and not c.dialog.route_set:
+            return c.source, c.transport
+        destination, transport = c.dialog.next_hop()
+        if not destination[0]:
+            return c.source, c.transport
+        return destination, transport.lower()
+
+    def _via(self, transport: str) -> str:
+        return f"SIP/2.0/{transport.upper()} {self._host_port()};branch=z9hG4bK{self._rng.getrandbits(64):016x};rport"
+
+    def _host_port(self) -> str:
+        host = self.config.host
+        host = f"[{host}]" if ":" in host else host
+        return f"{host}:{self.config.port}"
+
+    def _local_uri(self, transport: str = "udp") -> str:
+        suffix = "" if transport == "udp" else f";transport={transport}"
+        return f"sip:{self.config.user}@{self._host_port()}{suffix}"
+
+    def _contact_headers(self, c: _Call) -> tuple[tuple[str, str], ...]:
+        return (("Contact", c.dialog.local_contact), ("Allow", ALLOW))
+
+    def _new_tag(self) -> str:
+        return f"{self._rng.getrandbits(64):016x}"
+
+    # --- responses to our requests ---
+
+    def _on_response(self, response: Response, now: int) -> None:
+        if not self._layer.receive_response(response, now):
+            self.stats["responses_unmatched"] += 1
+
+    def _after_layer(self, now: int) -> None:
+        """Act on what the transaction layer reported (responses, timeouts)."""
+        for event in self._layer.events():
+            if isinstance(event, ResponseReceived):
+                self._on_client_response(event.transaction, event.response, now)
+            elif isinstance(event, TransactionTimeout):
+                if isinstance(event.transaction, ClientTransaction):
+                    self.stats[f"timer_{event.timer.lower()}"] += 1
+                    self._on_client_response(event.transaction, None, now)
+                else:
+                    self.stats["timer_h"] += 1  # our non-2xx final was never ACKed
+            elif isinstance(event, AckTimeout):
+                self._on_ack_timeout(event.retransmitter, now)
+
+    def _on_client_response(self, tx: ClientTransaction, response: Response | None, now: int) -> None:
+        """A final response to one of our requests (None: Timer B/F fired, taken as 408)."""
+        entry = self._pending.get(tx)
+        if entry is None:
+            return
+        c, purpose = entry
+        status = response.status if response is not None else 408
+        reason = response.reason if response is not None else "Request Timeout"
+        if status < 200:
+            return
+        if purpose == "INVITE" and response is not None and status < 300:
+            first = tx not in c.our_acks
+            self._ack_2xx(c, tx, response, now)  # every 2xx, retransmissions too (§13.2.2.4)
+            if not first:
+                return
+            # the entry stays while the transaction (Accepted, Timer M) may pass on retransmitted 2xx
+        else:
+            del self._pending[tx]
+        if purpose == "REFER":
+            refer_sub = (
+                (response.headers.get("Refer-Sub") or "true").strip().lower() != "false" if response else True
+            )
+            if 200 <= status < 300 and refer_sub:
+                c.refer_active = True
+            self._events.append(ReferResponse(c.id, status, reason, refer_sub))
+        elif purpose == "INFO":
+            if c.info_tx is tx:
+                self._next_info(c, now)
+        elif purpose in ("INVITE", "UPDATE"):
+            self._on_refresh_response(c, tx, response, status, now)
+            return
+        if status == 481 and purpose != "BYE" and c.stage is _Stage.CONFIRMED:
+            # §12.2.1.2: the peer no longer knows the dialog (a 408 to a REFER or INFO is only that
+            # request's timeout: the transfer contract keeps the call up)
+            self._end(c, "the caller's side lost the dialog (481)", 481, by_remote=True)
+
+    def _ack_2xx(self, c: _Call, tx: ClientTransaction, response: Response, now: int) -> None:
+        data = c.our_acks.get(tx)
+        if data is None:
+            number, _ = parse_cseq(tx.request.headers.get("CSeq") or "")
+            c.dialog.refresh_target(response)
+            destination, transport = self._next_hop(c)
+            data = serialize(c.dialog.ack(number, via=self._via(transport)))
+            c.our_acks[tx] = data
+        destination, transport = self._next_hop(c)
+        self._layer.send_stateless(data, destination, transport)
+
+    def _on_refresh_response(
+        self, c: _Call, tx: ClientTransaction, response: Response | None, status: int, now: int
+    ) -> None:
+        if c.our_offer is not tx:
+            return
+        c.our_offer = None
+        if c.stage is not _Stage.CONFIRMED:
+            return
+        if 200 <= status < 300 and response is not None:
+            try:
+                expires, refresher = _session_expires(response)
+            except ValueError:
+                expires, refresher = None, None
+            if expires is not None:
+                c.interval_s = expires
+                c.we_refresh = refresher != "uas"
+            self._start_session_timer(c, now)
+            return
+        if status == 491:  # glare: we do not own the Call-ID, so retry after 0-2 s (§14.1)
+            c.retry_at = now + self._rng.randrange(0, 2 * _SECOND)
+        elif status == 422 and response is not None:
+            try:
+                c.interval_s = max(c.interval_s or 0, _min_se(response) or 0)
+            except ValueError:
+                pass
+            c.retry_at = now
+        elif status in (405, 501) and tx.request.method == "UPDATE":
+            c.peer_allow = c.peer_allow - {"UPDATE"}
+            c.retry_at = now
+        elif status in (408, 481):  # the dialog is gone (RFC 4028 §10, RFC 3261 §12.2.1.2)
+            if status == 408:
+                self._send_bye(c, now)
+            self._end(c, "session refresh failed", status, by_remote=True)
+            return
+        c.rearm()
+        self._sched.update(c)
+
+    def _on_ack_timeout(self, retransmitter: Retransmit2xx, now: int) -> None:
+        c = self._by_retransmitter.pop(retransmitter, None)
+        if c is None or c.retransmitter is not retransmitter:
+            return
+        c.retransmitter = None
+        self.stats["ack_timeout"] += 1
+        if c.stage is _Stage.ENDED:
+            return
+        self._send_bye_now(c, now)
+        ended = c.stage is _Stage.ENDING
+        self._end(c, "no ACK for the 200 OK", 408, by_remote=True, event=not ended)
+
+    def _send_bye_now(self, c: _Call, now: int) -> None:
+        c.stage = _Stage.CONFIRMED  # the dialog is confirmed for sending (§13.3.1.4: BYE after no ACK)
+        self._send_bye(c, now)
+
+    # --- call bookkeeping ---
+
+    def _send_2xx(self, c: _Call, tx: ServerInviteTransaction, response: Response, now: int) -> None:
+        response = Response(
+            response.status,
+            response.reason,
+            response.headers.with_header("Server", self.config.user_agent),
+            response.body,
+        )
+        self._layer.respond(tx, response, now)
+        data = tx.response_data or serialize(response)
+        if c.retransmitter is not None:
+            self._stop_2xx(c)
+        r = self._layer.retransmit_2xx(data, tx.destination, tx.transport, now)
+        c.retransmitter = r
+        c.ack_cseq, _ = parse_cseq(tx.request.headers.get("CSeq") or "")
+        self._by_retransmitter[r] = c
+
+    def _stop_2xx(self, c: _Call) -> None:
+        r = c.retransmitter
+        if r is not None:
+            self._layer.stop_2xx(r)
+            self._by_retransmitter.pop(r, None)
+            c.retransmitter = None
+
+    def _end(self, c: _Call, reason: str, status: int, *, by_remote: bool, event: bool = True) -> None:
+        """The call is over: forget it (its transactions live on until their timers end)."""
+        if c.stage is _Stage.ENDED:
+            return
+        c.stage = _Stage.ENDED
+        self._stop_2xx(c)
+        c.refresh_at = c.expire_at = c.retry_at = None
+        c.rearm()
+        self._sched.update(c)
+        c.info_queue.clear()
+        self._calls.pop(c.id, None)
+        self._dialogs.pop(c.dialog.id, None)
+        self._by_ist.pop(c.ist, None)
+        key = (c.dialog.id.call_id, c.dialog.id.remote_tag, c.invite.headers.get("CSeq") or "")
+        if self._initial.get(key) is c:
+            del self._initial[key]
+        for tx in [
+            tx for tx, (owner, _) in self._pending.items() if owner is c and tx.request.method != "BYE"
+        ]:
+            del self._pending[tx]
+        if event:
+            self._events.append(CallEnded(c.id, reason, status, by_remote))
