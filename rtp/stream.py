@@ -1,0 +1,342 @@
+"""One call's media core: RTP and RTCP in, 20 ms frames and digits out; frames in, RTP datagrams out.
+
+Sans-I/O. The shell owns the socket(s) and the process-wide media clock (rtp.pacer) and drives a stream so:
+
+    on every datagram:      event = stream.receive(data, source, now)   # None, a DtmfDigit or RtcpReceived
+                            (a second socket for RTCP, without rtcp-mux: stream.receive_rtcp(...))
+    on every clock slot:    frame = stream.pull_frame(now)               # PlayoutFrame | None -> FrameReceived
+                            if stream.wants_audio(now): out = playout.pull(now) ...  # else leave it queued
+                            dgram = stream.next_packet(payload_or_None, now)       # memoryview | None
+                            sendto(dgram, stream.destination); then the ledger records the frame
+    for skipped slots:      stream.skip(slots)   # outbound time moves on; nothing is sent for them
+                            (inbound: pull_frame once per skipped slot too and hand those frames on,
+                            or the caller's audio reaches the session that many frames later until the
+                            jitter buffer sheds the excess, one frame a second)
+    at next_deadline():     for item in stream.handle_timer(now): bytes -> send to rtcp_destination,
+                                                                   DtmfDigit -> DtmfReceived
+    at hang-up:             stream.goodbye(now) -> the RTCP BYE datagram
+
+Outbound continuity: the SSRC never changes; the sequence number grows by one per packet sent and the
+timestamp by 160 per slot (sent, DTMF-replaced, or skipped), so silence, barge-in clears and playback epochs
+(rtp.playout) never show as a discontinuity. The payload handed to `next_packet` (one 20 ms frame per slot)
+goes on the wire as it is (PCMU from the provider byte for byte); None sends the codec's idle pattern, so RTP
+never stops. The marker bit is set on the first packet and on the first packet after skipped slots.
+
+Inbound: each datagram is parsed (rtp.packet), checked against the source policy (rtp.latch), counted in
+the receiver statistics (rtp.rtcp, A.1/A.3/A.8), then filed in the jitter buffer (audio), given to the
+RFC 4733 receiver (the negotiated telephone-event PT), counted as comfort noise (PT 13) or dropped. Every
+drop has its reason counted in `drops` (indexed by `Drop`); nothing raises.
+
+`next_packet` returns a view of the stream's own send buffer: valid until the next `next_packet` call
+(asyncio's `sendto` copies whatever it cannot send at once, so handing it the view is safe).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from rtp.audio import FRAME_SAMPLES
+from rtp.dtmf import DtmfDigit, DtmfReceiver, DtmfSender
+from rtp.jitter import JitterBuffer, PlayoutFrame, fast_alaw_decode, fast_ulaw_decode
+from rtp.latch import Address, SourceLatch
+from rtp.packet import Drop, RtpPacket, is_rtcp, pack_into, parse
+from rtp.rtcp import Goodbye, QoS, RtcpPacket, RtcpSession
+
+__all__ = ["StreamConfig", "RtcpReceived", "RtpStream", "PCMU", "PCMA", "COMFORT_NOISE"]
+
+PCMU, PCMA, COMFORT_NOISE = 0, 8, 13
+_MAX_PAYLOAD = 1200
+
+
+@dataclass(frozen=True, slots=True)
+class StreamConfig:
+    """What SDP negotiated and the shell chose. `ssrc`, `initial_seq` and `initial_timestamp` should be
+    random (RFC 3550 §5.1); the shell draws them (the core reads no randomness or clock itself)."""
+
+    ssrc: int
+    initial_seq: int
+    initial_timestamp: int
+    cname: str
+    remote: Address | None  # the peer's signalled RTP address
+    remote_rtcp: Address | None = None  # a=rtcp, else RTP port + 1 (or the RTP address with rtcp-mux)
+    payload_type: int = PCMU  # 0 PCMU or 8 PCMA: what we send and what we decode
+    dtmf_payload_type: int | None = 101  # telephone-event/8000, None if not negotiated
+    rtcp_mux: bool = False
+    nat: bool = False
+    jitter_min_ms: int = 20
+    jitter_max_ms: int = 200
+    wallclock_offset_ns: int = 0  # time.time_ns() - time.monotonic_ns(), for NTP timestamps in SR
+    dtmf_duration_ms: int = 160
+    dtmf_gap_ms: int = 100
+
+
+@dataclass(frozen=True, slots=True)
+class RtcpReceived:
+    """An RTCP datagram was read (the figures are in `qos()`); `bye` when the peer said goodbye."""
+
+    packets: tuple[RtcpPacket, ...]
+    bye: Goodbye | None
+
+
+class RtpStream:
+    """The media core of one call (one RTP session, one remote source, G.711 at 8 kHz)."""
+
+    def __init__(self, config: StreamConfig, rand: Callable[[], float]) -> None:
+        if config.payload_type not in (PCMU, PCMA):
+            raise ValueError("payload_type must be 0 (PCMU) or 8 (PCMA)")
+        self.config = config
+        self._pt = config.payload_type
+        self._dtmf_pt = config.dtmf_payload_type if config.dtmf_payload_type is not None else -1
+        self._mux = config.rtcp_mux
+        self._ssrc = config.ssrc
+        self._seq = config.initial_seq & 0xFFFF
+        self._ts = config.initial_timestamp & 0xFFFFFFFF
+        self._marker = True
+        self._silence = bytes([0xFF if self._pt == PCMU else 0xD5]) * FRAME_SAMPLES
+        self._buf = bytearray(12 + _MAX_PAYLOAD)
+        self._view = memoryview(self._buf)
+        self._last_n = 12 + FRAME_SAMPLES
+        self._last_view = self._view[: self._last_n]
+        self.latch = SourceLatch(config.remote, config.nat)
+        self.jitter = JitterBuffer(
+            fast_ulaw_decode if self._pt == PCMU else fast_alaw_decode,
+            min_ms=config.jitter_min_ms,
+            max_ms=config.jitter_max_ms,
+            silence_byte=self._silence[0],
+        )
+        self.rtcp = RtcpSession(
+            config.ssrc, config.cname, rand, wallclock_offset_ns=config.wallclock_offset_ns
+        )
+        self._stats = self.rtcp.receiver
+        self.dtmf_in = DtmfReceiver()
+        self.dtmf_out = DtmfSender(duration_ms=config.dtmf_duration_ms, gap_ms=config.dtmf_gap_ms)
+        self._remote_rtcp = config.remote_rtcp
+        self._rtcp_source: Address | None = None
+        self._in_ssrc = -1
+        self.drops = [0] * len(Drop)
+        self.packets_in = 0
+        self.comfort_noise = 0
+        self.ssrc_changes = 0
+        self.packets_out = 0
+        self.dtmf_packets_out = 0
+        self.slots_skipped = 0
+        self._started = False
+        self._pending_digits: list[DtmfDigit] = []
+        self._pending_at = 0
+
+    # --- addresses ---
+
+    @property
+    def destination(self) -> Address | None:
+        """Where RTP goes: the latched source (symmetric RTP) or the signalled address."""
+        return self.latch.destination
+
+    @property
+    def rtcp_destination(self) -> Address | None:
+        if self._mux:
+            return self.latch.destination
+        if self._rtcp_source is not None:
+            return self._rtcp_source
+        if self._remote_rtcp is not None:
+            return self._remote_rtcp
+        dest = self.latch.destination
+        return (dest[0], dest[1] + 1) if dest is not None else None
+
+    def signal(self, remote: Address | None, remote_rtcp: Address | None = None) -> None:
+        """The peer's SDP named a new address (re-INVITE): the latch starts over."""
+        self.latch.signal(remote)
+        self._remote_rtcp = remote_rtcp
+        self._rtcp_source = None
+
+    # --- inbound ---
+
+    def receive(self, data: bytes, source: Address, now: int) -> DtmfDigit | RtcpReceived | None:
+        """One datagram from the RTP socket. Audio goes to the jitter buffer (frames come out of
+        `pull_frame`); a digit whose event ended, or the RTCP read (rtcp-mux), is returned."""
+        if self._mux and is_rtcp(data):
+            return self.receive_rtcp(data, source, now)
+        p = parse(data)
+        if isinstance(p, Drop):
+            self.drops[p] += 1
+            return None
+        if not self.latch.accept(source, p.ssrc, now):
+            self.drops[Drop.WRONG_SOURCE] += 1
+            return None
+        self.packets_in += 1
+        if p.ssrc != self._in_ssrc:
+            self._new_source(p.ssrc)
+            if not self._started:
+                self._start(now)
+        pt = p.pt
+        self._stats.update(p.seq, p.timestamp, now, len(p.payload), pt == self._pt)
+        if pt == self._pt:
+            dropped = self.jitter.push(p.seq, p.timestamp, p.ssrc, p.payload, now)
+            if dropped is not None:
+                self.drops[dropped] += 1
+            return None
+        if pt == self._dtmf_pt:
+            return self._dtmf(p, now)
+        if pt == COMFORT_NOISE:
+            self.comfort_noise += 1  # RFC 3389 comfort noise: the jitter buffer plays silence meanwhile
+            return None
+        self.drops[Drop.UNKNOWN_PT] += 1
+        return None
+
+    def _new_source(self, ssrc: int) -> None:
+        if self._in_ssrc != -1:
+            self.ssrc_changes += 1
+        self._in_ssrc = ssrc
+        self._stats.reset(ssrc)
+        self.dtmf_in.reset()
+
+    def _dtmf(self, p: RtpPacket, now: int) -> DtmfDigit | None:
+        digits = self.dtmf_in.receive(p.timestamp, p.payload, now)
+        if isinstance(digits, Drop):
+            self.drops[digits] += 1
+            return None
+        if not digits:
+            return None
+        if len(digits) > 1:  # rare: a new event's end also ended an old one; the second waits for the timer
+            self._pending_digits.extend(digits[1:])
+            self._pending_at = now
+        return digits[0]
+
+    def receive_rtcp(self, data: bytes, source: Address, now: int) -> RtcpReceived | None:
+        """One datagram from the RTCP socket (or demultiplexed from the RTP one)."""
+        if not self.latch.accept_rtcp(source):
+            self.drops[Drop.WRONG_SOURCE] += 1
+            return None
+        packets = self.rtcp.receive(data, now)
+        if isinstance(packets, Drop):
+            self.drops[packets] += 1
+            return None
+        if not self._mux:
+            self._rtcp_source = source
+        bye = next((p for p in packets if isinstance(p, Goodbye)), None)
+        return RtcpReceived(tuple(packets), bye)
+
+    def pull_frame(self, now: int) -> PlayoutFrame | None:
+        """This slot's inbound frame (None until the caller's first packet): call once per clock slot."""
+        return self.jitter.pop(now)
+
+    def _start(self, now: int) -> None:
+        """First packet either way: the RTCP schedule begins."""
+        self._started = True
+        self.rtcp.start(now)
+
+    # --- outbound ---
+
+    def wants_audio(self, now: int) -> bool:
+        """False while a DTMF event is being sent: leave the next audio frame queued for after it."""
+        return not self.dtmf_out.busy(now)
+
+    def send_dtmf(self, digits: str) -> None:
+        """Queue RFC 4733 digits (ValueError if none negotiated or a digit is not 0-9*#A-D)."""
+        if self._dtmf_pt < 0:
+            raise ValueError("the peer negotiated no telephone-event payload type")
+        self.dtmf_out.queue(digits)
+
+    def skip(self, slots: int) -> None:
+        """The media clock skipped `slots` (late wake-up): advance the timestamp, mark the next packet."""
+        if slots > 0:
+            self._ts = (self._ts + slots * FRAME_SAMPLES) & 0xFFFFFFFF
+            self._marker = True
+            self.slots_skipped += slots
+
+    def next_packet(self, payload: bytes | None, now: int) -> memoryview | None:
+        """The datagram for this clock slot: `payload` (sent as is) or, for None, the codec's silence; a
+        DTMF packet instead while digits are being sent; None when this slot sends nothing (between a
+        DTMF event's updates). ValueError if the payload exceeds 1200 bytes."""
+        ts = self._ts
+        self._ts = (ts + FRAME_SAMPLES) & 0xFFFFFFFF
+        if not self._started:
+            self._start(now)
+        dtmf = self.dtmf_out
+        if dtmf.pending:
+            event = dtmf.poll(now, ts)
+            if event is not None:
+                self.dtmf_packets_out += 1
+                return self._send(self._dtmf_pt, event.marker, event.timestamp, event.payload, now, ts)
+            if dtmf.in_event:
+                return None
+        if payload is None:
+            payload = self._silence
+        elif len(payload) > _MAX_PAYLOAD:
+            raise ValueError(f"RTP payload of {len(payload)} bytes exceeds {_MAX_PAYLOAD}")
+        marker = self._marker
+        self._marker = False
+        return self._send(self._pt, marker, ts, payload, now, ts)
+
+    def _send(self, pt: int, marker: bool, ts: int, payload: bytes, now: int, media_ts: int) -> memoryview:
+        n = pack_into(self._buf, pt, marker, self._seq, ts, self._ssrc, payload)
+        self._seq = (self._seq + 1) & 0xFFFF
+        self.packets_out += 1
+        self.rtcp.on_rtp_sent(media_ts, len(payload), now)  # the slot's media time (a DTMF event's is older)
+        if n != self._last_n:
+            self._last_n = n
+            self._last_view = self._view[:n]
+        return self._last_view
+
+    # --- timers ---
+
+    def next_deadline(self) -> int | None:
+        """The earliest of the RTCP report time and a DTMF end timeout (now, if a digit is waiting)."""
+        if self._pending_digits:
+            return self._pending_at
+        a = self.rtcp.next_deadline()
+        b = self.dtmf_in.next_deadline()
+        if a is None:
+            return b
+        return a if b is None or a < b else b
+
+    def handle_timer(self, now: int) -> list[bytes | DtmfDigit]:
+        """What is due at `now`: an RTCP report datagram, a digit whose end packets were lost."""
+        out: list[bytes | DtmfDigit] = []
+        if self._pending_digits:
+            out.extend(self._pending_digits)
+            self._pending_digits.clear()
+        digit = self.dtmf_in.handle_timer(now)
+        if digit is not None:
+            out.append(digit)
+        report = self.rtcp.handle_timer(now)
+        if report is not None:
+            out.append(report)
+        return out
+
+    def goodbye(self, now: int, reason: str | None = None) -> bytes:
+        """The RTCP BYE compound to send when the call ends."""
+        return self.rtcp.build_goodbye(now, reason)
+
+    # --- figures ---
+
+    def qos(self) -> QoS:
+        """`status()["qos"]`: RTCP figures plus the jitter buffer's late packets, concealment and depth."""
+        jb = self.jitter
+        return replace(
+            self.rtcp.qos(), late_packets=jb.late, frames_concealed=jb.frames_concealed, buffer_ms=jb.depth_ms
+        )
+
+    def counters(self) -> dict[str, int]:
+        """Every drop reason and the stream's own counts, for status and metrics."""
+        jb = self.jitter
+        out = {f"drop_{d.name.lower()}": self.drops[d] for d in Drop}
+        out["drop_overflow"] = jb.overflows  # discarded inside the buffer (ceiling, resync), not at push
+        out.update(
+            packets_in=self.packets_in,
+            packets_out=self.packets_out,
+            dtmf_packets_out=self.dtmf_packets_out,
+            comfort_noise=self.comfort_noise,
+            ssrc_changes=self.ssrc_changes,
+            slots_skipped=self.slots_skipped,
+            frames_played=jb.frames_played,
+            frames_concealed=jb.frames_concealed,
+            frames_silence=jb.frames_silence,
+            frames_dropped_shrink=jb.frames_dropped_shrink,
+            jitter_underruns=jb.underruns,
+            jitter_resyncs=jb.resyncs,
+            jitter_depth_ms=jb.depth_ms,
+            jitter_target_ms=jb.target_ms,
+            source_relatches=self.latch.relatches,
+        )
+        return out
