@@ -59,6 +59,28 @@ malformed_400, invite_488, reoffer_488, glare_491, reinvite_500, cseq_out_of_ord
 cancel_481, cancel_too_late, refer_refused, notify_481, notify_489, notify_bad_sipfrag, info_bad_dtmf,
 session_expired, timer_b, timer_f, timer_h, internal_errors.
 
+Inbound policy (issue 14): `UserAgent(policy=sip.policy.InboundPolicy(...))` is asked about every request
+without a To tag except ACK, before any check of the core's own: `Refuse` and `Challenge` are answered
+statelessly (§8.2.7; no transaction, so a flood of refused requests costs no state), `Drop` sends nothing;
+only `Accept` lets the request on (so a refused INVITE never becomes an `IncomingCall`). Without a policy,
+everything is accepted, as before. Counters: policy_dropped, policy_challenged, policy_<status>.
+
+Calls we place (UAC, §8.1, §9.1, §13.2, §22): `dial(target, local_media, now, credentials=...)` sends an
+INVITE with our offer and returns the call id. A 1xx above 100 → `CallProgress` (early media when it carries
+an SDP answer); the 2xx → ACK (again for each retransmitted 2xx) and `CallConfirmed`: from then on the call
+is like an answered inbound one (BYE either way, re-INVITE/UPDATE, INFO, REFER, session timers from the 2xx's
+Session-Expires). A non-2xx final → `CallEnded(status_code=that status, by_remote=True)`; 401/407 → the
+INVITE again with credentials (`sip.auth.DigestClient`), and `CallEnded(401/407, "bad credentials")` when
+they are refused; Timer B → `CallEnded(408)`; `ring_timeout_s` → CANCEL and `CallEnded(408, "no answer ...")`;
+`cancel()` (or `bye()` before the answer) → CANCEL once a 1xx came, `CallEnded(487, by_remote=False)` at the
+487 (or 64·T1 later). A 2xx that crosses our CANCEL, or a second 2xx from a fork, is ACKed and BYEd.
+Counters: calls_out, calls_out_answered, calls_out_failed, call_progress, early_media, cancel_sent,
+ring_timeout, auth_refused, outbound_2xx_bye, answer_without_sdp, malformed_2xx.
+
+Registrations (RFC 3261 §10): `add_registration(sip.register.Registration(...), now)` carries its REGISTERs
+in this UA's client transactions (its timers join `next_deadline`); `registrations(now)` is their status;
+`unregister_all(now)` on shutdown (then wait for `registrations_done`). Counter: register_timeout.
+
 Peer input never raises out of `receive`/`receive_message`/`handle_timer`: a fault in the core itself is
 counted in `stats["internal_errors"]` and logged, and the message is dropped. Commands raise only for misuse
 (a status out of range); a command for a call that has ended returns False.
@@ -71,10 +93,13 @@ import random
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Protocol
 
+from sip.auth import AuthAnswer, Credentials, DigestClient
 from sip.dialog import Dialog, DialogId
 from sip.message import (
     MAX_MESSAGE_SIZE,
+    Headers,
     Message,
     ParseError,
     Request,
@@ -87,6 +112,8 @@ from sip.message import (
     parse_via,
     serialize,
 )
+from sip.policy import Accept, Challenge, Decision, Drop, Refuse
+from sip.register import Registration, RegistrationStatus
 from sip.sdp import (
     LocalMedia,
     NegotiatedMedia,
@@ -114,6 +141,7 @@ from sip.transaction import (
     is_reliable,
     server_key,
 )
+from sip.uri import parse_uri
 
 log = logging.getLogger("parlora.sip.ua")
 
@@ -123,12 +151,14 @@ __all__ = [
     "CallConfirmed",
     "CallEnded",
     "CallHeld",
+    "CallProgress",
     "CallResumed",
     "DtmfReceived",
     "IncomingCall",
     "MediaUpdated",
     "ReferNotify",
     "ReferResponse",
+    "RequestPolicy",
     "SessionExpired",
     "Transmit",
     "UaConfig",
@@ -191,6 +221,7 @@ class IncomingCall:
     transport: str
     headers: tuple[tuple[str, str], ...]
     offer: SessionDescription | None
+    auth_user: str | None = None  # the user the inbound policy's digest check authenticated (issue 14)
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,8 +327,20 @@ class SessionExpired:
     call: str
 
 
+@dataclass(frozen=True, slots=True)
+class CallProgress:
+    """A provisional response (180, 183, ...) to a call we placed (`UserAgent.dial`). `early_media` is what
+    an SDP answer in it agreed (early media; None without one)."""
+
+    call: str
+    status: int
+    reason: str
+    early_media: NegotiatedMedia | None
+
+
 UaEvent = (
     IncomingCall
+    | CallProgress
     | CallAnswered
     | CallConfirmed
     | CallCancelled
@@ -330,7 +373,7 @@ class _Call(Timed):
         self,
         call_id: str,
         invite: Request,
-        ist: ServerInviteTransaction,
+        ist: ServerInviteTransaction | None,
         dialog: Dialog,
         source: tuple[str, int],
         transport: str,
@@ -374,6 +417,12 @@ class _Call(Timed):
         self.we_refresh = False
         self.refresh_at: int | None = None  # we send a refresh then
         self.expire_at: int | None = None  # the peer's refresh must have come by then
+
+    @property
+    def server_tx(self) -> ServerInviteTransaction:
+        """The INVITE server transaction of a call we answer (calls we placed have none: never RINGING)."""
+        assert self.ist is not None, "an outbound call has no INVITE server transaction"
+        return self.ist
 
     def rearm(self) -> None:
         times = [t for t in (self.refresh_at, self.expire_at, self.retry_at) if t is not None]
@@ -478,14 +527,71 @@ def parse_dtmf_info(content_type: str, body: bytes) -> tuple[str, int] | None:
     return (digit, duration) if digit is not None else None
 
 
+class RequestPolicy(Protocol):
+    """What decides on an out-of-dialog request before the core does anything with it (`sip.policy`)."""
+
+    def decide(self, request: Request, source: tuple[str, int], now: int) -> Decision: ...
+
+
+class _Outbound(Timed):
+    """A call we placed (`dial`) until its final response: the INVITE in progress and how to retry or cancel
+    it. Its `deadline` is the soonest of the ringing timeout and the give-up after a CANCEL (§9.1)."""
+
+    def __init__(
+        self,
+        call_id: str,
+        invite: Request,
+        local: LocalMedia,
+        local_sdp: SessionDescription,
+        destination: tuple[str, int],
+        transport: str,
+        auth: DigestClient | None,
+    ) -> None:
+        super().__init__()
+        self.id = call_id
+        self.invite = invite  # the INVITE now in progress (a challenge replaces it)
+        self.tx: ClientTransaction | None = None
+        self.local = local
+        self.local_sdp = local_sdp
+        self.destination = destination
+        self.transport = transport
+        self.auth = auth
+        self.auth_tries = 0
+        self.provisional = False  # a 1xx came: a CANCEL may go out (§9.1)
+        self.cancel_reason: str | None = None  # set when we cancel (or the ringing timeout did)
+        self.cancel_status = 487
+        self.cancel_sent = False
+        self.ring_at: int | None = None
+        self.give_up_at: int | None = None
+        self.early: NegotiatedMedia | None = None
+        self.call: _Call | None = None  # the call its 2xx made
+        # remote tag → the ACK of that 2xx and where it went (sent again for each retransmission of the 2xx)
+        self.ack: dict[str, tuple[bytes, tuple[str, int], str]] = {}
+        self.ended = False
+
+    def rearm(self) -> None:
+        times = [t for t in (self.ring_at, self.give_up_at) if t is not None]
+        self.deadline = min(times) if times else None
+
+    def fire(self, now: int) -> None:  # the UserAgent dispatches these timers itself
+        raise AssertionError("outbound call timers are dispatched by UserAgent.handle_timer")
+
+
 # --- the user agent ---
 
 
 class UserAgent:
     """All calls of one process (see the module docstring)."""
 
-    def __init__(self, config: UaConfig | None = None, *, rng: random.Random | None = None) -> None:
+    def __init__(
+        self,
+        config: UaConfig | None = None,
+        *,
+        rng: random.Random | None = None,
+        policy: RequestPolicy | None = None,
+    ) -> None:
         self.config = config or UaConfig()
+        self.policy = policy  # None: every source is accepted (sip.policy builds one)
         self._rng = rng or random.SystemRandom()
         self._layer = TransactionLayer(self.config.timers)
         self._sched = Scheduler()
@@ -499,6 +605,12 @@ class UserAgent:
         self._counter = 0
         self.draining = False
         self.stats: Counter[str] = Counter()
+        # calls we place (dial) until their final response, and their INVITE/CANCEL transactions
+        self._outbound: dict[str, _Outbound] = {}
+        self._out_tx: dict[ClientTransaction, _Outbound] = {}
+        # registrations we carry (add_registration) and their REGISTER transactions
+        self._registrations: list[Registration] = []
+        self._reg_tx: dict[ClientTransaction, Registration] = {}
 
     # --- output ---
 
@@ -514,14 +626,14 @@ class UserAgent:
     def next_deadline(self) -> int | None:
         layer = self._layer.next_deadline()
         calls = self._sched.next_deadline()
-        if layer is None:
-            return calls
-        return layer if calls is None else min(layer, calls)
+        times = [t for t in (layer, calls) if t is not None]
+        times.extend(d for d in (r.next_deadline() for r in self._registrations) if d is not None)
+        return min(times) if times else None
 
     @property
     def active_calls(self) -> int:
-        """Calls ringing or up (what `max_calls` limits)."""
-        return sum(
+        """Calls ringing or up (what `max_calls` limits), the ones we placed included."""
+        return len(self._outbound) + sum(
             1 for c in self._calls.values() if c.stage in (_Stage.RINGING, _Stage.ANSWERED, _Stage.CONFIRMED)
         )
 
@@ -531,7 +643,7 @@ class UserAgent:
         return len(self._layer)
 
     def call_ids(self) -> list[str]:
-        return list(self._calls)
+        return list(self._calls) + [c for c in self._outbound if c not in self._calls]
 
     # --- input ---
 
@@ -572,6 +684,14 @@ class UserAgent:
                 if isinstance(obj, _Call):
                     self._call_timer(obj, now)
                     self._sched.update(obj)
+                elif isinstance(obj, _Outbound):
+                    self._outbound_timer(obj, now)
+                    self._sched.update(obj)
+            for registration in self._registrations:
+                deadline = registration.next_deadline()
+                if deadline is not None and deadline <= now:
+                    registration.handle_timer(now)
+                    self._pump_registration(registration, now)
             self._after_layer(now)
         except Exception:  # noqa: BLE001
             self.stats["internal_errors"] += 1
@@ -589,7 +709,12 @@ class UserAgent:
         if c is None or c.stage is not _Stage.RINGING:
             return False
         self._respond(
-            c.ist, c.invite, 180, headers=self._contact_headers(c), now=now, to_tag=c.dialog.id.local_tag
+            c.server_tx,
+            c.invite,
+            180,
+            headers=self._contact_headers(c),
+            now=now,
+            to_tag=c.dialog.id.local_tag,
         )
         return True
 
@@ -605,7 +730,7 @@ class UserAgent:
             if result is None:
                 self.stats["invite_488"] += 1
                 self._respond(
-                    c.ist,
+                    c.server_tx,
                     c.invite,
                     488,
                     now=now,
@@ -629,7 +754,7 @@ class UserAgent:
             headers=headers + (("Content-Type", "application/sdp"),),
             body=serialize_sdp(local_sdp),
         )
-        self._send_2xx(c, c.ist, response, now)
+        self._send_2xx(c, c.server_tx, response, now)
         c.stage = _Stage.ANSWERED
         self._events.append(CallAnswered(c.id, local_sdp, c.media))
         return True
@@ -649,13 +774,17 @@ class UserAgent:
         c = self._calls.get(call)
         if c is None or c.stage is not _Stage.RINGING:
             return False
-        self._respond(c.ist, c.invite, status, reason, headers=headers, now=now, to_tag=c.dialog.id.local_tag)
+        self._respond(
+            c.server_tx, c.invite, status, reason, headers=headers, now=now, to_tag=c.dialog.id.local_tag
+        )
         self._end(c, reason or f"rejected with {status}", status, by_remote=False)
         return True
 
     def bye(self, call: str, now: int, reason: str = "normal clearing") -> bool:
         """End the call: BYE when answered (after the ACK if it has not come yet, §15.1.1); a ringing call gets
         480. `CallEnded(by_remote=False)` follows at once."""
+        if call in self._outbound:  # a call we placed that has no final response: CANCEL it
+            return self.cancel(call, now, reason)
         c = self._calls.get(call)
         if c is None:
             return False
@@ -697,6 +826,114 @@ class UserAgent:
         self._after_layer(now)
         return True
 
+    # --- calls we place (UAC, §8.1, §13.2) ---
+
+    def dial(
+        self,
+        target: str,
+        local: LocalMedia,
+        now: int,
+        *,
+        from_uri: str | None = None,
+        display: str | None = None,
+        credentials: Credentials | None = None,
+        destination: tuple[str, int] | None = None,
+        transport: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+        ring_timeout_s: float | None = None,
+    ) -> str:
+        """Place a call to `target` (a sip:/sips: URI) with our SDP offer from `local`; returns the call id.
+
+        Events: `CallProgress` for each 1xx above 100 (with early media when a 183 carries an answer), then
+        `CallConfirmed(media)` once a 2xx came and our ACK went out (the call is up, as an answered inbound
+        call is), or `CallEnded(status_code=the final status)` for a failure: 486 busy, 408 when nothing
+        answered (Timer B) or `ring_timeout_s` passed (then we CANCEL), 487 after `cancel`, 401/407
+        "bad credentials" when a challenge could not be answered. 401/407 with `credentials` → the INVITE is
+        sent again with them (a new CSeq, `sip.auth.DigestClient`). `destination` overrides where the INVITE
+        goes (an outbound proxy; default the target's host and port, a name for the shell to resolve);
+        `from_uri` is our identity (default sip:USER@HOST of the config; trunks often want the account)."""
+        uri = parse_uri(target)  # ValueError for a bad target: a misuse
+        if uri.scheme not in ("sip", "sips"):
+            raise ValueError(f"dial needs a sip: or sips: URI, got {target!r}")
+        tp = (transport or uri.transport or ("tls" if uri.scheme == "sips" else "udp")).lower()
+        if destination is None:
+            destination = (uri.param("maddr") or uri.host, uri.port or (5061 if tp == "tls" else 5060))
+        for old in [tx for tx in self._out_tx if tx.terminated]:
+            del self._out_tx[old]
+        self._counter += 1
+        call = f"call-{self._counter}"
+        offer_sdp = sdp_offer(local)
+        ours = from_uri or f"sip:{self.config.user}@{self._host_port()}"
+        name = f'"{display}" ' if display else ""
+        items: list[tuple[str, str]] = [
+            ("Via", self._via(tp)),
+            ("Max-Forwards", "70"),
+            ("From", f"{name}<{ours}>;tag={self._new_tag()}"),
+            ("To", f"<{target}>"),
+            ("Call-ID", f"{self._rng.getrandbits(96):024x}@{self.config.host}"),
+            ("CSeq", "1 INVITE"),
+            ("Contact", f"<{self._local_uri(tp)}>"),
+            ("Allow", ALLOW),
+            ("Supported", SUPPORTED),
+            ("User-Agent", self.config.user_agent),
+            *headers,
+            ("Content-Type", "application/sdp"),
+        ]
+        invite = Request("INVITE", target, Headers(items), serialize_sdp(offer_sdp))
+        auth = DigestClient(credentials, rng=self._rng) if credentials is not None else None
+        o = _Outbound(call, invite, local, offer_sdp, destination, tp, auth)
+        if ring_timeout_s is not None:
+            o.ring_at = now + int(ring_timeout_s * _SECOND)
+        self._outbound[call] = o
+        self.stats["calls_out"] += 1
+        self._send_invite(o, now)
+        o.rearm()
+        self._sched.update(o)
+        return call
+
+    def cancel(self, call: str, now: int, reason: str = "cancelled") -> bool:
+        """CANCEL a call we placed that has no final response yet (§9.1: sent once a 1xx came). Its
+        `CallEnded(487, by_remote=False)` follows with the 487 (or 64·T1 later without one)."""
+        o = self._outbound.get(call)
+        if o is None or o.ended or o.cancel_reason is not None:
+            return False
+        o.cancel_reason = reason
+        self._cancel_if_possible(o, now)
+        self._after_layer(now)
+        return True
+
+    # --- registrations (RFC 3261 §10, sip.register) ---
+
+    def add_registration(self, registration: Registration, now: int) -> None:
+        """Carry `registration` over this UA's transactions: its REGISTERs go out now and as it asks, its
+        responses and timeouts come back to it, its timers are part of `next_deadline`."""
+        self._registrations.append(registration)
+        registration.start(now)
+        self._pump_registration(registration, now)
+
+    def registrations(self, now: int) -> list[RegistrationStatus]:
+        """The status of every registration (for `GET /registrations` or the status endpoint)."""
+        return [r.status(now) for r in self._registrations]
+
+    def unregister_all(self, now: int) -> int:
+        """Shutdown: REGISTER with Expires: 0 for every binding; how many went out (wait until
+        `registrations_done`, or a grace period, before closing the sockets)."""
+        sent = 0
+        for registration in self._registrations:
+            if registration.stop(now):
+                sent += 1
+            self._pump_registration(registration, now)
+        return sent
+
+    @property
+    def registrations_done(self) -> bool:
+        return all(r.done for r in self._registrations)
+
+    def _pump_registration(self, registration: Registration, now: int) -> None:
+        for out in registration.requests():
+            tx = self._layer.send_request(out.request, out.destination, out.transport.lower(), now)
+            self._reg_tx[tx] = registration
+
     # --- requests ---
 
     def _on_request(self, request: Request, source: tuple[str, int], transport: str, now: int) -> None:
@@ -708,6 +945,12 @@ class UserAgent:
         if method == "ACK":
             self._on_ack(request, now)
             return
+        auth_user: str | None = None
+        if self.policy is not None and not _tag_of(request.headers.get("To")):
+            admitted = self._admit(request, source, transport, destination, now)
+            if admitted is None:
+                return
+            auth_user = admitted.username
         status = self._precheck(request, source, transport, destination, now)
         if status:
             return
@@ -719,7 +962,7 @@ class UserAgent:
             self._in_dialog(request, to_tag, source, transport, destination, now)
             return
         if method == "INVITE":
-            self._on_invite(request, source, transport, destination, now)
+            self._on_invite(request, source, transport, destination, now, auth_user=auth_user)
         elif method == "OPTIONS":
             self._on_options(request, transport, destination, now, in_dialog=False)
         elif method == "REFER":
@@ -728,6 +971,46 @@ class UserAgent:
         else:
             self.stats["no_dialog"] += 1
             self._reply(request, 481, transport, destination, now)
+
+    def _admit(
+        self,
+        request: Request,
+        source: tuple[str, int],
+        transport: str,
+        destination: tuple[str, int],
+        now: int,
+    ) -> Accept | None:
+        """Ask the inbound policy about an out-of-dialog request before anything else (issue 14): its
+        `Accept`, or None when it was refused (answered or dropped here). Refusals and challenges are
+        answered statelessly (§8.2.7): a flood of refused requests costs no transaction; a retransmission is
+        simply decided again."""
+        assert self.policy is not None
+        decision = self.policy.decide(request, source, now)
+        if isinstance(decision, Accept):
+            return decision
+        if isinstance(decision, Drop):
+            self.stats["policy_dropped"] += 1
+            return None
+        if request.method == "CANCEL":  # nothing to say to it (RFC 3261 §22.1: never challenged)
+            decision = decision if isinstance(decision, Refuse) else Refuse(403, "Forbidden")
+        if isinstance(decision, Challenge):
+            self.stats["policy_challenged"] += 1
+            status, reason, headers = decision.status, None, decision.headers
+        else:
+            self.stats[f"policy_{decision.status}"] += 1
+            status, reason, headers = decision.status, decision.reason, decision.headers
+        try:
+            response = make_response(
+                request,
+                status,
+                reason,
+                to_tag=self._new_tag(),
+                headers=headers + (("Server", self.config.user_agent),),
+            )
+        except ValueError:
+            return None
+        self._layer.send_stateless(serialize(response), destination, transport)
+        return None
 
     def _precheck(
         self,
@@ -894,6 +1177,8 @@ class UserAgent:
         transport: str,
         destination: tuple[str, int],
         now: int,
+        *,
+        auth_user: str | None = None,
     ) -> None:
         h = request.headers
         call_id = h.get("Call-ID") or ""
@@ -901,7 +1186,7 @@ class UserAgent:
         cseq = h.get("CSeq") or ""
         merged = self._initial.get((call_id, from_tag, cseq))
         if merged is not None and merged.stage is not _Stage.ENDED:
-            if server_key(request) == merged.ist.key:  # a late retransmission (its transaction is gone)
+            if server_key(request) == merged.server_tx.key:  # a late retransmission (its transaction is gone)
                 self.stats["retransmissions_late"] += 1
                 return
             self._refuse(request, 482, transport, destination, now, "merged_482")  # another branch: a fork
@@ -982,6 +1267,7 @@ class UserAgent:
                 transport=transport,
                 headers=h.items(),
                 offer=offer,
+                auth_user=auth_user,
             )
         )
 
@@ -1092,7 +1378,7 @@ class UserAgent:
     ) -> None:
         self._reply(request, 200, transport, destination, now)
         if c.stage is _Stage.RINGING:  # a BYE on the early dialog (§15.1.2)
-            self._respond(c.ist, c.invite, 487, now=now, to_tag=c.dialog.id.local_tag)
+            self._respond(c.server_tx, c.invite, 487, now=now, to_tag=c.dialog.id.local_tag)
         was_ending = c.stage is _Stage.ENDING
         self._end(c, "remote hangup", 200, by_remote=True, event=not was_ending)
 
@@ -1424,6 +1710,8 @@ class UserAgent:
     def _after_layer(self, now: int) -> None:
         """Act on what the transaction layer reported (responses, timeouts)."""
         for event in self._layer.events():
+            if isinstance(event, (ResponseReceived, TransactionTimeout)) and self._route_own(event, now):
+                continue
             if isinstance(event, ResponseReceived):
                 self._on_client_response(event.transaction, event.response, now)
             elif isinstance(event, TransactionTimeout):
@@ -1572,7 +1860,8 @@ class UserAgent:
         c.info_queue.clear()
         self._calls.pop(c.id, None)
         self._dialogs.pop(c.dialog.id, None)
-        self._by_ist.pop(c.ist, None)
+        if c.ist is not None:
+            self._by_ist.pop(c.ist, None)
         key = (c.dialog.id.call_id, c.dialog.id.remote_tag, c.invite.headers.get("CSeq") or "")
         if self._initial.get(key) is c:
             del self._initial[key]
@@ -1582,3 +1871,218 @@ class UserAgent:
             del self._pending[tx]
         if event:
             self._events.append(CallEnded(c.id, reason, status, by_remote))
+
+    # --- calls we place: responses and timers ---
+
+    def _route_own(self, event: ResponseReceived | TransactionTimeout, now: int) -> bool:
+        """Hand a transaction event to the registration or outbound call that owns it; False if neither."""
+        tx = event.transaction
+        if not isinstance(tx, ClientTransaction):
+            return False
+        registration = self._reg_tx.get(tx)
+        if registration is not None:
+            if isinstance(event, TransactionTimeout):
+                del self._reg_tx[tx]
+                self.stats["register_timeout"] += 1
+                registration.request_failed(now, "timeout")
+            elif event.response.status >= 200:
+                del self._reg_tx[tx]
+                registration.receive_response(event.response, now)
+            self._pump_registration(registration, now)
+            return True
+        o = self._out_tx.get(tx)
+        if o is None:
+            return False
+        if isinstance(event, TransactionTimeout):
+            self.stats[f"timer_{event.timer.lower()}"] += 1
+            if tx.request.method == "INVITE" and tx is o.tx and not o.ended and o.call is None:
+                if o.cancel_reason is not None:
+                    self._outbound_end(o, o.cancel_reason, o.cancel_status, by_remote=False)
+                else:
+                    self._outbound_end(o, "no response (timeout)", 408, by_remote=True)
+            return True
+        if tx.request.method == "INVITE":
+            self._outbound_response(o, tx, event.response, now)
+        return True  # a response to our CANCEL: nothing to do (the INVITE's 487 or 2xx decides)
+
+    def _send_invite(self, o: _Outbound, now: int) -> None:
+        tx = self._layer.send_request(o.invite, o.destination, o.transport, now)
+        o.tx = tx
+        self._out_tx[tx] = o
+
+    def _cancel_if_possible(self, o: _Outbound, now: int) -> None:
+        """§9.1: a CANCEL for the INVITE in progress once a provisional response came (not before)."""
+        if o.cancel_sent or not o.provisional or o.tx is None or o.call is not None:
+            return
+        invite = o.tx.request
+        h = invite.headers
+        items: list[tuple[str, str]] = [("Via", h.get_fields("Via")[0]), ("Max-Forwards", "70")]
+        for name in ("From", "To", "Call-ID"):
+            items.append((name, h.get(name) or ""))
+        number, _ = parse_cseq(h.get("CSeq") or "1 INVITE")
+        items.append(("CSeq", f"{number} CANCEL"))
+        items.extend(("Route", route) for route in h.get_fields("Route"))
+        items.append(("User-Agent", self.config.user_agent))
+        cancel = Request("CANCEL", invite.uri, Headers(items))
+        tx = self._layer.send_request(cancel, o.destination, o.transport, now)
+        self._out_tx[tx] = o
+        o.cancel_sent = True
+        o.give_up_at = now + self.config.timers.timeout  # §9.1: no final 64·T1 after the CANCEL → over
+        o.rearm()
+        self._sched.update(o)
+        self.stats["cancel_sent"] += 1
+
+    def _outbound_timer(self, o: _Outbound, now: int) -> None:
+        if o.ended or o.call is not None:
+            o.ring_at = o.give_up_at = None
+            o.rearm()
+            return
+        if o.give_up_at is not None and now >= o.give_up_at:
+            o.give_up_at = None
+            self._outbound_end(o, o.cancel_reason or "cancelled", o.cancel_status, by_remote=False)
+            return
+        if o.ring_at is not None and now >= o.ring_at:
+            o.ring_at = None
+            if o.cancel_reason is None:
+                self.stats["ring_timeout"] += 1
+                o.cancel_reason, o.cancel_status = "no answer (ringing timeout)", 408
+                if o.provisional:
+                    self._cancel_if_possible(o, now)
+                else:  # nothing answered at all: no CANCEL may go out; the call is over for us
+                    self._outbound_end(o, o.cancel_reason, 408, by_remote=False)
+        o.rearm()
+
+    def _outbound_response(self, o: _Outbound, tx: ClientTransaction, response: Response, now: int) -> None:
+        status = response.status
+        if 200 <= status < 300:
+            self._outbound_2xx(o, tx, response, now)
+            return
+        if tx is not o.tx or o.call is not None:
+            return  # an earlier (challenged) INVITE's response, or one after the answer
+        if o.ended:  # over for the application (the ringing timeout came before any 1xx): CANCEL it now
+            if status > 100 and status < 200 and o.cancel_reason is not None:
+                o.provisional = True
+                self._cancel_if_possible(o, now)
+            return
+        if status < 200:
+            if status == 100:
+                return
+            o.provisional = True
+            early: NegotiatedMedia | None = None
+            if response.body and _content_type(response) == "application/sdp":
+                theirs = _parse_sdp(response.body)
+                early = accept_answer(o.local_sdp, theirs) if theirs is not None else None
+                if early is not None:
+                    o.early = early
+            self.stats["early_media" if early is not None else "call_progress"] += 1
+            self._events.append(CallProgress(o.id, status, response.reason, early))
+            if o.cancel_reason is not None:
+                self._cancel_if_possible(o, now)
+            return
+        if status in (401, 407) and o.cancel_reason is None:
+            if o.auth is None:
+                self._outbound_end(o, f"{response.reason} (no credentials)", status, by_remote=True)
+                return
+            answer = o.auth.respond(response, "INVITE", o.invite.uri, o.invite.body)
+            if not isinstance(answer, AuthAnswer) or o.auth_tries >= 3:
+                reason = answer.reason if not isinstance(answer, AuthAnswer) else "bad credentials"
+                self.stats["auth_refused"] += 1
+                self._outbound_end(o, reason, status, by_remote=True)
+                return
+            o.auth_tries += 1
+            self._retry_invite(o, answer, now)
+            return
+        if o.cancel_reason is not None:
+            self._outbound_end(o, o.cancel_reason, o.cancel_status, by_remote=False)
+        else:
+            self._outbound_end(o, f"{status} {response.reason}".strip(), status, by_remote=True)
+
+    def _retry_invite(self, o: _Outbound, answer: AuthAnswer, now: int) -> None:
+        """The INVITE again with credentials: a new branch and CSeq, the same Call-ID and From tag (§22.2)."""
+        old = o.invite
+        number, _ = parse_cseq(old.headers.get("CSeq") or "1 INVITE")
+        headers = old.headers.without("Authorization").without("Proxy-Authorization")
+        headers = headers.replaced("Via", self._via(o.transport)).replaced("CSeq", f"{number + 1} INVITE")
+        for name, value in answer.headers:
+            headers = headers.with_header(name, value)
+        o.invite = Request("INVITE", old.uri, headers, old.body)
+        o.provisional = False
+        self._send_invite(o, now)
+
+    def _outbound_2xx(self, o: _Outbound, tx: ClientTransaction, response: Response, now: int) -> None:
+        remote_tag = _tag_of(response.headers.get("To"))
+        sent = o.ack.get(remote_tag)
+        if sent is not None:  # a retransmitted 2xx: the same ACK again, the same way (§13.2.2.4)
+            self._layer.send_stateless(*sent)
+            return
+        try:
+            dialog = Dialog.uac(
+                tx.request, response, local_contact=f"<{self._local_uri(o.transport)}>", transport=o.transport
+            )
+        except ValueError:
+            self.stats["malformed_2xx"] += 1
+            return
+        number, _ = parse_cseq(tx.request.headers.get("CSeq") or "1 INVITE")
+        destination, transport = self._dialog_hop(dialog, o)
+        data = serialize(dialog.ack(number, via=self._via(transport)))
+        o.ack[remote_tag] = (data, destination, transport)
+        self._layer.send_stateless(data, destination, transport)
+        if o.call is not None or o.ended or o.cancel_reason is not None:
+            # a second dialog (a fork) or an answer that crossed our CANCEL: ACK it, then BYE it (§13.2.2.4)
+            self.stats["outbound_2xx_bye"] += 1
+            bye = dialog.new_request(
+                "BYE", via=self._via(transport), headers=(("User-Agent", self.config.user_agent),)
+            )
+            self._layer.send_request(bye, destination, transport, now)
+            if not o.ended and o.call is None:
+                self._outbound_end(o, o.cancel_reason or "cancelled", o.cancel_status, by_remote=False)
+            return
+        c = _Call(o.id, tx.request, None, dialog, o.destination, o.transport, o.destination)
+        c.stage = _Stage.CONFIRMED
+        c.no_contact = response.headers.get("Contact") is None
+        c.peer_allow = frozenset(m.strip().upper() for m in response.headers.get_all("Allow"))
+        c.peer_supports_timer = _has_option(response, "Supported", "timer") or _has_option(
+            response, "Require", "timer"
+        )
+        c.local_media, c.local_sdp = o.local, o.local_sdp
+        theirs = _parse_sdp(response.body) if response.body else None
+        media = accept_answer(o.local_sdp, theirs) if theirs is not None else o.early
+        if media is None:
+            self.stats["answer_without_sdp"] += 1
+        c.media, c.held, c.remote_body = media, bool(media and media.held), response.body
+        try:
+            expires, refresher = _session_expires(response)
+        except ValueError:
+            expires, refresher = None, None
+        if expires is not None:  # RFC 4028 §7.2: the 2xx names the refresher; we refresh unless it is the UAS
+            c.interval_s = max(expires, self.config.min_se_s)
+            c.we_refresh = refresher != "uas"
+        o.call = c
+        o.ring_at = o.give_up_at = None
+        o.rearm()
+        self._sched.update(o)
+        self._outbound.pop(o.id, None)
+        self._calls[o.id] = c
+        self._dialogs[dialog.id] = c
+        self.stats["calls_out_answered"] += 1
+        self._events.append(CallConfirmed(o.id, media))
+        self._start_session_timer(c, now)
+
+    def _dialog_hop(self, dialog: Dialog, o: _Outbound) -> tuple[tuple[str, int], str]:
+        if self.config.send_to_source and not dialog.route_set:
+            return o.destination, o.transport
+        destination, transport = dialog.next_hop()
+        if not destination[0]:
+            return o.destination, o.transport
+        return destination, transport.lower()
+
+    def _outbound_end(self, o: _Outbound, reason: str, status: int, *, by_remote: bool) -> None:
+        if o.ended:
+            return
+        o.ended = True
+        o.ring_at = o.give_up_at = None
+        o.rearm()
+        self._sched.update(o)
+        self._outbound.pop(o.id, None)
+        self.stats["calls_out_failed"] += 1
+        self._events.append(CallEnded(o.id, reason, status, by_remote))

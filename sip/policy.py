@@ -1,0 +1,268 @@
+"""Inbound policy (issue 14's toll-fraud defences), sans-I/O: what happens to an out-of-dialog request before
+anything else does. `sip.ua.UserAgent(policy=InboundPolicy(...))` asks it about every request without a To
+tag except ACK, before its own checks, so a refused source never causes an `IncomingCall` (hence never a
+provider connection or an application callback) and learns nothing about us.
+
+The checks, in order (the first that refuses decides; each refusal is counted in `counters`):
+1. User-Agent blocklist (`scanner_*`): a case-insensitive substring of User-Agent (friendly-scanner,
+   sipvicious, sipcli, VaxSIPUserAgent, ...) → dropped silently by default (`scanner_action`): an answer only
+   tells the scanner that someone listens.
+2. CIDR allowlist (`allow`, IPv4 and IPv6; an IPv4-mapped IPv6 source is checked as IPv4): a source outside
+   it → 403 Forbidden, or dropped with `drop_unknown`. An empty allowlist allows every source.
+3. Per-source INVITE rate (a token bucket per source IP on `now`: `invite_burst` tokens, refilled at
+   `invite_rate_per_s`) → 503 with Retry-After (the seconds until a token is back). The table of sources is
+   bounded (`max_sources`, least recently seen evicted).
+4. Inbound digest (`auth`, a `sip.auth.DigestServer`) for INVITE and every other method except OPTIONS (a
+   load balancer's probe), CANCEL and ACK (RFC 3261 §22.1: they cannot be challenged): no or wrong
+   credentials → a challenge; right credentials on an old nonce → a challenge with stale=true. We challenge
+   with 401 / WWW-Authenticate by default: the bridge is the user agent that answers, not a proxy (§22.3);
+   pass `DigestServer(..., proxy=True)` for 407 when a PBX expects proxy authentication.
+The allowlist and digest combine with AND: when both are set, a source must be allowed and authenticate.
+
+A decision is a frozen dataclass: `Accept`, `Refuse(status, reason, headers)`, `Drop(reason)` or
+`Challenge(status, headers)`. `check_bind(host, config, allow_any)` says whether `serve` may start.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from collections import Counter, OrderedDict
+from dataclasses import dataclass
+from typing import Literal
+
+from sip.auth import AuthMissing, AuthOk, AuthStale, DigestServer
+from sip.message import Request
+
+__all__ = [
+    "DEFAULT_SCANNERS",
+    "Accept",
+    "BindCheck",
+    "Challenge",
+    "Decision",
+    "Drop",
+    "InboundPolicy",
+    "PolicyConfig",
+    "Refuse",
+    "check_bind",
+    "parse_networks",
+]
+
+_SECOND = 1_000_000_000
+# User-Agent substrings of SIP scanners and war-dialling tools, matched case-insensitively
+DEFAULT_SCANNERS = (
+    "friendly-scanner",
+    "sipvicious",
+    "sipcli",
+    "vaxsipuseragent",
+    "sip-scan",
+    "sundayddr",
+    "pplsip",
+)
+_UNCHALLENGED = frozenset({"ACK", "CANCEL", "OPTIONS"})
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True, slots=True)
+class Accept:
+    """Go ahead. `username` is the authenticated user when digest was checked."""
+
+    username: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Refuse:
+    """Answer with this final response (statelessly) and do nothing else."""
+
+    status: int
+    reason: str
+    headers: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """Send nothing at all."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Challenge:
+    """Answer 401 or 407 with these challenge headers."""
+
+    status: int
+    headers: tuple[tuple[str, str], ...]
+    stale: bool = False
+
+
+Decision = Accept | Refuse | Drop | Challenge
+
+
+def parse_networks(cidrs: tuple[str, ...] | list[str]) -> tuple[Network, ...]:
+    """`--allow` values as networks (a bare address is a /32 or /128); ValueError names a bad one."""
+    out: list[Network] = []
+    for text in cidrs:
+        try:
+            out.append(ipaddress.ip_network(text.strip(), strict=False))
+        except ValueError as exc:
+            raise ValueError(f"not an IP network: {text!r} ({exc})") from None
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    allow: tuple[str, ...] = ()
+    drop_unknown: bool = False
+    invite_rate_per_s: float = 5.0
+    invite_burst: int = 10
+    max_sources: int = 10_000
+    scanner_user_agents: tuple[str, ...] = DEFAULT_SCANNERS
+    scanner_action: Literal["drop", "403"] = "drop"
+
+
+def _address(host: str) -> Address | None:
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0].strip("[]"))
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+class _Bucket:
+    __slots__ = ("tokens", "at")
+
+    def __init__(self, tokens: float, at: int) -> None:
+        self.tokens = tokens
+        self.at = at
+
+
+class InboundPolicy:
+    """See the module docstring. `decide` never raises; `counters` counts every refusal by reason."""
+
+    def __init__(self, config: PolicyConfig | None = None, *, auth: DigestServer | None = None) -> None:
+        self.config = config or PolicyConfig()
+        self.auth = auth
+        self.networks = parse_networks(self.config.allow)
+        self._scanners = tuple(s.lower() for s in self.config.scanner_user_agents if s)
+        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        self.counters: Counter[str] = Counter()
+
+    def __repr__(self) -> str:
+        return f"InboundPolicy(allow={self.config.allow!r}, auth={self.auth!r})"
+
+    @property
+    def enforcing(self) -> bool:
+        """Whether anything restricts who may call (an allowlist or digest)."""
+        return bool(self.networks) or self.auth is not None
+
+    def allowed(self, host: str) -> bool:
+        if not self.networks:
+            return True
+        address = _address(host)
+        if address is None:
+            return False
+        return any(address.version == n.version and address in n for n in self.networks)
+
+    def decide(self, request: Request, source: tuple[str, int], now: int) -> Decision:
+        try:
+            return self._decide(request, source, now)
+        except Exception:  # noqa: BLE001 - peer input never raises; refuse rather than let it through
+            self.counters["internal_error"] += 1
+            return Drop("policy error")
+
+    def _decide(self, request: Request, source: tuple[str, int], now: int) -> Decision:
+        method = request.method
+        agent = (request.headers.get("User-Agent") or "").lower()
+        if agent and any(s in agent for s in self._scanners):
+            self.counters["scanner"] += 1
+            if self.config.scanner_action == "403":
+                return Refuse(403, "Forbidden")
+            return Drop("scanner User-Agent")
+        if not self.allowed(source[0]):
+            self.counters["not_allowed"] += 1
+            if self.config.drop_unknown:
+                return Drop("source not allowed")
+            return Refuse(403, "Forbidden")
+        if method == "INVITE":
+            wait = self._take_token(source[0], now)
+            if wait is not None:
+                self.counters["rate_limited"] += 1
+                return Refuse(503, "Service Unavailable (rate limited)", (("Retry-After", str(wait)),))
+        if self.auth is None or method in _UNCHALLENGED:
+            return Accept()
+        auth = self.auth
+        verdict = auth.verify(
+            method, request.uri, request.headers.get_fields(auth.credentials_header), now, request.body
+        )
+        if isinstance(verdict, AuthOk):
+            self.counters["auth_ok"] += 1
+            return Accept(verdict.username)
+        if isinstance(verdict, AuthStale):
+            self.counters["auth_stale"] += 1
+            return Challenge(auth.status, auth.challenge(now, stale=True), stale=True)
+        self.counters["auth_missing" if isinstance(verdict, AuthMissing) else "auth_failed"] += 1
+        return Challenge(auth.status, auth.challenge(now))
+
+    def _take_token(self, host: str, now: int) -> int | None:
+        """Take one INVITE token for `host`; None when there was one, else the seconds until there is."""
+        rate = self.config.invite_rate_per_s
+        burst = float(max(1, self.config.invite_burst))
+        if rate <= 0:
+            return None  # no rate limit
+        bucket = self._buckets.get(host)
+        if bucket is None:
+            bucket = _Bucket(burst, now)
+            self._buckets[host] = bucket
+            while len(self._buckets) > self.config.max_sources:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(host)
+            elapsed = max(0, now - bucket.at) / _SECOND
+            bucket.tokens = min(burst, bucket.tokens + elapsed * rate)
+            bucket.at = now
+        if bucket.tokens >= 1.0:
+            bucket.tokens -= 1.0
+            return None
+        return max(1, math.ceil((1.0 - bucket.tokens) / rate))
+
+
+@dataclass(frozen=True, slots=True)
+class BindCheck:
+    """`ok` False: refuse to start, `error` says why; `warning`: start, but say this loudly."""
+
+    ok: bool
+    error: str | None = None
+    warning: str | None = None
+
+
+def _is_loopback(host: str) -> bool:
+    if host.strip().lower() in ("localhost", "localhost."):
+        return True
+    address = _address(host)
+    return address is not None and address.is_loopback
+
+
+def check_bind(host: str, policy: InboundPolicy | None, *, allow_any: bool = False) -> BindCheck:
+    """Whether `serve` may listen on `host` with `policy`: loopback always; any other address (0.0.0.0, ::
+    and names included) only with an allowlist or inbound digest, or with `allow_any` (then with a warning)."""
+    if _is_loopback(host) or (policy is not None and policy.enforcing):
+        return BindCheck(True)
+    if allow_any:
+        return BindCheck(
+            True,
+            warning=(
+                f"listening on {host} with no allowlist and no inbound authentication (--allow-any): any host "
+                "that reaches this port can place calls and open paid provider sessions"
+            ),
+        )
+    return BindCheck(
+        False,
+        error=(
+            f"refusing to listen on {host} with no inbound policy: anyone who reaches the port could open paid "
+            "provider sessions. Give --allow CIDR and/or --inbound-auth USER, or --allow-any to accept the risk"
+        ),
+    )
