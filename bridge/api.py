@@ -12,8 +12,9 @@
 
     asyncio.run(bridge.Server(Shop(), bridge.ServerConfig(provider="openai-realtime", key=KEY)).run())
 
-The server answers SIP calls (pjsua2), runs one session per call against the provider and calls the
-application's coroutines; `LiveCall` lets the application push speakable updates, task facts and later
+The server answers SIP calls (through the SIP engine named by `ServerConfig.engine`, built by `sip.engine`'s
+registry: `bridge` never imports an engine module), runs one session per call against the provider and calls
+the application's coroutines; `LiveCall` lets the application push speakable updates, task facts and later
 results into a live call. Every method of `Application` has a default, so an application overrides only what
 it needs. `parlora-bridge serve` is this server with the command line's options (and the HTTP webhook as its
 application when `--webhook` is given).
@@ -25,7 +26,7 @@ import asyncio
 import logging
 import signal
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from bridge.coordinator import CoordinatorOptions
 from bridge.delegations import JobRequest
@@ -36,8 +37,8 @@ from bridge.session import CallSession, CallSummary
 from bridge.telephony import TelephonyOptions, tool_specs
 from providers.base import Provider, SessionSettings, ToolSpec
 from providers.limits import LimitOverrides
-from sip.leg import CallIdentity
-from sip.pjsua2_agent import Pjsua2Leg, Pjsua2UserAgent, UserAgentConfig, UserAgentError
+from sip.engine import DEFAULT_ENGINE, EngineConfig, EngineError, SipEngine, create_engine
+from sip.leg import CallIdentity, CallLeg
 
 log = logging.getLogger("parlora")
 
@@ -122,13 +123,17 @@ class ServerConfig:
     provider_options: tuple[tuple[str, Any], ...] = ()  # adapter keyword arguments (e.g. ssl_context)
     sip: tuple[str, int] = ("127.0.0.1", 5060)
     rtp_port: int = 4000
-    max_calls: int = 4
+    max_calls: int | None = None  # None: the engine's default (sip.engine.ENGINES[engine].default_max_calls)
     http: tuple[str, int] | None = None  # GET /calls status endpoint
     instructions: str | None = None  # used when the application's setup gives none
     limits: LimitOverrides | None = None
     failure_message: bytes | None = None
     rollover: RolloverOptions | None | str = "default"  # "default": from the provider's cap; None: off
     telephony: TelephonyOptions = field(default_factory=TelephonyOptions)
+    engine: str = DEFAULT_ENGINE  # the SIP engine: a name in sip.engine.ENGINES
+    # "client": the provider's turn detection off, the engine commits each caller turn (RO5; only providers
+    # whose capabilities have client_commits: openai-realtime, xai).
+    turn_detection: Literal["server", "client"] = "server"
 
 
 class Server:
@@ -140,7 +145,7 @@ class Server:
         self.calls: dict[str, LiveCall] = {}
         self._sessions: dict[str, CallSession] = {}
         self._tasks: set[asyncio.Task[object]] = set()
-        self._agent: Pjsua2UserAgent | None = None
+        self._agent: SipEngine | None = None
         self._fake: Any = None
         self._status: StatusServer | None = None
         embedded = config.provider == "echo"
@@ -149,13 +154,25 @@ class Server:
         key = ECHO_LOCAL_KEY if embedded else config.key
         if key is None:
             raise ValueError(f"provider {kind.name} needs an API key")
+        client_turns = config.turn_detection == "client"
+        if client_turns and not kind.client_commits():
+            raise ValueError(f"provider {kind.name} cannot switch turn detection off (turn detection 'client' "
+                             "needs openai-realtime or xai)")
         self._choice = ProviderChoice(kind, key, config.provider_url, SessionSettings(), config.limits,
                                       config.provider_options)
         rollover = config.rollover
-        self._rollover = RolloverOptions.for_cap(kind.session_cap_ms) if rollover == "default" else rollover
+        self._rollover: RolloverOptions | None = (
+            RolloverOptions.for_cap(kind.session_cap_ms) if isinstance(rollover, str) else rollover)  # "default"
+        if isinstance(self._rollover, RolloverOptions) and self._rollover.client_commits != client_turns:
+            self._rollover = replace(self._rollover, client_commits=client_turns)  # RO5 follows the turn mode
 
     async def start(self) -> None:
-        loop = asyncio.get_running_loop()
+        """Start the provider fake (echo), the status endpoint and the SIP engine; EngineError (e.g.
+        EngineUnavailable naming the extra to install) if the engine cannot be built or start."""
+        sip_host, sip_port = self.config.sip
+        engine = create_engine(self.config.engine, EngineConfig(host=sip_host, port=sip_port,
+                                                                rtp_port=self.config.rtp_port,
+                                                                max_calls=self.config.max_calls), self._on_call)
         if self._embedded:
             from providers.fakes import openai_live as live_fake
 
@@ -172,25 +189,19 @@ class Server:
             self._status = await StatusServer(lambda: {cid: s.status for cid, s in sessions.items()}).start(
                 *self.config.http)
             log.info("status on http://%s:%d/calls", self.config.http[0], self._status.port)
-        sip_host, sip_port = self.config.sip
-        self._agent = Pjsua2UserAgent(
-            UserAgentConfig(host=sip_host, port=sip_port, rtp_port=self.config.rtp_port,
-                            max_calls=self.config.max_calls),
-            loop,
-            self._on_call,
-        )
+        self._agent = engine
         try:
-            await loop.run_in_executor(None, self._agent.start)
-        except UserAgentError:
+            await engine.start()
+        except EngineError:
+            self._agent = None
             await self._close_helpers()
             raise
 
     async def stop(self) -> bool:
         """Hang up every call, stop the SIP engine; True when it stopped cleanly."""
-        loop = asyncio.get_running_loop()
         clean = True
         if self._agent is not None:
-            clean = await loop.run_in_executor(None, self._agent.stop)  # sessions see CallEnded
+            clean = await self._agent.stop()  # sessions see CallEnded
             self._agent = None
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=5.0)
@@ -207,8 +218,8 @@ class Server:
             loop.add_signal_handler(signum, stop.set)
         try:
             await self.start()
-        except UserAgentError as exc:
-            log.error("cannot start the SIP user agent on %s:%d: %s", *self.config.sip, exc)
+        except EngineError as exc:
+            log.error("cannot start the SIP engine %s on %s:%d: %s", self.config.engine, *self.config.sip, exc)
             return 2
         await stop.wait()
         log.info("stopping")
@@ -233,12 +244,17 @@ class Server:
             await self._fake.close()
             self._fake = None
 
-    def _on_call(self, leg: Pjsua2Leg) -> None:
+    def drain(self) -> None:
+        """Refuse new calls (503) while live calls finish (DESIGN §11: graceful drain behind a load balancer)."""
+        if self._agent is not None:
+            self._agent.drain()
+
+    def _on_call(self, leg: CallLeg) -> None:
         task: asyncio.Task[object] = asyncio.create_task(self._run_call(leg), name=leg.identity.call_id)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run_call(self, leg: Pjsua2Leg) -> None:
+    async def _run_call(self, leg: CallLeg) -> None:
         app, identity = self.application, leg.identity
         try:
             setup = await app.setup(identity)
@@ -248,7 +264,8 @@ class Server:
             return
         telephony = self.config.telephony
         settings = SessionSettings(instructions=setup.instructions or self.config.instructions, voice=setup.voice,
-                                   tools=setup.tools + tool_specs(telephony), history=setup.history)
+                                   tools=setup.tools + tool_specs(telephony), history=setup.history,
+                                   turn_detection=self.config.turn_detection)
         choice = replace(self._choice, settings=settings)
 
         def reconnect(token: int, seeded: SessionSettings) -> Provider:

@@ -10,7 +10,6 @@ import ssl
 import sys
 import tempfile
 import wave
-from dataclasses import dataclass, replace
 from importlib import import_module
 
 import click
@@ -24,6 +23,7 @@ from bridge.webhook import SECRET_ENV, WebhookConfig, webhook_handler
 from providers.fakes.faults import Fault, parse_fault
 from providers.fakes.script import Script, load_script
 from providers.limits import LimitOverrides
+from sip.engine import DEFAULT_ENGINE, ENGINES
 
 log = logging.getLogger("parlora")
 
@@ -76,7 +76,13 @@ _FAKES = {  # protocol: (module, options class module, options class)
 @click.option("--provider-ca", default=None, help="CA certificate(s) to trust for a wss:// provider URL (e.g. the "
               "Gemini fake's self-signed certificate).")
 @click.option("--instructions", default=None, help="Instructions for the model.")
-@click.option("--max-calls", default=4, show_default=True, help="Concurrent calls (this pjsua2 wheel allows 4).")
+@click.option("--engine", type=click.Choice(list(ENGINES)), default=DEFAULT_ENGINE, show_default=True,
+              help="SIP engine. " + "; ".join(f"{name}: {spec.limits}" + (f" (needs parlora-bridge[{spec.extra}])"
+                                                                            if spec.extra else "")
+                                              for name, spec in ENGINES.items()) + ".")
+@click.option("--max-calls", type=click.IntRange(min=1), default=None,
+              help="Concurrent calls; beyond them an INVITE is refused. Default: the engine's own ("
+              + ", ".join(f"{name} {spec.default_max_calls}" for name, spec in ENGINES.items()) + ").")
 @click.option("--http", "http_addr", default=None, help="HOST:PORT for the JSON status endpoint (GET /calls).")
 @click.option("--reservoir-bytes", type=int, default=None, help="Reservoir capacity in bytes of the provider's "
               "output format (default: the provider's own).")
@@ -105,6 +111,9 @@ _FAKES = {  # protocol: (module, options class module, options class)
 @click.option("--rollover-overlap-ms", type=int, default=None, metavar="MS",
               help="Least time both connections hear the caller (default 3000).")
 @click.option("--no-rollover", is_flag=True, help="Never open a next connection: the call ends at the cap.")
+@click.option("--turn-detection", type=click.Choice(["server", "client"]), default="server", show_default=True,
+              help="Who ends the caller's turns: the provider's own detection (server), or the bridge, which "
+              "switches the provider's off and commits each turn itself (client; openai-realtime and xai only).")
 @click.option("--end-call-tool", is_flag=True, help="Offer the model `end_call` (a goodbye, then BYE).")
 @click.option("--transfer-target", "transfer_targets", multiple=True, metavar="NAME=sip:URI",
               help="Offer the model `transfer_call` to this destination (SIP REFER; repeatable).")
@@ -118,7 +127,8 @@ def serve(
     provider_url: str | None,
     provider_ca: str | None,
     instructions: str | None,
-    max_calls: int,
+    engine: str,
+    max_calls: int | None,
     http_addr: str | None,
     reservoir_bytes: int | None,
     residence_ms: int | None,
@@ -132,6 +142,7 @@ def serve(
     rollover_hard_stop_ms: int | None,
     rollover_overlap_ms: int | None,
     no_rollover: bool,
+    turn_detection: str,
     end_call_tool: bool,
     transfer_targets: tuple[str, ...],
     send_dtmf_tool: bool,
@@ -167,6 +178,10 @@ def serve(
     elif webhook_ca is not None:
         raise click.UsageError("--webhook-ca applies to --webhook")
     # --- end DL4 ---
+    client_turns = turn_detection == "client"
+    if client_turns and not kind.client_commits():
+        raise click.UsageError(f"--turn-detection client needs a provider that can switch its turn detection off "
+                               f"(openai-realtime, xai); {provider} cannot")
     rollover = None
     if not no_rollover:
         given = {"after_ms": rollover_after_ms, "deadline_ms": rollover_deadline_ms,
@@ -190,6 +205,8 @@ def serve(
         sip=_host_port(sip_addr, 5060),
         rtp_port=rtp_port,
         max_calls=max_calls,
+        engine=engine,
+        turn_detection="client" if client_turns else "server",
         http=_host_port(http_addr, 8080) if http_addr else None,
         instructions=instructions,
         limits=overrides,
@@ -229,6 +246,9 @@ def _read_message(path: str) -> bytes:
 @click.option("--session-ms", type=int, default=None, metavar="MS",
               help="How long one connection lasts before the fake ends it the way the provider does (default: the "
               "provider's; Gemini: the connection lifetime, with goAway a quarter of it before).")
+@click.option("--handle-ttl-ms", type=int, default=None, metavar="MS",
+              help="gemini-live: how long a session resumption handle stays valid after its session ended "
+              "(default: the service's 2 h).")
 @click.option("--cert", default=None, help="TLS certificate (gemini-live; generated when absent).")
 @click.option("--key", "key_path", default=None, help="TLS private key (gemini-live; generated when absent).")
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
@@ -239,6 +259,7 @@ def fake_provider(
     faults: tuple[str, ...],
     script_path: str | None,
     session_ms: int | None,
+    handle_ttl_ms: int | None,
     cert: str | None,
     key_path: str | None,
     log_level: str,
@@ -251,7 +272,10 @@ def fake_provider(
         script = load_script(script_path) if script_path else None
     except (ValueError, KeyError, OSError) as exc:
         raise click.UsageError(str(exc)) from None
-    asyncio.run(_fake_provider(protocol, host, port, record_path, parsed, script, cert, key_path, session_ms))
+    if handle_ttl_ms is not None and protocol != "gemini-live":
+        raise click.UsageError("--handle-ttl-ms applies to --protocol gemini-live")
+    asyncio.run(_fake_provider(protocol, host, port, record_path, parsed, script, cert, key_path, session_ms,
+                               handle_ttl_ms))
 
 
 async def _fake_provider(
@@ -264,6 +288,7 @@ async def _fake_provider(
     cert: str | None,
     key_path: str | None,
     session_ms: int | None = None,
+    handle_ttl_ms: int | None = None,
 ) -> None:
     module_name, options_module, options_class = _FAKES[protocol]
     module = import_module(module_name)
@@ -272,6 +297,8 @@ async def _fake_provider(
     if session_ms is not None:
         lengths = ({"connection_lifetime_ms": session_ms, "go_away_ms": session_ms // 4} if protocol == "gemini-live"
                    else {"session_length_ms": session_ms})
+    if handle_ttl_ms is not None:
+        lengths["handle_ttl_ms"] = handle_ttl_ms
     options = getattr(import_module(options_module), options_class)(record_client_frames=False, **lengths)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()

@@ -13,11 +13,18 @@ odd PCM16 length, another rate) is fatal (HR1).
 
 Keepalive: Gemini's WebSocket pong can take 8-30 s, and websockets' default 20 s ping timeout then kills a
 healthy connection with 1011 "keepalive ping timeout". The adapter pings every 20 s but waits 60 s for the pong
-(`ping_timeout`; None disables the check, `ping_interval=None` disables pings).
+(PING_INTERVAL_S, PING_TIMEOUT_S); `Capabilities.answer_within_ms` lets the engine notice a dead one sooner.
 
 Context: `contextWindowCompression.slidingWindow` is on by default, so a call may outlive the 15 min audio
 session cap; connection rotation (goAway -> `SessionExpiring`, then `sessionResumptionUpdate` handles ->
-`ResumptionUpdated`) is the engine's business, never this adapter's.
+`ResumptionUpdated`) is the engine's business, never this adapter's. The engine resumes by opening a new
+adapter with `SessionSettings.resume_handle`: it goes in `setup.sessionResumption.handle`, no history is
+seeded (the service keeps the conversation), and a refusal of the handle (close 1007 for an unknown or expired
+handle, 1011 while the session's old socket is still open: §2.10) is `ResumptionRejected`, so the engine can
+open a reseeded connection instead.
+
+Caller turns: the service's automatic activity detection ends them; `commit_input()` sends `audioStreamEnd`,
+which makes it end the current one now (RO2's commit at the hard stop). Client turn detection is not offered.
 """
 
 from __future__ import annotations
@@ -34,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from providers.base import Capabilities, SessionSettings, ToolSpec
+from providers.base import Capabilities, ProviderUnavailable, ResumptionRejected, SessionSettings, ToolSpec
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -54,7 +61,7 @@ from providers.events import (
     UsageUpdated,
 )
 from providers.limits import GEMINI_LIVE, AudioLimits, require_limits
-from providers.ws_shell import WebSocketShell
+from providers.ws_shell import WebSocketShell, WireTapFactory
 from rtp.audio import PCM16_24K, AudioFormat
 from rtp.resample import Resampler
 
@@ -66,8 +73,14 @@ DEFAULT_HOST = "generativelanguage.googleapis.com"
 INPUT_RATE = 16_000
 OUTPUT_MIME = "audio/pcm;rate=24000"
 RAW_LOG_LIMIT = 2000  # characters of an offending frame kept for the log
+PING_INTERVAL_S = 20.0
+PING_TIMEOUT_S = 60.0  # Gemini's pong may take 8-30 s (module docstring)
 _DURATION = re.compile(r"^(\d+)(?:\.(\d{1,9}))?s$")
 _CLOSE_LABELS = {1000: "closed", 1007: "invalid_argument", 1008: "policy_violation", 1011: "internal_error"}
+# How the service refuses `sessionResumption.handle` in answer to setup (§2.10): 1007 for a handle it does not
+# know or no longer honours (expired), 1011 while the session's previous socket is still open. Either way a
+# connection without the handle (reseeded) is what works; 1008 (policy, model, key) would refuse that too.
+RESUMPTION_REFUSED = frozenset({1007, 1011})
 
 
 def default_path(api_version: str = "v1beta") -> str:
@@ -93,20 +106,23 @@ class GeminiConfig:
     instructions: str | None = None
     tools: tuple[ToolSpec, ...] = ()
     history: tuple[tuple[str, str], ...] = ()
-    resumption_handle: str | None = None
+    resume_handle: str | None = None  # `sessionResumption.handle`: continue that session (no history seeded)
     compression: bool = True
     trigger_tokens: int | None = None  # None: the service's default (80 % of the context window)
     target_tokens: int | None = None  # None: the service's default (half the trigger)
     interrupts: bool = True  # START_OF_ACTIVITY_INTERRUPTS; False is NO_INTERRUPTION
 
     @classmethod
-    def from_settings(cls, settings: SessionSettings, *, model: str | None = None, **overrides: Any) -> GeminiConfig:
+    def from_settings(
+        cls, settings: SessionSettings, *, model: str | None = None, **overrides: Any
+    ) -> GeminiConfig:
         return cls(
             model=model or settings.model or DEFAULT_MODEL,
             voice=settings.voice or DEFAULT_VOICE,
             instructions=settings.instructions,
             tools=settings.tools,
             history=settings.history,
+            resume_handle=settings.resume_handle,
             **overrides,
         )
 
@@ -124,16 +140,21 @@ def setup_frame(config: GeminiConfig) -> dict[str, Any]:
     if config.instructions:
         setup["systemInstruction"] = {"parts": [{"text": config.instructions}]}
     if config.tools:
-        setup["tools"] = [{"functionDeclarations": [
-            {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters} for t in config.tools
-        ]}]
+        setup["tools"] = [
+            {
+                "functionDeclarations": [
+                    {"name": t.name, "description": t.description, "parametersJsonSchema": t.parameters}
+                    for t in config.tools
+                ]
+            }
+        ]
     setup["realtimeInputConfig"] = {
         "automaticActivityDetection": {"disabled": False},
         "activityHandling": "START_OF_ACTIVITY_INTERRUPTS" if config.interrupts else "NO_INTERRUPTION",
     }
     setup["inputAudioTranscription"] = {}
     setup["outputAudioTranscription"] = {}
-    setup["sessionResumption"] = {"handle": config.resumption_handle} if config.resumption_handle else {}
+    setup["sessionResumption"] = {"handle": config.resume_handle} if config.resume_handle else {}
     if config.compression:
         window: dict[str, Any] = {}
         if config.target_tokens is not None:
@@ -176,8 +197,10 @@ class GeminiClientProtocol:
         self.closed = False  # Gemini never says so; the socket closing ends the session
         self.session_id = ""
         self.go_away_ms: int | None = None  # timeLeft of the goAway received, if any
-        self.resumption_handle: str | None = config.resumption_handle  # the latest resumable handle
+        self.resumption_handle: str | None = config.resume_handle  # the latest resumable handle
         self.close_requested = False
+        self._audio_open = False  # audio sent since the last `audioStreamEnd`
+        self._heard: list[str] = []  # input transcription chunks of the caller's current utterance
         self.bytes_received = 0
         self._speech = False  # SpeechStarted already reported for the current activity
         self._interrupted = False  # the open turn was interrupted
@@ -196,7 +219,21 @@ class GeminiClientProtocol:
     def audio_frame(pcm16_16k: bytes) -> str:
         """A `realtimeInput.audio` frame for 16 kHz PCM16LE (base64 needs no JSON escaping)."""
         data = base64.b64encode(pcm16_16k).decode("ascii")
-        return '{"realtimeInput":{"audio":{"data":"%s","mimeType":"audio/pcm;rate=16000"}}}' % data
+        return '{"realtimeInput":{"audio":{"data":"' + data + '","mimeType":"audio/pcm;rate=16000"}}}'
+
+    def stream_audio(self, pcm16_16k: bytes) -> str:
+        """`audio_frame`, noting that the audio stream is open (it has something `commit_input` may end)."""
+        self._audio_open = True
+        return self.audio_frame(pcm16_16k)
+
+    def commit_input(self) -> None:
+        """`realtimeInput.audioStreamEnd` (§2.4): Gemini's equivalent of a commit under automatic activity
+        detection. The service flushes the audio it holds and ends the caller's activity, so what the caller
+        said is transcribed and answered now (RO2 at the hard stop); the next audio reopens the stream. Nothing
+        when no audio was sent since the last one."""
+        if self._audio_open:
+            self._audio_open = False
+            self._outgoing.append(self._frame({"realtimeInput": {"audioStreamEnd": True}}))
 
     def send_tool_result(self, call_id: str, name: str, output: str) -> None:
         """A `toolResponse`; a JSON `output` goes as its value, anything else as a string."""
@@ -214,7 +251,7 @@ class GeminiClientProtocol:
 
     def seed_history(self) -> None:
         """`clientContent` with the configured history (not on a resumed session: it has its own)."""
-        if not self.config.history or self.config.resumption_handle:
+        if not self.config.history or self.config.resume_handle:
             return
         turns = [
             {"role": "model" if role in ("assistant", "model") else "user", "parts": [{"text": text}]}
@@ -251,7 +288,11 @@ class GeminiClientProtocol:
         if "toolCall" in message:
             for call in message["toolCall"].get("functionCalls") or []:
                 if not isinstance(call.get("id"), str) or not isinstance(call.get("name"), str):
-                    events.append(self._error("invalid_tool_call", "a function call without id or name", raw, fatal=False))
+                    events.append(
+                        self._error(
+                            "invalid_tool_call", "a function call without id or name", raw, fatal=False
+                        )
+                    )
                     continue
                 args = call.get("args") or {}
                 events.append(ToolCallRequested(self.token, call["id"], call["name"], json.dumps(args)))
@@ -260,10 +301,14 @@ class GeminiClientProtocol:
             events.append(ToolCallCancelled(self.token, ids))
         if "usageMetadata" in message:
             usage = message["usageMetadata"]
-            events.append(UsageUpdated(
-                self.token, input_tokens=_count(usage.get("promptTokenCount")),
-                output_tokens=_count(usage.get("responseTokenCount")), cumulative=True,
-            ))
+            events.append(
+                UsageUpdated(
+                    self.token,
+                    input_tokens=_count(usage.get("promptTokenCount")),
+                    output_tokens=_count(usage.get("responseTokenCount")),
+                    cumulative=True,
+                )
+            )
         if "goAway" in message:
             left = parse_duration_ms((message["goAway"] or {}).get("timeLeft"))
             self.go_away_ms = 0 if left is None else left
@@ -310,6 +355,12 @@ class GeminiClientProtocol:
             if chunk is None:
                 continue
             text, final = str(chunk.get("text") or ""), chunk.get("finished") is True
+            if kind is InputTranscript:
+                # Chunks are fragments to append; the finished one closes the utterance, and a final
+                # InputTranscript is the utterance's complete text (providers/events.py).
+                self._heard.append(text)
+                if final:
+                    text, self._heard = "".join(self._heard), []
             if text or final:
                 events.append(kind(self.token, text, final=final))
         if content.get("turnComplete") is True:
@@ -355,14 +406,22 @@ class GeminiClientProtocol:
 
 
 def _count(value: object) -> int | None:
+    if not isinstance(value, (int, str)) or isinstance(value, bool):
+        return None
     try:
-        return None if value is None else int(value)  # int64 may come as a string in proto3 JSON
-    except (TypeError, ValueError):
+        return int(value)  # int64 may come as a string in proto3 JSON
+    except ValueError:
         return None
 
 
 def _clip(raw: object) -> str:
-    text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace") if isinstance(raw, bytes) else json.dumps(raw)
+    text = (
+        raw
+        if isinstance(raw, str)
+        else raw.decode("utf-8", "replace")
+        if isinstance(raw, bytes)
+        else json.dumps(raw)
+    )
     return text if len(text) <= RAW_LOG_LIMIT else text[:RAW_LOG_LIMIT] + "..."
 
 
@@ -370,8 +429,14 @@ class GeminiLiveAdapter:
     """Gemini Live as a `providers.base.Provider`: the client core inside a `WebSocketShell`."""
 
     name = "gemini-live"
-    capabilities = Capabilities(server_vad=True, speech_end_events=False, timed_captions=False, truncate=False, resumption=True,
-                                answer_within_ms=6_000)
+    capabilities = Capabilities(
+        server_vad=True,
+        speech_end_events=False,
+        timed_captions=False,
+        truncate=False,
+        resumption=True,
+        answer_within_ms=6_000,
+    )
 
     def __init__(
         self,
@@ -385,21 +450,24 @@ class GeminiLiveAdapter:
         model: str | None = None,
         api_version: str = "v1beta",
         ssl_context: ssl_module.SSLContext | None = None,
-        resumption_handle: str | None = None,
-        compression: bool = True,
-        ping_interval: float | None = 20.0,
-        ping_timeout: float | None = 60.0,
+        wire_tap: WireTapFactory | None = None,
     ) -> None:
-        """`model` wins over `settings.model`; the default is DEFAULT_MODEL."""
+        """`model` wins over `settings.model`; the default is DEFAULT_MODEL. `settings.resume_handle` resumes
+        that session (the service keeps its history, so none is seeded)."""
+        if settings.turn_detection == "client":
+            raise ValueError(
+                "gemini-live: the bridge keeps Gemini's automatic activity detection on "
+                "(turn_detection='client' is for providers with client_commits)"
+            )
         self._limits = require_limits(limits, type(self).__name__)
-        config = GeminiConfig.from_settings(
-            settings, model=model, resumption_handle=resumption_handle, compression=compression
-        )
+        config = GeminiConfig.from_settings(settings, model=model)
         self.core = GeminiClientProtocol(config, token)
         self.token = token
         self.url = resolve_url(url, api_version)
         if ssl_context is None and self.url.startswith("wss:"):
-            ssl_context = ssl_module.create_default_context()  # the shell would pass ssl=None, which wss refuses
+            ssl_context = (
+                ssl_module.create_default_context()
+            )  # the shell would pass ssl=None, which wss refuses
         self._resampler = Resampler(8000, INPUT_RATE)
         self._closer: asyncio.Task[None] | None = None
         self.shell = WebSocketShell(
@@ -409,8 +477,9 @@ class GeminiLiveAdapter:
             log=log,
             ssl=ssl_context,
             connect_timeout=connect_timeout,
-            ping_interval=ping_interval,
-            ping_timeout=ping_timeout,
+            ping_interval=PING_INTERVAL_S,
+            ping_timeout=PING_TIMEOUT_S,
+            wire_tap=wire_tap,
         )
 
     @staticmethod
@@ -427,20 +496,35 @@ class GeminiLiveAdapter:
         return self._limits
 
     async def connect(self) -> SessionStarted:
-        started = await self.shell.connect()
+        """Setup, then `setupComplete`; raises `ResumptionRejected` when the service closes instead of resuming
+        `settings.resume_handle` (see RESUMPTION_REFUSED), `ProviderUnavailable` for any other failure."""
+        try:
+            started = await self.shell.connect()
+        except ProviderUnavailable as exc:
+            handle = self.core.config.resume_handle
+            if handle and self.shell.handshake_close_code in RESUMPTION_REFUSED:
+                raise ResumptionRejected(
+                    f"resumption refused (close {self.shell.handshake_close_code}): {exc}"
+                ) from None
+            raise
         self.shell.flush()  # history seeded on setupComplete
         return started
 
     def send_audio(self, pcm16_8k: bytes) -> None:
         pcm = self._resampler.process(pcm16_8k)
         if pcm:
-            self.shell.send_audio_frame(self.core.audio_frame(pcm))
+            self.shell.send_audio_frame(self.core.stream_audio(pcm))
 
     def truncate(self, item_id: str, audio_end_ms: int) -> None:
         """Gemini has no truncation: it assumes real-time playback and tracks interruptions itself."""
 
     def cancel_response(self) -> None:
         """Gemini has no cancel: it stops its own output when the caller speaks."""
+
+    def commit_input(self) -> None:
+        """`audioStreamEnd` after the audio already queued (see `GeminiClientProtocol.commit_input`)."""
+        self.core.commit_input()
+        self.shell.flush()
 
     def send_tool_result(self, call_id: str, name: str, output: str) -> None:
         self.core.send_tool_result(call_id, name, output)

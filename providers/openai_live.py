@@ -35,7 +35,7 @@ from providers.events import (
     UsageUpdated,
 )
 from providers.limits import GPT_LIVE, AudioLimits, require_limits
-from providers.ws_shell import WebSocketShell
+from providers.ws_shell import WebSocketShell, WireTapFactory
 from rtp.audio import PCMA_8K, PCMU_8K, AudioFormat, Encoding
 from rtp.g711 import alaw_encode, ulaw_encode
 
@@ -117,15 +117,25 @@ class LiveClientProtocol:
     def append_audio(self, audio: bytes) -> str:
         """A `session.input_audio.append` frame for audio already in the session's format (returned, not
         queued: the shell queues audio separately so that it may drop it under back-pressure)."""
-        return self._frame({"type": "session.input_audio.append", "audio": base64.b64encode(audio).decode("ascii")})
+        return self._frame(
+            {"type": "session.input_audio.append", "audio": base64.b64encode(audio).decode("ascii")}
+        )
 
     def append_commentary(self, content: str, delegation_id: str | None) -> None:
         """Spoken context: GPT-Live says it (the answer to a delegation, or a session-wide update)."""
-        self._outgoing.append(self._frame({"type": "session.commentary.append", "content": content, "delegation_id": delegation_id}))
+        self._outgoing.append(
+            self._frame(
+                {"type": "session.commentary.append", "content": content, "delegation_id": delegation_id}
+            )
+        )
 
     def append_thinking(self, content: str, delegation_id: str | None) -> None:
         """Silent context: GPT-Live knows it but does not say it."""
-        self._outgoing.append(self._frame({"type": "session.thinking.append", "content": content, "delegation_id": delegation_id}))
+        self._outgoing.append(
+            self._frame(
+                {"type": "session.thinking.append", "content": content, "delegation_id": delegation_id}
+            )
+        )
 
     @staticmethod
     def _frame(event: dict[str, Any]) -> str:
@@ -139,24 +149,43 @@ class LiveClientProtocol:
                 raise ValueError("not a JSON object with a string 'type'")
             return self._dispatch(event)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return [self._protocol_error("invalid_event", f"unparseable server event: {exc}", text, fatal=False)]
+            return [
+                self._protocol_error("invalid_event", f"unparseable server event: {exc}", text, fatal=False)
+            ]
 
     def _dispatch(self, event: dict[str, Any]) -> list[ProviderEvent]:
         kind = event["type"]
         if kind == "session.output_audio.delta":
             return [self._audio(event)]
         if kind == "session.input_transcript.delta":
-            return [InputTranscript(self.token, str(event["delta"]), start_ms=event.get("start_ms"), end_ms=event.get("end_ms"))]
+            return [
+                InputTranscript(
+                    self.token,
+                    str(event["delta"]),
+                    start_ms=event.get("start_ms"),
+                    end_ms=event.get("end_ms"),
+                )
+            ]
         if kind == "session.output_transcript.delta":
-            return [OutputTranscript(self.token, str(event["delta"]), start_ms=event.get("start_ms"), end_ms=event.get("end_ms"))]
+            return [
+                OutputTranscript(
+                    self.token,
+                    str(event["delta"]),
+                    start_ms=event.get("start_ms"),
+                    end_ms=event.get("end_ms"),
+                )
+            ]
         if kind == "session.usage.updated":
             return [UsageUpdated(self.token, audio_seconds=float(event["usage"]["seconds"]))]
         if kind == "session.delegation.created":
             delegation = event["delegation"]
             return [
                 ToolCallRequested(
-                    self.token, str(delegation["id"]), str(delegation.get("target", "client")),
-                    kind="delegation", at_ms=event.get("offset_ms"),
+                    self.token,
+                    str(delegation["id"]),
+                    str(delegation.get("target", "client")),
+                    kind="delegation",
+                    at_ms=event.get("offset_ms"),
                 )
             ]
         if kind == "session.started":
@@ -168,13 +197,20 @@ class LiveClientProtocol:
             usage = event.get("usage") or {}
             seconds = usage.get("seconds")
             return [
-                SessionClosed(self.token, str(event.get("reason", "unknown")), True, None if seconds is None else float(seconds))
+                SessionClosed(
+                    self.token,
+                    str(event.get("reason", "unknown")),
+                    True,
+                    None if seconds is None else float(seconds),
+                )
             ]
         if kind == "error":
             error = event.get("error") or {}
             code = str(error.get("code") or error.get("type") or "error")
             # GPT-Live errors answer a client command; the session stays open.
-            return [ProviderError(self.token, code, str(error.get("message", "")), fatal=False, raw=_clip(event))]
+            return [
+                ProviderError(self.token, code, str(error.get("message", "")), fatal=False, raw=_clip(event))
+            ]
         return []  # events this bridge does not use (info, commentary acks, ...)
 
     def _audio(self, event: dict[str, Any]) -> ProviderEvent:
@@ -182,11 +218,16 @@ class LiveClientProtocol:
         try:
             audio = base64.b64decode(delta, validate=True)
         except (binascii.Error, ValueError, TypeError):
-            return self._protocol_error("invalid_audio", "output audio is not valid base64", event, fatal=True)
+            return self._protocol_error(
+                "invalid_audio", "output audio is not valid base64", event, fatal=True
+            )
         fmt = self.config.audio_format
         if fmt.encoding is Encoding.PCM16 and len(audio) % 2:
             return self._protocol_error(
-                "invalid_audio", f"PCM16 output audio has an odd length ({len(audio)} bytes)", event, fatal=True
+                "invalid_audio",
+                f"PCM16 output audio has an odd length ({len(audio)} bytes)",
+                event,
+                fatal=True,
             )
         self.bytes_received += len(audio)
         return AudioReceived(self.token, audio, fmt)
@@ -196,7 +237,13 @@ class LiveClientProtocol:
 
 
 def _clip(raw: object) -> str:
-    text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace") if isinstance(raw, bytes) else json.dumps(raw)
+    text = (
+        raw
+        if isinstance(raw, str)
+        else raw.decode("utf-8", "replace")
+        if isinstance(raw, bytes)
+        else json.dumps(raw)
+    )
     return text if len(text) <= RAW_LOG_LIMIT else text[:RAW_LOG_LIMIT] + "..."
 
 
@@ -217,7 +264,9 @@ class OpenAILiveAdapter:
     """GPT-Live as a `providers.base.Provider`: the client core inside a `WebSocketShell`."""
 
     name = "openai-live"
-    capabilities = Capabilities(server_vad=False, speech_end_events=False, timed_captions=True, truncate=False)
+    capabilities = Capabilities(
+        server_vad=False, speech_end_events=False, timed_captions=True, truncate=False
+    )
 
     def __init__(
         self,
@@ -228,16 +277,24 @@ class OpenAILiveAdapter:
         url: str | None = None,
         token: int = 1,
         connect_timeout: float = 10.0,
+        wire_tap: WireTapFactory | None = None,
     ) -> None:
         if config.audio_format not in _ENCODERS:
-            raise ValueError(f"the telephone bridge speaks 8 kHz G.711 to GPT-Live, not {config.audio_format}")
+            raise ValueError(
+                f"the telephone bridge speaks 8 kHz G.711 to GPT-Live, not {config.audio_format}"
+            )
         self._limits = require_limits(limits, type(self).__name__)
         self.core = LiveClientProtocol(config, token)
         self.token = token
         self.url = resolve_url(url)
         self._encode = _ENCODERS[config.audio_format]
         self.shell = WebSocketShell(
-            self.core, self.url, {"Authorization": f"Bearer {api_key}"}, log=log, connect_timeout=connect_timeout
+            self.core,
+            self.url,
+            {"Authorization": f"Bearer {api_key}"},
+            log=log,
+            connect_timeout=connect_timeout,
+            wire_tap=wire_tap,
         )
 
     @staticmethod
@@ -264,6 +321,10 @@ class OpenAILiveAdapter:
 
     def cancel_response(self) -> None:
         """GPT-Live has no response to cancel: it is one continuous full-duplex stream."""
+
+    def commit_input(self) -> None:
+        """Nothing to commit (§1.13): GPT-Live has no input buffer, commit or turn detection to configure; the
+        server transcribes and answers the stream as it arrives, so every frame sent is already taken in."""
 
     def send_tool_result(self, call_id: str, name: str, output: str) -> None:
         self.core.append_commentary(output, call_id)

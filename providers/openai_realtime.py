@@ -5,7 +5,8 @@ header (the beta shape is retired: close 4000). The GA `session.update` needs `s
 nests voice and turn detection under `audio`; G.711 formats carry no rate. Input transcripts arrive as
 `.delta` fragments and a `.completed` text; usage is tokens per response; barge-in is a response cancelled
 with reason `turn_detected`, and what the caller actually heard is reported back with
-`conversation.item.truncate`. The 60-minute cap arrives as an `error` `session_expired` then close 1001.
+`conversation.item.truncate`. With turn detection off (`turn_detection: null`) a commit is answered only after
+a `response.create`. The 60-minute cap arrives as an `error` `session_expired` then close 1001.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ DIALECT = Dialect(
     cumulative_input_transcripts=False,
     text_event_prefix="response.output_text",
     assistant_text_type="output_text",
+    commit_answers=False,
     supports_truncate=True,
     usage=token_usage,
 )
@@ -43,7 +45,9 @@ class OpenAIRealtimeAdapter(RealtimeAdapter):
     """OpenAI Realtime GA as a `providers.base.Provider`."""
 
     name = "openai-realtime"
-    capabilities = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=True, client_commits=True)
+    capabilities = Capabilities(
+        server_vad=True, speech_end_events=True, timed_captions=True, truncate=True, client_commits=True
+    )
     dialect = DIALECT
     log = logging.getLogger("parlora.providers.openai_realtime")
 

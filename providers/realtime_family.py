@@ -14,6 +14,14 @@ cannot understand becomes a non-fatal `ProviderError` carrying the raw frame. In
 is fatal (HR1). An `error` before the session is configured is fatal too: the shell turns it into
 `ProviderUnavailable`.
 
+Commits and turn detection: `SessionSettings.turn_detection="server"` configures server VAD (it commits each
+caller turn and answers it); `"client"` sends `turn_detection: null` (§1.3, §3.3), and the engine ends each turn
+with `commit_input()` (RO5): `input_audio_buffer.commit`, then `response.create` where the dialect needs one
+(GA; xAI answers a manual commit by itself, §3.4). In server mode `commit_input()` commits what the VAD has not
+taken yet, without asking for an answer (RO2's commit at the hard stop), and only while the VAD has an utterance
+open (speech started, not yet committed). The core counts the audio appended since the last commit so that it
+never sends a commit the server must refuse (under 100 ms, §1.9).
+
 Response bookkeeping (the one piece of state that is more than translation): the core tracks which responses
 are active (`response.created` .. `response.done`) and whether it has asked for one that has not started yet.
 `response.cancel` goes out only when something is active, and a `response.create` wanted while a response is
@@ -51,11 +59,12 @@ from providers.events import (
     UsageUpdated,
 )
 from providers.limits import AudioLimits, require_limits
-from providers.ws_shell import WebSocketShell
+from providers.ws_shell import WebSocketShell, WireTapFactory
 from rtp.audio import PCMA_8K, PCMU_8K, AudioFormat
 from rtp.g711 import alaw_encode, ulaw_encode
 
 RAW_LOG_LIMIT = 2000  # characters of an offending frame kept for the log
+MIN_COMMIT_BYTES = 800  # 100 ms of 8 kHz G.711, the least audio a commit may hold (§1.9 commit_empty)
 HISTORY_ROLES = ("user", "assistant", "system")
 
 UsageReader = Callable[[int, dict[str, Any]], UsageUpdated | None]
@@ -71,7 +80,10 @@ def token_usage(token: int, event: dict[str, Any]) -> UsageUpdated | None:
     usage = (event.get("response") or {}).get("usage")
     if not isinstance(usage, dict):
         return None
-    input_tokens, output_tokens = _int_or_none(usage.get("input_tokens")), _int_or_none(usage.get("output_tokens"))
+    input_tokens, output_tokens = (
+        _int_or_none(usage.get("input_tokens")),
+        _int_or_none(usage.get("output_tokens")),
+    )
     if input_tokens is None and output_tokens is None:
         return None
     return UsageUpdated(token, input_tokens=input_tokens, output_tokens=output_tokens, cumulative=False)
@@ -118,6 +130,9 @@ class Dialect:
     """Content type of an assistant text message in `conversation.item.create` (`output_text`)."""
     supports_truncate: bool
     """`conversation.item.truncate` is honoured (GA); without it `truncate()` sends nothing (xAI)."""
+    commit_answers: bool
+    """With turn detection off, the server answers an `input_audio_buffer.commit` by itself (xAI, §3.4); GA needs
+    a `response.create` after the commit (§1.3: "manual: client commits and calls `response.create`")."""
     usage: UsageReader
     """How `response.done` reports usage (per-response tokens, or a running audio-seconds total)."""
 
@@ -129,11 +144,21 @@ def server_vad() -> dict[str, Any]:
 
 def audio_format_json(dialect: Dialect, fmt: AudioFormat) -> dict[str, Any]:
     """`audio.*.format` for `fmt` in the dialect's shape."""
-    return {"type": fmt.encoding.value, "rate": fmt.rate} if dialect.format_with_rate else {"type": fmt.encoding.value}
+    return (
+        {"type": fmt.encoding.value, "rate": fmt.rate}
+        if dialect.format_with_rate
+        else {"type": fmt.encoding.value}
+    )
+
+
+def turn_detection(settings: SessionSettings) -> dict[str, Any] | None:
+    """Server VAD, or `null` (turn detection off: the client commits each turn, RO5) for `turn_detection="client"`."""
+    return None if settings.turn_detection == "client" else server_vad()
 
 
 def session_update_frame(dialect: Dialect, settings: SessionSettings, fmt: AudioFormat) -> dict[str, Any]:
-    """The `session.update` client event: G.711 both ways, server VAD, input transcription, function tools."""
+    """The `session.update` client event: G.711 both ways, server VAD (or none in client turn-detection mode),
+    input transcription, function tools."""
     voice = settings.voice or dialect.default_voice
     audio_in: dict[str, Any] = {
         "format": audio_format_json(dialect, fmt),
@@ -146,11 +171,11 @@ def session_update_frame(dialect: Dialect, settings: SessionSettings, fmt: Audio
     if settings.instructions:
         session["instructions"] = settings.instructions
     if dialect.nested_audio_settings:
-        audio_in["turn_detection"] = server_vad()
+        audio_in["turn_detection"] = turn_detection(settings)
         audio_out["voice"] = voice
     else:
         session["voice"] = voice
-        session["turn_detection"] = server_vad()
+        session["turn_detection"] = turn_detection(settings)
     session["audio"] = {"input": audio_in, "output": audio_out}
     if settings.tools:
         session["tools"] = [
@@ -175,7 +200,12 @@ class RealtimeClientProtocol:
     """
 
     def __init__(
-        self, dialect: Dialect, settings: SessionSettings, token: int = 1, *, audio_format: AudioFormat = PCMU_8K
+        self,
+        dialect: Dialect,
+        settings: SessionSettings,
+        token: int = 1,
+        *,
+        audio_format: AudioFormat = PCMU_8K,
     ) -> None:
         if audio_format not in (PCMU_8K, PCMA_8K):
             raise ValueError(f"the telephone bridge speaks 8 kHz G.711 to {dialect.name}, not {audio_format}")
@@ -200,6 +230,9 @@ class RealtimeClientProtocol:
         self._tool_names: dict[str, str] = {}  # call_id -> name, from function_call output items
         self._output_text: dict[str, list[str]] = {}  # item_id -> transcript fragments, for a bare `.done`
         self._audio_item: dict[str, str] = {}  # response_id -> item_id of its latest audio
+        self._uncommitted = 0  # bytes appended since the input buffer was last committed or cleared
+        self._own_commits = 0  # our commits whose `input_audio_buffer.committed` has not arrived yet
+        self._speech_open = False  # the server VAD heard the caller start and has not committed the utterance
         partial = f"conversation.item.input_audio_transcription.{dialect.input_transcript_partial}"
         self._handlers: dict[str, Callable[[dict[str, Any]], list[ProviderEvent]]] = {
             "session.created": self._on_session_created,
@@ -208,6 +241,8 @@ class RealtimeClientProtocol:
             "error": self._on_error,
             "input_audio_buffer.speech_started": self._on_speech_started,
             "input_audio_buffer.speech_stopped": self._on_speech_stopped,
+            "input_audio_buffer.committed": self._on_committed,
+            "input_audio_buffer.cleared": self._on_cleared,
             "response.created": self._on_response_created,
             "response.done": self._on_response_done,
             "response.output_item.added": self._on_output_item_added,
@@ -244,13 +279,40 @@ class RealtimeClientProtocol:
     def append_audio(self, audio: bytes) -> str:
         """An `input_audio_buffer.append` frame for audio already in the session's format (returned, not queued:
         the shell queues audio separately so that it may drop it under back-pressure)."""
-        return self._frame({"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode("ascii")})
+        self._uncommitted += len(audio)
+        return self._frame(
+            {"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode("ascii")}
+        )
+
+    def commit_input(self) -> None:
+        """`input_audio_buffer.commit` for the caller audio appended since the last commit (RO2 at the hard stop,
+        RO5 in client mode), so the server transcribes it as one user item; with turn detection off, also the
+        response that answers it where the dialect does not answer a commit by itself (GA `response.create`,
+        deferred while a response is active). Nothing when under 100 ms are uncommitted: the server would
+        refuse the commit (`input_audio_buffer_commit_empty`), and a server-VAD commit has already taken it; in
+        server mode nothing either while the VAD hears no one (it would commit silence as an empty user turn)."""
+        if self._uncommitted < MIN_COMMIT_BYTES:
+            return
+        if self.settings.turn_detection == "server" and not self._speech_open:
+            return
+        self._speech_open = False
+        self._uncommitted = 0
+        self._own_commits += 1
+        self._send({"type": "input_audio_buffer.commit"})
+        if self.settings.turn_detection == "client" and not self.dialect.commit_answers:
+            self._request_response()
 
     def truncate(self, item_id: str, audio_end_ms: int) -> None:
         """The caller heard only `audio_end_ms` of assistant item `item_id` (§1.6); nothing where unsupported."""
         if self.dialect.supports_truncate:
-            self._send({"type": "conversation.item.truncate", "item_id": item_id, "content_index": 0,
-                        "audio_end_ms": max(0, int(audio_end_ms))})
+            self._send(
+                {
+                    "type": "conversation.item.truncate",
+                    "item_id": item_id,
+                    "content_index": 0,
+                    "audio_end_ms": max(0, int(audio_end_ms)),
+                }
+            )
 
     def cancel_response(self) -> None:
         """`response.cancel`, only while a response is active (otherwise the server answers with an error)."""
@@ -259,8 +321,12 @@ class RealtimeClientProtocol:
 
     def send_tool_result(self, call_id: str, output: str) -> None:
         """The function's output, then a response that speaks it (deferred while a response is active)."""
-        self._send({"type": "conversation.item.create",
-                    "item": {"type": "function_call_output", "call_id": call_id, "output": output}})
+        self._send(
+            {
+                "type": "conversation.item.create",
+                "item": {"type": "function_call_output", "call_id": call_id, "output": output},
+            }
+        )
         self._request_response()
 
     def send_text(self, text: str, *, speak: bool = False) -> None:
@@ -294,7 +360,9 @@ class RealtimeClientProtocol:
             handler = self._handlers.get(event["type"])
             return [] if handler is None else handler(event)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            return [self._protocol_error("invalid_event", f"unparseable server event: {exc}", text, fatal=False)]
+            return [
+                self._protocol_error("invalid_event", f"unparseable server event: {exc}", text, fatal=False)
+            ]
 
     def _on_session_created(self, event: dict[str, Any]) -> list[ProviderEvent]:
         session = event.get("session") or {}
@@ -330,6 +398,10 @@ class RealtimeClientProtocol:
         raw = _clip(event)
         if not self.started:  # the session was refused: nothing else will configure it
             return [ProviderError(self.token, code, message, fatal=True, raw=raw)]
+        if (
+            code == "input_audio_buffer_commit_empty" and self._own_commits
+        ):  # our commit will not be acknowledged
+            self._own_commits -= 1
         if code == "conversation_already_has_active_response":  # only our response.create causes it
             self._create_sent = False
             self._request_response()  # ask again once the response in the way is done
@@ -340,12 +412,27 @@ class RealtimeClientProtocol:
         return [ProviderError(self.token, code, message, fatal=False, raw=raw)]
 
     def _on_speech_started(self, event: dict[str, Any]) -> list[ProviderEvent]:
+        self._speech_open = True
         at_ms, item_id = _int_or_none(event.get("audio_start_ms")), _str_or_none(event.get("item_id"))
         return [SpeechStarted(self.token, at_ms, item_id)]
 
     def _on_speech_stopped(self, event: dict[str, Any]) -> list[ProviderEvent]:
+        self._speech_open = False  # the VAD commits the utterance itself
         at_ms, item_id = _int_or_none(event.get("audio_end_ms")), _str_or_none(event.get("item_id"))
         return [SpeechStopped(self.token, at_ms, item_id)]
+
+    def _on_committed(self, event: dict[str, Any]) -> list[ProviderEvent]:
+        if self._own_commits:
+            self._own_commits -= 1  # ours: the count already restarted when we sent it
+        else:
+            self._uncommitted = 0  # the server's VAD committed the buffer
+            self._speech_open = False
+        return []
+
+    def _on_cleared(self, event: dict[str, Any]) -> list[ProviderEvent]:
+        self._uncommitted = 0
+        self._speech_open = False
+        return []
 
     def _on_response_created(self, event: dict[str, Any]) -> list[ProviderEvent]:
         self._active.add(str(event["response"]["id"]))
@@ -385,7 +472,9 @@ class RealtimeClientProtocol:
         try:
             audio = base64.b64decode(delta, validate=True)
         except (binascii.Error, ValueError, TypeError):
-            return [self._protocol_error("invalid_audio", "output audio is not valid base64", event, fatal=True)]
+            return [
+                self._protocol_error("invalid_audio", "output audio is not valid base64", event, fatal=True)
+            ]
         item_id = _str_or_none(event.get("item_id"))
         response_id = _str_or_none(event.get("response_id"))
         if response_id is not None and item_id is not None:
@@ -412,8 +501,15 @@ class RealtimeClientProtocol:
         return [InputTranscript(self.token, text, _str_or_none(event.get("item_id")), cumulative=cumulative)]
 
     def _on_input_transcript_completed(self, event: dict[str, Any]) -> list[ProviderEvent]:
-        return [InputTranscript(self.token, str(event["transcript"]), _str_or_none(event.get("item_id")), final=True,
-                                cumulative=self.dialect.cumulative_input_transcripts)]
+        return [
+            InputTranscript(
+                self.token,
+                str(event["transcript"]),
+                _str_or_none(event.get("item_id")),
+                final=True,
+                cumulative=self.dialect.cumulative_input_transcripts,
+            )
+        ]
 
     def _on_input_transcript_failed(self, event: dict[str, Any]) -> list[ProviderEvent]:
         error = event.get("error") or {}
@@ -424,11 +520,22 @@ class RealtimeClientProtocol:
         call_id = str(event["call_id"])
         name = event.get("name") or self._tool_names.get(call_id)
         if not isinstance(name, str):
-            return [self._protocol_error("invalid_event", f"function call {call_id} has no name", event, fatal=False)]
+            return [
+                self._protocol_error(
+                    "invalid_event", f"function call {call_id} has no name", event, fatal=False
+                )
+            ]
         self._tool_names.pop(call_id, None)
         arguments = event.get("arguments")
-        return [ToolCallRequested(self.token, call_id, name, arguments if isinstance(arguments, str) else "{}",
-                                  item_id=_str_or_none(event.get("item_id")))]
+        return [
+            ToolCallRequested(
+                self.token,
+                call_id,
+                name,
+                arguments if isinstance(arguments, str) else "{}",
+                item_id=_str_or_none(event.get("item_id")),
+            )
+        ]
 
     def _protocol_error(self, code: str, message: str, raw: object, *, fatal: bool) -> ProviderError:
         return ProviderError(self.token, code, message, fatal=fatal, raw=_clip(raw))
@@ -439,7 +546,13 @@ def _str_or_none(value: object) -> str | None:
 
 
 def _clip(raw: object) -> str:
-    text = raw if isinstance(raw, str) else raw.decode("utf-8", "replace") if isinstance(raw, bytes) else json.dumps(raw)
+    text = (
+        raw
+        if isinstance(raw, str)
+        else raw.decode("utf-8", "replace")
+        if isinstance(raw, bytes)
+        else json.dumps(raw)
+    )
     return text if len(text) <= RAW_LOG_LIMIT else text[:RAW_LOG_LIMIT] + "..."
 
 
@@ -480,7 +593,10 @@ class RealtimeAdapter:
         token: int = 1,
         connect_timeout: float = 10.0,
         model: str | None = None,
+        wire_tap: WireTapFactory | None = None,
     ) -> None:
+        if settings.turn_detection == "client" and not self.capabilities.client_commits:
+            raise ValueError(f"{self.name} cannot switch turn detection off (turn_detection='client')")
         self._limits = require_limits(limits, type(self).__name__)
         self.model = model or settings.model or self.dialect.default_model
         self.core = RealtimeClientProtocol(self.dialect, settings, token)
@@ -489,7 +605,12 @@ class RealtimeAdapter:
         self._encode = _ENCODERS[self.core.audio_format]
         self._closing: asyncio.Task[None] | None = None
         self.shell = WebSocketShell(
-            self.core, self.url, {"Authorization": f"Bearer {api_key}"}, log=self.log, connect_timeout=connect_timeout
+            self.core,
+            self.url,
+            {"Authorization": f"Bearer {api_key}"},
+            log=self.log,
+            connect_timeout=connect_timeout,
+            wire_tap=wire_tap,
         )
 
     @property
@@ -512,6 +633,10 @@ class RealtimeAdapter:
 
     def cancel_response(self) -> None:
         self.core.cancel_response()
+        self.shell.flush()
+
+    def commit_input(self) -> None:
+        self.core.commit_input()
         self.shell.flush()
 
     def send_tool_result(self, call_id: str, name: str, output: str) -> None:

@@ -16,6 +16,11 @@ Caller audio is queued behind control frames in one FIFO (order matters: a commi
 When the socket cannot keep up, the oldest waiting audio frame is dropped and counted, so the provider
 hears the present; control frames are never dropped.
 
+Benchmark instrumentation is injected, never imported (DESIGN §2: providers use only rtp's audio primitives):
+the caller may pass a `WireTapFactory`, called once in the task that opens the connection; its `WireTap` sees
+each caller-audio frame written and each assistant-audio chunk read. Without one nothing is measured and the
+media path pays one `is None` test per frame.
+
 The keepalive (a ping every 3 s, 3 s to answer, then 1 s for the close handshake) is what notices a
 half-open connection — a peer whose network vanished without a FIN — so that recovery can replace it about
 7 s after it went silent. (Gemini's pongs can take 8–30 s; its adapter asks for a longer timeout.)
@@ -28,15 +33,15 @@ import logging
 import ssl as ssl_module
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Mapping
+from typing import Any, Protocol
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus, InvalidURI
 
 from providers.base import ProviderUnavailable
 from providers.events import AudioReceived, ProviderError, ProviderEvent, SessionClosed, SessionStarted
-from rtp import probe as _probe
+from rtp.audio import AudioFormat
 
 
 class ClientCore(Protocol):
@@ -48,6 +53,26 @@ class ClientCore(Protocol):
     def frames_to_send(self) -> list[str]: ...
 
     def close_frames(self) -> list[str]: ...
+
+
+MAX_PENDING_AUDIO = 250  # caller-audio frames queued (5 s) before the oldest is dropped
+CLOSE_TIMEOUT_S = 1.0  # for the close handshake
+
+
+class WireTap(Protocol):
+    """Sees one connection's audio as it crosses the socket (monotonic ns), for the latency benchmark."""
+
+    def audio_sent(self, t_ns: int, frame: str) -> None:
+        """A caller-audio frame (the protocol's JSON text) was written to the socket."""
+        ...
+
+    def audio_received(self, t_ns: int, audio: bytes, fmt: AudioFormat) -> None:
+        """An assistant-audio chunk (`fmt`, as received) was read from the socket."""
+        ...
+
+
+WireTapFactory = Callable[[], WireTap]
+"""Called once as the connection opens, in the task that opens it (so it may learn its call from the task)."""
 
 
 class WebSocketShell:
@@ -62,10 +87,9 @@ class WebSocketShell:
         log: logging.Logger,
         ssl: ssl_module.SSLContext | None = None,
         connect_timeout: float = 10.0,
-        max_pending_audio: int = 250,
         ping_interval: float | None = 3.0,
         ping_timeout: float | None = 3.0,
-        close_timeout: float = 1.0,
+        wire_tap: WireTapFactory | None = None,
     ) -> None:
         self.core = core
         self.url = url
@@ -73,10 +97,8 @@ class WebSocketShell:
         self._log = log
         self._ssl = ssl
         self._connect_timeout = connect_timeout
-        self._max_pending_audio = max_pending_audio
         self._ping_interval = ping_interval
         self._ping_timeout = ping_timeout
-        self._close_timeout = close_timeout
         self._ws: ClientConnection | None = None
         self._outbox: deque[tuple[bool, str]] = deque()
         self._pending_audio = 0
@@ -86,22 +108,27 @@ class WebSocketShell:
         self._close_requested = False
         self.frames_sent = 0
         self.audio_dropped = 0  # caller audio frames dropped because the socket could not keep up
-        self._probe_call: str | None = None  # benchmark instrumentation (PARLORA_PROBE): this socket's call
+        self._tap_factory = wire_tap
+        self._tap: WireTap | None = None  # benchmark instrumentation, when injected
+        self.handshake_close_code: int | None = (
+            None  # the peer's close code, when it closed during the handshake
+        )
 
     async def connect(self) -> SessionStarted:
         """Open the socket and run the handshake; raises ProviderUnavailable with the reason (never the key)."""
-        if _probe.ENABLED:  # the session task (named after its call) opens every connection of the call
-            self._probe_call = _probe.current_call()
+        if self._tap_factory is not None:
+            self._tap = self._tap_factory()
         try:
             async with asyncio.timeout(self._connect_timeout):
-                tls = {"ssl": self._ssl} if self._ssl is not None else {}  # websockets refuses ssl=None for wss
+                # websockets refuses ssl=None for wss
+                tls: dict[str, Any] = {"ssl": self._ssl} if self._ssl is not None else {}
                 self._ws = await connect(
                     self.url,
                     additional_headers=self._headers,
                     max_size=2**24,
                     ping_interval=self._ping_interval,
                     ping_timeout=self._ping_timeout,
-                    close_timeout=self._close_timeout,
+                    close_timeout=CLOSE_TIMEOUT_S,
                     open_timeout=None,
                     **tls,
                 )
@@ -114,25 +141,36 @@ class WebSocketShell:
                         await self._ws.send(frame)
                     for event in events:
                         if isinstance(event, SessionStarted):
-                            self._writer = asyncio.create_task(self._write_loop(), name=f"ws-writer-{self.core.token}")
+                            self._writer = asyncio.create_task(
+                                self._write_loop(), name=f"ws-writer-{self.core.token}"
+                            )
                             return event
                         if isinstance(event, ProviderError) and event.fatal:
                             raise ProviderUnavailable(f"session refused: {event.code}: {event.message}")
                         if isinstance(event, ProviderError):
-                            self._log.warning("provider error during handshake %s: %s", event.code, event.message)
+                            self._log.warning(
+                                "provider error during handshake %s: %s", event.code, event.message
+                            )
                         self._early.append(event)
         except TimeoutError:
             await self.abort()
-            raise ProviderUnavailable(f"no session from {self.url} within {self._connect_timeout:g} s") from None
+            raise ProviderUnavailable(
+                f"no session from {self.url} within {self._connect_timeout:g} s"
+            ) from None
         except InvalidStatus as exc:
             await self.abort()
-            raise ProviderUnavailable(f"{self.url} refused the connection: HTTP {exc.response.status_code}") from None
+            raise ProviderUnavailable(
+                f"{self.url} refused the connection: HTTP {exc.response.status_code}"
+            ) from None
         except (OSError, InvalidHandshake, InvalidURI) as exc:
             await self.abort()
             raise ProviderUnavailable(f"cannot connect to {self.url}: {exc}") from None
         except ConnectionClosed as exc:
+            self.handshake_close_code = exc.rcvd.code if exc.rcvd is not None else None
             await self.abort()
-            raise ProviderUnavailable(f"{self.url} closed the connection during the handshake: {exc}") from None
+            raise ProviderUnavailable(
+                f"{self.url} closed the connection during the handshake: {exc}"
+            ) from None
         except ProviderUnavailable:
             await self.abort()
             raise
@@ -145,7 +183,7 @@ class WebSocketShell:
 
     def send_audio_frame(self, frame: str) -> None:
         """Queue one caller-audio frame; never blocks."""
-        if self._pending_audio >= self._max_pending_audio:
+        if self._pending_audio >= MAX_PENDING_AUDIO:
             for i, (is_audio, _) in enumerate(self._outbox):
                 if is_audio:
                     del self._outbox[i]
@@ -163,13 +201,14 @@ class WebSocketShell:
         for event in early:
             yield event
         try:
+            tap = self._tap
             async for message in self._ws:
-                received_ns = time.monotonic_ns() if _probe.ENABLED else 0
+                received_ns = time.monotonic_ns() if tap is not None else 0
                 events = self.core.receive_text(message)
                 self.flush()
                 for event in events:
-                    if _probe.ENABLED and isinstance(event, AudioReceived):  # benchmark instrumentation
-                        _probe.ws_received(self._probe_call, received_ns, event.audio, event.format)
+                    if tap is not None and isinstance(event, AudioReceived):  # benchmark instrumentation
+                        tap.audio_received(received_ns, event.audio, event.format)
                     if isinstance(event, ProviderError) and event.raw is not None:
                         self._log.warning("provider %s: %s; frame: %s", event.code, event.message, event.raw)
                     yield event
@@ -177,8 +216,17 @@ class WebSocketShell:
                         return
         except ConnectionClosed:
             pass
+        if self.audio_dropped:
+            self._log.warning(
+                "%d caller audio frames were dropped: the socket could not keep up", self.audio_dropped
+            )
         code, reason = self._ws.close_code, self._ws.close_reason
-        yield SessionClosed(self.core.token, f"connection closed (code {code}, {reason or 'no reason'})", False, close_code=code)
+        yield SessionClosed(
+            self.core.token,
+            f"connection closed (code {code}, {reason or 'no reason'})",
+            False,
+            close_code=code,
+        )
 
     def request_close(self) -> None:
         """Queue the core's close frames behind what is already queued."""
@@ -213,6 +261,7 @@ class WebSocketShell:
 
     async def _write_loop(self) -> None:
         assert self._ws is not None
+        tap = self._tap
         try:
             while True:
                 await self._wakeup.wait()
@@ -223,7 +272,7 @@ class WebSocketShell:
                         self._pending_audio -= 1
                     await self._ws.send(frame)
                     self.frames_sent += 1
-                    if is_audio and _probe.ENABLED:  # benchmark instrumentation (PARLORA_PROBE)
-                        _probe.ws_sent(self._probe_call, time.monotonic_ns(), frame)
+                    if is_audio and tap is not None:  # benchmark instrumentation
+                        tap.audio_sent(time.monotonic_ns(), frame)
         except ConnectionClosed:
             pass

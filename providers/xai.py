@@ -6,8 +6,9 @@ OpenAI's GA event names with the differences of §3.6, each a field of `DIALECT`
 the server may greet with `conversation.created` (older servers sent it first); input transcripts are whole
 `.updated` snapshots (with `grok-transcribe`) and the `.completed` text is a snapshot too; text output is the
 beta `response.text.*`; truncation is not supported (the model's context keeps what the caller did not hear);
-usage is `billable_audio_seconds`, a running total for the conversation. The periodic `ping` keepalive is an
-unknown event to the core and ignored.
+usage is `billable_audio_seconds`, a running total for the conversation; with `turn_detection: null` the server
+answers an `input_audio_buffer.commit` by itself (no `response.create`, which it would drop). The periodic
+`ping` keepalive is an unknown event to the core and ignored.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ DIALECT = Dialect(
     cumulative_input_transcripts=True,
     text_event_prefix="response.text",
     assistant_text_type="output_text",
+    commit_answers=True,
     supports_truncate=False,
     usage=billable_audio_usage,
 )
@@ -44,7 +46,9 @@ class XAIAdapter(RealtimeAdapter):
     """xAI's Grok Voice Agent as a `providers.base.Provider`."""
 
     name = "xai"
-    capabilities = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=False, client_commits=True)
+    capabilities = Capabilities(
+        server_vad=True, speech_end_events=True, timed_captions=True, truncate=False, client_commits=True
+    )
     dialect = DIALECT
     log = logging.getLogger("parlora.providers.xai")
 

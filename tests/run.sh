@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The full test suite on a fresh Debian 12 machine (Python 3.11, root): installs the SIP peers the
-# integration tests call the bridge with, makes .venv, installs the project with its test extra, runs pytest.
-# Extra arguments go to pytest, e.g. `bash tests/run.sh tests/unit -q`.
+# integration tests call the bridge with, makes .venv, installs the project with its test extra, then runs
+# the gates (ruff, mypy --strict) and the whole suite with branch coverage.
+# Extra arguments go to pytest alone, without the gates, e.g. `bash tests/run.sh tests/unit -q`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,23 @@ python=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test,pjsua2]'
 
-exec .venv/bin/python -m pytest "$@"
+# With arguments: just pytest with them (a quick look at one file, say).
+if (($#)); then
+  exec .venv/bin/python -m pytest "$@"
+fi
+
+# The full run: the gates first (they take seconds), then the whole suite with branch coverage of the four
+# packages (in-process code; the `serve` subprocesses of the live tests are not traced). Every step runs; the
+# run fails if any did.
+failed=()
+echo "gate: ruff check"; .venv/bin/ruff check . || failed+=("ruff check")
+echo "gate: ruff format --check"; .venv/bin/ruff format --check . || failed+=("ruff format")
+echo "gate: mypy --strict"; .venv/bin/mypy || failed+=("mypy")
+.venv/bin/python -m pytest --cov=bridge --cov=sip --cov=rtp --cov=providers --cov-branch \
+  --cov-report=term:skip-covered || failed+=("pytest")
+if ((${#failed[@]})); then
+  echo "failed: ${failed[*]}"
+  exit 1
+fi

@@ -17,7 +17,13 @@ class ClientError(Exception):
         self.code, self.message, self.param = code, message, param
 
 
-TYPE_NAMES: dict[type, str] = {str: "a string", int: "an integer", bool: "a boolean", dict: "an object", list: "an array"}
+TYPE_NAMES: dict[type, str] = {
+    str: "a string",
+    int: "an integer",
+    bool: "a boolean",
+    dict: "an object",
+    list: "an array",
+}
 
 
 def json_type(value: Any) -> str:

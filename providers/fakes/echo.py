@@ -233,7 +233,11 @@ class EchoModel:
         n = len(self._pending) // (2 * self._window)
         if n:
             cut = n * 2 * self._window
-            x = np.frombuffer(bytes(self._pending[:cut]), dtype="<i2").astype(np.float64).reshape(n, self._window)
+            x = (
+                np.frombuffer(bytes(self._pending[:cut]), dtype="<i2")
+                .astype(np.float64)
+                .reshape(n, self._window)
+            )
             del self._pending[:cut]
             voiced = np.einsum("ij,ij->i", x, x) / self._window > self._threshold_ms
             for v in voiced.tolist():

@@ -47,7 +47,9 @@ class FaultKind(enum.Enum):
 
 
 # Kinds that take effect once, at their time; the others are states that last (for STALL: VALUE ms).
-ONE_SHOT = frozenset({FaultKind.CLOSE, FaultKind.ABRUPT_CLOSE, FaultKind.GARBAGE_JSON, FaultKind.INVALID_AUDIO})
+ONE_SHOT = frozenset(
+    {FaultKind.CLOSE, FaultKind.ABRUPT_CLOSE, FaultKind.GARBAGE_JSON, FaultKind.INVALID_AUDIO}
+)
 _NEEDS_VALUE = frozenset({FaultKind.BURST, FaultKind.STALL, FaultKind.SLOW_HANDSHAKE})
 _SPEC = re.compile(r"^(?:(?P<conn>\d+)/)?(?P<kind>[a-z_]+)(?::(?P<value>[0-9.]+))?(?:@(?P<after>\d+))?$")
 
@@ -86,7 +88,9 @@ def parse_fault(spec: str) -> Fault:
     except ValueError:
         raise ValueError(f"bad fault value {match['value']!r} in {spec!r}: expected a number") from None
     if kind in _NEEDS_VALUE and value is None:
-        raise ValueError(f"fault {kind.value} needs a value, e.g. {kind.value}:{4 if kind is FaultKind.BURST else 3000}")
+        raise ValueError(
+            f"fault {kind.value} needs a value, e.g. {kind.value}:{4 if kind is FaultKind.BURST else 3000}"
+        )
     if kind is FaultKind.BURST and value is not None and value <= 0:
         raise ValueError("burst factor must be positive")
     return Fault(kind, value, int(match["after"] or 0), int(match["conn"]) if match["conn"] else None)
@@ -101,7 +105,9 @@ class FaultSchedule:
         self._pending: list[tuple[int, Fault]] = []  # (due time, fault)
         self._states: dict[FaultKind, tuple[int, Fault]] = {}  # active lasting faults, with their start
         self.fired: list[Fault] = []
-        self._unreported: list[Fault] = []  # lasting faults that `active()` switched on before `due()` said so
+        self._unreported: list[
+            Fault
+        ] = []  # lasting faults that `active()` switched on before `due()` said so
         for fault in faults:
             self.add(fault, start, from_start=True)
 
@@ -122,7 +128,9 @@ class FaultSchedule:
                 self._states[fault.kind] = (at, fault)
             self.fired.append(fault)
             fired.append(fault)
-        self.active(FaultKind.STALL, now)  # a stall that has ended is dropped, so its end is no longer a deadline
+        self.active(
+            FaultKind.STALL, now
+        )  # a stall that has ended is dropped, so its end is no longer a deadline
         return fired
 
     def active(self, kind: FaultKind, now: int) -> Fault | None:

@@ -3,7 +3,7 @@
 Two layers, in the aioquic shape:
 
 * `GeminiFakeConnection` is the sans-I/O protocol core of one connection: no socket, no clock. Drivers are
-  `receive_message(data, now)`, `handle_timer(now)`, `connection_lost(code)` and `inject(fault, now)`; outputs
+  `receive_message(data, now)`, `handle_timer(now)`, `connection_lost(code, now)` and `inject(fault, now)`; outputs
   are pulled with `frames_to_send()` and `close_to_send()`; `next_deadline()` says when the timer is due
   (`now` is monotonic int ns). Peer input never raises: a bad frame becomes a close, as on the real service.
 * `serve()` / `server()` run it in the shared fake shell (providers/fakes/server.py) over `wss://`, because
@@ -39,9 +39,13 @@ The model (choices where the real service is undocumented, all deliberate):
   `toolResponse` with a matching `id` (anything else closes 1007). `NON_BLOCKING` is not modelled.
 * Sessions: with `sessionResumption`, an update `{newHandle, resumable: true}` follows setupComplete, every
   turnComplete and every `resumption_update_ms`; while a turn is open the update is `{}` (proto3 JSON omits
-  `resumable: false` and an empty handle). A handle resumes its session (turn count and context) on a new
-  connection for `handle_ttl_ms`; an unknown handle closes 1007, a session whose old socket is still open
-  closes 1011. A connection lives `connection_lifetime_ms` (10 min): `goAway {timeLeft}` `go_away_ms` before,
+  `resumable: false` and an empty handle). A handle resumes its session on a new connection: the conversation
+  continues from the state the handle was issued at (turn count, so the next utterance is numbered after the
+  last one, and context; an older handle rolls back to its point, a choice where the docs are silent). Handles
+  stay valid `handle_ttl_ms` (2 h) after the session's last socket closed (ai.google.dev: "valid 2 hours after
+  the session ends"); an unknown or expired handle closes 1007 "Request contains an invalid argument."
+  (observed for failed resumptions), a session whose old socket is still open closes 1011 (observed). No
+  history is needed on a resumed connection, and a resumed connection issues handles of its own. A connection lives `connection_lifetime_ms` (10 min): `goAway {timeLeft}` `go_away_ms` before,
   then close 1011 "Deadline expired before operation could complete.". Without `contextWindowCompression`
   the session (across resumptions) ends after `session_cap_ms` (15 min) with the same 1011 and no goAway.
 
@@ -108,20 +112,33 @@ _CONTEXT_LIMIT = 128_000
 INVALID_ARGUMENT = "Request contains an invalid argument."
 DEADLINE_EXPIRED = "Deadline expired before operation could complete."
 INTERNAL_ERROR = "Internal error encountered."
-NO_KEY = "Method doesn't allow unregistered callers. Please use API Key or other form of API consumer identity."
+NO_KEY = (
+    "Method doesn't allow unregistered callers. Please use API Key or other form of API consumer identity."
+)
 BAD_KEY = "API key not valid. Please pass a valid API key."
 
-KNOWN_MODELS = frozenset({
-    "gemini-3.1-flash-live-preview",
-    "gemini-2.5-flash-native-audio-preview-12-2025",
-    "gemini-2.5-flash-native-audio-preview-09-2025",
-    "gemini-live-2.5-flash-preview",
-    "gemini-2.0-flash-live-001",
-})
-ALLOWED_SERVER_KEYS = frozenset({
-    "setupComplete", "serverContent", "toolCall", "toolCallCancellation", "usageMetadata", "goAway",
-    "sessionResumptionUpdate", "voiceActivityDetectionSignal", "voiceActivity",
-})
+KNOWN_MODELS = frozenset(
+    {
+        "gemini-3.1-flash-live-preview",
+        "gemini-2.5-flash-native-audio-preview-12-2025",
+        "gemini-2.5-flash-native-audio-preview-09-2025",
+        "gemini-live-2.5-flash-preview",
+        "gemini-2.0-flash-live-001",
+    }
+)
+ALLOWED_SERVER_KEYS = frozenset(
+    {
+        "setupComplete",
+        "serverContent",
+        "toolCall",
+        "toolCallCancellation",
+        "usageMetadata",
+        "goAway",
+        "sessionResumptionUpdate",
+        "voiceActivityDetectionSignal",
+        "voiceActivity",
+    }
+)
 DEFAULT_PATH = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
 # `//ws/...` (what the SDK requests) reaches the shell's path check as `/google.ai...` (urlsplit reads `ws` as
 # a host), so both forms pass the upgrade; the version is read from the raw path.
@@ -129,19 +146,54 @@ _PATH = re.compile(
     r"^/(?:ws/)?google\.ai\.generativelanguage\.(v1|v1beta|v1alpha)\.GenerativeService\."
     r"BidiGenerateContent(?:Constrained)?$"
 )
-_SETUP_KEYS = frozenset({
-    "model", "generationConfig", "systemInstruction", "tools", "realtimeInputConfig", "sessionResumption",
-    "contextWindowCompression", "inputAudioTranscription", "outputAudioTranscription", "proactivity",
-    "explicitVadSignal", "historyConfig", "safetySettings", "avatarConfig", "labels",
-})
-_GENERATION_KEYS = frozenset({
-    "responseModalities", "speechConfig", "temperature", "maxOutputTokens", "topK", "topP", "seed",
-    "mediaResolution", "enableAffectiveDialog", "thinkingConfig", "translationConfig", "candidateCount",
-    "presencePenalty", "frequencyPenalty",
-})
-_REALTIME_INPUT_KEYS = frozenset({
-    "audio", "audioStreamEnd", "activityStart", "activityEnd", "text", "mediaChunks", "video",
-})
+_SETUP_KEYS = frozenset(
+    {
+        "model",
+        "generationConfig",
+        "systemInstruction",
+        "tools",
+        "realtimeInputConfig",
+        "sessionResumption",
+        "contextWindowCompression",
+        "inputAudioTranscription",
+        "outputAudioTranscription",
+        "proactivity",
+        "explicitVadSignal",
+        "historyConfig",
+        "safetySettings",
+        "avatarConfig",
+        "labels",
+    }
+)
+_GENERATION_KEYS = frozenset(
+    {
+        "responseModalities",
+        "speechConfig",
+        "temperature",
+        "maxOutputTokens",
+        "topK",
+        "topP",
+        "seed",
+        "mediaResolution",
+        "enableAffectiveDialog",
+        "thinkingConfig",
+        "translationConfig",
+        "candidateCount",
+        "presencePenalty",
+        "frequencyPenalty",
+    }
+)
+_REALTIME_INPUT_KEYS = frozenset(
+    {
+        "audio",
+        "audioStreamEnd",
+        "activityStart",
+        "activityEnd",
+        "text",
+        "mediaChunks",
+        "video",
+    }
+)
 
 
 # -- options, shared sessions -------------------------------------------------------------------------------
@@ -172,7 +224,13 @@ class GeminiFakeOptions:
     record_client_frames: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("chunk_ms", "connection_lifetime_ms", "session_cap_ms", "resumption_update_ms", "handle_ttl_ms"):
+        for name in (
+            "chunk_ms",
+            "connection_lifetime_ms",
+            "session_cap_ms",
+            "resumption_update_ms",
+            "handle_ttl_ms",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.burst_factor <= 0:
@@ -187,6 +245,7 @@ class _Session:
     turns: int = 0
     context_text: int = 0
     context_audio: int = 0
+    released: int | None = None  # when the last socket holding it closed
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +264,9 @@ class GeminiSessions:
         self.handles: dict[str, _Snapshot] = {}
 
     def issue(self, handle: str, session: _Session, now: int) -> None:
-        self.handles[handle] = _Snapshot(session, session.turns, session.context_text, session.context_audio, now)
+        self.handles[handle] = _Snapshot(
+            session, session.turns, session.context_text, session.context_audio, now
+        )
 
 
 class _Reject(Exception):
@@ -243,7 +304,9 @@ def _obj(value: Any, where: str, known: frozenset[str] | None = None) -> dict[st
     if known is not None:
         for key in value:
             if _camel(key) not in known:
-                message = f"Invalid JSON payload received. Unknown name \"{key}\" at '{where}': Cannot find field."
+                message = (
+                    f"Invalid JSON payload received. Unknown name \"{key}\" at '{where}': Cannot find field."
+                )
                 raise _Reject(1007, message)
     return value
 
@@ -382,7 +445,11 @@ class _Vad:
     def end(self) -> str | bytes:
         """End the current speech: the utterance, or "discard" when it was too short."""
         self.speaking = False
-        audio = bytes(self._speech[: self._last_voiced + self.c.pad_bytes]) if not self.manual else bytes(self._speech)
+        audio = (
+            bytes(self._speech[: self._last_voiced + self.c.pad_bytes])
+            if not self.manual
+            else bytes(self._speech)
+        )
         voiced = self._voiced if not self.manual else len(audio) // 2
         self._speech = bytearray()
         self._voiced = self._silence = self._last_voiced = 0
@@ -438,7 +505,7 @@ class GeminiFakeConnection:
         self.script = script or Script()
         self.sessions = sessions if sessions is not None else GeminiSessions()
         self._ids: IdSource = ids or SequentialIds()
-        self._created = now
+        self._created = self._last_now = now
         self._initial_faults = list(faults)
         self._faults: FaultSchedule | None = None
         self._out: list[str] = []
@@ -475,7 +542,11 @@ class GeminiFakeConnection:
 
     @classmethod
     def from_context(
-        cls, ctx: ConnectionContext, options: GeminiFakeOptions, script: Script | None, sessions: GeminiSessions
+        cls,
+        ctx: ConnectionContext,
+        options: GeminiFakeOptions,
+        script: Script | None,
+        sessions: GeminiSessions,
     ) -> GeminiFakeConnection:
         raw_path = ctx.request.path
         while raw_path.startswith("//"):
@@ -489,14 +560,22 @@ class GeminiFakeConnection:
         if not key and scheme.lower() == "token":
             key = token.strip()
         return cls(
-            options, now=ctx.now, api_key=key, api_version=match.group(1) if match else "v1beta",
-            ids=ctx.ids, index=ctx.index, faults=ctx.faults, script=script, sessions=sessions,
+            options,
+            now=ctx.now,
+            api_key=key,
+            api_version=match.group(1) if match else "v1beta",
+            ids=ctx.ids,
+            index=ctx.index,
+            faults=ctx.faults,
+            script=script,
+            sessions=sessions,
         )
 
     # -- drivers --------------------------------------------------------------------------------------------
 
     def receive_message(self, data: str | bytes, now: int) -> None:
         """Handle one client frame. Never raises for bad peer input (it becomes a close)."""
+        self._last_now = max(self._last_now, now)
         frame: dict[str, Any] | None = None
         raw: str | None = None
         self._audio_bytes = None
@@ -531,6 +610,7 @@ class GeminiFakeConnection:
 
     def handle_timer(self, now: int) -> None:
         """Run everything due at or before `now`."""
+        self._last_now = max(self._last_now, now)
         if self._closing:
             return
         if self._reject_at is not None and now >= self._reject_at and self._reject is not None:
@@ -539,13 +619,14 @@ class GeminiFakeConnection:
         self._fire_faults(now)
         self._tick(now)
 
-    def connection_lost(self, code: int | None) -> None:
+    def connection_lost(self, code: int | None, now: int | None = None) -> None:
         """The socket is gone (either side closed it): stop all timers and free the session."""
         self._closing = True
         if self.record.close_code is None:
             self.record.close_code = code
         if self.session is not None and self.session.holder == self.index:
             self.session.holder = None
+            self.session.released = self._last_now if now is None else max(now, self._last_now)
 
     def inject(self, fault: Fault, now: int) -> None:
         """Apply a fault at runtime; AFTER_MS counts from now."""
@@ -583,7 +664,13 @@ class GeminiFakeConnection:
             return None
         if self._reject_at is not None:
             return self._reject_at
-        candidates = [self._setup_complete_at, self._next_update, self._go_away_at, self._close_at, self._cap_at]
+        candidates = [
+            self._setup_complete_at,
+            self._next_update,
+            self._go_away_at,
+            self._close_at,
+            self._cap_at,
+        ]
         if self._faults is not None:
             candidates.append(self._faults.next_deadline())
         reply = self._reply
@@ -628,7 +715,7 @@ class GeminiFakeConnection:
         elif kind == "contextUpdate":
             _obj(body, "context_update")
         else:
-            raise _Reject(1007, f"Invalid JSON payload received. Unknown name \"{key}\": Cannot find field.")
+            raise _Reject(1007, f'Invalid JSON payload received. Unknown name "{key}": Cannot find field.')
 
     def _on_setup(self, setup: dict[str, Any], now: int) -> None:
         opts = self.options
@@ -647,14 +734,23 @@ class GeminiFakeConnection:
         if modalities != ["AUDIO"]:
             raise _Reject(1007, INVALID_ARGUMENT)
         rt = _obj(_get(setup, "realtimeInputConfig", {}), "setup.realtime_input_config")
-        aad = _obj(_get(rt, "automaticActivityDetection", {}), "setup.realtime_input_config.automatic_activity_detection")
+        aad = _obj(
+            _get(rt, "automaticActivityDetection", {}),
+            "setup.realtime_input_config.automatic_activity_detection",
+        )
         handling = _get(rt, "activityHandling", "START_OF_ACTIVITY_INTERRUPTS")
-        if handling not in ("START_OF_ACTIVITY_INTERRUPTS", "NO_INTERRUPTION", "ACTIVITY_HANDLING_UNSPECIFIED"):
+        if handling not in (
+            "START_OF_ACTIVITY_INTERRUPTS",
+            "NO_INTERRUPTION",
+            "ACTIVITY_HANDLING_UNSPECIFIED",
+        ):
             raise _Reject(1007, INVALID_ARGUMENT)
         self._interrupts = handling != "NO_INTERRUPTION"
         start_ms = _get(aad, "prefixPaddingMs", opts.speech_start_ms)
         hangover_ms = _get(aad, "silenceDurationMs", opts.hangover_ms)
-        if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (start_ms, hangover_ms)):
+        if not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (start_ms, hangover_ms)
+        ):
             raise _Reject(1007, INVALID_ARGUMENT)
         threshold = (32768.0 * 10 ** (opts.threshold_dbfs / 20)) ** 2
         self._vad = _Vad(
@@ -675,7 +771,9 @@ class GeminiFakeConnection:
         if compression is not None:
             compression = _obj(compression, "setup.context_window_compression")
             trigger = _int64(_get(compression, "triggerTokens", int(_CONTEXT_LIMIT * 0.8)))
-            window = _obj(_get(compression, "slidingWindow", {}), "setup.context_window_compression.sliding_window")
+            window = _obj(
+                _get(compression, "slidingWindow", {}), "setup.context_window_compression.sliding_window"
+            )
             self._compression = (trigger, _int64(_get(window, "targetTokens", trigger // 2)))
         resumption = _get(setup, "sessionResumption")
         handle = None
@@ -722,13 +820,21 @@ class GeminiFakeConnection:
     def _open_session(self, handle: Any, instruction_tokens: int, now: int) -> _Session:
         if handle:
             snap = self.sessions.handles.get(handle) if isinstance(handle, str) else None
-            if snap is None or now - snap.issued > self.options.handle_ttl_ms * _NS_PER_MS:
+            if snap is None:
                 raise _Reject(1007, INVALID_ARGUMENT)
             session = snap.session
             if session.holder is not None:
                 raise _Reject(1011, INTERNAL_ERROR)  # the old socket still holds the session
-            session.turns, session.context_text, session.context_audio = snap.turns, snap.context_text, snap.context_audio
+            ended = max(snap.issued, session.released or snap.issued)
+            if now - ended > self.options.handle_ttl_ms * _NS_PER_MS:
+                raise _Reject(1007, INVALID_ARGUMENT)  # expired
+            session.turns, session.context_text, session.context_audio = (
+                snap.turns,
+                snap.context_text,
+                snap.context_audio,
+            )
             session.holder = self.index
+            self.record.resumed_handle = handle
             return session
         return _Session(self._ids.new("session"), now, self.index, context_text=instruction_tokens)
 
@@ -874,7 +980,9 @@ class GeminiFakeConnection:
             return
         call_id = self._ids.new("fc")
         reply.calls[call_id] = call.name
-        message = {"toolCall": {"functionCalls": [{"id": call_id, "name": call.name, "args": dict(call.arguments)}]}}
+        message = {
+            "toolCall": {"functionCalls": [{"id": call_id, "name": call.name, "args": dict(call.arguments)}]}
+        }
         self._emit(message)
         if self._faults is not None and self._faults.active(FaultKind.DUPLICATE_TOOL_CALL, now):
             self._emit(message)
@@ -891,7 +999,9 @@ class GeminiFakeConnection:
         else:
             reply.audio = _tone(turn.duration_ms, turn.frequency_hz)
             placeholder = f"[tone {reply.number}, {turn.duration_ms / 1000:.1f} s]"
-            transcript = turn.transcript or (reply.text if turn.reply == "echo" and reply.text else placeholder)
+            transcript = turn.transcript or (
+                reply.text if turn.reply == "echo" and reply.text else placeholder
+            )
         reply.words = _words(transcript) if transcript else []
         reply.t0 = reply.next_due = now + self.options.response_latency_ms * _NS_PER_MS
 
@@ -906,9 +1016,22 @@ class GeminiFakeConnection:
             if reply.sent < len(reply.audio):
                 data = reply.audio[reply.sent : reply.sent + chunk]
                 reply.sent += len(data)
-                self._emit({"serverContent": {"modelTurn": {"parts": [{"inlineData": {
-                    "mimeType": f"audio/pcm;rate={_OUT_RATE}", "data": base64.b64encode(data).decode("ascii"),
-                }}]}}})
+                self._emit(
+                    {
+                        "serverContent": {
+                            "modelTurn": {
+                                "parts": [
+                                    {
+                                        "inlineData": {
+                                            "mimeType": f"audio/pcm;rate={_OUT_RATE}",
+                                            "data": base64.b64encode(data).decode("ascii"),
+                                        }
+                                    }
+                                ]
+                            }
+                        }
+                    }
+                )
                 self._transcribe_upto(reply, math.ceil(len(reply.words) * reply.sent / len(reply.audio)))
                 fault = self._faults.active(FaultKind.BURST, now)
                 speed = fault.value if fault is not None and fault.value else self.options.burst_factor
@@ -925,7 +1048,9 @@ class GeminiFakeConnection:
     def _transcribe_upto(self, reply: _Reply, n: int) -> None:
         while reply.words_sent < min(n, len(reply.words)):
             if self._transcribe_out:
-                self._emit({"serverContent": {"outputTranscription": {"text": reply.words[reply.words_sent]}}})
+                self._emit(
+                    {"serverContent": {"outputTranscription": {"text": reply.words[reply.words_sent]}}}
+                )
             reply.words_sent += 1
 
     def _interrupt(self, now: int) -> None:
@@ -975,6 +1100,7 @@ class GeminiFakeConnection:
         else:
             handle = self._ids.new("handle")
             self.sessions.issue(handle, self.session, now)
+            self.record.handles.append(handle)
             self._emit({"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}})
         self._next_update = now + self.options.resumption_update_ms * _NS_PER_MS
 
@@ -1025,9 +1151,22 @@ class GeminiFakeConnection:
             elif kind is FaultKind.GARBAGE_JSON:
                 self._emit_raw("}{ this is not JSON")
             elif kind is FaultKind.INVALID_AUDIO:
-                self._emit({"serverContent": {"modelTurn": {"parts": [{"inlineData": {
-                    "mimeType": f"audio/pcm;rate={_OUT_RATE}", "data": "!!not*base64!!",
-                }}]}}})
+                self._emit(
+                    {
+                        "serverContent": {
+                            "modelTurn": {
+                                "parts": [
+                                    {
+                                        "inlineData": {
+                                            "mimeType": f"audio/pcm;rate={_OUT_RATE}",
+                                            "data": "!!not*base64!!",
+                                        }
+                                    }
+                                ]
+                            }
+                        }
+                    }
+                )
             if self._closing:
                 return
 
@@ -1071,7 +1210,7 @@ def ensure_cert(cert: str | None, key: str | None, directory: str) -> tuple[str,
 
     private = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    start = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(minutes=5)
+    start = datetime.datetime.now(datetime.UTC) - datetime.timedelta(minutes=5)
     ski = x509.SubjectKeyIdentifier.from_public_key(private.public_key())
     certificate = (
         x509.CertificateBuilder()
@@ -1082,7 +1221,9 @@ def ensure_cert(cert: str | None, key: str | None, directory: str) -> tuple[str,
         .not_valid_before(start)
         .not_valid_after(start + datetime.timedelta(days=365))
         .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.SubjectAlternativeName(
+                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+            ),
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
@@ -1100,9 +1241,11 @@ def ensure_cert(cert: str | None, key: str | None, directory: str) -> tuple[str,
         f.write(certificate.public_bytes(serialization.Encoding.PEM))
     fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "wb") as f:
-        f.write(private.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ))
+        f.write(
+            private.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
     return cert_path, key_path, True
 
 
@@ -1124,7 +1267,9 @@ def _default_cert() -> tuple[str, str]:
 class GeminiFakeServer(FakeServer):
     """The shared fake shell over TLS, plus what a client needs to trust it."""
 
-    def __init__(self, *args: Any, cert_path: str, key_path: str, sessions: GeminiSessions, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, cert_path: str, key_path: str, sessions: GeminiSessions, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.cert_path = cert_path
         self.key_path = key_path

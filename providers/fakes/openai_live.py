@@ -90,8 +90,8 @@ from typing import Any
 
 import numpy as np
 
-from providers.fakes.echo import EchoModel, EchoOptions, Utterance, UtteranceDetected
 from providers.fakes.client_errors import TYPE_NAMES, ClientError, json_type
+from providers.fakes.echo import EchoModel, EchoOptions, Utterance, UtteranceDetected
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.script import Script, ToolCallScript, Turn
 from providers.fakes.server import (
@@ -196,7 +196,17 @@ _FORMATS: dict[tuple[str, int], AudioFormat] = {
 _FORMAT_TYPES = ("audio/pcm", "audio/pcmu", "audio/pcma")
 _DEFAULT_FORMAT = {"type": "audio/pcm", "rate": 24000}
 _SESSION_KEYS = frozenset(
-    {"model", "audio", "client", "delegation", "input", "instructions", "safety_identifier", "store", "triggers"}
+    {
+        "model",
+        "audio",
+        "client",
+        "delegation",
+        "input",
+        "instructions",
+        "safety_identifier",
+        "store",
+        "triggers",
+    }
 )
 _UNMODELLED = frozenset(
     {
@@ -215,9 +225,6 @@ _UNMODELLED = frozenset(
 )
 
 
-
-
-
 def _expect(value: Any, kind: type, path: str) -> None:
     ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
     if not ok:
@@ -228,7 +235,9 @@ def _expect(value: Any, kind: type, path: str) -> None:
         )
 
 
-def _object(value: Any, path: str, allowed: frozenset[str] | set[str], required: tuple[str, ...] = ()) -> dict:
+def _object(
+    value: Any, path: str, allowed: frozenset[str] | set[str], required: tuple[str, ...] = ()
+) -> dict[str, Any]:
     _expect(value, dict, path)
     prefix = f"{path}." if path else ""
     for key in value:
@@ -238,10 +247,11 @@ def _object(value: Any, path: str, allowed: frozenset[str] | set[str], required:
         if key not in value:
             message = f"Missing required parameter: '{prefix}{key}'."
             raise ClientError("missing_required_parameter", message, prefix + key)
-    return value
+    result: dict[str, Any] = value
+    return result
 
 
-def _optional_str(obj: dict, key: str, path: str) -> None:
+def _optional_str(obj: dict[str, Any], key: str, path: str) -> None:
     if obj.get(key) is not None:
         _expect(obj[key], str, f"{path}.{key}")
 
@@ -324,7 +334,9 @@ def _validate_session(session: Any) -> _SessionConfig:
     _object(session, "session", _SESSION_KEYS, ("model",))
     _expect(session["model"], str, "session.model")
     if not session["model"]:
-        raise ClientError("invalid_value", "Invalid value: ''. 'session.model' must not be empty.", "session.model")
+        raise ClientError(
+            "invalid_value", "Invalid value: ''. 'session.model' must not be empty.", "session.model"
+        )
     _optional_str(session, "instructions", "session")
     _optional_str(session, "safety_identifier", "session")
     if "store" in session:
@@ -488,7 +500,12 @@ class LiveFakeConnection:
                 self._dispatch(frame, now)
         except ClientError as exc:
             client_event_id = frame.get("event_id") if frame is not None else None
-            self._error(exc.code, exc.message, exc.param, client_event_id if isinstance(client_event_id, str) else None)
+            self._error(
+                exc.code,
+                exc.message,
+                exc.param,
+                client_event_id if isinstance(client_event_id, str) else None,
+            )
         finally:
             self.last_frame = ClientFrameRecord(now, frame, raw, self._audio_bytes)
             if self.options.record_client_frames:
@@ -498,7 +515,7 @@ class LiveFakeConnection:
         """Run everything due at or before `now`: faults, the handshake, reply chunks, usage snapshots, expiry."""
         self._advance(now)
 
-    def connection_lost(self, code: int | None) -> None:
+    def connection_lost(self, code: int | None, now: int | None = None) -> None:
         """The socket is gone (either side closed it); stop all timers."""
         self._closing = True
         self.record.close_code = code
@@ -591,7 +608,13 @@ class LiveFakeConnection:
             return
         self._speak(now)
         if now >= self._next_usage:
-            self._emit({"type": "session.usage.updated", "event_id": self._ids.new("event"), "usage": self._usage(now)})
+            self._emit(
+                {
+                    "type": "session.usage.updated",
+                    "event_id": self._ids.new("event"),
+                    "usage": self._usage(now),
+                }
+            )
             interval = self.options.usage_interval_ms * _NS_PER_MS
             k = (now - self._started_at) // interval + 1
             self._next_usage = self._started_at + k * interval
@@ -682,13 +705,19 @@ class LiveFakeConnection:
             self._finish("close_requested", now, event.get("event_id"))
         elif kind in _UNMODELLED:
             self._require_started()
-            raise ClientError("unsupported_by_fake", f"The fake GPT-Live server does not model '{kind}'.", "type")
+            raise ClientError(
+                "unsupported_by_fake", f"The fake GPT-Live server does not model '{kind}'.", "type"
+            )
         else:
-            raise ClientError("invalid_event_type", f"Invalid value: '{kind}'. Unknown client event type.", "type")
+            raise ClientError(
+                "invalid_event_type", f"Invalid value: '{kind}'. Unknown client event type.", "type"
+            )
 
     def _require_started(self) -> None:
         if self._resource is None:
-            raise ClientError("session_not_started", "Send 'session.start' and wait for 'session.started' first.")
+            raise ClientError(
+                "session_not_started", "Send 'session.start' and wait for 'session.started' first."
+            )
 
     def _on_session_start(self, event: dict[str, Any], now: int) -> None:
         if self._config is not None:
@@ -724,13 +753,18 @@ class LiveFakeConnection:
         self._expires = now + self.options.session_length_ms * _NS_PER_MS
         session_id = self._ids.new("sess")
         self.record.session_id = session_id
-        expires_at = self._unix_time + (now - self._created_now) // _NS_PER_S + self.options.session_length_ms // 1000
+        expires_at = (
+            self._unix_time + (now - self._created_now) // _NS_PER_S + self.options.session_length_ms // 1000
+        )
         resource: dict[str, Any] = {
             "id": session_id,
             "expires_at": expires_at,
             "model": config.model,
             "status": "active",
-            "audio": {"format": config.format_json, "output": {"voice": config.voice or self.options.default_voice}},
+            "audio": {
+                "format": config.format_json,
+                "output": {"voice": config.voice or self.options.default_voice},
+            },
             "instructions": config.instructions,
             "delegation": config.delegation,
             "store": config.store,
@@ -738,7 +772,11 @@ class LiveFakeConnection:
         if config.safety_identifier is not None:
             resource["safety_identifier"] = config.safety_identifier
         self._resource = resource
-        started: dict[str, Any] = {"type": "session.started", "event_id": self._ids.new("event"), "session": resource}
+        started: dict[str, Any] = {
+            "type": "session.started",
+            "event_id": self._ids.new("event"),
+            "session": resource,
+        }
         if isinstance(self._start_event_id, str):
             started["client_event_id"] = self._start_event_id
         self._emit(started)
@@ -772,7 +810,9 @@ class LiveFakeConnection:
             _expect(delegation_id, str, "delegation_id")
             delegation = self.delegations.get(delegation_id)
             if delegation is None:
-                message = f"Unknown delegation: '{delegation_id}'. Use an id from 'session.delegation.created'."
+                message = (
+                    f"Unknown delegation: '{delegation_id}'. Use an id from 'session.delegation.created'."
+                )
                 raise ClientError("unknown_delegation", message, "delegation_id")
         position = self._position_ms()
         appended = {
@@ -800,19 +840,23 @@ class LiveFakeConnection:
     def _drain_detector(self) -> None:
         assert self._echo is not None
         while (ev := self._echo.next_event()) is not None:
-            if isinstance(ev, UtteranceDetected):  # the only event a non-speaking detector without starts emits
+            if isinstance(
+                ev, UtteranceDetected
+            ):  # the only event a non-speaking detector without starts emits
                 self._on_utterance(ev.utterance, ev.at)
 
     def _on_utterance(self, u: Utterance, now: int) -> None:
         self._utterance_no += 1
         number = self._utterance_no
-        self._emit({
-            "type": "session.input_transcript.delta",
-            "event_id": self._ids.new("event"),
-            "delta": f"[utterance {number}, {u.duration_ms / 1000:.1f} s]",
-            "start_ms": u.start_ms,
-            "end_ms": u.end_ms,
-        })
+        self._emit(
+            {
+                "type": "session.input_transcript.delta",
+                "event_id": self._ids.new("event"),
+                "delta": f"[utterance {number}, {u.duration_ms / 1000:.1f} s]",
+                "start_ms": u.start_ms,
+                "end_ms": u.end_ms,
+            }
+        )
         if len(self._replies) >= self.options.max_queued:
             self.dropped += 1
             return
@@ -825,12 +869,14 @@ class LiveFakeConnection:
             deliveries = 2 if self._duplicate else 1
             for _ in range(deliveries):
                 # GPT-Live delegations carry no task text: the tool's name and arguments stay in the fake.
-                self._emit({
-                    "type": "session.delegation.created",
-                    "event_id": self._ids.new("event"),
-                    "delegation": {"id": delegation_id, "type": "delegation", "target": "client"},
-                    "offset_ms": self._position_ms(),
-                })
+                self._emit(
+                    {
+                        "type": "session.delegation.created",
+                        "event_id": self._ids.new("event"),
+                        "delegation": {"id": delegation_id, "type": "delegation", "target": "client"},
+                        "offset_ms": self._position_ms(),
+                    }
+                )
         self._replies.append(reply)
 
     def _speaker_deadline(self) -> int | None:
@@ -867,7 +913,9 @@ class LiveFakeConnection:
                 end = min(p.length, p.sent + self._chunk_bytes)
                 data = self._audio(p.reply, p.sent, end)
                 # No event_id on the primary WebSocket (OutputAudioDeltaEvent).
-                self._emit({"type": "session.output_audio.delta", "delta": base64.b64encode(data).decode("ascii")})
+                self._emit(
+                    {"type": "session.output_audio.delta", "delta": base64.b64encode(data).decode("ascii")}
+                )
                 p.sent = end
                 p.n += 1
             remaining = self._lead_ns + p.length_ns - p.anchor_m
@@ -882,20 +930,25 @@ class LiveFakeConnection:
         if turn.reply == "echo":
             length, duration_ms = len(reply.utterance.audio), reply.utterance.duration_ms
         else:
-            length, duration_ms = fmt.rate * turn.duration_ms // 1000 * fmt.sample_width, float(turn.duration_ms)
+            length, duration_ms = (
+                fmt.rate * turn.duration_ms // 1000 * fmt.sample_width,
+                float(turn.duration_ms),
+            )
         start_ms = max(self._position_ms(), self._out_end_ms)
         self._out_end_ms = start_ms + math.ceil(duration_ms)
         text = turn.transcript
         if text is None and turn.reply != "silence":
             text = f"[{turn.reply} {reply.number}, {duration_ms / 1000:.1f} s]"
         if text is not None:
-            self._emit({
-                "type": "session.output_transcript.delta",
-                "event_id": self._ids.new("event"),
-                "delta": text,
-                "start_ms": start_ms,
-                "end_ms": self._out_end_ms,
-            })
+            self._emit(
+                {
+                    "type": "session.output_transcript.delta",
+                    "event_id": self._ids.new("event"),
+                    "delta": text,
+                    "start_ms": start_ms,
+                    "end_ms": self._out_end_ms,
+                }
+            )
         length_ns = length * _NS_PER_S // (fmt.rate * fmt.sample_width)
         return _Playout(reply, length, length_ns, t0, float(self._lead_ns), self._speed)
 

@@ -44,11 +44,13 @@ from providers.fakes.server import FakeServer, bearer_authorize
 __all__ = ["DIALECT", "RealtimeFakeOptions", "server", "serve", "session_length_text"]
 
 _TYPE = Str()
-FORMAT = Tagged({
-    "audio/pcm": Obj({"type": _TYPE, "rate": Int(choices=(24000,))}, defaults={"rate": 24000}),
-    "audio/pcmu": Obj({"type": _TYPE}),
-    "audio/pcma": Obj({"type": _TYPE}),
-})
+FORMAT = Tagged(
+    {
+        "audio/pcm": Obj({"type": _TYPE, "rate": Int(choices=(24000,))}, defaults={"rate": 24000}),
+        "audio/pcmu": Obj({"type": _TYPE}),
+        "audio/pcma": Obj({"type": _TYPE}),
+    }
+)
 SERVER_VAD_DEFAULTS: dict[str, Any] = {
     "threshold": 0.5,
     "prefix_padding_ms": 300,
@@ -57,55 +59,81 @@ SERVER_VAD_DEFAULTS: dict[str, Any] = {
     "create_response": True,
     "interrupt_response": True,
 }
-_TURN_DETECTION = Tagged({
-    "server_vad": Obj(
-        {
-            "type": _TYPE,
-            "threshold": Num(0.0, 1.0),
-            "prefix_padding_ms": Int(lo=0),
-            "silence_duration_ms": Int(lo=0),
-            "idle_timeout_ms": Nullable(Int(lo=0)),
-            "create_response": Bool(),
-            "interrupt_response": Bool(),
-        },
-        defaults=SERVER_VAD_DEFAULTS,
-    ),
-    "semantic_vad": Obj(
-        {
-            "type": _TYPE,
-            "eagerness": Str(choices=("low", "medium", "high", "auto")),
-            "create_response": Bool(),
-            "interrupt_response": Bool(),
-        },
-        defaults={"eagerness": "auto", "create_response": True, "interrupt_response": True},
-    ),
-})
-_TRANSCRIPTION = Obj({
-    "model": Str(nonempty=True),
-    "language": Str(),
-    "languages": ListOf(Str()),
-    "prompt": Str(),
-    "keywords": ListOf(Str()),
-    "delay": Str(choices=("minimal", "low", "medium", "high", "xhigh")),
-})
+_TURN_DETECTION = Tagged(
+    {
+        "server_vad": Obj(
+            {
+                "type": _TYPE,
+                "threshold": Num(0.0, 1.0),
+                "prefix_padding_ms": Int(lo=0),
+                "silence_duration_ms": Int(lo=0),
+                "idle_timeout_ms": Nullable(Int(lo=0)),
+                "create_response": Bool(),
+                "interrupt_response": Bool(),
+            },
+            defaults=SERVER_VAD_DEFAULTS,
+        ),
+        "semantic_vad": Obj(
+            {
+                "type": _TYPE,
+                "eagerness": Str(choices=("low", "medium", "high", "auto")),
+                "create_response": Bool(),
+                "interrupt_response": Bool(),
+            },
+            defaults={"eagerness": "auto", "create_response": True, "interrupt_response": True},
+        ),
+    }
+)
+_TRANSCRIPTION = Obj(
+    {
+        "model": Str(nonempty=True),
+        "language": Str(),
+        "languages": ListOf(Str()),
+        "prompt": Str(),
+        "keywords": ListOf(Str()),
+        "delay": Str(choices=("minimal", "low", "medium", "high", "xhigh")),
+    }
+)
 _VOICE = AnyOf((Str(nonempty=True), Obj({"id": Str(nonempty=True)}, required=("id",))))
 _FUNCTION_TOOL = Obj(
-    {"type": _TYPE, "name": Str(nonempty=True), "description": Str(), "parameters": Anything()}, required=("name",)
+    {"type": _TYPE, "name": Str(nonempty=True), "description": Str(), "parameters": Anything()},
+    required=("name",),
 )
 _MCP_TOOL = Obj(
-    {key: Anything() for key in ("type", "server_label", "server_url", "connector_id", "authorization", "headers",
-                                 "allowed_tools", "allowed_callers", "require_approval", "server_description",
-                                 "defer_loading", "tunnel_id")},
+    {
+        key: Anything()
+        for key in (
+            "type",
+            "server_label",
+            "server_url",
+            "connector_id",
+            "authorization",
+            "headers",
+            "allowed_tools",
+            "allowed_callers",
+            "require_approval",
+            "server_description",
+            "defer_loading",
+            "tunnel_id",
+        )
+    },
     required=("server_label",),
 )
 _TOOLS = ListOf(Tagged({"function": _FUNCTION_TOOL, "mcp": _MCP_TOOL}))
-_TOOL_CHOICE = AnyOf((
-    Str(choices=("none", "auto", "required")),
-    Tagged({
-        "function": Obj({"type": _TYPE, "name": Str(nonempty=True)}, required=("name",)),
-        "mcp": Obj({"type": _TYPE, "server_label": Str(), "name": Nullable(Str())}, required=("server_label",)),
-    }),
-))
+_TOOL_CHOICE = AnyOf(
+    (
+        Str(choices=("none", "auto", "required")),
+        Tagged(
+            {
+                "function": Obj({"type": _TYPE, "name": Str(nonempty=True)}, required=("name",)),
+                "mcp": Obj(
+                    {"type": _TYPE, "server_label": Str(), "name": Nullable(Str())},
+                    required=("server_label",),
+                ),
+            }
+        ),
+    )
+)
 _MAX_OUTPUT_TOKENS = AnyOf((Int(1, 4096), Str(choices=("inf",))))
 _MODALITIES = ListOf(Str(choices=("audio", "text")))
 _PROMPT = Nullable(Obj({"id": Str(), "variables": Anything(), "version": Nullable(Str())}, required=("id",)))
@@ -122,10 +150,14 @@ SESSION = Obj(
                 "input": Obj(
                     {
                         "format": FORMAT,
-                        "noise_reduction": Nullable(Obj({
-                            "type": Str(choices=("near_field", "far_field")),
-                            "strength": Num(0.0),
-                        })),
+                        "noise_reduction": Nullable(
+                            Obj(
+                                {
+                                    "type": Str(choices=("near_field", "far_field")),
+                                    "strength": Num(0.0),
+                                }
+                            )
+                        ),
                         "transcription": Nullable(_TRANSCRIPTION),
                         "turn_detection": Nullable(_TURN_DETECTION),
                     },
@@ -138,18 +170,31 @@ SESSION = Obj(
         "tools": _TOOLS,
         "tool_choice": _TOOL_CHOICE,
         "max_output_tokens": _MAX_OUTPUT_TOKENS,
-        "truncation": AnyOf((
-            Str(choices=("auto", "disabled")),
-            Tagged({"retention_ratio": Obj(
-                {"type": _TYPE, "retention_ratio": Num(0.0, 1.0),
-                 "token_limits": Obj({"post_instructions": Int(lo=0)})},
-                required=("retention_ratio",),
-            )}),
-        )),
-        "tracing": Nullable(AnyOf((
-            Str(choices=("auto",)),
-            Obj({"group_id": Str(), "metadata": Anything(), "workflow_name": Str()}),
-        ))),
+        "truncation": AnyOf(
+            (
+                Str(choices=("auto", "disabled")),
+                Tagged(
+                    {
+                        "retention_ratio": Obj(
+                            {
+                                "type": _TYPE,
+                                "retention_ratio": Num(0.0, 1.0),
+                                "token_limits": Obj({"post_instructions": Int(lo=0)}),
+                            },
+                            required=("retention_ratio",),
+                        )
+                    }
+                ),
+            )
+        ),
+        "tracing": Nullable(
+            AnyOf(
+                (
+                    Str(choices=("auto",)),
+                    Obj({"group_id": Str(), "metadata": Anything(), "workflow_name": Str()}),
+                )
+            )
+        ),
         "include": Nullable(ListOf(Str(choices=("item.input_audio_transcription.logprobs",)))),
         "prompt": _PROMPT,
         "reasoning": _REASONING,
@@ -159,44 +204,58 @@ SESSION = Obj(
     merge=True,
 )
 
-RESPONSE = Obj({
-    "output_modalities": _MODALITIES,
-    "instructions": Str(),
-    "audio": Obj({"output": Obj({"format": FORMAT, "voice": _VOICE})}),
-    "tools": _TOOLS,
-    "tool_choice": _TOOL_CHOICE,
-    "max_output_tokens": _MAX_OUTPUT_TOKENS,
-    "metadata": Nullable(Anything()),
-    "conversation": Str(),
-    "input": ListOf(Anything()),
-    "prompt": _PROMPT,
-    "reasoning": _REASONING,
-    "parallel_tool_calls": Bool(),
-})
+RESPONSE = Obj(
+    {
+        "output_modalities": _MODALITIES,
+        "instructions": Str(),
+        "audio": Obj({"output": Obj({"format": FORMAT, "voice": _VOICE})}),
+        "tools": _TOOLS,
+        "tool_choice": _TOOL_CHOICE,
+        "max_output_tokens": _MAX_OUTPUT_TOKENS,
+        "metadata": Nullable(Anything()),
+        "conversation": Str(),
+        "input": ListOf(Anything()),
+        "prompt": _PROMPT,
+        "reasoning": _REASONING,
+        "parallel_tool_calls": Bool(),
+    }
+)
 
-_ITEM_COMMON = {"type": _TYPE, "id": Str(nonempty=True), "object": Str(choices=("realtime.item",)),
-                "status": Str(choices=("completed", "incomplete", "in_progress"))}
-_CONTENT = Obj({
-    "type": Str(choices=("input_text", "input_audio", "input_image", "output_text", "output_audio")),
-    "text": Str(),
-    "audio": Str(),
-    "transcript": Nullable(Str()),
-    "image_url": Str(),
-    "detail": Str(choices=("auto", "low", "high")),
-})
-ITEM = Tagged({
-    "message": Obj(
-        {**_ITEM_COMMON, "role": Str(choices=("user", "assistant", "system")), "content": ListOf(_CONTENT)},
-        required=("role", "content"),
-    ),
-    "function_call": Obj(
-        {**_ITEM_COMMON, "name": Str(nonempty=True), "arguments": Str(), "call_id": Str()},
-        required=("name", "arguments"),
-    ),
-    "function_call_output": Obj(
-        {**_ITEM_COMMON, "call_id": Str(nonempty=True), "output": Str()}, required=("call_id", "output")
-    ),
-})
+_ITEM_COMMON = {
+    "type": _TYPE,
+    "id": Str(nonempty=True),
+    "object": Str(choices=("realtime.item",)),
+    "status": Str(choices=("completed", "incomplete", "in_progress")),
+}
+_CONTENT = Obj(
+    {
+        "type": Str(choices=("input_text", "input_audio", "input_image", "output_text", "output_audio")),
+        "text": Str(),
+        "audio": Str(),
+        "transcript": Nullable(Str()),
+        "image_url": Str(),
+        "detail": Str(choices=("auto", "low", "high")),
+    }
+)
+ITEM = Tagged(
+    {
+        "message": Obj(
+            {
+                **_ITEM_COMMON,
+                "role": Str(choices=("user", "assistant", "system")),
+                "content": ListOf(_CONTENT),
+            },
+            required=("role", "content"),
+        ),
+        "function_call": Obj(
+            {**_ITEM_COMMON, "name": Str(nonempty=True), "arguments": Str(), "call_id": Str()},
+            required=("name", "arguments"),
+        ),
+        "function_call_output": Obj(
+            {**_ITEM_COMMON, "call_id": Str(nonempty=True), "output": Str()}, required=("call_id", "output")
+        ),
+    }
+)
 
 
 def _new_session(model: str, session_id: str, expires_at: int) -> dict[str, Any]:
@@ -293,7 +352,12 @@ def server(
 ) -> FakeServer:
     """An OpenAI Realtime fake (not yet listening: `await server(...).start(host, port)`)."""
     return make_server(
-        DIALECT, authorize=bearer_authorize, options=options, faults=faults, record_path=record_path, script=script
+        DIALECT,
+        authorize=bearer_authorize,
+        options=options,
+        faults=faults,
+        record_path=record_path,
+        script=script,
     )
 
 

@@ -17,6 +17,10 @@ The model behind it (deterministic, on bytes and `now` only):
   detector of echo.py: `threshold` t (0..1) maps to -60 + 40*t dBFS per 20 ms window, `silence_duration_ms` is
   the hangover, speech counts once it holds `min_speech_ms` of voiced audio. `speech_started.audio_start_ms` =
   first voiced ms - `prefix_padding_ms`; `speech_stopped.audio_end_ms` = last voiced ms + `silence_duration_ms`.
+* `turn_detection: null` runs no VAD at all: nothing is committed or answered until the client's
+  `input_audio_buffer.commit` (under 100 ms: `input_audio_buffer_commit_empty`), which is transcribed at once
+  and answered after `response.create` (GA) or at once unless it holds only silence (xAI). Under server VAD a
+  client commit takes the utterance the VAD has open (its item id) and restarts the detector on what follows.
 * Each answered input takes the next `Script` turn (default: echo). The echo speaks the utterance's exact input
   bytes (first voiced - prefix .. last voiced + prefix) when the input and output formats are equal; otherwise
   it speaks a tone of the same length (no transcoding). A tool-call turn first answers with the function call,
@@ -42,8 +46,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
-from providers.fakes.echo import EchoModel, EchoOptions, UtteranceDetected, UtteranceStarted
 from providers.fakes.client_errors import ClientError, json_type
+from providers.fakes.echo import EchoModel, EchoOptions, UtteranceDetected, UtteranceStarted
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.script import Script, ToolCallScript, Turn
 from providers.fakes.server import (
@@ -160,9 +164,6 @@ class Anything:
 Spec = Obj | Str | Int | Num | Bool | Nullable | ListOf | AnyOf | Tagged | Anything
 
 
-
-
-
 def _fits(spec: Spec, value: Any) -> bool:
     """Does the JSON type of `value` fit `spec` (without looking inside)?"""
     if isinstance(spec, Anything):
@@ -184,8 +185,15 @@ def _fits(spec: Spec, value: Any) -> bool:
     return any(_fits(o, value) for o in spec.options)
 
 
-_EXPECTED = {Obj: "an object", Tagged: "an object", Str: "a string", Bool: "a boolean", Int: "an integer",
-             Num: "a number", ListOf: "an array"}
+_EXPECTED = {
+    Obj: "an object",
+    Tagged: "an object",
+    Str: "a string",
+    Bool: "a boolean",
+    Int: "an integer",
+    Num: "a number",
+    ListOf: "an array",
+}
 
 
 def _invalid_value(value: Any, path: str, detail: str) -> ClientError:
@@ -631,7 +639,7 @@ class RealtimeFamilyConnection:
         self._pump(now)
         self._flush_held(now)
 
-    def connection_lost(self, code: int | None) -> None:
+    def connection_lost(self, code: int | None, now: int | None = None) -> None:
         """The socket is gone (either side closed it); stop all timers."""
         self._closing = True
         self.record.close_code = code
@@ -664,8 +672,13 @@ class RealtimeFamilyConnection:
     def next_deadline(self) -> int | None:
         if self._closing or self._half_open:
             return None
-        candidates = [self._handshake_at, self._expires, self._next_ping, self._idle_at,
-                      self._schedule.next_deadline()]
+        candidates = [
+            self._handshake_at,
+            self._expires,
+            self._next_ping,
+            self._idle_at,
+            self._schedule.next_deadline(),
+        ]
         if self._response is not None and self._response.sent < len(self._response.chunks):
             candidates.append(self._response.next_at)
         due = [t for t in candidates if t is not None]
@@ -767,8 +780,14 @@ class RealtimeFamilyConnection:
     def _event(self, kind: str, **fields: Any) -> None:
         self._emit({"type": kind, "event_id": self._ids.new("event"), **fields})
 
-    def _error(self, code: str, message: str, param: str | None = None, client_event_id: str | None = None,
-               kind: str = "invalid_request_error") -> None:
+    def _error(
+        self,
+        code: str,
+        message: str,
+        param: str | None = None,
+        client_event_id: str | None = None,
+        kind: str = "invalid_request_error",
+    ) -> None:
         error = {"type": kind, "code": code, "message": message, "param": param, "event_id": client_event_id}
         self._event("error", error=error)
 
@@ -926,7 +945,8 @@ class RealtimeFamilyConnection:
 
     def _vad_threshold_dbfs(self) -> float:
         td = self._td or {}
-        return threshold_dbfs(float(td.get("threshold") if td.get("threshold") is not None else 0.5))
+        threshold = td.get("threshold")
+        return threshold_dbfs(0.5 if threshold is None else float(threshold))
 
     def _reset_buffer(self) -> None:
         self._buffer.clear()
@@ -1055,7 +1075,9 @@ class RealtimeFamilyConnection:
                 item_id = self._ids.new(self.dialect.item_prefix)
                 self._speech_item = item_id
                 start = max(0.0, (ev.voiced_start - vad.options.pad_ms * vad.rate / 1000) * 1000 / vad.rate)
-                self._event("input_audio_buffer.speech_started", audio_start_ms=int(base + start), item_id=item_id)
+                self._event(
+                    "input_audio_buffer.speech_started", audio_start_ms=int(base + start), item_id=item_id
+                )
                 self._idle_at = None
                 r = self._response
                 if r is not None and r.interruptible and td.get("interrupt_response", True) is not False:
@@ -1070,7 +1092,9 @@ class RealtimeFamilyConnection:
                 source = _Input(item_id, u.audio, self._input_fmt, u.duration_ms, self._audio_inputs)
                 self._buffer.clear()
                 self._buffer_ms = 0.0
-                respond = td.get("create_response", True) is not False or not self.dialect.honours_create_response
+                respond = (
+                    td.get("create_response", True) is not False or not self.dialect.honours_create_response
+                )
                 self._commit(source, now, respond=respond)
 
     def _idle_timeout(self, now: int) -> None:
@@ -1081,8 +1105,12 @@ class RealtimeFamilyConnection:
         idle = int(td.get("idle_timeout_ms") or 0)
         end = int(self._input_ms)
         item_id = self._ids.new(self.dialect.item_prefix)
-        self._event("input_audio_buffer.timeout_triggered", item_id=item_id,
-                    audio_start_ms=max(0, end - idle), audio_end_ms=end)
+        self._event(
+            "input_audio_buffer.timeout_triggered",
+            item_id=item_id,
+            audio_start_ms=max(0, end - idle),
+            audio_end_ms=end,
+        )
         self._audio_inputs += 1
         source = _Input(item_id, bytes(self._buffer), self._input_fmt, self._buffer_ms, self._audio_inputs)
         self._reset_buffer()
@@ -1092,8 +1120,14 @@ class RealtimeFamilyConnection:
         """A user audio item enters the conversation: committed, item events, transcription, answer."""
         previous = self._last_item()
         self._event("input_audio_buffer.committed", previous_item_id=previous, item_id=source.item_id)
-        item = {"id": source.item_id, "object": "realtime.item", "type": "message", "role": "user",
-                "status": "completed", "content": [{"type": "input_audio", "transcript": None}]}
+        item = {
+            "id": source.item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "user",
+            "status": "completed",
+            "content": [{"type": "input_audio", "transcript": None}],
+        }
         self._add_item(item)
         self._transcribe(source)
         self._unanswered = source
@@ -1110,18 +1144,33 @@ class RealtimeFamilyConnection:
         if d.transcription_events == "deltas":
             for i, word in enumerate(words):
                 delta = word if i == len(words) - 1 else word + " "
-                self._event("conversation.item.input_audio_transcription.delta", item_id=source.item_id,
-                            content_index=0, delta=delta)
+                self._event(
+                    "conversation.item.input_audio_transcription.delta",
+                    item_id=source.item_id,
+                    content_index=0,
+                    delta=delta,
+                )
             usage = {"type": "duration", "seconds": round(source.ms / 1000, 3)}
-            self._event("conversation.item.input_audio_transcription.completed", item_id=source.item_id,
-                        content_index=0, transcript=text, usage=usage)
+            self._event(
+                "conversation.item.input_audio_transcription.completed",
+                item_id=source.item_id,
+                content_index=0,
+                transcript=text,
+                usage=usage,
+            )
         else:
             if config.get("model") == d.snapshot_model:
                 for i in range(1, len(words)):
-                    self._event("conversation.item.input_audio_transcription.updated", item_id=source.item_id,
-                                transcript=" ".join(words[:i]))
-            self._event("conversation.item.input_audio_transcription.completed", item_id=source.item_id,
-                        transcript=text)
+                    self._event(
+                        "conversation.item.input_audio_transcription.updated",
+                        item_id=source.item_id,
+                        transcript=" ".join(words[:i]),
+                    )
+            self._event(
+                "conversation.item.input_audio_transcription.completed",
+                item_id=source.item_id,
+                transcript=text,
+            )
         entry = self._items.get(source.item_id)
         if entry is not None:
             entry.item["content"][0]["transcript"] = text
@@ -1135,10 +1184,17 @@ class RealtimeFamilyConnection:
         self._turn_no += 1
         turn = self.script.turn(self._turn_no)
         if turn.tool_call is not None:
-            self._call_tool(turn, source if source is not None and source.audio is not None else None, now, params)
+            self._call_tool(
+                turn, source if source is not None and source.audio is not None else None, now, params
+            )
         else:
-            self._speak(turn, source if source is not None and source.audio is not None else None,
-                        self._turn_no, now, params)
+            self._speak(
+                turn,
+                source if source is not None and source.audio is not None else None,
+                self._turn_no,
+                now,
+                params,
+            )
 
     def _new_response(self, now: int, params: dict[str, Any], *, interruptible: bool = True) -> _Response:
         d = self.dialect
@@ -1160,17 +1216,29 @@ class RealtimeFamilyConnection:
         self._idle_at = None
         self._event("response.created", response=self._response_json(r, "in_progress", None, None))
         if d.rate_limits:
-            self._event("rate_limits.updated", rate_limits=[
-                {"name": "requests", "limit": 5000, "remaining": 4999, "reset_seconds": 0.012},
-                {"name": "tokens", "limit": 400000, "remaining": 395000, "reset_seconds": 0.75},
-            ])
+            self._event(
+                "rate_limits.updated",
+                rate_limits=[
+                    {"name": "requests", "limit": 5000, "remaining": 4999, "reset_seconds": 0.012},
+                    {"name": "tokens", "limit": 400000, "remaining": 395000, "reset_seconds": 0.75},
+                ],
+            )
         return r
 
     def _speaks_text_only(self, r: _Response) -> bool:
         return "audio" not in r.modalities and not self.dialect.text_alongside_audio
 
-    def _speak(self, turn: Turn, source: _Input | None, turn_no: int, now: int, params: dict[str, Any],
-               *, transcript: str | None = None, interruptible: bool = True) -> None:
+    def _speak(
+        self,
+        turn: Turn,
+        source: _Input | None,
+        turn_no: int,
+        now: int,
+        params: dict[str, Any],
+        *,
+        transcript: str | None = None,
+        interruptible: bool = True,
+    ) -> None:
         """A response that speaks `turn` (echoing `source` when it is audio)."""
         r = self._new_response(now, params, interruptible=interruptible)
         audio, text = self._reply(turn, source, turn_no, r.fmt)
@@ -1188,8 +1256,9 @@ class RealtimeFamilyConnection:
             )
             raise ClientError("conversation_already_has_active_response", message)
         ms = max(300, len(text) * self.options.force_message_ms_per_char)
-        self._speak(Turn(reply="tone", duration_ms=ms), None, 0, now, {}, transcript=text,
-                    interruptible=interruptible)
+        self._speak(
+            Turn(reply="tone", duration_ms=ms), None, 0, now, {}, transcript=text, interruptible=interruptible
+        )
 
     def _reply(self, turn: Turn, source: _Input | None, turn_no: int, fmt: AudioFormat) -> tuple[bytes, str]:
         if turn.reply == "echo" and source is not None and source.audio is not None:
@@ -1214,16 +1283,30 @@ class RealtimeFamilyConnection:
 
     def _open_message(self, r: _Response) -> None:
         r.item_id = self._ids.new(self.dialect.item_prefix)
-        item = {"id": r.item_id, "object": "realtime.item", "type": "message", "role": "assistant",
-                "status": "in_progress", "content": []}
+        item = {
+            "id": r.item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [],
+        }
         self._event("response.output_item.added", response_id=r.id, output_index=0, item=copy.deepcopy(item))
         if r.in_conversation:
             previous = self._last_item()
             self._items[r.item_id] = _Item(item)
             self._event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item))
-        part = {"type": "text", "text": ""} if self._speaks_text_only(r) else {"type": "audio", "transcript": ""}
-        self._event("response.content_part.added", response_id=r.id, item_id=r.item_id, output_index=0,
-                    content_index=0, part=part)
+        part = (
+            {"type": "text", "text": ""} if self._speaks_text_only(r) else {"type": "audio", "transcript": ""}
+        )
+        self._event(
+            "response.content_part.added",
+            response_id=r.id,
+            item_id=r.item_id,
+            output_index=0,
+            content_index=0,
+            part=part,
+        )
 
     def _plan(self, r: _Response, audio: bytes, text: str, now: int) -> None:
         words = text.split(" ") if text else []
@@ -1232,10 +1315,14 @@ class RealtimeFamilyConnection:
         else:
             fmt = r.fmt
             step = max(1, int(round(fmt.rate * self.options.chunk_ms / 1000))) * fmt.sample_width
-            pieces = [audio[i: i + step] for i in range(0, len(audio), step)] or [b""]
+            pieces = [audio[i : i + step] for i in range(0, len(audio), step)] or [b""]
             n = len(pieces)
             r.chunks = [
-                _Chunk(p, words[len(words) * i // n: len(words) * (i + 1) // n], int(_ms(fmt, len(p)) * _NS_PER_MS))
+                _Chunk(
+                    p,
+                    words[len(words) * i // n : len(words) * (i + 1) // n],
+                    int(_ms(fmt, len(p)) * _NS_PER_MS),
+                )
                 for i, p in enumerate(pieces)
             ]
         r.next_at = now + self.options.response_latency_ms * _NS_PER_MS
@@ -1288,8 +1375,14 @@ class RealtimeFamilyConnection:
             part = {"type": "audio", "transcript": text}
             content = [{"type": "output_audio", "transcript": text}]
         self._event("response.content_part.done", **common, part=part)
-        item = {"id": r.item_id, "object": "realtime.item", "type": "message", "role": "assistant",
-                "status": "completed" if complete else "incomplete", "content": content}
+        item = {
+            "id": r.item_id,
+            "object": "realtime.item",
+            "type": "message",
+            "role": "assistant",
+            "status": "completed" if complete else "incomplete",
+            "content": content,
+        }
         self._event("response.output_item.done", response_id=r.id, output_index=0, item=copy.deepcopy(item))
         r.output.append(item)
         if r.in_conversation and r.item_id in self._items:
@@ -1339,8 +1432,13 @@ class RealtimeFamilyConnection:
         d = self.dialect
         item_id, call_id = self._ids.new(d.item_prefix), self._ids.new("call")
         arguments = json.dumps(call.arguments, separators=(",", ":"))
-        base = {"id": item_id, "object": "realtime.item", "type": "function_call", "name": call.name,
-                "call_id": call_id}
+        base = {
+            "id": item_id,
+            "object": "realtime.item",
+            "type": "function_call",
+            "name": call.name,
+            "call_id": call_id,
+        }
         done_item = {**base, "status": "completed", "arguments": arguments}
         common = {"response_id": r.id, "item_id": item_id, "output_index": index, "call_id": call_id}
         copies = 2 if self._schedule.active(FaultKind.DUPLICATE_TOOL_CALL, self._now) is not None else 1
@@ -1354,9 +1452,15 @@ class RealtimeFamilyConnection:
                 for piece in (arguments[:cut], arguments[cut:]):
                     if piece:
                         self._event("response.function_call_arguments.delta", **common, delta=piece)
-            self._event("response.function_call_arguments.done", **common, name=call.name, arguments=arguments)
-            self._event("response.output_item.done", response_id=r.id, output_index=index,
-                        item=copy.deepcopy(done_item))
+            self._event(
+                "response.function_call_arguments.done", **common, name=call.name, arguments=arguments
+            )
+            self._event(
+                "response.output_item.done",
+                response_id=r.id,
+                output_index=index,
+                item=copy.deepcopy(done_item),
+            )
             if d.item_done_events and r.in_conversation:
                 self._event("conversation.item.done", previous_item_id=self._last_item(), item=done_item)
         if r.in_conversation:
@@ -1367,8 +1471,9 @@ class RealtimeFamilyConnection:
     def _last_item(self) -> str | None:
         return next(reversed(self._items), None) if self._items else None
 
-    def _response_json(self, r: _Response, status: str, details: dict[str, Any] | None,
-                       usage: dict[str, Any] | None) -> dict[str, Any]:
+    def _response_json(
+        self, r: _Response, status: str, details: dict[str, Any] | None, usage: dict[str, Any] | None
+    ) -> dict[str, Any]:
         obj: dict[str, Any] = {"id": r.id, "object": "realtime.response", "status": status}
         if self.dialect.rich_response:
             obj.update(
@@ -1376,7 +1481,9 @@ class RealtimeFamilyConnection:
                 output=copy.deepcopy(r.output),
                 conversation_id=self._conversation_id if r.in_conversation else None,
                 output_modalities=list(r.modalities),
-                audio={"output": {"format": r.fmt_json, "voice": _get(self._session, self.dialect.voice_path)}},
+                audio={
+                    "output": {"format": r.fmt_json, "voice": _get(self._session, self.dialect.voice_path)}
+                },
                 max_output_tokens=self._session.get("max_output_tokens", "inf"),
                 metadata=r.metadata,
                 usage=usage,
@@ -1399,9 +1506,13 @@ class RealtimeFamilyConnection:
                 "total_tokens": in_audio + in_text + out_audio + out_text,
                 "input_tokens": in_audio + in_text,
                 "output_tokens": out_audio + out_text,
-                "input_token_details": {"text_tokens": in_text, "audio_tokens": in_audio, "image_tokens": 0,
-                                        "cached_tokens": 0, "cached_tokens_details": {
-                                            "text_tokens": 0, "audio_tokens": 0, "image_tokens": 0}},
+                "input_token_details": {
+                    "text_tokens": in_text,
+                    "audio_tokens": in_audio,
+                    "image_tokens": 0,
+                    "cached_tokens": 0,
+                    "cached_tokens_details": {"text_tokens": 0, "audio_tokens": 0, "image_tokens": 0},
+                },
                 "output_token_details": {"text_tokens": out_text, "audio_tokens": out_audio},
             }
         return {
@@ -1428,7 +1539,11 @@ _CLIENT_EVENTS: dict[str, tuple[_Handler, tuple[str, ...], tuple[str, ...]]] = {
     "input_audio_buffer.append": (RealtimeFamilyConnection._on_append, ("audio",), ("audio",)),
     "input_audio_buffer.commit": (RealtimeFamilyConnection._on_commit, (), ()),
     "input_audio_buffer.clear": (RealtimeFamilyConnection._on_clear, (), ()),
-    "conversation.item.create": (RealtimeFamilyConnection._on_item_create, ("item", "previous_item_id"), ("item",)),
+    "conversation.item.create": (
+        RealtimeFamilyConnection._on_item_create,
+        ("item", "previous_item_id"),
+        ("item",),
+    ),
     "conversation.item.truncate": (
         RealtimeFamilyConnection._on_truncate,
         ("item_id", "content_index", "audio_end_ms"),
@@ -1452,14 +1567,22 @@ def connection_factory(
 
     def factory(ctx: ConnectionContext) -> RealtimeFamilyConnection:
         query = parse_qs(urlsplit(ctx.request.path).query)
-        model = (query.get("model") or [None])[0]
+        model: str | None = (query.get("model") or [None])[0]  # type: ignore[list-item]
         try:
             beta = ctx.request.headers.get("OpenAI-Beta") is not None
         except Exception:  # a repeated header is still a beta header
             beta = True
         return RealtimeFamilyConnection(
-            dialect, options, now=ctx.now, unix_time=ctx.unix_time, ids=ctx.ids, index=ctx.index,
-            faults=ctx.faults, script=script, model=model, beta_header=beta,
+            dialect,
+            options,
+            now=ctx.now,
+            unix_time=ctx.unix_time,
+            ids=ctx.ids,
+            index=ctx.index,
+            faults=ctx.faults,
+            script=script,
+            model=model,
+            beta_header=beta,
         )
 
     return factory

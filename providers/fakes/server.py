@@ -5,11 +5,14 @@ on the upgrade, one loop per connection that feeds client frames and the single 
 the core pulls, performs the close the core asks for, and keeps an optional JSON-lines record of every client
 frame. Faults (providers/fakes/faults.py) reach connections from the options, at runtime through `inject()`,
 or through `GET /_fault?spec=...` on the fake's own port (for a fake running as a separate process);
-`GET /_connections` lists the connections open now (1-based, as a fault's `N/` counts them).
+`GET /_connections` lists the connections open now (1-based, as a fault's `N/` counts them). With a record
+file, each connection's lifetime is appended to `<record>.connections` when it ends (JSON lines: `conn`,
+`opened_ns`, `closed_ns` on the monotonic clock, `close_code`, `session_id`, `handles`, `resumed_handle`), so
+that a test in another process can tell whether two connections overlapped.
 
 A connection core provides:
 - `record: ConnectionRecord`, `last_frame: ClientFrameRecord | None`;
-- `receive_message(data, now)`, `handle_timer(now)`, `connection_lost(code)`, `inject(fault, now)`;
+- `receive_message(data, now)`, `handle_timer(now)`, `connection_lost(code, now)`, `inject(fault, now)`;
 - `frames_to_send() -> list[str]`, `close_to_send() -> CloseRequest | None`, `next_deadline() -> int | None`;
 - `recorded(frame) -> dict`: the frame as written to the record file (audio payloads shortened);
 - optionally `half_open: bool`: once true, the shell stops reading and writing on the socket (pings go
@@ -63,6 +66,10 @@ class ConnectionRecord:
     close_code: int | None = None
     session_id: str | None = None
     faults: list[str] = field(default_factory=list)  # faults that fired, as spec strings
+    opened_ns: int | None = None  # monotonic ns (CLOCK_MONOTONIC, the same clock in every local process)
+    closed_ns: int | None = None
+    handles: list[str] = field(default_factory=list)  # resumption handles issued (Gemini)
+    resumed_handle: str | None = None  # the handle this connection resumed its session with (Gemini)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,7 +117,7 @@ class FakeConnection(Protocol):
 
     def handle_timer(self, now: int) -> None: ...
 
-    def connection_lost(self, code: int | None) -> None: ...
+    def connection_lost(self, code: int | None, now: int | None = None) -> None: ...
 
     def inject(self, fault: Fault, now: int) -> None: ...
 
@@ -225,8 +232,13 @@ class FakeServer:
         if path == "/_fault":
             return self._fault_request(connection, request)
         if path == "/_connections":
-            live = {"open": sorted(index + 1 for index, (core, _) in self._live.items()
-                                   if not getattr(core, "half_open", False))}
+            live = {
+                "open": sorted(
+                    index + 1
+                    for index, (core, _) in self._live.items()
+                    if not getattr(core, "half_open", False)
+                )
+            }
             return connection.respond(HTTPStatus.OK, json.dumps(live) + "\n")
         if not self._accepts_path(path):
             return connection.respond(HTTPStatus.NOT_FOUND, "Not Found\n")
@@ -258,8 +270,11 @@ class FakeServer:
         later = [f for f in self._later if f.applies_to(index + 1)]
         self._later = [f for f in self._later if f not in later]
         core = self._factory(
-            ConnectionContext(index, time.monotonic_ns(), int(time.time()), self._ids, ws.request, faults + tuple(later))
+            ConnectionContext(
+                index, time.monotonic_ns(), int(time.time()), self._ids, ws.request, faults + tuple(later)
+            )
         )
+        core.record.opened_ns = time.monotonic_ns()
         self.connections.append(core.record)
         inbox: asyncio.Queue[object] = asyncio.Queue()
         self._live[index] = (core, inbox)
@@ -272,9 +287,11 @@ class FakeServer:
             reader.cancel()
             del self._live[index]
             code = ws.close_code if ws.close_code is not None else core.record.close_code
-            core.connection_lost(code)
+            core.record.closed_ns = time.monotonic_ns()
+            core.connection_lost(code, core.record.closed_ns)
             if self._record is not None:
                 self._record.flush()
+                self._write_lifetime(core.record)
 
     @staticmethod
     async def _read(ws: ServerConnection, inbox: asyncio.Queue[object]) -> None:
@@ -292,7 +309,9 @@ class FakeServer:
             now = time.monotonic_ns()
             if deadline is not None and deadline <= now:
                 core.handle_timer(now)
-                await asyncio.sleep(0)  # never starve the other connections, even if a core's deadline is stuck
+                await asyncio.sleep(
+                    0
+                )  # never starve the other connections, even if a core's deadline is stuck
             else:
                 try:
                     if deadline is None:
@@ -333,6 +352,20 @@ class FakeServer:
             await ws.wait_closed()
         finally:
             self._hanging.discard(ws)
+
+    def _write_lifetime(self, record: ConnectionRecord) -> None:
+        assert self._record_path is not None
+        line = {
+            "conn": record.index,
+            "opened_ns": record.opened_ns,
+            "closed_ns": record.closed_ns,
+            "close_code": record.close_code,
+            "session_id": record.session_id,
+            "handles": record.handles,
+            "resumed_handle": record.resumed_handle,
+        }
+        with open(self._record_path + ".connections", "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, separators=(",", ":")) + "\n")
 
     def _write_record(self, core: FakeConnection) -> None:
         entry = core.last_frame

@@ -56,42 +56,70 @@ PCM_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 SUBPROTOCOL_PREFIX = "xai-client-secret."
 
 _TYPE = Str()
-FORMAT = Tagged({
-    "audio/pcm": Obj({"type": _TYPE, "rate": Int(choices=PCM_RATES)}, defaults={"rate": 24000}),
-    "audio/pcmu": Obj({"type": _TYPE, "rate": Int(choices=(8000,))}),
-    "audio/pcma": Obj({"type": _TYPE, "rate": Int(choices=(8000,))}),
-})
-TURN_DETECTION_DEFAULTS: dict[str, Any] = {"threshold": 0.85, "silence_duration_ms": 500, "prefix_padding_ms": 333}
-_TURN_DETECTION = Tagged({
-    "server_vad": Obj(
-        {
-            "type": _TYPE,
-            "threshold": Num(0.0, 1.0),
-            "silence_duration_ms": Int(0, 10_000),
-            "prefix_padding_ms": Int(0, 10_000),
-            "create_response": Bool(),
-            "interrupt_response": Bool(),
-        },
-        defaults=TURN_DETECTION_DEFAULTS,
-    ),
-})
+FORMAT = Tagged(
+    {
+        "audio/pcm": Obj({"type": _TYPE, "rate": Int(choices=PCM_RATES)}, defaults={"rate": 24000}),
+        "audio/pcmu": Obj({"type": _TYPE, "rate": Int(choices=(8000,))}),
+        "audio/pcma": Obj({"type": _TYPE, "rate": Int(choices=(8000,))}),
+    }
+)
+TURN_DETECTION_DEFAULTS: dict[str, Any] = {
+    "threshold": 0.85,
+    "silence_duration_ms": 500,
+    "prefix_padding_ms": 333,
+}
+_TURN_DETECTION = Tagged(
+    {
+        "server_vad": Obj(
+            {
+                "type": _TYPE,
+                "threshold": Num(0.0, 1.0),
+                "silence_duration_ms": Int(0, 10_000),
+                "prefix_padding_ms": Int(0, 10_000),
+                "create_response": Bool(),
+                "interrupt_response": Bool(),
+            },
+            defaults=TURN_DETECTION_DEFAULTS,
+        ),
+    }
+)
 _ANY_FIELDS = Anything()
-_TOOLS = ListOf(Tagged({
-    "function": Obj(
-        {"type": _TYPE, "name": Str(nonempty=True), "description": Str(), "parameters": Anything()},
-        required=("name",),
-    ),
-    "web_search": Obj({"type": _TYPE}),
-    "x_search": Obj({"type": _TYPE, "allowed_x_handles": ListOf(Str())}),
-    "file_search": Obj({"type": _TYPE, "vector_store_ids": ListOf(Str()), "max_num_results": Int(lo=1)}),
-    "mcp": Obj({key: _ANY_FIELDS for key in ("type", "server_url", "server_label", "allowed_tools",
-                                             "authorization", "headers", "require_approval",
-                                             "server_description")}),
-}))
-_TOOL_CHOICE = AnyOf((
-    Str(choices=("none", "auto", "required")),
-    Obj({"type": Str(choices=("function",)), "name": Str(nonempty=True)}, required=("type", "name")),
-))
+_TOOLS = ListOf(
+    Tagged(
+        {
+            "function": Obj(
+                {"type": _TYPE, "name": Str(nonempty=True), "description": Str(), "parameters": Anything()},
+                required=("name",),
+            ),
+            "web_search": Obj({"type": _TYPE}),
+            "x_search": Obj({"type": _TYPE, "allowed_x_handles": ListOf(Str())}),
+            "file_search": Obj(
+                {"type": _TYPE, "vector_store_ids": ListOf(Str()), "max_num_results": Int(lo=1)}
+            ),
+            "mcp": Obj(
+                {
+                    key: _ANY_FIELDS
+                    for key in (
+                        "type",
+                        "server_url",
+                        "server_label",
+                        "allowed_tools",
+                        "authorization",
+                        "headers",
+                        "require_approval",
+                        "server_description",
+                    )
+                }
+            ),
+        }
+    )
+)
+_TOOL_CHOICE = AnyOf(
+    (
+        Str(choices=("none", "auto", "required")),
+        Obj({"type": Str(choices=("function",)), "name": Str(nonempty=True)}, required=("type", "name")),
+    )
+)
 _MAX_OUTPUT_TOKENS = AnyOf((Int(lo=1), Str(choices=("inf",))))
 
 SESSION = Obj(
@@ -106,12 +134,16 @@ SESSION = Obj(
                 "input": Obj(
                     {
                         "format": FORMAT,
-                        "transcription": Nullable(Obj({
-                            "model": Str(nonempty=True),
-                            "language_hint": Str(),
-                            "language": Str(),
-                            "keyterms": ListOf(Str()),
-                        })),
+                        "transcription": Nullable(
+                            Obj(
+                                {
+                                    "model": Str(nonempty=True),
+                                    "language_hint": Str(),
+                                    "language": Str(),
+                                    "keyterms": ListOf(Str()),
+                                }
+                            )
+                        ),
                     },
                     merge=True,
                 ),
@@ -129,48 +161,58 @@ SESSION = Obj(
     merge=True,
 )
 
-RESPONSE = Obj({
-    "modalities": ListOf(Str(choices=("text", "audio"))),
-    "instructions": Str(),
-    "tools": _TOOLS,
-    "tool_choice": _TOOL_CHOICE,
-    "max_output_tokens": _MAX_OUTPUT_TOKENS,
-    "metadata": Nullable(Anything()),
-    "conversation": Str(),
-})
+RESPONSE = Obj(
+    {
+        "modalities": ListOf(Str(choices=("text", "audio"))),
+        "instructions": Str(),
+        "tools": _TOOLS,
+        "tool_choice": _TOOL_CHOICE,
+        "max_output_tokens": _MAX_OUTPUT_TOKENS,
+        "metadata": Nullable(Anything()),
+        "conversation": Str(),
+    }
+)
 
 _ITEM_COMMON = {"type": _TYPE, "id": Str(nonempty=True), "object": Str(), "status": Str()}
-ITEM = Tagged({
-    "message": Obj(
-        {
-            **_ITEM_COMMON,
-            "role": Str(choices=("user", "assistant", "system")),
-            "content": ListOf(Obj({
-                "type": Str(choices=("input_text", "input_audio", "output_text", "output_audio")),
-                "text": Str(),
-                "audio": Str(),
-                "transcript": Nullable(Str()),
-            })),
-        },
-        required=("role", "content"),
-    ),
-    "function_call": Obj(
-        {**_ITEM_COMMON, "name": Str(nonempty=True), "arguments": Str(), "call_id": Str()},
-        required=("name", "arguments"),
-    ),
-    "function_call_output": Obj(
-        {**_ITEM_COMMON, "call_id": Str(nonempty=True), "output": Str()}, required=("call_id", "output")
-    ),
-    "force_message": Obj(
-        {
-            "type": _TYPE,
-            "role": Str(choices=("assistant",)),
-            "interruptible": Bool(),
-            "content": ListOf(Obj({"type": Str(choices=("output_text",)), "text": Str()}, required=("type", "text"))),
-        },
-        required=("content",),
-    ),
-})
+ITEM = Tagged(
+    {
+        "message": Obj(
+            {
+                **_ITEM_COMMON,
+                "role": Str(choices=("user", "assistant", "system")),
+                "content": ListOf(
+                    Obj(
+                        {
+                            "type": Str(choices=("input_text", "input_audio", "output_text", "output_audio")),
+                            "text": Str(),
+                            "audio": Str(),
+                            "transcript": Nullable(Str()),
+                        }
+                    )
+                ),
+            },
+            required=("role", "content"),
+        ),
+        "function_call": Obj(
+            {**_ITEM_COMMON, "name": Str(nonempty=True), "arguments": Str(), "call_id": Str()},
+            required=("name", "arguments"),
+        ),
+        "function_call_output": Obj(
+            {**_ITEM_COMMON, "call_id": Str(nonempty=True), "output": Str()}, required=("call_id", "output")
+        ),
+        "force_message": Obj(
+            {
+                "type": _TYPE,
+                "role": Str(choices=("assistant",)),
+                "interruptible": Bool(),
+                "content": ListOf(
+                    Obj({"type": Str(choices=("output_text",)), "text": Str()}, required=("type", "text"))
+                ),
+            },
+            required=("content",),
+        ),
+    }
+)
 
 
 def _new_session(model: str, session_id: str, expires_at: int) -> dict[str, Any]:

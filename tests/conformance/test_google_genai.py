@@ -56,7 +56,10 @@ def tone16k(ms: int, hz: float = 1000.0) -> bytes:
 
 
 def client(base_url: str, cafile: str, api_version: str | None = "v1beta") -> genai.Client:
-    options: dict[str, Any] = {"base_url": base_url, "async_client_args": {"ssl": ssl.create_default_context(cafile=cafile)}}
+    options: dict[str, Any] = {
+        "base_url": base_url,
+        "async_client_args": {"ssl": ssl.create_default_context(cafile=cafile)},
+    }
     if api_version is not None:
         options["api_version"] = api_version
     return genai.Client(api_key="k", http_options=types.HttpOptions(**options))
@@ -65,25 +68,40 @@ def client(base_url: str, cafile: str, api_version: str | None = "v1beta") -> ge
 def live_config() -> types.LiveConnectConfig:
     return types.LiveConnectConfig(
         response_modalities=[types.Modality.AUDIO],
-        speech_config=types.SpeechConfig(voice_config=types.VoiceConfig(
-            prebuilt_voice_config=types.PrebuiltVoiceConfig(voice_name="Puck"))),
+        speech_config=types.SpeechConfig(
+            voice_config=types.VoiceConfig(prebuilt_voice_config=types.PrebuiltVoiceConfig(voice_name="Puck"))
+        ),
         system_instruction="You are a phone agent.",
-        tools=[types.Tool(function_declarations=[types.FunctionDeclaration(
-            name="lookup_order", description="Find an order",
-            parameters={"type": "object", "properties": {"order_id": {"type": "string"}}})])],
+        tools=[
+            types.Tool(
+                function_declarations=[
+                    types.FunctionDeclaration(
+                        name="lookup_order",
+                        description="Find an order",
+                        parameters={"type": "object", "properties": {"order_id": {"type": "string"}}},
+                    )
+                ]
+            )
+        ],
         realtime_input_config=types.RealtimeInputConfig(
-            automatic_activity_detection=types.AutomaticActivityDetection(disabled=False, silence_duration_ms=400),
-            activity_handling=types.ActivityHandling.START_OF_ACTIVITY_INTERRUPTS),
+            automatic_activity_detection=types.AutomaticActivityDetection(
+                disabled=False, silence_duration_ms=400
+            ),
+            activity_handling=types.ActivityHandling.START_OF_ACTIVITY_INTERRUPTS,
+        ),
         input_audio_transcription=types.AudioTranscriptionConfig(),
         output_audio_transcription=types.AudioTranscriptionConfig(),
         session_resumption=types.SessionResumptionConfig(),
         context_window_compression=types.ContextWindowCompressionConfig(
-            trigger_tokens=25600, sliding_window=types.SlidingWindow(target_tokens=12800)),
+            trigger_tokens=25600, sliding_window=types.SlidingWindow(target_tokens=12800)
+        ),
     )
 
 
 async def test_the_sdk_talks_audio_transcripts_and_tools_with_the_fake(emitted: list[str]) -> None:
-    script = Script(turns=(Turn("echo"), Turn("tone", 300, tool_call=ToolCallScript("lookup_order", {"order_id": "42"}))))
+    script = Script(
+        turns=(Turn("echo"), Turn("tone", 300, tool_call=ToolCallScript("lookup_order", {"order_id": "42"})))
+    )
     async with await serve(options=OPTIONS, script=script) as fake:
         sdk = client(fake.base_url, fake.cert_path)
         async with asyncio.timeout(15):
@@ -115,8 +133,15 @@ async def test_the_sdk_talks_audio_transcripts_and_tools_with_the_fake(emitted: 
                 async for message in session.receive():
                     if message.tool_call and message.tool_call.function_calls:
                         calls += message.tool_call.function_calls
-                        await session.send_tool_response(function_responses=[types.FunctionResponse(
-                            id=calls[0].id, name=calls[0].name, response={"output": {"status": "shipped"}})])
+                        await session.send_tool_response(
+                            function_responses=[
+                                types.FunctionResponse(
+                                    id=calls[0].id,
+                                    name=calls[0].name,
+                                    response={"output": {"status": "shipped"}},
+                                )
+                            ]
+                        )
                     if message.data:
                         answer += message.data
                     if message.usage_metadata:
@@ -128,16 +153,22 @@ async def test_the_sdk_talks_audio_transcripts_and_tools_with_the_fake(emitted: 
         assert setup is not None and setup["setup"]["model"] == f"models/{MODEL}"
     seen = validate(emitted)
     assert {"setupComplete", "serverContent", "toolCall", "usageMetadata", "sessionResumptionUpdate"} <= seen
-    assert {"serverContent.modelTurn", "serverContent.inputTranscription", "serverContent.outputTranscription",
-            "serverContent.generationComplete", "serverContent.turnComplete"} <= seen
+    assert {
+        "serverContent.modelTurn",
+        "serverContent.inputTranscription",
+        "serverContent.outputTranscription",
+        "serverContent.generationComplete",
+        "serverContent.turnComplete",
+    } <= seen
 
 
 async def test_the_sdks_default_v1_path_with_a_trailing_slash(emitted: list[str]) -> None:
     async with await serve(options=OPTIONS) as fake:
         sdk = client(fake.base_url + "/", fake.cert_path, api_version=None)  # requests //ws/...v1...
         async with asyncio.timeout(10):
-            async with sdk.aio.live.connect(model=MODEL, config=types.LiveConnectConfig(
-                    response_modalities=[types.Modality.AUDIO])) as session:
+            async with sdk.aio.live.connect(
+                model=MODEL, config=types.LiveConnectConfig(response_modalities=[types.Modality.AUDIO])
+            ) as session:
                 assert session is not None
         assert fake.connections[0].client_frames[0].frame is not None
         with pytest.raises(errors.APIError, match="for API version v1, "):  # the version read from the path
@@ -171,9 +202,17 @@ def test_every_kind_of_frame_the_fake_emits_is_valid_for_the_sdk() -> None:
     """Drive one core through every message kind on virtual time and check each frame."""
     ms = 1_000_000
     opts = GeminiFakeOptions(response_latency_ms=0, connection_lifetime_ms=60_000, resumption_update_ms=2_000)
-    script = Script(turns=(Turn("tone", 2000), Turn("tone", 300, tool_call=ToolCallScript("f", {"a": [1, "x"]}))))
-    conn = GeminiFakeConnection(opts, now=0, api_key="k", ids=SequentialIds(), script=script,
-                                faults=(parse_fault("duplicate_tool_call"),))
+    script = Script(
+        turns=(Turn("tone", 2000), Turn("tone", 300, tool_call=ToolCallScript("f", {"a": [1, "x"]})))
+    )
+    conn = GeminiFakeConnection(
+        opts,
+        now=0,
+        api_key="k",
+        ids=SequentialIds(),
+        script=script,
+        faults=(parse_fault("duplicate_tool_call"),),
+    )
     frames: list[str] = []
     now = 0
 
@@ -191,12 +230,28 @@ def test_every_kind_of_frame_the_fake_emits_is_valid_for_the_sdk() -> None:
 
     def speak(pcm: bytes) -> None:
         for i in range(0, len(pcm), 640):
-            send({"realtimeInput": {"audio": {"data": base64.b64encode(pcm[i : i + 640]).decode(),
-                                              "mimeType": "audio/pcm;rate=16000"}}})
+            send(
+                {
+                    "realtimeInput": {
+                        "audio": {
+                            "data": base64.b64encode(pcm[i : i + 640]).decode(),
+                            "mimeType": "audio/pcm;rate=16000",
+                        }
+                    }
+                }
+            )
             advance(now + 20 * ms)
 
-    send({"setup": {"model": f"models/{MODEL}", "sessionResumption": {}, "inputAudioTranscription": {},
-                    "outputAudioTranscription": {}}})
+    send(
+        {
+            "setup": {
+                "model": f"models/{MODEL}",
+                "sessionResumption": {},
+                "inputAudioTranscription": {},
+                "outputAudioTranscription": {},
+            }
+        }
+    )
     speak(tone16k(300) + bytes(32 * 600))
     advance(now + 2_500 * ms)  # a periodic update while the answer plays: not resumable
     speak(tone16k(200))  # barge-in: interrupted
@@ -206,9 +261,18 @@ def test_every_kind_of_frame_the_fake_emits_is_valid_for_the_sdk() -> None:
     assert conn.close_to_send() is not None
     seen = validate(frames)
     assert seen == {
-        "setupComplete", "serverContent", "toolCall", "toolCallCancellation", "usageMetadata", "goAway",
-        "sessionResumptionUpdate", "serverContent.modelTurn", "serverContent.inputTranscription",
-        "serverContent.outputTranscription", "serverContent.generationComplete", "serverContent.turnComplete",
+        "setupComplete",
+        "serverContent",
+        "toolCall",
+        "toolCallCancellation",
+        "usageMetadata",
+        "goAway",
+        "sessionResumptionUpdate",
+        "serverContent.modelTurn",
+        "serverContent.inputTranscription",
+        "serverContent.outputTranscription",
+        "serverContent.generationComplete",
+        "serverContent.turnComplete",
         "serverContent.interrupted",
     }
     updates = [json.loads(f)["sessionResumptionUpdate"] for f in frames if "sessionResumptionUpdate" in f]

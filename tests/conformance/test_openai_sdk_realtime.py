@@ -50,8 +50,14 @@ SESSION = {
         "input": {
             "format": PCMU,
             "transcription": {"model": "gpt-4o-transcribe", "language": "en"},
-            "turn_detection": {"type": "server_vad", "threshold": 0.5, "prefix_padding_ms": 300,
-                               "silence_duration_ms": 500, "create_response": True, "interrupt_response": True},
+            "turn_detection": {
+                "type": "server_vad",
+                "threshold": 0.5,
+                "prefix_padding_ms": 300,
+                "silence_duration_ms": 500,
+                "create_response": True,
+                "interrupt_response": True,
+            },
         },
         "output": {"format": PCMU, "voice": "marin"},
     },
@@ -62,7 +68,9 @@ def utterance() -> bytes:
     """µ-law at 8 kHz: 400 ms quiet, 800 ms of a 1 kHz tone, 900 ms quiet."""
     rng = np.random.default_rng(0)
     t = np.arange(6400) / 8000
-    x = np.concatenate([rng.normal(0, 5e-4, 3200), 0.3 * np.sin(2 * np.pi * 1000 * t), rng.normal(0, 5e-4, 7200)])
+    x = np.concatenate(
+        [rng.normal(0, 5e-4, 3200), 0.3 * np.sin(2 * np.pi * 1000 * t), rng.normal(0, 5e-4, 7200)]
+    )
     return ulaw_encode((x * 32767).astype("<i2").tobytes())
 
 
@@ -133,19 +141,29 @@ async def test_sdk_voice_turn_pcmu_both_ways_with_transcription(fake: FakeServer
         [updated] = await until(conn, "session.updated")
         assert updated.session.audio.input.format.type == "audio/pcmu"
         for i in range(0, len(audio), 160):
-            await conn.input_audio_buffer.append(audio=base64.b64encode(audio[i: i + 160]).decode())
+            await conn.input_audio_buffer.append(audio=base64.b64encode(audio[i : i + 160]).decode())
         events = await until(conn, "response.done")
     cap.validate_all()
     validate_client_frames(fake)
     types = [e.type for e in events]
-    for kind in ("input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped",
-                 "input_audio_buffer.committed", "conversation.item.input_audio_transcription.completed",
-                 "response.created", "rate_limits.updated", "response.output_audio_transcript.done"):
+    for kind in (
+        "input_audio_buffer.speech_started",
+        "input_audio_buffer.speech_stopped",
+        "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.completed",
+        "response.created",
+        "rate_limits.updated",
+        "response.output_audio_transcript.done",
+    ):
         assert kind in types
-    assert types.index("input_audio_buffer.speech_started") < types.index("input_audio_buffer.committed") < \
-        types.index("response.created") < types.index("response.done")
+    assert (
+        types.index("input_audio_buffer.speech_started")
+        < types.index("input_audio_buffer.committed")
+        < types.index("response.created")
+        < types.index("response.done")
+    )
     deltas = [e for e in events if isinstance(e, ResponseAudioDeltaEvent)]
-    assert b"".join(base64.b64decode(e.delta) for e in deltas) == audio[100 * 8: 1500 * 8]
+    assert b"".join(base64.b64decode(e.delta) for e in deltas) == audio[100 * 8 : 1500 * 8]
     assert isinstance(events[-1], ResponseDoneEvent) and events[-1].response.status == "completed"
     assert cap.of("input_audio_buffer.speech_started")[0]["audio_start_ms"] == 100
     assert fake.connections[0].client_frames[1].audio_bytes == 160
@@ -153,8 +171,20 @@ async def test_sdk_voice_turn_pcmu_both_ways_with_transcription(fake: FakeServer
 
 @pytest.mark.parametrize(
     "fake",
-    [{"script": Script((Turn("tone", 800, transcript="Your order ships today.",
-                             tool_call=ToolCallScript("lookup_order", {"order_id": "42"})),))}],
+    [
+        {
+            "script": Script(
+                (
+                    Turn(
+                        "tone",
+                        800,
+                        transcript="Your order ships today.",
+                        tool_call=ToolCallScript("lookup_order", {"order_id": "42"}),
+                    ),
+                )
+            )
+        }
+    ],
     indirect=True,
 )
 async def test_sdk_tool_call_round_trip_and_truncate(fake: FakeServer) -> None:
@@ -164,16 +194,19 @@ async def test_sdk_tool_call_round_trip_and_truncate(fake: FakeServer) -> None:
         await conn.session.update(session=SESSION)
         await until(conn, "session.updated")
         for i in range(0, len(audio), 800):
-            await conn.input_audio_buffer.append(audio=base64.b64encode(audio[i: i + 800]).decode())
+            await conn.input_audio_buffer.append(audio=base64.b64encode(audio[i : i + 800]).decode())
         events = await until(conn, "response.done")
         [call] = [e for e in events if e.type == "response.function_call_arguments.done"]
         assert (call.name, json.loads(call.arguments)) == ("lookup_order", {"order_id": "42"})
         await conn.conversation.item.create(
-            item={"type": "function_call_output", "call_id": call.call_id, "output": '{"status":"shipped"}'})
+            item={"type": "function_call_output", "call_id": call.call_id, "output": '{"status":"shipped"}'}
+        )
         await conn.response.create()
         events = await until(conn, "response.done")
         assert events[-1].response.status == "completed"
-        spoken = b"".join(base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta")
+        spoken = b"".join(
+            base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta"
+        )
         assert len(spoken) == 800 * 8
         [item] = [e.item for e in events if e.type == "response.output_item.done"]
         await conn.conversation.item.truncate(item_id=item.id, content_index=0, audio_end_ms=400)
@@ -202,8 +235,9 @@ async def test_sdk_session_cap_error_then_clean_close_1001(fake: FakeServer) -> 
 
 
 async def test_sdk_beta_header_is_refused_with_4000(fake: FakeServer) -> None:
-    async with client(fake).realtime.connect(model="gpt-realtime-2",
-                                              extra_headers={"OpenAI-Beta": "realtime=v1"}) as conn:
+    async with client(fake).realtime.connect(
+        model="gpt-realtime-2", extra_headers={"OpenAI-Beta": "realtime=v1"}
+    ) as conn:
         cap = Capture(conn)
         events = []
         with pytest.raises(ConnectionClosedError) as closed:  # 4000 is not a clean close: `async for` raises
@@ -225,3 +259,31 @@ async def test_runtime_fault_injection_reaches_the_connection(fake: FakeServer) 
     cap.validate_all()
     await asyncio.sleep(0.05)
     assert fake.connections[0].faults == ["close"] and fake.connections[0].close_code == 1001
+
+
+async def test_ro5_sdk_manual_turns_commit_then_response_create(fake: FakeServer) -> None:
+    """Turn detection off (`turn_detection: None`, as the bridge's client mode sends it): the SDK's
+    `input_audio_buffer.commit` is transcribed at once, and `response.create` answers it; every frame strict."""
+    audio = utterance()
+    manual = {
+        **SESSION,
+        "audio": {**SESSION["audio"], "input": {**SESSION["audio"]["input"], "turn_detection": None}},
+    }
+    async with client(fake).realtime.connect(model="gpt-realtime-2") as conn:
+        cap = Capture(conn)
+        await until(conn, "conversation.created")
+        await conn.session.update(session=manual)
+        [updated] = await until(conn, "session.updated")
+        assert updated.session.audio.input.turn_detection is None
+        for i in range(0, len(audio), 160):
+            await conn.input_audio_buffer.append(audio=base64.b64encode(audio[i : i + 160]).decode())
+        await conn.input_audio_buffer.commit()
+        committed = await until(conn, "conversation.item.input_audio_transcription.completed")
+        await conn.response.create()
+        answered = await until(conn, "response.done")
+    cap.validate_all()
+    validate_client_frames(fake)
+    assert "input_audio_buffer.speech_started" not in [e.type for e in committed + answered]
+    assert [e.type for e in committed].count("input_audio_buffer.committed") == 1
+    echoed = b"".join(base64.b64decode(e.delta) for e in answered if isinstance(e, ResponseAudioDeltaEvent))
+    assert echoed == audio  # the whole committed buffer, spoken back

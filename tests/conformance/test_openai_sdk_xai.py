@@ -150,8 +150,10 @@ class ItemAdded(Event):
 
 
 class TranscriptionSnapshot(Event):
-    type: Literal["conversation.item.input_audio_transcription.updated",
-                  "conversation.item.input_audio_transcription.completed"]
+    type: Literal[
+        "conversation.item.input_audio_transcription.updated",
+        "conversation.item.input_audio_transcription.completed",
+    ]
     item_id: str
     transcript: str
 
@@ -212,7 +214,9 @@ class ContentPart(Event):
 
 
 class Delta(Event):
-    type: Literal["response.output_audio.delta", "response.output_audio_transcript.delta", "response.text.delta"]
+    type: Literal[
+        "response.output_audio.delta", "response.output_audio_transcript.delta", "response.text.delta"
+    ]
     response_id: str
     item_id: str
     output_index: int
@@ -262,9 +266,25 @@ class Ping(_M):
 
 
 MODELS: dict[str, type[_M]] = {}
-for _model in (SessionEvent, ConversationCreated, SpeechStarted, SpeechStopped, Committed, ItemAdded,
-               TranscriptionSnapshot, ResponseCreated, ResponseDone, OutputItem, ContentPart, Delta, AudioDone,
-               TranscriptDone, FunctionCallDone, ErrorEvent, Ping):
+for _model in (
+    SessionEvent,
+    ConversationCreated,
+    SpeechStarted,
+    SpeechStopped,
+    Committed,
+    ItemAdded,
+    TranscriptionSnapshot,
+    ResponseCreated,
+    ResponseDone,
+    OutputItem,
+    ContentPart,
+    Delta,
+    AudioDone,
+    TranscriptDone,
+    FunctionCallDone,
+    ErrorEvent,
+    Ping,
+):
     for _kind in _model.model_fields["type"].annotation.__args__:  # type: ignore[union-attr]
         MODELS[_kind] = _model
 
@@ -276,21 +296,36 @@ def utterance() -> bytes:
     """µ-law at 8 kHz: 400 ms quiet, 800 ms of a 1 kHz tone, 900 ms quiet."""
     rng = np.random.default_rng(0)
     t = np.arange(6400) / 8000
-    x = np.concatenate([rng.normal(0, 5e-4, 3200), 0.3 * np.sin(2 * np.pi * 1000 * t), rng.normal(0, 5e-4, 7200)])
+    x = np.concatenate(
+        [rng.normal(0, 5e-4, 3200), 0.3 * np.sin(2 * np.pi * 1000 * t), rng.normal(0, 5e-4, 7200)]
+    )
     return ulaw_encode((x * 32767).astype("<i2").tobytes())
 
 
 SESSION = {
     "instructions": "You are a phone agent.",
     "voice": "ara",
-    "turn_detection": {"type": "server_vad", "threshold": 0.5, "silence_duration_ms": 500, "prefix_padding_ms": 333},
+    "turn_detection": {
+        "type": "server_vad",
+        "threshold": 0.5,
+        "silence_duration_ms": 500,
+        "prefix_padding_ms": 333,
+    },
     "audio": {
-        "input": {"format": {"type": "audio/pcmu"},
-                  "transcription": {"model": "grok-transcribe", "language_hint": "en"}},
+        "input": {
+            "format": {"type": "audio/pcmu"},
+            "transcription": {"model": "grok-transcribe", "language_hint": "en"},
+        },
         "output": {"format": {"type": "audio/pcmu"}},
     },
-    "tools": [{"type": "function", "name": "lookup_order", "description": "Find an order.",
-               "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}}}],
+    "tools": [
+        {
+            "type": "function",
+            "name": "lookup_order",
+            "description": "Find an order.",
+            "parameters": {"type": "object", "properties": {"order_id": {"type": "string"}}},
+        }
+    ],
     "reasoning": {"effort": "none"},
 }
 
@@ -353,7 +388,7 @@ async def test_sdk_against_xai_voice_turn(fake: FakeServer) -> None:
         await conn.session.update(session=SESSION)  # xAI-shaped: the SDK passes the dict through untouched
         await until(conn, "session.updated")  # a ping may come first
         for i in range(0, len(audio), 800):  # xAI suggests ~100 ms per append
-            await conn.input_audio_buffer.append(audio=base64.b64encode(audio[i: i + 800]).decode())
+            await conn.input_audio_buffer.append(audio=base64.b64encode(audio[i : i + 800]).decode())
         await until(conn, "response.done")
         if "ping" not in cap.types():
             await until(conn, "ping")  # lenient SDK parsing: comes back as an object whose .type is "ping"
@@ -362,20 +397,30 @@ async def test_sdk_against_xai_voice_turn(fake: FakeServer) -> None:
     assert types[:2] == ["session.created", "conversation.created"]
     assert cap.frames[0]["session"]["model"] == MODEL
     assert cap.frames[types.index("session.updated")]["session"]["voice"] == "ara"
-    for kind in ("conversation.item.input_audio_transcription.updated",
-                 "conversation.item.input_audio_transcription.completed", "response.output_audio.delta"):
+    for kind in (
+        "conversation.item.input_audio_transcription.updated",
+        "conversation.item.input_audio_transcription.completed",
+        "response.output_audio.delta",
+    ):
         assert kind in types
-    assert types.index("input_audio_buffer.speech_started") < types.index("input_audio_buffer.committed") < \
-        types.index("response.created") < types.index("response.done")
-    spoken = b"".join(base64.b64decode(f["delta"]) for f in cap.frames if f["type"] == "response.output_audio.delta")
-    assert spoken == audio[(400 - 333) * 8: (1200 + 333) * 8]
+    assert (
+        types.index("input_audio_buffer.speech_started")
+        < types.index("input_audio_buffer.committed")
+        < types.index("response.created")
+        < types.index("response.done")
+    )
+    spoken = b"".join(
+        base64.b64decode(f["delta"]) for f in cap.frames if f["type"] == "response.output_audio.delta"
+    )
+    assert spoken == audio[(400 - 333) * 8 : (1200 + 333) * 8]
     done = next(f for f in cap.frames if f["type"] == "response.done")
     assert done["usage"] == done["response"]["usage"] and done["usage"]["billable_audio_seconds"] > 0
     assert fake.connections[0].client_frames[0].frame == {"type": "session.update", "session": SESSION}
 
 
 @pytest.mark.parametrize(
-    "fake", [{"script": Script((Turn("tone", 500, tool_call=ToolCallScript("lookup_order", {"order_id": "7"})),))}],
+    "fake",
+    [{"script": Script((Turn("tone", 500, tool_call=ToolCallScript("lookup_order", {"order_id": "7"})),))}],
     indirect=True,
 )
 async def test_sdk_against_xai_tool_call_and_unsupported_truncate(fake: FakeServer) -> None:
@@ -386,14 +431,20 @@ async def test_sdk_against_xai_tool_call_and_unsupported_truncate(fake: FakeServ
         await until(conn, "session.updated")
         await conn.input_audio_buffer.append(audio=base64.b64encode(audio).decode())
         events = await until(conn, "response.done")
-        assert [e.type for e in events[-3:]] == ["response.function_call_arguments.done",
-                                                 "response.output_item.done", "response.done"]
+        assert [e.type for e in events[-3:]] == [
+            "response.function_call_arguments.done",
+            "response.output_item.done",
+            "response.done",
+        ]
         call = events[-3]
-        await conn.conversation.item.create(item={"type": "function_call_output", "call_id": call.call_id,
-                                                  "output": '{"status":"shipped"}'})
+        await conn.conversation.item.create(
+            item={"type": "function_call_output", "call_id": call.call_id, "output": '{"status":"shipped"}'}
+        )
         await conn.response.create()
         events = await until(conn, "response.done")
-        spoken = b"".join(base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta")
+        spoken = b"".join(
+            base64.b64decode(e.delta) for e in events if e.type == "response.output_audio.delta"
+        )
         assert len(spoken) == 500 * 8
         item_id = next(e.item.id for e in events if e.type == "response.output_item.done")
         await conn.conversation.item.truncate(item_id=item_id, content_index=0, audio_end_ms=100)

@@ -206,7 +206,7 @@ def test_memory_stays_bounded_in_silence_and_utterances_are_capped() -> None:
 def test_queue_is_bounded() -> None:
     model = EchoModel(RATE, 1, EchoOptions(max_queued=1, hangover_ms=100))
     burst = ulaw(tone(200), quiet(200, seed=14))
-    for i in range(5):
+    for _ in range(5):
         model.receive_audio(burst, ulaw_decode(burst), 0)  # all at now=0: nothing plays out
     assert model.queued == 1 and model.dropped == 3
 

@@ -101,7 +101,9 @@ def test_runtime_faults_count_from_now() -> None:
 
 
 def test_one_shot_faults_fire_while_lasting_ones_stay_active() -> None:
-    schedule = FaultSchedule([parse_fault("close"), parse_fault("half_open"), parse_fault("duplicate_tool_call")], 1, 0)
+    schedule = FaultSchedule(
+        [parse_fault("close"), parse_fault("half_open"), parse_fault("duplicate_tool_call")], 1, 0
+    )
     assert len(schedule.due(0)) == 3
     assert schedule.active(FaultKind.CLOSE, S) is None
     assert schedule.active(FaultKind.HALF_OPEN, 100 * S) == parse_fault("half_open")
@@ -186,8 +188,10 @@ async def test_inject_for_a_connection_not_yet_open_waits_for_it() -> None:
 async def test_fault_endpoint_injects_valid_specs_and_rejects_bad_ones() -> None:
     async with asyncio.timeout(5), await serve() as server:
         ws = await started(server.url)
-        assert await http_get(server.port, "/_fault?spec=bogus") == (400, "unknown fault 'bogus' (known: "
-                                                                   + ", ".join(k.value for k in FaultKind) + ")\n")
+        assert await http_get(server.port, "/_fault?spec=bogus") == (
+            400,
+            "unknown fault 'bogus' (known: " + ", ".join(k.value for k in FaultKind) + ")\n",
+        )
         status, body = await http_get(server.port, "/_fault?spec=" + quote("burst"))
         assert (status, body) == (400, "fault burst needs a value, e.g. burst:4\n")
         assert (await http_get(server.port, "/_fault"))[0] == 400

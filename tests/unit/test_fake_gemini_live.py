@@ -66,8 +66,14 @@ class Harness:
     ) -> None:
         self.now = now
         self.conn = GeminiFakeConnection(
-            options, now=now, api_key=api_key, ids=ids or SequentialIds(), index=index,
-            faults=tuple(parse_fault(f) for f in faults), script=script, sessions=sessions,
+            options,
+            now=now,
+            api_key=api_key,
+            ids=ids or SequentialIds(),
+            index=index,
+            faults=tuple(parse_fault(f) for f in faults),
+            script=script,
+            sessions=sessions,
         )
         self.log: list[tuple[int, dict[str, Any] | str]] = []
         self.closed: CloseRequest | None = None
@@ -119,7 +125,9 @@ class Harness:
         out: list[dict[str, Any] | str] = []
         for i in range(0, len(pcm), step):
             data = base64.b64encode(pcm[i : i + step]).decode()
-            out += self.send({"realtimeInput": {"audio": {"data": data, "mimeType": f"audio/pcm;rate={rate}"}}})
+            out += self.send(
+                {"realtimeInput": {"audio": {"data": data, "mimeType": f"audio/pcm;rate={rate}"}}}
+            )
             out += self.advance(self.now + frame_ms * MS)
         return out
 
@@ -141,7 +149,11 @@ class Harness:
         flags = []
         for _, m in self.log:
             if isinstance(m, dict) and "serverContent" in m:
-                flags += [k for k in ("interrupted", "generationComplete", "turnComplete") if k in m["serverContent"]]
+                flags += [
+                    k
+                    for k in ("interrupted", "generationComplete", "turnComplete")
+                    if k in m["serverContent"]
+                ]
         return flags
 
 
@@ -160,27 +172,39 @@ def test_setup_complete_in_camel_case() -> None:
 
 
 def test_the_sdks_mixed_spelling_and_all_snake_case_are_accepted() -> None:
-    sdk = {"setup": {
-        "model": MODEL,
-        "generationConfig": {"responseModalities": ["AUDIO"], "speechConfig": {
-            "voice_config": {"prebuilt_voice_config": {"voice_name": "Puck"}}}},
-        "systemInstruction": {"parts": [{"text": "Be brief."}], "role": "user"},
-        "tools": [{"functionDeclarations": [{"name": "f", "parameters": {"type": "OBJECT"}}]}],
-        "sessionResumption": {}, "inputAudioTranscription": {}, "outputAudioTranscription": {},
-        "realtimeInputConfig": {"automatic_activity_detection": {"disabled": False, "silence_duration_ms": 300},
-                                "activity_handling": "NO_INTERRUPTION"},
-        "contextWindowCompression": {"trigger_tokens": 25600, "sliding_window": {"target_tokens": 12800}},
-    }}
+    sdk = {
+        "setup": {
+            "model": MODEL,
+            "generationConfig": {
+                "responseModalities": ["AUDIO"],
+                "speechConfig": {"voice_config": {"prebuilt_voice_config": {"voice_name": "Puck"}}},
+            },
+            "systemInstruction": {"parts": [{"text": "Be brief."}], "role": "user"},
+            "tools": [{"functionDeclarations": [{"name": "f", "parameters": {"type": "OBJECT"}}]}],
+            "sessionResumption": {},
+            "inputAudioTranscription": {},
+            "outputAudioTranscription": {},
+            "realtimeInputConfig": {
+                "automatic_activity_detection": {"disabled": False, "silence_duration_ms": 300},
+                "activity_handling": "NO_INTERRUPTION",
+            },
+            "contextWindowCompression": {"trigger_tokens": 25600, "sliding_window": {"target_tokens": 12800}},
+        }
+    }
     h = Harness()
     assert h.send(sdk)[0] == {"setupComplete": {}}
     assert h.conn._interrupts is False  # noqa: SLF001 - the snake_case inner key was read
-    snake = {"setup": {
-        "model": MODEL, "generation_config": {"response_modalities": ["AUDIO"]},
-        "system_instruction": {"parts": [{"text": "x"}]}, "realtime_input_config": {
-            "automatic_activity_detection": {"disabled": True}},
-        "input_audio_transcription": {}, "session_resumption": {"handle": None},
-        "context_window_compression": {"sliding_window": {}},
-    }}
+    snake = {
+        "setup": {
+            "model": MODEL,
+            "generation_config": {"response_modalities": ["AUDIO"]},
+            "system_instruction": {"parts": [{"text": "x"}]},
+            "realtime_input_config": {"automatic_activity_detection": {"disabled": True}},
+            "input_audio_transcription": {},
+            "session_resumption": {"handle": None},
+            "context_window_compression": {"sliding_window": {}},
+        }
+    }
     h2 = Harness()
     assert h2.send(snake)[0] == {"setupComplete": {}}
     assert h2.conn._vad is not None and h2.conn._vad.manual  # noqa: SLF001
@@ -190,13 +214,28 @@ def test_the_sdks_mixed_spelling_and_all_snake_case_are_accepted() -> None:
     ("frame", "code", "reason"),
     [
         ({"setup": {"model": "gemini-3.1-flash-live-preview"}}, 1007, INVALID_ARGUMENT),  # no models/ prefix
-        ({"setup": {"model": "models/gemini-9"}}, 1008, "models/gemini-9 is not found for API version v1beta"),
-        ({"setup": {"model": MODEL, "generationConfig": {"responseModalities": ["TEXT"]}}}, 1007, INVALID_ARGUMENT),
+        (
+            {"setup": {"model": "models/gemini-9"}},
+            1008,
+            "models/gemini-9 is not found for API version v1beta",
+        ),
+        (
+            {"setup": {"model": MODEL, "generationConfig": {"responseModalities": ["TEXT"]}}},
+            1007,
+            INVALID_ARGUMENT,
+        ),
         ({"setup": {"model": MODEL, "bogus": 1}}, 1007, 'Unknown name "bogus"'),
         ({"setup": {"model": MODEL, "generationConfig": {"bogus": 1}}}, 1007, 'Unknown name "bogus"'),
-        ({"setup": {"model": MODEL, "contextWindowCompression": {"triggerTokens": "many"}}}, 1007, INVALID_ARGUMENT),
-        ({"setup": {"model": MODEL, "tools": [{"functionDeclarations": [{"description": "no name"}]}]}}, 1007,
-         INVALID_ARGUMENT),
+        (
+            {"setup": {"model": MODEL, "contextWindowCompression": {"triggerTokens": "many"}}},
+            1007,
+            INVALID_ARGUMENT,
+        ),
+        (
+            {"setup": {"model": MODEL, "tools": [{"functionDeclarations": [{"description": "no name"}]}]}},
+            1007,
+            INVALID_ARGUMENT,
+        ),
         ({"realtimeInput": {"audioStreamEnd": True}}, 1007, INVALID_ARGUMENT),  # setup must come first
         ({"setup": {"model": MODEL}, "clientContent": {}}, 1007, INVALID_ARGUMENT),  # two top-level keys
         ({}, 1007, INVALID_ARGUMENT),
@@ -259,7 +298,7 @@ def test_an_utterance_is_transcribed_and_echoed_at_24k_in_a_burst() -> None:
     outputs = "".join(c["text"] for _, c in h.messages("serverContent", "outputTranscription"))
     assert outputs == "[echo 1, 0.7 s]"
     assert h.content_flags() == ["generationComplete", "turnComplete"]
-    (t_done, _), = h.messages("serverContent", "turnComplete")
+    ((t_done, _),) = h.messages("serverContent", "turnComplete")
     assert t_done == chunks[0] + len(audio) * S // 48000  # when real-time playback would have ended
 
 
@@ -307,8 +346,12 @@ def test_audio_stream_end_ends_the_utterance_at_once() -> None:
 
 
 def test_bad_audio_closes_1007() -> None:
-    for blob in ({"data": "!!", "mimeType": "audio/pcm;rate=16000"}, {"data": "AAAA", "mimeType": "audio/wav"},
-                 {"data": "AAAA", "mimeType": "audio/pcm;rate=x"}, {"data": "AAAA"}):
+    for blob in (
+        {"data": "!!", "mimeType": "audio/pcm;rate=16000"},
+        {"data": "AAAA", "mimeType": "audio/wav"},
+        {"data": "AAAA", "mimeType": "audio/pcm;rate=x"},
+        {"data": "AAAA"},
+    ):
         h = Harness()
         h.setup()
         h.send({"realtime_input": {"audio": blob}})
@@ -383,10 +426,19 @@ def test_activity_signals_need_manual_detection() -> None:
 def test_text_turns_get_a_tone_answer_with_the_text_as_transcript() -> None:
     h = Harness()
     h.setup(outputAudioTranscription={})
-    h.send({"clientContent": {"turns": [{"role": "user", "parts": [{"text": "seed"}]}], "turnComplete": False}})
+    h.send(
+        {"clientContent": {"turns": [{"role": "user", "parts": [{"text": "seed"}]}], "turnComplete": False}}
+    )
     h.advance(h.now + S)
     assert h.messages("serverContent") == []
-    h.send({"client_content": {"turns": [{"role": "user", "parts": [{"text": "hello there"}]}], "turnComplete": True}})
+    h.send(
+        {
+            "client_content": {
+                "turns": [{"role": "user", "parts": [{"text": "hello there"}]}],
+                "turnComplete": True,
+            }
+        }
+    )
     h.advance(h.now + 2 * S)
     assert "".join(c["text"] for _, c in h.messages("serverContent", "outputTranscription")) == "hello there"
     assert len(h.audio()) == 48_000  # the echo turn's default 1000 ms, as a tone
@@ -399,7 +451,9 @@ def test_client_content_interrupts_an_answer() -> None:
     h = Harness(script=LONG_TONE)
     h.setup()
     h.stream(tone(400) + silence(520))
-    h.send({"clientContent": {"turns": [{"role": "user", "parts": [{"text": "stop"}]}], "turnComplete": True}})
+    h.send(
+        {"clientContent": {"turns": [{"role": "user", "parts": [{"text": "stop"}]}], "turnComplete": True}}
+    )
     assert h.content_flags() == ["interrupted", "turnComplete"] and h.conn.replying
 
 
@@ -413,14 +467,21 @@ def test_a_tool_call_blocks_the_turn_until_its_response() -> None:
     h = Harness(script=TOOL_SCRIPT)
     h.setup(sessionResumption={})
     h.stream(tone(400) + silence(600))
-    (_, call), = h.messages("toolCall")
+    ((_, call),) = h.messages("toolCall")
     (fc,) = call["functionCalls"]
     assert fc["name"] == "lookup_order" and fc["args"] == {"order_id": "42"} and fc["id"].startswith("fc_")
     h.advance(h.now + 12 * S)
     assert h.audio() == b"" and h.messages("serverContent", "turnComplete") == []
     assert h.messages("sessionResumptionUpdate")[-1][1] == {}, "not resumable while a tool call is open"
-    h.send({"tool_response": {"functionResponses": [{"id": fc["id"], "name": "lookup_order",
-                                                      "response": {"output": {"status": "shipped"}}}]}})
+    h.send(
+        {
+            "tool_response": {
+                "functionResponses": [
+                    {"id": fc["id"], "name": "lookup_order", "response": {"output": {"status": "shipped"}}}
+                ]
+            }
+        }
+    )
     h.advance(h.now + 2 * S)
     assert len(h.audio()) == 800 * 48 and h.content_flags()[-1] == "turnComplete"
 
@@ -439,7 +500,7 @@ def test_a_tool_response_must_match_an_open_call(responses: Any) -> None:
     h = Harness(script=TOOL_SCRIPT)
     h.setup()
     h.stream(tone(400) + silence(600))
-    (_, call), = h.messages("toolCall")
+    ((_, call),) = h.messages("toolCall")
     if isinstance(responses, list) and responses and responses[0].get("id") == "*":
         responses[0]["id"] = call["functionCalls"][0]["id"]
     h.send({"toolResponse": {"functionResponses": responses}})
@@ -457,10 +518,11 @@ def test_barge_in_retracts_an_open_tool_call() -> None:
     h = Harness(script=TOOL_SCRIPT)
     h.setup()
     h.stream(tone(400) + silence(600))
-    (_, call), = h.messages("toolCall")
+    ((_, call),) = h.messages("toolCall")
     h.stream(tone(100))
-    assert h.messages("toolCallCancellation") == [(h.messages("toolCallCancellation")[0][0],
-                                                    {"ids": [call["functionCalls"][0]["id"]]})]
+    assert h.messages("toolCallCancellation") == [
+        (h.messages("toolCallCancellation")[0][0], {"ids": [call["functionCalls"][0]["id"]]})
+    ]
     assert h.content_flags() == ["interrupted", "turnComplete"]
 
 
@@ -496,10 +558,14 @@ def test_resumption_updates_and_resuming_on_a_new_connection() -> None:
     sessions = GeminiSessions()
     ids = SequentialIds()
     script = Script(then=Turn("tone", duration_ms=300))
-    first = Harness(GeminiFakeOptions(response_latency_ms=0, resumption_update_ms=5_000), script=script,
-                    sessions=sessions, ids=ids)
+    first = Harness(
+        GeminiFakeOptions(response_latency_ms=0, resumption_update_ms=5_000),
+        script=script,
+        sessions=sessions,
+        ids=ids,
+    )
     first.setup(sessionResumption={}, outputAudioTranscription={})
-    (_, update), = first.messages("sessionResumptionUpdate")
+    ((_, update),) = first.messages("sessionResumptionUpdate")
     assert update["resumable"] is True and update["newHandle"].startswith("handle_")
     first.stream(tone(300) + silence(600))
     first.advance(first.now + 2 * S)
@@ -512,7 +578,9 @@ def test_resumption_updates_and_resuming_on_a_new_connection() -> None:
 
     first.conn.connection_lost(1000)
     second = Harness(script=script, sessions=sessions, index=2, now=first.now, ids=ids)
-    assert second.setup(sessionResumption={"handle": handle}, outputAudioTranscription={})[0] == {"setupComplete": {}}
+    assert second.setup(sessionResumption={"handle": handle}, outputAudioTranscription={})[0] == {
+        "setupComplete": {}
+    }
     second.stream(tone(300) + silence(600))
     second.advance(second.now + 2 * S)
     transcript = "".join(c["text"] for _, c in second.messages("serverContent", "outputTranscription"))
@@ -534,13 +602,56 @@ def test_periodic_updates_and_unknown_or_expired_handles() -> None:
     in_time = Harness(opts, sessions=sessions, now=59 * S, index=3, ids=ids)
     assert in_time.setup(sessionResumption={"handle": handle})[0] == {"setupComplete": {}}
     in_time.conn.connection_lost(1000)
-    late = Harness(opts, sessions=sessions, now=61 * S, index=4, ids=ids)
+    # Valid for the TTL after the session last ended (59 s, when `in_time` closed), not after it was issued.
+    late = Harness(opts, sessions=sessions, now=(59 + 61) * S, index=4, ids=ids)
     late.setup(sessionResumption={"handle": handle})
     assert late.closed is not None and late.closed.code == 1007
     plain = Harness()
     plain.setup()
     plain.advance(30 * S)
     assert plain.messages("sessionResumptionUpdate") == [], "no updates unless requested"
+
+
+def test_a_handle_stays_valid_for_the_ttl_after_the_session_ends_not_after_it_was_issued() -> None:
+    """ai.google.dev: handles are valid 2 hours after the session ends (providers.md §2.10)."""
+    sessions, ids = GeminiSessions(), SequentialIds()
+    opts = GeminiFakeOptions(response_latency_ms=0, resumption_update_ms=500_000, handle_ttl_ms=60_000)
+    first = Harness(opts, sessions=sessions, ids=ids)
+    first.setup(sessionResumption={})
+    handle = first.messages("sessionResumptionUpdate")[0][1]["newHandle"]
+    assert first.conn.record.handles == [handle]
+    first.advance(100 * S)  # the session stays open well past the TTL counted from the handle's issue
+    first.conn.connection_lost(1000, 100 * S)
+    resumed = Harness(opts, sessions=sessions, now=159 * S, index=1, ids=ids)
+    assert resumed.setup(sessionResumption={"handle": handle})[0] == {"setupComplete": {}}
+    assert (
+        resumed.conn.record.resumed_handle == handle
+        and resumed.conn.record.session_id == first.conn.record.session_id
+    )
+    resumed.conn.connection_lost(1000, 159 * S)
+    expired = Harness(opts, sessions=sessions, now=(159 + 61) * S, index=2, ids=ids)
+    expired.setup(sessionResumption={"handle": handle})
+    assert (
+        expired.closed == CloseRequest(1007, INVALID_ARGUMENT) and expired.conn.record.resumed_handle is None
+    )
+
+
+def test_ro2_audio_stream_end_mid_speech_transcribes_and_answers_once() -> None:
+    """The hard-stop commit on Gemini: audioStreamEnd ends the caller's activity; the rest of the speech, when
+    it goes on, is a new activity."""
+    h = Harness(script=Script(then=Turn("tone", duration_ms=200)))
+    h.setup(inputAudioTranscription={})
+    h.stream(tone(600))
+    assert h.messages("serverContent", "inputTranscription") == []  # still speaking
+    h.send({"realtimeInput": {"audioStreamEnd": True}})
+    h.advance(h.now + 2 * S)
+    chunks = [c for _, c in h.messages("serverContent", "inputTranscription")]
+    assert "".join(c["text"] for c in chunks).startswith("[utterance 1,")
+    assert [c.get("finished") for c in chunks].count(True) == 1
+    assert h.content_flags().count("turnComplete") == 1
+    h.send({"realtimeInput": {"audioStreamEnd": True}})  # nothing open: nothing more
+    h.advance(h.now + 2 * S)
+    assert h.content_flags().count("turnComplete") == 1
 
 
 # -- faults -------------------------------------------------------------------------------------------------
@@ -574,7 +685,9 @@ def test_stall_holds_everything_then_dumps_it() -> None:
 
 
 def test_half_open_says_nothing_more_and_never_closes() -> None:
-    h = Harness(GeminiFakeOptions(response_latency_ms=0, connection_lifetime_ms=60_000), faults=("half_open@500",))
+    h = Harness(
+        GeminiFakeOptions(response_latency_ms=0, connection_lifetime_ms=60_000), faults=("half_open@500",)
+    )
     h.setup(sessionResumption={})
     h.advance(1 * S)
     h.stream(tone(300) + silence(600))
@@ -644,15 +757,55 @@ def test_faults_injected_at_runtime_count_from_injection() -> None:
 
 def test_peer_input_never_raises() -> None:
     rng = random.Random(7)
-    values: list[Any] = [None, 0, -1, "x", True, [], {}, [1], ["AUDIO"], {"parts": 5}, {"data": "AAAA"},
-                         [{"functionDeclarations": 3}], [{"parts": [{"text": 1}]}], {"slidingWindow": []},
-                         {"automaticActivityDetection": {"disabled": "no", "prefixPaddingMs": "x"}},
-                         [{"id": 5}], {"data": "AAAA", "mimeType": 1}, [{"data": "!"}]]
-    setup_keys = ["model", "generationConfig", "systemInstruction", "tools", "realtimeInputConfig",
-                  "sessionResumption", "contextWindowCompression", "input_audio_transcription"]
-    frame_keys = ["realtimeInput", "realtime_input", "clientContent", "toolResponse", "setup", "contextUpdate"]
-    inner_keys = ["audio", "audioStreamEnd", "activityStart", "text", "mediaChunks", "turns", "turnComplete",
-                  "functionResponses", "mime_type"]
+    values: list[Any] = [
+        None,
+        0,
+        -1,
+        "x",
+        True,
+        [],
+        {},
+        [1],
+        ["AUDIO"],
+        {"parts": 5},
+        {"data": "AAAA"},
+        [{"functionDeclarations": 3}],
+        [{"parts": [{"text": 1}]}],
+        {"slidingWindow": []},
+        {"automaticActivityDetection": {"disabled": "no", "prefixPaddingMs": "x"}},
+        [{"id": 5}],
+        {"data": "AAAA", "mimeType": 1},
+        [{"data": "!"}],
+    ]
+    setup_keys = [
+        "model",
+        "generationConfig",
+        "systemInstruction",
+        "tools",
+        "realtimeInputConfig",
+        "sessionResumption",
+        "contextWindowCompression",
+        "input_audio_transcription",
+    ]
+    frame_keys = [
+        "realtimeInput",
+        "realtime_input",
+        "clientContent",
+        "toolResponse",
+        "setup",
+        "contextUpdate",
+    ]
+    inner_keys = [
+        "audio",
+        "audioStreamEnd",
+        "activityStart",
+        "text",
+        "mediaChunks",
+        "turns",
+        "turnComplete",
+        "functionResponses",
+        "mime_type",
+    ]
     for i in range(400):
         h = Harness()
         setup: dict[str, Any] = {"model": MODEL} if i % 4 else {}

@@ -21,7 +21,7 @@ from providers.fakes.echo import EchoOptions
 from providers.fakes.faults import Fault, parse_fault
 from providers.fakes.openai_live import CloseRequest, LiveFakeConnection, SequentialIds, serve
 from providers.fakes.openai_live import LiveFakeOptions as _LiveFakeOptions
-from providers.fakes.script import Script, ToolCallScript, Turn
+from providers.fakes.script import ECHO, Script, ToolCallScript, Turn
 from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 
 MS = 1_000_000
@@ -32,6 +32,7 @@ def LiveFakeOptions(**options: Any) -> _LiveFakeOptions:  # noqa: N802
     """These tests time replies from t0 exactly: no initial lead unless a test asks for one."""
     options.setdefault("lead_ms", 0)
     return _LiveFakeOptions(**options)
+
 
 UNIX = 1_800_000_000
 PCMU = {"type": "audio/pcmu", "rate": 8000}
@@ -96,7 +97,9 @@ class Harness:
     """
 
     def __init__(self, options: LiveFakeOptions | None = None, faults: tuple[Fault, ...] = ()) -> None:
-        self.core = LiveFakeConnection(options or LiveFakeOptions(), now=0, unix_time=UNIX, ids=SequentialIds(7), faults=faults)
+        self.core = LiveFakeConnection(
+            options or LiveFakeOptions(), now=0, unix_time=UNIX, ids=SequentialIds(7), faults=faults
+        )
         self.now = 0
         self.log: list[tuple[int, dict[str, Any]]] = []
         self.raw: list[tuple[int, str]] = []
@@ -155,19 +158,30 @@ def error_of(events: list[dict[str, Any]]) -> dict[str, Any]:
 def test_session_started_shape() -> None:
     h = Harness()
     h.now = 3 * S
-    [started] = h.send({
-        "type": "session.start",
-        "event_id": "evt_client_1",
-        "session": {
-            "model": "gpt-live-1",
-            "instructions": "Be brief.",
-            "audio": {"format": PCMU, "output": {"voice": "cedar"}},
-            "delegation": {"type": "client"},
-        },
-    })
+    [started] = h.send(
+        {
+            "type": "session.start",
+            "event_id": "evt_client_1",
+            "session": {
+                "model": "gpt-live-1",
+                "instructions": "Be brief.",
+                "audio": {"format": PCMU, "output": {"voice": "cedar"}},
+                "delegation": {"type": "client"},
+            },
+        }
+    )
     assert started["type"] == "session.started" and started["client_event_id"] == "evt_client_1"
     session = started["session"]
-    assert set(session) == {"id", "expires_at", "model", "status", "audio", "instructions", "delegation", "store"}
+    assert set(session) == {
+        "id",
+        "expires_at",
+        "model",
+        "status",
+        "audio",
+        "instructions",
+        "delegation",
+        "store",
+    }
     assert session["id"].startswith("sess_") and int(session["id"][5:], 16) >= 0
     assert session["expires_at"] == UNIX + 3 + 3600
     assert session["model"] == "gpt-live-1" and session["status"] == "active"
@@ -187,26 +201,54 @@ def test_session_start_defaults_to_pcm_24k_and_marin() -> None:
     ("session", "code", "param"),
     [
         ({"model": "gpt-live-1", "voice": "marin"}, "unknown_parameter", "session.voice"),
-        ({"model": "gpt-live-1", "audio": {"format": {**PCMU, "channels": 1}}}, "unknown_parameter",
-         "session.audio.format.channels"),
-        ({"model": "gpt-live-1", "audio": {"output": {"voice": "marin", "speed": 1}}}, "unknown_parameter",
-         "session.audio.output.speed"),
+        (
+            {"model": "gpt-live-1", "audio": {"format": {**PCMU, "channels": 1}}},
+            "unknown_parameter",
+            "session.audio.format.channels",
+        ),
+        (
+            {"model": "gpt-live-1", "audio": {"output": {"voice": "marin", "speed": 1}}},
+            "unknown_parameter",
+            "session.audio.output.speed",
+        ),
         ({"model": "gpt-live-1", "audio": {"input": {}}}, "unknown_parameter", "session.audio.input"),
         ({"instructions": "hi"}, "missing_required_parameter", "session.model"),
         ({"model": 5}, "invalid_type", "session.model"),
-        ({"model": "gpt-live-1", "audio": {"format": {"type": "audio/pcm", "rate": 8000}}}, "invalid_value",
-         "session.audio.format.rate"),
-        ({"model": "gpt-live-1", "audio": {"format": {"type": "audio/pcmu", "rate": 16000}}}, "invalid_value",
-         "session.audio.format.rate"),
-        ({"model": "gpt-live-1", "audio": {"format": {"type": "audio/wav", "rate": 8000}}}, "invalid_value",
-         "session.audio.format.type"),
-        ({"model": "gpt-live-1", "audio": {"format": {"type": "audio/pcmu"}}}, "missing_required_parameter",
-         "session.audio.format.rate"),
-        ({"model": "gpt-live-1", "audio": {"format": {"type": "audio/pcmu", "rate": "8000"}}}, "invalid_type",
-         "session.audio.format.rate"),
-        ({"model": "gpt-live-1", "delegation": {"type": "robots"}}, "invalid_value", "session.delegation.type"),
-        ({"model": "gpt-live-1", "delegation": {"type": "responses", "responses": {}}}, "unsupported_by_fake",
-         "session.delegation.type"),
+        (
+            {"model": "gpt-live-1", "audio": {"format": {"type": "audio/pcm", "rate": 8000}}},
+            "invalid_value",
+            "session.audio.format.rate",
+        ),
+        (
+            {"model": "gpt-live-1", "audio": {"format": {"type": "audio/pcmu", "rate": 16000}}},
+            "invalid_value",
+            "session.audio.format.rate",
+        ),
+        (
+            {"model": "gpt-live-1", "audio": {"format": {"type": "audio/wav", "rate": 8000}}},
+            "invalid_value",
+            "session.audio.format.type",
+        ),
+        (
+            {"model": "gpt-live-1", "audio": {"format": {"type": "audio/pcmu"}}},
+            "missing_required_parameter",
+            "session.audio.format.rate",
+        ),
+        (
+            {"model": "gpt-live-1", "audio": {"format": {"type": "audio/pcmu", "rate": "8000"}}},
+            "invalid_type",
+            "session.audio.format.rate",
+        ),
+        (
+            {"model": "gpt-live-1", "delegation": {"type": "robots"}},
+            "invalid_value",
+            "session.delegation.type",
+        ),
+        (
+            {"model": "gpt-live-1", "delegation": {"type": "responses", "responses": {}}},
+            "unsupported_by_fake",
+            "session.delegation.type",
+        ),
         ({"model": "gpt-live-1", "store": "yes"}, "invalid_type", "session.store"),
     ],
 )
@@ -220,7 +262,10 @@ def test_session_start_is_validated_strictly(session: dict[str, Any], code: str,
 
 def test_session_start_unknown_top_level_key_and_missing_session() -> None:
     h = Harness()
-    assert error_of(h.send({"type": "session.start", "session": {"model": "m"}, "model": "m"}))["param"] == "model"
+    assert (
+        error_of(h.send({"type": "session.start", "session": {"model": "m"}, "model": "m"}))["param"]
+        == "model"
+    )
     err = error_of(h.send({"type": "session.start"}))
     assert (err["code"], err["param"]) == ("missing_required_parameter", "session")
 
@@ -262,7 +307,11 @@ def test_second_session_start_is_rejected() -> None:
         ('{"audio": "AAAA"}', "missing_required_parameter", "type"),
         ('{"type": 3}', "invalid_type", "type"),
         ('{"type": "conversation.item.create"}', "invalid_event_type", "type"),
-        ('{"type": "session.commentary.append", "content": "hi"}', "missing_required_parameter", "delegation_id"),
+        (
+            '{"type": "session.commentary.append", "content": "hi"}',
+            "missing_required_parameter",
+            "delegation_id",
+        ),
         ('{"type": "session.instructions.append", "content": "hi"}', "unsupported_by_fake", "type"),
         ('{"type": "session.input_audio.append", "audio": "%%%not-base64"}', "invalid_value", "audio"),
         ('{"type": "session.input_audio.append", "audio": "AAA"}', "invalid_value", "audio"),
@@ -272,7 +321,9 @@ def test_second_session_start_is_rejected() -> None:
         ('{"type": "session.close", "reason": "bye"}', "unknown_parameter", "reason"),
     ],
 )
-def test_bad_client_frames_become_errors_without_raising(data: str | bytes, code: str, param: str | None) -> None:
+def test_bad_client_frames_become_errors_without_raising(
+    data: str | bytes, code: str, param: str | None
+) -> None:
     h = Harness()
     h.start(audio={"format": PCMU})
     err = error_of(h.send(data))
@@ -333,8 +384,11 @@ def test_utterance_gives_transcripts_and_a_paced_bit_exact_echo() -> None:
     assert echoed == audio[440 * 8 : 1360 * 8]
     # Order on the wire: input transcript, output transcript, then audio.
     kinds = [e["type"] for _, e in h.log if e["type"] != "session.started"]
-    assert kinds[:3] == ["session.input_transcript.delta", "session.output_transcript.delta",
-                         "session.output_audio.delta"]
+    assert kinds[:3] == [
+        "session.input_transcript.delta",
+        "session.output_transcript.delta",
+        "session.output_audio.delta",
+    ]
 
 
 def test_echo_deltas_are_not_sent_early() -> None:
@@ -366,10 +420,18 @@ def test_lead_option_front_loads_the_echo() -> None:
     [
         ({"type": "audio/pcma", "rate": 8000}, alaw_encode, 8000, 1, 160),
         ({"type": "audio/pcm", "rate": 16000}, bytes, 16000, 2, 640),
-        ({"type": "audio/pcm", "rate": 24000}, bytes, 24000, 2, 957),  # odd sizes: split samples across appends
+        (
+            {"type": "audio/pcm", "rate": 24000},
+            bytes,
+            24000,
+            2,
+            957,
+        ),  # odd sizes: split samples across appends
     ],
 )
-def test_other_formats_echo_the_client_bytes(fmt: dict, encode: Any, rate: int, width: int, frame_bytes: int) -> None:
+def test_other_formats_echo_the_client_bytes(
+    fmt: dict, encode: Any, rate: int, width: int, frame_bytes: int
+) -> None:
     h = Harness()
     h.start(audio={"format": fmt})
     audio = encode(pcm16(quiet(500, rate), tone(800, rate), quiet(1000, rate, seed=2)))
@@ -385,7 +447,9 @@ def test_other_formats_echo_the_client_bytes(fmt: dict, encode: Any, rate: int, 
 def test_options_map_onto_echo_defaults() -> None:
     assert LiveFakeOptions().echo_options() == EchoOptions()
     assert _LiveFakeOptions().lead_ms == 200  # the default: a little ahead of real time
-    assert LiveFakeOptions(hangover_ms=250, chunk_ms=20).echo_options() == EchoOptions(hangover_ms=250, chunk_ms=20)
+    assert LiveFakeOptions(hangover_ms=250, chunk_ms=20).echo_options() == EchoOptions(
+        hangover_ms=250, chunk_ms=20
+    )
 
 
 # -- usage, close, expiry -----------------------------------------------------------------------------------
@@ -454,8 +518,11 @@ async def test_shell_echoes_over_loopback_and_records(tmp_path: Path) -> None:
     async with await serve(options=LiveFakeOptions(lead_ms=200), record_path=str(record_path)) as server:
         assert server.url == f"ws://127.0.0.1:{server.port}/v1/live/sessions"
         async with connect(server.url, additional_headers={"Authorization": "Bearer sk-test"}) as ws:
-            await ws.send(json.dumps({"type": "session.start", "session": {"model": "gpt-live-1",
-                                                                          "audio": {"format": PCMU}}}))
+            await ws.send(
+                json.dumps(
+                    {"type": "session.start", "session": {"model": "gpt-live-1", "audio": {"format": PCMU}}}
+                )
+            )
             started = check(json.loads(await asyncio.wait_for(ws.recv(), 2)))
             assert started["type"] == "session.started"
             for i in range(0, len(audio), 160):
@@ -489,7 +556,9 @@ async def test_shell_echoes_over_loopback_and_records(tmp_path: Path) -> None:
     lines = [json.loads(line) for line in record_path.read_text().splitlines()]
     assert len(lines) == 2 + len(audio) // 160
     assert all(line["conn"] == 0 and isinstance(line["t_ns"], int) for line in lines)
-    appends = [line["frame"]["audio"] for line in lines if line["frame"]["type"] == "session.input_audio.append"]
+    appends = [
+        line["frame"]["audio"] for line in lines if line["frame"]["type"] == "session.input_audio.append"
+    ]
     assert all(a["bytes"] == 160 for a in appends)
     assert b"".join(base64.b64decode(a["base64"]) for a in appends) == audio
     assert "sk-test" not in record_path.read_text()
@@ -521,7 +590,9 @@ async def test_openai_sdk_live_client_talks_to_the_fake() -> None:
     audio = ulaw_encode(pcm16(quiet(200), tone(300), quiet(400, seed=3)))
     async with await serve(options=LiveFakeOptions(lead_ms=10_000)) as server:
         base = f"http://127.0.0.1:{server.port}/v1"
-        client = AsyncOpenAI(api_key="sk-test", base_url=base, websocket_base_url=base.replace("http", "ws", 1))
+        client = AsyncOpenAI(
+            api_key="sk-test", base_url=base, websocket_base_url=base.replace("http", "ws", 1)
+        )
         async with asyncio.timeout(5), client.live.connect() as conn:
             await conn.session.start(session={"model": "gpt-live-1", "audio": {"format": PCMU}})
             assert isinstance(await conn.recv(), SessionStartedEvent)
@@ -545,7 +616,7 @@ LOOKUP = ToolCallScript("lookup_order", {"order_id": "42"})
 CONTEXT_KINDS = ("session.commentary.append", "session.thinking.append")
 
 
-def scripted(*turns: Turn, then: Turn = Turn(), **options: Any) -> LiveFakeOptions:
+def scripted(*turns: Turn, then: Turn = ECHO, **options: Any) -> LiveFakeOptions:
     return LiveFakeOptions(script=Script(turns, then), **options)
 
 
@@ -569,7 +640,9 @@ def test_delegation_round_trip(kind: str) -> None:
     h.stream(utterance_pcmu())
     h.advance(5 * S)
     assert [e["type"] for _, e in h.log] == [
-        "session.started", "session.input_transcript.delta", "session.delegation.created"
+        "session.started",
+        "session.input_transcript.delta",
+        "session.delegation.created",
     ]
     [(t, created)] = h.of("session.delegation.created")
     delegation = created["delegation"]
@@ -582,10 +655,17 @@ def test_delegation_round_trip(kind: str) -> None:
     assert "lookup_order" not in wire and "order_id" not in wire  # GPT-Live delegations carry no task text
     assert h.core.next_deadline() == 15 * S  # only usage: the reply waits for the answer
 
-    answer = {"type": kind, "event_id": "a1", "content": "Order 42 ships today.", "delegation_id": delegation["id"]}
+    answer = {
+        "type": kind,
+        "event_id": "a1",
+        "content": "Order 42 ships today.",
+        "delegation_id": delegation["id"],
+    }
     got = h.send(answer)
     assert [e["type"] for e in got] == [
-        kind.replace("append", "appended"), "session.output_transcript.delta", "session.output_audio.delta"
+        kind.replace("append", "appended"),
+        "session.output_transcript.delta",
+        "session.output_audio.delta",
     ]
     ack, transcript, _ = got
     assert (ack["start_ms"], ack["end_ms"], ack["client_event_id"]) == (1700, 1700, "a1")
@@ -598,7 +678,9 @@ def test_delegation_round_trip(kind: str) -> None:
 
 
 def test_duplicate_tool_call_delivers_each_delegation_twice_and_one_answer_suffices() -> None:
-    h = Harness(scripted(Turn(reply="tone", duration_ms=200, tool_call=LOOKUP)), faults("duplicate_tool_call"))
+    h = Harness(
+        scripted(Turn(reply="tone", duration_ms=200, tool_call=LOOKUP)), faults("duplicate_tool_call")
+    )
     h.start(audio={"format": PCMU})
     h.stream(utterance_pcmu())
     h.advance(3 * S)
@@ -608,8 +690,13 @@ def test_duplicate_tool_call_delivers_each_delegation_twice_and_one_answer_suffi
     assert first["event_id"] != second["event_id"]
     [delegation_id] = h.core.delegations
     answer = {"type": "session.commentary.append", "content": "Shipped.", "delegation_id": delegation_id}
-    assert [e["type"] for e in h.send(answer)][:2] == ["session.commentary.appended", "session.output_transcript.delta"]
-    assert [e["type"] for e in h.send(answer)] == ["session.commentary.appended"]  # acknowledged, no second reply
+    assert [e["type"] for e in h.send(answer)][:2] == [
+        "session.commentary.appended",
+        "session.output_transcript.delta",
+    ]
+    assert [e["type"] for e in h.send(answer)] == [
+        "session.commentary.appended"
+    ]  # acknowledged, no second reply
     h.advance(10 * S)
     assert len(h.of("session.output_transcript.delta")) == 1 and len(audio_out(h)) == 1600
     assert h.core.delegations[delegation_id].answers == ["session.commentary.append"] * 2
@@ -620,9 +707,18 @@ def test_commentary_for_an_unknown_delegation_is_an_error() -> None:
     h = Harness(scripted(Turn(tool_call=LOOKUP)))
     h.start(audio={"format": PCMU})
     h.stream(utterance_pcmu())
-    event = {"type": "session.commentary.append", "event_id": "c9", "content": "x", "delegation_id": "del_nope"}
+    event = {
+        "type": "session.commentary.append",
+        "event_id": "c9",
+        "content": "x",
+        "delegation_id": "del_nope",
+    }
     err = error_of(h.send(event))
-    assert (err["code"], err["param"], err["client_event_id"]) == ("unknown_delegation", "delegation_id", "c9")
+    assert (err["code"], err["param"], err["client_event_id"]) == (
+        "unknown_delegation",
+        "delegation_id",
+        "c9",
+    )
     h.advance(5 * S)
     assert h.of("session.output_audio.delta") == []  # the real delegation is still open
 
@@ -648,7 +744,9 @@ def test_session_wide_context_is_acknowledged(kind: str) -> None:
         ({"content": "x", "delegation_id": None, "role": "system"}, "unknown_parameter", "role"),
     ],
 )
-def test_context_appends_are_validated_strictly(kind: str, fields: dict[str, Any], code: str, param: str) -> None:
+def test_context_appends_are_validated_strictly(
+    kind: str, fields: dict[str, Any], code: str, param: str
+) -> None:
     h = Harness()
     h.start()
     err = error_of(h.send({"type": kind, **fields}))
@@ -663,7 +761,9 @@ def test_context_appends_are_validated_strictly(kind: str, fields: dict[str, Any
         ({"type": "audio/pcm", "rate": 24000}, bytes, bytes, 24000, 2),
     ],
 )
-def test_tone_turn_length_frequency_and_pacing(fmt: dict, encode: Any, decode: Any, rate: int, width: int) -> None:
+def test_tone_turn_length_frequency_and_pacing(
+    fmt: dict, encode: Any, decode: Any, rate: int, width: int
+) -> None:
     h = Harness(scripted(Turn(reply="tone", duration_ms=1000, frequency_hz=500)))
     h.start(audio={"format": fmt})
     frame = rate * width // 50
@@ -671,7 +771,11 @@ def test_tone_turn_length_frequency_and_pacing(fmt: dict, encode: Any, decode: A
     h.advance(10 * S)
     [(t0, transcript)] = h.of("session.output_transcript.delta")
     assert t0 == T0
-    assert (transcript["delta"], transcript["start_ms"], transcript["end_ms"]) == ("[tone 1, 1.0 s]", 1700, 2700)
+    assert (transcript["delta"], transcript["start_ms"], transcript["end_ms"]) == (
+        "[tone 1, 1.0 s]",
+        1700,
+        2700,
+    )
     chunks = [base64.b64decode(e["delta"]) for _, e in h.of("session.output_audio.delta")]
     assert delta_times(h) == [t0 + n * 40 * MS for n in range(25)]
     assert {len(c) for c in chunks} == {rate * width * 40 // 1000}
@@ -702,7 +806,9 @@ def test_replies_are_spoken_in_order_behind_an_open_delegation() -> None:
     [delegation_id] = h.core.delegations
     h.send({"type": "session.thinking.append", "content": "found it", "delegation_id": delegation_id})
     h.advance(10 * S)
-    outputs = [(t, e["delta"], e["start_ms"], e["end_ms"]) for t, e in h.of("session.output_transcript.delta")]
+    outputs = [
+        (t, e["delta"], e["start_ms"], e["end_ms"]) for t, e in h.of("session.output_transcript.delta")
+    ]
     assert outputs == [(4 * S, "[tone 1, 0.3 s]", 3100, 3400), (4300 * MS, "[echo 2, 0.7 s]", 3400, 4120)]
     assert audio_out(h)[2400:] == audio[(1900 - 60) * 8 : (2500 + 60) * 8]
 
@@ -833,11 +939,17 @@ def test_invalid_audio_is_one_delta_whose_payload_is_not_base64() -> None:
 def test_slow_handshake_sends_session_started_late() -> None:
     h = Harness(faults=faults("slow_handshake:800"))
     h.now = S
-    start = {"type": "session.start", "event_id": "s1", "session": {"model": "gpt-live-1", "audio": {"format": PCMU}}}
+    start = {
+        "type": "session.start",
+        "event_id": "s1",
+        "session": {"model": "gpt-live-1", "audio": {"format": PCMU}},
+    }
     assert h.send(start) == []
     assert not h.core.started and h.core.next_deadline() == 1800 * MS
     h.now = 1500 * MS
-    assert error_of(h.send({"type": "session.input_audio.append", "audio": ""}))["code"] == "session_not_started"
+    assert (
+        error_of(h.send({"type": "session.input_audio.append", "audio": ""}))["code"] == "session_not_started"
+    )
     assert error_of(h.send(start))["code"] == "session_already_started"
     h.advance(1799 * MS)
     assert h.of("session.started") == []
@@ -887,25 +999,40 @@ def test_option_faults_count_from_session_start_and_only_for_their_connection() 
 async def test_shell_passes_script_and_faults_to_each_connection() -> None:
     turn = Turn(reply="tone", duration_ms=200, tool_call=LOOKUP)
     audio = ulaw_encode(pcm16(quiet(200), tone(300), quiet(400, seed=3)))
-    async with await serve(script=Script((turn,)), faults=faults("duplicate_tool_call", "garbage_json")) as server:
+    async with await serve(
+        script=Script((turn,)), faults=faults("duplicate_tool_call", "garbage_json")
+    ) as server:
         async with connect(server.url, additional_headers={"Authorization": "Bearer sk-test"}) as ws:
-            await ws.send(json.dumps({"type": "session.start", "session": {"model": "gpt-live-1",
-                                                                          "audio": {"format": PCMU}}}))
+            await ws.send(
+                json.dumps(
+                    {"type": "session.start", "session": {"model": "gpt-live-1", "audio": {"format": PCMU}}}
+                )
+            )
             async with asyncio.timeout(5):
                 assert check(json.loads(await ws.recv()))["type"] == "session.started"
                 garbage = await ws.recv()
                 with pytest.raises(ValueError):
                     json.loads(garbage)
-                await ws.send(json.dumps({"type": "session.input_audio.append",
-                                          "audio": base64.b64encode(audio).decode()}))
+                await ws.send(
+                    json.dumps(
+                        {"type": "session.input_audio.append", "audio": base64.b64encode(audio).decode()}
+                    )
+                )
                 delegations = []
                 while len(delegations) < 2:
                     event = check(json.loads(await ws.recv()))
                     if event["type"] == "session.delegation.created":
                         delegations.append(event["delegation"]["id"])
                 assert delegations[0] == delegations[1]
-                await ws.send(json.dumps({"type": "session.commentary.append", "content": "ok",
-                                          "delegation_id": delegations[0]}))
+                await ws.send(
+                    json.dumps(
+                        {
+                            "type": "session.commentary.append",
+                            "content": "ok",
+                            "delegation_id": delegations[0],
+                        }
+                    )
+                )
                 played = b""
                 while len(played) < 1600:
                     event = check(json.loads(await ws.recv()))

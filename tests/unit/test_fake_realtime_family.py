@@ -63,8 +63,9 @@ class Harness:
     def __init__(self, dialect=OPENAI, options: RealtimeFakeOptions | None = None, **kwargs: Any) -> None:
         self.dialect = dialect
         self.now = kwargs.pop("now", 0)
-        self.core = RealtimeFamilyConnection(dialect, options, now=self.now, unix_time=UNIX, ids=SequentialIds(7),
-                                             **kwargs)
+        self.core = RealtimeFamilyConnection(
+            dialect, options, now=self.now, unix_time=UNIX, ids=SequentialIds(7), **kwargs
+        )
         self.frames: list[tuple[int, str]] = []
         self.closes: list[tuple[int, Any]] = []
         self.event_ids: set[str] = set()
@@ -100,7 +101,7 @@ class Harness:
 
     def stream(self, audio: bytes, frame_bytes: int = 160, frame_ms: int = 20) -> None:
         for i in range(0, len(audio), frame_bytes):
-            self.send({"type": "input_audio_buffer.append", "audio": b64(audio[i: i + frame_bytes])})
+            self.send({"type": "input_audio_buffer.append", "audio": b64(audio[i : i + frame_bytes])})
             self.advance(frame_ms)
 
     def update(self, session: dict[str, Any], event_id: str | None = None) -> None:
@@ -131,13 +132,19 @@ class Harness:
         return [json.loads(f) for _, f in self.frames[mark:]]
 
     def output_audio(self, response_id: str | None = None) -> bytes:
-        return b"".join(base64.b64decode(e["delta"]) for e in self.of("response.output_audio.delta")
-                        if response_id is None or e["response_id"] == response_id)
+        return b"".join(
+            base64.b64decode(e["delta"])
+            for e in self.of("response.output_audio.delta")
+            if response_id is None or e["response_id"] == response_id
+        )
 
 
 def pcmu_session(dialect=OPENAI, **extra_input: Any) -> dict[str, Any]:
     if dialect is OPENAI:
-        return {"type": "realtime", "audio": {"input": {"format": PCMU, **extra_input}, "output": {"format": PCMU}}}
+        return {
+            "type": "realtime",
+            "audio": {"input": {"format": PCMU, **extra_input}, "output": {"format": PCMU}},
+        }
     return {"audio": {"input": {"format": PCMU, **extra_input}, "output": {"format": PCMU}}}
 
 
@@ -154,7 +161,7 @@ def _run_echo(options: EchoOptions) -> list:
     events = []
     now = 0
     for i in range(0, len(audio), 160):
-        raw = audio[i: i + 160]
+        raw = audio[i : i + 160]
         model.receive_audio(raw, ulaw_decode(raw), now)
         now += 20 * MS
         model.handle_timer(now)
@@ -190,10 +197,18 @@ def test_openai_session_created_is_the_full_default_session_then_conversation_cr
     s = created["session"]
     assert s["id"].startswith("sess_") and s["object"] == "realtime.session" and s["type"] == "realtime"
     assert s["model"] == "gpt-realtime-2.1-mini" and s["expires_at"] == UNIX + 3600
-    assert s["audio"]["input"]["format"] == s["audio"]["output"]["format"] == {"type": "audio/pcm", "rate": 24000}
+    assert (
+        s["audio"]["input"]["format"]
+        == s["audio"]["output"]["format"]
+        == {"type": "audio/pcm", "rate": 24000}
+    )
     td = s["audio"]["input"]["turn_detection"]
-    assert (td["type"], td["threshold"], td["prefix_padding_ms"], td["silence_duration_ms"]) == ("server_vad", 0.5,
-                                                                                               300, 500)
+    assert (td["type"], td["threshold"], td["prefix_padding_ms"], td["silence_duration_ms"]) == (
+        "server_vad",
+        0.5,
+        300,
+        500,
+    )
     assert td["create_response"] is td["interrupt_response"] is True
     assert s["audio"]["output"]["voice"] == "marin"
     assert (s["tools"], s["tool_choice"], s["max_output_tokens"]) == ([], "auto", "inf")
@@ -205,7 +220,10 @@ def test_nothing_is_emitted_before_the_first_timer_which_is_due_at_creation() ->
     core = RealtimeFamilyConnection(OPENAI, now=5 * MS, unix_time=UNIX)
     assert core.frames_to_send() == [] and core.next_deadline() == 5 * MS
     core.handle_timer(5 * MS)
-    assert [json.loads(f)["type"] for f in core.frames_to_send()] == ["session.created", "conversation.created"]
+    assert [json.loads(f)["type"] for f in core.frames_to_send()] == [
+        "session.created",
+        "conversation.created",
+    ]
 
 
 def test_xai_session_created_is_xai_shaped() -> None:
@@ -213,8 +231,12 @@ def test_xai_session_created_is_xai_shaped() -> None:
     created, conversation = h.events()
     s = created["session"]
     assert "type" not in s and s["voice"] == "eve" and s["model"] == "grok-voice-think-fast-1.0"
-    assert s["turn_detection"] == {"type": "server_vad", "threshold": 0.85, "silence_duration_ms": 500,
-                                   "prefix_padding_ms": 333}
+    assert s["turn_detection"] == {
+        "type": "server_vad",
+        "threshold": 0.85,
+        "silence_duration_ms": 500,
+        "prefix_padding_ms": 333,
+    }
     assert "voice" not in s["audio"].get("output", {}) and "turn_detection" not in s["audio"]["input"]
     assert conversation["conversation"]["object"] == "realtime.conversation"
 
@@ -222,8 +244,13 @@ def test_xai_session_created_is_xai_shaped() -> None:
 def test_openai_session_update_deep_merges_and_replies_with_the_full_session() -> None:
     h = Harness()
     h.update(pcmu_session(transcription={"model": "gpt-4o-transcribe"}))
-    h.update({"type": "realtime", "instructions": "Be brief.",
-              "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 800}}}})
+    h.update(
+        {
+            "type": "realtime",
+            "instructions": "Be brief.",
+            "audio": {"input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 800}}},
+        }
+    )
     s = h.of("session.updated")[-1]["session"]
     assert s["instructions"] == "Be brief."
     assert s["audio"]["input"]["format"] == PCMU and s["audio"]["output"]["format"] == PCMU
@@ -239,14 +266,26 @@ def test_openai_session_update_deep_merges_and_replies_with_the_full_session() -
         ({"instructions": "x"}, "missing_required_parameter", "session.type"),
         ({"type": "realtime", "voice": "alloy"}, "unknown_parameter", "session.voice"),
         ({"type": "realtime", "modalities": ["audio"]}, "unknown_parameter", "session.modalities"),
-        ({"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}},
-         "invalid_value", "session.audio.input.format.rate"),
-        ({"type": "realtime", "audio": {"input": {"format": {"type": "g711_ulaw"}}}},
-         "invalid_value", "session.audio.input.format.type"),
-        ({"type": "realtime", "audio": {"output": {"format": {"type": "audio/pcmu", "rate": 8000}}}},
-         "unknown_parameter", "session.audio.output.format.rate"),
-        ({"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad", "bogus": 1}}}},
-         "unknown_parameter", "session.audio.input.turn_detection.bogus"),
+        (
+            {"type": "realtime", "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}}}},
+            "invalid_value",
+            "session.audio.input.format.rate",
+        ),
+        (
+            {"type": "realtime", "audio": {"input": {"format": {"type": "g711_ulaw"}}}},
+            "invalid_value",
+            "session.audio.input.format.type",
+        ),
+        (
+            {"type": "realtime", "audio": {"output": {"format": {"type": "audio/pcmu", "rate": 8000}}}},
+            "unknown_parameter",
+            "session.audio.output.format.rate",
+        ),
+        (
+            {"type": "realtime", "audio": {"input": {"turn_detection": {"type": "server_vad", "bogus": 1}}}},
+            "unknown_parameter",
+            "session.audio.input.turn_detection.bogus",
+        ),
         ({"type": "realtime", "max_output_tokens": 5000}, "invalid_value", "session.max_output_tokens"),
         ({"type": "realtime", "instructions": 5}, "invalid_type", "session.instructions"),
         ({"type": "transcription"}, "invalid_value", "session.type"),
@@ -257,20 +296,35 @@ def test_openai_session_update_rejections_keep_the_session(session: dict, code: 
     before = h.core.session
     h.update(session, event_id="client_7")
     [error] = errors(h)
-    assert (error["type"], error["code"], error["param"], error["event_id"]) == ("invalid_request_error", code,
-                                                                               param, "client_7")
+    assert (error["type"], error["code"], error["param"], error["event_id"]) == (
+        "invalid_request_error",
+        code,
+        param,
+        "client_7",
+    )
     assert not h.of("session.updated") and h.core.session == before and not h.core.closed
 
 
 def test_xai_session_update_shape_and_rates() -> None:
     h = Harness(XAI)
-    h.update({"voice": "ara", "turn_detection": {"type": "server_vad", "threshold": 0.6},
-              "audio": {"input": {"format": {"type": "audio/pcm", "rate": 16000}},
-                        "output": {"format": {"type": "audio/pcma"}}}})
+    h.update(
+        {
+            "voice": "ara",
+            "turn_detection": {"type": "server_vad", "threshold": 0.6},
+            "audio": {
+                "input": {"format": {"type": "audio/pcm", "rate": 16000}},
+                "output": {"format": {"type": "audio/pcma"}},
+            },
+        }
+    )
     s = h.of("session.updated")[-1]["session"]
     assert s["voice"] == "ara" and s["audio"]["input"]["format"] == {"type": "audio/pcm", "rate": 16000}
-    assert s["turn_detection"] == {"type": "server_vad", "threshold": 0.6, "silence_duration_ms": 500,
-                                   "prefix_padding_ms": 333}
+    assert s["turn_detection"] == {
+        "type": "server_vad",
+        "threshold": 0.6,
+        "silence_duration_ms": 500,
+        "prefix_padding_ms": 333,
+    }
     h.update({"audio": {"input": {"format": {"type": "audio/pcm", "rate": 12345}}}})
     h.update({"audio": {"output": {"voice": "ara"}}})  # OpenAI-shaped: voice belongs at the top for xAI
     assert [(e["code"], e["param"]) for e in errors(h)] == [
@@ -308,8 +362,15 @@ def test_peer_garbage_becomes_errors_not_exceptions() -> None:
     h.send({"type": "input_audio_buffer.append", "audio": "AAAA", "extra": 1})
     h.send({"type": "output_audio_buffer.clear"})
     codes = [e["code"] for e in errors(h)]
-    assert codes == ["invalid_json", "invalid_json", "invalid_value", "missing_required_parameter", "invalid_value",
-                     "unknown_parameter", "unsupported_event"]
+    assert codes == [
+        "invalid_json",
+        "invalid_json",
+        "invalid_value",
+        "missing_required_parameter",
+        "invalid_value",
+        "unknown_parameter",
+        "unsupported_event",
+    ]
     assert errors(h)[2]["event_id"] == "e1" and not h.core.closed
     assert h.core.record.client_frames[0].raw == "{not json"
 
@@ -367,17 +428,24 @@ def test_openai_voice_turn_events_in_order_with_byte_timeline() -> None:
     assert _collapse([e["type"] for e in events]) == VOICE_TURN
     started, stopped, committed = events[0], events[1], events[2]
     assert started["audio_start_ms"] == 400 - 300 and stopped["audio_end_ms"] == 1200 + 500
-    assert started["item_id"] == stopped["item_id"] == committed["item_id"] and committed["previous_item_id"] is None
+    assert (
+        started["item_id"] == stopped["item_id"] == committed["item_id"]
+        and committed["previous_item_id"] is None
+    )
     user = h.of("conversation.item.done")[0]["item"]
     assert (user["role"], user["content"][0]["type"]) == ("user", "input_audio")
     completed = h.of("conversation.item.input_audio_transcription.completed")[0]
     assert completed["usage"]["type"] == "duration" and completed["transcript"].startswith("[utterance 1")
-    assert "".join(e["delta"] for e in h.of("conversation.item.input_audio_transcription.delta")) == \
-        completed["transcript"]
+    assert (
+        "".join(e["delta"] for e in h.of("conversation.item.input_audio_transcription.delta"))
+        == completed["transcript"]
+    )
     done = h.of("response.done")[0]["response"]
     assert done["status"] == "completed" and done["usage"]["output_token_details"]["audio_tokens"] > 0
-    assert done["output"][0]["content"][0]["transcript"] == h.of("response.output_audio_transcript.done")[0][
-        "transcript"]
+    assert (
+        done["output"][0]["content"][0]["transcript"]
+        == h.of("response.output_audio_transcript.done")[0]["transcript"]
+    )
     assert h.of("conversation.item.added")[1]["previous_item_id"] == committed["item_id"]
 
 
@@ -388,7 +456,7 @@ def test_echo_is_the_exact_input_bytes_from_speech_start_minus_prefix_to_end_plu
     h.stream(audio)
     h.advance(3000)
     # speech 400..1200 ms, prefix 300 ms, 8 bytes per ms
-    assert h.output_audio() == audio[100 * 8: 1500 * 8]
+    assert h.output_audio() == audio[100 * 8 : 1500 * 8]
 
 
 def test_output_is_paced_faster_than_real_time_in_chunks() -> None:
@@ -396,11 +464,14 @@ def test_output_is_paced_faster_than_real_time_in_chunks() -> None:
     h.update(pcmu_session())
     h.stream(utterance(tail_ms=520))  # ends right at detection: nothing else drives the clock
     h.advance(3000)
-    deltas = [(t, e) for t, e in ((t, json.loads(f)) for t, f in h.frames) if e["type"] ==
-              "response.output_audio.delta"]
+    deltas = [
+        (t, e)
+        for t, e in ((t, json.loads(f)) for t, f in h.frames)
+        if e["type"] == "response.output_audio.delta"
+    ]
     sizes = [len(base64.b64decode(e["delta"])) for _, e in deltas]
     assert sizes == [800] * 14  # 1400 ms in 100 ms chunks
-    gaps = {(b - a) // MS for (a, _), (b, _) in zip(deltas, deltas[1:])}
+    gaps = {(b - a) // MS for (a, _), (b, _) in zip(deltas, deltas[1:], strict=False)}
     assert gaps == {25}  # 100 ms of audio every 25 ms: 4x real time
 
 
@@ -421,7 +492,7 @@ def test_pcm24k_input_is_counted_in_ms_from_bytes() -> None:
     h.advance(3000)
     assert h.of("input_audio_buffer.speech_started")[0]["audio_start_ms"] == 100
     assert h.of("input_audio_buffer.speech_stopped")[0]["audio_end_ms"] == 1700
-    assert h.output_audio() == audio[100 * 48: 1500 * 48]
+    assert h.output_audio() == audio[100 * 48 : 1500 * 48]
     assert h.core.input_ms == pytest.approx(2100)
 
 
@@ -456,8 +527,12 @@ def test_script_turns_tone_and_silence() -> None:
 
 def test_openai_manual_commit_needs_100ms_then_response_create_echoes_the_buffer() -> None:
     h = Harness()
-    h.update({**pcmu_session(), "audio": {"input": {"format": PCMU, "turn_detection": None},
-                                          "output": {"format": PCMU}}})
+    h.update(
+        {
+            **pcmu_session(),
+            "audio": {"input": {"format": PCMU, "turn_detection": None}, "output": {"format": PCMU}},
+        }
+    )
     audio = utterance()
     h.send({"type": "input_audio_buffer.append", "audio": b64(audio[:400])})  # 50 ms
     h.send({"type": "input_audio_buffer.commit", "event_id": "c1"})
@@ -468,8 +543,11 @@ def test_openai_manual_commit_needs_100ms_then_response_create_echoes_the_buffer
     h.stream(audio)
     assert not h.of("input_audio_buffer.speech_started")
     h.send({"type": "input_audio_buffer.commit"})
-    assert [e["type"] for e in h.events()[-3:]] == ["input_audio_buffer.committed", "conversation.item.added",
-                                                   "conversation.item.done"]
+    assert [e["type"] for e in h.events()[-3:]] == [
+        "input_audio_buffer.committed",
+        "conversation.item.added",
+        "conversation.item.done",
+    ]
     h.advance(3000)
     assert not h.of("response.created")
     h.send({"type": "response.create"})
@@ -495,6 +573,31 @@ def test_xai_commit_answers_at_once_ignores_silence_and_drops_a_bare_response_cr
     assert len(h.of("response.created")) == 1 and not errors(h)
 
 
+@pytest.mark.parametrize("dialect", [OPENAI, XAI], ids=["openai", "xai"])
+def test_ro2_a_commit_mid_utterance_under_server_vad_takes_the_speech_item_and_transcribes_it_once(
+    dialect,
+) -> None:
+    """The bridge's hard-stop commit: the item the VAD opened is committed and transcribed now; what follows
+    is heard afresh."""
+    h = Harness(dialect)
+    transcription = {"model": "gpt-live-transcribe" if dialect is OPENAI else "grok-transcribe"}
+    h.update(pcmu_session(dialect, transcription=transcription))
+    h.stream(ulaw_encode(pcm16(quiet(300), tone(600))))
+    [started] = h.of("input_audio_buffer.speech_started")
+    assert not h.of("input_audio_buffer.committed")
+    h.send({"type": "input_audio_buffer.commit"})
+    [committed] = h.of("input_audio_buffer.committed")
+    assert committed["item_id"] == started["item_id"]
+    [completed] = h.of("conversation.item.input_audio_transcription.completed")
+    assert completed["item_id"] == started["item_id"] and completed["transcript"].startswith("[utterance 1, ")
+    h.stream(ulaw_encode(pcm16(quiet(900, seed=2))))
+    h.advance(3000)
+    assert (
+        len(h.of("conversation.item.input_audio_transcription.completed")) == 1
+    )  # nothing transcribed twice
+    assert not errors(h)
+
+
 # -- tools ----------------------------------------------------------------------------------------------------
 
 TOOL_SCRIPT = Script((Turn("tone", 400, tool_call=ToolCallScript("lookup_order", {"order_id": "42"})),))
@@ -507,9 +610,14 @@ def test_openai_tool_call_round_trip() -> None:
     h.advance(2000)
     first = [e["type"] for e in h.events() if e["type"].startswith(("response.", "conversation.item"))]
     assert first[-9:] == [
-        "response.created", "response.output_item.added", "conversation.item.added",
-        "response.function_call_arguments.delta", "response.function_call_arguments.delta",
-        "response.function_call_arguments.done", "response.output_item.done", "conversation.item.done",
+        "response.created",
+        "response.output_item.added",
+        "conversation.item.added",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.delta",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "conversation.item.done",
         "response.done",
     ]
     args = h.of("response.function_call_arguments.done")[0]
@@ -520,8 +628,12 @@ def test_openai_tool_call_round_trip() -> None:
     assert not h.of("response.output_audio.delta")
     h.advance(5000)
     assert len(h.of("response.created")) == 1  # waits for the tool result
-    h.send({"type": "conversation.item.create",
-            "item": {"type": "function_call_output", "call_id": args["call_id"], "output": '{"ok":true}'}})
+    h.send(
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "function_call_output", "call_id": args["call_id"], "output": '{"ok":true}'},
+        }
+    )
     assert h.events()[-1]["item"]["type"] == "function_call_output"
     h.send({"type": "response.create"})
     h.advance(2000)
@@ -536,14 +648,22 @@ def test_xai_function_call_comes_alongside_response_done() -> None:
     h.advance(2000)
     types = h.types()
     start = types.index("response.created")
-    assert types[start:] == ["response.created", "response.function_call_arguments.done",
-                             "response.output_item.done", "response.done"]
+    assert types[start:] == [
+        "response.created",
+        "response.function_call_arguments.done",
+        "response.output_item.done",
+        "response.done",
+    ]
     done = h.of("response.done")[0]
     assert done["usage"] == done["response"]["usage"]
     assert done["usage"]["billable_audio_seconds"] == pytest.approx(1.7)  # input received at detection
     call_id = h.of("response.function_call_arguments.done")[0]["call_id"]
-    h.send({"type": "conversation.item.create",
-            "item": {"type": "function_call_output", "call_id": call_id, "output": "{}"}})
+    h.send(
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "function_call_output", "call_id": call_id, "output": "{}"},
+        }
+    )
     h.send({"type": "response.create"})
     h.advance(2000)
     assert len(h.output_audio()) == 400 * 8
@@ -564,15 +684,24 @@ def test_barge_in_cancels_the_response_with_turn_detected() -> None:
     events = h.since(mark)
     types = [e["type"] for e in events]
     i = types.index("input_audio_buffer.speech_started")
-    assert types[i + 1: i + 7] == ["response.output_audio.done", "response.output_audio_transcript.done",
-                                   "response.content_part.done", "response.output_item.done",
-                                   "conversation.item.done", "response.done"]
+    assert types[i + 1 : i + 7] == [
+        "response.output_audio.done",
+        "response.output_audio_transcript.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "conversation.item.done",
+        "response.done",
+    ]
     done = events[i + 6]["response"]
-    assert done["status"] == "cancelled" and done["status_details"] == {"type": "cancelled",
-                                                                       "reason": "turn_detected"}
+    assert done["status"] == "cancelled" and done["status_details"] == {
+        "type": "cancelled",
+        "reason": "turn_detected",
+    }
     assert events[i + 4]["item"]["status"] == "incomplete"
     first = done["id"]
-    assert not [e for e in events[i:] if e["type"] == "response.output_audio.delta" and e["response_id"] == first]
+    assert not [
+        e for e in events[i:] if e["type"] == "response.output_audio.delta" and e["response_id"] == first
+    ]
     heard = len(h.output_audio(first))
     assert 0 < heard < 4000 * 8
 
@@ -622,16 +751,29 @@ def test_openai_truncate_rules() -> None:
     h = Harness(script=Script(then=Turn("tone", 1000, transcript="one two three four")))
     user, assistant = _answered(h)
     h.send({"type": "conversation.item.truncate", "item_id": user, "content_index": 0, "audio_end_ms": 10})
-    h.send({"type": "conversation.item.truncate", "item_id": assistant, "content_index": 0, "audio_end_ms": 1001})
-    h.send({"type": "conversation.item.truncate", "item_id": "item_nope", "content_index": 0, "audio_end_ms": 1})
+    h.send(
+        {"type": "conversation.item.truncate", "item_id": assistant, "content_index": 0, "audio_end_ms": 1001}
+    )
+    h.send(
+        {"type": "conversation.item.truncate", "item_id": "item_nope", "content_index": 0, "audio_end_ms": 1}
+    )
     assert [e["code"] for e in errors(h)] == ["invalid_value", "invalid_value", "item_not_found"]
-    h.send({"type": "conversation.item.truncate", "item_id": assistant, "content_index": 0, "audio_end_ms": 500})
+    h.send(
+        {"type": "conversation.item.truncate", "item_id": assistant, "content_index": 0, "audio_end_ms": 500}
+    )
     truncated = h.events()[-1]
-    assert truncated == {**truncated, "type": "conversation.item.truncated", "item_id": assistant,
-                         "audio_end_ms": 500, "content_index": 0}
+    assert truncated == {
+        **truncated,
+        "type": "conversation.item.truncated",
+        "item_id": assistant,
+        "audio_end_ms": 500,
+        "content_index": 0,
+    }
     h.send({"type": "conversation.item.retrieve", "item_id": assistant})
     assert h.events()[-1]["item"]["content"][0]["transcript"] == "one two"
-    h.send({"type": "conversation.item.truncate", "item_id": assistant, "content_index": 0, "audio_end_ms": 600})
+    h.send(
+        {"type": "conversation.item.truncate", "item_id": assistant, "content_index": 0, "audio_end_ms": 600}
+    )
     assert errors(h)[-1]["code"] == "invalid_value"  # now only 500 ms long
     h.send({"type": "conversation.item.delete", "item_id": user})
     assert h.events()[-1] == {**h.events()[-1], "type": "conversation.item.deleted", "item_id": user}
@@ -642,7 +784,9 @@ def test_openai_truncate_rules() -> None:
 def test_xai_truncate_and_retrieve_are_unsupported() -> None:
     h = Harness(XAI)
     _, assistant = _answered(h)
-    h.send({"type": "conversation.item.truncate", "item_id": assistant, "content_index": 0, "audio_end_ms": 5})
+    h.send(
+        {"type": "conversation.item.truncate", "item_id": assistant, "content_index": 0, "audio_end_ms": 5}
+    )
     h.send({"type": "conversation.item.retrieve", "item_id": assistant})
     assert [e["code"] for e in errors(h)] == ["unsupported_event", "unsupported_event"]
     assert "conversation.item.done" not in h.types() and "rate_limits.updated" not in h.types()
@@ -651,8 +795,12 @@ def test_xai_truncate_and_retrieve_are_unsupported() -> None:
 def test_text_input_item_and_text_only_response() -> None:
     h = Harness()
     h.update({"type": "realtime", "output_modalities": ["text"]})
-    h.send({"type": "conversation.item.create",
-            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]}})
+    h.send(
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "hi"}]},
+        }
+    )
     assert [e["type"] for e in h.events()[-2:]] == ["conversation.item.added", "conversation.item.done"]
     h.send({"type": "response.create"})
     h.advance(100)
@@ -664,8 +812,16 @@ def test_text_input_item_and_text_only_response() -> None:
 
 def test_xai_force_message_speaks_the_text_and_text_modality_adds_text_deltas() -> None:
     h = Harness(XAI)
-    h.send({"type": "conversation.item.create", "item": {
-        "type": "force_message", "role": "assistant", "content": [{"type": "output_text", "text": "Please hold."}]}})
+    h.send(
+        {
+            "type": "conversation.item.create",
+            "item": {
+                "type": "force_message",
+                "role": "assistant",
+                "content": [{"type": "output_text", "text": "Please hold."}],
+            },
+        }
+    )
     h.advance(2000)
     assert h.of("response.output_audio_transcript.done")[0]["transcript"] == "Please hold."
     assert len(h.output_audio()) == 12 * 60 * 48  # 60 ms per character at pcm 24 kHz
@@ -714,7 +870,11 @@ def test_xai_cap_closes_1000_without_an_error_and_pings_every_15s() -> None:
     h = Harness(XAI)
     h.advance(46_000)
     pings = h.of("ping")
-    assert [p["timestamp"] for p in pings] == [UNIX * 1000 + 15_000, UNIX * 1000 + 30_000, UNIX * 1000 + 45_000]
+    assert [p["timestamp"] for p in pings] == [
+        UNIX * 1000 + 15_000,
+        UNIX * 1000 + 30_000,
+        UNIX * 1000 + 45_000,
+    ]
     assert set(pings[0]) == {"type", "timestamp"}
     h.advance(30 * 60 * 1000)
     assert not h.of("error") and h.closes[0][1].code == 1000
@@ -746,7 +906,7 @@ def test_fault_burst_speeds_output_up() -> None:
     h.stream(utterance(tail_ms=520))
     h.advance(3000)
     times = _delta_times(h)
-    gaps = [(b - a) // MS for a, b in zip(times, times[1:])]
+    gaps = [(b - a) // MS for a, b in zip(times, times[1:], strict=False)]
     assert gaps == [10] * 13  # 1.4 s of audio, chunk every 10 ms
     assert h.core.record.faults == ["burst:10@1000"]
 

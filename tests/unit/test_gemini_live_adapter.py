@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from providers.base import ProviderUnavailable, SessionSettings, ToolSpec
+from providers.base import ProviderUnavailable, ResumptionRejected, SessionSettings, ToolSpec
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -32,7 +32,9 @@ from providers.gemini_live import GeminiLiveAdapter
 from rtp.audio import PCM16_24K
 
 OPTIONS = GeminiFakeOptions(response_latency_ms=20, burst_factor=8.0)
-TOOL = ToolSpec("lookup_order", "Find an order", {"type": "object", "properties": {"order_id": {"type": "string"}}})
+TOOL = ToolSpec(
+    "lookup_order", "Find an order", {"type": "object", "properties": {"order_id": {"type": "string"}}}
+)
 
 
 def tone_frames(ms: int, hz: float = 1000.0, amplitude: int = 8000) -> list[bytes]:
@@ -45,11 +47,16 @@ def silence_frames(ms: int) -> list[bytes]:
     return [bytes(320)] * (ms // 20)
 
 
-def adapter(fake: GeminiFakeServer, settings: SessionSettings | None = None, **kwargs: Any) -> GeminiLiveAdapter:
+def adapter(
+    fake: GeminiFakeServer, settings: SessionSettings | None = None, **kwargs: Any
+) -> GeminiLiveAdapter:
     kwargs.setdefault("url", fake.url)
     return GeminiLiveAdapter(
-        "test-key-123", settings or SessionSettings(), limits=GeminiLiveAdapter.audio_limits(PCM16_24K),
-        ssl_context=fake.client_ssl_context(), **kwargs,
+        "test-key-123",
+        settings or SessionSettings(),
+        limits=GeminiLiveAdapter.audio_limits(PCM16_24K),
+        ssl_context=fake.client_ssl_context(),
+        **kwargs,
     )
 
 
@@ -82,21 +89,35 @@ async def test_a_tone_goes_up_at_16k_and_comes_back_at_24k() -> None:
         x = np.frombuffer(audio, dtype="<i2").astype(float)
         peak = np.argmax(np.abs(np.fft.rfft(x * np.hanning(len(x))))) * 24000 / len(x)
         assert abs(peak - 1000) < 5 and 640 <= len(audio) / 48 <= 680
-        assert "".join(e.text for e in events if isinstance(e, InputTranscript)) == "[utterance 1, 0.7 s]"
-        assert [e.final for e in events if isinstance(e, InputTranscript)][-1]
+        heard = [e for e in events if isinstance(e, InputTranscript)]
+        # The fragments add up to the utterance, and the final one is the whole of it (it replaces them).
+        assert heard[-1].text.startswith("".join(e.text for e in heard if not e.final))
+        assert heard[-1].final and heard[-1].text == "[utterance 1, 0.7 s]"
         assert "".join(e.text for e in events if isinstance(e, OutputTranscript)) == "[echo 1, 0.7 s]"
         assert [e for e in events if isinstance(e, ResponseDone)] == [ResponseDone(live.token)]
         usage = events[-1]
-        assert isinstance(usage, UsageUpdated) and usage.input_tokens and usage.output_tokens and usage.cumulative
+        assert (
+            isinstance(usage, UsageUpdated)
+            and usage.input_tokens
+            and usage.output_tokens
+            and usage.cumulative
+        )
         assert any(isinstance(e, ResumptionUpdated) and e.resumable for e in events)
         await live.close()
 
         frames = [r.frame for r in fake.connections[0].client_frames]
         setup = frames[0]["setup"]
         assert setup["model"] == "models/gemini-3.1-flash-live-preview"
-        assert setup["generationConfig"]["speechConfig"]["voiceConfig"]["prebuiltVoiceConfig"]["voiceName"] == "Kore"
-        assert frames[1] == {"clientContent": {"turns": [{"role": "user", "parts": [{"text": "My name is Ada."}]}],
-                                               "turnComplete": False}}
+        assert (
+            setup["generationConfig"]["speechConfig"]["voiceConfig"]["prebuiltVoiceConfig"]["voiceName"]
+            == "Kore"
+        )
+        assert frames[1] == {
+            "clientContent": {
+                "turns": [{"role": "user", "parts": [{"text": "My name is Ada."}]}],
+                "turnComplete": False,
+            }
+        }
         audio_frames = [f["realtimeInput"]["audio"] for f in frames[2:] if "realtimeInput" in f]
         assert {a["mimeType"] for a in audio_frames} == {"audio/pcm;rate=16000"}
         sent = sum(r.audio_bytes or 0 for r in fake.connections[0].client_frames)
@@ -109,8 +130,11 @@ async def test_tool_round_trip() -> None:
         live = adapter(fake, SessionSettings(tools=(TOOL,)))
         await live.connect()
         speak(live, tone_frames(300) + silence_frames(600))
-        (call,) = [e for e in await collect(live, lambda e: isinstance(e, ToolCallRequested))
-                   if isinstance(e, ToolCallRequested)]
+        (call,) = [
+            e
+            for e in await collect(live, lambda e: isinstance(e, ToolCallRequested))
+            if isinstance(e, ToolCallRequested)
+        ]
         assert call.name == "lookup_order" and call.arguments == '{"order_id": "42"}'
         live.send_tool_result(call.call_id, call.name, '{"status": "shipped"}')
         events = await collect(live, lambda e: isinstance(e, ResponseDone))
@@ -119,14 +143,18 @@ async def test_tool_round_trip() -> None:
         frames = [r.frame for r in fake.connections[0].client_frames]
         assert frames[0]["setup"]["tools"][0]["functionDeclarations"][0]["name"] == "lookup_order"
         (response,) = [f["toolResponse"] for f in frames if "toolResponse" in f]
-        assert response == {"functionResponses": [
-            {"id": call.call_id, "name": "lookup_order", "response": {"output": {"status": "shipped"}}}
-        ]}
+        assert response == {
+            "functionResponses": [
+                {"id": call.call_id, "name": "lookup_order", "response": {"output": {"status": "shipped"}}}
+            ]
+        }
 
 
 async def test_barge_in_interrupts_the_model() -> None:
     script = Script(then=Turn("tone", duration_ms=4000))
-    async with await serve(options=GeminiFakeOptions(response_latency_ms=0, burst_factor=1.0), script=script) as fake:
+    async with await serve(
+        options=GeminiFakeOptions(response_latency_ms=0, burst_factor=1.0), script=script
+    ) as fake:
         live = adapter(fake)
         await live.connect()
         speak(live, tone_frames(300) + silence_frames(600))
@@ -197,7 +225,9 @@ async def test_refusals_are_provider_unavailable_without_the_key() -> None:
 
 async def test_an_untrusted_certificate_is_refused() -> None:
     async with await serve(options=OPTIONS) as fake:
-        live = GeminiLiveAdapter("k", SessionSettings(), limits=GeminiLiveAdapter.audio_limits(PCM16_24K), url=fake.url)
+        live = GeminiLiveAdapter(
+            "k", SessionSettings(), limits=GeminiLiveAdapter.audio_limits(PCM16_24K), url=fake.url
+        )
         with pytest.raises(ProviderUnavailable, match="cannot connect"):
             await live.connect()
 
@@ -205,7 +235,9 @@ async def test_an_untrusted_certificate_is_refused() -> None:
 async def test_a_host_only_url_gets_the_default_path_and_request_close_ends_the_session() -> None:
     async with await serve(options=OPTIONS) as fake:
         live = adapter(fake, url=f"wss://localhost:{fake.port}", api_version="v1alpha")
-        assert live.url.endswith("/ws/google.ai.generativelanguage.v1alpha.GenerativeService.BidiGenerateContent")
+        assert live.url.endswith(
+            "/ws/google.ai.generativelanguage.v1alpha.GenerativeService.BidiGenerateContent"
+        )
         await live.connect()
         live.request_close()
         closed = (await collect(live, lambda e: isinstance(e, SessionClosed)))[-1]
@@ -225,7 +257,7 @@ async def test_a_new_connection_resumes_with_the_handle() -> None:
         handle = first.core.resumption_handle
         assert handle
         await first.close()
-        second = adapter(fake, token=2, resumption_handle=handle)
+        second = adapter(fake, SessionSettings(resume_handle=handle), token=2)
         await second.connect()
         second.send_text("hello", speak=True)
         events = await collect(second, lambda e: isinstance(e, ResponseDone))
@@ -233,3 +265,107 @@ async def test_a_new_connection_resumes_with_the_handle() -> None:
         assert text == "[tone 2, 0.2 s]" and {e.token for e in events} == {2}
         await second.close()
         assert fake.connections[1].session_id == fake.connections[0].session_id
+
+
+# -- issue 12: commit_input (audioStreamEnd) and resumption from SessionSettings.resume_handle ----------------
+
+
+async def test_ro2_commit_input_ends_the_callers_activity_so_it_is_transcribed_and_answered() -> None:
+    script = Script(then=Turn("tone", duration_ms=200))
+    async with await serve(options=OPTIONS, script=script) as fake:
+        live = adapter(fake)
+        await live.connect()
+        speak(live, tone_frames(600))  # no trailing silence: the fake's VAD still hears the caller speaking
+        live.commit_input()
+        events = await collect(live, lambda e: isinstance(e, ResponseDone))
+        finals = [e for e in events if isinstance(e, InputTranscript) and e.final]
+        assert len(finals) == 1
+        assert finals[0].text.startswith("[utterance 1,")
+        assert "".join(e.text for e in events if isinstance(e, OutputTranscript)) == "[tone 1, 0.2 s]"
+        ends = [
+            f.frame
+            for f in fake.connections[0].client_frames
+            if f.frame is not None and "audioStreamEnd" in (f.frame.get("realtimeInput") or {})
+        ]
+        assert ends == [{"realtimeInput": {"audioStreamEnd": True}}]
+        await live.close()
+
+
+async def test_a_resumed_connection_continues_the_conversation_without_seeding_history() -> None:
+    script = Script(then=Turn("tone", duration_ms=200))
+    history = (("user", "My name is Ada."),)
+    async with await serve(options=OPTIONS, script=script) as fake:
+        first = adapter(fake, SessionSettings(history=history))
+        await first.connect()
+        speak(first, tone_frames(300) + silence_frames(600))
+        await collect(first, lambda e: isinstance(e, ResponseDone))
+        updates = [
+            e
+            for e in await collect(first, lambda e: isinstance(e, ResumptionUpdated))
+            if isinstance(e, ResumptionUpdated)
+        ]
+        assert updates[-1].resumable and updates[-1].handle == first.core.resumption_handle
+        await first.close()
+        second = adapter(
+            fake, SessionSettings(history=history, resume_handle=first.core.resumption_handle), token=2
+        )
+        await second.connect()
+        speak(second, tone_frames(300) + silence_frames(600))
+        events = await collect(second, lambda e: isinstance(e, ResponseDone))
+        heard = [e.text for e in events if isinstance(e, InputTranscript) and e.final]
+        assert heard[0].startswith("[utterance 2,")  # the session's second utterance: the state went on
+        await second.close()
+        first_rec, second_rec = fake.connections
+        assert second_rec.session_id == first_rec.session_id
+        assert second_rec.resumed_handle == first_rec.handles[-1]
+        seeded = [f for f in second_rec.client_frames if f.frame is not None and "clientContent" in f.frame]
+        assert seeded == [] and [f for f in first_rec.client_frames if f.frame and "clientContent" in f.frame]
+
+
+async def test_an_unknown_handle_is_resumption_rejected() -> None:
+    async with await serve(options=OPTIONS) as fake:
+        live = adapter(fake, SessionSettings(resume_handle="handle_never_issued"))
+        with pytest.raises(ResumptionRejected, match="1007"):
+            await live.connect()
+        fresh = adapter(fake, token=2)  # the bridge's answer: a reseeded connection without the handle
+        await fresh.connect()
+        await fresh.close()
+
+
+async def test_an_expired_handle_is_resumption_rejected() -> None:
+    options = GeminiFakeOptions(response_latency_ms=20, burst_factor=8.0, handle_ttl_ms=100)
+    async with await serve(options=options) as fake:
+        first = adapter(fake)
+        await first.connect()
+        await collect(first, lambda e: isinstance(e, ResumptionUpdated) and e.resumable)
+        handle = first.core.resumption_handle
+        await first.close()
+        await asyncio.sleep(0.3)  # past the handle's 100 ms after the session ended
+        with pytest.raises(ResumptionRejected):
+            await adapter(fake, SessionSettings(resume_handle=handle), token=2).connect()
+        assert fake.connections[1].close_code == 1007
+
+
+async def test_a_handle_whose_session_is_still_open_is_resumption_rejected() -> None:
+    async with await serve(options=OPTIONS) as fake:
+        first = adapter(fake)
+        await first.connect()
+        await collect(first, lambda e: isinstance(e, ResumptionUpdated) and e.resumable)
+        with pytest.raises(ResumptionRejected, match="1011"):
+            await adapter(
+                fake, SessionSettings(resume_handle=first.core.resumption_handle), token=2
+            ).connect()
+        await first.close()
+
+
+async def test_a_refusal_that_is_not_about_the_handle_stays_provider_unavailable() -> None:
+    async with await serve(options=OPTIONS) as fake:
+        first = adapter(fake)
+        await first.connect()
+        await collect(first, lambda e: isinstance(e, ResumptionUpdated) and e.resumable)
+        handle = first.core.resumption_handle
+        await first.close()
+        unknown_model = adapter(fake, SessionSettings(resume_handle=handle), model="no-such-model", token=2)
+        with pytest.raises(ProviderUnavailable) as info:
+            await unknown_model.connect()
+        assert not isinstance(info.value, ResumptionRejected) and "1008" in str(info.value)

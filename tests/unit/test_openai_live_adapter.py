@@ -3,6 +3,7 @@
 import asyncio
 
 import numpy as np
+import pytest
 
 from providers.base import ProviderUnavailable
 from providers.events import AudioReceived, InputTranscript, SessionClosed
@@ -10,8 +11,6 @@ from providers.fakes.openai_live import serve
 from providers.openai_live import LiveConfig, OpenAILiveAdapter
 from rtp.audio import PCMU_8K
 from rtp.g711 import ulaw_encode
-
-import pytest
 
 
 def tone_frames(ms: int, amplitude: int = 8000) -> list[bytes]:
@@ -101,8 +100,11 @@ async def test_the_close_fault_ends_the_session_finalised_and_an_abrupt_close_do
         for finalized in (True, False):
             live = adapter(fake.url)
             await live.connect()
-            [closed] = [e for e in await _events_until(live, lambda e, s: isinstance(e, SessionClosed))
-                        if isinstance(e, SessionClosed)]
+            [closed] = [
+                e
+                for e in await _events_until(live, lambda e, s: isinstance(e, SessionClosed))
+                if isinstance(e, SessionClosed)
+            ]
             assert closed.finalized is finalized
             assert closed.reason == "expired" if finalized else "connection closed" in closed.reason
             await live.close()
@@ -119,8 +121,13 @@ async def test_a_half_open_socket_goes_silent() -> None:
 
 async def test_slow_handshake_and_refusal_are_provider_unavailable() -> None:
     async with await serve(faults=[parse_fault("slow_handshake:3000")]) as fake:
-        live = OpenAILiveAdapter("sk-test", LiveConfig(), limits=OpenAILiveAdapter.audio_limits(PCMU_8K),
-                                 url=fake.url, connect_timeout=0.5)
+        live = OpenAILiveAdapter(
+            "sk-test",
+            LiveConfig(),
+            limits=OpenAILiveAdapter.audio_limits(PCMU_8K),
+            url=fake.url,
+            connect_timeout=0.5,
+        )
         with pytest.raises(ProviderUnavailable, match="no session"):
             await live.connect()
     async with await serve(faults=[parse_fault("refuse")]) as fake:
@@ -129,17 +136,30 @@ async def test_slow_handshake_and_refusal_are_provider_unavailable() -> None:
 
 
 async def test_a_delegation_round_trip_and_a_duplicate_delivery() -> None:
-    script = Script((Turn(reply="tone", duration_ms=200, tool_call=ToolCallScript("lookup_order", {"id": "42"})),))
-    async with await serve(options=LiveFakeOptions(script=script), faults=[parse_fault("duplicate_tool_call")]) as fake:
+    script = Script(
+        (Turn(reply="tone", duration_ms=200, tool_call=ToolCallScript("lookup_order", {"id": "42"})),)
+    )
+    async with await serve(
+        options=LiveFakeOptions(script=script), faults=[parse_fault("duplicate_tool_call")]
+    ) as fake:
         live = adapter(fake.url)
         await live.connect()
         _speak(live)
-        calls = [e for e in await _events_until(live, lambda e, s: sum(isinstance(x, ToolCallRequested) for x in s) >= 2)
-                 if isinstance(e, ToolCallRequested)]
+        calls = [
+            e
+            for e in await _events_until(
+                live, lambda e, s: sum(isinstance(x, ToolCallRequested) for x in s) >= 2
+            )
+            if isinstance(e, ToolCallRequested)
+        ]
         assert len(calls) == 2 and calls[0].call_id == calls[1].call_id and calls[0].kind == "delegation"
         live.send_tool_result(calls[0].call_id, "lookup_order", "Order 42 shipped today.")
-        audio = await _events_until(live, lambda e, s: sum(len(x.audio) for x in s if isinstance(x, AudioReceived)) >= 1600)
-        assert sum(len(e.audio) for e in audio if isinstance(e, AudioReceived)) >= 1600  # the answer is spoken
+        audio = await _events_until(
+            live, lambda e, s: sum(len(x.audio) for x in s if isinstance(x, AudioReceived)) >= 1600
+        )
+        assert (
+            sum(len(e.audio) for e in audio if isinstance(e, AudioReceived)) >= 1600
+        )  # the answer is spoken
         await live.close()
 
 
@@ -147,7 +167,30 @@ async def test_usage_snapshots_are_cumulative_audio_seconds() -> None:
     async with await serve(options=LiveFakeOptions(usage_interval_ms=200)) as fake:
         live = adapter(fake.url)
         await live.connect()
-        usage = [e for e in await _events_until(live, lambda e, s: sum(isinstance(x, UsageUpdated) for x in s) >= 2)
-                 if isinstance(e, UsageUpdated)]
+        usage = [
+            e
+            for e in await _events_until(live, lambda e, s: sum(isinstance(x, UsageUpdated) for x in s) >= 2)
+            if isinstance(e, UsageUpdated)
+        ]
         assert len(usage) == 2 and all(u.cumulative for u in usage)
+        await live.close()
+
+
+async def test_ro2_commit_input_is_a_no_op_on_gpt_live() -> None:
+    """GPT-Live has no input buffer to commit (§1.13): the audio already sent is all the server needs."""
+    async with await serve() as fake:
+        live = adapter(fake.url)
+        await live.connect()
+        before = live.shell.frames_sent
+        for frame in tone_frames(200):
+            live.send_audio(frame)
+        live.commit_input()
+        live.send_text("still here", speak=False)  # a frame after it: everything queued before has gone out
+        async with asyncio.timeout(5):
+            while live.shell.frames_sent < before + 11:
+                await asyncio.sleep(0.01)
+        assert live.shell.frames_sent == before + 11  # the ten audio frames and the thinking, nothing else
+        types = [f.frame.get("type") for f in fake.connections[0].client_frames if f.frame is not None]
+        assert "session.thinking.append" in types and not any("commit" in str(t) for t in types)
+        assert not OpenAILiveAdapter.capabilities.client_commits
         await live.close()

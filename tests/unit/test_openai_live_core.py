@@ -15,7 +15,13 @@ from providers.events import (
     ToolCallRequested,
     UsageUpdated,
 )
-from providers.openai_live import LiveClientProtocol, LiveConfig, OpenAILiveAdapter, resolve_url, session_start_frame
+from providers.openai_live import (
+    LiveClientProtocol,
+    LiveConfig,
+    OpenAILiveAdapter,
+    resolve_url,
+    session_start_frame,
+)
 from rtp.audio import PCM16_24K, PCMU_8K
 
 
@@ -42,20 +48,45 @@ def test_session_start_asks_for_pcmu_8k_passthrough_and_client_delegation() -> N
 
 def test_audio_append_is_base64_of_the_exact_bytes() -> None:
     frame = json.loads(core().append_audio(b"\x00\xff\x7f"))
-    assert frame == {"type": "session.input_audio.append", "audio": base64.b64encode(b"\x00\xff\x7f").decode()}
+    assert frame == {
+        "type": "session.input_audio.append",
+        "audio": base64.b64encode(b"\x00\xff\x7f").decode(),
+    }
 
 
 def test_server_events_map_to_the_vocabulary() -> None:
     c = core()
     delta = base64.b64encode(bytes(range(160))).decode()
     frames = [
-        {"type": "session.started", "event_id": "e1", "session": {"id": "sess_1", "expires_at": 99, "model": "gpt-live-1", "status": "active"}},
+        {
+            "type": "session.started",
+            "event_id": "e1",
+            "session": {"id": "sess_1", "expires_at": 99, "model": "gpt-live-1", "status": "active"},
+        },
         {"type": "session.output_audio.delta", "delta": delta},
-        {"type": "session.input_transcript.delta", "event_id": "e2", "delta": "hi", "start_ms": 10, "end_ms": 900},
-        {"type": "session.output_transcript.delta", "event_id": "e3", "delta": "hello", "start_ms": 1000, "end_ms": 1000},
+        {
+            "type": "session.input_transcript.delta",
+            "event_id": "e2",
+            "delta": "hi",
+            "start_ms": 10,
+            "end_ms": 900,
+        },
+        {
+            "type": "session.output_transcript.delta",
+            "event_id": "e3",
+            "delta": "hello",
+            "start_ms": 1000,
+            "end_ms": 1000,
+        },
         {"type": "session.usage.updated", "event_id": "e4", "usage": {"seconds": 15}},
         {"type": "info", "event_id": "e5", "info": {}},
-        {"type": "session.closed", "event_id": "e6", "reason": "expired", "session": {}, "usage": {"seconds": 42}},
+        {
+            "type": "session.closed",
+            "event_id": "e6",
+            "reason": "expired",
+            "session": {},
+            "usage": {"seconds": 42},
+        },
     ]
     events = [e for f in frames for e in c.receive_text(json.dumps(f))]
     assert events == [
@@ -71,7 +102,13 @@ def test_server_events_map_to_the_vocabulary() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["not json", "[1,2]", '{"no_type": 1}', '{"type": "session.output_audio.delta"}', '{"type": "session.usage.updated", "usage": {}}'],
+    [
+        "not json",
+        "[1,2]",
+        '{"no_type": 1}',
+        '{"type": "session.output_audio.delta"}',
+        '{"type": "session.usage.updated", "usage": {}}',
+    ],
 )
 def test_malformed_frames_become_non_fatal_protocol_errors_with_the_raw_frame(text: str) -> None:
     [event] = core().receive_text(text)
@@ -80,18 +117,30 @@ def test_malformed_frames_become_non_fatal_protocol_errors_with_the_raw_frame(te
 
 
 def test_invalid_base64_audio_is_fatal() -> None:
-    [event] = core().receive_text(json.dumps({"type": "session.output_audio.delta", "delta": "@@not base64@@"}))
+    [event] = core().receive_text(
+        json.dumps({"type": "session.output_audio.delta", "delta": "@@not base64@@"})
+    )
     assert isinstance(event, ProviderError) and event.fatal and event.code == "invalid_audio"
 
 
 def test_odd_length_pcm16_audio_is_fatal() -> None:
     c = core(audio_format=PCM16_24K)
-    [event] = c.receive_text(json.dumps({"type": "session.output_audio.delta", "delta": base64.b64encode(b"abc").decode()}))
+    [event] = c.receive_text(
+        json.dumps({"type": "session.output_audio.delta", "delta": base64.b64encode(b"abc").decode()})
+    )
     assert isinstance(event, ProviderError) and event.fatal and "odd length" in event.message
 
 
 def test_provider_error_events_are_reported_not_fatal() -> None:
-    err = {"type": "error", "event_id": "e", "error": {"type": "invalid_request_error", "code": "unknown_parameter", "message": "Unknown parameter: 'session.x'."}}
+    err = {
+        "type": "error",
+        "event_id": "e",
+        "error": {
+            "type": "invalid_request_error",
+            "code": "unknown_parameter",
+            "message": "Unknown parameter: 'session.x'.",
+        },
+    }
     [event] = core().receive_text(json.dumps(err))
     assert isinstance(event, ProviderError) and event.code == "unknown_parameter" and not event.fatal
 
@@ -105,8 +154,12 @@ def test_url_resolution() -> None:
 def test_dl5_gpt_live_delegations_are_answered_as_commentary_with_the_delegation_id() -> None:
     c = core()
     c.frames_to_send()
-    created = {"type": "session.delegation.created", "event_id": "e", "offset_ms": 4200,
-               "delegation": {"id": "del_1", "type": "delegation", "target": "client"}}
+    created = {
+        "type": "session.delegation.created",
+        "event_id": "e",
+        "offset_ms": 4200,
+        "delegation": {"id": "del_1", "type": "delegation", "target": "client"},
+    }
     [event] = c.receive_text(json.dumps(created))
     assert event == ToolCallRequested(7, "del_1", "client", kind="delegation", at_ms=4200)
     c.append_commentary("Your order shipped.", "del_1")
@@ -136,6 +189,14 @@ def test_config_from_application_settings_keeps_defaults_for_what_is_not_given()
 def test_history_goes_into_session_start_as_input_messages() -> None:
     config = LiveConfig(history=(("system", "Order 42 is late."), ("user", "Where is my order?")))
     assert session_start_frame(config)["session"]["input"] == [
-        {"type": "message", "role": "developer", "content": [{"type": "input_text", "text": "Order 42 is late."}]},
-        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Where is my order?"}]},
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "Order 42 is late."}],
+        },
+        {
+            "type": "message",
+            "role": "user",
+            "content": [{"type": "input_text", "text": "Where is my order?"}],
+        },
     ]
