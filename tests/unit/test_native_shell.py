@@ -1,0 +1,413 @@
+"""The native engine's thin shells on loopback: SIP transports (UDP, TCP, IPv4/IPv6), the one core timer,
+RTP socket pairs from the port pool, and the process-wide media clock (on virtual time where it decides).
+
+No sleep is an assertion: every wait is for an event, bounded by a timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+
+import pytest
+
+from rtp.clock import FRAME_NS, MediaClockShell
+from rtp.endpoint import PortPool, PortsExhausted, RtpSocketPair
+from sip.message import ParseError, Request, StreamFramer, serialize
+from sip.transport import DeadlineTimer, Inbound, SipTransports, TransportRef
+
+WAIT_S = 5.0
+
+
+def message(body: bytes = b"", call_id: str = "abc") -> bytes:
+    return (
+        "OPTIONS sip:bridge@127.0.0.1 SIP/2.0\r\n"
+        "Via: SIP/2.0/TCP 127.0.0.1:5999;branch=z9hG4bK-1\r\n"
+        "From: <sip:t@127.0.0.1>;tag=1\r\nTo: <sip:bridge@127.0.0.1>\r\n"
+        f"Call-ID: {call_id}\r\nCSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.items: list[tuple[Inbound, tuple[str, int], TransportRef, int]] = []
+        self.changed = asyncio.Event()
+
+    def __call__(self, data: Inbound, source: tuple[str, int], ref: TransportRef, now: int) -> None:
+        self.items.append((data, source, ref, now))
+        self.changed.set()
+
+    async def wait(self, count: int) -> None:
+        async with asyncio.timeout(WAIT_S):
+            while len(self.items) < count:
+                self.changed.clear()
+                await self.changed.wait()
+
+
+def ipv6_available() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+# --- SIP transports ---
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", pytest.param("::1", marks=pytest.mark.skipif(
+    not ipv6_available(), reason="no IPv6 loopback"))])
+async def test_udp_datagram_in_with_source_and_now_and_reply_out(host: str) -> None:
+    loop = asyncio.get_running_loop()
+    inbox = Inbox()
+    transports = SipTransports(loop, inbox, StreamFramer, time.monotonic_ns)
+    ref = await transports.listen_udp(host, 0)
+    assert ref.kind == "udp" and ref.local[1] > 0
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    peer = socket.socket(family, socket.SOCK_DGRAM)
+    peer.bind((host, 0))
+    peer.setblocking(False)
+    try:
+        before = time.monotonic_ns()
+        peer.sendto(message(b"x"), ref.local)
+        await inbox.wait(1)
+        data, source, got_ref, now = inbox.items[0]
+        assert data == message(b"x") and source == peer.getsockname()[:2] and got_ref == ref
+        assert now >= before
+        assert transports.send(b"reply", source, "UDP")
+        reply = await asyncio.wait_for(loop.sock_recv(peer, 100), WAIT_S)
+        assert reply == b"reply"
+    finally:
+        peer.close()
+        await transports.close()
+    assert transports.stats()["udp_sockets"] == 0
+
+
+async def test_tcp_stream_is_framed_and_the_reply_goes_back_on_the_same_connection() -> None:
+    loop = asyncio.get_running_loop()
+    inbox = Inbox()
+    transports = SipTransports(loop, inbox, StreamFramer, time.monotonic_ns)
+    ref = await transports.listen_tcp("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection(*ref.local)
+    try:
+        one, two = message(b"first", "c1"), message(b"second body", "c2")
+        writer.write(one + two[:10])  # one and a half messages in one segment
+        await writer.drain()
+        await inbox.wait(1)
+        writer.write(two[10:])
+        await writer.drain()
+        await inbox.wait(2)
+        got_messages = [item[0] for item in inbox.items]
+        assert all(isinstance(m, Request) for m in got_messages)
+        assert [serialize(m) for m in got_messages if isinstance(m, Request)] == [one, two]
+        (_, source, conn_ref, _), (_, _, conn_ref2, _) = inbox.items
+        assert conn_ref.kind == "tcp" and conn_ref.connection > 0 and conn_ref == conn_ref2
+        assert source == writer.get_extra_info("sockname")[:2]
+        assert transports.stats()["tcp_connections"] == 1
+        assert transports.send(b"by ref\r\n", source, conn_ref)  # the ref it came in on
+        assert transports.send(b"by name\r\n", source, "TCP")  # the core's Transmit: same peer, same connection
+        got = await asyncio.wait_for(reader.readexactly(len(b"by ref\r\nby name\r\n")), WAIT_S)
+        assert got == b"by ref\r\nby name\r\n"
+        assert transports.stats()["tcp_connections"] == 1
+    finally:
+        writer.close()
+        await transports.close()
+    assert transports.stats()["tcp_connections"] == 0 and transports.stats()["tcp_servers"] == 0
+
+
+async def test_tcp_framing_error_is_delivered_then_only_that_connection_closes() -> None:
+    loop = asyncio.get_running_loop()
+    inbox = Inbox()
+    transports = SipTransports(loop, inbox, StreamFramer, time.monotonic_ns)
+    ref = await transports.listen_tcp("127.0.0.1", 0)
+    reader, writer = await asyncio.open_connection(*ref.local)
+    try:
+        writer.write(b"\r\n\r\n")  # an RFC 5626 keep-alive ping: answered with one CRLF
+        assert await asyncio.wait_for(reader.readexactly(2), WAIT_S) == b"\r\n"
+        writer.write(message().replace(b"Content-Length: 0", b"Content-Length: x"))
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), WAIT_S) == b""  # closed by us
+        assert len(inbox.items) == 1 and isinstance(inbox.items[0][0], ParseError)  # the core could answer it
+        assert transports.stats()["framing_errors"] == 1
+        reader2, writer2 = await asyncio.open_connection(*ref.local)  # the listener is still there
+        writer2.write(message())
+        await inbox.wait(2)
+        writer2.close()
+    finally:
+        writer.close()
+        await transports.close()
+
+
+async def test_tcp_request_to_a_new_peer_opens_a_client_connection() -> None:
+    loop = asyncio.get_running_loop()
+    received: asyncio.Queue[bytes] = asyncio.Queue()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        received.put_nowait(await reader.readexactly(5))
+        writer.write(message(b"ok"))
+        await writer.drain()
+        await reader.read()
+        writer.close()
+
+    peer = await asyncio.start_server(serve, "127.0.0.1", 0)
+    peer_addr = peer.sockets[0].getsockname()[:2]
+    inbox = Inbox()
+    transports = SipTransports(loop, inbox, StreamFramer, time.monotonic_ns)
+    await transports.listen_tcp("127.0.0.1", 0)
+    try:
+        assert transports.send(b"hello", peer_addr, "TCP")  # queued until the connection is up
+        assert await asyncio.wait_for(received.get(), WAIT_S) == b"hello"
+        await inbox.wait(1)  # what the peer answers on that connection reaches the core
+        answer = inbox.items[0][0]
+        assert isinstance(answer, Request) and serialize(answer) == message(b"ok")
+        assert inbox.items[0][1] == peer_addr
+    finally:
+        await transports.close()
+        peer.close()
+        await peer.wait_closed()
+    assert transports.stats()["tcp_connections"] == 0
+
+
+async def test_receiver_bug_is_counted_and_the_socket_keeps_working() -> None:
+    loop = asyncio.get_running_loop()
+    inbox = Inbox()
+    calls = 0
+
+    def flaky(data: Inbound, source: tuple[str, int], ref: TransportRef, now: int) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("core bug")
+        inbox(data, source, ref, now)
+
+    transports = SipTransports(loop, flaky, StreamFramer, time.monotonic_ns)
+    ref = await transports.listen_udp("127.0.0.1", 0)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as peer:
+        peer.sendto(b"one", ref.local)
+        peer.sendto(b"two", ref.local)
+        await inbox.wait(1)
+    assert [i[0] for i in inbox.items] == [b"two"] and transports.stats()["receiver_errors"] == 1
+    await transports.close()
+
+
+# --- the one core timer ---
+
+
+async def test_deadline_timer_rearms_only_when_the_deadline_changes_and_never_fires_early() -> None:
+    loop = asyncio.get_running_loop()
+    fired: list[int] = []
+    done = asyncio.Event()
+
+    def on_due(now: int) -> None:
+        fired.append(now)
+        done.set()
+
+    timer = DeadlineTimer(loop, time.monotonic_ns, on_due)
+    far = time.monotonic_ns() + 60 * 10**9
+    timer.arm(far)
+    handle = timer._handle
+    timer.arm(far)  # same deadline: the same handle, nothing re-armed
+    assert timer._handle is handle and timer.armed
+    soon = time.monotonic_ns() + 5_000_000
+    timer.arm(soon)  # earlier: re-armed
+    assert timer._handle is not handle and timer.deadline == soon
+    await asyncio.wait_for(done.wait(), WAIT_S)
+    assert fired == [max(fired[0], soon)] and fired[0] >= soon and not timer.armed
+    timer.arm(time.monotonic_ns() + 10**9)
+    timer.arm(None)
+    assert not timer.armed and timer.fired == 1
+
+
+# --- RTP sockets ---
+
+
+def test_port_pool_hands_out_even_ports_round_robin_and_runs_out() -> None:
+    pool = PortPool(40001, 40007)
+    assert pool.first == 40002 and pool.capacity == 3
+    assert pool.candidates() == [40002, 40004, 40006]
+    pool.take(40002)
+    assert pool.candidates() == [40004, 40006]
+    pool.release(40002)
+    assert pool.candidates() == [40004, 40006, 40002]  # the port just freed is reused last
+    with pytest.raises(ValueError):
+        PortPool(5000, 5000)
+
+
+async def test_rtp_socket_pairs_bind_rtp_even_rtcp_odd_and_close_back_to_zero() -> None:
+    loop = asyncio.get_running_loop()
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    base = probe.getsockname()[1] & ~1
+    probe.close()
+    pool = PortPool(base, base + 20)
+    blocker = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    blocker.bind(("127.0.0.1", base + 1))  # someone else holds the first pair's RTCP port
+    got: asyncio.Queue[tuple[str, bytes, tuple[str, int], int]] = asyncio.Queue()
+    pairs = []
+    try:
+        for name in ("a", "b"):
+            pairs.append(RtpSocketPair.open(
+                loop, "127.0.0.1", pool,
+                lambda d, s, n, name=name: got.put_nowait((name + "-rtp", d, s, n)),
+                lambda d, s, n, name=name: got.put_nowait((name + "-rtcp", d, s, n)),
+                time.monotonic_ns))
+        a, b = pairs
+        assert a.port == base + 2 and b.port == base + 4 and pool.in_use == 2
+        assert a.send_rtp(b"\x80" * 20, ("127.0.0.1", b.port))
+        assert b.send_rtcp(b"\x81\xc9", ("127.0.0.1", a.port + 1))
+        first = await asyncio.wait_for(got.get(), WAIT_S)
+        second = await asyncio.wait_for(got.get(), WAIT_S)
+        assert {first[0], second[0]} == {"b-rtp", "a-rtcp"}
+        assert first[2][1] in (a.port, b.port + 1)
+        a.close()
+        a.close()  # idempotent
+        assert a.open_sockets == 0 and pool.in_use == 1
+        assert not a.send_rtp(b"\x80" * 20, ("127.0.0.1", b.port))  # closed: refused and counted
+    finally:
+        for pair in pairs:
+            pair.close()
+        blocker.close()
+    assert pool.in_use == 0
+
+
+def test_port_pool_exhausted_raises() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        probe.bind(("127.0.0.1", 0))
+        base = probe.getsockname()[1] & ~1
+        probe.close()
+        pool = PortPool(base, base + 2)
+        pair = RtpSocketPair.open(loop, "127.0.0.1", pool, lambda *a: None, lambda *a: None, time.monotonic_ns)
+        with pytest.raises(PortsExhausted):
+            RtpSocketPair.open(loop, "127.0.0.1", pool, lambda *a: None, lambda *a: None, time.monotonic_ns)
+        pair.close()
+    finally:
+        loop.close()
+
+
+# --- the media clock ---
+
+
+class Channel:
+    def __init__(self) -> None:
+        self.slots: list[int] = []  # `now` of each served slot
+        self.skipped = 0
+
+    def on_slots(self, now: int, due: int, skipped: int) -> None:
+        self.skipped += skipped
+        self.slots.extend([now] * due)
+
+
+class VirtualClock:
+    def __init__(self) -> None:
+        self.now = 1_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+async def test_media_clock_serves_every_channel_once_per_period_on_absolute_deadlines() -> None:
+    loop = asyncio.get_running_loop()
+    clock = VirtualClock()
+    media = MediaClockShell(loop, clock)
+    a, b = Channel(), Channel()
+    media.add(a)
+    media.add(b)
+    t0 = clock.now
+    try:
+        assert media.next_deadline() == t0 + FRAME_NS and media.stats()["timers"] == 1
+        clock.now = t0 + FRAME_NS - 1
+        assert media.run_due(clock.now) == 0  # early: nothing
+        clock.now = t0 + FRAME_NS + 3_000_000  # 3 ms late: one slot; the next deadline does not drift
+        assert media.run_due(clock.now) == 1
+        assert media.next_deadline() == t0 + 2 * FRAME_NS
+        clock.now = t0 + 3 * FRAME_NS + 1  # a stall: slots 2 and 3 both served (catch-up)
+        assert media.run_due(clock.now) == 2
+        assert len(a.slots) == len(b.slots) == 3 and a.skipped == 0
+        clock.now = t0 + 100 * FRAME_NS  # a long stall: at most max_catch_up slots, the rest skipped
+        assert media.run_due(clock.now) == media.max_catch_up
+        assert a.skipped == b.skipped == 97 - media.max_catch_up
+        assert media.next_deadline() == t0 + 101 * FRAME_NS
+    finally:
+        media.stop()
+    assert media.stats()["timers"] == 0
+
+
+async def test_media_clock_drops_a_failing_channel_and_stops_with_the_last() -> None:
+    loop = asyncio.get_running_loop()
+    clock = VirtualClock()
+    media = MediaClockShell(loop, clock)
+
+    class Broken:
+        def on_slots(self, now: int, due: int, skipped: int) -> None:
+            raise RuntimeError("boom")
+
+    good = Channel()
+    media.add(Broken())
+    media.add(good)
+    clock.now += FRAME_NS
+    media.run_due(clock.now)
+    assert media.channel_errors == 1 and media.channels == 1 and len(good.slots) == 1
+    media.remove(good)
+    assert not media.running and media.next_deadline() is None and media.stats()["timers"] == 0
+
+
+async def test_media_clock_on_the_real_loop_is_one_timer_for_all_channels() -> None:
+    loop = asyncio.get_running_loop()
+    media = MediaClockShell(loop, time.monotonic_ns)
+    done = asyncio.Event()
+
+    class Counting(Channel):
+        def on_slots(self, now: int, due: int, skipped: int) -> None:
+            super().on_slots(now, due, skipped)
+            if len(self.slots) >= 5:
+                done.set()
+
+    channels = [Counting() for _ in range(3)]
+    for ch in channels:
+        media.add(ch)
+    assert media.core is not None
+    t0 = media.core.t0
+    try:
+        await asyncio.wait_for(done.wait(), WAIT_S)
+    finally:
+        wakeups = media.wakeups
+        media.stop()
+    first = channels[0]
+    # never early: the n-th slot is served at or after t0 + n·20 ms
+    assert all(now >= t0 + (i + 1) * FRAME_NS for i, now in enumerate(first.slots))
+    assert all(ch.slots == first.slots for ch in channels)  # one wake-up serves every channel
+    assert wakeups <= len(first.slots) + 5  # early wake-ups aside, one timer per period, not one per channel
+
+
+# --- the carrier ledger records a frame only once sendto has returned ---
+
+
+def test_deferred_ledger_records_on_commit_with_the_send_time_and_forgets_a_failed_send() -> None:
+    from rtp.playout import OutboundFrame, Playout
+    from sip.native import _DeferredLedger
+
+    ledger = _DeferredLedger()
+    playout = Playout(ledger)
+    playout.enqueue([OutboundFrame(b"\x00" * 320, 1, "item", 0), OutboundFrame(b"\x00" * 320, 1, "item", 20)])
+    assert playout.pull(100) is not None
+    assert ledger.frames_transmitted == 0 and ledger.transmitted_ms("item") == 0  # pulled, not yet sent
+    ledger.commit(150)  # sendto returned at 150
+    assert ledger.frames_transmitted == 1 and ledger.last() == ledger.entries("item")[0]
+    assert ledger.entries()[0].transmitted_ns == 150 and ledger.transmitted_ms("item") == 20
+    assert playout.pull(200) is not None
+    ledger.discard()  # sendto failed: the frame did not leave
+    ledger.commit(250)  # nothing held: no-op
+    assert ledger.frames_transmitted == 1 and ledger.frames_unsent == 1 and ledger.transmitted_ms("item") == 20
+
+
+def test_media_address_is_the_bound_one_or_the_route_to_the_caller_never_the_wildcard() -> None:
+    from sip.native import media_address
+
+    assert media_address("127.0.0.1", "127.0.0.1") == "127.0.0.1"
+    assert media_address("0.0.0.0", "127.0.0.1") == "127.0.0.1"  # c=0.0.0.0 would put the caller on hold
+    if ipv6_available():
+        assert media_address("::", "::1") == "::1"
