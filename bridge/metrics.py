@@ -1,0 +1,249 @@
+"""Prometheus metrics (`GET /metrics` on the HTTP listener): what the bridge counts, with prometheus-client.
+
+`BridgeMetrics` owns its own `CollectorRegistry` (never the process-global one, so two servers in one process,
+or a test, do not mix their numbers) and has one small typed method per fact; `render()` is the text
+exposition format and `CONTENT_TYPE` its HTTP Content-Type. Label values come from closed sets (outcomes,
+causes, states as `Literal`s; SIP codes 100-699), route, provider and trunk names from the configuration,
+so no label grows with traffic (no call ids, no numbers, no addresses).
+
+The media path never calls in here per packet: prometheus-client takes a lock on every update. The RTP and
+pacing figures are added as batches — deltas of the per-call counters the `rtp` cores keep anyway, from the
+session's periodic stats tick or at the end of a call — and the histograms take a batch of samples at a time.
+
+Metric names (all prefixed `parlora_`; counters end in `_total` in the exposition):
+
+    calls_active{route}                          calls in progress
+    calls_total{route,outcome}                   finished calls by outcome
+    sip_responses_sent_total{code}               final and provisional responses the bridge sent
+    refusals_total{reason}                       calls / requests refused before any provider connection
+    rtp_packets_total{direction}                 RTP packets received (in) and sent (out)
+    rtp_packets_lost_total, rtp_packets_late_total, rtp_frames_concealed_total
+    rtp_jitter_seconds                           the caller stream's interarrival jitter (RFC 3550), sampled
+    pacing_lateness_seconds                      how late each outbound frame left after its 20 ms deadline
+    provider_connect_seconds{provider}           WebSocket open to session confirmed
+    recoveries_total{cause,outcome}, recovery_duration_seconds{cause}   HR1-HR5
+    rollovers_total{outcome}                     RO1-RO9
+    audio_discontinuities_total{direction,cause} HR2, HR8
+    jobs_total{outcome}, job_duration_seconds    delegations and tool calls
+    registrations{trunk,state}                   1 for each trunk's current state, 0 for the others
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+# The classic text format every Prometheus version scrapes; every name here is a legacy-valid one, so the body
+# is the same as the 1.0.0 text format's.
+CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
+PREFIX = "parlora"
+
+CallOutcome = Literal["completed", "failed", "refused", "cancelled", "busy", "no_answer"]
+RefusalReason = Literal[
+    "not_allowed",  # source outside every trunk's allowlist (403 or dropped)
+    "auth_failed",  # inbound digest challenge not met
+    "rate_limited",  # per-source INVITE rate (503)
+    "blocked_user_agent",  # a known scanner
+    "max_calls",  # at --max-calls (503)
+    "draining",  # SIGTERM / POST /drain (503)
+    "no_route",  # no route for the called number (404)
+    "unauthorized",  # the application's authorize hook said no
+    "no_common_codec",  # 488
+]
+Direction = Literal["in", "out"]
+RecoveryCause = Literal["output_overflow", "output_stale", "transport_closed", "transport_error"]
+RecoveryOutcome = Literal["recovered", "failed"]
+RolloverOutcome = Literal["completed", "refused", "failed"]
+DiscontinuityCause = Literal["output_overflow", "output_stale", "voice_transport_recovery", "rollover"]
+JobOutcome = Literal["completed", "failed", "timeout", "refused", "unknown"]
+RegistrationState = Literal["unregistered", "registering", "registered", "failed"]
+REGISTRATION_STATES: tuple[RegistrationState, ...] = ("unregistered", "registering", "registered", "failed")
+
+# Bucket edges in seconds, chosen around what each figure is judged against.
+JITTER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)  # a 20 ms frame; 120 ms bad
+PACING_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04)  # late by a frame (20 ms) is a gap
+CONNECT_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+RECOVERY_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0)  # HR5: within 5 s or fatal
+JOB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def _code_label(code: int) -> str:
+    return str(code) if 100 <= code <= 699 else "other"
+
+
+class BridgeMetrics:
+    """Every metric of one bridge process, in a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self._calls_active = Gauge(f"{PREFIX}_calls_active", "Calls in progress.", ["route"], registry=r)
+        self._calls = Counter(
+            f"{PREFIX}_calls", "Finished calls by outcome.", ["route", "outcome"], registry=r
+        )
+        self._sip_responses = Counter(
+            f"{PREFIX}_sip_responses_sent", "SIP responses sent, by status code.", ["code"], registry=r
+        )
+        self._refusals = Counter(
+            f"{PREFIX}_refusals",
+            "Calls and requests refused before any provider connection, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self._rtp_packets = Counter(
+            f"{PREFIX}_rtp_packets", "RTP packets received (in) and sent (out).", ["direction"], registry=r
+        )
+        self._rtp_lost = Counter(
+            f"{PREFIX}_rtp_packets_lost", "Caller RTP packets never received (sequence gaps).", registry=r
+        )
+        self._rtp_late = Counter(
+            f"{PREFIX}_rtp_packets_late",
+            "Caller RTP packets that arrived after their playout time and were dropped.",
+            registry=r,
+        )
+        self._rtp_concealed = Counter(
+            f"{PREFIX}_rtp_frames_concealed",
+            "Caller frames synthesised by G.711 loss concealment.",
+            registry=r,
+        )
+        self._jitter = Histogram(
+            f"{PREFIX}_rtp_jitter_seconds",
+            "Interarrival jitter of the caller's RTP (RFC 3550), sampled per call.",
+            buckets=JITTER_BUCKETS,
+            registry=r,
+        )
+        self._pacing = Histogram(
+            f"{PREFIX}_pacing_lateness_seconds",
+            "How late outbound frames left after their absolute 20 ms deadline.",
+            buckets=PACING_BUCKETS,
+            registry=r,
+        )
+        self._connect = Histogram(
+            f"{PREFIX}_provider_connect_seconds",
+            "Provider connection opened to session configuration confirmed.",
+            ["provider"],
+            buckets=CONNECT_BUCKETS,
+            registry=r,
+        )
+        self._recoveries = Counter(
+            f"{PREFIX}_recoveries",
+            "Output recoveries (HR1-HR5) by cause and outcome.",
+            ["cause", "outcome"],
+            registry=r,
+        )
+        self._recovery_duration = Histogram(
+            f"{PREFIX}_recovery_duration_seconds",
+            "Recovery start to the replacement connection taking over.",
+            ["cause"],
+            buckets=RECOVERY_BUCKETS,
+            registry=r,
+        )
+        self._rollovers = Counter(
+            f"{PREFIX}_rollovers", "Connection rollovers (RO1-RO9) by outcome.", ["outcome"], registry=r
+        )
+        self._discontinuities = Counter(
+            f"{PREFIX}_audio_discontinuities",
+            "Audio discontinuities (HR2, HR8) by direction and cause.",
+            ["direction", "cause"],
+            registry=r,
+        )
+        self._jobs = Counter(
+            f"{PREFIX}_jobs", "Delegations and tool calls by outcome.", ["outcome"], registry=r
+        )
+        self._job_duration = Histogram(
+            f"{PREFIX}_job_duration_seconds",
+            "Job dispatch to the application's answer.",
+            buckets=JOB_BUCKETS,
+            registry=r,
+        )
+        self._registrations = Gauge(
+            f"{PREFIX}_registrations",
+            "1 for each trunk's current registration state.",
+            ["trunk", "state"],
+            registry=r,
+        )
+
+    # --- calls and signalling ---
+
+    def call_started(self, route: str) -> None:
+        self._calls_active.labels(route=route).inc()
+
+    def call_ended(self, route: str, outcome: CallOutcome) -> None:
+        """A call that `call_started` counted is over (its active gauge goes down)."""
+        self._calls_active.labels(route=route).dec()
+        self._calls.labels(route=route, outcome=outcome).inc()
+
+    def call_refused(self, route: str, outcome: CallOutcome = "refused") -> None:
+        """A call that never started (no `call_started`), e.g. a 486 or a failed setup."""
+        self._calls.labels(route=route, outcome=outcome).inc()
+
+    def sip_response_sent(self, code: int) -> None:
+        self._sip_responses.labels(code=_code_label(code)).inc()
+
+    def refused(self, reason: RefusalReason) -> None:
+        self._refusals.labels(reason=reason).inc()
+
+    # --- media: batches, never per packet ---
+
+    def rtp(
+        self, *, received: int = 0, sent: int = 0, lost: int = 0, late: int = 0, concealed: int = 0
+    ) -> None:
+        """Add the RTP counters' deltas since the last call (ValueError on a negative delta)."""
+        for value in (received, sent, lost, late, concealed):
+            if value < 0:
+                raise ValueError("RTP counter deltas cannot be negative")
+        if received:
+            self._rtp_packets.labels(direction="in").inc(received)
+        if sent:
+            self._rtp_packets.labels(direction="out").inc(sent)
+        if lost:
+            self._rtp_lost.inc(lost)
+        if late:
+            self._rtp_late.inc(late)
+        if concealed:
+            self._rtp_concealed.inc(concealed)
+
+    def jitter(self, samples_s: Iterable[float]) -> None:
+        for value in samples_s:
+            self._jitter.observe(value)
+
+    def pacing(self, lateness_s: Iterable[float]) -> None:
+        for value in lateness_s:
+            self._pacing.observe(max(0.0, value))
+
+    # --- provider connections ---
+
+    def provider_connected(self, provider: str, seconds: float) -> None:
+        self._connect.labels(provider=provider).observe(seconds)
+
+    def recovery(self, cause: RecoveryCause, outcome: RecoveryOutcome, seconds: float) -> None:
+        self._recoveries.labels(cause=cause, outcome=outcome).inc()
+        self._recovery_duration.labels(cause=cause).observe(seconds)
+
+    def rollover(self, outcome: RolloverOutcome) -> None:
+        self._rollovers.labels(outcome=outcome).inc()
+
+    def discontinuity(self, direction: Direction, cause: DiscontinuityCause) -> None:
+        self._discontinuities.labels(direction=direction, cause=cause).inc()
+
+    # --- the application ---
+
+    def job(self, outcome: JobOutcome, seconds: float) -> None:
+        self._jobs.labels(outcome=outcome).inc()
+        self._job_duration.observe(seconds)
+
+    # --- trunks ---
+
+    def registration(self, trunk: str, state: RegistrationState) -> None:
+        """`trunk` is now in `state`: its series for `state` is 1, for the other states 0."""
+        for each in REGISTRATION_STATES:
+            self._registrations.labels(trunk=trunk, state=each).set(1 if each == state else 0)
+
+    # --- exposition ---
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition format (version 0.0.4) of every metric."""
+        return generate_latest(self.registry)
