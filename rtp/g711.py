@@ -10,6 +10,8 @@ does not carry (µ-law keeps 14, A-law 13), exactly as the reference encoders do
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 
 __all__ = ["ulaw_decode", "ulaw_encode", "alaw_decode", "alaw_encode"]
@@ -81,12 +83,12 @@ def alaw_decode(data: bytes) -> bytes:
 
 def ulaw_encode(pcm: bytes) -> bytes:
     """PCM16LE to µ-law. Raises ValueError on an odd byte count."""
-    return _ULAW_ENCODE[_bit_patterns(pcm)].tobytes()
+    return cast(bytes, _ULAW_ENCODE[_bit_patterns(pcm)].tobytes())
 
 
 def alaw_encode(pcm: bytes) -> bytes:
     """PCM16LE to A-law. Raises ValueError on an odd byte count."""
-    return _ALAW_ENCODE[_bit_patterns(pcm)].tobytes()
+    return cast(bytes, _ALAW_ENCODE[_bit_patterns(pcm)].tobytes())
 
 
 def _bit_patterns(pcm: bytes) -> np.ndarray:

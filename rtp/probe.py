@@ -38,7 +38,7 @@ ENABLED = DIR is not None
 POINTS = ("media_in", "ws_sent", "ws_received", "media_out")
 CHUNK_HEADER = struct.Struct("<qHI")  # monotonic ns, call index, chunk length; then the chunk's bytes
 
-_records: dict[str, dict[str, tuple[array, array]]] = {}  # call -> point -> (times ns, keys)
+_records: dict[str, dict[str, tuple["array[int]", "array[int]"]]] = {}  # call -> point -> (times ns, keys)
 _calls: list[str] = []  # call index (in the chunk file) -> call id
 _formats: dict[str, str] = {}  # call -> the provider's output format, as str(AudioFormat)
 _lock = threading.Lock()
@@ -52,7 +52,7 @@ def key(pcm: bytes) -> int:
     return zlib.crc32(pcm)
 
 
-def _series(call: str, point: str) -> tuple[array, array]:
+def _series(call: str, point: str) -> tuple["array[int]", "array[int]"]:
     per_call = _records.get(call)
     if per_call is None:
         with _lock:
