@@ -21,8 +21,8 @@ Offer/answer, audio only, codecs PCMU (PT 0), PCMA (PT 8) and telephone-event/80
   we support (RFC 3264 §6.1); telephone-event keeps the offer's PT; the direction mirrors the offer's
   (sendonly → recvonly: the caller holds us; recvonly → sendonly; inactive → inactive), combined with ours;
   ``c=0.0.0.0`` (RFC 2543 hold, RFC 3264 §8.4) means the offerer receives nothing. Every other m= line
-  (video, a second audio stream, a non-RTP/AVP profile such as RTP/SAVP) is rejected with port 0 in its place
-  (§6). None means no audio stream could be accepted: answer the INVITE 488 (or the re-INVITE 488 and keep
+  (video, a second audio stream, RTP/SAVP unless SRTP is on, any non-RTP profile) is rejected with port 0 in
+  its place (§6). None means no audio stream could be accepted: answer the INVITE 488 (or the re-INVITE 488 and keep
   the old session).
 - `negotiate(local_sdp, remote_sdp) -> NegotiatedMedia | None`: what was agreed (codec and PT to send, the
   telephone-event PT, where to send, our direction, the remote's hold state), whichever side offered.
@@ -33,12 +33,31 @@ Offer/answer, audio only, codecs PCMU (PT 0), PCMA (PT 8) and telephone-event/80
   the remote put us on hold.
 - Origin version (RFC 3264 §8): `offer` and `answer` take the description we sent last (`previous`); the o=
   line keeps its session id, and its version goes up by one exactly when the content changed.
+- SRTP with SDES keys (RFC 3711, RFC 4568): `LocalMedia.srtp` is the policy, "off" (the default: an
+  RTP/SAVP stream is rejected with port 0 and a=crypto in an RTP/AVP offer is ignored, as before), "optional"
+  (answer what is offered: RTP/SAVP or RTP/SAVPF with a usable a=crypto is answered with SRTP, an RTP/AVP
+  offer that carries a=crypto too (the "best effort" SRTP of baresip's ``mediaenc=srtp``), plain RTP/AVP in
+  plain; our offers are RTP/AVP with a=crypto) or "required" (an offer without a usable a=crypto gets None,
+  i.e. 488; our offers are RTP/SAVP). The answer takes the first a=crypto line *in the offer's order* whose
+  suite is in `LocalMedia.crypto_suites` and whose parameters we can honour (one key, no MKI, no session
+  parameter but the WSH hint: pylibsrtp has no MKI and no key derivation rate; lifetimes are accepted and not
+  enforced, libsrtp keeps its own 2^48 limit), with its tag and suite and OUR key (RFC 4568 §6.1, §7.1.2),
+  drawn from `LocalMedia.key_source`. Re-offers and re-answers (a `previous` description with a key for the
+  same suite) keep our key, so a hold/resume re-INVITE does not re-key our direction; a peer's new key is
+  simply the new `NegotiatedMedia.srtp.remote_key`. `NegotiatedMedia.srtp` (`SrtpKeys`) is what was agreed:
+  suite, tag, the key we send with and the key we receive with, or None for plain RTP. `parse_crypto` and
+  `CryptoAttribute` read and write one ``a=crypto`` value; `MediaDescription.crypto()` lists them.
+  Keys must only travel over TLS (sip.tls.sdes_policy gives the policy for a call's transport).
 - Short names used by the INVITE session: `parse(data)` is `parse_sdp` returning None instead of raising,
   `serialize` is `serialize_sdp`, `is_hold` is `is_held`.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
@@ -46,13 +65,19 @@ __all__ = [
     "Answer",
     "Codec",
     "Connection",
+    "CryptoAttribute",
+    "CryptoKey",
+    "DEFAULT_CRYPTO_SUITES",
     "Direction",
     "LocalMedia",
     "MediaDescription",
     "NegotiatedMedia",
     "Origin",
     "SdpError",
+    "SRTP_KEY_LENGTHS",
     "SessionDescription",
+    "SrtpKeys",
+    "SrtpPolicy",
     "accept_answer",
     "answer",
     "hold_state",
@@ -61,6 +86,7 @@ __all__ = [
     "negotiate",
     "offer",
     "parse",
+    "parse_crypto",
     "parse_sdp",
     "serialize",
     "serialize_sdp",
@@ -94,6 +120,21 @@ _STATIC: dict[int, tuple[str, int]] = {  # RFC 3551 §6, the audio ones
 _SUPPORTED = frozenset({"PCMU", "PCMA"})
 _STATIC_PT = {"PCMU": 0, "PCMA": 8}
 _HOLD_ADDRESSES = frozenset({"0.0.0.0", "::"})
+SrtpPolicy = Literal["off", "optional", "required"]
+# master key || master salt length per suite (RFC 4568 §6.2, RFC 7714 §14.2); rtp.srtp.SUITES agrees (tested)
+SRTP_KEY_LENGTHS: dict[str, int] = {
+    "AES_CM_128_HMAC_SHA1_80": 30,
+    "AES_CM_128_HMAC_SHA1_32": 30,
+    "AEAD_AES_128_GCM": 28,
+    "AEAD_AES_256_GCM": 44,
+}
+DEFAULT_CRYPTO_SUITES = ("AES_CM_128_HMAC_SHA1_80", "AES_CM_128_HMAC_SHA1_32")
+_PLAIN_PROTO = "RTP/AVP"
+# SAVPF tolerated: answered as offered, no feedback used
+_SECURE_PROTOS = frozenset({"RTP/SAVP", "RTP/SAVPF"})
+_AUDIO_PROTOS = _SECURE_PROTOS | {_PLAIN_PROTO}
+_HINT_PARAMS = ("WSH=",)  # RFC 4568 §6.3.6 window size hint: a hint, safe to ignore
+_MAX_TAG = 999_999_999  # RFC 4568 §9.1: 1*9DIGIT
 
 
 class SdpError(ValueError):
@@ -145,6 +186,127 @@ class Codec:
     name: str
     clock_rate: int
     channels: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class CryptoKey:
+    """One ``inline:`` key parameter: master key || salt, and the optional lifetime and MKI:length."""
+
+    key_salt: bytes
+    lifetime: int | None = None  # in packets (``2^20`` or decimal)
+    mki: tuple[int, int] | None = None  # (value, length in bytes)
+
+    def __str__(self) -> str:
+        text = "inline:" + base64.b64encode(self.key_salt).decode("ascii")
+        if self.lifetime is not None:
+            power = self.lifetime.bit_length() - 1
+            text += f"|2^{power}" if self.lifetime == 1 << power else f"|{self.lifetime}"
+        if self.mki is not None:
+            text += f"|{self.mki[0]}:{self.mki[1]}"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class CryptoAttribute:
+    """``a=crypto:<tag> <crypto-suite> <key-params> [<session-params>]`` (RFC 4568 §9.1)."""
+
+    tag: int
+    suite: str
+    keys: tuple[CryptoKey, ...]
+    session_params: tuple[str, ...] = ()
+
+    @property
+    def key(self) -> bytes:
+        """The (first) master key || salt."""
+        return self.keys[0].key_salt
+
+    @property
+    def usable(self) -> bool:
+        """A suite we know with one key of the right length, no MKI and no session parameter we would have to
+        honour (only the WSH hint): what rtp.srtp (pylibsrtp) can run."""
+        return (
+            self.suite in SRTP_KEY_LENGTHS
+            and len(self.keys) == 1
+            and self.keys[0].mki is None
+            and len(self.keys[0].key_salt) == SRTP_KEY_LENGTHS[self.suite]
+            and all(p.startswith(_HINT_PARAMS) for p in self.session_params)
+        )
+
+    def __str__(self) -> str:
+        keys = ";".join(str(k) for k in self.keys)
+        params = "".join(f" {p}" for p in self.session_params)
+        return f"{self.tag} {self.suite} {keys}{params}"
+
+
+def _b64(text: str) -> bytes | None:
+    if not text or not text.isascii():
+        return None
+    try:
+        return base64.b64decode(text + "=" * (-len(text) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+
+
+def _crypto_key(text: str) -> CryptoKey | None:
+    method, colon, info = text.partition(":")
+    if method.lower() != "inline" or not colon:
+        return None
+    pieces = info.split("|")
+    if len(pieces) > 3:
+        return None
+    key = _b64(pieces[0])
+    if key is None:
+        return None
+    lifetime: int | None = None
+    mki: tuple[int, int] | None = None
+    for piece in pieces[1:]:
+        if ":" in piece:  # MKI:length (RFC 4568 §6.1); lifetime, when present, comes first
+            value_text, _, length_text = piece.partition(":")
+            value, length = _number(value_text, 38), _number(length_text, 3)
+            if mki is not None or value is None or length is None or not 1 <= length <= 128:
+                return None
+            mki = (value, length)
+        else:
+            if lifetime is not None or mki is not None:
+                return None
+            if piece.startswith("2^"):
+                power = _number(piece[2:], 2)
+                lifetime = 1 << power if power is not None and power <= 64 else None
+            else:
+                lifetime = _number(piece, 20)
+            if not lifetime:  # absent, malformed, or 0 (a key for no packet at all)
+                return None
+    return CryptoKey(key, lifetime, mki)
+
+
+def parse_crypto(value: str) -> CryptoAttribute | None:
+    """One ``a=crypto`` value, or None when it is malformed (such a line is ignored, RFC 4568 §7.1.1: the
+    answerer skips what it does not understand). A suite we do not know parses; `usable` says False."""
+    pieces = value.split()
+    if len(pieces) < 3:
+        return None
+    tag = _number(pieces[0], 9)
+    suite = pieces[1]
+    if tag is None or tag > _MAX_TAG or not suite.isascii() or not suite.replace("_", "").isalnum():
+        return None
+    keys: list[CryptoKey] = []
+    for text in pieces[2].split(";"):
+        key = _crypto_key(text)
+        if key is None:
+            return None
+        keys.append(key)
+    return CryptoAttribute(tag, suite, tuple(keys), tuple(pieces[3:]))
+
+
+@dataclass(frozen=True, slots=True)
+class SrtpKeys:
+    """What SDES agreed for one stream: the suite and a=crypto tag, the master key || salt we protect with
+    (the one our SDP carried) and the one we unprotect with (the peer's)."""
+
+    suite: str
+    tag: int
+    local_key: bytes = field(repr=False)
+    remote_key: bytes = field(repr=False)
 
 
 Attribute = tuple[str, str | None]
@@ -224,6 +386,16 @@ class MediaDescription:
                 name, clock = _STATIC[pt]
                 out[pt] = Codec(pt, name, clock)
         return out
+
+    def crypto(self) -> tuple[CryptoAttribute, ...]:
+        """Every well-formed ``a=crypto`` line, in order (malformed ones are left out)."""
+        found = (parse_crypto(value) for value in self.attribute_values("crypto"))
+        return tuple(c for c in found if c is not None)
+
+    @property
+    def is_secure(self) -> bool:
+        """True for the SRTP profiles RTP/SAVP and RTP/SAVPF."""
+        return self.proto.upper() in _SECURE_PROTOS
 
     def fmtp(self, payload_type: int) -> str | None:
         """The ``a=fmtp:<pt> ...`` parameters for this payload type, or None."""
@@ -488,7 +660,10 @@ class LocalMedia:
     `codecs` are the ones we accept (a subset of PCMU, PCMA), in the order we offer them; `telephone_event` is
     the payload type we offer for RFC 4733 events (None: do not offer or accept them); `direction` is what we
     want ("sendonly" or "inactive" when we hold the call); `session_id` is our o= session id (pick it once per
-    dialog, e.g. from a random or the NTP time)."""
+    dialog, e.g. from a random or the NTP time).
+
+    SRTP (see the module docstring): `srtp` the policy, `crypto_suites` what we offer and accept in our order
+    of preference, `key_source(n)` n random bytes for our keys (os.urandom; tests inject their own)."""
 
     address: str
     port: int
@@ -499,6 +674,9 @@ class LocalMedia:
     direction: Direction = "sendrecv"
     username: str = "-"
     session_name: str = "parlora"
+    srtp: SrtpPolicy = "off"
+    crypto_suites: tuple[str, ...] = DEFAULT_CRYPTO_SUITES
+    key_source: Callable[[int], bytes] = field(default=os.urandom, compare=False, repr=False)
 
     @property
     def addrtype(self) -> str:
@@ -513,7 +691,8 @@ class NegotiatedMedia:
     `codec` and `payload_type` are what we send (and expect) as audio; `telephone_event` the PT for RFC 4733
     events (None if not agreed); `remote_address`/`remote_port` where to send RTP; `remote_ptime` the peer's
     a=ptime (None if absent); `direction` what *we* do on this stream; `remote_direction` the peer's stream
-    direction with RFC 2543 hold folded in (`hold_state`)."""
+    direction with RFC 2543 hold folded in (`hold_state`); `srtp` the SDES keys when the stream is SRTP
+    (None: plain RTP)."""
 
     codec: str
     payload_type: int
@@ -524,6 +703,12 @@ class NegotiatedMedia:
     remote_direction: Direction
     remote_ptime: int | None = None
     clock_rate: int = 8000
+    srtp: SrtpKeys | None = None
+
+    @property
+    def secure(self) -> bool:
+        """True when the stream is SRTP (`srtp` holds the keys)."""
+        return self.srtp is not None
 
     @property
     def sends(self) -> bool:
@@ -575,7 +760,7 @@ def _stream_state(description: SessionDescription, media: MediaDescription) -> D
 
 def _first_audio(description: SessionDescription) -> MediaDescription | None:
     for section in description.media:
-        if section.media == "audio" and section.port != 0 and section.proto.upper() == "RTP/AVP":
+        if section.media == "audio" and section.port != 0 and section.proto.upper() in _AUDIO_PROTOS:
             return section
     return None
 
@@ -612,7 +797,13 @@ def _choose(section: MediaDescription, supported: tuple[str, ...]) -> Codec | No
 
 
 def _audio_section(
-    local: LocalMedia, codecs: tuple[Codec, ...], event_pt: int | None, event_fmtp: str, direction: Direction
+    local: LocalMedia,
+    codecs: tuple[Codec, ...],
+    event_pt: int | None,
+    event_fmtp: str,
+    direction: Direction,
+    proto: str = _PLAIN_PROTO,
+    crypto: tuple[CryptoAttribute, ...] = (),
 ) -> MediaDescription:
     formats = [str(codec.payload_type) for codec in codecs]
     attributes: list[Attribute] = [("rtpmap", f"{c.payload_type} {c.name}/{c.clock_rate}") for c in codecs]
@@ -622,7 +813,31 @@ def _audio_section(
         attributes.append(("fmtp", f"{event_pt} {event_fmtp}"))
     attributes.append(("ptime", str(local.ptime)))
     attributes.append((direction, None))
-    return MediaDescription("audio", local.port, "RTP/AVP", tuple(formats), None, tuple(attributes))
+    attributes.extend(("crypto", str(c)) for c in crypto)
+    return MediaDescription("audio", local.port, proto, tuple(formats), None, tuple(attributes))
+
+
+def _previous_keys(previous: SessionDescription | None) -> dict[str, bytes]:
+    """Our keys per suite in the description we sent last (kept across re-offers and re-answers)."""
+    if previous is None:
+        return {}
+    section = _first_audio(previous)
+    return {c.suite: c.key for c in section.crypto() if c.usable} if section is not None else {}
+
+
+def _our_key(local: LocalMedia, suite: str, kept: dict[str, bytes]) -> bytes:
+    key = kept.get(suite)
+    if key is not None:
+        return key
+    length = SRTP_KEY_LENGTHS[suite]
+    key = bytes(local.key_source(length))
+    if len(key) != length:
+        raise ValueError(f"LocalMedia.key_source returned {len(key)} bytes, not {length}")
+    return key
+
+
+def _our_suites(local: LocalMedia) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(s for s in local.crypto_suites if s in SRTP_KEY_LENGTHS))
 
 
 def _stamp(
@@ -646,8 +861,9 @@ def _stamp(
 
 
 def offer(local: LocalMedia, previous: SessionDescription | None = None) -> SessionDescription:
-    """Our offer: one audio stream with our codecs in order, telephone-event, ptime and our direction.
-    `previous` is the last description we sent in this dialog (for the o= version)."""
+    """Our offer: one audio stream with our codecs in order, telephone-event, ptime and our direction; with
+    SRTP on, one a=crypto line per suite of `local.crypto_suites` (tags 1, 2, ...), each with its own key.
+    `previous` is the last description we sent in this dialog (for the o= version, and our keys)."""
     codecs = tuple(
         Codec(_STATIC_PT[name.upper()], name.upper(), 8000)
         for name in local.codecs
@@ -655,7 +871,19 @@ def offer(local: LocalMedia, previous: SessionDescription | None = None) -> Sess
     )
     if not codecs:
         raise ValueError("LocalMedia.codecs has none of PCMU, PCMA")
-    section = _audio_section(local, codecs, local.telephone_event, "0-16", local.direction)
+    proto = _PLAIN_PROTO
+    crypto: tuple[CryptoAttribute, ...] = ()
+    if local.srtp != "off":
+        suites = _our_suites(local)
+        if not suites:
+            raise ValueError("LocalMedia.crypto_suites has no suite we support")
+        kept = _previous_keys(previous)
+        crypto = tuple(
+            CryptoAttribute(tag, suite, (CryptoKey(_our_key(local, suite, kept)),))
+            for tag, suite in enumerate(suites, 1)
+        )
+        proto = "RTP/SAVP" if local.srtp == "required" else _PLAIN_PROTO  # optional: RTP/AVP + a=crypto
+    section = _audio_section(local, codecs, local.telephone_event, "0-16", local.direction, proto, crypto)
     return _stamp(local, (section,), previous)
 
 
@@ -664,14 +892,16 @@ def answer(
 ) -> Answer | None:
     """Our answer to an offer (RFC 3264 §6), or None when no audio stream is acceptable (→ 488).
 
-    One m= line per offered m= line, in the same order; the first acceptable audio stream (RTP/AVP, port not
-    0, a usable c=, a codec in common) is accepted and all others are rejected with port 0. `previous` is the
+    One m= line per offered m= line, in the same order; the first acceptable audio stream (RTP/AVP, or with
+    SRTP on RTP/SAVP(F) with a usable a=crypto; port not 0, a usable c=, a codec in common) is accepted and all
+    others are rejected with port 0. With `local.srtp` "required" a stream without a usable a=crypto is not
+    acceptable. `previous` is the
     last description we sent in this dialog (for the o= version)."""
     sections: list[MediaDescription] = []
     accepted_one = False
     for offered in offer.media:
         if not accepted_one and offered.media == "audio" and offered.port != 0:
-            accepted = _accept_offered(offer, offered, local)
+            accepted = _accept_offered(offer, offered, local, previous)
             if accepted is not None:
                 sections.append(accepted)
                 accepted_one = True
@@ -685,11 +915,28 @@ def answer(
     return Answer(description, media)
 
 
+def _choose_crypto(offered: MediaDescription, local: LocalMedia) -> CryptoAttribute | None:
+    """The first a=crypto line in the offer's order that we can run with a suite we accept (RFC 4568 §7.1.1)."""
+    wanted = set(_our_suites(local))
+    return next((c for c in offered.crypto() if c.usable and c.suite in wanted), None)
+
+
 def _accept_offered(
-    offer: SessionDescription, offered: MediaDescription, local: LocalMedia
+    offer: SessionDescription,
+    offered: MediaDescription,
+    local: LocalMedia,
+    previous: SessionDescription | None,
 ) -> MediaDescription | None:
-    if offered.proto.upper() != "RTP/AVP" or offer.connection_for(offered) is None:
+    proto = offered.proto.upper()
+    if proto not in _AUDIO_PROTOS or offer.connection_for(offered) is None:
         return None
+    chosen = _choose_crypto(offered, local) if local.srtp != "off" else None
+    if chosen is None and (proto in _SECURE_PROTOS or local.srtp == "required"):
+        return None  # SRTP offered and none of its lines usable, or SRTP required and not offered
+    crypto: tuple[CryptoAttribute, ...] = ()
+    if chosen is not None:
+        key = _our_key(local, chosen.suite, _previous_keys(previous))
+        crypto = (CryptoAttribute(chosen.tag, chosen.suite, (CryptoKey(key),)),)
     codec = _choose(offered, local.codecs)
     if codec is None:
         return None
@@ -698,7 +945,7 @@ def _accept_offered(
     remote_sends, remote_receives = _split_direction(_stream_state(offer, offered))
     local_sends, local_receives = _split_direction(local.direction)
     direction = _join_direction(local_sends and remote_receives, local_receives and remote_sends)
-    return _audio_section(local, (codec,), event_pt, event_fmtp, direction)
+    return _audio_section(local, (codec,), event_pt, event_fmtp, direction, offered.proto, crypto)
 
 
 def accept_answer(our_offer: SessionDescription, their_answer: SessionDescription) -> NegotiatedMedia | None:
@@ -711,7 +958,8 @@ def accept_answer(our_offer: SessionDescription, their_answer: SessionDescriptio
 
 def negotiate(local: SessionDescription, remote: SessionDescription) -> NegotiatedMedia | None:
     """What an offer/answer exchange agreed for audio, from our description and theirs (either may be the
-    offer): the first audio stream that both leave open (RTP/AVP, port not 0), the first codec in the
+    offer): the first audio stream that both leave open (RTP/AVP, or RTP/SAVP(F) with a=crypto lines of the
+    same tag and suite on both sides, the SDES keys then in `srtp`; port not 0), the first codec in the
     *remote's* format order that our description also lists (so with our answer, the codec we chose; with
     their answer, theirs), the remote's payload types (what it expects to receive), telephone-event if both
     list it, and our direction: what our description says, limited by what the remote's allows. None if no
@@ -719,8 +967,11 @@ def negotiate(local: SessionDescription, remote: SessionDescription) -> Negotiat
     for ours, theirs in zip(local.media, remote.media, strict=False):
         if ours.media != "audio" or theirs.media != "audio" or ours.port == 0 or theirs.port == 0:
             continue
-        if ours.proto.upper() != "RTP/AVP" or theirs.proto.upper() != "RTP/AVP":
+        if ours.proto.upper() not in _AUDIO_PROTOS or theirs.proto.upper() not in _AUDIO_PROTOS:
             continue
+        keys = _agreed_keys(ours, theirs)
+        if keys is None and (ours.is_secure or theirs.is_secure):
+            continue  # an SRTP stream without agreed keys is unusable
         connection = remote.connection_for(theirs)
         if connection is None:
             continue
@@ -749,7 +1000,23 @@ def negotiate(local: SessionDescription, remote: SessionDescription) -> Negotiat
             remote_direction=remote_direction,
             remote_ptime=theirs.ptime,
             clock_rate=codec.clock_rate,
+            srtp=keys,
         )
+    return None
+
+
+def _agreed_keys(ours: MediaDescription, theirs: MediaDescription) -> SrtpKeys | None:
+    """The SDES keys of the crypto line both sides list with the same tag and suite (RFC 4568 §7.1.2: the
+    answer's one line names the chosen offer line by tag), the remote's order first; None if there is none."""
+    mine = [c for c in ours.crypto() if c.usable]
+    if not mine:
+        return None
+    for their in theirs.crypto():
+        if not their.usable:
+            continue
+        for my in mine:
+            if my.tag == their.tag and my.suite == their.suite:
+                return SrtpKeys(my.suite, my.tag, my.key, their.key)
     return None
 
 
