@@ -1,9 +1,14 @@
 """Outbound playout: frames waiting for the media clock, behind the playback-epoch barrier.
 
 The session enqueues 20 ms PCM16 frames tagged with a playback epoch, an item id and the frame's offset in
-that item. The media clock pulls one frame per tick; a pulled frame is transmitted and goes into the carrier
-ledger. `clear(epoch)` raises the barrier: every queued frame of an older epoch is dropped, and once it
-returns no older-epoch frame can ever be pulled (the lock orders `clear` against `pull`).
+that item. The media clock takes one frame per tick, and the frame goes into the carrier ledger the moment it
+is handed to the carrier (DESIGN §11), in one of two ways:
+- `pull(now)`: take and record at once, for an engine whose hand-over *is* the request for the frame
+  (pjsua2's `onFrameRequested`);
+- `take()`, then `transmitted(frame, now)` once the frame has left: the native engine records it when
+  `sendto` has returned, and not at all when the send failed.
+`clear(epoch)` raises the barrier: every queued frame of an older epoch is dropped, and once it returns no
+older-epoch frame can ever be taken (the lock orders `clear` against `take`/`pull`).
 
 Threads: `enqueue` and `clear` run on the session's thread, `pull` on the media clock thread. The lock is held
 for microseconds by `pull`, so the clock never waits noticeably.
@@ -86,10 +91,23 @@ class Playout:
         return ClearResult(epoch, len(dropped), transmitted)
 
     def pull(self, now_ns: int) -> OutboundFrame | None:
-        """The next frame to transmit, recorded in the ledger; None means silence this tick."""
+        """The next frame to transmit, recorded in the ledger as transmitted at `now_ns`; None means silence
+        this tick."""
         with self._lock:
             if not self._queue:
                 return None
             frame = self._queue.popleft()
             self.ledger.record(frame.item_id, frame.offset_ms, frame.epoch, now_ns)
         return frame
+
+    def take(self) -> OutboundFrame | None:
+        """The next frame to transmit, NOT yet in the ledger: record it with `transmitted` once it has left
+        (a frame that never left is simply not recorded). None means silence this tick."""
+        with self._lock:
+            return self._queue.popleft() if self._queue else None
+
+    def transmitted(self, frame: OutboundFrame, now_ns: int) -> None:
+        """`frame` (from `take`) was handed to the carrier at `now_ns`: it goes into the ledger. Call it before
+        the next `take` (the native engine does, in the same media-clock slot)."""
+        with self._lock:
+            self.ledger.record(frame.item_id, frame.offset_ms, frame.epoch, now_ns)

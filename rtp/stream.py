@@ -197,9 +197,11 @@ class RtpStream:
             return None
         if not digits:
             return None
-        if len(digits) > 1:  # rare: a new event's end also ended an old one; the second waits for the timer
+        if len(digits) > 1:  # rare: a new event's end also ended an old one; the second waits for the timer,
+            # which is due at once: next_deadline() comes forward to `now` (never later than a digit already waiting)
+            if not self._pending_digits:
+                self._pending_at = now
             self._pending_digits.extend(digits[1:])
-            self._pending_at = now
         return digits[0]
 
     def receive_rtcp(self, data: bytes, source: Address, now: int) -> RtcpReceived | None:

@@ -124,7 +124,7 @@ ENGINES: Mapping[str, EngineSpec] = MappingProxyType(
         ),  # noqa: E501
     }
 )
-DEFAULT_ENGINE = "pjsua2"
+DEFAULT_ENGINE = "native"  # DESIGN §11: native by default, pjsua2 the optional extra (parlora-bridge[pjsua2])
 
 
 def engine_spec(name: str) -> EngineSpec:

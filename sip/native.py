@@ -11,8 +11,9 @@ Shells and who owns what:
   call's `RtpStream`.
 - `rtp.clock.MediaClockShell`: ONE timer for every call on absolute deadlines (the `rtp.pacer` core). Each
   slot, every answered call (`_CallMedia.on_slots`) pulls one inbound frame from its jitter buffer
-  (`FrameReceived`), takes one frame from its Playout (epochs, clear, ledger) and sends it with `sendto`: the
-  carrier ledger records the frame only once `sendto` has returned (DESIGN §3.2, HR4).
+  (`FrameReceived`), takes one frame from its Playout (`Playout.take`: epochs, clear) and sends it with
+  `sendto`; only once `sendto` has returned is the frame recorded in the carrier ledger (`Playout.transmitted`,
+  with the time it returned; a failed send is counted, never recorded) (DESIGN §3.2, §11, HR4).
 
 Call flow: INVITE → 100 (the core) and 180 at once → `on_call(leg)` → `leg.answer()` sends the 200 with the SDP
 answer and starts the media (`MediaStarted`). BYE either way, CANCEL → 487, re-INVITE hold/resume →
@@ -21,7 +22,7 @@ event of every leg is `CallEnded` with the frame counts. `stop()` BYEs every liv
 answers, and closes every socket, timer and task; `counts()` proves they are back to zero.
 
 Everything runs on the one asyncio loop that ran `start()`: the session's `enqueue`/`clear` and the media
-clock's `pull` never run at the same time, so the Playout's lock is never contended.
+clock's `take`/`transmitted` never run at the same time, so the Playout's lock is never contended.
 """
 
 from __future__ import annotations
@@ -32,7 +33,6 @@ import random
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import cast
 
 from rtp.clock import MediaClockShell
 from rtp.dtmf import DtmfDigit
@@ -73,33 +73,6 @@ _MAX_FLUSH_ROUNDS = 16
 Clock = Callable[[], int]
 
 
-class _DeferredLedger(CarrierLedger):
-    """The carrier ledger with one frame held between `Playout.pull` and the return of `sendto`.
-
-    `Playout.pull` records the frame it hands out; here that record waits until the shell has handed the
-    datagram to the kernel (`commit`, with the time `sendto` returned) or drops it when `sendto` failed
-    (`discard`): the ledger then says exactly what left (DESIGN §3.2). Single-threaded: nothing can read the
-    ledger between the two."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._held: tuple[str, int, int] | None = None
-        self.frames_unsent = 0
-
-    def record(self, item_id: str, offset_ms: int, epoch: int, now_ns: int) -> None:
-        self._held = (item_id, offset_ms, epoch)
-
-    def commit(self, now_ns: int) -> None:
-        held, self._held = self._held, None
-        if held is not None:
-            CarrierLedger.record(self, held[0], held[1], held[2], now_ns)
-
-    def discard(self) -> None:
-        if self._held is not None:
-            self._held = None
-            self.frames_unsent += 1
-
-
 class _CallMedia:
     """One answered call's media: its RTP stream core, its socket pair and its Playout, served by the clock."""
 
@@ -108,7 +81,6 @@ class _CallMedia:
         self.stream = stream
         self._sockets = leg.sockets
         self._playout = leg.playout
-        self._ledger = cast(_DeferredLedger, leg.playout.ledger)
         self._clock = leg.agent.clock
         self._encode = ulaw_encode if negotiated.payload_type == PCMU else alaw_encode
         self.sends = negotiated.sends
@@ -118,6 +90,7 @@ class _CallMedia:
         self.codec = negotiated.codec
         self.frames_out = 0
         self.frames_in = 0
+        self.frames_unsent = 0  # taken from the Playout but sendto failed: never in the ledger
 
     def update(self, negotiated: sdp.NegotiatedMedia) -> None:
         """A re-INVITE/UPDATE changed the stream: direction, hold, remote address."""
@@ -138,7 +111,7 @@ class _CallMedia:
             if not self.sends:  # on hold (we are recvonly / inactive): RTP time goes on, nothing is sent
                 stream.skip(1)
                 continue
-            out = self._playout.pull(now) if stream.wants_audio(now) else None
+            out = self._playout.take() if stream.wants_audio(now) else None
             datagram = stream.next_packet(self._encode(out.pcm) if out is not None else None, now)
             destination = stream.destination
             if (
@@ -147,18 +120,23 @@ class _CallMedia:
                 and self._sockets.send_rtp(datagram, destination)
             ):
                 if out is not None:
-                    self._ledger.commit(self._clock())  # handed to the kernel: transmitted
+                    # handed to the kernel: transmitted, at the time sendto returned (DESIGN §11, HR4)
+                    self._playout.transmitted(out, self._clock())
                     self.frames_out += 1
             elif out is not None:
-                self._ledger.discard()
+                self.frames_unsent += 1
         deadline = stream.next_deadline()
         if deadline is not None and deadline <= now:
             self._leg._stream_timer(now)
 
     def on_rtp(self, data: bytes, source: tuple[str, int], now: int) -> None:
-        event = self.stream.receive(data, source, now)
+        stream = self.stream
+        event = stream.receive(data, source, now)
         if isinstance(event, DtmfDigit):
             self._leg._post(DtmfReceived(event.digit))
+            deadline = stream.next_deadline()
+            if deadline is not None and deadline <= now:  # a second digit ended by the same packet: now
+                self._leg._stream_timer(now)
 
     def on_rtcp(self, data: bytes, source: tuple[str, int], now: int) -> None:
         self.stream.receive_rtcp(data, source, now)
@@ -175,7 +153,7 @@ class NativeLeg(PlayoutLeg):
         incoming: core.IncomingCall,
         sockets: RtpSocketPair,
     ) -> None:
-        super().__init__(Playout(_DeferredLedger()))
+        super().__init__(Playout(CarrierLedger()))
         self.agent = agent
         self.call = call
         self._identity = identity
@@ -279,7 +257,10 @@ class NativeLeg(PlayoutLeg):
         return self.media.stream.qos() if self.media is not None else None
 
     def media_counters(self) -> dict[str, int]:
-        return self.media.stream.counters() if self.media is not None else {}
+        media = self.media
+        if media is None:
+            return {}
+        return {**media.stream.counters(), "frames_unsent": media.frames_unsent}
 
     # --- engine side ---
 
@@ -405,6 +386,12 @@ def media_address(bound: str, peer: str) -> str:
             return str(probe.getsockname()[0])
     except OSError:
         return bound
+
+
+def _printable(text: str, limit: int = 200) -> str:
+    """Peer input for a log line: control characters escaped, bounded."""
+    out = text[:limit].encode("unicode_escape").decode("ascii") if not text.isprintable() else text[:limit]
+    return out + ("..." if len(text) > limit else "")
 
 
 def _reason_phrase(reason: str) -> str:
@@ -550,7 +537,11 @@ class NativeUserAgent:
         legs = list(self._legs.values())
         if legs:
             log.info("shutting down: hanging up %d call(s)", len(legs))
-        expected = self._received + len(legs)  # one answer each: the 200 to our BYE, the ACK to our 503
+        # Calls whose leg has ended but whose core call is still finishing (INFO digits before the BYE, a BYE
+        # that waits for the ACK) get the same grace: their BYE goes out before the sockets close.
+        finishing = sum(1 for call in self._ua.call_ids() if call not in self._legs)
+        # one answer each: the 200 to our BYE, the ACK to our 503
+        expected = self._received + len(legs) + finishing
         for leg in legs:
             leg.hangup("bridge shutting down")
         await self._wait_for_answers(expected)
@@ -580,13 +571,14 @@ class NativeUserAgent:
         activity = self._activity
         assert activity is not None
         deadline = asyncio.get_running_loop().time() + STOP_GRACE_S
-        while self._received < expected:
+        while self._received < expected or (self._ua is not None and self._ua.call_ids()):
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 log.info(
-                    "stop: %d answer(s) to our BYEs/responses did not come in %g s",
-                    expected - self._received,
+                    "stop: %d answer(s) to our BYEs/responses did not come in %g s (%d call(s) unfinished)",
+                    max(0, expected - self._received),
                     STOP_GRACE_S,
+                    len(self._ua.call_ids()) if self._ua is not None else 0,
                 )
                 return
             activity.clear()
@@ -772,6 +764,9 @@ class NativeUserAgent:
             else:
                 outputs = tracker.subscription_ended(now) if event.terminated else []
             leg._transfer_outputs(outputs, now)
+        elif isinstance(event, core.ReferRefused):
+            # pjsua2's wording (sip/pjsua2_agent.py), so one grep finds it on either engine
+            log.warning("%s: refused the caller's REFER to %s with 403", leg.call, _printable(event.refer_to))
         elif isinstance(event, core.SessionExpired):
             log.warning("%s: the session timer expired without a refresh (RFC 4028); BYE sent", leg.call)
 

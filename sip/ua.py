@@ -56,7 +56,7 @@ malformed_<status>, retransmissions_absorbed, retransmissions_late, ack_unmatche
 responses_unmatched, max_forwards_zero, method_405, method_501, refused_<status> (check_request), merged_482,
 invite_503_draining, invite_503_max_calls, options_503_draining, session_interval_422, bad_sdp_400,
 malformed_400, invite_488, reoffer_488, glare_491, reinvite_500, cseq_out_of_order_500, no_dialog,
-cancel_481, cancel_too_late, refer_refused, notify_481, notify_489, notify_bad_sipfrag, info_bad_dtmf,
+cancel_481, cancel_too_late, refer_refused, refer_unsubscribed, notify_481, notify_489, notify_bad_sipfrag, info_bad_dtmf,
 session_expired, timer_b, timer_f, timer_h, internal_errors.
 
 Inbound policy (issue 14): `UserAgent(policy=sip.policy.InboundPolicy(...))` is asked about every request
@@ -321,6 +321,15 @@ class ReferNotify:
 
 
 @dataclass(frozen=True, slots=True)
+class ReferRefused:
+    """The caller sent a REFER in the call's dialog and we refused it with 403 (we never dial for a caller:
+    toll fraud). `refer_to` is its Refer-To value as it came (peer input: for a log line, not to act on)."""
+
+    call: str
+    refer_to: str
+
+
+@dataclass(frozen=True, slots=True)
 class SessionExpired:
     """The session interval passed without a refresh (RFC 4028 §10): a BYE went out; `CallEnded` follows."""
 
@@ -351,6 +360,7 @@ UaEvent = (
     | DtmfReceived
     | ReferResponse
     | ReferNotify
+    | ReferRefused
     | SessionExpired
 )
 
@@ -409,6 +419,7 @@ class _Call(Timed):
         self.our_acks: dict[ClientTransaction, bytes] = {}
         self.retry_at: int | None = None
         self.bye_pending: str | None = None  # reason of a bye() that waits for the ACK
+        self.bye_after_info: str | None = None  # reason of a bye() that waits for the queued INFO digits
         self.info_queue: list[tuple[str, int]] = []
         self.info_tx: ClientTransaction | None = None
         self.refer_active = False  # our REFER's subscription may NOTIFY
@@ -797,6 +808,13 @@ class UserAgent:
             return True
         if c.stage is not _Stage.CONFIRMED:
             return False
+        if c.info_tx is not None:
+            # INFO digits are still going out (one in flight, maybe more queued): the CallLeg contract sends
+            # every digit asked for before the BYE, so the BYE follows the last INFO's final response.
+            c.bye_after_info = reason
+            c.stage = _Stage.ENDING
+            self._events.append(CallEnded(c.id, reason, 200, by_remote=False))
+            return True
         self._send_bye(c, now)
         self._end(c, reason, 200, by_remote=False)
         return True
@@ -1334,6 +1352,7 @@ class UserAgent:
         elif method == "REFER":
             self.stats["refer_refused"] += 1
             self._reply(request, 403, transport, destination, now, reason="Forbidden (REFER not accepted)")
+            self._events.append(ReferRefused(c.id, request.headers.get("Refer-To") or ""))
         elif method == "NOTIFY":
             self._on_notify(c, request, transport, destination, now)
         else:  # pragma: no cover - _precheck let only ALLOWED through
@@ -1532,6 +1551,23 @@ class UserAgent:
         if terminated:
             c.refer_active = False
         status, reason = frag if frag is not None else (0, "")
+        if status >= 200 and not terminated and c.stage is _Stage.CONFIRMED:
+            # A final sipfrag in a NOTIFY that keeps the subscription (RFC 3515 §2.4.5 allows it): the outcome is
+            # known, so end the implicit subscription as pjsua does, with a SUBSCRIBE Expires: 0 in the REFER's
+            # dialog for the same Event (its id too). The notifier's last NOTIFY (terminated) is still answered 200.
+            self.stats["refer_unsubscribed"] += 1
+            self._send_in_dialog(
+                c,
+                "SUBSCRIBE",
+                now,
+                headers=(
+                    ("Event", request.headers.get("Event") or "refer"),
+                    ("Expires", "0"),
+                    ("Accept", "message/sipfrag"),
+                    *self._contact_headers(c),
+                ),
+                purpose="SUBSCRIBE",
+            )
         self._events.append(ReferNotify(c.id, status, reason, terminated))
 
     # --- session timers (RFC 4028) ---
@@ -1666,8 +1702,15 @@ class UserAgent:
         self._send_in_dialog(c, "BYE", now, purpose="BYE")
 
     def _next_info(self, c: _Call, now: int) -> None:
-        if not c.info_queue or c.stage is not _Stage.CONFIRMED:
+        sending = c.stage is _Stage.CONFIRMED or (c.stage is _Stage.ENDING and c.bye_after_info is not None)
+        if not c.info_queue or not sending:
             c.info_tx = None
+            if (
+                c.stage is _Stage.ENDING and c.bye_after_info is not None
+            ):  # the last digit is out: now the BYE
+                reason, c.bye_after_info = c.bye_after_info, None
+                self._send_bye(c, now)
+                self._end(c, reason, 200, by_remote=False, event=False)
             return
         digit, duration = c.info_queue.pop(0)
         body = f"Signal={digit}\r\nDuration={duration}\r\n".encode()
@@ -1750,13 +1793,16 @@ class UserAgent:
             self._events.append(ReferResponse(c.id, status, reason, refer_sub))
         elif purpose == "INFO":
             if c.info_tx is tx:
+                if c.bye_after_info is not None and status in (408, 481):
+                    c.info_queue.clear()  # the peer is gone or not answering: the BYE goes now, not after more
                 self._next_info(c, now)
         elif purpose in ("INVITE", "UPDATE"):
             self._on_refresh_response(c, tx, response, status, now)
             return
-        if status == 481 and purpose != "BYE" and c.stage is _Stage.CONFIRMED:
+        if status == 481 and purpose not in ("BYE", "SUBSCRIBE") and c.stage is _Stage.CONFIRMED:
             # §12.2.1.2: the peer no longer knows the dialog (a 408 to a REFER or INFO is only that
-            # request's timeout: the transfer contract keeps the call up)
+            # request's timeout: the transfer contract keeps the call up; a 481 to our un-SUBSCRIBE only
+            # says the subscription is already gone, RFC 6665 §4.1.2.2)
             self._end(c, "the caller's side lost the dialog (481)", 481, by_remote=True)
 
     def _ack_2xx(self, c: _Call, tx: ClientTransaction, response: Response, now: int) -> None:

@@ -9,20 +9,43 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
-
 import peers
+import pytest
 
 BRIDGE = [sys.executable, "-m", "bridge"]
 READY = re.compile(r"listening on udp 127\.0\.0\.1:(\d+)")
 
 pytestmark = pytest.mark.integration
 
+# The contract subset (DESIGN §11: echo, barge-in, recovery, rollover, transfer, DTMF, hang-ups) runs on both
+# engines: a test that takes `bridge_engine` runs once per engine, and `start_bridge` (and `leg_driver`) pass
+# `--engine` for it. Every other test runs on the default engine (sip.engine.DEFAULT_ENGINE, native).
+CONTRACT_ENGINES = ("native", "pjsua2")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "contract: the call-leg contract subset, run on every SIP engine")
+
+
+@pytest.fixture(params=CONTRACT_ENGINES)
+def bridge_engine(request: pytest.FixtureRequest) -> str:
+    """The SIP engine a contract test runs on (each test that takes it runs on both)."""
+    return str(request.param)
+
+
+def engine_args(request: pytest.FixtureRequest) -> list[str]:
+    """`--engine NAME` when the requesting test takes `bridge_engine`, else nothing (the default engine)."""
+    if "bridge_engine" in request.fixturenames:
+        return ["--engine", str(request.getfixturevalue("bridge_engine"))]
+    return []
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/integration" in str(item.fspath) and item.get_closest_marker("integration") is None:
             item.add_marker(pytest.mark.integration)
+        if "bridge_engine" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.contract)  # `pytest -m contract`: the subset, on both engines
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -61,14 +84,15 @@ def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 @pytest.fixture
-def start_bridge(tmp_path: Path) -> Iterator[Callable[..., Bridge]]:
+def start_bridge(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Bridge]]:
     """Start `serve` with extra CLI args; every bridge started is stopped (and checked) at teardown."""
     started: list[Bridge] = []
+    engine = engine_args(request)
 
     def start(*args: str, env: dict[str, str] | None = None) -> Bridge:
         sip_port = peers.free_udp_port()
-        rtp_port = peers._free_udp_port_pair()
-        argv = [*BRIDGE, "serve", "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port), *args,
+        rtp_port = peers.free_rtp_port()  # even: the first call takes exactly this port on either engine
+        argv = [*BRIDGE, "serve", "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port), *engine, *args,
                 "--log-level", os.environ.get("PARLORA_TEST_LOG_LEVEL", "info")]
         proc = peers.ManagedProcess(argv, cwd=tmp_path, env=_clean_env(env), name="parlora-bridge")
         bridge = Bridge(proc, sip_port, rtp_port)

@@ -128,6 +128,16 @@ def _free_udp_port_pair(step: int = 2, attempts: int = 200) -> int:
     raise PeerError("no free loopback UDP port pair found")
 
 
+def free_rtp_port(attempts: int = 200) -> int:
+    """A free even UDP port ``p`` (RTP) with ``p + 1`` (its RTCP) and the next pair ``p + 2``/``p + 3`` free
+    too: engines take RTP on even ports (RFC 3550 §11), so the first call's port is exactly ``p``."""
+    for _ in range(attempts):
+        p = free_udp_port() & ~1
+        if p >= 1024 and p + 3 <= 65535 and all(_bindable(p + off, socket.SOCK_DGRAM) for off in range(4)):
+            return p
+    raise PeerError("no free loopback even UDP port run found")
+
+
 # --------------------------------------------------------------------------
 # Processes and logs
 # --------------------------------------------------------------------------
@@ -1115,3 +1125,132 @@ def run_sipp(scenario: str | os.PathLike[str], target: str | int, *, calls: int 
         stats=_parse_stat_csv(files["stat.csv"]), errors=read(files["errors.log"]),
         stdout=proc.stdout, stderr=proc.stderr, screen=read(files["screen.log"]),
         workdir=wd, local_port=local_port, media_port=media_port, argv=argv)
+
+
+# --------------------------------------------------------------------------
+# baresip's command interface (stdin) during a call; pjsua2 as a caller
+# --------------------------------------------------------------------------
+
+# baresip 1.0.0 reads its stdin as key presses (module stdio, menu): a digit, '*', '#' or A-D while a call is
+# established is sent as a DTMF digit (RFC 4733, "audio: send DTMF digit: 'N'"); a line starting with '/' is a
+# command: '/hold' (re-INVITE sendonly, "call: hold <uri>"), '/resume' (re-INVITE sendrecv, "call: resume
+# <uri>"), '/hangup', '/quit'. Each helper waits (bounded) for baresip's own line saying it acted.
+
+
+def baresip_established(caller: BaresipCaller, timeout: float = 10.0) -> None:
+    """Wait until baresip's call is established."""
+    if caller.proc is None:
+        raise RuntimeError("baresip not started")
+    caller.proc.wait_for(_BS_ESTABLISHED, timeout)
+
+
+def baresip_dtmf(caller: BaresipCaller, digits: str, timeout: float = 10.0) -> None:
+    """Press `digits` in baresip's call (RFC 4733 events); returns when the last digit's end was sent."""
+    if caller.proc is None:
+        raise RuntimeError("baresip not started")
+    if not digits or any(d not in "0123456789*#ABCD" for d in digits):
+        raise ValueError(f"not DTMF digits: {digits!r}")
+    mark = caller.proc.line_count()
+    caller.proc.send(digits)
+    caller.proc.wait_for(rf"send DTMF digit end: '{re.escape(digits[-1])}'", timeout, since=mark)
+
+
+def baresip_hold(caller: BaresipCaller, timeout: float = 10.0) -> None:
+    """Put baresip's call on hold (re-INVITE with a=sendonly)."""
+    if caller.proc is None:
+        raise RuntimeError("baresip not started")
+    mark = caller.proc.line_count()
+    caller.proc.send("/hold\n")
+    caller.proc.wait_for(r"call: hold ", timeout, since=mark)
+
+
+def baresip_resume(caller: BaresipCaller, timeout: float = 10.0) -> None:
+    """Take baresip's call off hold (re-INVITE with a=sendrecv)."""
+    if caller.proc is None:
+        raise RuntimeError("baresip not started")
+    mark = caller.proc.line_count()
+    caller.proc.send("/resume\n")
+    caller.proc.wait_for(r"call: resume ", timeout, since=mark)
+
+
+def sip_trace_responses(text: str, method: str) -> list[int]:
+    """Status codes of the responses to `method` in a SIP trace (baresip `-s`, SIPp `-trace_msg`), in order.
+
+    A response is a ``SIP/2.0 NNN`` start line; the first ``CSeq: N METHOD`` line after it, before the next
+    start line, names its method (the harness drops blank lines, so messages are told apart by start lines)."""
+    start = re.compile(r"^(?:SIP/2\.0 (\d{3}) |[A-Z]+ \S+ SIP/2\.0\s*$)")
+    cseq = re.compile(r"^(?:CSeq|cseq):\s*\d+\s+(\S+)", re.IGNORECASE)
+    codes: list[int] = []
+    status: int | None = None
+    for line in text.splitlines():
+        line = line.strip()
+        m = start.match(line)
+        if m:
+            status = int(m.group(1)) if m.group(1) else None
+            continue
+        c = cseq.match(line)
+        if c and status is not None:
+            if c.group(1).upper() == method.upper():
+                codes.append(status)
+            status = None
+    return codes
+
+
+PJSUA2_CALLER = Path(__file__).resolve().parent / "pjsua2_caller.py"
+
+
+@dataclass
+class Pjsua2CallResult:
+    """Outcome of :func:`run_pjsua2_caller`: its JSON summary (see pjsua2_caller.py), the recording, the
+    output. ``offset_samples`` is where the recording starts on the timeline of the file it played
+    (received_t0 - sent_t0, in samples), so ``recording[n]`` is heard at file sample ``n + offset``."""
+
+    returncode: int | None
+    summary: dict[str, object]
+    received: np.ndarray
+    offset_samples: int
+    stdout: str
+    stderr: str
+
+
+def run_pjsua2_caller(target: str | int, workdir: str | os.PathLike[str], *, play: str | os.PathLike[str] | None = None,
+                      args: Sequence[str] = (), timeout: float = 30.0,
+                      python: str | None = None) -> Pjsua2CallResult:
+    """Run tests/integration/pjsua2_caller.py (one call, its own process) and parse its summary.
+
+    ``target`` is a port on 127.0.0.1 or a SIP URI; ``args`` go to the script (``--duration``, ``--dtmf``,
+    ``--hold-at``, ``--wait-bye``, ...). The process is bounded by ``timeout`` (the script's own
+    ``--timeout`` is a bit shorter) and always stopped by PID."""
+    import json
+    import sys
+
+    wd = Path(workdir)
+    wd.mkdir(parents=True, exist_ok=True)
+    uri = BaresipCaller.target_uri(target)
+    record = wd / "pjsua2-heard.wav"
+    argv: list[str] = [python or sys.executable, str(PJSUA2_CALLER), uri, "--record", str(record),
+                       "--timeout", f"{max(1.0, timeout - 5):g}"]
+    if play is not None:
+        argv += ["--play", os.fspath(play)]
+    argv += list(args)
+    proc = ManagedProcess(argv, cwd=wd, name="pjsua2-caller")
+    try:
+        rc = proc.wait(timeout)
+    finally:
+        proc.stop(term_timeout=3.0)
+    proc._out.join(2.0)
+    summary: dict[str, object] = {}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith("{"):
+            with contextlib.suppress(ValueError):
+                summary = json.loads(line)
+                break
+    received = np.zeros(0, dtype=np.int16)
+    if record.exists():
+        with contextlib.suppress(ValueError):
+            received = read_wav(record)[1]
+    t_sent, t_recv = summary.get("sent_t0_ns"), summary.get("received_t0_ns")
+    offset = round((int(t_recv) - int(t_sent)) * SAMPLE_RATE / 1e9) \
+        if isinstance(t_sent, int) and isinstance(t_recv, int) else 0
+    return Pjsua2CallResult(returncode=rc, summary=summary, received=received, offset_samples=offset,
+                            stdout=proc.stdout, stderr=proc.stderr)

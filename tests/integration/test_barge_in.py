@@ -14,7 +14,6 @@ import re
 from pathlib import Path
 
 import numpy as np
-
 import peers
 
 RATE = 8000
@@ -48,7 +47,8 @@ def _last_loud(samples: np.ndarray, start: int, stop: int, threshold_dbfs: float
     return last
 
 
-def test_caller_interrupts_the_echo_and_it_stops_within_two_frames(start_bridge, tmp_path: Path) -> None:
+def test_caller_interrupts_the_echo_and_it_stops_within_two_frames(start_bridge, bridge_engine: str,
+                                                                   tmp_path: Path) -> None:
     wav, first_end, second_start, second_end = _two_utterances(tmp_path)
     bridge = start_bridge("--provider", "echo")
     with peers.BaresipCaller(tmp_path / "baresip", wav) as caller:

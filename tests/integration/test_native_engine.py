@@ -413,8 +413,6 @@ def test_native_send_dtmf_goes_out_as_rfc4733_telephone_events(native_driver, tm
     assert all(sum(end for _, end in packets) == 3 for packets in digits.values()), digits  # three end packets
 
 
-@pytest.mark.xfail(strict=True, reason="sip.ua.UserAgent.bye() drops INFO digits still queued behind the one in "
-                   "flight; the CallLeg contract (and pjsua2) sends them before the BYE")
 def test_native_send_dtmf_falls_back_to_sip_info_without_telephone_event(native_driver, tmp_path: Path) -> None:
     driver = native_driver()
     with ThreadPoolExecutor(max_workers=1) as pool:

@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 
 import numpy as np
+import peers
 import pytest
 
-import peers
 from rtp.g711 import ulaw_decode
 
 KEYS = {"openai-live": "OPENAI_API_KEY", "openai-realtime": "OPENAI_API_KEY", "gemini-live": "GEMINI_API_KEY",
@@ -45,9 +45,11 @@ def _bursts(payloads: list[bytes], threshold_dbfs: float = -40.0) -> list[tuple[
 
 
 @pytest.mark.timeout(150)
-@pytest.mark.parametrize("protocol", list(KEYS))
-def test_five_rollovers_keep_the_call_and_deliver_each_utterance_once(protocol, start_fake, start_bridge, capture,
-                                                                      tmp_path: Path) -> None:
+# The contract subset (conftest.bridge_engine): every provider on native, one on pjsua2.
+@pytest.mark.parametrize(("bridge_engine", "protocol"), [*(("native", p) for p in KEYS), ("pjsua2", "openai-live")],
+                         indirect=["bridge_engine"], ids=[*(f"native-{p}" for p in KEYS), "pjsua2-openai-live"])
+def test_five_rollovers_keep_the_call_and_deliver_each_utterance_once(bridge_engine, protocol, start_fake, start_bridge,
+                                                                      capture, tmp_path: Path) -> None:
     speech = peers.make_utterance(tmp_path / "speech.wav", "Please check the status of my order today.",
                                   lead_silence_s=0.2, tail_silence_s=1.8, ulaw=True)
     period_s = speech.ulaw_path.stat().st_size / 8000  # the loop SIPp streams: one utterance per period

@@ -9,8 +9,8 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
-
 import peers
+
 from rtp.g711 import ulaw_decode
 
 ECHO_MIN_CORRELATION = 0.9
@@ -42,7 +42,8 @@ def _assert_echoed(result: peers.BaresipResult, utterance: peers.Utterance) -> i
     return turnaround_ms
 
 
-def test_baresip_hears_its_utterance_echoed_by_the_embedded_provider(start_bridge, utterance, tmp_path: Path) -> None:
+def test_baresip_hears_its_utterance_echoed_by_the_embedded_provider(start_bridge, bridge_engine: str, utterance,
+                                                                     tmp_path: Path) -> None:
     bridge = start_bridge("--provider", "echo")
     with peers.BaresipCaller(tmp_path / "baresip", utterance.path) as caller:
         result = caller.run(bridge.sip_port, timeout=40)
@@ -79,12 +80,27 @@ def test_echo_through_a_separate_fake_provider_process(start_fake, start_bridge,
     assert key not in bridge.log and key not in fake.stderr and key not in fake.stdout
 
 
-def test_fifth_concurrent_call_is_refused_with_486(start_bridge, tmp_path: Path) -> None:
-    bridge = start_bridge("--provider", "echo")
-    result = peers.run_sipp("uac_busy", bridge.sip_port, calls=5, rate=20, workdir=tmp_path / "sipp", timeout=60)
-    assert (result.count("ANSWERED"), result.count("BUSY")) == (4, 1), result.logs
+def test_fifth_concurrent_call_is_refused_486_by_pjsua2_503_by_native(start_bridge, bridge_engine: str,
+                                                                         tmp_path: Path) -> None:
+    # pjsua2's cap is compiled in (PJSUA_MAX_CALLS=4) and it answers 486; native has no cap of its own and,
+    # beyond --max-calls, answers 503 with Retry-After, which a load balancer fails over on (DESIGN §11).
+    limit = ("--max-calls", "4") if bridge_engine == "native" else ()
+    bridge = start_bridge("--provider", "echo", *limit)
+    result = peers.run_sipp("uac_busy", bridge.sip_port, calls=5, rate=20, workdir=tmp_path / "sipp", timeout=60,
+                            trace_msg=True)
+    assert result.count("ANSWERED") == 4, result.logs
     assert result.count("CLOSED") == 4
-    assert re.search(r"486 Busy Here: 4 calls are up and this pjsua2 wheel is compiled with PJSUA_MAX_CALLS=4", bridge.log)
+    if bridge_engine == "pjsua2":
+        assert result.count("BUSY") == 1, result.logs
+        assert re.search(r"486 Busy Here: 4 calls are up and this pjsua2 wheel is compiled with PJSUA_MAX_CALLS=4",
+                         bridge.log)
+    else:
+        assert [line.split()[-1] for line in result.log_events.get("REJECTED", [])] == ["503"], result.logs
+        messages = (result.workdir / "sipp_messages.log").read_text(errors="replace")
+        refusal = re.search(r"SIP/2\.0 503 [^\n]*\n(?:[^\n]*\n){0,20}?\s*Retry-After:\s*(\d+)", messages)
+        assert refusal and int(refusal.group(1)) > 0, messages[-3000:]
+        assert re.search(r"rejected 1 INVITE\(s\) with 503 Service Unavailable \(Retry-After \d+ s\): 4 calls are up "
+                         r"and the limit is 4", bridge.log), bridge.log[-3000:]
 
 
 def test_unreachable_provider_gets_the_caller_a_503(start_bridge, tmp_path: Path) -> None:
@@ -96,7 +112,7 @@ def test_unreachable_provider_gets_the_caller_a_503(start_bridge, tmp_path: Path
     bridge.wait_for(r"call call-1 ended after .* by bridge \(provider unavailable: cannot connect")
 
 
-def test_sigterm_hangs_up_every_call_and_exits_zero(start_bridge, utterance, tmp_path: Path) -> None:
+def test_sigterm_hangs_up_every_call_and_exits_zero(start_bridge, bridge_engine: str, utterance, tmp_path: Path) -> None:
     bridge = start_bridge("--provider", "echo")
     with peers.BaresipCaller(tmp_path / "baresip", utterance.path) as caller:
         caller.start(bridge.sip_port)

@@ -391,3 +391,10 @@ def test_pjsua2_max_calls_defaults_to_the_wheel_cap_and_clamps_above_it(
     assert "at most 4 calls per process" in caplog.text
     with pytest.raises(ValueError, match="at least 1"):
         Pjsua2UserAgent(EngineConfig(max_calls=0), on_call)
+
+
+def test_native_is_the_default_engine_and_needs_no_extra() -> None:
+    # DESIGN §11: `pip install -e .` is enough for the default; pjsua2 is the optional extra.
+    assert DEFAULT_ENGINE == "native"
+    assert ENGINES[DEFAULT_ENGINE].extra is None and ENGINES[DEFAULT_ENGINE].cap is None
+    assert load_engine(DEFAULT_ENGINE).__name__ == "NativeUserAgent"  # type: ignore[attr-defined]

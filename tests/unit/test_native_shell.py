@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from typing import Any, cast
 
 import pytest
 
@@ -386,22 +387,93 @@ async def test_media_clock_on_the_real_loop_is_one_timer_for_all_channels() -> N
 # --- the carrier ledger records a frame only once sendto has returned ---
 
 
-def test_deferred_ledger_records_on_commit_with_the_send_time_and_forgets_a_failed_send() -> None:
-    from rtp.playout import OutboundFrame, Playout
-    from sip.native import _DeferredLedger
+class _FakeSockets:
+    """RtpSocketPair's send side: `sendto` succeeds until `fail` is set; the time it returned is noted."""
 
-    ledger = _DeferredLedger()
-    playout = Playout(ledger)
-    playout.enqueue([OutboundFrame(b"\x00" * 320, 1, "item", 0), OutboundFrame(b"\x00" * 320, 1, "item", 20)])
-    assert playout.pull(100) is not None
-    assert ledger.frames_transmitted == 0 and ledger.transmitted_ms("item") == 0  # pulled, not yet sent
-    ledger.commit(150)  # sendto returned at 150
-    assert ledger.frames_transmitted == 1 and ledger.last() == ledger.entries("item")[0]
-    assert ledger.entries()[0].transmitted_ns == 150 and ledger.transmitted_ms("item") == 20
-    assert playout.pull(200) is not None
-    ledger.discard()  # sendto failed: the frame did not leave
-    ledger.commit(250)  # nothing held: no-op
-    assert ledger.frames_transmitted == 1 and ledger.frames_unsent == 1 and ledger.transmitted_ms("item") == 20
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self.fail = False
+        self.sent: list[tuple[int, bytes]] = []
+
+    def send_rtp(self, data: bytes | bytearray | memoryview, destination: tuple[str, int]) -> bool:
+        if self.fail:
+            return False
+        self.clock.now += 40_000  # sendto takes 40 µs: the ledger must say when it returned
+        self.sent.append((self.clock.now, bytes(data)))
+        return True
+
+    def send_rtcp(self, data: bytes, destination: tuple[str, int]) -> bool:
+        return True
+
+
+class _FakeLeg:
+    """What `_CallMedia` uses of a NativeLeg."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        from rtp.ledger import CarrierLedger
+        from rtp.playout import Playout
+
+        self.sockets = _FakeSockets(clock)
+        self.playout = Playout(CarrierLedger())
+        self.agent = type("Agent", (), {"clock": clock})()
+        self.posted: list[object] = []
+        self.timers: list[int] = []
+
+    def _post(self, event: object) -> None:
+        self.posted.append(event)
+
+    def _stream_timer(self, now: int) -> None:
+        self.timers.append(now)
+
+
+def _call_media(clock: VirtualClock) -> tuple[Any, _FakeLeg]:
+    from rtp.stream import PCMU, RtpStream, StreamConfig
+    from sip.native import _CallMedia
+    from sip.sdp import NegotiatedMedia
+
+    negotiated = NegotiatedMedia("PCMU", PCMU, 101, "127.0.0.1", 40000, "sendrecv", "sendrecv")
+    stream = RtpStream(StreamConfig(ssrc=1, initial_seq=0, initial_timestamp=0, cname="t", remote=("127.0.0.1", 40000)),
+                       lambda: 0.5)
+    leg = _FakeLeg(clock)
+    return _CallMedia(cast(Any, leg), stream, negotiated), leg
+
+
+def test_the_ledger_records_a_frame_when_sendto_has_returned_and_never_a_failed_send() -> None:
+    from rtp.playout import OutboundFrame
+
+    clock = VirtualClock()
+    media, leg = _call_media(clock)
+    ledger = leg.playout.ledger
+    leg.playout.enqueue([OutboundFrame(b"\x00" * 320, 1, "item", 0), OutboundFrame(b"\x00" * 320, 1, "item", 20)])
+    slot = clock.now
+    media.on_slots(slot, 1, 0)
+    ((sent_at, _),) = leg.sockets.sent
+    assert sent_at == slot + 40_000  # after the send, not at the slot
+    assert ledger.frames_transmitted == 1 and ledger.entries("item")[0].transmitted_ns == sent_at
+    assert ledger.transmitted_ms("item") == 20 and media.frames_out == 1
+    leg.sockets.fail = True  # sendto fails (buffer full, unreachable): the frame did not leave
+    clock.now += FRAME_NS
+    media.on_slots(clock.now, 1, 0)
+    assert ledger.frames_transmitted == 1 and ledger.transmitted_ms("item") == 20
+    assert media.frames_unsent == 1 and media.frames_out == 1 and leg.playout.depth == 0
+
+
+def test_a_second_digit_ended_by_the_same_packet_is_handed_over_with_the_first() -> None:
+    import struct
+
+    from rtp.packet import build
+    from sip.leg import DtmfReceived
+
+    clock = VirtualClock()
+    media, leg = _call_media(clock)
+    source = ("127.0.0.1", 40000)
+    media.on_rtp(build(101, True, 1, 8000, 0xA, struct.pack("!BBH", 4, 10, 400)), source, clock.now)
+    at = clock.now + 5_000_000  # a new event's end packet: it ends the '4' (its end was lost) and itself
+    media.on_rtp(build(101, True, 2, 9600, 0xA, struct.pack("!BBH", 6, 0x80 | 10, 800)), source, at)
+    assert leg.posted == [DtmfReceived("4")]
+    assert leg.timers == [at]  # the stream's timer run at once, not at the next slot: it hands over the '6'
+    assert media.stream.next_deadline() == at
+    assert media.stream.handle_timer(at)[0].digit == "6"  # type: ignore[union-attr]
 
 
 def test_media_address_is_the_bound_one_or_the_route_to_the_caller_never_the_wildcard() -> None:

@@ -74,3 +74,26 @@ def test_ledger_is_bounded_but_item_progress_survives() -> None:
     assert ledger.progress("a") is None and ledger.transmitted_ms("c") == 20
     last = ledger.last()
     assert last is not None and last.item_id == "c"
+
+
+def test_take_leaves_the_ledger_alone_until_the_frame_is_reported_transmitted() -> None:
+    # The native engine: take the frame, send it, record it at the time sendto returned (or never, if it failed).
+    playout = Playout()
+    playout.enqueue(frames("a", 3, epoch=1))
+    first = playout.take()
+    assert first is not None and first.offset_ms == 0 and playout.depth == 2
+    assert playout.ledger.frames_transmitted == 0 and playout.ledger.transmitted_ms("a") == 0  # taken, not sent
+    playout.transmitted(first, 5 * MS)
+    assert [(e.offset_ms, e.epoch, e.transmitted_ns) for e in playout.ledger.entries("a")] == [(0, 1, 5 * MS)]
+    lost = playout.take()  # its send failed: never reported
+    assert lost is not None and playout.ledger.transmitted_ms("a") == 20
+    result = playout.clear(2)
+    assert (result.dropped_frames, result.transmitted_ms) == (1, {"a": 20})  # what left, not what was taken
+    assert playout.take() is None
+
+
+def test_pull_still_records_at_the_request_as_pjsua2_needs() -> None:
+    playout = Playout()
+    playout.enqueue(frames("a", 1))
+    frame = playout.pull(7 * MS)
+    assert frame is not None and playout.ledger.entries("a")[0].transmitted_ns == 7 * MS

@@ -242,6 +242,21 @@ def test_two_digits_ended_by_one_packet_both_come_out() -> None:
     assert b.handle_timer(300 * MS) == [DtmfDigit("6", 100, 9600, "end")]
 
 
+def test_digits_waiting_keep_the_earliest_deadline() -> None:
+    b = stream(0xB, A_ADDR)
+
+    def event(code: int, ts: int, end: bool, now: int) -> DtmfDigit | object:
+        payload = struct.pack("!BBH", code, (0x80 if end else 0) | 10, 400)
+        return b.receive(build(101, True, ts // 160, ts, 0xA, payload), A_ADDR, now)
+
+    event(1, 8000, False, 0)
+    assert event(2, 9600, True, 100 * MS) == DtmfDigit("1", 50, 8000, "next")  # the '2' waits
+    event(3, 11200, False, 110 * MS)
+    assert event(4, 12800, True, 120 * MS) == DtmfDigit("3", 50, 11200, "next")
+    assert b.next_deadline() == 100 * MS  # not pushed back to 120 ms by the second pair
+    assert [d.digit for d in b.handle_timer(100 * MS) if isinstance(d, DtmfDigit)] == ["2", "4"]
+
+
 def test_one_media_clock_drives_every_stream_and_media_time_tracks_wall_time() -> None:
     from rtp.pacer import MediaClock
 

@@ -27,6 +27,7 @@ from sip.ua import (
     IncomingCall,
     MediaUpdated,
     ReferNotify,
+    ReferRefused,
     ReferResponse,
     SessionExpired,
     UaConfig,
@@ -714,6 +715,60 @@ def test_refer_202_then_notify_sipfrag_100_and_200() -> None:
     assert statuses(out) == [481]
 
 
+def test_a_final_notify_that_keeps_the_subscription_is_followed_by_our_unsubscribe() -> None:
+    caller, call = answered_call()
+    caller.take_events()
+    assert caller.ua.refer(call, "sip:agent@example.com", 2 * S)
+    refer = only(requests(caller.collect(), "REFER"))
+    caller.respond(refer, 202, "Accepted", 2100 * MS)
+    out = caller.request(
+        "NOTIFY",
+        3 * S,
+        "z9hG4bKn1",
+        body="SIP/2.0 200 OK\r\n",
+        content_type="message/sipfrag",
+        extra=("Event: refer;id=2", "Subscription-State: active;expires=60"),
+    )
+    assert statuses(out) == [200]
+    subscribe = only(requests(out, "SUBSCRIBE"))  # RFC 3515: the outcome is known, end the subscription
+    assert subscribe.headers.get("Expires") == "0"
+    assert subscribe.headers.get("Event") == "refer;id=2"
+    assert subscribe.headers.get("Call-ID") == refer.headers.get("Call-ID")
+    assert subscribe.headers.get("To") == refer.headers.get("To")  # the REFER's dialog
+    assert int((subscribe.headers.get("CSeq") or "").split()[0]) > int(
+        (refer.headers.get("CSeq") or "").split()[0]
+    )
+    assert subscribe.headers.get("Contact")
+    assert caller.take_events()[-1] == ReferNotify(call, 200, "OK", False)
+    caller.respond(subscribe, 481, "Subscription Does Not Exist", 3100 * MS)  # not the dialog: the call stays
+    assert caller.ua.active_calls == 1
+    out = caller.request(  # the notifier's last word is still answered
+        "NOTIFY",
+        3200 * MS,
+        "z9hG4bKn2",
+        content_type="message/sipfrag",
+        extra=("Event: refer;id=2", "Subscription-State: terminated;reason=timeout"),
+    )
+    assert statuses(out) == [200]
+    assert caller.ua.stats["refer_unsubscribed"] == 1
+
+
+def test_a_terminating_final_notify_sends_no_unsubscribe() -> None:
+    caller, call = answered_call()
+    caller.take_events()
+    caller.ua.refer(call, "sip:agent@example.com", 2 * S)
+    caller.respond(only(requests(caller.collect(), "REFER")), 202, "Accepted", 2100 * MS)
+    out = caller.request(
+        "NOTIFY",
+        3 * S,
+        "z9hG4bKn1",
+        body="SIP/2.0 200 OK\r\n",
+        content_type="message/sipfrag",
+        extra=("Event: refer", "Subscription-State: terminated;reason=noresource"),
+    )
+    assert statuses(out) == [200] and requests(out, "SUBSCRIBE") == []
+
+
 def test_refer_events_drive_the_transfer_tracker_to_the_legs_contract() -> None:
     caller, call = answered_call()
     caller.take_events()
@@ -767,9 +822,11 @@ def test_refer_before_the_call_is_confirmed_is_not_sent() -> None:
 
 def test_a_refer_from_the_caller_is_refused_403() -> None:
     caller, call = answered_call()
+    caller.take_events()
     out = caller.request("REFER", 2 * S, "z9hG4bKr", extra=("Refer-To: <sip:premium@example.com>",))
     assert statuses(out) == [403]
     assert caller.ua.stats["refer_refused"] == 1
+    assert caller.take_events() == [ReferRefused(call, "<sip:premium@example.com>")]  # the shell logs it
 
 
 # --- INFO DTMF ---
@@ -793,6 +850,48 @@ def test_info_dtmf_in_and_out() -> None:
     caller.respond(info, 200, "OK", 3100 * MS)
     (second,) = requests(caller.sent[-1:], "INFO")
     assert second.body.startswith(b"Signal=1")
+
+
+def test_bye_waits_for_the_info_digits_queued_behind_the_one_in_flight() -> None:
+    caller, call = answered_call()
+    caller.take_events()
+    for digit in "12#":
+        assert caller.ua.send_info_dtmf(call, digit, 2 * S)
+    (first,) = requests(caller.collect(), "INFO")
+    assert caller.ua.bye(call, 2 * S, "done")
+    assert requests(caller.collect(), "BYE") == []  # not while digits are still to go
+    assert caller.take_events() == [CallEnded(call, "done", 200, by_remote=False)]  # the leg ends at once
+    caller.respond(first, 200, "OK", 2100 * MS)
+    (second,) = requests(caller.sent[-1:], "INFO")
+    caller.respond(second, 200, "OK", 2200 * MS)
+    (third,) = requests(caller.sent[-1:], "INFO")
+    assert requests(caller.sent, "BYE") == []
+    caller.respond(third, 200, "OK", 2300 * MS)
+    (bye,) = requests(caller.sent[-1:], "BYE")
+    sent = [m for m in caller.sent if isinstance(m, Request) and m.method in ("INFO", "BYE")]
+    assert [(m.method, m.body[:8]) for m in sent] == [
+        ("INFO", b"Signal=1"),
+        ("INFO", b"Signal=2"),
+        ("INFO", b"Signal=#"),
+        ("BYE", b""),
+    ]
+    assert caller.take_events() == []  # CallEnded came once, at bye()
+    caller.respond(bye, 200, "OK", 2400 * MS)
+    assert caller.ua.active_calls == 0
+
+
+def test_bye_behind_info_digits_goes_at_once_when_an_info_gets_no_answer() -> None:
+    caller, call = answered_call()
+    caller.take_events()
+    for digit in "123":
+        caller.ua.send_info_dtmf(call, digit, 2 * S)
+    caller.collect()
+    caller.ua.bye(call, 2 * S, "done")
+    sent = caller.advance(2 * S + 40 * S)  # Timer F (64·T1) on the first INFO: the rest are dropped, BYE now
+    byes = distinct(sent, "BYE")
+    later = {m.body[:8] for _, m in sent if isinstance(m, Request) and m.method == "INFO"}
+    assert len(byes) == 1 and later == {b"Signal=1"}  # only the first one's retransmissions: no '2', no '3'
+    assert byes[0][0] == 2 * S + 32 * S
 
 
 def test_dtmf_and_sipfrag_bodies() -> None:
