@@ -9,10 +9,14 @@ carrier are out of its clear scope (HR4): they stay in the carrier ledger as wha
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
+from bridge.commands import BargedIn, Truncate, TurnEnded
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame
+
+if TYPE_CHECKING:
+    from bridge.reservoir import OutputPath
 
 
 class Channel(Protocol):
@@ -50,3 +54,47 @@ class PlaybackBarrier:
     def settled(self) -> bool:
         """The channel has confirmed the latest clear."""
         return self.confirmed_epoch == self.epoch
+
+
+class BargeIn:
+    """Barge-in and user suppression (SE4, SE5 output side, HR4): the caller starting to speak clears every
+    unplayed frame through the barrier, tells the provider what the caller heard — read from the carrier
+    ledger, never from elapsed time — and suppresses assistant output until the caller's turn ends."""
+
+    def __init__(self, output: OutputPath, *, truncate: bool) -> None:
+        self._output = output
+        self._truncate = truncate
+        self.suppressed = False
+        self.suppressed_bytes = 0  # output dropped while the caller spoke
+        self.barge_ins = 0
+
+    def interrupt(self, now: int, at_ms: int, source: str) -> tuple[BargedIn, list[Truncate]]:
+        self.suppressed = True
+        self.barge_ins += 1
+        old_epoch = self._output.barrier.epoch
+        cleared_ms, items = self._output.clear()
+        ledger = self._output.channel.ledger
+        last = ledger.last()  # after the clear nothing of the old epoch can leave: this is the last one
+        last_ms = (last.transmitted_ns - now) / 1_000_000 if last is not None and last.epoch == old_epoch else None
+        heard = [(item, ledger.transmitted_ms(item)) for item in items]  # HR4: what left is out of scope
+        truncates = [Truncate(item, ms) for item, ms in heard] if self._truncate else []
+        return BargedIn(at_ms, source, cleared_ms, tuple(heard), last_ms), truncates
+
+    def drop(self, audio: bytes) -> bool:
+        """Output that arrives while the caller speaks is interrupted: dropped and counted."""
+        if self.suppressed:
+            self.suppressed_bytes += len(audio)
+        return self.suppressed
+
+    def turn_over(self, at_ms: int) -> TurnEnded | None:
+        """The caller's turn ended: suppression is over."""
+        if not self.suppressed:
+            return None
+        self.suppressed = False
+        return TurnEnded(at_ms)
+
+    def status(self) -> dict[str, object]:
+        barrier = self._output.barrier
+        return {"epoch": barrier.epoch, "settled": barrier.settled, "cushion_frames": self._output.channel.depth,
+                "suppressed": self.suppressed, "barge_ins": self.barge_ins,
+                "frames_transmitted": self._output.channel.ledger.frames_transmitted}

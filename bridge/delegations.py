@@ -28,6 +28,7 @@ This module is sans-I/O: the coordinator calls it with session times and connect
 from __future__ import annotations
 
 import enum
+import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -39,7 +40,7 @@ NOT_RUN_STALE = (
 
 
 def refused_output(reason: str) -> str:
-    return '{"error": "refused: %s"}' % reason.replace('"', "'")
+    return json.dumps({"error": f"refused: {reason}"})
 
 
 class JobState(enum.Enum):

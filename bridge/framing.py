@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rtp.audio import FRAME_MS, PCM16_FRAME_BYTES, PCM16_8K, PCMA_8K, PCMU_8K, AudioFormat, Encoding
+from rtp.audio import FRAME_MS, PCM16_8K, PCM16_FRAME_BYTES, PCMA_8K, PCMU_8K, AudioFormat, Encoding
 from rtp.g711 import alaw_decode, ulaw_decode
 from rtp.playout import OutboundFrame
 

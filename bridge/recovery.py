@@ -8,17 +8,42 @@ counted (never replayed faster than real time); once it is ready the session wai
 again before it considers the voice path repaired. The whole repair has a budget of 5 s: past it, or with a
 replacement that cannot be opened, the session fails with a clear reason.
 
-This module is the bookkeeping: stages, the deadline, the counters and what `status()["output_recovery"]`
-shows. The coordinator applies the rules; the session shell opens the connection.
+`OutputRecovery` is the bookkeeping (stages, the deadline, the counters, `status()["output_recovery"]`);
+`RecoveryController` applies the rules: condition -> replacement -> ready -> awaiting the caller -> done or
+failed, with the half-open watchdog and the seed of the replacement (`seeded_settings`, HR7). The session
+shell only opens the connection it is told to.
+
+Where the rules are silent: a provider with `Capabilities.resumption` continues the conversation by the
+latest resumable handle the lost connection announced; if the provider refuses the handle, the replacement is
+opened once more, reseeded without it, inside the same 5 s budget.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from bridge.commands import (
+    AudioDiscontinuity,
+    CloseTransport,
+    ConditionDetected,
+    OpenReplacement,
+    Outbox,
+    RecoveryChanged,
+    RecoverySnapshot,
+    Reseeded,
+)
+from bridge.connections import Connections, connection_id
+from bridge.delegations import Delegations
+from bridge.reservoir import MediaCondition, OutputOverflow, OutputPath
+from providers.base import SessionSettings
+
+__all__ = ["RECOVERY_NOTICE", "RecoveryController", "RecoverySnapshot", "Stage", "seeded_settings"]
+
 _NS_PER_MS = 1_000_000
+SEEDED_HISTORY = 20  # messages of the application's history a further connection is seeded with (HR7)
 
 RECOVERY_BUDGET_MS = 5_000
 RECOVERY_NOTICE = (
@@ -33,12 +58,20 @@ class Stage(enum.Enum):
     AWAITING_USER = "awaiting_user"  # it is open; fresh caller speech has not been heard yet
 
 
-@dataclass(frozen=True, slots=True)
-class RecoverySnapshot:
-    """What the replacement connection is seeded with (HR3, HR7): bounded, caller side only."""
-
-    caller_text: tuple[str, ...]  # recent final caller transcripts, oldest first
-    facts: tuple[str, ...] = ()  # current task facts and verified results (from the application)
+def seeded_settings(original: SessionSettings, snapshot: RecoverySnapshot, *, notice: bool,
+                    resume_handle: str | None = None) -> SessionSettings:
+    """HR7: the original instructions, a bounded part of the history, recent caller text and current facts;
+    never the assistant's captions as heard messages; with `notice`, a fresh instruction to say what happened.
+    With `resume_handle` the provider continues the conversation it had (the seed still goes along)."""
+    instructions = original.instructions or ""
+    if notice:
+        instructions = f"{instructions}\n\n{RECOVERY_NOTICE}".strip()
+    history = list(original.history[-SEEDED_HISTORY:])
+    history += [("system", f"Verified fact: {fact}") for fact in snapshot.facts]
+    history += [("user", text) for text in snapshot.caller_text]
+    return SessionSettings(instructions=instructions, voice=original.voice, model=original.model,
+                           tools=original.tools, history=tuple(history), turn_detection=original.turn_detection,
+                           resume_handle=resume_handle)
 
 
 @dataclass(slots=True)
@@ -136,3 +169,159 @@ class OutputRecovery:
 
     def status(self) -> dict[str, object] | None:
         return self.active.status() if self.active is not None else None
+
+
+Seed = Callable[[], tuple[RecoverySnapshot, str | None]]
+"""The seed of a further connection: the snapshot and the resumption handle to continue by (or None)."""
+
+
+class RecoveryController:
+    """HR1-HR3, HR5, HR7 (the seed), HR8, HR13 and the half-open watchdog, for one call."""
+
+    def __init__(self, out: Outbox, connections: Connections, output: OutputPath, delegations: Delegations,
+                 seed: Seed, afresh: Callable[[], None], *, answer_within_ms: int | None,
+                 budget_ms: int = RECOVERY_BUDGET_MS) -> None:
+        self.state = OutputRecovery(budget_ms)
+        self._out = out
+        self._connections = connections
+        self._output = output
+        self._delegations = delegations
+        self._seed = seed
+        self._afresh = afresh  # a replacement starts afresh: new caption epoch (HR11), no rollover in progress
+        self._answer_within_ms = answer_within_ms
+        self._answer_due: int | None = None  # the silent-provider watchdog's deadline (half-open detection)
+
+    @property
+    def reconnecting(self) -> bool:
+        return self.state.reconnecting
+
+    @property
+    def active(self) -> Recovery | None:
+        return self.state.active
+
+    @property
+    def stats(self) -> RecoveryStats:
+        return self.state.stats
+
+    def _changed(self, recovery: Recovery, stage: str, now: int) -> None:
+        elapsed = (now - recovery.started_ns) // _NS_PER_MS
+        self._out.notices.append(RecoveryChanged(recovery.token, recovery.cause, stage, elapsed))
+
+    def condition(self, condition: MediaCondition, now: int, at_ms: int) -> bool:
+        """HR1: overflow and staleness are recoverable media conditions."""
+        self._out.notices.append(ConditionDetected(condition, at_ms))
+        return self.begin("output_overflow" if isinstance(condition, OutputOverflow) else "output_stale", now, at_ms)
+
+    def begin(self, cause: str, now: int, at_ms: int) -> bool:
+        """Quarantine the floor connection and open one replacement; True when a new replacement is opened
+        (the coordinator then starts the call's connection bookkeeping afresh)."""
+        if self.state.reconnecting:
+            self.state.begin(cause, self._connections.floor, now, at_ms, 0)  # counted, still one worker (HR5)
+            return False
+        if self.state.active is not None:  # the replacement itself failed before the caller spoke again
+            self._changed(self.state.active, "interrupted", now)
+        self._answer_due = None
+        # HR2/HR3: quarantine the old transport and clear everything unplayed through the barrier. The
+        # suppression state is left as it is: a caller who is speaking stays suppressed.
+        dropped = self._output.reservoir.depth_bytes + self._output.framer.pending_bytes
+        self._output.clear()
+        old = self._connections.floor
+        token, quarantined = self._connections.replace_floor()
+        recovery = self.state.begin(cause, token, now, at_ms, dropped)
+        assert recovery is not None
+        self._afresh()
+        self._delegations.recovery_started(old, at_ms)  # HR6, HR9, HR10
+        for other in quarantined[1:]:  # a rollover in progress is abandoned; the replacement starts afresh
+            self._out.commands.append(CloseTransport(connection_id(other)))
+        self._out.commands.append(CloseTransport(connection_id(old)))
+        self._open(recovery)
+        self._out.notices.append(AudioDiscontinuity("output", dropped, cause, at_ms))
+        self._changed(recovery, Stage.RECONNECTING.value, now)
+        return True
+
+    def _open(self, recovery: Recovery) -> None:
+        snapshot, handle = self._seed()
+        self._out.commands.append(OpenReplacement(connection_id(recovery.token), recovery.cause, snapshot, handle))
+
+    def resumption_rejected(self, token: int, now: int) -> None:
+        """The provider refused the resumption handle: open the replacement once more, reseeded without it
+        (still inside the 5 s budget)."""
+        active = self.state.active
+        if active is None or active.token != token or not self.state.reconnecting:
+            return
+        self._connections.resume_handle = None
+        self._out.notices.append(Reseeded(token, "recovery"))
+        self._open(active)
+
+    def replacement_ready(self, token: int, now: int, at_ms: int) -> bool:
+        recovery = self.state.replacement_ready(token, now)
+        if recovery is None:
+            return False
+        # HR8: everything the caller said while no connection could hear it, counted once.
+        self._out.notices.append(AudioDiscontinuity("input", recovery.discarded_frames, "voice_transport_recovery",
+                                                    at_ms))
+        self._changed(recovery, Stage.AWAITING_USER.value, now)
+        return True
+
+    def discard_frame(self) -> bool:
+        """HR8: while reconnecting, a caller frame is discarded and counted (never replayed faster than real
+        time); True when it was."""
+        if not self.state.reconnecting:
+            return False
+        assert self.state.active is not None
+        self.state.active.discarded_frames += 1
+        return True
+
+    def caller_started(self) -> None:
+        if not self.state.reconnecting:
+            self.state.caller_started()
+
+    def caller_stopped(self, now: int) -> None:
+        """A caller turn ended: after the repair, fresh speech completes it (HR13); the watchdog is armed."""
+        recovery = self.state.caller_spoke(now)
+        if recovery is not None:
+            self._changed(recovery, "done", now)
+
+    def expect_answer(self, now: int) -> None:
+        """The caller stopped speaking: a provider that cannot be trusted to answer pings must show life
+        within `answer_within_ms`, or its connection is presumed half-open and replaced."""
+        limit = self._answer_within_ms
+        if limit is not None and self._answer_due is None and not self.state.reconnecting:
+            self._answer_due = now + limit * _NS_PER_MS  # (a later turn never postpones an armed watchdog)
+
+    def alive(self) -> None:
+        """The floor connection sent something."""
+        self._answer_due = None
+
+    def replacement_failed(self, token: int, now: int) -> bool:
+        """A dead replacement is fatal (HR5); True when it was this recovery's."""
+        return self.state.active is not None and self.state.active.token == token
+
+    def fail(self, now: int) -> None:
+        recovery = self.state.fail()
+        self._delegations.recovery_failed()
+        if recovery is not None:
+            self._changed(recovery, "failed", now)
+
+    def handle_timer(self, now: int, at_ms: int, *, may_begin: bool) -> str | None:
+        """The watchdog and the budget; returns why the session fails, if it does."""
+        if self._answer_due is not None and now >= self._answer_due:
+            self._answer_due = None
+            if may_begin:
+                self.begin("provider_silent", now, at_ms)  # a half-open socket: nothing arrives, nothing fails
+        if self.state.expired(now):
+            self.fail(now)
+            return f"output recovery did not complete within {self.state.budget_ns // 1_000_000_000} s"
+        return None
+
+    def next_deadline(self) -> int | None:
+        due = [t for t in (self.state.deadline(), self._answer_due) if t is not None]
+        return min(due) if due else None
+
+    def status(self) -> dict[str, object]:
+        stats = self.state.stats
+        return {"by_cause": dict(stats.by_cause), "completed": stats.completed, "failed": stats.failed,
+                "ignored": stats.ignored, "interrupted": stats.interrupted,
+                "durations_ms": list(stats.durations_ms[-20:]), "reconnect_ms": list(stats.reconnect_ms[-20:]),
+                "dropped_bytes": stats.dropped_bytes,
+                "discarded_frames": stats.discarded_frames}

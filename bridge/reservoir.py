@@ -12,6 +12,9 @@ Both are recoverable media conditions (HR1): the reservoir detects, counts and r
 belongs to bridge/recovery.py. The reservoir adds no initial wait — audio can be taken out the moment it
 arrives — and never changes samples or rate: it hands out the bytes it was given, in order.
 
+`OutputPath` (below) is the whole output path around it: framing for the carrier, the cushion, item
+boundaries, clears through the playback barrier and the final message.
+
 Sans-I/O: every call takes `now` (monotonic ns); `next_deadline()` says when staleness must be checked.
 """
 
@@ -20,10 +23,14 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from bridge.barrier import Channel, PlaybackBarrier
+from bridge.framing import CarrierConverter, ItemFramer
 from providers.limits import AudioLimits
-from rtp.audio import AudioFormat
+from rtp.audio import FRAME_MS, AudioFormat
+from rtp.playout import OutboundFrame
 
 _NS_PER_MS = 1_000_000
+TICK_NS = FRAME_MS * _NS_PER_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,3 +138,135 @@ class GenerationReservoir:
     @property
     def depth_ms(self) -> float:
         return self.format.duration_ms(self.depth_bytes)
+
+
+class OutputPath:
+    """The output path (SE2, SE3, HR1 detection, DESIGN §5): received audio → reservoir → carrier converter →
+    item framer → the channel's playback cushion, with item boundaries and the final message.
+
+    Audio is stored with its item; GPT-Live names no items, so a pause of `item_quiet_ms` ends one. The cushion
+    is topped up to `lead_frames` on every media tick and on a 20 ms timer while anything waits, so the first
+    frame plays as soon as it arrives. Every clear goes through the playback-epoch barrier (SE4).
+    """
+
+    def __init__(self, limits: AudioLimits, fmt: AudioFormat, channel: Channel, *, lead_frames: int,
+                 item_quiet_ms: int) -> None:
+        self.reservoir = GenerationReservoir(limits, fmt)
+        self.converter = CarrierConverter(fmt)
+        self.framer = ItemFramer()
+        self.barrier = PlaybackBarrier(channel)
+        self.channel = channel
+        self._lead = lead_frames
+        self._quiet_ns = item_quiet_ms * _NS_PER_MS
+        self._ready: list[OutboundFrame] = []  # framed output waiting for room in the cushion
+        self._next_tick: int | None = None
+        self._items = 0
+        self._item_id: str | None = None  # the item audio is arriving for now
+        self._last_audio_ns: int | None = None
+        self._last_transmitted = 0
+        self.underruns = 0  # media ticks that found no frame ready in the middle of an item
+
+    def _quiet(self, now: int) -> bool:
+        """No audio for `item_quiet_ms` (or none yet): the item audio was arriving for is over."""
+        return self._last_audio_ns is None or now - self._last_audio_ns >= self._quiet_ns
+
+    def push(self, audio: bytes, item_id: str | None, now: int) -> tuple[bool, OutputOverflow | None]:
+        """Store received audio; returns (whether it began an unnamed item, the overflow if it did not fit)."""
+        began = False
+        if item_id is None:  # GPT-Live: a pause ends an item
+            if self._item_id is None or self._quiet(now):
+                self._items += 1
+                self._item_id = f"out-{self._items}"
+                began = True
+            item_id = self._item_id
+        else:
+            self._item_id = item_id
+        self._last_audio_ns = now
+        overflow = self.reservoir.push(audio, now, item_id)
+        if overflow is None:
+            self.feed(now)
+        return began, overflow
+
+    def tick(self, now: int) -> None:
+        """A media-clock tick (a caller frame arrived): count an underrun if the cushion ran dry mid-item."""
+        transmitted = self.channel.ledger.frames_transmitted
+        if transmitted == self._last_transmitted and self.framer.item_id is not None and not self._quiet(now):
+            self.underruns += 1  # this tick's pull found the cushion empty mid-item: the caller heard a gap
+        self._last_transmitted = transmitted
+        self.feed(now)
+
+    def feed(self, now: int) -> None:
+        """Top the carrier cushion up to `lead_frames` from the reservoir."""
+        room = self._lead - self.channel.depth
+        while room > len(self._ready):
+            data, item = self.reservoir.pull(self.converter.frame_bytes)
+            if not data:
+                if self.framer.item_id is not None and self._quiet(now):
+                    self._ready += self.framer.finish() + self._flush_converter()
+                break
+            if item != self.framer.item_id:
+                self._ready += self._flush_converter() + self.framer.finish()
+                self.framer.start(item or "out", self.barrier.epoch)
+            self._ready += self.framer.add(self.converter.convert(data))
+        if room > 0 and self._ready:
+            batch, self._ready = self._ready[:room], self._ready[room:]
+            self.channel.enqueue(batch)
+        self._next_tick = now + TICK_NS if self.busy else None
+
+    @property
+    def busy(self) -> bool:
+        """Output is waiting in the reservoir or the framer (not yet in the cushion)."""
+        return bool(self.reservoir.depth_bytes or self._ready or self.framer.pending_bytes)
+
+    def drained(self, now: int) -> bool:
+        """Everything received has been played and the item is over (RO2, RO8, DL6)."""
+        return not self.busy and self.channel.depth == 0 and self._quiet(now)
+
+    def _flush_converter(self) -> list[OutboundFrame]:
+        tail = self.converter.end_item()
+        return self.framer.add(tail) if tail and self.framer.item_id is not None else []
+
+    def clear(self) -> tuple[int, list[str]]:
+        """Drop all unplayed output through the barrier; returns the ms dropped and the items it belonged to."""
+        items: dict[str, None] = {frame.item_id: None for frame in self._ready}
+        if self.framer.item_id is not None:
+            items[self.framer.item_id] = None
+        for item in self.reservoir.item_ids():
+            if item is not None:
+                items[item] = None
+        dropped_ms = int(self.reservoir.format.duration_ms(self.reservoir.clear()))
+        pending = len(self._ready) * FRAME_MS + (FRAME_MS if self.framer.pending_bytes else 0)
+        self._ready = []
+        self.framer.discard()
+        self.converter.reset()
+        self._item_id = None
+        result = self.barrier.clear()
+        for item in result.transmitted_ms:
+            items[item] = None
+        return dropped_ms + pending + result.dropped_ms, list(items)
+
+    def play_final_message(self, pcm16_8k: bytes) -> int:
+        """Clear all output and queue a closing message for the caller; returns its length in ms."""
+        self.clear()
+        self.framer.start("final-message", self.barrier.epoch)
+        frames = self.framer.add(pcm16_8k) + self.framer.finish()
+        self.channel.enqueue(frames)
+        return len(frames) * FRAME_MS
+
+    def handle_timer(self, now: int) -> OutputStale | None:
+        """Staleness, checked on the timer (the coordinator feeds after every input)."""
+        return self.reservoir.check(now)
+
+    def next_deadline(self) -> int | None:
+        due = [t for t in (self._next_tick, self.reservoir.next_deadline()) if t is not None]
+        return min(due) if due else None
+
+    def status(self, now: int) -> dict[str, object]:
+        r = self.reservoir
+        return {
+            "limits": {"capacity_bytes": r.limits.capacity_bytes, "residence_ms": r.limits.residence_ms,
+                       "format": str(r.format)},
+            "reservoir": {"depth_bytes": r.depth_bytes, "depth_ms": round(r.depth_ms),
+                          "oldest_age_ms": r.oldest_age_ms(now), "overflows": r.overflows, "stales": r.stales,
+                          "dropped_bytes": r.dropped_bytes},
+        }

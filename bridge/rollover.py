@@ -23,8 +23,9 @@ Choices where the rules are silent:
   `items_finished`. The old connection keeps the floor after it stopped input until it is idle, at most
   `drain_ms`; it closes at the latest halfway between its hard stop and its cap.
 - RO3 "never arrives": the new connection's final text for a shared utterance waits for the old one's at most
-  `transcript_wait_ms`, and never past the old connection's close. Utterances match when their starts or their
-  ends are within `match_slack_ms` (a connection opened mid-utterance hears only its end).
+  `transcript_wait_ms`, and never past the old connection's close. Utterances match when their spans overlap
+  within `match_slack_ms`: a connection opened mid-utterance hears only its end, and one committed at the hard
+  stop in mid-utterance (RO2) transcribes only its beginning.
 - RO4 "began while the old one was open" means: began before the old connection stopped receiving audio.
 - `session_expiring` (Gemini goAway, OpenAI expires_at) squeezes what is left of the schedule (after -> cap)
   into the time left: approval at once, open at the next end of speech or at 60 % of the time left, hard stop
@@ -38,7 +39,44 @@ from __future__ import annotations
 import enum
 import re
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from bridge.commands import (
+    NO_SNAPSHOT,
+    ApproveRollover,
+    AuthorizeConnection,
+    CloseTransport,
+    CommitInput,
+    EmitInterim,
+    EmitUtterance,
+    EndSession,
+    OpenRollover,
+    Outbox,
+    RecoverySnapshot,
+    Reseeded,
+    RolloverAction,
+    RolloverChanged,
+    StartInput,
+    StopInput,
+    TakeFloor,
+)
+from bridge.connections import Connections, connection_id, token_of
+from bridge.timeline import Captions, Timeline
+from bridge.turns import TurnTracker
+from providers.events import (
+    AudioReceived,
+    InputTranscript,
+    InputTranscriptFailed,
+    ProviderEvent,
+    SessionClosed,
+    SessionExpiring,
+    SessionStarted,
+    SpeechStarted,
+    SpeechStopped,
+)
+
+Seed = Callable[[], tuple[RecoverySnapshot, str | None]]
 
 _NS_PER_MS = 1_000_000
 _NEVER = 1 << 62  # an instant that never comes (ns)
@@ -72,97 +110,11 @@ class RolloverOptions:
         return cls(**{**ages, **overrides})  # type: ignore[arg-type]
 
 
-# --- actions -------------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class RequestApproval:
-    """Ask the application's approve hook; answer with `approve_answered(rollover_id, ...)`."""
-
-    rollover_id: str
-    connection_id: str  # the connection being replaced
-    next_connection_id: str
+# --- actions: the session's own command types (bridge/commands.py), one vocabulary -----------------------
+Action = RolloverAction
 
 
-@dataclass(frozen=True, slots=True)
-class Authorize:
-    """Ask connection_hooks.authorize to fund this connection (RO7); answer with `authorize_answered`."""
-
-    connection_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class OpenConnection:
-    """Open the next connection, seeded with context as HR7 but without the recovery notice (RO8)."""
-
-    connection_id: str
-    seeded: bool = True
-
-
-@dataclass(frozen=True, slots=True)
-class StartInput:
-    """From now on this connection receives the caller's audio too."""
-
-    connection_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Commit:
-    """Commit this connection's input buffer: the caller's words so far are one utterance."""
-
-    connection_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class StopInput:
-    """This connection receives no more caller audio."""
-
-    connection_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class TakeFloor:
-    """From now on only this connection's audio plays (one speaker at a time)."""
-
-    connection_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class CloseConnection:
-    connection_id: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class EmitUtterance:
-    """A caller utterance for the application: each one exactly once (RO3)."""
-
-    connection_id: str
-    start_ms: int
-    end_ms: int
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class EmitInterim:
-    """Interim caller text for the application (never from a connection that only echoes the old one, RO4)."""
-
-    connection_id: str
-    start_ms: int
-    end_ms: int
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class EndSession:
-    """No connection can carry the call on: the shell says a clean goodbye and sends BYE."""
-
-    reason: str
-
-
-Action = (RequestApproval | Authorize | OpenConnection | StartInput | Commit | StopInput | TakeFloor
-          | CloseConnection | EmitUtterance | EmitInterim | EndSession)
-
-
-class Stage(enum.Enum):
+class RolloverStage(enum.Enum):
     STEADY = "steady"  # one connection; waiting for its age to reach after_ms
     APPROVING = "approving"  # the approve hook has been asked
     AUTHORIZING = "authorizing"  # authorize has been asked for the next connection
@@ -196,6 +148,28 @@ class _Conn:
     busy: bool = False
     closed: bool = False
 
+    def start_input(self) -> list[Action]:
+        self.receiving = True
+        return [StartInput(self.id)]
+
+    def stop_input(self) -> list[Action]:
+        was, self.receiving = self.receiving, False
+        return [StopInput(self.id)] if was else []
+
+    def close(self, reason: str) -> list[Action]:
+        self.closed, self.receiving = True, False
+        return [CloseTransport(self.id, reason)]
+
+    def ages(self, o: RolloverOptions) -> tuple[int, int, int, int]:
+        """(after, deadline, hard stop, close-by) of this connection as instants; never while unconfirmed."""
+        marks = (o.after_ms, o.deadline_ms, o.hard_stop_ms, (o.hard_stop_ms + o.cap_ms) // 2)
+        base = self.confirmed_ns
+        at = [_NEVER if base is None else base + m * _NS_PER_MS for m in marks]
+        if self.cap_at is not None:  # squeeze what is left of the schedule (after -> cap) into the time left
+            left, span = self.cap_at - self.expiring_ns, o.cap_ms - o.after_ms
+            at = [min(a, self.expiring_ns + left * (m - o.after_ms) // span) for a, m in zip(at, marks, strict=True)]
+        return at[0], at[1], at[2], at[3]
+
 
 @dataclass(slots=True)
 class _Pending:
@@ -205,44 +179,131 @@ class _Pending:
     due_ns: int
 
 
-@dataclass(slots=True)
-class _Handover:
-    """Transcript bookkeeping of one rollover: which utterances both connections heard (RO3, RO4)."""
+def _counter(first_connection_id: str) -> Callable[[], str]:
+    """Ids after the first one's number, for a controller used on its own (`conn-1` -> `conn-2`, ...)."""
+    match = re.fullmatch(r"(.*?)(\d+)", first_connection_id)
+    prefix, seq = (match[1], int(match[2])) if match else (first_connection_id + "-", 1)
+    numbers = iter(range(seq + 1, 1 << 62))
+    return lambda: f"{prefix}{next(numbers)}"
 
-    old: str
-    new: str
-    shared_until_ms: int | None = None  # when the old one stopped input; None while it still hears the caller
-    old_outcomes: list[tuple[int, int, bool]] = field(default_factory=list)  # (start, end, emitted)
-    new_emitted: list[tuple[int, int]] = field(default_factory=list)  # shared utterances emitted from new
-    pending: list[_Pending] = field(default_factory=list)
+
+class Handover:
+    """Transcript bookkeeping of one rollover (RO3, RO4): which utterances both connections heard, and which
+    connection's text of each is emitted — once."""
+
+    def __init__(self, old: str, new: str, options: RolloverOptions, stats: RolloverStats,
+                 emit: Callable[[Action], None]) -> None:
+        self.old, self.new = old, new
+        self.shared_until_ms: int | None = None  # when the old one stopped input; None while it still hears
+        self.old_outcomes: list[tuple[int, int, bool]] = []  # (start, end, emitted)
+        self.new_emitted: list[tuple[int, int]] = []  # shared utterances emitted from the new one
+        self.pending: list[_Pending] = []
+        self._options, self._stats, self._emit = options, stats, emit
+
+    def shared(self, connection_id: str, start_ms: int) -> bool:
+        """RO4: the new connection's utterance began before the old one stopped hearing the caller."""
+        return connection_id == self.new and (self.shared_until_ms is None or start_ms < self.shared_until_ms)
+
+    def same(self, a: tuple[int, int], b: tuple[int, int]) -> bool:
+        """One utterance heard by both: the spans overlap, within the slack (RO3)."""
+        slack = self._options.match_slack_ms
+        return a[0] <= b[1] + slack and b[0] <= a[1] + slack
+
+    def old_result(self, start_ms: int, end_ms: int, text: str | None) -> None:
+        """The old connection's transcription of an utterance: text, or None when it failed or was empty."""
+        span = (start_ms, end_ms)
+        emitted = text is not None and not any(self.same(span, s) for s in self.new_emitted)
+        self.old_outcomes.append((start_ms, end_ms, emitted))
+        if text is None:
+            for p in [p for p in self.pending if self.same(span, (p.start_ms, p.end_ms))]:
+                self.fallback(p)
+        elif emitted:
+            self._emit(EmitUtterance(self.old, start_ms, end_ms, text))
+            matched = [p for p in self.pending if self.same(span, (p.start_ms, p.end_ms))]
+            self.pending = [p for p in self.pending if p not in matched]
+            self._stats.duplicates_dropped += len(matched)
+        else:
+            self._stats.duplicates_dropped += 1
+
+    def new_shared(self, start_ms: int, end_ms: int, text: str, now: int, *, old_closed: bool) -> None:
+        """The new connection's final text of an utterance the old one heard too (RO3)."""
+        if not text.strip():
+            return
+        span = (start_ms, end_ms)
+        outcomes = [ok for s, e, ok in self.old_outcomes if self.same(span, (s, e))]
+        if any(outcomes):
+            self._stats.duplicates_dropped += 1
+            return
+        pending = _Pending(start_ms, end_ms, text, now + self._options.transcript_wait_ms * _NS_PER_MS)
+        self.pending.append(pending)
+        if outcomes or old_closed:  # the old one failed, was empty, or can no longer answer
+            self.fallback(pending)
+
+    def fallback(self, p: _Pending) -> None:
+        self.pending.remove(p)
+        self.new_emitted.append((p.start_ms, p.end_ms))
+        self._stats.fallbacks += 1
+        self._emit(EmitUtterance(self.new, p.start_ms, p.end_ms, p.text))
+
+
+class CallerTexts:
+    """Caller text from every connection of the chain: interim text passed on unless RO4 suppresses it, each
+    final text once per connection and utterance, shared utterances settled by the handover (RO3)."""
+
+    def __init__(self, stats: RolloverStats, emit: Callable[[Action], None]) -> None:
+        self._stats, self._emit = stats, emit
+        self._finals: set[tuple[str, int, int]] = set()
+
+    def transcript(self, hand: Handover | None, connection_id: str, start_ms: int, end_ms: int, text: str,
+                   final: bool, now: int, *, old_closed: bool) -> None:
+        shared = hand is not None and hand.shared(connection_id, start_ms)
+        if not final:
+            if shared:
+                self._stats.interim_suppressed += 1
+            elif text:
+                self._emit(EmitInterim(connection_id, start_ms, end_ms, text))
+            return
+        key = (connection_id, start_ms, end_ms)
+        if key in self._finals:
+            return
+        self._finals.add(key)
+        if hand is not None and connection_id == hand.old:
+            hand.old_result(start_ms, end_ms, text if text.strip() else None)
+        elif hand is not None and shared:
+            hand.new_shared(start_ms, end_ms, text, now, old_closed=old_closed)
+        elif text.strip():
+            self._emit(EmitUtterance(connection_id, start_ms, end_ms, text))
+
+    def forget(self, connection_id: str) -> None:
+        self._finals = {k for k in self._finals if k[0] != connection_id}
 
 
 class RolloverController:
     """One call's chain of connections: at most one rollover at a time, any number over the call (RO9)."""
 
     def __init__(self, first_connection_id: str, options: RolloverOptions | None = None, *,
-                 start_ns: int = 0) -> None:
+                 start_ns: int = 0, allocate: Callable[[], str] | None = None,
+                 seed: Seed | None = None) -> None:
         self.options = options or RolloverOptions()
         self.start_ns = start_ns  # the session timeline's origin (bridge.timeline)
-        self.stage = Stage.STEADY
+        self.stage = RolloverStage.STEADY
         self.stats = RolloverStats()
         self._conns = {first_connection_id: _Conn(first_connection_id, receiving=True)}
         self._current = first_connection_id  # the connection holding the floor
         self._next: str | None = None
         self._rollover_id: str | None = None
         self._started = 0  # rollovers started (ids)
-        match = re.fullmatch(r"(.*?)(\d+)", first_connection_id)
-        self._prefix, self._seq = (match[1], int(match[2])) if match else (first_connection_id + "-", 1)
+        self._allocate = allocate or _counter(first_connection_id)  # the session's registry names them (RO7)
+        self._seed = seed or (lambda: (NO_SNAPSHOT, None))  # what the next connection is seeded with (RO8)
         self._boundary = False  # the caller ended an utterance since after_ms (RO1)
         self._overlap_end = _NEVER
         self._stop_ns = _NEVER  # when the old one stopped input (draining) or the refused one did (ending)
         self._refusal: str | None = None
-        self._hand: _Handover | None = None
-        self._finals: set[tuple[str, int, int]] = set()
+        self._hand: Handover | None = None
+        self._texts = CallerTexts(self.stats, self._emit)
         self._actions: list[Action] = []
         self._now = 0
 
-    # --- queries ---------------------------------------------------------------------------------------------
     def actions(self) -> list[Action]:
         out, self._actions = self._actions, []
         return out
@@ -252,8 +313,7 @@ class RolloverController:
 
     def confirmed_ns(self, connection_id: str) -> int | None:
         """When that connection's session configuration was confirmed (its age counts from then)."""
-        conn = self._conns.get(connection_id)
-        return conn.confirmed_ns if conn is not None else None
+        return conn.confirmed_ns if (conn := self._conns.get(connection_id)) is not None else None
 
     def speaker(self) -> str:
         return self._current
@@ -268,21 +328,21 @@ class RolloverController:
 
     def next_deadline(self) -> int | None:
         times = [p.due_ns for p in self._hand.pending] if self._hand else []
-        after, deadline, hard, _ = self._ages(self._conns[self._current])
+        after, deadline, hard, _ = self._conns[self._current].ages(self.options)
         st = self.stage
-        if st is Stage.STEADY:
+        if st is RolloverStage.STEADY:
             times.append(after)
-        elif st in (Stage.APPROVING, Stage.AUTHORIZING, Stage.OPENING):
+        elif st in (RolloverStage.APPROVING, RolloverStage.AUTHORIZING, RolloverStage.OPENING):
             times.append(hard)
-        elif st is Stage.ARMED:
+        elif st is RolloverStage.ARMED:
             times += [deadline, hard]
-        elif st is Stage.OVERLAP:
+        elif st is RolloverStage.OVERLAP:
             speaking = self._conns[self._current].in_speech  # then its end of speech decides, not a timer
             times += [hard, _NEVER if speaking or self._overlap_end <= self._now else self._overlap_end]
-        elif st is Stage.DRAINING and self._hand is not None:
+        elif st is RolloverStage.DRAINING and self._hand is not None:
             old = self._conns[self._hand.old]
-            times.append(self._drain_by(old) if self._current == old.id else self._ages(old)[3])
-        elif st is Stage.REFUSED:
+            times.append(self._drain_by(old) if self._current == old.id else old.ages(self.options)[3])
+        elif st is RolloverStage.REFUSED:
             times.append(hard if self._stop_ns == _NEVER else self._drain_by(self._conns[self._current]))
         due = [t for t in times if t < _NEVER]
         return min(due) if due else None
@@ -297,13 +357,13 @@ class RolloverController:
         if conn is None or conn.confirmed_ns is not None:
             return
         conn.confirmed_ns = now
-        if connection_id == self._next and self.stage is Stage.OPENING:
+        if connection_id == self._next and self.stage is RolloverStage.OPENING:
             if self.options.client_commits:
-                self.stage = Stage.ARMED  # open but passive until the switch (RO5)
+                self.stage = RolloverStage.ARMED  # open but passive until the switch (RO5)
             else:
-                self._start_input(conn)
+                self._actions += conn.start_input()
                 self._overlap_end = now + self.options.overlap_ms * _NS_PER_MS
-                self.stage = Stage.OVERLAP
+                self.stage = RolloverStage.OVERLAP
         self._advance(now)
 
     def speech_started(self, connection_id: str, at_ms: int, now: int) -> None:
@@ -320,16 +380,16 @@ class RolloverController:
         was_speaking, conn.in_speech = conn.in_speech, False
         if not self.options.client_commits:
             conn.busy = conn.busy or was_speaking  # server VAD answers the utterance
-            if connection_id == self._current and now >= self._ages(conn)[0]:
+            if connection_id == self._current and now >= conn.ages(self.options)[0]:
                 self._boundary = True
         self._advance(now)
 
     def flush(self, now: int) -> None:
         """Client commits: the application committed the input buffer (an utterance boundary, RO5)."""
         self._now = max(self._now, now)
-        for connection_id in self.audio_targets():
-            self._conns[connection_id].busy = True  # the committed utterance gets an answer
-        if self.options.client_commits and self.stage is Stage.ARMED:
+        for cid in self.audio_targets():
+            self._conns[cid].busy = True  # the committed utterance gets an answer
+        if self.options.client_commits and self.stage is RolloverStage.ARMED:
             self._switch(now, commit=False)
         self._advance(now)
 
@@ -359,20 +419,20 @@ class RolloverController:
     def approve_answered(self, rollover_id: str, approved: bool | None, error: str | None, now: int) -> None:
         """The approve hook resolved (`approved`), raised (`error`), or did neither in time (late)."""
         self._now = max(self._now, now)
-        if self.stage is not Stage.APPROVING or rollover_id != self._rollover_id:
+        if self.stage is not RolloverStage.APPROVING or rollover_id != self._rollover_id:
             self.stats.late_answers += 1
             return
         if error is not None or approved is not True:
             self._refuse("approve_error" if error is not None else "approve_refused")
         else:
             assert self._next is not None
-            self._emit(Authorize(self._next))
-            self.stage = Stage.AUTHORIZING
+            self._emit(AuthorizeConnection(self._next))
+            self.stage = RolloverStage.AUTHORIZING
         self._advance(now)
 
     def authorize_answered(self, connection_id: str, ok: bool, now: int) -> None:
         self._now = max(self._now, now)
-        if self.stage is not Stage.AUTHORIZING or connection_id != self._next:
+        if self.stage is not RolloverStage.AUTHORIZING or connection_id != self._next:
             self.stats.late_answers += 1
             return
         if not ok:
@@ -380,7 +440,7 @@ class RolloverController:
         elif self.options.client_commits:
             self._open()  # passive until the switch
         else:
-            self.stage = Stage.ARMED
+            self.stage = RolloverStage.ARMED
         self._advance(now)
 
     def transcript(self, connection_id: str, start_ms: int, end_ms: int, text: str, final: bool,
@@ -389,31 +449,14 @@ class RolloverController:
         conn = self._live(connection_id, now)
         if conn is None:
             return
-        hand = self._hand
-        shared = hand is not None and connection_id == hand.new and (
-            hand.shared_until_ms is None or start_ms < hand.shared_until_ms)
-        if not final:
-            if shared:
-                self.stats.interim_suppressed += 1
-            elif text:
-                self._emit(EmitInterim(connection_id, start_ms, end_ms, text))
-            return
-        key = (connection_id, start_ms, end_ms)
-        if key in self._finals:
-            return
-        self._finals.add(key)
-        if hand is not None and connection_id == hand.old:
-            self._old_result(hand, start_ms, end_ms, text if text.strip() else None)
-        elif hand is not None and shared:
-            self._new_shared(hand, start_ms, end_ms, text, now)
-        elif text.strip():
-            self._emit(EmitUtterance(connection_id, start_ms, end_ms, text))
+        old_closed = self._hand is not None and self._conns[self._hand.old].closed
+        self._texts.transcript(self._hand, connection_id, start_ms, end_ms, text, final, now, old_closed=old_closed)
         self._advance(now)
 
     def transcript_failed(self, connection_id: str, start_ms: int, end_ms: int, now: int) -> None:
         conn = self._live(connection_id, now)
         if conn is not None and self._hand is not None and connection_id == self._hand.old:
-            self._old_result(self._hand, start_ms, end_ms, None)
+            self._hand.old_result(start_ms, end_ms, None)
             self._advance(now)
 
     # --- rules -----------------------------------------------------------------------------------------------
@@ -427,47 +470,47 @@ class RolloverController:
         hand, opts = self._hand, self.options
         if hand is not None and any(p.due_ns <= now for p in hand.pending):
             for p in [p for p in hand.pending if p.due_ns <= now]:
-                self._fallback(hand, p)  # RO3: the old one's text never came
+                hand.fallback(p)  # RO3: the old one's text never came
             return True
         cur = self._conns[self._current]
-        after, deadline, hard, close_by = self._ages(cur)
+        after, deadline, hard, close_by = cur.ages(self.options)
         st = self.stage
-        if st is Stage.STEADY and now >= after:
+        if st is RolloverStage.STEADY and now >= after:
             self._begin(cur)
-        elif st is Stage.ARMED and opts.client_commits:
+        elif st is RolloverStage.ARMED and opts.client_commits:
             if now < deadline:
                 return False
             self._switch(now, commit=True)  # RO5: no flush by the deadline
-        elif st in (Stage.APPROVING, Stage.AUTHORIZING, Stage.ARMED, Stage.OPENING) and now >= hard:
-            self._refuse({Stage.APPROVING: "approve_timeout",
-                          Stage.AUTHORIZING: "authorize_timeout"}.get(st, "next_not_open"))
-        elif st is Stage.ARMED and (now >= deadline or (self._boundary and not cur.in_speech)):
+        elif st in (RolloverStage.APPROVING, RolloverStage.AUTHORIZING, RolloverStage.ARMED, RolloverStage.OPENING) and now >= hard:
+            self._refuse({RolloverStage.APPROVING: "approve_timeout",
+                          RolloverStage.AUTHORIZING: "authorize_timeout"}.get(st, "next_not_open"))
+        elif st is RolloverStage.ARMED and (now >= deadline or (self._boundary and not cur.in_speech)):
             self._open()  # RO1
-        elif st is Stage.OVERLAP and (now >= hard or (now >= self._overlap_end and not cur.in_speech)):
+        elif st is RolloverStage.OVERLAP and (now >= hard or (now >= self._overlap_end and not cur.in_speech)):
             if cur.in_speech:
-                self._emit(Commit(cur.id))  # RO2: hard stop in mid-utterance
+                self._emit(CommitInput(cur.id))  # RO2: hard stop in mid-utterance
                 cur.busy = True
-            self._stop_input(cur)
+            self._actions += cur.stop_input()
             self._stop_ns = now
             assert hand is not None
-            hand.shared_until_ms = self._ms(now)
-            self.stage = Stage.DRAINING
-        elif st is Stage.DRAINING and hand is not None:
+            hand.shared_until_ms = (now - self.start_ns) // _NS_PER_MS
+            self.stage = RolloverStage.DRAINING
+        elif st is RolloverStage.DRAINING and hand is not None:
             return self._drain(hand, now)
-        elif st is Stage.REFUSED and self._stop_ns == _NEVER and now >= hard:
-            self._stop_input(cur)  # RO6: kept until the hard stop; now it finishes its items
+        elif st is RolloverStage.REFUSED and self._stop_ns == _NEVER and now >= hard:
+            self._actions += cur.stop_input()  # RO6: kept until the hard stop; now it finishes its items
             self._stop_ns = now
-        elif st is Stage.REFUSED and self._stop_ns != _NEVER and (not cur.busy or now >= self._drain_by(cur)):
-            self._emit(EndSession(self._refusal or "rollover_refused"))
-            self._close(cur, self._refusal or "rollover_refused")
-            self.stage = Stage.ENDED
+        elif st is RolloverStage.REFUSED and self._stop_ns != _NEVER and (not cur.busy or now >= self._drain_by(cur)):
+            self._emit(EndSession(self._refusal or "rollover_refused", goodbye=True))
+            self._actions += cur.close(self._refusal or "rollover_refused")
+            self.stage = RolloverStage.ENDED
         else:
             return False
         return True
 
-    def _drain(self, hand: _Handover, now: int) -> bool:
+    def _drain(self, hand: Handover, now: int) -> bool:
         old, new = self._conns[hand.old], self._conns[hand.new]
-        close_by = self._ages(old)[3]
+        close_by = old.ages(self.options)[3]
         if self._current == old.id:
             if old.busy and now < self._drain_by(old):
                 return False
@@ -476,105 +519,53 @@ class RolloverController:
             return True
         if hand.pending and now < close_by:
             return False  # the old one's text may still come (RO3)
-        self._close(old, "rollover")
+        self._actions += old.close("rollover")
         for p in list(hand.pending):
-            self._fallback(hand, p)
-        self._finals = {k for k in self._finals if k[0] != old.id}
+            hand.fallback(p)
+        self._texts.forget(old.id)
         self._next, self._boundary, self._stop_ns = None, False, _NEVER
         self.stats.rollovers += 1
-        self.stage = Stage.STEADY
+        self.stage = RolloverStage.STEADY
         return True
 
     def _begin(self, cur: _Conn) -> None:
         self._started += 1
-        self._seq += 1
-        self._rollover_id, self._next = f"rollover-{self._started}", f"{self._prefix}{self._seq}"
-        self._emit(RequestApproval(self._rollover_id, cur.id, self._next))
-        self.stage = Stage.APPROVING
+        self._rollover_id, self._next = f"rollover-{self._started}", self._allocate()
+        self._emit(ApproveRollover(self._rollover_id, cur.id, self._next))
+        self.stage = RolloverStage.APPROVING
 
     def _open(self) -> None:
         assert self._next is not None
         self._conns[self._next] = _Conn(self._next)
-        self._hand = _Handover(self._current, self._next)
-        self._emit(OpenConnection(self._next, seeded=True))
-        self.stage = Stage.OPENING
+        self._hand = Handover(self._current, self._next, self.options, self.stats, self._emit)
+        self._emit(OpenRollover(self._next, *self._seed()))
+        self.stage = RolloverStage.OPENING
 
     def _switch(self, now: int, commit: bool) -> None:
         """RO5: the old one stops hearing the caller at the instant the new one starts: no overlap."""
         old, new, hand = self._conns[self._current], self._conns[self._next or ""], self._hand
         assert hand is not None
         if commit:
-            self._emit(Commit(old.id))
+            self._emit(CommitInput(old.id))
             old.busy = True
-        self._stop_input(old)
-        self._start_input(new)
-        hand.shared_until_ms = self._ms(now)
+        self._actions += old.stop_input()
+        self._actions += new.start_input()
+        hand.shared_until_ms = (now - self.start_ns) // _NS_PER_MS
         self._stop_ns = now
-        self.stage = Stage.DRAINING
+        self.stage = RolloverStage.DRAINING
 
     def _refuse(self, reason: str) -> None:
         """RO6/RO7: no next connection; the current one carries the call until its hard stop."""
         self._refusal = reason
         self.stats.refusals[reason] += 1
         if self._next in self._conns:
-            self._close(self._conns[self._next], reason)
-        self.stage = Stage.REFUSED
-
-    def _old_result(self, hand: _Handover, start_ms: int, end_ms: int, text: str | None) -> None:
-        """The old connection's transcription of an utterance: text, or None when it failed or was empty."""
-        span = (start_ms, end_ms)
-        emitted = text is not None and not any(self._same(span, s) for s in hand.new_emitted)
-        hand.old_outcomes.append((start_ms, end_ms, emitted))
-        if text is None:
-            for p in [p for p in hand.pending if self._same(span, (p.start_ms, p.end_ms))]:
-                self._fallback(hand, p)
-        elif emitted:
-            self._emit(EmitUtterance(hand.old, start_ms, end_ms, text))
-            matched = [p for p in hand.pending if self._same(span, (p.start_ms, p.end_ms))]
-            hand.pending = [p for p in hand.pending if p not in matched]
-            self.stats.duplicates_dropped += len(matched)
-        else:
-            self.stats.duplicates_dropped += 1
-
-    def _new_shared(self, hand: _Handover, start_ms: int, end_ms: int, text: str, now: int) -> None:
-        """The new connection's final text of an utterance the old one heard too (RO3)."""
-        if not text.strip():
-            return
-        span = (start_ms, end_ms)
-        outcomes = [ok for s, e, ok in hand.old_outcomes if self._same(span, (s, e))]
-        if any(outcomes):
-            self.stats.duplicates_dropped += 1
-            return
-        pending = _Pending(start_ms, end_ms, text, now + self.options.transcript_wait_ms * _NS_PER_MS)
-        hand.pending.append(pending)
-        if outcomes or self._conns[hand.old].closed:  # the old one failed, was empty, or can no longer answer
-            self._fallback(hand, pending)
-
-    def _fallback(self, hand: _Handover, p: _Pending) -> None:
-        hand.pending.remove(p)
-        hand.new_emitted.append((p.start_ms, p.end_ms))
-        self.stats.fallbacks += 1
-        self._emit(EmitUtterance(hand.new, p.start_ms, p.end_ms, p.text))
+            self._actions += self._conns[self._next].close(reason)
+        self.stage = RolloverStage.REFUSED
 
     # --- helpers ---------------------------------------------------------------------------------------------
-    def _ages(self, conn: _Conn) -> tuple[int, int, int, int]:
-        """(after, deadline, hard stop, close-by) of a connection as instants; never while unconfirmed."""
-        o = self.options
-        marks = (o.after_ms, o.deadline_ms, o.hard_stop_ms, (o.hard_stop_ms + o.cap_ms) // 2)
-        base = conn.confirmed_ns
-        at = [_NEVER if base is None else base + m * _NS_PER_MS for m in marks]
-        if conn.cap_at is not None:  # squeeze what is left of the schedule (after -> cap) into the time left
-            left, span = conn.cap_at - conn.expiring_ns, o.cap_ms - o.after_ms
-            at = [min(a, conn.expiring_ns + left * (m - o.after_ms) // span) for a, m in zip(at, marks)]
-        return at[0], at[1], at[2], at[3]
-
     def _drain_by(self, conn: _Conn) -> int:
         """When a connection that stopped input gives up the floor even if it still holds items."""
-        return min(self._stop_ns + self.options.drain_ms * _NS_PER_MS, self._ages(conn)[3])
-
-    def _same(self, a: tuple[int, int], b: tuple[int, int]) -> bool:
-        slack = self.options.match_slack_ms
-        return abs(a[0] - b[0]) <= slack or abs(a[1] - b[1]) <= slack
+        return min(self._stop_ns + self.options.drain_ms * _NS_PER_MS, conn.ages(self.options)[3])
 
     def _live(self, connection_id: str, now: int) -> _Conn | None:
         self._now = max(self._now, now)
@@ -584,21 +575,203 @@ class RolloverController:
             return None
         return conn
 
-    def _start_input(self, conn: _Conn) -> None:
-        conn.receiving = True
-        self._emit(StartInput(conn.id))
-
-    def _stop_input(self, conn: _Conn) -> None:
-        if conn.receiving:
-            conn.receiving = False
-            self._emit(StopInput(conn.id))
-
-    def _close(self, conn: _Conn, reason: str) -> None:
-        conn.closed, conn.receiving = True, False
-        self._emit(CloseConnection(conn.id, reason))
-
-    def _ms(self, now: int) -> int:
-        return (now - self.start_ns) // _NS_PER_MS
-
     def _emit(self, action: Action) -> None:
         self._actions.append(action)
+
+
+class RolloverLink:
+    """The glue between one call's session and its rollover controller (RO1-RO9): what the controller watches,
+    from every connection it knows, and where each of its decisions goes — the connection registry (floor,
+    listeners, caller-audio targets), the captions (each utterance once), or the shell (the same command
+    types). Connections that listen but do not hold the floor never speak or act (RO8): their audio is dropped
+    and counted, their tool calls are not dispatched."""
+
+    def __init__(self, out: Outbox, connections: Connections, timeline: Timeline, captions: Captions,
+                 turns: TurnTracker, options: RolloverOptions | None, seed: Seed, *, client_commits: bool) -> None:
+        self._out, self._connections, self._timeline, self._captions = out, connections, timeline, captions
+        self._turns, self._seed = turns, seed
+        self.options = replace(options, client_commits=True) if options and client_commits else options
+        self._client = client_commits
+        self.controller: RolloverController | None = None
+        self._utterances: dict[int, dict[str | None, list[int]]] = {}  # token -> item -> [start_ms, end_ms]
+        self._speaker_busy = False
+        self.listener_audio_bytes = 0  # audio from connections not holding the floor, never played
+
+    def start(self, confirmed_ns: int | None = None) -> None:
+        """A controller whose current connection is the floor (at the start of the call, after a repair)."""
+        self.stop()
+        if self.options is not None:
+            floor = connection_id(self._connections.floor)
+            self.controller = RolloverController(floor, self.options, start_ns=self._timeline.start_ns,
+                                                 allocate=self._connections.allocate_id, seed=self._seed)
+            if confirmed_ns is not None:
+                self.controller.connection_confirmed(floor, confirmed_ns)
+
+    def stop(self) -> None:
+        """A recovery abandons any rollover in progress (the replacement starts afresh)."""
+        self.controller, self._speaker_busy = None, False
+        self._utterances.clear()
+        self._connections.reset_inputs()
+
+    def _span(self, token: int, item: str | None, start_ms: int | None, end_ms: int | None) -> list[int]:
+        """The session-time span of an utterance on a connection, from its speech events (RO3 matching), or,
+        for a caption that names no utterance and carries no times, the local detector's last turn."""
+        spans = self._utterances.setdefault(token, {})
+        untimed = start_ms is None and end_ms is None
+        # No times and no speech events for it: Gemini's captions, or any caption with turn detection off (RO5).
+        if untimed and ((item is None and not self._turns.timed_captions) or (self._client and item not in spans)):
+            return list(self._turns.local_turn)
+        span = spans.setdefault(item, [start_ms or 0, end_ms or start_ms or 0])
+        if start_ms is not None and end_ms is None:
+            span[:] = [start_ms, start_ms]
+        elif end_ms is not None:
+            span[1] = end_ms
+        if len(spans) > 64:
+            del spans[next(iter(spans))]
+        return span
+
+    def _cut(self, token: int, at_ms: int) -> None:
+        """The connection's input was committed or stopped in mid-utterance: what it heard of the utterance
+        ends here (its transcript then matches the next connection's of the rest, RO3)."""
+        for span in self._utterances.get(token, {}).values():
+            if span[0] == span[1] <= at_ms:
+                span[1] = at_ms
+
+    def observe(self, event: ProviderEvent, now: int) -> None:
+        """Feed what the controller watches, from the floor or a listener."""
+        ctl, token = self.controller, event.token
+        if ctl is None:
+            return
+        cid, rebase = connection_id(token), self._timeline.rebase
+        if isinstance(event, (SpeechStarted, SpeechStopped)):
+            at = rebase(token, event.at_ms, now)
+            started = isinstance(event, SpeechStarted)
+            for item in {event.item_id, None}:
+                self._span(token, item, at if started else None, None if started else at)
+            (ctl.speech_started if started else ctl.speech_stopped)(cid, at, now)
+        elif isinstance(event, InputTranscript):
+            start = rebase(token, event.start_ms, now) if event.start_ms is not None else None
+            end = rebase(token, event.end_ms, now) if event.end_ms is not None else None
+            span = self._span(token, event.item_id, start, end)
+            ctl.transcript(cid, span[0], span[1], event.text, event.final, now)
+        elif isinstance(event, InputTranscriptFailed):
+            span = self._span(token, event.item_id, None, None)
+            ctl.transcript_failed(cid, span[0], span[1], now)
+        elif isinstance(event, SessionExpiring):
+            ctl.session_expiring(cid, event.time_left_ms, now)
+        elif isinstance(event, SessionStarted):
+            if token != self._connections.floor:
+                self._timeline.connection_started(token, now)
+            ctl.connection_confirmed(cid, now)
+
+    def listener_event(self, event: ProviderEvent, now: int) -> None:
+        if isinstance(event, AudioReceived):
+            self.listener_audio_bytes += len(event.audio)
+        elif isinstance(event, SessionClosed):
+            if not event.finalized:
+                self.failed(event.token, f"connection lost ({event.reason})", now)
+            return
+        self.observe(event, now)
+
+    def local_turn(self, started: bool, now: int) -> None:
+        """The local detector's turn of the caller, on the floor connection (no server VAD)."""
+        if self.controller is not None:
+            cid, at = connection_id(self._connections.floor), self._timeline.ms(now)
+            (self.controller.speech_started if started else self.controller.speech_stopped)(cid, at, now)
+
+    def caption(self, token: int, text: str, start_ms: int, end_ms: int, now: int) -> bool:
+        """A closed group of caption fragments; False when no controller takes it."""
+        if self.controller is None or not self._connections.known(token):
+            return False
+        self.controller.transcript(connection_id(token), start_ms, end_ms, text, True, now)
+        return True
+
+    def flush(self, now: int) -> None:
+        if self.controller is not None:
+            self.controller.flush(now)
+
+    def speaker_output(self, now: int) -> None:
+        if self.controller is not None and not self._speaker_busy:
+            self._speaker_busy = True
+            self.controller.items_pending(connection_id(self._connections.floor), now)
+
+    def speaker_drained(self, now: int) -> None:
+        """Everything the floor connection said has been played (RO2, RO8)."""
+        if self.controller is not None and self._speaker_busy:
+            self._speaker_busy = False
+            self.controller.items_finished(connection_id(self._connections.floor), now)
+
+    def approved(self, rollover_id: str, approved: bool | None, error: str | None, now: int) -> None:
+        if self.controller is not None:
+            self.controller.approve_answered(rollover_id, approved, error, now)
+
+    def authorized(self, cid: str, ok: bool, now: int) -> None:
+        if self.controller is not None:
+            self.controller.authorize_answered(cid, ok, now)
+
+    def expires(self, token: int, time_left_ms: int, now: int) -> None:
+        """An announced end (GPT-Live's and Realtime's `expires_at`) sooner than the configured cap drives the
+        rollover as Gemini's goAway does."""
+        ctl = self.controller
+        if ctl is not None and self._connections.known(token) and ctl.options.cap_ms * 9 // 10 > time_left_ms:
+            ctl.session_expiring(connection_id(token), max(0, time_left_ms), now)
+
+    def resumption_rejected(self, token: int) -> None:
+        """The next connection's provider refused the resumption handle: open it once more, reseeded without."""
+        if token in self._connections.listeners:
+            self._connections.resume_handle = None
+            self._out.notices.append(Reseeded(token, "rollover"))
+            self._out.commands.append(OpenRollover(connection_id(token), *self._seed()))
+
+    def failed(self, token: int, reason: str, now: int) -> None:
+        """The next connection could not be opened, or was lost before it took the floor: drop it; the current
+        connection keeps the call and a later rollover may be tried (the hard stop still applies)."""
+        if token not in self._connections.listeners:
+            return
+        self._connections.drop(token)
+        self._utterances.pop(token, None)
+        self._out.notices.append(RolloverChanged("failed", connection_id(token), reason, self._timeline.ms(now)))
+        if self.controller is not None:
+            self.start(self.controller.confirmed_ns(connection_id(self._connections.floor)))
+
+    def route(self, now: int) -> str | None:
+        """Carry the controller's decisions to where they belong; returns a refusal's reason (RO6)."""
+        actions = self.controller.actions() if self.controller is not None else []
+        at, refused = self._timeline.ms(now), None
+        for action in actions:
+            token = 0 if isinstance(action, EndSession) else token_of(action.connection_id)
+            if isinstance(action, (CommitInput, StopInput)):
+                self._cut(token, at)
+            if isinstance(action, (ApproveRollover, AuthorizeConnection, CommitInput)):
+                self._out.commands.append(action)
+            elif isinstance(action, OpenRollover):
+                self._connections.add_listener(token)
+                self._out.commands.append(action)
+                self._out.notices.append(RolloverChanged("opening", action.connection_id, f"token {token}", at))
+            elif isinstance(action, StartInput):
+                self._connections.start_input(token)
+            elif isinstance(action, StopInput):
+                self._connections.stop_input(token)
+            elif isinstance(action, TakeFloor) and self._connections.take_floor(token):
+                self._speaker_busy = False
+                self._captions.new_epoch()
+                self._out.notices.append(RolloverChanged("floor", action.connection_id, f"token {token}", at))
+            elif isinstance(action, CloseTransport):
+                if token != self._connections.floor:
+                    self._out.commands.append(action)
+                    self._connections.drop(token)
+                    self._utterances.pop(token, None)
+                self._out.notices.append(RolloverChanged("closed", action.connection_id, action.reason, at))
+            elif isinstance(action, (EmitUtterance, EmitInterim)):
+                self._captions.caller(action.text, action.start_ms, isinstance(action, EmitUtterance))
+            elif isinstance(action, EndSession):
+                self._out.notices.append(RolloverChanged("refused", connection_id(self._connections.floor),
+                                                         action.reason, at))
+                refused = action.reason
+        return refused
+
+    def next_deadline(self) -> int | None:
+        return self.controller.next_deadline() if self.controller is not None else None
+
+    def status(self) -> dict[str, object] | None:
+        return self.controller.status() if self.controller is not None else None

@@ -1,8 +1,9 @@
-"""One call's session shell: the call leg and one provider connection around a `SessionCoordinator`.
+"""One call's session shell: the call leg and its provider connections around a `SessionCoordinator`.
 
-The shell only moves things: caller frames and provider events go into the coordinator with `now`; the
-commands it pulls go to the provider; its notices go to the log; its one timer is re-armed after every input.
-All rules live in bridge/coordinator.py.
+The shell only moves things, on its one injected clock: caller frames, provider events and the answers of the
+application's hooks go into the coordinator with `now`; the commands it pulls go to the provider, the leg or
+the application; its notices go to the log (bridge/log.py); its one timer is re-armed after every input. Every
+rule — the goodbye before a BYE, the close and drain windows — is a deadline of the core, never a sleep here.
 
 The call rings (180) while the provider session starts and is answered (200) once it has; a provider that
 cannot be reached gets the caller a 503 instead of a silent call. The session ends when either side does: a
@@ -16,43 +17,22 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from bridge.coordinator import (
-    ApproveRollover,
-    AudioDiscontinuity,
-    AuthorizeConnection,
-    BargedIn,
-    CancelResponse,
-    CloseTransport,
-    CommitInput,
-    ConditionDetected,
-    CoordinatorOptions,
-    EndSession,
-    OpenReplacement,
-    OpenRollover,
-    RecoveryChanged,
-    RolloverChanged,
-    SendAudio,
-    SessionCoordinator,
-    Transcript,
-    Truncate,
-    TurnEnded,
-)
-from bridge.delegations import CommandsUnknown, DeliverResult, DispatchJob, JobChanged, JobRequest, SendContext
-from bridge.recovery import RECOVERY_NOTICE, RecoverySnapshot
-from bridge import telephony
+from bridge import commands as cmd
+from bridge.coordinator import CoordinatorOptions, SessionCoordinator
+from bridge.delegations import DeliverResult, DispatchJob, JobRequest, SendContext
+from bridge.log import log_notice
+from bridge.recovery import seeded_settings
 from bridge.telephony import TelephonyOptions
-from bridge.reservoir import OutputOverflow
-from providers.base import Provider, ProviderUnavailable, SessionSettings
-from providers.events import ProviderError, ProviderEvent, SessionClosed, SessionStarted
+from providers.base import Provider, ProviderUnavailable, ResumptionRejected, SessionSettings
+from providers.events import SessionStarted
 from sip.leg import (
     CallEnded,
     CallLeg,
     DtmfReceived,
     FrameReceived,
-    LegEvent,
     MediaHeld,
     MediaResumed,
     MediaStarted,
@@ -61,8 +41,8 @@ from sip.leg import (
 
 log = logging.getLogger("parlora.session")
 
-_LEG_DRAIN_TIMEOUT_S = 5.0
-_SEEDED_HISTORY = 20  # messages of the application's history a replacement connection is seeded with (HR7)
+_LEG_DRAIN_TIMEOUT_S = 5.0  # before the session starts: how long a refused call waits for the leg to end
+_HOOK_TIMEOUT_S = 10.0
 
 
 def failure_tone() -> bytes:
@@ -72,19 +52,6 @@ def failure_tone() -> bytes:
     t = np.arange(1600) / 8000  # 200 ms
     beep = (6000 * np.sin(2 * np.pi * 440 * t)).astype("<i2").tobytes()
     return (beep + bytes(1600)) * 3
-
-
-def seeded_settings(original: SessionSettings, snapshot: RecoverySnapshot, *, notice: bool) -> SessionSettings:
-    """HR7: the original instructions, a bounded part of the history, recent caller text and current facts;
-    never the assistant's captions as heard messages; with `notice`, a fresh instruction to say what happened."""
-    instructions = original.instructions or ""
-    if notice:
-        instructions = f"{instructions}\n\n{RECOVERY_NOTICE}".strip()
-    history = list(original.history[-_SEEDED_HISTORY:])
-    history += [("system", f"Verified fact: {fact}") for fact in snapshot.facts]
-    history += [("user", text) for text in snapshot.caller_text]
-    return SessionSettings(instructions=instructions, voice=original.voice, model=original.model,
-                           tools=original.tools, history=tuple(history))
 
 
 JobHandler = Callable[[JobRequest], Awaitable[str]]
@@ -97,17 +64,22 @@ AuthorizeHook = Callable[[str], Awaitable[bool]]
 """`connection_hooks.authorize`: called with a connection id ("<call id>/conn-N") before every connection is
 opened — the first, rollovers and recovery replacements (RO7). False refuses that connection."""
 
-_HOOK_TIMEOUT_S = 10.0
+DtmfHandler = Callable[[str], Awaitable[None]]
 
 
 async def _allow(_: str) -> bool:
     return True
 
 
+# --- what the shell's tasks report into the inbox ---
+
+
 @dataclass(frozen=True, slots=True)
-class _ReplacementFailed:
+class _ConnectFailed:
     token: int
     reason: str
+    rollover: bool  # a rollover's next connection (else a recovery replacement)
+    resumption: bool = False  # the provider refused the resumption handle
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,19 +101,8 @@ class _Authorized:
     ok: bool
 
 
-@dataclass(frozen=True, slots=True)
-class _RolloverFailed:
-    token: int
-    reason: str
-
-
 class _Wake:
     """Something outside the loop changed the coordinator (an application push): carry out its commands."""
-
-
-DtmfHandler = Callable[[str], Awaitable[None]]
-
-_PROVIDER_CLOSE_TIMEOUT_S = 2.0  # how long a finished call waits for the provider's final usage
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +116,52 @@ class CallSummary:
     ended_by: str  # "caller", "bridge" or "provider"
     reason: str
     usage_seconds: float | None
+
+
+class ApplicationHooks:
+    """The application's side of one call: its job handler and its rollover and funding hooks, each run as a
+    task whose answer goes back to the session's inbox. A failing or silent hook refuses; it never crashes
+    the call."""
+
+    def __init__(self, call_id: str, inbox: asyncio.Queue[object], *, job_handler: JobHandler | None,
+                 approve: ApproveHook | None, authorize: AuthorizeHook | None) -> None:
+        self._call_id, self._inbox = call_id, inbox
+        self._job_handler = job_handler
+        self._approve = approve or _allow
+        self._authorize = authorize or _allow
+
+    async def authorized(self, connection_id: str) -> bool:
+        """RO7: every connection is authorised by its id ("<call id>/conn-N") before it is opened."""
+        key = f"{self._call_id}/{connection_id}"
+        try:
+            return bool(await asyncio.wait_for(self._authorize(key), _HOOK_TIMEOUT_S))
+        except Exception as exc:  # a failing hook refuses, it never crashes the call
+            log.warning("call %s authorize(%s) failed: %r", self._call_id, key, exc)
+            return False
+
+    async def ask_approval(self, rollover_id: str) -> None:
+        try:
+            approved: bool | None = bool(await self._approve(f"{self._call_id}/{rollover_id}"))
+            error = None
+        except Exception as exc:  # RO6: an exception is a refusal
+            approved, error = False, repr(exc)
+        self._inbox.put_nowait(_Approved(rollover_id, approved, error))
+
+    async def ask_authorization(self, connection_id: str) -> None:
+        self._inbox.put_nowait(_Authorized(connection_id, await self.authorized(connection_id)))
+
+    async def run_job(self, request: JobRequest) -> None:
+        """The application's handler runs once for this job; its answer comes back through the inbox."""
+        if self._job_handler is None:
+            output = '{"error": "no application handler is configured for tools"}'
+        else:
+            try:
+                output = await self._job_handler(request)
+            except Exception as exc:  # the application's failure is the model's answer, not the call's end
+                log.warning("call %s %s (%s) failed in the application: %r", self._call_id, request.job_id,
+                            request.name, exc)
+                output = '{"error": "the application could not complete this request"}'
+        self._inbox.put_nowait(_JobAnswered(request.job_id, output))
 
 
 class CallSession:
@@ -177,132 +184,107 @@ class CallSession:
         dtmf_handler: DtmfHandler | None = None,
     ) -> None:
         self.leg = leg
-        self.provider = provider
-        self.providers: dict[int, Provider] = {provider.token: provider}
+        self._first = provider
+        self.providers: dict[int, Provider] = {provider.token: provider}  # by transport token
         self._reconnect = reconnect
         self._settings = settings or SessionSettings()
-        self._failure_message = failure_message if failure_message is not None else failure_tone()
-        self._job_handler = job_handler
-        self._approve = approve or _allow
-        self._authorize = authorize or _allow
-        self._telephony = telephony_options or TelephonyOptions()
+        options = options or CoordinatorOptions()
+        self._options = replace(options, telephony=telephony_options or options.telephony,
+                                closing_message=failure_message if failure_message is not None else failure_tone())
         self._dtmf_handler = dtmf_handler
-        self._transfer_job: str | None = None  # the transfer_call job waiting for the transferee's answer
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clock = clock
-        self._options = options
         self.started_ns = clock()
         self.coordinator: SessionCoordinator | None = None
+        self._inbox: asyncio.Queue[object] = asyncio.Queue()
+        self._hooks = ApplicationHooks(leg.identity.call_id, self._inbox, job_handler=job_handler, approve=approve,
+                                       authorize=authorize)
         self._ended: CallEnded | None = None
         self._end_reason = ""
         self._ended_by = ""
-        self._provider_done = False
-        self.frames_in = 0
+        self._carriers: dict[type, Callable[[Any], None]] = {
+            cmd.SendAudio: self._send_audio, cmd.Truncate: lambda c: self.provider.truncate(c.item_id, c.audio_end_ms),
+            cmd.OpenReplacement: self._open, cmd.OpenRollover: self._open, cmd.CloseTransport: self._close,
+            cmd.CommitInput: lambda c: self._on(c.token, lambda p: p.commit_input()),
+            cmd.RequestClose: lambda c: self._on(c.token, lambda p: p.request_close()),
+            cmd.EndSession: self._session_ended, cmd.HangUp: lambda c: self._hangup("provider", c.reason),
+            DispatchJob: lambda c: self._spawn(c.request.job_id, self._hooks.run_job(c.request)),
+            DeliverResult: lambda c: self._on(c.token, lambda p: p.send_tool_result(c.call_id, c.name, c.output)),
+            SendContext: lambda c: self._on(c.token, lambda p: p.send_text(c.text, speak=c.speak)),
+            cmd.ApproveRollover: lambda c: self._spawn(f"approve-{c.rollover_id}", self._hooks.ask_approval(c.rollover_id)),
+            cmd.AuthorizeConnection: lambda c: self._spawn(f"authorize-{c.connection_id}",
+                                                           self._hooks.ask_authorization(c.connection_id)),
+            cmd.TransferCall: self._transfer, cmd.SendDtmf: self._send_dtmf,
+        }
 
     @property
     def call_id(self) -> str:
         return self.leg.identity.call_id
 
+    @property
+    def provider(self) -> Provider:
+        """The connection holding the floor (the first one until the session has started)."""
+        floor = self.coordinator.token if self.coordinator is not None else self._first.token
+        return self.providers.get(floor, self._first)
+
     def status(self) -> dict[str, Any]:
         """`status()` of the session (SE7): identity, state and the coordinator's view."""
-        ident = self.leg.identity
-        now = self._clock()
-        body: dict[str, Any] = {
-            "call_id": ident.call_id,
-            "from": ident.from_uri,
-            "to": ident.to_uri,
-            "called": ident.request_user,
-            "source": ident.source,
-            "provider": self.provider.name,
-            "duration_ms": (now - self.started_ns) // 1_000_000,
-        }
+        ident, now = self.leg.identity, self._clock()
+        body: dict[str, Any] = {"call_id": ident.call_id, "from": ident.from_uri, "to": ident.to_uri,
+                                "called": ident.request_user, "source": ident.source, "provider": self.provider.name,
+                                "duration_ms": (now - self.started_ns) // 1_000_000}
         if self.coordinator is None:
             body["state"] = "closed" if self._ended else "connecting"
         else:
             body.update(self.coordinator.status(now))
-            if self._ended is not None:
-                body["state"] = "closed"
-            elif self._provider_done and body["state"] != "failed":
-                body["state"] = "closing"
         return body
 
     async def run(self) -> CallSummary:
         ident = self.leg.identity
         log.info("call %s started: from %s to %s (source %s)", ident.call_id, ident.from_uri, ident.to_uri, ident.source)
+        first = self._first
         try:
-            if not await self._authorized(f"conn-{self.provider.token}"):
-                raise ProviderUnavailable(f"connection {self.call_id}/conn-{self.provider.token} not authorised")
-            started = await self.provider.connect()
+            if not await self._hooks.authorized(f"conn-{first.token}"):
+                raise ProviderUnavailable(f"connection {self.call_id}/conn-{first.token} not authorised")
+            started = await first.connect()
         except ProviderUnavailable as exc:
             # Not answered yet: the caller gets 503 rather than a call that cannot talk.
             self._hangup("bridge", f"provider unavailable: {exc}")
             await self._drain_leg()
         else:
             self.coordinator = SessionCoordinator(
-                limits=self.provider.limits,
-                output_format=self.provider.output_format,
-                capabilities=self.provider.capabilities,
-                channel=self.leg,
-                now=self.started_ns,
-                token=self.provider.token,
-                options=self._options,
-            )
+                limits=first.limits, output_format=first.output_format, capabilities=first.capabilities,
+                channel=self.leg, now=self.started_ns, token=first.token, options=self._options,
+                settings=self._settings)
             self.coordinator.provider_event(started, self._clock())
-            if started.expires_at:
-                self._expires(started)
+            self._expires(started)
             self.leg.answer()
-            await self._bridge()
+            await self._bridge(self.coordinator)
         summary = self._summary()
-        log.info(
-            "call %s ended after %.2f s by %s (%s): frames in %d, out %d, provider usage %s",
-            summary.call_id,
-            summary.duration_s,
-            summary.ended_by,
-            summary.reason,
-            summary.frames_in,
-            summary.frames_out,
-            "unknown" if summary.usage_seconds is None else f"{summary.usage_seconds:g} s",
-        )
+        log.info("call %s ended after %.2f s by %s (%s): frames in %d, out %d, provider usage %s", summary.call_id,
+                 summary.duration_s, summary.ended_by, summary.reason, summary.frames_in, summary.frames_out,
+                 "unknown" if summary.usage_seconds is None else f"{summary.usage_seconds:g} s")
         return summary
 
-    async def _bridge(self) -> None:
-        assert self.coordinator is not None
-        coordinator = self.coordinator
-        self._inbox: asyncio.Queue[object] = asyncio.Queue()
+    async def _bridge(self, core: SessionCoordinator) -> None:
         self._spawn("leg", _pump(self.leg.events(), self._inbox))
-        self._spawn(f"provider-{self.provider.token}", _pump(self.provider.events(), self._inbox))
-        loop = asyncio.get_running_loop()
-        close_deadline: float | None = None
+        self._spawn(f"provider-{self._first.token}", _pump(self._first.events(), self._inbox))
         try:
-            while True:
-                deadline = coordinator.next_deadline()
-                now = self._clock()
-                timeout = None if deadline is None else max(0.0, (deadline - now) / 1e9)
-                if close_deadline is not None:
-                    left = max(0.0, close_deadline - loop.time())
-                    timeout = left if timeout is None else min(timeout, left)
-                if close_deadline is not None and loop.time() >= close_deadline:
-                    break
+            while not core.finished(now := self._clock()):
+                deadline = core.next_deadline()
                 if deadline is not None and deadline <= now:
-                    coordinator.handle_timer(now)  # a due timer first, then one queued input: neither starves
+                    core.handle_timer(now)  # a due timer first, then one queued input: neither starves
                     if not self._inbox.empty():
                         self._handle(self._inbox.get_nowait())
                 else:
+                    timeout = None if deadline is None else (deadline - now) / 1e9
                     try:
                         item = await asyncio.wait_for(self._inbox.get(), timeout)
                     except TimeoutError:
-                        if close_deadline is None or loop.time() < close_deadline:
-                            coordinator.handle_timer(self._clock())
+                        core.handle_timer(self._clock())
                     else:
                         self._handle(item)
-                await self._carry_out()
-                if self._ended is not None and (self._provider_done or coordinator.ended or coordinator.recovery.reconnecting):
-                    break  # (while reconnecting there is no session whose final usage could be waited for)
-                if self._ended is not None and close_deadline is None:
-                    self.provider.request_close()  # the call is over: ask for the final usage
-                    close_deadline = loop.time() + _PROVIDER_CLOSE_TIMEOUT_S
-                elif self._provider_done and close_deadline is None:
-                    close_deadline = loop.time() + _LEG_DRAIN_TIMEOUT_S
+                self._carry_out(core)
         finally:
             for task in self._tasks.values():
                 task.cancel()
@@ -314,200 +296,128 @@ class CallSession:
 
     def _handle(self, item: object) -> None:
         """Feed one input to the coordinator."""
-        assert self.coordinator is not None
-        now = self._clock()
+        core, now = self.coordinator, self._clock()
+        assert core is not None
         if isinstance(item, FrameReceived):
-            self.frames_in += 1
-            self.coordinator.caller_frame(item.pcm, now)
+            core.caller_frame(item.pcm, now)
         elif isinstance(item, CallEnded):
             self._ended = item
-            self.coordinator.call_ended()
+            core.call_ended(now)
             if item.by_remote:
                 self._ended_by, self._end_reason = "caller", f"{item.status_code} {item.reason}"
             elif not self._ended_by:
                 self._ended_by, self._end_reason = "bridge", item.reason
-        elif isinstance(item, MediaStarted):
-            log.info("call %s media: %s", self.call_id, item.codec)
         elif isinstance(item, DtmfReceived):
             log.info("call %s caller pressed %s", self.call_id, item.digit)
             if self._dtmf_handler is not None:
-                self._spawn(f"dtmf-{self.frames_in}-{item.digit}", self._dtmf_handler(item.digit))
-            if self._telephony.dtmf_to_model:
-                self.coordinator.push_update(f"The caller pressed the key {item.digit} on their keypad.",
-                                             speak=False, now=now)
+                self._spawn(f"dtmf-{core.frames_in}-{item.digit}", self._dtmf_handler(item.digit))
+            core.caller_pressed(item.digit, now)
         elif isinstance(item, TransferProgress):
             log.info("call %s transfer to %s: %d %s%s", self.call_id, item.target, item.status_code, item.reason,
                      " (final)" if item.final else "")
-            if item.final and self._transfer_job is not None:
-                ok = 200 <= item.status_code < 300
-                self.coordinator.job_answered(self._transfer_job, telephony.result(
-                    transferred=ok, status=item.status_code, reason=item.reason), now)
-                self._transfer_job = None
-        elif isinstance(item, (MediaHeld, MediaResumed)):
-            log.info("call %s %s", self.call_id, item)  # not acted on yet
-        elif isinstance(item, _ReplacementFailed):
-            self.coordinator.replacement_failed(item.token, item.reason, now)
+            core.transfer_progress(item.status_code, item.reason, item.final, now)
+        elif isinstance(item, (MediaStarted, MediaHeld, MediaResumed)):
+            log.info("call %s media: %s", self.call_id, item.codec if isinstance(item, MediaStarted) else item)
+        elif isinstance(item, _ConnectFailed):
+            if item.resumption:
+                core.resumption_rejected(item.token, now)
+            elif item.rollover:
+                core.rollover_failed(item.token, item.reason, now)
+            else:
+                core.replacement_failed(item.token, item.reason, now)
         elif isinstance(item, _Approved):
-            self.coordinator.rollover_approved(item.rollover_id, item.approved, item.error, now)
+            core.rollover_approved(item.rollover_id, item.approved, item.error, now)
         elif isinstance(item, _Authorized):
-            self.coordinator.connection_authorized(item.connection_id, item.ok, now)
-        elif isinstance(item, _RolloverFailed):
-            self.coordinator.rollover_failed(item.token, item.reason, now)
+            core.connection_authorized(item.connection_id, item.ok, now)
         elif isinstance(item, _JobAnswered):
-            if not self.coordinator.job_answered(item.job_id, item.output, now):
+            if not core.job_answered(item.job_id, item.output, now):
                 log.info("call %s %s answered after it was withdrawn or superseded: not delivered", self.call_id,
                          item.job_id)
-        elif isinstance(item, _Wake):
-            pass  # the commands an application push produced are carried out next
-        elif item is not None:  # a provider event (a reader that ended sends None)
-            self.coordinator.provider_event(item, now)  # type: ignore[arg-type]
-            if isinstance(item, SessionStarted) and item.expires_at:
+        elif item is not None and not isinstance(item, _Wake):  # a provider event (an ended reader sends None)
+            core.provider_event(item, now)  # type: ignore[arg-type]
+            if isinstance(item, SessionStarted):
                 self._expires(item)
 
-    async def _carry_out(self) -> None:
-        assert self.coordinator is not None
-        for command in self.coordinator.commands():
-            if isinstance(command, SendAudio):
-                if (target := self.providers.get(command.token)) is not None:
-                    target.send_audio(command.pcm16_8k)
-            elif isinstance(command, Truncate):
-                self._current().truncate(command.item_id, command.audio_end_ms)
-            elif isinstance(command, CancelResponse):
-                self._current().cancel_response()
-            elif isinstance(command, OpenReplacement):
-                self._open_replacement(command)
-            elif isinstance(command, CloseTransport):
-                self._close_transport(command.token)
-            elif isinstance(command, EndSession):
-                await self._end_session(command)
-            elif isinstance(command, DispatchJob):
-                self._dispatch(command.request)
-            elif isinstance(command, DeliverResult):
-                if (provider := self.providers.get(command.token)) is not None:
-                    provider.send_tool_result(command.call_id, command.name, command.output)
-            elif isinstance(command, SendContext):
-                if (provider := self.providers.get(command.token)) is not None:
-                    provider.send_text(command.text, speak=command.speak)
-            elif isinstance(command, ApproveRollover):
-                self._spawn(f"approve-{command.rollover_id}", self._ask_approval(command.rollover_id))
-            elif isinstance(command, AuthorizeConnection):
-                self._spawn(f"authorize-{command.connection_id}", self._ask_authorization(command.connection_id))
-            elif isinstance(command, OpenRollover):
-                self._open_rollover(command)
-            elif isinstance(command, CommitInput):
-                commit = getattr(self.providers.get(command.token), "commit_input", None)
-                if commit is not None:
-                    commit()
-        if self.coordinator.token in self.providers:
-            self.provider = self.providers[self.coordinator.token]  # the connection holding the floor
-        for notice in self.coordinator.notices():
-            self._log_notice(notice)
+    def _carry_out(self, core: SessionCoordinator) -> None:
+        """Synchronous: each command goes to the provider, the leg or a task for the application."""
+        for command in core.commands():
+            self._carriers[type(command)](command)
+        for notice in core.notices():
+            log_notice(self.call_id, notice)
 
-    def _current(self) -> Provider:
-        assert self.coordinator is not None
-        return self.providers.get(self.coordinator.token, self.provider)
+    def _on(self, token: int, act: Callable[[Provider], None]) -> None:
+        if (provider := self.providers.get(token)) is not None:
+            act(provider)
 
-    def _open_replacement(self, command: OpenReplacement) -> None:
-        """HR5: one passive replacement with a fresh handshake; it carries no caller audio until ready."""
+    def _send_audio(self, command: cmd.SendAudio) -> None:
+        if (provider := self.providers.get(command.token)) is not None:
+            provider.send_audio(command.pcm16_8k)
+
+    def _open(self, command: cmd.OpenReplacement | cmd.OpenRollover) -> None:
+        """HR5/RO8: a passive further connection with a fresh handshake, seeded as the core says (HR7); it
+        carries no caller audio until the core makes it a target."""
+        rollover, token = isinstance(command, cmd.OpenRollover), command.token
         if self._reconnect is None:
-            self._inbox.put_nowait(_ReplacementFailed(command.token, "no way to reconnect this provider"))
+            self._inbox.put_nowait(_ConnectFailed(token, "no way to open another connection", rollover))
             return
-        settings = seeded_settings(self._settings, command.snapshot, notice=True)
-        provider = self._reconnect(command.token, settings)
-        self.providers[command.token] = provider
-        self._spawn(f"provider-{command.token}", self._connect_another(provider, _ReplacementFailed, authorize=True))
+        self._close(cmd.CloseTransport(command.connection_id))  # (a reseeded retry replaces its first attempt)
+        settings = seeded_settings(self._settings, command.snapshot, notice=not rollover,
+                                   resume_handle=command.resume_handle)
+        provider = self._reconnect(token, settings)
+        self.providers[token] = provider
+        self._spawn(f"provider-{token}", self._connect(provider, rollover))
 
-    async def _connect_another(self, provider: Provider, failed: type[_ReplacementFailed] | type[_RolloverFailed],
-                               *, authorize: bool) -> None:
+    async def _connect(self, provider: Provider, rollover: bool) -> None:
         """Open a further connection (a recovery replacement, or a rollover's next one, which was authorised
-        before it was asked for) and feed its events to the inbox; a failure is reported as `failed`."""
+        before it was asked for) and feed its events to the inbox; a failure is reported."""
+        token = provider.token
         try:
-            if authorize and not await self._authorized(f"conn-{provider.token}"):
-                raise ProviderUnavailable(f"connection {self.call_id}/conn-{provider.token} not authorised")
+            if not rollover and not await self._hooks.authorized(f"conn-{token}"):
+                raise ProviderUnavailable(f"connection {self.call_id}/conn-{token} not authorised")
             started = await provider.connect()
+        except ResumptionRejected as exc:
+            self._inbox.put_nowait(_ConnectFailed(token, str(exc), rollover, resumption=True))
+            return
         except ProviderUnavailable as exc:
-            self._inbox.put_nowait(failed(provider.token, str(exc)))
+            self._inbox.put_nowait(_ConnectFailed(token, str(exc), rollover))
             return
         self._inbox.put_nowait(started)
         await _pump(provider.events(), self._inbox)
 
-    # --- rollover (RO6-RO8): the hooks and the next connection ---
+    def _close(self, command: cmd.CloseTransport) -> None:
+        token = command.token
+        if (task := self._tasks.pop(f"provider-{token}", None)) is not None:
+            task.cancel()
+        if (provider := self.providers.pop(token, None)) is not None:
+            self._spawn(f"close-{token}-{id(provider)}", provider.close(timeout=1.0))
 
-    async def _authorized(self, connection_id: str) -> bool:
-        """RO7: every connection is authorised by its id ("<call id>/conn-N") before it is opened."""
-        key = f"{self.call_id}/{connection_id}"
+    def _session_ended(self, command: cmd.EndSession) -> None:
+        if self._ended is None and (command.failed or command.goodbye):
+            log.log(logging.ERROR if command.failed else logging.WARNING, "call %s %s: %s; playing the closing "
+                    "message, then hanging up", self.call_id, "failed" if command.failed else "ends", command.reason)
+
+    def _transfer(self, command: cmd.TransferCall) -> None:
+        log.info("call %s transferring to %s", self.call_id, command.target)
+        self.leg.transfer(command.target)
+
+    def _send_dtmf(self, command: cmd.SendDtmf) -> None:
         try:
-            return bool(await asyncio.wait_for(self._authorize(key), _HOOK_TIMEOUT_S))
-        except Exception as exc:  # a failing hook refuses, it never crashes the call
-            log.warning("call %s authorize(%s) failed: %r", self.call_id, key, exc)
-            return False
-
-    async def _ask_approval(self, rollover_id: str) -> None:
-        try:
-            approved: bool | None = bool(await self._approve(f"{self.call_id}/{rollover_id}"))
-            error = None
-        except Exception as exc:  # RO6: an exception is a refusal
-            approved, error = False, repr(exc)
-        self._inbox.put_nowait(_Approved(rollover_id, approved, error))
-
-    async def _ask_authorization(self, connection_id: str) -> None:
-        self._inbox.put_nowait(_Authorized(connection_id, await self._authorized(connection_id)))
-
-    def _open_rollover(self, command: OpenRollover) -> None:
-        """RO8: the next connection, seeded with context (no recovery notice); it listens until it takes the floor."""
-        if self._reconnect is None:
-            self._inbox.put_nowait(_RolloverFailed(command.token, "no way to open another connection"))
-            return
-        settings = seeded_settings(self._settings, command.snapshot, notice=False)
-        provider = self._reconnect(command.token, settings)
-        self.providers[command.token] = provider
-        self._spawn(f"provider-{command.token}", self._connect_another(provider, _RolloverFailed, authorize=False))
+            self.leg.send_dtmf(command.digits)
+        except ValueError as exc:  # the engine's own limits (the core checked the digits)
+            log.warning("call %s send_dtmf(%r) for %s failed: %s", self.call_id, command.digits, command.job_id, exc)
 
     def _expires(self, started: SessionStarted) -> None:
         """`expires_at` (unix seconds) as time left, from the wall clock: the one place it is read."""
-        assert self.coordinator is not None and started.expires_at is not None
-        left_ms = int((started.expires_at - time.time()) * 1000)
-        self.coordinator.connection_expires(started.token, left_ms, self._clock())
-
-    def _dispatch(self, request: JobRequest) -> None:
-        """Run the application's handler once for this job; its answer comes back through the inbox. The
-        telephony tools (DL6) are carried out here, on the call leg."""
-        if request.name in self._telephony.names:
-            self._telephony_tool(request)
-            return
-        self._spawn(request.job_id, self._run_job(request))
-
-    def _telephony_tool(self, request: JobRequest) -> None:
-        assert self.coordinator is not None
-        now = self._clock()
-        if request.name == telephony.END_CALL:
-            output = telephony.result(ok=True, note="Say a short goodbye now; the call ends when you finish.")
-            self.coordinator.end_after_goodbye(now, self._telephony.goodbye_timeout_ms)
-        elif request.name == telephony.TRANSFER_CALL:
-            target = telephony.transfer_target(self._telephony, request.arguments)
-            if target is None or self._transfer_job is not None:
-                why = "a transfer is already in progress" if target else "unknown destination"
-                output = telephony.result(transferred=False, error=why)
-            else:
-                self._transfer_job = request.job_id
-                log.info("call %s transferring to %s (%s)", self.call_id, target[0], target[1])
-                self.leg.transfer(target[1])
-                return  # answered when the transferee's final status arrives
-        else:
-            digits = telephony.argument(request.arguments, "digits") or ""
-            try:
-                self.leg.send_dtmf(digits)
-                output = telephony.result(sent=digits)
-            except ValueError as exc:
-                output = telephony.result(sent="", error=str(exc))
-        self._inbox.put_nowait(_JobAnswered(request.job_id, output))
+        if self.coordinator is not None and started.expires_at:
+            left_ms = int((started.expires_at - time.time()) * 1000)
+            self.coordinator.connection_expires(started.token, left_ms, self._clock())
 
     # --- the application's pushes into a live call (DL3) ---
 
     def push_update(self, text: str, *, speak: bool = True) -> bool:
         """A speakable update (or silent context) for the model; held during a recovery until the caller has
         spoken again (HR9). False when the call is not live or the limit on command records is reached."""
-        if self.coordinator is None or self.coordinator.ended:
+        if self.coordinator is None or self.coordinator.ending.ended:
             return False
         accepted = self.coordinator.push_update(text, speak=speak, now=self._clock())
         self._inbox.put_nowait(_Wake())
@@ -516,7 +426,7 @@ class CallSession:
     def push_fact(self, text: str) -> None:
         """A task fact or verified result: kept for the seed of any later connection (HR7), never spoken."""
         if self.coordinator is not None:
-            self.coordinator.push_fact(text)
+            self.coordinator.delegations.push_fact(text)
 
     def push_result(self, job_id: str, output: str) -> bool:
         """A (new revision of a) result for a job, e.g. when the application finishes work later."""
@@ -526,77 +436,6 @@ class CallSession:
         self._inbox.put_nowait(_Wake())
         return accepted
 
-    async def _run_job(self, request: JobRequest) -> None:
-        if self._job_handler is None:
-            output = '{"error": "no application handler is configured for tools"}'
-        else:
-            try:
-                output = await self._job_handler(request)
-            except Exception as exc:  # the application's failure is the model's answer, not the call's end
-                log.warning("call %s %s (%s) failed in the application: %r", self.call_id, request.job_id,
-                            request.name, exc)
-                output = '{"error": "the application could not complete this request"}'
-        self._inbox.put_nowait(_JobAnswered(request.job_id, output))
-
-    def _close_transport(self, token: int) -> None:
-        task = self._tasks.pop(f"provider-{token}", None)
-        if task is not None:
-            task.cancel()
-        provider = self.providers.pop(token, None)
-        if provider is not None:
-            self._spawn(f"close-{token}", provider.close(timeout=1.0))
-
-    async def _end_session(self, command: EndSession) -> None:
-        self._provider_done = True
-        if self._ended is not None:
-            return
-        if (command.failed or command.goodbye) and self.coordinator is not None:
-            # The caller hears a short message, then BYE: never a silent line that just drops.
-            ms = self.coordinator.play_final_message(self._failure_message)
-            level = logging.ERROR if command.failed else logging.WARNING
-            log.log(level, "call %s %s: %s; playing a %d ms message, then hanging up", self.call_id,
-                    "failed" if command.failed else "ends", command.reason, ms)
-            await asyncio.sleep(ms / 1000 + 0.1)
-        self._hangup("provider", command.reason)
-
-    def _log_notice(self, notice: object) -> None:
-        cid = self.call_id
-        if isinstance(notice, ConditionDetected):
-            log.warning("call %s %s at %d ms: %s", cid, _condition_name(notice.condition), notice.at_ms, notice.condition)
-        elif isinstance(notice, BargedIn):
-            level = logging.INFO if notice.cleared_ms else logging.DEBUG
-            reaction = "n/a" if notice.last_frame_ms is None else f"{notice.last_frame_ms:+.1f} ms"
-            log.log(level, "call %s barge-in (%s) at %d ms: cleared %d ms of output; heard %s; last assistant frame "
-                    "left %s from the event", cid, notice.source, notice.at_ms, notice.cleared_ms,
-                    list(notice.heard) or "nothing interrupted", reaction)
-        elif isinstance(notice, TurnEnded):
-            log.debug("call %s caller turn ended at %d ms", cid, notice.at_ms)
-        elif isinstance(notice, Transcript):
-            if notice.role == "caller" and notice.final:  # each caller utterance once (RO3); its words at DEBUG
-                log.info("call %s caller utterance at %d ms (%d characters)", cid, notice.at_ms, len(notice.text))
-            log.debug("call %s %s (%d ms): %s", cid, notice.role, notice.at_ms, notice.text)
-        elif isinstance(notice, ProviderError) and not notice.fatal:
-            log.warning("call %s provider error %s: %s", cid, notice.code, notice.message)
-        elif isinstance(notice, JobChanged):
-            log.info("call %s %s (%s) %s at %d ms: %s", cid, notice.job_id, notice.name, notice.state, notice.at_ms,
-                     notice.detail)
-        elif isinstance(notice, CommandsUnknown):
-            for record in notice.records:
-                log.warning("call %s command %d (%s%s) on lost connection %d: unknown, not replayed", cid,
-                            record.command_id, record.what, f" of {record.job_id}" if record.job_id else "",
-                            notice.token)
-        elif isinstance(notice, AudioDiscontinuity):
-            unit = "bytes of provider audio" if notice.direction == "output" else "caller frames"
-            log.warning("call %s audio_discontinuity %s: %d %s dropped (%s) at %d ms", cid, notice.direction,
-                        notice.amount, unit, notice.cause, notice.at_ms)
-        elif isinstance(notice, RolloverChanged):
-            log.warning("call %s rollover %s: %s (%s) at %d ms", cid, notice.what, notice.connection_id, notice.detail,
-                        notice.at_ms)
-        elif isinstance(notice, RecoveryChanged):
-            level = logging.ERROR if notice.stage == "failed" else logging.WARNING
-            log.log(level, "call %s output_recovery %s: token %d, cause %s, %d ms since the condition", cid,
-                    notice.stage, notice.token, notice.cause, notice.elapsed_ms)
-
     def _hangup(self, by: str, reason: str) -> None:
         if self._ended is None and not self._ended_by:
             self._ended_by, self._end_reason = by, reason
@@ -604,6 +443,7 @@ class CallSession:
             self.leg.hangup(reason[:100])
 
     async def _drain_leg(self) -> None:
+        """A call refused before its session started: wait (bounded) for the leg to report its end."""
         try:
             async with asyncio.timeout(_LEG_DRAIN_TIMEOUT_S):
                 async for event in self.leg.events():
@@ -613,21 +453,13 @@ class CallSession:
             pass
 
     def _summary(self) -> CallSummary:
-        ended = self._ended
-        usage = self.coordinator.usage.audio_seconds if self.coordinator else None
+        ended, core = self._ended, self.coordinator
         return CallSummary(
-            call_id=self.call_id,
-            duration_s=(self._clock() - self.started_ns) / 1e9,
-            frames_in=self.frames_in,
-            frames_out=self.leg.ledger.frames_transmitted,
+            call_id=self.call_id, duration_s=(self._clock() - self.started_ns) / 1e9,
+            frames_in=core.frames_in if core is not None else 0, frames_out=self.leg.ledger.frames_transmitted,
             ended_by=self._ended_by or "unknown",
             reason=self._end_reason or (f"{ended.status_code} {ended.reason}" if ended else "unknown"),
-            usage_seconds=usage,
-        )
-
-
-def _condition_name(condition: object) -> str:
-    return "output_overflow" if isinstance(condition, OutputOverflow) else "output_stale"
+            usage_seconds=core.usage.totals.audio_seconds if core is not None else None)
 
 
 async def _pump(source: AsyncIterator[Any], inbox: asyncio.Queue[Any]) -> None:

@@ -355,13 +355,13 @@ class WebhookClient:
                           problem=problem)
         finally:
             writer.close()
-        output, problem = interpret_answer(status, content_type, answer)
-        if problem is None:
+        output, wrong = interpret_answer(status, content_type, answer)
+        if wrong is None:
             log.info("%s: webhook answered %d in %d ms (%d bytes)", tag, status,
                      int(1000 * (self._clock() - started)), len(answer))
         else:
-            log.warning("%s: webhook failed: %s; not retried", tag, problem)
-        return result(output, attempts, True, status, problem)
+            log.warning("%s: webhook failed: %s; not retried", tag, wrong)
+        return result(output, attempts, True, status, wrong)
 
 
 async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cfg: WebhookConfig,

@@ -5,6 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
+import virtual_time
+from test_session import FakeLeg, FakeProvider
+from test_session_engine import Call
+
 from bridge.delegations import (
     DelegationOptions,
     Delegations,
@@ -15,10 +19,17 @@ from bridge.delegations import (
     SendContext,
 )
 from bridge.session import CallSession
-from providers.events import ResponseDone, SessionClosed, SessionStarted, SpeechStarted, SpeechStopped, ToolCallRequested
+from providers.events import (
+    ResponseDone,
+    SessionClosed,
+    SessionStarted,
+    SpeechStarted,
+    SpeechStopped,
+    ToolCallRequested,
+)
 from sip.leg import CallEnded
-from test_session import FakeLeg, FakeProvider
-from test_session_engine import Call
+
+event_loop_policy = virtual_time.policy_fixture()  # the shell tests run on virtual time
 
 
 def test_dl1_a_redelivered_call_is_answered_from_the_ledger_and_never_dispatched_again() -> None:
@@ -102,7 +113,7 @@ async def test_dl1_the_shell_runs_the_handler_once_for_a_call_delivered_twice() 
         await release.wait()  # the duplicate arrives while the application is still working
         return json.dumps({"order": json.loads(job.arguments)["order_id"], "status": "shipped"})
 
-    task = asyncio.create_task(CallSession(leg, provider, job_handler=handler).run())
+    task = asyncio.create_task(CallSession(leg, provider, clock=virtual_time.loop_clock(), job_handler=handler).run())
     provider.queue.put_nowait(ToolCallRequested(1, "call_a", "lookup_order", '{"order_id": "42"}'))
     provider.queue.put_nowait(ToolCallRequested(1, "call_a", "lookup_order", '{"order_id": "42"}'))
     async with asyncio.timeout(5):
@@ -122,7 +133,7 @@ async def test_dl1_a_failing_handler_answers_the_model_with_an_error_and_keeps_t
     async def handler(job: JobRequest) -> str:
         raise RuntimeError("database down")
 
-    task = asyncio.create_task(CallSession(leg, provider, job_handler=handler).run())
+    task = asyncio.create_task(CallSession(leg, provider, clock=virtual_time.loop_clock(), job_handler=handler).run())
     provider.queue.put_nowait(ToolCallRequested(1, "call_a", "lookup_order", "{}"))
     await asyncio.wait_for(provider.answered.wait(), 5)
     assert "error" in provider.results[0][1] and "database" not in provider.results[0][1] and leg.hangups == []

@@ -8,19 +8,31 @@ from __future__ import annotations
 
 import asyncio
 
+import virtual_time
+from test_session import FakeLeg, FakeProvider
+from test_session_engine import GPT_LIVE_CAPS, MS, TICK, Call, pcmu_tone, speech_frame
+
+from bridge.commands import Reseeded
 from bridge.coordinator import (
     AudioDiscontinuity,
-    SendAudio,
     CloseTransport,
     EndSession,
     OpenReplacement,
     RecoveryChanged,
+    SendAudio,
     Transcript,
 )
-from bridge.delegations import CommandsUnknown, DelegationOptions, DeliverResult, DispatchJob, JobChanged, SendContext
-from bridge.recovery import RECOVERY_NOTICE, RecoverySnapshot
-from bridge.session import CallSession, seeded_settings
-from providers.base import Capabilities, SessionSettings
+from bridge.delegations import (
+    CommandsUnknown,
+    DelegationOptions,
+    DeliverResult,
+    DispatchJob,
+    JobChanged,
+    SendContext,
+)
+from bridge.recovery import RECOVERY_NOTICE, RecoverySnapshot, seeded_settings
+from bridge.session import CallSession
+from providers.base import Capabilities, ResumptionRejected, SessionSettings
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -37,8 +49,8 @@ from providers.events import (
 from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K
 from sip.leg import CallEnded
-from test_session import FakeLeg, FakeProvider
-from test_session_engine import GPT_LIVE_CAPS, MS, TICK, Call, pcmu_tone, speech_frame
+
+event_loop_policy = virtual_time.policy_fixture()  # the shell tests run on virtual time
 
 GPT_LIVE_LIMITS = AudioLimits(16_000, 3_000)
 
@@ -58,7 +70,7 @@ def recovery_notices(call: Call) -> list[str]:
 
 def test_hr1_overflow_and_staleness_are_recoverable_and_invalid_audio_is_fatal() -> None:
     call = overflowing_call()
-    assert recovery_notices(call) == ["reconnecting"] and not call.core.ended
+    assert recovery_notices(call) == ["reconnecting"] and not call.core.ending.ended
     stale = Call(limits=AudioLimits(16_000, 1_000))
     stale.provider(AudioReceived(1, pcmu_tone(800), PCMU_8K))
     stale.advance(1_100)  # nothing plays it (on hold): it goes stale
@@ -75,14 +87,14 @@ def test_hr2_the_old_transport_is_quarantined_with_a_new_monotonic_token() -> No
     call = overflowing_call()
     opens = [c for c in call.commands if isinstance(c, OpenReplacement)]
     assert [(o.token, o.cause) for o in opens] == [(2, "output_overflow")]
-    assert CloseTransport(1) in call.commands
+    assert CloseTransport("conn-1") in call.commands
     [dropped] = [n for n in call.notices if isinstance(n, AudioDiscontinuity) and n.direction == "output"]
     assert dropped.cause == "output_overflow" and dropped.amount > 0
     sent = len(call.sent)
     call.provider(AudioReceived(1, pcmu_tone(500), PCMU_8K, "item_a"))  # late output of the old transport
     call.provider(SpeechStarted(1))
     call.tick(count=20)
-    assert len(call.sent) == sent and call.core.stale_events == 2 and not call.core.suppressed
+    assert len(call.sent) == sent and call.core.connections.stale_events == 2 and not call.core.barge.suppressed
 
 
 def test_hr3_the_clear_goes_through_the_barrier_and_suppression_stays() -> None:
@@ -90,10 +102,10 @@ def test_hr3_the_clear_goes_through_the_barrier_and_suppression_stays() -> None:
     call.provider(AudioReceived(1, pcmu_tone(1_000), PCMU_8K))
     call.provider(InputTranscript(1, "I want to change my booking", final=True))
     call.provider(SpeechStarted(1))  # the caller is speaking
-    epoch = call.core.barrier.epoch
-    call.core._recover("output_stale", call.now)  # noqa: SLF001 - the condition itself is tested in HR1
+    epoch = call.core.output.barrier.epoch
+    call.core.recovery.begin("output_stale", call.now, call.core.timeline.ms(call.now))  # the condition itself is tested in HR1
     call.tick()
-    assert call.core.barrier.epoch == epoch + 1 and call.core.suppressed
+    assert call.core.output.barrier.epoch == epoch + 1 and call.core.barge.suppressed
     [open_] = [c for c in call.commands if isinstance(c, OpenReplacement)]
     assert open_.snapshot == RecoverySnapshot(("I want to change my booking",))
 
@@ -102,13 +114,13 @@ def test_hr4_transmitted_audio_is_outside_the_clear_scope() -> None:
     call = overflowing_call()
     transmitted = [e.offset_ms for e in call.playout.ledger.entries("item_a")]
     assert transmitted == [0, 20, 40, 60, 80]  # what left before the overflow stays in the ledger
-    assert call.playout.depth == 0 and call.core.reservoir.depth_bytes == 0  # everything unplayed is gone
+    assert call.playout.depth == 0 and call.core.output.reservoir.depth_bytes == 0  # everything unplayed is gone
 
 
 def test_hr5_one_worker_a_deadline_and_a_dead_replacement_is_fatal() -> None:
     call = overflowing_call()
     call.provider(AudioReceived(2, pcmu_tone(3_000), PCMU_8K))  # not ready yet: inert
-    call.core._recover("output_overflow", call.now)  # noqa: SLF001 - a second overflow during recovery
+    call.core.recovery.begin("output_overflow", call.now, call.core.timeline.ms(call.now))  # a second overflow during recovery
     assert len([c for c in call.commands + call.core.commands() if isinstance(c, OpenReplacement)]) == 1
     assert call.core.recovery.stats.ignored == 1
     deadline = call.core.next_deadline()
@@ -119,7 +131,7 @@ def test_hr5_one_worker_a_deadline_and_a_dead_replacement_is_fatal() -> None:
     dead = overflowing_call()
     dead.core.replacement_failed(2, "HTTP 503", dead.now)
     dead.provider(SessionStarted(2, "late", None))  # a dead replacement answering later revives nothing
-    assert dead.core.ended and recovery_notices(dead) == ["reconnecting", "failed"]
+    assert dead.core.ending.ended and recovery_notices(dead) == ["reconnecting", "failed"]
 
 
 def test_hr5_the_replacement_takes_over_when_ready() -> None:
@@ -137,7 +149,7 @@ def test_hr7_the_replacement_is_seeded_without_assistant_captions() -> None:
     call = Call()
     call.provider(InputTranscript(1, "Two nights from Friday", final=True))
     call.provider(OutputTranscript(1, "Sure, two nights from Friday.", final=True))
-    call.core._recover("output_overflow", call.now)  # noqa: SLF001
+    call.core.recovery.begin("output_overflow", call.now, call.core.timeline.ms(call.now))
     call.tick()
     [open_] = [c for c in call.commands if isinstance(c, OpenReplacement)]
     seeded = seeded_settings(original, open_.snapshot, notice=True)
@@ -166,7 +178,7 @@ def test_hr11_captions_start_a_fresh_grouping_epoch_on_the_session_timeline() ->
     call.tick(count=50)
     call.core.timeline.connection_started(1, 0)
     call.provider(OutputTranscript(1, "Your total is", start_ms=900))
-    call.core._recover("output_overflow", call.now)  # noqa: SLF001
+    call.core.recovery.begin("output_overflow", call.now, call.core.timeline.ms(call.now))
     call.tick(count=50)  # 1 s later the replacement's clock starts at 0
     call.provider(SessionStarted(2, "sess_2", None))
     call.provider(OutputTranscript(2, "Sorry, there was a brief audio problem", start_ms=100))
@@ -179,7 +191,7 @@ def test_hr12_usage_from_an_interrupted_transport_counts_and_complete_stays_fals
     call = Call()
     call.provider(UsageUpdated(1, audio_seconds=15.0))
     call.provider(SessionClosed(1, "connection closed (code 1006)", False))  # lost: recovery, not hang-up
-    assert recovery_notices(call) == ["reconnecting"] and not call.core.ended
+    assert recovery_notices(call) == ["reconnecting"] and not call.core.ending.ended
     call.provider(SessionStarted(2, "sess_2", None))
     call.provider(UsageUpdated(2, audio_seconds=4.0))
     call.provider(SessionClosed(2, "close_requested", True, 6.0))  # the replacement closes gracefully
@@ -225,7 +237,7 @@ async def test_hr5_the_shell_opens_one_replacement_and_the_call_stays_up() -> No
         opened.append((token, settings))
         return ReplacementProvider(token)
 
-    session = CallSession(leg, first, reconnect=reconnect, settings=SessionSettings(instructions="Be kind."))
+    session = CallSession(leg, first, clock=virtual_time.loop_clock(), reconnect=reconnect, settings=SessionSettings(instructions="Be kind."))
     task = asyncio.create_task(session.run())
     first.queue.put_nowait(SessionClosed(1, "connection closed (code 1006)", False))
     for _ in range(100):
@@ -242,7 +254,7 @@ async def test_hr5_the_shell_opens_one_replacement_and_the_call_stays_up() -> No
 
 async def test_hr5_closing_during_a_recovery_finishes_within_its_deadline() -> None:
     leg, first = FakeLeg(), ReplacementProvider(1)
-    session = CallSession(leg, first, reconnect=lambda token, settings: ReplacementProvider(token, hang=True))
+    session = CallSession(leg, first, clock=virtual_time.loop_clock(), reconnect=lambda token, settings: ReplacementProvider(token, hang=True))
     task = asyncio.create_task(session.run())
     first.queue.put_nowait(SessionClosed(1, "connection closed (code 1006)", False))
     for _ in range(50):
@@ -398,7 +410,7 @@ def test_hr5_a_replacement_lost_before_the_caller_spoke_again_is_replaced_in_tur
     call.provider(SpeechStarted(3, 100))
     call.provider(SpeechStopped(3, 900))
     assert recovery_notices(call)[-2:] == ["awaiting_user", "done"]
-    assert call.core.status(call.now)["recoveries"]["interrupted"] == 1 and not call.core.ended
+    assert call.core.status(call.now)["recoveries"]["interrupted"] == 1 and not call.core.ending.ended
 
 
 def test_hr13_a_turn_that_began_before_the_repair_does_not_complete_it() -> None:
@@ -424,3 +436,92 @@ def test_hr9_a_call_made_in_the_fresh_interval_is_answered_at_once() -> None:
     [job] = [c.request for c in commands_of(call, DispatchJob)]
     answer(call, job.job_id, '{"status": "processing"}')
     assert [(c.token, c.call_id) for c in commands_of(call, DeliverResult)] == [(2, "call_n")]  # not held
+
+
+# --- resumption (Gemini sessionResumption): the replacement continues by the latest resumable handle -------
+
+GEMINI = Capabilities(server_vad=True, speech_end_events=False, timed_captions=False, truncate=False,
+                      resumption=True, answer_within_ms=6_000)
+
+
+def test_hr7_a_resumable_provider_s_replacement_is_opened_with_the_latest_valid_handle() -> None:
+    from providers.events import ResumptionUpdated
+
+    call = Call(caps=GEMINI)
+    call.provider(ResumptionUpdated(1, "handle-1", True))
+    call.provider(ResumptionUpdated(1, "handle-2", True))
+    call.provider(ResumptionUpdated(1, "handle-3", False))  # not resumable at this point: the last good one stays
+    call.provider(ResumptionUpdated(7, "stale-handle", True))  # another transport's: inert
+    call.provider(InputTranscript(1, "my order number is 42", final=True))
+    call.provider(SessionClosed(1, "connection closed (code 1006)", False))
+    [open_] = [c for c in call.commands if isinstance(c, OpenReplacement)]
+    assert open_.resume_handle == "handle-2" and open_.snapshot.caller_text == ("my order number is 42",)
+    seeded = seeded_settings(SessionSettings(instructions="Be kind."), open_.snapshot, notice=True,
+                             resume_handle=open_.resume_handle)
+    assert seeded.resume_handle == "handle-2" and RECOVERY_NOTICE in (seeded.instructions or "")
+    without = Call()  # a provider without resumption never gets a handle
+    without.provider(ResumptionUpdated(1, "handle-1", True))
+    without.provider(SessionClosed(1, "connection closed (code 1006)", False))
+    assert [c.resume_handle for c in without.commands if isinstance(c, OpenReplacement)] == [None]
+
+
+def test_hr5_a_rejected_handle_reopens_the_replacement_reseeded_within_the_same_budget() -> None:
+    from providers.events import ResumptionUpdated
+
+    call = Call(caps=GEMINI)
+    call.provider(ResumptionUpdated(1, "expired", True))
+    call.provider(SessionClosed(1, "connection closed (code 1006)", False))
+    deadline = call.core.recovery.next_deadline()
+    call.advance(400)
+    call.core.resumption_rejected(2, call.now)
+    call._drain()
+    opens = [c for c in call.commands if isinstance(c, OpenReplacement)]
+    assert [(o.token, o.resume_handle) for o in opens] == [(2, "expired"), (2, None)]
+    assert recovery_notices(call) == ["reconnecting"]  # still the one recovery
+    assert [n for n in call.notices if isinstance(n, Reseeded)] == [Reseeded(2, "recovery")]
+    assert call.core.recovery.next_deadline() == deadline  # still the one 5 s budget (HR5)
+    call.provider(SessionStarted(2, "sess_2", None))
+    assert recovery_notices(call)[-1] == "awaiting_user"
+    call.core.resumption_rejected(2, call.now)  # a late rejection after the repair reopens nothing
+    assert [c for c in call.core.commands() if isinstance(c, OpenReplacement)] == []
+
+
+class ResumingProvider(ReplacementProvider):
+    """A replacement that refuses the handle it was opened with (expired), as Gemini does."""
+
+    def __init__(self, token: int, settings: SessionSettings) -> None:
+        super().__init__(token)
+        self.settings = settings
+        self.capabilities = GEMINI
+
+    async def connect(self) -> SessionStarted:
+        if self.settings.resume_handle is not None:
+            raise ResumptionRejected("session resumption handle expired")
+        return await super().connect()
+
+
+async def test_hr5_the_shell_reopens_a_replacement_whose_handle_was_rejected_without_it() -> None:
+    from providers.events import ResumptionUpdated
+
+    leg, first = FakeLeg(), ReplacementProvider(1)
+    first.capabilities = GEMINI  # type: ignore[misc]
+    opened: list[SessionSettings] = []
+
+    def reconnect(token: int, settings: SessionSettings) -> ResumingProvider:
+        opened.append(settings)
+        return ResumingProvider(token, settings)
+
+    session = CallSession(leg, first, clock=virtual_time.loop_clock(), reconnect=reconnect,
+                          settings=SessionSettings(instructions="Be kind."))
+    task = asyncio.create_task(session.run())
+    first.queue.put_nowait(ResumptionUpdated(1, "h-1", True))
+    first.queue.put_nowait(SessionClosed(1, "connection closed (code 1006)", False))
+    for _ in range(200):
+        await asyncio.sleep(0)
+        status = session.status()
+        if status.get("output_recovery") and status["output_recovery"]["stage"] == "awaiting_user":
+            break
+    assert [s.resume_handle for s in opened] == ["h-1", None]  # once with the handle, once reseeded
+    assert all(RECOVERY_NOTICE in (s.instructions or "") for s in opened) and leg.hangups == []
+    leg.queue.put_nowait(CallEnded("bye", 200, True, 0, 0))
+    assert (await asyncio.wait_for(task, 5)).ended_by == "caller"

@@ -11,21 +11,20 @@ from collections.abc import Callable
 
 import pytest
 
-from bridge.rollover import (
-    Authorize,
-    CloseConnection,
-    Commit,
+from bridge.commands import (
+    ApproveRollover,
+    AuthorizeConnection,
+    CloseTransport,
+    CommitInput,
     EmitInterim,
     EmitUtterance,
     EndSession,
-    OpenConnection,
-    RequestApproval,
-    RolloverController,
-    RolloverOptions,
+    OpenRollover,
     StartInput,
     StopInput,
     TakeFloor,
 )
+from bridge.rollover import RolloverController, RolloverOptions
 
 MS = 1_000_000
 S = 1_000 * MS
@@ -44,9 +43,9 @@ def confirmed(options: RolloverOptions | None = None) -> RolloverController:
 def allow(ctl: RolloverController, now: int = AFTER) -> list[object]:
     """rollover-1 asked at `now`, approved and authorised at once; returns the actions of authorisation."""
     ctl.handle_timer(now)
-    assert ctl.actions() == [RequestApproval("rollover-1", "conn-1", "conn-2")]
+    assert ctl.actions() == [ApproveRollover("rollover-1", "conn-1", "conn-2")]
     ctl.approve_answered("rollover-1", True, None, now)
-    assert ctl.actions() == [Authorize("conn-2")]
+    assert ctl.actions() == [AuthorizeConnection("conn-2")]
     ctl.authorize_answered("conn-2", True, now)
     return ctl.actions()
 
@@ -63,7 +62,7 @@ def in_overlap() -> tuple[RolloverController, int]:
     ctl = confirmed()
     assert allow(ctl) == []
     utterance(ctl, ("conn-1",), AFTER + 1 * S, AFTER + 3 * S)
-    assert ctl.actions() == [OpenConnection("conn-2", seeded=True)]
+    assert ctl.actions() == [OpenRollover("conn-2")]
     t = AFTER + 3 * S + 400 * MS
     ctl.connection_confirmed("conn-2", t)
     assert ctl.actions() == [StartInput("conn-2")]
@@ -81,19 +80,19 @@ def test_ro1_first_end_of_speech_after_after_ms_opens_the_next_connection() -> N
     ctl.speech_started("conn-1", 0, AFTER + 2 * S)
     assert ctl.actions() == []
     ctl.speech_stopped("conn-1", 0, AFTER + 6 * S)
-    assert ctl.actions() == [OpenConnection("conn-2", seeded=True)]
+    assert ctl.actions() == [OpenRollover("conn-2")]
     assert ctl.status()["stage"] == "opening" and ctl.audio_targets() == ("conn-1",)
 
 
 def test_ro1_end_of_speech_while_approval_was_pending_opens_once_authorised() -> None:
     ctl = confirmed()
     ctl.handle_timer(AFTER)
-    assert ctl.actions() == [RequestApproval("rollover-1", "conn-1", "conn-2")]
+    assert ctl.actions() == [ApproveRollover("rollover-1", "conn-1", "conn-2")]
     utterance(ctl, ("conn-1",), AFTER + 1 * S, AFTER + 3 * S)
     ctl.approve_answered("rollover-1", True, None, AFTER + 4 * S)
-    assert ctl.actions() == [Authorize("conn-2")]
+    assert ctl.actions() == [AuthorizeConnection("conn-2")]
     ctl.authorize_answered("conn-2", True, AFTER + 5 * S)
-    assert ctl.actions() == [OpenConnection("conn-2", seeded=True)]
+    assert ctl.actions() == [OpenRollover("conn-2")]
     # the same, but the caller is speaking again when authorisation comes: wait for that utterance's end
     ctl = confirmed()
     ctl.handle_timer(AFTER)
@@ -101,9 +100,9 @@ def test_ro1_end_of_speech_while_approval_was_pending_opens_once_authorised() ->
     ctl.speech_started("conn-1", 0, AFTER + 4 * S)
     ctl.approve_answered("rollover-1", True, None, AFTER + 5 * S)
     ctl.authorize_answered("conn-2", True, AFTER + 5 * S)
-    assert ctl.actions() == [RequestApproval("rollover-1", "conn-1", "conn-2"), Authorize("conn-2")]
+    assert ctl.actions() == [ApproveRollover("rollover-1", "conn-1", "conn-2"), AuthorizeConnection("conn-2")]
     ctl.speech_stopped("conn-1", 0, AFTER + 7 * S)
-    assert ctl.actions() == [OpenConnection("conn-2", seeded=True)]
+    assert ctl.actions() == [OpenRollover("conn-2")]
 
 
 def test_ro1_deadline_reached_while_the_caller_speaks_opens_anyway() -> None:
@@ -113,7 +112,7 @@ def test_ro1_deadline_reached_while_the_caller_speaks_opens_anyway() -> None:
     ctl.handle_timer(DEADLINE - 1)
     assert ctl.actions() == []
     ctl.handle_timer(DEADLINE)
-    assert ctl.actions() == [OpenConnection("conn-2", seeded=True)]
+    assert ctl.actions() == [OpenRollover("conn-2")]
     ctl.connection_confirmed("conn-2", DEADLINE + 1 * S)
     assert ctl.actions() == [StartInput("conn-2")]
     assert ctl.audio_targets() == ("conn-1", "conn-2")
@@ -138,21 +137,21 @@ def test_ro1_go_away_moves_the_schedule_into_the_time_left() -> None:
     assert ctl.next_deadline() == 550_000 * MS
     now = 240 * S
     ctl.session_expiring("conn-1", 60_000, now)  # goAway: the cap is now + 60 s
-    assert ctl.actions() == [RequestApproval("rollover-1", "conn-1", "conn-2")]
+    assert ctl.actions() == [ApproveRollover("rollover-1", "conn-1", "conn-2")]
     ctl.approve_answered("rollover-1", True, None, now)
     ctl.authorize_answered("conn-2", True, now)
-    assert ctl.actions() == [Authorize("conn-2")]
+    assert ctl.actions() == [AuthorizeConnection("conn-2")]
     ctl.speech_started("conn-1", 0, now + 1 * S)  # the caller talks through the whole minute
     assert ctl.next_deadline() == now + 36 * S  # 60 % of the time left
     ctl.handle_timer(now + 36 * S)
-    assert ctl.actions() == [OpenConnection("conn-2", seeded=True)]
+    assert ctl.actions() == [OpenRollover("conn-2")]
     ctl.connection_confirmed("conn-2", now + 37 * S)
     assert ctl.actions() == [StartInput("conn-2")]
     assert ctl.next_deadline() == now + 54 * S  # hard stop at 90 %
     ctl.handle_timer(now + 54 * S)
-    assert ctl.actions() == [Commit("conn-1"), StopInput("conn-1")]
+    assert ctl.actions() == [CommitInput("conn-1"), StopInput("conn-1")]
     ctl.handle_timer(now + 57 * S)  # the old one never finished: the floor moves before its cap
-    assert ctl.actions() == [TakeFloor("conn-2"), CloseConnection("conn-1", "rollover")]
+    assert ctl.actions() == [TakeFloor("conn-2"), CloseTransport("conn-1", "rollover")]
     ctl.session_expiring("conn-1", 1, now + 58 * S)  # closed: ignored, nothing raised
     assert ctl.actions() == [] and ctl.stats.ignored == 1
 
@@ -168,7 +167,7 @@ def test_ro2_both_hear_the_caller_for_overlap_ms_then_the_old_drains_and_closes(
     assert ctl.audio_targets() == ("conn-2",) and ctl.speaker() == "conn-1"  # still answering
     assert ctl.status()["stage"] == "draining"
     ctl.items_finished("conn-1", t + 5 * S)
-    assert ctl.actions() == [TakeFloor("conn-2"), CloseConnection("conn-1", "rollover")]
+    assert ctl.actions() == [TakeFloor("conn-2"), CloseTransport("conn-1", "rollover")]
     status = ctl.status()
     assert status["stage"] == "steady" and status["current"] == "conn-2" and status["rollovers"] == 1
     assert status["ages_ms"] == {"conn-2": 5_000}
@@ -189,15 +188,15 @@ def test_ro2_the_old_keeps_hearing_the_caller_until_it_is_between_utterances() -
 def test_ro2_at_hard_stop_the_old_buffer_is_committed_and_it_still_closes_before_the_cap() -> None:
     ctl = confirmed()
     ctl.speech_started("conn-1", 0, DEADLINE - 1 * S)
-    assert allow(ctl, DEADLINE) == [OpenConnection("conn-2", seeded=True)]  # allowed only at the deadline
+    assert allow(ctl, DEADLINE) == [OpenRollover("conn-2")]  # allowed only at the deadline
     ctl.connection_confirmed("conn-2", HARD - 1 * S)  # a slow open: the overlap cannot complete
     assert ctl.actions() == [StartInput("conn-2")] and ctl.next_deadline() == HARD
     ctl.handle_timer(HARD)
-    assert ctl.actions() == [Commit("conn-1"), StopInput("conn-1")]
+    assert ctl.actions() == [CommitInput("conn-1"), StopInput("conn-1")]
     close_by = (OPTS.hard_stop_ms + CAP_MS) // 2 * MS
     assert ctl.next_deadline() == close_by  # drain_ms (30 s) would pass the cap; close-by comes first
     ctl.handle_timer(close_by)
-    assert ctl.actions() == [TakeFloor("conn-2"), CloseConnection("conn-1", "rollover")]
+    assert ctl.actions() == [TakeFloor("conn-2"), CloseTransport("conn-1", "rollover")]
     assert close_by // MS < CAP_MS
 
 
@@ -211,7 +210,7 @@ def test_ro2_events_from_unknown_or_closed_connections_are_ignored_and_duplicate
     ctl.handle_timer(t + 3 * S)
     ctl.items_finished("conn-1", t + 4 * S)
     ctl.items_finished("conn-1", t + 4 * S)
-    assert ctl.actions() == [StopInput("conn-1"), TakeFloor("conn-2"), CloseConnection("conn-1", "rollover")]
+    assert ctl.actions() == [StopInput("conn-1"), TakeFloor("conn-2"), CloseTransport("conn-1", "rollover")]
     before = ctl.stats.ignored
     ctl.speech_started("conn-1", 0, t + 5 * S)
     ctl.transcript("conn-1", 0, 1, "ghost", True, t + 5 * S)
@@ -279,7 +278,7 @@ def test_ro3_old_transcription_never_arriving_emits_the_new_one_after_a_bounded_
     assert ctl.actions() == [TakeFloor("conn-2")]
     assert ctl.next_deadline() == t + 2_800 * MS + OPTS.transcript_wait_ms * MS
     ctl.handle_timer(t + 7_800 * MS)
-    assert ctl.actions() == [EmitUtterance("conn-2", s, e, "cancel it"), CloseConnection("conn-1", "rollover")]
+    assert ctl.actions() == [EmitUtterance("conn-2", s, e, "cancel it"), CloseTransport("conn-1", "rollover")]
     ctl.transcript("conn-1", s, e, "Cancel it.", True, t + 9 * S)  # too late: closed, ignored
     assert ctl.actions() == [] and ctl.stats.ignored == 1
 
@@ -317,7 +316,7 @@ def client_armed() -> RolloverController:
     ctl = confirmed(RolloverOptions(client_commits=True))
     ctl.flush(AFTER - 1 * S)  # before after_ms: an ordinary commit
     assert ctl.actions() == []
-    assert allow(ctl) == [OpenConnection("conn-2", seeded=True)]  # opened passively at once
+    assert allow(ctl) == [OpenRollover("conn-2")]  # opened passively at once
     ctl.flush(AFTER + 500 * MS)  # not confirmed yet: no switch
     ctl.connection_confirmed("conn-2", AFTER + 1 * S)
     assert ctl.actions() == [] and ctl.audio_targets() == ("conn-1",) and ctl.status()["stage"] == "armed"
@@ -333,31 +332,31 @@ def test_ro5_client_commits_switch_at_the_first_flush_after_after_ms_without_ove
     assert ctl.actions() == [StopInput("conn-1"), StartInput("conn-2")]  # one batch: no overlap, no gap
     assert ctl.audio_targets() == ("conn-2",) and ctl.speaker() == "conn-1"  # answering the flushed turn
     ctl.items_finished("conn-1", AFTER + 11 * S)
-    assert ctl.actions() == [TakeFloor("conn-2"), CloseConnection("conn-1", "rollover")]
+    assert ctl.actions() == [TakeFloor("conn-2"), CloseTransport("conn-1", "rollover")]
 
 
 def test_ro5_client_commits_deadline_commits_and_switches() -> None:
     ctl = client_armed()
     assert ctl.next_deadline() == DEADLINE
     ctl.handle_timer(DEADLINE)
-    assert ctl.actions() == [Commit("conn-1"), StopInput("conn-1"), StartInput("conn-2")]
+    assert ctl.actions() == [CommitInput("conn-1"), StopInput("conn-1"), StartInput("conn-2")]
     assert ctl.audio_targets() == ("conn-2",)
 
 
 def refused_at_hard_stop(reason: str, answer: Callable[[RolloverController], None]) -> RolloverController:
     ctl = confirmed()
     ctl.handle_timer(AFTER)
-    assert ctl.actions() == [RequestApproval("rollover-1", "conn-1", "conn-2")]
+    assert ctl.actions() == [ApproveRollover("rollover-1", "conn-1", "conn-2")]
     answer(ctl)
     utterance(ctl, ("conn-1",), DEADLINE, DEADLINE + 2 * S)  # the current one carries on as usual
-    assert [a for a in ctl.actions() if isinstance(a, (Authorize, OpenConnection))] == []
+    assert [a for a in ctl.actions() if isinstance(a, (AuthorizeConnection, OpenRollover))] == []
     assert ctl.status()["stage"] == "refused" and ctl.status()["refusal"] == reason
     assert ctl.next_deadline() == HARD
     utterance(ctl, ("conn-1",), HARD - 5 * S, HARD - 1 * S)  # it is answering when the hard stop comes
     ctl.handle_timer(HARD)
     assert ctl.actions() == [StopInput("conn-1")] and ctl.audio_targets() == ()
     ctl.items_finished("conn-1", HARD + 4 * S)
-    assert ctl.actions() == [EndSession(reason), CloseConnection("conn-1", reason)]
+    assert ctl.actions() == [EndSession(reason, goodbye=True), CloseTransport("conn-1", reason)]
     assert ctl.status()["stage"] == "ended" and ctl.next_deadline() is None
     return ctl
 
@@ -377,8 +376,8 @@ def test_ro6_no_approve_answer_by_hard_stop_is_a_refusal_and_a_late_answer_opens
     ctl.actions()
     assert ctl.status()["stage"] == "approving" and ctl.next_deadline() == HARD
     ctl.handle_timer(HARD)  # not busy: nothing left to finish
-    assert ctl.actions() == [StopInput("conn-1"), EndSession("approve_timeout"),
-                             CloseConnection("conn-1", "approve_timeout")]
+    assert ctl.actions() == [StopInput("conn-1"), EndSession("approve_timeout", goodbye=True),
+                             CloseTransport("conn-1", "approve_timeout")]
     ctl.approve_answered("rollover-1", True, None, HARD + 1 * S)
     ctl.authorize_answered("conn-2", True, HARD + 2 * S)
     assert ctl.actions() == [] and ctl.stats.late_answers == 2 and ctl.next_deadline() is None
@@ -389,10 +388,10 @@ def test_ro6_next_connection_not_open_by_hard_stop_ends_the_session() -> None:
     ctl.speech_started("conn-1", 0, AFTER)
     allow(ctl)
     ctl.handle_timer(DEADLINE)
-    assert ctl.actions() == [OpenConnection("conn-2", seeded=True)]
+    assert ctl.actions() == [OpenRollover("conn-2")]
     ctl.handle_timer(HARD)  # conn-2 never confirmed; conn-1 still in speech but not answering
-    assert ctl.actions() == [CloseConnection("conn-2", "next_not_open"), StopInput("conn-1"),
-                             EndSession("next_not_open"), CloseConnection("conn-1", "next_not_open")]
+    assert ctl.actions() == [CloseTransport("conn-2", "next_not_open"), StopInput("conn-1"),
+                             EndSession("next_not_open", goodbye=True), CloseTransport("conn-1", "next_not_open")]
     ctl.connection_confirmed("conn-2", HARD + 1 * S)
     assert ctl.actions() == [] and ctl.stats.ignored == 1
 
@@ -407,14 +406,14 @@ def test_ro6_a_refused_connection_that_never_finishes_still_ends_before_its_cap(
     ends = (OPTS.hard_stop_ms + CAP_MS) // 2 * MS
     assert ctl.next_deadline() == ends
     ctl.handle_timer(ends)
-    assert ctl.actions() == [EndSession("approve_refused"), CloseConnection("conn-1", "approve_refused")]
+    assert ctl.actions() == [EndSession("approve_refused", goodbye=True), CloseTransport("conn-1", "approve_refused")]
 
 
 def test_ro7_connections_are_authorised_by_string_id_and_a_refusal_opens_nothing() -> None:
     ctl = confirmed()
     ctl.handle_timer(AFTER)
     ctl.approve_answered("rollover-1", True, None, AFTER)
-    assert ctl.actions() == [RequestApproval("rollover-1", "conn-1", "conn-2"), Authorize("conn-2")]
+    assert ctl.actions() == [ApproveRollover("rollover-1", "conn-1", "conn-2"), AuthorizeConnection("conn-2")]
     ctl.authorize_answered("conn-3", True, AFTER + 1)  # not the one asked about
     assert ctl.status()["stage"] == "authorizing" and ctl.stats.late_answers == 1
     ctl.authorize_answered("conn-2", False, AFTER + 2)
@@ -423,15 +422,15 @@ def test_ro7_connections_are_authorised_by_string_id_and_a_refusal_opens_nothing
     assert ctl.actions() == [] and ctl.status()["refusal"] == "authorize_refused"
     ctl.items_finished("conn-1", HARD - 1)
     ctl.handle_timer(HARD)
-    assert ctl.actions() == [StopInput("conn-1"), EndSession("authorize_refused"),
-                             CloseConnection("conn-1", "authorize_refused")]
+    assert ctl.actions() == [StopInput("conn-1"), EndSession("authorize_refused", goodbye=True),
+                             CloseTransport("conn-1", "authorize_refused")]
 
 
 def test_ro7_ids_follow_the_first_connection_id() -> None:
     ctl = RolloverController("call-7f3a")
     ctl.connection_confirmed("call-7f3a", 0)
     ctl.handle_timer(AFTER)
-    assert ctl.actions() == [RequestApproval("rollover-1", "call-7f3a", "call-7f3a-2")]
+    assert ctl.actions() == [ApproveRollover("rollover-1", "call-7f3a", "call-7f3a-2")]
 
 
 def test_ro8_one_speaker_and_the_floor_moves_only_after_the_old_stopped_and_finished() -> None:
@@ -444,7 +443,7 @@ def test_ro8_one_speaker_and_the_floor_moves_only_after_the_old_stopped_and_fini
     assert ctl.actions() == [] and ctl.speaker() == "conn-1"
     ctl.items_pending("conn-1", t + 4 * S)
     ctl.items_finished("conn-1", t + 6 * S)
-    assert ctl.actions() == [TakeFloor("conn-2"), CloseConnection("conn-1", "rollover")]
+    assert ctl.actions() == [TakeFloor("conn-2"), CloseTransport("conn-1", "rollover")]
     assert ctl.speaker() == "conn-2"
 
 
@@ -493,13 +492,13 @@ class Call:
         for action in self.ctl.actions():
             self.log.append((now, action))
             match action:
-                case RequestApproval(rollover_id=rid):
+                case ApproveRollover(rollover_id=rid):
                     self.later(now + 200 * MS, lambda t, r=rid: self.ctl.approve_answered(r, True, None, t))
-                case Authorize(connection_id=cid):
+                case AuthorizeConnection(connection_id=cid):
                     self.later(now + 100 * MS, lambda t, c=cid: self.ctl.authorize_answered(c, True, t))
-                case OpenConnection(connection_id=cid):
+                case OpenRollover(connection_id=cid):
                     self.later(now + 400 * MS, lambda t, c=cid: self.confirm(c, t))
-                case CloseConnection(connection_id=cid):
+                case CloseTransport(connection_id=cid):
                     self.closed[cid] = now
                 case TakeFloor(connection_id=cid):
                     self.floors.append(cid)
@@ -537,9 +536,9 @@ def test_ro9_a_three_hour_call_rolls_over_three_times_each_before_the_cap() -> N
     # every utterance reached the application exactly once, though the overlaps transcribed some twice
     heard = [u for u in call.spoken if int(u[1:]) * 6 * S + 4_300 * MS <= three_hours]
     assert Counter(call.emitted) == Counter(heard) and call.ctl.stats.duplicates_dropped >= 3
-    requests = [a for _, a in call.log if isinstance(a, RequestApproval)]
+    requests = [a for _, a in call.log if isinstance(a, ApproveRollover)]
     assert [r.rollover_id for r in requests] == ["rollover-1", "rollover-2", "rollover-3"]
-    assert [a.connection_id for _, a in call.log if isinstance(a, Authorize)] == ["conn-2", "conn-3", "conn-4"]
+    assert [a.connection_id for _, a in call.log if isinstance(a, AuthorizeConnection)] == ["conn-2", "conn-3", "conn-4"]
     starts = {a.connection_id: t for t, a in call.log if isinstance(a, StartInput)}
     stops = {a.connection_id: t for t, a in call.log if isinstance(a, StopInput)}
     floors = {a.connection_id: t for t, a in call.log if isinstance(a, TakeFloor)}
@@ -559,3 +558,20 @@ def test_ro9_options_scale_from_the_provider_cap() -> None:
         RolloverOptions(after_ms=3_500_000, deadline_ms=3_480_000)
     with pytest.raises(ValueError):
         RolloverOptions(hard_stop_ms=3_600_000)
+
+
+@pytest.mark.parametrize("old_first", [True, False])
+def test_ro3_an_utterance_cut_by_the_hard_stop_commit_is_emitted_once(old_first: bool) -> None:
+    ctl = confirmed()
+    ctl.speech_started("conn-1", 0, DEADLINE - 1 * S)  # the caller talks through the deadline and the hard stop
+    assert allow(ctl, DEADLINE) == [OpenRollover("conn-2")]
+    ctl.connection_confirmed("conn-2", HARD - 1 * S)
+    ctl.speech_started("conn-2", 0, HARD - 900 * MS)  # the new one hears the rest of the utterance
+    ctl.handle_timer(HARD)
+    assert ctl.actions() == [StartInput("conn-2"), CommitInput("conn-1"), StopInput("conn-1")]  # RO2
+    old = ("conn-1", (DEADLINE - 1 * S) // MS, HARD // MS, "I would like to change")  # committed mid-utterance
+    new = ("conn-2", (HARD - 900 * MS) // MS, (HARD + 2 * S) // MS, "change my booking please")
+    for cid, start, end, text in (old, new) if old_first else (new, old):
+        ctl.transcript(cid, start, end, text, True, HARD + 3 * S)
+    emitted = [a for a in ctl.actions() if isinstance(a, EmitUtterance)]
+    assert emitted == [EmitUtterance(*old)] and ctl.stats.duplicates_dropped == 1  # once, from the old one

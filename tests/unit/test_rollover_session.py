@@ -3,10 +3,13 @@ caller audio reaches every listening connection, one connection speaks, each utt
 
 from __future__ import annotations
 
+from test_session_engine import MS, REALTIME, TICK, pcmu_tone, speech_frame
+
 from bridge.coordinator import (
     ApproveRollover,
     AuthorizeConnection,
     CloseTransport,
+    CommitInput,
     CoordinatorOptions,
     EndSession,
     OpenRollover,
@@ -14,12 +17,20 @@ from bridge.coordinator import (
     SessionCoordinator,
     Transcript,
 )
+from bridge.delegations import DeliverResult, DispatchJob, SendContext
 from bridge.rollover import RolloverOptions
-from providers.events import AudioReceived, InputTranscript, SessionStarted, SpeechStarted, SpeechStopped
+from providers.base import Capabilities, SessionSettings
+from providers.events import (
+    AudioReceived,
+    InputTranscript,
+    SessionStarted,
+    SpeechStarted,
+    SpeechStopped,
+    ToolCallRequested,
+)
 from providers.limits import OPENAI_REALTIME
 from rtp.audio import PCMU_8K
 from rtp.playout import Playout
-from test_session_engine import MS, REALTIME, TICK, pcmu_tone, speech_frame
 
 SCALED = RolloverOptions(after_ms=4_000, deadline_ms=6_000, overlap_ms=500, hard_stop_ms=7_000, cap_ms=8_000,
                          drain_ms=1_000, transcript_wait_ms=1_000)
@@ -113,7 +124,7 @@ def test_ro8_only_the_connection_holding_the_floor_is_played() -> None:
     assert call.core.token == 1 and opening.token in call.open  # the next one listens, the first one speaks
     before = call.playout.depth
     call.core.provider_event(AudioReceived(opening.token, pcmu_tone(500), PCMU_8K, "listener_item"), call.now)
-    assert call.playout.depth == before and call.core.listener_audio_bytes == 4_000  # never played
+    assert call.playout.depth == before and call.core.rollover.listener_audio_bytes == 4_000  # never played
     call.core.provider_event(AudioReceived(1, pcmu_tone(500), PCMU_8K, "speaker_item"), call.now)
     assert call.playout.depth > before  # the speaker's audio is
 
@@ -149,3 +160,118 @@ def test_ro1_an_announced_expiry_sooner_than_the_cap_drives_the_rollover_early()
     late.core.connection_expires(1, 7_900, late.now)  # about the cap: the configured ages stand
     late.turn(talk_ms=1_000, pause_ms=600)
     assert not [c for c in late.commands if isinstance(c, OpenRollover)]
+
+
+# --- RO5: client commits (turn detection off), through the coordinator on virtual time ---------------------
+
+CLIENT_CAPS = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=True,
+                           client_commits=True)
+
+
+class ClientCommitCall:
+    """Turn detection off: the bridge's own VAD ends each caller turn, the session commits it and flushes the
+    rollover controller; each connection transcribes what it was committed."""
+
+    def __init__(self, options: RolloverOptions = SCALED) -> None:
+        self.now = 0
+        self.playout = Playout()
+        self.core = SessionCoordinator(limits=OPENAI_REALTIME.for_format(PCMU_8K), output_format=PCMU_8K,
+                                       capabilities=CLIENT_CAPS, channel=self.playout, now=0,
+                                       options=CoordinatorOptions(rollover=options),
+                                       settings=SessionSettings(turn_detection="client"))
+        self.core.provider_event(SessionStarted(1, "sess_1"), 0)
+        self.commands: list[object] = []
+        self.notices: list[object] = []
+        self.receiving: list[tuple[int, ...]] = []  # per caller frame: the tokens it was sent to
+        self.frame_times: list[int] = []
+        self.commit_times: dict[int, list[int]] = {}  # token -> when it was committed
+        self.heard: dict[int, int] = {}  # token -> caller frames since its last commit
+        self.utterance = 0
+
+    def step(self, speech: bool, count: int = 1) -> None:
+        for _ in range(count):
+            self.now += TICK
+            self.playout.pull(self.now)
+            self.core.caller_frame(speech_frame() if speech else bytes(320), self.now)
+            if (deadline := self.core.next_deadline()) is not None and deadline <= self.now:
+                self.core.handle_timer(self.now)
+            self._carry_out()
+
+    def _carry_out(self) -> None:
+        sent: list[int] = []
+        while commands := self.core.commands():
+            self._answer(commands, sent)
+        if sent:
+            self.receiving.append(tuple(sent))
+            self.frame_times.append(self.now)
+        self.notices += self.core.notices()
+
+    def _answer(self, commands: list[object], sent: list[int]) -> None:
+        for command in commands:
+            if isinstance(command, SendAudio):
+                sent.append(command.token)
+                self.heard[command.token] = self.heard.get(command.token, 0) + 1
+                continue
+            self.commands.append(command)
+            if isinstance(command, ApproveRollover):
+                self.core.rollover_approved(command.rollover_id, True, None, self.now)
+            elif isinstance(command, AuthorizeConnection):
+                self.core.connection_authorized(command.connection_id, True, self.now)
+            elif isinstance(command, OpenRollover):
+                self.core.provider_event(SessionStarted(command.token, f"sess_{command.token}"), self.now)
+            if isinstance(command, CommitInput):
+                self.commit_times.setdefault(command.token, []).append(self.now)
+            if isinstance(command, CommitInput) and self.heard.pop(command.token, 0) > 10:
+                self.core.provider_event(InputTranscript(command.token, f"utterance {self.utterance}",
+                                                         f"u{command.token}-{self.utterance}", final=True), self.now)
+
+    def turn(self, talk_ms: int = 1_000, pause_ms: int = 600) -> None:
+        self.utterance += 1
+        self.step(True, talk_ms // 20)
+        self.step(False, pause_ms // 20)
+
+
+def test_ro5_client_commits_switch_at_the_first_flush_after_after_ms_and_never_overlap() -> None:
+    call = ClientCommitCall()
+    for _ in range(6):
+        call.turn()
+    [opened] = [c for c in call.commands if isinstance(c, OpenRollover)][:1]  # passive, opened once authorised
+    assert opened.token == 2
+    assert all(len(targets) == 1 for targets in call.receiving)  # the connections never overlap (RO5)
+    switch = next(i for i, targets in enumerate(call.receiving) if targets == (2,))
+    assert all(targets == (1,) for targets in call.receiving[:switch])
+    first_flush = min(t for t in call.commit_times[1] if t >= 4_000 * MS)  # the first flush after after_ms
+    assert call.frame_times[switch - 1] <= first_flush < call.frame_times[switch]
+    assert max(call.commit_times[1]) == first_flush  # the old one's last turn was committed, then it stopped
+    assert call.core.token == 2 and CloseTransport("conn-1", "rollover") in call.commands
+    finals = [n.text for n in call.notices if isinstance(n, Transcript) and n.role == "caller" and n.final]
+    assert finals == [f"utterance {i}" for i in range(1, call.utterance + 1)]  # each once, none lost
+
+
+def test_ro5_client_commits_without_a_flush_commit_and_switch_at_deadline_ms() -> None:
+    call = ClientCommitCall()
+    call.turn()
+    call.step(True, (6_000 * MS - call.now) // TICK + 10)  # the caller talks through after_ms and deadline_ms
+    commits = [c.token for c in call.commands if isinstance(c, CommitInput)]
+    assert commits == [1, 1]  # the first turn's, then the deadline's commit of the old connection
+    assert call.receiving[-1] == (2,) and all(len(targets) == 1 for targets in call.receiving)
+
+
+def test_ro8_a_tool_call_pending_across_a_rollover_is_answered_once_on_the_new_connection() -> None:
+    call = RolloverCall()
+    call.core.provider_event(ToolCallRequested(1, "call_r", "lookup_order", '{"order_id": "42"}'), call.now)
+    call._carry_out()
+    [job] = [c.request for c in call.commands if isinstance(c, DispatchJob)]
+    while call.core.token == 1:  # the application is slow: the call rolls over meanwhile
+        call.turn()
+    new = call.core.token
+    call.core.provider_event(ToolCallRequested(1, "call_r", "lookup_order", "{}"), call.now)  # the old one: inert
+    assert call.core.job_answered(job.job_id, '{"status": "shipped"}', call.now)
+    call._carry_out()
+    for _ in range(3):
+        call.turn()
+    answers = [c for c in call.commands if isinstance(c, (DeliverResult, SendContext)) and "shipped" in
+               (c.output if isinstance(c, DeliverResult) else c.text)]
+    assert len(answers) == 1 and answers[0].token == new  # once, on the connection that holds the floor
+    assert isinstance(answers[0], SendContext) and job.job_id in answers[0].text  # the old call id is gone there
+    assert len([c for c in call.commands if isinstance(c, DispatchJob)]) == 1  # never dispatched twice

@@ -1,25 +1,27 @@
 """The minimal session joins a leg to a provider both ways and ends cleanly from either side.
 
-Driven with in-memory fakes of both sides: no sockets, no SIP engine, no sleeps.
+Driven with in-memory fakes of both sides: no sockets, no SIP engine, no sleeps, on virtual time (the loop's
+clock only moves when every task waits, and the session reads that clock).
 """
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
+
+import virtual_time
 
 from bridge.session import CallSession
 from providers.base import Capabilities, ProviderUnavailable
-from providers.limits import AudioLimits
 from providers.events import AudioReceived, ProviderError, ProviderEvent, SessionClosed, SessionStarted
+from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K, AudioFormat
 from rtp.g711 import ulaw_decode
-from rtp.ledger import CarrierLedger
-from rtp.playout import ClearResult, OutboundFrame, Playout
-from sip.leg import CallEnded, CallIdentity, FrameReceived, LegEvent, MediaStarted
+from sip.leg import CallEnded, CallIdentity, FrameReceived, LegEvent, MediaStarted, PlayoutLeg
 
 
-class FakeLeg:
+class FakeLeg(PlayoutLeg):
     def __init__(self) -> None:
-        self.playout = Playout()
+        super().__init__()  # the playout half of CallLeg (sip.leg.PlayoutLeg)
         self.queue: asyncio.Queue[LegEvent] = asyncio.Queue()
         self.hangups: list[str] = []
         self.answered = False
@@ -29,26 +31,12 @@ class FakeLeg:
     def identity(self) -> CallIdentity:
         return self._identity
 
-    @property
-    def ledger(self) -> CarrierLedger:
-        return self.playout.ledger
-
-    @property
-    def depth(self) -> int:
-        return self.playout.depth
-
     async def events(self) -> AsyncIterator[LegEvent]:
         while True:
             event = await self.queue.get()
             yield event
             if isinstance(event, CallEnded):
                 return
-
-    def enqueue(self, frames: list[OutboundFrame]) -> None:
-        self.playout.enqueue(frames)
-
-    def clear(self, epoch: int) -> ClearResult:
-        return self.playout.clear(epoch)
 
     def answer(self) -> None:
         self.answered = True
@@ -72,6 +60,7 @@ class FakeProvider:
         self.closed = False
         self.close_requested = False
         self.truncated: list[tuple[str, int]] = []
+        self.commits = 0
         self.got_audio = asyncio.Event()
 
     async def connect(self) -> SessionStarted:
@@ -96,6 +85,9 @@ class FakeProvider:
     def cancel_response(self) -> None:
         pass
 
+    def commit_input(self) -> None:
+        self.commits += 1
+
     def send_tool_result(self, call_id: str, name: str, output: str) -> None:
         pass
 
@@ -110,13 +102,21 @@ class FakeProvider:
         self.closed = True
 
 
+event_loop_policy = virtual_time.policy_fixture()
+
+
+def session(leg: FakeLeg, provider: "FakeProvider", **kwargs: object) -> CallSession:
+    """A session on the running loop's virtual clock."""
+    return CallSession(leg, provider, clock=virtual_time.loop_clock(), **kwargs)  # type: ignore[arg-type]
+
+
 def pcm_frame(value: int) -> bytes:
     return ulaw_decode(bytes([value]) * 160)
 
 
 async def test_caller_audio_reaches_the_provider_as_pcmu_and_the_caller_bye_closes_it() -> None:
     leg, provider = FakeLeg(), FakeProvider()
-    task = asyncio.create_task(CallSession(leg, provider).run())
+    task = asyncio.create_task(session(leg, provider).run())
     leg.queue.put_nowait(MediaStarted("PCMU/8000"))
     for i in range(3):
         leg.queue.put_nowait(FrameReceived(pcm_frame(0x10 + i), i, i))
@@ -130,7 +130,7 @@ async def test_caller_audio_reaches_the_provider_as_pcmu_and_the_caller_bye_clos
 
 async def test_provider_audio_reaches_the_leg_playout_and_a_provider_close_hangs_up() -> None:
     leg, provider = FakeLeg(), FakeProvider()
-    task = asyncio.create_task(CallSession(leg, provider).run())
+    task = asyncio.create_task(session(leg, provider).run())
     audio = bytes(range(256)) * 5  # 160 ms of PCMU
     provider.queue.put_nowait(AudioReceived(1, audio, PCMU_8K))
     provider.queue.put_nowait(SessionClosed(1, "expired", True, 12.0))
@@ -143,7 +143,7 @@ async def test_provider_audio_reaches_the_leg_playout_and_a_provider_close_hangs
 
 async def test_fatal_protocol_error_hangs_up_with_the_reason() -> None:
     leg, provider = FakeLeg(), FakeProvider()
-    task = asyncio.create_task(CallSession(leg, provider).run())
+    task = asyncio.create_task(session(leg, provider).run())
     provider.queue.put_nowait(ProviderError(1, "invalid_audio", "output audio is not valid base64", fatal=True))
     summary = await asyncio.wait_for(task, 5)
     assert leg.hangups == ["protocol error invalid_audio: output audio is not valid base64"]
@@ -152,7 +152,7 @@ async def test_fatal_protocol_error_hangs_up_with_the_reason() -> None:
 
 async def test_non_fatal_provider_errors_keep_the_call_up() -> None:
     leg, provider = FakeLeg(), FakeProvider()
-    task = asyncio.create_task(CallSession(leg, provider).run())
+    task = asyncio.create_task(session(leg, provider).run())
     provider.queue.put_nowait(ProviderError(1, "invalid_event", "unparseable", fatal=False))
     leg.queue.put_nowait(FrameReceived(pcm_frame(0x20), 1, 1))
     await asyncio.wait_for(provider.got_audio.wait(), 5)  # still bridging after the error
@@ -164,15 +164,29 @@ async def test_non_fatal_provider_errors_keep_the_call_up() -> None:
 
 async def test_unreachable_provider_hangs_up_the_call_with_the_reason() -> None:
     leg, provider = FakeLeg(), FakeProvider(refuse=True)
-    summary = await asyncio.wait_for(CallSession(leg, provider).run(), 5)
+    summary = await asyncio.wait_for(session(leg, provider).run(), 5)
     assert leg.hangups == ["provider unavailable: connection refused"]
     assert summary.ended_by == "bridge" and not leg.answered
 
 
 async def test_a_call_ended_by_the_bridge_is_not_blamed_on_the_caller() -> None:
     leg, provider = FakeLeg(), FakeProvider()
-    task = asyncio.create_task(CallSession(leg, provider).run())
+    task = asyncio.create_task(session(leg, provider).run())
     leg.queue.put_nowait(CallEnded("bridge shutting down", 200, False, 0, 0))
     summary = await asyncio.wait_for(task, 5)
     assert (summary.ended_by, summary.reason) == ("bridge", "bridge shutting down")
     assert provider.closed
+
+
+async def test_the_session_runs_on_virtual_time() -> None:
+    """The close window (2 s for the provider's final usage) passes on the loop's clock, not the wall's."""
+    leg, provider = FakeLeg(), FakeProvider()
+    provider.request_close = lambda: None  # type: ignore[method-assign]  # the provider never confirms
+    started = time.monotonic()
+    loop_started = virtual_time.loop_clock()()
+    task = asyncio.create_task(session(leg, provider).run())
+    leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
+    summary = await asyncio.wait_for(task, 5)
+    waited_ns = virtual_time.loop_clock()() - loop_started
+    assert summary.ended_by == "caller" and 2_000_000_000 <= waited_ns < 2_100_000_000
+    assert time.monotonic() - started < 1.0  # two virtual seconds, no real ones

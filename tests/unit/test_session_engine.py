@@ -146,8 +146,8 @@ def test_se2_overflow_is_detected_counted_and_the_reservoir_never_exceeds_capaci
     call.provider(AudioReceived(1, pcmu_tone(400), PCMU_8K))  # would make 1.2 s minus the 2 framed
     overflows = [n.condition for n in call.notices if isinstance(n, ConditionDetected)]
     assert overflows == [OutputOverflow(3_200, 6_400 - 2 * 160, 8_000)]  # two frames had moved to the cushion
-    assert call.core.reservoir.depth_bytes <= 8_000
-    assert call.core.reservoir.overflows == 1
+    assert call.core.output.reservoir.depth_bytes <= 8_000
+    assert call.core.output.reservoir.overflows == 1
     assert call.core.status(call.now)["reservoir"]["overflows"] == 1
     assert call.core.status(call.now)["output_recovery"]["cause"] == "output_overflow"  # and the repair begins
 
@@ -163,7 +163,7 @@ def test_se2_stale_output_is_detected_once_when_nothing_plays_it() -> None:
     stale = [n.condition for n in call.notices if isinstance(n, ConditionDetected)]
     assert len(stale) == 1 and isinstance(stale[0], OutputStale) and stale[0].age_ms > 3_000
     call.advance(1_000)
-    assert call.core.reservoir.stales == 1  # reported once per episode
+    assert call.core.output.reservoir.stales == 1  # reported once per episode
 
 
 def test_se2_reservoir_pull_never_spans_items_and_keeps_bytes() -> None:
@@ -217,7 +217,7 @@ def test_se4_cleared_frames_never_transmitted() -> None:
     call.provider(AudioReceived(1, pcmu_tone(2_000), PCMU_8K, item_id="item_a"))
     call.tick(count=10)
     call.provider(SpeechStarted(1, 1000, "item_u1"))
-    assert call.core.barrier.epoch == 1 and call.core.barrier.settled
+    assert call.core.output.barrier.epoch == 1 and call.core.output.barrier.settled
     before = len(call.sent)
     call.tick(count=50)
     assert len(call.sent) == before  # nothing of epoch 0 left the bridge after the clear
@@ -250,7 +250,7 @@ def test_se5_barge_in_truncates_to_what_the_carrier_ledger_says_was_sent() -> No
     [barge] = [n for n in call.notices if isinstance(n, BargedIn)]
     assert barge.source == "provider" and barge.heard == (("item_a", 740),) and barge.cleared_ms > 2_000
     assert barge.last_frame_ms == 0  # the frame of this very tick was the last to leave
-    assert call.core.suppressed
+    assert call.core.barge.suppressed
 
 
 def test_se5_output_is_suppressed_until_the_callers_turn_ends() -> None:
@@ -258,7 +258,7 @@ def test_se5_output_is_suppressed_until_the_callers_turn_ends() -> None:
     call.provider(SpeechStarted(1))
     call.provider(AudioReceived(1, pcmu_tone(500), PCMU_8K, item_id="item_old"))  # late output of the old turn
     call.tick(count=30)
-    assert call.sent == [] and call.core.suppressed_bytes == 4_000
+    assert call.sent == [] and call.core.barge.suppressed_bytes == 4_000
     call.provider(SpeechStopped(1))
     assert any(isinstance(n, TurnEnded) for n in call.notices)
     call.provider(AudioReceived(1, pcmu_tone(100), PCMU_8K, item_id="item_new"))
@@ -271,25 +271,25 @@ def test_se5_interrupted_providers_get_no_truncate_when_they_cannot_take_one() -
     call.provider(AudioReceived(1, pcmu_tone(1_000), PCMU_8K))
     call.tick(count=5)
     call.provider(OutputInterrupted(1))
-    assert call.commands == [] and call.core.suppressed
-    assert call.core.barrier.epoch == 1
+    assert call.commands == [] and call.core.barge.suppressed
+    assert call.core.output.barrier.epoch == 1
 
 
 def test_se5_local_vad_barges_in_for_providers_without_speech_events() -> None:
     call = Call(caps=GPT_LIVE_CAPS)
     call.provider(AudioReceived(1, pcmu_tone(2_000), PCMU_8K))
     call.tick(count=10)
-    assert not call.core.suppressed
+    assert not call.core.barge.suppressed
     speech_started_at = call.now
     call.tick(speech_frame(), count=3)  # 60 ms of caller speech: the attack
-    assert call.core.suppressed
+    assert call.core.barge.suppressed
     [barge] = [n for n in call.notices if isinstance(n, BargedIn)]
     assert barge.source == "local_vad" and barge.heard == (("out-1", 13 * 20),)  # 10 ticks + the 3-frame attack
     transmitted_after = [f for f in call.sent if f.epoch == 0]
     last_ns = call.playout.ledger.last().transmitted_ns  # type: ignore[union-attr]
     assert last_ns - (speech_started_at + 3 * TICK) <= 2 * TICK  # within two frames of the detection
     call.tick(bytes(320), count=20)  # 400 ms of silence: past the 300 ms hangover
-    assert not call.core.suppressed
+    assert not call.core.barge.suppressed
     assert len(transmitted_after) == len(call.sent)
 
 
@@ -321,7 +321,7 @@ def test_se6_events_of_another_transport_are_inert() -> None:
     call.provider(AudioReceived(2, pcmu_tone(500), PCMU_8K))
     call.provider(SpeechStarted(2))
     call.tick(count=5)
-    assert call.sent == [] and not call.core.suppressed and call.core.stale_events == 2
+    assert call.sent == [] and not call.core.barge.suppressed and call.core.connections.stale_events == 2
 
 
 # --- SE7 ---------------------------------------------------------------------------------------------------
@@ -348,12 +348,12 @@ def test_se7_underruns_count_media_ticks_that_found_nothing_mid_item() -> None:
     call.tick(count=6)
     assert call.core.status(call.now)["qos"]["underruns"] == 3
     call.tick(count=20)  # 300 ms without audio: the item is over, silence is no longer a gap
-    assert call.core.underruns == 11 and call.core.framer.item_id is None  # ticks at 80..280 ms
+    assert call.core.output.underruns == 11 and call.core.output.framer.item_id is None  # ticks at 80..280 ms
     call.tick(count=5)
-    assert call.core.underruns == call.core.status(call.now)["qos"]["underruns"]
-    before = call.core.underruns
+    assert call.core.output.underruns == call.core.status(call.now)["qos"]["underruns"]
+    before = call.core.output.underruns
     call.tick(count=5)
-    assert call.core.underruns == before  # between items nothing is counted
+    assert call.core.output.underruns == before  # between items nothing is counted
 
 
 def test_se5_vad_level_and_attack_hangover() -> None:

@@ -6,13 +6,18 @@ from __future__ import annotations
 import asyncio
 import json
 
-from bridge.session import CallSession
-from bridge.telephony import TelephonyOptions, tool_specs
-from providers.events import AudioReceived, ToolCallRequested
-from rtp.audio import PCMU_8K
-from sip.leg import CallEnded, DtmfReceived, TransferProgress
+import virtual_time
 from test_delegations import ToolProvider
 from test_session import FakeLeg
+
+from bridge.delegations import DeliverResult
+from bridge.session import CallSession
+from bridge.telephony import TelephonyOptions, tool_specs
+from providers.events import AudioReceived, SessionClosed, ToolCallRequested
+from rtp.audio import PCMU_8K
+from sip.leg import CallEnded, DtmfReceived, TransferProgress
+
+event_loop_policy = virtual_time.policy_fixture()  # the shell tests run on virtual time
 
 OPTIONS = TelephonyOptions(end_call=True, transfer_targets={"sales": "sip:sales@127.0.0.1:5090"}, send_dtmf=True,
                            dtmf_to_model=True, goodbye_timeout_ms=2_000)
@@ -67,7 +72,7 @@ async def test_dl6_transfer_call_sends_refer_and_reports_the_transferee_s_answer
         ran.append(job)
         return "{}"
 
-    task = asyncio.create_task(CallSession(leg, provider, job_handler=application, telephony_options=OPTIONS).run())
+    task = asyncio.create_task(CallSession(leg, provider, clock=virtual_time.loop_clock(), job_handler=application, telephony_options=OPTIONS).run())
     provider.queue.put_nowait(ToolCallRequested(1, "call_t", "transfer_call", '{"destination": "sales"}'))
     await until(lambda: leg.transfers)
     assert leg.transfers == ["sip:sales@127.0.0.1:5090"] and not provider.results
@@ -86,7 +91,7 @@ async def test_dl6_transfer_call_sends_refer_and_reports_the_transferee_s_answer
 
 async def test_dl6_end_call_lets_the_goodbye_play_then_hangs_up() -> None:
     leg, provider = TelephonyLeg(), TextProvider()
-    task = asyncio.create_task(CallSession(leg, provider, telephony_options=OPTIONS).run())
+    task = asyncio.create_task(CallSession(leg, provider, clock=virtual_time.loop_clock(), telephony_options=OPTIONS).run())
     provider.queue.put_nowait(ToolCallRequested(1, "call_e", "end_call", "{}"))
     await asyncio.wait_for(provider.answered.wait(), 5)
     provider.queue.put_nowait(AudioReceived(1, bytes(range(256)) * 4, PCMU_8K))  # the goodbye (128 ms)
@@ -109,7 +114,7 @@ async def test_dl6_the_caller_s_keys_reach_the_application_and_the_model() -> No
     async def on_dtmf(digit: str) -> None:
         pressed.append(digit)
 
-    task = asyncio.create_task(CallSession(leg, provider, telephony_options=OPTIONS, dtmf_handler=on_dtmf).run())
+    task = asyncio.create_task(CallSession(leg, provider, clock=virtual_time.loop_clock(), telephony_options=OPTIONS, dtmf_handler=on_dtmf).run())
     for digit in "42#":
         leg.queue.put_nowait(DtmfReceived(digit))
     await until(lambda: len(pressed) == 3 and len(provider.texts) == 3)
@@ -117,3 +122,51 @@ async def test_dl6_the_caller_s_keys_reach_the_application_and_the_model() -> No
     assert provider.texts[0] == ("The caller pressed the key 4 on their keypad.", False)
     leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
     await asyncio.wait_for(task, 5)
+
+
+# --- one mechanism for "the caller hears the goodbye, then BYE": core deadlines, on virtual time -------------
+
+
+def test_dl6_a_failed_session_plays_the_closing_message_then_hangs_up_on_a_core_deadline() -> None:
+    from test_session_engine import Call
+
+    from bridge.commands import EndSession, HangUp
+
+    message = bytes(320) * 25  # 500 ms
+    call = Call(closing_message=message)
+    call.core.replacement_failed(2, "x", call.now)  # (no recovery: nothing happens)
+    call.provider(SessionClosed(1, "connection lost", False))
+    call.core.replacement_failed(2, "HTTP 503", call.now)
+    call._drain()
+    assert [c for c in call.commands if isinstance(c, EndSession)] == [
+        EndSession("the replacement connection failed: HTTP 503", True)]
+    assert not [c for c in call.commands if isinstance(c, HangUp)]  # not while the message plays
+    assert call.core.next_deadline() == call.now + 600 * 1_000_000  # its 500 ms and 100 ms of margin
+    call.tick(count=29)
+    assert not [c for c in call.commands if isinstance(c, HangUp)]
+    call.tick(count=1)
+    assert [c for c in call.commands if isinstance(c, HangUp)] == [HangUp("the replacement connection failed: HTTP 503")]
+    assert [f.item_id for f in call.sent] == ["final-message"] * 25  # the caller heard all of it first
+
+
+def test_dl6_end_call_waits_for_the_goodbye_to_be_played_then_hangs_up() -> None:
+    from test_session_engine import Call, pcmu_tone
+
+    from bridge.commands import HangUp
+
+    call = Call(telephony=OPTIONS)
+    call.provider(ToolCallRequested(1, "call_e", "end_call", "{}"))
+    answered = [c for c in call.commands if isinstance(c, DeliverResult)]
+    assert len(answered) == 1 and "goodbye" in answered[0].output
+    call.provider(AudioReceived(1, pcmu_tone(300), PCMU_8K))  # the goodbye
+    call.tick(count=10)
+    assert not [c for c in call.commands if isinstance(c, HangUp)]
+    call.tick(count=30)  # played, and the item is over (300 ms quiet)
+    [hangup] = [c for c in call.commands if isinstance(c, HangUp)]
+    assert "end_call" in hangup.reason and len(call.sent) == 15  # every goodbye frame left before the BYE
+    silent = Call(telephony=OPTIONS)  # a model that says nothing: the timeout ends the call
+    silent.provider(ToolCallRequested(1, "call_e", "end_call", "{}"))
+    silent.advance(1_990)
+    assert not [c for c in silent.commands if isinstance(c, HangUp)]
+    silent.advance(20)
+    assert [c for c in silent.commands if isinstance(c, HangUp)]
