@@ -10,9 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 _EXPORTS = {
-    "Server": "bridge.api", "ServerConfig": "bridge.api", "Application": "bridge.api", "CallSetup": "bridge.api",
-    "LiveCall": "bridge.api", "JobRequest": "bridge.delegations", "ToolSpec": "providers.base",
-    "TelephonyOptions": "bridge.telephony", "RolloverOptions": "bridge.rollover",
+    "Server": "bridge.api",
+    "ServerConfig": "bridge.api",
+    "Application": "bridge.api",
+    "CallSetup": "bridge.api",
+    "LiveCall": "bridge.api",
+    "JobRequest": "bridge.delegations",
+    "ToolSpec": "providers.base",
+    "TelephonyOptions": "bridge.telephony",
+    "RolloverOptions": "bridge.rollover",
 }
 
 

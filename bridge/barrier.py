@@ -75,7 +75,9 @@ class BargeIn:
         cleared_ms, items = self._output.clear()
         ledger = self._output.channel.ledger
         last = ledger.last()  # after the clear nothing of the old epoch can leave: this is the last one
-        last_ms = (last.transmitted_ns - now) / 1_000_000 if last is not None and last.epoch == old_epoch else None
+        last_ms = (
+            (last.transmitted_ns - now) / 1_000_000 if last is not None and last.epoch == old_epoch else None
+        )
         heard = [(item, ledger.transmitted_ms(item)) for item in items]  # HR4: what left is out of scope
         truncates = [Truncate(item, ms) for item, ms in heard] if self._truncate else []
         return BargedIn(at_ms, source, cleared_ms, tuple(heard), last_ms), truncates
@@ -95,6 +97,11 @@ class BargeIn:
 
     def status(self) -> dict[str, object]:
         barrier = self._output.barrier
-        return {"epoch": barrier.epoch, "settled": barrier.settled, "cushion_frames": self._output.channel.depth,
-                "suppressed": self.suppressed, "barge_ins": self.barge_ins,
-                "frames_transmitted": self._output.channel.ledger.frames_transmitted}
+        return {
+            "epoch": barrier.epoch,
+            "settled": barrier.settled,
+            "cushion_frames": self._output.channel.depth,
+            "suppressed": self.suppressed,
+            "barge_ins": self.barge_ins,
+            "frames_transmitted": self._output.channel.ledger.frames_transmitted,
+        }

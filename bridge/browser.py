@@ -210,7 +210,9 @@ class BrowserLeg(PlayoutLeg):
     def send_dtmf(self, digits: str) -> None:
         if not _DTMF.fullmatch(digits):
             raise ValueError(f"not DTMF digits: {digits!r}")
-        log.info("call %s: DTMF %s not sent (a browser has no telephone-event)", self._identity.call_id, digits)
+        log.info(
+            "call %s: DTMF %s not sent (a browser has no telephone-event)", self._identity.call_id, digits
+        )
 
     # shell side
 
@@ -309,7 +311,9 @@ def _keep_ice_on_loopback() -> None:
     aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
     original = aioice.ice.Connection.request_received
 
-    def request_received(self: aioice.ice.Connection, message: Any, addr: tuple[str, int], protocol: Any) -> None:
+    def request_received(
+        self: aioice.ice.Connection, message: Any, addr: tuple[str, int], protocol: Any
+    ) -> None:
         if ipaddress.ip_address(addr[0]).is_loopback:
             original(self, message, addr, protocol)
 
@@ -329,8 +333,13 @@ class BrowserChannel:
     other candidates are dropped. A peer that never completes ICE and DTLS within `connect_timeout_s` is
     closed and its call ended."""
 
-    def __init__(self, on_call: Callable[[BrowserLeg], None], *, loopback_only: bool = True,
-                 connect_timeout_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        on_call: Callable[[BrowserLeg], None],
+        *,
+        loopback_only: bool = True,
+        connect_timeout_s: float = 10.0,
+    ) -> None:
         self._on_call = on_call
         self._loopback = loopback_only
         self._timeout = connect_timeout_s
@@ -345,14 +354,24 @@ class BrowserChannel:
         if self._loopback:
             sdp = loopback_candidates(sdp)
         call_id = f"web-{next(self._ids)}"
-        identity = CallIdentity(call_id=call_id, sip_call_id=call_id, from_uri="browser:console",
-                                to_uri="browser:talk", request_user="talk", source=source,
-                                headers=(("X-Channel", "browser"),))
+        identity = CallIdentity(
+            call_id=call_id,
+            sip_call_id=call_id,
+            from_uri="browser:console",
+            to_uri="browser:talk",
+            request_user="talk",
+            source=source,
+            headers=(("X-Channel", "browser"),),
+        )
         leg = BrowserLeg(identity)
         pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
         leg.peer = pc
         transceiver = pc.addTransceiver(OutboundTrack(leg), direction="sendrecv")
-        codecs = [c for c in RTCRtpSender.getCapabilities("audio").codecs if c.mimeType in ("audio/opus", "audio/PCMU")]
+        codecs = [
+            c
+            for c in RTCRtpSender.getCapabilities("audio").codecs
+            if c.mimeType in ("audio/opus", "audio/PCMU")
+        ]
         transceiver.setCodecPreferences(codecs)
         tasks: set[asyncio.Task[None]] = set()
 
@@ -387,7 +406,9 @@ class BrowserChannel:
         """Clean up a peer that never connects."""
         await asyncio.sleep(self._timeout)
         if pc.connectionState != "connected" and leg.peer is pc:
-            log.warning("call %s: WebRTC did not connect within %.0f s; closing", leg.identity.call_id, self._timeout)
+            log.warning(
+                "call %s: WebRTC did not connect within %.0f s; closing", leg.identity.call_id, self._timeout
+            )
             leg.remote_ended("ICE/DTLS did not complete")
             self.legs.pop(leg.identity.call_id, None)
 

@@ -203,13 +203,34 @@ class EmitInterim:
 
 
 RolloverAction = (
-    ApproveRollover | AuthorizeConnection | OpenRollover | StartInput | CommitInput | StopInput | TakeFloor
-    | CloseTransport | EmitUtterance | EmitInterim | EndSession
+    ApproveRollover
+    | AuthorizeConnection
+    | OpenRollover
+    | StartInput
+    | CommitInput
+    | StopInput
+    | TakeFloor
+    | CloseTransport
+    | EmitUtterance
+    | EmitInterim
+    | EndSession
 )
 
 Command = (
-    SendAudio | Truncate | OpenReplacement | OpenRollover | CloseTransport | CommitInput | RequestClose
-    | EndSession | HangUp | ApproveRollover | AuthorizeConnection | TransferCall | SendDtmf | DelegationCommand
+    SendAudio
+    | Truncate
+    | OpenReplacement
+    | OpenRollover
+    | CloseTransport
+    | CommitInput
+    | RequestClose
+    | EndSession
+    | HangUp
+    | ApproveRollover
+    | AuthorizeConnection
+    | TransferCall
+    | SendDtmf
+    | DelegationCommand
 )
 
 # --- notices for the log and the metrics (facts) ---
@@ -246,7 +267,9 @@ class Transcript:
     text: str
     at_ms: int
     final: bool
-    caption_epoch: int = 0  # a recovery starts a fresh grouping epoch: old fragments never merge into new (HR11)
+    caption_epoch: int = (
+        0  # a recovery starts a fresh grouping epoch: old fragments never merge into new (HR11)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,8 +314,16 @@ class Reseeded:
 
 
 Notice = (
-    ConditionDetected | BargedIn | TurnEnded | Transcript | ProviderError | AudioDiscontinuity | RecoveryChanged
-    | RolloverChanged | Reseeded | DelegationNotice
+    ConditionDetected
+    | BargedIn
+    | TurnEnded
+    | Transcript
+    | ProviderError
+    | AudioDiscontinuity
+    | RecoveryChanged
+    | RolloverChanged
+    | Reseeded
+    | DelegationNotice
 )
 
 

@@ -133,5 +133,9 @@ class Connections:
             self.resume_handle = handle
 
     def status(self) -> dict[str, object]:
-        return {"floor": self.floor, "listeners": sorted(self.listeners), "receiving": list(self.audio_targets),
-                "resumable": self.resume_handle is not None}
+        return {
+            "floor": self.floor,
+            "listeners": sorted(self.listeners),
+            "receiving": list(self.audio_targets),
+            "resumable": self.resume_handle is not None,
+        }

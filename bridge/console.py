@@ -80,12 +80,21 @@ def _summary(status: dict[str, Any]) -> dict[str, Any]:
     """What the console shows of one `status()`: list columns and the per-call panel."""
     reservoir = status.get("reservoir") or {}
     return {
-        "from": status.get("from"), "to": status.get("to"), "called": status.get("called"),
-        "source": status.get("source"), "provider": status.get("provider"), "state": status.get("state"),
-        "engine": status.get("engine"), "channel": status.get("channel"),
-        "duration_ms": status.get("duration_ms"), "output_recovery": status.get("output_recovery"),
-        "rollover": _rollover(status.get("rollover")), "transport_token": status.get("transport_token"),
-        "reservoir_ms": reservoir.get("depth_ms"), "qos": status.get("qos"), "playback": status.get("playback"),
+        "from": status.get("from"),
+        "to": status.get("to"),
+        "called": status.get("called"),
+        "source": status.get("source"),
+        "provider": status.get("provider"),
+        "state": status.get("state"),
+        "engine": status.get("engine"),
+        "channel": status.get("channel"),
+        "duration_ms": status.get("duration_ms"),
+        "output_recovery": status.get("output_recovery"),
+        "rollover": _rollover(status.get("rollover")),
+        "transport_token": status.get("transport_token"),
+        "reservoir_ms": reservoir.get("depth_ms"),
+        "qos": status.get("qos"),
+        "playback": status.get("playback"),
     }
 
 
@@ -131,8 +140,11 @@ class ConsoleFeed:
         for call_id, status in calls.items():
             summary = _summary(status)
             last = self._last.get(call_id)
-            changed = last != summary if full else last is None or any(
-                last.get(k) != summary.get(k) for k in _STAGES)
+            changed = (
+                last != summary
+                if full
+                else last is None or any(last.get(k) != summary.get(k) for k in _STAGES)
+            )
             if changed:
                 self._last[call_id] = summary
                 self.publish("call", call_id, summary)
@@ -143,18 +155,50 @@ class ConsoleFeed:
     def notice(self, call_id: str, notice: object) -> None:
         """A session notice, as it happens (the hook the session calls beside `bridge.log.log_notice`)."""
         if isinstance(notice, Transcript):
-            self.publish("caption", call_id, {"role": notice.role, "text": notice.text, "at_ms": notice.at_ms,
-                                              "final": notice.final, "epoch": notice.caption_epoch})
+            self.publish(
+                "caption",
+                call_id,
+                {
+                    "role": notice.role,
+                    "text": notice.text,
+                    "at_ms": notice.at_ms,
+                    "final": notice.final,
+                    "epoch": notice.caption_epoch,
+                },
+            )
         elif isinstance(notice, BargedIn):
-            self.publish("barge_in", call_id, {"at_ms": notice.at_ms, "source": notice.source,
-                                               "cleared_ms": notice.cleared_ms,
-                                               "heard": [list(h) for h in notice.heard]})
+            self.publish(
+                "barge_in",
+                call_id,
+                {
+                    "at_ms": notice.at_ms,
+                    "source": notice.source,
+                    "cleared_ms": notice.cleared_ms,
+                    "heard": [list(h) for h in notice.heard],
+                },
+            )
         elif isinstance(notice, RecoveryChanged):
-            self.publish("recovery", call_id, {"stage": notice.stage, "token": notice.token, "cause": notice.cause,
-                                               "elapsed_ms": notice.elapsed_ms})
+            self.publish(
+                "recovery",
+                call_id,
+                {
+                    "stage": notice.stage,
+                    "token": notice.token,
+                    "cause": notice.cause,
+                    "elapsed_ms": notice.elapsed_ms,
+                },
+            )
         elif isinstance(notice, RolloverChanged):
-            self.publish("rollover", call_id, {"what": notice.what, "connection_id": notice.connection_id,
-                                               "detail": notice.detail, "at_ms": notice.at_ms})
+            self.publish(
+                "rollover",
+                call_id,
+                {
+                    "what": notice.what,
+                    "connection_id": notice.connection_id,
+                    "detail": notice.detail,
+                    "at_ms": notice.at_ms,
+                },
+            )
 
     def forget(self) -> None:
         """Drop the last snapshot (no subscriber is left to diff it for)."""
@@ -176,8 +220,12 @@ def collect(source: StatusMap) -> dict[str, dict[str, Any]]:
     return out
 
 
-async def poll_status(feed: ConsoleFeed, source: Callable[[], StatusMap], interval_s: float = POLL_INTERVAL_S,
-                      fast_per_full: int = 4) -> None:
+async def poll_status(
+    feed: ConsoleFeed,
+    source: Callable[[], StatusMap],
+    interval_s: float = POLL_INTERVAL_S,
+    fast_per_full: int = 4,
+) -> None:
     """The shell: a `status()` snapshot into the feed `fast_per_full` times per `interval_s` (stage changes),
     a full one every `interval_s` (counters, duration), until cancelled."""
     n = 0
@@ -191,9 +239,11 @@ async def poll_status(feed: ConsoleFeed, source: Callable[[], StatusMap], interv
         await asyncio.sleep(interval_s / fast_per_full)
 
 
-STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
-          "/console.js": ("console.js", "text/javascript; charset=utf-8"),
-          "/console.css": ("console.css", "text/css; charset=utf-8")}
+STATIC = {
+    "/": ("index.html", "text/html; charset=utf-8"),
+    "/console.js": ("console.js", "text/javascript; charset=utf-8"),
+    "/console.css": ("console.css", "text/css; charset=utf-8"),
+}
 
 
 def static_file(path: str) -> tuple[bytes, str] | None:

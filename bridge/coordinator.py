@@ -56,9 +56,18 @@ class CoordinatorOptions:
 class SessionCoordinator:
     """One call's session core. The shell feeds it and carries out what it pulls."""
 
-    def __init__(self, *, limits: AudioLimits, output_format: AudioFormat, capabilities: Capabilities,
-                 channel: Channel, now: int, token: int = 1, options: CoordinatorOptions | None = None,
-                 settings: SessionSettings | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        limits: AudioLimits,
+        output_format: AudioFormat,
+        capabilities: Capabilities,
+        channel: Channel,
+        now: int,
+        token: int = 1,
+        options: CoordinatorOptions | None = None,
+        settings: SessionSettings | None = None,
+    ) -> None:
         o = self.options = options or CoordinatorOptions()
         self.capabilities = caps = capabilities
         # RO5: turn detection off where the protocol allows it; the bridge's own VAD turns are committed.
@@ -66,16 +75,32 @@ class SessionCoordinator:
         self.out = Outbox()
         self.timeline = Timeline(now)
         self.connections = Connections(token)
-        self.output = OutputPath(limits, output_format, channel, lead_frames=o.lead_frames,
-                                 item_quiet_ms=o.item_quiet_ms)
+        self.output = OutputPath(
+            limits, output_format, channel, lead_frames=o.lead_frames, item_quiet_ms=o.item_quiet_ms
+        )
         self.barge = BargeIn(self.output, truncate=caps.truncate)
         self.turns = TurnTracker(caps, o.vad, client_turns=self.client_turns)
         self.delegations = Delegations(o.delegations)
         self.captions = Captions(self.out, close_ms=o.caption_close_ms, fragments=not caps.server_vad)
-        self.recovery = RecoveryController(self.out, self.connections, self.output, self.delegations, self._seed,
-                                           self._afresh, answer_within_ms=caps.answer_within_ms)
-        self.rollover = RolloverLink(self.out, self.connections, self.timeline, self.captions, self.turns,
-                                     o.rollover, self._seed, client_commits=self.client_turns)
+        self.recovery = RecoveryController(
+            self.out,
+            self.connections,
+            self.output,
+            self.delegations,
+            self._seed,
+            self._afresh,
+            answer_within_ms=caps.answer_within_ms,
+        )
+        self.rollover = RolloverLink(
+            self.out,
+            self.connections,
+            self.timeline,
+            self.captions,
+            self.turns,
+            o.rollover,
+            self._seed,
+            client_commits=self.client_turns,
+        )
         self.ending = CallEnding(self.out, self.output, o.telephony, o.closing_message)
         self.telephony = TelephonyTools(self.out, o.telephony, self.delegations, self.ending)
         self.usage = UsageMeter()
@@ -118,13 +143,19 @@ class SessionCoordinator:
             self._barge_in(now, "provider")
         elif isinstance(event, (ev.SpeechStarted, ev.SpeechStopped)):
             self._turn(self.turns.provider(event), now)
-        elif isinstance(event, ev.InputTranscript) and not self.captions.fragment(event, self.timeline, now, speaking=self.turns.speaking):
+        elif isinstance(event, ev.InputTranscript) and not self.captions.fragment(
+            event, self.timeline, now, speaking=self.turns.speaking
+        ):
             if self.rollover.controller is None:
-                self.captions.caller(event.text, self.timeline.rebase(event.token, event.start_ms, now), event.final)
+                self.captions.caller(
+                    event.text, self.timeline.rebase(event.token, event.start_ms, now), event.final
+                )
             if event.final and event.text.strip():
                 self._turn_over(now)
         elif isinstance(event, ev.OutputTranscript):
-            self.captions.assistant(event.text, self.timeline.rebase(event.token, event.start_ms, now), event.final)
+            self.captions.assistant(
+                event.text, self.timeline.rebase(event.token, event.start_ms, now), event.final
+            )
         elif isinstance(event, ev.SessionStarted):
             self.state = "ready"
             self.timeline.connection_started(event.token, now)
@@ -143,7 +174,9 @@ class SessionCoordinator:
             self.connections.resumption_updated(event.token, event.handle, event.resumable)
         elif isinstance(event, ev.ToolCallRequested):
             at = self.timeline.rebase(event.token, event.at_ms, now)  # HR11
-            self.delegations.call_requested(event.token, event.call_id, event.name, event.arguments, event.kind, at)
+            self.delegations.call_requested(
+                event.token, event.call_id, event.name, event.arguments, event.kind, at
+            )
         elif isinstance(event, ev.ToolCallCancelled):
             self.delegations.call_cancelled(event.call_ids, self.timeline.ms(now))
         elif isinstance(event, ev.ResponseDone):
@@ -209,7 +242,9 @@ class SessionCoordinator:
         at = self.timeline.ms(now)
         if self.captions.due(now):
             self._close_captions(now)
-        failure = self.recovery.handle_timer(now, at, may_begin=not self.ending.ended and not self.ending.leg_ended)
+        failure = self.recovery.handle_timer(
+            now, at, may_begin=not self.ending.ended and not self.ending.leg_ended
+        )
         if failure is not None:
             self._end(failure, now, failed=True)
         else:
@@ -225,8 +260,14 @@ class SessionCoordinator:
     def next_deadline(self) -> int | None:
         hold = self.delegations.deadline_ms()
         held_until = None if hold is None else self.timeline.start_ns + hold * 1_000_000
-        parts = (self.output.next_deadline(), self.recovery.next_deadline(), held_until, self.ending.next_deadline(),
-                 self.rollover.next_deadline(), self.captions.next_deadline())
+        parts = (
+            self.output.next_deadline(),
+            self.recovery.next_deadline(),
+            held_until,
+            self.ending.next_deadline(),
+            self.rollover.next_deadline(),
+            self.captions.next_deadline(),
+        )
         due = [t for t in parts if t is not None]
         return min(due) if due else None
 
@@ -279,7 +320,9 @@ class SessionCoordinator:
                 self._barge_in(now, change.source)
             if not self.recovery.reconnecting:  # after a repair, this opens the first fresh interval (HR10)
                 self.recovery.caller_started()
-                self.delegations.caller_started(self.token, self.timeline.rebase(self.token, change.provider_ms, now))
+                self.delegations.caller_started(
+                    self.token, self.timeline.rebase(self.token, change.provider_ms, now)
+                )
             if change.source == "local_vad" and change.barge:
                 self.rollover.local_turn(True, now)  # without server VAD, the local detector marks utterances
         elif isinstance(change, CallerStopped):
@@ -292,7 +335,9 @@ class SessionCoordinator:
                 self.captions.turn_over(now)
                 self.rollover.local_turn(False, now)
                 if self.client_turns:  # RO5: the bridge's own turn is committed, then flushed
-                    self.out.commands.extend(CommitInput(connection_id(t)) for t in self.connections.audio_targets)
+                    self.out.commands.extend(
+                        CommitInput(connection_id(t)) for t in self.connections.audio_targets
+                    )
                     self.rollover.flush(now)
 
     def _turn_over(self, now: int) -> None:
@@ -334,9 +379,13 @@ class SessionCoordinator:
             "rollover": self.rollover.status(),
             **self.output.status(now),
             "playback": self.barge.status(),
-            "qos": {"frames_in": self.frames_in, "underruns": self.output.underruns,
-                    "suppressed_bytes": self.barge.suppressed_bytes, "stale_events": self.connections.stale_events,
-                    "listener_audio_bytes": self.rollover.listener_audio_bytes},
+            "qos": {
+                "frames_in": self.frames_in,
+                "underruns": self.output.underruns,
+                "suppressed_bytes": self.barge.suppressed_bytes,
+                "stale_events": self.connections.stale_events,
+                "listener_audio_bytes": self.rollover.listener_audio_bytes,
+            },
             "recoveries": self.recovery.status(),
             "delegations": self.delegations.status(),
             "usage": self.usage.status(),

@@ -191,21 +191,29 @@ class Delegations:
 
     # --- provider side ---
 
-    def call_requested(self, token: int, call_id: str, name: str, arguments: str, kind: str, at_ms: int) -> None:
+    def call_requested(
+        self, token: int, call_id: str, name: str, arguments: str, kind: str, at_ms: int
+    ) -> None:
         """The model asked for a tool or a delegation (`at_ms` already on the session timeline)."""
         known = self._by_call.get(call_id)
         if known is not None:
             self._redelivered(known, token, call_id, at_ms)
             return
         fresh = self.fresh_start_ms
-        supersedes = self._supersede(name, fresh, at_ms) if self.held and fresh is not None and at_ms >= fresh else None
+        supersedes = (
+            self._supersede(name, fresh, at_ms)
+            if self.held and fresh is not None and at_ms >= fresh
+            else None
+        )
         self._next_job += 1
         request = JobRequest(f"job-{self._next_job}", name, arguments, kind, at_ms, supersedes)
         job = Job(request, [call_id], token, JobState.HELD)
         self.jobs[job.job_id] = job
         self._by_call[call_id] = job
         if self._pending() > self.options.max_pending_delegations:
-            self._refuse(job, f"{self.options.max_pending_delegations} delegations are already pending", at_ms)
+            self._refuse(
+                job, f"{self.options.max_pending_delegations} delegations are already pending", at_ms
+            )
         elif self.resuming and (self.fresh_start_ms is None or at_ms < self.fresh_start_ms):
             self._changed(job, JobState.HELD, "waiting for the caller's first fresh interval (HR10)", at_ms)
         else:
@@ -236,9 +244,16 @@ class Delegations:
         job.output = output
         job.state = JobState.ANSWERED
         fresh = self.fresh_start_ms is not None and job.request.requested_at_ms >= self.fresh_start_ms
-        if self.held and not fresh:  # (a call made in the caller's fresh interval is the model's reaction to it)
+        if (
+            self.held and not fresh
+        ):  # (a call made in the caller's fresh interval is the model's reaction to it)
             job.held_since_recovery = self.recoveries
-            self._changed(job, JobState.ANSWERED, f"revision {job.revision} held until the caller has spoken (HR9)", at_ms)
+            self._changed(
+                job,
+                JobState.ANSWERED,
+                f"revision {job.revision} held until the caller has spoken (HR9)",
+                at_ms,
+            )
         else:
             self._deliver(job, token, at_ms)
         return True
@@ -284,7 +299,9 @@ class Delegations:
             if job.state is JobState.HELD:
                 if job.request.requested_at_ms < at_ms:
                     self.stats.not_dispatched += 1
-                    self._changed(job, JobState.NOT_DISPATCHED, "requested before the caller's fresh interval", at_ms)
+                    self._changed(
+                        job, JobState.NOT_DISPATCHED, "requested before the caller's fresh interval", at_ms
+                    )
                     self._answer_model(job, NOT_RUN_STALE, token)
                 else:
                     self._dispatch(job, at_ms)
@@ -346,9 +363,19 @@ class Delegations:
         job.token = token
         if call_id not in job.call_ids:
             job.call_ids.append(call_id)
-        self._notices.append(JobChanged(job.job_id, job.request.name, job.state.value,
-                                        f"call {call_id} delivered again: answered from the ledger", at_ms))
-        if job.state in (JobState.DELIVERED, JobState.REFUSED, JobState.NOT_DISPATCHED) and job.output is not None:
+        self._notices.append(
+            JobChanged(
+                job.job_id,
+                job.request.name,
+                job.state.value,
+                f"call {call_id} delivered again: answered from the ledger",
+                at_ms,
+            )
+        )
+        if (
+            job.state in (JobState.DELIVERED, JobState.REFUSED, JobState.NOT_DISPATCHED)
+            and job.output is not None
+        ):
             self._answer_model(job, job.output, token, call_id)
 
     def _supersede(self, name: str, fresh_start_ms: int, at_ms: int) -> str | None:
@@ -364,7 +391,9 @@ class Delegations:
 
     def _dispatch(self, job: Job, at_ms: int) -> None:
         self.stats.dispatched += 1
-        self._changed(job, JobState.RUNNING, f"dispatched to the application (call {job.call_ids[-1]})", at_ms)
+        self._changed(
+            job, JobState.RUNNING, f"dispatched to the application (call {job.call_ids[-1]})", at_ms
+        )
         self._commands.append(DispatchJob(job.request))
 
     def _refuse(self, job: Job, reason: str, at_ms: int) -> None:
@@ -426,7 +455,11 @@ class Delegations:
 
     def snapshot_facts(self) -> tuple[str, ...]:
         """Facts and verified results for a re-seed (HR7): bounded, newest last."""
-        verified = [f"{job.request.name} ({job.job_id}) returned {job.output}" for job in self.jobs.values()
-                    if job.state is JobState.DELIVERED and job.output is not None
-                    and not any(r.job_id == job.job_id for r in self.records)]
-        return tuple((self.facts + verified)[-self.options.max_facts:])
+        verified = [
+            f"{job.request.name} ({job.job_id}) returned {job.output}"
+            for job in self.jobs.values()
+            if job.state is JobState.DELIVERED
+            and job.output is not None
+            and not any(r.job_id == job.job_id for r in self.records)
+        ]
+        return tuple((self.facts + verified)[-self.options.max_facts :])

@@ -77,7 +77,9 @@ class ItemFramer:
 
     def finish(self) -> list[OutboundFrame]:
         """End the item: its partial last frame, padded with silence (digital zero)."""
-        frames = self._tag(self._pending + bytes(PCM16_FRAME_BYTES - len(self._pending))) if self._pending else []
+        frames = (
+            self._tag(self._pending + bytes(PCM16_FRAME_BYTES - len(self._pending))) if self._pending else []
+        )
         self.item_id, self._pending = None, b""
         return frames
 
@@ -92,6 +94,10 @@ class ItemFramer:
         assert self.item_id is not None
         frames = []
         for start in range(0, len(pcm), PCM16_FRAME_BYTES):
-            frames.append(OutboundFrame(pcm[start : start + PCM16_FRAME_BYTES], self._epoch, self.item_id, self._offset_ms))
+            frames.append(
+                OutboundFrame(
+                    pcm[start : start + PCM16_FRAME_BYTES], self._epoch, self.item_id, self._offset_ms
+                )
+            )
             self._offset_ms += FRAME_MS
         return frames

@@ -36,9 +36,13 @@ def _condition(n: ConditionDetected) -> Lines:
 
 def _barged_in(n: BargedIn) -> Lines:
     reaction = "n/a" if n.last_frame_ms is None else f"{n.last_frame_ms:+.1f} ms"
-    return [(logging.INFO if n.cleared_ms else logging.DEBUG,
-             "barge-in (%s) at %d ms: cleared %d ms of output; heard %s; last assistant frame left %s from the event",
-             (n.source, n.at_ms, n.cleared_ms, list(n.heard) or "nothing interrupted", reaction))]
+    return [
+        (
+            logging.INFO if n.cleared_ms else logging.DEBUG,
+            "barge-in (%s) at %d ms: cleared %d ms of output; heard %s; last assistant frame left %s from the event",
+            (n.source, n.at_ms, n.cleared_ms, list(n.heard) or "nothing interrupted", reaction),
+        )
+    ]
 
 
 def _transcript(n: Transcript) -> Lines:
@@ -58,14 +62,25 @@ def _job(n: JobChanged) -> Lines:
 
 
 def _unknown(n: CommandsUnknown) -> Lines:
-    return [(logging.WARNING, "command %d (%s%s) on lost connection %d: unknown, not replayed",
-             (r.command_id, r.what, f" of {r.job_id}" if r.job_id else "", n.token)) for r in n.records]
+    return [
+        (
+            logging.WARNING,
+            "command %d (%s%s) on lost connection %d: unknown, not replayed",
+            (r.command_id, r.what, f" of {r.job_id}" if r.job_id else "", n.token),
+        )
+        for r in n.records
+    ]
 
 
 def _discontinuity(n: AudioDiscontinuity) -> Lines:
     unit = "bytes of provider audio" if n.direction == "output" else "caller frames"
-    return [(logging.WARNING, "audio_discontinuity %s: %d %s dropped (%s) at %d ms",
-             (n.direction, n.amount, unit, n.cause, n.at_ms))]
+    return [
+        (
+            logging.WARNING,
+            "audio_discontinuity %s: %d %s dropped (%s) at %d ms",
+            (n.direction, n.amount, unit, n.cause, n.at_ms),
+        )
+    ]
 
 
 def _rollover(n: RolloverChanged) -> Lines:
@@ -73,9 +88,13 @@ def _rollover(n: RolloverChanged) -> Lines:
 
 
 def _recovery(n: RecoveryChanged) -> Lines:
-    return [(logging.ERROR if n.stage == "failed" else logging.WARNING,
-             "output_recovery %s: token %d, cause %s, %d ms since the condition",
-             (n.stage, n.token, n.cause, n.elapsed_ms))]
+    return [
+        (
+            logging.ERROR if n.stage == "failed" else logging.WARNING,
+            "output_recovery %s: token %d, cause %s, %d ms since the condition",
+            (n.stage, n.token, n.cause, n.elapsed_ms),
+        )
+    ]
 
 
 FORMATTERS: dict[type, Callable[[Any], Lines]] = {
@@ -89,8 +108,13 @@ FORMATTERS: dict[type, Callable[[Any], Lines]] = {
     AudioDiscontinuity: _discontinuity,
     RolloverChanged: _rollover,
     RecoveryChanged: _recovery,
-    Reseeded: lambda n: [(logging.WARNING, "resumption handle refused on token %d (%s): opened again, reseeded",
-                          (n.token, n.purpose))],
+    Reseeded: lambda n: [
+        (
+            logging.WARNING,
+            "resumption handle refused on token %d (%s): opened again, reseeded",
+            (n.token, n.purpose),
+        )
+    ],
 }
 
 

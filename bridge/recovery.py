@@ -58,8 +58,9 @@ class Stage(enum.Enum):
     AWAITING_USER = "awaiting_user"  # it is open; fresh caller speech has not been heard yet
 
 
-def seeded_settings(original: SessionSettings, snapshot: RecoverySnapshot, *, notice: bool,
-                    resume_handle: str | None = None) -> SessionSettings:
+def seeded_settings(
+    original: SessionSettings, snapshot: RecoverySnapshot, *, notice: bool, resume_handle: str | None = None
+) -> SessionSettings:
     """HR7: the original instructions, a bounded part of the history, recent caller text and current facts;
     never the assistant's captions as heard messages; with `notice`, a fresh instruction to say what happened.
     With `resume_handle` the provider continues the conversation it had (the seed still goes along)."""
@@ -69,9 +70,15 @@ def seeded_settings(original: SessionSettings, snapshot: RecoverySnapshot, *, no
     history = list(original.history[-SEEDED_HISTORY:])
     history += [("system", f"Verified fact: {fact}") for fact in snapshot.facts]
     history += [("user", text) for text in snapshot.caller_text]
-    return SessionSettings(instructions=instructions, voice=original.voice, model=original.model,
-                           tools=original.tools, history=tuple(history), turn_detection=original.turn_detection,
-                           resume_handle=resume_handle)
+    return SessionSettings(
+        instructions=instructions,
+        voice=original.voice,
+        model=original.model,
+        tools=original.tools,
+        history=tuple(history),
+        turn_detection=original.turn_detection,
+        resume_handle=resume_handle,
+    )
 
 
 @dataclass(slots=True)
@@ -86,7 +93,12 @@ class Recovery:
     fresh_speech: bool = False  # the caller began to speak after the replacement was ready
 
     def status(self) -> dict[str, object]:
-        return {"token": self.token, "cause": self.cause, "started_at": self.started_ms, "stage": self.stage.value}
+        return {
+            "token": self.token,
+            "cause": self.cause,
+            "started_at": self.started_ms,
+            "stage": self.stage.value,
+        }
 
 
 @dataclass(slots=True)
@@ -178,16 +190,27 @@ Seed = Callable[[], tuple[RecoverySnapshot, str | None]]
 class RecoveryController:
     """HR1-HR3, HR5, HR7 (the seed), HR8, HR13 and the half-open watchdog, for one call."""
 
-    def __init__(self, out: Outbox, connections: Connections, output: OutputPath, delegations: Delegations,
-                 seed: Seed, afresh: Callable[[], None], *, answer_within_ms: int | None,
-                 budget_ms: int = RECOVERY_BUDGET_MS) -> None:
+    def __init__(
+        self,
+        out: Outbox,
+        connections: Connections,
+        output: OutputPath,
+        delegations: Delegations,
+        seed: Seed,
+        afresh: Callable[[], None],
+        *,
+        answer_within_ms: int | None,
+        budget_ms: int = RECOVERY_BUDGET_MS,
+    ) -> None:
         self.state = OutputRecovery(budget_ms)
         self._out = out
         self._connections = connections
         self._output = output
         self._delegations = delegations
         self._seed = seed
-        self._afresh = afresh  # a replacement starts afresh: new caption epoch (HR11), no rollover in progress
+        self._afresh = (
+            afresh  # a replacement starts afresh: new caption epoch (HR11), no rollover in progress
+        )
         self._answer_within_ms = answer_within_ms
         self._answer_due: int | None = None  # the silent-provider watchdog's deadline (half-open detection)
 
@@ -210,7 +233,9 @@ class RecoveryController:
     def condition(self, condition: MediaCondition, now: int, at_ms: int) -> bool:
         """HR1: overflow and staleness are recoverable media conditions."""
         self._out.notices.append(ConditionDetected(condition, at_ms))
-        return self.begin("output_overflow" if isinstance(condition, OutputOverflow) else "output_stale", now, at_ms)
+        return self.begin(
+            "output_overflow" if isinstance(condition, OutputOverflow) else "output_stale", now, at_ms
+        )
 
     def begin(self, cause: str, now: int, at_ms: int) -> bool:
         """Quarantine the floor connection and open one replacement; True when a new replacement is opened
@@ -241,7 +266,9 @@ class RecoveryController:
 
     def _open(self, recovery: Recovery) -> None:
         snapshot, handle = self._seed()
-        self._out.commands.append(OpenReplacement(connection_id(recovery.token), recovery.cause, snapshot, handle))
+        self._out.commands.append(
+            OpenReplacement(connection_id(recovery.token), recovery.cause, snapshot, handle)
+        )
 
     def resumption_rejected(self, token: int, now: int) -> None:
         """The provider refused the resumption handle: open the replacement once more, reseeded without it
@@ -258,8 +285,9 @@ class RecoveryController:
         if recovery is None:
             return False
         # HR8: everything the caller said while no connection could hear it, counted once.
-        self._out.notices.append(AudioDiscontinuity("input", recovery.discarded_frames, "voice_transport_recovery",
-                                                    at_ms))
+        self._out.notices.append(
+            AudioDiscontinuity("input", recovery.discarded_frames, "voice_transport_recovery", at_ms)
+        )
         self._changed(recovery, Stage.AWAITING_USER.value, now)
         return True
 
@@ -308,7 +336,9 @@ class RecoveryController:
         if self._answer_due is not None and now >= self._answer_due:
             self._answer_due = None
             if may_begin:
-                self.begin("provider_silent", now, at_ms)  # a half-open socket: nothing arrives, nothing fails
+                self.begin(
+                    "provider_silent", now, at_ms
+                )  # a half-open socket: nothing arrives, nothing fails
         if self.state.expired(now):
             self.fail(now)
             return f"output recovery did not complete within {self.state.budget_ns // 1_000_000_000} s"
@@ -320,8 +350,14 @@ class RecoveryController:
 
     def status(self) -> dict[str, object]:
         stats = self.state.stats
-        return {"by_cause": dict(stats.by_cause), "completed": stats.completed, "failed": stats.failed,
-                "ignored": stats.ignored, "interrupted": stats.interrupted,
-                "durations_ms": list(stats.durations_ms[-20:]), "reconnect_ms": list(stats.reconnect_ms[-20:]),
-                "dropped_bytes": stats.dropped_bytes,
-                "discarded_frames": stats.discarded_frames}
+        return {
+            "by_cause": dict(stats.by_cause),
+            "completed": stats.completed,
+            "failed": stats.failed,
+            "ignored": stats.ignored,
+            "interrupted": stats.interrupted,
+            "durations_ms": list(stats.durations_ms[-20:]),
+            "reconnect_ms": list(stats.reconnect_ms[-20:]),
+            "dropped_bytes": stats.dropped_bytes,
+            "discarded_frames": stats.discarded_frames,
+        }

@@ -149,8 +149,9 @@ class OutputPath:
     frame plays as soon as it arrives. Every clear goes through the playback-epoch barrier (SE4).
     """
 
-    def __init__(self, limits: AudioLimits, fmt: AudioFormat, channel: Channel, *, lead_frames: int,
-                 item_quiet_ms: int) -> None:
+    def __init__(
+        self, limits: AudioLimits, fmt: AudioFormat, channel: Channel, *, lead_frames: int, item_quiet_ms: int
+    ) -> None:
         self.reservoir = GenerationReservoir(limits, fmt)
         self.converter = CarrierConverter(fmt)
         self.framer = ItemFramer()
@@ -264,9 +265,17 @@ class OutputPath:
     def status(self, now: int) -> dict[str, object]:
         r = self.reservoir
         return {
-            "limits": {"capacity_bytes": r.limits.capacity_bytes, "residence_ms": r.limits.residence_ms,
-                       "format": str(r.format)},
-            "reservoir": {"depth_bytes": r.depth_bytes, "depth_ms": round(r.depth_ms),
-                          "oldest_age_ms": r.oldest_age_ms(now), "overflows": r.overflows, "stales": r.stales,
-                          "dropped_bytes": r.dropped_bytes},
+            "limits": {
+                "capacity_bytes": r.limits.capacity_bytes,
+                "residence_ms": r.limits.residence_ms,
+                "format": str(r.format),
+            },
+            "reservoir": {
+                "depth_bytes": r.depth_bytes,
+                "depth_ms": round(r.depth_ms),
+                "oldest_age_ms": r.oldest_age_ms(now),
+                "overflows": r.overflows,
+                "stales": r.stales,
+                "dropped_bytes": r.dropped_bytes,
+            },
         }

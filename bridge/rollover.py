@@ -89,7 +89,9 @@ class RolloverOptions:
     after_ms: int = 3_300_000  # older than this, the caller's first end of speech opens the next connection
     deadline_ms: int = 3_480_000  # the next connection opens whatever is being said
     overlap_ms: int = 3_000  # least time both connections hear the same caller audio
-    hard_stop_ms: int = 3_570_000  # the old one's buffer is committed; no next connection by now ends the call
+    hard_stop_ms: int = (
+        3_570_000  # the old one's buffer is committed; no next connection by now ends the call
+    )
     match_slack_ms: int = 500
     client_commits: bool = False  # turn detection off: the application flushes utterances itself (RO5)
     cap_ms: int = 3_600_000  # the provider's limit for one connection
@@ -105,8 +107,12 @@ class RolloverOptions:
     @classmethod
     def for_cap(cls, cap_ms: int, **overrides: object) -> RolloverOptions:
         """The defaults' proportions (55, 58 and 59.5 of 60 minutes) for another provider cap."""
-        ages = {"after_ms": cap_ms * 110 // 120, "deadline_ms": cap_ms * 116 // 120,
-                "hard_stop_ms": cap_ms * 119 // 120, "cap_ms": cap_ms}
+        ages = {
+            "after_ms": cap_ms * 110 // 120,
+            "deadline_ms": cap_ms * 116 // 120,
+            "hard_stop_ms": cap_ms * 119 // 120,
+            "cap_ms": cap_ms,
+        }
         return cls(**{**ages, **overrides})  # type: ignore[arg-type]
 
 
@@ -167,7 +173,10 @@ class _Conn:
         at = [_NEVER if base is None else base + m * _NS_PER_MS for m in marks]
         if self.cap_at is not None:  # squeeze what is left of the schedule (after -> cap) into the time left
             left, span = self.cap_at - self.expiring_ns, o.cap_ms - o.after_ms
-            at = [min(a, self.expiring_ns + left * (m - o.after_ms) // span) for a, m in zip(at, marks, strict=True)]
+            at = [
+                min(a, self.expiring_ns + left * (m - o.after_ms) // span)
+                for a, m in zip(at, marks, strict=True)
+            ]
         return at[0], at[1], at[2], at[3]
 
 
@@ -191,8 +200,14 @@ class Handover:
     """Transcript bookkeeping of one rollover (RO3, RO4): which utterances both connections heard, and which
     connection's text of each is emitted — once."""
 
-    def __init__(self, old: str, new: str, options: RolloverOptions, stats: RolloverStats,
-                 emit: Callable[[Action], None]) -> None:
+    def __init__(
+        self,
+        old: str,
+        new: str,
+        options: RolloverOptions,
+        stats: RolloverStats,
+        emit: Callable[[Action], None],
+    ) -> None:
         self.old, self.new = old, new
         self.shared_until_ms: int | None = None  # when the old one stopped input; None while it still hears
         self.old_outcomes: list[tuple[int, int, bool]] = []  # (start, end, emitted)
@@ -254,8 +269,18 @@ class CallerTexts:
         self._stats, self._emit = stats, emit
         self._finals: set[tuple[str, int, int]] = set()
 
-    def transcript(self, hand: Handover | None, connection_id: str, start_ms: int, end_ms: int, text: str,
-                   final: bool, now: int, *, old_closed: bool) -> None:
+    def transcript(
+        self,
+        hand: Handover | None,
+        connection_id: str,
+        start_ms: int,
+        end_ms: int,
+        text: str,
+        final: bool,
+        now: int,
+        *,
+        old_closed: bool,
+    ) -> None:
         shared = hand is not None and hand.shared(connection_id, start_ms)
         if not final:
             if shared:
@@ -281,9 +306,15 @@ class CallerTexts:
 class RolloverController:
     """One call's chain of connections: at most one rollover at a time, any number over the call (RO9)."""
 
-    def __init__(self, first_connection_id: str, options: RolloverOptions | None = None, *,
-                 start_ns: int = 0, allocate: Callable[[], str] | None = None,
-                 seed: Seed | None = None) -> None:
+    def __init__(
+        self,
+        first_connection_id: str,
+        options: RolloverOptions | None = None,
+        *,
+        start_ns: int = 0,
+        allocate: Callable[[], str] | None = None,
+        seed: Seed | None = None,
+    ) -> None:
         self.options = options or RolloverOptions()
         self.start_ns = start_ns  # the session timeline's origin (bridge.timeline)
         self.stage = RolloverStage.STEADY
@@ -320,11 +351,21 @@ class RolloverController:
 
     def status(self) -> dict[str, object]:
         """What `status()["rollover"]` shows."""
-        return {"stage": self.stage.value, "current": self._current, "next": self._next,
-                "rollover_id": self._rollover_id, "rollovers": self.stats.rollovers, "refusal": self._refusal,
-                "ignored": self.stats.ignored, "receiving": list(self.audio_targets()),
-                "ages_ms": {c.id: (self._now - c.confirmed_ns) // _NS_PER_MS for c in self._conns.values()
-                            if not c.closed and c.confirmed_ns is not None}}
+        return {
+            "stage": self.stage.value,
+            "current": self._current,
+            "next": self._next,
+            "rollover_id": self._rollover_id,
+            "rollovers": self.stats.rollovers,
+            "refusal": self._refusal,
+            "ignored": self.stats.ignored,
+            "receiving": list(self.audio_targets()),
+            "ages_ms": {
+                c.id: (self._now - c.confirmed_ns) // _NS_PER_MS
+                for c in self._conns.values()
+                if not c.closed and c.confirmed_ns is not None
+            },
+        }
 
     def next_deadline(self) -> int | None:
         times = [p.due_ns for p in self._hand.pending] if self._hand else []
@@ -443,14 +484,17 @@ class RolloverController:
             self.stage = RolloverStage.ARMED
         self._advance(now)
 
-    def transcript(self, connection_id: str, start_ms: int, end_ms: int, text: str, final: bool,
-                   now: int) -> None:
+    def transcript(
+        self, connection_id: str, start_ms: int, end_ms: int, text: str, final: bool, now: int
+    ) -> None:
         """Caller text with the utterance's times on the session timeline; interim when not `final`."""
         conn = self._live(connection_id, now)
         if conn is None:
             return
         old_closed = self._hand is not None and self._conns[self._hand.old].closed
-        self._texts.transcript(self._hand, connection_id, start_ms, end_ms, text, final, now, old_closed=old_closed)
+        self._texts.transcript(
+            self._hand, connection_id, start_ms, end_ms, text, final, now, old_closed=old_closed
+        )
         self._advance(now)
 
     def transcript_failed(self, connection_id: str, start_ms: int, end_ms: int, now: int) -> None:
@@ -481,12 +525,27 @@ class RolloverController:
             if now < deadline:
                 return False
             self._switch(now, commit=True)  # RO5: no flush by the deadline
-        elif st in (RolloverStage.APPROVING, RolloverStage.AUTHORIZING, RolloverStage.ARMED, RolloverStage.OPENING) and now >= hard:
-            self._refuse({RolloverStage.APPROVING: "approve_timeout",
-                          RolloverStage.AUTHORIZING: "authorize_timeout"}.get(st, "next_not_open"))
+        elif (
+            st
+            in (
+                RolloverStage.APPROVING,
+                RolloverStage.AUTHORIZING,
+                RolloverStage.ARMED,
+                RolloverStage.OPENING,
+            )
+            and now >= hard
+        ):
+            self._refuse(
+                {
+                    RolloverStage.APPROVING: "approve_timeout",
+                    RolloverStage.AUTHORIZING: "authorize_timeout",
+                }.get(st, "next_not_open")
+            )
         elif st is RolloverStage.ARMED and (now >= deadline or (self._boundary and not cur.in_speech)):
             self._open()  # RO1
-        elif st is RolloverStage.OVERLAP and (now >= hard or (now >= self._overlap_end and not cur.in_speech)):
+        elif st is RolloverStage.OVERLAP and (
+            now >= hard or (now >= self._overlap_end and not cur.in_speech)
+        ):
             if cur.in_speech:
                 self._emit(CommitInput(cur.id))  # RO2: hard stop in mid-utterance
                 cur.busy = True
@@ -500,7 +559,11 @@ class RolloverController:
         elif st is RolloverStage.REFUSED and self._stop_ns == _NEVER and now >= hard:
             self._actions += cur.stop_input()  # RO6: kept until the hard stop; now it finishes its items
             self._stop_ns = now
-        elif st is RolloverStage.REFUSED and self._stop_ns != _NEVER and (not cur.busy or now >= self._drain_by(cur)):
+        elif (
+            st is RolloverStage.REFUSED
+            and self._stop_ns != _NEVER
+            and (not cur.busy or now >= self._drain_by(cur))
+        ):
             self._emit(EndSession(self._refusal or "rollover_refused", goodbye=True))
             self._actions += cur.close(self._refusal or "rollover_refused")
             self.stage = RolloverStage.ENDED
@@ -586,8 +649,18 @@ class RolloverLink:
     types). Connections that listen but do not hold the floor never speak or act (RO8): their audio is dropped
     and counted, their tool calls are not dispatched."""
 
-    def __init__(self, out: Outbox, connections: Connections, timeline: Timeline, captions: Captions,
-                 turns: TurnTracker, options: RolloverOptions | None, seed: Seed, *, client_commits: bool) -> None:
+    def __init__(
+        self,
+        out: Outbox,
+        connections: Connections,
+        timeline: Timeline,
+        captions: Captions,
+        turns: TurnTracker,
+        options: RolloverOptions | None,
+        seed: Seed,
+        *,
+        client_commits: bool,
+    ) -> None:
         self._out, self._connections, self._timeline, self._captions = out, connections, timeline, captions
         self._turns, self._seed = turns, seed
         self.options = replace(options, client_commits=True) if options and client_commits else options
@@ -602,8 +675,13 @@ class RolloverLink:
         self.stop()
         if self.options is not None:
             floor = connection_id(self._connections.floor)
-            self.controller = RolloverController(floor, self.options, start_ns=self._timeline.start_ns,
-                                                 allocate=self._connections.allocate_id, seed=self._seed)
+            self.controller = RolloverController(
+                floor,
+                self.options,
+                start_ns=self._timeline.start_ns,
+                allocate=self._connections.allocate_id,
+                seed=self._seed,
+            )
             if confirmed_ns is not None:
                 self.controller.connection_confirmed(floor, confirmed_ns)
 
@@ -619,7 +697,9 @@ class RolloverLink:
         spans = self._utterances.setdefault(token, {})
         untimed = start_ms is None and end_ms is None
         # No times and no speech events for it: Gemini's captions, or any caption with turn detection off (RO5).
-        if untimed and ((item is None and not self._turns.timed_captions) or (self._client and item not in spans)):
+        if untimed and (
+            (item is None and not self._turns.timed_captions) or (self._client and item not in spans)
+        ):
             return list(self._turns.local_turn)
         span = spans.setdefault(item, [start_ms or 0, end_ms or start_ms or 0])
         if start_ms is not None and end_ms is None:
@@ -730,7 +810,9 @@ class RolloverLink:
             return
         self._connections.drop(token)
         self._utterances.pop(token, None)
-        self._out.notices.append(RolloverChanged("failed", connection_id(token), reason, self._timeline.ms(now)))
+        self._out.notices.append(
+            RolloverChanged("failed", connection_id(token), reason, self._timeline.ms(now))
+        )
         if self.controller is not None:
             self.start(self.controller.confirmed_ns(connection_id(self._connections.floor)))
 
@@ -747,7 +829,9 @@ class RolloverLink:
             elif isinstance(action, OpenRollover):
                 self._connections.add_listener(token)
                 self._out.commands.append(action)
-                self._out.notices.append(RolloverChanged("opening", action.connection_id, f"token {token}", at))
+                self._out.notices.append(
+                    RolloverChanged("opening", action.connection_id, f"token {token}", at)
+                )
             elif isinstance(action, StartInput):
                 self._connections.start_input(token)
             elif isinstance(action, StopInput):
@@ -765,8 +849,9 @@ class RolloverLink:
             elif isinstance(action, (EmitUtterance, EmitInterim)):
                 self._captions.caller(action.text, action.start_ms, isinstance(action, EmitUtterance))
             elif isinstance(action, EndSession):
-                self._out.notices.append(RolloverChanged("refused", connection_id(self._connections.floor),
-                                                         action.reason, at))
+                self._out.notices.append(
+                    RolloverChanged("refused", connection_id(self._connections.floor), action.reason, at)
+                )
                 refused = action.reason
         return refused
 

@@ -123,8 +123,15 @@ class ApplicationHooks:
     task whose answer goes back to the session's inbox. A failing or silent hook refuses; it never crashes
     the call."""
 
-    def __init__(self, call_id: str, inbox: asyncio.Queue[object], *, job_handler: JobHandler | None,
-                 approve: ApproveHook | None, authorize: AuthorizeHook | None) -> None:
+    def __init__(
+        self,
+        call_id: str,
+        inbox: asyncio.Queue[object],
+        *,
+        job_handler: JobHandler | None,
+        approve: ApproveHook | None,
+        authorize: AuthorizeHook | None,
+    ) -> None:
         self._call_id, self._inbox = call_id, inbox
         self._job_handler = job_handler
         self._approve = approve or _allow
@@ -158,8 +165,13 @@ class ApplicationHooks:
             try:
                 output = await self._job_handler(request)
             except Exception as exc:  # the application's failure is the model's answer, not the call's end
-                log.warning("call %s %s (%s) failed in the application: %r", self._call_id, request.job_id,
-                            request.name, exc)
+                log.warning(
+                    "call %s %s (%s) failed in the application: %r",
+                    self._call_id,
+                    request.job_id,
+                    request.name,
+                    exc,
+                )
                 output = '{"error": "the application could not complete this request"}'
         self._inbox.put_nowait(_JobAnswered(request.job_id, output))
 
@@ -189,32 +201,46 @@ class CallSession:
         self._reconnect = reconnect
         self._settings = settings or SessionSettings()
         options = options or CoordinatorOptions()
-        self._options = replace(options, telephony=telephony_options or options.telephony,
-                                closing_message=failure_message if failure_message is not None else failure_tone())
+        self._options = replace(
+            options,
+            telephony=telephony_options or options.telephony,
+            closing_message=failure_message if failure_message is not None else failure_tone(),
+        )
         self._dtmf_handler = dtmf_handler
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clock = clock
         self.started_ns = clock()
         self.coordinator: SessionCoordinator | None = None
         self._inbox: asyncio.Queue[object] = asyncio.Queue()
-        self._hooks = ApplicationHooks(leg.identity.call_id, self._inbox, job_handler=job_handler, approve=approve,
-                                       authorize=authorize)
+        self._hooks = ApplicationHooks(
+            leg.identity.call_id, self._inbox, job_handler=job_handler, approve=approve, authorize=authorize
+        )
         self._ended: CallEnded | None = None
         self._end_reason = ""
         self._ended_by = ""
         self._carriers: dict[type, Callable[[Any], None]] = {
-            cmd.SendAudio: self._send_audio, cmd.Truncate: lambda c: self.provider.truncate(c.item_id, c.audio_end_ms),
-            cmd.OpenReplacement: self._open, cmd.OpenRollover: self._open, cmd.CloseTransport: self._close,
+            cmd.SendAudio: self._send_audio,
+            cmd.Truncate: lambda c: self.provider.truncate(c.item_id, c.audio_end_ms),
+            cmd.OpenReplacement: self._open,
+            cmd.OpenRollover: self._open,
+            cmd.CloseTransport: self._close,
             cmd.CommitInput: lambda c: self._on(c.token, lambda p: p.commit_input()),
             cmd.RequestClose: lambda c: self._on(c.token, lambda p: p.request_close()),
-            cmd.EndSession: self._session_ended, cmd.HangUp: lambda c: self._hangup("provider", c.reason),
+            cmd.EndSession: self._session_ended,
+            cmd.HangUp: lambda c: self._hangup("provider", c.reason),
             DispatchJob: lambda c: self._spawn(c.request.job_id, self._hooks.run_job(c.request)),
-            DeliverResult: lambda c: self._on(c.token, lambda p: p.send_tool_result(c.call_id, c.name, c.output)),
+            DeliverResult: lambda c: self._on(
+                c.token, lambda p: p.send_tool_result(c.call_id, c.name, c.output)
+            ),
             SendContext: lambda c: self._on(c.token, lambda p: p.send_text(c.text, speak=c.speak)),
-            cmd.ApproveRollover: lambda c: self._spawn(f"approve-{c.rollover_id}", self._hooks.ask_approval(c.rollover_id)),
-            cmd.AuthorizeConnection: lambda c: self._spawn(f"authorize-{c.connection_id}",
-                                                           self._hooks.ask_authorization(c.connection_id)),
-            cmd.TransferCall: self._transfer, cmd.SendDtmf: self._send_dtmf,
+            cmd.ApproveRollover: lambda c: self._spawn(
+                f"approve-{c.rollover_id}", self._hooks.ask_approval(c.rollover_id)
+            ),
+            cmd.AuthorizeConnection: lambda c: self._spawn(
+                f"authorize-{c.connection_id}", self._hooks.ask_authorization(c.connection_id)
+            ),
+            cmd.TransferCall: self._transfer,
+            cmd.SendDtmf: self._send_dtmf,
         }
 
     @property
@@ -230,9 +256,15 @@ class CallSession:
     def status(self) -> dict[str, Any]:
         """`status()` of the session (SE7): identity, state and the coordinator's view."""
         ident, now = self.leg.identity, self._clock()
-        body: dict[str, Any] = {"call_id": ident.call_id, "from": ident.from_uri, "to": ident.to_uri,
-                                "called": ident.request_user, "source": ident.source, "provider": self.provider.name,
-                                "duration_ms": (now - self.started_ns) // 1_000_000}
+        body: dict[str, Any] = {
+            "call_id": ident.call_id,
+            "from": ident.from_uri,
+            "to": ident.to_uri,
+            "called": ident.request_user,
+            "source": ident.source,
+            "provider": self.provider.name,
+            "duration_ms": (now - self.started_ns) // 1_000_000,
+        }
         if self.coordinator is None:
             body["state"] = "closed" if self._ended else "connecting"
         else:
@@ -241,7 +273,13 @@ class CallSession:
 
     async def run(self) -> CallSummary:
         ident = self.leg.identity
-        log.info("call %s started: from %s to %s (source %s)", ident.call_id, ident.from_uri, ident.to_uri, ident.source)
+        log.info(
+            "call %s started: from %s to %s (source %s)",
+            ident.call_id,
+            ident.from_uri,
+            ident.to_uri,
+            ident.source,
+        )
         first = self._first
         try:
             if not await self._hooks.authorized(f"conn-{first.token}"):
@@ -253,17 +291,30 @@ class CallSession:
             await self._drain_leg()
         else:
             self.coordinator = SessionCoordinator(
-                limits=first.limits, output_format=first.output_format, capabilities=first.capabilities,
-                channel=self.leg, now=self.started_ns, token=first.token, options=self._options,
-                settings=self._settings)
+                limits=first.limits,
+                output_format=first.output_format,
+                capabilities=first.capabilities,
+                channel=self.leg,
+                now=self.started_ns,
+                token=first.token,
+                options=self._options,
+                settings=self._settings,
+            )
             self.coordinator.provider_event(started, self._clock())
             self._expires(started)
             self.leg.answer()
             await self._bridge(self.coordinator)
         summary = self._summary()
-        log.info("call %s ended after %.2f s by %s (%s): frames in %d, out %d, provider usage %s", summary.call_id,
-                 summary.duration_s, summary.ended_by, summary.reason, summary.frames_in, summary.frames_out,
-                 "unknown" if summary.usage_seconds is None else f"{summary.usage_seconds:g} s")
+        log.info(
+            "call %s ended after %.2f s by %s (%s): frames in %d, out %d, provider usage %s",
+            summary.call_id,
+            summary.duration_s,
+            summary.ended_by,
+            summary.reason,
+            summary.frames_in,
+            summary.frames_out,
+            "unknown" if summary.usage_seconds is None else f"{summary.usage_seconds:g} s",
+        )
         return summary
 
     async def _bridge(self, core: SessionCoordinator) -> None:
@@ -289,7 +340,9 @@ class CallSession:
             for task in self._tasks.values():
                 task.cancel()
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-            await asyncio.gather(*(p.close(timeout=1.0) for p in self.providers.values()), return_exceptions=True)
+            await asyncio.gather(
+                *(p.close(timeout=1.0) for p in self.providers.values()), return_exceptions=True
+            )
 
     def _spawn(self, name: str, coro: Any) -> None:
         self._tasks[name] = asyncio.create_task(coro, name=f"{self.call_id}-{name}")
@@ -313,11 +366,19 @@ class CallSession:
                 self._spawn(f"dtmf-{core.frames_in}-{item.digit}", self._dtmf_handler(item.digit))
             core.caller_pressed(item.digit, now)
         elif isinstance(item, TransferProgress):
-            log.info("call %s transfer to %s: %d %s%s", self.call_id, item.target, item.status_code, item.reason,
-                     " (final)" if item.final else "")
+            log.info(
+                "call %s transfer to %s: %d %s%s",
+                self.call_id,
+                item.target,
+                item.status_code,
+                item.reason,
+                " (final)" if item.final else "",
+            )
             core.transfer_progress(item.status_code, item.reason, item.final, now)
         elif isinstance(item, (MediaStarted, MediaHeld, MediaResumed)):
-            log.info("call %s media: %s", self.call_id, item.codec if isinstance(item, MediaStarted) else item)
+            log.info(
+                "call %s media: %s", self.call_id, item.codec if isinstance(item, MediaStarted) else item
+            )
         elif isinstance(item, _ConnectFailed):
             if item.resumption:
                 core.resumption_rejected(item.token, now)
@@ -331,9 +392,14 @@ class CallSession:
             core.connection_authorized(item.connection_id, item.ok, now)
         elif isinstance(item, _JobAnswered):
             if not core.job_answered(item.job_id, item.output, now):
-                log.info("call %s %s answered after it was withdrawn or superseded: not delivered", self.call_id,
-                         item.job_id)
-        elif item is not None and not isinstance(item, _Wake):  # a provider event (an ended reader sends None)
+                log.info(
+                    "call %s %s answered after it was withdrawn or superseded: not delivered",
+                    self.call_id,
+                    item.job_id,
+                )
+        elif item is not None and not isinstance(
+            item, _Wake
+        ):  # a provider event (an ended reader sends None)
             core.provider_event(item, now)  # type: ignore[arg-type]
             if isinstance(item, SessionStarted):
                 self._expires(item)
@@ -360,9 +426,12 @@ class CallSession:
         if self._reconnect is None:
             self._inbox.put_nowait(_ConnectFailed(token, "no way to open another connection", rollover))
             return
-        self._close(cmd.CloseTransport(command.connection_id))  # (a reseeded retry replaces its first attempt)
-        settings = seeded_settings(self._settings, command.snapshot, notice=not rollover,
-                                   resume_handle=command.resume_handle)
+        self._close(
+            cmd.CloseTransport(command.connection_id)
+        )  # (a reseeded retry replaces its first attempt)
+        settings = seeded_settings(
+            self._settings, command.snapshot, notice=not rollover, resume_handle=command.resume_handle
+        )
         provider = self._reconnect(token, settings)
         self.providers[token] = provider
         self._spawn(f"provider-{token}", self._connect(provider, rollover))
@@ -393,8 +462,13 @@ class CallSession:
 
     def _session_ended(self, command: cmd.EndSession) -> None:
         if self._ended is None and (command.failed or command.goodbye):
-            log.log(logging.ERROR if command.failed else logging.WARNING, "call %s %s: %s; playing the closing "
-                    "message, then hanging up", self.call_id, "failed" if command.failed else "ends", command.reason)
+            log.log(
+                logging.ERROR if command.failed else logging.WARNING,
+                "call %s %s: %s; playing the closing message, then hanging up",
+                self.call_id,
+                "failed" if command.failed else "ends",
+                command.reason,
+            )
 
     def _transfer(self, command: cmd.TransferCall) -> None:
         log.info("call %s transferring to %s", self.call_id, command.target)
@@ -404,7 +478,9 @@ class CallSession:
         try:
             self.leg.send_dtmf(command.digits)
         except ValueError as exc:  # the engine's own limits (the core checked the digits)
-            log.warning("call %s send_dtmf(%r) for %s failed: %s", self.call_id, command.digits, command.job_id, exc)
+            log.warning(
+                "call %s send_dtmf(%r) for %s failed: %s", self.call_id, command.digits, command.job_id, exc
+            )
 
     def _expires(self, started: SessionStarted) -> None:
         """`expires_at` (unix seconds) as time left, from the wall clock: the one place it is read."""
@@ -455,11 +531,14 @@ class CallSession:
     def _summary(self) -> CallSummary:
         ended, core = self._ended, self.coordinator
         return CallSummary(
-            call_id=self.call_id, duration_s=(self._clock() - self.started_ns) / 1e9,
-            frames_in=core.frames_in if core is not None else 0, frames_out=self.leg.ledger.frames_transmitted,
+            call_id=self.call_id,
+            duration_s=(self._clock() - self.started_ns) / 1e9,
+            frames_in=core.frames_in if core is not None else 0,
+            frames_out=self.leg.ledger.frames_transmitted,
             ended_by=self._ended_by or "unknown",
             reason=self._end_reason or (f"{ended.status_code} {ended.reason}" if ended else "unknown"),
-            usage_seconds=core.usage.totals.audio_seconds if core is not None else None)
+            usage_seconds=core.usage.totals.audio_seconds if core is not None else None,
+        )
 
 
 async def _pump(source: AsyncIterator[Any], inbox: asyncio.Queue[Any]) -> None:

@@ -47,7 +47,11 @@ class TelephonyOptions:
 
     @property
     def names(self) -> frozenset[str]:
-        enabled = {END_CALL: self.end_call, TRANSFER_CALL: bool(self.transfer_targets), SEND_DTMF: self.send_dtmf}
+        enabled = {
+            END_CALL: self.end_call,
+            TRANSFER_CALL: bool(self.transfer_targets),
+            SEND_DTMF: self.send_dtmf,
+        }
         return frozenset(name for name, on in enabled.items() if on)
 
 
@@ -55,18 +59,36 @@ def tool_specs(options: TelephonyOptions) -> tuple[ToolSpec, ...]:
     """The function declarations offered to the model for the enabled tools."""
     specs = []
     if options.end_call:
-        specs.append(ToolSpec(END_CALL, "End the phone call. Say a short goodbye first; the line is closed when "
-                              "you have finished speaking.", {"type": "object", "properties": {}}))
+        specs.append(
+            ToolSpec(
+                END_CALL,
+                "End the phone call. Say a short goodbye first; the line is closed when "
+                "you have finished speaking.",
+                {"type": "object", "properties": {}},
+            )
+        )
     if options.transfer_targets:
         names = sorted(options.transfer_targets)
-        specs.append(ToolSpec(TRANSFER_CALL, "Transfer the caller to a person or department. You will be told "
-                              "whether the transfer was answered.",
-                              {"type": "object", "properties": {"destination": {"type": "string", "enum": names}},
-                               "required": ["destination"]}))
+        specs.append(
+            ToolSpec(
+                TRANSFER_CALL,
+                "Transfer the caller to a person or department. You will be told "
+                "whether the transfer was answered.",
+                {
+                    "type": "object",
+                    "properties": {"destination": {"type": "string", "enum": names}},
+                    "required": ["destination"],
+                },
+            )
+        )
     if options.send_dtmf:
-        specs.append(ToolSpec(SEND_DTMF, "Send touch-tone digits on the line (0-9, *, #).",
-                              {"type": "object", "properties": {"digits": {"type": "string"}},
-                               "required": ["digits"]}))
+        specs.append(
+            ToolSpec(
+                SEND_DTMF,
+                "Send touch-tone digits on the line (0-9, *, #).",
+                {"type": "object", "properties": {"digits": {"type": "string"}}, "required": ["digits"]},
+            )
+        )
     return tuple(specs)
 
 
@@ -100,7 +122,9 @@ class TelephonyTools:
     """DL6 decisions: which jobs are telephony tools, what each one does to the call, and its answer to the
     model through the job ledger."""
 
-    def __init__(self, out: Outbox, options: TelephonyOptions, delegations: Delegations, ending: CallEnding) -> None:
+    def __init__(
+        self, out: Outbox, options: TelephonyOptions, delegations: Delegations, ending: CallEnding
+    ) -> None:
         self._out = out
         self.options = options
         self._delegations = delegations
@@ -144,13 +168,17 @@ class TelephonyTools:
     def caller_pressed(self, digit: str, token: int) -> None:
         """The caller's key, as silent context for the model when enabled."""
         if self.options.dtmf_to_model:
-            self._delegations.push_update(f"The caller pressed the key {digit} on their keypad.", False, token)
+            self._delegations.push_update(
+                f"The caller pressed the key {digit} on their keypad.", False, token
+            )
 
 
 class CallEnding:
     """The end of the call as core deadlines: the goodbye, the closing message, BYE, the close windows."""
 
-    def __init__(self, out: Outbox, output: OutputPath, options: TelephonyOptions, closing_message: bytes) -> None:
+    def __init__(
+        self, out: Outbox, output: OutputPath, options: TelephonyOptions, closing_message: bytes
+    ) -> None:
         self._out = out
         self._output = output
         self._options = options
@@ -204,7 +232,9 @@ class CallEnding:
             self._out.commands.append(RequestClose(floor))
             self._close_due = now + self._options.close_ms * _NS_PER_MS
         else:
-            self._close_due = now  # (while reconnecting there is no session whose final usage could be waited for)
+            self._close_due = (
+                now  # (while reconnecting there is no session whose final usage could be waited for)
+            )
 
     def finished(self, now: int) -> bool:
         """Nothing is left to wait for: the shell may stop."""
@@ -225,7 +255,11 @@ class CallEnding:
         return None
 
     def next_deadline(self) -> int | None:
-        due = [self._goodbye[0] if self._goodbye else None, self._hangup[0] if self._hangup else None,
-               self._close_due, self._drain_due]
+        due = [
+            self._goodbye[0] if self._goodbye else None,
+            self._hangup[0] if self._hangup else None,
+            self._close_due,
+            self._drain_due,
+        ]
         times = [t for t in due if t is not None]
         return min(times) if times else None

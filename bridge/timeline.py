@@ -93,8 +93,10 @@ class Captions:
         """Each connection's fragments of the last caller turn as one utterance: (token, text, start, end)."""
         self._due = None
         fragments, self._fragments = self._fragments, {}
-        return [(token, "".join(p[0] for p in parts).strip(), min(p[1] for p in parts), max(p[2] for p in parts))
-                for token, parts in fragments.items()]
+        return [
+            (token, "".join(p[0] for p in parts).strip(), min(p[1] for p in parts), max(p[2] for p in parts))
+            for token, parts in fragments.items()
+        ]
 
     def next_deadline(self) -> int | None:
         return self._due

@@ -38,8 +38,9 @@ class UsageMeter:
         else:
             if event.audio_seconds is not None:
                 previous = self._audio_by_token.get(event.token, 0.0)
-                self._audio_by_token[event.token] = (event.audio_seconds if event.cumulative
-                                                     else previous + event.audio_seconds)
+                self._audio_by_token[event.token] = (
+                    event.audio_seconds if event.cumulative else previous + event.audio_seconds
+                )
             if event.cumulative:
                 totals.input_tokens = event.input_tokens or totals.input_tokens
                 totals.output_tokens = event.output_tokens or totals.output_tokens
@@ -51,5 +52,9 @@ class UsageMeter:
 
     def status(self) -> dict[str, object]:
         t = self.totals
-        return {"audio_seconds": t.audio_seconds, "input_tokens": t.input_tokens, "output_tokens": t.output_tokens,
-                "complete": t.complete}
+        return {
+            "audio_seconds": t.audio_seconds,
+            "input_tokens": t.input_tokens,
+            "output_tokens": t.output_tokens,
+            "complete": t.complete,
+        }

@@ -142,19 +142,29 @@ class WebhookConfig:
     max_answer_bytes: int = MAX_ANSWER_BYTES
 
     @classmethod
-    def from_options(cls, url: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, ca_file: str | None = None,
-                     environ: Mapping[str, str] | None = None, **overrides: object) -> WebhookConfig:
+    def from_options(
+        cls,
+        url: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        ca_file: str | None = None,
+        environ: Mapping[str, str] | None = None,
+        **overrides: object,
+    ) -> WebhookConfig:
         """The configuration for `--webhook URL`; ValueError (never naming the secret) when it is unusable."""
         environ = os.environ if environ is None else environ
         if not url.isascii() or any(c.isspace() or not c.isprintable() for c in url):
-            raise ValueError("--webhook: the URL must be printable ASCII without spaces (percent-encode the path, "
-                             "punycode the host)")
+            raise ValueError(
+                "--webhook: the URL must be printable ASCII without spaces (percent-encode the path, "
+                "punycode the host)"
+            )
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https"):
             raise ValueError(f"--webhook needs an http:// or https:// URL, got scheme {parts.scheme!r}")
         if parts.username is not None or parts.password is not None:
-            raise ValueError("--webhook: credentials in the URL are not supported (requests are signed with "
-                             f"{SECRET_ENV})")
+            raise ValueError(
+                f"--webhook: credentials in the URL are not supported (requests are signed with {SECRET_ENV})"
+            )
         try:
             port = parts.port
         except ValueError as exc:
@@ -176,9 +186,16 @@ class WebhookConfig:
             raise ValueError(f"--webhook needs the shared secret in the environment variable {SECRET_ENV}")
         target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         default_port = 443 if parts.scheme == "https" else 80
-        return cls(url=url, host=parts.hostname, port=port or default_port, target=target,
-                   secret=secret.encode("utf-8"), timeout_s=float(timeout_s), ssl_context=context,
-                   **overrides)  # type: ignore[arg-type]
+        return cls(
+            url=url,
+            host=parts.hostname,
+            port=port or default_port,
+            target=target,
+            secret=secret.encode("utf-8"),
+            timeout_s=float(timeout_s),
+            ssl_context=context,
+            **overrides,
+        )  # type: ignore[arg-type]
 
     @property
     def scheme(self) -> str:
@@ -210,12 +227,18 @@ def request_body(request: JobRequest, identity: CallIdentity) -> bytes:
         "name": request.name,
         "arguments": arguments,
         "kind": request.kind,
-        "call": {"call_id": identity.call_id, "from": identity.from_uri, "to": identity.to_uri,
-                 "called": identity.request_user},
+        "call": {
+            "call_id": identity.call_id,
+            "from": identity.from_uri,
+            "to": identity.to_uri,
+            "called": identity.request_user,
+        },
         "requested_at_ms": request.requested_at_ms,
         "supersedes": request.supersedes,
     }
-    return json.dumps(body, separators=(",", ":")).encode("ascii")  # non-ASCII as \u escapes: plain bytes to sign
+    return json.dumps(body, separators=(",", ":")).encode(
+        "ascii"
+    )  # non-ASCII as \u escapes: plain bytes to sign
 
 
 def idempotency_key(instance_id: str, call_id: str, job_id: str) -> str:
@@ -250,8 +273,9 @@ def interpret_answer(status: int, content_type: str, body: bytes) -> tuple[str, 
         value = None
     if not isinstance(value, dict) or "output" not in value:
         problem = 'the application answered JSON that is not an object with an "output" member'
-        return error_output("the application's answer was not understood; the request may or may not have been "
-                            "carried out"), problem
+        return error_output(
+            "the application's answer was not understood; the request may or may not have been carried out"
+        ), problem
     output = value["output"]
     return (output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)), None
 
@@ -278,8 +302,14 @@ class _AnswerTooLarge(Exception):
 class WebhookClient:
     """POSTs jobs to the application. `sleep` and `clock` are seams for the tests (the backoff waits)."""
 
-    def __init__(self, config: WebhookConfig, *, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: WebhookConfig,
+        *,
+        sleep: Callable[[float], Awaitable[object]] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
         self.config = config
         self._sleep = sleep
         self._clock = clock
@@ -294,9 +324,12 @@ class WebhookClient:
         body = request_body(request, identity)
         tag = f"call {identity.call_id} {request.job_id} ({request.name})"
 
-        def result(output: str, attempts: int, sent: bool, status: int | None = None,
-                   problem: str | None = None) -> WebhookResult:
-            return WebhookResult(output, attempts, sent, status, problem, int(1000 * (self._clock() - started)))
+        def result(
+            output: str, attempts: int, sent: bool, status: int | None = None, problem: str | None = None
+        ) -> WebhookResult:
+            return WebhookResult(
+                output, attempts, sent, status, problem, int(1000 * (self._clock() - started))
+            )
 
         attempts = 0
         while True:
@@ -305,8 +338,11 @@ class WebhookClient:
             try:
                 async with asyncio.timeout(max(0.0, min(cfg.connect_timeout_s, remaining))):
                     reader, writer = await asyncio.open_connection(
-                        cfg.host, cfg.port, ssl=cfg.ssl_context,
-                        server_hostname=cfg.host if cfg.ssl_context is not None else None)
+                        cfg.host,
+                        cfg.port,
+                        ssl=cfg.ssl_context,
+                        server_hostname=cfg.host if cfg.ssl_context is not None else None,
+                    )
                 break
             except (OSError, ssl.SSLError) as exc:  # TimeoutError included: a connect timeout
                 reason = _describe(exc)
@@ -315,10 +351,19 @@ class WebhookClient:
             if attempts >= cfg.connect_attempts or self._clock() + wait >= deadline:
                 problem = f"could not connect to {cfg.display_url} after {attempts} attempt(s): {reason}"
                 log.warning("%s: webhook failed: %s; the request was not sent", tag, problem)
-                return result(error_output("the application could not be reached; the request was not made"),
-                              attempts, False, problem=problem)
-            log.info("%s: webhook connection attempt %d failed (%s); trying again in %.2f s", tag, attempts, reason,
-                     wait)
+                return result(
+                    error_output("the application could not be reached; the request was not made"),
+                    attempts,
+                    False,
+                    problem=problem,
+                )
+            log.info(
+                "%s: webhook connection attempt %d failed (%s); trying again in %.2f s",
+                tag,
+                attempts,
+                reason,
+                wait,
+            )
             await self._sleep(wait)
 
         # From here on the request may reach the application: whatever happens, it is never sent again.
@@ -340,32 +385,61 @@ class WebhookClient:
         except TimeoutError:
             problem = f"no complete answer within {cfg.timeout_s:g} s"
             log.warning("%s: webhook failed: %s; not retried (the application may have acted)", tag, problem)
-            return result(error_output(f"the application did not answer within {cfg.timeout_s:g} s; the request may "
-                                       "or may not have been carried out"), attempts, True, problem=problem)
+            return result(
+                error_output(
+                    f"the application did not answer within {cfg.timeout_s:g} s; the request may "
+                    "or may not have been carried out"
+                ),
+                attempts,
+                True,
+                problem=problem,
+            )
         except _AnswerTooLarge:
             problem = f"answer larger than {cfg.max_answer_bytes} bytes"
             log.warning("%s: webhook failed: %s; not retried", tag, problem)
-            return result(error_output("the application's answer was too large; the request may or may not have "
-                                       "been carried out"), attempts, True, problem=problem)
+            return result(
+                error_output(
+                    "the application's answer was too large; the request may or may not have been carried out"
+                ),
+                attempts,
+                True,
+                problem=problem,
+            )
         except (OSError, ssl.SSLError, h11.ProtocolError) as exc:
             problem = f"the connection failed after the request was sent: {_describe(exc)}"
             log.warning("%s: webhook failed: %s; not retried (the application may have acted)", tag, problem)
-            return result(error_output("the connection to the application failed after the request was sent; the "
-                                       "request may or may not have been carried out"), attempts, True,
-                          problem=problem)
+            return result(
+                error_output(
+                    "the connection to the application failed after the request was sent; the "
+                    "request may or may not have been carried out"
+                ),
+                attempts,
+                True,
+                problem=problem,
+            )
         finally:
             writer.close()
         output, wrong = interpret_answer(status, content_type, answer)
         if wrong is None:
-            log.info("%s: webhook answered %d in %d ms (%d bytes)", tag, status,
-                     int(1000 * (self._clock() - started)), len(answer))
+            log.info(
+                "%s: webhook answered %d in %d ms (%d bytes)",
+                tag,
+                status,
+                int(1000 * (self._clock() - started)),
+                len(answer),
+            )
         else:
             log.warning("%s: webhook failed: %s; not retried", tag, wrong)
         return result(output, attempts, True, status, wrong)
 
 
-async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, cfg: WebhookConfig,
-                    headers: list[tuple[str, str]], body: bytes) -> tuple[int, str, bytes]:
+async def _exchange(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    cfg: WebhookConfig,
+    headers: list[tuple[str, str]],
+    body: bytes,
+) -> tuple[int, str, bytes]:
     """Send the request, read the answer: (status, content type, body)."""
     conn = h11.Connection(h11.CLIENT)
     writer.write(conn.send(h11.Request(method="POST", target=cfg.target, headers=headers)))
@@ -382,7 +456,9 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
             event = conn.next_event()
         except h11.RemoteProtocolError:
             if eof:  # h11's words for this are about its own states
-                raise ConnectionResetError("the connection was closed before the answer was complete") from None
+                raise ConnectionResetError(
+                    "the connection was closed before the answer was complete"
+                ) from None
             raise
         if event is h11.NEED_DATA:
             data = await reader.read(65536)
@@ -413,8 +489,9 @@ def _describe(exc: BaseException) -> str:
 # --- what cli.py wires into each CallSession ---
 
 
-def webhook_handler(config: WebhookConfig, identity: CallIdentity, *,
-                    client: WebhookClient | None = None) -> JobHandler:
+def webhook_handler(
+    config: WebhookConfig, identity: CallIdentity, *, client: WebhookClient | None = None
+) -> JobHandler:
     """The job handler for one call: each job it is given is POSTed once to the application."""
     client = client or WebhookClient(config)
 

@@ -38,7 +38,7 @@ ENABLED = DIR is not None
 POINTS = ("media_in", "ws_sent", "ws_received", "media_out")
 CHUNK_HEADER = struct.Struct("<qHI")  # monotonic ns, call index, chunk length; then the chunk's bytes
 
-_records: dict[str, dict[str, tuple["array[int]", "array[int]"]]] = {}  # call -> point -> (times ns, keys)
+_records: dict[str, dict[str, tuple[array[int], array[int]]]] = {}  # call -> point -> (times ns, keys)
 _calls: list[str] = []  # call index (in the chunk file) -> call id
 _formats: dict[str, str] = {}  # call -> the provider's output format, as str(AudioFormat)
 _lock = threading.Lock()
@@ -52,7 +52,7 @@ def key(pcm: bytes) -> int:
     return zlib.crc32(pcm)
 
 
-def _series(call: str, point: str) -> tuple["array[int]", "array[int]"]:
+def _series(call: str, point: str) -> tuple[array[int], array[int]]:
     per_call = _records.get(call)
     if per_call is None:
         with _lock:
@@ -114,8 +114,11 @@ def ws_received(call: str | None, t_ns: int, audio: bytes, fmt: object) -> None:
         if _chunk_fd is None:
             assert DIR is not None
             os.makedirs(DIR, exist_ok=True)
-            _chunk_fd = os.open(os.path.join(DIR, f"probe-{os.getpid()}.chunks"),
-                                os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            _chunk_fd = os.open(
+                os.path.join(DIR, f"probe-{os.getpid()}.chunks"),
+                os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+                0o644,
+            )
         os.write(_chunk_fd, CHUNK_HEADER.pack(t_ns, index, len(audio)) + audio)
     _note(call, "ws_received", t_ns, len(audio))
 
@@ -130,8 +133,10 @@ def dump() -> str | None:
             "pid": os.getpid(),
             "calls": list(_calls),
             "formats": dict(_formats),
-            "points": {call: {p: [list(t), list(k)] for p, (t, k) in points.items()}
-                       for call, points in _records.items()},
+            "points": {
+                call: {p: [list(t), list(k)] for p, (t, k) in points.items()}
+                for call, points in _records.items()
+            },
         }
     path = os.path.join(DIR, f"probe-{os.getpid()}.json")
     tmp = path + ".tmp"

@@ -94,8 +94,15 @@ def test_hr4_clear_scope_is_what_was_handed_to_the_track() -> None:
 
 
 def identity() -> CallIdentity:
-    return CallIdentity("web-1", "web-1", "browser:console", "browser:talk", "talk", "127.0.0.1:5000",
-                        (("X-Channel", "browser"),))
+    return CallIdentity(
+        "web-1",
+        "web-1",
+        "browser:console",
+        "browser:talk",
+        "talk",
+        "127.0.0.1:5000",
+        (("X-Channel", "browser"),),
+    )
 
 
 async def test_leg_events_hangup_transfer_and_dtmf() -> None:
@@ -151,16 +158,22 @@ async def test_inbound_audio_becomes_20ms_frames_of_8khz_pcm16() -> None:
     assert isinstance(got[-1], CallEnded) and got[-1].by_remote
 
 
-OFFER = ("v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111 0\r\n"
-         "a=ice-ufrag:abcd\r\na=ice-pwd:0123456789012345678901\r\na=fingerprint:sha-256 AA:BB\r\n"
-         "a=candidate:1 1 udp 2122260223 192.0.2.2 50000 typ host\r\n"
-         "a=candidate:2 1 udp 2122194687 127.0.0.1 50001 typ host\r\n")
+OFFER = (
+    "v=0\r\no=- 1 2 IN IP4 127.0.0.1\r\ns=-\r\nt=0 0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111 0\r\n"
+    "a=ice-ufrag:abcd\r\na=ice-pwd:0123456789012345678901\r\na=fingerprint:sha-256 AA:BB\r\n"
+    "a=candidate:1 1 udp 2122260223 192.0.2.2 50000 typ host\r\n"
+    "a=candidate:2 1 udp 2122194687 127.0.0.1 50001 typ host\r\n"
+)
 
 
 def test_offers_are_checked_and_kept_on_loopback() -> None:
     assert check_offer(OFFER) is OFFER
-    for bad, reason in (("hello", "v=0"), ("v=0\r\ns=-\r\n", "audio"), ("v=0\r\nm=audio 9 RTP/AVP 0\r\n", "ICE"),
-                        ("v=0" + "x" * 70_000, "too large")):
+    for bad, reason in (
+        ("hello", "v=0"),
+        ("v=0\r\ns=-\r\n", "audio"),
+        ("v=0\r\nm=audio 9 RTP/AVP 0\r\n", "ICE"),
+        ("v=0" + "x" * 70_000, "too large"),
+    ):
         with pytest.raises(ValueError, match=reason):
             check_offer(bad)
     kept = loopback_candidates(OFFER)
@@ -168,7 +181,9 @@ def test_offers_are_checked_and_kept_on_loopback() -> None:
 
 
 def test_negotiated_codec_is_the_answers_first() -> None:
-    answer = "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0 111\r\na=rtpmap:111 opus/48000/2\r\na=rtpmap:0 PCMU/8000\r\n"
+    answer = (
+        "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 0 111\r\na=rtpmap:111 opus/48000/2\r\na=rtpmap:0 PCMU/8000\r\n"
+    )
     assert negotiated_codec(answer) == "PCMU/8000"
     assert negotiated_codec(answer.replace("SAVPF 0 111", "SAVPF 111 0")) == "opus/48000"
     assert negotiated_codec("v=0\r\n") == "unknown"

@@ -11,13 +11,28 @@ from bridge.console import ConsoleFeed, ConsoleHooks, FeedEvent, collect, static
 from bridge.http import StatusServer
 
 
-def status(state: str = "ready", recovery: dict[str, Any] | None = None, frames: int = 0,
-           duration: int = 0) -> dict[str, Any]:
-    return {"call_id": "call-1", "from": "sip:alice@x", "called": "sales", "provider": "openai-live",
-            "state": state, "duration_ms": duration, "output_recovery": recovery,
-            "rollover": {"stage": "steady", "current": "conn-1", "next": None, "rollovers": 0, "refusal": None,
-                         "ages_ms": {"conn-1": duration}},
-            "reservoir": {"depth_ms": 40}, "qos": {"frames_in": frames}}
+def status(
+    state: str = "ready", recovery: dict[str, Any] | None = None, frames: int = 0, duration: int = 0
+) -> dict[str, Any]:
+    return {
+        "call_id": "call-1",
+        "from": "sip:alice@x",
+        "called": "sales",
+        "provider": "openai-live",
+        "state": state,
+        "duration_ms": duration,
+        "output_recovery": recovery,
+        "rollover": {
+            "stage": "steady",
+            "current": "conn-1",
+            "next": None,
+            "rollovers": 0,
+            "refusal": None,
+            "ages_ms": {"conn-1": duration},
+        },
+        "reservoir": {"depth_ms": 40},
+        "qos": {"frames_in": frames},
+    }
 
 
 def drain(feed_sub: Any) -> list[tuple[FeedEvent, int]]:
@@ -35,7 +50,11 @@ def test_snapshot_publishes_new_changed_and_gone_calls() -> None:
     feed.snapshot({"call-1": status(frames=2)})  # a counter moved: a full snapshot re-sends it
     feed.snapshot({})
     events = [e for e, _ in drain(sub)]
-    assert [(e.kind, e.call_id) for e in events] == [("call", "call-1"), ("call", "call-1"), ("gone", "call-1")]
+    assert [(e.kind, e.call_id) for e in events] == [
+        ("call", "call-1"),
+        ("call", "call-1"),
+        ("gone", "call-1"),
+    ]
     assert events[0].data["called"] == "sales" and events[0].data["reservoir_ms"] == 40
     assert events[1].data["qos"] == {"frames_in": 2}
     assert [e.seq for e in events] == sorted({e.seq for e in events})  # ids rise
@@ -50,7 +69,7 @@ def test_a_fast_snapshot_sends_stage_changes_only() -> None:
     assert drain(sub) == []
     reconnecting = {"token": 2, "cause": "transport_lost", "started_at": 100, "stage": "reconnecting"}
     feed.snapshot({"call-1": status(recovery=reconnecting, frames=10)}, full=False)
-    (event, _), = drain(sub)
+    ((event, _),) = drain(sub)
     assert event.data["output_recovery"]["stage"] == "reconnecting"
 
 
@@ -86,8 +105,13 @@ def test_notices_become_events_and_others_are_ignored() -> None:
     feed.notice("call-1", TurnEnded(2500))
     events = [e for e, _ in drain(sub)]
     assert [e.kind for e in events] == ["caption", "barge_in", "recovery", "rollover"]
-    assert events[0].data == {"role": "assistant", "text": "We open at nine.", "at_ms": 1200, "final": True,
-                              "epoch": 1}
+    assert events[0].data == {
+        "role": "assistant",
+        "text": "We open at nine.",
+        "at_ms": 1200,
+        "final": True,
+        "epoch": 1,
+    }
     assert events[1].data["heard"] == [["item-3", 640]] and events[1].data["cleared_ms"] == 180
     assert events[2].data["stage"] == "reconnecting"
 
@@ -138,32 +162,48 @@ async def test_console_routes_hangup_talk_and_token() -> None:
         return "web-1", "v=0 answer"
 
     server = await StatusServer(lambda: {}, console=ConsoleHooks(feed, hangup, talk), token="tok").start(
-        "127.0.0.1", 0)
+        "127.0.0.1", 0
+    )
     auth = b"Authorization: Bearer tok\r\n"
     try:
         code, body = await request(server.port, b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         assert code == 200 and b"parlora-bridge console" in body  # static: no token needed
         code, _ = await request(server.port, b"GET /calls HTTP/1.1\r\nHost: x\r\n\r\n")
         assert code == 401
-        code, _ = await request(server.port, b"POST /calls/call-1/hangup HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n")
+        code, _ = await request(
+            server.port, b"POST /calls/call-1/hangup HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        )
         assert code == 401 and hung == []
-        code, _ = await request(server.port, b"POST /calls/call-1/hangup HTTP/1.1\r\nHost: x\r\n" + auth +
-                                b"Content-Length: 0\r\n\r\n")
+        code, _ = await request(
+            server.port,
+            b"POST /calls/call-1/hangup HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Length: 0\r\n\r\n",
+        )
         assert code == 202 and hung == ["call-1"]
-        code, _ = await request(server.port, b"POST /calls/nope/hangup?token=tok HTTP/1.1\r\nHost: x\r\n"
-                                b"Content-Length: 0\r\n\r\n")
+        code, _ = await request(
+            server.port, b"POST /calls/nope/hangup?token=tok HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        )
         assert code == 404
         offer = json.dumps({"type": "offer", "sdp": "v=0 offer"}).encode()
-        code, body = await request(server.port, b"POST /talk HTTP/1.1\r\nHost: x\r\n" + auth +
-                                   b"Content-Length: %d\r\n\r\n" % len(offer) + offer)
+        code, body = await request(
+            server.port,
+            b"POST /talk HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Length: %d\r\n\r\n" % len(offer) + offer,
+        )
         assert code == 200 and json.loads(body) == {"type": "answer", "sdp": "v=0 answer", "call_id": "web-1"}
-        for bad in (b"{", b'{"type": "answer", "sdp": "v=0"}', json.dumps({"type": "offer", "sdp": "x"}).encode()):
-            code, body = await request(server.port, b"POST /talk HTTP/1.1\r\nHost: x\r\n" + auth +
-                                       b"Content-Length: %d\r\n\r\n" % len(bad) + bad)
+        for bad in (
+            b"{",
+            b'{"type": "answer", "sdp": "v=0"}',
+            json.dumps({"type": "offer", "sdp": "x"}).encode(),
+        ):
+            code, body = await request(
+                server.port,
+                b"POST /talk HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Length: %d\r\n\r\n" % len(bad) + bad,
+            )
             assert code == 400 and json.loads(body)["error"], bad
         big = b"x" * (70 * 1024)
-        code, _ = await request(server.port, b"POST /talk HTTP/1.1\r\nHost: x\r\n" + auth +
-                                b"Content-Length: %d\r\n\r\n" % len(big) + big)
+        code, _ = await request(
+            server.port,
+            b"POST /talk HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Length: %d\r\n\r\n" % len(big) + big,
+        )
         assert code == 413
     finally:
         await server.close()

@@ -40,14 +40,18 @@ def test_dl1_a_redelivered_call_is_answered_from_the_ledger_and_never_dispatched
     assert isinstance(dispatch, DispatchJob) and dispatch.request.job_id == "job-1"
     assert ledger.job_answered("job-1", '{"status": "shipped"}', 1, 300)
     assert ledger.commands() == [DeliverResult(1, "call_a", "lookup_order", '{"status": "shipped"}')]
-    ledger.call_requested(1, "call_a", "lookup_order", '{"order_id": "42"}', "function", 400)  # after the answer
+    ledger.call_requested(
+        1, "call_a", "lookup_order", '{"order_id": "42"}', "function", 400
+    )  # after the answer
     assert ledger.commands() == [DeliverResult(1, "call_a", "lookup_order", '{"status": "shipped"}')]
     ledger.call_requested(1, "call_b", "lookup_order", '{"order_id": "42"}', "function", 500)  # a new call id
     [second] = ledger.commands()
     assert isinstance(second, DispatchJob) and second.request.job_id == "job-2"
     assert ledger.stats.dispatched == 2 and ledger.stats.redeliveries == 2
     # Revisions: a later answer for the same job is revision 2 and is delivered again.
-    assert ledger.job_answered("job-1", '{"status": "delivered"}', 1, 600) and ledger.jobs["job-1"].revision == 2
+    assert (
+        ledger.job_answered("job-1", '{"status": "delivered"}', 1, 600) and ledger.jobs["job-1"].revision == 2
+    )
 
 
 def test_dl1_the_ledger_survives_a_recovery_and_answers_a_redelivery_on_the_new_connection() -> None:
@@ -58,7 +62,9 @@ def test_dl1_the_ledger_survives_a_recovery_and_answers_a_redelivery_on_the_new_
     call.provider(ResponseDone(1, "resp_1"))
     call.provider(SessionClosed(1, "connection lost", False))
     call.provider(SessionStarted(2, "sess_2", None))
-    call.provider(ToolCallRequested(2, "call_a", "lookup_order", '{"order_id": "42"}'))  # resumed, delivered again
+    call.provider(
+        ToolCallRequested(2, "call_a", "lookup_order", '{"order_id": "42"}')
+    )  # resumed, delivered again
     call.provider(SpeechStarted(2, 100))
     call.provider(SpeechStopped(2, 700))
     assert len([c for c in call.commands if isinstance(c, DispatchJob)]) == 1
@@ -76,7 +82,11 @@ def test_dl2_over_the_pending_limit_the_model_gets_a_clear_refusal_and_nothing_i
     commands = ledger.commands()
     assert [type(c).__name__ for c in commands] == ["DispatchJob", "DispatchJob", "DeliverResult"]
     refusal = commands[2]
-    assert isinstance(refusal, DeliverResult) and refusal.call_id == "call_2" and "2 delegations are already pending" in refusal.output
+    assert (
+        isinstance(refusal, DeliverResult)
+        and refusal.call_id == "call_2"
+        and "2 delegations are already pending" in refusal.output
+    )
     notices = ledger.notices()
     assert [n.state for n in notices if isinstance(n, JobChanged) and n.job_id == "job-3"] == ["refused"]
     # One command record: the second answer waits for the first to be taken in, then goes (nothing dropped).
@@ -87,7 +97,9 @@ def test_dl2_over_the_pending_limit_the_model_gets_a_clear_refusal_and_nothing_i
     ledger.response_ended(1, 20)
     assert [c.output for c in ledger.commands() if isinstance(c, DeliverResult)] == ["second"]
     ledger.response_ended(1, 30)
-    assert ledger.push_update("an update", True, 1) and ledger.commands() == [SendContext(1, "an update", True)]
+    assert ledger.push_update("an update", True, 1) and ledger.commands() == [
+        SendContext(1, "an update", True)
+    ]
 
 
 class ToolProvider(FakeProvider):
@@ -113,7 +125,9 @@ async def test_dl1_the_shell_runs_the_handler_once_for_a_call_delivered_twice() 
         await release.wait()  # the duplicate arrives while the application is still working
         return json.dumps({"order": json.loads(job.arguments)["order_id"], "status": "shipped"})
 
-    task = asyncio.create_task(CallSession(leg, provider, clock=virtual_time.loop_clock(), job_handler=handler).run())
+    task = asyncio.create_task(
+        CallSession(leg, provider, clock=virtual_time.loop_clock(), job_handler=handler).run()
+    )
     provider.queue.put_nowait(ToolCallRequested(1, "call_a", "lookup_order", '{"order_id": "42"}'))
     provider.queue.put_nowait(ToolCallRequested(1, "call_a", "lookup_order", '{"order_id": "42"}'))
     async with asyncio.timeout(5):
@@ -133,9 +147,13 @@ async def test_dl1_a_failing_handler_answers_the_model_with_an_error_and_keeps_t
     async def handler(job: JobRequest) -> str:
         raise RuntimeError("database down")
 
-    task = asyncio.create_task(CallSession(leg, provider, clock=virtual_time.loop_clock(), job_handler=handler).run())
+    task = asyncio.create_task(
+        CallSession(leg, provider, clock=virtual_time.loop_clock(), job_handler=handler).run()
+    )
     provider.queue.put_nowait(ToolCallRequested(1, "call_a", "lookup_order", "{}"))
     await asyncio.wait_for(provider.answered.wait(), 5)
-    assert "error" in provider.results[0][1] and "database" not in provider.results[0][1] and leg.hangups == []
+    assert (
+        "error" in provider.results[0][1] and "database" not in provider.results[0][1] and leg.hangups == []
+    )
     leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
     await asyncio.wait_for(task, 5)

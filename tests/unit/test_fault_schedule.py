@@ -6,7 +6,9 @@ MS = 1_000_000
 
 
 def test_active_does_not_swallow_one_shot_faults_and_due_reports_each_fault_once() -> None:
-    schedule = FaultSchedule([parse_fault("garbage_json@100"), parse_fault("stall:500@100")], connection=1, start=0)
+    schedule = FaultSchedule(
+        [parse_fault("garbage_json@100"), parse_fault("stall:500@100")], connection=1, start=0
+    )
     assert schedule.active(FaultKind.STALL, 200 * MS) is not None
     assert sorted(f.kind.value for f in schedule.due(200 * MS)) == ["garbage_json", "stall"]
     assert schedule.due(300 * MS) == []

@@ -25,7 +25,11 @@ def test_item_framer_cuts_exact_frames_and_numbers_them_within_the_item() -> Non
     framer = ItemFramer()
     framer.start("item_a", epoch=3)
     frames = framer.add(bytes(500)) + framer.add(bytes(500))  # 1000 bytes: 3 frames + 40 bytes
-    assert [(f.item_id, f.epoch, f.offset_ms) for f in frames] == [("item_a", 3, 0), ("item_a", 3, 20), ("item_a", 3, 40)]
+    assert [(f.item_id, f.epoch, f.offset_ms) for f in frames] == [
+        ("item_a", 3, 0),
+        ("item_a", 3, 20),
+        ("item_a", 3, 40),
+    ]
     assert framer.pending_bytes == 40
     [tail] = framer.finish()
     assert tail.offset_ms == 60 and tail.pcm == bytes(320)  # padded with silence

@@ -24,7 +24,9 @@ async def test_se7_status_as_json_over_http() -> None:
     server = await StatusServer(calls).start("127.0.0.1", 0)
     try:
         status, body = await http(server.port, b"GET /calls HTTP/1.1\r\nHost: x\r\n\r\n")
-        assert status == 200 and body == {"calls": [{"call_id": "call-1", "state": "ready", "output_recovery": None}]}
+        assert status == 200 and body == {
+            "calls": [{"call_id": "call-1", "state": "ready", "output_recovery": None}]
+        }
         status, body = await http(server.port, b"GET /calls/call-1 HTTP/1.1\r\nHost: x\r\n\r\n")
         assert status == 200 and body["state"] == "ready"
         status, body = await http(server.port, b"GET /calls/nope HTTP/1.1\r\nHost: x\r\n\r\n")

@@ -58,8 +58,13 @@ def ipv6_available() -> bool:
 # --- SIP transports ---
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1", pytest.param("::1", marks=pytest.mark.skipif(
-    not ipv6_available(), reason="no IPv6 loopback"))])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "127.0.0.1",
+        pytest.param("::1", marks=pytest.mark.skipif(not ipv6_available(), reason="no IPv6 loopback")),
+    ],
+)
 async def test_udp_datagram_in_with_source_and_now_and_reply_out(host: str) -> None:
     loop = asyncio.get_running_loop()
     inbox = Inbox()
@@ -108,7 +113,9 @@ async def test_tcp_stream_is_framed_and_the_reply_goes_back_on_the_same_connecti
         assert source == writer.get_extra_info("sockname")[:2]
         assert transports.stats()["tcp_connections"] == 1
         assert transports.send(b"by ref\r\n", source, conn_ref)  # the ref it came in on
-        assert transports.send(b"by name\r\n", source, "TCP")  # the core's Transmit: same peer, same connection
+        assert transports.send(
+            b"by name\r\n", source, "TCP"
+        )  # the core's Transmit: same peer, same connection
         got = await asyncio.wait_for(reader.readexactly(len(b"by ref\r\nby name\r\n")), WAIT_S)
         assert got == b"by ref\r\nby name\r\n"
         assert transports.stats()["tcp_connections"] == 1
@@ -249,11 +256,16 @@ async def test_rtp_socket_pairs_bind_rtp_even_rtcp_odd_and_close_back_to_zero() 
     pairs = []
     try:
         for name in ("a", "b"):
-            pairs.append(RtpSocketPair.open(
-                loop, "127.0.0.1", pool,
-                lambda d, s, n, name=name: got.put_nowait((name + "-rtp", d, s, n)),
-                lambda d, s, n, name=name: got.put_nowait((name + "-rtcp", d, s, n)),
-                time.monotonic_ns))
+            pairs.append(
+                RtpSocketPair.open(
+                    loop,
+                    "127.0.0.1",
+                    pool,
+                    lambda d, s, n, name=name: got.put_nowait((name + "-rtp", d, s, n)),
+                    lambda d, s, n, name=name: got.put_nowait((name + "-rtcp", d, s, n)),
+                    time.monotonic_ns,
+                )
+            )
         a, b = pairs
         assert a.port == base + 2 and b.port == base + 4 and pool.in_use == 2
         assert a.send_rtp(b"\x80" * 20, ("127.0.0.1", b.port))
@@ -281,7 +293,9 @@ def test_port_pool_exhausted_raises() -> None:
         base = probe.getsockname()[1] & ~1
         probe.close()
         pool = PortPool(base, base + 2)
-        pair = RtpSocketPair.open(loop, "127.0.0.1", pool, lambda *a: None, lambda *a: None, time.monotonic_ns)
+        pair = RtpSocketPair.open(
+            loop, "127.0.0.1", pool, lambda *a: None, lambda *a: None, time.monotonic_ns
+        )
         with pytest.raises(PortsExhausted):
             RtpSocketPair.open(loop, "127.0.0.1", pool, lambda *a: None, lambda *a: None, time.monotonic_ns)
         pair.close()
@@ -432,8 +446,10 @@ def _call_media(clock: VirtualClock) -> tuple[Any, _FakeLeg]:
     from sip.sdp import NegotiatedMedia
 
     negotiated = NegotiatedMedia("PCMU", PCMU, 101, "127.0.0.1", 40000, "sendrecv", "sendrecv")
-    stream = RtpStream(StreamConfig(ssrc=1, initial_seq=0, initial_timestamp=0, cname="t", remote=("127.0.0.1", 40000)),
-                       lambda: 0.5)
+    stream = RtpStream(
+        StreamConfig(ssrc=1, initial_seq=0, initial_timestamp=0, cname="t", remote=("127.0.0.1", 40000)),
+        lambda: 0.5,
+    )
     leg = _FakeLeg(clock)
     return _CallMedia(cast(Any, leg), stream, negotiated), leg
 
@@ -444,7 +460,9 @@ def test_the_ledger_records_a_frame_when_sendto_has_returned_and_never_a_failed_
     clock = VirtualClock()
     media, leg = _call_media(clock)
     ledger = leg.playout.ledger
-    leg.playout.enqueue([OutboundFrame(b"\x00" * 320, 1, "item", 0), OutboundFrame(b"\x00" * 320, 1, "item", 20)])
+    leg.playout.enqueue(
+        [OutboundFrame(b"\x00" * 320, 1, "item", 0), OutboundFrame(b"\x00" * 320, 1, "item", 20)]
+    )
     slot = clock.now
     media.on_slots(slot, 1, 0)
     ((sent_at, _),) = leg.sockets.sent

@@ -17,7 +17,11 @@ def test_ledger_records_each_pulled_frame_with_item_offset_epoch_and_time() -> N
     assert [f.offset_ms for f in pulled[:3] if f] == [0, 20, 40]
     assert pulled[3] is None  # nothing queued: the tick is silence, and silence is not in the ledger
     entries = playout.ledger.entries("a")
-    assert [(e.offset_ms, e.epoch, e.transmitted_ns) for e in entries] == [(0, 2, 0), (20, 2, 20 * MS), (40, 2, 40 * MS)]
+    assert [(e.offset_ms, e.epoch, e.transmitted_ns) for e in entries] == [
+        (0, 2, 0),
+        (20, 2, 20 * MS),
+        (40, 2, 40 * MS),
+    ]
     progress = playout.ledger.progress("a")
     assert progress is not None and progress.frames == 3 and progress.transmitted_ms == 60
     assert playout.ledger.frames_transmitted == 3
@@ -82,7 +86,9 @@ def test_take_leaves_the_ledger_alone_until_the_frame_is_reported_transmitted() 
     playout.enqueue(frames("a", 3, epoch=1))
     first = playout.take()
     assert first is not None and first.offset_ms == 0 and playout.depth == 2
-    assert playout.ledger.frames_transmitted == 0 and playout.ledger.transmitted_ms("a") == 0  # taken, not sent
+    assert (
+        playout.ledger.frames_transmitted == 0 and playout.ledger.transmitted_ms("a") == 0
+    )  # taken, not sent
     playout.transmitted(first, 5 * MS)
     assert [(e.offset_ms, e.epoch, e.transmitted_ns) for e in playout.ledger.entries("a")] == [(0, 1, 5 * MS)]
     lost = playout.take()  # its send failed: never reported

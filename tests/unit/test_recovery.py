@@ -94,7 +94,9 @@ def test_hr2_the_old_transport_is_quarantined_with_a_new_monotonic_token() -> No
     call.provider(AudioReceived(1, pcmu_tone(500), PCMU_8K, "item_a"))  # late output of the old transport
     call.provider(SpeechStarted(1))
     call.tick(count=20)
-    assert len(call.sent) == sent and call.core.connections.stale_events == 2 and not call.core.barge.suppressed
+    assert (
+        len(call.sent) == sent and call.core.connections.stale_events == 2 and not call.core.barge.suppressed
+    )
 
 
 def test_hr3_the_clear_goes_through_the_barrier_and_suppression_stays() -> None:
@@ -103,7 +105,9 @@ def test_hr3_the_clear_goes_through_the_barrier_and_suppression_stays() -> None:
     call.provider(InputTranscript(1, "I want to change my booking", final=True))
     call.provider(SpeechStarted(1))  # the caller is speaking
     epoch = call.core.output.barrier.epoch
-    call.core.recovery.begin("output_stale", call.now, call.core.timeline.ms(call.now))  # the condition itself is tested in HR1
+    call.core.recovery.begin(
+        "output_stale", call.now, call.core.timeline.ms(call.now)
+    )  # the condition itself is tested in HR1
     call.tick()
     assert call.core.output.barrier.epoch == epoch + 1 and call.core.barge.suppressed
     [open_] = [c for c in call.commands if isinstance(c, OpenReplacement)]
@@ -114,20 +118,26 @@ def test_hr4_transmitted_audio_is_outside_the_clear_scope() -> None:
     call = overflowing_call()
     transmitted = [e.offset_ms for e in call.playout.ledger.entries("item_a")]
     assert transmitted == [0, 20, 40, 60, 80]  # what left before the overflow stays in the ledger
-    assert call.playout.depth == 0 and call.core.output.reservoir.depth_bytes == 0  # everything unplayed is gone
+    assert (
+        call.playout.depth == 0 and call.core.output.reservoir.depth_bytes == 0
+    )  # everything unplayed is gone
 
 
 def test_hr5_one_worker_a_deadline_and_a_dead_replacement_is_fatal() -> None:
     call = overflowing_call()
     call.provider(AudioReceived(2, pcmu_tone(3_000), PCMU_8K))  # not ready yet: inert
-    call.core.recovery.begin("output_overflow", call.now, call.core.timeline.ms(call.now))  # a second overflow during recovery
+    call.core.recovery.begin(
+        "output_overflow", call.now, call.core.timeline.ms(call.now)
+    )  # a second overflow during recovery
     assert len([c for c in call.commands + call.core.commands() if isinstance(c, OpenReplacement)]) == 1
     assert call.core.recovery.stats.ignored == 1
     deadline = call.core.next_deadline()
     assert deadline is not None and deadline <= call.now + 5_000 * MS
     call.advance(5_001)
     assert recovery_notices(call)[-1] == "failed"
-    assert [c for c in call.commands if isinstance(c, EndSession)][0].reason.startswith("output recovery did not complete")
+    assert [c for c in call.commands if isinstance(c, EndSession)][0].reason.startswith(
+        "output recovery did not complete"
+    )
     dead = overflowing_call()
     dead.core.replacement_failed(2, "HTTP 503", dead.now)
     dead.provider(SessionStarted(2, "late", None))  # a dead replacement answering later revives nothing
@@ -145,7 +155,9 @@ def test_hr5_the_replacement_takes_over_when_ready() -> None:
 
 
 def test_hr7_the_replacement_is_seeded_without_assistant_captions() -> None:
-    original = SessionSettings(instructions="You book rooms.", history=tuple(("user", f"m{i}") for i in range(30)))
+    original = SessionSettings(
+        instructions="You book rooms.", history=tuple(("user", f"m{i}") for i in range(30))
+    )
     call = Call()
     call.provider(InputTranscript(1, "Two nights from Friday", final=True))
     call.provider(OutputTranscript(1, "Sure, two nights from Friday.", final=True))
@@ -211,7 +223,9 @@ def test_hr13_status_shows_reconnecting_then_awaiting_user_then_nothing() -> Non
     assert stages[0] == {"token": 2, "cause": "output_overflow", "started_at": 100, "stage": "reconnecting"}
     status = call.core.status(call.now)
     assert status["state"] == "ready"  # the session stayed ready while the voice path was repaired
-    assert status["recoveries"]["by_cause"] == {"output_overflow": 1} and status["recoveries"]["completed"] == 1
+    assert (
+        status["recoveries"]["by_cause"] == {"output_overflow": 1} and status["recoveries"]["completed"] == 1
+    )
 
 
 # --- the shell: one replacement connection, and closing during a recovery ---
@@ -226,7 +240,11 @@ class ReplacementProvider(FakeProvider):
     async def connect(self) -> SessionStarted:
         if self.hang:
             await asyncio.sleep(3600)
-        return await super().connect() if self.token == 1 else SessionStarted(self.token, f"sess_{self.token}", None)
+        return (
+            await super().connect()
+            if self.token == 1
+            else SessionStarted(self.token, f"sess_{self.token}", None)
+        )
 
 
 async def test_hr5_the_shell_opens_one_replacement_and_the_call_stays_up() -> None:
@@ -237,13 +255,23 @@ async def test_hr5_the_shell_opens_one_replacement_and_the_call_stays_up() -> No
         opened.append((token, settings))
         return ReplacementProvider(token)
 
-    session = CallSession(leg, first, clock=virtual_time.loop_clock(), reconnect=reconnect, settings=SessionSettings(instructions="Be kind."))
+    session = CallSession(
+        leg,
+        first,
+        clock=virtual_time.loop_clock(),
+        reconnect=reconnect,
+        settings=SessionSettings(instructions="Be kind."),
+    )
     task = asyncio.create_task(session.run())
     first.queue.put_nowait(SessionClosed(1, "connection closed (code 1006)", False))
     for _ in range(100):
         await asyncio.sleep(0)
-        if session.coordinator and session.coordinator.recovery.active and session.coordinator.token == 2 \
-                and session.status()["output_recovery"]["stage"] == "awaiting_user":
+        if (
+            session.coordinator
+            and session.coordinator.recovery.active
+            and session.coordinator.token == 2
+            and session.status()["output_recovery"]["stage"] == "awaiting_user"
+        ):
             break
     assert [t for t, _ in opened] == [2] and RECOVERY_NOTICE in opened[0][1].instructions  # type: ignore[operator]
     assert leg.hangups == [] and first.closed
@@ -254,7 +282,12 @@ async def test_hr5_the_shell_opens_one_replacement_and_the_call_stays_up() -> No
 
 async def test_hr5_closing_during_a_recovery_finishes_within_its_deadline() -> None:
     leg, first = FakeLeg(), ReplacementProvider(1)
-    session = CallSession(leg, first, clock=virtual_time.loop_clock(), reconnect=lambda token, settings: ReplacementProvider(token, hang=True))
+    session = CallSession(
+        leg,
+        first,
+        clock=virtual_time.loop_clock(),
+        reconnect=lambda token, settings: ReplacementProvider(token, hang=True),
+    )
     task = asyncio.create_task(session.run())
     first.queue.put_nowait(SessionClosed(1, "connection closed (code 1006)", False))
     for _ in range(50):
@@ -304,7 +337,9 @@ def test_hr6_a_command_interrupted_before_acknowledgement_is_unknown_and_not_rep
     assert [(c.token, c.call_id) for c in commands_of(call, DeliverResult)] == [(1, "call_a"), (1, "call_b")]
     repaired(call)  # the connection is lost before it acknowledged the second answer
     [unknown] = [n for n in call.notices if isinstance(n, CommandsUnknown)]
-    assert unknown.token == 1 and [(r.job_id, r.state) for r in unknown.records] == [(second.job_id, "unknown")]
+    assert unknown.token == 1 and [(r.job_id, r.state) for r in unknown.records] == [
+        (second.job_id, "unknown")
+    ]
     call.provider(SpeechStarted(2, 100))
     call.provider(SpeechStopped(2, 900))
     call.provider(ResponseDone(2, "resp_2"))
@@ -314,7 +349,11 @@ def test_hr6_a_command_interrupted_before_acknowledgement_is_unknown_and_not_rep
     # New application context may be admitted during a reconnect, within the limit on command records.
     limited = Call(delegations=DelegationOptions(max_command_records=2))
     repaired(limited)
-    assert [limited.core.push_update(f"update {i}", speak=True, now=limited.now) for i in range(3)] == [True, True, False]
+    assert [limited.core.push_update(f"update {i}", speak=True, now=limited.now) for i in range(3)] == [
+        True,
+        True,
+        False,
+    ]
 
 
 def test_hr9_a_result_is_held_until_fresh_speech_and_a_correction_supersedes_it() -> None:
@@ -349,13 +388,17 @@ def test_hr9_a_held_result_without_correction_becomes_a_session_update_on_the_ne
     call.provider(SpeechStarted(2, 200))
     call.provider(SpeechStopped(2, 800))
     assert commands_of(call, SendContext) == []
-    call.advance(DelegationOptions().results_hold_ms + 20)  # the model never reacted: the fallback ends the hold
+    call.advance(
+        DelegationOptions().results_hold_ms + 20
+    )  # the model never reacted: the fallback ends the hold
     [update] = commands_of(call, SendContext)
     assert update.token == 2 and job.job_id in update.text and "shipped" in update.text and update.speak
 
 
 def test_hr10_delegations_before_the_fresh_caller_interval_are_not_dispatched() -> None:
-    call = Call(caps=GPT_LIVE_CAPS, limits=GPT_LIVE_LIMITS, delegations=DelegationOptions(max_pending_delegations=2))
+    call = Call(
+        caps=GPT_LIVE_CAPS, limits=GPT_LIVE_LIMITS, delegations=DelegationOptions(max_pending_delegations=2)
+    )
     repaired(call)
     call.provider(ToolCallRequested(2, "del_1", "check_balance", "{}", kind="delegation", at_ms=0))
     call.provider(ToolCallRequested(2, "del_2", "check_balance", "{}", kind="delegation", at_ms=5))
@@ -366,20 +409,32 @@ def test_hr10_delegations_before_the_fresh_caller_interval_are_not_dispatched() 
     assert refusal.call_id == "del_3" and "refused" in refusal.output
     call.tick(speech_frame(), count=10)  # the caller speaks again: the local VAD opens the fresh interval
     stale = commands_of(call, DeliverResult)
-    assert sorted(c.call_id for c in stale) == ["del_1", "del_2"] and all("not run" in c.output for c in stale)
+    assert sorted(c.call_id for c in stale) == ["del_1", "del_2"] and all(
+        "not run" in c.output for c in stale
+    )
     assert commands_of(call, DispatchJob) == []
     started = call.core.delegations.fresh_start_ms
     assert started is not None
     origin = call.core.timeline.rebase(2, 0, call.now)
-    call.provider(ToolCallRequested(2, "del_4", "check_balance", "{}", kind="delegation", at_ms=started - origin + 40))
-    [fresh] = [c.request for c in commands_of(call, DispatchJob)]  # stamped inside the fresh interval: new work
+    call.provider(
+        ToolCallRequested(2, "del_4", "check_balance", "{}", kind="delegation", at_ms=started - origin + 40)
+    )
+    [fresh] = [
+        c.request for c in commands_of(call, DispatchJob)
+    ]  # stamped inside the fresh interval: new work
     assert fresh.requested_at_ms >= started
     assert call.core.status(call.now)["delegations"]["not_dispatched"] == 2
 
 
 def test_hr5_a_provider_silent_after_the_caller_spoke_is_presumed_half_open_when_pings_cannot_tell() -> None:
-    gemini = Capabilities(server_vad=True, speech_end_events=False, timed_captions=False, truncate=False, resumption=True,
-                          answer_within_ms=6_000)
+    gemini = Capabilities(
+        server_vad=True,
+        speech_end_events=False,
+        timed_captions=False,
+        truncate=False,
+        resumption=True,
+        answer_within_ms=6_000,
+    )
     answered = Call(caps=gemini)
     answered.tick(speech_frame(), count=50)
     answered.tick(count=25)  # the caller stopped; the provider answers within the limit
@@ -393,7 +448,9 @@ def test_hr5_a_provider_silent_after_the_caller_spoke_is_presumed_half_open_when
     silent.tick(count=25)
     silent.advance(3_000)
     assert recovery_notices(silent) == []
-    silent.advance(1_500)  # 6 s after the end of the first turn (hangover included), nothing from the provider
+    silent.advance(
+        1_500
+    )  # 6 s after the end of the first turn (hangover included), nothing from the provider
     assert recovery_notices(silent) == ["reconnecting"]
     assert silent.core.status(silent.now)["output_recovery"]["cause"] == "provider_silent"
     assert any(isinstance(c, OpenReplacement) and c.token == 2 for c in silent.commands)
@@ -432,7 +489,9 @@ def test_hr9_a_call_made_in_the_fresh_interval_is_answered_at_once() -> None:
     call.provider(SpeechStarted(2, 100))
     call.tick(count=50)
     call.provider(SpeechStopped(2, 900))
-    call.provider(ToolCallRequested(2, "call_n", "lookup_order", '{"order_id": "43"}'))  # the model's reaction
+    call.provider(
+        ToolCallRequested(2, "call_n", "lookup_order", '{"order_id": "43"}')
+    )  # the model's reaction
     [job] = [c.request for c in commands_of(call, DispatchJob)]
     answer(call, job.job_id, '{"status": "processing"}')
     assert [(c.token, c.call_id) for c in commands_of(call, DeliverResult)] == [(2, "call_n")]  # not held
@@ -440,8 +499,14 @@ def test_hr9_a_call_made_in_the_fresh_interval_is_answered_at_once() -> None:
 
 # --- resumption (Gemini sessionResumption): the replacement continues by the latest resumable handle -------
 
-GEMINI = Capabilities(server_vad=True, speech_end_events=False, timed_captions=False, truncate=False,
-                      resumption=True, answer_within_ms=6_000)
+GEMINI = Capabilities(
+    server_vad=True,
+    speech_end_events=False,
+    timed_captions=False,
+    truncate=False,
+    resumption=True,
+    answer_within_ms=6_000,
+)
 
 
 def test_hr7_a_resumable_provider_s_replacement_is_opened_with_the_latest_valid_handle() -> None:
@@ -450,14 +515,20 @@ def test_hr7_a_resumable_provider_s_replacement_is_opened_with_the_latest_valid_
     call = Call(caps=GEMINI)
     call.provider(ResumptionUpdated(1, "handle-1", True))
     call.provider(ResumptionUpdated(1, "handle-2", True))
-    call.provider(ResumptionUpdated(1, "handle-3", False))  # not resumable at this point: the last good one stays
+    call.provider(
+        ResumptionUpdated(1, "handle-3", False)
+    )  # not resumable at this point: the last good one stays
     call.provider(ResumptionUpdated(7, "stale-handle", True))  # another transport's: inert
     call.provider(InputTranscript(1, "my order number is 42", final=True))
     call.provider(SessionClosed(1, "connection closed (code 1006)", False))
     [open_] = [c for c in call.commands if isinstance(c, OpenReplacement)]
     assert open_.resume_handle == "handle-2" and open_.snapshot.caller_text == ("my order number is 42",)
-    seeded = seeded_settings(SessionSettings(instructions="Be kind."), open_.snapshot, notice=True,
-                             resume_handle=open_.resume_handle)
+    seeded = seeded_settings(
+        SessionSettings(instructions="Be kind."),
+        open_.snapshot,
+        notice=True,
+        resume_handle=open_.resume_handle,
+    )
     assert seeded.resume_handle == "handle-2" and RECOVERY_NOTICE in (seeded.instructions or "")
     without = Call()  # a provider without resumption never gets a handle
     without.provider(ResumptionUpdated(1, "handle-1", True))
@@ -511,8 +582,13 @@ async def test_hr5_the_shell_reopens_a_replacement_whose_handle_was_rejected_wit
         opened.append(settings)
         return ResumingProvider(token, settings)
 
-    session = CallSession(leg, first, clock=virtual_time.loop_clock(), reconnect=reconnect,
-                          settings=SessionSettings(instructions="Be kind."))
+    session = CallSession(
+        leg,
+        first,
+        clock=virtual_time.loop_clock(),
+        reconnect=reconnect,
+        settings=SessionSettings(instructions="Be kind."),
+    )
     task = asyncio.create_task(session.run())
     first.queue.put_nowait(ResumptionUpdated(1, "h-1", True))
     first.queue.put_nowait(SessionClosed(1, "connection closed (code 1006)", False))

@@ -121,11 +121,20 @@ def test_ro1_deadline_reached_while_the_caller_speaks_opens_anyway() -> None:
     ctl.speech_stopped("conn-1", 0, DEADLINE + 20 * S)
     assert ctl.actions() == [StopInput("conn-1")]
     # conn-2 heard only the end of that utterance: its text matches the old one's by the end time (RO3)
-    ctl.transcript("conn-2", (DEADLINE + 1 * S) // MS, (DEADLINE + 20 * S) // MS, "...ing", True, DEADLINE + 21 * S)
-    ctl.transcript("conn-1", (AFTER - 1 * S) // MS, (DEADLINE + 20 * S) // MS + 120, "long thing", True,
-                   DEADLINE + 22 * S)
-    assert ctl.actions() == [EmitUtterance("conn-1", (AFTER - 1 * S) // MS, (DEADLINE + 20 * S) // MS + 120,
-                                           "long thing")]
+    ctl.transcript(
+        "conn-2", (DEADLINE + 1 * S) // MS, (DEADLINE + 20 * S) // MS, "...ing", True, DEADLINE + 21 * S
+    )
+    ctl.transcript(
+        "conn-1",
+        (AFTER - 1 * S) // MS,
+        (DEADLINE + 20 * S) // MS + 120,
+        "long thing",
+        True,
+        DEADLINE + 22 * S,
+    )
+    assert ctl.actions() == [
+        EmitUtterance("conn-1", (AFTER - 1 * S) // MS, (DEADLINE + 20 * S) // MS + 120, "long thing")
+    ]
     ctl.handle_timer(DEADLINE + 40 * S)  # past the wait: conn-2's partial text is never emitted
     assert [a for a in ctl.actions() if isinstance(a, EmitUtterance)] == []
     assert ctl.stats.duplicates_dropped == 1 and ctl.stats.fallbacks == 0
@@ -255,7 +264,9 @@ def test_ro3_old_transcription_failing_or_empty_emits_the_new_ones(how: str) -> 
     else:
         ctl.transcript("conn-1", s, e, "  ", True, t + 2_500 * MS)
     assert ctl.actions() == [EmitUtterance("conn-2", s + 50, e + 20, "my account number")]
-    ctl.transcript("conn-1", s, e + 10, "My account number.", True, t + 2_900 * MS)  # a retry: already emitted
+    ctl.transcript(
+        "conn-1", s, e + 10, "My account number.", True, t + 2_900 * MS
+    )  # a retry: already emitted
     assert ctl.actions() == [] and ctl.stats.fallbacks == 1
 
 
@@ -362,12 +373,15 @@ def refused_at_hard_stop(reason: str, answer: Callable[[RolloverController], Non
 
 
 def test_ro6_approve_false_is_a_refusal_that_keeps_the_connection_until_hard_stop() -> None:
-    refused_at_hard_stop("approve_refused", lambda c: c.approve_answered("rollover-1", False, None, AFTER + S))
+    refused_at_hard_stop(
+        "approve_refused", lambda c: c.approve_answered("rollover-1", False, None, AFTER + S)
+    )
 
 
 def test_ro6_approve_raising_is_a_refusal() -> None:
-    refused_at_hard_stop("approve_error",
-                         lambda c: c.approve_answered("rollover-1", None, "RuntimeError('no')", AFTER + S))
+    refused_at_hard_stop(
+        "approve_error", lambda c: c.approve_answered("rollover-1", None, "RuntimeError('no')", AFTER + S)
+    )
 
 
 def test_ro6_no_approve_answer_by_hard_stop_is_a_refusal_and_a_late_answer_opens_nothing() -> None:
@@ -376,8 +390,11 @@ def test_ro6_no_approve_answer_by_hard_stop_is_a_refusal_and_a_late_answer_opens
     ctl.actions()
     assert ctl.status()["stage"] == "approving" and ctl.next_deadline() == HARD
     ctl.handle_timer(HARD)  # not busy: nothing left to finish
-    assert ctl.actions() == [StopInput("conn-1"), EndSession("approve_timeout", goodbye=True),
-                             CloseTransport("conn-1", "approve_timeout")]
+    assert ctl.actions() == [
+        StopInput("conn-1"),
+        EndSession("approve_timeout", goodbye=True),
+        CloseTransport("conn-1", "approve_timeout"),
+    ]
     ctl.approve_answered("rollover-1", True, None, HARD + 1 * S)
     ctl.authorize_answered("conn-2", True, HARD + 2 * S)
     assert ctl.actions() == [] and ctl.stats.late_answers == 2 and ctl.next_deadline() is None
@@ -390,8 +407,12 @@ def test_ro6_next_connection_not_open_by_hard_stop_ends_the_session() -> None:
     ctl.handle_timer(DEADLINE)
     assert ctl.actions() == [OpenRollover("conn-2")]
     ctl.handle_timer(HARD)  # conn-2 never confirmed; conn-1 still in speech but not answering
-    assert ctl.actions() == [CloseTransport("conn-2", "next_not_open"), StopInput("conn-1"),
-                             EndSession("next_not_open", goodbye=True), CloseTransport("conn-1", "next_not_open")]
+    assert ctl.actions() == [
+        CloseTransport("conn-2", "next_not_open"),
+        StopInput("conn-1"),
+        EndSession("next_not_open", goodbye=True),
+        CloseTransport("conn-1", "next_not_open"),
+    ]
     ctl.connection_confirmed("conn-2", HARD + 1 * S)
     assert ctl.actions() == [] and ctl.stats.ignored == 1
 
@@ -406,7 +427,10 @@ def test_ro6_a_refused_connection_that_never_finishes_still_ends_before_its_cap(
     ends = (OPTS.hard_stop_ms + CAP_MS) // 2 * MS
     assert ctl.next_deadline() == ends
     ctl.handle_timer(ends)
-    assert ctl.actions() == [EndSession("approve_refused", goodbye=True), CloseTransport("conn-1", "approve_refused")]
+    assert ctl.actions() == [
+        EndSession("approve_refused", goodbye=True),
+        CloseTransport("conn-1", "approve_refused"),
+    ]
 
 
 def test_ro7_connections_are_authorised_by_string_id_and_a_refusal_opens_nothing() -> None:
@@ -422,8 +446,11 @@ def test_ro7_connections_are_authorised_by_string_id_and_a_refusal_opens_nothing
     assert ctl.actions() == [] and ctl.status()["refusal"] == "authorize_refused"
     ctl.items_finished("conn-1", HARD - 1)
     ctl.handle_timer(HARD)
-    assert ctl.actions() == [StopInput("conn-1"), EndSession("authorize_refused", goodbye=True),
-                             CloseTransport("conn-1", "authorize_refused")]
+    assert ctl.actions() == [
+        StopInput("conn-1"),
+        EndSession("authorize_refused", goodbye=True),
+        CloseTransport("conn-1", "authorize_refused"),
+    ]
 
 
 def test_ro7_ids_follow_the_first_connection_id() -> None:
@@ -486,7 +513,9 @@ class Call:
             self.ctl.speech_stopped(cid, now // MS, now)
             self.later(now + 2 * S, lambda t, c=cid: self.ctl.items_finished(c, t))
         for cid in heard | receiving:
-            self.later(now + 300 * MS, lambda t, c=cid: self.ctl.transcript(c, began // MS, now // MS, text, True, t))
+            self.later(
+                now + 300 * MS, lambda t, c=cid: self.ctl.transcript(c, began // MS, now // MS, text, True, t)
+            )
 
     def react(self, now: int) -> None:
         for action in self.ctl.actions():
@@ -538,7 +567,11 @@ def test_ro9_a_three_hour_call_rolls_over_three_times_each_before_the_cap() -> N
     assert Counter(call.emitted) == Counter(heard) and call.ctl.stats.duplicates_dropped >= 3
     requests = [a for _, a in call.log if isinstance(a, ApproveRollover)]
     assert [r.rollover_id for r in requests] == ["rollover-1", "rollover-2", "rollover-3"]
-    assert [a.connection_id for _, a in call.log if isinstance(a, AuthorizeConnection)] == ["conn-2", "conn-3", "conn-4"]
+    assert [a.connection_id for _, a in call.log if isinstance(a, AuthorizeConnection)] == [
+        "conn-2",
+        "conn-3",
+        "conn-4",
+    ]
     starts = {a.connection_id: t for t, a in call.log if isinstance(a, StartInput)}
     stops = {a.connection_id: t for t, a in call.log if isinstance(a, StopInput)}
     floors = {a.connection_id: t for t, a in call.log if isinstance(a, TakeFloor)}
@@ -553,7 +586,11 @@ def test_ro9_options_scale_from_the_provider_cap() -> None:
     assert (xai.after_ms, xai.deadline_ms, xai.hard_stop_ms) == (6_600_000, 6_960_000, 7_140_000)
     gemini = RolloverOptions.for_cap(600_000, client_commits=True)
     assert (gemini.after_ms, gemini.hard_stop_ms, gemini.overlap_ms, gemini.client_commits) == (
-        550_000, 595_000, 3_000, True)
+        550_000,
+        595_000,
+        3_000,
+        True,
+    )
     with pytest.raises(ValueError):
         RolloverOptions(after_ms=3_500_000, deadline_ms=3_480_000)
     with pytest.raises(ValueError):
@@ -563,13 +600,20 @@ def test_ro9_options_scale_from_the_provider_cap() -> None:
 @pytest.mark.parametrize("old_first", [True, False])
 def test_ro3_an_utterance_cut_by_the_hard_stop_commit_is_emitted_once(old_first: bool) -> None:
     ctl = confirmed()
-    ctl.speech_started("conn-1", 0, DEADLINE - 1 * S)  # the caller talks through the deadline and the hard stop
+    ctl.speech_started(
+        "conn-1", 0, DEADLINE - 1 * S
+    )  # the caller talks through the deadline and the hard stop
     assert allow(ctl, DEADLINE) == [OpenRollover("conn-2")]
     ctl.connection_confirmed("conn-2", HARD - 1 * S)
     ctl.speech_started("conn-2", 0, HARD - 900 * MS)  # the new one hears the rest of the utterance
     ctl.handle_timer(HARD)
     assert ctl.actions() == [StartInput("conn-2"), CommitInput("conn-1"), StopInput("conn-1")]  # RO2
-    old = ("conn-1", (DEADLINE - 1 * S) // MS, HARD // MS, "I would like to change")  # committed mid-utterance
+    old = (
+        "conn-1",
+        (DEADLINE - 1 * S) // MS,
+        HARD // MS,
+        "I would like to change",
+    )  # committed mid-utterance
     new = ("conn-2", (HARD - 900 * MS) // MS, (HARD + 2 * S) // MS, "change my booking please")
     for cid, start, end, text in (old, new) if old_first else (new, old):
         ctl.transcript(cid, start, end, text, True, HARD + 3 * S)

@@ -32,8 +32,15 @@ from providers.limits import OPENAI_REALTIME
 from rtp.audio import PCMU_8K
 from rtp.playout import Playout
 
-SCALED = RolloverOptions(after_ms=4_000, deadline_ms=6_000, overlap_ms=500, hard_stop_ms=7_000, cap_ms=8_000,
-                         drain_ms=1_000, transcript_wait_ms=1_000)
+SCALED = RolloverOptions(
+    after_ms=4_000,
+    deadline_ms=6_000,
+    overlap_ms=500,
+    hard_stop_ms=7_000,
+    cap_ms=8_000,
+    drain_ms=1_000,
+    transcript_wait_ms=1_000,
+)
 
 
 class RolloverCall:
@@ -43,9 +50,14 @@ class RolloverCall:
     def __init__(self) -> None:
         self.now = 0
         self.playout = Playout()
-        self.core = SessionCoordinator(limits=OPENAI_REALTIME.for_format(PCMU_8K), output_format=PCMU_8K,
-                                       capabilities=REALTIME, channel=self.playout, now=0,
-                                       options=CoordinatorOptions(rollover=SCALED))
+        self.core = SessionCoordinator(
+            limits=OPENAI_REALTIME.for_format(PCMU_8K),
+            output_format=PCMU_8K,
+            capabilities=REALTIME,
+            channel=self.playout,
+            now=0,
+            options=CoordinatorOptions(rollover=SCALED),
+        )
         self.core.provider_event(SessionStarted(1, "sess_1"), 0)
         self.commands: list[object] = []
         self.notices: list[object] = []
@@ -68,13 +80,20 @@ class RolloverCall:
                 self._seen[token] = self.audio.get(token, 0)
                 if heard and speech and not self.speaking.get(token):
                     self.speaking[token] = True
-                    self.core.provider_event(SpeechStarted(token, None, f"u{token}-{self.utterance}"), self.now)
+                    self.core.provider_event(
+                        SpeechStarted(token, None, f"u{token}-{self.utterance}"), self.now
+                    )
                 elif self.speaking.get(token) and not speech:
                     self.speaking[token] = False
-                    self.core.provider_event(SpeechStopped(token, None, f"u{token}-{self.utterance}"), self.now)
                     self.core.provider_event(
-                        InputTranscript(token, f"utterance {self.utterance}", f"u{token}-{self.utterance}", final=True),
-                        self.now)
+                        SpeechStopped(token, None, f"u{token}-{self.utterance}"), self.now
+                    )
+                    self.core.provider_event(
+                        InputTranscript(
+                            token, f"utterance {self.utterance}", f"u{token}-{self.utterance}", final=True
+                        ),
+                        self.now,
+                    )
                 self._carry_out()
 
     def _carry_out(self) -> None:
@@ -164,8 +183,9 @@ def test_ro1_an_announced_expiry_sooner_than_the_cap_drives_the_rollover_early()
 
 # --- RO5: client commits (turn detection off), through the coordinator on virtual time ---------------------
 
-CLIENT_CAPS = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=True,
-                           client_commits=True)
+CLIENT_CAPS = Capabilities(
+    server_vad=True, speech_end_events=True, timed_captions=True, truncate=True, client_commits=True
+)
 
 
 class ClientCommitCall:
@@ -175,10 +195,15 @@ class ClientCommitCall:
     def __init__(self, options: RolloverOptions = SCALED) -> None:
         self.now = 0
         self.playout = Playout()
-        self.core = SessionCoordinator(limits=OPENAI_REALTIME.for_format(PCMU_8K), output_format=PCMU_8K,
-                                       capabilities=CLIENT_CAPS, channel=self.playout, now=0,
-                                       options=CoordinatorOptions(rollover=options),
-                                       settings=SessionSettings(turn_detection="client"))
+        self.core = SessionCoordinator(
+            limits=OPENAI_REALTIME.for_format(PCMU_8K),
+            output_format=PCMU_8K,
+            capabilities=CLIENT_CAPS,
+            channel=self.playout,
+            now=0,
+            options=CoordinatorOptions(rollover=options),
+            settings=SessionSettings(turn_detection="client"),
+        )
         self.core.provider_event(SessionStarted(1, "sess_1"), 0)
         self.commands: list[object] = []
         self.notices: list[object] = []
@@ -222,8 +247,15 @@ class ClientCommitCall:
             if isinstance(command, CommitInput):
                 self.commit_times.setdefault(command.token, []).append(self.now)
             if isinstance(command, CommitInput) and self.heard.pop(command.token, 0) > 10:
-                self.core.provider_event(InputTranscript(command.token, f"utterance {self.utterance}",
-                                                         f"u{command.token}-{self.utterance}", final=True), self.now)
+                self.core.provider_event(
+                    InputTranscript(
+                        command.token,
+                        f"utterance {self.utterance}",
+                        f"u{command.token}-{self.utterance}",
+                        final=True,
+                    ),
+                    self.now,
+                )
 
     def turn(self, talk_ms: int = 1_000, pause_ms: int = 600) -> None:
         self.utterance += 1
@@ -235,7 +267,9 @@ def test_ro5_client_commits_switch_at_the_first_flush_after_after_ms_and_never_o
     call = ClientCommitCall()
     for _ in range(6):
         call.turn()
-    [opened] = [c for c in call.commands if isinstance(c, OpenRollover)][:1]  # passive, opened once authorised
+    [opened] = [c for c in call.commands if isinstance(c, OpenRollover)][
+        :1
+    ]  # passive, opened once authorised
     assert opened.token == 2
     assert all(len(targets) == 1 for targets in call.receiving)  # the connections never overlap (RO5)
     switch = next(i for i, targets in enumerate(call.receiving) if targets == (2,))
@@ -265,13 +299,21 @@ def test_ro8_a_tool_call_pending_across_a_rollover_is_answered_once_on_the_new_c
     while call.core.token == 1:  # the application is slow: the call rolls over meanwhile
         call.turn()
     new = call.core.token
-    call.core.provider_event(ToolCallRequested(1, "call_r", "lookup_order", "{}"), call.now)  # the old one: inert
+    call.core.provider_event(
+        ToolCallRequested(1, "call_r", "lookup_order", "{}"), call.now
+    )  # the old one: inert
     assert call.core.job_answered(job.job_id, '{"status": "shipped"}', call.now)
     call._carry_out()
     for _ in range(3):
         call.turn()
-    answers = [c for c in call.commands if isinstance(c, (DeliverResult, SendContext)) and "shipped" in
-               (c.output if isinstance(c, DeliverResult) else c.text)]
+    answers = [
+        c
+        for c in call.commands
+        if isinstance(c, (DeliverResult, SendContext))
+        and "shipped" in (c.output if isinstance(c, DeliverResult) else c.text)
+    ]
     assert len(answers) == 1 and answers[0].token == new  # once, on the connection that holds the floor
-    assert isinstance(answers[0], SendContext) and job.job_id in answers[0].text  # the old call id is gone there
+    assert (
+        isinstance(answers[0], SendContext) and job.job_id in answers[0].text
+    )  # the old call id is gone there
     assert len([c for c in call.commands if isinstance(c, DispatchJob)]) == 1  # never dispatched twice

@@ -144,7 +144,9 @@ async def test_provider_audio_reaches_the_leg_playout_and_a_provider_close_hangs
 async def test_fatal_protocol_error_hangs_up_with_the_reason() -> None:
     leg, provider = FakeLeg(), FakeProvider()
     task = asyncio.create_task(session(leg, provider).run())
-    provider.queue.put_nowait(ProviderError(1, "invalid_audio", "output audio is not valid base64", fatal=True))
+    provider.queue.put_nowait(
+        ProviderError(1, "invalid_audio", "output audio is not valid base64", fatal=True)
+    )
     summary = await asyncio.wait_for(task, 5)
     assert leg.hangups == ["protocol error invalid_audio: output audio is not valid base64"]
     assert summary.ended_by == "provider" and provider.closed

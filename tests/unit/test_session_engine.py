@@ -56,7 +56,9 @@ GPT_LIVE_CAPS = Capabilities(server_vad=False, speech_end_events=False, timed_ca
 class Call:
     """A coordinator, its carrier channel and a virtual media clock."""
 
-    def __init__(self, caps: Capabilities = REALTIME, limits: AudioLimits | None = None, **options: object) -> None:
+    def __init__(
+        self, caps: Capabilities = REALTIME, limits: AudioLimits | None = None, **options: object
+    ) -> None:
         self.now = 0
         self.playout = Playout()
         self.core = SessionCoordinator(
@@ -149,7 +151,9 @@ def test_se2_overflow_is_detected_counted_and_the_reservoir_never_exceeds_capaci
     assert call.core.output.reservoir.depth_bytes <= 8_000
     assert call.core.output.reservoir.overflows == 1
     assert call.core.status(call.now)["reservoir"]["overflows"] == 1
-    assert call.core.status(call.now)["output_recovery"]["cause"] == "output_overflow"  # and the repair begins
+    assert (
+        call.core.status(call.now)["output_recovery"]["cause"] == "output_overflow"
+    )  # and the repair begins
 
 
 def test_se2_stale_output_is_detected_once_when_nothing_plays_it() -> None:
@@ -186,7 +190,10 @@ def test_se3_the_carrier_cushion_is_at_most_two_frames_and_the_first_frame_has_n
     first = call.playout.pull(call.now)  # the very instant it arrived
     assert first is not None and first.pcm == ulaw_decode(audio[:160])
     call.tick(count=60)
-    assert max(call.core.status(call.now)["playback"]["cushion_frames"], call.playout.depth) <= CARRIER_LEAD_FRAMES
+    assert (
+        max(call.core.status(call.now)["playback"]["cushion_frames"], call.playout.depth)
+        <= CARRIER_LEAD_FRAMES
+    )
 
 
 def test_se3_pcmu_passes_through_bit_exact_and_without_rate_change() -> None:
@@ -256,7 +263,9 @@ def test_se5_barge_in_truncates_to_what_the_carrier_ledger_says_was_sent() -> No
 def test_se5_output_is_suppressed_until_the_callers_turn_ends() -> None:
     call = Call()
     call.provider(SpeechStarted(1))
-    call.provider(AudioReceived(1, pcmu_tone(500), PCMU_8K, item_id="item_old"))  # late output of the old turn
+    call.provider(
+        AudioReceived(1, pcmu_tone(500), PCMU_8K, item_id="item_old")
+    )  # late output of the old turn
     call.tick(count=30)
     assert call.sent == [] and call.core.barge.suppressed_bytes == 4_000
     call.provider(SpeechStopped(1))
@@ -267,7 +276,9 @@ def test_se5_output_is_suppressed_until_the_callers_turn_ends() -> None:
 
 
 def test_se5_interrupted_providers_get_no_truncate_when_they_cannot_take_one() -> None:
-    call = Call(caps=Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=False))
+    call = Call(
+        caps=Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=False)
+    )
     call.provider(AudioReceived(1, pcmu_tone(1_000), PCMU_8K))
     call.tick(count=5)
     call.provider(OutputInterrupted(1))
@@ -284,7 +295,9 @@ def test_se5_local_vad_barges_in_for_providers_without_speech_events() -> None:
     call.tick(speech_frame(), count=3)  # 60 ms of caller speech: the attack
     assert call.core.barge.suppressed
     [barge] = [n for n in call.notices if isinstance(n, BargedIn)]
-    assert barge.source == "local_vad" and barge.heard == (("out-1", 13 * 20),)  # 10 ticks + the 3-frame attack
+    assert barge.source == "local_vad" and barge.heard == (
+        ("out-1", 13 * 20),
+    )  # 10 ticks + the 3-frame attack
     transmitted_after = [f for f in call.sent if f.epoch == 0]
     last_ns = call.playout.ledger.last().transmitted_ns  # type: ignore[union-attr]
     assert last_ns - (speech_started_at + 3 * TICK) <= 2 * TICK  # within two frames of the detection
@@ -338,7 +351,12 @@ def test_se7_status_reports_state_limits_reservoir_playback_and_usage() -> None:
     assert status["reservoir"]["depth_ms"] == 1_000 - 10 * 20 - 2 * 20  # played, and two in the cushion
     assert status["reservoir"]["oldest_age_ms"] == 200
     assert status["playback"]["frames_transmitted"] == 10 and status["playback"]["epoch"] == 0
-    assert status["usage"] == {"audio_seconds": 15.0, "input_tokens": 0, "output_tokens": 0, "complete": False}
+    assert status["usage"] == {
+        "audio_seconds": 15.0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "complete": False,
+    }
     assert status["qos"]["frames_in"] == 10
 
 

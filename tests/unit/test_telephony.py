@@ -19,8 +19,13 @@ from sip.leg import CallEnded, DtmfReceived, TransferProgress
 
 event_loop_policy = virtual_time.policy_fixture()  # the shell tests run on virtual time
 
-OPTIONS = TelephonyOptions(end_call=True, transfer_targets={"sales": "sip:sales@127.0.0.1:5090"}, send_dtmf=True,
-                           dtmf_to_model=True, goodbye_timeout_ms=2_000)
+OPTIONS = TelephonyOptions(
+    end_call=True,
+    transfer_targets={"sales": "sip:sales@127.0.0.1:5090"},
+    send_dtmf=True,
+    dtmf_to_model=True,
+    goodbye_timeout_ms=2_000,
+)
 
 
 class TelephonyLeg(FakeLeg):
@@ -72,7 +77,11 @@ async def test_dl6_transfer_call_sends_refer_and_reports_the_transferee_s_answer
         ran.append(job)
         return "{}"
 
-    task = asyncio.create_task(CallSession(leg, provider, clock=virtual_time.loop_clock(), job_handler=application, telephony_options=OPTIONS).run())
+    task = asyncio.create_task(
+        CallSession(
+            leg, provider, clock=virtual_time.loop_clock(), job_handler=application, telephony_options=OPTIONS
+        ).run()
+    )
     provider.queue.put_nowait(ToolCallRequested(1, "call_t", "transfer_call", '{"destination": "sales"}'))
     await until(lambda: leg.transfers)
     assert leg.transfers == ["sip:sales@127.0.0.1:5090"] and not provider.results
@@ -80,7 +89,8 @@ async def test_dl6_transfer_call_sends_refer_and_reports_the_transferee_s_answer
     leg.queue.put_nowait(TransferProgress("sip:sales@127.0.0.1:5090", 486, "Busy Here", True))
     await asyncio.wait_for(provider.answered.wait(), 5)
     assert [(c, json.loads(o)) for c, o in provider.results] == [
-        ("call_t", {"transferred": False, "status": 486, "reason": "Busy Here"})]
+        ("call_t", {"transferred": False, "status": 486, "reason": "Busy Here"})
+    ]
     provider.queue.put_nowait(ToolCallRequested(1, "call_d", "send_dtmf", '{"digits": "12#"}'))
     provider.queue.put_nowait(ToolCallRequested(1, "call_x", "send_dtmf", '{"digits": "12x"}'))
     await until(lambda: len(provider.results) == 3)
@@ -91,7 +101,9 @@ async def test_dl6_transfer_call_sends_refer_and_reports_the_transferee_s_answer
 
 async def test_dl6_end_call_lets_the_goodbye_play_then_hangs_up() -> None:
     leg, provider = TelephonyLeg(), TextProvider()
-    task = asyncio.create_task(CallSession(leg, provider, clock=virtual_time.loop_clock(), telephony_options=OPTIONS).run())
+    task = asyncio.create_task(
+        CallSession(leg, provider, clock=virtual_time.loop_clock(), telephony_options=OPTIONS).run()
+    )
     provider.queue.put_nowait(ToolCallRequested(1, "call_e", "end_call", "{}"))
     await asyncio.wait_for(provider.answered.wait(), 5)
     provider.queue.put_nowait(AudioReceived(1, bytes(range(256)) * 4, PCMU_8K))  # the goodbye (128 ms)
@@ -114,7 +126,11 @@ async def test_dl6_the_caller_s_keys_reach_the_application_and_the_model() -> No
     async def on_dtmf(digit: str) -> None:
         pressed.append(digit)
 
-    task = asyncio.create_task(CallSession(leg, provider, clock=virtual_time.loop_clock(), telephony_options=OPTIONS, dtmf_handler=on_dtmf).run())
+    task = asyncio.create_task(
+        CallSession(
+            leg, provider, clock=virtual_time.loop_clock(), telephony_options=OPTIONS, dtmf_handler=on_dtmf
+        ).run()
+    )
     for digit in "42#":
         leg.queue.put_nowait(DtmfReceived(digit))
     await until(lambda: len(pressed) == 3 and len(provider.texts) == 3)
@@ -139,13 +155,16 @@ def test_dl6_a_failed_session_plays_the_closing_message_then_hangs_up_on_a_core_
     call.core.replacement_failed(2, "HTTP 503", call.now)
     call._drain()
     assert [c for c in call.commands if isinstance(c, EndSession)] == [
-        EndSession("the replacement connection failed: HTTP 503", True)]
+        EndSession("the replacement connection failed: HTTP 503", True)
+    ]
     assert not [c for c in call.commands if isinstance(c, HangUp)]  # not while the message plays
     assert call.core.next_deadline() == call.now + 600 * 1_000_000  # its 500 ms and 100 ms of margin
     call.tick(count=29)
     assert not [c for c in call.commands if isinstance(c, HangUp)]
     call.tick(count=1)
-    assert [c for c in call.commands if isinstance(c, HangUp)] == [HangUp("the replacement connection failed: HTTP 503")]
+    assert [c for c in call.commands if isinstance(c, HangUp)] == [
+        HangUp("the replacement connection failed: HTTP 503")
+    ]
     assert [f.item_id for f in call.sent] == ["final-message"] * 25  # the caller heard all of it first
 
 

@@ -12,8 +12,9 @@ from providers.events import SpeechStarted, SpeechStopped
 
 GPT_LIVE = Capabilities(server_vad=False, speech_end_events=False, timed_captions=True, truncate=False)
 GEMINI = Capabilities(server_vad=True, speech_end_events=False, timed_captions=False, truncate=False)
-REALTIME = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=True,
-                        client_commits=True)
+REALTIME = Capabilities(
+    server_vad=True, speech_end_events=True, timed_captions=True, truncate=True, client_commits=True
+)
 
 
 def run(tracker: TurnTracker, frames: list[bytes]) -> list[object]:
@@ -25,20 +26,26 @@ SPEECH = [speech_frame()] * 10 + [bytes(320)] * 20
 
 
 def test_se5_without_server_vad_the_local_detector_barges_in_and_ends_the_turn() -> None:
-    assert run(TurnTracker(GPT_LIVE, VadOptions()), SPEECH) == [CallerStarted("local_vad", None, barge=True),
-                                                               CallerStopped("local_vad")]
+    assert run(TurnTracker(GPT_LIVE, VadOptions()), SPEECH) == [
+        CallerStarted("local_vad", None, barge=True),
+        CallerStopped("local_vad"),
+    ]
 
 
 def test_se5_without_speech_end_events_the_local_detector_ends_the_turn_but_does_not_barge_in() -> None:
     tracker = TurnTracker(GEMINI, VadOptions())
     assert run(tracker, SPEECH) == [CallerStarted("local_vad", None, barge=False), CallerStopped("local_vad")]
     assert tracker.provider(SpeechStarted(1, 120)) == CallerStarted("provider", 120, barge=True)
-    assert tracker.local_turn == (40, 480)  # detected after the 60 ms attack, over after the hangover (RO3 span)
+    assert tracker.local_turn == (
+        40,
+        480,
+    )  # detected after the 60 ms attack, over after the hangover (RO3 span)
 
 
 def test_se5_answer_within_ms_does_not_decide_who_reports_turns() -> None:
-    watched = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=True,
-                           answer_within_ms=6_000)
+    watched = Capabilities(
+        server_vad=True, speech_end_events=True, timed_captions=True, truncate=True, answer_within_ms=6_000
+    )
     tracker = TurnTracker(watched, VadOptions())
     assert run(tracker, SPEECH) == [] and not tracker.speaking  # the provider reports both ends: no local VAD
     assert tracker.provider(SpeechStopped(1)) == CallerStopped("provider")

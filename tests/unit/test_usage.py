@@ -13,7 +13,12 @@ def test_hr12_each_transport_s_latest_audio_counts_and_increments_add_up() -> No
     meter.observe(UsageUpdated(1, audio_seconds=12.0))  # cumulative: the latest, not the sum
     meter.observe(UsageUpdated(2, audio_seconds=1.0, input_tokens=5, cumulative=False))
     meter.observe(UsageUpdated(2, audio_seconds=2.0, input_tokens=7, cumulative=False))
-    assert meter.status() == {"audio_seconds": 15.0, "input_tokens": 12, "output_tokens": 0, "complete": False}
+    assert meter.status() == {
+        "audio_seconds": 15.0,
+        "input_tokens": 12,
+        "output_tokens": 0,
+        "complete": False,
+    }
 
 
 def test_hr12_complete_stays_false_once_a_transport_ended_unfinalised() -> None:

@@ -36,8 +36,14 @@ from sip.leg import CallIdentity
 
 SECRET = "s3cret-webhook-key-never-logged"
 ENV = {SECRET_ENV: SECRET}
-IDENTITY = CallIdentity(call_id="call-7", sip_call_id="abc@127.0.0.1", from_uri="sip:alice@127.0.0.1",
-                        to_uri="sip:sales@127.0.0.1", request_user="sales", source="127.0.0.1:5070")
+IDENTITY = CallIdentity(
+    call_id="call-7",
+    sip_call_id="abc@127.0.0.1",
+    from_uri="sip:alice@127.0.0.1",
+    to_uri="sip:sales@127.0.0.1",
+    request_user="sales",
+    source="127.0.0.1:5070",
+)
 JOB = JobRequest("job-3", "lookup_order", '{"order_id": "42", "rush": true}', "function", 5120)
 
 
@@ -61,7 +67,9 @@ class App:
     connections: int = 0
     server: asyncio.Server | None = None
 
-    async def start(self, sock: socket.socket | None = None, ssl_context: ssl.SSLContext | None = None) -> int:
+    async def start(
+        self, sock: socket.socket | None = None, ssl_context: ssl.SSLContext | None = None
+    ) -> int:
         if sock is not None:
             self.server = await asyncio.start_server(self._client, sock=sock, ssl=ssl_context)
         else:
@@ -92,8 +100,12 @@ class App:
                 else:
                     return
             assert request is not None
-            received = Received(request.method.decode(), request.target.decode(),
-                                {k.decode(): v.decode() for k, v in request.headers}, body)
+            received = Received(
+                request.method.decode(),
+                request.target.decode(),
+                {k.decode(): v.decode() for k, v in request.headers},
+                body,
+            )
             self.requests.append(received)
             answer = await self.answer(received)
             if answer is None:
@@ -116,7 +128,9 @@ def json_answer(value: object, status: int = 200) -> Callable[[Received], Awaita
     return answer
 
 
-def raw_answer(status: int, content_type: str | None, payload: bytes) -> Callable[[Received], Awaitable[Answer]]:
+def raw_answer(
+    status: int, content_type: str | None, payload: bytes
+) -> Callable[[Received], Awaitable[Answer]]:
     async def answer(_: Received) -> Answer:
         return status, [("content-type", content_type)] if content_type else [], payload
 
@@ -125,8 +139,9 @@ def raw_answer(status: int, content_type: str | None, payload: bytes) -> Callabl
 
 def config(port: int, path: str = "/jobs?token=abc", **overrides: object) -> WebhookConfig:
     timeout_s = overrides.pop("timeout_s", 5.0)
-    return WebhookConfig.from_options(f"http://127.0.0.1:{port}{path}", timeout_s=timeout_s, environ=ENV,
-                                      **overrides)
+    return WebhookConfig.from_options(
+        f"http://127.0.0.1:{port}{path}", timeout_s=timeout_s, environ=ENV, **overrides
+    )
 
 
 @pytest.fixture
@@ -200,7 +215,12 @@ async def test_dl4_signature_idempotency_key_headers_and_body(apps) -> None:
         "name": "lookup_order",
         "arguments": {"order_id": "42", "rush": True},
         "kind": "function",
-        "call": {"call_id": "call-7", "from": "sip:alice@127.0.0.1", "to": "sip:sales@127.0.0.1", "called": "sales"},
+        "call": {
+            "call_id": "call-7",
+            "from": "sip:alice@127.0.0.1",
+            "to": "sip:sales@127.0.0.1",
+            "called": "sales",
+        },
         "requested_at_ms": 5120,
         "supersedes": None,
     }
@@ -216,16 +236,25 @@ def test_arguments_that_are_not_a_json_object_are_sent_as_the_raw_text() -> None
 # --- the answer ---
 
 
-@pytest.mark.parametrize(("answer", "output"), [
-    (json_answer({"output": "plain string"}), "plain string"),
-    (json_answer({"output": {"status": "shipped", "eta_days": 2}}), '{"status": "shipped", "eta_days": 2}'),
-    (json_answer({"output": 42}), "42"),
-    (json_answer({"output": None}), "null"),
-    (raw_answer(200, "text/plain; charset=utf-8", "Order 42 shipped — ça va".encode()), "Order 42 shipped — ça va"),
-    (raw_answer(201, None, b"created"), "created"),
-    (raw_answer(200, "application/problem+json", b'{"output": "via +json"}'), "via +json"),
-    (raw_answer(204, None, b""), ""),
-])
+@pytest.mark.parametrize(
+    ("answer", "output"),
+    [
+        (json_answer({"output": "plain string"}), "plain string"),
+        (
+            json_answer({"output": {"status": "shipped", "eta_days": 2}}),
+            '{"status": "shipped", "eta_days": 2}',
+        ),
+        (json_answer({"output": 42}), "42"),
+        (json_answer({"output": None}), "null"),
+        (
+            raw_answer(200, "text/plain; charset=utf-8", "Order 42 shipped — ça va".encode()),
+            "Order 42 shipped — ça va",
+        ),
+        (raw_answer(201, None, b"created"), "created"),
+        (raw_answer(200, "application/problem+json", b'{"output": "via +json"}'), "via +json"),
+        (raw_answer(204, None, b""), ""),
+    ],
+)
 async def test_a_2xx_answer_is_the_output(apps, answer, output) -> None:
     app = apps(answer)
     result = await WebhookClient(config(await app.start())).deliver(JOB, IDENTITY)
@@ -261,7 +290,9 @@ async def test_dl4_a_read_timeout_is_an_error_output_and_the_request_is_not_sent
     app = apps(never)
     sleeps = Sleeps()
     try:
-        result = await WebhookClient(config(await app.start(), timeout_s=0.3), sleep=sleeps).deliver(JOB, IDENTITY)
+        result = await WebhookClient(config(await app.start(), timeout_s=0.3), sleep=sleeps).deliver(
+            JOB, IDENTITY
+        )
     finally:
         release.set()
     error = json.loads(result.output)["error"]
@@ -278,7 +309,13 @@ async def test_a_reset_after_the_request_was_sent_is_not_retried(apps) -> None:
     sleeps = Sleeps()
     result = await WebhookClient(config(await app.start()), sleep=sleeps).deliver(JOB, IDENTITY)
     assert "failed after the request was sent" in json.loads(result.output)["error"]
-    assert (result.attempts, result.sent, app.connections, len(app.requests), sleeps.waits) == (1, True, 1, 1, [])
+    assert (result.attempts, result.sent, app.connections, len(app.requests), sleeps.waits) == (
+        1,
+        True,
+        1,
+        1,
+        [],
+    )
 
 
 async def test_dl4_connection_refused_is_retried_until_the_application_listens(apps) -> None:
@@ -303,7 +340,9 @@ async def test_connection_attempts_are_bounded(caplog) -> None:
         result = await WebhookClient(config(sock.getsockname()[1]), sleep=sleeps).deliver(JOB, IDENTITY)
     finally:
         sock.close()
-    assert json.loads(result.output) == {"error": "the application could not be reached; the request was not made"}
+    assert json.loads(result.output) == {
+        "error": "the application could not be reached; the request was not made"
+    }
     assert (result.attempts, result.sent, sleeps.waits) == (3, False, [0.25, 0.75])
     assert "after 3 attempt(s)" in caplog.text and "ConnectionRefusedError" in caplog.text
 
@@ -313,7 +352,9 @@ async def test_connection_attempts_stop_at_the_deadline() -> None:
     try:
         sleeps = Sleeps()
         # The first wait (0.25 s) would end after the 0.2 s deadline: no second attempt.
-        result = await WebhookClient(config(sock.getsockname()[1], timeout_s=0.2), sleep=sleeps).deliver(JOB, IDENTITY)
+        result = await WebhookClient(config(sock.getsockname()[1], timeout_s=0.2), sleep=sleeps).deliver(
+            JOB, IDENTITY
+        )
     finally:
         sock.close()
     assert (result.attempts, result.sent, sleeps.waits) == (1, False, [])
@@ -326,7 +367,9 @@ async def test_an_interim_1xx_and_a_body_delimited_by_close_are_read() -> None:
         head = await reader.readuntil(b"\r\n\r\n")
         length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
         seen.append(head + await reader.readexactly(length))
-        writer.write(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close")
+        writer.write(
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil close"
+        )
         await writer.drain()
         writer.close()
 
@@ -418,7 +461,10 @@ def test_serve_refuses_a_webhook_without_its_secret(tmp_path: Path, monkeypatch:
     ca.write_text("not used")
     result = runner.invoke(main, ["serve", "--webhook-ca", str(ca)])
     assert result.exit_code == 2 and "--webhook-ca applies to --webhook" in result.output
-    result = runner.invoke(main, ["serve", "--webhook", "http://127.0.0.1:9/jobs", "--webhook-ca", str(ca)],
-                           env={SECRET_ENV: SECRET})
+    result = runner.invoke(
+        main,
+        ["serve", "--webhook", "http://127.0.0.1:9/jobs", "--webhook-ca", str(ca)],
+        env={SECRET_ENV: SECRET},
+    )
     assert result.exit_code == 2 and "https" in result.output and SECRET not in result.output
     assert SECRET_ENV in runner.invoke(main, ["serve", "--help"]).output
