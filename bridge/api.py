@@ -26,8 +26,9 @@ import asyncio
 import logging
 import signal
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from bridge.console import ConsoleFeed, ConsoleHooks, poll_status
 from bridge.coordinator import CoordinatorOptions
 from bridge.delegations import JobRequest
 from bridge.http import StatusServer
@@ -39,6 +40,9 @@ from providers.base import Provider, SessionSettings, ToolSpec
 from providers.limits import LimitOverrides
 from sip.engine import DEFAULT_ENGINE, EngineConfig, EngineError, SipEngine, create_engine
 from sip.leg import CallIdentity, CallLeg
+
+if TYPE_CHECKING:
+    from bridge.browser import BrowserChannel
 
 log = logging.getLogger("parlora")
 
@@ -124,7 +128,9 @@ class ServerConfig:
     sip: tuple[str, int] = ("127.0.0.1", 5060)
     rtp_port: int = 4000
     max_calls: int | None = None  # None: the engine's default (sip.engine.ENGINES[engine].default_max_calls)
-    http: tuple[str, int] | None = None  # GET /calls status endpoint
+    http: tuple[str, int] | None = None  # GET /calls status endpoint, the console at / and POST /talk
+    http_token: str | None = None  # bearer token for the HTTP listener (required off loopback: bridge/cli.py)
+    browser_channel: bool = True  # POST /talk: WebRTC calls from the console page (bridge/browser.py)
     instructions: str | None = None  # used when the application's setup gives none
     limits: LimitOverrides | None = None
     failure_message: bytes | None = None
@@ -148,6 +154,9 @@ class Server:
         self._agent: SipEngine | None = None
         self._fake: Any = None
         self._status: StatusServer | None = None
+        self.console = ConsoleFeed()
+        self._browser: BrowserChannel | None = None  # imported (aiortc) only when the HTTP listener is on
+        self._console_poll: asyncio.Task[None] | None = None
         embedded = config.provider == "echo"
         kind = KINDS["openai-live" if embedded else config.provider]
         self._embedded = embedded and config.provider_url is None
@@ -185,10 +194,25 @@ class Server:
         else:
             log.info("provider: %s at %s", self._choice.kind.name, self._choice.url or "the default endpoint")
         if self.config.http is not None:
-            sessions = self._sessions
-            self._status = await StatusServer(lambda: {cid: s.status for cid, s in sessions.items()}).start(
+            source = self._status_source
+            talk = None
+            if self.config.browser_channel:
+                try:
+                    from bridge.browser import BrowserChannel, BrowserLeg
+                except ImportError as exc:  # aiortc is a dependency; a partial install still serves the console
+                    log.warning("browser channel off (POST /talk answers 404): %s", exc)
+                else:
+                    def on_browser_call(leg: BrowserLeg) -> None:
+                        self._on_call(leg, lead_frames=leg.lead_frames)
+
+                    self._browser = BrowserChannel(on_browser_call)
+                    talk = self._talk
+            hooks = ConsoleHooks(self.console, self._hangup, talk)
+            self._status = await StatusServer(source, console=hooks, token=self.config.http_token).start(
                 *self.config.http)
-            log.info("status on http://%s:%d/calls", self.config.http[0], self._status.port)
+            self._console_poll = asyncio.create_task(poll_status(self.console, source), name="console-poll")
+            log.info("status on http://%s:%d/calls, console on http://%s:%d/", self.config.http[0],
+                     self._status.port, self.config.http[0], self._status.port)
         self._agent = engine
         try:
             await engine.start()
@@ -203,6 +227,8 @@ class Server:
         if self._agent is not None:
             clean = await self._agent.stop()  # sessions see CallEnded
             self._agent = None
+        if self._browser is not None:
+            await self._browser.close()  # browser calls end too (the SIP engine knows nothing of them)
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=5.0)
         for task in self._tasks:
@@ -236,7 +262,39 @@ class Server:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    def _status_source(self) -> dict[str, Any]:
+        """Call id -> status function, each status tagged with its channel and engine for the console."""
+        engine = self.config.engine
+
+        def tagged(session: CallSession) -> Any:
+            browser = session.leg.identity.header("X-Channel") == "browser"
+            return lambda: {**session.status(), "channel": "browser" if browser else "sip",
+                            "engine": "webrtc" if browser else engine}
+
+        return {cid: tagged(s) for cid, s in self._sessions.items()}
+
+    def _hangup(self, call_id: str) -> bool:
+        """The console's hang-up button (POST /calls/{id}/hangup)."""
+        call = self.calls.get(call_id)
+        if call is None:
+            return False
+        call.hang_up("hung up from the console")
+        return True
+
+    async def _talk(self, offer_sdp: str, source: str) -> tuple[str, str]:
+        """The browser channel's offer/answer (POST /talk): ValueError for a malformed offer."""
+        if self._browser is None:
+            raise ValueError("the browser channel is off")
+        answer = await self._browser.answer(offer_sdp, source)
+        return answer.call_id, answer.sdp
+
     async def _close_helpers(self) -> None:
+        if self._console_poll is not None:
+            self._console_poll.cancel()
+            self._console_poll = None
+        if self._browser is not None:
+            await self._browser.close()
+            self._browser = None
         if self._status is not None:
             await self._status.close()
             self._status = None
@@ -249,12 +307,14 @@ class Server:
         if self._agent is not None:
             self._agent.drain()
 
-    def _on_call(self, leg: CallLeg) -> None:
-        task: asyncio.Task[object] = asyncio.create_task(self._run_call(leg), name=leg.identity.call_id)
+    def _on_call(self, leg: CallLeg, *, lead_frames: int | None = None) -> None:
+        """Run one call (a SIP engine's leg, or a browser's with its larger cushion in `lead_frames`)."""
+        task: asyncio.Task[object] = asyncio.create_task(self._run_call(leg, lead_frames),
+                                                         name=leg.identity.call_id)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run_call(self, leg: CallLeg) -> None:
+    async def _run_call(self, leg: CallLeg, lead_frames: int | None = None) -> None:
         app, identity = self.application, leg.identity
         try:
             setup = await app.setup(identity)
@@ -274,7 +334,9 @@ class Server:
         holder: list[LiveCall] = []
         session = CallSession(
             leg, choice.connect(token=1), reconnect=reconnect, settings=settings,
-            failure_message=self.config.failure_message, options=CoordinatorOptions(rollover=self._rollover),
+            failure_message=self.config.failure_message,
+            options=CoordinatorOptions(rollover=self._rollover) if lead_frames is None else
+            CoordinatorOptions(rollover=self._rollover, lead_frames=lead_frames),
             job_handler=lambda job: app.job(holder[0], job),
             approve=lambda rollover_id: app.approve_rollover(holder[0], rollover_id),
             authorize=app.authorize, telephony_options=telephony,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import gc
 import logging
 import os
 import signal
@@ -20,6 +22,7 @@ from bridge.providers import KINDS, MissingKey, api_key
 from bridge.rollover import RolloverOptions
 from bridge.telephony import TelephonyOptions
 from bridge.webhook import SECRET_ENV, WebhookConfig, webhook_handler
+from providers.batching import APPEND_MS_CHOICES, DEFAULT_APPEND_MS
 from providers.fakes.faults import Fault, parse_fault
 from providers.fakes.script import Script, load_script
 from providers.limits import LimitOverrides
@@ -35,6 +38,17 @@ def _host_port(value: str, default_port: int) -> tuple[str, int]:
     if not port.isdigit() or not host:
         raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
     return host.strip("[]"), int(port)
+
+
+def _http_token(http_addr: str | None, env_name: str | None) -> str | None:
+    """The HTTP listener's bearer token: from `env_name`; a listener off loopback must have one."""
+    token = os.environ.get(env_name) if env_name else None
+    if env_name and not token:
+        raise click.UsageError(f"--http-token-env {env_name}: that variable is not set or empty")
+    host = _host_port(http_addr, 8080)[0] if http_addr else "127.0.0.1"
+    if token is None and host not in ("127.0.0.1", "::1", "localhost"):
+        raise click.UsageError(f"--http {http_addr} is off loopback: give --http-token-env NAME")
+    return token
 
 
 def _setup_logging(level: str) -> None:
@@ -83,7 +97,10 @@ _FAKES = {  # protocol: (module, options class module, options class)
 @click.option("--max-calls", type=click.IntRange(min=1), default=None,
               help="Concurrent calls; beyond them an INVITE is refused. Default: the engine's own ("
               + ", ".join(f"{name} {spec.default_max_calls}" for name, spec in ENGINES.items()) + ").")
-@click.option("--http", "http_addr", default=None, help="HOST:PORT for the JSON status endpoint (GET /calls).")
+@click.option("--http", "http_addr", default=None, help="HOST:PORT for the JSON status endpoint (GET /calls), "
+              "the console at / and the browser channel (POST /talk).")
+@click.option("--http-token-env", default=None, metavar="NAME", help="Environment variable holding the bearer "
+              "token the HTTP listener requires (needed when --http is not on loopback).")
 @click.option("--reservoir-bytes", type=int, default=None, help="Reservoir capacity in bytes of the provider's "
               "output format (default: the provider's own).")
 @click.option("--residence-ms", type=int, default=None, help="Reservoir residence deadline (default: the provider's).")
@@ -119,6 +136,12 @@ _FAKES = {  # protocol: (module, options class module, options class)
               help="Offer the model `transfer_call` to this destination (SIP REFER; repeatable).")
 @click.option("--send-dtmf-tool", is_flag=True, help="Offer the model `send_dtmf` (RFC 4733 digits).")
 @click.option("--dtmf-to-model", is_flag=True, help="Tell the model which keys the caller presses.")
+# --- issue 13: the provider path's cost ---
+@click.option("--provider-append-ms", type=click.Choice([str(ms) for ms in APPEND_MS_CHOICES]), default="20",
+              show_default=True, help="Caller audio per append sent to the provider. 20 sends every caller "
+              "frame at once (lowest latency; the most CPU: at 300 calls the provider path is most of the "
+              "bridge's cost); 100 halves that cost but the provider hears the caller up to 80 ms later.")
+# --- end issue 13 ---
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
 def serve(
     sip_addr: str,
@@ -130,6 +153,7 @@ def serve(
     engine: str,
     max_calls: int | None,
     http_addr: str | None,
+    http_token_env: str | None,
     reservoir_bytes: int | None,
     residence_ms: int | None,
     failure_message: str | None,
@@ -147,6 +171,7 @@ def serve(
     transfer_targets: tuple[str, ...],
     send_dtmf_tool: bool,
     dtmf_to_model: bool,
+    provider_append_ms: str,  # issue 13
     log_level: str,
 ) -> None:
     """Answer SIP calls and bridge each one to a realtime provider."""
@@ -167,6 +192,8 @@ def serve(
         if kind.name != "gemini-live":
             raise click.UsageError("--provider-ca applies to --provider gemini-live")
         extra = (("ssl_context", ssl.create_default_context(cafile=provider_ca)),)
+    if int(provider_append_ms) != DEFAULT_APPEND_MS:  # issue 13
+        extra += (("append_ms", int(provider_append_ms)),)
     # --- DL4: the application's HTTP webhook ---
     webhook = None
     if webhook_url is not None:
@@ -208,6 +235,7 @@ def serve(
         engine=engine,
         turn_detection="client" if client_turns else "server",
         http=_host_port(http_addr, 8080) if http_addr else None,
+        http_token=_http_token(http_addr, http_token_env),
         instructions=instructions,
         limits=overrides,
         failure_message=_read_message(failure_message) if failure_message else None,
@@ -216,7 +244,49 @@ def serve(
                                    dtmf_to_model=dtmf_to_model),
     )
     application = WebhookApplication(webhook) if webhook is not None else Application()  # DL4
-    sys.exit(asyncio.run(Server(application, config).run()))
+    sys.exit(_run_server(Server(application, config), os.environ.get(EVENT_LOOP_ENV, "auto")))  # issue 13
+
+
+# --- issue 13: the process around the loop ---
+EVENT_LOOP_ENV = "PARLORA_EVENT_LOOP"  # auto (uvloop when installed) | uvloop | asyncio
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h>
+MMAP_THRESHOLD_BYTES = 1 << 20  # above the stdlib loop's 256 KiB receive buffer
+TRIM_THRESHOLD_BYTES = 4 << 20
+
+
+def tune_malloc() -> bool:
+    """What `MALLOC_MMAP_THRESHOLD_=1048576 MALLOC_TRIM_THRESHOLD_=4194304` in the environment would do, set
+    from inside with glibc's `mallopt` (no re-exec): the stdlib loop's socket transports read into a fresh
+    256 KiB buffer and shrink it, which glibc serves with mmap + munmap on every read unless its threshold
+    is above that. An operator's own MALLOC_MMAP_THRESHOLD_ wins. False where there is no glibc `mallopt`."""
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ or not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # musl: no mallopt
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
+        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
+    )
+
+
+def _run_server(server: Server, event_loop: str) -> int:
+    """The server on uvloop when installed (PARLORA_EVENT_LOOP=asyncio: the stdlib loop; =uvloop: uvloop or an
+    error), with malloc tuned and the start-up heap frozen."""
+    tune_malloc()
+    gc.collect()
+    gc.freeze()  # modules, classes and configuration live as long as the process: never scan them again
+    if event_loop != "asyncio":
+        try:
+            import uvloop
+        except ImportError:
+            if event_loop == "uvloop":
+                raise click.UsageError(f"{EVENT_LOOP_ENV}=uvloop: uvloop is not installed") from None
+        else:
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+                return runner.run(server.run())
+    return asyncio.run(server.run())
+# --- end issue 13 ---
 
 
 class WebhookApplication(Application):

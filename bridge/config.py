@@ -133,6 +133,7 @@ class ProviderConfig:
     voice: str | None = None
     url: str | None = None
     ca: str | None = None  # CA file to trust for a wss:// url
+    append_ms: int = 20  # caller audio per append to the provider (20, 40, 60, 80 or 100)
 
 
 @dataclass(frozen=True, slots=True)
@@ -855,7 +856,7 @@ def _providers(r: _Reader, t: dict[str, object]) -> tuple[ProviderConfig, ...]:
         if not isinstance(section, dict):
             r.expect(p, "a table", section)
             continue
-        r.keys(section, p, ["key_env", "model", "voice", "url", "ca"])
+        r.keys(section, p, ["key_env", "model", "voice", "url", "ca", "append_ms"])
         url = r.string(section, "url", p, regex=re.compile(r"wss?://\S+"), what="a ws:// or wss:// URL")
         ca = r.file(section, "ca", p)
         if ca is not None and url is not None and not url.startswith("wss://"):
@@ -868,9 +869,17 @@ def _providers(r: _Reader, t: dict[str, object]) -> tuple[ProviderConfig, ...]:
                 voice=r.string(section, "voice", p),
                 url=url,
                 ca=ca,
+                append_ms=_append_ms(r, section.get("append_ms", 20), f"{p}.append_ms"),
             )
         )
     return tuple(out)
+
+
+def _append_ms(r: _Reader, value: object, path: str) -> int:
+    if isinstance(value, bool) or value not in (20, 40, 60, 80, 100):
+        r.fail(path, f"expected one of 20, 40, 60, 80, 100; got {json.dumps(value)}")
+        return 20
+    return int(value)
 
 
 def _cidr(r: _Reader, path: str, value: str) -> str | None:
@@ -1167,6 +1176,7 @@ CLI_OPTIONS: Mapping[str, str] = {
     "turn_detection": "defaults.turn_detection",
     "provider_url": "providers.<provider>.url",
     "provider_ca": "providers.<provider>.ca",
+    "provider_append_ms": "providers.<provider>.append_ms",
     "register": "trunks[].registrar",
     "auth_user": "trunks[].auth_user",
     "allow": "trunks[].allow",

@@ -194,8 +194,8 @@ class WebhookConfig:
             secret=secret.encode("utf-8"),
             timeout_s=float(timeout_s),
             ssl_context=context,
-            **overrides,
-        )  # type: ignore[arg-type]
+            **overrides,  # type: ignore[arg-type]
+        )
 
     @property
     def scheme(self) -> str:

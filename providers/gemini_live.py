@@ -41,7 +41,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import orjson
+
 from providers.base import Capabilities, ProviderUnavailable, ResumptionRejected, SessionSettings, ToolSpec
+from providers.batching import DEFAULT_APPEND_MS, AppendBatcher
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -261,14 +264,14 @@ class GeminiClientProtocol:
 
     @staticmethod
     def _frame(message: dict[str, Any]) -> str:
-        return json.dumps(message, separators=(",", ":"))
+        return orjson.dumps(message).decode()
 
     # -- server frames --------------------------------------------------------------------------------------
 
     def receive_text(self, text: str | bytes) -> list[ProviderEvent]:
         """Events for one server frame. Never raises."""
         try:
-            message = json.loads(text)
+            message = orjson.loads(text)
             if not isinstance(message, dict):
                 raise ValueError("not a JSON object")
             return self._dispatch(message, text)
@@ -451,9 +454,11 @@ class GeminiLiveAdapter:
         api_version: str = "v1beta",
         ssl_context: ssl_module.SSLContext | None = None,
         wire_tap: WireTapFactory | None = None,
+        append_ms: int = DEFAULT_APPEND_MS,
     ) -> None:
         """`model` wins over `settings.model`; the default is DEFAULT_MODEL. `settings.resume_handle` resumes
-        that session (the service keeps its history, so none is seeded)."""
+        that session (the service keeps its history, so none is seeded). `append_ms`: caller audio per
+        `realtimeInput.audio` (providers/batching.py)."""
         if settings.turn_detection == "client":
             raise ValueError(
                 "gemini-live: the bridge keeps Gemini's automatic activity detection on "
@@ -469,6 +474,8 @@ class GeminiLiveAdapter:
                 ssl_module.create_default_context()
             )  # the shell would pass ssl=None, which wss refuses
         self._resampler = Resampler(8000, INPUT_RATE)
+        # 16 kHz PCM16: 32 B/ms
+        self._batch = AppendBatcher(append_ms, 32) if append_ms != DEFAULT_APPEND_MS else None
         self._closer: asyncio.Task[None] | None = None
         self.shell = WebSocketShell(
             self.core,
@@ -511,7 +518,9 @@ class GeminiLiveAdapter:
         return started
 
     def send_audio(self, pcm16_8k: bytes) -> None:
-        pcm = self._resampler.process(pcm16_8k)
+        pcm: bytes | None = self._resampler.process(pcm16_8k)
+        if pcm and self._batch is not None:
+            pcm = self._batch.add(pcm)
         if pcm:
             self.shell.send_audio_frame(self.core.stream_audio(pcm))
 
@@ -523,6 +532,8 @@ class GeminiLiveAdapter:
 
     def commit_input(self) -> None:
         """`audioStreamEnd` after the audio already queued (see `GeminiClientProtocol.commit_input`)."""
+        if self._batch is not None and (held := self._batch.take()):
+            self.shell.send_audio_frame(self.core.stream_audio(held))  # the end follows all its audio
         self.core.commit_input()
         self.shell.flush()
 

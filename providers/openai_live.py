@@ -22,7 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import orjson
+
 from providers.base import Capabilities, SessionSettings
+from providers.batching import DEFAULT_APPEND_MS, AppendBatcher
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -117,9 +120,9 @@ class LiveClientProtocol:
     def append_audio(self, audio: bytes) -> str:
         """A `session.input_audio.append` frame for audio already in the session's format (returned, not
         queued: the shell queues audio separately so that it may drop it under back-pressure)."""
-        return self._frame(
-            {"type": "session.input_audio.append", "audio": base64.b64encode(audio).decode("ascii")}
-        )
+        # The hot path: base64 needs no JSON escaping, so the frame is built as text.
+        data = base64.b64encode(audio).decode("ascii")
+        return '{"type":"session.input_audio.append","audio":"' + data + '"}'
 
     def append_commentary(self, content: str, delegation_id: str | None) -> None:
         """Spoken context: GPT-Live says it (the answer to a delegation, or a session-wide update)."""
@@ -139,12 +142,12 @@ class LiveClientProtocol:
 
     @staticmethod
     def _frame(event: dict[str, Any]) -> str:
-        return json.dumps(event, separators=(",", ":"))
+        return orjson.dumps(event).decode()
 
     def receive_text(self, text: str | bytes) -> list[ProviderEvent]:
         """Events for one server frame. Never raises."""
         try:
-            event = json.loads(text)
+            event = orjson.loads(text)
             if not isinstance(event, dict) or not isinstance(event.get("type"), str):
                 raise ValueError("not a JSON object with a string 'type'")
             return self._dispatch(event)
@@ -278,7 +281,9 @@ class OpenAILiveAdapter:
         token: int = 1,
         connect_timeout: float = 10.0,
         wire_tap: WireTapFactory | None = None,
+        append_ms: int = DEFAULT_APPEND_MS,
     ) -> None:
+        """`append_ms`: caller audio per `session.input_audio.append` (providers/batching.py)."""
         if config.audio_format not in _ENCODERS:
             raise ValueError(
                 f"the telephone bridge speaks 8 kHz G.711 to GPT-Live, not {config.audio_format}"
@@ -288,6 +293,7 @@ class OpenAILiveAdapter:
         self.token = token
         self.url = resolve_url(url)
         self._encode = _ENCODERS[config.audio_format]
+        self._batch = AppendBatcher(append_ms, 8) if append_ms != DEFAULT_APPEND_MS else None  # G.711: 8 B/ms
         self.shell = WebSocketShell(
             self.core,
             self.url,
@@ -314,7 +320,13 @@ class OpenAILiveAdapter:
         return await self.shell.connect()
 
     def send_audio(self, pcm16_8k: bytes) -> None:
-        self.shell.send_audio_frame(self.core.append_audio(self._encode(pcm16_8k)))
+        audio = self._encode(pcm16_8k)
+        if self._batch is not None:
+            batch = self._batch.add(audio)
+            if batch is None:
+                return
+            audio = batch
+        self.shell.send_audio_frame(self.core.append_audio(audio))
 
     def truncate(self, item_id: str, audio_end_ms: int) -> None:
         """GPT-Live has no truncation; its server-side mixer owns what was said."""

@@ -41,7 +41,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+import orjson
+
 from providers.base import Capabilities, SessionSettings
+from providers.batching import DEFAULT_APPEND_MS, AppendBatcher
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -280,9 +283,9 @@ class RealtimeClientProtocol:
         """An `input_audio_buffer.append` frame for audio already in the session's format (returned, not queued:
         the shell queues audio separately so that it may drop it under back-pressure)."""
         self._uncommitted += len(audio)
-        return self._frame(
-            {"type": "input_audio_buffer.append", "audio": base64.b64encode(audio).decode("ascii")}
-        )
+        # The hot path: base64 needs no JSON escaping, so the frame is built as text.
+        data = base64.b64encode(audio).decode("ascii")
+        return '{"type":"input_audio_buffer.append","audio":"' + data + '"}'
 
     def commit_input(self) -> None:
         """`input_audio_buffer.commit` for the caller audio appended since the last commit (RO2 at the hard stop,
@@ -347,14 +350,14 @@ class RealtimeClientProtocol:
 
     @staticmethod
     def _frame(event: dict[str, Any]) -> str:
-        return json.dumps(event, separators=(",", ":"))
+        return orjson.dumps(event).decode()
 
     # -- server frames ---------------------------------------------------------------------------------------
 
     def receive_text(self, text: str | bytes) -> list[ProviderEvent]:
         """Events for one server frame. Never raises."""
         try:
-            event = json.loads(text)
+            event = orjson.loads(text)
             if not isinstance(event, dict) or not isinstance(event.get("type"), str):
                 raise ValueError("not a JSON object with a string 'type'")
             handler = self._handlers.get(event["type"])
@@ -594,7 +597,9 @@ class RealtimeAdapter:
         connect_timeout: float = 10.0,
         model: str | None = None,
         wire_tap: WireTapFactory | None = None,
+        append_ms: int = DEFAULT_APPEND_MS,
     ) -> None:
+        """`append_ms`: caller audio per `input_audio_buffer.append` (providers/batching.py)."""
         if settings.turn_detection == "client" and not self.capabilities.client_commits:
             raise ValueError(f"{self.name} cannot switch turn detection off (turn_detection='client')")
         self._limits = require_limits(limits, type(self).__name__)
@@ -603,6 +608,7 @@ class RealtimeAdapter:
         self.token = token
         self.url = resolve_url(self.dialect, url, self.model)
         self._encode = _ENCODERS[self.core.audio_format]
+        self._batch = AppendBatcher(append_ms, 8) if append_ms != DEFAULT_APPEND_MS else None  # G.711: 8 B/ms
         self._closing: asyncio.Task[None] | None = None
         self.shell = WebSocketShell(
             self.core,
@@ -625,7 +631,13 @@ class RealtimeAdapter:
         return await self.shell.connect()
 
     def send_audio(self, pcm16_8k: bytes) -> None:
-        self.shell.send_audio_frame(self.core.append_audio(self._encode(pcm16_8k)))
+        audio = self._encode(pcm16_8k)
+        if self._batch is not None:
+            batch = self._batch.add(audio)
+            if batch is None:
+                return
+            audio = batch
+        self.shell.send_audio_frame(self.core.append_audio(audio))
 
     def truncate(self, item_id: str, audio_end_ms: int) -> None:
         self.core.truncate(item_id, audio_end_ms)
@@ -636,6 +648,8 @@ class RealtimeAdapter:
         self.shell.flush()
 
     def commit_input(self) -> None:
+        if self._batch is not None and (held := self._batch.take()):
+            self.shell.send_audio_frame(self.core.append_audio(held))  # the commit follows all its audio
         self.core.commit_input()
         self.shell.flush()
 

@@ -1,0 +1,45 @@
+"""Caller audio gathered into fewer, larger provider appends (issue 13: `serve --provider-append-ms`).
+
+Each caller frame is 20 ms. Sending each one as its own append is the lowest latency and the default; at 300
+calls the per-frame JSON, base64, WebSocket framing and TLS record cost most of the provider path, and
+appending every 100 ms instead cuts that cost about in half (tests/bench/provider_micro.py has the numbers).
+The price is latency: the provider hears the caller up to `append_ms - 20` ms later, which delays its
+turn detection and answers by as much.
+
+A plain value object without I/O: the adapter asks it for the bytes to append, and takes what it holds before
+a commit, so that a commit still follows all of its audio.
+"""
+
+from __future__ import annotations
+
+APPEND_MS_CHOICES = (20, 40, 60, 80, 100)
+DEFAULT_APPEND_MS = 20
+
+
+class AppendBatcher:
+    """Audio bytes in, one append's worth out every `append_ms` (of audio at `bytes_per_ms`)."""
+
+    def __init__(self, append_ms: int, bytes_per_ms: int) -> None:
+        if append_ms not in APPEND_MS_CHOICES:
+            raise ValueError(f"append_ms must be one of {APPEND_MS_CHOICES}, got {append_ms}")
+        self.append_ms = append_ms
+        self._limit = append_ms * bytes_per_ms
+        self._parts: list[bytes] = []
+        self._held = 0
+
+    def add(self, audio: bytes) -> bytes | None:
+        """The bytes of the next append once `append_ms` of audio is held, else None (held)."""
+        if not self._parts and len(audio) >= self._limit:
+            return audio  # 20 ms appends: every frame goes as it is
+        self._parts.append(audio)
+        self._held += len(audio)
+        if self._held < self._limit:
+            return None
+        return self.take()
+
+    def take(self) -> bytes:
+        """Whatever is held (possibly nothing), now: before a commit."""
+        audio = b"".join(self._parts)
+        self._parts.clear()
+        self._held = 0
+        return audio
