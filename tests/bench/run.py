@@ -212,7 +212,7 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
                 "-i",
                 "lo",
                 "-f",
-                f"udp portrange {rtp_port}-{rtp_port + 39}",
+                f"udp portrange {rtp_port}-{rtp_port + 2 * calls + 40}",
                 "-F",
                 "pcap",
                 "-w",
@@ -224,6 +224,7 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
         procs.append(capture)
         capture.wait_for(r"Capturing on", 20)
 
+        rate = max(10, calls // 10)  # calls per second: 300 calls are up in 10 s
         scenario = step / "uac_bench.xml"
         scenario.write_text((BENCH / "uac_bench.xml").read_text().replace("__CALL_MS__", str(call_ms)))
         messages = step / "sipp_messages.log"
@@ -248,7 +249,7 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
                 "-l",
                 str(calls),
                 "-r",
-                "10",
+                str(rate),
                 "-nostdin",
                 "-timeout",
                 f"{call_ms // 1000 + 30}s",
@@ -266,7 +267,7 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
             name="sipp",
         )
         procs.append(sipp)
-        answered = wait_count(bridge, r"call \S+ media:", calls, 30)
+        answered = wait_count(bridge, r"call \S+ media:", calls, 30 + 2 * calls / rate)
         raw["calls_answered"] = answered
         if answered < calls:
             notes.append(f"only {answered} of {calls} calls were answered")
@@ -275,12 +276,19 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
         offset = time.time() - time.monotonic()  # capture times are wall clock, the probe's monotonic
         w0 = time.monotonic()
         cw0, hw0 = cpu_seconds(bridge.pid), host_busy()
+        peers_cw0 = {p.name: cpu_seconds(p.pid) for p in procs if p is not bridge and p.running()}
         rss_samples = []
         while (left := w0 + cfg.window_s - time.monotonic()) > 0:
             time.sleep(min(1.0, left))
             rss_samples.append(rss_mb(bridge.pid))
         w1 = time.monotonic()
         cw1, hw1 = cpu_seconds(bridge.pid), host_busy()
+        # the benchmark's own peers (each its own process): where the rest of the machine's CPU went
+        raw["peer_cpu_pct"] = {
+            p.name: round(stats.cpu_percent(peers_cw0[p.name], cpu_seconds(p.pid), w1 - w0), 1)
+            for p in procs
+            if p.name in peers_cw0 and p.running()
+        }
         raw["host_busy_pct"] = stats.cpu_percent(hw0, hw1, w1 - w0)
         raw.update(
             window=(w0, w1),
@@ -322,6 +330,16 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
             proc.stop(term_timeout=5.0)
     raw["bridge_log"] = [(ln.t, ln.text) for ln in bridge.lines]
     raw["bridge_rc"] = bridge.returncode
+    sipp_log = step / "sipp_logs.log"
+    raw["sipp_completed"] = (
+        sum(
+            1
+            for line in sipp_log.read_text(errors="replace").splitlines()
+            if line.startswith(("BYE_RECEIVED", "CLOSED"))
+        )
+        if sipp_log.exists()
+        else None
+    )
     (step / "bridge.log").write_text("\n".join(t for _, t in raw["bridge_log"]) + "\n")
     return analyse(calls, cfg, raw, step, pcap, messages, probe_dir, rtp_port)
 
@@ -348,6 +366,11 @@ def analyse(
     # CPU and memory of the bridge process.
     answered = raw.get("calls_answered") or 0
     out["cpu_pct_per_call"] = round(raw["cpu_window_pct"] / answered, 2) if answered else None
+    # a call failed unless SIPp saw it through to its end (our BYE answered, or its own BYE answered)
+    completed = raw.get("sipp_completed")
+    out["calls_failed"] = None if completed is None else calls - completed
+    if completed is None:
+        notes.append("calls failed: no SIPp log")
     out["cpu_pct_per_call_above_idle"] = (
         round((raw["cpu_window_pct"] - raw["cpu_idle_pct"]) / answered, 2) if answered else None
     )
@@ -366,6 +389,7 @@ def analyse(
     # much more means other work disturbed the figures.
     others = raw["host_busy_pct"] - raw["cpu_window_pct"]
     out["other_cpu_pct"] = round(others, 1)
+    out["peer_cpu_pct"] = raw.get("peer_cpu_pct", {})  # fake-provider, sipp, tshark: % of one core each
     if others > OTHER_CPU_WARN_PCT:
         notes.append(
             f"the machine was busy: {others:.0f} % of a core besides the bridge during the window "
@@ -392,6 +416,9 @@ def analyse(
         rtp_interval_p50_ms=rtp["p50"],
         rtp_interval_p99_ms=rtp["p99"],
         rtp_interval_max_ms=rtp["max"],
+        rtp_interval_outside_2ms_pct=(
+            None if not gaps else round(stats.share_outside(gaps, 20.0, 2.0) or 0.0, 2)
+        ),
         rtp_streams=len(per_stream),
         rtp_intervals=rtp["n"],
     )
@@ -416,6 +443,22 @@ def analyse(
         )
     else:
         probe = json.loads(probe_files[-1].read_text())
+        wire: dict[str, dict[str, tuple[list[int], list[int]]]] | None = None
+        if not any(points["media_in"][0] or points["media_out"][0] for points in probe["points"].values()):
+            # an engine without probe hooks at its media edge (native): its media points off the wire
+            ports = stats.native_media_ports(text for _, text in raw["bridge_log"])
+            wire = stats.wire_points(packets, ports, off, ulaw_decode)
+            notes.append(
+                "latency: no probe records at the engine's media edge; media_in / media_out are the RTP packets on "
+                "the wire (capture): latency in includes the jitter buffer, latency out the send path"
+            )
+            out["latency_points"] = "wire"
+            notes.append(
+                "latency out, first frame: not measured on the wire (an echoed digital silence cannot be told "
+                "from the filler the engine sends without a frame)"
+            )
+        else:
+            out["latency_points"] = "media port"
         chunk_file = probe_files[-1].with_suffix(".chunks")
         chunks = stats.read_chunks(chunk_file, CHUNK_HEADER)
         t0, t1 = int(w0 * 1e9), int(w1 * 1e9)
@@ -424,6 +467,8 @@ def analyse(
         lat_first: list[float] = []
         unpaired_in = unpaired_out = 0
         for call, points in probe["points"].items():
+            if wire is not None:
+                points = points | wire.get(call, {"media_in": ([], []), "media_out": ([], [])})
             got, miss = stats.match_forward(tuple(points["media_in"]), tuple(points["ws_sent"]), t0=t0, t1=t1)
             lat_in += got
             unpaired_in += miss
@@ -438,9 +483,10 @@ def analyse(
                 )
                 lat_out += got
                 unpaired_out += miss
-                lat_first += stats.first_frame_latencies(
-                    [t for t, _ in mine], points["media_out"][0], t0=t0, t1=t1
-                )
+                if wire is None:  # on the wire an echoed digital silence looks like the engine's filler
+                    lat_first += stats.first_frame_latencies(
+                        [t for t, _ in mine], points["media_out"][0], t0=t0, t1=t1
+                    )
         s_in, s_out, s_first = (
             stats.summary(lat_in, 2),
             stats.summary(lat_out, 1),
@@ -541,15 +587,18 @@ def fmt(value: Any, unit: str = "") -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| calls | CPU %/call | RSS MB/call (total) | RTP interval p50 / p99 / max ms | added latency in p50 / p99 ms "
+        "| engine | calls (failed) | CPU %/call | RSS MB/call (total) | RTP interval p50 / p99 / max ms (outside 20±2) "
+        "| added latency in p50 / p99 ms "
         "| added latency out p50 / p99 ms (first frame p50 / p99) | barge-in p50 / p99 ms (from the event p50 / p99) "
         "| recovery p50 / p99 ms (reconnect p50 / p99) |"
     )
-    lines = [head, "|" + "---|" * 8]
+    lines = [head, "|" + "---|" * 9]
     for r in rows:
         lines.append(
-            f"| {r.get('calls')} | {fmt(r.get('cpu_pct_per_call'))} | {fmt(r.get('rss_mb_per_call'))} ({fmt(r.get('rss_mb'))}) "
+            f"| {r.get('engine')} | {r.get('calls')} ({fmt(r.get('calls_failed'))}) | {fmt(r.get('cpu_pct_per_call'))} "
+            f"| {fmt(r.get('rss_mb_per_call'))} ({fmt(r.get('rss_mb'))}) "
             f"| {fmt(r.get('rtp_interval_p50_ms'))} / {fmt(r.get('rtp_interval_p99_ms'))} / {fmt(r.get('rtp_interval_max_ms'))} "
+            f"({fmt(r.get('rtp_interval_outside_2ms_pct'), ' %')}) "
             f"| {fmt(r.get('added_latency_in_p50_ms'))} / {fmt(r.get('added_latency_in_p99_ms'))} "
             f"| {fmt(r.get('added_latency_out_p50_ms'))} / {fmt(r.get('added_latency_out_p99_ms'))} "
             f"({fmt(r.get('added_latency_out_first_p50_ms'))} / {fmt(r.get('added_latency_out_first_p99_ms'))}) "
@@ -565,6 +614,17 @@ def engine_limit(spec: EngineSpec) -> str:
     return spec.limits
 
 
+DEFAULT_STEPS = {  # (quick, full) per engine; pjsua2 takes 4 calls per process at most
+    "pjsua2": ((1, 4), (1, 2, 3, 4)),
+    "native": ((1, 4), (1, 4, 50, 100, 200, 300)),
+}
+
+
+def default_steps(engine: str, quick: bool) -> tuple[int, ...]:
+    quick_steps, full_steps = DEFAULT_STEPS.get(engine, ((1, 4), (1, 2, 3, 4)))
+    return quick_steps if quick else full_steps
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -575,8 +635,17 @@ def main() -> int:
         choices=sorted(ENGINES),
         help=f"SIP engine of the bridge under test (default {DEFAULT_ENGINE})",
     )
+    parser.add_argument(
+        "--engines",
+        default=None,
+        help="comma-separated engines measured one after the other, e.g. pjsua2,native (overrides --engine)",
+    )
     parser.add_argument("--quick", action="store_true", help="steps 1 and 4, 20 s windows (under 10 minutes)")
-    parser.add_argument("--steps", default=None, help="comma-separated call counts (pjsua2: each 1..4)")
+    parser.add_argument(
+        "--steps",
+        default=None,
+        help="comma-separated call counts (default: pjsua2 1,2,3,4; native 1,4,50,100,200,300; --quick 1,4)",
+    )
     parser.add_argument(
         "--seconds", type=float, default=None, help="measuring window per step (default 20 quick, 40)"
     )
@@ -590,45 +659,51 @@ def main() -> int:
         "--output", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS.relative_to(ROOT)})"
     )
     args = parser.parse_args()
-    steps = (
-        tuple(int(s) for s in args.steps.split(","))
-        if args.steps
-        else ((1, 4) if args.quick else (1, 2, 3, 4))
-    )
-    spec = ENGINES[args.engine]
-    if any(n < 1 or (spec.cap is not None and n > spec.cap) for n in steps):
-        parser.error(f"each step must be 1..{spec.cap or 'N'}: engine {args.engine}: {engine_limit(spec)}")
+    engines = [e.strip() for e in args.engines.split(",") if e.strip()] if args.engines else [args.engine]
+    unknown = [e for e in engines if e not in ENGINES]
+    if unknown:
+        parser.error(f"unknown engine(s) {', '.join(unknown)}; known: {', '.join(sorted(ENGINES))}")
+    plan: list[tuple[str, tuple[int, ...]]] = []
+    for engine in engines:
+        steps = (
+            tuple(int(s) for s in args.steps.split(",")) if args.steps else default_steps(engine, args.quick)
+        )
+        spec = ENGINES[engine]
+        if any(n < 1 or (spec.cap is not None and n > spec.cap) for n in steps):
+            parser.error(f"each step must be 1..{spec.cap or 'N'}: engine {engine}: {engine_limit(spec)}")
+        plan.append((engine, steps))
     missing = [tool for tool in ("sipp", "tshark", "sox", "espeak-ng") if shutil.which(tool) is None]
     if missing:
         print(f"missing tools: {', '.join(missing)} (bash tests/run.sh installs them)", file=sys.stderr)
         return 2
-    cfg = Config(
-        steps=steps,
-        window_s=args.seconds or (20.0 if args.quick else 40.0),
-        probe=not args.no_probe,
-        engine=args.engine,
-    )
+    window_s = args.seconds or (20.0 if args.quick else 40.0)
     started = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="parlora-bench-"))
-    print(
-        f"engine {cfg.engine}: {engine_limit(spec)}; steps {', '.join(map(str, steps))}; {cfg.window_s:g} s "
-        f"window; working directory {work}",
-        flush=True,
-    )
+    for engine, steps in plan:
+        print(
+            f"engine {engine}: {engine_limit(ENGINES[engine])}; steps {', '.join(map(str, steps))}; {window_s:g} s "
+            f"window; working directory {work}",
+            flush=True,
+        )
     rows: list[dict[str, Any]] = []
+    loop_s = 0.0
     try:
         speech, loop_s = make_audio(work)
-        for n in steps:
-            t = time.monotonic()
-            print(f"step: {n} call(s)...", flush=True)
-            try:
-                rows.append(run_step(n, cfg, speech, work))
-            except Exception as exc:  # noqa: BLE001 (one failed step still reports the others)
-                rows.append(
-                    {k: None for k in KEYS}
-                    | {"engine": cfg.engine, "calls": n, "notes": [f"step failed: {exc!r}"]}
-                )
-            print(f"  done in {time.monotonic() - t:.0f} s", flush=True)
+        for engine, steps in plan:
+            cfg = Config(steps=steps, window_s=window_s, probe=not args.no_probe, engine=engine)
+            engine_work = work / engine
+            engine_work.mkdir()
+            for n in steps:
+                t = time.monotonic()
+                print(f"step: {engine}, {n} call(s)...", flush=True)
+                try:
+                    rows.append(run_step(n, cfg, speech, engine_work))
+                except Exception as exc:  # noqa: BLE001 (one failed step still reports the others)
+                    rows.append(
+                        {k: None for k in KEYS}
+                        | {"engine": engine, "calls": n, "notes": [f"step failed: {exc!r}"]}
+                    )
+                print(f"  done in {time.monotonic() - t:.0f} s", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -638,7 +713,7 @@ def main() -> int:
     print()
     for r in rows:
         for note in r.get("notes", []):
-            print(f"- {r['calls']} call(s): {note}")
+            print(f"- {r['engine']}, {r['calls']} call(s): {note}")
     print(
         f"\nwall time {wall:.0f} s; results in {args.output}"
         + (f"; artefacts in {work}" if args.keep else "")
@@ -647,13 +722,16 @@ def main() -> int:
     args.output.write_text(
         json.dumps(
             {
-                "engine": cfg.engine,
-                "engine_max_calls_per_process": spec.cap,  # None: no compiled-in cap
+                "engine": ",".join(engines),
+                "engines": engines,
+                # None: no compiled-in cap; with several engines, the first one's (each step says its engine)
+                "engine_max_calls_per_process": ENGINES[engines[0]].cap,
+                "engine_caps": {e: ENGINES[e].cap for e in engines},
                 "mode": "quick" if args.quick else "full",
-                "window_s": cfg.window_s,
+                "window_s": window_s,
                 "caller_loop_s": round(loop_s, 2),
                 "fault": FAULT,
-                "probe": cfg.probe,
+                "probe": not args.no_probe,
                 "wall_s": round(wall, 1),
                 "machine": {
                     "cpus": os.cpu_count(),

@@ -41,16 +41,21 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 def summary(values: Sequence[float], digits: int = 1) -> dict[str, float | int | None]:
     """n, p50, p99 and max of some values, rounded (None where there are none)."""
+
     def r(x: float | None) -> float | None:
         return None if x is None else round(x, digits)
 
-    return {"n": len(values), "p50": r(percentile(values, 50)), "p99": r(percentile(values, 99)),
-            "max": r(max(values) if values else None)}
+    return {
+        "n": len(values),
+        "p50": r(percentile(values, 50)),
+        "p99": r(percentile(values, 99)),
+        "max": r(max(values) if values else None),
+    }
 
 
 def intervals_ms(times_s: Sequence[float]) -> list[float]:
     """Gaps between consecutive timestamps (seconds in, milliseconds out), in order."""
-    return [1000.0 * (b - a) for a, b in zip(times_s, times_s[1:])]
+    return [1000.0 * (b - a) for a, b in zip(times_s, times_s[1:], strict=False)]
 
 
 def cpu_percent(cpu_s_before: float, cpu_s_after: float, wall_s: float) -> float:
@@ -95,8 +100,12 @@ class Packet:
     payload: bytes
 
 
-_PCAP_MAGIC = {b"\xd4\xc3\xb2\xa1": ("<", 1e-6), b"\xa1\xb2\xc3\xd4": (">", 1e-6),
-               b"\x4d\x3c\xb2\xa1": ("<", 1e-9), b"\xa1\xb2\x3c\x4d": (">", 1e-9)}
+_PCAP_MAGIC = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
+    b"\xa1\xb2\xc3\xd4": (">", 1e-6),
+    b"\x4d\x3c\xb2\xa1": ("<", 1e-9),
+    b"\xa1\xb2\x3c\x4d": (">", 1e-9),
+}
 _LINK_OFFSETS = {0: 4, 1: 14, 101: 0, 113: 16, 276: 20}  # null/loopback, Ethernet, raw IP, Linux SLL, SLL2
 
 
@@ -199,7 +208,9 @@ def sdp_audio_ports(sipp_messages: str) -> tuple[list[int], list[int]]:
     return answered, offered
 
 
-def rtp_intervals_ms(packets: Iterable[Packet], bridge_ports: set[int], t0: float, t1: float) -> dict[tuple[int, int], list[float]]:
+def rtp_intervals_ms(
+    packets: Iterable[Packet], bridge_ports: set[int], t0: float, t1: float
+) -> dict[tuple[int, int], list[float]]:
     """Inter-packet intervals (ms) of each RTP stream the bridge sent, per (source port, SSRC), counting only
     packets captured in [t0, t1]."""
     times: dict[tuple[int, int], list[float]] = {}
@@ -213,9 +224,18 @@ def rtp_intervals_ms(packets: Iterable[Packet], bridge_ports: set[int], t0: floa
     return {k: intervals_ms(sorted(v)) for k, v in times.items()}
 
 
-def wire_barge_ins(packets: Sequence[Packet], bridge_port: int, t0: float, t1: float, *,
-                   caller_dbfs: float = -40.0, assistant_dbfs: float = -90.0, quiet_s: float = 0.3,
-                   playing_s: float = 0.06, horizon_s: float = 1.0) -> list[float]:
+def wire_barge_ins(
+    packets: Sequence[Packet],
+    bridge_port: int,
+    t0: float,
+    t1: float,
+    *,
+    caller_dbfs: float = -40.0,
+    assistant_dbfs: float = -90.0,
+    quiet_s: float = 0.3,
+    playing_s: float = 0.06,
+    horizon_s: float = 1.0,
+) -> list[float]:
     """Barge-ins seen on the wire for one call, in ms: for every caller speech onset in [t0, t1] (a voiced
     packet to `bridge_port` after at least `quiet_s` of unvoiced ones) while the bridge was sending assistant
     audio (a packet above `assistant_dbfs` — by default anything but digital silence, which is what the bridge
@@ -256,27 +276,42 @@ def wire_barge_ins(packets: Sequence[Packet], bridge_port: int, t0: float, t1: f
 # --- the probe's records ------------------------------------------------------------------------------------
 
 
-def match_forward(src: tuple[Sequence[int], Sequence[int]], dst: tuple[Sequence[int], Sequence[int]], *,
-                  t0: int, t1: int, unique_ns: int = 1_000_000_000, max_ns: int = 1_000_000_000,
-                  skip: frozenset[int] = SILENT_KEYS) -> tuple[list[float], int]:
+def match_forward(
+    src: tuple[Sequence[int], Sequence[int]],
+    dst: tuple[Sequence[int], Sequence[int]],
+    *,
+    t0: int,
+    t1: int,
+    unique_ns: int = 1_000_000_000,
+    max_ns: int = 1_000_000_000,
+    skip: frozenset[int] = SILENT_KEYS,
+) -> tuple[list[float], int]:
     """Latencies (ms) from the `src` point to the `dst` point of the same content: each `dst` record (time,
     key) in [t0, t1] is paired with the latest `src` record of the same key at or before it. A pair is not
     counted when that content also passed `src` less than `unique_ns` earlier (repeated audio, e.g. silence,
     is ambiguous) or the delay exceeds `max_ns`. Returns (latencies, records left unpaired)."""
     by_key: dict[int, list[int]] = {}
-    for t, k in zip(*src):
+    for t, k in zip(*src, strict=False):
         by_key.setdefault(k, []).append(t)
     for times in by_key.values():
         times.sort()
     return _pair(by_key, dst, t0=t0, t1=t1, unique_ns=unique_ns, max_ns=max_ns, skip=skip)
 
 
-def _pair(by_key: dict[int, list[int]], dst: tuple[Sequence[int], Sequence[int]], *, t0: int, t1: int,
-          unique_ns: int, max_ns: int, skip: frozenset[int]) -> tuple[list[float], int]:
+def _pair(
+    by_key: dict[int, list[int]],
+    dst: tuple[Sequence[int], Sequence[int]],
+    *,
+    t0: int,
+    t1: int,
+    unique_ns: int,
+    max_ns: int,
+    skip: frozenset[int],
+) -> tuple[list[float], int]:
     """Each `dst` (time, key) in [t0, t1] against the latest earlier time of its key in `by_key` (ascending)."""
     out: list[float] = []
     unpaired = 0
-    for t, k in zip(*dst):
+    for t, k in zip(*dst, strict=False):
         if not t0 <= t <= t1 or k in skip:
             continue
         times = by_key.get(k)
@@ -308,13 +343,21 @@ def chunk_windows(chunks: Sequence[tuple[int, bytes]], wanted: set[int], decode)
     return index
 
 
-def match_chunks_to_frames(chunks: Sequence[tuple[int, bytes]], frames: tuple[Sequence[int], Sequence[int]], decode, *,
-                           t0: int, t1: int, unique_ns: int = 1_000_000_000, max_ns: int = 3_000_000_000,
-                           skip: frozenset[int] = SILENT_KEYS) -> tuple[list[float], int]:
+def match_chunks_to_frames(
+    chunks: Sequence[tuple[int, bytes]],
+    frames: tuple[Sequence[int], Sequence[int]],
+    decode,
+    *,
+    t0: int,
+    t1: int,
+    unique_ns: int = 1_000_000_000,
+    max_ns: int = 3_000_000_000,
+    skip: frozenset[int] = SILENT_KEYS,
+) -> tuple[list[float], int]:
     """Latencies (ms) from the provider chunk that completed each transmitted frame's audio to the frame's
     transmission, for frames (time ns, key of its PCM16) transmitted in [t0, t1], paired as `match_forward`
     pairs; returns (latencies, frames left unpaired: their audio was not found, or only ambiguously)."""
-    wanted = {k for t, k in zip(*frames) if t0 <= t <= t1 and k not in skip}
+    wanted = {k for t, k in zip(*frames, strict=False) if t0 <= t <= t1 and k not in skip}
     by_key = chunk_windows(chunks, wanted, decode)
     return _pair(by_key, frames, t0=t0, t1=t1, unique_ns=unique_ns, max_ns=max_ns, skip=skip)
 
@@ -324,8 +367,15 @@ def run_starts(times: Sequence[int], gap_ns: int) -> list[int]:
     return [t for i, t in enumerate(times) if i == 0 or t - times[i - 1] > gap_ns]
 
 
-def first_frame_latencies(chunk_times: Sequence[int], frame_times: Sequence[int], *, t0: int, t1: int,
-                          gap_ns: int = 100_000_000, max_ns: int = 1_000_000_000) -> list[float]:
+def first_frame_latencies(
+    chunk_times: Sequence[int],
+    frame_times: Sequence[int],
+    *,
+    t0: int,
+    t1: int,
+    gap_ns: int = 100_000_000,
+    max_ns: int = 1_000_000_000,
+) -> list[float]:
     """Latencies (ms) of the first frame of each assistant utterance: from the first chunk of a run of provider
     chunks (none received in the `gap_ns` before it) to the first frame transmitted after it, when that frame
     starts a run of transmitted frames in [t0, t1] (the utterance's audio waited behind nothing). Needs the
@@ -360,8 +410,10 @@ def read_chunks(path: str | Path, header: struct.Struct) -> dict[int, list[tuple
 
 # --- the bridge's log ---------------------------------------------------------------------------------------
 
-BARGE_IN = re.compile(r"call (\S+) barge-in \((\w+)\) at (\d+) ms: cleared (\d+) ms of output; .*"
-                      r"last assistant frame left ([-+]?[\d.]+) ms from the event")
+BARGE_IN = re.compile(
+    r"call (\S+) barge-in \((\w+)\) at (\d+) ms: cleared (\d+) ms of output; .*"
+    r"last assistant frame left ([-+]?[\d.]+) ms from the event"
+)
 RECOVERY = re.compile(r"call (\S+) output_recovery (\w+): token (\d+), cause (\w+), (\d+) ms")
 
 
@@ -377,4 +429,60 @@ def recovery_stages(lines: Iterable[str]) -> dict[str, list[int]]:
         m = RECOVERY.search(line)
         if m:
             out.setdefault(m.group(2), []).append(int(m.group(5)))
+    return out
+
+
+# --- engines without probe hooks at the media edge: the same points read off the wire -------------------------
+
+
+def share_outside(values: Sequence[float], centre: float, tolerance: float) -> float | None:
+    """Percentage of `values` outside centre ± tolerance (None for no values)."""
+    if not values:
+        return None
+    outside = sum(1 for v in values if abs(v - centre) > tolerance)
+    return 100.0 * outside / len(values)
+
+
+_NATIVE_MEDIA = re.compile(r"(call-\d+) media: \S+ to \S+ from [0-9.]+:(\d+)")
+
+
+def native_media_ports(lines: Iterable[str]) -> dict[int, str]:
+    """The native engine's local RTP port of each call, from its log lines
+    `call-N media: PCMU/8000 to HOST:PORT from HOST:PORT`: {local port: call id} (the first line per call)."""
+    ports: dict[int, str] = {}
+    for line in lines:
+        m = _NATIVE_MEDIA.search(line)
+        if m and m.group(1) not in ports.values():
+            ports[int(m.group(2))] = m.group(1)
+    return ports
+
+
+def wire_points(
+    packets: Iterable[Packet], ports: dict[int, str], offset_s: float, decode
+) -> dict[str, dict[str, tuple[list[int], list[int]]]]:
+    """The probe's `media_in` / `media_out` points of each call, taken from a capture instead of the media
+    port: `media_in` a PCMU packet captured on its way to the call's RTP port, `media_out` one captured leaving
+    it; each as (monotonic ns = capture time − `offset_s`, CRC-32 of the decoded 20 ms of PCM16), so that
+    `match_forward` / `match_chunks_to_frames` pair them with the WebSocket points as they pair the probe's.
+    Only 160-byte PCMU payloads count (telephone-event and other frame sizes are skipped), and on the way out
+    not a payload of one repeated byte: what an engine sends when it has no frame to send, as the probe's
+    `media_out` records no packet for it."""
+    out: dict[str, dict[str, tuple[list[int], list[int]]]] = {}
+    crc = zlib.crc32
+    for p in packets:
+        if p.dport in ports:
+            call, point = ports[p.dport], "media_in"
+        elif p.sport in ports:
+            call, point = ports[p.sport], "media_out"
+        else:
+            continue
+        rtp = parse_rtp(p.payload)
+        if rtp is None or rtp.pt != 0 or len(rtp.body) != FRAME_SAMPLES:
+            continue
+        if point == "media_out" and rtp.body.count(rtp.body[0]) == FRAME_SAMPLES:
+            continue  # the filler the engine sends when it has no frame (µ-law digital silence): not a frame
+        per_call = out.setdefault(call, {"media_in": ([], []), "media_out": ([], [])})
+        times, keys = per_call[point]
+        times.append(round((p.t - offset_s) * 1e9))
+        keys.append(crc(decode(rtp.body)))
     return out

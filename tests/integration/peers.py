@@ -1177,10 +1177,13 @@ def sip_trace_responses(text: str, method: str) -> list[int]:
     """Status codes of the responses to `method` in a SIP trace (baresip `-s`, SIPp `-trace_msg`), in order.
 
     A response is a ``SIP/2.0 NNN`` start line; the first ``CSeq: N METHOD`` line after it, before the next
-    start line, names its method (the harness drops blank lines, so messages are told apart by start lines)."""
+    start line, names its method (the harness drops blank lines, so messages are told apart by start lines).
+    A retransmission (the same status for the same CSeq number again, e.g. a 200 resent before the ACK came)
+    counts once."""
     start = re.compile(r"^(?:SIP/2\.0 (\d{3}) |[A-Z]+ \S+ SIP/2\.0\s*$)")
-    cseq = re.compile(r"^(?:CSeq|cseq):\s*\d+\s+(\S+)", re.IGNORECASE)
+    cseq = re.compile(r"^(?:CSeq|cseq):\s*(\d+)\s+(\S+)", re.IGNORECASE)
     codes: list[int] = []
+    seen: set[tuple[str, int]] = set()
     status: int | None = None
     for line in text.splitlines():
         line = line.strip()
@@ -1190,7 +1193,8 @@ def sip_trace_responses(text: str, method: str) -> list[int]:
             continue
         c = cseq.match(line)
         if c and status is not None:
-            if c.group(1).upper() == method.upper():
+            if c.group(2).upper() == method.upper() and (c.group(1), status) not in seen:
+                seen.add((c.group(1), status))
                 codes.append(status)
             status = None
     return codes

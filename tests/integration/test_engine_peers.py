@@ -1,0 +1,280 @@
+"""The same real-peer cases on every SIP engine: pjsua2 (pjproject 2.15.1, tests/integration/pjsua2_caller.py)
+and baresip 1.0.0 call `parlora-bridge serve --engine NAME` on loopback.
+
+For each engine of conftest's `bridge_engine` (ids `[native]`, `[pjsua2]`; marked `contract`):
+- echo heard: the caller's recording holds its own utterance, eighth by eighth, in order, after it spoke it;
+- hold and resume: a re-INVITE with sendonly, then sendrecv, both answered 200; the session sees MediaHeld and
+  MediaResumed; the utterance spoken after the resume is echoed (the media path came back);
+- DTMF to the bridge: RFC 4733 digits from the caller reach the session ("caller pressed D"), once each, in order;
+- BYE from the caller (end of the call) and from the bridge: the model calls `end_call` (a scripted turn of the
+  GPT-Live fake, `--end-call-tool`), the bridge plays the goodbye, then sends BYE, which the caller answers.
+
+Every wait is bounded and waits for an event (a log line, a process exit); each test stays under about 20 s.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import peers
+import pytest
+
+from rtp.g711 import ulaw_decode
+
+MIN_CORRELATION = 0.9
+DIGITS = "159#"
+
+
+@pytest.fixture
+def engine(bridge_engine: str) -> str:
+    """The engine under test: conftest's `bridge_engine` (every engine, ids `[native]`, `[pjsua2]`, marked
+    `contract`), which `start_bridge` passes to `serve --engine` itself."""
+    return bridge_engine
+
+
+@pytest.fixture(scope="module")
+def late_utterance(tmp_path_factory: pytest.TempPathFactory) -> peers.Utterance:
+    """The utterance after 2.5 s of silence: the hold (0.3 s) and the resume (1.3 s) come before it."""
+    path = tmp_path_factory.mktemp("engine-peers") / "late.wav"
+    return peers.make_utterance(
+        path, "Hello bridge, please say this sentence back to me", lead_silence_s=2.5, tail_silence_s=4.0
+    )
+
+
+@pytest.fixture(scope="module")
+def short_tone(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four seconds of a quiet 300 Hz tone: audio to send while the caller presses keys."""
+    t = np.arange(4 * peers.SAMPLE_RATE) / peers.SAMPLE_RATE
+    return peers.write_wav(
+        tmp_path_factory.mktemp("engine-peers-tone") / "tone.wav",
+        (1000 * np.sin(2 * np.pi * 300 * t)).astype(np.int16),
+    )
+
+
+def _serve(start_bridge, engine: str, *args: str, env: dict[str, str] | None = None):
+    bridge = start_bridge(*args, env=env)  # start_bridge adds `--engine` for `bridge_engine`
+    bridge.wait_for(rf"engine {engine}\b", timeout=5)  # and it is the engine this case is about
+    return bridge
+
+
+def _assert_echo(
+    speech: np.ndarray, received: np.ndarray, offset: int, spoken_end: int, worst: float = 0.7
+) -> None:
+    """`speech` is heard in `received` (which starts `offset` samples into the caller's file) eighth by eighth,
+    in order, and after the caller finished saying it (file sample `spoken_end`); a jitter buffer on the way
+    may slip the audio by a frame once, which spoils one eighth (down to `worst`)."""
+    assert received.size, "the caller recorded nothing"
+    pieces = peers.heard_in_pieces(speech, received, pieces=8)
+    print(
+        f"echo by eighths: {[(round(p, 3), lag) for p, lag in pieces]}; offset {offset}, spoke until {spoken_end}"
+    )
+    assert sum(peak >= MIN_CORRELATION for peak, _ in pieces) >= 7 and min(p for p, _ in pieces) >= worst, (
+        pieces
+    )
+    lags = [lag for _, lag in pieces]
+    assert lags == sorted(lags), pieces
+    assert lags[0] + offset > spoken_end, "the echo must come after the utterance, not during it"
+
+
+def _pjsua2_ok(result: peers.Pjsua2CallResult) -> dict[str, object]:
+    summary = result.summary
+    assert summary, f"no summary (rc={result.returncode}):\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
+    assert "Assertion" not in result.stderr, result.stderr[-3000:]  # a pjsua2 abort at exit (pitfall 3)
+    assert summary["callback_errors"] == [], summary
+    return summary
+
+
+def _pressed(log: str, call_id: str = "call-1") -> list[str]:
+    return re.findall(rf"call {call_id} caller pressed (\S)", log)
+
+
+def _end_call_fake(start_fake, tmp_path: Path):
+    """An OpenAI Realtime fake whose model answers the caller's first utterance by calling `end_call`."""
+    script = tmp_path / "end_call.json"
+    script.write_text(
+        json.dumps(
+            {
+                "turns": [
+                    {"tool_call": {"name": "end_call", "arguments": {}}, "reply": "tone", "duration_ms": 600}
+                ]
+            }
+        )
+    )
+    return start_fake("openai-realtime", "--script", str(script))
+
+
+# --- pjsua2 as the caller ---
+
+
+def test_pjsua2_caller_hears_its_echo_and_hangs_up(
+    engine: str, start_bridge, utterance, tmp_path: Path
+) -> None:
+    bridge = _serve(start_bridge, engine, "--provider", "echo")
+    seconds = utterance.duration_s + 0.5
+    result = peers.run_pjsua2_caller(
+        bridge.sip_port,
+        tmp_path / "pjsua2",
+        play=utterance.path,
+        args=["--duration", f"{seconds:g}"],
+        timeout=seconds + 15,
+    )
+    summary = _pjsua2_ok(result)
+    assert (summary["invite_status"], summary["hangup_by"], summary["bye_status"]) == (200, "caller", 200), (
+        summary
+    )
+    assert result.returncode == 0, summary
+    _assert_echo(utterance.speech, result.received, result.offset_samples, utterance.end)
+    bridge.wait_for(r"call call-1 ended after [\d.]+ s by caller")
+
+
+def test_pjsua2_caller_holds_and_resumes(engine: str, start_bridge, late_utterance, tmp_path: Path) -> None:
+    bridge = _serve(start_bridge, engine, "--provider", "echo")
+    seconds = late_utterance.duration_s + 1.0
+    result = peers.run_pjsua2_caller(
+        bridge.sip_port,
+        tmp_path / "pjsua2",
+        play=late_utterance.path,
+        timeout=seconds + 15,
+        args=["--duration", f"{seconds:g}", "--hold-at", "0.3", "--hold-for", "1.0"],
+    )
+    summary = _pjsua2_ok(result)
+    assert result.returncode == 0, summary
+    hold, resume = summary["hold"], summary["resume"]
+    assert isinstance(hold, dict) and isinstance(resume, dict), summary
+    # each re-INVITE answered 200; pjsua's own media state follows (sendonly answered recvonly -> local hold)
+    assert (hold["status"], hold["media"]) == (200, "local_hold"), summary
+    assert (resume["status"], resume["media"]) == (200, "active"), summary
+    assert [m for m, s in summary["client_transactions"]].count("INVITE") == 3, summary  # type: ignore[union-attr]
+    log = bridge.wait_for(r"call call-1 ended after") and bridge.log
+    held, resumed = log.find("call call-1 media: MediaHeld"), log.find("call call-1 media: MediaResumed")
+    assert 0 < held < resumed, log[-3000:]
+    # spoken after the resume, and echoed: the media path is back both ways (pjmedia's jitter buffer on the
+    # pjsua2 engine may slip a frame after the re-INVITEs: one eighth then correlates about 0.6)
+    _assert_echo(late_utterance.speech, result.received, result.offset_samples, late_utterance.end, worst=0.5)
+
+
+def test_pjsua2_caller_dtmf_reaches_the_session(
+    engine: str, start_bridge, short_tone: Path, tmp_path: Path
+) -> None:
+    bridge = _serve(start_bridge, engine, "--provider", "echo")
+    result = peers.run_pjsua2_caller(
+        bridge.sip_port,
+        tmp_path / "pjsua2",
+        play=short_tone,
+        timeout=20,
+        args=["--duration", "3", "--dtmf", DIGITS, "--dtmf-at", "0.5"],
+    )
+    summary = _pjsua2_ok(result)
+    assert result.returncode == 0 and summary["dtmf_sent"] == DIGITS, summary
+    bridge.wait_for(r"call call-1 ended after")
+    assert _pressed(bridge.log) == list(DIGITS), bridge.log[-3000:]
+
+
+def test_pjsua2_caller_gets_the_bridges_bye_after_end_call(
+    engine: str, start_bridge, start_fake, utterance, tmp_path: Path
+) -> None:
+    fake = _end_call_fake(start_fake, tmp_path)
+    bridge = _serve(
+        start_bridge,
+        engine,
+        *fake.bridge_args("openai-realtime"),
+        "--end-call-tool",
+        env={"OPENAI_API_KEY": "sk-test"},
+    )
+    result = peers.run_pjsua2_caller(
+        bridge.sip_port,
+        tmp_path / "pjsua2",
+        play=utterance.path,
+        timeout=25,
+        args=["--duration", "15", "--wait-bye"],
+    )
+    summary = _pjsua2_ok(result)
+    assert (summary["invite_status"], summary["hangup_by"], summary["error"]) == (200, "remote", None), (
+        summary
+    )
+    assert result.returncode == 0
+    bridge.wait_for(r"call call-1 ended after [\d.]+ s by \w+ \(the model ended the call")
+
+
+# --- baresip as the caller ---
+
+
+def test_baresip_hears_its_echo_and_hangs_up(engine: str, start_bridge, utterance, tmp_path: Path) -> None:
+    bridge = _serve(start_bridge, engine, "--provider", "echo")
+    with peers.BaresipCaller(tmp_path / "baresip", utterance.path) as caller:
+        result = caller.run(bridge.sip_port, timeout=20)
+    assert result.established and result.end_of_file and result.hangup_by == "caller", result.stdout[-2000:]
+    # dec.wav is packet-indexed from the first packet received, within a frame of when the file started
+    _assert_echo(utterance.speech, result.received, 0, utterance.end)
+    bridge.wait_for(r"call call-1 ended after [\d.]+ s by caller")
+
+
+def test_baresip_holds_and_resumes(
+    engine: str, start_bridge, capture, late_utterance, tmp_path: Path
+) -> None:
+    bridge = _serve(start_bridge, engine, "--provider", "echo")
+    # baresip restarts its sndfile dumps at each re-INVITE (one file per second of start): read the echo off the
+    # wire instead, from the bridge's first RTP port (pjsua2 takes --rtp-port, native the even port from it)
+    first = bridge.rtp_port
+    cap = capture(f"udp and src host 127.0.0.1 and src portrange {first}-{first + 1}")
+    with peers.BaresipCaller(tmp_path / "baresip", late_utterance.path, sip_trace=True) as caller:
+        caller.start(bridge.sip_port)
+        peers.baresip_established(caller)
+        peers.baresip_hold(caller)
+        bridge.wait_for(r"call call-1 media: MediaHeld")
+        peers.baresip_resume(caller)
+        bridge.wait_for(r"call call-1 media: MediaResumed")
+        result = caller.wait(timeout=20)
+    assert result.established and result.hangup_by == "caller", result.stdout[-2000:]
+    finals = [c for c in peers.sip_trace_responses(result.stdout, "INVITE") if c >= 200]
+    assert finals == [200, 200, 200], finals  # the call, the hold, the resume
+    bridge.wait_for(r"call call-1 ended after [\d.]+ s by caller")
+    cap.stop()
+    payloads = max((cap.rtp_payloads(port) for port in (first, first + 1)), key=len)
+    wire = np.frombuffer(ulaw_decode(b"".join(payloads)), dtype="<i2")
+    assert wire.size, "no RTP from the bridge on the wire"
+    # spoken after the resume and echoed: the media path came back both ways
+    pieces = peers.heard_in_pieces(late_utterance.speech, wire, pieces=8)
+    print(f"echo on the wire by eighths: {[(round(p, 3), lag) for p, lag in pieces]}")
+    assert sum(peak >= 0.99 for peak, _ in pieces) >= 7, pieces
+    lags = [lag for _, lag in pieces]
+    assert lags == sorted(lags), pieces
+
+
+def test_baresip_dtmf_reaches_the_session(
+    engine: str, start_bridge, short_tone: Path, tmp_path: Path
+) -> None:
+    bridge = _serve(start_bridge, engine, "--provider", "echo")
+    with peers.BaresipCaller(tmp_path / "baresip", short_tone) as caller:
+        caller.start(bridge.sip_port)
+        peers.baresip_established(caller)
+        peers.baresip_dtmf(caller, DIGITS)
+        bridge.wait_for(rf"call call-1 caller pressed {re.escape(DIGITS[-1])}")
+        result = caller.wait(timeout=15)
+    assert result.established, result.stdout[-2000:]
+    bridge.wait_for(r"call call-1 ended after")
+    assert _pressed(bridge.log) == list(DIGITS), bridge.log[-3000:]
+
+
+def test_baresip_gets_the_bridges_bye_after_end_call(
+    engine: str, start_bridge, start_fake, utterance, tmp_path: Path
+) -> None:
+    fake = _end_call_fake(start_fake, tmp_path)
+    bridge = _serve(
+        start_bridge,
+        engine,
+        *fake.bridge_args("openai-realtime"),
+        "--end-call-tool",
+        env={"OPENAI_API_KEY": "sk-test"},
+    )
+    long_wav = tmp_path / "long.wav"  # the file must outlast the goodbye, or baresip hangs up first
+    peers.write_wav(long_wav, np.concatenate([utterance.samples, np.zeros(8 * peers.SAMPLE_RATE, np.int16)]))
+    with peers.BaresipCaller(tmp_path / "baresip", long_wav) as caller:
+        result = caller.run(bridge.sip_port, timeout=20)
+    assert result.established and result.hangup_by == "remote" and not result.end_of_file, result.stdout[
+        -2000:
+    ]
+    bridge.wait_for(r"call call-1 ended after [\d.]+ s by \w+ \(the model ended the call")
