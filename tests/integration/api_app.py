@@ -19,8 +19,11 @@ import sys
 import bridge
 from bridge.telephony import TelephonyOptions
 
-LOOKUP = bridge.ToolSpec("lookup_order", "Look up an order by its number.",
-                         {"type": "object", "properties": {"order_id": {"type": "string"}}})
+LOOKUP = bridge.ToolSpec(
+    "lookup_order",
+    "Look up an order by its number.",
+    {"type": "object", "properties": {"order_id": {"type": "string"}}},
+)
 
 
 def say(**fields: object) -> None:
@@ -35,14 +38,23 @@ class Shop(bridge.Application):
 
     async def setup(self, call):  # type: ignore[no-untyped-def]
         say(event="setup", called=call.request_user, account=call.header("X-Account"))
-        return bridge.CallSetup(instructions=f"You answer the {call.request_user} line of the shop.", tools=(LOOKUP,))
+        return bridge.CallSetup(
+            instructions=f"You answer the {call.request_user} line of the shop.", tools=(LOOKUP,)
+        )
 
     async def job(self, call, job):  # type: ignore[no-untyped-def]
         self.runs += 1
-        say(event="job", job_id=job.job_id, name=job.name, arguments=json.loads(job.arguments), runs=self.runs)
+        say(
+            event="job", job_id=job.job_id, name=job.name, arguments=json.loads(job.arguments), runs=self.runs
+        )
         await asyncio.sleep(self.job_delay)  # backend work; a recovery may happen meanwhile
-        output = json.dumps({"order_id": json.loads(job.arguments).get("order_id"), "status": "shipped",
-                             "ticket": f"T-{self.runs}"})
+        output = json.dumps(
+            {
+                "order_id": json.loads(job.arguments).get("order_id"),
+                "status": "shipped",
+                "ticket": f"T-{self.runs}",
+            }
+        )
         call.push_fact(f"order {json.loads(job.arguments).get('order_id')} is shipped")
         say(event="answered", job_id=job.job_id, output=output)
         return output
@@ -69,15 +81,25 @@ def main() -> int:
     parser.add_argument("--send-dtmf-tool", action="store_true")
     parser.add_argument("--hangup-on-pound", action="store_true")
     args = parser.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
     host, port = args.sip.rsplit(":", 1)
-    extra = (("ssl_context", ssl.create_default_context(cafile=args.provider_ca)),) if args.provider_ca else ()
+    extra = (
+        (("ssl_context", ssl.create_default_context(cafile=args.provider_ca)),) if args.provider_ca else ()
+    )
     targets = dict(spec.split("=", 1) for spec in args.transfer_target)
-    config = bridge.ServerConfig(provider=args.provider, key="sk-test", provider_url=args.provider_url,
-                                 provider_options=extra, sip=(host, int(port)), rtp_port=args.rtp_port,
-                                 telephony=TelephonyOptions(end_call=args.end_call_tool, transfer_targets=targets,
-                                                            send_dtmf=args.send_dtmf_tool))
+    config = bridge.ServerConfig(
+        provider=args.provider,
+        key="sk-test",
+        provider_url=args.provider_url,
+        provider_options=extra,
+        sip=(host, int(port)),
+        rtp_port=args.rtp_port,
+        telephony=TelephonyOptions(
+            end_call=args.end_call_tool, transfer_targets=targets, send_dtmf=args.send_dtmf_tool
+        ),
+    )
     return asyncio.run(bridge.Server(Shop(args.job_delay, args.hangup_on_pound), config).run())
 
 

@@ -16,8 +16,10 @@ import peers
 import pytest
 
 APP = Path(__file__).with_name("api_app.py")
-SCRIPT = {"turns": [], "then": {"tool_call": {"name": "lookup_order", "arguments": {"order_id": "42"}},
-                                "reply": "echo"}}
+SCRIPT = {
+    "turns": [],
+    "then": {"tool_call": {"name": "lookup_order", "arguments": {"order_id": "42"}}, "reply": "echo"},
+}
 
 
 def _events(app: peers.ManagedProcess) -> list[dict]:
@@ -29,30 +31,73 @@ KEYS_NEEDED = ("openai-live", "openai-realtime", "gemini-live", "xai")
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("protocol", KEYS_NEEDED)
-def test_dl3_the_application_sets_up_the_call_and_each_job_runs_once_across_a_recovery(protocol, start_fake,
-                                                                                       tmp_path) -> None:
+def test_dl3_the_application_sets_up_the_call_and_each_job_runs_once_across_a_recovery(
+    protocol, start_fake, tmp_path
+) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
     fake = start_fake(protocol, "--script", str(script), "--fault", "duplicate_tool_call")
     sip_port, rtp_port = peers.free_udp_port(), peers.free_rtp_port()
-    speech = peers.make_utterance(tmp_path / "speech.wav", "Where is my order number forty two?",
-                                  lead_silence_s=0.3, tail_silence_s=2.5, ulaw=True)
+    speech = peers.make_utterance(
+        tmp_path / "speech.wav",
+        "Where is my order number forty two?",
+        lead_silence_s=0.3,
+        tail_silence_s=2.5,
+        ulaw=True,
+    )
     assert speech.ulaw_path == tmp_path / "speech.ul"  # the SIPp scenario streams ./speech.ul
     scheme, _, authority = fake.url.split("/", 3)[:3]
     control = scheme.replace("ws", "http", 1) + "//" + authority  # the fake's own HTTP port
     context = ssl.create_default_context(cafile=fake.cert) if fake.cert else None
     tls = ["--provider-ca", fake.cert] if fake.cert else []
-    with peers.ManagedProcess([sys.executable, str(APP), "--sip", f"127.0.0.1:{sip_port}", "--rtp-port",
-                               str(rtp_port), "--provider", protocol, "--provider-url", fake.url, *tls,
-                               "--job-delay", "2.0"], name="api-app") as app:
+    with peers.ManagedProcess(
+        [
+            sys.executable,
+            str(APP),
+            "--sip",
+            f"127.0.0.1:{sip_port}",
+            "--rtp-port",
+            str(rtp_port),
+            "--provider",
+            protocol,
+            "--provider-url",
+            fake.url,
+            *tls,
+            "--job-delay",
+            "2.0",
+        ],
+        name="api-app",
+    ) as app:
         app.wait_for(r"listening on udp", 20)
         with peers.ManagedProcess(
-            ["sipp", "-sf", str(peers.SCENARIOS / "uac_stream.xml"), "-s", "sales", f"127.0.0.1:{sip_port}",
-             "-i", "127.0.0.1", "-mi", "127.0.0.1", "-p", str(peers.free_udp_port()), "-m", "1", "-l", "1",
-             "-d", "24000", "-nostdin"], cwd=tmp_path, name="sipp") as sipp:
+            [
+                "sipp",
+                "-sf",
+                str(peers.SCENARIOS / "uac_stream.xml"),
+                "-s",
+                "sales",
+                f"127.0.0.1:{sip_port}",
+                "-i",
+                "127.0.0.1",
+                "-mi",
+                "127.0.0.1",
+                "-p",
+                str(peers.free_udp_port()),
+                "-m",
+                "1",
+                "-l",
+                "1",
+                "-d",
+                "24000",
+                "-nostdin",
+            ],
+            cwd=tmp_path,
+            name="sipp",
+        ) as sipp:
             app.wait_for(r'"event": "job"', 20)  # the first job is running: lose the connection now
-            with urllib.request.urlopen(f"{control}/_fault?spec=1/abrupt_close", timeout=5,
-                                        context=context) as answer:
+            with urllib.request.urlopen(
+                f"{control}/_fault?spec=1/abrupt_close", timeout=5, context=context
+            ) as answer:
                 assert answer.read() == b"ok\n"
             sipp.wait(timeout=60)
         app.wait_for(r'"event": "ended"', 20)
@@ -62,17 +107,21 @@ def test_dl3_the_application_sets_up_the_call_and_each_job_runs_once_across_a_re
     jobs = [e for e in events if e["event"] == "job"]
     answered = {e["job_id"]: json.loads(e["output"]) for e in events if e["event"] == "answered"}
     assert len(jobs) >= 2 and len({e["job_id"] for e in jobs}) == len(jobs), events  # each job ran once
-    assert "delivered again: answered from the ledger" in log and "output_recovery reconnecting" in log, log[-3000:]
+    assert "delivered again: answered from the ledger" in log and "output_recovery reconnecting" in log, log[
+        -3000:
+    ]
 
-    frames = [(json.loads(line)["conn"], json.dumps(json.loads(line).get("frame") or {}))
-              for line in fake.record.read_text().splitlines()]
+    frames = [
+        (json.loads(line)["conn"], json.dumps(json.loads(line).get("frame") or {}))
+        for line in fake.record.read_text().splitlines()
+    ]
     assert any("the sales line" in frame for conn, frame in frames if conn == 0)  # the per-call setup
     # DL5: every result reached the model on the connection that was current when it was delivered (a tool
     # result or delegation answer there, or — for a job whose connection was lost — an update for the session).
     delivered: dict[str, int] = {}
     for conn, frame in frames:
         for output in answered.values():
-            if f"{output['ticket']}\\\"" in frame or f"{output['ticket']}\"" in frame:
+            if f'{output["ticket"]}\\"' in frame or f'{output["ticket"]}"' in frame:
                 delivered[output["ticket"]] = conn
     # HR9: job-1's result was ready only after the connection was lost, so it was held until the caller spoke
     # again; the caller repeated the question, the model asked again, and that correction superseded it.
@@ -84,15 +133,30 @@ def test_dl3_the_application_sets_up_the_call_and_each_job_runs_once_across_a_re
             assert output["ticket"] in delivered, (job_id, delivered, answered)
     first = jobs[0]["job_id"]
     assert first in superseded or delivered[answered[first]["ticket"]] >= 1  # never on the lost connection
-    print(f"{protocol}: {len(jobs)} jobs, each run once by the application (the fake delivered every call twice); "
-          f"superseded after the recovery: {sorted(superseded)}; delivered: {delivered}")
+    print(
+        f"{protocol}: {len(jobs)} jobs, each run once by the application (the fake delivered every call twice); "
+        f"superseded after the recovery: {sorted(superseded)}; delivered: {delivered}"
+    )
 
 
 def _start_app(fake, *extra: str) -> tuple[peers.ManagedProcess, int]:  # type: ignore[no-untyped-def]
     sip_port, rtp_port = peers.free_udp_port(), peers.free_rtp_port()
-    app = peers.ManagedProcess([sys.executable, str(APP), "--sip", f"127.0.0.1:{sip_port}", "--rtp-port",
-                                str(rtp_port), "--provider", "openai-realtime", "--provider-url", fake.url, *extra],
-                               name="api-app")
+    app = peers.ManagedProcess(
+        [
+            sys.executable,
+            str(APP),
+            "--sip",
+            f"127.0.0.1:{sip_port}",
+            "--rtp-port",
+            str(rtp_port),
+            "--provider",
+            "openai-realtime",
+            "--provider-url",
+            fake.url,
+            *extra,
+        ],
+        name="api-app",
+    )
     app.wait_for(r"listening on udp", 20)
     return app, sip_port
 
@@ -100,13 +164,21 @@ def _start_app(fake, *extra: str) -> tuple[peers.ManagedProcess, int]:  # type: 
 @pytest.mark.timeout(120)
 def test_dl6_the_model_transfers_the_call_by_refer_and_is_told_the_outcome(start_fake, tmp_path) -> None:
     script = tmp_path / "script.json"
-    script.write_text(json.dumps({"turns": [{"tool_call": {"name": "transfer_call",
-                                                            "arguments": {"destination": "desk"}}}]}))
+    script.write_text(
+        json.dumps(
+            {"turns": [{"tool_call": {"name": "transfer_call", "arguments": {"destination": "desk"}}}]}
+        )
+    )
     fake = start_fake("openai-realtime", "--script", str(script))
     target = "sip:desk@127.0.0.1:5999"
     workdir = tmp_path / "sipp"
-    speech = peers.make_utterance(workdir / "speech.wav", "Can I talk to a person, please?", lead_silence_s=0.3,
-                                  tail_silence_s=3.0, ulaw=True)
+    speech = peers.make_utterance(
+        workdir / "speech.wav",
+        "Can I talk to a person, please?",
+        lead_silence_s=0.3,
+        tail_silence_s=3.0,
+        ulaw=True,
+    )
     assert speech.ulaw_path.name == "speech.ul"
     app, sip_port = _start_app(fake, "--transfer-target", f"desk={target}")
     with app:
@@ -118,9 +190,11 @@ def test_dl6_the_model_transfers_the_call_by_refer_and_is_told_the_outcome(start
     assert [v.strip() for v in result.log_events["REFER_TO"]] in ([target], [f"<{target}>"])
     assert result.count("BYE_RECEIVED") == 1  # and the bridge left the call after the transfer succeeded
     assert re.search(r"transfer to sip:desk@127\.0\.0\.1:5999: 200 OK \(final\)", log), log[-3000:]
-    outputs = [json.loads((json.loads(line).get("frame") or {}).get("item", {}).get("output", "null"))
-               for line in fake.record.read_text().splitlines()
-               if ((json.loads(line).get("frame") or {}).get("item") or {}).get("type") == "function_call_output"]
+    outputs = [
+        json.loads((json.loads(line).get("frame") or {}).get("item", {}).get("output", "null"))
+        for line in fake.record.read_text().splitlines()
+        if ((json.loads(line).get("frame") or {}).get("item") or {}).get("type") == "function_call_output"
+    ]
     assert outputs == [{"transferred": True, "status": 200, "reason": "OK"}], outputs  # the model was told
 
 
@@ -129,7 +203,9 @@ def test_dl6_the_caller_s_rfc4733_keys_reach_the_application(start_fake, tmp_pat
     fake = start_fake("openai-realtime")
     app, sip_port = _start_app(fake, "--hangup-on-pound")
     with app:
-        result = peers.run_sipp("uac_dtmf_rx", sip_port, workdir=tmp_path / "sipp", timeout=60, trace_msg=True)
+        result = peers.run_sipp(
+            "uac_dtmf_rx", sip_port, workdir=tmp_path / "sipp", timeout=60, trace_msg=True
+        )
         app.wait_for(r'"event": "ended"', 20)
         events = _events(app)
     assert result.returncode == 0, result.screen[-2000:]

@@ -22,7 +22,7 @@ def _noise(n: int, seed: int = RNG_SEED) -> np.ndarray:
 def test_xcorr_finds_known_positive_lag_in_longer_signal() -> None:
     ref = _noise(2000)
     sig = np.zeros(10_000)
-    sig[3217:3217 + ref.size] = 0.3 * ref
+    sig[3217 : 3217 + ref.size] = 0.3 * ref
     sig += 0.01 * _noise(sig.size, seed=7)
     peak, lag = peers.normalized_xcorr(ref, sig)
     assert lag == 3217
@@ -103,18 +103,31 @@ def test_wav_roundtrip_and_unfinalised_header(tmp_path) -> None:
 
     raw = bytearray(p.read_bytes())
     data_at = raw.index(b"data")
-    raw[data_at + 4:data_at + 8] = struct.pack("<I", 0)  # writer killed before finalising
+    raw[data_at + 4 : data_at + 8] = struct.pack("<I", 0)  # writer killed before finalising
     (tmp_path / "b.wav").write_bytes(bytes(raw))
     assert np.array_equal(peers.read_wav(tmp_path / "b.wav")[1], a)
 
 
 def test_read_wav_extensible_format(tmp_path) -> None:
     a = np.arange(-50, 50, dtype=np.int16)
-    fmt = struct.pack("<HHIIHHHHIH14s", 0xFFFE, 1, 8000, 16000, 2, 16, 22, 16, 4, 1,
-                      b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71")
+    fmt = struct.pack(
+        "<HHIIHHHHIH14s",
+        0xFFFE,
+        1,
+        8000,
+        16000,
+        2,
+        16,
+        22,
+        16,
+        4,
+        1,
+        b"\x00\x00\x00\x00\x10\x00\x80\x00\x00\xaa\x00\x38\x9b\x71",
+    )
     data = a.astype("<i2").tobytes()
-    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + \
-        struct.pack("<I", len(data)) + data
+    body = (
+        b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(data)) + data
+    )
     (tmp_path / "x.wav").write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
     rate, b = peers.read_wav(tmp_path / "x.wav")
     assert rate == 8000 and np.array_equal(a, b)

@@ -16,14 +16,21 @@ import peers
 import pytest
 
 RATE = 8000
-KEYS = {"openai-live": "OPENAI_API_KEY", "openai-realtime": "OPENAI_API_KEY", "gemini-live": "GEMINI_API_KEY",
-        "xai": "XAI_API_KEY"}
+KEYS = {
+    "openai-live": "OPENAI_API_KEY",
+    "openai-realtime": "OPENAI_API_KEY",
+    "gemini-live": "GEMINI_API_KEY",
+    "xai": "XAI_API_KEY",
+}
 # (fault on the first connection, serve options, the cause the bridge must report)
 OVERFLOW = {"openai-live": ("1/burst:8", [], "output_overflow")}
 for _protocol in ("openai-realtime", "gemini-live", "xai"):
     # They burst at 4x real time: a 2 s reservoir holds that, but not a 40x burst of the first answer.
-    OVERFLOW[_protocol] = ("1/burst:40", ["--reservoir-bytes", "16000" if _protocol != "gemini-live" else "96000"],
-                           "output_overflow")
+    OVERFLOW[_protocol] = (
+        "1/burst:40",
+        ["--reservoir-bytes", "16000" if _protocol != "gemini-live" else "96000"],
+        "output_overflow",
+    )
 CASES = [(p, *OVERFLOW[p]) for p in KEYS]
 CASES += [(p, "1/abrupt_close@3000", [], "transport_lost") for p in KEYS]
 CASES += [(p, "1/half_open@3000", [], "transport_lost") for p in ("openai-live", "openai-realtime", "xai")]
@@ -37,19 +44,36 @@ CASES += [("gemini-live", "1/half_open@3000", [], "provider_silent")]
 # shorter answers)
 # holds that, but not the whole answer held back until 6 s into the call and dumped at once (the caller waits 8 s
 # before speaking again, so that no barge-in clears it first).
-CASES += [(p, "1/stall:2000@3000" if p == "openai-live" else "1/stall:3000@3000",
-           ["--reservoir-bytes", "40000" if p != "gemini-live" else "240000",
-            "--residence-ms", {"openai-live": "1000", "gemini-live": "2000"}.get(p, "3000")], "output_stale")
-          for p in KEYS]
+CASES += [
+    (
+        p,
+        "1/stall:2000@3000" if p == "openai-live" else "1/stall:3000@3000",
+        [
+            "--reservoir-bytes",
+            "40000" if p != "gemini-live" else "240000",
+            "--residence-ms",
+            {"openai-live": "1000", "gemini-live": "2000"}.get(p, "3000"),
+        ],
+        "output_stale",
+    )
+    for p in KEYS
+]
 
 
 def _call_audio(tmp_path: Path, gap_s: float) -> tuple[Path, peers.Utterance, int]:
-    first = peers.make_utterance(tmp_path / "u1.wav", "Tell me about the weather in Paris tomorrow morning please.",
-                                 lead_silence_s=0.5, tail_silence_s=0.0)
-    second = peers.make_utterance(tmp_path / "u2.wav", "Hello again, can you hear me now?", lead_silence_s=0.0,
-                                  tail_silence_s=0.0)
+    first = peers.make_utterance(
+        tmp_path / "u1.wav",
+        "Tell me about the weather in Paris tomorrow morning please.",
+        lead_silence_s=0.5,
+        tail_silence_s=0.0,
+    )
+    second = peers.make_utterance(
+        tmp_path / "u2.wav", "Hello again, can you hear me now?", lead_silence_s=0.0, tail_silence_s=0.0
+    )
     gap = np.zeros(int(gap_s * RATE), dtype=np.int16)
-    samples = np.concatenate([first.samples[: first.end], gap, second.speech, np.zeros(5 * RATE, dtype=np.int16)])
+    samples = np.concatenate(
+        [first.samples[: first.end], gap, second.speech, np.zeros(5 * RATE, dtype=np.int16)]
+    )
     path = tmp_path / "call.wav"
     peers.write_wav(path, samples, RATE)
     return path, second, first.end + gap.size
@@ -59,11 +83,15 @@ def _call_audio(tmp_path: Path, gap_s: float) -> tuple[Path, peers.Utterance, in
 ENGINE_CASES = [("native", *c) for c in CASES] + [("pjsua2", *c) for c in CASES if "abrupt_close" in c[1]]
 
 
-@pytest.mark.parametrize(("bridge_engine", "protocol", "fault", "options", "cause"), ENGINE_CASES,
-                         indirect=["bridge_engine"],
-                         ids=[f"{c[0]}-{c[1]}-{c[2].split('/')[1].split('@')[0].split(':')[0]}" for c in ENGINE_CASES])
-def test_recovery_keeps_the_call_up(bridge_engine, protocol, fault, options, cause, start_fake, start_bridge, capture,
-                                    tmp_path) -> None:
+@pytest.mark.parametrize(
+    ("bridge_engine", "protocol", "fault", "options", "cause"),
+    ENGINE_CASES,
+    indirect=["bridge_engine"],
+    ids=[f"{c[0]}-{c[1]}-{c[2].split('/')[1].split('@')[0].split(':')[0]}" for c in ENGINE_CASES],
+)
+def test_recovery_keeps_the_call_up(
+    bridge_engine, protocol, fault, options, cause, start_fake, start_bridge, capture, tmp_path
+) -> None:
     half_open = "half_open" in fault
     gap_s = 12.0 if half_open else 8.0 if "stall:3000" in fault else 4.0
     wav, second, second_start = _call_audio(tmp_path, gap_s=gap_s)
@@ -78,13 +106,19 @@ def test_recovery_keeps_the_call_up(bridge_engine, protocol, fault, options, cau
     assert result.established and result.hangup_by == "caller", log[-3000:]  # the bridge never sent BYE
     stages = re.findall(rf"output_recovery (\w+): token 2, cause {cause}, (\d+) ms", log)
     assert [s for s, _ in stages] == ["reconnecting", "awaiting_user", "done"], log[-3000:]
-    inputs = re.findall(r"audio_discontinuity input: (\d+) caller frames dropped \(voice_transport_recovery\)", log)
+    inputs = re.findall(
+        r"audio_discontinuity input: (\d+) caller frames dropped \(voice_transport_recovery\)", log
+    )
     assert len(inputs) == 1, log[-3000:]  # counted once
     largest_gap_ms = 1000 * float(np.max(np.diff(cap.packet_times(bridge.rtp_port))))
     pieces = peers.heard_in_pieces(second.speech, result.received, pieces=4)
-    print(f"{protocol} {fault}: replacement ready {stages[1][1]} ms after the condition, voice path repaired "
-          f"{stages[2][1]} ms after it (when the caller spoke again); {inputs[0]} caller frames discarded; "
-          f"largest RTP gap at the caller {largest_gap_ms:.1f} ms; recovered echo {[round(p, 3) for p, _ in pieces]}")
+    print(
+        f"{protocol} {fault}: replacement ready {stages[1][1]} ms after the condition, voice path repaired "
+        f"{stages[2][1]} ms after it (when the caller spoke again); {inputs[0]} caller frames discarded; "
+        f"largest RTP gap at the caller {largest_gap_ms:.1f} ms; recovered echo {[round(p, 3) for p, _ in pieces]}"
+    )
     assert largest_gap_ms <= 60  # the caller's RTP never stopped
     assert int(stages[1][1]) <= 5_000
-    assert sum(p >= 0.9 for p, _ in pieces) >= 3 and pieces[0][1] > second_start  # the recovered voice arrives
+    assert (
+        sum(p >= 0.9 for p, _ in pieces) >= 3 and pieces[0][1] > second_start
+    )  # the recovered voice arrives

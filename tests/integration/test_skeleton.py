@@ -33,30 +33,37 @@ def _assert_echoed(result: peers.BaresipResult, utterance: peers.Utterance) -> i
     # `received` starts with the first RTP packet from the bridge, within a frame of when the caller's
     # stream (and so the utterance file) started: lag is on the caller's timeline, to about 20 ms.
     turnaround_ms = round((lag - utterance.end) / 8)
-    print(f"echo: correlation by eighths {[round(p, 4) for p, _ in pieces]}, utterance ended at "
-          f"{utterance.end / 8:.0f} ms, echo heard at {lag / 8:.0f} ms: turn-around {turnaround_ms} ms")
+    print(
+        f"echo: correlation by eighths {[round(p, 4) for p, _ in pieces]}, utterance ended at "
+        f"{utterance.end / 8:.0f} ms, echo heard at {lag / 8:.0f} ms: turn-around {turnaround_ms} ms"
+    )
     # A 10 ms jitter-buffer shift (pjmedia's on the way in, baresip's on the way back) spoils one eighth at most.
     assert sum(peak >= ECHO_MIN_CORRELATION for peak, _ in pieces) >= 7 and min(p for p, _ in pieces) >= 0.7
     assert lag > utterance.end, "the echo must come after the utterance, not during it"
-    assert [l for _, l in pieces] == sorted(l for _, l in pieces)
+    assert [lag for _, lag in pieces] == sorted(lag for _, lag in pieces)
     return turnaround_ms
 
 
-def test_baresip_hears_its_utterance_echoed_by_the_embedded_provider(start_bridge, bridge_engine: str, utterance,
-                                                                     tmp_path: Path) -> None:
+def test_baresip_hears_its_utterance_echoed_by_the_embedded_provider(
+    start_bridge, bridge_engine: str, utterance, tmp_path: Path
+) -> None:
     bridge = start_bridge("--provider", "echo")
     with peers.BaresipCaller(tmp_path / "baresip", utterance.path) as caller:
         result = caller.run(bridge.sip_port, timeout=40)
     _assert_echoed(result, utterance)
     assert result.end_of_file and result.hangup_by == "caller"
-    bridge.wait_for(r"call call-1 ended after [\d.]+ s by caller \(200 ")  # the caller's BYE ended the session
+    bridge.wait_for(
+        r"call call-1 ended after [\d.]+ s by caller \(200 "
+    )  # the caller's BYE ended the session
     frames_in, frames_out = _frames(bridge.log, "call-1")
     # every 20 ms of the file reached the session, but for the first few sent before the media port joined
     assert frames_in >= len(utterance.samples) // 160 - 5
     assert frames_out >= len(utterance.speech) // 160  # and at least the utterance came back
 
 
-def test_echo_through_a_separate_fake_provider_process(start_fake, start_bridge, utterance, tmp_path: Path) -> None:
+def test_echo_through_a_separate_fake_provider_process(
+    start_fake, start_bridge, utterance, tmp_path: Path
+) -> None:
     fake, url, record = start_fake()
     key = "sk-test-never-logged"
     bridge = start_bridge("--provider", "openai-live", "--provider-url", url, env={"OPENAI_API_KEY": key})
@@ -68,7 +75,9 @@ def test_echo_through_a_separate_fake_provider_process(start_fake, start_bridge,
     kinds = [frame["type"] for frame in frames]
     assert kinds[0] == "session.start" and kinds[-1] == "session.close"  # the caller's BYE closed the session
     assert frames[0]["session"]["audio"]["format"] == {"type": "audio/pcmu", "rate": 8000}
-    sent = b"".join(base64.b64decode(f["audio"]["base64"]) for f in frames if f["type"] == "session.input_audio.append")
+    sent = b"".join(
+        base64.b64decode(f["audio"]["base64"]) for f in frames if f["type"] == "session.input_audio.append"
+    )
     heard = np.frombuffer(ulaw_decode(sent), dtype="<i2")
     pieces = peers.heard_in_pieces(utterance.speech, heard, pieces=8)
     lag = pieces[0][1]
@@ -80,39 +89,53 @@ def test_echo_through_a_separate_fake_provider_process(start_fake, start_bridge,
     assert key not in bridge.log and key not in fake.stderr and key not in fake.stdout
 
 
-def test_fifth_concurrent_call_is_refused_486_by_pjsua2_503_by_native(start_bridge, bridge_engine: str,
-                                                                         tmp_path: Path) -> None:
+def test_fifth_concurrent_call_is_refused_486_by_pjsua2_503_by_native(
+    start_bridge, bridge_engine: str, tmp_path: Path
+) -> None:
     # pjsua2's cap is compiled in (PJSUA_MAX_CALLS=4) and it answers 486; native has no cap of its own and,
     # beyond --max-calls, answers 503 with Retry-After, which a load balancer fails over on (DESIGN §11).
     limit = ("--max-calls", "4") if bridge_engine == "native" else ()
     bridge = start_bridge("--provider", "echo", *limit)
-    result = peers.run_sipp("uac_busy", bridge.sip_port, calls=5, rate=20, workdir=tmp_path / "sipp", timeout=60,
-                            trace_msg=True)
+    result = peers.run_sipp(
+        "uac_busy", bridge.sip_port, calls=5, rate=20, workdir=tmp_path / "sipp", timeout=60, trace_msg=True
+    )
     assert result.count("ANSWERED") == 4, result.logs
     assert result.count("CLOSED") == 4
     if bridge_engine == "pjsua2":
         assert result.count("BUSY") == 1, result.logs
-        assert re.search(r"486 Busy Here: 4 calls are up and this pjsua2 wheel is compiled with PJSUA_MAX_CALLS=4",
-                         bridge.log)
+        assert re.search(
+            r"486 Busy Here: 4 calls are up and this pjsua2 wheel is compiled with PJSUA_MAX_CALLS=4",
+            bridge.log,
+        )
     else:
         assert [line.split()[-1] for line in result.log_events.get("REJECTED", [])] == ["503"], result.logs
         messages = (result.workdir / "sipp_messages.log").read_text(errors="replace")
         refusal = re.search(r"SIP/2\.0 503 [^\n]*\n(?:[^\n]*\n){0,20}?\s*Retry-After:\s*(\d+)", messages)
         assert refusal and int(refusal.group(1)) > 0, messages[-3000:]
-        assert re.search(r"rejected 1 INVITE\(s\) with 503 Service Unavailable \(Retry-After \d+ s\): 4 calls are up "
-                         r"and the limit is 4", bridge.log), bridge.log[-3000:]
+        assert re.search(
+            r"rejected 1 INVITE\(s\) with 503 Service Unavailable \(Retry-After \d+ s\): 4 calls are up "
+            r"and the limit is 4",
+            bridge.log,
+        ), bridge.log[-3000:]
 
 
 def test_unreachable_provider_gets_the_caller_a_503(start_bridge, tmp_path: Path) -> None:
     dead = peers.free_udp_port(also_tcp=True)  # nothing listens there
-    bridge = start_bridge("--provider", "openai-live", "--provider-url", f"ws://127.0.0.1:{dead}",
-                          env={"OPENAI_API_KEY": "sk-test"})
+    bridge = start_bridge(
+        "--provider",
+        "openai-live",
+        "--provider-url",
+        f"ws://127.0.0.1:{dead}",
+        env={"OPENAI_API_KEY": "sk-test"},
+    )
     result = peers.run_sipp("uac_busy", bridge.sip_port, calls=1, workdir=tmp_path / "sipp", timeout=30)
     assert [line.split()[-1] for line in result.logs] == ["503"], result.logs
     bridge.wait_for(r"call call-1 ended after .* by bridge \(provider unavailable: cannot connect")
 
 
-def test_sigterm_hangs_up_every_call_and_exits_zero(start_bridge, bridge_engine: str, utterance, tmp_path: Path) -> None:
+def test_sigterm_hangs_up_every_call_and_exits_zero(
+    start_bridge, bridge_engine: str, utterance, tmp_path: Path
+) -> None:
     bridge = start_bridge("--provider", "echo")
     with peers.BaresipCaller(tmp_path / "baresip", utterance.path) as caller:
         caller.start(bridge.sip_port)

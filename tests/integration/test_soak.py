@@ -20,25 +20,34 @@ import statistics
 import time
 import urllib.request
 from collections import Counter
-from pathlib import Path
-
-import pytest
 
 import peers
+import pytest
 
 FAULTS = 200
 PACE_S = 0.25  # one fault every 0.25 s: about one a second for each provider's call
-KINDS = [("burst:40", 25), ("stall:1500", 15), ("abrupt_close", 25), ("duplicate_tool_call", 20),
-         ("garbage_json", 10), ("half_open", 5)]
+KINDS = [
+    ("burst:40", 25),
+    ("stall:1500", 15),
+    ("abrupt_close", 25),
+    ("duplicate_tool_call", 20),
+    ("garbage_json", 10),
+    ("half_open", 5),
+]
 PROTOCOLS = {
     "openai-live": ("OPENAI_API_KEY", []),
     "openai-realtime": ("OPENAI_API_KEY", ["--reservoir-bytes", "16000"]),
     "gemini-live": ("GEMINI_API_KEY", ["--reservoir-bytes", "96000"]),
     "xai": ("XAI_API_KEY", ["--reservoir-bytes", "16000"]),
 }
-SCRIPT = {"turns": [], "then": {"tool_call": {"name": "lookup_order", "arguments": {"order_id": "42"}}, "reply": "echo"}}
-DISPATCHED = re.compile(r"call (call-\d+) (job-\d+) \((\w+)\) running at \d+ ms: dispatched to the "
-                        r"application \(call (\S+)\)")
+SCRIPT = {
+    "turns": [],
+    "then": {"tool_call": {"name": "lookup_order", "arguments": {"order_id": "42"}}, "reply": "echo"},
+}
+DISPATCHED = re.compile(
+    r"call (call-\d+) (job-\d+) \((\w+)\) running at \d+ ms: dispatched to the "
+    r"application \(call (\S+)\)"
+)
 
 
 def _get(url: str, context: ssl.SSLContext | None) -> str:
@@ -52,14 +61,20 @@ def _percentile(values: list[int], q: float) -> float:
 
 
 @pytest.mark.timeout(360)
-def test_soak_200_faults_over_four_calls_loses_no_call_and_dispatches_no_tool_twice(start_fake, start_bridge,
-                                                                                    tmp_path) -> None:
+def test_soak_200_faults_over_four_calls_loses_no_call_and_dispatches_no_tool_twice(
+    start_fake, start_bridge, tmp_path
+) -> None:
     seed = int(os.environ.get("PARLORA_SOAK_SEED", random.randrange(1 << 30)))
     rng = random.Random(seed)
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
-    speech = peers.make_utterance(tmp_path / "speech.wav", "Where is my order number forty two, please?",
-                                  lead_silence_s=0.3, tail_silence_s=1.5, ulaw=True)
+    speech = peers.make_utterance(
+        tmp_path / "speech.wav",
+        "Where is my order number forty two, please?",
+        lead_silence_s=0.3,
+        tail_silence_s=1.5,
+        ulaw=True,
+    )
     (tmp_path / "speech.ul").write_bytes(speech.ulaw_path.read_bytes())
     duration_ms = int((FAULTS * PACE_S * 1.5 + 15) * 1000)  # room for attempts that find no open connection
     runs = {}
@@ -72,17 +87,42 @@ def test_soak_200_faults_over_four_calls_loses_no_call_and_dispatches_no_tool_tw
         runs[protocol] = (fake, bridge, context, control)
     callers = []
     for protocol, (_, bridge, _, _) in runs.items():
-        callers.append(peers.ManagedProcess(
-            ["sipp", "-sf", str(peers.SCENARIOS / "uac_stream.xml"), "-s", "bridge", f"127.0.0.1:{bridge.sip_port}",
-             "-i", "127.0.0.1", "-mi", "127.0.0.1", "-p", str(peers.free_udp_port()), "-m", "1", "-l", "1",
-             "-d", str(duration_ms), "-nostdin"], cwd=tmp_path, name=f"sipp-{protocol}"))
+        callers.append(
+            peers.ManagedProcess(
+                [
+                    "sipp",
+                    "-sf",
+                    str(peers.SCENARIOS / "uac_stream.xml"),
+                    "-s",
+                    "bridge",
+                    f"127.0.0.1:{bridge.sip_port}",
+                    "-i",
+                    "127.0.0.1",
+                    "-mi",
+                    "127.0.0.1",
+                    "-p",
+                    str(peers.free_udp_port()),
+                    "-m",
+                    "1",
+                    "-l",
+                    "1",
+                    "-d",
+                    str(duration_ms),
+                    "-nostdin",
+                ],
+                cwd=tmp_path,
+                name=f"sipp-{protocol}",
+            )
+        )
     try:
         for _, bridge, _, _ in runs.values():
             bridge.wait_for(r"call call-1 started", 20)
         injected: Counter[str] = Counter()
         history: list[str] = []
         started = time.monotonic()
-        for attempt in range(2 * FAULTS):  # a provider between a lost connection and its replacement is skipped
+        for attempt in range(
+            2 * FAULTS
+        ):  # a provider between a lost connection and its replacement is skipped
             if sum(injected.values()) == FAULTS:
                 break
             time.sleep(max(0.0, started + attempt * PACE_S - time.monotonic()))  # pacing, not a check
@@ -94,7 +134,14 @@ def test_soak_200_faults_over_four_calls_loses_no_call_and_dispatches_no_tool_tw
             except Exception as exc:
                 print("DBG", round(time.monotonic() - started, 2), protocol, "ERR", exc, flush=True)
                 continue
-            print("DBG", round(time.monotonic() - started, 2), protocol, round(time.monotonic() - t0, 3), open_now, flush=True)
+            print(
+                "DBG",
+                round(time.monotonic() - started, 2),
+                protocol,
+                round(time.monotonic() - t0, 3),
+                open_now,
+                flush=True,
+            )
             if not open_now:
                 continue
             kind = rng.choices([k for k, _ in KINDS], [w for _, w in KINDS])[0]
@@ -102,7 +149,9 @@ def test_soak_200_faults_over_four_calls_loses_no_call_and_dispatches_no_tool_tw
             assert _get(f"{control}/_fault?spec={spec}", context) == "ok\n"
             injected[f"{protocol} {kind.split(':')[0]}"] += 1
             history.append(f"{time.time():.3f} {protocol} {spec} open={open_now}")
-        assert sum(injected.values()) == FAULTS, "\n".join(f"{p}: {r[1].log[-1500:]}" for p, r in runs.items())
+        assert sum(injected.values()) == FAULTS, "\n".join(
+            f"{p}: {r[1].log[-1500:]}" for p, r in runs.items()
+        )
         for caller in callers:
             caller.wait(timeout=duration_ms / 1000 + 30)
         for _, bridge, _, _ in runs.values():
@@ -123,13 +172,18 @@ def test_soak_200_faults_over_four_calls_loses_no_call_and_dispatches_no_tool_tw
         duplicated = [call_id for call_id, n in dispatched.items() if n > 1]
         assert not duplicated, f"{protocol}: tool calls dispatched twice: {duplicated}"
         redelivered = len(re.findall(r"delivered again: answered from the ledger", log))
-        ready = [int(ms) for ms in re.findall(r"output_recovery awaiting_user: token \d+, cause \w+, (\d+) ms", log)]
+        ready = [
+            int(ms)
+            for ms in re.findall(r"output_recovery awaiting_user: token \d+, cause \w+, (\d+) ms", log)
+        ]
         causes = Counter(re.findall(r"output_recovery reconnecting: token \d+, cause (\w+)", log))
         failed = re.findall(r"output_recovery failed", log)
         assert not failed, f"{protocol}: {log[-3000:]}"
         assert dispatched and ready, f"{protocol}: no tool ran or no recovery happened: {log[-3000:]}"
-        print(f"{protocol}: {len(ready)} recoveries {dict(causes)}; replacement ready after the condition p50 "
-              f"{statistics.median(ready):.0f} ms, p99 {_percentile(ready, 0.99):.0f} ms, max {max(ready)} ms; "
-              f"{sum(dispatched.values())} tool calls dispatched once each, {redelivered} redeliveries answered "
-              f"from the ledger")
+        print(
+            f"{protocol}: {len(ready)} recoveries {dict(causes)}; replacement ready after the condition p50 "
+            f"{statistics.median(ready):.0f} ms, p99 {_percentile(ready, 0.99):.0f} ms, max {max(ready)} ms; "
+            f"{sum(dispatched.values())} tool calls dispatched once each, {redelivered} redeliveries answered "
+            f"from the ledger"
+        )
         assert max(ready) <= 5_000

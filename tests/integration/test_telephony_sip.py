@@ -36,9 +36,18 @@ class LegDriver:
     def __init__(self, workdir: Path, *extra: str) -> None:
         self.sip_port = peers.free_udp_port()
         self.rtp_port = peers.free_rtp_port()  # even: the first call takes exactly this port on either engine
-        argv = [sys.executable, str(DRIVER), "--sip", f"127.0.0.1:{self.sip_port}", "--rtp-port",
-                str(self.rtp_port), *extra]
-        self.proc = peers.ManagedProcess(argv, cwd=workdir, env=_clean_env(), stdin_pipe=True, name="leg-driver")
+        argv = [
+            sys.executable,
+            str(DRIVER),
+            "--sip",
+            f"127.0.0.1:{self.sip_port}",
+            "--rtp-port",
+            str(self.rtp_port),
+            *extra,
+        ]
+        self.proc = peers.ManagedProcess(
+            argv, cwd=workdir, env=_clean_env(), stdin_pipe=True, name="leg-driver"
+        )
         self.wait_event("listening", timeout=20)
 
     def events(self, name: str | None = None) -> list[dict]:
@@ -50,8 +59,9 @@ class LegDriver:
                     out.append(event)
         return out
 
-    def wait_event(self, name: str, timeout: float, count: int = 1,
-                   where: Callable[[dict], bool] = lambda e: True) -> dict:
+    def wait_event(
+        self, name: str, timeout: float, count: int = 1, where: Callable[[dict], bool] = lambda e: True
+    ) -> dict:
         """The `count`-th event called `name` that satisfies `where`, waiting for it up to `timeout` s."""
         deadline = time.monotonic() + timeout
         while True:
@@ -61,8 +71,10 @@ class LegDriver:
                 return matching[count - 1]
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise TimeoutError(f"no {name} event #{count} within {timeout} s; events: {self.events()}\n"
-                                   f"{self.proc.stderr[-3000:]}")
+                raise TimeoutError(
+                    f"no {name} event #{count} within {timeout} s; events: {self.events()}\n"
+                    f"{self.proc.stderr[-3000:]}"
+                )
             self.proc.wait_for(r".", timeout=remaining, since=seen)  # the next line of output, whatever it is
 
     def send(self, command: str) -> None:
@@ -100,8 +112,15 @@ def sipp(tmp_path: Path) -> Iterator[Callable[..., Future[peers.SippResult]]]:
 
     def start(scenario: str, port: int, *extra: str, timeout: float = 45.0) -> Future[peers.SippResult]:
         workdir = tmp_path / f"sipp-{Path(scenario).stem}"
-        return pool.submit(peers.run_sipp, scenario, port, workdir=workdir, timeout=timeout, trace_msg=True,
-                           extra_args=list(extra))
+        return pool.submit(
+            peers.run_sipp,
+            scenario,
+            port,
+            workdir=workdir,
+            timeout=timeout,
+            trace_msg=True,
+            extra_args=list(extra),
+        )
 
     yield start
     pool.shutdown(wait=True)
@@ -110,7 +129,8 @@ def sipp(tmp_path: Path) -> Iterator[Callable[..., Future[peers.SippResult]]]:
 def sipp_ok(result: peers.SippResult) -> None:
     assert result.returncode == 0, (
         f"SIPp rc={result.returncode}\n{result.errors[-2000:]}\n{result.screen[-2000:]}\n"
-        f"{(result.workdir / 'sipp_messages.log').read_text(errors='replace')[-4000:]}")
+        f"{(result.workdir / 'sipp_messages.log').read_text(errors='replace')[-4000:]}"
+    )
 
 
 def progress(driver: LegDriver) -> list[tuple[int, str, bool]]:
@@ -124,8 +144,9 @@ def order(driver: LegDriver) -> list[str]:
 # --- blind transfer ---
 
 
-def test_transfer_accepted_reports_notify_progress_then_bridge_hangs_up(leg_driver, sipp,
-                                                                         bridge_engine: str) -> None:
+def test_transfer_accepted_reports_notify_progress_then_bridge_hangs_up(
+    leg_driver, sipp, bridge_engine: str
+) -> None:
     driver = leg_driver()
     run = sipp("uac_refer_notify", driver.sip_port)
     call = driver.wait_event("MediaStarted", timeout=15)
@@ -176,12 +197,16 @@ def test_final_200_in_a_notify_that_keeps_the_subscription_is_still_the_outcome(
     assert ended["by_remote"] is False and ended["reason"] == f"transferred to {TARGET}"
 
 
-@pytest.mark.parametrize("code, reason", [(603, "Decline"), (405, "Method Not Allowed"), (501, "Not Implemented")])
-def test_transfer_refused_is_a_final_report_and_the_call_stays_up(leg_driver, sipp, tmp_path: Path, code: int,
-                                                                   reason: str) -> None:
+@pytest.mark.parametrize(
+    "code, reason", [(603, "Decline"), (405, "Method Not Allowed"), (501, "Not Implemented")]
+)
+def test_transfer_refused_is_a_final_report_and_the_call_stays_up(
+    leg_driver, sipp, tmp_path: Path, code: int, reason: str
+) -> None:
     scenario = tmp_path / "uac_refer_reject.xml"  # SIPp takes no variables in a status line
-    scenario.write_text((peers.SCENARIOS / "uac_refer_reject.xml").read_text().replace("603 Decline",
-                                                                                      f"{code} {reason}"))
+    scenario.write_text(
+        (peers.SCENARIOS / "uac_refer_reject.xml").read_text().replace("603 Decline", f"{code} {reason}")
+    )
     driver = leg_driver()
     run = sipp(str(scenario), driver.sip_port)
     call_id = driver.wait_event("MediaStarted", timeout=15)["call_id"]
@@ -255,9 +280,30 @@ EVENT_DIGITS = "0123456789*#ABCD"  # RFC 4733 event codes 0-15
 def test_send_dtmf_goes_out_as_rfc4733_telephone_events(leg_driver, sipp, bridge_engine: str) -> None:
     driver = leg_driver()
     tshark = peers.ManagedProcess(
-        ["tshark", "-i", "lo", "-l", "-f", f"udp src port {driver.rtp_port}", "-d",
-         f"udp.port=={driver.rtp_port},rtp", "-Y", "rtpevent", "-T", "fields", "-e", "rtpevent.event_id",
-         "-e", "rtpevent.end_of_event", "-e", "rtp.timestamp", "-e", "rtp.p_type"], name="tshark")
+        [
+            "tshark",
+            "-i",
+            "lo",
+            "-l",
+            "-f",
+            f"udp src port {driver.rtp_port}",
+            "-d",
+            f"udp.port=={driver.rtp_port},rtp",
+            "-Y",
+            "rtpevent",
+            "-T",
+            "fields",
+            "-e",
+            "rtpevent.event_id",
+            "-e",
+            "rtpevent.end_of_event",
+            "-e",
+            "rtp.timestamp",
+            "-e",
+            "rtp.p_type",
+        ],
+        name="tshark",
+    )
     try:
         tshark.wait_for(r"Capturing on", timeout=15)
         run = sipp("uac_wait_bye", driver.sip_port)
@@ -283,8 +329,9 @@ def test_send_dtmf_goes_out_as_rfc4733_telephone_events(leg_driver, sipp, bridge
     assert all(any(end for _, end in packets) for packets in digits.values()), digits
 
 
-def test_send_dtmf_falls_back_to_sip_info_without_telephone_event(leg_driver, sipp,
-                                                                   bridge_engine: str) -> None:
+def test_send_dtmf_falls_back_to_sip_info_without_telephone_event(
+    leg_driver, sipp, bridge_engine: str
+) -> None:
     driver = leg_driver()
     run = sipp("uac_no_telephone_event", driver.sip_port)
     call_id = driver.wait_event("MediaStarted", timeout=15)["call_id"]
