@@ -24,21 +24,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
+from collections.abc import Coroutine
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from bridge.console import ConsoleFeed, ConsoleHooks, poll_status
 from bridge.coordinator import CoordinatorOptions
 from bridge.delegations import JobRequest
+from bridge.drain import ShutdownSignals, drain
+from bridge.greeting import greet
 from bridge.http import StatusServer
+from bridge.observe import CallObserver
 from bridge.providers import KINDS, ProviderChoice
 from bridge.rollover import RolloverOptions
 from bridge.session import CallSession, CallSummary
 from bridge.telephony import TelephonyOptions, tool_specs
 from providers.base import Provider, SessionSettings, ToolSpec
 from providers.limits import LimitOverrides
-from sip.engine import DEFAULT_ENGINE, EngineConfig, EngineError, SipEngine, create_engine
+from sip.engine import (
+    DEFAULT_ENGINE,
+    Dialer,
+    EngineConfig,
+    EngineError,
+    EngineStartError,
+    SipEngine,
+    SipStatus,
+    check_listen,
+    create_engine,
+)
 from sip.leg import CallIdentity, CallLeg
 
 if TYPE_CHECKING:
@@ -58,6 +71,16 @@ class CallSetup:
     voice: str | None = None
     tools: tuple[ToolSpec, ...] = ()
     history: tuple[tuple[str, str], ...] = ()  # (role, text) before the caller speaks
+    greeting: str | None = None  # issue 15: asked of the model as soon as the call is answered (speaks first)
+    route: str | None = None  # issue 15: the config route that chose this setup (logs, metrics)
+
+
+class CallRefused(Exception):  # noqa: N818 - a refusal the application means, not an error
+    """Raised by `Application.setup` to refuse the call with a SIP status (e.g. 404: no route for the number)."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
 
 
 class LiveCall:
@@ -140,6 +163,24 @@ class ServerConfig:
     # "client": the provider's turn detection off, the engine commits each caller turn (RO5; only providers
     # whose capabilities have client_commits: openai-realtime, xai).
     turn_detection: Literal["server", "client"] = "server"
+    # issue 14, the trunk edge: who may call (sip/policy.py, through sip.engine.EngineConfig)
+    allow: tuple[str, ...] = ()  # CIDR allowlist; a source outside it gets 403 (or nothing: drop_unknown)
+    drop_unknown: bool = False
+    inbound_auth: tuple[str, str] | None = None  # (user, password) for a digest challenge; never logged
+    allow_any: bool = False  # off loopback with no allowlist and no inbound auth: start anyway, warned
+    register: tuple[str, ...] = ()  # sip:USER@HOST[:PORT] bindings to keep (RFC 3261 §10)
+    auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)
+    register_password: str | None = None  # never logged
+    external_address: str | None = None  # NAT: the address peers reach us at
+    drain_timeout_s: float = 0.0  # issue 15: SIGTERM lets live calls finish this long (0: hang up at once)
+    nat: bool = False  # NAT mode: symmetric RTP latching, in-dialog requests to the caller's source
+    tls: tuple[str, int] | None = None  # SIP over TLS listener (with cert and tls_key)
+    cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None  # CA to verify peers of outbound TLS (default: the system store)
+    srtp: Literal["off", "optional", "required"] = "off"  # SDES-SRTP, keys only over TLS
+    max_call_duration_s: float | None = None  # BYE after this long
+    rtp_timeout_s: float | None = None  # BYE when the caller sent no RTP for this long
 
 
 class Server:
@@ -155,6 +196,9 @@ class Server:
         self._fake: Any = None
         self._status: StatusServer | None = None
         self.console = ConsoleFeed()
+        self.observer = CallObserver()  # issue 15: /metrics (bridge/observe.py)
+        self.draining = False  # issue 15: /readyz
+        self.calls_changed = asyncio.Event()  # issue 15: a call ended (the drain waits on it)
         self._browser: BrowserChannel | None = None  # imported (aiortc) only when the HTTP listener is on
         self._console_poll: asyncio.Task[None] | None = None
         embedded = config.provider == "echo"
@@ -179,9 +223,22 @@ class Server:
         """Start the provider fake (echo), the status endpoint and the SIP engine; EngineError (e.g.
         EngineUnavailable naming the extra to install) if the engine cannot be built or start."""
         sip_host, sip_port = self.config.sip
-        engine = create_engine(self.config.engine, EngineConfig(host=sip_host, port=sip_port,
-                                                                rtp_port=self.config.rtp_port,
-                                                                max_calls=self.config.max_calls), self._on_call)
+        engine_config = EngineConfig(host=sip_host, port=sip_port, rtp_port=self.config.rtp_port,
+                                     max_calls=self.config.max_calls, allow=self.config.allow,
+                                     drop_unknown=self.config.drop_unknown, inbound_auth=self.config.inbound_auth,
+                                     register=self.config.register, auth_user=self.config.auth_user,
+                                     register_password=self.config.register_password,
+                                     external_address=self.config.external_address, nat=self.config.nat,
+                                     tls=self.config.tls, cert=self.config.cert, tls_key=self.config.tls_key,
+                                     tls_ca=self.config.tls_ca, srtp=self.config.srtp,
+                                     max_call_duration_s=self.config.max_call_duration_s,
+                                     rtp_timeout_s=self.config.rtp_timeout_s)
+        bind = check_listen(engine_config, allow_any=self.config.allow_any)  # issue 14: no open trunk by mistake
+        if not bind.ok:
+            raise EngineStartError(bind.error or "no inbound policy")
+        if bind.warning:
+            log.warning("WARNING: %s", bind.warning)
+        engine = create_engine(self.config.engine, engine_config, self._on_call)
         if self._embedded:
             from providers.fakes import openai_live as live_fake
 
@@ -208,7 +265,9 @@ class Server:
                     self._browser = BrowserChannel(on_browser_call)
                     talk = self._talk
             hooks = ConsoleHooks(self.console, self._hangup, talk)
-            self._status = await StatusServer(source, console=hooks, token=self.config.http_token).start(
+            self._status = await StatusServer(source, console=hooks, token=self.config.http_token,
+                                              sip=self._sip_status, dial=self._dial_from_http,
+                                              extra=self.observer.http_extra(self._ready)).start(
                 *self.config.http)
             self._console_poll = asyncio.create_task(poll_status(self.console, source), name="console-poll")
             log.info("status on http://%s:%d/calls, console on http://%s:%d/", self.config.http[0],
@@ -237,18 +296,17 @@ class Server:
         return clean
 
     async def run(self) -> int:
-        """Start, serve until SIGINT or SIGTERM, stop; the process exit status."""
-        loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
+        """Start, serve until SIGINT or SIGTERM, stop; the process exit status. The first SIGTERM drains for
+        `config.drain_timeout_s` first (bridge/drain.py); SIGINT or a second SIGTERM stops at once."""
+        signals = ShutdownSignals(asyncio.get_running_loop())  # issue 15: SIGTERM drains (bridge/drain.py)
         try:
             await self.start()
         except EngineError as exc:
             log.error("cannot start the SIP engine %s on %s:%d: %s", self.config.engine, *self.config.sip, exc)
             return 2
-        await stop.wait()
-        log.info("stopping")
+        await signals.requested.wait()
+        why = await drain(self, signals, self.config.drain_timeout_s, self.calls_changed)
+        log.info("stopping (%s; %d live calls hung up)", why, self.live_calls())
         if not await self.stop():
             log.error("the SIP engine did not stop in time")
             return 1
@@ -272,6 +330,46 @@ class Server:
                             "engine": "webrtc" if browser else engine}
 
         return {cid: tagged(s) for cid, s in self._sessions.items()}
+
+    def live_calls(self) -> int:
+        return len(self.calls)
+
+    def _ready(self) -> tuple[bool, str]:
+        """GET /readyz (issue 15): the SIP engine listening, not draining, and registered where configured."""
+        if self._agent is None:
+            return False, "not listening"
+        if self.draining:
+            return False, "draining"
+        if self.config.register:
+            states = [r.get("state") for r in self._sip_status().get("registrations", [])]
+            if "registered" not in states:
+                return False, "not registered"
+        return True, "listening"
+
+    async def dial(self, to: str, *, from_uri: str | None = None, ring_timeout_s: float | None = 60.0) -> str:
+        """Place a call to `to` (sip:USER@HOST[:PORT]; issue 14) and run the same session engine on it: the
+        provider connection opens while the callee's phone rings. Returns the call id; busy / no answer /
+        failed end the call with that SIP status (in the log and `GET /sip`'s "outbound"). ValueError for a
+        bad URI, EngineError when the engine cannot place calls or is not running."""
+        agent = self._agent
+        if agent is None:
+            raise EngineError("the SIP engine is not running")
+        if not isinstance(agent, Dialer):
+            raise EngineError(f"the {self.config.engine} engine cannot place calls")
+        leg = await agent.dial(to, from_uri=from_uri, ring_timeout_s=ring_timeout_s)
+        self._on_call(leg)
+        return leg.identity.call_id
+
+    async def _dial_from_http(self, to: str, from_uri: str | None) -> str:
+        """POST /calls {"to": "sip:...", "from": "sip:..."} (issue 14)."""
+        return await self.dial(to, from_uri=from_uri)
+
+    def _sip_status(self) -> dict[str, Any]:
+        """GET /sip (issue 14): the engine's listener and inbound-policy counters, where it reports them."""
+        agent = self._agent
+        if isinstance(agent, SipStatus):
+            return agent.sip_status()
+        return {"engine": self.config.engine, "running": agent is not None}
 
     def _hangup(self, call_id: str) -> bool:
         """The console's hang-up button (POST /calls/{id}/hangup)."""
@@ -306,6 +404,7 @@ class Server:
         """Refuse new calls (503) while live calls finish (DESIGN §11: graceful drain behind a load balancer)."""
         if self._agent is not None:
             self._agent.drain()
+        self.draining = True
 
     def _on_call(self, leg: CallLeg, *, lead_frames: int | None = None) -> None:
         """Run one call (a SIP engine's leg, or a browser's with its larger cushion in `lead_frames`)."""
@@ -314,13 +413,24 @@ class Server:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    def _on_call_task(self, coro: Coroutine[Any, Any, object], name: str) -> None:
+        task: asyncio.Task[object] = asyncio.create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     async def _run_call(self, leg: CallLeg, lead_frames: int | None = None) -> None:
         app, identity = self.application, leg.identity
         try:
             setup = await app.setup(identity)
+        except CallRefused as refused:  # issue 15: e.g. no config route for the called number (404)
+            log.info("call %s: refused %d: %s", identity.call_id, refused.status, refused.reason)
+            leg.hangup(refused.reason, status=refused.status)
+            self.observer.call_refused(None, refused.status)
+            return
         except Exception:
             log.exception("call %s: the application's setup failed; answering 500", identity.call_id)
             leg.hangup("application setup failed", status=500)
+            self.observer.call_refused(None, 500)  # issue 15
             return
         telephony = self.config.telephony
         settings = SessionSettings(instructions=setup.instructions or self.config.instructions, voice=setup.voice,
@@ -341,11 +451,16 @@ class Server:
             approve=lambda rollover_id: app.approve_rollover(holder[0], rollover_id),
             authorize=app.authorize, telephony_options=telephony,
             dtmf_handler=lambda digit: app.dtmf(holder[0], digit),
+            notice_sink=self.observer.tee(self.console.notice),
         )
         call = LiveCall(identity, session)
         holder.append(call)
         self.calls[identity.call_id] = call
         self._sessions[identity.call_id] = session
+        self.observer.call_started(setup.route)
+        summary: CallSummary | None = None
+        if setup.greeting:  # issue 15: the model speaks first (bridge/greeting.py)
+            self._on_call_task(greet(call, setup.greeting), f"{identity.call_id}-greeting")
         try:
             summary = await session.run()
             try:
@@ -355,4 +470,6 @@ class Server:
         finally:
             self.calls.pop(identity.call_id, None)
             self._sessions.pop(identity.call_id, None)
+            self.observer.call_ended(setup.route, summary, leg)
+            self.calls_changed.set()
 

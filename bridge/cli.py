@@ -18,6 +18,8 @@ import click
 
 from bridge.api import ECHO_LOCAL_KEY, Application, LiveCall, Server, ServerConfig
 from bridge.delegations import JobRequest
+from bridge.jsonlog import use_json_logs
+from bridge.ops import DEFAULT_DRAIN_S, config_group, serve_file
 from bridge.providers import KINDS, MissingKey, api_key
 from bridge.rollover import RolloverOptions
 from bridge.telephony import TelephonyOptions
@@ -27,6 +29,7 @@ from providers.fakes.faults import Fault, parse_fault
 from providers.fakes.script import Script, load_script
 from providers.limits import LimitOverrides
 from sip.engine import DEFAULT_ENGINE, ENGINES
+from sip.policy import parse_networks
 
 log = logging.getLogger("parlora")
 
@@ -59,6 +62,10 @@ def _setup_logging(level: str) -> None:
     )
     # websockets logs request headers at DEBUG, Authorization included: keep API keys out of every log.
     logging.getLogger("websockets").setLevel(max(logging.INFO, logging.getLogger().level))
+
+
+INBOUND_PASSWORD_ENV = "PARLORA_INBOUND_PASSWORD"  # issue 14: --inbound-auth's password
+SIP_PASSWORD_ENV = "PARLORA_SIP_PASSWORD"  # issue 14: --register's digest password
 
 
 @click.group()
@@ -142,7 +149,47 @@ _FAKES = {  # protocol: (module, options class module, options class)
               "frame at once (lowest latency; the most CPU: at 300 calls the provider path is most of the "
               "bridge's cost); 100 halves that cost but the provider hears the caller up to 80 ms later.")
 # --- end issue 13 ---
+# --- issue 14: the trunk edge (sip/policy.py) ---
+@click.option("--allow", "allow", multiple=True, metavar="CIDR",
+              help="Only these sources may call (repeatable, IPv4/IPv6); others get 403 (see --drop-unknown).")
+@click.option("--drop-unknown", is_flag=True, help="Send nothing at all to a source outside --allow.")
+@click.option("--inbound-auth", default=None, metavar="USER",
+              help="Challenge inbound calls with digest auth (401) for USER; the password is in "
+              "PARLORA_INBOUND_PASSWORD.")
+@click.option("--allow-any", is_flag=True, help="Start off loopback with no --allow and no --inbound-auth: anyone "
+              "who reaches the port can open paid provider sessions (warned loudly).")
+@click.option("--register", "register", multiple=True, metavar="sip:USER@HOST[:PORT]",
+              help="Register this address-of-record (repeatable): refreshed before expiry, retried with backoff, "
+              "un-registered on shutdown; digest password in PARLORA_SIP_PASSWORD. State: GET /registrations.")
+@click.option("--auth-user", default=None, metavar="NAME", help="Digest user for --register (default: USER).")
+@click.option("--external-address", default=None, metavar="IP",
+              help="NAT: the address peers reach this bridge at (Contact, Via sent-by, SDP c=/o=).")
+@click.option("--nat", is_flag=True, help="NAT mode: symmetric RTP (send to where the caller's RTP comes from) "
+              "and in-dialog requests to the address the INVITE came from.")
+@click.option("--tls", "tls", default=None, metavar="HOST:PORT", help="Also answer SIP over TLS here "
+              "(TLS 1.2/1.3; needs --cert and --key); Contact sips:/transport=tls.")
+@click.option("--cert", default=None, type=click.Path(exists=True, dir_okay=False), help="TLS certificate (PEM).")
+@click.option("--key", "tls_key", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="TLS private key (PEM).")
+@click.option("--tls-ca", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="CA certificate(s) that outbound TLS verifies the peer against (default: the system's).")
+@click.option("--srtp", type=click.Choice(["off", "optional", "required"]), default="off", show_default=True,
+              help="SDES-SRTP (AES_CM_128_HMAC_SHA1_80/_32); keys only over TLS: 'required' refuses (488) a call "
+              "that is not over TLS or offers no SRTP.")
+@click.option("--max-call-duration", type=click.FloatRange(min=1), default=None, metavar="S",
+              help="End every call (BYE) after S seconds.")
+@click.option("--rtp-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
+              help="End a call (BYE) when the caller sent no RTP for S seconds (not while on hold), so a lost BYE "
+              "cannot keep a call and its provider connection open.")
+# --- end issue 14 ---
 @click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
+@click.option("--config", "config", default=None, metavar="FILE", help="TOML configuration (deploy/example.toml); "
+              "options given on the command line override it.")  # issue 15 (bridge/ops.py)
+@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="json: one object per line (time, level, logger, message, event, call_id); secrets redacted.")
+@click.option("--drain-timeout", type=click.FloatRange(min=0), default=DEFAULT_DRAIN_S, show_default=True,
+              metavar="S", help="SIGTERM: refuse new calls (503), let live calls finish for up to S seconds, then "
+              "hang up the rest and exit; a second SIGTERM or SIGINT ends at once.")
 def serve(
     sip_addr: str,
     rtp_port: int,
@@ -172,10 +219,33 @@ def serve(
     send_dtmf_tool: bool,
     dtmf_to_model: bool,
     provider_append_ms: str,  # issue 13
+    allow: tuple[str, ...],  # issue 14
+    drop_unknown: bool,  # issue 14
+    inbound_auth: str | None,  # issue 14
+    allow_any: bool,  # issue 14
+    register: tuple[str, ...],  # issue 14
+    auth_user: str | None,  # issue 14
+    external_address: str | None,  # issue 14
+    nat: bool,  # issue 14
+    tls: str | None,  # issue 14
+    cert: str | None,  # issue 14
+    tls_key: str | None,  # issue 14
+    tls_ca: str | None,  # issue 14
+    srtp: str,  # issue 14
+    max_call_duration: float | None,  # issue 14
+    rtp_timeout: float | None,  # issue 14
     log_level: str,
+    config: str | None,  # issue 15
+    log_format: str,  # issue 15
+    drain_timeout: float,  # issue 15
 ) -> None:
     """Answer SIP calls and bridge each one to a realtime provider."""
+    if config is not None:  # issue 15: the file, with the options given here over it (bridge/ops.py)
+        sys.exit(serve_file(config, setup_logging=_setup_logging, webhook_application=WebhookApplication,
+                            run=lambda server: _run_server(server, os.environ.get(EVENT_LOOP_ENV, "auto"))))
     _setup_logging(log_level)
+    if log_format == "json":  # issue 15
+        use_json_logs()
     if provider is None:
         provider = "openai-live" if os.environ.get("OPENAI_API_KEY") else "echo"
     embedded_echo = provider == "echo"
@@ -224,7 +294,38 @@ def serve(
         if not sep or not name or not uri.startswith(("sip:", "sips:", "tel:")):
             raise click.UsageError(f"--transfer-target expects NAME=sip:URI, got {spec!r}")
         targets[name] = uri
-    config = ServerConfig(
+    # --- issue 14: who may call ---
+    try:
+        parse_networks(allow)
+    except ValueError as exc:
+        raise click.UsageError(f"--allow: {exc}") from None
+    inbound = None
+    if inbound_auth is not None:
+        password = os.environ.get(INBOUND_PASSWORD_ENV)
+        if not password:
+            raise click.UsageError(f"--inbound-auth {inbound_auth}: set the password in {INBOUND_PASSWORD_ENV}")
+        inbound = (inbound_auth, password)
+    if drop_unknown and not allow:
+        raise click.UsageError("--drop-unknown applies to --allow")
+    for aor in register:
+        if not aor.startswith(("sip:", "sips:")) or "@" not in aor:
+            raise click.UsageError(f"--register expects sip:USER@HOST[:PORT], got {aor!r}")
+    if auth_user is not None and not register:
+        raise click.UsageError("--auth-user applies to --register")
+    register_password = os.environ.get(SIP_PASSWORD_ENV) or None
+    if tls and (cert is None or tls_key is None):
+        raise click.UsageError("--tls needs --cert FILE and --key FILE")
+    if (cert or tls_key) and not tls:
+        raise click.UsageError("--cert/--key apply to --tls")
+    if srtp != "off" and not tls:
+        log.warning("--srtp %s without --tls: SDES keys only go over TLS, so no call will be SRTP", srtp)
+    if external_address is not None:
+        try:
+            parse_networks([external_address])
+        except ValueError:
+            raise click.UsageError(f"--external-address expects an IP address, got {external_address!r}") from None
+    # --- end issue 14 ---
+    server_config = ServerConfig(
         provider=provider,
         key=key,
         provider_url=provider_url,
@@ -242,9 +343,16 @@ def serve(
         rollover=rollover,
         telephony=TelephonyOptions(end_call=end_call_tool, transfer_targets=targets, send_dtmf=send_dtmf_tool,
                                    dtmf_to_model=dtmf_to_model),
+        allow=allow, drop_unknown=drop_unknown, inbound_auth=inbound, allow_any=allow_any,  # issue 14
+        register=register, auth_user=auth_user, register_password=register_password,  # issue 14
+        external_address=external_address, nat=nat,  # issue 14
+        tls=_host_port(tls, 5061) if tls else None, cert=cert, tls_key=tls_key, tls_ca=tls_ca,  # issue 14
+        srtp="required" if srtp == "required" else "optional" if srtp == "optional" else "off",  # issue 14
+        max_call_duration_s=max_call_duration, rtp_timeout_s=rtp_timeout,  # issue 14
+        drain_timeout_s=drain_timeout,  # issue 15
     )
     application = WebhookApplication(webhook) if webhook is not None else Application()  # DL4
-    sys.exit(_run_server(Server(application, config), os.environ.get(EVENT_LOOP_ENV, "auto")))  # issue 13
+    sys.exit(_run_server(Server(application, server_config), os.environ.get(EVENT_LOOP_ENV, "auto")))  # issue 13
 
 
 # --- issue 13: the process around the loop ---
@@ -304,6 +412,9 @@ def _read_message(path: str) -> bytes:
         if (wav.getframerate(), wav.getnchannels(), wav.getsampwidth()) != (8000, 1, 2):
             raise click.BadParameter(f"{path}: needs 8 kHz mono 16-bit PCM", param_hint="--failure-message")
         return wav.readframes(wav.getnframes())
+
+
+main.add_command(config_group)  # issue 15: `parlora-bridge config check FILE` (bridge/ops.py)
 
 
 @main.command("fake-provider")

@@ -83,7 +83,7 @@ ECHO = "echo"
 PROVIDER_NAMES: tuple[str, ...] = (*KINDS, ECHO)
 TELEPHONY_TOOLS = frozenset({"end_call", "transfer_call", "send_dtmf"})
 DEFAULT_SIP_PASSWORD_ENV = "PARLORA_SIP_PASSWORD"  # issue 14's name for the registration password
-DEFAULT_INBOUND_PASSWORD_ENV = "PARLORA_SIP_INBOUND_PASSWORD"
+DEFAULT_INBOUND_PASSWORD_ENV = "PARLORA_INBOUND_PASSWORD"  # as `serve --inbound-auth` (bridge/cli.py)
 DEFAULT_BLOCKED_USER_AGENTS = ("friendly-scanner", "sipvicious", "sipcli", "sip-scan", "VaxSIPUserAgent")
 
 Address = tuple[str, int]
@@ -161,6 +161,7 @@ class Trunk:
     transport: Transport = "udp"
     srtp: Srtp = "off"
     external_address: str | None = None  # the public IP for SDP c=, Contact and Via behind NAT
+    nat: bool = False  # symmetric RTP, in-dialog requests to the INVITE's source (`serve --nat`)
 
     @property
     def needs_password(self) -> bool:
@@ -261,7 +262,7 @@ class Recording:
 
 @dataclass(frozen=True, slots=True)
 class Drain:
-    timeout_s: float = 300.0
+    timeout_s: float = 30.0  # bridge.ops.DEFAULT_DRAIN_S, `serve --drain-timeout`'s default
 
 
 @dataclass(frozen=True, slots=True)
@@ -926,6 +927,7 @@ def _trunks(r: _Reader, items: list[dict[str, object]]) -> tuple[Trunk, ...]:
             transport="tls" if transport == "tls" else "tcp" if transport == "tcp" else "udp",
             srtp="require" if srtp == "require" else "offer" if srtp == "offer" else "off",
             external_address=external,
+            nat=r.boolean(t, "nat", p, False),
         )
         if trunk.registrar is not None and trunk.auth_user is None and "password_env" in t:
             r.fail(f"{p}.password_env", "a password without auth_user is never used")
@@ -1183,6 +1185,7 @@ CLI_OPTIONS: Mapping[str, str] = {
     "inbound_auth": "trunks[].inbound_auth_user",
     "srtp": "trunks[].srtp",
     "external_address": "trunks[].external_address",
+    "nat": "trunks[].nat",
     "drop_unknown": "inbound.drop_unknown",
     "allow_any": "inbound.allow_any",
     "session_cap_ms": "rollover.session_cap_ms",

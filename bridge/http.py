@@ -13,7 +13,7 @@ import asyncio
 import hmac
 import json
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -31,9 +31,14 @@ _SSE_KEEPALIVE_S = 15.0
 StatusSource = Callable[[], Mapping[str, Callable[[], dict[str, Any]]]]
 
 
-def route(path: str, calls: Mapping[str, Callable[[], dict[str, Any]]]) -> tuple[int, Any]:
+def route(path: str, calls: Mapping[str, Callable[[], dict[str, Any]]],
+          sip: Callable[[], dict[str, Any]] | None = None) -> tuple[int, Any]:
     """The status code and JSON body for a GET of `path`."""
     path = path.split("?", 1)[0].rstrip("/") or "/"
+    if path == "/sip" and sip is not None:  # issue 14: listener, inbound policy and its refusal counters
+        return 200, sip()
+    if path == "/registrations" and sip is not None:  # issue 14: state, expiry and last error of each binding
+        return 200, {"registrations": sip().get("registrations", [])}
     if path == "/calls":
         return 200, {"calls": [status() for status in calls.values()]}
     if path.startswith("/calls/"):
@@ -48,8 +53,13 @@ class StatusServer:
     """A small HTTP/1.1 server answering from `source()`: call id -> status function."""
 
     def __init__(self, source: StatusSource, *, console: ConsoleHooks | None = None,
-                 token: str | None = None) -> None:
+                 token: str | None = None, sip: Callable[[], dict[str, Any]] | None = None,
+                 dial: Callable[[str, str | None], Awaitable[str]] | None = None,
+                 extra: Callable[[str], tuple[int, bytes, str] | None] | None = None) -> None:
         self._source = source
+        self._sip = sip  # GET /sip (issue 14)
+        self._dial = dial  # POST /calls {"to": ..., "from": ...} (issue 14)
+        self._extra = extra  # issue 15: GET /metrics, /healthz, /readyz (bridge/observe.py): path -> answer
         self._console = console
         self._token = token
         self._server: asyncio.Server | None = None
@@ -92,6 +102,10 @@ class StatusServer:
                         if self._console is not None and await self._console_answer(conn, writer, request,
                                                                                     bytes(body)):
                             break
+                        if self._dial is not None and request.method == b"POST" and \
+                                urlsplit(request.target.decode("ascii", "replace")).path == "/calls":
+                            await self._place_call(conn, writer, request, bytes(body))  # issue 14
+                            break
                         await self._answer(conn, writer, request)
                         break
                     if isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)) or event is h11.PAUSED:
@@ -107,8 +121,30 @@ class StatusServer:
         if request.method not in (b"GET", b"HEAD"):
             await self._send(conn, writer, 405, {"error": "only GET"})
             return
-        status, body = route(request.target.decode("ascii", "replace"), self._source())
+        if self._extra is not None and (extra := self._extra(request.target.decode("ascii", "replace"))):
+            await self._send(conn, writer, extra[0], extra[1], content_type=extra[2])  # issue 15
+            return
+        status, body = route(request.target.decode("ascii", "replace"), self._source(), self._sip)
         await self._send(conn, writer, status, body)
+
+    async def _place_call(self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request,
+                          body: bytes) -> None:
+        """POST /calls {"to": "sip:USER@HOST", "from": optional}: 202 with the call id (issue 14)."""
+        assert self._dial is not None
+        if not self._authorised(request):
+            await self._send(conn, writer, 401, {"error": "missing or wrong bearer token"})
+            return
+        try:
+            spec = json.loads(body or b"{}")
+            to = spec.get("to") if isinstance(spec, dict) else None
+            origin = spec.get("from") if isinstance(spec, dict) else None
+            if not isinstance(to, str) or not (origin is None or isinstance(origin, str)):
+                raise ValueError('expected {"to": "sip:USER@HOST[:PORT]", "from": "sip:..." (optional)}')
+            call_id = await self._dial(to, origin)
+        except (ValueError, RuntimeError, OSError) as exc:
+            await self._send(conn, writer, 400, {"error": str(exc)})
+            return
+        await self._send(conn, writer, 202, {"call": call_id, "to": to})
 
     def _authorised(self, request: h11.Request) -> bool:
         if self._token is None:

@@ -92,7 +92,10 @@ def start_bridge(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cal
     def start(*args: str, env: dict[str, str] | None = None) -> Bridge:
         sip_port = peers.free_udp_port()
         rtp_port = peers.free_rtp_port()  # even: the first call takes exactly this port on either engine
-        argv = [*BRIDGE, "serve", "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port), *engine, *args,
+        # --drain-timeout 0: a test that stops its bridge mid-call gets today's hang-up at once; a test of the
+        # drain passes its own value after it (click takes the last).
+        argv = [*BRIDGE, "serve", "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port), *engine,
+                "--drain-timeout", "0", *args,
                 "--log-level", os.environ.get("PARLORA_TEST_LOG_LEVEL", "info")]
         proc = peers.ManagedProcess(argv, cwd=tmp_path, env=_clean_env(env), name="parlora-bridge")
         bridge = Bridge(proc, sip_port, rtp_port)

@@ -1,0 +1,279 @@
+"""Operations wiring (issue 15): `serve --config FILE`, `parlora-bridge config check FILE` and per-route call setup.
+
+bridge/config.py reads and checks the file; this module turns the checked `BridgeConfig` into the
+`ServerConfig` the server runs with and into the application that gives each call its route's instructions,
+voice, tools and greeting. A thin shell: it reads the environment, files and the click context, never a socket.
+
+Choices (the brief was silent): a call that matches no route when the file has routes is refused with 404
+(`CallRefused`); a route's `provider` that differs from the default provider is not wired yet (one provider
+per process): `serve` warns about it at start. Keys of the file that `serve` cannot honour yet are named in
+one warning at start, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import sys
+import wave
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import NoReturn
+
+import click
+
+from bridge.api import ECHO_LOCAL_KEY, Application, CallRefused, CallSetup, LiveCall, Server, ServerConfig
+from bridge.config import (
+    ECHO,
+    BridgeConfig,
+    ConfigError,
+    apply_options,
+    environment_problems,
+    given_options,
+    load,
+    select_route,
+)
+from bridge.delegations import JobRequest
+from bridge.jsonlog import use_json_logs
+from bridge.providers import KINDS
+from bridge.session import CallSummary
+from bridge.webhook import WebhookConfig
+from providers.batching import DEFAULT_APPEND_MS
+from sip.leg import CallIdentity
+
+log = logging.getLogger("parlora")
+
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
+DEFAULT_DRAIN_S = 30.0  # `serve --drain-timeout`'s default (the config file's [drain] timeout_s too)
+
+
+# --- BridgeConfig -> ServerConfig ------------------------------------------------------------------------------
+
+
+def _read_message(path: str) -> bytes:
+    with wave.open(path, "rb") as wav:
+        return wav.readframes(wav.getnframes())
+
+
+def unwired_keys(config: BridgeConfig) -> list[str]:
+    """Keys set in the file that `serve` does not act on yet (warned at start, so nothing is silently dropped)."""
+    out: list[str] = []
+    lis, tel = config.listeners, config.telephony
+    if lis.sip_tcp is not None:
+        out.append("listeners.sip_tcp")
+    if lis.sip_tls is not None:
+        out.append("listeners.sip_tls")
+    if config.engine.rtp_port_high is not None:
+        out.append("engine.rtp_ports (upper bound)")
+    if config.inbound.invite_rate_per_s is not None:
+        out.append("inbound.invite_rate_per_s")
+    if tel.max_call_duration_s is not None:
+        out.append("telephony.max_call_duration_s")
+    if tel.rtp_timeout_s is not None:
+        out.append("telephony.rtp_timeout_s")
+    if config.logging.cdr is not None:
+        out.append("logging.cdr")
+    if config.recording.dir is not None:
+        out.append("recording.dir")
+    for i, trunk in enumerate(config.trunks):
+        if trunk.transport != "udp" or trunk.srtp != "off":
+            out.append(f"trunks[{i}].transport/srtp")
+    return out
+
+
+def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerConfig:
+    """The `ServerConfig` of a checked configuration; ConfigError for what only the environment can refuse
+    (a missing variable, an HTTP listener off loopback without a token, inconsistent rollover ages)."""
+    problems = [str(p) for p in environment_problems(config, environ)]
+    provider = config.default_provider(environ)
+    pc = config.provider(provider)
+    key = ECHO_LOCAL_KEY if provider == ECHO else (environ.get(pc.key_env, "") if pc.key_env else "")
+    lis = config.listeners
+    token = environ.get(lis.http_token_env) or None if lis.http_token_env else None
+    if lis.http is not None and token is None and lis.http[0] not in LOOPBACK_HOSTS:
+        problems.append(f"listeners.http: {lis.http[0]} is off loopback: set listeners.http_token_env")
+    extra: tuple[tuple[str, object], ...] = ()
+    if pc.ca is not None:
+        extra += (("ssl_context", ssl.create_default_context(cafile=pc.ca)),)
+    if pc.append_ms != DEFAULT_APPEND_MS:
+        extra += (("append_ms", pc.append_ms),)
+    try:
+        rollover = config.rollover_options(provider)
+    except ValueError as exc:
+        problems.append(f"rollover: {exc}")
+        rollover = None
+    if (
+        config.defaults.turn_detection == "client"
+        and provider != ECHO
+        and not KINDS[provider].client_commits()
+    ):
+        problems.append(
+            f"defaults.turn_detection: client needs openai-realtime or xai; the provider is {provider}"
+        )
+    if problems:
+        raise ConfigError([f"{config.source or 'command line'}: {p}" for p in problems])
+    allow = tuple(dict.fromkeys(cidr for t in config.trunks for cidr in t.allow))
+    inbound = next((t for t in config.trunks if t.inbound_auth_user is not None), None)
+    registering = [t for t in config.trunks if t.registrar is not None]
+    first_reg = registering[0] if registering else None
+    return ServerConfig(
+        provider=provider,
+        key=key,
+        provider_url=pc.url,
+        provider_options=extra,
+        sip=lis.sip_udp,
+        rtp_port=config.engine.rtp_port_low,
+        max_calls=config.engine.max_calls,
+        engine=config.engine.name,
+        turn_detection=config.defaults.turn_detection,
+        http=lis.http,
+        http_token=token,
+        instructions=config.defaults.instructions,
+        limits=config.limit_overrides(),
+        failure_message=_read_message(config.recovery.failure_message)
+        if config.recovery.failure_message
+        else None,
+        rollover=rollover,
+        telephony=config.telephony_options(),
+        allow=allow,
+        drop_unknown=config.inbound.drop_unknown,
+        inbound_auth=(inbound.inbound_auth_user or "", environ.get(inbound.inbound_password_env, ""))
+        if inbound is not None
+        else None,
+        allow_any=config.inbound.allow_any,
+        register=tuple(t.registrar for t in registering if t.registrar is not None),
+        auth_user=first_reg.auth_user if first_reg is not None else None,
+        register_password=environ.get(first_reg.password_env) or None if first_reg is not None else None,
+        external_address=next((t.external_address for t in config.trunks if t.external_address), None),
+        nat=any(t.nat for t in config.trunks),
+        drain_timeout_s=config.drain.timeout_s,
+    )
+
+
+# --- per-call setup from the routes -----------------------------------------------------------------------------
+
+
+class RoutedApplication(Application):
+    """The route of each call (`select_route` on the called number and SIP headers) gives its instructions,
+    voice, tools and greeting; everything else goes to the wrapped application (`serve`'s default, or the
+    webhook). No route matching while the file has routes: 404."""
+
+    def __init__(self, inner: Application, config: BridgeConfig) -> None:
+        self._inner = inner
+        self._config = config
+
+    async def setup(self, call: CallIdentity) -> CallSetup:
+        base = await self._inner.setup(call)
+        d = self._config.defaults
+        if not self._config.routes:
+            return CallSetup(
+                instructions=base.instructions or d.instructions,
+                voice=base.voice or d.voice,
+                tools=base.tools,
+                history=base.history,
+                greeting=base.greeting or d.greeting,
+            )
+        route = select_route(self._config.routes, call.request_user, call.headers)
+        if route is None:
+            raise CallRefused(404, f"no route for the called number {call.request_user!r}")
+        log.info("call %s: route %s", call.call_id, route.name)
+        return CallSetup(
+            instructions=route.instructions or base.instructions or d.instructions,
+            voice=route.voice or base.voice or d.voice,
+            tools=route.tools + base.tools,
+            history=base.history,
+            greeting=route.greeting or base.greeting or d.greeting,
+            route=route.name,
+        )
+
+    async def job(self, call: LiveCall, job: JobRequest) -> str:
+        return await self._inner.job(call, job)
+
+    async def dtmf(self, call: LiveCall, digit: str) -> None:
+        await self._inner.dtmf(call, digit)
+
+    async def ended(self, call: LiveCall, summary: CallSummary) -> None:
+        await self._inner.ended(call, summary)
+
+    async def approve_rollover(self, call: LiveCall, rollover_id: str) -> bool:
+        return await self._inner.approve_rollover(call, rollover_id)
+
+    async def authorize(self, connection_id: str) -> bool:
+        return await self._inner.authorize(connection_id)
+
+
+# --- the commands -------------------------------------------------------------------------------------------------
+
+
+def _refuse(problems: tuple[str, ...] | list[str]) -> NoReturn:
+    for line in problems:
+        click.echo(f"error: {line}", err=True)
+    sys.exit(2)
+
+
+def configured(path: str, environ: Mapping[str, str]) -> tuple[BridgeConfig, ServerConfig]:
+    """`serve --config FILE`: the file with the command line's given options over it, and its ServerConfig;
+    exits 2 with one line per problem (file, key path, what was expected) when it cannot be used."""
+    try:
+        config = apply_options(load(path), given_options(click.get_current_context()))
+        return config, server_config(config, environ)
+    except ConfigError as exc:
+        _refuse(exc.problems)
+
+
+def serve_file(
+    path: str,
+    *,
+    setup_logging: Callable[[str], None],
+    webhook_application: Callable[[WebhookConfig], Application],
+    run: Callable[[Server], int],
+) -> int:
+    """The body of `serve --config FILE`: build, warn about what is not wired, run."""
+    config, sc = configured(path, os.environ)
+    setup_logging(config.logging.level)
+    if config.logging.format == "json":
+        use_json_logs()
+    unwired = unwired_keys(config)
+    if unwired:
+        log.warning("config %s: not acted on yet by serve: %s", path, ", ".join(unwired))
+    others = sorted({r.provider for r in config.routes if r.provider and r.provider != sc.provider})
+    if others:
+        log.warning(
+            "config %s: routes name providers %s; every call uses %s (one provider per process)",
+            path,
+            ", ".join(others),
+            sc.provider,
+        )
+    application: Application = Application()
+    if config.webhook.url is not None:
+        try:
+            webhook = WebhookConfig.from_options(
+                config.webhook.url, timeout_s=config.webhook.timeout_s, ca_file=config.webhook.ca
+            )
+        except ValueError as exc:
+            _refuse([f"{path}: webhook.url: {exc}"])
+        application = webhook_application(webhook)
+    return run(Server(RoutedApplication(application, config), sc))
+
+
+@click.group("config")
+def config_group() -> None:
+    """The configuration file (deploy/example.toml shows every section)."""
+
+
+@config_group.command("check")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+def config_check(path: Path) -> None:
+    """Check FILE without starting: exit 1 on errors; unset environment variables are warnings."""
+    try:
+        config = load(path)
+    except ConfigError as exc:
+        for line in exc.problems:
+            click.echo(f"error: {line}", err=True)
+        sys.exit(1)
+    for problem in environment_problems(config, os.environ):
+        click.echo(f"warning: {path}: {problem}", err=True)
+    for key in unwired_keys(config):
+        click.echo(f"note: {path}: {key}: not acted on yet by serve", err=True)
+    click.echo(f"{path}: ok ({len(config.routes)} routes, {len(config.trunks)} trunks)")

@@ -1,0 +1,371 @@
+"""`serve --config FILE` and `config check FILE` (bridge/ops.py): the file with the command line over it becomes
+the server's ServerConfig; a bad file exits 2 with file, key path and what was expected; routes give each call
+its instructions and greeting, and a call no route matches is refused with 404."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from bridge import cli, greeting
+from bridge.api import Application, CallRefused, CallSetup, Server
+from bridge.commands import AudioDiscontinuity, RecoveryChanged, RolloverChanged
+from bridge.config import load
+from bridge.delegations import JobChanged
+from bridge.drain import drain
+from bridge.jsonlog import JsonFormatter, secret_values
+from bridge.observe import CallObserver
+from bridge.ops import RoutedApplication
+from bridge.session import CallSummary
+from sip.leg import CallIdentity
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "example.toml"
+
+GOOD = """
+[listeners]
+sip_udp = "127.0.0.1:5070"
+[engine]
+rtp_ports = 12000
+[defaults]
+provider = "echo"
+instructions = "default words"
+greeting = "Say: hello from the defaults."
+[[routes]]
+name = "sales"
+number = "100"
+instructions = "sales words"
+greeting = "Say: sales, good day."
+[[routes]]
+name = "support"
+pattern = "_2XX"
+header = { name = "X-Line", value = "support" }
+instructions = "support words"
+"""
+
+
+def _file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bridge.toml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def captured(monkeypatch: pytest.MonkeyPatch) -> list[Server]:
+    """The Server `serve` would run, instead of running it."""
+    servers: list[Server] = []
+
+    def fake_run(server: Server, event_loop: str) -> int:
+        servers.append(server)
+        return 0
+
+    monkeypatch.setattr(cli, "_run_server", fake_run)
+    return servers
+
+
+def test_serve_config_builds_the_server_from_the_file(tmp_path: Path, captured: list[Server]) -> None:
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(_file(tmp_path, GOOD))])
+    assert result.exit_code == 0, result.output
+    (server,) = captured
+    c = server.config
+    assert (c.provider, c.sip, c.rtp_port, c.instructions) == (
+        "echo",
+        ("127.0.0.1", 5070),
+        12000,
+        "default words",
+    )
+    assert isinstance(server.application, RoutedApplication)
+
+
+def test_serve_command_line_options_override_the_file(tmp_path: Path, captured: list[Server]) -> None:
+    args = [
+        "serve",
+        "--config",
+        str(_file(tmp_path, GOOD)),
+        "--sip",
+        "127.0.0.1:5099",
+        "--instructions",
+        "cli",
+    ]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 0, result.output
+    c = captured[0].config
+    assert c.sip == ("127.0.0.1", 5099) and c.instructions == "cli"
+    assert c.rtp_port == 12000  # not given on the command line: the file's, not click's default 4000
+
+
+def test_serve_bad_file_exits_2_with_file_key_path_and_expectation(
+    tmp_path: Path, captured: list[Server]
+) -> None:
+    path = _file(tmp_path, GOOD.replace('name = "sales"', 'name = "sales"\nprovider = "gpt"'))
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(path)])
+    assert result.exit_code == 2 and not captured
+    assert f"{path}: routes[0].provider: expected one of" in result.output
+    assert "Traceback" not in result.output
+    assert isinstance(result.exception, SystemExit)  # a clean exit, not an exception escaping serve
+
+
+def test_serve_unknown_key_is_refused(tmp_path: Path, captured: list[Server]) -> None:
+    result = CliRunner().invoke(
+        cli.main, ["serve", "--config", str(_file(tmp_path, GOOD + "\n[logging]\nlevl = 1\n"))]
+    )
+    assert result.exit_code == 2 and not captured
+    assert "logging.levl" in result.output
+
+
+def test_serve_refuses_a_missing_key_variable_by_name(
+    tmp_path: Path, captured: list[Server], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("XAI_TEST_KEY", raising=False)
+    text = (
+        GOOD.replace('provider = "echo"', 'provider = "xai"')
+        + '\n[providers.xai]\nkey_env = "XAI_TEST_KEY"\n'
+    )
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(_file(tmp_path, text))])
+    assert result.exit_code == 2 and not captured
+    assert "XAI_TEST_KEY is not set" in result.output
+    monkeypatch.setenv("XAI_TEST_KEY", "sk-secret-value-123")
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(_file(tmp_path, text))])
+    assert result.exit_code == 0, result.output
+    assert captured[0].config.key == "sk-secret-value-123"
+    assert "sk-secret-value-123" not in result.output
+
+
+def test_config_check_ok_with_env_warnings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GEMINI_API_KEY", raising=False)
+    result = CliRunner().invoke(cli.main, ["config", "check", str(EXAMPLE)])
+    assert result.exit_code == 0, result.output
+    assert "warning:" in result.output and "GEMINI_API_KEY is not set" in result.output
+    assert "ok (4 routes, 2 trunks)" in result.output
+
+
+def test_config_check_bad_file_exits_1(tmp_path: Path) -> None:
+    result = CliRunner().invoke(
+        cli.main, ["config", "check", str(_file(tmp_path, "[engine]\nmax_calls = 'x'\n"))]
+    )
+    assert result.exit_code == 1
+    assert "engine.max_calls" in result.output and "Traceback" not in result.output
+
+
+# --- routes -----------------------------------------------------------------------------------------------
+
+
+def _identity(called: str, headers: tuple[tuple[str, str], ...] = ()) -> CallIdentity:
+    return CallIdentity("c1", "sip-c1", "sip:a@x", f"sip:{called}@y", called, "127.0.0.1:5000", headers)
+
+
+def _setup(app: Application, identity: CallIdentity) -> CallSetup:
+    return asyncio.run(app.setup(identity))
+
+
+def test_route_gives_instructions_and_greeting(tmp_path: Path) -> None:
+    app = RoutedApplication(Application(), load(_file(tmp_path, GOOD)))
+    sales = _setup(app, _identity("100"))
+    assert (sales.instructions, sales.greeting, sales.route) == (
+        "sales words",
+        "Say: sales, good day.",
+        "sales",
+    )
+    support = _setup(app, _identity("234", (("x-line", "support"),)))
+    assert support.instructions == "support words" and support.route == "support"
+    assert support.greeting == "Say: hello from the defaults."  # the route has none: [defaults]
+
+
+def test_no_route_matching_is_refused_with_404(tmp_path: Path) -> None:
+    app = RoutedApplication(Application(), load(_file(tmp_path, GOOD)))
+    with pytest.raises(CallRefused) as info:
+        _setup(app, _identity("234"))  # the pattern matches but the header is missing
+    assert info.value.status == 404
+
+
+def test_without_routes_every_call_gets_the_defaults(tmp_path: Path) -> None:
+    text = GOOD.split("[[routes]]")[0]
+    setup = _setup(RoutedApplication(Application(), load(_file(tmp_path, text))), _identity("999"))
+    assert (setup.instructions, setup.greeting, setup.route) == (
+        "default words",
+        "Say: hello from the defaults.",
+        None,
+    )
+
+
+class _Call:
+    call_id = "call-9"
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.pushed: list[str] = []
+
+    def push_update(self, text: str, *, speak: bool = True) -> bool:
+        if self.refusals:
+            self.refusals -= 1
+            return False
+        self.pushed.append(text)
+        return True
+
+
+def test_greeting_is_pushed_once_the_session_takes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(greeting, "GREETING_POLL_S", 0.0)
+    call = _Call(refusals=3)
+    assert asyncio.run(greeting.greet(call, "Say: hi")) is True
+    assert call.pushed == ["Say: hi"]
+
+
+def test_greeting_gives_up_when_the_call_never_comes_up() -> None:
+    call = _Call(refusals=10**9)
+    assert asyncio.run(greeting.greet(call, "Say: hi", wait_s=0.0)) is False
+    assert call.pushed == []
+
+
+# --- metrics from the server's call handling (bridge/observe.py) ----------------------------------------------
+
+
+def _value(observer: CallObserver, name: str, **labels: str) -> float:
+    value = observer.metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+def test_observer_counts_calls_refusals_and_notices() -> None:
+    obs = CallObserver()
+    obs.call_refused(None, 404)
+    obs.call_started("sales")
+    assert _value(obs, "parlora_calls_active", route="sales") == 1
+    sink_seen: list[object] = []
+    sink = obs.tee(lambda cid, n: sink_seen.append(n))
+    sink("call-1", RecoveryChanged(2, "transport_closed", "done", 850))
+    sink("call-1", RolloverChanged("closed", "call-1/conn-1", "", 10))
+    sink("call-1", AudioDiscontinuity("output", 320, "output_overflow", 20))
+    sink("call-1", JobChanged("job-1", "lookup", "running", "", 1000))
+    sink("call-1", JobChanged("job-1", "lookup", "delivered", "", 1500))
+    summary = CallSummary("call-1", 3.0, 150, 140, "caller", "200 OK", None)
+    obs.call_ended("sales", summary, object())
+    assert len(sink_seen) == 5  # the console still sees every notice
+    assert _value(obs, "parlora_calls_active", route="sales") == 0
+    assert _value(obs, "parlora_calls_total", route="sales", outcome="completed") == 1
+    assert _value(obs, "parlora_calls_total", route="default", outcome="refused") == 1
+    assert _value(obs, "parlora_sip_responses_sent_total", code="404") == 1
+    assert _value(obs, "parlora_sip_responses_sent_total", code="200") == 1
+    assert _value(obs, "parlora_refusals_total", reason="no_route") == 1
+    assert _value(obs, "parlora_recoveries_total", cause="transport_closed", outcome="recovered") == 1
+    assert _value(obs, "parlora_recovery_duration_seconds_sum", cause="transport_closed") == 0.85
+    assert _value(obs, "parlora_rollovers_total", outcome="completed") == 1
+    assert _value(obs, "parlora_audio_discontinuities_total", direction="out", cause="output_overflow") == 1
+    assert _value(obs, "parlora_jobs_total", outcome="completed") == 1
+    assert _value(obs, "parlora_job_duration_seconds_sum") == 0.5
+
+
+def test_provider_unavailable_is_a_failed_call_answered_503() -> None:
+    obs = CallObserver()
+    obs.call_started(None)
+    obs.call_ended(
+        None, CallSummary("c", 0.1, 0, 0, "bridge", "provider unavailable: refused", None), object()
+    )
+    assert _value(obs, "parlora_calls_total", route="default", outcome="failed") == 1
+    assert _value(obs, "parlora_sip_responses_sent_total", code="503") == 1
+
+
+def test_http_extra_paths() -> None:
+    obs = CallObserver()
+    state = {"ready": (True, "listening")}
+    answer = obs.http_extra(lambda: state["ready"])
+    assert answer("/healthz") == (200, b'{"alive": true}', "application/json")
+    assert answer("/readyz") == (200, b'{"ready": true, "reason": "listening"}', "application/json")
+    state["ready"] = (False, "draining")
+    assert answer("/readyz") == (503, b'{"ready": false, "reason": "draining"}', "application/json")
+    metrics = answer("/metrics?x=1")
+    assert metrics is not None and metrics[0] == 200 and b"parlora_calls_active" in metrics[1]
+    assert answer("/calls") is None  # the status routes answer those
+
+
+def test_drain_timeout_from_the_command_line_over_the_file(tmp_path: Path, captured: list[Server]) -> None:
+    path = _file(tmp_path, GOOD + "\n[drain]\ntimeout_s = 120\n")
+    assert CliRunner().invoke(cli.main, ["serve", "--config", str(path)]).exit_code == 0
+    assert (
+        CliRunner().invoke(cli.main, ["serve", "--config", str(path), "--drain-timeout", "5"]).exit_code == 0
+    )
+    assert [s.config.drain_timeout_s for s in captured] == [120.0, 5.0]
+
+
+# --- JSON logs (bridge/jsonlog.py) ---------------------------------------------------------------------------
+
+
+def _record(msg: str, *args: object) -> logging.LogRecord:
+    return logging.LogRecord("parlora", logging.INFO, __file__, 1, msg, args, None)
+
+
+def test_json_log_line_has_the_fields_and_the_call_id() -> None:
+    line = json.loads(JsonFormatter().format(_record("call %s: route %s", "call-7", "sales")))
+    assert line["message"] == "call call-7: route sales" and line["call_id"] == "call-7"
+    assert (line["level"], line["logger"], line["event"]) == ("info", "parlora", "call %s: route %s")
+    assert line["time"].endswith("+00:00")
+    assert "call_id" not in json.loads(JsonFormatter().format(_record("listening on udp %s", "x")))
+
+
+def test_json_log_redacts_secret_environment_values() -> None:
+    secrets = secret_values(
+        {"OPENAI_API_KEY": "sk-abc123456", "PARLORA_SIP_PASSWORD": "pw-99", "HOME": "/root"}
+    )
+    assert set(secrets) == {"sk-abc123456", "pw-99"}
+    text = JsonFormatter(secrets).format(_record("header Authorization: Bearer %s", "sk-abc123456"))
+    assert "sk-abc123456" not in text and "Bearer ***" in json.loads(text)["message"]
+
+
+# --- drain (bridge/drain.py) ------------------------------------------------------------------------------------
+
+
+class _Server:
+    def __init__(self, calls: int) -> None:
+        self.calls, self.drained = calls, False
+
+    def drain(self) -> None:
+        self.drained = True
+
+    def live_calls(self) -> int:
+        return self.calls
+
+
+class _Signals:  # ShutdownSignals without the process's signal handlers
+    def __init__(self) -> None:
+        self.requested, self.now, self.changed = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+
+def test_drain_waits_for_the_live_calls_to_end() -> None:
+    async def scenario() -> tuple[str, bool]:
+        server, signals, changed = _Server(2), _Signals(), asyncio.Event()
+        waiting = asyncio.create_task(drain(server, signals, 30.0, changed))  # type: ignore[arg-type]
+        for _ in range(2):
+            await asyncio.sleep(0)
+            server.calls -= 1
+            changed.set()
+        return await asyncio.wait_for(waiting, 5), server.drained
+
+    assert asyncio.run(scenario()) == ("calls finished", True)
+
+
+def test_drain_ends_on_a_second_signal_and_at_once_with_timeout_0() -> None:
+    async def scenario() -> tuple[str, str]:
+        server, signals, changed = _Server(1), _Signals(), asyncio.Event()
+        waiting = asyncio.create_task(drain(server, signals, 30.0, changed))  # type: ignore[arg-type]
+        await asyncio.sleep(0)
+        signals.now.set()
+        signals.changed.set()
+        second = await asyncio.wait_for(waiting, 5)
+        at_once = await drain(_Server(1), _Signals(), 0.0, asyncio.Event())  # type: ignore[arg-type]
+        return second, at_once
+
+    assert asyncio.run(scenario()) == ("second signal", "at once")
+
+
+def test_drain_gives_up_at_the_timeout() -> None:
+    result = asyncio.run(drain(_Server(1), _Signals(), 0.01, asyncio.Event()))  # type: ignore[arg-type]
+    assert result == "drain timeout"
+
+
+def test_trunk_edge_options_over_the_file_reach_the_server(tmp_path: Path, captured: list[Server]) -> None:
+    args = ["serve", "--config", str(_file(tmp_path, GOOD)), "--nat", "--allow", "127.0.0.0/8"]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 0, result.output
+    assert captured[0].config.nat is True and captured[0].config.allow == ("127.0.0.0/8",)
