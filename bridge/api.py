@@ -168,6 +168,7 @@ class ServerConfig:
     drop_unknown: bool = False
     inbound_auth: tuple[str, str] | None = None  # (user, password) for a digest challenge; never logged
     allow_any: bool = False  # off loopback with no allowlist and no inbound auth: start anyway, warned
+    invite_rate_per_s: float | None = None  # per source, then 503; None: 5/s off loopback, none on it
     register: tuple[str, ...] = ()  # sip:USER@HOST[:PORT] bindings to keep (RFC 3261 §10)
     auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)
     register_password: str | None = None  # never logged
@@ -226,6 +227,7 @@ class Server:
         engine_config = EngineConfig(host=sip_host, port=sip_port, rtp_port=self.config.rtp_port,
                                      max_calls=self.config.max_calls, allow=self.config.allow,
                                      drop_unknown=self.config.drop_unknown, inbound_auth=self.config.inbound_auth,
+                                     invite_rate_per_s=self.config.invite_rate_per_s,
                                      register=self.config.register, auth_user=self.config.auth_user,
                                      register_password=self.config.register_password,
                                      external_address=self.config.external_address, nat=self.config.nat,

@@ -153,6 +153,9 @@ _FAKES = {  # protocol: (module, options class module, options class)
 @click.option("--allow", "allow", multiple=True, metavar="CIDR",
               help="Only these sources may call (repeatable, IPv4/IPv6); others get 403 (see --drop-unknown).")
 @click.option("--drop-unknown", is_flag=True, help="Send nothing at all to a source outside --allow.")
+@click.option("--invite-rate", type=click.FloatRange(min=0), default=None, metavar="N",
+              help="INVITEs per second from one source before 503 with Retry-After (burst 10; 0: no limit). "
+              "Default: 5 off loopback, no limit on a loopback --sip.")
 @click.option("--inbound-auth", default=None, metavar="USER",
               help="Challenge inbound calls with digest auth (401) for USER; the password is in "
               "PARLORA_INBOUND_PASSWORD.")
@@ -221,6 +224,7 @@ def serve(
     provider_append_ms: str,  # issue 13
     allow: tuple[str, ...],  # issue 14
     drop_unknown: bool,  # issue 14
+    invite_rate: float | None,  # issue 14
     inbound_auth: str | None,  # issue 14
     allow_any: bool,  # issue 14
     register: tuple[str, ...],  # issue 14
@@ -344,6 +348,7 @@ def serve(
         telephony=TelephonyOptions(end_call=end_call_tool, transfer_targets=targets, send_dtmf=send_dtmf_tool,
                                    dtmf_to_model=dtmf_to_model),
         allow=allow, drop_unknown=drop_unknown, inbound_auth=inbound, allow_any=allow_any,  # issue 14
+        invite_rate_per_s=invite_rate,  # issue 14
         register=register, auth_user=auth_user, register_password=register_password,  # issue 14
         external_address=external_address, nat=nat,  # issue 14
         tls=_host_port(tls, 5061) if tls else None, cert=cert, tls_key=tls_key, tls_ca=tls_ca,  # issue 14

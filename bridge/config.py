@@ -1186,6 +1186,7 @@ CLI_OPTIONS: Mapping[str, str] = {
     "srtp": "trunks[].srtp",
     "external_address": "trunks[].external_address",
     "nat": "trunks[].nat",
+    "invite_rate": "inbound.invite_rate_per_s",
     "drop_unknown": "inbound.drop_unknown",
     "allow_any": "inbound.allow_any",
     "session_cap_ms": "rollover.session_cap_ms",

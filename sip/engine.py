@@ -25,9 +25,11 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Protocol
+from typing import Literal, Protocol, runtime_checkable
 
+from sip.auth import Credentials, DigestServer
 from sip.leg import CallLeg
+from sip.policy import BindCheck, InboundPolicy, PolicyConfig, check_bind
 
 OnCall = Callable[[CallLeg], None]
 
@@ -45,6 +47,35 @@ class EngineConfig:
     # A transfer with no report (REFER response or NOTIFY) for this long ends with a final 408 (sip/transfer.py).
     transfer_timeout_s: float = 30.0
     retry_after_s: int = 30  # Retry-After on a 503 while draining or full
+    # Issue 14, inbound policy (sip/policy.py), asked about every out-of-dialog request before anything else:
+    allow: tuple[str, ...] = ()  # CIDR allowlist (empty: every source); outside it → 403, or dropped
+    drop_unknown: bool = False  # a source outside the allowlist gets no answer at all
+    inbound_auth: tuple[str, str] | None = None  # (user, password): inbound requests must pass a digest
+    # per-source INVITE token bucket → 503 with Retry-After; 0: no limit; None: 5/s off loopback, none on a
+    # loopback bind (every source is local there: tests and the bench place hundreds of calls from one address)
+    invite_rate_per_s: float | None = None
+    invite_burst: int = 10
+    # Issue 14, registration (sip/register.py): one binding per address-of-record sip:USER@HOST[:PORT]
+    register: tuple[str, ...] = ()
+    auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)
+    register_password: str | None = None  # never logged
+    register_expires_s: int = 3600
+    # Issue 14, NAT: the address peers reach us at (Contact, Via sent-by, SDP c=/o=), None: the bound one
+    external_address: str | None = None
+    # NAT mode: symmetric RTP (rtp/latch.py latches each call to the first valid packet's source) and
+    # in-dialog requests to the address the INVITE came from (a caller behind NAT with a private Contact)
+    nat: bool = False
+    # Issue 14, TLS (sip/tls.py) and SRTP (SDES, rtp/srtp.py): a TLS listener at tls (host, port) with
+    # cert/tls_key; tls_ca for outbound TLS; srtp "off" | "optional" | "required" (keys only over TLS)
+    tls: tuple[str, int] | None = None
+    cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    srtp: Literal["off", "optional", "required"] = "off"
+    # Issue 14, call limits: BYE after this long (None: no limit); BYE when no caller RTP came for this long
+    # (None: never; a call on hold is exempt), so a lost BYE cannot leave a call and its provider open
+    max_call_duration_s: float | None = None
+    rtp_timeout_s: float | None = None
 
 
 class EngineError(RuntimeError):
@@ -88,6 +119,29 @@ class SipEngine(Protocol):
         ...
 
 
+@runtime_checkable
+class SipStatus(Protocol):
+    """An engine that reports its listener and inbound-policy counters for the status (`GET /sip`)."""
+
+    def sip_status(self) -> dict[str, object]: ...
+
+
+@runtime_checkable
+class Dialer(Protocol):
+    """An engine that places calls (issue 14): the leg's events are an inbound call's once answered, or end
+    with `CallEnded(status_code=...)` (486 busy, 408 no answer, ...)."""
+
+    async def dial(
+        self,
+        target: str,
+        *,
+        from_uri: str | None = None,
+        ring_timeout_s: float | None = 60.0,
+        auth_user: str | None = None,
+        password: str | None = None,
+    ) -> CallLeg: ...
+
+
 class EngineFactory(Protocol):
     """What a registry entry names: a class (or function) that builds the engine."""
 
@@ -125,6 +179,16 @@ ENGINES: Mapping[str, EngineSpec] = MappingProxyType(
     }
 )
 DEFAULT_ENGINE = "native"  # DESIGN §11: native by default, pjsua2 the optional extra (parlora-bridge[pjsua2])
+
+
+def check_listen(config: EngineConfig, *, allow_any: bool = False) -> BindCheck:
+    """Whether an engine may listen on `config.host` with the inbound policy `config` gives (issue 14,
+    `sip.policy.check_bind`): loopback always; any other address only with `allow` and/or `inbound_auth`, or
+    with `allow_any` (then `warning` says so, to be logged loudly)."""
+    auth = None
+    if config.inbound_auth is not None:
+        auth = DigestServer(config.user_agent, [Credentials(*config.inbound_auth)])
+    return check_bind(config.host, InboundPolicy(PolicyConfig(allow=config.allow), auth=auth), allow_any=allow_any)
 
 
 def engine_spec(name: str) -> EngineSpec:

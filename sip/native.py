@@ -32,6 +32,7 @@ import logging
 import random
 import socket
 import time
+from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 
 from rtp.clock import MediaClockShell
@@ -41,9 +42,11 @@ from rtp.g711 import alaw_encode, ulaw_encode
 from rtp.ledger import CarrierLedger
 from rtp.playout import Playout
 from rtp.rtcp import QoS
+from rtp.srtp import SrtpContext
 from rtp.stream import PCMU, RtpStream, StreamConfig
 from sip import sdp
 from sip import ua as core
+from sip.auth import Credentials, DigestServer
 from sip.engine import EngineConfig, EngineStartError, OnCall
 from sip.identity import call_identity
 from sip.leg import (
@@ -59,14 +62,19 @@ from sip.leg import (
     TransferProgress,
 )
 from sip.message import StreamFramer
+from sip.policy import InboundPolicy, PolicyConfig, check_bind
+from sip.register import Registration, RegistrationConfig
 from sip.telephony import validate_dtmf_digits, validate_transfer_target
+from sip.tls import client_context, sdes_policy, server_context
 from sip.transaction import TimerConfig
 from sip.transfer import DialogStage, EndTransferredCall, SendRefer, TransferOutput, TransferTracker
 from sip.transport import DeadlineTimer, Inbound, SipTransports, TransportRef
+from sip.uri import parse_uri
 
 log = logging.getLogger("parlora.sip")
 
 DEFAULT_MAX_CALLS = 200
+DEFAULT_INVITE_RATE = 5.0  # INVITEs per second per source off loopback (issue 14), then 503
 STOP_GRACE_S = 2.0  # how long stop() waits for the answers to its BYEs and final responses
 TCP_LINGER_S = 0.2  # then how long TCP connections stay open for the peers to finish
 _MAX_FLUSH_ROUNDS = 16
@@ -91,6 +99,13 @@ class _CallMedia:
         self.frames_out = 0
         self.frames_in = 0
         self.frames_unsent = 0  # taken from the Playout but sendto failed: never in the ledger
+        # call limits (issue 14, `set_limits`): absolute deadlines on the engine's clock, checked once per slot
+        self.last_rtp = 0
+        self._rtp_timeout_ns: int | None = None
+        self._end_at: int | None = None
+        self._limit_hit = False
+        keys = negotiated.srtp  # SDES agreed (issue 14): every packet either way is SRTP/SRTCP
+        self.srtp = SrtpContext(keys.suite, keys.local_key, keys.remote_key) if keys is not None else None
 
     def update(self, negotiated: sdp.NegotiatedMedia) -> None:
         """A re-INVITE/UPDATE changed the stream: direction, hold, remote address."""
@@ -98,9 +113,14 @@ class _CallMedia:
         self.receives = negotiated.receives
         self.held = negotiated.held
         self.stream.signal((negotiated.remote_address, negotiated.remote_port))
+        keys = negotiated.srtp
+        if self.srtp is not None and keys is not None:  # a re-key on re-INVITE
+            self.srtp.rekey(suite_name=keys.suite, local_key=keys.local_key, remote_key=keys.remote_key)
 
     def on_slots(self, now: int, due: int, skipped: int) -> None:
         stream = self.stream
+        if not self._limit_hit:
+            self._check_limits(now)
         if skipped:
             stream.skip(skipped)
         for _ in range(due):
@@ -112,8 +132,15 @@ class _CallMedia:
                 stream.skip(1)
                 continue
             out = self._playout.take() if stream.wants_audio(now) else None
-            datagram = stream.next_packet(self._encode(out.pcm) if out is not None else None, now)
+            payload = None
+            if out is not None:  # a PCMU call sends the provider's own µ-law as it came (bit-exact)
+                pcmu = out.pcmu if self._encode is ulaw_encode else None
+                payload = pcmu if pcmu is not None else self._encode(out.pcm)
+            packet = stream.next_packet(payload, now)
             destination = stream.destination
+            datagram: bytes | bytearray | memoryview | None = packet
+            if packet is not None and self.srtp is not None:
+                datagram = self.srtp.protect(packet)  # SDES agreed: SRTP on the wire (issue 14)
             if (
                 datagram is not None
                 and destination is not None
@@ -129,8 +156,39 @@ class _CallMedia:
         if deadline is not None and deadline <= now:
             self._leg._stream_timer(now)
 
+    def set_limits(self, now: int, max_call_duration_s: float | None, rtp_timeout_s: float | None) -> None:
+        """--max-call-duration and --rtp-timeout from `now` (the media start counts as a caller packet)."""
+        self.last_rtp = now
+        self._rtp_timeout_ns = int(rtp_timeout_s * 1e9) if rtp_timeout_s else None
+        self._end_at = now + int(max_call_duration_s * 1e9) if max_call_duration_s else None
+
+    def _check_limits(self, now: int) -> None:
+        """--max-call-duration and --rtp-timeout (issue 14): BYE, once, from the loop (not from the clock's
+        iteration over the calls)."""
+        why = None
+        if self._end_at is not None and now >= self._end_at:
+            why = "max_call_duration"
+        elif (
+            self._rtp_timeout_ns is not None
+            and not self.held
+            and self.receives
+            and now - self.last_rtp >= self._rtp_timeout_ns
+        ):
+            why = "rtp_timeout"
+        if why is None:
+            return
+        self._limit_hit = True
+        self._leg.agent.limit_hangups[why] += 1
+        asyncio.get_running_loop().call_soon(self._leg._limit_reached, why)
+
     def on_rtp(self, data: bytes, source: tuple[str, int], now: int) -> None:
         stream = self.stream
+        if self.srtp is not None:
+            plain = self.srtp.unprotect(data)  # a failed tag is counted in the context and dropped
+            if plain is None:
+                return
+            data = plain
+        self.last_rtp = now  # --rtp-timeout: an (authenticated) caller packet came
         event = stream.receive(data, source, now)
         if isinstance(event, DtmfDigit):
             self._leg._post(DtmfReceived(event.digit))
@@ -139,7 +197,15 @@ class _CallMedia:
                 self._leg._stream_timer(now)
 
     def on_rtcp(self, data: bytes, source: tuple[str, int], now: int) -> None:
+        if self.srtp is not None:
+            plain = self.srtp.unprotect_rtcp(data)
+            if plain is None:
+                return
+            data = plain
         self.stream.receive_rtcp(data, source, now)
+
+    def rtcp_out(self, data: bytes) -> bytes:
+        return self.srtp.protect_rtcp(data) if self.srtp is not None else data
 
 
 class NativeLeg(PlayoutLeg):
@@ -150,17 +216,28 @@ class NativeLeg(PlayoutLeg):
         agent: NativeUserAgent,
         call: str,
         identity: CallIdentity,
-        incoming: core.IncomingCall,
+        incoming: core.IncomingCall | None,
         sockets: RtpSocketPair,
+        *,
+        peer: tuple[str, int] | None = None,
+        transport: str = "udp",
     ) -> None:
         super().__init__(Playout(CarrierLedger()))
         self.agent = agent
         self.call = call
         self._identity = identity
-        self.offer = incoming.offer
-        self.transport = incoming.transport
+        # an outbound call (`NativeUserAgent.dial`, issue 14) has no IncomingCall: `peer` is where it goes
+        self.outbound = incoming is None
+        self.offer = incoming.offer if incoming is not None else None
+        self.transport = incoming.transport if incoming is not None else transport
+        source = incoming.source if incoming is not None else (peer or ("127.0.0.1", 0))
         self.sockets = sockets
-        self.media_address = media_address(sockets.host, incoming.source[0])
+        # SDES keys only over TLS (sip.tls.sdes_policy): "off" elsewhere unless required (then refused earlier)
+        self.srtp_policy: sdp.SrtpPolicy = sdes_policy(agent.config.srtp, self.transport) or "off"
+        self.progress: list[int] = []  # outbound: the 1xx statuses seen (180, 183)
+        self.early_media = 0  # outbound: 1xx with an SDP answer (early media, played to nobody: counted)
+        # behind NAT the SDP names the external address (issue 14), else the one the RTP socket is bound to
+        self.media_address = agent.config.external_address or media_address(sockets.host, source[0])
         self.media: _CallMedia | None = None
         self.transfer_tracker = TransferTracker(int(agent.config.transfer_timeout_s * 1e9))
         self._queue: asyncio.Queue[LegEvent] = asyncio.Queue()
@@ -185,13 +262,18 @@ class NativeLeg(PlayoutLeg):
                 return
 
     def answer(self) -> None:
-        """200 OK with the SDP answer (the call rang with 180 since the INVITE)."""
-        if self.ended or self.answered:
+        """200 OK with the SDP answer (the call rang with 180 since the INVITE). An outbound call is answered
+        by the callee: nothing to do (its MediaStarted comes with the 2xx)."""
+        if self.ended or self.answered or self.outbound:
             return
         agent = self.agent
         now = agent.clock()
         local = sdp.LocalMedia(
-            address=self.media_address, port=self.sockets.port, session_id=self._session_id, username="parlora"
+            address=self.media_address,
+            port=self.sockets.port,
+            session_id=self._session_id,
+            username="parlora",
+            srtp=self.srtp_policy,
         )
         if agent.ua.answer(self.call, local, now):  # CallAnswered follows, with what was agreed
             self.answered = True
@@ -205,7 +287,7 @@ class NativeLeg(PlayoutLeg):
         self.hangup_reason = reason
         agent = self.agent
         now = agent.clock()
-        if self.answered:
+        if self.answered or self.outbound:  # an outbound call not yet answered: CANCEL (sip.ua's bye does it)
             agent.ua.bye(self.call, now, reason)
         else:
             code = status if 300 <= status <= 699 else 480
@@ -260,7 +342,8 @@ class NativeLeg(PlayoutLeg):
         media = self.media
         if media is None:
             return {}
-        return {**media.stream.counters(), "frames_unsent": media.frames_unsent}
+        srtp = media.srtp.counters() if media.srtp is not None else {}
+        return {**media.stream.counters(), **srtp, "frames_unsent": media.frames_unsent}
 
     # --- engine side ---
 
@@ -282,10 +365,12 @@ class NativeLeg(PlayoutLeg):
                 payload_type=negotiated.payload_type,
                 dtmf_payload_type=negotiated.telephone_event,
                 wallclock_offset_ns=agent.wallclock_offset_ns,
+                nat=agent.config.nat,  # symmetric RTP: latch to the first valid packet's source
             ),
             rng.random,
         )
         self.media = _CallMedia(self, stream, negotiated)
+        self.media.set_limits(now, agent.config.max_call_duration_s, agent.config.rtp_timeout_s)  # issue 14
         agent.media_clock.add(self.media)
         log.info(
             "%s media: %s/8000 to %s:%d from %s:%d",
@@ -309,6 +394,15 @@ class NativeLeg(PlayoutLeg):
         if self.media is not None:
             self.media.on_rtcp(data, source, now)
 
+    def _limit_reached(self, why: str) -> None:
+        config = self.agent.config
+        if why == "max_call_duration":
+            reason = f"the call reached --max-call-duration ({config.max_call_duration_s:g} s)"
+        else:
+            reason = f"no RTP from the caller for {config.rtp_timeout_s:g} s (--rtp-timeout)"
+        log.warning("%s: %s; BYE", self.call, reason)
+        self.hangup(reason)
+
     def _stream_timer(self, now: int) -> None:
         media = self.media
         if media is None:
@@ -319,7 +413,7 @@ class NativeLeg(PlayoutLeg):
             else:
                 destination = media.stream.rtcp_destination
                 if destination is not None:
-                    self.sockets.send_rtcp(item, destination)
+                    self.sockets.send_rtcp(media.rtcp_out(item), destination)
 
     def _transfer_outputs(self, outputs: list[TransferOutput], now: int) -> None:
         for out in outputs:
@@ -368,7 +462,9 @@ class NativeLeg(PlayoutLeg):
             self.agent.media_clock.remove(media)
             destination = media.stream.rtcp_destination
             if destination is not None:
-                self.sockets.send_rtcp(media.stream.goodbye(now), destination)  # RFC 3550 §6.6
+                self.sockets.send_rtcp(
+                    media.rtcp_out(media.stream.goodbye(now)), destination
+                )  # RFC 3550 §6.6
         self.sockets.close()
 
 
@@ -386,6 +482,46 @@ def media_address(bound: str, peer: str) -> str:
             return str(probe.getsockname()[0])
     except OSError:
         return bound
+
+
+def build_policy(config: EngineConfig) -> InboundPolicy:
+    """The inbound policy (sip/policy.py) the engine's core asks first about every out-of-dialog request
+    (issue 14): the allowlist, the per-source INVITE rate, the scanner blocklist and, with `inbound_auth`, a
+    digest challenge (401, SHA-256 and MD5) with the configured user's password."""
+    auth = None
+    if config.inbound_auth is not None:
+        user, password = config.inbound_auth
+        auth = DigestServer(config.user_agent, [Credentials(user, password)])
+    return InboundPolicy(
+        PolicyConfig(
+            allow=config.allow,
+            drop_unknown=config.drop_unknown,
+            invite_rate_per_s=invite_rate(config),
+            invite_burst=config.invite_burst,
+        ),
+        auth=auth,
+    )
+
+
+def invite_rate(config: EngineConfig) -> float:
+    """The per-source INVITE rate in force: the configured one, else 5/s off loopback and none on it."""
+    if config.invite_rate_per_s is not None:
+        return config.invite_rate_per_s
+    return 0.0 if check_bind(config.host, None).ok else DEFAULT_INVITE_RATE
+
+
+def describe_policy(config: EngineConfig) -> str:
+    """One log line: who may call."""
+    parts = [f"allow {', '.join(config.allow)}" if config.allow else "every source"]
+    if config.allow:
+        parts.append("others dropped" if config.drop_unknown else "others 403")
+    if config.inbound_auth is not None:
+        parts.append(f"digest user {config.inbound_auth[0]!r}")
+    rate = invite_rate(config)
+    if rate > 0:
+        parts.append(f"INVITE rate {rate:g}/s per source (burst {config.invite_burst})")
+    parts.append("scanner User-Agents dropped")
+    return "; ".join(parts)
 
 
 def _printable(text: str, limit: int = 200) -> str:
@@ -438,6 +574,13 @@ class NativeUserAgent:
         self._activity: asyncio.Event | None = None
         self._rejected_seen = 0
         self.local: tuple[str, int] | None = None
+        self.policy: InboundPolicy | None = None  # built by start() from the config (issue 14)
+        self._reg_seen: dict[str, tuple[str, str | None, int]] = {}
+        self.tls_port: int | None = None  # the TLS listener's port once started (issue 14)
+        self.limit_hangups: Counter[str] = Counter()  # calls ended by max_call_duration / rtp_timeout
+        self.outbound_results: deque[dict[str, object]] = deque(
+            maxlen=50
+        )  # the last outbound calls' outcomes
         self.calls_rejected = 0
         self.rtp_before_answer = 0
 
@@ -484,6 +627,27 @@ class NativeUserAgent:
                 tcp_note = " and tcp"
             except OSError as exc:
                 log.warning("no SIP over TCP: cannot listen on tcp %s:%d: %s", host, port, exc)
+        tls_port: int | None = None
+        if config.tls is not None:
+            try:
+                if config.cert is None or config.tls_key is None:
+                    raise ValueError("--tls needs --cert FILE and --key FILE")
+                context = server_context(config.cert, config.tls_key)
+                tls_ref = await transports.listen_tls(config.tls[0], config.tls[1], context)
+                tls_port = tls_ref.local[1]
+                tcp_note += f" and tls {tls_ref.local[0]}:{tls_port}"
+            except (OSError, ValueError) as exc:
+                await transports.close()
+                raise EngineStartError(
+                    f"cannot listen on tls {config.tls[0]}:{config.tls[1]}: {exc}"
+                ) from exc
+        if config.tls is not None or config.tls_ca is not None:
+            try:
+                transports.tls_client = client_context(config.tls_ca)
+            except ValueError as exc:
+                await transports.close()
+                raise EngineStartError(f"--tls-ca: {exc}") from exc
+        self.tls_port = tls_port
         try:
             self._pool = PortPool(config.rtp_port, min(65535, config.rtp_port + 2 * self._rtp_ports))
         except ValueError as exc:
@@ -491,10 +655,14 @@ class NativeUserAgent:
             raise EngineStartError(str(exc)) from exc
         self._transports = transports
         self.local = (host, port)
+        self.policy = build_policy(config)
         self._ua = core.UserAgent(
-            core.UaConfig(
-                host=host,
+            policy=self.policy,
+            config=core.UaConfig(
+                host=config.external_address or host,  # Via sent-by and Contact (issue 14, NAT)
                 port=port,
+                send_to_source=config.nat,
+                tls_port=tls_port,
                 user_agent=config.user_agent,
                 max_calls=self._max_calls,
                 retry_after_s=config.retry_after_s,
@@ -504,6 +672,16 @@ class NativeUserAgent:
         )
         self._timer = DeadlineTimer(loop, self.clock, self._on_timer)
         self._media_clock = MediaClockShell(loop, self.clock)
+        try:
+            registrations = await self._registrations(loop, host, port)
+        except (OSError, ValueError) as exc:
+            await transports.close()
+            self._transports = None
+            self._timer.cancel()
+            self._media_clock.stop()
+            self._ua = None
+            raise EngineStartError(f"--register: {exc}") from exc
+        log.info("inbound policy: %s", describe_policy(config))
         log.info(
             "listening on udp %s:%d%s (engine native, at most %d calls per process, RTP ports %d-%d)",
             host,
@@ -513,6 +691,170 @@ class NativeUserAgent:
             self._pool.first,
             self._pool.last,
         )
+        now = self.clock()
+        for registration in registrations:
+            log.info("registering %s at %s:%d", registration.config.aor, *registration.destination)
+            self._ua.add_registration(registration, now)
+        if registrations:
+            self.flush(now)
+
+    async def _registrations(
+        self, loop: asyncio.AbstractEventLoop, host: str, port: int
+    ) -> list[Registration]:
+        """One `Registration` per `--register` AoR (RFC 3261 §10), the registrar's name resolved once here."""
+        config = self.config
+        out: list[Registration] = []
+        for aor in config.register:
+            uri = parse_uri(aor)
+            if uri.scheme not in ("sip", "sips") or not uri.user:
+                raise ValueError(f"expected sip:USER@HOST[:PORT], got {aor!r}")
+            default_port = 5061 if uri.scheme == "sips" else 5060
+            infos = await loop.getaddrinfo(
+                uri.host.strip("[]"), uri.port or default_port, type=socket.SOCK_DGRAM
+            )
+            if not infos:
+                raise ValueError(f"cannot resolve {uri.host}")
+            destination = (str(infos[0][4][0]), int(infos[0][4][1]))
+            ours = config.external_address or media_address(host, destination[0])
+            shown = f"[{ours}]" if ":" in ours else ours
+            credentials = None
+            if config.register_password is not None:
+                credentials = Credentials(config.auth_user or uri.user, config.register_password)
+            out.append(
+                Registration(
+                    RegistrationConfig(
+                        aor=aor,
+                        contact=f"sip:{uri.user}@{shown}:{port}",
+                        via_host=ours,
+                        via_port=port,
+                        destination=destination,
+                        expires_s=config.register_expires_s,
+                        user_agent=config.user_agent,
+                    ),
+                    credentials=credentials,
+                    rng=random.Random(self.rng.getrandbits(64)),
+                )
+            )
+        return out
+
+    async def dial(
+        self,
+        target: str,
+        *,
+        from_uri: str | None = None,
+        ring_timeout_s: float | None = 60.0,
+        auth_user: str | None = None,
+        password: str | None = None,
+    ) -> NativeLeg:
+        """Place a call (issue 14): INVITE with our offer to `target` (sip:USER@HOST[:PORT]); the leg's events
+        are those of an inbound call (MediaStarted once the callee answered, CallEnded with the SIP status when
+        it was busy (486), not answered (408 after `ring_timeout_s`) or failed). 401/407 are answered with
+        `auth_user`/`password` (default: the registration credentials). ValueError for a bad target;
+        EngineStartError-free: PortsExhausted/OSError when no RTP port is free."""
+        if self._stopping or self._draining:
+            raise RuntimeError("the engine is draining: no new calls")
+        ua = self.ua
+        uri = parse_uri(target)
+        if uri.scheme not in ("sip", "sips"):
+            raise ValueError(f"expected a sip: URI, got {target!r}")
+        loop = asyncio.get_running_loop()
+        port = uri.port or (5061 if uri.scheme == "sips" else 5060)
+        infos = await loop.getaddrinfo(uri.host.strip("[]"), port, type=socket.SOCK_DGRAM)
+        if not infos:
+            raise ValueError(f"cannot resolve {uri.host}")
+        destination = (str(infos[0][4][0]), int(infos[0][4][1]))
+        holder: list[NativeLeg] = []
+        assert self._pool is not None
+        sockets = RtpSocketPair.open(
+            loop,
+            self.config.host,
+            self._pool,
+            lambda data, source, t: holder[0]._on_rtp(data, source, t),
+            lambda data, source, t: holder[0]._on_rtcp(data, source, t),
+            self.clock,
+        )
+        password = password if password is not None else self.config.register_password
+        credentials = None
+        if password is not None:
+            credentials = Credentials(auth_user or self.config.auth_user or (uri.user or "parlora"), password)
+        now = self.clock()
+        session_id = self.rng.getrandbits(31)
+        ours = self.config.external_address or media_address(sockets.host, destination[0])
+        local = sdp.LocalMedia(address=ours, port=sockets.port, session_id=session_id, username="parlora")
+        try:
+            call = ua.dial(
+                target,
+                local,
+                now,
+                from_uri=from_uri,
+                credentials=credentials,
+                destination=destination,
+                ring_timeout_s=ring_timeout_s,
+            )
+        except Exception:
+            sockets.close()
+            raise
+        host = f"[{destination[0]}]" if ":" in destination[0] else destination[0]
+        identity = call_identity(
+            call,
+            request_uri=target,
+            from_uri=from_uri or f"sip:{ua.config.user}@{ua.config.host}",
+            to_uri=target,
+            sip_call_id=call,
+            source=f"{host}:{destination[1]}",
+            headers=(("X-Direction", "outbound"),),
+        )
+        leg = NativeLeg(self, call, identity, None, sockets, peer=destination)
+        leg._session_id = session_id
+        holder.append(leg)
+        self._legs[call] = leg
+        log.info("%s: calling %s (INVITE to %s:%d)", call, target, *destination)
+        self.flush(now)
+        return leg
+
+    def registrations_status(self) -> list[dict[str, object]]:
+        """GET /registrations: state, expiry and last error of each binding."""
+        ua = self._ua
+        if ua is None:
+            return []
+        now = self.clock()
+        return [
+            {
+                "aor": st.aor,
+                "state": st.state,
+                "expires_in_s": round(st.expires_in_s, 1) if st.expires_in_s is not None else None,
+                "granted_expires_s": st.granted_expires_s,
+                "last_status": st.last_status,
+                "last_error": st.last_error,
+                "failures": st.failures,
+                "next_attempt_in_s": (
+                    round(max(0, st.next_attempt_at - now) / 1e9, 1)
+                    if st.next_attempt_at is not None
+                    else None
+                ),
+            }
+            for st in ua.registrations(now)
+        ]
+
+    def _log_registrations(self, ua: core.UserAgent, now: int) -> None:
+        """One log line per change of a registration's state (and why, when it failed)."""
+        for st in ua.registrations(now):
+            key = (st.state, st.last_error, st.failures)
+            if self._reg_seen.get(st.aor) == key:
+                continue
+            self._reg_seen[st.aor] = key
+            if st.state == "failed":
+                log.warning(
+                    "registration %s failed (%s, %d in a row); retrying in %.0f s",
+                    st.aor,
+                    st.last_error,
+                    st.failures,
+                    max(0, (st.next_attempt_at or now) - now) / 1e9,
+                )
+            elif st.state == "registered":
+                log.info("registered %s (expires in %s s)", st.aor, st.granted_expires_s)
+            else:
+                log.info("registration %s: %s", st.aor, st.state)
 
     def drain(self) -> None:
         if self._draining:
@@ -537,6 +879,10 @@ class NativeUserAgent:
         legs = list(self._legs.values())
         if legs:
             log.info("shutting down: hanging up %d call(s)", len(legs))
+        unregistering = self._ua.unregister_all(self.clock())  # REGISTER Expires: 0 (RFC 3261 §10.2.2)
+        if unregistering:
+            log.info("un-registering %d binding(s)", unregistering)
+            self.flush(self.clock())
         # Calls whose leg has ended but whose core call is still finishing (INFO digits before the BYE, a BYE
         # that waits for the ACK) get the same grace: their BYE goes out before the sockets close.
         finishing = sum(1 for call in self._ua.call_ids() if call not in self._legs)
@@ -571,7 +917,9 @@ class NativeUserAgent:
         activity = self._activity
         assert activity is not None
         deadline = asyncio.get_running_loop().time() + STOP_GRACE_S
-        while self._received < expected or (self._ua is not None and self._ua.call_ids()):
+        while self._received < expected or (
+            self._ua is not None and (self._ua.call_ids() or not self._ua.registrations_done)
+        ):
             remaining = deadline - asyncio.get_running_loop().time()
             if remaining <= 0:
                 log.info(
@@ -617,6 +965,33 @@ class NativeUserAgent:
             out.update({f"clock_{k}": v for k, v in self._media_clock.stats().items()})
         out["rtp_before_answer"] = self.rtp_before_answer
         return out
+
+    def sip_status(self) -> dict[str, object]:
+        """The `sip` section of the status (GET /sip): listener, inbound policy and its refusal counters."""
+        ua = self._ua
+        stats = ua.stats if ua is not None else {}
+        policy = self.policy
+        return {
+            "engine": "native",
+            "listening": f"{self.local[0]}:{self.local[1]}" if self.local is not None else None,
+            "draining": self._draining,
+            "active_calls": len(self._legs),
+            "calls_rejected": self.calls_rejected,
+            "registrations": self.registrations_status(),
+            "outbound": list(self.outbound_results),
+            "limit_hangups": dict(self.limit_hangups),
+            "policy": {
+                "allow": list(self.config.allow),
+                "drop_unknown": self.config.drop_unknown,
+                "inbound_auth": self.config.inbound_auth is not None,
+                "invite_rate_per_s": invite_rate(self.config),
+                "counters": dict(policy.counters) if policy is not None else {},
+                "dropped": stats.get("policy_dropped", 0),
+                "challenged": stats.get("policy_challenged", 0),
+                "refused_403": stats.get("policy_403", 0),
+                "refused_503": stats.get("policy_503", 0),
+            },
+        }
 
     def track_transfer(self, leg: NativeLeg) -> None:
         """Keep `leg`'s transfer timeout on the one timer while its tracker has a deadline."""
@@ -679,6 +1054,8 @@ class NativeUserAgent:
         finally:
             self._flushing = False
         self._check_rejections(ua)
+        if self.config.register:
+            self._log_registrations(ua, now)
         self._arm(ua)
 
     def _arm(self, ua: core.UserAgent) -> None:
@@ -725,7 +1102,15 @@ class NativeUserAgent:
         if isinstance(event, core.CallAnswered):
             if event.media is not None:  # else our 200 carried the offer: the ACK brings the answer
                 leg._start_media(event.media, now)
+        elif isinstance(event, core.CallProgress):  # a call we placed rings (issue 14)
+            leg.progress.append(event.status)
+            if event.early_media is not None:
+                leg.early_media += 1  # early media is played to nobody, but counted
+            log.info("%s: %d %s", leg.call, event.status, _printable(event.reason))
         elif isinstance(event, core.CallConfirmed):
+            if leg.outbound and not leg.answered:
+                leg.answered = True
+                log.info("%s: answered", leg.call)
             leg.confirmed = True
             if leg.media is None:
                 if event.media is None:
@@ -774,6 +1159,12 @@ class NativeUserAgent:
         ua = self.ua
         if self._stopping:
             ua.reject(event.call, 503, now, headers=(("Retry-After", str(self.config.retry_after_s)),))
+            return
+        if sdes_policy(self.config.srtp, event.transport) is None:  # --srtp required, and not over TLS
+            log.warning(
+                "%s: refused with 488: --srtp required and the call came over %s", event.call, event.transport
+            )
+            ua.reject(event.call, 488, now, reason="SRTP Required Over TLS")
             return
         loop = asyncio.get_running_loop()
         holder: list[NativeLeg] = []
@@ -824,6 +1215,30 @@ class NativeUserAgent:
             leg.hangup("the bridge could not take the call", 500)
 
     def _end(self, leg: NativeLeg, reason: str, status: int, by_remote: bool, now: int) -> None:
+        if leg.outbound and not leg.ended:
+            outcome = (
+                "answered"
+                if leg.answered
+                else {486: "busy", 600: "busy", 408: "no answer", 487: "cancelled"}.get(status, "failed")
+            )
+            self.outbound_results.append(
+                {
+                    "call": leg.call,
+                    "to": leg.identity.to_uri,
+                    "outcome": outcome,
+                    "status": status,
+                    "reason": reason,
+                }
+            )
+            if not leg.answered:
+                log.info(
+                    "%s: outbound call to %s %s (%d %s)",
+                    leg.call,
+                    leg.identity.to_uri,
+                    outcome,
+                    status,
+                    reason,
+                )
         self._legs.pop(leg.call, None)
         self._transferring.discard(leg)
         leg._end(reason, status, by_remote, now)

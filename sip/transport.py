@@ -23,6 +23,7 @@ import asyncio
 import itertools
 import logging
 import socket
+import ssl
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -98,10 +99,15 @@ class _TcpConnection(asyncio.Protocol):
     """One TCP connection, accepted or opened by us, framed into SIP messages."""
 
     def __init__(
-        self, owner: SipTransports, local: Address, conn_id: int, peer: Address | None = None
+        self,
+        owner: SipTransports,
+        local: Address,
+        conn_id: int,
+        peer: Address | None = None,
+        kind: str = "tcp",
     ) -> None:
         self._owner = owner
-        self.ref = TransportRef("tcp", local, conn_id)
+        self.ref = TransportRef(kind, local, conn_id)
         self.peer = peer
         self.transport: asyncio.Transport | None = None
         self._framer = owner.new_framer()
@@ -177,6 +183,7 @@ class SipTransports:
         self._ids = itertools.count(1)
         self._tasks: set[asyncio.Task[None]] = set()
         self._closing = False
+        self.tls_client: ssl.SSLContext | None = None  # outbound TLS: sip.tls.client_context(--tls-ca)
         self.datagrams_in = 0
         self.messages_out = 0
         self.send_errors = 0
@@ -212,6 +219,27 @@ class SipTransports:
         holder[0] = local
         self._servers[local] = server
         return TransportRef("tcp", local)
+
+    async def listen_tls(self, host: str, port: int, context: ssl.SSLContext) -> TransportRef:
+        """Listen for TLS connections (sip.tls.server_context); each accepted connection gets its own ref."""
+        holder: list[Address] = [(host, port)]
+
+        def factory() -> _TcpConnection:
+            return _TcpConnection(self, holder[0], next(self._ids), kind="tls")
+
+        server = await self._loop.create_server(
+            factory,
+            host,
+            port,
+            family=family_of(host),
+            reuse_address=True,
+            ssl=context,
+            ssl_handshake_timeout=10.0,  # a peer that connects and never says hello is dropped
+        )
+        local = _address(server.sockets[0].getsockname())
+        holder[0] = local
+        self._servers[local] = server
+        return TransportRef("tls", local)
 
     # --- in ---
 
@@ -251,8 +279,8 @@ class SipTransports:
         try:
             if kind == "udp":
                 return self._send_udp(data, destination, ref)
-            if kind == "tcp":
-                return self._send_tcp(data, destination, ref)
+            if kind in ("tcp", "tls"):
+                return self._send_tcp(data, destination, ref, kind)
             log.info("no %s transport: message to %s dropped", kind, destination)
         except (OSError, RuntimeError) as exc:
             log.info("sending to %s over %s failed: %s", destination, kind, exc)
@@ -273,14 +301,14 @@ class SipTransports:
         family = family_of(destination[0])
         return next((u for a, u in self._udp.items() if family_of(a[0]) == family), None)
 
-    def _send_tcp(self, data: bytes, destination: Address, ref: TransportRef | None) -> bool:
+    def _send_tcp(self, data: bytes, destination: Address, ref: TransportRef | None, kind: str) -> bool:
         conn = self._connections.get(ref.connection) if ref is not None and ref.connection else None
         if conn is None or conn.closed:
             known = self._by_peer.get(destination)
             conn = self._connections.get(known) if known is not None else None
-        if conn is None or conn.closed:
+        if conn is None or conn.closed or conn.ref.kind != kind:  # never TLS data over a plain connection
             local = ref.local if ref is not None else self._tcp_local(destination)
-            conn = self._open(destination, local)
+            conn = self._open(destination, local, kind)
         conn.write(data)
         return True
 
@@ -288,15 +316,25 @@ class SipTransports:
         family = family_of(destination[0])
         return next((a for a in self._servers if family_of(a[0]) == family), ("", 0))
 
-    def _open(self, destination: Address, local: Address) -> _TcpConnection:
-        """A client connection (RFC 3261 §18.1.1); data written meanwhile is queued in it."""
-        conn = _TcpConnection(self, local, next(self._ids), destination)
+    def _open(self, destination: Address, local: Address, kind: str = "tcp") -> _TcpConnection:
+        """A client connection (RFC 3261 §18.1.1); data written meanwhile is queued in it. TLS verifies the
+        peer's certificate for the destination's host (a name, or an IP address in its subjectAltName)."""
+        conn = _TcpConnection(self, local, next(self._ids), destination, kind)
+        tls = self.tls_client if kind == "tls" else None
+        if kind == "tls" and tls is None:
+            raise RuntimeError("no TLS client context (SipTransports.tls_client)")
         self._connections[conn.ref.connection] = conn
         self._by_peer[destination] = conn.ref.connection
 
         async def connect() -> None:
             try:
-                await self._loop.create_connection(lambda: conn, destination[0], destination[1])
+                await self._loop.create_connection(
+                    lambda: conn,
+                    destination[0],
+                    destination[1],
+                    ssl=tls,
+                    server_hostname=destination[0] if tls is not None else None,
+                )
             except OSError as exc:
                 self.send_errors += 1
                 log.info("tcp connection to %s failed: %s", destination, exc)
@@ -328,7 +366,10 @@ class SipTransports:
             conn.close()
         for server in self._servers.values():
             await server.wait_closed()
-        await asyncio.sleep(0)  # let transports run connection_lost
+        for _ in range(50):  # let transports run connection_lost (a TLS close_notify takes a few rounds)
+            if not self._connections:
+                break
+            await asyncio.sleep(0.01)
         self._udp.clear()
         self._servers.clear()
 

@@ -204,6 +204,7 @@ class UaConfig:
     session_expires_s: int = 1800
     min_se_s: int = 90
     send_to_source: bool = False
+    tls_port: int | None = None  # our TLS listener's port (issue 14): Via and Contact of TLS requests/dialogs
 
 
 @dataclass(frozen=True, slots=True)
@@ -1727,16 +1728,19 @@ class UserAgent:
         return destination, transport.lower()
 
     def _via(self, transport: str) -> str:
-        return f"SIP/2.0/{transport.upper()} {self._host_port()};branch=z9hG4bK{self._rng.getrandbits(64):016x};rport"
+        sent_by = self._host_port(transport)
+        return f"SIP/2.0/{transport.upper()} {sent_by};branch=z9hG4bK{self._rng.getrandbits(64):016x};rport"
 
-    def _host_port(self) -> str:
+    def _host_port(self, transport: str = "udp") -> str:
         host = self.config.host
         host = f"[{host}]" if ":" in host else host
-        return f"{host}:{self.config.port}"
+        tls_port = self.config.tls_port
+        port = tls_port if transport.lower() == "tls" and tls_port is not None else self.config.port
+        return f"{host}:{port}"
 
     def _local_uri(self, transport: str = "udp") -> str:
         suffix = "" if transport == "udp" else f";transport={transport}"
-        return f"sip:{self.config.user}@{self._host_port()}{suffix}"
+        return f"sip:{self.config.user}@{self._host_port(transport)}{suffix}"
 
     def _contact_headers(self, c: _Call) -> tuple[tuple[str, str], ...]:
         return (("Contact", c.dialog.local_contact), ("Allow", ALLOW))

@@ -1,0 +1,226 @@
+"""Issue 14's trunk edge on `serve` (native engine), with real peers on loopback.
+
+- A caller from 127.0.0.2 with `--allow 127.0.0.1/32` gets 403 (SIPp's uac_busy logs REJECTED ... 403); the
+  fake provider records no connection and the bridge logs no session; `GET /sip` counts the refusal. The same
+  scenario from 127.0.0.1 is answered (the control: the provider then sees the call).
+- `serve` bound off loopback with no policy refuses to start (it exits before binding anything).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import peers
+import pytest
+from conftest import BRIDGE, _clean_env
+
+
+def _loopback2() -> bool:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.2", 0))
+        return True
+    except OSError:
+        return False
+
+
+def _get(port: int, path: str) -> dict[str, object]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+        body: dict[str, object] = json.loads(answer.read())
+        return body
+
+
+def _frames(record: Path) -> int:
+    return len(record.read_text().splitlines()) if record.exists() else 0
+
+
+@pytest.mark.skipif(not _loopback2(), reason="127.0.0.2 is not usable")
+def test_a_caller_outside_the_allowlist_gets_403_and_no_provider_session(start_fake, start_bridge,
+                                                                       tmp_path: Path) -> None:
+    fake = start_fake()
+    http_port = peers.free_udp_port(also_tcp=True)
+    bridge = start_bridge(*fake.bridge_args("openai-live"), "--allow", "127.0.0.1/32",
+                          "--http", f"127.0.0.1:{http_port}", env={"OPENAI_API_KEY": "sk-test"})
+    bridge.wait_for(r"inbound policy: allow 127\.0\.0\.1/32; others 403")
+    refused = peers.run_sipp("uac_busy", bridge.sip_port, workdir=tmp_path / "outsider", timeout=25,
+                             trace_msg=True, extra_args=["-i", "127.0.0.2", "-mi", "127.0.0.2"],
+                             )
+    logs = (refused.workdir / "sipp_logs.log").read_text(errors="replace")
+    assert "REJECTED" in logs and " 403" in logs, logs[-2000:]
+    messages = (refused.workdir / "sipp_messages.log").read_text(errors="replace")
+    assert "SIP/2.0 180" not in messages  # refused before anything else: not even ringing
+    status = _get(http_port, "/sip")
+    policy = status["policy"]
+    assert isinstance(policy, dict)
+    assert policy["counters"] == {"not_allowed": 1} and policy["refused_403"] == 1, status
+    assert _get(http_port, "/calls")["calls"] == []
+    assert _frames(fake.record) == 0  # the provider never heard of it
+    assert "session" not in bridge.log.split("inbound policy:", 1)[1].lower(), bridge.log[-3000:]
+
+    # the control: the same call from an allowed source is answered, and the provider sees it
+    allowed = peers.run_sipp("uac_busy", bridge.sip_port, workdir=tmp_path / "insider", timeout=25,
+                             extra_args=["-set", "hold_ms", "1500"])
+    logs = (allowed.workdir / "sipp_logs.log").read_text(errors="replace")
+    assert "ANSWERED" in logs and "CLOSED" in logs, logs[-2000:]
+    assert _frames(fake.record) > 0
+
+
+def test_serve_off_loopback_with_no_policy_refuses_to_start(tmp_path: Path) -> None:
+    port = peers.free_udp_port()
+    argv = [*BRIDGE, "serve", "--sip", f"0.0.0.0:{port}", "--log-level", "info"]
+    # refused before any socket is bound (sip.engine.check_listen runs first in Server.start)
+    done = subprocess.run(argv, cwd=tmp_path, env=_clean_env(), capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "refusing to listen on 0.0.0.0" in done.stderr and "--allow-any" in done.stderr
+    assert "listening on udp" not in done.stderr
+
+
+SCENARIOS = Path(__file__).parent / "scenarios"
+
+
+def test_serve_registers_with_digest_at_a_sipp_registrar_and_unregisters_on_shutdown(start_bridge,
+                                                                                   tmp_path: Path) -> None:
+    registrar_port = peers.free_udp_port()
+    logs = tmp_path / "registrar.log"
+    sipp = peers.ManagedProcess(
+        ["sipp", "-sf", str(SCENARIOS / "uas_register_auth.xml"), "-i", "127.0.0.1", "-p", str(registrar_port),
+         "-m", "1", "-set", "pw", "pw-1001", "-nostdin", "-trace_logs", "-log_file", str(logs),
+         "-timeout", "40s"],
+        cwd=tmp_path, name="sipp-registrar")
+    try:
+        http_port = peers.free_udp_port(also_tcp=True)
+        aor = f"sip:1001@127.0.0.1:{registrar_port}"
+        bridge = start_bridge("--register", aor, "--http", f"127.0.0.1:{http_port}",
+                              env={"PARLORA_SIP_PASSWORD": "pw-1001"})
+        bridge.wait_for(rf"registered {aor} \(expires in 60 s\)", timeout=15)
+        registrations = _get(http_port, "/registrations")["registrations"]
+        assert isinstance(registrations, list) and len(registrations) == 1
+        assert registrations[0]["state"] == "registered" and registrations[0]["granted_expires_s"] == 60
+        assert registrations[0]["last_error"] is None
+        assert "pw-1001" not in bridge.log  # the password is never logged
+        assert bridge.stop() == 0
+        assert sipp.wait(15) is not None, "the registrar did not see the un-REGISTER"
+    finally:
+        sipp.stop(term_timeout=3.0)
+    text = logs.read_text(errors="replace")
+    assert "REGISTERED" in text and "BADAUTH" not in text, text
+    assert "UNREGISTERED 0" in text, text
+
+
+def test_serve_with_a_wrong_sip_password_reports_the_failure(start_bridge, tmp_path: Path) -> None:
+    registrar_port = peers.free_udp_port()
+    logs = tmp_path / "registrar.log"
+    sipp = peers.ManagedProcess(
+        ["sipp", "-sf", str(SCENARIOS / "uas_register_auth.xml"), "-i", "127.0.0.1", "-p", str(registrar_port),
+         "-m", "1", "-set", "pw", "pw-1001", "-nostdin", "-trace_logs", "-log_file", str(logs),
+         "-timeout", "30s"],
+        cwd=tmp_path, name="sipp-registrar")
+    try:
+        http_port = peers.free_udp_port(also_tcp=True)
+        aor = f"sip:1001@127.0.0.1:{registrar_port}"
+        bridge = start_bridge("--register", aor, "--http", f"127.0.0.1:{http_port}",
+                              env={"PARLORA_SIP_PASSWORD": "wrong"})
+        bridge.wait_for(rf"registration {aor} failed \(403 Forbidden", timeout=15)
+        registrations = _get(http_port, "/registrations")["registrations"]
+        assert isinstance(registrations, list) and registrations[0]["state"] == "failed"
+        assert registrations[0]["last_status"] == 403
+        assert sipp.wait(15) is not None, "the registrar's one call did not end"
+    finally:
+        sipp.stop(term_timeout=3.0)
+    assert "BADAUTH" in logs.read_text(errors="replace")
+
+
+def _post(port: int, path: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
+                                     method="POST", headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def _callee(scenario: str, tmp_path: Path, *extra: str) -> tuple[peers.ManagedProcess, int, Path]:
+    port = peers.free_udp_port()
+    media = peers.free_rtp_port()
+    logs = tmp_path / f"{scenario}.log"
+    proc = peers.ManagedProcess(
+        ["sipp", "-sf", str(SCENARIOS / f"{scenario}.xml"), "-i", "127.0.0.1", "-mi", "127.0.0.1",
+         "-p", str(port), "-mp", str(media), "-m", "1", "-nostdin", "-trace_logs", "-log_file", str(logs),
+         "-trace_msg", "-message_file", str(tmp_path / f"{scenario}-messages.log"), "-timeout", "40s", *extra],
+        cwd=tmp_path, name=f"sipp-{scenario}")
+    return proc, port, logs
+
+
+def _wait_json(port: int, path: str, predicate, timeout: float = 15.0) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        body = _get(port, path)
+        if predicate(body) or time.monotonic() > deadline:
+            return body
+        time.sleep(0.1)
+
+
+def test_post_calls_places_a_call_that_a_sipp_callee_answers_and_hears_the_provider(start_fake, start_bridge,
+                                                                                  tmp_path: Path) -> None:
+    fake = start_fake()
+    callee, port, logs = _callee("uas_answer_bye", tmp_path, "-rtp_echo", "-set", "talk_ms", "4000")
+    try:
+        http_port = peers.free_udp_port(also_tcp=True)
+        bridge = start_bridge(*fake.bridge_args("openai-live"), "--http", f"127.0.0.1:{http_port}",
+                              env={"OPENAI_API_KEY": "sk-test"})
+        status, body = _post(http_port, "/calls", {"to": f"sip:callee@127.0.0.1:{port}"})
+        assert status == 202, body
+        call = body["call"]
+        assert callee.wait(30) is not None, "the callee's call did not finish"
+        sip = _wait_json(http_port, "/sip", lambda b: b["outbound"])
+        assert sip["outbound"] and sip["outbound"][0]["outcome"] == "answered", sip  # type: ignore[index]
+        assert sip["outbound"][0]["call"] == call  # type: ignore[index]
+    finally:
+        callee.stop(term_timeout=3.0)
+    text = logs.read_text(errors="replace")
+    assert "ANSWERED" in text and "HUNGUP" in text, text
+    assert _frames(fake.record) > 0  # the provider heard the callee (SIPp echoed the bridge's RTP)
+    bridge.wait_for(rf"{call} media: PCMU/8000", timeout=5)
+
+
+def test_post_calls_to_a_busy_callee_reports_486(start_bridge, tmp_path: Path) -> None:
+    callee, port, logs = _callee("uas_busy_486", tmp_path)
+    try:
+        http_port = peers.free_udp_port(also_tcp=True)
+        bridge = start_bridge("--http", f"127.0.0.1:{http_port}")
+        status, body = _post(http_port, "/calls", {"to": f"sip:callee@127.0.0.1:{port}"})
+        assert status == 202, body
+        assert callee.wait(20) is not None
+        sip = _wait_json(http_port, "/sip", lambda b: b["outbound"])
+        outbound = sip["outbound"]
+        assert isinstance(outbound, list) and outbound[0]["outcome"] == "busy" and outbound[0]["status"] == 486
+        bridge.wait_for(r"outbound call to sip:callee@127\.0\.0\.1:\d+ busy \(486", timeout=5)
+        assert _post(http_port, "/calls", {"to": "not a uri"})[0] == 400
+    finally:
+        callee.stop(term_timeout=3.0)
+    assert "BUSY" in logs.read_text(errors="replace")
+
+
+def test_rtp_timeout_ends_a_call_whose_caller_went_silent(start_bridge, tmp_path: Path) -> None:
+    bridge = start_bridge("--rtp-timeout", "2", "--http", f"127.0.0.1:{peers.free_udp_port(also_tcp=True)}")
+    started = time.monotonic()
+    # SIPp's uac_wait_bye sends no RTP and waits for the bridge's BYE (a caller whose BYE was lost)
+    result = peers.run_sipp("uac_wait_bye", bridge.sip_port, workdir=tmp_path / "sipp", timeout=30, trace_msg=True)
+    assert result.returncode == 0, (result.workdir / "sipp_messages.log").read_text(errors="replace")[-3000:]
+    assert time.monotonic() - started >= 2.0
+    bridge.wait_for(r"call-1: no RTP from the caller for 2 s \(--rtp-timeout\); BYE", timeout=5)
+    bridge.wait_for(r"call call-1 ended", timeout=10)
+
+
+def test_max_call_duration_ends_the_call(start_bridge, tmp_path: Path) -> None:
+    bridge = start_bridge("--max-call-duration", "2")
+    result = peers.run_sipp("uac_wait_bye", bridge.sip_port, workdir=tmp_path / "sipp", timeout=30, trace_msg=True)
+    assert result.returncode == 0, (result.workdir / "sipp_messages.log").read_text(errors="replace")[-3000:]
+    bridge.wait_for(r"call-1: the call reached --max-call-duration \(2 s\); BYE", timeout=5)

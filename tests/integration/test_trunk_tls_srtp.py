@@ -1,0 +1,70 @@
+"""`serve --tls --srtp required` (issue 14) with baresip over SIP/TLS and SDES-SRTP (`mediaenc=srtp-mand`):
+the call is set up over TLS, the media is SRTP both ways (baresip with srtp-mand neither sends nor accepts
+plain RTP), the bridge's RTP on the wire is not the plain PCMU that baresip decodes from it, and the caller
+hears the echo. A plain RTP/AVP offer under `--srtp required` is refused 488.
+
+Bounded: every wait has a timeout; baresip and the bridge are stopped by PID."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import peers
+import pytest
+from test_tls_srtp_peer import _baresip, make_pki
+
+from rtp.g711 import ulaw_decode
+
+CALL_TIMEOUT_S = 40.0
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    return make_pki(tmp_path_factory.mktemp("serve-tls-pki"))
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory: pytest.TempPathFactory) -> peers.Utterance:
+    path = tmp_path_factory.mktemp("serve-tls-audio") / "utterance.wav"
+    return peers.make_utterance(path, "Hello bridge, please say this sentence back to me", tail_silence_s=4.0)
+
+
+def test_serve_tls_srtp_required_baresip_hears_the_echo(start_bridge, capture, pki, speech,
+                                                        tmp_path: Path) -> None:
+    cert, key = pki
+    tls_port = peers.free_udp_port(also_tcp=True)
+    bridge = start_bridge("--provider", "echo", "--tls", f"127.0.0.1:{tls_port}", "--cert", cert, "--key", key,
+                          "--srtp", "required")
+    bridge.wait_for(rf"and tls 127\.0\.0\.1:{tls_port}")
+    first = bridge.rtp_port
+    cap = capture(f"udp and src host 127.0.0.1 and src portrange {first}-{first + 9}")
+    bs = _baresip(tmp_path, speech.path, cert, "srtp-mand")
+    result = bs.run(f"sip:bridge@127.0.0.1:{tls_port};transport=tls", timeout=CALL_TIMEOUT_S)
+    trace = result.stdout + result.stderr
+    assert result.established, trace[-4000:] + bridge.log[-3000:]
+    assert "RTP/SAVP" in trace and "a=crypto:" in trace
+    assert "SIP/2.0/TLS" in trace
+    bridge.wait_for(r"call call-1 ended", timeout=20)
+    cap.stop()
+    heard = result.received
+    assert len(heard) > 8000, "baresip decoded nothing of our SRTP"
+    pieces = peers.heard_in_pieces(speech.speech, heard, pieces=4)
+    assert max(p for p, _ in pieces) > 0.6, (pieces, bridge.log[-3000:])  # the echo was heard
+    wire = b"".join(cap.rtp_payloads(first))
+    assert len(wire) > 8000, "no RTP from the bridge on the wire"
+    as_pcmu = np.frombuffer(ulaw_decode(wire), dtype="<i2")
+    # read as plain PCMU, the SRTP payload is noise: it does not carry the utterance
+    wire_pieces = peers.heard_in_pieces(speech.speech, as_pcmu, pieces=4)
+    assert max(p for p, _ in wire_pieces) < 0.3, wire_pieces
+
+
+def test_serve_srtp_required_refuses_a_plain_offer_with_488(start_bridge, pki, speech, tmp_path: Path) -> None:
+    cert, key = pki
+    tls_port = peers.free_udp_port(also_tcp=True)
+    start_bridge("--provider", "echo", "--tls", f"127.0.0.1:{tls_port}", "--cert", cert, "--key", key,
+                 "--srtp", "required")
+    bs = _baresip(tmp_path, speech.path, cert, "none")
+    result = bs.run(f"sip:bridge@127.0.0.1:{tls_port};transport=tls", timeout=CALL_TIMEOUT_S)
+    assert not result.established
+    assert result.close_reason is not None and "488" in result.close_reason, result.close_reason
