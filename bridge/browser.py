@@ -176,8 +176,13 @@ class BrowserLeg(PlayoutLeg):
 
     @property
     def lead_frames(self) -> int:
-        """How many frames the session may keep queued here: the cushion's ceiling (200 ms)."""
+        """How many frames the session may keep queued here at most: the cushion's ceiling (200 ms)."""
         return self.cushion.cushion.ceiling_ms // FRAME_MS
+
+    @property
+    def cushion_frames(self) -> int:
+        """`bridge.barrier.CushionedChannel`: the adaptive target (120-200 ms), read on every top-up."""
+        return -(-self.cushion.target_ms // FRAME_MS)
 
     async def events(self) -> AsyncIterator[LegEvent]:
         while True:

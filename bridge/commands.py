@@ -333,3 +333,11 @@ class Outbox:
     def __init__(self) -> None:
         self.commands: list[Command] = []
         self.notices: list[Notice] = []
+
+    def take_commands(self) -> list[Command]:
+        commands, self.commands = self.commands, []
+        return commands
+
+    def take_notices(self) -> list[Notice]:
+        notices, self.notices = self.notices, []
+        return notices

@@ -23,13 +23,14 @@ from typing import Any
 
 from bridge.barrier import BargeIn, Channel
 from bridge.commands import *  # noqa: F403 - the vocabulary, re-exported for the shell and the tests
-from bridge.commands import Command, CommitInput, Notice, Outbox, RecoverySnapshot, SendAudio
-from bridge.connections import Connections, Role, connection_id
+from bridge.commands import Command, Notice, Outbox, SendAudio
+from bridge.connections import Connections, Role
 from bridge.cushion import CARRIER_LEAD_FRAMES
-from bridge.delegations import DelegationOptions, Delegations, DispatchJob
-from bridge.recovery import RecoveryController
+from bridge.delegations import DelegationOptions, Delegations
+from bridge.recovery import RecoveryController, seed_from
 from bridge.reservoir import OutputPath
 from bridge.rollover import RolloverLink, RolloverOptions
+from bridge.status import session_status
 from bridge.telephony import CallEnding, TelephonyOptions, TelephonyTools
 from bridge.timeline import Captions, Timeline
 from bridge.turns import CallerStarted, CallerStopped, TurnChange, TurnTracker
@@ -82,12 +83,13 @@ class SessionCoordinator:
         self.turns = TurnTracker(caps, o.vad, client_turns=self.client_turns)
         self.delegations = Delegations(o.delegations)
         self.captions = Captions(self.out, close_ms=o.caption_close_ms, fragments=not caps.server_vad)
+        seed = seed_from(self.connections, self.captions, self.delegations, resumption=caps.resumption)
         self.recovery = RecoveryController(
             self.out,
             self.connections,
             self.output,
             self.delegations,
-            self._seed,
+            seed,
             self._afresh,
             answer_within_ms=caps.answer_within_ms,
         )
@@ -98,7 +100,7 @@ class SessionCoordinator:
             self.captions,
             self.turns,
             o.rollover,
-            self._seed,
+            seed,
             client_commits=self.client_turns,
         )
         self.ending = CallEnding(self.out, self.output, o.telephony, o.closing_message)
@@ -189,8 +191,7 @@ class SessionCoordinator:
         return accepted
 
     def push_update(self, text: str, *, speak: bool, now: int) -> bool:
-        """An application update (spoken, or silent context); held during a recovery until the caller has
-        spoken (HR9). False when over the limit on command records (DL2)."""
+        """An update, spoken or silent: held in a recovery until the caller spoke (HR9); False over DL2."""
         accepted = self.delegations.push_update(text, speak, self.token)
         self._settle(now)
         return accepted
@@ -222,7 +223,6 @@ class SessionCoordinator:
     def replacement_failed(self, token: int, reason: str, now: int) -> None:
         """The shell could not open the replacement: a dead replacement is fatal (HR5)."""
         if self.recovery.replacement_failed(token, now):
-            self.recovery.fail(now)
             self._end(f"the replacement connection failed: {reason}", now, failed=True)
         self._settle(now)
 
@@ -249,8 +249,7 @@ class SessionCoordinator:
             self._end(failure, now, failed=True)
         else:
             self.delegations.handle_timer(self.token, at)
-            if self.rollover.controller is not None:
-                self.rollover.controller.handle_timer(now)
+            self.rollover.handle_timer(now)
             if (stale := self.output.handle_timer(now)) is not None and self._may_recover():
                 self.recovery.condition(stale, now, at)
             if (reason := self.ending.handle_timer(now)) is not None:
@@ -258,12 +257,10 @@ class SessionCoordinator:
         self._settle(now)
 
     def next_deadline(self) -> int | None:
-        hold = self.delegations.deadline_ms()
-        held_until = None if hold is None else self.timeline.start_ns + hold * 1_000_000
         parts = (
             self.output.next_deadline(),
             self.recovery.next_deadline(),
-            held_until,
+            self.timeline.instant(self.delegations.deadline_ms()),
             self.ending.next_deadline(),
             self.rollover.next_deadline(),
             self.captions.next_deadline(),
@@ -275,17 +272,10 @@ class SessionCoordinator:
         return self.ending.finished(now)
 
     def commands(self) -> list[Command]:
-        commands, self.out.commands = self.out.commands, []
-        return commands
+        return self.out.take_commands()
 
     def notices(self) -> list[Notice]:
-        notices, self.out.notices = self.out.notices, []
-        return [*notices, *self.delegations.notices()]
-
-    def _seed(self) -> tuple[RecoverySnapshot, str | None]:
-        """HR7/RO8: what a further connection is seeded with, and the handle it resumes by (if any)."""
-        handle = self.connections.resume_handle if self.capabilities.resumption else None
-        return RecoverySnapshot(self.captions.recent_caller_text(), self.delegations.snapshot_facts()), handle
+        return [*self.out.take_notices(), *self.delegations.notices()]
 
     def _settle(self, now: int) -> None:
         """After every input: the output fed, the drain checked, rollover decisions and jobs routed."""
@@ -295,12 +285,7 @@ class SessionCoordinator:
         refused = self.rollover.route(now)
         if refused is not None:
             self._end(f"rollover not possible: {refused}", now, goodbye=True)
-        while commands := self.delegations.commands():
-            for command in commands:
-                if isinstance(command, DispatchJob) and self.telephony.handles(command.request):
-                    self.telephony.requested(command.request, self.token, self.timeline.ms(now), now)  # DL6
-                else:
-                    self.out.commands.append(command)
+        self.telephony.route(self.token, self.timeline.ms(now), now)  # DL6: jobs to the tools or the shell
 
     def _audio(self, event: ev.AudioReceived, now: int) -> None:
         if self.recovery.reconnecting or self.barge.drop(event.audio):
@@ -334,11 +319,7 @@ class SessionCoordinator:
                     self.recovery.expect_answer(now)
                 self.captions.turn_over(now)
                 self.rollover.local_turn(False, now)
-                if self.client_turns:  # RO5: the bridge's own turn is committed, then flushed
-                    self.out.commands.extend(
-                        CommitInput(connection_id(t)) for t in self.connections.audio_targets
-                    )
-                    self.rollover.flush(now)
+                self.rollover.turn_committed(now)  # RO5, client commits: the bridge's own turn
 
     def _turn_over(self, now: int) -> None:
         """The caller's turn is over: delegations' fresh interval ends; after a repair, it is complete."""
@@ -370,23 +351,5 @@ class SessionCoordinator:
             self.state = "failed" if failed else "closing"
 
     def status(self, now: int) -> dict[str, Any]:
-        """The session's state for `status()` and `GET /calls/{id}` (SE7, HR13)."""
-        return {
-            "state": "closed" if self.ending.leg_ended else self.state,
-            "session_ms": self.timeline.ms(now),
-            "transport_token": self.token,
-            "output_recovery": self.recovery.state.status(),
-            "rollover": self.rollover.status(),
-            **self.output.status(now),
-            "playback": self.barge.status(),
-            "qos": {
-                "frames_in": self.frames_in,
-                "underruns": self.output.underruns,
-                "suppressed_bytes": self.barge.suppressed_bytes,
-                "stale_events": self.connections.stale_events,
-                "listener_audio_bytes": self.rollover.listener_audio_bytes,
-            },
-            "recoveries": self.recovery.status(),
-            "delegations": self.delegations.status(),
-            "usage": self.usage.status(),
-        }
+        """The session's state for `status()` and `GET /calls/{id}` (SE7, HR13): bridge/status.py."""
+        return session_status(self, now)

@@ -5,7 +5,9 @@ Two small pieces, both sans-I/O:
   tables (bit-exact), PCM16 at another rate goes through PyAV's resampler (rtp/resample.py).
 - `ItemFramer` cuts that PCM into exact 20 ms frames and numbers them within their *item* (an assistant
   utterance), because the carrier ledger answers "how much of item X has the caller been sent" and barge-in
-  truncation needs exactly that. A partial last frame is padded with silence when its item ends.
+  truncation needs exactly that. A partial last frame is padded with silence when its item ends. When the
+  provider sent PCMU, each frame also carries its 160 µ-law bytes as received, so a PCMU call's RTP payload
+  is the provider's, byte for byte (DESIGN §5: PCMU passthrough is bit-exact).
 """
 
 from __future__ import annotations
@@ -64,39 +66,55 @@ class ItemFramer:
         self._epoch = 0
         self._offset_ms = 0
         self._pending = b""
+        self._pending_pcmu: bytes | None = None  # the µ-law of `_pending`, while the item carries it
 
-    def start(self, item_id: str, epoch: int) -> None:
+    def start(self, item_id: str, epoch: int, *, pcmu: bool = False) -> None:
+        """A new item; with `pcmu`, every `add` gives the µ-law its PCM was decoded from."""
         self.item_id, self._epoch, self._offset_ms, self._pending = item_id, epoch, 0, b""
+        self._pending_pcmu = b"" if pcmu else None
 
-    def add(self, pcm: bytes) -> list[OutboundFrame]:
+    def add(self, pcm: bytes, pcmu: bytes | None = None) -> list[OutboundFrame]:
         """Frames completed by `pcm` (the remainder waits for more of the same item)."""
         data = self._pending + pcm
         whole = len(data) - len(data) % PCM16_FRAME_BYTES
         self._pending = data[whole:]
-        return self._tag(data[:whole])
+        encoded = None
+        if self._pending_pcmu is not None:
+            if pcmu is None or 2 * len(pcmu) != len(pcm):
+                self._pending_pcmu = None  # not µ-law for this PCM: the rest of the item is re-encoded
+            else:
+                both = self._pending_pcmu + pcmu
+                encoded, self._pending_pcmu = both[: whole // 2], both[whole // 2 :]
+        return self._tag(data[:whole], encoded)
 
     def finish(self) -> list[OutboundFrame]:
-        """End the item: its partial last frame, padded with silence (digital zero)."""
-        frames = (
-            self._tag(self._pending + bytes(PCM16_FRAME_BYTES - len(self._pending))) if self._pending else []
-        )
-        self.item_id, self._pending = None, b""
+        """End the item: its partial last frame, padded with silence (digital zero; 0xFF in µ-law)."""
+        pad = PCM16_FRAME_BYTES - len(self._pending)
+        encoded = None if self._pending_pcmu is None else self._pending_pcmu + b"\xff" * (pad // 2)
+        frames = self._tag(self._pending + bytes(pad), encoded) if self._pending else []
+        self.item_id, self._pending, self._pending_pcmu = None, b"", None
         return frames
 
     def discard(self) -> None:
-        self.item_id, self._pending = None, b""
+        self.item_id, self._pending, self._pending_pcmu = None, b"", None
 
     @property
     def pending_bytes(self) -> int:
         return len(self._pending)
 
-    def _tag(self, pcm: bytes) -> list[OutboundFrame]:
+    def _tag(self, pcm: bytes, pcmu: bytes | None = None) -> list[OutboundFrame]:
         assert self.item_id is not None
         frames = []
+        half = PCM16_FRAME_BYTES // 2
         for start in range(0, len(pcm), PCM16_FRAME_BYTES):
+            encoded = None if pcmu is None else pcmu[start // 2 : start // 2 + half]
             frames.append(
                 OutboundFrame(
-                    pcm[start : start + PCM16_FRAME_BYTES], self._epoch, self.item_id, self._offset_ms
+                    pcm[start : start + PCM16_FRAME_BYTES],
+                    self._epoch,
+                    self.item_id,
+                    self._offset_ms,
+                    encoded,
                 )
             )
             self._offset_ms += FRAME_MS

@@ -38,6 +38,7 @@ from bridge.commands import (
 from bridge.connections import Connections, connection_id
 from bridge.delegations import Delegations
 from bridge.reservoir import MediaCondition, OutputOverflow, OutputPath
+from bridge.timeline import Captions
 from providers.base import SessionSettings
 
 __all__ = ["RECOVERY_NOTICE", "RecoveryController", "RecoverySnapshot", "Stage", "seeded_settings"]
@@ -187,6 +188,19 @@ Seed = Callable[[], tuple[RecoverySnapshot, str | None]]
 """The seed of a further connection: the snapshot and the resumption handle to continue by (or None)."""
 
 
+def seed_from(
+    connections: Connections, captions: Captions, delegations: Delegations, *, resumption: bool
+) -> Seed:
+    """HR7/RO8: a further connection is seeded with recent caller text and the current task facts, and resumes
+    by the latest valid handle where the provider has resumption."""
+
+    def seed() -> tuple[RecoverySnapshot, str | None]:
+        handle = connections.resume_handle if resumption else None
+        return RecoverySnapshot(captions.recent_caller_text(), delegations.snapshot_facts()), handle
+
+    return seed
+
+
 class RecoveryController:
     """HR1-HR3, HR5, HR7 (the seed), HR8, HR13 and the half-open watchdog, for one call."""
 
@@ -322,8 +336,11 @@ class RecoveryController:
         self._answer_due = None
 
     def replacement_failed(self, token: int, now: int) -> bool:
-        """A dead replacement is fatal (HR5); True when it was this recovery's."""
-        return self.state.active is not None and self.state.active.token == token
+        """A dead replacement is fatal (HR5): True when it was this recovery's, which has then failed."""
+        if self.state.active is None or self.state.active.token != token:
+            return False
+        self.fail(now)
+        return True
 
     def fail(self, now: int) -> None:
         recovery = self.state.fail()

@@ -23,10 +23,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from bridge.barrier import Channel, PlaybackBarrier
+from bridge.barrier import Channel, CushionedChannel, PlaybackBarrier
 from bridge.framing import CarrierConverter, ItemFramer
 from providers.limits import AudioLimits
-from rtp.audio import FRAME_MS, AudioFormat
+from rtp.audio import FRAME_MS, PCMU_8K, AudioFormat
 from rtp.playout import OutboundFrame
 
 _NS_PER_MS = 1_000_000
@@ -145,8 +145,9 @@ class OutputPath:
     item framer → the channel's playback cushion, with item boundaries and the final message.
 
     Audio is stored with its item; GPT-Live names no items, so a pause of `item_quiet_ms` ends one. The cushion
-    is topped up to `lead_frames` on every media tick and on a 20 ms timer while anything waits, so the first
-    frame plays as soon as it arrives. Every clear goes through the playback-epoch barrier (SE4).
+    is topped up to `lead_frames` (or the channel's own `cushion_frames`, read each time) on every media tick
+    and on a 20 ms timer while anything waits, so the first frame plays as soon as it arrives. Every clear
+    goes through the playback-epoch barrier (SE4).
     """
 
     def __init__(
@@ -154,10 +155,16 @@ class OutputPath:
     ) -> None:
         self.reservoir = GenerationReservoir(limits, fmt)
         self.converter = CarrierConverter(fmt)
+        self._pcmu = fmt == PCMU_8K  # frames carry the provider's µ-law too, for a PCMU call as it came
         self.framer = ItemFramer()
         self.barrier = PlaybackBarrier(channel)
         self.channel = channel
-        self._lead = lead_frames
+        self._lead = (
+            lead_frames  # the carrier's; a channel with its own cushion says how many on every top-up
+        )
+        self._cushion = (
+            channel if isinstance(channel, CushionedChannel) else None
+        )  # (checked once, not per frame)
         self._quiet_ns = item_quiet_ms * _NS_PER_MS
         self._ready: list[OutboundFrame] = []  # framed output waiting for room in the cushion
         self._next_tick: int | None = None
@@ -197,8 +204,9 @@ class OutputPath:
         self.feed(now)
 
     def feed(self, now: int) -> None:
-        """Top the carrier cushion up to `lead_frames` from the reservoir."""
-        room = self._lead - self.channel.depth
+        """Top the cushion up from the reservoir: to `lead_frames`, or to what the channel's cushion asks."""
+        lead = self._cushion.cushion_frames if self._cushion is not None else self._lead
+        room = lead - self.channel.depth
         while room > len(self._ready):
             data, item = self.reservoir.pull(self.converter.frame_bytes)
             if not data:
@@ -207,8 +215,8 @@ class OutputPath:
                 break
             if item != self.framer.item_id:
                 self._ready += self._flush_converter() + self.framer.finish()
-                self.framer.start(item or "out", self.barrier.epoch)
-            self._ready += self.framer.add(self.converter.convert(data))
+                self.framer.start(item or "out", self.barrier.epoch, pcmu=self._pcmu)
+            self._ready += self.framer.add(self.converter.convert(data), data if self._pcmu else None)
         if room > 0 and self._ready:
             batch, self._ready = self._ready[:room], self._ready[room:]
             self.channel.enqueue(batch)

@@ -166,6 +166,12 @@ class _Conn:
         self.closed, self.receiving = True, False
         return [CloseTransport(self.id, reason)]
 
+    def expire(self, time_left_ms: int, now: int) -> None:
+        """The provider ends this connection in `time_left_ms` (Gemini goAway): its cap is now + time left."""
+        cap_at = now + max(0, time_left_ms) * _NS_PER_MS
+        if self.cap_at is None or cap_at < self.cap_at:
+            self.cap_at, self.expiring_ns = cap_at, now
+
     def ages(self, o: RolloverOptions) -> tuple[int, int, int, int]:
         """(after, deadline, hard stop, close-by) of this connection as instants; never while unconfirmed."""
         marks = (o.after_ms, o.deadline_ms, o.hard_stop_ms, (o.hard_stop_ms + o.cap_ms) // 2)
@@ -178,6 +184,28 @@ class _Conn:
                 for a, m in zip(at, marks, strict=True)
             ]
         return at[0], at[1], at[2], at[3]
+
+
+class _Chain(dict[str, _Conn]):
+    """The chain's connections by id: which hear the caller, how old each is, and whose input still counts."""
+
+    def __init__(self, first: str, stats: RolloverStats) -> None:
+        super().__init__({first: _Conn(first, receiving=True)})
+        self._stats = stats
+
+    def receiving(self) -> tuple[str, ...]:
+        return tuple(c.id for c in self.values() if c.receiving and not c.closed)
+
+    def live(self, connection_id: str) -> _Conn | None:
+        """The connection an input is about; None (and counted as ignored) for an unknown or closed one."""
+        if (conn := self.get(connection_id)) is None or conn.closed:
+            self._stats.ignored += 1
+            return None
+        return conn
+
+    def ages_ms(self, now: int) -> dict[str, int]:
+        live = [c for c in self.values() if not c.closed and c.confirmed_ns is not None]
+        return {c.id: (now - (c.confirmed_ns or 0)) // _NS_PER_MS for c in live}
 
 
 @dataclass(slots=True)
@@ -210,6 +238,7 @@ class Handover:
     ) -> None:
         self.old, self.new = old, new
         self.shared_until_ms: int | None = None  # when the old one stopped input; None while it still hears
+        self.old_closed = False
         self.old_outcomes: list[tuple[int, int, bool]] = []  # (start, end, emitted)
         self.new_emitted: list[tuple[int, int]] = []  # shared utterances emitted from the new one
         self.pending: list[_Pending] = []
@@ -262,25 +291,66 @@ class Handover:
 
 
 class CallerTexts:
-    """Caller text from every connection of the chain: interim text passed on unless RO4 suppresses it, each
-    final text once per connection and utterance, shared utterances settled by the handover (RO3)."""
+    """Caller text from every connection of the chain (RO3, RO4): interim text passed on unless RO4 suppresses
+    it, each final text once per connection and utterance, shared utterances settled by the handover of the
+    latest rollover, whose old connection's text is waited for until `transcript_wait_ms`."""
 
-    def __init__(self, stats: RolloverStats, emit: Callable[[Action], None]) -> None:
-        self._stats, self._emit = stats, emit
+    def __init__(
+        self, options: RolloverOptions, stats: RolloverStats, emit: Callable[[Action], None]
+    ) -> None:
+        self._options, self._stats, self._emit = options, stats, emit
         self._finals: set[tuple[str, int, int]] = set()
+        self.hand: Handover | None = None
+
+    def begin(self, old: str, new: str) -> None:
+        """A rollover opens `new`: from now on both may transcribe the same utterances."""
+        self.hand = Handover(old, new, self._options, self._stats, self._emit)
+
+    def stop_sharing(self, at_ms: int) -> None:
+        """The old connection stopped hearing the caller at `at_ms` (session time)."""
+        assert self.hand is not None
+        self.hand.shared_until_ms = at_ms
+
+    def failed(self, connection_id: str, start_ms: int, end_ms: int) -> bool:
+        """The old connection's transcription of an utterance failed (RO3: the new one's text stands in)."""
+        if self.hand is None or connection_id != self.hand.old:
+            return False
+        self.hand.old_result(start_ms, end_ms, None)
+        return True
+
+    def overdue(self, now: int) -> bool:
+        """RO3: the old one's text never came in time: the new one's is emitted. True when any was."""
+        due = [p for p in self.hand.pending if p.due_ns <= now] if self.hand is not None else []
+        for p in due:
+            assert self.hand is not None
+            self.hand.fallback(p)
+        return bool(due)
+
+    def deadlines(self) -> list[int]:
+        return [p.due_ns for p in self.hand.pending] if self.hand is not None else []
+
+    def waiting(self) -> bool:
+        """The old connection's text of a shared utterance may still come."""
+        return self.hand is not None and bool(self.hand.pending)
+
+    def settle(self, old_id: str) -> None:
+        """The old connection closed: whatever still waits for its text is emitted from the new one."""
+        if self.hand is not None:
+            self.hand.old_closed = True  # it can no longer answer
+            for p in list(self.hand.pending):
+                self.hand.fallback(p)
+        self._finals = {k for k in self._finals if k[0] != old_id}
 
     def transcript(
         self,
-        hand: Handover | None,
         connection_id: str,
         start_ms: int,
         end_ms: int,
         text: str,
         final: bool,
         now: int,
-        *,
-        old_closed: bool,
     ) -> None:
+        hand = self.hand
         shared = hand is not None and hand.shared(connection_id, start_ms)
         if not final:
             if shared:
@@ -295,12 +365,18 @@ class CallerTexts:
         if hand is not None and connection_id == hand.old:
             hand.old_result(start_ms, end_ms, text if text.strip() else None)
         elif hand is not None and shared:
-            hand.new_shared(start_ms, end_ms, text, now, old_closed=old_closed)
+            hand.new_shared(start_ms, end_ms, text, now, old_closed=hand.old_closed)
         elif text.strip():
             self._emit(EmitUtterance(connection_id, start_ms, end_ms, text))
 
-    def forget(self, connection_id: str) -> None:
-        self._finals = {k for k in self._finals if k[0] != connection_id}
+
+# The stages that wait for an answer or a connection; at the hard stop each is refused for this reason (RO6).
+_ASKING = {
+    RolloverStage.APPROVING: "approve_timeout",
+    RolloverStage.AUTHORIZING: "authorize_timeout",
+    RolloverStage.ARMED: "next_not_open",
+    RolloverStage.OPENING: "next_not_open",
+}
 
 
 class RolloverController:
@@ -319,7 +395,7 @@ class RolloverController:
         self.start_ns = start_ns  # the session timeline's origin (bridge.timeline)
         self.stage = RolloverStage.STEADY
         self.stats = RolloverStats()
-        self._conns = {first_connection_id: _Conn(first_connection_id, receiving=True)}
+        self._conns = _Chain(first_connection_id, self.stats)
         self._current = first_connection_id  # the connection holding the floor
         self._next: str | None = None
         self._rollover_id: str | None = None
@@ -330,8 +406,7 @@ class RolloverController:
         self._overlap_end = _NEVER
         self._stop_ns = _NEVER  # when the old one stopped input (draining) or the refused one did (ending)
         self._refusal: str | None = None
-        self._hand: Handover | None = None
-        self._texts = CallerTexts(self.stats, self._emit)
+        self._texts = CallerTexts(self.options, self.stats, self._emit)  # RO3, RO4
         self._actions: list[Action] = []
         self._now = 0
 
@@ -340,7 +415,7 @@ class RolloverController:
         return out
 
     def audio_targets(self) -> tuple[str, ...]:
-        return tuple(c.id for c in self._conns.values() if c.receiving and not c.closed)
+        return self._conns.receiving()
 
     def confirmed_ns(self, connection_id: str) -> int | None:
         """When that connection's session configuration was confirmed (its age counts from then)."""
@@ -360,15 +435,11 @@ class RolloverController:
             "refusal": self._refusal,
             "ignored": self.stats.ignored,
             "receiving": list(self.audio_targets()),
-            "ages_ms": {
-                c.id: (self._now - c.confirmed_ns) // _NS_PER_MS
-                for c in self._conns.values()
-                if not c.closed and c.confirmed_ns is not None
-            },
+            "ages_ms": self._conns.ages_ms(self._now),
         }
 
     def next_deadline(self) -> int | None:
-        times = [p.due_ns for p in self._hand.pending] if self._hand else []
+        times, hand = self._texts.deadlines(), self._texts.hand
         after, deadline, hard, _ = self._conns[self._current].ages(self.options)
         st = self.stage
         if st is RolloverStage.STEADY:
@@ -380,8 +451,8 @@ class RolloverController:
         elif st is RolloverStage.OVERLAP:
             speaking = self._conns[self._current].in_speech  # then its end of speech decides, not a timer
             times += [hard, _NEVER if speaking or self._overlap_end <= self._now else self._overlap_end]
-        elif st is RolloverStage.DRAINING and self._hand is not None:
-            old = self._conns[self._hand.old]
+        elif st is RolloverStage.DRAINING and hand is not None:
+            old = self._conns[hand.old]
             times.append(self._drain_by(old) if self._current == old.id else old.ages(self.options)[3])
         elif st is RolloverStage.REFUSED:
             times.append(hard if self._stop_ns == _NEVER else self._drain_by(self._conns[self._current]))
@@ -409,8 +480,7 @@ class RolloverController:
 
     def speech_started(self, connection_id: str, at_ms: int, now: int) -> None:
         """That connection's server VAD heard the caller begin (`at_ms` on the session timeline)."""
-        conn = self._live(connection_id, now)
-        if conn is not None:
+        if (conn := self._live(connection_id, now)) is not None:
             conn.in_speech = True
             self._advance(now)
 
@@ -436,32 +506,24 @@ class RolloverController:
 
     def items_pending(self, connection_id: str, now: int) -> None:
         """The connection started output of its own (e.g. a response the application asked for)."""
-        conn = self._live(connection_id, now)
-        if conn is not None:
+        if (conn := self._live(connection_id, now)) is not None:
             conn.busy = True
 
     def items_finished(self, connection_id: str, now: int) -> None:
         """The connection has no assistant output pending: its response is done and played."""
-        conn = self._live(connection_id, now)
-        if conn is not None:
+        if (conn := self._live(connection_id, now)) is not None:
             conn.busy = False
             self._advance(now)
 
     def session_expiring(self, connection_id: str, time_left_ms: int, now: int) -> None:
-        """The provider ends this connection in `time_left_ms` (Gemini goAway): its cap is now + time left."""
-        conn = self._live(connection_id, now)
-        if conn is None:
-            return
-        cap_at = now + max(0, time_left_ms) * _NS_PER_MS
-        if conn.cap_at is None or cap_at < conn.cap_at:
-            conn.cap_at, conn.expiring_ns = cap_at, now
-        self._advance(now)
+        """The provider ends this connection in `time_left_ms` (Gemini goAway): its schedule is squeezed."""
+        if (conn := self._live(connection_id, now)) is not None:
+            conn.expire(time_left_ms, now)
+            self._advance(now)
 
     def approve_answered(self, rollover_id: str, approved: bool | None, error: str | None, now: int) -> None:
         """The approve hook resolved (`approved`), raised (`error`), or did neither in time (late)."""
-        self._now = max(self._now, now)
-        if self.stage is not RolloverStage.APPROVING or rollover_id != self._rollover_id:
-            self.stats.late_answers += 1
+        if self._late(RolloverStage.APPROVING, rollover_id == self._rollover_id, now):
             return
         if error is not None or approved is not True:
             self._refuse("approve_error" if error is not None else "approve_refused")
@@ -472,9 +534,7 @@ class RolloverController:
         self._advance(now)
 
     def authorize_answered(self, connection_id: str, ok: bool, now: int) -> None:
-        self._now = max(self._now, now)
-        if self.stage is not RolloverStage.AUTHORIZING or connection_id != self._next:
-            self.stats.late_answers += 1
+        if self._late(RolloverStage.AUTHORIZING, connection_id == self._next, now):
             return
         if not ok:
             self._refuse("authorize_refused")
@@ -488,19 +548,13 @@ class RolloverController:
         self, connection_id: str, start_ms: int, end_ms: int, text: str, final: bool, now: int
     ) -> None:
         """Caller text with the utterance's times on the session timeline; interim when not `final`."""
-        conn = self._live(connection_id, now)
-        if conn is None:
-            return
-        old_closed = self._hand is not None and self._conns[self._hand.old].closed
-        self._texts.transcript(
-            self._hand, connection_id, start_ms, end_ms, text, final, now, old_closed=old_closed
-        )
-        self._advance(now)
+        if self._live(connection_id, now) is not None:
+            self._texts.transcript(connection_id, start_ms, end_ms, text, final, now)
+            self._advance(now)
 
     def transcript_failed(self, connection_id: str, start_ms: int, end_ms: int, now: int) -> None:
         conn = self._live(connection_id, now)
-        if conn is not None and self._hand is not None and connection_id == self._hand.old:
-            self._hand.old_result(start_ms, end_ms, None)
+        if conn is not None and self._texts.failed(connection_id, start_ms, end_ms):
             self._advance(now)
 
     # --- rules -----------------------------------------------------------------------------------------------
@@ -511,10 +565,8 @@ class RolloverController:
                 return
 
     def _step(self, now: int) -> bool:
-        hand, opts = self._hand, self.options
-        if hand is not None and any(p.due_ns <= now for p in hand.pending):
-            for p in [p for p in hand.pending if p.due_ns <= now]:
-                hand.fallback(p)  # RO3: the old one's text never came
+        hand, opts = self._texts.hand, self.options
+        if self._texts.overdue(now):
             return True
         cur = self._conns[self._current]
         after, deadline, hard, close_by = cur.ages(self.options)
@@ -525,22 +577,8 @@ class RolloverController:
             if now < deadline:
                 return False
             self._switch(now, commit=True)  # RO5: no flush by the deadline
-        elif (
-            st
-            in (
-                RolloverStage.APPROVING,
-                RolloverStage.AUTHORIZING,
-                RolloverStage.ARMED,
-                RolloverStage.OPENING,
-            )
-            and now >= hard
-        ):
-            self._refuse(
-                {
-                    RolloverStage.APPROVING: "approve_timeout",
-                    RolloverStage.AUTHORIZING: "authorize_timeout",
-                }.get(st, "next_not_open")
-            )
+        elif st in _ASKING and now >= hard:
+            self._refuse(_ASKING[st])
         elif st is RolloverStage.ARMED and (now >= deadline or (self._boundary and not cur.in_speech)):
             self._open()  # RO1
         elif st is RolloverStage.OVERLAP and (
@@ -551,8 +589,7 @@ class RolloverController:
                 cur.busy = True
             self._actions += cur.stop_input()
             self._stop_ns = now
-            assert hand is not None
-            hand.shared_until_ms = (now - self.start_ns) // _NS_PER_MS
+            self._texts.stop_sharing((now - self.start_ns) // _NS_PER_MS)
             self.stage = RolloverStage.DRAINING
         elif st is RolloverStage.DRAINING and hand is not None:
             return self._drain(hand, now)
@@ -580,12 +617,10 @@ class RolloverController:
             self._current = new.id  # RO8: the old one stopped input and finished (or ran out of time)
             self._emit(TakeFloor(new.id))
             return True
-        if hand.pending and now < close_by:
+        if self._texts.waiting() and now < close_by:
             return False  # the old one's text may still come (RO3)
         self._actions += old.close("rollover")
-        for p in list(hand.pending):
-            hand.fallback(p)
-        self._texts.forget(old.id)
+        self._texts.settle(old.id)
         self._next, self._boundary, self._stop_ns = None, False, _NEVER
         self.stats.rollovers += 1
         self.stage = RolloverStage.STEADY
@@ -600,20 +635,19 @@ class RolloverController:
     def _open(self) -> None:
         assert self._next is not None
         self._conns[self._next] = _Conn(self._next)
-        self._hand = Handover(self._current, self._next, self.options, self.stats, self._emit)
+        self._texts.begin(self._current, self._next)
         self._emit(OpenRollover(self._next, *self._seed()))
         self.stage = RolloverStage.OPENING
 
     def _switch(self, now: int, commit: bool) -> None:
         """RO5: the old one stops hearing the caller at the instant the new one starts: no overlap."""
-        old, new, hand = self._conns[self._current], self._conns[self._next or ""], self._hand
-        assert hand is not None
+        old, new = self._conns[self._current], self._conns[self._next or ""]
         if commit:
             self._emit(CommitInput(old.id))
             old.busy = True
         self._actions += old.stop_input()
         self._actions += new.start_input()
-        hand.shared_until_ms = (now - self.start_ns) // _NS_PER_MS
+        self._texts.stop_sharing((now - self.start_ns) // _NS_PER_MS)
         self._stop_ns = now
         self.stage = RolloverStage.DRAINING
 
@@ -621,7 +655,7 @@ class RolloverController:
         """RO6/RO7: no next connection; the current one carries the call until its hard stop."""
         self._refusal = reason
         self.stats.refusals[reason] += 1
-        if self._next in self._conns:
+        if self._next is not None and self._next in self._conns:
             self._actions += self._conns[self._next].close(reason)
         self.stage = RolloverStage.REFUSED
 
@@ -630,13 +664,16 @@ class RolloverController:
         """When a connection that stopped input gives up the floor even if it still holds items."""
         return min(self._stop_ns + self.options.drain_ms * _NS_PER_MS, conn.ages(self.options)[3])
 
+    def _late(self, stage: RolloverStage, same: bool, now: int) -> bool:
+        """RO6: an answer to a question already settled (a late one) opens nothing; it is counted."""
+        self._now = max(self._now, now)
+        late = self.stage is not stage or not same
+        self.stats.late_answers += late
+        return late
+
     def _live(self, connection_id: str, now: int) -> _Conn | None:
         self._now = max(self._now, now)
-        conn = self._conns.get(connection_id)
-        if conn is None or conn.closed:
-            self.stats.ignored += 1
-            return None
-        return conn
+        return self._conns.live(connection_id)
 
     def _emit(self, action: Action) -> None:
         self._actions.append(action)
@@ -769,6 +806,17 @@ class RolloverLink:
     def flush(self, now: int) -> None:
         if self.controller is not None:
             self.controller.flush(now)
+
+    def turn_committed(self, now: int) -> None:
+        """RO5: with client commits, the bridge's own VAD turn is committed on every connection hearing the
+        caller, then flushed (the first flush after `after_ms` switches)."""
+        if self._client:
+            self._out.commands.extend(CommitInput(connection_id(t)) for t in self._connections.audio_targets)
+            self.flush(now)
+
+    def handle_timer(self, now: int) -> None:
+        if self.controller is not None:
+            self.controller.handle_timer(now)
 
     def speaker_output(self, now: int) -> None:
         if self.controller is not None and not self._speaker_busy:

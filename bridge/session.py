@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -66,6 +66,9 @@ opened — the first, rollovers and recovery replacements (RO7). False refuses t
 
 DtmfHandler = Callable[[str], Awaitable[None]]
 
+Spawn = Callable[[str, Coroutine[Any, Any, None]], None]
+"""Run a coroutine as one of the session's named tasks (cancelled when the session ends)."""
+
 
 async def _allow(_: str) -> bool:
     return True
@@ -80,6 +83,14 @@ class _ConnectFailed:
     reason: str
     rollover: bool  # a rollover's next connection (else a recovery replacement)
     resumption: bool = False  # the provider refused the resumption handle
+
+    def report(self, core: SessionCoordinator, now: int) -> None:
+        if self.resumption:
+            core.resumption_rejected(self.token, now)
+        elif self.rollover:
+            core.rollover_failed(self.token, self.reason, now)
+        else:
+            core.replacement_failed(self.token, self.reason, now)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +127,13 @@ class CallSummary:
     ended_by: str  # "caller", "bridge" or "provider"
     reason: str
     usage_seconds: float | None
+
+    def __str__(self) -> str:
+        usage = "unknown" if self.usage_seconds is None else f"{self.usage_seconds:g} s"
+        return (
+            f"call {self.call_id} ended after {self.duration_s:.2f} s by {self.ended_by} ({self.reason}): "
+            f"frames in {self.frames_in}, out {self.frames_out}, provider usage {usage}"
+        )
 
 
 class ApplicationHooks:
@@ -175,6 +193,108 @@ class ApplicationHooks:
                 output = '{"error": "the application could not complete this request"}'
         self._inbox.put_nowait(_JobAnswered(request.job_id, output))
 
+    def carriers(self, spawn: Spawn) -> dict[type, Callable[[Any], None]]:
+        """The coordinator's commands that ask the application: each runs as a task of the session."""
+        return {
+            DispatchJob: lambda c: spawn(c.request.job_id, self.run_job(c.request)),
+            cmd.ApproveRollover: lambda c: spawn(
+                f"approve-{c.rollover_id}", self.ask_approval(c.rollover_id)
+            ),
+            cmd.AuthorizeConnection: lambda c: spawn(
+                f"authorize-{c.connection_id}", self.ask_authorization(c.connection_id)
+            ),
+        }
+
+
+class ProviderLinks:
+    """The session's provider connections by transport token: opening a further one (HR5, RO8), closing one,
+    and carrying the coordinator's provider commands to the connection each names. A connection that is gone
+    takes no command: its commands are dropped here."""
+
+    def __init__(
+        self,
+        first: Provider,
+        *,
+        call_id: str,
+        inbox: asyncio.Queue[object],
+        hooks: ApplicationHooks,
+        spawn: Spawn,
+        cancel: Callable[[str], None],
+        floor: Callable[[], int],
+        reconnect: Callable[[int, SessionSettings], Provider] | None,
+        settings: SessionSettings,
+    ) -> None:
+        self.first = first
+        self.providers: dict[int, Provider] = {first.token: first}  # by transport token
+        self._call_id, self._inbox, self._hooks = call_id, inbox, hooks
+        self._spawn, self._cancel, self._floor = spawn, cancel, floor
+        self._reconnect, self._settings = reconnect, settings
+
+    @property
+    def floor(self) -> Provider:
+        """The connection holding the floor (the first one until the session has started)."""
+        return self.providers.get(self._floor(), self.first)
+
+    def carriers(self) -> dict[type, Callable[[Any], None]]:
+        return {
+            cmd.SendAudio: lambda c: self._on(c.token, lambda p: p.send_audio(c.pcm16_8k)),
+            cmd.Truncate: lambda c: self.floor.truncate(c.item_id, c.audio_end_ms),
+            cmd.OpenReplacement: self.open,
+            cmd.OpenRollover: self.open,
+            cmd.CloseTransport: self.close,
+            cmd.CommitInput: lambda c: self._on(c.token, lambda p: p.commit_input()),
+            cmd.RequestClose: lambda c: self._on(c.token, lambda p: p.request_close()),
+            DeliverResult: lambda c: self._on(
+                c.token, lambda p: p.send_tool_result(c.call_id, c.name, c.output)
+            ),
+            SendContext: lambda c: self._on(c.token, lambda p: p.send_text(c.text, speak=c.speak)),
+        }
+
+    def _on(self, token: int, act: Callable[[Provider], None]) -> None:
+        if (provider := self.providers.get(token)) is not None:
+            act(provider)
+
+    def open(self, command: cmd.OpenReplacement | cmd.OpenRollover) -> None:
+        """HR5/RO8: a passive further connection with a fresh handshake, seeded as the core says (HR7); it
+        carries no caller audio until the core makes it a target."""
+        rollover, token = isinstance(command, cmd.OpenRollover), command.token
+        if self._reconnect is None:
+            self._inbox.put_nowait(_ConnectFailed(token, "no way to open another connection", rollover))
+            return
+        self.close(cmd.CloseTransport(command.connection_id))  # (a reseeded retry replaces its first attempt)
+        settings = seeded_settings(
+            self._settings, command.snapshot, notice=not rollover, resume_handle=command.resume_handle
+        )
+        provider = self._reconnect(token, settings)
+        self.providers[token] = provider
+        self._spawn(f"provider-{token}", self._connect(provider, rollover))
+
+    async def _connect(self, provider: Provider, rollover: bool) -> None:
+        """Open a further connection (a recovery replacement, or a rollover's next one, which was authorised
+        before it was asked for) and feed its events to the inbox; a failure is reported."""
+        token = provider.token
+        try:
+            if not rollover and not await self._hooks.authorized(f"conn-{token}"):
+                raise ProviderUnavailable(f"connection {self._call_id}/conn-{token} not authorised")
+            started = await provider.connect()
+        except ResumptionRejected as exc:
+            self._inbox.put_nowait(_ConnectFailed(token, str(exc), rollover, resumption=True))
+            return
+        except ProviderUnavailable as exc:
+            self._inbox.put_nowait(_ConnectFailed(token, str(exc), rollover))
+            return
+        self._inbox.put_nowait(started)
+        await _pump(provider.events(), self._inbox)
+
+    def close(self, command: cmd.CloseTransport) -> None:
+        token = command.token
+        self._cancel(f"provider-{token}")
+        if (provider := self.providers.pop(token, None)) is not None:
+            self._spawn(f"close-{token}-{id(provider)}", provider.close(timeout=1.0))
+
+    async def close_all(self) -> None:
+        await asyncio.gather(*(p.close(timeout=1.0) for p in self.providers.values()), return_exceptions=True)
+
 
 class CallSession:
     """Runs one call to completion. `run()` returns when the call leg has ended."""
@@ -194,11 +314,10 @@ class CallSession:
         authorize: AuthorizeHook | None = None,
         telephony_options: TelephonyOptions | None = None,
         dtmf_handler: DtmfHandler | None = None,
+        notice_sink: Callable[[str, object], None] | None = None,
     ) -> None:
         self.leg = leg
         self._first = provider
-        self.providers: dict[int, Provider] = {provider.token: provider}  # by transport token
-        self._reconnect = reconnect
         self._settings = settings or SessionSettings()
         options = options or CoordinatorOptions()
         self._options = replace(
@@ -207,6 +326,7 @@ class CallSession:
             closing_message=failure_message if failure_message is not None else failure_tone(),
         )
         self._dtmf_handler = dtmf_handler
+        self._notice_sink = notice_sink  # e.g. the console feed (bridge/console.py ConsoleFeed.notice)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._clock = clock
         self.started_ns = clock()
@@ -218,27 +338,23 @@ class CallSession:
         self._ended: CallEnded | None = None
         self._end_reason = ""
         self._ended_by = ""
+        self.links = ProviderLinks(
+            provider,
+            call_id=leg.identity.call_id,
+            inbox=self._inbox,
+            hooks=self._hooks,
+            spawn=self._spawn,
+            cancel=self._cancel,
+            floor=lambda: self.coordinator.token if self.coordinator is not None else provider.token,
+            reconnect=reconnect,
+            settings=self._settings,
+        )
+        self.providers = self.links.providers  # by transport token
         self._carriers: dict[type, Callable[[Any], None]] = {
-            cmd.SendAudio: self._send_audio,
-            cmd.Truncate: lambda c: self.provider.truncate(c.item_id, c.audio_end_ms),
-            cmd.OpenReplacement: self._open,
-            cmd.OpenRollover: self._open,
-            cmd.CloseTransport: self._close,
-            cmd.CommitInput: lambda c: self._on(c.token, lambda p: p.commit_input()),
-            cmd.RequestClose: lambda c: self._on(c.token, lambda p: p.request_close()),
+            **self.links.carriers(),
+            **self._hooks.carriers(self._spawn),
             cmd.EndSession: self._session_ended,
             cmd.HangUp: lambda c: self._hangup("provider", c.reason),
-            DispatchJob: lambda c: self._spawn(c.request.job_id, self._hooks.run_job(c.request)),
-            DeliverResult: lambda c: self._on(
-                c.token, lambda p: p.send_tool_result(c.call_id, c.name, c.output)
-            ),
-            SendContext: lambda c: self._on(c.token, lambda p: p.send_text(c.text, speak=c.speak)),
-            cmd.ApproveRollover: lambda c: self._spawn(
-                f"approve-{c.rollover_id}", self._hooks.ask_approval(c.rollover_id)
-            ),
-            cmd.AuthorizeConnection: lambda c: self._spawn(
-                f"authorize-{c.connection_id}", self._hooks.ask_authorization(c.connection_id)
-            ),
             cmd.TransferCall: self._transfer,
             cmd.SendDtmf: self._send_dtmf,
         }
@@ -250,8 +366,7 @@ class CallSession:
     @property
     def provider(self) -> Provider:
         """The connection holding the floor (the first one until the session has started)."""
-        floor = self.coordinator.token if self.coordinator is not None else self._first.token
-        return self.providers.get(floor, self._first)
+        return self.links.floor
 
     def status(self) -> dict[str, Any]:
         """`status()` of the session (SE7): identity, state and the coordinator's view."""
@@ -305,16 +420,7 @@ class CallSession:
             self.leg.answer()
             await self._bridge(self.coordinator)
         summary = self._summary()
-        log.info(
-            "call %s ended after %.2f s by %s (%s): frames in %d, out %d, provider usage %s",
-            summary.call_id,
-            summary.duration_s,
-            summary.ended_by,
-            summary.reason,
-            summary.frames_in,
-            summary.frames_out,
-            "unknown" if summary.usage_seconds is None else f"{summary.usage_seconds:g} s",
-        )
+        log.info("%s", summary)
         return summary
 
     async def _bridge(self, core: SessionCoordinator) -> None:
@@ -340,12 +446,14 @@ class CallSession:
             for task in self._tasks.values():
                 task.cancel()
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
-            await asyncio.gather(
-                *(p.close(timeout=1.0) for p in self.providers.values()), return_exceptions=True
-            )
+            await self.links.close_all()
 
-    def _spawn(self, name: str, coro: Any) -> None:
+    def _spawn(self, name: str, coro: Any) -> None:  # a coroutine (the DTMF handler's is an Awaitable)
         self._tasks[name] = asyncio.create_task(coro, name=f"{self.call_id}-{name}")
+
+    def _cancel(self, name: str) -> None:
+        if (task := self._tasks.pop(name, None)) is not None:
+            task.cancel()
 
     def _handle(self, item: object) -> None:
         """Feed one input to the coordinator."""
@@ -380,12 +488,7 @@ class CallSession:
                 "call %s media: %s", self.call_id, item.codec if isinstance(item, MediaStarted) else item
             )
         elif isinstance(item, _ConnectFailed):
-            if item.resumption:
-                core.resumption_rejected(item.token, now)
-            elif item.rollover:
-                core.rollover_failed(item.token, item.reason, now)
-            else:
-                core.replacement_failed(item.token, item.reason, now)
+            item.report(core, now)
         elif isinstance(item, _Approved):
             core.rollover_approved(item.rollover_id, item.approved, item.error, now)
         elif isinstance(item, _Authorized):
@@ -410,55 +513,8 @@ class CallSession:
             self._carriers[type(command)](command)
         for notice in core.notices():
             log_notice(self.call_id, notice)
-
-    def _on(self, token: int, act: Callable[[Provider], None]) -> None:
-        if (provider := self.providers.get(token)) is not None:
-            act(provider)
-
-    def _send_audio(self, command: cmd.SendAudio) -> None:
-        if (provider := self.providers.get(command.token)) is not None:
-            provider.send_audio(command.pcm16_8k)
-
-    def _open(self, command: cmd.OpenReplacement | cmd.OpenRollover) -> None:
-        """HR5/RO8: a passive further connection with a fresh handshake, seeded as the core says (HR7); it
-        carries no caller audio until the core makes it a target."""
-        rollover, token = isinstance(command, cmd.OpenRollover), command.token
-        if self._reconnect is None:
-            self._inbox.put_nowait(_ConnectFailed(token, "no way to open another connection", rollover))
-            return
-        self._close(
-            cmd.CloseTransport(command.connection_id)
-        )  # (a reseeded retry replaces its first attempt)
-        settings = seeded_settings(
-            self._settings, command.snapshot, notice=not rollover, resume_handle=command.resume_handle
-        )
-        provider = self._reconnect(token, settings)
-        self.providers[token] = provider
-        self._spawn(f"provider-{token}", self._connect(provider, rollover))
-
-    async def _connect(self, provider: Provider, rollover: bool) -> None:
-        """Open a further connection (a recovery replacement, or a rollover's next one, which was authorised
-        before it was asked for) and feed its events to the inbox; a failure is reported."""
-        token = provider.token
-        try:
-            if not rollover and not await self._hooks.authorized(f"conn-{token}"):
-                raise ProviderUnavailable(f"connection {self.call_id}/conn-{token} not authorised")
-            started = await provider.connect()
-        except ResumptionRejected as exc:
-            self._inbox.put_nowait(_ConnectFailed(token, str(exc), rollover, resumption=True))
-            return
-        except ProviderUnavailable as exc:
-            self._inbox.put_nowait(_ConnectFailed(token, str(exc), rollover))
-            return
-        self._inbox.put_nowait(started)
-        await _pump(provider.events(), self._inbox)
-
-    def _close(self, command: cmd.CloseTransport) -> None:
-        token = command.token
-        if (task := self._tasks.pop(f"provider-{token}", None)) is not None:
-            task.cancel()
-        if (provider := self.providers.pop(token, None)) is not None:
-            self._spawn(f"close-{token}-{id(provider)}", provider.close(timeout=1.0))
+            if self._notice_sink is not None:
+                self._notice_sink(self.call_id, notice)
 
     def _session_ended(self, command: cmd.EndSession) -> None:
         if self._ended is None and (command.failed or command.goodbye):

@@ -23,16 +23,16 @@ import json
 from dataclasses import dataclass, field
 
 from bridge.commands import EndSession, HangUp, Outbox, RequestClose, SendDtmf, TransferCall
-from bridge.delegations import Delegations, JobRequest
+from bridge.delegations import Delegations, DispatchJob, JobRequest
 from bridge.reservoir import TICK_NS, OutputPath
 from providers.base import ToolSpec
+from sip.telephony import DTMF_DIGITS, MAX_DTMF_DIGITS
 
 _NS_PER_MS = 1_000_000
 
 END_CALL = "end_call"
 TRANSFER_CALL = "transfer_call"
 SEND_DTMF = "send_dtmf"
-DTMF_DIGITS = frozenset("0123456789*#ABCD")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +134,15 @@ class TelephonyTools:
     def handles(self, request: JobRequest) -> bool:
         return request.name in self.options.names
 
+    def route(self, token: int, at_ms: int, now: int) -> None:
+        """The job ledger's commands: telephony jobs are carried out here (DL6), the rest go to the shell."""
+        while commands := self._delegations.commands():
+            for command in commands:
+                if isinstance(command, DispatchJob) and self.handles(command.request):
+                    self.requested(command.request, token, at_ms, now)
+                else:
+                    self._out.commands.append(command)
+
     def requested(self, request: JobRequest, token: int, at_ms: int, now: int) -> None:
         """Carry a telephony job out, on the leg; its answer goes to the model now or when the leg reports."""
         answer = self._decide(request, now)
@@ -153,7 +162,7 @@ class TelephonyTools:
             self._out.commands.append(TransferCall(target[1]))
             return None  # answered when the transferee's final status arrives
         digits = argument(request.arguments, "digits") or ""
-        if not 0 < len(digits) <= 32 or set(digits) - DTMF_DIGITS:
+        if not 0 < len(digits) <= MAX_DTMF_DIGITS or set(digits) - DTMF_DIGITS:
             return result(sent="", error=f"not DTMF digits: {digits!r}")
         self._out.commands.append(SendDtmf(digits, request.job_id))
         return result(sent=digits)

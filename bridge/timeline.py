@@ -22,6 +22,10 @@ class Timeline:
         self.start_ns = start_ns
         self._origins: dict[int, int] = {}  # transport token -> session ms at which its clock reads 0
 
+    def instant(self, at_ms: int | None) -> int | None:
+        """A time on the session timeline as a monotonic instant (ns); None stays None."""
+        return None if at_ms is None else self.start_ns + at_ms * _NS_PER_MS
+
     def ms(self, now_ns: int) -> int:
         """Session time of a monotonic instant."""
         return (now_ns - self.start_ns) // _NS_PER_MS

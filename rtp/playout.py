@@ -27,12 +27,16 @@ from rtp.ledger import CarrierLedger
 
 @dataclass(frozen=True, slots=True)
 class OutboundFrame:
-    """20 ms of 8 kHz PCM16 for the caller, tagged for the barrier and the ledger."""
+    """20 ms of 8 kHz PCM16 for the caller, tagged for the barrier and the ledger.
+
+    `pcmu` is the same 20 ms as the provider sent it, when it sent G.711 µ-law (160 bytes): a PCMU call sends
+    those bytes as they are (µ-law → PCM16 → µ-law is not the identity: 0x7F comes back as 0xFF)."""
 
     pcm: bytes
     epoch: int
     item_id: str
     offset_ms: int
+    pcmu: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame, Playout
+from rtp.rtcp import QoS
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +171,20 @@ class CallLeg(Protocol):
 
         Raises ValueError, before anything is sent, unless `digits` is 1 to 32 of 0-9, *, #, A-D (a-d are
         taken as A-D). Nothing confirms delivery: there is no leg event for it."""
+        ...
+
+
+@runtime_checkable
+class QosSource(Protocol):
+    """An optional capability of a leg whose engine runs the RTP stream itself (the native engine): RTCP
+    figures and the stream's counters for `status()["qos"]`. Check it with `isinstance(leg, QosSource)`."""
+
+    def qos(self) -> QoS | None:
+        """Jitter, loss, RTT and packet counts (None before the media started)."""
+        ...
+
+    def media_counters(self) -> dict[str, int]:
+        """The stream's drop reasons and counts ({} before the media started)."""
         ...
 
 

@@ -89,10 +89,6 @@ def test_console_follows_a_sip_call_through_a_recovery(start_fake, start_bridge,
     assert shot.stat().st_size > 10_000
     if keep := os.environ.get("PARLORA_ARTEFACTS"):
         shutil.copy(shot, keep)
-    if not captions:
-        # Captions reach the feed through the session's notice hook (bridge/console.py ConsoleFeed.notice),
-        # which CallSession does not call yet: the status snapshots carry no captions.
-        pytest.xfail("no captions: CallSession has no notice hook for the console feed yet")
     assert any(c.startswith("caller") for c in captions), captions  # the caller's words, as they arrived
     assert any(c.startswith("assistant") for c in captions), captions  # and the echo's
 

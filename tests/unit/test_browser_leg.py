@@ -214,3 +214,24 @@ async def test_a_peer_that_never_completes_ice_is_cleaned_up() -> None:
     finally:
         await client.close()
         await channel.close()
+
+
+def test_the_sessions_cushion_follows_the_browser_legs_adaptive_target() -> None:
+    """bridge.barrier.CushionedChannel: the output path reads `cushion_frames` at each top-up (120-200 ms)."""
+    from bridge.barrier import CushionedChannel
+    from bridge.reservoir import OutputPath
+    from providers.limits import AudioLimits
+    from rtp.audio import PCMU_8K
+
+    now = [0]
+    leg = BrowserLeg(identity(), clock=lambda: now[0])
+    assert isinstance(leg, CushionedChannel) and leg.cushion_frames == 6  # the 120 ms floor
+    out = OutputPath(AudioLimits(16_000, 3_000), PCMU_8K, leg, lead_frames=2, item_quiet_ms=300)
+    out.push(bytes(160 * 40), "reply-1", 0)  # 800 ms received
+    assert leg.depth == 6
+    for k in range(1, 40):  # deliveries 120 ms late, every other tick: the jitter estimate climbs
+        now[0] = k * TICK + (120 * MS if k % 2 else 0)
+        leg.cushion.delivered(now[0], 1)
+    assert leg.cushion.target_ms == 200 and leg.cushion_frames == 10
+    out.feed(now[0])
+    assert leg.depth == 10  # the session now keeps the ceiling queued

@@ -192,3 +192,32 @@ async def test_the_session_runs_on_virtual_time() -> None:
     waited_ns = virtual_time.loop_clock()() - loop_started
     assert summary.ended_by == "caller" and 2_000_000_000 <= waited_ns < 2_100_000_000
     assert time.monotonic() - started < 1.0  # two virtual seconds, no real ones
+
+
+async def test_every_notice_reaches_the_notice_sink_beside_the_log() -> None:
+    """The console's hook (bridge/console.py `ConsoleFeed.notice`): each notice the session logs, at once."""
+    from bridge.commands import Transcript
+    from bridge.console import ConsoleFeed
+    from providers.events import InputTranscript
+
+    leg, provider, feed = FakeLeg(), FakeProvider(), ConsoleFeed()
+    sub = feed.subscribe()
+    got: list[tuple[str, object]] = []
+
+    def sink(call_id: str, notice: object) -> None:
+        got.append((call_id, notice))
+        feed.notice(call_id, notice)
+
+    task = asyncio.create_task(session(leg, provider, notice_sink=sink).run())
+    provider.queue.put_nowait(InputTranscript(1, "opening hours please", "item-1", 100, 900, final=True))
+    provider.queue.put_nowait(ProviderError(1, "invalid_event", "unparseable", fatal=False))
+    provider.queue.put_nowait(SessionClosed(1, "expired", True, 1.0))
+    await asyncio.wait_for(task, 5)
+    assert {call_id for call_id, _ in got} == {"call-1"}
+    assert any(isinstance(n, ProviderError) for _, n in got)
+    captions = [n for _, n in got if isinstance(n, Transcript)]
+    assert [(c.role, c.text) for c in captions] == [("caller", "opening hours please")]
+    events = []
+    while (taken := sub.take()) is not None:
+        events.append(taken[0])
+    assert [e.data["text"] for e in events if e.kind == "caption"] == ["opening hours please"]

@@ -1,0 +1,47 @@
+"""What `status()` and `GET /calls/{id}` show of one session core (SE7, HR13, DESIGN §9).
+
+The assembly of the view, apart from the rules: each part reports its own figures; this module only puts
+them together, and adds the call leg's RTP figures when the leg runs the stream itself (`sip.leg.QosSource`,
+the native engine).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sip.leg import QosSource
+
+if TYPE_CHECKING:
+    from bridge.coordinator import SessionCoordinator
+
+
+def leg_qos(channel: object) -> dict[str, object]:
+    """The leg's jitter, loss, RTT and packets in/out, when the leg provides them (else nothing)."""
+    if not isinstance(channel, QosSource):
+        return {}
+    qos = channel.qos()
+    return {"rtp": None if qos is None else qos.as_dict(), "media": channel.media_counters()}
+
+
+def session_status(core: SessionCoordinator, now: int) -> dict[str, Any]:
+    """The session's state (`connecting`/`ready`/`closing`/`closed`/`failed`) and every part's figures."""
+    return {
+        "state": "closed" if core.ending.leg_ended else core.state,
+        "session_ms": core.timeline.ms(now),
+        "transport_token": core.token,
+        "output_recovery": core.recovery.state.status(),
+        "rollover": core.rollover.status(),
+        **core.output.status(now),
+        "playback": core.barge.status(),
+        "qos": {
+            "frames_in": core.frames_in,
+            "underruns": core.output.underruns,
+            "suppressed_bytes": core.barge.suppressed_bytes,
+            "stale_events": core.connections.stale_events,
+            "listener_audio_bytes": core.rollover.listener_audio_bytes,
+            **leg_qos(core.output.channel),
+        },
+        "recoveries": core.recovery.status(),
+        "delegations": core.delegations.status(),
+        "usage": core.usage.status(),
+    }
