@@ -202,40 +202,14 @@ class Server:
         self.calls_changed = asyncio.Event()  # issue 15: a call ended (the drain waits on it)
         self._browser: BrowserChannel | None = None  # imported (aiortc) only when the HTTP listener is on
         self._console_poll: asyncio.Task[None] | None = None
-        embedded = config.provider == "echo"
-        kind = KINDS["openai-live" if embedded else config.provider]
-        self._embedded = embedded and config.provider_url is None
-        key = ECHO_LOCAL_KEY if embedded else config.key
-        if key is None:
-            raise ValueError(f"provider {kind.name} needs an API key")
-        client_turns = config.turn_detection == "client"
-        if client_turns and not kind.client_commits():
-            raise ValueError(f"provider {kind.name} cannot switch turn detection off (turn detection 'client' "
-                             "needs openai-realtime or xai)")
-        self._choice = ProviderChoice(kind, key, config.provider_url, SessionSettings(), config.limits,
-                                      config.provider_options)
-        rollover = config.rollover
-        self._rollover: RolloverOptions | None = (
-            RolloverOptions.for_cap(kind.session_cap_ms) if isinstance(rollover, str) else rollover)  # "default"
-        if isinstance(self._rollover, RolloverOptions) and self._rollover.client_commits != client_turns:
-            self._rollover = replace(self._rollover, client_commits=client_turns)  # RO5 follows the turn mode
+        self._embedded = config.provider == "echo" and config.provider_url is None
+        self._choice, self._rollover = _provider_plan(config)
 
     async def start(self) -> None:
         """Start the provider fake (echo), the status endpoint and the SIP engine; EngineError (e.g.
         EngineUnavailable naming the extra to install) if the engine cannot be built or start."""
-        sip_host, sip_port = self.config.sip
-        engine_config = EngineConfig(host=sip_host, port=sip_port, rtp_port=self.config.rtp_port,
-                                     max_calls=self.config.max_calls, allow=self.config.allow,
-                                     drop_unknown=self.config.drop_unknown, inbound_auth=self.config.inbound_auth,
-                                     invite_rate_per_s=self.config.invite_rate_per_s,
-                                     register=self.config.register, auth_user=self.config.auth_user,
-                                     register_password=self.config.register_password,
-                                     external_address=self.config.external_address, nat=self.config.nat,
-                                     tls=self.config.tls, cert=self.config.cert, tls_key=self.config.tls_key,
-                                     tls_ca=self.config.tls_ca, srtp=self.config.srtp,
-                                     max_call_duration_s=self.config.max_call_duration_s,
-                                     rtp_timeout_s=self.config.rtp_timeout_s)
-        bind = check_listen(engine_config, allow_any=self.config.allow_any)  # issue 14: no open trunk by mistake
+        engine_config = _engine_config(self.config)
+        bind = check_listen(engine_config, allow_any=self.config.allow_any)  # no open trunk by mistake
         if not bind.ok:
             raise EngineStartError(bind.error or "no inbound policy")
         if bind.warning:
@@ -244,36 +218,18 @@ class Server:
         if self._embedded:
             from providers.fakes import openai_live as live_fake
 
-            logging.getLogger("providers.fakes").setLevel(logging.WARNING)  # one connection per call: no chatter
+            # One connection per call: no chatter.
+            logging.getLogger("providers.fakes").setLevel(logging.WARNING)
             # Calls may last hours: the embedded fake keeps no per-frame record in memory.
-            self._fake = await live_fake.serve("127.0.0.1", 0,
-                                               options=live_fake.LiveFakeOptions(record_client_frames=False))
+            self._fake = await live_fake.serve(
+                "127.0.0.1", 0, options=live_fake.LiveFakeOptions(record_client_frames=False)
+            )
             self._choice = replace(self._choice, url=self._fake.url)
             log.info("provider: echo (embedded GPT-Live fake at %s)", self._fake.url)
         else:
             log.info("provider: %s at %s", self._choice.kind.name, self._choice.url or "the default endpoint")
         if self.config.http is not None:
-            source = self._status_source
-            talk = None
-            if self.config.browser_channel:
-                try:
-                    from bridge.browser import BrowserChannel, BrowserLeg
-                except ImportError as exc:  # aiortc is a dependency; a partial install still serves the console
-                    log.warning("browser channel off (POST /talk answers 404): %s", exc)
-                else:
-                    def on_browser_call(leg: BrowserLeg) -> None:
-                        self._on_call(leg, lead_frames=leg.lead_frames)
-
-                    self._browser = BrowserChannel(on_browser_call)
-                    talk = self._talk
-            hooks = ConsoleHooks(self.console, self._hangup, talk)
-            self._status = await StatusServer(source, console=hooks, token=self.config.http_token,
-                                              sip=self._sip_status, dial=self._dial_from_http,
-                                              extra=self.observer.http_extra(self._ready)).start(
-                *self.config.http)
-            self._console_poll = asyncio.create_task(poll_status(self.console, source), name="console-poll")
-            log.info("status on http://%s:%d/calls, console on http://%s:%d/", self.config.http[0],
-                     self._status.port, self.config.http[0], self._status.port)
+            await self._start_http(self.config.http)
         self._agent = engine
         try:
             await engine.start()
@@ -281,6 +237,37 @@ class Server:
             self._agent = None
             await self._close_helpers()
             raise
+
+    async def _start_http(self, address: tuple[str, int]) -> None:
+        """The HTTP listener: status, console and its event feed, metrics and probes, the browser channel."""
+        source = self._status_source
+        talk = None
+        if self.config.browser_channel:
+            try:  # aiortc is a dependency; a partial install still serves the console
+                from bridge.browser import BrowserChannel, BrowserLeg
+            except ImportError as exc:
+                log.warning("browser channel off (POST /talk answers 404): %s", exc)
+            else:
+
+                def on_browser_call(leg: BrowserLeg) -> None:
+                    self._on_call(leg, lead_frames=leg.lead_frames)
+
+                self._browser = BrowserChannel(on_browser_call)
+                talk = self._talk
+        hooks = ConsoleHooks(self.console, self._hangup, talk)
+        extra = self.observer.http_extra(self._ready)
+        status = StatusServer(
+            source,
+            console=hooks,
+            token=self.config.http_token,
+            sip=self._sip_status,
+            dial=self._dial_from_http,
+            extra=extra,
+        )
+        self._status = await status.start(*address)
+        self._console_poll = asyncio.create_task(poll_status(self.console, source), name="console-poll")
+        url = f"http://{address[0]}:{self._status.port}"
+        log.info("status on %s/calls, console on %s/", url, url)
 
     async def stop(self) -> bool:
         """Hang up every call, stop the SIP engine; True when it stopped cleanly."""
@@ -304,7 +291,9 @@ class Server:
         try:
             await self.start()
         except EngineError as exc:
-            log.error("cannot start the SIP engine %s on %s:%d: %s", self.config.engine, *self.config.sip, exc)
+            log.error(
+                "cannot start the SIP engine %s on %s:%d: %s", self.config.engine, *self.config.sip, exc
+            )
             return 2
         await signals.requested.wait()
         why = await drain(self, signals, self.config.drain_timeout_s, self.calls_changed)
@@ -328,8 +317,11 @@ class Server:
 
         def tagged(session: CallSession) -> Any:
             browser = session.leg.identity.header("X-Channel") == "browser"
-            return lambda: {**session.status(), "channel": "browser" if browser else "sip",
-                            "engine": "webrtc" if browser else engine}
+            return lambda: {
+                **session.status(),
+                "channel": "browser" if browser else "sip",
+                "engine": "webrtc" if browser else engine,
+            }
 
         return {cid: tagged(s) for cid, s in self._sessions.items()}
 
@@ -410,8 +402,9 @@ class Server:
 
     def _on_call(self, leg: CallLeg, *, lead_frames: int | None = None) -> None:
         """Run one call (a SIP engine's leg, or a browser's with its larger cushion in `lead_frames`)."""
-        task: asyncio.Task[object] = asyncio.create_task(self._run_call(leg, lead_frames),
-                                                         name=leg.identity.call_id)
+        task: asyncio.Task[object] = asyncio.create_task(
+            self._run_call(leg, lead_frames), name=leg.identity.call_id
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -435,9 +428,13 @@ class Server:
             self.observer.call_refused(None, 500)  # issue 15
             return
         telephony = self.config.telephony
-        settings = SessionSettings(instructions=setup.instructions or self.config.instructions, voice=setup.voice,
-                                   tools=setup.tools + tool_specs(telephony), history=setup.history,
-                                   turn_detection=self.config.turn_detection)
+        settings = SessionSettings(
+            instructions=setup.instructions or self.config.instructions,
+            voice=setup.voice,
+            tools=setup.tools + tool_specs(telephony),
+            history=setup.history,
+            turn_detection=self.config.turn_detection,
+        )
         choice = replace(self._choice, settings=settings)
 
         def reconnect(token: int, seeded: SessionSettings) -> Provider:
@@ -445,13 +442,18 @@ class Server:
 
         holder: list[LiveCall] = []
         session = CallSession(
-            leg, choice.connect(token=1), reconnect=reconnect, settings=settings,
+            leg,
+            choice.connect(token=1),
+            reconnect=reconnect,
+            settings=settings,
             failure_message=self.config.failure_message,
-            options=CoordinatorOptions(rollover=self._rollover) if lead_frames is None else
-            CoordinatorOptions(rollover=self._rollover, lead_frames=lead_frames),
+            options=CoordinatorOptions(rollover=self._rollover)
+            if lead_frames is None
+            else CoordinatorOptions(rollover=self._rollover, lead_frames=lead_frames),
             job_handler=lambda job: app.job(holder[0], job),
             approve=lambda rollover_id: app.approve_rollover(holder[0], rollover_id),
-            authorize=app.authorize, telephony_options=telephony,
+            authorize=app.authorize,
+            telephony_options=telephony,
             dtmf_handler=lambda digit: app.dtmf(holder[0], digit),
             notice_sink=self.observer.tee(self.console.notice),
         )
@@ -475,3 +477,55 @@ class Server:
             self.observer.call_ended(setup.route, summary, leg)
             self.calls_changed.set()
 
+
+def _engine_config(config: ServerConfig) -> EngineConfig:
+    """What the SIP engine is told of the server's configuration."""
+    host, port = config.sip
+    return EngineConfig(
+        host=host,
+        port=port,
+        rtp_port=config.rtp_port,
+        max_calls=config.max_calls,
+        allow=config.allow,
+        drop_unknown=config.drop_unknown,
+        inbound_auth=config.inbound_auth,
+        invite_rate_per_s=config.invite_rate_per_s,
+        register=config.register,
+        auth_user=config.auth_user,
+        register_password=config.register_password,
+        external_address=config.external_address,
+        nat=config.nat,
+        tls=config.tls,
+        cert=config.cert,
+        tls_key=config.tls_key,
+        tls_ca=config.tls_ca,
+        srtp=config.srtp,
+        max_call_duration_s=config.max_call_duration_s,
+        rtp_timeout_s=config.rtp_timeout_s,
+    )
+
+
+def _provider_plan(config: ServerConfig) -> tuple[ProviderChoice, RolloverOptions | None]:
+    """The provider every call connects to and the rollover options scaled from its cap; ValueError for a key
+    that is missing or a turn mode the provider cannot do."""
+    embedded = config.provider == "echo"
+    kind = KINDS["openai-live" if embedded else config.provider]
+    key = ECHO_LOCAL_KEY if embedded else config.key
+    if key is None:
+        raise ValueError(f"provider {kind.name} needs an API key")
+    client_turns = config.turn_detection == "client"
+    if client_turns and not kind.client_commits():
+        raise ValueError(
+            f"provider {kind.name} cannot switch turn detection off (turn detection 'client' "
+            "needs openai-realtime or xai)"
+        )
+    choice = ProviderChoice(
+        kind, key, config.provider_url, SessionSettings(), config.limits, config.provider_options
+    )
+    rollover = config.rollover
+    options = (
+        RolloverOptions.for_cap(kind.session_cap_ms) if isinstance(rollover, str) else rollover
+    )  # "default"
+    if options is not None and options.client_commits != client_turns:
+        options = replace(options, client_commits=client_turns)  # RO5 follows the turn mode
+    return choice, options

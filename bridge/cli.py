@@ -77,15 +77,23 @@ def main() -> None:
 _PROVIDERS = ["echo", *KINDS]
 _FAKES = {  # protocol: (module, options class module, options class)
     "openai-live": ("providers.fakes.openai_live", "providers.fakes.openai_live", "LiveFakeOptions"),
-    "openai-realtime": ("providers.fakes.openai_realtime", "providers.fakes.realtime_family", "RealtimeFakeOptions"),
+    "openai-realtime": (
+        "providers.fakes.openai_realtime",
+        "providers.fakes.realtime_family",
+        "RealtimeFakeOptions",
+    ),
     "gemini-live": ("providers.fakes.gemini_live", "providers.fakes.gemini_live", "GeminiFakeOptions"),
     "xai": ("providers.fakes.xai", "providers.fakes.realtime_family", "RealtimeFakeOptions"),
 }
 
 
 @main.command()
-@click.option("--sip", "sip_addr", default="127.0.0.1:5060", show_default=True, help="UDP address to answer SIP on.")
-@click.option("--rtp-port", default=4000, show_default=True, help="First local RTP port (each call takes a pair).")
+@click.option(
+    "--sip", "sip_addr", default="127.0.0.1:5060", show_default=True, help="UDP address to answer SIP on."
+)
+@click.option(
+    "--rtp-port", default=4000, show_default=True, help="First local RTP port (each call takes a pair)."
+)
 @click.option(
     "--provider",
     type=click.Choice(_PROVIDERS),
@@ -94,105 +102,278 @@ _FAKES = {  # protocol: (module, options class module, options class)
     "that speaks each caller utterance back).",
 )
 @click.option("--provider-url", default=None, help="WebSocket URL of the provider (e.g. a fake-provider).")
-@click.option("--provider-ca", default=None, help="CA certificate(s) to trust for a wss:// provider URL (e.g. the "
-              "Gemini fake's self-signed certificate).")
+@click.option(
+    "--provider-ca",
+    default=None,
+    help="CA certificate(s) to trust for a wss:// provider URL (e.g. the "
+    "Gemini fake's self-signed certificate).",
+)
 @click.option("--instructions", default=None, help="Instructions for the model.")
-@click.option("--engine", type=click.Choice(list(ENGINES)), default=DEFAULT_ENGINE, show_default=True,
-              help="SIP engine. " + "; ".join(f"{name}: {spec.limits}" + (f" (needs parlora-bridge[{spec.extra}])"
-                                                                            if spec.extra else "")
-                                              for name, spec in ENGINES.items()) + ".")
-@click.option("--max-calls", type=click.IntRange(min=1), default=None,
-              help="Concurrent calls; beyond them an INVITE is refused. Default: the engine's own ("
-              + ", ".join(f"{name} {spec.default_max_calls}" for name, spec in ENGINES.items()) + ").")
-@click.option("--http", "http_addr", default=None, help="HOST:PORT for the JSON status endpoint (GET /calls), "
-              "the console at / and the browser channel (POST /talk).")
-@click.option("--http-token-env", default=None, metavar="NAME", help="Environment variable holding the bearer "
-              "token the HTTP listener requires (needed when --http is not on loopback).")
-@click.option("--reservoir-bytes", type=int, default=None, help="Reservoir capacity in bytes of the provider's "
-              "output format (default: the provider's own).")
-@click.option("--residence-ms", type=int, default=None, help="Reservoir residence deadline (default: the provider's).")
-@click.option("--failure-message", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="WAV (8 kHz mono 16-bit) the caller hears when a session fails, before the BYE "
-              "(default: three short beeps).")
+@click.option(
+    "--engine",
+    type=click.Choice(list(ENGINES)),
+    default=DEFAULT_ENGINE,
+    show_default=True,
+    help="SIP engine. "
+    + "; ".join(
+        f"{name}: {spec.limits}" + (f" (needs parlora-bridge[{spec.extra}])" if spec.extra else "")
+        for name, spec in ENGINES.items()
+    )
+    + ".",
+)
+@click.option(
+    "--max-calls",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Concurrent calls; beyond them an INVITE is refused. Default: the engine's own ("
+    + ", ".join(f"{name} {spec.default_max_calls}" for name, spec in ENGINES.items())
+    + ").",
+)
+@click.option(
+    "--http",
+    "http_addr",
+    default=None,
+    help="HOST:PORT for the JSON status endpoint (GET /calls), "
+    "the console at / and the browser channel (POST /talk).",
+)
+@click.option(
+    "--http-token-env",
+    default=None,
+    metavar="NAME",
+    help="Environment variable holding the bearer "
+    "token the HTTP listener requires (needed when --http is not on loopback).",
+)
+@click.option(
+    "--reservoir-bytes",
+    type=int,
+    default=None,
+    help="Reservoir capacity in bytes of the provider's output format (default: the provider's own).",
+)
+@click.option(
+    "--residence-ms", type=int, default=None, help="Reservoir residence deadline (default: the provider's)."
+)
+@click.option(
+    "--failure-message",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="WAV (8 kHz mono 16-bit) the caller hears when a session fails, before the BYE "
+    "(default: three short beeps).",
+)
 # --- DL4: the application's HTTP webhook (bridge/webhook.py has the contract) ---
-@click.option("--webhook", "webhook_url", default=None, metavar="URL",
-              help="POST each tool call / delegation to this http(s) URL and give its answer to the model. "
-              f"Requests are signed with the shared secret in the environment variable {SECRET_ENV} (required).")
-@click.option("--webhook-timeout", type=float, default=10.0, show_default=True, metavar="SECONDS",
-              help="The application's time to answer one webhook request (connection attempts included).")
-@click.option("--webhook-ca", type=click.Path(exists=True, dir_okay=False), default=None, metavar="FILE",
-              help="CA certificate(s) to trust for an https:// --webhook URL (default: the system's).")
+@click.option(
+    "--webhook",
+    "webhook_url",
+    default=None,
+    metavar="URL",
+    help="POST each tool call / delegation to this http(s) URL and give its answer to the model. "
+    f"Requests are signed with the shared secret in the environment variable {SECRET_ENV} (required).",
+)
+@click.option(
+    "--webhook-timeout",
+    type=float,
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="The application's time to answer one webhook request (connection attempts included).",
+)
+@click.option(
+    "--webhook-ca",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    metavar="FILE",
+    help="CA certificate(s) to trust for an https:// --webhook URL (default: the system's).",
+)
 # --- end DL4 ---
-@click.option("--session-cap-ms", type=int, default=None, metavar="MS",
-              help="How long the provider lets one connection last (default: the provider's: OpenAI 60 min, xAI "
-              "30 min, Gemini 10 min). The rollover ages are 55/60, 58/60 and 59.5/60 of it unless given below.")
-@click.option("--rollover-after-ms", type=int, default=None, metavar="MS",
-              help="Connection age after which the caller's first end of speech opens the next connection.")
-@click.option("--rollover-deadline-ms", type=int, default=None, metavar="MS",
-              help="Connection age at which the next connection opens whatever is being said.")
-@click.option("--rollover-hard-stop-ms", type=int, default=None, metavar="MS",
-              help="Connection age by which the next connection must have opened, or the call ends with a goodbye.")
-@click.option("--rollover-overlap-ms", type=int, default=None, metavar="MS",
-              help="Least time both connections hear the caller (default 3000).")
+@click.option(
+    "--session-cap-ms",
+    type=int,
+    default=None,
+    metavar="MS",
+    help="How long the provider lets one connection last (default: the provider's: OpenAI 60 min, xAI "
+    "30 min, Gemini 10 min). The rollover ages are 55/60, 58/60 and 59.5/60 of it unless given below.",
+)
+@click.option(
+    "--rollover-after-ms",
+    type=int,
+    default=None,
+    metavar="MS",
+    help="Connection age after which the caller's first end of speech opens the next connection.",
+)
+@click.option(
+    "--rollover-deadline-ms",
+    type=int,
+    default=None,
+    metavar="MS",
+    help="Connection age at which the next connection opens whatever is being said.",
+)
+@click.option(
+    "--rollover-hard-stop-ms",
+    type=int,
+    default=None,
+    metavar="MS",
+    help="Connection age by which the next connection must have opened, or the call ends with a goodbye.",
+)
+@click.option(
+    "--rollover-overlap-ms",
+    type=int,
+    default=None,
+    metavar="MS",
+    help="Least time both connections hear the caller (default 3000).",
+)
 @click.option("--no-rollover", is_flag=True, help="Never open a next connection: the call ends at the cap.")
-@click.option("--turn-detection", type=click.Choice(["server", "client"]), default="server", show_default=True,
-              help="Who ends the caller's turns: the provider's own detection (server), or the bridge, which "
-              "switches the provider's off and commits each turn itself (client; openai-realtime and xai only).")
+@click.option(
+    "--turn-detection",
+    type=click.Choice(["server", "client"]),
+    default="server",
+    show_default=True,
+    help="Who ends the caller's turns: the provider's own detection (server), or the bridge, which "
+    "switches the provider's off and commits each turn itself (client; openai-realtime and xai only).",
+)
 @click.option("--end-call-tool", is_flag=True, help="Offer the model `end_call` (a goodbye, then BYE).")
-@click.option("--transfer-target", "transfer_targets", multiple=True, metavar="NAME=sip:URI",
-              help="Offer the model `transfer_call` to this destination (SIP REFER; repeatable).")
+@click.option(
+    "--transfer-target",
+    "transfer_targets",
+    multiple=True,
+    metavar="NAME=sip:URI",
+    help="Offer the model `transfer_call` to this destination (SIP REFER; repeatable).",
+)
 @click.option("--send-dtmf-tool", is_flag=True, help="Offer the model `send_dtmf` (RFC 4733 digits).")
 @click.option("--dtmf-to-model", is_flag=True, help="Tell the model which keys the caller presses.")
 # --- issue 13: the provider path's cost ---
-@click.option("--provider-append-ms", type=click.Choice([str(ms) for ms in APPEND_MS_CHOICES]), default="20",
-              show_default=True, help="Caller audio per append sent to the provider. 20 sends every caller "
-              "frame at once (lowest latency; the most CPU: at 300 calls the provider path is most of the "
-              "bridge's cost); 100 halves that cost but the provider hears the caller up to 80 ms later.")
+@click.option(
+    "--provider-append-ms",
+    type=click.Choice([str(ms) for ms in APPEND_MS_CHOICES]),
+    default="20",
+    show_default=True,
+    help="Caller audio per append sent to the provider. 20 sends every caller "
+    "frame at once (lowest latency; the most CPU: at 300 calls the provider path is most of the "
+    "bridge's cost); 100 halves that cost but the provider hears the caller up to 80 ms later.",
+)
 # --- end issue 13 ---
 # --- issue 14: the trunk edge (sip/policy.py) ---
-@click.option("--allow", "allow", multiple=True, metavar="CIDR",
-              help="Only these sources may call (repeatable, IPv4/IPv6); others get 403 (see --drop-unknown).")
+@click.option(
+    "--allow",
+    "allow",
+    multiple=True,
+    metavar="CIDR",
+    help="Only these sources may call (repeatable, IPv4/IPv6); others get 403 (see --drop-unknown).",
+)
 @click.option("--drop-unknown", is_flag=True, help="Send nothing at all to a source outside --allow.")
-@click.option("--invite-rate", type=click.FloatRange(min=0), default=None, metavar="N",
-              help="INVITEs per second from one source before 503 with Retry-After (burst 10; 0: no limit). "
-              "Default: 5 off loopback, no limit on a loopback --sip.")
-@click.option("--inbound-auth", default=None, metavar="USER",
-              help="Challenge inbound calls with digest auth (401) for USER; the password is in "
-              "PARLORA_INBOUND_PASSWORD.")
-@click.option("--allow-any", is_flag=True, help="Start off loopback with no --allow and no --inbound-auth: anyone "
-              "who reaches the port can open paid provider sessions (warned loudly).")
-@click.option("--register", "register", multiple=True, metavar="sip:USER@HOST[:PORT]",
-              help="Register this address-of-record (repeatable): refreshed before expiry, retried with backoff, "
-              "un-registered on shutdown; digest password in PARLORA_SIP_PASSWORD. State: GET /registrations.")
+@click.option(
+    "--invite-rate",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="N",
+    help="INVITEs per second from one source before 503 with Retry-After (burst 10; 0: no limit). "
+    "Default: 5 off loopback, no limit on a loopback --sip.",
+)
+@click.option(
+    "--inbound-auth",
+    default=None,
+    metavar="USER",
+    help="Challenge inbound calls with digest auth (401) for USER; the password is in "
+    "PARLORA_INBOUND_PASSWORD.",
+)
+@click.option(
+    "--allow-any",
+    is_flag=True,
+    help="Start off loopback with no --allow and no --inbound-auth: anyone "
+    "who reaches the port can open paid provider sessions (warned loudly).",
+)
+@click.option(
+    "--register",
+    "register",
+    multiple=True,
+    metavar="sip:USER@HOST[:PORT]",
+    help="Register this address-of-record (repeatable): refreshed before expiry, retried with backoff, "
+    "un-registered on shutdown; digest password in PARLORA_SIP_PASSWORD. State: GET /registrations.",
+)
 @click.option("--auth-user", default=None, metavar="NAME", help="Digest user for --register (default: USER).")
-@click.option("--external-address", default=None, metavar="IP",
-              help="NAT: the address peers reach this bridge at (Contact, Via sent-by, SDP c=/o=).")
-@click.option("--nat", is_flag=True, help="NAT mode: symmetric RTP (send to where the caller's RTP comes from) "
-              "and in-dialog requests to the address the INVITE came from.")
-@click.option("--tls", "tls", default=None, metavar="HOST:PORT", help="Also answer SIP over TLS here "
-              "(TLS 1.2/1.3; needs --cert and --key); Contact sips:/transport=tls.")
-@click.option("--cert", default=None, type=click.Path(exists=True, dir_okay=False), help="TLS certificate (PEM).")
-@click.option("--key", "tls_key", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="TLS private key (PEM).")
-@click.option("--tls-ca", default=None, type=click.Path(exists=True, dir_okay=False),
-              help="CA certificate(s) that outbound TLS verifies the peer against (default: the system's).")
-@click.option("--srtp", type=click.Choice(["off", "optional", "required"]), default="off", show_default=True,
-              help="SDES-SRTP (AES_CM_128_HMAC_SHA1_80/_32); keys only over TLS: 'required' refuses (488) a call "
-              "that is not over TLS or offers no SRTP.")
-@click.option("--max-call-duration", type=click.FloatRange(min=1), default=None, metavar="S",
-              help="End every call (BYE) after S seconds.")
-@click.option("--rtp-timeout", type=click.FloatRange(min=1), default=None, metavar="S",
-              help="End a call (BYE) when the caller sent no RTP for S seconds (not while on hold), so a lost BYE "
-              "cannot keep a call and its provider connection open.")
+@click.option(
+    "--external-address",
+    default=None,
+    metavar="IP",
+    help="NAT: the address peers reach this bridge at (Contact, Via sent-by, SDP c=/o=).",
+)
+@click.option(
+    "--nat",
+    is_flag=True,
+    help="NAT mode: symmetric RTP (send to where the caller's RTP comes from) "
+    "and in-dialog requests to the address the INVITE came from.",
+)
+@click.option(
+    "--tls",
+    "tls",
+    default=None,
+    metavar="HOST:PORT",
+    help="Also answer SIP over TLS here (TLS 1.2/1.3; needs --cert and --key); Contact sips:/transport=tls.",
+)
+@click.option(
+    "--cert", default=None, type=click.Path(exists=True, dir_okay=False), help="TLS certificate (PEM)."
+)
+@click.option(
+    "--key",
+    "tls_key",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="TLS private key (PEM).",
+)
+@click.option(
+    "--tls-ca",
+    default=None,
+    type=click.Path(exists=True, dir_okay=False),
+    help="CA certificate(s) that outbound TLS verifies the peer against (default: the system's).",
+)
+@click.option(
+    "--srtp",
+    type=click.Choice(["off", "optional", "required"]),
+    default="off",
+    show_default=True,
+    help="SDES-SRTP (AES_CM_128_HMAC_SHA1_80/_32); keys only over TLS: 'required' refuses (488) a call "
+    "that is not over TLS or offers no SRTP.",
+)
+@click.option(
+    "--max-call-duration",
+    type=click.FloatRange(min=1),
+    default=None,
+    metavar="S",
+    help="End every call (BYE) after S seconds.",
+)
+@click.option(
+    "--rtp-timeout",
+    type=click.FloatRange(min=1),
+    default=None,
+    metavar="S",
+    help="End a call (BYE) when the caller sent no RTP for S seconds (not while on hold), so a lost BYE "
+    "cannot keep a call and its provider connection open.",
+)
 # --- end issue 14 ---
-@click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
-@click.option("--config", "config", default=None, metavar="FILE", help="TOML configuration (deploy/example.toml); "
-              "options given on the command line override it.")  # issue 15 (bridge/ops.py)
-@click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-              help="json: one object per line (time, level, logger, message, event, call_id); secrets redacted.")
-@click.option("--drain-timeout", type=click.FloatRange(min=0), default=DEFAULT_DRAIN_S, show_default=True,
-              metavar="S", help="SIGTERM: refuse new calls (503), let live calls finish for up to S seconds, then "
-              "hang up the rest and exit; a second SIGTERM or SIGINT ends at once.")
+@click.option(
+    "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True
+)
+@click.option(
+    "--config",
+    "config",
+    default=None,
+    metavar="FILE",
+    help="TOML configuration (deploy/example.toml); options given on the command line override it.",
+)  # issue 15 (bridge/ops.py)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one object per line (time, level, logger, message, event, call_id); secrets redacted.",
+)
+@click.option(
+    "--drain-timeout",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_DRAIN_S,
+    show_default=True,
+    metavar="S",
+    help="SIGTERM: refuse new calls (503), let live calls finish for up to S seconds, then "
+    "hang up the rest and exit; a second SIGTERM or SIGINT ends at once.",
+)
 def serve(
     sip_addr: str,
     rtp_port: int,
@@ -245,8 +426,14 @@ def serve(
 ) -> None:
     """Answer SIP calls and bridge each one to a realtime provider."""
     if config is not None:  # issue 15: the file, with the options given here over it (bridge/ops.py)
-        sys.exit(serve_file(config, setup_logging=_setup_logging, webhook_application=WebhookApplication,
-                            run=lambda server: _run_server(server, os.environ.get(EVENT_LOOP_ENV, "auto"))))
+        sys.exit(
+            serve_file(
+                config,
+                setup_logging=_setup_logging,
+                webhook_application=WebhookApplication,
+                run=lambda server: _run_server(server, os.environ.get(EVENT_LOOP_ENV, "auto")),
+            )
+        )
     _setup_logging(log_level)
     if log_format == "json":  # issue 15
         use_json_logs()
@@ -281,15 +468,22 @@ def serve(
     # --- end DL4 ---
     client_turns = turn_detection == "client"
     if client_turns and not kind.client_commits():
-        raise click.UsageError(f"--turn-detection client needs a provider that can switch its turn detection off "
-                               f"(openai-realtime, xai); {provider} cannot")
+        raise click.UsageError(
+            f"--turn-detection client needs a provider that can switch its turn detection off "
+            f"(openai-realtime, xai); {provider} cannot"
+        )
     rollover = None
     if not no_rollover:
-        given = {"after_ms": rollover_after_ms, "deadline_ms": rollover_deadline_ms,
-                 "hard_stop_ms": rollover_hard_stop_ms, "overlap_ms": rollover_overlap_ms}
+        given = {
+            "after_ms": rollover_after_ms,
+            "deadline_ms": rollover_deadline_ms,
+            "hard_stop_ms": rollover_hard_stop_ms,
+            "overlap_ms": rollover_overlap_ms,
+        }
         try:
-            rollover = RolloverOptions.for_cap(session_cap_ms or kind.session_cap_ms,
-                                               **{k: v for k, v in given.items() if v is not None})
+            rollover = RolloverOptions.for_cap(
+                session_cap_ms or kind.session_cap_ms, **{k: v for k, v in given.items() if v is not None}
+            )
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
     targets = {}
@@ -307,7 +501,9 @@ def serve(
     if inbound_auth is not None:
         password = os.environ.get(INBOUND_PASSWORD_ENV)
         if not password:
-            raise click.UsageError(f"--inbound-auth {inbound_auth}: set the password in {INBOUND_PASSWORD_ENV}")
+            raise click.UsageError(
+                f"--inbound-auth {inbound_auth}: set the password in {INBOUND_PASSWORD_ENV}"
+            )
         inbound = (inbound_auth, password)
     if drop_unknown and not allow:
         raise click.UsageError("--drop-unknown applies to --allow")
@@ -327,7 +523,9 @@ def serve(
         try:
             parse_networks([external_address])
         except ValueError:
-            raise click.UsageError(f"--external-address expects an IP address, got {external_address!r}") from None
+            raise click.UsageError(
+                f"--external-address expects an IP address, got {external_address!r}"
+            ) from None
     # --- end issue 14 ---
     server_config = ServerConfig(
         provider=provider,
@@ -345,19 +543,35 @@ def serve(
         limits=overrides,
         failure_message=_read_message(failure_message) if failure_message else None,
         rollover=rollover,
-        telephony=TelephonyOptions(end_call=end_call_tool, transfer_targets=targets, send_dtmf=send_dtmf_tool,
-                                   dtmf_to_model=dtmf_to_model),
-        allow=allow, drop_unknown=drop_unknown, inbound_auth=inbound, allow_any=allow_any,  # issue 14
+        telephony=TelephonyOptions(
+            end_call=end_call_tool,
+            transfer_targets=targets,
+            send_dtmf=send_dtmf_tool,
+            dtmf_to_model=dtmf_to_model,
+        ),
+        allow=allow,
+        drop_unknown=drop_unknown,
+        inbound_auth=inbound,
+        allow_any=allow_any,  # issue 14
         invite_rate_per_s=invite_rate,  # issue 14
-        register=register, auth_user=auth_user, register_password=register_password,  # issue 14
-        external_address=external_address, nat=nat,  # issue 14
-        tls=_host_port(tls, 5061) if tls else None, cert=cert, tls_key=tls_key, tls_ca=tls_ca,  # issue 14
+        register=register,
+        auth_user=auth_user,
+        register_password=register_password,  # issue 14
+        external_address=external_address,
+        nat=nat,  # issue 14
+        tls=_host_port(tls, 5061) if tls else None,
+        cert=cert,
+        tls_key=tls_key,
+        tls_ca=tls_ca,  # issue 14
         srtp="required" if srtp == "required" else "optional" if srtp == "optional" else "off",  # issue 14
-        max_call_duration_s=max_call_duration, rtp_timeout_s=rtp_timeout,  # issue 14
+        max_call_duration_s=max_call_duration,
+        rtp_timeout_s=rtp_timeout,  # issue 14
         drain_timeout_s=drain_timeout,  # issue 15
     )
     application = WebhookApplication(webhook) if webhook is not None else Application()  # DL4
-    sys.exit(_run_server(Server(application, server_config), os.environ.get(EVENT_LOOP_ENV, "auto")))  # issue 13
+    sys.exit(
+        _run_server(Server(application, server_config), os.environ.get(EVENT_LOOP_ENV, "auto"))
+    )  # issue 13
 
 
 # --- issue 13: the process around the loop ---
@@ -399,6 +613,8 @@ def _run_server(server: Server, event_loop: str) -> int:
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 return runner.run(server.run())
     return asyncio.run(server.run())
+
+
 # --- end issue 13 ---
 
 
@@ -424,20 +640,41 @@ main.add_command(config_group)  # issue 15: `parlora-bridge config check FILE` (
 
 @main.command("fake-provider")
 @click.option("--protocol", type=click.Choice(list(_FAKES)), default="openai-live", show_default=True)
-@click.option("--listen", default="127.0.0.1:8765", show_default=True, help="HOST:PORT to listen on (loopback).")
-@click.option("--record", "record_path", default=None, help="Append every client frame to this JSON-lines file.")
-@click.option("--fault", "faults", multiple=True, help="Inject a fault: [N/]KIND[:VALUE][@AFTER_MS] (repeatable; "
-              "see providers/fakes/faults.py). At runtime: GET /_fault?spec=... on the same port.")
+@click.option(
+    "--listen", default="127.0.0.1:8765", show_default=True, help="HOST:PORT to listen on (loopback)."
+)
+@click.option(
+    "--record", "record_path", default=None, help="Append every client frame to this JSON-lines file."
+)
+@click.option(
+    "--fault",
+    "faults",
+    multiple=True,
+    help="Inject a fault: [N/]KIND[:VALUE][@AFTER_MS] (repeatable; "
+    "see providers/fakes/faults.py). At runtime: GET /_fault?spec=... on the same port.",
+)
 @click.option("--script", "script_path", default=None, help="JSON script of the fake model's answers.")
-@click.option("--session-ms", type=int, default=None, metavar="MS",
-              help="How long one connection lasts before the fake ends it the way the provider does (default: the "
-              "provider's; Gemini: the connection lifetime, with goAway a quarter of it before).")
-@click.option("--handle-ttl-ms", type=int, default=None, metavar="MS",
-              help="gemini-live: how long a session resumption handle stays valid after its session ended "
-              "(default: the service's 2 h).")
+@click.option(
+    "--session-ms",
+    type=int,
+    default=None,
+    metavar="MS",
+    help="How long one connection lasts before the fake ends it the way the provider does (default: the "
+    "provider's; Gemini: the connection lifetime, with goAway a quarter of it before).",
+)
+@click.option(
+    "--handle-ttl-ms",
+    type=int,
+    default=None,
+    metavar="MS",
+    help="gemini-live: how long a session resumption handle stays valid after its session ended "
+    "(default: the service's 2 h).",
+)
 @click.option("--cert", default=None, help="TLS certificate (gemini-live; generated when absent).")
 @click.option("--key", "key_path", default=None, help="TLS private key (gemini-live; generated when absent).")
-@click.option("--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True)
+@click.option(
+    "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True
+)
 def fake_provider(
     protocol: str,
     listen: str,
@@ -460,8 +697,11 @@ def fake_provider(
         raise click.UsageError(str(exc)) from None
     if handle_ttl_ms is not None and protocol != "gemini-live":
         raise click.UsageError("--handle-ttl-ms applies to --protocol gemini-live")
-    asyncio.run(_fake_provider(protocol, host, port, record_path, parsed, script, cert, key_path, session_ms,
-                               handle_ttl_ms))
+    asyncio.run(
+        _fake_provider(
+            protocol, host, port, record_path, parsed, script, cert, key_path, session_ms, handle_ttl_ms
+        )
+    )
 
 
 async def _fake_provider(
@@ -481,8 +721,11 @@ async def _fake_provider(
     # A standalone fake may run for hours: it writes client frames to --record, never keeps them in memory.
     lengths: dict[str, int] = {}
     if session_ms is not None:
-        lengths = ({"connection_lifetime_ms": session_ms, "go_away_ms": session_ms // 4} if protocol == "gemini-live"
-                   else {"session_length_ms": session_ms})
+        lengths = (
+            {"connection_lifetime_ms": session_ms, "go_away_ms": session_ms // 4}
+            if protocol == "gemini-live"
+            else {"session_length_ms": session_ms}
+        )
     if handle_ttl_ms is not None:
         lengths["handle_ttl_ms"] = handle_ttl_ms
     options = getattr(import_module(options_module), options_class)(record_client_frames=False, **lengths)
@@ -494,7 +737,9 @@ async def _fake_provider(
     if script is not None:
         kwargs["script"] = script
     if protocol == "gemini-live":
-        cert_path, key_file, generated = module.ensure_cert(cert, key_path, tempfile.mkdtemp(prefix="parlora-tls-"))
+        cert_path, key_file, generated = module.ensure_cert(
+            cert, key_path, tempfile.mkdtemp(prefix="parlora-tls-")
+        )
         if generated:
             print(f"generated a self-signed TLS pair: cert {cert_path} key {key_file}", flush=True)
         kwargs.update(cert=cert_path, key=key_file)

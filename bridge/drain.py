@@ -44,7 +44,9 @@ class ShutdownSignals:
         self.changed.set()
 
 
-async def drain(server: Drainable, signals: ShutdownSignals, timeout_s: float, calls_changed: asyncio.Event) -> str:
+async def drain(
+    server: Drainable, signals: ShutdownSignals, timeout_s: float, calls_changed: asyncio.Event
+) -> str:
     """After the first signal: drain and wait for the live calls up to `timeout_s`; why the wait ended."""
     if signals.now.is_set() or timeout_s <= 0:
         return "at once"

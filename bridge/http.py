@@ -31,8 +31,11 @@ _SSE_KEEPALIVE_S = 15.0
 StatusSource = Callable[[], Mapping[str, Callable[[], dict[str, Any]]]]
 
 
-def route(path: str, calls: Mapping[str, Callable[[], dict[str, Any]]],
-          sip: Callable[[], dict[str, Any]] | None = None) -> tuple[int, Any]:
+def route(
+    path: str,
+    calls: Mapping[str, Callable[[], dict[str, Any]]],
+    sip: Callable[[], dict[str, Any]] | None = None,
+) -> tuple[int, Any]:
     """The status code and JSON body for a GET of `path`."""
     path = path.split("?", 1)[0].rstrip("/") or "/"
     if path == "/sip" and sip is not None:  # issue 14: listener, inbound policy and its refusal counters
@@ -52,10 +55,16 @@ def route(path: str, calls: Mapping[str, Callable[[], dict[str, Any]]],
 class StatusServer:
     """A small HTTP/1.1 server answering from `source()`: call id -> status function."""
 
-    def __init__(self, source: StatusSource, *, console: ConsoleHooks | None = None,
-                 token: str | None = None, sip: Callable[[], dict[str, Any]] | None = None,
-                 dial: Callable[[str, str | None], Awaitable[str]] | None = None,
-                 extra: Callable[[str], tuple[int, bytes, str] | None] | None = None) -> None:
+    def __init__(
+        self,
+        source: StatusSource,
+        *,
+        console: ConsoleHooks | None = None,
+        token: str | None = None,
+        sip: Callable[[], dict[str, Any]] | None = None,
+        dial: Callable[[str, str | None], Awaitable[str]] | None = None,
+        extra: Callable[[str], tuple[int, bytes, str] | None] | None = None,
+    ) -> None:
         self._source = source
         self._sip = sip  # GET /sip (issue 14)
         self._dial = dial  # POST /calls {"to": ..., "from": ...} (issue 14)
@@ -99,11 +108,15 @@ class StatusServer:
                             elif isinstance(event, h11.ConnectionClosed):
                                 return
                         deadline.reschedule(None)  # read in full; an event stream lasts as long as the page
-                        if self._console is not None and await self._console_answer(conn, writer, request,
-                                                                                    bytes(body)):
+                        if self._console is not None and await self._console_answer(
+                            conn, writer, request, bytes(body)
+                        ):
                             break
-                        if self._dial is not None and request.method == b"POST" and \
-                                urlsplit(request.target.decode("ascii", "replace")).path == "/calls":
+                        if (
+                            self._dial is not None
+                            and request.method == b"POST"
+                            and urlsplit(request.target.decode("ascii", "replace")).path == "/calls"
+                        ):
                             await self._place_call(conn, writer, request, bytes(body))  # issue 14
                             break
                         await self._answer(conn, writer, request)
@@ -127,8 +140,9 @@ class StatusServer:
         status, body = route(request.target.decode("ascii", "replace"), self._source(), self._sip)
         await self._send(conn, writer, status, body)
 
-    async def _place_call(self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request,
-                          body: bytes) -> None:
+    async def _place_call(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, body: bytes
+    ) -> None:
         """POST /calls {"to": "sip:USER@HOST", "from": optional}: 202 with the call id (issue 14)."""
         assert self._dial is not None
         if not self._authorised(request):
@@ -154,11 +168,14 @@ class StatusServer:
             if name == b"authorization" and value.startswith(b"Bearer "):
                 offered = value[7:].decode("ascii", "replace")
         if not offered:
-            offered = (parse_qs(urlsplit(request.target.decode("ascii", "replace")).query).get("token") or [""])[0]
+            offered = (
+                parse_qs(urlsplit(request.target.decode("ascii", "replace")).query).get("token") or [""]
+            )[0]
         return hmac.compare_digest(offered.encode(), self._token.encode())
 
-    async def _console_answer(self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request,
-                              body: bytes) -> bool:
+    async def _console_answer(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, body: bytes
+    ) -> bool:
         """The console's routes; False when `request` is none of them (then `route` answers it)."""
         assert self._console is not None
         path = urlsplit(request.target.decode("ascii", "replace")).path
@@ -173,9 +190,14 @@ class StatusServer:
             await self._stream(conn, writer)
             return True
         if method == b"POST" and path.startswith("/calls/") and path.endswith("/hangup"):
-            call_id = path[len("/calls/"):-len("/hangup")]
+            call_id = path[len("/calls/") : -len("/hangup")]
             found = self._console.hangup(call_id)
-            await self._send(conn, writer, 202 if found else 404, {"hangup": call_id} if found else {"error": "no such call"})
+            await self._send(
+                conn,
+                writer,
+                202 if found else 404,
+                {"hangup": call_id} if found else {"error": "no such call"},
+            )
             return True
         if method == b"POST" and path == "/talk":
             if self._console.talk is None:
@@ -183,10 +205,16 @@ class StatusServer:
                 return True
             try:
                 offer = json.loads(body)
-                if not isinstance(offer, dict) or offer.get("type") != "offer" or not isinstance(offer.get("sdp"), str):
+                if (
+                    not isinstance(offer, dict)
+                    or offer.get("type") != "offer"
+                    or not isinstance(offer.get("sdp"), str)
+                ):
                     raise ValueError('expected {"type": "offer", "sdp": "..."}')
                 peer = writer.get_extra_info("peername")
-                call_id, sdp = await self._console.talk(offer["sdp"], f"{peer[0]}:{peer[1]}" if peer else "browser")
+                call_id, sdp = await self._console.talk(
+                    offer["sdp"], f"{peer[0]}:{peer[1]}" if peer else "browser"
+                )
             except ValueError as exc:  # json.JSONDecodeError is a ValueError too
                 await self._send(conn, writer, 400, {"error": str(exc)})
                 return True
@@ -200,7 +228,11 @@ class StatusServer:
         feed = self._console.feed
         wake = asyncio.Event()
         sub = feed.subscribe(wake=wake)
-        headers = [("content-type", "text/event-stream"), ("cache-control", "no-store"), ("connection", "close")]
+        headers = [
+            ("content-type", "text/event-stream"),
+            ("cache-control", "no-store"),
+            ("connection", "close"),
+        ]
         try:
             writer.write(conn.send(h11.Response(status_code=200, headers=headers)))
             writer.write(conn.send(h11.Data(data=b"retry: 1000\n\n")))
@@ -221,10 +253,19 @@ class StatusServer:
             feed.unsubscribe(sub)
 
     @staticmethod
-    async def _send(conn: h11.Connection, writer: asyncio.StreamWriter, status: int, body: Any,
-                    content_type: str = "application/json") -> None:
+    async def _send(
+        conn: h11.Connection,
+        writer: asyncio.StreamWriter,
+        status: int,
+        body: Any,
+        content_type: str = "application/json",
+    ) -> None:
         payload = body if isinstance(body, bytes) else json.dumps(body, indent=1).encode()
-        headers = [("content-type", content_type), ("content-length", str(len(payload))), ("connection", "close")]
+        headers = [
+            ("content-type", content_type),
+            ("content-length", str(len(payload))),
+            ("connection", "close"),
+        ]
         try:
             writer.write(conn.send(h11.Response(status_code=status, headers=headers)))
             writer.write(conn.send(h11.Data(data=payload)))

@@ -36,7 +36,11 @@ PROVIDER_UNAVAILABLE = "provider unavailable"
 
 _RECOVERY_CAUSES: frozenset[str] = frozenset(get_args(RecoveryCause))
 _DISCONTINUITY_CAUSES: frozenset[str] = frozenset(get_args(DiscontinuityCause))
-_ROLLOVER_OUTCOMES: dict[str, RolloverOutcome] = {"closed": "completed", "failed": "failed", "refused": "refused"}
+_ROLLOVER_OUTCOMES: dict[str, RolloverOutcome] = {
+    "closed": "completed",
+    "failed": "failed",
+    "refused": "refused",
+}
 _JOB_OUTCOMES: dict[str, JobOutcome] = {
     "delivered": "completed",
     "refused": "refused",
@@ -141,7 +145,11 @@ class CallObserver:
                 return 200, b'{"alive": true}', "application/json"
             if path == "/readyz":
                 ok, why = ready()
-                return 200 if ok else 503, json.dumps({"ready": ok, "reason": why}).encode(), "application/json"
+                return (
+                    200 if ok else 503,
+                    json.dumps({"ready": ok, "reason": why}).encode(),
+                    "application/json",
+                )
             return None
 
         return answer

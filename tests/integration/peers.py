@@ -49,10 +49,7 @@ import numpy as np
 LOOPBACK = "127.0.0.1"
 SAMPLE_RATE = 8000
 SCENARIOS = Path(__file__).resolve().parent / "scenarios"
-DEFAULT_TEXT = (
-    "Hello bridge. This is a test of the audio path. "
-    "One, two, three, four, five."
-)
+DEFAULT_TEXT = "Hello bridge. This is a test of the audio path. One, two, three, four, five."
 
 __all__ = [
     "LOOPBACK",
@@ -96,8 +93,7 @@ def _bindable(port: int, kind: int, host: str = LOOPBACK) -> bool:
         return True
 
 
-def free_udp_port(*, also_tcp: bool = False, tcp_extra: Sequence[int] = (),
-                  attempts: int = 200) -> int:
+def free_udp_port(*, also_tcp: bool = False, tcp_extra: Sequence[int] = (), attempts: int = 200) -> int:
     """Return a UDP port on 127.0.0.1 that is free right now.
 
     ``also_tcp`` also requires TCP on the same port; ``tcp_extra`` lists
@@ -169,8 +165,9 @@ class _OutputCollector:
             pipe = getattr(proc, name)
             if pipe is None:
                 continue
-            t = threading.Thread(target=self._drain, args=(pipe, name),
-                                 name=f"drain-{proc.pid}-{name}", daemon=True)
+            t = threading.Thread(
+                target=self._drain, args=(pipe, name), name=f"drain-{proc.pid}-{name}", daemon=True
+            )
             t.start()
             self._threads.append(t)
 
@@ -215,11 +212,11 @@ class _OutputCollector:
 
     def text(self, stream: str | None = None) -> str:
         with self.cond:
-            return "\n".join(ln.text for ln in self.lines
-                             if stream is None or ln.stream == stream)
+            return "\n".join(ln.text for ln in self.lines if stream is None or ln.stream == stream)
 
-    def wait_for(self, pattern: str | re.Pattern[str], timeout: float,
-                 since: int = 0, stream: str | None = None) -> re.Match[str]:
+    def wait_for(
+        self, pattern: str | re.Pattern[str], timeout: float, since: int = 0, stream: str | None = None
+    ) -> re.Match[str]:
         rx = re.compile(pattern)
         deadline = time.monotonic() + timeout
         idx = since
@@ -235,12 +232,14 @@ class _OutputCollector:
                 if self.eof and self.proc.poll() is not None:
                     raise PeerError(
                         f"pid {self.proc.pid} exited (rc={self.proc.returncode}) without "
-                        f"printing /{rx.pattern}/; last output:\n{_tail(self.lines)}")
+                        f"printing /{rx.pattern}/; last output:\n{_tail(self.lines)}"
+                    )
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TimeoutError(
                         f"pid {self.proc.pid}: /{rx.pattern}/ not seen within {timeout:.1f} s;"
-                        f" last output:\n{_tail(self.lines)}")
+                        f" last output:\n{_tail(self.lines)}"
+                    )
                 self.cond.wait(min(remaining, 0.2))
 
 
@@ -248,8 +247,7 @@ def _tail(lines: Sequence[LogLine], n: int = 25) -> str:
     return "\n".join(f"[{ln.stream}] {ln.text}" for ln in list(lines)[-n:])
 
 
-_COLLECTORS: "weakref.WeakKeyDictionary[subprocess.Popen, _OutputCollector]" = (
-    weakref.WeakKeyDictionary())
+_COLLECTORS: weakref.WeakKeyDictionary[subprocess.Popen, _OutputCollector] = weakref.WeakKeyDictionary()
 _COLLECTORS_LOCK = threading.Lock()
 
 
@@ -263,7 +261,7 @@ def _collector_for(proc: subprocess.Popen) -> _OutputCollector:
         return col
 
 
-_LIVE: "weakref.WeakSet[ManagedProcess]" = weakref.WeakSet()
+_LIVE: weakref.WeakSet[ManagedProcess] = weakref.WeakSet()
 
 
 @atexit.register
@@ -289,18 +287,27 @@ class ManagedProcess:
     is ``/dev/null``.
     """
 
-    def __init__(self, argv: Sequence[str | os.PathLike[str]], *,
-                 cwd: str | os.PathLike[str] | None = None,
-                 env: Mapping[str, str] | None = None,
-                 stdin_pipe: bool = False, name: str | None = None) -> None:
+    def __init__(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        env: Mapping[str, str] | None = None,
+        stdin_pipe: bool = False,
+        name: str | None = None,
+    ) -> None:
         self.argv = [os.fspath(a) for a in argv]
         self.name = name or Path(self.argv[0]).name
         self.started_at = time.monotonic()
         self.proc = subprocess.Popen(
-            self.argv, cwd=cwd, env=None if env is None else dict(env),
+            self.argv,
+            cwd=cwd,
+            env=None if env is None else dict(env),
             stdin=subprocess.PIPE if stdin_pipe else subprocess.DEVNULL,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True)
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
         self.pid = self.proc.pid
         _LIVE.add(self)
         self._out = _collector_for(self.proc)
@@ -325,8 +332,9 @@ class ManagedProcess:
     def stderr(self) -> str:
         return self._out.text("stderr")
 
-    def wait_for(self, pattern: str | re.Pattern[str], timeout: float, *,
-                 since: int = 0, stream: str | None = None) -> re.Match[str]:
+    def wait_for(
+        self, pattern: str | re.Pattern[str], timeout: float, *, since: int = 0, stream: str | None = None
+    ) -> re.Match[str]:
         """Block until a line (from ``since`` on) matches ``pattern`` (``re.search``).
 
         Raises ``TimeoutError`` after ``timeout`` s, or :class:`PeerError` if the
@@ -373,8 +381,9 @@ class ManagedProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, sig)
 
-    def stop(self, *, term_timeout: float = 3.0, kill_timeout: float = 3.0,
-             term_signals: int = 1) -> int | None:
+    def stop(
+        self, *, term_timeout: float = 3.0, kill_timeout: float = 3.0, term_signals: int = 1
+    ) -> int | None:
         """Terminate (SIGTERM, ``term_signals`` times) and then SIGKILL if needed.
 
         Idempotent; returns the exit code (None only if even SIGKILL did not
@@ -406,9 +415,14 @@ class ManagedProcess:
         return f"<ManagedProcess {self.name} pid={self.pid} rc={self.proc.poll()}>"
 
 
-def wait_for_log(source: ManagedProcess | subprocess.Popen | str | os.PathLike[str],
-                 pattern: str | re.Pattern[str], timeout: float, *,
-                 since: int = 0, poll_s: float = 0.05) -> re.Match[str]:
+def wait_for_log(
+    source: ManagedProcess | subprocess.Popen | str | os.PathLike[str],
+    pattern: str | re.Pattern[str],
+    timeout: float,
+    *,
+    since: int = 0,
+    poll_s: float = 0.05,
+) -> re.Match[str]:
     """Wait until ``source`` outputs a line matching ``pattern`` (``re.search``).
 
     ``source`` may be a :class:`ManagedProcess`, a ``subprocess.Popen`` created
@@ -448,8 +462,9 @@ def wait_for_log(source: ManagedProcess | subprocess.Popen | str | os.PathLike[s
         time.sleep(poll_s)
 
 
-def _run_bounded(argv: Sequence[str | os.PathLike[str]], timeout: float,
-                 cwd: str | os.PathLike[str] | None = None) -> ManagedProcess:
+def _run_bounded(
+    argv: Sequence[str | os.PathLike[str]], timeout: float, cwd: str | os.PathLike[str] | None = None
+) -> ManagedProcess:
     """Run a short tool to completion (bounded); raise PeerError on failure."""
     p = ManagedProcess(argv, cwd=cwd)
     try:
@@ -482,7 +497,7 @@ def read_wav(path: str | os.PathLike[str]) -> tuple[int, np.ndarray]:
         raise ValueError(f"{path}: not a RIFF/WAVE file")
     pos, fmt = 12, None
     while pos + 8 <= len(raw):
-        cid, size = raw[pos:pos + 4], struct.unpack_from("<I", raw, pos + 4)[0]
+        cid, size = raw[pos : pos + 4], struct.unpack_from("<I", raw, pos + 4)[0]
         body = pos + 8
         if cid == b"fmt ":
             tag, ch, rate, _, _, bits = struct.unpack_from("<HHIIHH", raw, body)
@@ -503,8 +518,7 @@ def read_wav(path: str | os.PathLike[str]) -> tuple[int, np.ndarray]:
     raise ValueError(f"{path}: no data chunk")
 
 
-def write_wav(path: str | os.PathLike[str], samples: np.ndarray,
-              rate: int = SAMPLE_RATE) -> Path:
+def write_wav(path: str | os.PathLike[str], samples: np.ndarray, rate: int = SAMPLE_RATE) -> Path:
     """Write mono int16 samples as a canonical 16-bit PCM WAV."""
     import wave
 
@@ -548,27 +562,37 @@ class Utterance:
     @property
     def speech(self) -> np.ndarray:
         """The samples between ``start`` and ``end``."""
-        return self.samples[self.start:self.end]
+        return self.samples[self.start : self.end]
 
     @property
     def duration_s(self) -> float:
         return len(self.samples) / self.rate
 
 
-def make_ulaw(wav_path: str | os.PathLike[str], ul_path: str | os.PathLike[str] | None = None,
-              *, timeout: float = 30.0) -> Path:
+def make_ulaw(
+    wav_path: str | os.PathLike[str], ul_path: str | os.PathLike[str] | None = None, *, timeout: float = 30.0
+) -> Path:
     """Convert a WAV to headerless 8 kHz mono µ-law (``.ul``) for SIPp ``rtp_stream``."""
     src = Path(wav_path)
     dst = Path(ul_path) if ul_path is not None else src.with_suffix(".ul")
-    _run_bounded(["sox", "-D", src, "-t", "raw", "-r", str(SAMPLE_RATE), "-c", "1",
-                  "-e", "u-law", "-b", "8", dst], timeout)
+    _run_bounded(
+        ["sox", "-D", src, "-t", "raw", "-r", str(SAMPLE_RATE), "-c", "1", "-e", "u-law", "-b", "8", dst],
+        timeout,
+    )
     return dst
 
 
-def make_utterance(path_wav: str | os.PathLike[str], text: str = DEFAULT_TEXT, *,
-                   lead_silence_s: float = 0.5, tail_silence_s: float = 4.0,
-                   voice: str | None = None, words_per_minute: int | None = None,
-                   ulaw: bool = False, timeout: float = 30.0) -> Utterance:
+def make_utterance(
+    path_wav: str | os.PathLike[str],
+    text: str = DEFAULT_TEXT,
+    *,
+    lead_silence_s: float = 0.5,
+    tail_silence_s: float = 4.0,
+    voice: str | None = None,
+    words_per_minute: int | None = None,
+    ulaw: bool = False,
+    timeout: float = 30.0,
+) -> Utterance:
     """Synthesize ``text`` with espeak-ng into an 8 kHz mono s16 WAV at ``path_wav``.
 
     Layout: ``lead_silence_s`` of digital zero, the speech, ``tail_silence_s``
@@ -588,9 +612,26 @@ def make_utterance(path_wav: str | os.PathLike[str], text: str = DEFAULT_TEXT, *
         argv[1:1] = ["-s", str(words_per_minute)]
     try:
         _run_bounded(argv, timeout)
-        _run_bounded(["sox", "-D", raw, "-r", str(SAMPLE_RATE), "-c", "1", "-b", "16",
-                      "-e", "signed-integer", out,
-                      "pad", f"{lead_silence_s:.6f}", f"{tail_silence_s:.6f}"], timeout)
+        _run_bounded(
+            [
+                "sox",
+                "-D",
+                raw,
+                "-r",
+                str(SAMPLE_RATE),
+                "-c",
+                "1",
+                "-b",
+                "16",
+                "-e",
+                "signed-integer",
+                out,
+                "pad",
+                f"{lead_silence_s:.6f}",
+                f"{tail_silence_s:.6f}",
+            ],
+            timeout,
+        )
     finally:
         for p in (txt, raw):
             with contextlib.suppress(FileNotFoundError):
@@ -602,8 +643,9 @@ def make_utterance(path_wav: str | os.PathLike[str], text: str = DEFAULT_TEXT, *
     if nz.size == 0:
         raise PeerError(f"{out}: espeak-ng produced silence for {text!r}")
     ul = make_ulaw(out, timeout=timeout) if ulaw else None
-    return Utterance(path=out, samples=samples, start=int(nz[0]), end=int(nz[-1]) + 1,
-                     text=text, ulaw_path=ul)
+    return Utterance(
+        path=out, samples=samples, start=int(nz[0]), end=int(nz[-1]) + 1, text=text, ulaw_path=ul
+    )
 
 
 # --------------------------------------------------------------------------
@@ -618,9 +660,9 @@ def _as_float(x: np.ndarray) -> np.ndarray:
     return a.astype(np.float64)
 
 
-def normalized_xcorr(reference: np.ndarray, signal: np.ndarray, *,
-                     min_lag: int | None = None,
-                     max_lag: int | None = None) -> tuple[float, int]:
+def normalized_xcorr(
+    reference: np.ndarray, signal: np.ndarray, *, min_lag: int | None = None, max_lag: int | None = None
+) -> tuple[float, int]:
     """Normalised cross-correlation via FFT; return ``(peak_value, lag_samples)``.
 
     The lag is defined by ``signal[n + lag] ~ reference[n]``: a positive lag
@@ -650,7 +692,7 @@ def normalized_xcorr(reference: np.ndarray, signal: np.ndarray, *,
     corr = np.fft.irfft(np.fft.rfft(sig, nfft) * np.conj(np.fft.rfft(ref, nfft)), nfft)
     # corr[k] = sum_n sig[n + k] * ref[n]; negative lags wrap to the end.
     lags = np.arange(-(n_ref - 1), n_sig)
-    dot = np.concatenate([corr[nfft - (n_ref - 1):], corr[:n_sig]]) if n_ref > 1 else corr[:n_sig]
+    dot = np.concatenate([corr[nfft - (n_ref - 1) :], corr[:n_sig]]) if n_ref > 1 else corr[:n_sig]
     # Overlap at lag k: ref[a:b] against sig[a+k:b+k].
     a = np.maximum(0, -lags)
     b = np.minimum(n_ref, n_sig - lags)
@@ -694,8 +736,7 @@ def heard_in_pieces(speech: np.ndarray, received: np.ndarray, pieces: int = 4) -
     return [normalized_xcorr(speech[i * n : (i + 1) * n], received) for i in range(pieces)]
 
 
-def first_onset(samples: np.ndarray, threshold_dbfs: float = -40.0,
-                window: int = 160) -> int | None:
+def first_onset(samples: np.ndarray, threshold_dbfs: float = -40.0, window: int = 160) -> int | None:
     """Index of the first ``window``-sample span whose RMS exceeds ``threshold_dbfs``.
 
     Returns the start index ``i`` of the first span ``samples[i:i+window]`` that
@@ -807,10 +848,18 @@ class BaresipCaller:
         peak, lag = normalized_xcorr(utt.samples, res.received)
     """
 
-    def __init__(self, workdir: str | os.PathLike[str], audio_wav: str | os.PathLike[str], *,
-                 user: str = "caller", codecs: str = "PCMU/8000/1",
-                 account_params: str = "", extra_config: Mapping[str, str] | None = None,
-                 sip_trace: bool = False, executable: str = "baresip") -> None:
+    def __init__(
+        self,
+        workdir: str | os.PathLike[str],
+        audio_wav: str | os.PathLike[str],
+        *,
+        user: str = "caller",
+        codecs: str = "PCMU/8000/1",
+        account_params: str = "",
+        extra_config: Mapping[str, str] | None = None,
+        sip_trace: bool = False,
+        executable: str = "baresip",
+    ) -> None:
         self.workdir = Path(workdir)
         self.audio_wav = Path(audio_wav).resolve()
         self.user = user
@@ -859,8 +908,14 @@ class BaresipCaller:
         return str(target)
 
     # -- lifecycle --------------------------------------------------------
-    def start(self, target: str | int, *, quit_after_s: float | None = None,
-              start_timeout: float = 10.0, attempts: int = 3) -> None:
+    def start(
+        self,
+        target: str | int,
+        *,
+        quit_after_s: float | None = None,
+        start_timeout: float = 10.0,
+        attempts: int = 3,
+    ) -> None:
         """Start baresip and dial ``target`` (a port or a SIP URI).
 
         ``quit_after_s`` passes ``-t N`` (baresip quits by itself after N s,
@@ -916,8 +971,9 @@ class BaresipCaller:
             self.stop()
         return self._result(timed_out)
 
-    def run(self, target: str | int, *, timeout: float = 30.0,
-            quit_after_s: float | None = None) -> BaresipResult:
+    def run(
+        self, target: str | int, *, timeout: float = 30.0, quit_after_s: float | None = None
+    ) -> BaresipResult:
         """:meth:`start` + :meth:`wait`; baresip is always stopped afterwards."""
         try:
             self.start(target, quit_after_s=quit_after_s)
@@ -981,8 +1037,12 @@ class BaresipCaller:
             hangup_by=hangup_by,
             end_of_file="audio error (0,end of file)" in both,
             timed_out=timed_out,
-            received=received, sent=sent, received_path=rpath, sent_path=spath,
-            stdout=out, stderr=err,
+            received=received,
+            sent=sent,
+            received_path=rpath,
+            sent_path=spath,
+            stdout=out,
+            stderr=err,
             duration_s=int(term.group(1)) if term else None,
             elapsed_s=(end_line.t if end_line else time.monotonic()) - self._t0,
             sip_port=self.sip_port,
@@ -1046,14 +1106,24 @@ def _parse_stat_csv(path: Path) -> dict[str, str]:
         return {}
     head = rows[0].rstrip(";").split(";")
     last = rows[-1].rstrip(";").split(";")
-    return dict(zip(head, last))
+    return dict(zip(head, last, strict=False))  # a truncated last row keeps what it has
 
 
-def run_sipp(scenario: str | os.PathLike[str], target: str | int, *, calls: int = 1,
-             rate: float = 10.0, rate_period_ms: int = 1000, limit: int | None = None,
-             service: str = "bridge", extra_args: Sequence[str] = (),
-             timeout: float = 60.0, workdir: str | os.PathLike[str],
-             trace_msg: bool = False, executable: str = "sipp") -> SippResult:
+def run_sipp(
+    scenario: str | os.PathLike[str],
+    target: str | int,
+    *,
+    calls: int = 1,
+    rate: float = 10.0,
+    rate_period_ms: int = 1000,
+    limit: int | None = None,
+    service: str = "bridge",
+    extra_args: Sequence[str] = (),
+    timeout: float = 60.0,
+    workdir: str | os.PathLike[str],
+    trace_msg: bool = False,
+    executable: str = "sipp",
+) -> SippResult:
     """Run SIPp in the foreground (no ``-bg``) against ``target`` and parse its outputs.
 
     ``scenario`` is a path or a name in :data:`SCENARIOS` (``"uac_busy"`` or
@@ -1075,10 +1145,10 @@ def run_sipp(scenario: str | os.PathLike[str], target: str | int, *, calls: int 
         sc = SCENARIOS / name
     if not sc.exists():
         raise FileNotFoundError(scenario)
-    remote = f"{LOOPBACK}:{int(target)}" if isinstance(target, int) or str(target).isdigit() \
-        else str(target)
-    files = {k: wd / f"sipp_{k}" for k in ("logs.log", "errors.log", "stat.csv",
-                                           "screen.log", "messages.log")}
+    remote = f"{LOOPBACK}:{int(target)}" if isinstance(target, int) or str(target).isdigit() else str(target)
+    files = {
+        k: wd / f"sipp_{k}" for k in ("logs.log", "errors.log", "stat.csv", "screen.log", "messages.log")
+    }
     sipp_timeout = max(1, int(timeout - 3)) if timeout > 4 else max(1, int(timeout))
     deadline = time.monotonic() + timeout
     for attempt in range(3):
@@ -1087,16 +1157,47 @@ def run_sipp(scenario: str | os.PathLike[str], target: str | int, *, calls: int 
                 f.unlink()
         local_port = free_udp_port()
         media_port = _free_udp_port_pair()
-        argv = [shutil.which(executable) or executable, "-sf", str(sc.resolve()), remote,
-                "-s", service,
-                "-i", LOOPBACK, "-mi", LOOPBACK, "-p", str(local_port), "-mp", str(media_port),
-                "-m", str(calls), "-l", str(limit if limit is not None else calls),
-                "-r", f"{rate:g}", "-rp", str(rate_period_ms),
-                "-nostdin", "-timeout", f"{sipp_timeout}s",
-                "-trace_logs", "-log_file", str(files["logs.log"]),
-                "-trace_err", "-error_file", str(files["errors.log"]),
-                "-trace_stat", "-stf", str(files["stat.csv"]), "-fd", "1",
-                "-trace_screen", "-screen_file", str(files["screen.log"])]
+        argv = [
+            shutil.which(executable) or executable,
+            "-sf",
+            str(sc.resolve()),
+            remote,
+            "-s",
+            service,
+            "-i",
+            LOOPBACK,
+            "-mi",
+            LOOPBACK,
+            "-p",
+            str(local_port),
+            "-mp",
+            str(media_port),
+            "-m",
+            str(calls),
+            "-l",
+            str(limit if limit is not None else calls),
+            "-r",
+            f"{rate:g}",
+            "-rp",
+            str(rate_period_ms),
+            "-nostdin",
+            "-timeout",
+            f"{sipp_timeout}s",
+            "-trace_logs",
+            "-log_file",
+            str(files["logs.log"]),
+            "-trace_err",
+            "-error_file",
+            str(files["errors.log"]),
+            "-trace_stat",
+            "-stf",
+            str(files["stat.csv"]),
+            "-fd",
+            "1",
+            "-trace_screen",
+            "-screen_file",
+            str(files["screen.log"]),
+        ]
         if trace_msg:
             argv += ["-trace_msg", "-message_file", str(files["messages.log"])]
         argv += list(extra_args)
@@ -1121,10 +1222,20 @@ def run_sipp(scenario: str | os.PathLike[str], target: str | int, *, calls: int 
         head, _, rest = ln.partition(" ")
         events.setdefault(head, []).append(rest)
     return SippResult(
-        returncode=returncode, timed_out=timed_out, logs=logs, log_events=events,
-        stats=_parse_stat_csv(files["stat.csv"]), errors=read(files["errors.log"]),
-        stdout=proc.stdout, stderr=proc.stderr, screen=read(files["screen.log"]),
-        workdir=wd, local_port=local_port, media_port=media_port, argv=argv)
+        returncode=returncode,
+        timed_out=timed_out,
+        logs=logs,
+        log_events=events,
+        stats=_parse_stat_csv(files["stat.csv"]),
+        errors=read(files["errors.log"]),
+        stdout=proc.stdout,
+        stderr=proc.stderr,
+        screen=read(files["screen.log"]),
+        workdir=wd,
+        local_port=local_port,
+        media_port=media_port,
+        argv=argv,
+    )
 
 
 # --------------------------------------------------------------------------
@@ -1217,9 +1328,15 @@ class Pjsua2CallResult:
     stderr: str
 
 
-def run_pjsua2_caller(target: str | int, workdir: str | os.PathLike[str], *, play: str | os.PathLike[str] | None = None,
-                      args: Sequence[str] = (), timeout: float = 30.0,
-                      python: str | None = None) -> Pjsua2CallResult:
+def run_pjsua2_caller(
+    target: str | int,
+    workdir: str | os.PathLike[str],
+    *,
+    play: str | os.PathLike[str] | None = None,
+    args: Sequence[str] = (),
+    timeout: float = 30.0,
+    python: str | None = None,
+) -> Pjsua2CallResult:
     """Run tests/integration/pjsua2_caller.py (one call, its own process) and parse its summary.
 
     ``target`` is a port on 127.0.0.1 or a SIP URI; ``args`` go to the script (``--duration``, ``--dtmf``,
@@ -1232,8 +1349,15 @@ def run_pjsua2_caller(target: str | int, workdir: str | os.PathLike[str], *, pla
     wd.mkdir(parents=True, exist_ok=True)
     uri = BaresipCaller.target_uri(target)
     record = wd / "pjsua2-heard.wav"
-    argv: list[str] = [python or sys.executable, str(PJSUA2_CALLER), uri, "--record", str(record),
-                       "--timeout", f"{max(1.0, timeout - 5):g}"]
+    argv: list[str] = [
+        python or sys.executable,
+        str(PJSUA2_CALLER),
+        uri,
+        "--record",
+        str(record),
+        "--timeout",
+        f"{max(1.0, timeout - 5):g}",
+    ]
     if play is not None:
         argv += ["--play", os.fspath(play)]
     argv += list(args)
@@ -1254,7 +1378,16 @@ def run_pjsua2_caller(target: str | int, workdir: str | os.PathLike[str], *, pla
         with contextlib.suppress(ValueError):
             received = read_wav(record)[1]
     t_sent, t_recv = summary.get("sent_t0_ns"), summary.get("received_t0_ns")
-    offset = round((int(t_recv) - int(t_sent)) * SAMPLE_RATE / 1e9) \
-        if isinstance(t_sent, int) and isinstance(t_recv, int) else 0
-    return Pjsua2CallResult(returncode=rc, summary=summary, received=received, offset_samples=offset,
-                            stdout=proc.stdout, stderr=proc.stderr)
+    offset = (
+        round((int(t_recv) - int(t_sent)) * SAMPLE_RATE / 1e9)
+        if isinstance(t_sent, int) and isinstance(t_recv, int)
+        else 0
+    )
+    return Pjsua2CallResult(
+        returncode=rc,
+        summary=summary,
+        received=received,
+        offset_samples=offset,
+        stdout=proc.stdout,
+        stderr=proc.stderr,
+    )
