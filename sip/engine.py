@@ -188,7 +188,9 @@ def check_listen(config: EngineConfig, *, allow_any: bool = False) -> BindCheck:
     auth = None
     if config.inbound_auth is not None:
         auth = DigestServer(config.user_agent, [Credentials(*config.inbound_auth)])
-    return check_bind(config.host, InboundPolicy(PolicyConfig(allow=config.allow), auth=auth), allow_any=allow_any)
+    return check_bind(
+        config.host, InboundPolicy(PolicyConfig(allow=config.allow), auth=auth), allow_any=allow_any
+    )
 
 
 def engine_spec(name: str) -> EngineSpec:

@@ -50,7 +50,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _peers_installed() -> None:
-    missing = [tool for tool in ("baresip", "sipp", "sox", "espeak-ng", "tshark") if shutil.which(tool) is None]
+    missing = [
+        tool for tool in ("baresip", "sipp", "sox", "espeak-ng", "tshark") if shutil.which(tool) is None
+    ]
     if missing:
         pytest.fail(f"integration peers missing: {', '.join(missing)} (bash tests/run.sh installs them)")
 
@@ -94,9 +96,20 @@ def start_bridge(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cal
         rtp_port = peers.free_rtp_port()  # even: the first call takes exactly this port on either engine
         # --drain-timeout 0: a test that stops its bridge mid-call gets today's hang-up at once; a test of the
         # drain passes its own value after it (click takes the last).
-        argv = [*BRIDGE, "serve", "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port), *engine,
-                "--drain-timeout", "0", *args,
-                "--log-level", os.environ.get("PARLORA_TEST_LOG_LEVEL", "info")]
+        argv = [
+            *BRIDGE,
+            "serve",
+            "--sip",
+            f"127.0.0.1:{sip_port}",
+            "--rtp-port",
+            str(rtp_port),
+            *engine,
+            "--drain-timeout",
+            "0",
+            *args,
+            "--log-level",
+            os.environ.get("PARLORA_TEST_LOG_LEVEL", "info"),
+        ]
         proc = peers.ManagedProcess(argv, cwd=tmp_path, env=_clean_env(env), name="parlora-bridge")
         bridge = Bridge(proc, sip_port, rtp_port)
         started.append(bridge)
@@ -130,8 +143,17 @@ def start_fake(tmp_path: Path) -> Iterator[Callable[..., Fake]]:
     def start(protocol: str = "openai-live", *extra: str) -> Fake:
         port = peers.free_udp_port(also_tcp=True)
         record = tmp_path / f"fake-{port}.jsonl"
-        argv = [*BRIDGE, "fake-provider", "--protocol", protocol, "--listen", f"127.0.0.1:{port}",
-                "--record", str(record), *extra]
+        argv = [
+            *BRIDGE,
+            "fake-provider",
+            "--protocol",
+            protocol,
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--record",
+            str(record),
+            *extra,
+        ]
         proc = peers.ManagedProcess(argv, cwd=tmp_path, env=_clean_env(), name="fake-provider")
         started.append(proc)
         match = proc.wait_for(r"listening on (wss?://\S+)", timeout=20)
@@ -157,7 +179,9 @@ class Capture:
 
     def __init__(self, path: Path, capture_filter: str) -> None:
         self.path = path
-        self.proc = peers.ManagedProcess(["tshark", "-i", "lo", "-f", capture_filter, "-w", str(path)], name="tshark")
+        self.proc = peers.ManagedProcess(
+            ["tshark", "-i", "lo", "-f", capture_filter, "-w", str(path)], name="tshark"
+        )
         self.proc.wait_for(r"Capturing on", timeout=15)
 
     def stop(self) -> None:
@@ -165,14 +189,40 @@ class Capture:
 
     def packet_times(self, port: int) -> list[float]:
         """Capture times (s) of the UDP packets sent from `port`."""
-        out = peers._run_bounded(["tshark", "-r", str(self.path), "-Y", f"udp.srcport=={port}", "-T", "fields",
-                                  "-e", "frame.time_epoch"], 60)
+        out = peers._run_bounded(
+            [
+                "tshark",
+                "-r",
+                str(self.path),
+                "-Y",
+                f"udp.srcport=={port}",
+                "-T",
+                "fields",
+                "-e",
+                "frame.time_epoch",
+            ],
+            60,
+        )
         return [float(line) for line in out.stdout.split() if line]
 
     def rtp_payloads(self, port: int) -> list[bytes]:
         """Payloads of the RTP packets sent from `port`, in capture order."""
-        out = peers._run_bounded(["tshark", "-r", str(self.path), "-d", f"udp.port=={port},rtp", "-Y",
-                                  f"rtp && udp.srcport=={port}", "-T", "fields", "-e", "rtp.payload"], 60)
+        out = peers._run_bounded(
+            [
+                "tshark",
+                "-r",
+                str(self.path),
+                "-d",
+                f"udp.port=={port},rtp",
+                "-Y",
+                f"rtp && udp.srcport=={port}",
+                "-T",
+                "fields",
+                "-e",
+                "rtp.payload",
+            ],
+            60,
+        )
         return [bytes.fromhex(line.replace(":", "")) for line in out.stdout.split() if line]
 
 

@@ -20,8 +20,10 @@ import peers
 import pytest
 from test_browser_channel import CHROMEDRIVER, CHROMIUM, chromium, wait_until
 
-pytestmark = pytest.mark.skipif(not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
-                                reason="chromium and chromium-driver are not installed (tests/run.sh installs them)")
+pytestmark = pytest.mark.skipif(
+    not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+    reason="chromium and chromium-driver are not installed (tests/run.sh installs them)",
+)
 
 
 def _fault(fake_url: str, spec: str) -> None:
@@ -34,8 +36,9 @@ def _fault(fake_url: str, spec: str) -> None:
 def _texts(driver, selector: str) -> list[str]:
     """The text of every element matching `selector`, read in one go (the page redraws as events arrive, so
     element handles go stale)."""
-    return driver.execute_script("return [...document.querySelectorAll(arguments[0])].map(e => e.textContent)",
-                                 selector)
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => e.textContent)", selector
+    )
 
 
 def _row(driver, call_id: str) -> str:
@@ -49,10 +52,19 @@ def _stages(driver) -> list[str]:
 def test_console_follows_a_sip_call_through_a_recovery(start_fake, start_bridge, tmp_path: Path) -> None:
     fake = start_fake("openai-live", "--fault", "2/slow_handshake:1500")
     http_port = peers.free_udp_port(also_tcp=True)
-    bridge = start_bridge(*fake.bridge_args("openai-live"), "--http", f"127.0.0.1:{http_port}",
-                          env={"OPENAI_API_KEY": "sk-test"})
-    speech = peers.make_utterance(tmp_path / "speech.wav", "Please tell me the opening hours of the shop.",
-                                  lead_silence_s=0.3, tail_silence_s=2.0, ulaw=True)
+    bridge = start_bridge(
+        *fake.bridge_args("openai-live"),
+        "--http",
+        f"127.0.0.1:{http_port}",
+        env={"OPENAI_API_KEY": "sk-test"},
+    )
+    speech = peers.make_utterance(
+        tmp_path / "speech.wav",
+        "Please tell me the opening hours of the shop.",
+        lead_silence_s=0.3,
+        tail_silence_s=2.0,
+        ulaw=True,
+    )
     assert speech.ulaw_path == tmp_path / "speech.ul"  # uac_stream streams ./speech.ul
     driver = chromium(tmp_path / "profile")
     shot = tmp_path / "artefacts" / "console-recovery.png"
@@ -62,23 +74,51 @@ def test_console_follows_a_sip_call_through_a_recovery(start_fake, start_bridge,
         wait_until(lambda: driver.find_element("id", "feed-state").text == "live", 10, "the event feed")
         assert driver.find_element("id", "no-calls").is_displayed()
         with peers.ManagedProcess(
-                ["sipp", "-sf", str(peers.SCENARIOS / "uac_stream.xml"), "-s", "sales", f"127.0.0.1:{bridge.sip_port}",
-                 "-i", "127.0.0.1", "-mi", "127.0.0.1", "-p", str(peers.free_udp_port()), "-m", "1", "-l", "1",
-                 "-d", "14000", "-nostdin"], cwd=tmp_path, name="sipp") as sipp:
+            [
+                "sipp",
+                "-sf",
+                str(peers.SCENARIOS / "uac_stream.xml"),
+                "-s",
+                "sales",
+                f"127.0.0.1:{bridge.sip_port}",
+                "-i",
+                "127.0.0.1",
+                "-mi",
+                "127.0.0.1",
+                "-p",
+                str(peers.free_udp_port()),
+                "-m",
+                "1",
+                "-l",
+                "1",
+                "-d",
+                "14000",
+                "-nostdin",
+            ],
+            cwd=tmp_path,
+            name="sipp",
+        ) as sipp:
             wait_until(lambda: _row(driver, "call-1"), 10, "the SIPp call in the list")
-            row = wait_until(lambda: "ready" in (r := _row(driver, "call-1")) and r, 10, "the call to be ready")
+            row = wait_until(
+                lambda: "ready" in (r := _row(driver, "call-1")) and r, 10, "the call to be ready"
+            )
             assert "sales" in row and "native" in row and "openai-live" in row, row
             bridge.wait_for(r"call call-1 caller utterance at \d+ ms", timeout=10)  # it is talking
             _fault(fake.url, "1/abrupt_close")
-            wait_until(lambda: _texts(driver, "#recovery-now")[0].startswith("reconnecting"), 5,
-                       "`reconnecting` on the page")
+            wait_until(
+                lambda: _texts(driver, "#recovery-now")[0].startswith("reconnecting"),
+                5,
+                "`reconnecting` on the page",
+            )
             driver.save_screenshot(str(shot))
             print("console screenshot:", shot)
-            wait_until(lambda: _texts(driver, "#recovery-now")[0] == "none", 10, "the recovery to clear on the page")
+            wait_until(
+                lambda: _texts(driver, "#recovery-now")[0] == "none", 10, "the recovery to clear on the page"
+            )
             stages = _stages(driver)
             began = [i for i, s in enumerate(stages) if "recovery reconnecting (transport_lost" in s]
             assert began, stages
-            assert any("recovery cleared" in s or "recovery done" in s for s in stages[began[0]:]), stages
+            assert any("recovery cleared" in s or "recovery done" in s for s in stages[began[0] :]), stages
             captions = _texts(driver, "#captions .caption")
             sipp.wait(timeout=30)
         wait_until(lambda: not _row(driver, "call-1"), 10, "the call to leave the list after BYE")
@@ -95,8 +135,13 @@ def test_console_follows_a_sip_call_through_a_recovery(start_fake, start_bridge,
 
 def test_console_needs_the_token_off_loopback(start_bridge) -> None:
     http_port = peers.free_udp_port(also_tcp=True)
-    start_bridge("--http", f"127.0.0.1:{http_port}", "--http-token-env", "PARLORA_TEST_TOKEN",
-                 env={"PARLORA_TEST_TOKEN": "s3cret-token"})
+    start_bridge(
+        "--http",
+        f"127.0.0.1:{http_port}",
+        "--http-token-env",
+        "PARLORA_TEST_TOKEN",
+        env={"PARLORA_TEST_TOKEN": "s3cret-token"},
+    )
     base = f"http://127.0.0.1:{http_port}"
     with urllib.request.urlopen(base + "/", timeout=5) as page:  # the page itself holds no data
         assert b"parlora-bridge console" in page.read()

@@ -48,6 +48,7 @@ def _ipv6() -> bool:
     except OSError:
         return False
 
+
 MS = 1_000_000
 
 
@@ -64,28 +65,40 @@ def _first_rtp_port(bridge) -> int:
 def _stream_call(bridge, workdir: Path, ulaw: Path, seconds: float, calls: int = 1) -> peers.SippResult:
     workdir.mkdir(parents=True, exist_ok=True)
     shutil.copy(ulaw, workdir / "speech.ul")  # uac_stream streams ./speech.ul
-    return peers.run_sipp("uac_stream", bridge.sip_port, calls=calls, rate=20, workdir=workdir,
-                          timeout=seconds + 30, trace_msg=True, extra_args=["-d", str(int(seconds * 1000))])
+    return peers.run_sipp(
+        "uac_stream",
+        bridge.sip_port,
+        calls=calls,
+        rate=20,
+        workdir=workdir,
+        timeout=seconds + 30,
+        trace_msg=True,
+        extra_args=["-d", str(int(seconds * 1000))],
+    )
 
 
 def _sipp_ok(result: peers.SippResult) -> None:
     assert result.returncode == 0, (
         f"SIPp rc={result.returncode}\n{result.errors[-2000:]}\n{result.screen[-1500:]}\n"
-        f"{(result.workdir / 'sipp_messages.log').read_text(errors='replace')[-4000:]}")
+        f"{(result.workdir / 'sipp_messages.log').read_text(errors='replace')[-4000:]}"
+    )
 
 
 @pytest.fixture(scope="module")
 def utterance_ul(tmp_path_factory: pytest.TempPathFactory) -> tuple[peers.Utterance, Path]:
     path = tmp_path_factory.mktemp("native-audio") / "utterance.wav"
-    utterance = peers.make_utterance(path, "Hello bridge, please say this sentence back to me", tail_silence_s=4.0)
+    utterance = peers.make_utterance(
+        path, "Hello bridge, please say this sentence back to me", tail_silence_s=4.0
+    )
     return utterance, peers.make_ulaw(path)
 
 
 # --- serve --engine native ---
 
 
-def test_native_answers_a_sipp_call_and_the_caller_hears_its_echo(start_bridge, capture, utterance_ul,
-                                                                  tmp_path: Path) -> None:
+def test_native_answers_a_sipp_call_and_the_caller_hears_its_echo(
+    start_bridge, capture, utterance_ul, tmp_path: Path
+) -> None:
     utterance, ulaw = utterance_ul
     bridge = start_bridge(*NATIVE, "--provider", "echo")
     first = _first_rtp_port(bridge)
@@ -102,23 +115,30 @@ def test_native_answers_a_sipp_call_and_the_caller_hears_its_echo(start_bridge, 
     # the bridge sent 20 ms packets all call long (silence around the echo): about one per 20 ms of the call
     assert len(wire) >= 0.8 * seconds * 8000
     pieces = peers.heard_in_pieces(utterance.speech, wire, pieces=8)
-    print(f"echo on the wire by eighths: {[(round(p, 3), lag) for p, lag in pieces]}; utterance ended at "
-          f"{utterance.end}")
-    assert sum(peak >= 0.99 for peak, _ in pieces) >= 7 and min(p for p, _ in pieces) >= 0.7, bridge.log[-3000:]
+    print(
+        f"echo on the wire by eighths: {[(round(p, 3), lag) for p, lag in pieces]}; utterance ended at "
+        f"{utterance.end}"
+    )
+    assert sum(peak >= 0.99 for peak, _ in pieces) >= 7 and min(p for p, _ in pieces) >= 0.7, bridge.log[
+        -3000:
+    ]
     lags = [lag for _, lag in pieces]
     assert lags == sorted(lags) and lags[0] > utterance.end  # heard in order, after the caller finished
-    frames_in, frames_out = map(int, re.search(r"call call-1 ended after .*: frames in (\d+), out (\d+)",
-                                               bridge.log).groups())
+    frames_in, frames_out = map(
+        int, re.search(r"call call-1 ended after .*: frames in (\d+), out (\d+)", bridge.log).groups()
+    )
     assert frames_in >= len(utterance.samples) // 160 - 5 and frames_out >= len(utterance.speech) // 160
 
 
-def test_native_pcmu_from_the_provider_is_the_callers_rtp_payload_byte_for_byte(start_fake, start_bridge, capture,
-                                                                               utterance, tmp_path: Path) -> None:
+def test_native_pcmu_from_the_provider_is_the_callers_rtp_payload_byte_for_byte(
+    start_fake, start_bridge, capture, utterance, tmp_path: Path
+) -> None:
     """What the provider sent (the echo fake speaks back exactly what it was sent) is the RTP payload the
     caller received, byte for byte: no resampling, no level change, no transcoding on the way out."""
     fake, url, record = start_fake()
-    bridge = start_bridge(*NATIVE, "--provider", "openai-live", "--provider-url", url,
-                          env={"OPENAI_API_KEY": "sk-test"})
+    bridge = start_bridge(
+        *NATIVE, "--provider", "openai-live", "--provider-url", url, env={"OPENAI_API_KEY": "sk-test"}
+    )
     first = _first_rtp_port(bridge)
     cap = capture(f"udp and src host 127.0.0.1 and src portrange {first}-{first + 9}")
     with peers.BaresipCaller(tmp_path / "baresip", utterance.path) as caller:
@@ -137,13 +157,21 @@ def test_native_pcmu_from_the_provider_is_the_callers_rtp_payload_byte_for_byte(
 
 
 @pytest.mark.parametrize("transport", ["udp", "tcp"])
-def test_native_bye_from_the_bridge_on_sigterm_and_everything_released(start_bridge, tmp_path: Path,
-                                                                       transport: str) -> None:
+def test_native_bye_from_the_bridge_on_sigterm_and_everything_released(
+    start_bridge, tmp_path: Path, transport: str
+) -> None:
     bridge = start_bridge(*NATIVE, "--provider", "echo", "--drain-timeout", "0")  # issue 15: hang up at once
     extra = ["-t", "t1"] if transport == "tcp" else []
     with ThreadPoolExecutor(max_workers=1) as pool:
-        run = pool.submit(peers.run_sipp, "uac_wait_bye", bridge.sip_port, workdir=tmp_path / "sipp", timeout=40,
-                          trace_msg=True, extra_args=extra)
+        run = pool.submit(
+            peers.run_sipp,
+            "uac_wait_bye",
+            bridge.sip_port,
+            workdir=tmp_path / "sipp",
+            timeout=40,
+            trace_msg=True,
+            extra_args=extra,
+        )
         bridge.wait_for(r"call call-1 media: PCMU/8000")
         assert bridge.stop() == 0
         result = run.result(timeout=60)
@@ -153,10 +181,33 @@ def test_native_bye_from_the_bridge_on_sigterm_and_everything_released(start_bri
     stopped = re.search(r"native engine stopped: (.*)", bridge.log)
     assert stopped, bridge.log[-3000:]
     counts = dict((k, int(v)) for k, v in re.findall(r"(\w+) (\d+)", stopped.group(1)))
-    assert {k: counts[k] for k in ("calls", "core_calls", "rtp_ports", "media_channels", "media_timers",
-                                   "sip_timers", "sip_sockets", "tcp_connections", "tasks")} == dict.fromkeys(
-        ("calls", "core_calls", "rtp_ports", "media_channels", "media_timers", "sip_timers", "sip_sockets",
-         "tcp_connections", "tasks"), 0)
+    assert {
+        k: counts[k]
+        for k in (
+            "calls",
+            "core_calls",
+            "rtp_ports",
+            "media_channels",
+            "media_timers",
+            "sip_timers",
+            "sip_sockets",
+            "tcp_connections",
+            "tasks",
+        )
+    } == dict.fromkeys(
+        (
+            "calls",
+            "core_calls",
+            "rtp_ports",
+            "media_channels",
+            "media_timers",
+            "sip_timers",
+            "sip_sockets",
+            "tcp_connections",
+            "tasks",
+        ),
+        0,
+    )
 
 
 @pytest.fixture
@@ -173,23 +224,38 @@ def silent_provider() -> Iterator[int]:
 
 
 def test_native_cancel_before_the_answer_gets_487(start_bridge, silent_provider: int, tmp_path: Path) -> None:
-    bridge = start_bridge(*NATIVE, "--provider", "openai-live", "--provider-url", f"ws://127.0.0.1:{silent_provider}",
-                          env={"OPENAI_API_KEY": "sk-test"})
-    result = peers.run_sipp("uac_cancel", bridge.sip_port, workdir=tmp_path / "sipp", timeout=30, trace_msg=True)
+    bridge = start_bridge(
+        *NATIVE,
+        "--provider",
+        "openai-live",
+        "--provider-url",
+        f"ws://127.0.0.1:{silent_provider}",
+        env={"OPENAI_API_KEY": "sk-test"},
+    )
+    result = peers.run_sipp(
+        "uac_cancel", bridge.sip_port, workdir=tmp_path / "sipp", timeout=30, trace_msg=True
+    )
     _sipp_ok(result)  # 180, then 200 to its CANCEL and 487 to its INVITE, which it ACKed
     assert [result.count(e) for e in ("RINGING", "CANCEL_OK", "TERMINATED")] == [1, 1, 1]
     messages = (result.workdir / "sipp_messages.log").read_text(errors="replace")
-    assert "SIP/2.0 487 Request Terminated" in messages and "SIP/2.0 200 OK" not in messages.split("CANCEL", 1)[0]
+    assert (
+        "SIP/2.0 487 Request Terminated" in messages
+        and "SIP/2.0 200 OK" not in messages.split("CANCEL", 1)[0]
+    )
 
 
 def test_native_options_gets_200_with_allow(start_bridge, tmp_path: Path) -> None:
     bridge = start_bridge(*NATIVE, "--provider", "echo")
-    result = peers.run_sipp("uac_options", bridge.sip_port, workdir=tmp_path / "sipp", timeout=20, trace_msg=True)
+    result = peers.run_sipp(
+        "uac_options", bridge.sip_port, workdir=tmp_path / "sipp", timeout=20, trace_msg=True
+    )
     _sipp_ok(result)
     assert result.log_events["OPTIONS_ANSWERED"] == ["200"]
     messages = (result.workdir / "sipp_messages.log").read_text(errors="replace")
     allow = re.search(r"^Allow: (.*)$", messages, re.MULTILINE)
-    assert allow and {"INVITE", "ACK", "CANCEL", "BYE", "OPTIONS"} <= {m.strip() for m in allow.group(1).split(",")}
+    assert allow and {"INVITE", "ACK", "CANCEL", "BYE", "OPTIONS"} <= {
+        m.strip() for m in allow.group(1).split(",")
+    }
 
 
 def test_native_two_calls_at_once(start_bridge, utterance_ul, tmp_path: Path) -> None:
@@ -217,10 +283,15 @@ def test_native_hold_and_resume_by_reinvite(start_bridge, utterance_ul, tmp_path
     result = peers.run_sipp("uac_hold_resume", bridge.sip_port, workdir=workdir, timeout=40, trace_msg=True)
     _sipp_ok(result)
     # RFC 3264 §8.4: our answer to sendonly is recvonly; to sendrecv again, sendrecv
-    assert result.log_events["HOLD_ANSWER"] == ["recvonly"] and result.log_events["RESUME_ANSWER"] == ["sendrecv"]
+    assert result.log_events["HOLD_ANSWER"] == ["recvonly"] and result.log_events["RESUME_ANSWER"] == [
+        "sendrecv"
+    ]
     bridge.wait_for(r"call call-1 ended after .* by caller")
     log = bridge.log
-    held, resumed = log.find("call-1: the caller put the call on hold"), log.find("call-1: the caller took the call off")
+    held, resumed = (
+        log.find("call-1: the caller put the call on hold"),
+        log.find("call-1: the caller took the call off"),
+    )
     assert 0 < held < resumed, log[-3000:]
     assert "MediaHeld" in log[held:resumed] and "MediaResumed" in log[resumed:]  # the session saw both events
 
@@ -232,8 +303,14 @@ def test_native_call_over_tcp(start_bridge, utterance_ul, tmp_path: Path) -> Non
     workdir = tmp_path / "sipp"
     workdir.mkdir()
     shutil.copy(ulaw, workdir / "speech.ul")
-    result = peers.run_sipp("uac_stream", bridge.sip_port, workdir=workdir, timeout=30, trace_msg=True,
-                            extra_args=["-t", "t1", "-d", "2000"])
+    result = peers.run_sipp(
+        "uac_stream",
+        bridge.sip_port,
+        workdir=workdir,
+        timeout=30,
+        trace_msg=True,
+        extra_args=["-t", "t1", "-d", "2000"],
+    )
     _sipp_ok(result)
     assert (result.count("ANSWERED"), result.count("CLOSED")) == (1, 1)
     messages = (workdir / "sipp_messages.log").read_text(errors="replace")
@@ -282,16 +359,26 @@ async def test_native_engine_counts_go_back_to_zero_after_calls(utterance_ul, tm
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    engine = NativeUserAgent(EngineConfig(host="127.0.0.1", port=sip_port, rtp_port=rtp_port), on_call,
-                             timers=TimerConfig(t1=20 * MS, t2=160 * MS, t4=200 * MS))
+    engine = NativeUserAgent(
+        EngineConfig(host="127.0.0.1", port=sip_port, rtp_port=rtp_port),
+        on_call,
+        timers=TimerConfig(t1=20 * MS, t2=160 * MS, t4=200 * MS),
+    )
     await engine.start()
     try:
         workdir = tmp_path / "sipp"
         workdir.mkdir()
         shutil.copy(ulaw, workdir / "speech.ul")
         result = await asyncio.to_thread(
-            peers.run_sipp, "uac_stream", sip_port, calls=2, rate=20, workdir=workdir, timeout=40,
-            extra_args=["-d", "4500"])
+            peers.run_sipp,
+            "uac_stream",
+            sip_port,
+            calls=2,
+            rate=20,
+            workdir=workdir,
+            timeout=40,
+            extra_args=["-d", "4500"],
+        )
         _sipp_ok(result)
         assert len(legs) == 2 and await _wait_until(lambda: not tasks, 10)
         for leg in legs:
@@ -324,14 +411,23 @@ async def test_native_engine_is_in_the_registry_and_refuses_beyond_max_calls(tmp
         held.append(leg)
         leg.answer()
 
-    engine = create_engine("native", EngineConfig(host="127.0.0.1", port=sip_port, rtp_port=rtp_port, max_calls=1),
-                           on_call)
+    engine = create_engine(
+        "native", EngineConfig(host="127.0.0.1", port=sip_port, rtp_port=rtp_port, max_calls=1), on_call
+    )
     assert isinstance(engine, NativeUserAgent) and engine.max_calls == 1
     await engine.start()
     try:
         # the first call is answered and held 3 s; the second, 20 ms later, is refused at once
-        result = await asyncio.to_thread(peers.run_sipp, "uac_busy", sip_port, calls=2, rate=50,
-                                         workdir=tmp_path / "sipp", timeout=20, trace_msg=True)
+        result = await asyncio.to_thread(
+            peers.run_sipp,
+            "uac_busy",
+            sip_port,
+            calls=2,
+            rate=50,
+            workdir=tmp_path / "sipp",
+            timeout=20,
+            trace_msg=True,
+        )
         _sipp_ok(result)
         assert result.count("ANSWERED") == 1 and result.log_events["REJECTED"][0].split()[-1] == "503"
         messages = (result.workdir / "sipp_messages.log").read_text(errors="replace")
@@ -360,7 +456,9 @@ def native_driver(tmp_path: Path) -> Iterator[Callable[..., LegDriver]]:
         assert driver.events("stopped") == [{"event": "stopped", "clean": True}]
 
 
-def _sipp_thread(scenario: str, port: int, workdir: Path, pool: ThreadPoolExecutor) -> Future[peers.SippResult]:
+def _sipp_thread(
+    scenario: str, port: int, workdir: Path, pool: ThreadPoolExecutor
+) -> Future[peers.SippResult]:
     return pool.submit(peers.run_sipp, scenario, port, workdir=workdir, timeout=45, trace_msg=True)
 
 
@@ -381,9 +479,30 @@ def test_native_send_dtmf_goes_out_as_rfc4733_telephone_events(native_driver, tm
     driver = native_driver()
     first = driver.rtp_port + driver.rtp_port % 2
     tshark = peers.ManagedProcess(
-        ["tshark", "-i", "lo", "-l", "-f", f"udp src port {first}", "-d", f"udp.port=={first},rtp", "-Y",
-         "rtpevent", "-T", "fields", "-e", "rtpevent.event_id", "-e", "rtpevent.end_of_event", "-e",
-         "rtp.timestamp", "-e", "rtp.p_type"], name="tshark")
+        [
+            "tshark",
+            "-i",
+            "lo",
+            "-l",
+            "-f",
+            f"udp src port {first}",
+            "-d",
+            f"udp.port=={first},rtp",
+            "-Y",
+            "rtpevent",
+            "-T",
+            "fields",
+            "-e",
+            "rtpevent.event_id",
+            "-e",
+            "rtpevent.end_of_event",
+            "-e",
+            "rtp.timestamp",
+            "-e",
+            "rtp.p_type",
+        ],
+        name="tshark",
+    )
     try:
         tshark.wait_for(r"Capturing on", timeout=15)
         with ThreadPoolExecutor(max_workers=1) as pool:
@@ -409,11 +528,19 @@ def test_native_send_dtmf_goes_out_as_rfc4733_telephone_events(native_driver, tm
     digits: dict[int, list[tuple[int, bool]]] = {}  # one telephone-event per RTP timestamp, in order
     for event_id, end, ts, _ in events:
         digits.setdefault(ts, []).append((event_id, end))
-    assert [{"0123456789*#ABCD"[e] for e, _ in packets} for packets in digits.values()] == [{"1"}, {"2"}, {"#"}]
-    assert all(sum(end for _, end in packets) == 3 for packets in digits.values()), digits  # three end packets
+    assert [{"0123456789*#ABCD"[e] for e, _ in packets} for packets in digits.values()] == [
+        {"1"},
+        {"2"},
+        {"#"},
+    ]
+    assert all(sum(end for _, end in packets) == 3 for packets in digits.values()), (
+        digits
+    )  # three end packets
 
 
-def test_native_send_dtmf_falls_back_to_sip_info_without_telephone_event(native_driver, tmp_path: Path) -> None:
+def test_native_send_dtmf_falls_back_to_sip_info_without_telephone_event(
+    native_driver, tmp_path: Path
+) -> None:
     driver = native_driver()
     with ThreadPoolExecutor(max_workers=1) as pool:
         run = _sipp_thread("uac_no_telephone_event", driver.sip_port, tmp_path / "sipp", pool)
@@ -436,14 +563,18 @@ def test_native_blind_transfer_reports_notify_progress_then_hangs_up(native_driv
         ended = driver.wait_event("CallEnded", timeout=20)
         result = run.result(timeout=60)
     _sipp_ok(result)  # it got the REFER, its NOTIFYs were answered 200, then it got our BYE
-    assert [v.strip().strip("<>") for v in result.log_events["REFER_TO"]] == [TARGET]  # name-addr or addr-spec
+    assert [v.strip().strip("<>") for v in result.log_events["REFER_TO"]] == [
+        TARGET
+    ]  # name-addr or addr-spec
     assert result.count("BYE_RECEIVED") == 1
     progress = [(e["status_code"], e["reason"], e["final"]) for e in driver.events("TransferProgress")]
     assert progress == [(100, "Accepted", False), (100, "Trying", False), (200, "OK", True)]
     assert ended["by_remote"] is False and ended["reason"] == f"transferred to {TARGET}"
 
 
-def test_native_unanswered_refer_times_out_as_final_408_and_the_call_stays_up(native_driver, tmp_path: Path) -> None:
+def test_native_unanswered_refer_times_out_as_final_408_and_the_call_stays_up(
+    native_driver, tmp_path: Path
+) -> None:
     driver = native_driver("--transfer-timeout", "2")
     with ThreadPoolExecutor(max_workers=1) as pool:
         run = _sipp_thread("uac_refer_silent", driver.sip_port, tmp_path / "sipp", pool)
@@ -452,7 +583,9 @@ def test_native_unanswered_refer_times_out_as_final_408_and_the_call_stays_up(na
         final = driver.wait_event("TransferProgress", timeout=15, where=lambda e: e["final"])
         assert (final["status_code"], final["final"]) == (408, True)
         assert driver.events("CallEnded") == []
-        driver.send(f"transfer {call_id} {TARGET}")  # the REFER may still be answered: a second one is refused
+        driver.send(
+            f"transfer {call_id} {TARGET}"
+        )  # the REFER may still be answered: a second one is refused
         again = driver.wait_event("TransferProgress", timeout=10, count=2)
         assert (again["status_code"], again["final"]) == (491, True)
         driver.send(f"hangup {call_id}")
@@ -472,14 +605,17 @@ def test_native_refuses_the_callers_refer_with_403(native_driver, tmp_path: Path
 
 @pytest.mark.skipif(not _ipv6(), reason="no IPv6 loopback")
 async def test_native_engine_answers_options_over_ipv6_udp_and_tcp() -> None:
-    engine = NativeUserAgent(EngineConfig(host="::1", port=0, rtp_port=peers._free_udp_port_pair() & ~1),
-                             lambda leg: None)
+    engine = NativeUserAgent(
+        EngineConfig(host="::1", port=0, rtp_port=peers._free_udp_port_pair() & ~1), lambda leg: None
+    )
     await engine.start()
     assert engine.local is not None
     port = engine.local[1]
-    request = (f"OPTIONS sip:bridge@[::1]:{port} SIP/2.0\r\nVia: SIP/2.0/{{t}} [::1]:{{p}};branch=z9hG4bK-v6{{t}};rport\r\n"
-               "From: <sip:probe@[::1]>;tag=1\r\nTo: <sip:bridge@[::1]>\r\nCall-ID: v6-{t}\r\n"
-               "CSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n")
+    request = (
+        f"OPTIONS sip:bridge@[::1]:{port} SIP/2.0\r\nVia: SIP/2.0/{{t}} [::1]:{{p}};branch=z9hG4bK-v6{{t}};rport\r\n"
+        "From: <sip:probe@[::1]>;tag=1\r\nTo: <sip:bridge@[::1]>\r\nCall-ID: v6-{t}\r\n"
+        "CSeq: 1 OPTIONS\r\nMax-Forwards: 70\r\nContent-Length: 0\r\n\r\n"
+    )
     loop = asyncio.get_running_loop()
     try:
         with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as udp:
@@ -500,21 +636,30 @@ async def test_native_engine_answers_options_over_ipv6_udp_and_tcp() -> None:
 async def test_native_engine_drain_refuses_invites_and_options_with_503() -> None:
     """DESIGN §11: a draining engine answers new INVITEs and out-of-dialog OPTIONS 503 with Retry-After (so
     a load balancer's probe sends calls elsewhere), and counts the refused INVITEs."""
-    engine = NativeUserAgent(EngineConfig(host="127.0.0.1", port=0, rtp_port=peers._free_udp_port_pair() & ~1),
-                             lambda leg: None)
+    engine = NativeUserAgent(
+        EngineConfig(host="127.0.0.1", port=0, rtp_port=peers._free_udp_port_pair() & ~1), lambda leg: None
+    )
     await engine.start()
     assert engine.local is not None
     port = engine.local[1]
     loop = asyncio.get_running_loop()
 
     def request(method: str, n: int, local: int) -> bytes:
-        body = ("v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
-                "m=audio 9 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n") if method == "INVITE" else ""
+        body = (
+            (
+                "v=0\r\no=- 1 1 IN IP4 127.0.0.1\r\ns=-\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\n"
+                "m=audio 9 RTP/AVP 0\r\na=rtpmap:0 PCMU/8000\r\n"
+            )
+            if method == "INVITE"
+            else ""
+        )
         extra = "Contact: <sip:probe@127.0.0.1>\r\nContent-Type: application/sdp\r\n" if body else ""
-        return (f"{method} sip:bridge@127.0.0.1:{port} SIP/2.0\r\n"
-                f"Via: SIP/2.0/UDP 127.0.0.1:{local};branch=z9hG4bK-drain{n};rport\r\n"
-                f"From: <sip:probe@127.0.0.1>;tag={n}\r\nTo: <sip:bridge@127.0.0.1>\r\nCall-ID: drain-{n}\r\n"
-                f"CSeq: 1 {method}\r\nMax-Forwards: 70\r\n{extra}Content-Length: {len(body)}\r\n\r\n{body}").encode()
+        return (
+            f"{method} sip:bridge@127.0.0.1:{port} SIP/2.0\r\n"
+            f"Via: SIP/2.0/UDP 127.0.0.1:{local};branch=z9hG4bK-drain{n};rport\r\n"
+            f"From: <sip:probe@127.0.0.1>;tag={n}\r\nTo: <sip:bridge@127.0.0.1>\r\nCall-ID: drain-{n}\r\n"
+            f"CSeq: 1 {method}\r\nMax-Forwards: 70\r\n{extra}Content-Length: {len(body)}\r\n\r\n{body}"
+        ).encode()
 
     try:
         assert not engine.draining

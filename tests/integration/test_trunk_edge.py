@@ -41,16 +41,28 @@ def _frames(record: Path) -> int:
 
 
 @pytest.mark.skipif(not _loopback2(), reason="127.0.0.2 is not usable")
-def test_a_caller_outside_the_allowlist_gets_403_and_no_provider_session(start_fake, start_bridge,
-                                                                       tmp_path: Path) -> None:
+def test_a_caller_outside_the_allowlist_gets_403_and_no_provider_session(
+    start_fake, start_bridge, tmp_path: Path
+) -> None:
     fake = start_fake()
     http_port = peers.free_udp_port(also_tcp=True)
-    bridge = start_bridge(*fake.bridge_args("openai-live"), "--allow", "127.0.0.1/32",
-                          "--http", f"127.0.0.1:{http_port}", env={"OPENAI_API_KEY": "sk-test"})
+    bridge = start_bridge(
+        *fake.bridge_args("openai-live"),
+        "--allow",
+        "127.0.0.1/32",
+        "--http",
+        f"127.0.0.1:{http_port}",
+        env={"OPENAI_API_KEY": "sk-test"},
+    )
     bridge.wait_for(r"inbound policy: allow 127\.0\.0\.1/32; others 403")
-    refused = peers.run_sipp("uac_busy", bridge.sip_port, workdir=tmp_path / "outsider", timeout=25,
-                             trace_msg=True, extra_args=["-i", "127.0.0.2", "-mi", "127.0.0.2"],
-                             )
+    refused = peers.run_sipp(
+        "uac_busy",
+        bridge.sip_port,
+        workdir=tmp_path / "outsider",
+        timeout=25,
+        trace_msg=True,
+        extra_args=["-i", "127.0.0.2", "-mi", "127.0.0.2"],
+    )
     logs = (refused.workdir / "sipp_logs.log").read_text(errors="replace")
     assert "REJECTED" in logs and " 403" in logs, logs[-2000:]
     messages = (refused.workdir / "sipp_messages.log").read_text(errors="replace")
@@ -64,8 +76,13 @@ def test_a_caller_outside_the_allowlist_gets_403_and_no_provider_session(start_f
     assert "session" not in bridge.log.split("inbound policy:", 1)[1].lower(), bridge.log[-3000:]
 
     # the control: the same call from an allowed source is answered, and the provider sees it
-    allowed = peers.run_sipp("uac_busy", bridge.sip_port, workdir=tmp_path / "insider", timeout=25,
-                             extra_args=["-set", "hold_ms", "1500"])
+    allowed = peers.run_sipp(
+        "uac_busy",
+        bridge.sip_port,
+        workdir=tmp_path / "insider",
+        timeout=25,
+        extra_args=["-set", "hold_ms", "1500"],
+    )
     logs = (allowed.workdir / "sipp_logs.log").read_text(errors="replace")
     assert "ANSWERED" in logs and "CLOSED" in logs, logs[-2000:]
     assert _frames(fake.record) > 0
@@ -84,20 +101,41 @@ def test_serve_off_loopback_with_no_policy_refuses_to_start(tmp_path: Path) -> N
 SCENARIOS = Path(__file__).parent / "scenarios"
 
 
-def test_serve_registers_with_digest_at_a_sipp_registrar_and_unregisters_on_shutdown(start_bridge,
-                                                                                   tmp_path: Path) -> None:
+def test_serve_registers_with_digest_at_a_sipp_registrar_and_unregisters_on_shutdown(
+    start_bridge, tmp_path: Path
+) -> None:
     registrar_port = peers.free_udp_port()
     logs = tmp_path / "registrar.log"
     sipp = peers.ManagedProcess(
-        ["sipp", "-sf", str(SCENARIOS / "uas_register_auth.xml"), "-i", "127.0.0.1", "-p", str(registrar_port),
-         "-m", "1", "-set", "pw", "pw-1001", "-nostdin", "-trace_logs", "-log_file", str(logs),
-         "-timeout", "40s"],
-        cwd=tmp_path, name="sipp-registrar")
+        [
+            "sipp",
+            "-sf",
+            str(SCENARIOS / "uas_register_auth.xml"),
+            "-i",
+            "127.0.0.1",
+            "-p",
+            str(registrar_port),
+            "-m",
+            "1",
+            "-set",
+            "pw",
+            "pw-1001",
+            "-nostdin",
+            "-trace_logs",
+            "-log_file",
+            str(logs),
+            "-timeout",
+            "40s",
+        ],
+        cwd=tmp_path,
+        name="sipp-registrar",
+    )
     try:
         http_port = peers.free_udp_port(also_tcp=True)
         aor = f"sip:1001@127.0.0.1:{registrar_port}"
-        bridge = start_bridge("--register", aor, "--http", f"127.0.0.1:{http_port}",
-                              env={"PARLORA_SIP_PASSWORD": "pw-1001"})
+        bridge = start_bridge(
+            "--register", aor, "--http", f"127.0.0.1:{http_port}", env={"PARLORA_SIP_PASSWORD": "pw-1001"}
+        )
         bridge.wait_for(rf"registered {aor} \(expires in 60 s\)", timeout=15)
         registrations = _get(http_port, "/registrations")["registrations"]
         assert isinstance(registrations, list) and len(registrations) == 1
@@ -117,15 +155,35 @@ def test_serve_with_a_wrong_sip_password_reports_the_failure(start_bridge, tmp_p
     registrar_port = peers.free_udp_port()
     logs = tmp_path / "registrar.log"
     sipp = peers.ManagedProcess(
-        ["sipp", "-sf", str(SCENARIOS / "uas_register_auth.xml"), "-i", "127.0.0.1", "-p", str(registrar_port),
-         "-m", "1", "-set", "pw", "pw-1001", "-nostdin", "-trace_logs", "-log_file", str(logs),
-         "-timeout", "30s"],
-        cwd=tmp_path, name="sipp-registrar")
+        [
+            "sipp",
+            "-sf",
+            str(SCENARIOS / "uas_register_auth.xml"),
+            "-i",
+            "127.0.0.1",
+            "-p",
+            str(registrar_port),
+            "-m",
+            "1",
+            "-set",
+            "pw",
+            "pw-1001",
+            "-nostdin",
+            "-trace_logs",
+            "-log_file",
+            str(logs),
+            "-timeout",
+            "30s",
+        ],
+        cwd=tmp_path,
+        name="sipp-registrar",
+    )
     try:
         http_port = peers.free_udp_port(also_tcp=True)
         aor = f"sip:1001@127.0.0.1:{registrar_port}"
-        bridge = start_bridge("--register", aor, "--http", f"127.0.0.1:{http_port}",
-                              env={"PARLORA_SIP_PASSWORD": "wrong"})
+        bridge = start_bridge(
+            "--register", aor, "--http", f"127.0.0.1:{http_port}", env={"PARLORA_SIP_PASSWORD": "wrong"}
+        )
         bridge.wait_for(rf"registration {aor} failed \(403 Forbidden", timeout=15)
         registrations = _get(http_port, "/registrations")["registrations"]
         assert isinstance(registrations, list) and registrations[0]["state"] == "failed"
@@ -137,8 +195,12 @@ def test_serve_with_a_wrong_sip_password_reports_the_failure(start_bridge, tmp_p
 
 
 def _post(port: int, path: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=json.dumps(body).encode(),
-                                     method="POST", headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         with urllib.request.urlopen(request, timeout=10) as answer:
             return answer.status, json.loads(answer.read())
@@ -151,10 +213,34 @@ def _callee(scenario: str, tmp_path: Path, *extra: str) -> tuple[peers.ManagedPr
     media = peers.free_rtp_port()
     logs = tmp_path / f"{scenario}.log"
     proc = peers.ManagedProcess(
-        ["sipp", "-sf", str(SCENARIOS / f"{scenario}.xml"), "-i", "127.0.0.1", "-mi", "127.0.0.1",
-         "-p", str(port), "-mp", str(media), "-m", "1", "-nostdin", "-trace_logs", "-log_file", str(logs),
-         "-trace_msg", "-message_file", str(tmp_path / f"{scenario}-messages.log"), "-timeout", "40s", *extra],
-        cwd=tmp_path, name=f"sipp-{scenario}")
+        [
+            "sipp",
+            "-sf",
+            str(SCENARIOS / f"{scenario}.xml"),
+            "-i",
+            "127.0.0.1",
+            "-mi",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-mp",
+            str(media),
+            "-m",
+            "1",
+            "-nostdin",
+            "-trace_logs",
+            "-log_file",
+            str(logs),
+            "-trace_msg",
+            "-message_file",
+            str(tmp_path / f"{scenario}-messages.log"),
+            "-timeout",
+            "40s",
+            *extra,
+        ],
+        cwd=tmp_path,
+        name=f"sipp-{scenario}",
+    )
     return proc, port, logs
 
 
@@ -167,14 +253,19 @@ def _wait_json(port: int, path: str, predicate, timeout: float = 15.0) -> dict[s
         time.sleep(0.1)
 
 
-def test_post_calls_places_a_call_that_a_sipp_callee_answers_and_hears_the_provider(start_fake, start_bridge,
-                                                                                  tmp_path: Path) -> None:
+def test_post_calls_places_a_call_that_a_sipp_callee_answers_and_hears_the_provider(
+    start_fake, start_bridge, tmp_path: Path
+) -> None:
     fake = start_fake()
     callee, port, logs = _callee("uas_answer_bye", tmp_path, "-rtp_echo", "-set", "talk_ms", "4000")
     try:
         http_port = peers.free_udp_port(also_tcp=True)
-        bridge = start_bridge(*fake.bridge_args("openai-live"), "--http", f"127.0.0.1:{http_port}",
-                              env={"OPENAI_API_KEY": "sk-test"})
+        bridge = start_bridge(
+            *fake.bridge_args("openai-live"),
+            "--http",
+            f"127.0.0.1:{http_port}",
+            env={"OPENAI_API_KEY": "sk-test"},
+        )
         status, body = _post(http_port, "/calls", {"to": f"sip:callee@127.0.0.1:{port}"})
         assert status == 202, body
         call = body["call"]
@@ -200,7 +291,9 @@ def test_post_calls_to_a_busy_callee_reports_486(start_bridge, tmp_path: Path) -
         assert callee.wait(20) is not None
         sip = _wait_json(http_port, "/sip", lambda b: b["outbound"])
         outbound = sip["outbound"]
-        assert isinstance(outbound, list) and outbound[0]["outcome"] == "busy" and outbound[0]["status"] == 486
+        assert (
+            isinstance(outbound, list) and outbound[0]["outcome"] == "busy" and outbound[0]["status"] == 486
+        )
         bridge.wait_for(r"outbound call to sip:callee@127\.0\.0\.1:\d+ busy \(486", timeout=5)
         assert _post(http_port, "/calls", {"to": "not a uri"})[0] == 400
     finally:
@@ -212,7 +305,9 @@ def test_rtp_timeout_ends_a_call_whose_caller_went_silent(start_bridge, tmp_path
     bridge = start_bridge("--rtp-timeout", "2", "--http", f"127.0.0.1:{peers.free_udp_port(also_tcp=True)}")
     started = time.monotonic()
     # SIPp's uac_wait_bye sends no RTP and waits for the bridge's BYE (a caller whose BYE was lost)
-    result = peers.run_sipp("uac_wait_bye", bridge.sip_port, workdir=tmp_path / "sipp", timeout=30, trace_msg=True)
+    result = peers.run_sipp(
+        "uac_wait_bye", bridge.sip_port, workdir=tmp_path / "sipp", timeout=30, trace_msg=True
+    )
     assert result.returncode == 0, (result.workdir / "sipp_messages.log").read_text(errors="replace")[-3000:]
     assert time.monotonic() - started >= 2.0
     bridge.wait_for(r"call-1: no RTP from the caller for 2 s \(--rtp-timeout\); BYE", timeout=5)
@@ -221,6 +316,8 @@ def test_rtp_timeout_ends_a_call_whose_caller_went_silent(start_bridge, tmp_path
 
 def test_max_call_duration_ends_the_call(start_bridge, tmp_path: Path) -> None:
     bridge = start_bridge("--max-call-duration", "2")
-    result = peers.run_sipp("uac_wait_bye", bridge.sip_port, workdir=tmp_path / "sipp", timeout=30, trace_msg=True)
+    result = peers.run_sipp(
+        "uac_wait_bye", bridge.sip_port, workdir=tmp_path / "sipp", timeout=30, trace_msg=True
+    )
     assert result.returncode == 0, (result.workdir / "sipp_messages.log").read_text(errors="replace")[-3000:]
     bridge.wait_for(r"call-1: the call reached --max-call-duration \(2 s\); BYE", timeout=5)

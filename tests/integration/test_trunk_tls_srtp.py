@@ -30,12 +30,23 @@ def speech(tmp_path_factory: pytest.TempPathFactory) -> peers.Utterance:
     return peers.make_utterance(path, "Hello bridge, please say this sentence back to me", tail_silence_s=4.0)
 
 
-def test_serve_tls_srtp_required_baresip_hears_the_echo(start_bridge, capture, pki, speech,
-                                                        tmp_path: Path) -> None:
+def test_serve_tls_srtp_required_baresip_hears_the_echo(
+    start_bridge, capture, pki, speech, tmp_path: Path
+) -> None:
     cert, key = pki
     tls_port = peers.free_udp_port(also_tcp=True)
-    bridge = start_bridge("--provider", "echo", "--tls", f"127.0.0.1:{tls_port}", "--cert", cert, "--key", key,
-                          "--srtp", "required")
+    bridge = start_bridge(
+        "--provider",
+        "echo",
+        "--tls",
+        f"127.0.0.1:{tls_port}",
+        "--cert",
+        cert,
+        "--key",
+        key,
+        "--srtp",
+        "required",
+    )
     bridge.wait_for(rf"and tls 127\.0\.0\.1:{tls_port}")
     first = bridge.rtp_port
     cap = capture(f"udp and src host 127.0.0.1 and src portrange {first}-{first + 9}")
@@ -59,11 +70,23 @@ def test_serve_tls_srtp_required_baresip_hears_the_echo(start_bridge, capture, p
     assert max(p for p, _ in wire_pieces) < 0.3, wire_pieces
 
 
-def test_serve_srtp_required_refuses_a_plain_offer_with_488(start_bridge, pki, speech, tmp_path: Path) -> None:
+def test_serve_srtp_required_refuses_a_plain_offer_with_488(
+    start_bridge, pki, speech, tmp_path: Path
+) -> None:
     cert, key = pki
     tls_port = peers.free_udp_port(also_tcp=True)
-    start_bridge("--provider", "echo", "--tls", f"127.0.0.1:{tls_port}", "--cert", cert, "--key", key,
-                 "--srtp", "required")
+    start_bridge(
+        "--provider",
+        "echo",
+        "--tls",
+        f"127.0.0.1:{tls_port}",
+        "--cert",
+        cert,
+        "--key",
+        key,
+        "--srtp",
+        "required",
+    )
     bs = _baresip(tmp_path, speech.path, cert, "none")
     result = bs.run(f"sip:bridge@127.0.0.1:{tls_port};transport=tls", timeout=CALL_TIMEOUT_S)
     assert not result.established

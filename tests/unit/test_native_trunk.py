@@ -220,7 +220,9 @@ class Registrar:
         source = (request.headers.get("Via") or "").split()[1].split(";")[0]
         host, _, port = source.rpartition(":")
         now = time.monotonic_ns()
-        verdict = self.server.verify("REGISTER", request.uri, request.headers.get_fields("Authorization"), now)
+        verdict = self.server.verify(
+            "REGISTER", request.uri, request.headers.get_fields("Authorization"), now
+        )
         if isinstance(verdict, AuthOk):
             expires = request.headers.get("Expires") or "3600"
             contact = request.headers.get("Contact") or ""
@@ -273,8 +275,9 @@ async def test_register_with_a_wrong_password_fails_and_says_why(engine_factory)
 
 async def _answered(agent: NativeUserAgent, calls: list[CallLeg], peer: Peer, sdp_port: int = 40000) -> bytes:
     """Call from `peer`, answer, and return the 200 OK (bounded waits)."""
-    peer.sock.sendto(invite(agent.local[1], peer.address, 7).replace(b"40000", str(sdp_port).encode()),
-                     agent.local)
+    peer.sock.sendto(
+        invite(agent.local[1], peer.address, 7).replace(b"40000", str(sdp_port).encode()), agent.local
+    )
     async with asyncio.timeout(WAIT_S):
         while not calls:
             await asyncio.sleep(0.01)
@@ -335,7 +338,9 @@ async def _uas_answer(callee: Peer, status: int) -> Request:
     extra = (("Contact", f"<sip:callee@{callee.address[0]}:{callee.address[1]}>"),)
     if body:
         extra += (("Content-Type", "application/sdp"),)
-    callee.sock.sendto(serialize(make_response(request, status, to_tag="uas1", headers=extra, body=body)), back)
+    callee.sock.sendto(
+        serialize(make_response(request, status, to_tag="uas1", headers=extra, body=body)), back
+    )
     return request
 
 
