@@ -189,6 +189,8 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
                 f"127.0.0.1:{http_port}",
                 "--log-level",
                 "info",
+                "--drain-timeout",  # the step ends with SIGTERM: every call gets its BYE at once
+                "0",
             ],
             cwd=step,
             env=bridge_env,
