@@ -337,6 +337,11 @@ class _SlowHandler(BaseHTTPRequestHandler):
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 12 open: the answer reaches the old connection, which still holds the floor while it finishes; "
+    "holding it for the next floor makes the new connection (seeded without the pending call) ask again",
+)
 def test_a_tool_call_pending_across_a_rollover_is_answered_once_on_the_new_connection(
     start_fake, start_bridge, tmp_path: Path
 ) -> None:
