@@ -13,6 +13,7 @@ import sys
 import tempfile
 import wave
 from importlib import import_module
+from typing import Literal
 
 import click
 
@@ -326,11 +327,11 @@ _FAKES = {  # protocol: (module, options class module, options class)
 )
 @click.option(
     "--srtp",
-    type=click.Choice(["off", "optional", "required"]),
+    type=click.Choice(["off", "offer", "require", "optional", "required"]),
     default="off",
     show_default=True,
-    help="SDES-SRTP (AES_CM_128_HMAC_SHA1_80/_32); keys only over TLS: 'required' refuses (488) a call "
-    "that is not over TLS or offers no SRTP.",
+    help="SDES-SRTP (AES_CM_128_HMAC_SHA1_80/_32); keys only over TLS: 'offer' (or 'optional') answers SRTP "
+    "when offered, 'require' (or 'required') refuses (488) a call that is not over TLS or offers no SRTP.",
 )
 @click.option(
     "--max-call-duration",
@@ -563,7 +564,7 @@ def serve(
         cert=cert,
         tls_key=tls_key,
         tls_ca=tls_ca,  # issue 14
-        srtp="required" if srtp == "required" else "optional" if srtp == "optional" else "off",  # issue 14
+        srtp=_SRTP_POLICY[srtp],
         max_call_duration_s=max_call_duration,
         rtp_timeout_s=rtp_timeout,  # issue 14
         drain_timeout_s=drain_timeout,  # issue 15
@@ -747,3 +748,13 @@ async def _fake_provider(
     log.info("fake provider %s listening on %s", protocol, server.url)
     await stop.wait()
     await server.close()
+
+
+# --srtp as issue 14 names it (off, offer, require) and as sip/sdp.py does (optional, required).
+_SRTP_POLICY: dict[str, Literal["off", "optional", "required"]] = {
+    "off": "off",
+    "offer": "optional",
+    "optional": "optional",
+    "require": "required",
+    "required": "required",
+}
