@@ -35,6 +35,7 @@ import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
 
+from rtp import probe as _probe
 from rtp.clock import MediaClockShell
 from rtp.dtmf import DtmfDigit
 from rtp.endpoint import PortPool, PortsExhausted, RtpSocketPair
@@ -128,6 +129,8 @@ class _CallMedia:
             if frame is not None and not self.held and self.receives:
                 self.frames_in += 1
                 self._leg._post(FrameReceived(frame.pcm, frame.seq, frame.arrival_ns))
+                if _probe.ENABLED:  # benchmark instrumentation (PARLORA_PROBE); one test when off
+                    _probe.media_in(self._leg.identity.call_id, now, frame.pcm)
             if not self.sends:  # on hold (we are recvonly / inactive): RTP time goes on, nothing is sent
                 stream.skip(1)
                 continue
@@ -148,8 +151,11 @@ class _CallMedia:
             ):
                 if out is not None:
                     # handed to the kernel: transmitted, at the time sendto returned (DESIGN §11, HR4)
-                    self._playout.transmitted(out, self._clock())
+                    sent_ns = self._clock()
+                    self._playout.transmitted(out, sent_ns)
                     self.frames_out += 1
+                    if _probe.ENABLED:
+                        _probe.media_out(self._leg.identity.call_id, sent_ns, out.pcm)
             elif out is not None:
                 self.frames_unsent += 1
         deadline = stream.next_deadline()
