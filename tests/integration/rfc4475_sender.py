@@ -255,6 +255,7 @@ def main() -> int:
         f"127.0.0.1:{BRIDGE_PORT}",
     ]
     argv += ["--rtp-port", "30000", "--provider", "echo", "--log-level", args.log_level]
+    argv += ["--drain-timeout", "0"]  # SIGTERM ends it at once: calls to 192.0.2.x never finish by themselves
     out: dict[str, object] = {"engine": args.engine}
     messages: list[dict[str, object]] = []
     logs: list[str] = []
