@@ -334,8 +334,8 @@ class NativeLeg(PlayoutLeg):
             "%s: the caller negotiated no telephone-event; sending DTMF %s as SIP INFO", self.call, digits
         )
         now = self.agent.clock()
-        for digit in digits:
-            self.agent.ua.send_info_dtmf(self.call, digit, now)
+        if not all([self.agent.ua.send_info_dtmf(self.call, digit, now) for digit in digits]):
+            log.warning("%s: DTMF %s not sent as SIP INFO: the dialog is ending", self.call, digits)
         self.agent.flush(now)
 
     # --- status ---

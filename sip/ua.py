@@ -803,7 +803,10 @@ class UserAgent:
         if c.stage is _Stage.RINGING:
             return self.reject(call, 480, now, reason="Temporarily Unavailable")
         if c.stage is _Stage.ANSWERED:
-            c.bye_pending = reason
+            if c.info_queue:  # digits wait for the ACK, and the BYE follows the last of them
+                c.bye_after_info = reason
+            else:
+                c.bye_pending = reason
             c.stage = _Stage.ENDING
             self._events.append(CallEnded(c.id, reason, 200, by_remote=False))
             return True
@@ -835,12 +838,12 @@ class UserAgent:
     def send_info_dtmf(self, call: str, digit: str, now: int, duration_ms: int = 160) -> bool:
         """One digit as INFO application/dtmf-relay; digits queue behind an INFO still in progress."""
         c = self._calls.get(call)
-        if c is None or c.stage is not _Stage.CONFIRMED:
+        if c is None or c.stage not in (_Stage.ANSWERED, _Stage.CONFIRMED):
             return False
         if digit.upper() not in _DTMF_SIGNALS.values():
             raise ValueError(f"not a DTMF digit: {digit!r}")
-        c.info_queue.append((digit.upper(), duration_ms))
-        if c.info_tx is None:
+        c.info_queue.append((digit.upper(), duration_ms))  # while the ACK is not in, they wait for it
+        if c.info_tx is None and c.stage is _Stage.CONFIRMED:
             self._next_info(c, now)
         self._after_layer(now)
         return True
@@ -1389,9 +1392,13 @@ class UserAgent:
             c.stage = _Stage.CONFIRMED
             self._events.append(CallConfirmed(c.id, c.media))
             self._start_session_timer(c, now)
+            if c.info_queue and c.info_tx is None:  # digits asked for before the ACK came (§13.3.1.4)
+                self._next_info(c, now)
         elif c.stage is _Stage.ENDING and c.bye_pending is not None:
             self._send_bye(c, now)
             self._end(c, c.bye_pending, 200, by_remote=False, event=False)
+        elif c.stage is _Stage.ENDING and c.bye_after_info is not None and c.info_tx is None:
+            self._next_info(c, now)
 
     def _on_bye(
         self, c: _Call, request: Request, transport: str, destination: tuple[str, int], now: int

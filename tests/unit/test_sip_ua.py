@@ -880,6 +880,32 @@ def test_bye_waits_for_the_info_digits_queued_behind_the_one_in_flight() -> None
     assert caller.ua.active_calls == 0
 
 
+def test_info_digits_asked_for_before_the_ack_wait_for_it_and_the_bye_follows_them() -> None:
+    caller = Caller(new_ua())
+    caller.invite(0)
+    (incoming,) = [e for e in caller.take_events() if isinstance(e, IncomingCall)]
+    call = incoming.call
+    assert caller.ua.answer(call, LOCAL, 100 * MS)
+    ok = caller.collect()[-1]
+    caller.to_tag = _to_tag(ok)
+    for digit in "12":  # the leg reports media at the 200; the application may send digits at once
+        assert caller.ua.send_info_dtmf(call, digit, 200 * MS)
+    assert requests(caller.collect(), "INFO") == []  # no in-dialog request before the ACK
+    assert caller.ua.bye(call, 300 * MS, "done")
+    assert requests(caller.collect(), "BYE") == []
+    caller.ack(1 * S)
+    (first,) = requests(caller.sent[-1:], "INFO")
+    caller.respond(first, 200, "OK", 1100 * MS)
+    (second,) = requests(caller.sent[-1:], "INFO")
+    caller.respond(second, 200, "OK", 1200 * MS)
+    sent = [m for m in caller.sent if isinstance(m, Request) and m.method in ("INFO", "BYE")]
+    assert [(m.method, m.body[:8]) for m in sent] == [
+        ("INFO", b"Signal=1"),
+        ("INFO", b"Signal=2"),
+        ("BYE", b""),
+    ]
+
+
 def test_bye_behind_info_digits_goes_at_once_when_an_info_gets_no_answer() -> None:
     caller, call = answered_call()
     caller.take_events()
