@@ -8,9 +8,10 @@ adapter with a new token for that).
 The WebSocket protocol itself is websockets' sans-I/O `ClientProtocol` (framing, masking, the opening and
 closing handshakes, close codes), driven from this plain `asyncio.Protocol` (`loop.create_connection`, with
 the TLS context for wss). That is the cheap way (issue 13, "Where the time goes": the asyncio API cost 24-30
-points of a core at 300 calls): no writer task and no keepalive task; the frames queued during one loop
-iteration leave together at its end in one transport write, and a received message waits in a queue until
-`events()` takes it.
+points of a core at 300 calls): no writer task and no keepalive task. A caller-audio frame with nothing
+queued ahead of it is written to the transport in the call that sends it; control frames (and audio behind
+them) queued during one loop iteration leave together at its end in one transport write; a received message
+waits in a queue until `events()` takes it.
 
 A core provides:
 - `token: int`;
@@ -315,7 +316,12 @@ class WebSocketShell(asyncio.Protocol):
             self._send(False, frame)
 
     def send_audio_frame(self, frame: str) -> None:
-        """Queue one caller-audio frame (it leaves at the end of this loop iteration); never blocks."""
+        """Send one caller-audio frame; never blocks. With nothing queued ahead of it the frame is written to
+        the transport at once, in this call (issue 13: a frame waits for no loop iteration, so inbound latency
+        is the path's own work); otherwise it queues behind what waits (order kept) and leaves with it."""
+        if not self._outbox and self._running and not self._writing_paused:
+            self._write_audio_now(frame)
+            return
         if self._pending_audio >= MAX_PENDING_AUDIO:
             for i, (is_audio, _) in enumerate(self._outbox):
                 if is_audio:
@@ -597,6 +603,20 @@ class WebSocketShell(asyncio.Protocol):
             sent_ns = time.monotonic_ns()
             for frame in tapped:
                 tap.audio_sent(sent_ns, frame)
+
+    def _write_audio_now(self, frame: str) -> None:
+        proto, transport = self._proto, self._transport
+        if proto is None or proto.state is not OPEN or transport is None or transport.is_closing():
+            return  # closing or closed: nothing more goes out (as `_drain_outbox` does)
+        if proto.extensions:  # an extension transforms frames: the protocol frames it
+            proto.send_text(frame.encode())
+            self._write_pending()
+        else:
+            transport.write(text_frame(frame.encode(), _MASK_KEYS.take()))
+        self.frames_sent += 1
+        tap = self._tap
+        if tap is not None:  # benchmark instrumentation: once the write has returned
+            tap.audio_sent(time.monotonic_ns(), frame)
 
     def _write_text_all(self, frames: list[str]) -> None:
         for frame in frames:

@@ -149,8 +149,8 @@ class RtpSocketPair:
         except OSError:  # ICMP port unreachable from a caller that went away, reported on the next read
             self.receive_errors += 1
             return
-        try:
-            sink(data, (str(addr[0]), int(addr[1])), self._clock())
+        try:  # IPv4 gives (host, port) as it is; IPv6 (host, port, flowinfo, scope_id) is cut to two
+            sink(data, addr if len(addr) == 2 else (addr[0], addr[1]), self._clock())
         except Exception:  # a core bug must not stop the socket
             self.receive_errors += 1
             log.exception("RTP receiver failed")

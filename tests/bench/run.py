@@ -78,6 +78,11 @@ class Config:
     idle_s: float = 3.0
     recovery_budget_s: float = 25.0
     probe: bool = True
+    pin: tuple[str, str] | None = None  # (the bridge's CPUs, the peers' CPUs) for taskset -c, e.g. ("1", "0")
+    profile: bool = False  # run the bridge under cProfile (bridge.prof in the step's directory)
+    env: tuple[tuple[str, str], ...] = ()  # extra environment of the bridge (e.g. MALLOC_MMAP_THRESHOLD_)
+    gc_freeze_after_s: float | None = None  # gc.collect() + gc.freeze() this long after the bridge started
+    serve_args: tuple[str, ...] = ()  # extra options of `serve` (e.g. --provider-append-ms 100)
 
 
 # --- processes and small I/O ---------------------------------------------------------------------------------
@@ -110,6 +115,23 @@ def wait_count(proc: peers.ManagedProcess, pattern: str, count: int, timeout: fl
         if seen >= count or time.monotonic() >= deadline or not proc.running():
             return seen
         time.sleep(0.1)
+
+
+def pinned(argv: list[str], cpus: str | None) -> list[str]:
+    """`argv` under `taskset -c cpus` (taskset execs it: the PID stays the process's own)."""
+    return ["taskset", "-c", cpus, *argv] if cpus else argv
+
+
+def parse_pin(value: str, ncpu: int) -> tuple[str, str]:
+    """`--pin`: "auto" (the bridge on the last CPU, the peers on the others) or "BRIDGE:PEERS" CPU lists."""
+    if value == "auto":
+        if ncpu < 2:
+            raise ValueError("--pin needs at least 2 CPUs")
+        return str(ncpu - 1), "0" if ncpu == 2 else f"0-{ncpu - 2}"
+    bridge, sep, others = value.partition(":")
+    if not sep or not re.fullmatch(r"[0-9,-]+", bridge) or not re.fullmatch(r"[0-9,-]+", others):
+        raise ValueError(f"--pin takes auto or BRIDGE:PEERS CPU lists (e.g. 1:0), not {value!r}")
+    return bridge, others
 
 
 def clean_env() -> dict[str, str]:
@@ -150,11 +172,13 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
     procs: list[peers.ManagedProcess] = []
     raw: dict[str, Any] = {"notes": notes}
     env = clean_env()
+    bridge_cpus, peer_cpus = cfg.pin if cfg.pin is not None else (None, None)
+    raw["load_avg"] = [round(x, 2) for x in os.getloadavg()]  # the machine's load as the step starts
     call_ms = int(1000 * (cfg.warmup_s + cfg.window_s + cfg.recovery_budget_s + 10))
     try:
         fake_port = peers.free_udp_port(also_tcp=True)
         fake = peers.ManagedProcess(
-            [PY, "-m", "bridge", "fake-provider", "--listen", f"127.0.0.1:{fake_port}"],
+            pinned([PY, "-m", "bridge", "fake-provider", "--listen", f"127.0.0.1:{fake_port}"], peer_cpus),
             cwd=step,
             env=env,
             name="fake-provider",
@@ -165,33 +189,43 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
         sip_port = peers.free_udp_port()
         rtp_port = peers._free_udp_port_pair()
         http_port = peers.free_udp_port(also_tcp=True)
-        bridge_env = env | ({"PARLORA_PROBE": str(probe_dir)} if cfg.probe else {})
+        bridge_env = env | ({"PARLORA_PROBE": str(probe_dir)} if cfg.probe else {}) | dict(cfg.env)
         spec = ENGINES[cfg.engine]
         more = ["--max-calls", str(calls)] if calls > spec.default_max_calls else []
+        profiler = ["-m", "cProfile", "-o", str(step / "bridge.prof")] if cfg.profile else []
+        # tests/bench/launch.py runs `python -m bridge ...`, timing the garbage collector (and freezing it)
+        launcher = [str(BENCH / "launch.py"), "--gc-stats", str(step / "gc.json")]
+        if cfg.gc_freeze_after_s is not None:
+            launcher += ["--gc-freeze-after", str(cfg.gc_freeze_after_s)]
         bridge = peers.ManagedProcess(
-            [
-                PY,
-                "-m",
-                "bridge",
-                "serve",
-                "--engine",
-                cfg.engine,
-                *more,
-                "--sip",
-                f"127.0.0.1:{sip_port}",
-                "--rtp-port",
-                str(rtp_port),
-                "--provider",
-                "openai-live",
-                "--provider-url",
-                url,
-                "--http",
-                f"127.0.0.1:{http_port}",
-                "--log-level",
-                "info",
-                "--drain-timeout",  # the step ends with SIGTERM: every call gets its BYE at once
-                "0",
-            ],
+            pinned(
+                [
+                    PY,
+                    *profiler,
+                    *launcher,
+                    "--",
+                    "serve",
+                    "--engine",
+                    cfg.engine,
+                    *more,
+                    "--sip",
+                    f"127.0.0.1:{sip_port}",
+                    "--rtp-port",
+                    str(rtp_port),
+                    "--provider",
+                    "openai-live",
+                    "--provider-url",
+                    url,
+                    "--http",
+                    f"127.0.0.1:{http_port}",
+                    "--log-level",
+                    "info",
+                    "--drain-timeout",  # the step ends with SIGTERM: every call gets its BYE at once
+                    "0",
+                    *cfg.serve_args,
+                ],
+                bridge_cpus,
+            ),
             cwd=step,
             env=bridge_env,
             name="parlora-bridge",
@@ -209,17 +243,20 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
 
         pcap = step / "rtp.pcap"
         capture = peers.ManagedProcess(
-            [
-                "tshark",
-                "-i",
-                "lo",
-                "-f",
-                f"udp portrange {rtp_port}-{rtp_port + 2 * calls + 40}",
-                "-F",
-                "pcap",
-                "-w",
-                str(pcap),
-            ],
+            pinned(
+                [
+                    "tshark",
+                    "-i",
+                    "lo",
+                    "-f",
+                    f"udp portrange {rtp_port}-{rtp_port + 2 * calls + 40}",
+                    "-F",
+                    "pcap",
+                    "-w",
+                    str(pcap),
+                ],
+                peer_cpus,
+            ),
             cwd=step,
             name="tshark",
         )
@@ -231,40 +268,43 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
         scenario.write_text((BENCH / "uac_bench.xml").read_text().replace("__CALL_MS__", str(call_ms)))
         messages = step / "sipp_messages.log"
         sipp = peers.ManagedProcess(
-            [
-                "sipp",
-                "-sf",
-                str(scenario),
-                "-s",
-                "bridge",
-                f"127.0.0.1:{sip_port}",
-                "-i",
-                "127.0.0.1",
-                "-mi",
-                "127.0.0.1",
-                "-p",
-                str(peers.free_udp_port()),
-                "-mp",
-                str(peers._free_udp_port_pair()),
-                "-m",
-                str(calls),
-                "-l",
-                str(calls),
-                "-r",
-                str(rate),
-                "-nostdin",
-                "-timeout",
-                f"{call_ms // 1000 + 30}s",
-                "-trace_msg",
-                "-message_file",
-                str(messages),
-                "-trace_logs",
-                "-log_file",
-                str(step / "sipp_logs.log"),
-                "-trace_err",
-                "-error_file",
-                str(step / "sipp_errors.log"),
-            ],
+            pinned(
+                [
+                    "sipp",
+                    "-sf",
+                    str(scenario),
+                    "-s",
+                    "bridge",
+                    f"127.0.0.1:{sip_port}",
+                    "-i",
+                    "127.0.0.1",
+                    "-mi",
+                    "127.0.0.1",
+                    "-p",
+                    str(peers.free_udp_port()),
+                    "-mp",
+                    str(peers._free_udp_port_pair()),
+                    "-m",
+                    str(calls),
+                    "-l",
+                    str(calls),
+                    "-r",
+                    str(rate),
+                    "-nostdin",
+                    "-timeout",
+                    f"{call_ms // 1000 + 30}s",
+                    "-trace_msg",
+                    "-message_file",
+                    str(messages),
+                    "-trace_logs",
+                    "-log_file",
+                    str(step / "sipp_logs.log"),
+                    "-trace_err",
+                    "-error_file",
+                    str(step / "sipp_errors.log"),
+                ],
+                peer_cpus,
+            ),
             cwd=step,
             name="sipp",
         )
@@ -325,6 +365,8 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
         raw["recovery_log"] = [ln.text for ln in bridge.lines[log_mark:]]
     finally:
         for proc in (p for p in procs if p.name == "parlora-bridge"):
+            if proc.running():
+                raw["cpu_total_s"] = cpu_seconds(proc.pid)  # the bridge's CPU over its life, for the GC share
             proc.stop(term_timeout=20.0)  # SIGTERM: BYE to every call, then exit (the probe dumps at exit)
         for proc in (p for p in procs if p.name == "sipp"):
             proc.wait(10.0)
@@ -364,6 +406,8 @@ def analyse(
     off = raw["offset"]
     t_fault = raw["t_fault"]
     out: dict[str, Any] = {"engine": cfg.engine, "calls": calls}
+    out["load_avg"] = raw.get("load_avg")  # 1, 5, 15 min load averages as the step started (uptime)
+    out["pinned"] = None if cfg.pin is None else {"bridge": cfg.pin[0], "peers": cfg.pin[1]}
 
     # CPU and memory of the bridge process.
     answered = raw.get("calls_answered") or 0
@@ -518,10 +562,10 @@ def analyse(
     before_fault = [text for t, text in raw["bridge_log"] if t < t_fault]
     barge = stats.barge_in_reactions(before_fault)
     s_barge = stats.summary(barge, 1)
-    wire: list[float] = []
+    wire_barge: list[float] = []
     for port in sorted(bridge_ports):
-        wire += stats.wire_barge_ins(packets, port, w0 + off - cfg.warmup_s, t_fault + off)
-    s_wire = stats.summary(wire, 1)
+        wire_barge += stats.wire_barge_ins(packets, port, w0 + off - cfg.warmup_s, t_fault + off)
+    s_wire = stats.summary(wire_barge, 1)
     out.update(
         barge_in_ms_p50=s_wire["p50"],
         barge_in_ms_p99=s_wire["p99"],
@@ -531,7 +575,7 @@ def analyse(
         barge_in_event_ms_p99=s_barge["p99"],
         barge_in_event_n=s_barge["n"],
     )
-    if not wire:
+    if not wire_barge:
         notes.append("barge-in: no caller speech onset over assistant audio found in the capture")
     if not barge:
         notes.append(
@@ -572,6 +616,18 @@ def analyse(
             f"of {FAULT} (a call recovers only after an echo long enough to overflow, then its caller's "
             f"next turn)"
         )
+
+    # The garbage collector over the bridge's life (tests/bench/launch.py), against the bridge's CPU then.
+    gc_file = step / "gc.json"
+    if gc_file.exists():
+        gc_stats = json.loads(gc_file.read_text())
+        gc_s = sum(gc_stats["seconds"])
+        out["gc"] = gc_stats
+        cpu_total = raw.get("cpu_total_s")
+        out["gc_pct_of_bridge_cpu"] = round(100 * gc_s / cpu_total, 1) if cpu_total else None
+    else:
+        out["gc"] = out["gc_pct_of_bridge_cpu"] = None
+        notes.append("gc: the bridge wrote no gc.json (it writes it at a clean exit)")
 
     # Session QoS at the end of the window.
     qos = [s.get("qos", {}) for s in raw.get("status_window", [])]
@@ -658,6 +714,36 @@ def main() -> int:
         "--keep", action="store_true", help="keep the working directory (logs, capture, probe)"
     )
     parser.add_argument(
+        "--pin",
+        default=None,
+        help="pin with taskset: auto (the bridge on the last CPU, SIPp, tshark and the fake on the others) "
+        "or BRIDGE:PEERS CPU lists, e.g. 1:0",
+    )
+    parser.add_argument(
+        "--gc-freeze",
+        type=float,
+        default=None,
+        metavar="S",
+        help="gc.collect() and gc.freeze() in the bridge S seconds after it started (before the calls)",
+    )
+    parser.add_argument(
+        "--serve-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for `serve` (repeatable), e.g. --serve-arg=--provider-append-ms --serve-arg=100",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="run the bridge under cProfile (bridge.prof; use with --keep)"
+    )
+    parser.add_argument(
+        "--bridge-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for the bridge process, e.g. MALLOC_MMAP_THRESHOLD_=131072 (repeatable)",
+    )
+    parser.add_argument(
         "--output", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS.relative_to(ROOT)})"
     )
     args = parser.parse_args()
@@ -674,7 +760,18 @@ def main() -> int:
         if any(n < 1 or (spec.cap is not None and n > spec.cap) for n in steps):
             parser.error(f"each step must be 1..{spec.cap or 'N'}: engine {engine}: {engine_limit(spec)}")
         plan.append((engine, steps))
-    missing = [tool for tool in ("sipp", "tshark", "sox", "espeak-ng") if shutil.which(tool) is None]
+    try:
+        pin = parse_pin(args.pin, os.cpu_count() or 1) if args.pin else None
+    except ValueError as exc:
+        parser.error(str(exc))
+    bridge_env = []
+    for item in args.bridge_env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            parser.error(f"--bridge-env takes NAME=VALUE, not {item!r}")
+        bridge_env.append((name, value))
+    tools = ("sipp", "tshark", "sox", "espeak-ng") + (("taskset",) if pin else ())
+    missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
         print(f"missing tools: {', '.join(missing)} (bash tests/run.sh installs them)", file=sys.stderr)
         return 2
@@ -692,7 +789,17 @@ def main() -> int:
     try:
         speech, loop_s = make_audio(work)
         for engine, steps in plan:
-            cfg = Config(steps=steps, window_s=window_s, probe=not args.no_probe, engine=engine)
+            cfg = Config(
+                steps=steps,
+                window_s=window_s,
+                probe=not args.no_probe,
+                engine=engine,
+                pin=pin,
+                profile=args.profile,
+                env=tuple(bridge_env),
+                gc_freeze_after_s=args.gc_freeze,
+                serve_args=tuple(args.serve_arg),
+            )
             engine_work = work / engine
             engine_work.mkdir()
             for n in steps:
@@ -734,6 +841,12 @@ def main() -> int:
                 "caller_loop_s": round(loop_s, 2),
                 "fault": FAULT,
                 "probe": not args.no_probe,
+                "pinned": None if pin is None else {"bridge": pin[0], "peers": pin[1]},
+                "bridge_env": dict(bridge_env),
+                "profile": args.profile,
+                "gc_freeze_after_s": args.gc_freeze,
+                "serve_args": list(args.serve_arg),
+                "load_avg_end": [round(x, 2) for x in os.getloadavg()],
                 "wall_s": round(wall, 1),
                 "machine": {
                     "cpus": os.cpu_count(),

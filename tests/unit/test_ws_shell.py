@@ -400,3 +400,30 @@ async def test_long_frames_and_many_in_one_iteration_arrive_intact(
     await peer.until(lambda: len(peer.texts()) >= 1 + len(texts))
     assert peer.texts() == ["hello", *texts] and shell.frames_sent == len(texts)
     await shell.close(timeout=1)
+
+
+async def test_a_caller_frame_with_nothing_ahead_of_it_is_written_in_the_call_that_sends_it(
+    server: tuple[str, asyncio.Queue[Peer]],
+) -> None:
+    """Issue 13 (inbound latency): the frame waits for no loop iteration; behind a queued control frame it
+    keeps its place and leaves with it."""
+    shell, core, peer = await opened(*server)
+    transport = shell._transport
+    assert transport is not None
+    writes: list[bytes] = []
+    real_write = transport.write
+
+    def write(data: bytes | bytearray | memoryview) -> None:
+        writes.append(bytes(data))
+        real_write(data)
+
+    transport.write = write  # type: ignore[method-assign]
+    shell.send_audio_frame("a1")
+    assert shell.frames_sent == 1 and len(writes) == 1 and len(writes[0]) == 2 + 4 + 2  # header, mask, "a1"
+    core.queue("commit")
+    shell.flush()
+    shell.send_audio_frame("a2")  # behind the commit: queued, not written yet
+    assert shell.frames_sent == 1 and len(writes) == 1
+    await peer.until(lambda: len(peer.texts()) >= 4)
+    assert peer.texts() == ["hello", "a1", "commit", "a2"] and shell.frames_sent == 3
+    await shell.close(timeout=1)
