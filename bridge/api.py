@@ -24,21 +24,33 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from bridge.console import ConsoleFeed, ConsoleHooks, poll_status
 from bridge.coordinator import CoordinatorOptions
 from bridge.delegations import JobRequest
-from bridge.drain import ShutdownSignals, drain
+from bridge.drain import ShutdownSignals, drain, http_drain, say_goodbye
 from bridge.greeting import greet
 from bridge.http import StatusServer
+from bridge.jsonlog import CALLS as LOG_CALLS
 from bridge.observe import CallObserver
-from bridge.providers import KINDS, ProviderChoice
+from bridge.plans import ECHO_LOCAL_KEY as ECHO_LOCAL_KEY  # re-exported: the embedded fake's key
+from bridge.plans import ProviderEndpoint, ProviderPlans
+from bridge.providers import ProviderChoice
+from bridge.recording import RecordKeeper
+from bridge.records import AppEvent, CallRecord, CallStarted, Utterance
 from bridge.rollover import RolloverOptions
 from bridge.session import CallSession, CallSummary
-from bridge.telephony import TelephonyOptions, tool_specs
+from bridge.telephony import (
+    TIME_LIMIT_NOTE,
+    TelephonyOptions,
+    TimeLimitedLeg,
+    time_limit_grace_s,
+    tool_specs,
+)
 from providers.base import Provider, SessionSettings, ToolSpec
 from providers.limits import LimitOverrides
 from sip.engine import (
@@ -59,8 +71,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("parlora")
 
-ECHO_LOCAL_KEY = "echo-local"  # the embedded fake accepts any bearer token; this one is not a secret
-
 
 @dataclass(frozen=True, slots=True)
 class CallSetup:
@@ -73,6 +83,7 @@ class CallSetup:
     history: tuple[tuple[str, str], ...] = ()  # (role, text) before the caller speaks
     greeting: str | None = None  # issue 15: asked of the model as soon as the call is answered (speaks first)
     route: str | None = None  # issue 15: the config route that chose this setup (logs, metrics)
+    provider: str | None = None  # issue 15: the route's provider (one of ServerConfig.route_providers)
 
 
 class CallRefused(Exception):  # noqa: N818 - a refusal the application means, not an error
@@ -112,6 +123,15 @@ class LiveCall:
     def hang_up(self, reason: str = "ended by the application") -> None:
         self._session.leg.hangup(reason)
 
+    def say_goodbye(self, note: str, reason: str) -> bool:
+        """Issue 15, the drain timeout: the model is asked for a short goodbye (`note`), then BYE once it has
+        been played (or after the goodbye timeout); False when the call is not live (then hang it up)."""
+        core = self._session.coordinator
+        if core is None or core.ending.ended or not self._session.push_update(note, speak=True):
+            return False
+        core.ending.end_after_goodbye(time.monotonic_ns(), reason)  # the Server's sessions run on this clock
+        return True
+
 
 class Application:
     """The application side of the bridge. Override what you need; the defaults answer like `serve`."""
@@ -130,6 +150,16 @@ class Application:
 
     async def ended(self, call: LiveCall, summary: CallSummary) -> None:
         """The call is over."""
+
+    # issue 15: the call's events, in order (bridge/records.py); each handler has 10 s, a failure is logged
+    async def call_started(self, call: LiveCall, event: CallStarted) -> None:
+        """The call's session begins (before it is answered)."""
+
+    async def utterance(self, call: LiveCall, utterance: Utterance) -> None:
+        """A caller or assistant utterance, complete (the assistant's timed by what was transmitted)."""
+
+    async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
+        """The call is over: its record (also the `--cdr` line); called before `ended`."""
 
     async def approve_rollover(self, call: LiveCall, rollover_id: str) -> bool:
         """Before a rollover opens the next connection (RO6): False or an exception refuses it."""
@@ -172,8 +202,12 @@ class ServerConfig:
     register: tuple[str, ...] = ()  # sip:USER@HOST[:PORT] bindings to keep (RFC 3261 §10)
     auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)
     register_password: str | None = None  # never logged
+    register_keepalive_s: float | None = 30.0  # OPTIONS to each registrar this often while registered
     external_address: str | None = None  # NAT: the address peers reach us at
     drain_timeout_s: float = 0.0  # issue 15: SIGTERM lets live calls finish this long (0: hang up at once)
+    cdr: str | None = None  # issue 15: one JSON line per finished call appended to this file
+    record_dir: str | None = None  # issue 15: a stereo WAV per call in this directory
+    route_providers: tuple[ProviderEndpoint, ...] = ()  # issue 15: providers config routes name (plans.py)
     nat: bool = False  # NAT mode: symmetric RTP latching, in-dialog requests to the caller's source
     tls: tuple[str, int] | None = None  # SIP over TLS listener (with cert and tls_key)
     cert: str | None = None
@@ -199,11 +233,12 @@ class Server:
         self.console = ConsoleFeed()
         self.observer = CallObserver()  # issue 15: /metrics (bridge/observe.py)
         self.draining = False  # issue 15: /readyz
+        self.shutdown = ShutdownSignals()  # issue 15: SIGTERM and POST /drain (bridge/drain.py)
         self.calls_changed = asyncio.Event()  # issue 15: a call ended (the drain waits on it)
+        self.records = RecordKeeper(config.cdr, config.record_dir)  # issue 15: events, --cdr, --record
         self._browser: BrowserChannel | None = None  # imported (aiortc) only when the HTTP listener is on
         self._console_poll: asyncio.Task[None] | None = None
-        self._embedded = config.provider == "echo" and config.provider_url is None
-        self._choice, self._rollover = _provider_plan(config)
+        self._plans = ProviderPlans(config)  # issue 15: the default provider and each config route's
 
     async def start(self) -> None:
         """Start the provider fake (echo), the status endpoint and the SIP engine; EngineError (e.g.
@@ -215,7 +250,7 @@ class Server:
         if bind.warning:
             log.warning("WARNING: %s", bind.warning)
         engine = create_engine(self.config.engine, engine_config, self._on_call)
-        if self._embedded:
+        if self._plans.embedded:
             from providers.fakes import openai_live as live_fake
 
             # One connection per call: no chatter.
@@ -224,10 +259,10 @@ class Server:
             self._fake = await live_fake.serve(
                 "127.0.0.1", 0, options=live_fake.LiveFakeOptions(record_client_frames=False)
             )
-            self._choice = replace(self._choice, url=self._fake.url)
+            self._plans.embed(self._fake.url)
             log.info("provider: echo (embedded GPT-Live fake at %s)", self._fake.url)
-        else:
-            log.info("provider: %s at %s", self._choice.kind.name, self._choice.url or "the default endpoint")
+        if (default := self._plans.default[0]).key != ECHO_LOCAL_KEY:
+            log.info("provider: %s at %s", default.kind.name, default.url or "the default endpoint")
         if self.config.http is not None:
             await self._start_http(self.config.http)
         self._agent = engine
@@ -255,7 +290,7 @@ class Server:
                 self._browser = BrowserChannel(on_browser_call)
                 talk = self._talk
         hooks = ConsoleHooks(self.console, self._hangup, talk)
-        extra = self.observer.http_extra(self._ready)
+        extra = self.observer.http_extra(self._ready, lambda: self._agent)  # /metrics scrapes the engine
         status = StatusServer(
             source,
             console=hooks,
@@ -263,6 +298,7 @@ class Server:
             sip=self._sip_status,
             dial=self._dial_from_http,
             extra=extra,
+            drain=http_drain(self, self.shutdown),  # issue 15: POST /drain
         )
         self._status = await status.start(*address)
         self._console_poll = asyncio.create_task(poll_status(self.console, source), name="console-poll")
@@ -287,7 +323,7 @@ class Server:
     async def run(self) -> int:
         """Start, serve until SIGINT or SIGTERM, stop; the process exit status. The first SIGTERM drains for
         `config.drain_timeout_s` first (bridge/drain.py); SIGINT or a second SIGTERM stops at once."""
-        signals = ShutdownSignals(asyncio.get_running_loop())  # issue 15: SIGTERM drains (bridge/drain.py)
+        signals = self.shutdown.install(asyncio.get_running_loop())  # issue 15: SIGTERM drains (drain.py)
         try:
             await self.start()
         except EngineError as exc:
@@ -297,6 +333,8 @@ class Server:
             return 2
         await signals.requested.wait()
         why = await drain(self, signals, self.config.drain_timeout_s, self.calls_changed)
+        if why == "drain timeout":  # issue 15: the rest get a goodbye from the model, then BYE
+            await say_goodbye(self.calls, signals, self.calls_changed)
         log.info("stopping (%s; %d live calls hung up)", why, self.live_calls())
         if not await self.stop():
             log.error("the SIP engine did not stop in time")
@@ -349,7 +387,7 @@ class Server:
         if agent is None:
             raise EngineError("the SIP engine is not running")
         if not isinstance(agent, Dialer):
-            raise EngineError(f"the {self.config.engine} engine cannot place calls")
+            raise EngineError(f"placing calls is not supported on the {self.config.engine} engine")
         leg = await agent.dial(to, from_uri=from_uri, ring_timeout_s=ring_timeout_s)
         self._on_call(leg)
         return leg.identity.call_id
@@ -402,11 +440,12 @@ class Server:
 
     def _on_call(self, leg: CallLeg, *, lead_frames: int | None = None) -> None:
         """Run one call (a SIP engine's leg, or a browser's with its larger cushion in `lead_frames`)."""
+        LOG_CALLS.open(leg.identity.call_id, leg.identity.sip_call_id)  # issue 15: JSON log lines' context
         task: asyncio.Task[object] = asyncio.create_task(
             self._run_call(leg, lead_frames), name=leg.identity.call_id
         )
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_call_done(self._tasks))
 
     def _on_call_task(self, coro: Coroutine[Any, Any, object], name: str) -> None:
         task: asyncio.Task[object] = asyncio.create_task(coro, name=name)
@@ -427,55 +466,118 @@ class Server:
             leg.hangup("application setup failed", status=500)
             self.observer.call_refused(None, 500)  # issue 15
             return
-        telephony = self.config.telephony
-        settings = SessionSettings(
-            instructions=setup.instructions or self.config.instructions,
-            voice=setup.voice,
-            tools=setup.tools + tool_specs(telephony),
-            history=setup.history,
-            turn_detection=self.config.turn_detection,
-        )
-        choice = replace(self._choice, settings=settings)
+        telephony, settings = self.config.telephony, _settings(self.config, setup)
+        plan, rollover = self._plans.for_call(setup.provider)  # issue 15: the route's provider
+        choice = replace(plan, settings=settings)
 
         def reconnect(token: int, seeded: SessionSettings) -> Provider:
             return replace(choice, settings=seeded).connect(token)
 
         holder: list[LiveCall] = []
+        records = self.records.call(identity, setup.route, _provider_name(plan), _to(app, holder))  # issue 15
         session = CallSession(
             leg,
             choice.connect(token=1),
             reconnect=reconnect,
             settings=settings,
             failure_message=self.config.failure_message,
-            options=CoordinatorOptions(rollover=self._rollover)
+            options=CoordinatorOptions(rollover=rollover)
             if lead_frames is None
-            else CoordinatorOptions(rollover=self._rollover, lead_frames=lead_frames),
+            else CoordinatorOptions(rollover=rollover, lead_frames=lead_frames),
             job_handler=lambda job: app.job(holder[0], job),
             approve=lambda rollover_id: app.approve_rollover(holder[0], rollover_id),
             authorize=app.authorize,
             telephony_options=telephony,
             dtmf_handler=lambda digit: app.dtmf(holder[0], digit),
-            notice_sink=self.observer.tee(self.console.notice),
+            notice_sink=self.observer.tee(records.sink(self.console.notice)),
+            media_tap=records.tap,  # issue 15: --record
         )
+        session.links.on_connected = self.observer.metrics.provider_connected  # issue 15: connect time
         call = LiveCall(identity, session)
         holder.append(call)
+        _goodbye_at_time_limit(leg, call, telephony)  # issue 14: --max-call-duration says goodbye first
         self.calls[identity.call_id] = call
         self._sessions[identity.call_id] = session
         self.observer.call_started(setup.route)
         summary: CallSummary | None = None
+        records.begin(session.started_ns, leg.ledger)  # issue 15: call_started
         if setup.greeting:  # issue 15: the model speaks first (bridge/greeting.py)
             self._on_call_task(greet(call, setup.greeting), f"{identity.call_id}-greeting")
         try:
             summary = await session.run()
+            await records.end(summary, session.status(), answered=session.coordinator is not None)
             try:
                 await app.ended(call, summary)
             except Exception:
                 log.exception("call %s: the application's ended() failed", identity.call_id)
         finally:
+            await records.end(summary, session.status(), answered=session.coordinator is not None)  # once
             self.calls.pop(identity.call_id, None)
             self._sessions.pop(identity.call_id, None)
             self.observer.call_ended(setup.route, summary, leg)
             self.calls_changed.set()
+
+
+def _call_done(tasks: set[asyncio.Task[object]]) -> Callable[[asyncio.Task[object]], None]:
+    """A call's task ended: forget it, and its JSON log context (issue 15; the task is named by the call id)."""
+
+    def done(task: asyncio.Task[object]) -> None:
+        tasks.discard(task)
+        LOG_CALLS.close(task.get_name())
+
+    return done
+
+
+def _goodbye_at_time_limit(leg: CallLeg, call: LiveCall, options: TelephonyOptions) -> None:
+    """--max-call-duration (issue 14), where the engine enforces it: at the limit the model is asked for a
+    short goodbye and the call is hung up once it has been played (`LiveCall.say_goodbye`, the CallEnding
+    mechanism of end_call); a call that is not live any more is hung up at once."""
+    if not isinstance(leg, TimeLimitedLeg):
+        return
+
+    def time_up(reason: str) -> None:
+        if not call.say_goodbye(TIME_LIMIT_NOTE, reason):
+            call.hang_up(reason)
+
+    leg.on_time_limit(time_up, time_limit_grace_s(options))
+
+
+def outbound_outcome(server: Server, call_id: str) -> dict[str, Any] | None:
+    """How a call placed with `Server.dial` ended (issue 14), as `GET /sip`'s "outbound" reports it: outcome
+    ("answered", "busy", "no answer", "cancelled", "failed"), SIP status and reason; None if not recorded."""
+    outbound = server._sip_status().get("outbound") or []
+    return next((o for o in reversed(outbound) if o.get("call") == call_id), None)
+
+
+def _settings(config: ServerConfig, setup: CallSetup) -> SessionSettings:
+    """One call's session settings: its setup over the server's defaults, with the telephony tools."""
+    return SessionSettings(
+        instructions=setup.instructions or config.instructions,
+        voice=setup.voice,
+        tools=setup.tools + tool_specs(config.telephony),
+        history=setup.history,
+        turn_detection=config.turn_detection,
+    )
+
+
+def _provider_name(plan: ProviderChoice) -> str:
+    """The provider a call's record names: "echo" for the embedded fake (it speaks GPT-Live's protocol)."""
+    return "echo" if plan.key == ECHO_LOCAL_KEY else plan.kind.name
+
+
+def _to(app: Application, holder: list[LiveCall]) -> Callable[[AppEvent], Coroutine[Any, Any, None]]:
+    """Issue 15: each of a call's events to the application's handler for it."""
+
+    async def deliver(event: AppEvent) -> None:
+        call = holder[0]
+        if isinstance(event, CallStarted):
+            await app.call_started(call, event)
+        elif isinstance(event, Utterance):
+            await app.utterance(call, event)
+        else:
+            await app.call_ended(call, event.record)
+
+    return deliver
 
 
 def _engine_config(config: ServerConfig) -> EngineConfig:
@@ -493,6 +595,7 @@ def _engine_config(config: ServerConfig) -> EngineConfig:
         register=config.register,
         auth_user=config.auth_user,
         register_password=config.register_password,
+        register_keepalive_s=config.register_keepalive_s,
         external_address=config.external_address,
         nat=config.nat,
         tls=config.tls,
@@ -503,29 +606,3 @@ def _engine_config(config: ServerConfig) -> EngineConfig:
         max_call_duration_s=config.max_call_duration_s,
         rtp_timeout_s=config.rtp_timeout_s,
     )
-
-
-def _provider_plan(config: ServerConfig) -> tuple[ProviderChoice, RolloverOptions | None]:
-    """The provider every call connects to and the rollover options scaled from its cap; ValueError for a key
-    that is missing or a turn mode the provider cannot do."""
-    embedded = config.provider == "echo"
-    kind = KINDS["openai-live" if embedded else config.provider]
-    key = ECHO_LOCAL_KEY if embedded else config.key
-    if key is None:
-        raise ValueError(f"provider {kind.name} needs an API key")
-    client_turns = config.turn_detection == "client"
-    if client_turns and not kind.client_commits():
-        raise ValueError(
-            f"provider {kind.name} cannot switch turn detection off (turn detection 'client' "
-            "needs openai-realtime or xai)"
-        )
-    choice = ProviderChoice(
-        kind, key, config.provider_url, SessionSettings(), config.limits, config.provider_options
-    )
-    rollover = config.rollover
-    options = (
-        RolloverOptions.for_cap(kind.session_cap_ms) if isinstance(rollover, str) else rollover
-    )  # "default"
-    if options is not None and options.client_commits != client_turns:
-        options = replace(options, client_commits=client_turns)  # RO5 follows the turn mode
-    return choice, options

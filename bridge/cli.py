@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import ctypes
 import gc
 import logging
@@ -12,25 +13,29 @@ import ssl
 import sys
 import tempfile
 import wave
+from collections.abc import Mapping
 from importlib import import_module
-from typing import Literal
+from typing import Any, Literal
 
 import click
 
-from bridge.api import ECHO_LOCAL_KEY, Application, LiveCall, Server, ServerConfig
+from bridge.api import ECHO_LOCAL_KEY, Application, LiveCall, Server, ServerConfig, outbound_outcome
 from bridge.delegations import JobRequest
+from bridge.doctor import doctor_command
 from bridge.jsonlog import use_json_logs
 from bridge.ops import DEFAULT_DRAIN_S, config_group, serve_file
 from bridge.providers import KINDS, MissingKey, api_key
+from bridge.records import CallEnded, CallRecord, CallStarted, Utterance
 from bridge.rollover import RolloverOptions
 from bridge.telephony import TelephonyOptions
-from bridge.webhook import SECRET_ENV, WebhookConfig, webhook_handler
+from bridge.webhook import SECRET_ENV, WebhookClient, WebhookConfig, webhook_handler
 from providers.batching import APPEND_MS_CHOICES, DEFAULT_APPEND_MS
 from providers.fakes.faults import Fault, parse_fault
 from providers.fakes.script import Script, load_script
 from providers.limits import LimitOverrides
-from sip.engine import DEFAULT_ENGINE, ENGINES
+from sip.engine import DEFAULT_ENGINE, ENGINES, EngineError
 from sip.policy import parse_networks
+from sip.uri import parse_uri
 
 log = logging.getLogger("parlora")
 
@@ -291,6 +296,15 @@ _FAKES = {  # protocol: (module, options class module, options class)
 )
 @click.option("--auth-user", default=None, metavar="NAME", help="Digest user for --register (default: USER).")
 @click.option(
+    "--keepalive",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    metavar="S",
+    help="While registered, an OPTIONS to each registrar every S seconds (0: off); 3 unanswered in a row "
+    "register again at once. Counters: GET /registrations.",
+)
+@click.option(
     "--external-address",
     default=None,
     metavar="IP",
@@ -331,14 +345,15 @@ _FAKES = {  # protocol: (module, options class module, options class)
     default="off",
     show_default=True,
     help="SDES-SRTP (AES_CM_128_HMAC_SHA1_80/_32); keys only over TLS: 'offer' (or 'optional') answers SRTP "
-    "when offered, 'require' (or 'required') refuses (488) a call that is not over TLS or offers no SRTP.",
+    "when offered and offers it on calls placed over TLS, 'require' (or 'required') refuses (488) a call "
+    "that is not over TLS or offers no SRTP, and places none that is not over TLS.",
 )
 @click.option(
     "--max-call-duration",
     type=click.FloatRange(min=1),
     default=None,
     metavar="S",
-    help="End every call (BYE) after S seconds.",
+    help="End every call after S seconds: the model says a short goodbye, then BYE.",
 )
 @click.option(
     "--rtp-timeout",
@@ -372,9 +387,23 @@ _FAKES = {  # protocol: (module, options class module, options class)
     default=DEFAULT_DRAIN_S,
     show_default=True,
     metavar="S",
-    help="SIGTERM: refuse new calls (503), let live calls finish for up to S seconds, then "
-    "hang up the rest and exit; a second SIGTERM or SIGINT ends at once.",
+    help="SIGTERM or POST /drain: refuse new calls (503), let live calls finish for up to S seconds, then "
+    "a goodbye from the model and BYE for the rest, and exit; a second SIGTERM or SIGINT ends at once.",
 )
+@click.option(
+    "--cdr",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    metavar="FILE",
+    help="Append one JSON line per finished call (the call record, bridge/records.py) to FILE.",
+)  # issue 15
+@click.option(
+    "--record",
+    type=click.Path(file_okay=False, exists=True, writable=True),
+    default=None,
+    metavar="DIR",
+    help="Record every call as a stereo WAV in DIR: left the caller, right what was sent to the carrier.",
+)  # issue 15
 def serve(
     sip_addr: str,
     rtp_port: int,
@@ -411,6 +440,7 @@ def serve(
     allow_any: bool,  # issue 14
     register: tuple[str, ...],  # issue 14
     auth_user: str | None,  # issue 14
+    keepalive: float,  # issue 14
     external_address: str | None,  # issue 14
     nat: bool,  # issue 14
     tls: str | None,  # issue 14
@@ -424,8 +454,11 @@ def serve(
     config: str | None,  # issue 15
     log_format: str,  # issue 15
     drain_timeout: float,  # issue 15
+    cdr: str | None,  # issue 15
+    record: str | None,  # issue 15
 ) -> None:
     """Answer SIP calls and bridge each one to a realtime provider."""
+    options = dict(locals())  # every option by name, for the helpers `call` shares with serve (issue 14)
     if config is not None:  # issue 15: the file, with the options given here over it (bridge/ops.py)
         sys.exit(
             serve_file(
@@ -438,6 +471,39 @@ def serve(
     _setup_logging(log_level)
     if log_format == "json":  # issue 15
         use_json_logs()
+    provider_fields, application = _provider_fields(options)  # DL4: a --webhook is the application
+    # --- issue 14: registration (the rest of the trunk edge is shared with `call`: _trunk_fields) ---
+    for aor in register:
+        if not aor.startswith(("sip:", "sips:")) or "@" not in aor:
+            raise click.UsageError(f"--register expects sip:USER@HOST[:PORT], got {aor!r}")
+    if auth_user is not None and not register:
+        raise click.UsageError("--auth-user applies to --register")
+    # --- end issue 14 ---
+    server_config = ServerConfig(
+        **provider_fields,
+        **_trunk_fields(options),  # issue 14
+        sip=_host_port(sip_addr, 5060),
+        rtp_port=rtp_port,
+        max_calls=max_calls,
+        engine=engine,
+        http=_host_port(http_addr, 8080) if http_addr else None,
+        http_token=_http_token(http_addr, http_token_env),
+        register=register,  # issue 14
+        register_keepalive_s=keepalive or None,  # issue 14
+        drain_timeout_s=drain_timeout,  # issue 15
+        cdr=cdr,  # issue 15
+        record_dir=record,  # issue 15
+    )
+    sys.exit(
+        _run_server(Server(application, server_config), os.environ.get(EVENT_LOOP_ENV, "auto"))
+    )  # issue 13
+
+
+def _provider_fields(o: Mapping[str, Any]) -> tuple[dict[str, Any], Application]:
+    """The provider half of a `ServerConfig` from serve's options (shared by `serve` and `call`): the provider
+    and its key, limits, rollover, turn detection and telephony tools; and the application (the --webhook's,
+    DL4, or the default). click.UsageError for options that do not fit together."""
+    provider = o["provider"]
     if provider is None:
         provider = "openai-live" if os.environ.get("OPENAI_API_KEY") else "echo"
     embedded_echo = provider == "echo"
@@ -447,79 +513,101 @@ def serve(
     except MissingKey as exc:
         raise click.UsageError(str(exc)) from None
     overrides = None
-    if reservoir_bytes is not None or residence_ms is not None:
-        overrides = LimitOverrides(reservoir_bytes, residence_ms)
+    if o["reservoir_bytes"] is not None or o["residence_ms"] is not None:
+        overrides = LimitOverrides(o["reservoir_bytes"], o["residence_ms"])
     extra: tuple[tuple[str, object], ...] = ()
-    if provider_ca is not None:
+    if o["provider_ca"] is not None:
         if kind.name != "gemini-live":
             raise click.UsageError("--provider-ca applies to --provider gemini-live")
-        extra = (("ssl_context", ssl.create_default_context(cafile=provider_ca)),)
-    if int(provider_append_ms) != DEFAULT_APPEND_MS:  # issue 13
-        extra += (("append_ms", int(provider_append_ms)),)
+        extra = (("ssl_context", ssl.create_default_context(cafile=o["provider_ca"])),)
+    if int(o["provider_append_ms"]) != DEFAULT_APPEND_MS:  # issue 13
+        extra += (("append_ms", int(o["provider_append_ms"])),)
     # --- DL4: the application's HTTP webhook ---
     webhook = None
-    if webhook_url is not None:
+    if o["webhook_url"] is not None:
         try:
-            webhook = WebhookConfig.from_options(webhook_url, timeout_s=webhook_timeout, ca_file=webhook_ca)
+            webhook = WebhookConfig.from_options(
+                o["webhook_url"], timeout_s=o["webhook_timeout"], ca_file=o["webhook_ca"]
+            )
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
         log.info("application webhook: POST %s (timeout %g s)", webhook.display_url, webhook.timeout_s)
-    elif webhook_ca is not None:
+    elif o["webhook_ca"] is not None:
         raise click.UsageError("--webhook-ca applies to --webhook")
     # --- end DL4 ---
-    client_turns = turn_detection == "client"
+    client_turns = o["turn_detection"] == "client"
     if client_turns and not kind.client_commits():
         raise click.UsageError(
             f"--turn-detection client needs a provider that can switch its turn detection off "
             f"(openai-realtime, xai); {provider} cannot"
         )
     rollover = None
-    if not no_rollover:
+    if not o["no_rollover"]:
         given = {
-            "after_ms": rollover_after_ms,
-            "deadline_ms": rollover_deadline_ms,
-            "hard_stop_ms": rollover_hard_stop_ms,
-            "overlap_ms": rollover_overlap_ms,
+            "after_ms": o["rollover_after_ms"],
+            "deadline_ms": o["rollover_deadline_ms"],
+            "hard_stop_ms": o["rollover_hard_stop_ms"],
+            "overlap_ms": o["rollover_overlap_ms"],
         }
         try:
             rollover = RolloverOptions.for_cap(
-                session_cap_ms or kind.session_cap_ms, **{k: v for k, v in given.items() if v is not None}
+                o["session_cap_ms"] or kind.session_cap_ms,
+                **{k: v for k, v in given.items() if v is not None},
             )
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
     targets = {}
-    for spec in transfer_targets:
+    for spec in o["transfer_targets"]:
         name, sep, uri = spec.partition("=")
         if not sep or not name or not uri.startswith(("sip:", "sips:", "tel:")):
             raise click.UsageError(f"--transfer-target expects NAME=sip:URI, got {spec!r}")
         targets[name] = uri
-    # --- issue 14: who may call ---
+    fields: dict[str, Any] = {
+        "provider": provider,
+        "key": key,
+        "provider_url": o["provider_url"],
+        "provider_options": extra,
+        "turn_detection": "client" if client_turns else "server",
+        "instructions": o["instructions"],
+        "limits": overrides,
+        "failure_message": _read_message(o["failure_message"]) if o["failure_message"] else None,
+        "rollover": rollover,
+        "telephony": TelephonyOptions(
+            end_call=o["end_call_tool"],
+            transfer_targets=targets,
+            send_dtmf=o["send_dtmf_tool"],
+            dtmf_to_model=o["dtmf_to_model"],
+        ),
+    }
+    application = WebhookApplication(webhook) if webhook is not None else Application()  # DL4
+    return fields, application
+
+
+def _trunk_fields(o: Mapping[str, Any]) -> dict[str, Any]:
+    """Issue 14's trunk edge of a `ServerConfig` from serve's options (shared by `serve` and `call`): who may
+    call, digest credentials, NAT, TLS, SRTP and call limits. click.UsageError for options that do not fit."""
     try:
-        parse_networks(allow)
+        parse_networks(o["allow"])
     except ValueError as exc:
         raise click.UsageError(f"--allow: {exc}") from None
     inbound = None
-    if inbound_auth is not None:
+    if o["inbound_auth"] is not None:
         password = os.environ.get(INBOUND_PASSWORD_ENV)
         if not password:
             raise click.UsageError(
-                f"--inbound-auth {inbound_auth}: set the password in {INBOUND_PASSWORD_ENV}"
+                f"--inbound-auth {o['inbound_auth']}: set the password in {INBOUND_PASSWORD_ENV}"
             )
-        inbound = (inbound_auth, password)
-    if drop_unknown and not allow:
+        inbound = (o["inbound_auth"], password)
+    if o["drop_unknown"] and not o["allow"]:
         raise click.UsageError("--drop-unknown applies to --allow")
-    for aor in register:
-        if not aor.startswith(("sip:", "sips:")) or "@" not in aor:
-            raise click.UsageError(f"--register expects sip:USER@HOST[:PORT], got {aor!r}")
-    if auth_user is not None and not register:
-        raise click.UsageError("--auth-user applies to --register")
-    register_password = os.environ.get(SIP_PASSWORD_ENV) or None
+    tls, cert, tls_key, srtp = o["tls"], o["cert"], o["tls_key"], o["srtp"]
     if tls and (cert is None or tls_key is None):
         raise click.UsageError("--tls needs --cert FILE and --key FILE")
     if (cert or tls_key) and not tls:
         raise click.UsageError("--cert/--key apply to --tls")
     if srtp != "off" and not tls:
         log.warning("--srtp %s without --tls: SDES keys only go over TLS, so no call will be SRTP", srtp)
+    external_address = o["external_address"]
     if external_address is not None:
         try:
             parse_networks([external_address])
@@ -527,52 +615,145 @@ def serve(
             raise click.UsageError(
                 f"--external-address expects an IP address, got {external_address!r}"
             ) from None
-    # --- end issue 14 ---
-    server_config = ServerConfig(
-        provider=provider,
-        key=key,
-        provider_url=provider_url,
-        provider_options=extra,
-        sip=_host_port(sip_addr, 5060),
-        rtp_port=rtp_port,
-        max_calls=max_calls,
-        engine=engine,
-        turn_detection="client" if client_turns else "server",
-        http=_host_port(http_addr, 8080) if http_addr else None,
-        http_token=_http_token(http_addr, http_token_env),
-        instructions=instructions,
-        limits=overrides,
-        failure_message=_read_message(failure_message) if failure_message else None,
-        rollover=rollover,
-        telephony=TelephonyOptions(
-            end_call=end_call_tool,
-            transfer_targets=targets,
-            send_dtmf=send_dtmf_tool,
-            dtmf_to_model=dtmf_to_model,
-        ),
-        allow=allow,
-        drop_unknown=drop_unknown,
-        inbound_auth=inbound,
-        allow_any=allow_any,  # issue 14
-        invite_rate_per_s=invite_rate,  # issue 14
-        register=register,
-        auth_user=auth_user,
-        register_password=register_password,  # issue 14
-        external_address=external_address,
-        nat=nat,  # issue 14
-        tls=_host_port(tls, 5061) if tls else None,
-        cert=cert,
-        tls_key=tls_key,
-        tls_ca=tls_ca,  # issue 14
-        srtp=_SRTP_POLICY[srtp],
-        max_call_duration_s=max_call_duration,
-        rtp_timeout_s=rtp_timeout,  # issue 14
-        drain_timeout_s=drain_timeout,  # issue 15
+    return {
+        "allow": o["allow"],
+        "drop_unknown": o["drop_unknown"],
+        "inbound_auth": inbound,
+        "allow_any": o["allow_any"],
+        "invite_rate_per_s": o["invite_rate"],
+        "auth_user": o["auth_user"],
+        "register_password": os.environ.get(SIP_PASSWORD_ENV) or None,
+        "external_address": external_address,
+        "nat": o["nat"],
+        "tls": _host_port(tls, 5061) if tls else None,
+        "cert": cert,
+        "tls_key": tls_key,
+        "tls_ca": o["tls_ca"],
+        "srtp": _SRTP_POLICY[srtp],
+        "max_call_duration_s": o["max_call_duration"],
+        "rtp_timeout_s": o["rtp_timeout"],
+    }
+
+
+# --- issue 14: `call`, one outbound call through the native engine ---
+# serve's options that `call` takes as they are (the same click.Option objects: one definition each)
+_CALL_SHARED = frozenset(
+    {
+        "provider", "provider_url", "provider_ca", "instructions", "reservoir_bytes", "residence_ms",
+        "failure_message", "webhook_url", "webhook_timeout", "webhook_ca", "session_cap_ms",
+        "rollover_after_ms", "rollover_deadline_ms", "rollover_hard_stop_ms", "rollover_overlap_ms",
+        "no_rollover", "turn_detection", "end_call_tool", "transfer_targets", "send_dtmf_tool",
+        "dtmf_to_model", "provider_append_ms", "rtp_port", "allow", "drop_unknown", "invite_rate",
+        "inbound_auth", "allow_any", "external_address", "nat", "tls", "cert", "tls_key", "tls_ca", "srtp",
+        "max_call_duration", "rtp_timeout", "log_level", "log_format",
+    }
+)  # fmt: skip
+# serve's options that `call` takes with its own default and words
+_CALL_RESTATED = {
+    "sip_addr": ("127.0.0.1:0", "UDP (and TCP) address for our SIP (port 0: any free port)."),
+    "auth_user": (None, f"Digest user when the trunk challenges (401/407); password in {SIP_PASSWORD_ENV}."),
+}
+
+
+@main.command("call")
+@click.argument("target", metavar="sip:NUMBER@HOST[:PORT]")
+@click.option(
+    "--from",
+    "from_uri",
+    default=None,
+    metavar="sip:URI",
+    help="Our identity in From (trunks often want the account's; default sip:bridge@OUR-ADDRESS).",
+)
+@click.option(
+    "--ring-timeout",
+    type=click.FloatRange(min=1),
+    default=60.0,
+    show_default=True,
+    metavar="S",
+    help="Give up (CANCEL, reported as no answer) when the callee has not answered after S seconds.",
+)
+def call_command(target: str, from_uri: str | None, ring_timeout: float, **options: Any) -> None:
+    """Place one call to TARGET on the native engine and bridge it to the provider, as `serve` bridges the
+    calls it answers. The provider connection opens while the callee rings. Exits 0 once an answered call
+    has ended; 1 when it was busy, not answered or failed (the SIP status is printed); 2 when it could not
+    be placed at all. SIGINT/SIGTERM hangs up (CANCEL while it rings)."""
+    _setup_logging(options["log_level"])
+    if options["log_format"] == "json":
+        use_json_logs()
+    try:
+        uri = parse_uri(target)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="TARGET") from None
+    if uri.scheme not in ("sip", "sips") or not uri.user:
+        raise click.BadParameter(f"expected sip:NUMBER@HOST[:PORT], got {target!r}", param_hint="TARGET")
+    provider_fields, application = _provider_fields(options)
+    config = ServerConfig(
+        **provider_fields,
+        **_trunk_fields(options),
+        sip=_host_port(options["sip_addr"], 5060),
+        rtp_port=options["rtp_port"],
+        max_calls=1,  # the call placed takes the one slot: an INVITE that reaches us meanwhile gets 503
+        engine="native",  # the pjsua2 engine places no calls
+        browser_channel=False,
     )
-    application = WebhookApplication(webhook) if webhook is not None else Application()  # DL4
-    sys.exit(
-        _run_server(Server(application, server_config), os.environ.get(EVENT_LOOP_ENV, "auto"))
-    )  # issue 13
+    server = Server(application, config)
+    sys.exit(asyncio.run(place_call(server, target, from_uri=from_uri, ring_timeout_s=ring_timeout)))
+
+
+for _param in serve.params:
+    if _param.name in _CALL_SHARED:
+        call_command.params.append(_param)
+    elif _param.name in _CALL_RESTATED:
+        _restated = copy.copy(_param)
+        _restated.default, _restated.help = _CALL_RESTATED[_param.name]
+        call_command.params.append(_restated)
+
+
+async def place_call(server: Server, target: str, *, from_uri: str | None, ring_timeout_s: float) -> int:
+    """`call`'s run: start the server, dial, wait for the call's session to finish, stop; the exit status (see
+    `call_command`). The outcome is printed on stdout: "answered" or "busy"/"no answer"/"failed"/"cancelled"
+    with the SIP status and reason."""
+    try:
+        await server.start()
+    except EngineError as exc:
+        log.error("cannot start the SIP engine on %s:%d: %s", *server.config.sip, exc)
+        return 2
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, interrupted.set)
+    try:
+        server.calls_changed.clear()
+        try:
+            call_id = await server.dial(target, from_uri=from_uri, ring_timeout_s=ring_timeout_s)
+        except (ValueError, OSError, RuntimeError) as exc:  # EngineError is a RuntimeError
+            log.error("cannot call %s: %s", target, exc)
+            return 2
+        ended = asyncio.create_task(server.calls_changed.wait())
+        stop = asyncio.create_task(interrupted.wait())
+        await asyncio.wait({ended, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not ended.done():  # SIGINT/SIGTERM: hang up (CANCEL while ringing) and let the session finish
+            live = server.calls.get(call_id)
+            if live is not None:
+                live.hang_up("interrupted (call)")
+            await asyncio.wait({ended}, timeout=10.0)
+        for task in (ended, stop):
+            task.cancel()
+        outcome = outbound_outcome(server, call_id)  # (the engine's record: read before it stops)
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+        await server.stop()
+    if outcome is None:
+        click.echo(f"{call_id}: call to {target}: no outcome recorded")
+        return 1
+    click.echo(
+        f"{call_id}: call to {target}: {outcome['outcome']} (SIP {outcome['status']}: {outcome['reason']})"
+    )
+    return 0 if outcome["outcome"] == "answered" else 1
+
+
+# --- end issue 14 ---
 
 
 # --- issue 13: the process around the loop ---
@@ -628,6 +809,16 @@ class WebhookApplication(Application):
     async def job(self, call: LiveCall, job: JobRequest) -> str:
         return await webhook_handler(self._config, call.info)(job)
 
+    # issue 15: the call's events, POSTed to the same URL (bridge/webhook.py "Events")
+    async def call_started(self, call: LiveCall, event: CallStarted) -> None:
+        await WebhookClient(self._config).deliver_event(event, call.call_id)
+
+    async def utterance(self, call: LiveCall, utterance: Utterance) -> None:
+        await WebhookClient(self._config).deliver_event(utterance, call.call_id)
+
+    async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
+        await WebhookClient(self._config).deliver_event(CallEnded(record), call.call_id)
+
 
 def _read_message(path: str) -> bytes:
     with wave.open(path, "rb") as wav:
@@ -637,6 +828,7 @@ def _read_message(path: str) -> bytes:
 
 
 main.add_command(config_group)  # issue 15: `parlora-bridge config check FILE` (bridge/ops.py)
+main.add_command(doctor_command)  # issue 15: `parlora-bridge doctor` (bridge/doctor.py)
 
 
 @main.command("fake-provider")

@@ -270,6 +270,7 @@ class Transcript:
     caption_epoch: int = (
         0  # a recovery starts a fresh grouping epoch: old fragments never merge into new (HR11)
     )
+    end_ms: int | None = None  # where the utterance ended on the session timeline, when the provider said
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,8 +7,8 @@ shows each one with a comment:
     [engine]      name (native | pjsua2), max_calls, rtp_ports ("LOW-HIGH", or the first port as a number)
     [defaults]    provider, instructions | instructions_file, greeting, language, voice, turn_detection
     [providers.NAME]  (NAME one of openai-live, openai-realtime, gemini-live, xai) key_env, model, voice, url, ca
-    [[trunks]]    name*, registrar, auth_user, password_env, register_expires_s, allow (CIDRs),
-                  inbound_auth_user, inbound_password_env, transport, srtp, external_address
+    [[trunks]]    name*, registrar, auth_user, password_env, register_expires_s, register_keepalive_s,
+                  allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address
     [inbound]     drop_unknown, allow_any, invite_rate_per_s, blocked_user_agents
     [[routes]]    name*, number | pattern, header = {name, value}, provider, instructions | instructions_file,
                   tools = [{name, description, parameters}], greeting, language, voice
@@ -155,6 +155,7 @@ class Trunk:
     auth_user: str | None = None
     password_env: str = DEFAULT_SIP_PASSWORD_ENV
     register_expires_s: int = 3600
+    register_keepalive_s: float = 30.0  # OPTIONS to the registrar this often while registered (issue 14)
     allow: tuple[str, ...] = ()  # CIDRs whose INVITEs are accepted
     inbound_auth_user: str | None = None  # digest-challenge INVITEs from this trunk
     inbound_password_env: str = DEFAULT_INBOUND_PASSWORD_ENV
@@ -262,7 +263,7 @@ class Recording:
 
 @dataclass(frozen=True, slots=True)
 class Drain:
-    timeout_s: float = 30.0  # bridge.ops.DEFAULT_DRAIN_S, `serve --drain-timeout`'s default
+    timeout_s: float = 300.0  # bridge.ops.DEFAULT_DRAIN_S, `serve --drain-timeout`'s default
 
 
 @dataclass(frozen=True, slots=True)
@@ -920,6 +921,7 @@ def _trunks(r: _Reader, items: list[dict[str, object]]) -> tuple[Trunk, ...]:
             password_env=r.env_name(t, "password_env", p, DEFAULT_SIP_PASSWORD_ENV)
             or DEFAULT_SIP_PASSWORD_ENV,
             register_expires_s=r.integer(t, "register_expires_s", p, lo=60, hi=86400, default=3600) or 3600,
+            register_keepalive_s=r.number(t, "register_keepalive_s", p, lo=0.0, default=30.0) or 30.0,
             allow=cidrs,
             inbound_auth_user=r.string(t, "inbound_auth_user", p),
             inbound_password_env=r.env_name(t, "inbound_password_env", p, DEFAULT_INBOUND_PASSWORD_ENV)
@@ -1181,6 +1183,7 @@ CLI_OPTIONS: Mapping[str, str] = {
     "provider_append_ms": "providers.<provider>.append_ms",
     "register": "trunks[].registrar",
     "auth_user": "trunks[].auth_user",
+    "keepalive": "trunks[].register_keepalive_s",
     "allow": "trunks[].allow",
     "inbound_auth": "trunks[].inbound_auth_user",
     "srtp": "trunks[].srtp",

@@ -93,6 +93,11 @@ class Connections:
 
     # --- changes of role ---
 
+    @property
+    def handing_over(self) -> bool:
+        """A rollover's switch is under way: the floor stopped hearing the caller and a listener hears them."""
+        return self.floor not in self._receiving and bool(self._receiving & self.listeners)
+
     def take_floor(self, token: int) -> bool:
         """A listener takes the floor; the old floor connection listens on (it may finish a transcript, RO3)."""
         if token == self.floor or token not in self.listeners:

@@ -149,9 +149,8 @@ class SessionCoordinator:
             event, self.timeline, now, speaking=self.turns.speaking
         ):
             if self.rollover.controller is None:
-                self.captions.caller(
-                    event.text, self.timeline.rebase(event.token, event.start_ms, now), event.final
-                )
+                start, end = self.timeline.span(event.token, event.start_ms, event.end_ms, now)
+                self.captions.caller(event.text, start, event.final, end)
             if event.final and event.text.strip():
                 self._turn_over(now)
         elif isinstance(event, ev.OutputTranscript):
@@ -175,14 +174,14 @@ class SessionCoordinator:
         elif isinstance(event, ev.ResumptionUpdated):
             self.connections.resumption_updated(event.token, event.handle, event.resumable)
         elif isinstance(event, ev.ToolCallRequested):
-            at = self.timeline.rebase(event.token, event.at_ms, now)  # HR11
-            self.delegations.call_requested(
-                event.token, event.call_id, event.name, event.arguments, event.kind, at
-            )
+            e, at = event, self.timeline.rebase(event.token, event.at_ms, now)  # HR11
+            self.delegations.call_requested(e.token, e.call_id, e.name, e.arguments, e.kind, at)
         elif isinstance(event, ev.ToolCallCancelled):
             self.delegations.call_cancelled(event.call_ids, self.timeline.ms(now))
-        elif isinstance(event, ev.ResponseDone):
-            self.delegations.response_ended(event.token, self.timeline.ms(now))
+        elif isinstance(event, ev.ResponseDone) and self.delegations.response_ended(
+            event.token, self.timeline.ms(now)
+        ):
+            self.rollover.tool_turn_done(now)
 
     def job_answered(self, job_id: str, output: str, now: int) -> bool:
         """The application answered a dispatched job; False when the job no longer takes an answer."""
@@ -283,6 +282,7 @@ class SessionCoordinator:
         if self.output.drained(now):
             self.rollover.speaker_drained(now)
         refused = self.rollover.route(now)
+        self.delegations.floor(self.token, self.connections.handing_over, self.timeline.ms(now))  # RO8
         if refused is not None:
             self._end(f"rollover not possible: {refused}", now, goodbye=True)
         self.telephony.route(self.token, self.timeline.ms(now), now)  # DL6: jobs to the tools or the shell
@@ -305,9 +305,8 @@ class SessionCoordinator:
                 self._barge_in(now, change.source)
             if not self.recovery.reconnecting:  # after a repair, this opens the first fresh interval (HR10)
                 self.recovery.caller_started()
-                self.delegations.caller_started(
-                    self.token, self.timeline.rebase(self.token, change.provider_ms, now)
-                )
+                at = self.timeline.rebase(self.token, change.provider_ms, now)
+                self.delegations.caller_started(self.token, at)
             if change.source == "local_vad" and change.barge:
                 self.rollover.local_turn(True, now)  # without server VAD, the local detector marks utterances
         elif isinstance(change, CallerStopped):
@@ -334,7 +333,7 @@ class SessionCoordinator:
     def _close_captions(self, now: int) -> None:
         for token, text, start, end in self.captions.close():
             if not self.rollover.caption(token, text, start, end, now) and token == self.token:
-                self.captions.caller(text, start, True)
+                self.captions.caller(text, start, True, end)
             if token == self.token and text:
                 self._turn_over(now)
 

@@ -186,6 +186,7 @@ class Delegations:
         self.resuming = False
         self.fresh_start_ms: int | None = None
         self.held = False
+        self.handover = False  # a rollover is handing the floor over: what is for the model waits (RO8)
         self.recoveries = 0
         self._release_at_ms: int | None = None  # the fallback end of the hold (HR9)
 
@@ -244,7 +245,9 @@ class Delegations:
         job.output = output
         job.state = JobState.ANSWERED
         fresh = self.fresh_start_ms is not None and job.request.requested_at_ms >= self.fresh_start_ms
-        if (
+        if self.handover:
+            self._changed(job, JobState.ANSWERED, f"revision {job.revision} waits for the next floor", at_ms)
+        elif (
             self.held and not fresh
         ):  # (a call made in the caller's fresh interval is the model's reaction to it)
             job.held_since_recovery = self.recoveries
@@ -262,11 +265,18 @@ class Delegations:
         """A speakable (or silent) update from the application; False when over the command-record limit."""
         if self._outstanding() >= self.options.max_command_records:
             return False
-        if self.held:
+        if self.held or self.handover:
             self.updates.append((text, speak))
         else:
             self._send_context(token, text, speak, None)
         return True
+
+    def floor(self, token: int, handing_over: bool, at_ms: int) -> None:
+        """RO8: while the floor is handed over (the old connection stopped hearing the caller and finishes its
+        items), results and updates wait; the connection that takes the floor gets them."""
+        if handing_over != self.handover:
+            self.handover = handing_over
+            self._flush(token, at_ms)
 
     def push_fact(self, text: str) -> None:
         """A task fact or verified result: seeded into any replacement connection (HR7)."""
@@ -312,12 +322,14 @@ class Delegations:
             self.resuming = False
             self._release_at_ms = at_ms + self.options.results_hold_ms
 
-    def response_ended(self, token: int, at_ms: int) -> None:
+    def response_ended(self, token: int, at_ms: int) -> bool:
         """The model finished a response on `token`: it took in what it was sent; after the caller's fresh
-        turn, the fresh speech has been interpreted and held results may go."""
+        turn, the fresh speech has been interpreted and held results may go. True when `token` now waits for
+        a result (it asked for a tool): it says nothing more until then (RO8)."""
         self.taken_in(token, at_ms)
         if self.held and not self.resuming and self.fresh_start_ms is not None:
             self._release(token, at_ms)
+        return any(job.token == token and job.state.pending for job in self.jobs.values())
 
     def recovery_failed(self) -> None:
         self.resuming = False
@@ -433,7 +445,7 @@ class Delegations:
 
     def _flush(self, token: int, at_ms: int) -> None:
         """Deliver what waits, oldest first, while command records allow."""
-        if self.held:
+        if self.held or self.handover:
             return
         for job in self.jobs.values():
             if job.state is JobState.ANSWERED and len(self.records) < self.options.max_command_records:
@@ -453,13 +465,21 @@ class Delegations:
     def _outstanding(self) -> int:
         return len(self.records) + len(self.updates)
 
-    def snapshot_facts(self) -> tuple[str, ...]:
-        """Facts and verified results for a re-seed (HR7): bounded, newest last."""
-        verified = [
-            f"{job.request.name} ({job.job_id}) returned {job.output}"
-            for job in self.jobs.values()
-            if job.state is JobState.DELIVERED
-            and job.output is not None
-            and not any(r.job_id == job.job_id for r in self.records)
-        ]
-        return tuple((self.facts + verified)[-self.options.max_facts :])
+
+def seed_facts(d: Delegations) -> tuple[str, ...]:
+    """What a further connection is told of the task (HR7, RO8): facts, verified results and the calls still
+    running (that connection never saw them asked, and must not ask again), bounded, newest last."""
+    verified = [
+        f"{job.request.name} ({job.job_id}) returned {job.output}"
+        for job in d.jobs.values()
+        if job.state is JobState.DELIVERED
+        and job.output is not None
+        and not any(r.job_id == job.job_id for r in d.records)
+    ]
+    running = [
+        f"{job.request.name} ({job.job_id}) was requested with {job.request.arguments[:200]} and is still "
+        "running: its result will be given to you, do not request it again"
+        for job in d.jobs.values()
+        if job.state.pending
+    ]
+    return tuple((d.facts + verified + running)[-d.options.max_facts :])

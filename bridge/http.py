@@ -3,7 +3,7 @@
 h11 parses and frames HTTP/1.1 (sans-I/O, as this project's cores are); asyncio streams move the bytes. With
 `ConsoleHooks` (bridge/console.py) it also serves the console page at `/`, its live feed `GET /events`
 (Server-Sent Events), `POST /calls/{id}/hangup` and the browser channel's `POST /talk` (offer SDP in, answer
-out). With a token, every route but the page's static files needs `Authorization: Bearer TOKEN` (or
+out). `POST /drain` starts the graceful drain (bridge/drain.py), as SIGTERM does. With a token, every route but the page's static files needs `Authorization: Bearer TOKEN` (or
 `?token=TOKEN`, since an EventSource cannot set headers); without one it is meant for loopback only.
 """
 
@@ -52,6 +52,10 @@ def route(
     return 404, {"error": "not found", "paths": ["/calls", "/calls/{id}"]}
 
 
+def _path(request: h11.Request) -> str:
+    return urlsplit(request.target.decode("ascii", "replace")).path.rstrip("/") or "/"
+
+
 class StatusServer:
     """A small HTTP/1.1 server answering from `source()`: call id -> status function."""
 
@@ -64,11 +68,13 @@ class StatusServer:
         sip: Callable[[], dict[str, Any]] | None = None,
         dial: Callable[[str, str | None], Awaitable[str]] | None = None,
         extra: Callable[[str], tuple[int, bytes, str] | None] | None = None,
+        drain: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self._source = source
         self._sip = sip  # GET /sip (issue 14)
         self._dial = dial  # POST /calls {"to": ..., "from": ...} (issue 14)
         self._extra = extra  # issue 15: GET /metrics, /healthz, /readyz (bridge/observe.py): path -> answer
+        self._drain = drain  # issue 15: POST /drain (bridge/drain.py http_drain)
         self._console = console
         self._token = token
         self._server: asyncio.Server | None = None
@@ -113,6 +119,13 @@ class StatusServer:
                         ):
                             break
                         if (
+                            request.method == b"POST"
+                            and self._drain is not None
+                            and _path(request) == "/drain"
+                        ):
+                            await self._start_drain(conn, writer, request)  # issue 15
+                            break
+                        if (
                             self._dial is not None
                             and request.method == b"POST"
                             and urlsplit(request.target.decode("ascii", "replace")).path == "/calls"
@@ -139,6 +152,16 @@ class StatusServer:
             return
         status, body = route(request.target.decode("ascii", "replace"), self._source(), self._sip)
         await self._send(conn, writer, status, body)
+
+    async def _start_drain(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request
+    ) -> None:
+        """POST /drain: 202 with the live calls' count; the token applies as to every control route."""
+        assert self._drain is not None
+        if not self._authorised(request):
+            await self._send(conn, writer, 401, {"error": "missing or wrong bearer token"})
+            return
+        await self._send(conn, writer, 202, self._drain())
 
     async def _place_call(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, body: bytes

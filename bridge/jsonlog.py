@@ -2,8 +2,10 @@
 
 Each line has `time` (UTC, ISO 8601 with milliseconds), `level`, `logger`, `message`, `event` (the message's
 template: the same for every line of one kind, so a log system can group on it) and `call_id` when the line
-is about a call (a `call_id` given in `extra`, else the "call ID" the bridge's messages start with); an
-exception's traceback goes in `exc`.
+is about a call (a `call_id` given in `extra`, else the "call ID" or "call-N" the bridge's messages start
+with); an exception's traceback goes in `exc`. For a call the server knows (`CALLS`: opened when the call
+arrives, closed when it is over), the line also has `sip_call_id` (the INVITE's Call-ID) and, once the call's
+config route was chosen, `route`.
 
 Secrets: the values of the environment variables that hold keys, passwords, tokens and secrets (by name:
 `*_API_KEY`, `*PASSWORD*`, `*TOKEN*`, `*SECRET*`) are read when the formatter is made and replaced by `***`
@@ -22,7 +24,8 @@ from datetime import UTC, datetime
 
 REDACTED = "***"
 _SECRET_NAME = re.compile(r"(_API_KEY$|PASSWORD|TOKEN|SECRET)", re.IGNORECASE)
-_CALL_ID = re.compile(r"^call (\S+?):?(?:\s|$)")
+# "call ID ..." (the session's lines) or "call-N ..." (the SIP engine's, which name the call by its id alone)
+_CALL_ID = re.compile(r"^(?:call (\S+?)|(call-\d+)):?(?:\s|$)")
 _MIN_SECRET_LEN = 4  # shorter values would redact ordinary words
 
 
@@ -32,10 +35,39 @@ def secret_values(environ: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(sorted(values, key=len, reverse=True))
 
 
+class CallContext:
+    """What the log knows of each live call by the bridge's call id: its SIP Call-ID and route. Entries live as
+    long as the call (the server opens and closes them), so the table never grows with traffic."""
+
+    def __init__(self) -> None:
+        self._calls: dict[str, dict[str, str]] = {}
+
+    def open(self, call_id: str, sip_call_id: str) -> None:
+        self._calls[call_id] = {"sip_call_id": sip_call_id}
+
+    def route(self, call_id: str, route: str) -> None:
+        entry = self._calls.get(call_id)
+        if entry is not None:
+            entry["route"] = route
+
+    def close(self, call_id: str) -> None:
+        self._calls.pop(call_id, None)
+
+    def get(self, call_id: str) -> Mapping[str, str]:
+        return self._calls.get(call_id, {})
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+
+CALLS = CallContext()  # the process's calls (bridge.api.Server opens and closes them)
+
+
 class JsonFormatter(logging.Formatter):
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
+    def __init__(self, secrets: Iterable[str] = (), calls: CallContext = CALLS) -> None:
         super().__init__()
         self._secrets = tuple(secrets)
+        self._calls = calls
 
     def _clean(self, text: str) -> str:
         for secret in self._secrets:
@@ -54,9 +86,10 @@ class JsonFormatter(logging.Formatter):
         }
         call_id = getattr(record, "call_id", None)
         if call_id is None and (m := _CALL_ID.match(message)) is not None:
-            call_id = m.group(1)
+            call_id = m.group(1) or m.group(2)
         if call_id is not None:
             line["call_id"] = str(call_id)
+            line.update(self._calls.get(str(call_id)))
         if record.exc_info:
             line["exc"] = self.formatException(record.exc_info)
         return self._clean(json.dumps(line, ensure_ascii=False, default=str))

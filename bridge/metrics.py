@@ -20,6 +20,9 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
     rtp_packets_lost_total, rtp_packets_late_total, rtp_frames_concealed_total
     rtp_jitter_seconds                           the caller stream's interarrival jitter (RFC 3550), sampled
     pacing_lateness_seconds                      how late each outbound frame left after its 20 ms deadline
+                                                 (fed by an engine that reports lateness samples: none yet)
+    pacing_ticks_total{outcome}                  the media clock's 20 ms slots: served, skipped, late
+    pacing_max_lateness_seconds                  the media clock's worst lateness since start
     provider_connect_seconds{provider}           WebSocket open to session confirmed
     recoveries_total{cause,outcome}, recovery_duration_seconds{cause}   HR1-HR5
     rollovers_total{outcome}                     RO1-RO9
@@ -121,6 +124,17 @@ class BridgeMetrics:
             buckets=PACING_BUCKETS,
             registry=r,
         )
+        self._pacing_ticks = Counter(
+            f"{PREFIX}_pacing_ticks",
+            "The media clock's 20 ms slots: served, skipped (a whole period missed), late (served late).",
+            ["outcome"],
+            registry=r,
+        )
+        self._pacing_max = Gauge(
+            f"{PREFIX}_pacing_max_lateness_seconds",
+            "The media clock's worst lateness since start.",
+            registry=r,
+        )
         self._connect = Histogram(
             f"{PREFIX}_provider_connect_seconds",
             "Provider connection opened to session configuration confirmed.",
@@ -180,11 +194,11 @@ class BridgeMetrics:
         """A call that never started (no `call_started`), e.g. a 486 or a failed setup."""
         self._calls.labels(route=route, outcome=outcome).inc()
 
-    def sip_response_sent(self, code: int) -> None:
-        self._sip_responses.labels(code=_code_label(code)).inc()
+    def sip_response_sent(self, code: int, count: int = 1) -> None:
+        self._sip_responses.labels(code=_code_label(code)).inc(count)
 
-    def refused(self, reason: RefusalReason) -> None:
-        self._refusals.labels(reason=reason).inc()
+    def refused(self, reason: RefusalReason, count: int = 1) -> None:
+        self._refusals.labels(reason=reason).inc(count)
 
     # --- media: batches, never per packet ---
 
@@ -213,6 +227,15 @@ class BridgeMetrics:
     def pacing(self, lateness_s: Iterable[float]) -> None:
         for value in lateness_s:
             self._pacing.observe(max(0.0, value))
+
+    def pacing_ticks(self, *, served: int = 0, skipped: int = 0, late: int = 0) -> None:
+        """Add the media clock's slot counters' deltas (from the engine's counters, at a scrape)."""
+        for outcome, value in (("served", served), ("skipped", skipped), ("late", late)):
+            if value > 0:
+                self._pacing_ticks.labels(outcome=outcome).inc(value)
+
+    def pacing_max_lateness(self, seconds: float) -> None:
+        self._pacing_max.set(max(0.0, seconds))
 
     # --- provider connections ---
 

@@ -6,16 +6,21 @@ counters (`QosSource`) — into `BridgeMetrics` updates. Nothing here runs per m
 call, the RTP figures are taken once, at the end of the call. `http_extra` answers the three extra GET paths of
 the HTTP listener (bridge/http.py).
 
-SIP responses: the engine's own per-response counters are not reachable without editing engine files, so
-`sip_responses_sent_total` counts the final response each call got from the bridge's side (200 for an answered
-call, the refusal status otherwise, 503 when the provider was unavailable before answering).
+SIP responses: `sip_responses_sent_total` counts the final response each call got from the bridge's side (200
+for an answered call, the refusal status otherwise, 503 when the provider was unavailable before answering) and,
+at each scrape, the engine's own refusals (`EngineCounters.stats()`: the native engine's counters named with a
+status, e.g. `invite_503_draining`, `method_405`, `policy_403`). The same scrape turns the engine's refusal
+counters into `refusals_total{reason}` (draining, max_calls, not_allowed, rate_limited, blocked_user_agent,
+auth_failed, no_common_codec) and its registrations (`GET /sip`'s list) into `registrations{trunk,state}`.
+Counters move by the delta since the last scrape, so a scrape every few seconds costs nothing per call.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from typing import get_args
+import re
+from collections.abc import Callable, Mapping
+from typing import Protocol, get_args, runtime_checkable
 
 from bridge.commands import AudioDiscontinuity, RecoveryChanged, RolloverChanged
 from bridge.delegations import JobChanged
@@ -26,9 +31,12 @@ from bridge.metrics import (
     DiscontinuityCause,
     JobOutcome,
     RecoveryCause,
+    RefusalReason,
+    RegistrationState,
     RolloverOutcome,
 )
 from bridge.session import CallSummary
+from sip.engine import SipStatus
 from sip.leg import QosSource
 
 DEFAULT_ROUTE = "default"  # the route label of a call no config route chose
@@ -51,6 +59,53 @@ _JOB_OUTCOMES: dict[str, JobOutcome] = {
 
 HttpAnswer = tuple[int, bytes, str]  # status, body, content type
 
+# The engine's counter names (sip/ua.py `stats`, sip/policy.py) -> the refusal reason they count.
+_ENGINE_REFUSALS: dict[str, RefusalReason] = {
+    "invite_503_draining": "draining",
+    "options_503_draining": "draining",
+    "invite_503_max_calls": "max_calls",
+    "policy_403": "not_allowed",
+    "policy_dropped": "not_allowed",
+    "policy_503": "rate_limited",
+    "invite_488": "no_common_codec",
+}
+_POLICY_REFUSALS: dict[str, RefusalReason] = {
+    "scanner": "blocked_user_agent",
+    "auth_failed": "auth_failed",
+}
+_STATUS_IN_NAME = re.compile(r"(?:^|_)([1-6]\d\d)(?:_|$)")
+_REGISTRATION_STATES: dict[str, RegistrationState] = {
+    "idle": "unregistered",
+    "unregistered": "unregistered",
+    "unregistering": "registering",
+    "registering": "registering",
+    "registered": "registered",
+    "failed": "failed",
+}
+
+
+@runtime_checkable
+class EngineCounters(Protocol):
+    """An engine whose core keeps counters of what it refused and dropped (the native engine's `stats()`)."""
+
+    def stats(self) -> dict[str, int]: ...
+
+
+class _Deltas:
+    """Monotonic counters read whole at each scrape -> what they grew by since the last one."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, int] = {}
+
+    def grown(self, now: Mapping[str, int]) -> dict[str, int]:
+        out = {}
+        for name, value in now.items():
+            before = self._last.get(name, 0)
+            if value > before:
+                out[name] = value - before
+            self._last[name] = value
+        return out
+
 
 class CallObserver:
     """The metrics side of the server: one per `Server`, fed from its call handling."""
@@ -58,6 +113,8 @@ class CallObserver:
     def __init__(self, metrics: BridgeMetrics | None = None) -> None:
         self.metrics = metrics if metrics is not None else BridgeMetrics()
         self._job_started_ms: dict[tuple[str, str], int] = {}
+        self._engine = _Deltas()
+        self._policy = _Deltas()
 
     # --- calls ---
 
@@ -132,14 +189,51 @@ class CallObserver:
 
         return sink
 
+    # --- what the engine counts itself, read at each scrape ---
+
+    def scrape(self, engine: object) -> None:
+        """Bring the engine's refusal counters, responses by code and registrations into the metrics."""
+        if isinstance(engine, EngineCounters):
+            stats = engine.stats()
+            grown_all = self._engine.grown(stats)
+            self.metrics.pacing_ticks(
+                served=grown_all.get("clock_slots_served", 0),
+                skipped=grown_all.get("clock_slots_skipped", 0),
+                late=grown_all.get("clock_late_ticks", 0),
+            )
+            if "clock_max_lateness_us" in stats:
+                self.metrics.pacing_max_lateness(stats["clock_max_lateness_us"] / 1e6)
+            for name, grown in grown_all.items():
+                if (reason := _ENGINE_REFUSALS.get(name)) is not None:
+                    self.metrics.refused(reason, grown)
+                if (m := _STATUS_IN_NAME.search(name)) is not None:  # a response the engine sent
+                    self.metrics.sip_response_sent(int(m.group(1)), grown)
+        if isinstance(engine, SipStatus):
+            status = engine.sip_status()
+            policy = status.get("policy")
+            counters = policy.get("counters") if isinstance(policy, dict) else None
+            if isinstance(counters, dict):
+                grown_policy = self._policy.grown({str(k): int(v) for k, v in counters.items()})
+                for name, grown in grown_policy.items():
+                    if (reason := _POLICY_REFUSALS.get(name)) is not None:
+                        self.metrics.refused(reason, grown)
+            registrations = status.get("registrations")
+            for reg in registrations if isinstance(registrations, list) else []:
+                if isinstance(reg, dict) and (state := _REGISTRATION_STATES.get(str(reg.get("state")))):
+                    self.metrics.registration(str(reg.get("aor")), state)
+
     # --- the HTTP listener's extra paths ---
 
-    def http_extra(self, ready: Callable[[], tuple[bool, str]]) -> Callable[[str], HttpAnswer | None]:
-        """`GET /metrics`, `/healthz` (alive) and `/readyz` (`ready()`: listening, not draining, ...)."""
+    def http_extra(
+        self, ready: Callable[[], tuple[bool, str]], engine: Callable[[], object] = lambda: None
+    ) -> Callable[[str], HttpAnswer | None]:
+        """`GET /metrics` (after a `scrape` of `engine()`), `/healthz` (alive) and `/readyz` (`ready()`:
+        listening, not draining, registered where configured)."""
 
         def answer(path: str) -> HttpAnswer | None:
             path = path.split("?", 1)[0].rstrip("/")
             if path == "/metrics":
+                self.scrape(engine())
                 return 200, self.metrics.render(), CONTENT_TYPE
             if path == "/healthz":
                 return 200, b'{"alive": true}', "application/json"

@@ -5,8 +5,9 @@ bridge/config.py reads and checks the file; this module turns the checked `Bridg
 voice, tools and greeting. A thin shell: it reads the environment, files and the click context, never a socket.
 
 Choices (the brief was silent): a call that matches no route when the file has routes is refused with 404
-(`CallRefused`); a route's `provider` that differs from the default provider is not wired yet (one provider
-per process): `serve` warns about it at start. Keys of the file that `serve` cannot honour yet are named in
+(`CallRefused`); a route's `provider` connects that route's calls to it (bridge/plans.py), with its own key,
+URL, CA and rollover options from the file's [providers.NAME], checked at start like the default's. Keys of
+the file that `serve` cannot honour yet are named in
 one warning at start, never silently dropped.
 """
 
@@ -28,6 +29,7 @@ from bridge.config import (
     ECHO,
     BridgeConfig,
     ConfigError,
+    ProviderConfig,
     apply_options,
     environment_problems,
     given_options,
@@ -35,8 +37,12 @@ from bridge.config import (
     select_route,
 )
 from bridge.delegations import JobRequest
+from bridge.jsonlog import CALLS as LOG_CALLS
 from bridge.jsonlog import use_json_logs
+from bridge.plans import ProviderEndpoint
 from bridge.providers import KINDS
+from bridge.records import CallRecord, CallStarted, Utterance
+from bridge.rollover import RolloverOptions
 from bridge.session import CallSummary
 from bridge.webhook import WebhookConfig
 from providers.batching import DEFAULT_APPEND_MS
@@ -45,7 +51,7 @@ from sip.leg import CallIdentity
 log = logging.getLogger("parlora")
 
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
-DEFAULT_DRAIN_S = 30.0  # `serve --drain-timeout`'s default (the config file's [drain] timeout_s too)
+DEFAULT_DRAIN_S = 300.0  # issue 15: `serve --drain-timeout`'s default and the config file's [drain] timeout_s
 
 
 # --- BridgeConfig -> ServerConfig ------------------------------------------------------------------------------
@@ -72,10 +78,6 @@ def unwired_keys(config: BridgeConfig) -> list[str]:
         out.append("telephony.max_call_duration_s")
     if tel.rtp_timeout_s is not None:
         out.append("telephony.rtp_timeout_s")
-    if config.logging.cdr is not None:
-        out.append("logging.cdr")
-    if config.recording.dir is not None:
-        out.append("recording.dir")
     for i, trunk in enumerate(config.trunks):
         if trunk.transport != "udp" or trunk.srtp != "off":
             out.append(f"trunks[{i}].transport/srtp")
@@ -89,28 +91,22 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
     provider = config.default_provider(environ)
     pc = config.provider(provider)
     key = ECHO_LOCAL_KEY if provider == ECHO else (environ.get(pc.key_env, "") if pc.key_env else "")
+    extra = _adapter_options(pc)
     lis = config.listeners
     token = environ.get(lis.http_token_env) or None if lis.http_token_env else None
     if lis.http is not None and token is None and lis.http[0] not in LOOPBACK_HOSTS:
         problems.append(f"listeners.http: {lis.http[0]} is off loopback: set listeners.http_token_env")
-    extra: tuple[tuple[str, object], ...] = ()
-    if pc.ca is not None:
-        extra += (("ssl_context", ssl.create_default_context(cafile=pc.ca)),)
-    if pc.append_ms != DEFAULT_APPEND_MS:
-        extra += (("append_ms", pc.append_ms),)
     try:
         rollover = config.rollover_options(provider)
     except ValueError as exc:
         problems.append(f"rollover: {exc}")
         rollover = None
-    if (
-        config.defaults.turn_detection == "client"
-        and provider != ECHO
-        and not KINDS[provider].client_commits()
-    ):
-        problems.append(
-            f"defaults.turn_detection: client needs openai-realtime or xai; the provider is {provider}"
-        )
+    routed = route_providers(config, provider, environ, problems)
+    for name in (provider, *(ep.name for ep in routed)):
+        if config.defaults.turn_detection == "client" and name != ECHO and not KINDS[name].client_commits():
+            problems.append(
+                f"defaults.turn_detection: client needs openai-realtime or xai; a provider in use is {name}"
+            )
     if problems:
         raise ConfigError([f"{config.source or 'command line'}: {p}" for p in problems])
     allow = tuple(dict.fromkeys(cidr for t in config.trunks for cidr in t.allow))
@@ -148,7 +144,38 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
         external_address=next((t.external_address for t in config.trunks if t.external_address), None),
         nat=any(t.nat for t in config.trunks),
         drain_timeout_s=config.drain.timeout_s,
+        route_providers=routed,
+        cdr=config.logging.cdr,  # bridge/records.py: one JSON line per finished call
+        record_dir=config.recording.dir,  # bridge/recording.py: a stereo WAV per call
+        register_keepalive_s=first_reg.register_keepalive_s if first_reg is not None else 30.0,
     )
+
+
+def _adapter_options(pc: ProviderConfig) -> tuple[tuple[str, object], ...]:
+    extra: tuple[tuple[str, object], ...] = ()
+    if pc.ca is not None:
+        extra += (("ssl_context", ssl.create_default_context(cafile=pc.ca)),)
+    if pc.append_ms != DEFAULT_APPEND_MS:
+        extra += (("append_ms", pc.append_ms),)
+    return extra
+
+
+def route_providers(
+    config: BridgeConfig, default: str, environ: Mapping[str, str], problems: list[str]
+) -> tuple[ProviderEndpoint, ...]:
+    """The providers the routes name besides `default`, each with its key from its variable (a missing one is
+    in `problems` already, from `environment_problems`), URL, adapter options and rollover options."""
+    out: list[ProviderEndpoint] = []
+    for name in dict.fromkeys(r.provider for r in config.routes if r.provider and r.provider != default):
+        pc = config.provider(name)
+        key = ECHO_LOCAL_KEY if name == ECHO else (environ.get(pc.key_env, "") if pc.key_env else "")
+        try:
+            rollover: RolloverOptions | None = config.rollover_options(name)
+        except ValueError as exc:
+            problems.append(f"rollover ({name}): {exc}")
+            rollover = None
+        out.append(ProviderEndpoint(name, key, pc.url, _adapter_options(pc), rollover))
+    return tuple(out)
 
 
 # --- per-call setup from the routes -----------------------------------------------------------------------------
@@ -177,6 +204,7 @@ class RoutedApplication(Application):
         route = select_route(self._config.routes, call.request_user, call.headers)
         if route is None:
             raise CallRefused(404, f"no route for the called number {call.request_user!r}")
+        LOG_CALLS.route(call.call_id, route.name)  # issue 15: JSON log lines carry it from here on
         log.info("call %s: route %s", call.call_id, route.name)
         return CallSetup(
             instructions=route.instructions or base.instructions or d.instructions,
@@ -185,6 +213,7 @@ class RoutedApplication(Application):
             history=base.history,
             greeting=route.greeting or base.greeting or d.greeting,
             route=route.name,
+            provider=route.provider,  # None: the default provider (bridge/plans.py)
         )
 
     async def job(self, call: LiveCall, job: JobRequest) -> str:
@@ -192,6 +221,15 @@ class RoutedApplication(Application):
 
     async def dtmf(self, call: LiveCall, digit: str) -> None:
         await self._inner.dtmf(call, digit)
+
+    async def call_started(self, call: LiveCall, event: CallStarted) -> None:
+        await self._inner.call_started(call, event)
+
+    async def utterance(self, call: LiveCall, utterance: Utterance) -> None:
+        await self._inner.utterance(call, utterance)
+
+    async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
+        await self._inner.call_ended(call, record)
 
     async def ended(self, call: LiveCall, summary: CallSummary) -> None:
         await self._inner.ended(call, summary)
@@ -237,14 +275,9 @@ def serve_file(
     unwired = unwired_keys(config)
     if unwired:
         log.warning("config %s: not acted on yet by serve: %s", path, ", ".join(unwired))
-    others = sorted({r.provider for r in config.routes if r.provider and r.provider != sc.provider})
-    if others:
-        log.warning(
-            "config %s: routes name providers %s; every call uses %s (one provider per process)",
-            path,
-            ", ".join(others),
-            sc.provider,
-        )
+    for ep in sc.route_providers:  # issue 15: a provider per route (bridge/plans.py)
+        routes = [r.name for r in config.routes if r.provider == ep.name]
+        log.info("provider %s for route(s) %s at %s", ep.name, ", ".join(routes), ep.url or "its endpoint")
     application: Application = Application()
     if config.webhook.url is not None:
         try:

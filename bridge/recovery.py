@@ -36,7 +36,7 @@ from bridge.commands import (
     Reseeded,
 )
 from bridge.connections import Connections, connection_id
-from bridge.delegations import Delegations
+from bridge.delegations import Delegations, seed_facts
 from bridge.reservoir import MediaCondition, OutputOverflow, OutputPath
 from bridge.timeline import Captions
 from providers.base import SessionSettings
@@ -196,7 +196,7 @@ def seed_from(
 
     def seed() -> tuple[RecoverySnapshot, str | None]:
         handle = connections.resume_handle if resumption else None
-        return RecoverySnapshot(captions.recent_caller_text(), delegations.snapshot_facts()), handle
+        return RecoverySnapshot(captions.recent_caller_text(), seed_facts(delegations)), handle
 
     return seed
 

@@ -829,6 +829,12 @@ class RolloverLink:
             self._speaker_busy = False
             self.controller.items_finished(connection_id(self._connections.floor), now)
 
+    def tool_turn_done(self, now: int) -> None:
+        """The floor's response ended in a tool call with nothing left to play: it holds no items, for the
+        result goes to whichever connection holds the floor when it comes (RO8)."""
+        if self.controller is not None and not self._speaker_busy:
+            self.controller.items_finished(connection_id(self._connections.floor), now)
+
     def approved(self, rollover_id: str, approved: bool | None, error: str | None, now: int) -> None:
         if self.controller is not None:
             self.controller.approve_answered(rollover_id, approved, error, now)
@@ -895,7 +901,8 @@ class RolloverLink:
                     self._utterances.pop(token, None)
                 self._out.notices.append(RolloverChanged("closed", action.connection_id, action.reason, at))
             elif isinstance(action, (EmitUtterance, EmitInterim)):
-                self._captions.caller(action.text, action.start_ms, isinstance(action, EmitUtterance))
+                final = isinstance(action, EmitUtterance)  # issue 15: with its end, for the application
+                self._captions.caller(action.text, action.start_ms, final, action.end_ms)
             elif isinstance(action, EndSession):
                 self._out.notices.append(
                     RolloverChanged("refused", connection_id(self._connections.floor), action.reason, at)

@@ -20,7 +20,9 @@ BYE the bridge sent waits `drain_ms` for the leg to end. All of them are core de
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 from bridge.commands import EndSession, HangUp, Outbox, RequestClose, SendDtmf, TransferCall
 from bridge.delegations import Delegations, DispatchJob, JobRequest
@@ -115,7 +117,27 @@ def result(**fields: object) -> str:
     return json.dumps(fields)
 
 
+END_CALL_REASON = "the model ended the call (end_call)"
 END_CALL_NOTE = "Say a short goodbye now; the call ends when you finish."
+TIME_LIMIT_NOTE = (
+    "This call has reached its time limit. Tell the caller so and say a short goodbye now; the call ends "
+    "when you finish."
+)
+
+
+@runtime_checkable
+class TimeLimitedLeg(Protocol):
+    """A call leg whose engine enforces --max-call-duration and lets the session say goodbye first (issue 14;
+    the native engine's `NativeLeg`): at the limit the engine calls `handler(reason)` instead of sending BYE,
+    the session asks the model for a goodbye and hangs up once it has been played (`CallEnding`, as for
+    end_call), and the engine sends the BYE itself if the call is still up `grace_s` later."""
+
+    def on_time_limit(self, handler: Callable[[str], object], grace_s: float) -> None: ...
+
+
+def time_limit_grace_s(options: TelephonyOptions) -> float:
+    """How long the engine waits for the goodbye's BYE before sending its own: the goodbye timeout and 2 s."""
+    return options.goodbye_timeout_ms / 1000 + 2.0
 
 
 class TelephonyTools:
@@ -196,14 +218,16 @@ class CallEnding:
         self.leg_ended = False
         self._goodbye: tuple[int, int] | None = None  # end_call: (next check, give up at), ns
         self._goodbye_spoken = False
+        self._goodbye_reason = END_CALL_REASON
         self._hangup: tuple[int, str] | None = None  # BYE once the closing message has played: (at, reason)
         self._close_due: int | None = None
         self._drain_due: int | None = None
 
-    def end_after_goodbye(self, now: int) -> None:
+    def end_after_goodbye(self, now: int, reason: str = "") -> None:
         """DL6 end_call: once the model's goodbye has been played — or after the timeout if it says nothing — the
-        session ends and the call is hung up."""
+        session ends and the call is hung up (`reason`: why, when it is not the model's end_call: a drain)."""
         if self._goodbye is None and not self.ended:
+            self._goodbye_reason = reason or END_CALL_REASON
             self._goodbye = (now + TICK_NS, now + self._options.goodbye_timeout_ms * _NS_PER_MS)
             self._goodbye_spoken = False
 
@@ -259,7 +283,7 @@ class CallEnding:
             played = self._goodbye_spoken and self._output.drained(now)
             if played or now >= self._goodbye[1]:
                 self._goodbye = None
-                return "the model ended the call (end_call)"
+                return self._goodbye_reason
             self._goodbye = (now + TICK_NS, self._goodbye[1])
         return None
 

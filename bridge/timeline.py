@@ -34,6 +34,13 @@ class Timeline:
         """A connection's clock starts now (its session was confirmed)."""
         self._origins[token] = self.ms(now_ns)
 
+    def span(
+        self, token: int, start_ms: int | None, end_ms: int | None, now_ns: int
+    ) -> tuple[int, int | None]:
+        """A provider span as session times: the start as `rebase`, the end only if the provider gave one."""
+        end = None if end_ms is None else self.rebase(token, end_ms, now_ns)
+        return self.rebase(token, start_ms, now_ns), end
+
     def rebase(self, token: int, provider_ms: int | None, now_ns: int) -> int:
         """A provider time on connection `token` as session time; unknown times become "now"."""
         origin = self._origins.get(token)
@@ -67,9 +74,9 @@ class Captions:
     def recent_caller_text(self) -> tuple[str, ...]:
         return tuple(self._caller_text)
 
-    def caller(self, text: str, at_ms: int, final: bool) -> None:
+    def caller(self, text: str, at_ms: int, final: bool, end_ms: int | None = None) -> None:
         """A caller transcript for the application: emitted once, whichever connection heard it (RO3)."""
-        self._out.notices.append(Transcript("caller", text, at_ms, final, self.epoch))
+        self._out.notices.append(Transcript("caller", text, at_ms, final, self.epoch, end_ms))
         if final and text.strip():
             self._caller_text.append(text.strip()[:500])
 

@@ -71,6 +71,20 @@ byte of the request has been written, the bridge NEVER sends it again — not af
 close after sending, nor for any HTTP status (a 503 included): the application may have acted on it. The model
 is told that the outcome is unknown, and the application reconciles.
 
+Events (issue 15) — the same URL also gets one POST per event of each call, in order, one at a time per
+call: `call_started`, each `utterance` (caller or assistant) and `call_ended` with the call record. They are
+signed, timed out and retried exactly as jobs; their body has an `"event"` member (a job's never does) and
+they carry the header `X-Parlora-Event: <event>`; the Idempotency-Key ends in `call_started`,
+`utterance-<seq>` or `call_ended`. The answer is only logged (any 2xx is fine). Bodies (bridge/records.py):
+
+    {"event": "call_started", "call": {"call_id", "sip_call_id", "from", "to", "called", "source", "route",
+     "provider"}, "started_at": <unix s>}
+    {"event": "utterance", "call_id": "call-1", "seq": 2, "role": "assistant", "text": "...",
+     "start_ms": 5120, "end_ms": 7480,      # session timeline; the assistant's from the carrier ledger
+     "heard_ms": 2360,                      # assistant: audio of it transmitted to the caller
+     "interrupted": true, "cut": {"at_ms": 7490, "source": "local_vad", "items": [["out-2", 2360]]}}
+    {"event": "call_ended", "call_id": "call-1", "record": {...}}   # the --cdr line's object
+
 The secret comes only from the environment (`PARLORA_WEBHOOK_SECRET`, required with `--webhook`), never from a
 command-line value, and is never logged. The URL may be `http://` or `https://`; for https the system's CA
 certificates are trusted, or those of `--webhook-ca FILE`. Credentials in the URL (`user:pass@`) are refused.
@@ -98,6 +112,7 @@ from urllib.parse import urlsplit
 import h11
 
 from bridge.delegations import JobRequest
+from bridge.records import AppEvent, CallStarted, Utterance
 from bridge.session import JobHandler
 from sip.leg import CallIdentity
 
@@ -245,6 +260,19 @@ def idempotency_key(instance_id: str, call_id: str, job_id: str) -> str:
     return f"{instance_id}/{call_id}/{job_id}"
 
 
+def event_body(event: AppEvent) -> tuple[str, bytes]:
+    """Issue 15: an event's name and JSON body (ASCII, as a job's: see the module docstring)."""
+    body = event.to_json()
+    return str(body["event"]), json.dumps(body, separators=(",", ":")).encode("ascii")
+
+
+def event_key(event: AppEvent) -> str:
+    """The last part of an event's Idempotency-Key: `call_started`, `utterance-<seq>`, `call_ended`."""
+    if isinstance(event, Utterance):
+        return f"utterance-{event.seq}"
+    return "call_started" if isinstance(event, CallStarted) else "call_ended"
+
+
 def signature(secret: bytes, timestamp: int, body: bytes) -> str:
     """The `X-Parlora-Signature` value: HMAC-SHA256 over `<timestamp>.<body>`."""
     digest = hmac.new(secret, f"{timestamp}.".encode("ascii") + body, hashlib.sha256).hexdigest()
@@ -318,11 +346,21 @@ class WebhookClient:
     async def deliver(self, request: JobRequest, identity: CallIdentity) -> WebhookResult:
         """One job, one POST (connection attempts retried only before anything was sent). Never raises, except
         CancelledError when the call ends while it runs."""
+        key = idempotency_key(self.config.instance_id, identity.call_id, request.job_id)
+        tag = f"call {identity.call_id} {request.job_id} ({request.name})"
+        return await self._post(request_body(request, identity), key, tag)
+
+    async def deliver_event(self, event: AppEvent, call_id: str) -> WebhookResult:
+        """Issue 15: one of the call's events, one POST, on the same rules as a job (its answer is only
+        logged). Never raises, except CancelledError."""
+        name, body = event_body(event)
+        key = idempotency_key(self.config.instance_id, call_id, event_key(event))
+        return await self._post(body, key, f"call {call_id} event {name}", event=name)
+
+    async def _post(self, body: bytes, key: str, tag: str, *, event: str | None = None) -> WebhookResult:
         cfg = self.config
         started = self._clock()
         deadline = started + cfg.timeout_s
-        body = request_body(request, identity)
-        tag = f"call {identity.call_id} {request.job_id} ({request.name})"
 
         def result(
             output: str, attempts: int, sent: bool, status: int | None = None, problem: str | None = None
@@ -374,11 +412,13 @@ class WebhookClient:
             ("Content-Type", "application/json"),
             ("Content-Length", str(len(body))),
             ("Accept", "application/json, text/plain;q=0.9, */*;q=0.1"),
-            ("Idempotency-Key", idempotency_key(cfg.instance_id, identity.call_id, request.job_id)),
+            ("Idempotency-Key", key),
             ("X-Parlora-Timestamp", str(timestamp)),
             ("X-Parlora-Signature", signature(cfg.secret, timestamp, body)),
             ("Connection", "close"),
         ]
+        if event is not None:
+            headers.insert(-1, ("X-Parlora-Event", event))
         try:
             async with asyncio.timeout(max(0.0, deadline - self._clock())):
                 status, content_type, answer = await _exchange(reader, writer, cfg, headers, body)
@@ -419,7 +459,10 @@ class WebhookClient:
             )
         finally:
             writer.close()
-        output, wrong = interpret_answer(status, content_type, answer)
+        if event is None:
+            output, wrong = interpret_answer(status, content_type, answer)
+        else:  # an event's answer is only logged: any 2xx will do
+            output, wrong = "", None if 200 <= status < 300 else f"the application answered HTTP {status}"
         if wrong is None:
             log.info(
                 "%s: webhook answered %d in %d ms (%d bytes)",

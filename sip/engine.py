@@ -60,6 +60,7 @@ class EngineConfig:
     auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)
     register_password: str | None = None  # never logged
     register_expires_s: int = 3600
+    register_keepalive_s: float | None = 30.0  # OPTIONS to each registrar this often while registered
     # Issue 14, NAT: the address peers reach us at (Contact, Via sent-by, SDP c=/o=), None: the bound one
     external_address: str | None = None
     # NAT mode: symmetric RTP (rtp/latch.py latches each call to the first valid packet's source) and

@@ -9,11 +9,12 @@ Shells and who owns what:
 - `rtp.endpoint.RtpSocketPair`: one RTP/RTCP socket pair per call, taken from a `PortPool` (even ports from
   `EngineConfig.rtp_port` on) when the INVITE arrives, so the SDP answer names it. Datagrams go into the
   call's `RtpStream`.
-- `rtp.clock.MediaClockShell`: ONE timer for every call on absolute deadlines (the `rtp.pacer` core). Each
-  slot, every answered call (`_CallMedia.on_slots`) pulls one inbound frame from its jitter buffer
-  (`FrameReceived`), takes one frame from its Playout (`Playout.take`: epochs, clear) and sends it with
-  `sendto`; only once `sendto` has returned is the frame recorded in the carrier ledger (`Playout.transmitted`,
-  with the time it returned; a failed send is counted, never recorded) (DESIGN §3.2, §11, HR4).
+- `rtp.clock.MediaClockShell`: ONE timer for every call on absolute deadlines (the `rtp.pacer` core), the
+  calls spread over `MEDIA_PHASES` phases 2 ms apart (issue 13: inbound latency). Each slot, every answered
+  call (`_CallMedia.on_slots`) pulls one inbound frame from its jitter buffer (`FrameReceived`), takes one
+  frame from its Playout (`Playout.take`: epochs, clear) and sends it with `sendto`; only once `sendto` has
+  returned is the frame recorded in the carrier ledger (`Playout.transmitted`, with the time it returned; a
+  failed send is counted, never recorded) (DESIGN §3.2, §11, HR4).
 
 Call flow: INVITE → 100 (the core) and 180 at once → `on_call(leg)` → `leg.answer()` sends the 200 with the SDP
 answer and starts the media (`MediaStarted`). BYE either way, CANCEL → 487, re-INVITE hold/resume →
@@ -34,9 +35,10 @@ import socket
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
+from dataclasses import asdict
 
 from rtp import probe as _probe
-from rtp.clock import MediaClockShell
+from rtp.clock import MEDIA_PHASES, MediaClockShell
 from rtp.dtmf import DtmfDigit
 from rtp.endpoint import PortPool, PortsExhausted, RtpSocketPair
 from rtp.g711 import alaw_encode, ulaw_encode
@@ -253,6 +255,10 @@ class NativeLeg(PlayoutLeg):
         self.hangup_requested = False
         self.hangup_reason = ""
         self._session_id = agent.rng.getrandbits(31)
+        # --max-call-duration (issue 14): who says goodbye first, and the BYE that follows if nobody does
+        self._time_limit: Callable[[str], object] | None = None
+        self._time_limit_grace_s = 0.0
+        self._backstop: asyncio.TimerHandle | None = None
 
     # --- CallLeg ---
 
@@ -400,14 +406,40 @@ class NativeLeg(PlayoutLeg):
         if self.media is not None:
             self.media.on_rtcp(data, source, now)
 
+    def on_time_limit(self, handler: Callable[[str], object], grace_s: float) -> None:
+        """--max-call-duration (issue 14; `bridge.telephony.TimeLimitedLeg`): at the limit, `handler(reason)`
+        instead of a BYE at once (the session lets the model say goodbye, then hangs up); if the call is still
+        up `grace_s` later, the BYE goes out all the same."""
+        self._time_limit, self._time_limit_grace_s = handler, grace_s
+
     def _limit_reached(self, why: str) -> None:
         config = self.agent.config
+        if self.ended or self.hangup_requested:
+            return
         if why == "max_call_duration":
             reason = f"the call reached --max-call-duration ({config.max_call_duration_s:g} s)"
+            if self._time_limit is not None:
+                grace = self._time_limit_grace_s
+                log.warning("%s: %s; goodbye, then BYE (at the latest in %g s)", self.call, reason, grace)
+                self._backstop = asyncio.get_running_loop().call_later(
+                    self._time_limit_grace_s, self._backstop_bye, reason
+                )
+                try:
+                    self._time_limit(reason)
+                except Exception:  # the session's failure must not keep the call up: the backstop BYEs
+                    log.exception("%s: the goodbye at --max-call-duration failed", self.call)
+                return
         else:
             reason = f"no RTP from the caller for {config.rtp_timeout_s:g} s (--rtp-timeout)"
         log.warning("%s: %s; BYE", self.call, reason)
         self.hangup(reason)
+
+    def _backstop_bye(self, reason: str) -> None:
+        self._backstop = None
+        if not self.ended and not self.hangup_requested:
+            grace = self._time_limit_grace_s
+            log.warning("%s: no BYE %g s after the goodbye was asked for; BYE", self.call, grace)
+            self.hangup(reason)
 
     def _stream_timer(self, now: int) -> None:
         media = self.media
@@ -446,6 +478,9 @@ class NativeLeg(PlayoutLeg):
         if self.ended:
             return
         self.ended = True
+        if self._backstop is not None:
+            self._backstop.cancel()
+            self._backstop = None
         self._transfer_outputs(self.transfer_tracker.call_ended(now), now)
         media = self.media
         frames_in = media.frames_in if media is not None else 0
@@ -581,7 +616,7 @@ class NativeUserAgent:
         self._rejected_seen = 0
         self.local: tuple[str, int] | None = None
         self.policy: InboundPolicy | None = None  # built by start() from the config (issue 14)
-        self._reg_seen: dict[str, tuple[str, str | None, int]] = {}
+        self._reg_seen: dict[str, tuple[str, str | None, int, str | None]] = {}
         self.tls_port: int | None = None  # the TLS listener's port once started (issue 14)
         self.limit_hangups: Counter[str] = Counter()  # calls ended by max_call_duration / rtp_timeout
         self.outbound_results: deque[dict[str, object]] = deque(
@@ -677,7 +712,7 @@ class NativeUserAgent:
             rng=random.Random(self.rng.getrandbits(64)),
         )
         self._timer = DeadlineTimer(loop, self.clock, self._on_timer)
-        self._media_clock = MediaClockShell(loop, self.clock)
+        self._media_clock = MediaClockShell(loop, self.clock, phases=MEDIA_PHASES)  # issue 13: inbound latency
         try:
             registrations = await self._registrations(loop, host, port)
         except (OSError, ValueError) as exc:
@@ -735,6 +770,7 @@ class NativeUserAgent:
                         via_port=port,
                         destination=destination,
                         expires_s=config.register_expires_s,
+                        keepalive_s=config.register_keepalive_s or None,  # issue 14: OPTIONS keepalive
                         user_agent=config.user_agent,
                     ),
                     credentials=credentials,
@@ -763,8 +799,18 @@ class NativeUserAgent:
         uri = parse_uri(target)
         if uri.scheme not in ("sip", "sips"):
             raise ValueError(f"expected a sip: URI, got {target!r}")
+        # the transport as sip.ua's dial chooses it; SDES keys only over TLS (issue 14, as inbound)
+        transport = (uri.transport or ("tls" if uri.scheme == "sips" else "udp")).lower()
+        srtp = sdes_policy(self.config.srtp, transport)
+        if srtp is None:
+            raise ValueError(
+                f"--srtp require: a call over {transport} cannot carry SRTP keys (SDES only over TLS); "
+                "call a sips: URI or one with ;transport=tls"
+            )
+        if transport == "tls" and self._transports is not None and self._transports.tls_client is None:
+            self._transports.tls_client = client_context(None)  # the system's CAs (--tls-ca: its own)
         loop = asyncio.get_running_loop()
-        port = uri.port or (5061 if uri.scheme == "sips" else 5060)
+        port = uri.port or (5061 if transport == "tls" else 5060)
         infos = await loop.getaddrinfo(uri.host.strip("[]"), port, type=socket.SOCK_DGRAM)
         if not infos:
             raise ValueError(f"cannot resolve {uri.host}")
@@ -786,7 +832,9 @@ class NativeUserAgent:
         now = self.clock()
         session_id = self.rng.getrandbits(31)
         ours = self.config.external_address or media_address(sockets.host, destination[0])
-        local = sdp.LocalMedia(address=ours, port=sockets.port, session_id=session_id, username="parlora")
+        local = sdp.LocalMedia(
+            address=ours, port=sockets.port, session_id=session_id, username="parlora", srtp=srtp
+        )
         try:
             call = ua.dial(
                 target,
@@ -810,7 +858,7 @@ class NativeUserAgent:
             source=f"{host}:{destination[1]}",
             headers=(("X-Direction", "outbound"),),
         )
-        leg = NativeLeg(self, call, identity, None, sockets, peer=destination)
+        leg = NativeLeg(self, call, identity, None, sockets, peer=destination, transport=transport)
         leg._session_id = session_id
         holder.append(leg)
         self._legs[call] = leg
@@ -838,6 +886,7 @@ class NativeUserAgent:
                     if st.next_attempt_at is not None
                     else None
                 ),
+                "keepalive": asdict(st.keepalive) if st.keepalive is not None else None,  # issue 14
             }
             for st in ua.registrations(now)
         ]
@@ -845,10 +894,23 @@ class NativeUserAgent:
     def _log_registrations(self, ua: core.UserAgent, now: int) -> None:
         """One log line per change of a registration's state (and why, when it failed)."""
         for st in ua.registrations(now):
-            key = (st.state, st.last_error, st.failures)
-            if self._reg_seen.get(st.aor) == key:
+            alive = st.keepalive.state if st.keepalive is not None else None
+            key = (st.state, st.last_error, st.failures, alive)
+            seen = self._reg_seen.get(st.aor)
+            if seen == key:
                 continue
             self._reg_seen[st.aor] = key
+            if st.keepalive is not None and alive != (seen[3] if seen else None) and alive != "idle":
+                if alive == "unreachable":
+                    log.warning(
+                        "registrar of %s stopped answering OPTIONS (%d in a row): registering again",
+                        st.aor,
+                        st.keepalive.consecutive_failures,
+                    )
+                else:
+                    log.info("registrar of %s answers OPTIONS (%s)", st.aor, st.keepalive.last_status)
+            if seen is not None and seen[:3] == key[:3]:
+                continue  # only the keepalive changed
             if st.state == "failed":
                 log.warning(
                     "registration %s failed (%s, %d in a row); retrying in %.0f s",

@@ -380,12 +380,41 @@ class _LogWriter(pj.LogWriter):  # type: ignore[misc]
             pass
 
 
+def unsupported_options(config: EngineConfig) -> list[str]:
+    """The options (as `serve` spells them) in `config` that this engine cannot honour: issue 14's trunk edge
+    (inbound policy, registration, NAT, TLS, SRTP, call limits) is built on the native engine only, and an
+    option silently ignored would leave an operator believing a trunk is protected, registered or encrypted
+    when it is not. Placing calls is refused where it is asked for (`Server.dial`: no `Dialer` here)."""
+    given = {
+        "--allow": bool(config.allow),
+        "--drop-unknown": config.drop_unknown,
+        "--inbound-auth": config.inbound_auth is not None,
+        "--invite-rate": config.invite_rate_per_s is not None,
+        "--register": bool(config.register),
+        "--external-address": config.external_address is not None,
+        "--nat": config.nat,
+        "--tls": config.tls is not None,
+        "--tls-ca": config.tls_ca is not None,
+        "--srtp": config.srtp != "off",
+        "--max-call-duration": config.max_call_duration_s is not None,
+        "--rtp-timeout": config.rtp_timeout_s is not None,
+    }
+    return [option for option, asked in given.items() if asked]
+
+
 class Pjsua2UserAgent:
     """Runs pjsua2 on its own thread and hands each incoming call to `on_call` on the asyncio loop that ran
     `start()` (implements `sip.engine.SipEngine`; built through `sip.engine.create_engine("pjsua2", ...)`)."""
 
     def __init__(self, config: EngineConfig, on_call: OnCall, *, pjsip_log_level: int = 2) -> None:
-        """`pjsip_log_level`: pjsip's own log lines go to `logging` at DEBUG (level 1, errors, at WARNING)."""
+        """`pjsip_log_level`: pjsip's own log lines go to `logging` at DEBUG (level 1, errors, at WARNING).
+        EngineStartError when `config` asks for what this engine cannot do (`unsupported_options`)."""
+        refused = unsupported_options(config)
+        if refused:
+            raise EngineStartError(
+                f"{', '.join(refused)}: not supported on the pjsua2 engine (the trunk edge of issue 14 is the "
+                "native engine's: use --engine native)"
+            )
         wanted = WHEEL_MAX_CALLS if config.max_calls is None else config.max_calls
         if wanted < 1:
             raise ValueError(f"max_calls must be at least 1, got {wanted}")

@@ -35,6 +35,11 @@ Behaviour:
 - `stop(now)`: REGISTER with Expires: 0 (and Contact ;expires=0) when a binding may exist → "unregistering",
   then "unregistered" at its final response or failure. No binding → "unregistered" at once.
 
+Keepalive (issue 14, `keepalive_s`): while registered, an OPTIONS to the registrar every `keepalive_s`
+(`Keepalive`): any final response, even 404 or 405, says the registrar (and the NAT path to it) is alive;
+`keepalive_failures` unanswered in a row make it "unreachable" and the binding is refreshed at once (a NAT
+binding or a registrar that lost us); the count, last status and round trip are in `status().keepalive`.
+
 `status(now)` gives state (registering / registered / failed / unregistering / unregistered), the binding's
 expiry, the last error and the next attempt. Nothing here logs the password (credentials live only in the
 `DigestClient`, whose repr masks them).
@@ -43,6 +48,7 @@ expiry, the last error and the next attempt. Nothing here logs the password (cre
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -51,6 +57,8 @@ from sip.message import Headers, Request, Response, parse_name_addr
 from sip.uri import parse_uri
 
 __all__ = [
+    "Keepalive",
+    "KeepaliveStatus",
     "OutgoingRequest",
     "Registration",
     "RegistrationConfig",
@@ -82,6 +90,8 @@ class RegistrationConfig:
     backoff_max_s: float = 300.0
     backoff_jitter: float = 0.5
     user_agent: str = "parlora-bridge"
+    keepalive_s: float | None = None  # OPTIONS to the registrar this often while registered (None: off)
+    keepalive_failures: int = 3  # unanswered in a row: "unreachable", and the binding is refreshed at once
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +116,146 @@ class RegistrationStatus:
     failures: int
     next_attempt_at: int | None
     granted_expires_s: int | None = None
+    keepalive: KeepaliveStatus | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeepaliveStatus:
+    """The registrar keepalive's counters: `state` "idle" (no probe answered or missed yet), "ok" (the last
+    probe was answered) or "unreachable" (`consecutive_failures` reached the limit)."""
+
+    interval_s: float
+    state: Literal["idle", "ok", "unreachable"]
+    sent: int
+    answered: int
+    failures: int
+    consecutive_failures: int
+    last_status: int | None
+    last_rtt_ms: float | None
+    last_error: str | None
+
+
+class Keepalive:
+    """OPTIONS pings towards a registrar, sans-I/O (issue 14): `arm(now)` schedules the next one `interval`
+    later, `handle_timer(now)` sends it (`requests()`), its final response (`receive_response`) or its
+    timeout (`request_failed`) re-arms the next. Only one probe is out at a time."""
+
+    def __init__(
+        self,
+        config: RegistrationConfig,
+        registrar: str,
+        destination: tuple[str, int],
+        transport: str,
+        rng: random.Random,
+        *,
+        call_id: str,
+        from_tag: str,
+        next_cseq: Callable[[], int],
+    ) -> None:
+        assert config.keepalive_s is not None and config.keepalive_s > 0
+        self.interval_ns = int(config.keepalive_s * _SECOND)
+        self._config = config
+        self._registrar = registrar
+        self._destination = destination
+        self._transport = transport
+        self._rng = rng
+        # the registration's Call-ID and From tag, and CSeq numbers from its own sequence: everything one
+        # registration sends is one Call-ID whose CSeq only grows (a registrar orders REGISTERs by it, §10.3)
+        self._call_id = call_id
+        self._from_tag = from_tag
+        self._next_cseq = next_cseq
+        self._next_at: int | None = None
+        self._outstanding: tuple[int, int] | None = None  # (CSeq number, sent at)
+        self._out: list[OutgoingRequest] = []
+        self._state: Literal["idle", "ok", "unreachable"] = "idle"
+        self._sent = self._answered = self._failures = self._consecutive = 0
+        self._last_status: int | None = None
+        self._last_rtt_ms: float | None = None
+        self._last_error: str | None = None
+
+    def arm(self, now: int) -> None:
+        """The next probe `interval` from now (unless one is out: its outcome re-arms)."""
+        if self._outstanding is None:
+            self._next_at = now + self.interval_ns
+
+    def disarm(self) -> None:
+        """No more probes (not registered); the one out, if any, is forgotten."""
+        self._next_at = None
+        self._outstanding = None
+
+    def next_deadline(self) -> int | None:
+        return self._next_at
+
+    def handle_timer(self, now: int) -> None:
+        if self._next_at is None or now < self._next_at or self._outstanding is not None:
+            return
+        self._next_at = None
+        cseq = self._next_cseq()
+        c = self._config
+        host = f"[{c.via_host}]" if ":" in c.via_host else c.via_host
+        branch = f"z9hG4bK{self._rng.getrandbits(64):016x}"
+        items: list[tuple[str, str]] = [
+            ("Via", f"SIP/2.0/{self._transport.upper()} {host}:{c.via_port};branch={branch};rport"),
+            ("Max-Forwards", "70"),
+            ("From", f"<{c.aor}>;tag={self._from_tag}"),
+            ("To", f"<{self._registrar}>"),
+            ("Call-ID", self._call_id),
+            ("CSeq", f"{cseq} OPTIONS"),
+            ("Contact", f"<{c.contact}>"),
+            ("Accept", "application/sdp"),
+            ("User-Agent", c.user_agent),
+        ]
+        self._outstanding = (cseq, now)
+        self._sent += 1
+        request = Request("OPTIONS", self._registrar, Headers(items))
+        self._out.append(OutgoingRequest(request, self._destination, self._transport))
+
+    def requests(self) -> list[OutgoingRequest]:
+        out, self._out = self._out, []
+        return out
+
+    def receive_response(self, response: Response, now: int) -> None:
+        """Any final response to the probe out: the registrar is there (a 404 or 405 is an answer too)."""
+        number = (response.headers.get("CSeq") or "").split()[:1]
+        if self._outstanding is None or response.status < 200 or number != [str(self._outstanding[0])]:
+            return
+        sent_at = self._outstanding[1]
+        self._outstanding = None
+        self._answered += 1
+        self._consecutive = 0
+        self._state = "ok"
+        self._last_status = response.status
+        self._last_rtt_ms = round((now - sent_at) / 1e6, 1)
+        self._last_error = None
+        self._next_at = now + self.interval_ns
+
+    def request_failed(self, now: int, reason: str) -> bool:
+        """The probe out got no answer (Timer F) or could not be sent; True when that made the registrar
+        "unreachable" just now (`keepalive_failures` in a row)."""
+        if self._outstanding is None:
+            return False
+        self._outstanding = None
+        self._failures += 1
+        self._consecutive += 1
+        self._last_error = f"no answer to OPTIONS ({reason})"
+        self._next_at = now + self.interval_ns
+        if self._consecutive >= self._config.keepalive_failures and self._state != "unreachable":
+            self._state = "unreachable"
+            return True
+        return False
+
+    def status(self) -> KeepaliveStatus:
+        return KeepaliveStatus(
+            interval_s=self.interval_ns / _SECOND,
+            state=self._state,
+            sent=self._sent,
+            answered=self._answered,
+            failures=self._failures,
+            consecutive_failures=self._consecutive,
+            last_status=self._last_status,
+            last_rtt_ms=self._last_rtt_ms,
+            last_error=self._last_error,
+        )
 
 
 @dataclass
@@ -161,6 +311,22 @@ class Registration:
         self._attempt: _Attempt | None = None
         self._b = _Binding()
         self._refresh_at: int | None = None
+        self.keepalive: Keepalive | None = None  # issue 14: OPTIONS while registered
+        if config.keepalive_s:
+            self.keepalive = Keepalive(
+                config,
+                self._registrar,
+                self._destination,
+                self._transport,
+                random.Random(self._rng.getrandbits(64)),
+                call_id=self._call_id,
+                from_tag=self._from_tag,
+                next_cseq=self._take_cseq,
+            )
+
+    def _take_cseq(self) -> int:
+        self._cseq += 1
+        return self._cseq
 
     def __repr__(self) -> str:
         return f"Registration({self.config.aor!r}, state={self._state!r}, auth={self._auth!r})"
@@ -191,11 +357,23 @@ class Registration:
         return self._call_id
 
     def requests(self) -> list[OutgoingRequest]:
-        """Requests to send, each in its own client transaction (drains)."""
+        """Requests to send, each in its own client transaction (drains): REGISTERs and keepalive OPTIONS."""
         out, self._out = self._out, []
+        if self.keepalive is not None:
+            out.extend(self.keepalive.requests())
         return out
 
     def next_deadline(self) -> int | None:
+        if self._state in ("unregistered", "unregistering", "idle"):
+            return None
+        times = [] if self._attempt is not None else [self._refresh_at, self._b.next_at]
+        if self.keepalive is not None and self._state == "registered":
+            times.append(self.keepalive.next_deadline())
+        due = [t for t in times if t is not None]
+        return min(due) if due else None
+
+    def _next_register(self) -> int | None:
+        """When the next REGISTER goes out (a refresh or a retry); None while one is out or when stopped."""
         if self._attempt is not None or self._state in ("unregistered", "unregistering", "idle"):
             return None
         times = [t for t in (self._refresh_at, self._b.next_at) if t is not None]
@@ -211,8 +389,9 @@ class Registration:
             last_error=b.last_error,
             last_status=b.last_status,
             failures=b.failures,
-            next_attempt_at=self.next_deadline(),
+            next_attempt_at=self._next_register(),
             granted_expires_s=b.granted_s,
+            keepalive=self.keepalive.status() if self.keepalive is not None else None,
         )
 
     # --- input ---
@@ -232,6 +411,8 @@ class Registration:
         had_binding = self._b.expires_at is not None and self._b.expires_at > now
         in_flight = self._attempt is not None and not self._attempt.unregister
         self._refresh_at = self._b.next_at = None
+        if self.keepalive is not None:
+            self.keepalive.disarm()
         if not had_binding and not in_flight:
             self._state = "unregistered"
             self._attempt = None
@@ -241,6 +422,8 @@ class Registration:
         return True
 
     def handle_timer(self, now: int) -> None:
+        if self.keepalive is not None and self._state == "registered":
+            self.keepalive.handle_timer(now)
         if self._attempt is not None or self._state not in ("registered", "failed", "registering"):
             return
         due = [t for t in (self._refresh_at, self._b.next_at) if t is not None and t <= now]
@@ -252,7 +435,11 @@ class Registration:
         self._send(now, unregister=False)
 
     def receive_response(self, response: Response, now: int) -> None:
-        """A response to our outstanding REGISTER (others are ignored). Never raises."""
+        """A response to our outstanding REGISTER or keepalive OPTIONS (others are ignored). Never raises."""
+        if (response.headers.get("CSeq") or "").split()[1:2] == ["OPTIONS"]:
+            if self.keepalive is not None:
+                self.keepalive.receive_response(response, now)
+            return
         attempt = self._attempt
         if attempt is None or response.status < 200 or not self._matches(attempt.request, response):
             return
@@ -275,8 +462,16 @@ class Registration:
             retry_after = _retry_after(response) if status in (500, 503) else None
             self._fail(f"{status} {response.reason}".strip(), now, status=status, retry_after_s=retry_after)
 
-    def request_failed(self, now: int, reason: str = "timeout") -> None:
-        """The outstanding REGISTER got no response (Timer F) or could not be sent."""
+    def request_failed(self, now: int, reason: str = "timeout", *, method: str = "REGISTER") -> None:
+        """The outstanding REGISTER (or keepalive OPTIONS: `method`) got no response (Timer F) or could not
+        be sent. A registrar the keepalive finds unreachable is registered with again at once."""
+        if method == "OPTIONS":
+            keepalive = self.keepalive
+            if keepalive is not None and keepalive.request_failed(now, reason):
+                if self._state == "registered" and self._attempt is None:
+                    self._refresh_at = None
+                    self._send(now, unregister=False)  # a lost NAT binding or a restarted registrar
+            return
         attempt = self._attempt
         if attempt is None:
             return
@@ -349,6 +544,8 @@ class Registration:
         refresh_in = min(granted * _SECOND // 2, (granted - self.config.refresh_margin_s) * _SECOND)
         self._refresh_at = now + max(_SECOND, refresh_in)
         self._state = "registered"
+        if self.keepalive is not None:
+            self.keepalive.arm(now)
 
     def _granted(self, response: Response) -> int:
         ours = _contact_key(self.config.contact)
@@ -400,6 +597,8 @@ class Registration:
         b.last_status = status
         self._state = "failed"
         self._refresh_at = None
+        if self.keepalive is not None:
+            self.keepalive.disarm()  # the REGISTER retries probe the registrar meanwhile
         c = self.config
         delay = min(c.backoff_max_s, c.backoff_initial_s * 2 ** min(b.failures - 1, 32))
         delay *= 1.0 - c.backoff_jitter * self._rng.random()

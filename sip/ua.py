@@ -724,7 +724,7 @@ class UserAgent:
             c.server_tx,
             c.invite,
             180,
-            headers=self._contact_headers(c),
+            headers=self._establishing_headers(c),
             now=now,
             to_tag=c.dialog.id.local_tag,
         )
@@ -758,7 +758,7 @@ class UserAgent:
             c.offer_in_2xx = True
         c.local_media = local
         c.local_sdp = local_sdp
-        headers = self._contact_headers(c) + self._session_timer_response(c, c.invite)
+        headers = self._establishing_headers(c) + self._session_timer_response(c, c.invite)
         response = make_response(
             c.invite,
             200,
@@ -1752,6 +1752,13 @@ class UserAgent:
     def _contact_headers(self, c: _Call) -> tuple[tuple[str, str], ...]:
         return (("Contact", c.dialog.local_contact), ("Allow", ALLOW))
 
+    def _establishing_headers(self, c: _Call) -> tuple[tuple[str, str], ...]:
+        """Contact and Allow, and the INVITE's Record-Route fields as they came, in order: a response that
+        establishes the dialog (our 180 and 200) copies them (RFC 3261 §12.1.1), so the caller's ACK, BYE
+        and re-INVITEs cross every proxy that record-routed (issue 14)."""
+        routes = tuple(("Record-Route", value) for value in c.invite.headers.get_fields("Record-Route"))
+        return self._contact_headers(c) + routes
+
     def _new_tag(self) -> str:
         return f"{self._rng.getrandbits(64):016x}"
 
@@ -1940,8 +1947,9 @@ class UserAgent:
         if registration is not None:
             if isinstance(event, TransactionTimeout):
                 del self._reg_tx[tx]
-                self.stats["register_timeout"] += 1
-                registration.request_failed(now, "timeout")
+                method = tx.request.method  # REGISTER, or the registrar keepalive's OPTIONS (issue 14)
+                self.stats["register_timeout" if method == "REGISTER" else "keepalive_timeout"] += 1
+                registration.request_failed(now, "timeout", method=method)
             elif event.response.status >= 200:
                 del self._reg_tx[tx]
                 registration.receive_response(event.response, now)

@@ -36,7 +36,7 @@ echo "gate: ruff check"; .venv/bin/ruff check . || failed+=("ruff check")
 echo "gate: ruff format --check"; .venv/bin/ruff format --check . || failed+=("ruff format")
 echo "gate: mypy --strict"; .venv/bin/mypy || failed+=("mypy")
 .venv/bin/python -m pytest --cov=bridge --cov=sip --cov=rtp --cov=providers --cov-branch \
-  --cov-report=term:skip-covered || failed+=("pytest")
+  --cov-report=term:skip-covered --durations=40 || failed+=("pytest")
 if ((${#failed[@]})); then
   echo "failed: ${failed[*]}"
   exit 1

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import datetime
 import ipaddress
 import json
@@ -967,7 +968,10 @@ class GeminiFakeConnection:
         if not counted:
             self.session.context_text += _text_tokens(text)
         number = self.session.turns
-        self._begin(_Reply(number, self.script.turn(number), None, text), now)
+        turn = self.script.turn(number)
+        if self.script.tools_answer_callers and turn.tool_call is not None:
+            turn = dataclasses.replace(turn, tool_call=None)  # a text is spoken to, not a request (script.py)
+        self._begin(_Reply(number, turn, None, text), now)
 
     def _begin(self, reply: _Reply, now: int) -> None:
         if self._reply is not None:

@@ -1183,18 +1183,11 @@ class RealtimeFamilyConnection:
         self._answered_any = True
         self._turn_no += 1
         turn = self.script.turn(self._turn_no)
-        if turn.tool_call is not None:
-            self._call_tool(
-                turn, source if source is not None and source.audio is not None else None, now, params
-            )
-        else:
-            self._speak(
-                turn,
-                source if source is not None and source.audio is not None else None,
-                self._turn_no,
-                now,
-                params,
-            )
+        caller = source if source is not None and source.audio is not None else None
+        if turn.tool_call is not None and (caller is not None or not self.script.tools_answer_callers):
+            self._call_tool(turn, caller, now, params)
+        else:  # with `tools_answer_callers`, a text (the application's context) is spoken, not a call
+            self._speak(turn, caller, self._turn_no, now, params)
 
     def _new_response(self, now: int, params: dict[str, Any], *, interruptible: bool = True) -> _Response:
         d = self.dialect

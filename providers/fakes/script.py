@@ -11,6 +11,9 @@ Scripts are plain JSON so a test, or `parlora-bridge fake-provider --script FILE
                {"tool_call": {"name": "lookup_order", "arguments": {"order_id": "42"}}, "reply": "tone",
                 "duration_ms": 800}],
      "then": {"reply": "echo"}}
+
+`"tools_answer_callers": true` keeps a turn's tool call for caller audio: a turn that answers a text input (an
+application result given as context) speaks its reply instead, as a model that was told the result would.
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ ECHO = Turn()
 class Script:
     turns: tuple[Turn, ...] = ()
     then: Turn = ECHO
+    # A model asks for a tool when the caller asks for something. With this set, a turn answering a text
+    # input (an application result or update given as context) speaks its reply and calls nothing.
+    tools_answer_callers: bool = False
 
     def turn(self, utterance_index: int) -> Turn:
         """The turn answering the `utterance_index`-th utterance (1-based)."""
@@ -79,7 +85,7 @@ def script_from_json(data: dict[str, Any]) -> Script:
     """A Script from its JSON form; ValueError/KeyError on a malformed one."""
     turns = tuple(_turn(t) for t in data.get("turns", ()))
     then = _turn(data["then"]) if "then" in data else ECHO
-    return Script(turns, then)
+    return Script(turns, then, bool(data.get("tools_answer_callers", False)))
 
 
 def load_script(path: str | Path) -> Script:

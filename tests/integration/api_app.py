@@ -17,6 +17,7 @@ import ssl
 import sys
 
 import bridge
+from bridge.records import CallRecord, CallStarted, Utterance
 from bridge.telephony import TelephonyOptions
 
 LOOKUP = bridge.ToolSpec(
@@ -67,13 +68,26 @@ class Shop(bridge.Application):
     async def ended(self, call, summary):  # type: ignore[no-untyped-def]
         say(event="ended", by=summary.ended_by, reason=summary.reason)
 
+    # issue 15: the call's events
+    async def call_started(self, call, event):  # type: ignore[no-untyped-def]
+        assert isinstance(event, CallStarted)
+        say(event="call_started", call_id=event.call.call_id, called=event.call.called)
+
+    async def utterance(self, call, utterance):  # type: ignore[no-untyped-def]
+        assert isinstance(utterance, Utterance)
+        say(event="utterance", interrupted=utterance.interrupted, utterance=utterance.to_json())
+
+    async def call_ended(self, call, record):  # type: ignore[no-untyped-def]
+        assert isinstance(record, CallRecord)
+        say(event="call_ended", record=record.to_json(), status=call.status()["state"])
+
 
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sip", required=True)
     parser.add_argument("--rtp-port", type=int, required=True)
     parser.add_argument("--provider", required=True)
-    parser.add_argument("--provider-url", required=True)
+    parser.add_argument("--provider-url")  # not for --provider echo (the embedded fake)
     parser.add_argument("--provider-ca")
     parser.add_argument("--job-delay", type=float, default=0.0)
     parser.add_argument("--transfer-target", action="append", default=[])

@@ -211,3 +211,80 @@ def test_dl6_the_caller_s_rfc4733_keys_reach_the_application(start_fake, tmp_pat
     assert result.returncode == 0, result.screen[-2000:]
     assert [e["digit"] for e in events if e["event"] == "dtmf"] == ["1", "9", "*", "#"]  # SIPp's 2833 pcaps
     assert result.count("BYE_RECEIVED") == 1  # the application hung up on #
+
+
+def _sentence_then_barge_in(workdir: Path) -> tuple[int, int]:
+    """speech.ul for SIPp: a sentence, a gap that ends ~0.7 s into its echo, a second sentence, silence.
+    Returns the second sentence's start and the whole length (ms)."""
+    import numpy as np
+
+    rate = 8000
+    first = peers.make_utterance(
+        workdir / "u1.wav", "Where is my order number forty two?", lead_silence_s=0.3, tail_silence_s=0.0
+    )
+    second = peers.make_utterance(
+        workdir / "u2.wav", "No wait, cancel that order.", lead_silence_s=0.0, tail_silence_s=0.0
+    )
+    gap = np.zeros(int(1.2 * rate), dtype=np.int16)  # the echo starts ~0.45 s after the first sentence
+    tail = np.zeros(int(2.5 * rate), dtype=np.int16)
+    samples = np.concatenate([first.samples[: first.end], gap, second.speech, tail])
+    peers.make_ulaw(peers.write_wav(workdir / "speech.wav", samples, rate))
+    return 1000 * (first.end + gap.size) // rate, 1000 * samples.size // rate
+
+
+@pytest.mark.timeout(60)
+def test_issue15_the_application_gets_the_call_s_events_in_order_with_its_record(tmp_path) -> None:
+    """The embedded echo provider; SIPp says a sentence and barges in on its echo with a second one, then
+    hangs up. The application gets call_started, the utterances (the echo cut where the ledger says) and
+    call_ended with the record, then ended."""
+    workdir = tmp_path / "sipp"
+    workdir.mkdir()
+    second_start_ms, length_ms = _sentence_then_barge_in(workdir)
+    sip_port, rtp_port = peers.free_udp_port(), peers.free_rtp_port()
+    argv = [sys.executable, str(APP), "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port)]
+    with peers.ManagedProcess([*argv, "--provider", "echo"], name="api-app") as app:
+        app.wait_for(r"listening on udp", 20)
+        result = peers.run_sipp(
+            "uac_stream", sip_port, extra_args=["-d", str(length_ms)], workdir=workdir, timeout=30
+        )
+        app.wait_for(r'"event": "ended"', 20)
+        events, log = _events(app), app.stderr
+    assert result.returncode == 0, result.screen[-2000:]
+    names = [e["event"] for e in events if e["event"] in ("call_started", "utterance", "call_ended", "ended")]
+    assert names[0] == "call_started" and names[-2:] == ["call_ended", "ended"], names
+    utterances = [e["utterance"] for e in events if e["event"] == "utterance"]
+    assert [u["seq"] for u in utterances] == list(range(1, len(utterances) + 1))
+    said = [u for u in utterances if u["role"] == "caller"]
+    echoes = [u for u in utterances if u["role"] == "assistant"]
+    assert said and echoes, utterances
+    assert said[0]["start_ms"] < said[0]["end_ms"] <= echoes[0]["start_ms"] + 100, utterances
+    # The first echo was cut by the second sentence: where, from the ledger (the bridge logs the same).
+    cut_echo = echoes[0]
+    assert cut_echo["interrupted"] is True, utterances
+    cut = cut_echo["cut"]
+    line = re.search(
+        r"barge-in \(local_vad\) at (\d+) ms: cleared \d+ ms of output; heard \[\('out-1', (\d+)\)\]", log
+    )
+    assert line is not None, log[-3000:]
+    assert cut["at_ms"] == int(line.group(1)) and cut["items"] == [["out-1", int(line.group(2))]], (cut, line)
+    assert second_start_ms <= cut["at_ms"] + 300 and cut["at_ms"] <= second_start_ms + 400, (
+        cut,
+        second_start_ms,
+    )
+    assert cut_echo["end_ms"] <= cut["at_ms"] + 40  # nothing of it left after the cut
+    assert abs(cut_echo["heard_ms"] - cut["items"][0][1]) <= 20 and cut_echo["heard_ms"] >= 200, cut_echo
+    # heard: the ledger's frames; the span: its first and last frame's times (± a frame of pacing)
+    assert abs(cut_echo["heard_ms"] - (cut_echo["end_ms"] - cut_echo["start_ms"])) <= 20, cut_echo
+    [ended] = [e for e in events if e["event"] == "call_ended"]
+    record = ended["record"]
+    assert (
+        record["call"]["called"] == "bridge"
+        and record["ended_by"] == "caller"
+        and record["sip_status"] == 200
+    )
+    assert abs(record["duration_s"] * 1000 - length_ms) < 2500 and record["connections"]["count"] == 1
+    assert record["barge_ins"] >= 1 and record["utterances"] == len(utterances)
+    assert record["frames_out"] * 20 == sum(u["heard_ms"] for u in echoes)  # every frame sent is in an echo
+    assert record["usage"]["complete"] in (True, False) and record["qos"]["frames_in"] > 200
+    assert record["recording"] is None  # --record is opt-in
+    print(f"utterances {[(u['role'], u['start_ms'], u['end_ms'], u.get('cut')) for u in utterances]}")

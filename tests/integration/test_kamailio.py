@@ -12,8 +12,11 @@ which logs the Contact of the bridge that answered each call).
    answered, by both bridges, none refused.
 3. A stopped bridge: A is stopped; new calls sent at once still all succeed, on B, those first tried on A after
    the INVITE timeout (A is then marked inactive, and stays so: its probes go unanswered).
-4. Record-Route: the caller's 200 carries the proxy's Record-Route, so in-dialog requests cross the proxy
-   (xfail while the native engine does not copy Record-Route into its 2xx).
+4. Record-Route: the caller's 200 carries the proxy's Record-Route (sip/ua.py copies the INVITE's, RFC 3261
+   §12.1.1), so in-dialog requests (ACK, BYE) cross the proxy and its load counting sees the call end.
+5. 407 (issue 14): `parlora-bridge call` through a Kamailio that challenges INVITEs for proxy authentication
+   (its auth module, plain password, no database: AUTH_PROXY) to a SIPp callee behind it: the INVITE is sent
+   again with Proxy-Authorization, Kamailio verifies it and relays, the callee answers and hangs up.
 
 Every wait is bounded and waits for a state (a log line, SIPp's exit, the dispatcher's state).
 """
@@ -53,7 +56,9 @@ class Kamailio:
     """kamailio in the foreground (-DD, logging to stderr) with its own runtime dir, PID file and control
     socket; `stop()` signals the PID from its PID file (the process we started) and waits for it."""
 
-    def __init__(self, workdir: Path, destinations: list[tuple[int, str]]) -> None:
+    def __init__(
+        self, workdir: Path, destinations: list[tuple[int, str]], template: str | None = None
+    ) -> None:
         self.dir = workdir
         workdir.mkdir(parents=True)
         self.port = peers.free_udp_port(also_tcp=True)
@@ -66,7 +71,7 @@ class Kamailio:
         config = workdir / "kamailio.cfg"
         config.write_text(
             _kamailio_config(
-                RECIPE.read_text(),
+                RECIPE.read_text() if template is None else template,
                 {
                     "LB_ADDR": "127.0.0.1",
                     "LB_PORT": str(self.port),
@@ -239,12 +244,6 @@ def test_kamailio_dispatcher_probes_spreads_and_fails_over(
     assert proxy.states()[b.sip_port].startswith("A")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="sip/ua.py answers INVITE without copying its Record-Route into the 2xx "
-    "(RFC 3261 12.1.1): a caller then sends ACK and BYE straight to the bridge, past the proxy, so "
-    "algorithm 10 never sees the BYE and counts the call until ds_hash_expire",
-)
 def test_kamailio_stays_in_the_dialog_by_record_route(
     start_bridge, kamailio: list[Kamailio], tmp_path: Path
 ) -> None:
@@ -255,3 +254,98 @@ def test_kamailio_stays_in_the_dialog_by_record_route(
     answered, routes = _calls(proxy, tmp_path / "sipp", 1, 500)
     assert answered == {bridge.sip_port: 1}
     assert len(routes) == 1 and f"<sip:127.0.0.1:{proxy.port};lr" in routes[0], routes
+
+
+# --- issue 14: 407 from a real proxy to `parlora-bridge call` ---
+
+# A trunk's edge proxy that challenges INVITEs (auth module: pv_proxy_authenticate with a plain password, no
+# database) and relays the authenticated ones to the callee (SIPp uas_answer_bye); logs "AUTHORIZED <user>".
+AUTH_PROXY = """#!KAMAILIO
+#!substdef "!LB_ADDR!0.0.0.0!g"
+#!substdef "!LB_PORT!5060!g"
+#!substdef "!DS_LIST_FILE!unused!g"
+#!substdef "!CTL_SOCKET!unix:/run/kamailio/kamailio_ctl!g"
+#!substdef "!DS_PING_INTERVAL!5!g"
+#!substdef "!FR_TIMER_MS!2000!g"
+debug=2
+log_stderror=yes
+children=2
+auto_aliases=no
+listen=udp:LB_ADDR:LB_PORT
+loadmodule "kex.so"
+loadmodule "tm.so"
+loadmodule "sl.so"
+loadmodule "rr.so"
+loadmodule "pv.so"
+loadmodule "maxfwd.so"
+loadmodule "xlog.so"
+loadmodule "siputils.so"
+loadmodule "textops.so"
+loadmodule "auth.so"
+loadmodule "ctl.so"
+modparam("ctl", "binrpc", "CTL_SOCKET")
+modparam("tm", "fr_timer", FR_TIMER_MS)
+modparam("auth", "secret", "parlora-test-nonce-secret")
+request_route {
+    if (!mf_process_maxfwd_header("10")) { sl_send_reply("483", "Too Many Hops"); exit; }
+    if (has_totag()) {
+        if (loose_route() || is_method("ACK|BYE")) { t_relay(); }
+        exit;
+    }
+    if (is_method("CANCEL")) { if (t_check_trans()) { t_relay(); } exit; }
+    if (is_method("INVITE")) {
+        pv_proxy_authenticate("trunk.test", "PASSWORD", "0");  # 0: a plain password (1: HA1)
+        $var(rc) = $rc;
+        if ($var(rc) < 0 || $au != "USER") {
+            xlog("L_INFO", "CHALLENGED $rm $ci (auth $var(rc), user $au)\\n");
+            proxy_challenge("trunk.test", "1");
+            exit;
+        }
+        xlog("L_INFO", "AUTHORIZED $au $ci\\n");
+        consume_credentials();
+        record_route();
+    }
+    $du = "sip:127.0.0.1:CALLEE_PORT";
+    if (!t_relay()) { sl_reply_error(); }
+    exit;
+}
+"""
+
+
+def test_call_answers_a_407_from_kamailio_and_the_callee_behind_it_answers(
+    kamailio: list[Kamailio], tmp_path: Path
+) -> None:
+    from conftest import BRIDGE, _clean_env
+
+    callee_port = peers.free_udp_port()
+    media = peers.free_rtp_port()
+    callee_log = tmp_path / "callee.log"
+    callee = peers.ManagedProcess(
+        [
+            "sipp", "-sf", str(Path(__file__).parent / "scenarios" / "uas_answer_bye.xml"), "-i", "127.0.0.1",
+            "-mi", "127.0.0.1", "-p", str(callee_port), "-mp", str(media), "-m", "1", "-nostdin",
+            "-trace_logs", "-log_file", str(callee_log), "-set", "talk_ms", "1500", "-timeout", "30s",
+        ],
+        cwd=tmp_path,
+        name="sipp-callee",
+    )  # fmt: skip
+    template = AUTH_PROXY.replace("PASSWORD", "pw-acct").replace("USER", "acct")
+    proxy = Kamailio(tmp_path / "kamailio", [], template.replace("CALLEE_PORT", str(callee_port)))
+    kamailio.append(proxy)
+    call = peers.ManagedProcess(
+        [*BRIDGE, "call", f"sip:+15550001@127.0.0.1:{proxy.port}", "--auth-user", "acct",
+         "--rtp-port", str(peers.free_rtp_port()), "--log-level", "info"],
+        cwd=tmp_path,
+        env=_clean_env({"PARLORA_SIP_PASSWORD": "pw-acct"}),
+        name="parlora-bridge-call",
+    )  # fmt: skip
+    try:
+        assert call.wait(30) == 0, call.stderr[-3000:] + proxy.log[-3000:]
+        assert callee.wait(10) is not None
+    finally:
+        call.stop()
+        callee.stop(term_timeout=3.0)
+    assert "CHALLENGED INVITE" in proxy.log and "AUTHORIZED acct" in proxy.log, proxy.log[-3000:]
+    assert re.search(r"answered \(SIP 200", call.stdout), call.stdout
+    text = callee_log.read_text(errors="replace")
+    assert "ANSWERED" in text and "HUNGUP" in text, text

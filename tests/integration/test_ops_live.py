@@ -145,6 +145,10 @@ def test_json_logs_parse_and_never_carry_the_provider_key(
     assert all({"time", "level", "logger", "message", "event"} <= line.keys() for line in lines)
     ended = [line for line in lines if line["message"].startswith("call call-1 ended after")]
     assert len(ended) == 1 and ended[0]["call_id"] == "call-1"
+    # The SIP Call-ID (SIPp's: N-PID@ADDRESS) and the config route ride along once known (issue 15).
+    assert ended[0]["route"] == "lobby" and "@127.0.0.1" in ended[0]["sip_call_id"], ended[0]
+    about = [line for line in lines if line.get("call_id") == "call-1"]
+    assert about and all(line["sip_call_id"] == ended[0]["sip_call_id"] for line in about), about
 
 
 def test_sigterm_drains_live_calls_then_exits_zero(start_bridge, utterance, tmp_path: Path) -> None:
@@ -175,8 +179,14 @@ def test_drain_timeout_hangs_up_the_rest(start_bridge, utterance, tmp_path: Path
         assert bridge.proc.wait(timeout=20) == 0
         result = call.result(timeout=60)
     assert result.count("ANSWERED") == 1, result.logs
-    assert "stopping (drain timeout; 1 live calls hung up)" in bridge.log
-    assert re.search(r"call call-1 ended after .* by bridge \(bridge shutting down\)", bridge.log)
+    log = bridge.log
+    assert "drain timeout: 1 live call(s) get a goodbye, then BYE" in log, log[-3000:]
+    assert "stopping (drain timeout; 0 live calls hung up)" in log, log[-3000:]
+    # The goodbye was played (the echo model answers the caller's utterance), then the bridge sent BYE.
+    ended = re.search(
+        r"call call-1 ended after ([\d.]+) s by \w+ \(drain timeout: the bridge is shutting down\)", log
+    )
+    assert ended and float(ended.group(1)) < 15, log[-3000:]
 
 
 def test_second_sigterm_ends_at_once(start_bridge, utterance, tmp_path: Path) -> None:
@@ -190,3 +200,95 @@ def test_second_sigterm_ends_at_once(start_bridge, utterance, tmp_path: Path) ->
         assert bridge.proc.wait(timeout=20) == 0
         call.result(timeout=60)
     assert "stopping (second signal; 1 live calls hung up)" in bridge.log
+
+
+def _post(url: str, token: str | None = None) -> tuple[int, str]:
+    request = urllib.request.Request(url, data=b"", method="POST")
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_post_drain_drains_like_sigterm_then_exits_zero(start_bridge, utterance, tmp_path: Path) -> None:
+    http_port = peers.free_udp_port(also_tcp=True)
+    token = "drain-token-5c1f"
+    bridge = start_bridge(
+        "--provider",
+        "echo",
+        "--drain-timeout",
+        "30",
+        "--http",
+        f"127.0.0.1:{http_port}",
+        "--http-token-env",
+        "PARLORA_HTTP_TOKEN",
+        env={"PARLORA_HTTP_TOKEN": token},
+    )
+    base = f"http://127.0.0.1:{http_port}"
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        call = _stream_in_background(pool, bridge, utterance, tmp_path / "sipp", 5.0)
+        bridge.wait_for(r"call call-1 media: PCMU/8000", timeout=20)
+        refused = _post(base + "/drain")  # the token is required, as for every control route
+        assert bridge.proc.running() and "draining" not in bridge.log
+        status, body = _post(base + "/drain", token)
+        bridge.wait_for(r"draining: refusing new calls; 1 live")
+        again = _post(base + "/drain", token)  # harmless: never an end at once
+        options = peers.run_sipp("uac_options", bridge.sip_port, workdir=tmp_path / "options", timeout=20)
+        invite = peers.run_sipp("uac_busy", bridge.sip_port, workdir=tmp_path / "invite", timeout=20)
+        ready = _get(f"{base}/readyz?token={token}")
+        result = call.result(timeout=60)
+    assert refused[0] == 401, refused
+    assert status == 202 and json.loads(body) == {"draining": True, "live_calls": 1, "already": False}, body
+    assert again[0] == 202 and json.loads(again[1])["already"] is True, again
+    assert options.logs == ["OPTIONS_ANSWERED 503"], options.logs
+    assert [line.split()[-1] for line in invite.logs] == ["503"], invite.logs
+    assert ready == (503, '{"ready": false, "reason": "draining"}')
+    assert result.count("ANSWERED") == 1 and result.count("CLOSED") == 1, result.logs  # the caller hung up
+    assert bridge.proc.wait(timeout=20) == 0
+    assert re.search(r"call call-1 ended after .* by caller", bridge.log)
+    assert "stopping (calls finished; 0 live calls hung up)" in bridge.log
+
+
+ROUTED = """
+[defaults]
+provider = "echo"
+[providers.openai-realtime]
+key_env = "TEST_REALTIME_KEY"
+url = "{url}"
+[[routes]]
+name = "realtime-line"
+number = "bridge"
+provider = "openai-realtime"
+[[routes]]
+name = "the-rest"
+"""
+
+
+def test_a_route_with_its_own_provider_connects_there(
+    start_bridge, start_fake, utterance, tmp_path: Path
+) -> None:
+    fake = start_fake("openai-realtime")
+    config = tmp_path / "routed.toml"
+    config.write_text(ROUTED.format(url=fake.url))
+    bridge = start_bridge("--config", str(config), env={"TEST_REALTIME_KEY": "sk-route-test-123456"})
+    bridge.wait_for(r"provider openai-realtime for route\(s\) realtime-line at ws://127\.0\.0\.1")
+    workdir = tmp_path / "sipp"
+    workdir.mkdir()
+    shutil.copy(peers.make_ulaw(utterance.path, tmp_path / "speech.ul"), workdir / "speech.ul")
+    routed = peers.run_sipp(
+        "uac_stream", bridge.sip_port, workdir=workdir, timeout=40, extra_args=["-d", "2000"]
+    )
+    assert routed.count("ANSWERED") == 1, routed.logs
+    bridge.wait_for(r"call call-1 ended after")
+    frames = fake.record.read_text().count("\n")
+    assert frames > 5, "the realtime fake never heard the routed call"
+    other = peers.run_sipp(
+        "uac_stream", bridge.sip_port, service="other", workdir=workdir, timeout=40, extra_args=["-d", "2000"]
+    )
+    assert other.count("ANSWERED") == 1, other.logs
+    bridge.wait_for(r"call call-2 ended after")
+    assert "call call-2: route the-rest" in bridge.log
+    assert fake.record.read_text().count("\n") == frames  # the catch-all's call went to the embedded echo

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
+import time
 import urllib.request
 from pathlib import Path
 
@@ -163,5 +164,12 @@ def test_status_endpoint_shows_the_live_call(start_bridge, utterance, tmp_path: 
     assert status["limits"] == {"capacity_bytes": 16_000, "residence_ms": 3_000, "format": "audio/pcmu@8000"}
     assert status["output_recovery"] is None and status["usage"]["complete"] is False
     bridge.wait_for(r"call call-1 ended after")
-    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/calls", timeout=5) as response:
-        assert json.load(response) == {"calls": []}
+    # The call leaves the list once the application has been told (call_ended, ended): soon after that line.
+    deadline, listed = time.monotonic() + 15, None
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/calls", timeout=5) as response:
+            listed = json.load(response)
+        if listed == {"calls": []}:
+            break
+        time.sleep(0.1)
+    assert listed == {"calls": []}

@@ -4,16 +4,23 @@
   fake provider records no connection and the bridge logs no session; `GET /sip` counts the refusal. The same
   scenario from 127.0.0.1 is answered (the control: the provider then sees the call).
 - `serve` bound off loopback with no policy refuses to start (it exits before binding anything).
+- Registration at a SIPp registrar (digest verified by `verifyauth`, un-REGISTER on stop; a wrong password
+  reported) and the OPTIONS keepalive towards it (`--keepalive 1`, counters in `GET /registrations`).
+- Outbound: `POST /calls` and `parlora-bridge call` to SIPp callees: a 401 challenge answered, the provider
+  connection open while the callee rings, RTP both ways; a busy callee → the 486 printed and exit status 1.
+- Call limits: `--rtp-timeout` BYEs a silent call; `--max-call-duration` asks the model for a goodbye, then BYE.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from datetime import datetime
 from pathlib import Path
 
 import peers
@@ -149,6 +156,42 @@ def test_serve_registers_with_digest_at_a_sipp_registrar_and_unregisters_on_shut
     text = logs.read_text(errors="replace")
     assert "REGISTERED" in text and "BADAUTH" not in text, text
     assert "UNREGISTERED 0" in text, text
+
+
+def test_serve_keeps_a_registration_alive_with_options_a_sipp_registrar_answers(
+    start_bridge, tmp_path: Path
+) -> None:
+    registrar_port = peers.free_udp_port()
+    logs = tmp_path / "registrar.log"
+    sipp = peers.ManagedProcess(
+        [
+            "sipp", "-sf", str(SCENARIOS / "uas_register_options.xml"), "-i", "127.0.0.1", "-p",
+            str(registrar_port), "-m", "1", "-nostdin", "-trace_logs", "-log_file", str(logs), "-trace_msg",
+            "-message_file", str(tmp_path / "registrar-messages.log"), "-timeout", "30s",
+        ],
+        cwd=tmp_path,
+        name="sipp-registrar",
+    )  # fmt: skip
+    try:
+        http_port = peers.free_udp_port(also_tcp=True)
+        aor = f"sip:1001@127.0.0.1:{registrar_port}"
+        bridge = start_bridge("--register", aor, "--keepalive", "1", "--http", f"127.0.0.1:{http_port}")
+        bridge.wait_for(rf"registered {aor} \(expires in 60 s\)", timeout=15)
+        bridge.wait_for(rf"registrar of {aor} answers OPTIONS \(200\)", timeout=10)
+        body = _wait_json(
+            http_port, "/registrations", lambda b: b["registrations"][0]["keepalive"]["answered"] >= 2
+        )
+        [registration] = body["registrations"]  # type: ignore[misc]
+        keepalive = registration["keepalive"]
+        assert keepalive["state"] == "ok" and keepalive["interval_s"] == 1.0 and keepalive["answered"] >= 2
+        assert keepalive["failures"] == 0 and keepalive["last_status"] == 200
+        assert registration["state"] == "registered"
+        assert bridge.stop() == 0
+        assert sipp.wait(15) is not None, "the registrar did not see the un-REGISTER"
+    finally:
+        sipp.stop(term_timeout=3.0)
+    text = logs.read_text(errors="replace")
+    assert text.count("OPTIONS") >= 2 and "UNREGISTERED" in text, text
 
 
 def test_serve_with_a_wrong_sip_password_reports_the_failure(start_bridge, tmp_path: Path) -> None:
@@ -314,10 +357,111 @@ def test_rtp_timeout_ends_a_call_whose_caller_went_silent(start_bridge, tmp_path
     bridge.wait_for(r"call call-1 ended", timeout=10)
 
 
-def test_max_call_duration_ends_the_call(start_bridge, tmp_path: Path) -> None:
-    bridge = start_bridge("--max-call-duration", "2")
+def test_max_call_duration_says_goodbye_then_ends_the_call(start_fake, start_bridge, tmp_path: Path) -> None:
+    # the Realtime fake answers a spoken update with audio (the GPT-Live echo only answers caller speech)
+    fake = start_fake("openai-realtime")
+    bridge = start_bridge(
+        *fake.bridge_args("openai-realtime"), "--max-call-duration", "2", env={"OPENAI_API_KEY": "sk-test"}
+    )
+    started = time.monotonic()
     result = peers.run_sipp(
         "uac_wait_bye", bridge.sip_port, workdir=tmp_path / "sipp", timeout=30, trace_msg=True
     )
+    took = time.monotonic() - started
     assert result.returncode == 0, (result.workdir / "sipp_messages.log").read_text(errors="replace")[-3000:]
-    bridge.wait_for(r"call-1: the call reached --max-call-duration \(2 s\); BYE", timeout=5)
+    # the engine hands the limit to the session (a goodbye from the model, then BYE), not a BYE at once
+    bridge.wait_for(r"call-1: the call reached --max-call-duration \(2 s\); goodbye, then BYE", timeout=5)
+    ended = bridge.wait_for(
+        r"call call-1 ended after [\d.]+ s by provider \(the call reached --max-call-duration \(2 s\)\): "
+        r"frames in \d+, out (\d+)",
+        timeout=10,
+    )
+    assert int(ended.group(1)) > 0  # the goodbye the model spoke left before the BYE
+    assert "no BYE 12 s after the goodbye" not in bridge.log  # the session's BYE, not the engine's backstop
+    print(f"BYE after {took:.1f} s")
+
+
+# --- `parlora-bridge call` (issue 14): one outbound call from the command line ---
+
+
+def _log_time(log: str, pattern: str) -> float:
+    """The wall-clock time (s) of the bridge's first log line matching `pattern` (its asctime, local time)."""
+    match = re.search(rf"^(\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{{3}}) .*{pattern}", log, re.MULTILINE)
+    assert match, f"no log line {pattern!r}"
+    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(match.group(2)) / 1000
+
+
+def _call(tmp_path: Path, target: str, *args: str, env: dict[str, str] | None = None) -> peers.ManagedProcess:
+    argv = [*BRIDGE, "call", target, "--rtp-port", str(peers.free_rtp_port()), *args, "--log-level", "info"]
+    return peers.ManagedProcess(argv, cwd=tmp_path, env=_clean_env(env), name="parlora-bridge-call")
+
+
+def test_call_answers_a_401_challenge_rings_with_the_provider_open_and_the_callee_hears_it(
+    start_fake, tmp_path: Path
+) -> None:
+    fake = start_fake()
+    callee, port, logs = _callee(
+        "uas_invite_auth", tmp_path, "-rtp_echo", "-set", "pw", "pw-1001", "-set", "ring_ms", "2000",
+        "-set", "talk_ms", "3000",
+    )  # fmt: skip
+    call = _call(
+        tmp_path,
+        f"sip:1001@127.0.0.1:{port}",
+        *fake.bridge_args("openai-live"),
+        "--auth-user",
+        "1001",
+        env={"PARLORA_SIP_PASSWORD": "pw-1001", "OPENAI_API_KEY": "sk-test"},
+    )
+    try:
+        assert call.wait(30) == 0, call.stderr[-3000:]
+        assert callee.wait(10) is not None
+    finally:
+        call.stop()
+        callee.stop(term_timeout=3.0)
+    text = logs.read_text(errors="replace")
+    assert "ANSWERED" in text and "HUNGUP" in text and "BADAUTH" not in text, text
+    messages = (tmp_path / "uas_invite_auth-messages.log").read_text(errors="replace")
+    assert re.search(r'Authorization: Digest username="1001", realm="sipp\.test"', messages), messages[-3000:]
+    assert "pw-1001" not in call.stderr + call.stdout  # the password is never logged
+    # the provider connection opened while the callee rang (for 2 s), not after the answer: the first words
+    # are not late. (The fake's opened_ns is CLOCK_MONOTONIC, the bridge's log line the wall clock: both are
+    # this machine's clocks, compared through this process's offset between them.)
+    [opened] = [
+        json.loads(line)["opened_ns"] for line in Path(f"{fake.record}.connections").read_text().splitlines()
+    ]
+    opened_wall = (opened + time.time_ns() - time.monotonic_ns()) / 1e9
+    ringing, answered = (_log_time(call.stderr, rf"call-1: {what}") for what in ("180 Ringing", "answered"))
+    assert ringing - 0.1 < opened_wall < answered - 1.0, (ringing, opened_wall, answered)
+    assert re.search(r"call-1: call to sip:1001@127\.0\.0\.1:\d+: answered \(SIP 200", call.stdout), (
+        call.stdout
+    )
+    # RTP came back: SIPp echoed the bridge's RTP, and the provider heard it (seconds of caller audio)
+    appends = [line for line in fake.record.read_text().splitlines() if "input_audio" in line]
+    assert len(appends) > 50, len(appends)
+
+
+def test_call_to_a_busy_callee_prints_486_and_exits_non_zero(tmp_path: Path) -> None:
+    callee, port, logs = _callee("uas_busy_486", tmp_path)
+    call = _call(tmp_path, f"sip:callee@127.0.0.1:{port}")
+    try:
+        assert call.wait(30) == 1, call.stderr[-3000:]
+        assert callee.wait(10) is not None
+    finally:
+        call.stop()
+        callee.stop(term_timeout=3.0)
+    assert re.search(
+        r"call-1: call to sip:callee@127\.0\.0\.1:\d+: busy \(SIP 486: 486 Busy Here\)", call.stdout
+    )
+    assert "BUSY" in logs.read_text(errors="replace")
+
+
+def test_call_with_a_bad_target_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*BRIDGE, "call", "tel:+15550001"],
+        cwd=tmp_path,
+        env=_clean_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 2 and "expected sip:NUMBER@HOST[:PORT]" in done.stderr, done.stderr

@@ -16,6 +16,7 @@ import json
 import re
 import threading
 import time
+import wave
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -41,6 +42,7 @@ class Application(ThreadingHTTPServer):
         self.requests: list[
             tuple[dict[str, str], bytes, bool, float]
         ] = []  # headers, body, signature ok, when
+        self.events: list[tuple[dict[str, str], dict, bool]] = []  # issue 15: headers, body, signature ok
         self.lock = threading.Lock()
 
     def answer(self, headers: dict[str, str], body: bytes) -> bytes:
@@ -49,6 +51,10 @@ class Application(ThreadingHTTPServer):
             "sha256=" + hmac.new(SECRET.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
         )
         valid = hmac.compare_digest(headers.get("x-parlora-signature", ""), expected)
+        if "x-parlora-event" in headers:  # issue 15: the call's events come to the same URL
+            with self.lock:
+                self.events.append((headers, json.loads(body), valid))
+            return b"{}"
         with self.lock:
             self.requests.append((headers, body, valid, time.time()))
             ticket = len(self.requests)
@@ -176,3 +182,93 @@ def test_dl4_each_job_is_posted_once_signed_and_its_answer_reaches_the_model(
         f"answers {[o['ticket'] for _, o in outputs]} reached the model"
     )
     assert SECRET not in log and SECRET not in fake.proc.stdout + fake.proc.stderr
+
+
+def test_issue15_events_cdr_and_recording_of_a_live_call(start_bridge, tmp_path: Path) -> None:
+    """serve (the echo provider) with --webhook, --cdr and --record; SIPp says one sentence and hangs up
+    after 6 s. The application gets call_started, the caller's and the echo's utterances and call_ended with
+    the record; the CDR has that record as its one line; the WAV's right channel is what the ledger sent."""
+    app = Application()
+    thread = threading.Thread(target=app.serve_forever, name="webhook-app", daemon=True)
+    thread.start()
+    cdr, records = tmp_path / "cdr.jsonl", tmp_path / "rec"
+    records.mkdir()
+    workdir = tmp_path / "sipp"
+    peers.make_utterance(
+        workdir / "speech.wav",
+        "Where is my order number forty two, please?",
+        lead_silence_s=0.3,
+        tail_silence_s=5.0,
+        ulaw=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{app.server_address[1]}/events"
+        bridge = start_bridge(
+            "--webhook",
+            url,
+            "--cdr",
+            str(cdr),
+            "--record",
+            str(records),
+            env={"PARLORA_WEBHOOK_SECRET": SECRET},
+        )
+        result = peers.run_sipp(
+            "uac_stream", bridge.sip_port, extra_args=["-d", "6000"], workdir=workdir, timeout=30
+        )
+        bridge.wait_for(r"call call-1 ended after .* by caller", 15)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(b["event"] == "call_ended" for _, b, _ in app.events):
+            time.sleep(0.05)
+    finally:
+        app.shutdown()
+        app.server_close()
+        thread.join(timeout=5)
+    assert result.returncode == 0, result.screen[-2000:]
+    events = [body for _, body, _ in app.events]
+    assert all(valid for _, _, valid in app.events)
+    names = [e["event"] for e in events]
+    assert names[0] == "call_started" and names[-1] == "call_ended" and names.count("call_ended") == 1, names
+    assert events[0]["call"]["call_id"] == "call-1" and events[0]["call"]["called"] == "bridge"
+    utterances = [e for e in events if e["event"] == "utterance"]
+    caller = [u for u in utterances if u["role"] == "caller"]
+    assistant = [u for u in utterances if u["role"] == "assistant"]
+    assert caller and assistant, utterances
+    assert [u["seq"] for u in utterances] == list(range(1, len(utterances) + 1))
+    said = caller[0]
+    assert said["text"] and 0 <= said["start_ms"] < said["end_ms"] < 6000, said  # the sentence, ~1.5 s
+    echo = assistant[0]
+    assert echo["start_ms"] >= said["end_ms"] - 100 and echo["end_ms"] > echo["start_ms"], (said, echo)
+    assert echo["heard_ms"] >= 500 and echo["interrupted"] is False, echo  # the echo of ~1 s of speech
+    record = events[-1]["record"]
+    assert record["ended_by"] == "caller" and record["sip_status"] == 200 and 5.5 < record["duration_s"] < 9
+    assert record["connections"] == {"count": 1, "ids": ["conn-1"]} and record["recoveries"]["count"] == 0
+    assert record["rollovers"]["count"] == 0 and record["provider"] == "echo"
+    assert record["qos"]["frames_in"] > 200 and "complete" in record["usage"]
+    assert record["utterances"] == len(utterances)
+    # The CDR: one line, the same record.
+    lines = cdr.read_text().splitlines()
+    assert len(lines) == 1 and json.loads(lines[0]) == record
+    # The recording: stereo, 8 kHz 16-bit; the right channel carries what was transmitted, frame for frame.
+    wav_path = Path(record["recording"])
+    assert wav_path.parent == records
+    with wave.open(str(wav_path), "rb") as wav:
+        assert (wav.getnchannels(), wav.getsampwidth(), wav.getframerate()) == (2, 2, RATE)
+        stereo = np.frombuffer(wav.readframes(wav.getnframes()), dtype="<i2").reshape(-1, 2)
+    frames = len(stereo) // 160
+    left = stereo[: frames * 160, 0].reshape(frames, 160)
+    right = stereo[: frames * 160, 1].reshape(frames, 160)
+    sent = record["frames_out"]
+    assert sent > 25 and abs(frames - record["duration_s"] * 50) <= 25, (frames, record["duration_s"])
+    voiced = int((np.abs(right).max(axis=1) > 0).sum())
+    assert voiced <= sent + 1 and voiced >= 25, (voiced, sent)  # nothing but what the ledger sent
+    assert voiced >= 0.7 * sent, (voiced, sent)  # the echo of speech: mostly not digital silence
+    # The ledger's span (the assistant utterance's start and end are its first and last frames) is where the
+    # WAV's right channel carries audio, and it is as long as the frames the ledger says were sent (± 1).
+    begin, end = echo["start_ms"] // 20, echo["end_ms"] // 20
+    assert abs((end - begin) - sent) <= 1, (begin, end, sent)
+    first, last = np.flatnonzero(np.abs(right).max(axis=1) > 0)[[0, -1]]
+    assert begin - 1 <= first and last <= end + 1, (first, last, begin, end)
+    assert (np.abs(left).max(axis=1) > 100).sum() >= 40  # the caller's sentence on the left
+    print(
+        f"events {names}; record frames_out {sent}; wav {frames} frames, right voiced {voiced} ({first}-{last})"
+    )

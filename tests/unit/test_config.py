@@ -483,3 +483,36 @@ def test_kamailio_dispatcher_list_names_unique_bridges_with_a_maxload() -> None:
     assert all(int(a["maxload"]) > 0 for a in attrs)
     cfg_text = (REPO / "deploy" / "kamailio" / "kamailio.cfg").read_text()
     assert 'ds_select_dst("1", "10")' in cfg_text and "record_route()" in cfg_text
+
+
+def test_compose_bridge_command_passes_serves_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compose file's `serve` command, with its environment's defaults, is accepted by `serve` and by the
+    engine's start check (off loopback: an allowlist, and the HTTP listener's token)."""
+    import re
+
+    import yaml  # PyYAML: test-only
+
+    from bridge import api, cli
+    from sip.engine import check_listen
+
+    service = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]["bridge"]
+
+    def default(text: str) -> str:  # ${NAME-default} / ${NAME:-default}: compose's substitution, unset NAME
+        return re.sub(r"\$\{[A-Z_]+:?-([^}]*)\}", r"\1", text)
+
+    argv = [default(str(arg)) for arg in service["command"]]
+    env = {k: default(str(v)) for k, v in service["environment"].items()}
+    servers: list[api.Server] = []
+
+    def fake_run(server: api.Server, event_loop: str) -> int:
+        servers.append(server)
+        return 0
+
+    monkeypatch.setattr(cli, "_run_server", fake_run)
+    result = CliRunner().invoke(cli.main, argv, env=env)
+    assert result.exit_code == 0, result.output
+    (server,) = servers
+    assert check_listen(api._engine_config(server.config)).ok
+    assert server.config.http_token == env["PARLORA_HTTP_TOKEN"]
+    grace = int(str(service["stop_grace_period"]).rstrip("s"))
+    assert server.config.drain_timeout_s < grace  # the drain ends before compose kills the container

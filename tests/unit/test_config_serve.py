@@ -5,6 +5,7 @@ its instructions and greeting, and a call no route matches is refused with 404."
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 from pathlib import Path
@@ -369,3 +370,27 @@ def test_trunk_edge_options_over_the_file_reach_the_server(tmp_path: Path, captu
     result = CliRunner().invoke(cli.main, args)
     assert result.exit_code == 0, result.output
     assert captured[0].config.nat is True and captured[0].config.allow == ("127.0.0.0/8",)
+
+
+def test_cdr_recording_and_keepalive_from_the_file_reach_the_server(tmp_path: Path) -> None:
+    from bridge.ops import server_config, unwired_keys
+
+    (tmp_path / "wav").mkdir()
+    text = GOOD + '[logging]\ncdr = "calls.jsonl"\n[recording]\ndir = "wav"\n'
+    text += '[[trunks]]\nname = "pbx"\nregistrar = "sip:b@127.0.0.1:5090"\nregister_keepalive_s = 12\n'
+    config = load(_file(tmp_path, text))
+    sc = server_config(config, {"PARLORA_SIP_PASSWORD": "pw-1234"})
+    assert Path(sc.cdr or "").name == "calls.jsonl" and Path(sc.record_dir or "").name == "wav"
+    assert sc.register_keepalive_s == 12
+    assert not {"logging.cdr", "recording.dir"} & set(unwired_keys(config))
+
+
+def test_the_routed_application_passes_every_application_callback_on() -> None:
+    # A callback it does not override would go to the base class's no-op: under `serve --config`, the webhook
+    # or the Python application would silently miss it (the events of issue 15 did, once).
+    callbacks = {
+        name
+        for name, value in vars(Application).items()
+        if inspect.iscoroutinefunction(value) and not name.startswith("_")
+    }
+    assert callbacks and callbacks <= set(vars(RoutedApplication)), callbacks - set(vars(RoutedApplication))

@@ -17,6 +17,7 @@ from bridge.delegations import (
     JobChanged,
     JobRequest,
     SendContext,
+    seed_facts,
 )
 from bridge.session import CallSession
 from providers.events import (
@@ -72,7 +73,7 @@ def test_dl1_the_ledger_survives_a_recovery_and_answers_a_redelivery_on_the_new_
     assert answers == [(1, "call_a", '{"status": "shipped"}'), (2, "call_a", '{"status": "shipped"}')]
     assert call.core.status(call.now)["delegations"]["redeliveries"] == 1
     # The verified result is part of what a further replacement is seeded with (HR7).
-    assert any("shipped" in fact for fact in call.core.delegations.snapshot_facts())
+    assert any("shipped" in fact for fact in seed_facts(call.core.delegations))
 
 
 def test_dl2_over_the_pending_limit_the_model_gets_a_clear_refusal_and_nothing_is_lost() -> None:
@@ -100,6 +101,26 @@ def test_dl2_over_the_pending_limit_the_model_gets_a_clear_refusal_and_nothing_i
     assert ledger.push_update("an update", True, 1) and ledger.commands() == [
         SendContext(1, "an update", True)
     ]
+
+
+def test_ro8_results_wait_while_the_floor_is_handed_over_and_go_to_the_connection_that_takes_it() -> None:
+    ledger = Delegations()
+    ledger.call_requested(1, "call_1", "lookup_order", '{"order_id": "42"}', "tool", 0)
+    assert ledger.response_ended(1, 5)  # connection 1 asked for a tool: it waits for the result
+    ledger.commands()
+    facts = seed_facts(ledger)  # what the next connection is seeded with
+    assert any("lookup_order (job-1)" in f and "still running" in f and "42" in f for f in facts), facts
+    ledger.floor(1, True, 10)  # connection 1 stopped hearing the caller; connection 2 hears them
+    assert ledger.job_answered("job-1", "shipped", 1, 20)
+    assert ledger.push_update("an update", True, 1)
+    assert ledger.commands() == []  # not to the connection that is finishing
+    ledger.floor(2, False, 30)  # connection 2 took the floor
+    commands = ledger.commands()
+    contexts = [c for c in commands if isinstance(c, SendContext)]
+    assert len(contexts) == len(commands) == 2 and {c.token for c in contexts} == {2}
+    assert "shipped" in contexts[0].text and "job-1" in contexts[0].text
+    assert not ledger.response_ended(2, 40)  # nothing pending any more
+    assert not any("still running" in f for f in seed_facts(ledger))
 
 
 class ToolProvider(FakeProvider):

@@ -43,3 +43,29 @@ def test_routes() -> None:
     assert route("/calls/", calls())[0] == 200
     assert route("/calls?x=1", calls())[0] == 200
     assert route("/", calls())[0] == 404
+
+
+async def test_post_drain_needs_the_token_and_answers_202() -> None:
+    asked: list[int] = []
+
+    def drain() -> dict:
+        asked.append(1)
+        return {"draining": True, "live_calls": 2, "already": len(asked) > 1}
+
+    server = await StatusServer(calls, token="t0ken-abc", drain=drain).start("127.0.0.1", 0)
+    post = b"POST /drain HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n"
+    try:
+        status, _ = await http(server.port, post + b"\r\n")
+        assert status == 401 and asked == []
+        status, body = await http(server.port, post + b"Authorization: Bearer t0ken-abc\r\n\r\n")
+        assert status == 202 and body == {"draining": True, "live_calls": 2, "already": False}
+        status, _ = await http(server.port, b"GET /drain HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert status == 404 and asked == [1]  # only POST drains
+    finally:
+        await server.close()
+    server = await StatusServer(calls).start("127.0.0.1", 0)  # no drain hook: POST /drain is not a route
+    try:
+        status, _ = await http(server.port, post + b"\r\n")
+        assert status == 405
+    finally:
+        await server.close()

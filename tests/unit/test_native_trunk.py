@@ -370,6 +370,21 @@ async def test_dial_a_busy_callee_ends_with_486(engine_factory) -> None:  # type
     assert agent.active_calls == 0
 
 
+async def test_dial_keeps_sdes_keys_off_a_call_that_is_not_over_tls(engine_factory) -> None:  # type: ignore[no-untyped-def]
+    # issue 14: outbound SRTP follows the inbound rule, keys only over TLS (sip.tls.sdes_policy)
+    agent, _ = await engine_factory(srtp="optional")
+    callee = Peer("127.0.0.1")
+    leg = await agent.dial(f"sip:callee@127.0.0.1:{callee.address[1]}")
+    request = parse(await callee.recv() or b"")
+    assert isinstance(request, Request) and request.method == "INVITE"
+    assert b"a=crypto" not in request.body and b"RTP/AVP" in request.body  # offer over UDP: plain RTP
+    leg.hangup("test over")
+    strict, _ = await engine_factory(srtp="required")
+    with pytest.raises(ValueError, match="cannot carry SRTP keys"):
+        await strict.dial(f"sip:callee@127.0.0.1:{callee.address[1]}")
+    assert strict.active_calls == 0 and strict.counts()["rtp_ports"] == 0  # refused before anything was taken
+
+
 # --- call limits ---
 
 
@@ -412,6 +427,47 @@ async def test_max_call_duration_ends_a_live_call_with_bye(engine_factory) -> No
     bye = await _bye_within(peer, 3.0)
     assert bye is not None, "no BYE after --max-call-duration"
     assert agent.sip_status()["limit_hangups"] == {"max_call_duration": 1}
+
+
+async def test_max_call_duration_asks_for_a_goodbye_first_then_the_backstop_byes(engine_factory) -> None:  # type: ignore[no-untyped-def]
+    # bridge.telephony.TimeLimitedLeg: the session is told (it lets the model say goodbye, then hangs up);
+    # a session that never hangs up gets the engine's BYE `grace_s` later
+    from bridge.telephony import TimeLimitedLeg
+
+    agent, calls = await engine_factory(max_call_duration_s=1.0, rtp_timeout_s=30.0)
+    peer = Peer("127.0.0.1")
+    ok = await _answered(agent, calls, peer)
+    told: list[tuple[float, str]] = []
+    leg = calls[0]
+    assert isinstance(leg, TimeLimitedLeg)
+    loop = asyncio.get_running_loop()
+    leg.on_time_limit(lambda reason: told.append((loop.time(), reason)), 0.8)
+    peer.sock.sendto(_ack_for(ok, agent.local[1], peer), agent.local)
+    bye = await _bye_within(peer, 4.0)
+    assert bye is not None, "no backstop BYE"
+    [(at, reason)] = told
+    assert reason == "the call reached --max-call-duration (1 s)"
+    assert loop.time() - at >= 0.7  # the BYE waited for the goodbye's grace
+    assert agent.sip_status()["limit_hangups"] == {"max_call_duration": 1}
+
+
+async def test_max_call_duration_bye_from_the_goodbye_cancels_the_backstop(engine_factory) -> None:  # type: ignore[no-untyped-def]
+    agent, calls = await engine_factory(max_call_duration_s=1.0, rtp_timeout_s=30.0)
+    peer = Peer("127.0.0.1")
+    ok = await _answered(agent, calls, peer)
+    leg = calls[0]
+    leg.on_time_limit(lambda reason: leg.hangup(f"goodbye said: {reason}"), 0.5)  # type: ignore[attr-defined]
+    peer.sock.sendto(_ack_for(ok, agent.local[1], peer), agent.local)
+    bye = await _bye_within(peer, 3.0)
+    assert bye is not None
+    peer.sock.sendto(_ok_for(bye), agent.local)
+    assert await _bye_within(peer, 1.0) is None  # the backstop was cancelled: no second BYE
+
+
+def _ok_for(request: bytes) -> bytes:
+    parsed = parse(request)
+    assert isinstance(parsed, Request)
+    return serialize(make_response(parsed, 200))
 
 
 async def test_without_limits_a_silent_call_stays_up(engine_factory) -> None:  # type: ignore[no-untyped-def]

@@ -588,11 +588,12 @@ def test_ro5_the_server_config_turn_detection_reaches_the_rollover_and_is_refuse
 
     for name in ("openai-realtime", "xai"):
         server = Server(Application(), ServerConfig(provider=name, key="k", turn_detection="client"))
-        assert server._rollover is not None and server._rollover.client_commits  # RO5: flushes switch
+        rollover = server._plans.default[1]  # the default provider's plan (bridge/plans.py)
+        assert rollover is not None and rollover.client_commits  # RO5: flushes switch
         explicit = ServerConfig(provider=name, key="k", turn_detection="client", rollover=RolloverOptions())
-        assert Server(Application(), explicit)._rollover == RolloverOptions(client_commits=True)
+        assert Server(Application(), explicit)._plans.default[1] == RolloverOptions(client_commits=True)
     plain = Server(Application(), ServerConfig(provider="openai-realtime", key="k"))
-    assert plain._rollover is not None and not plain._rollover.client_commits
+    assert plain._plans.default[1] is not None and not plain._plans.default[1].client_commits
     for name in ("echo", "openai-live", "gemini-live"):
         with pytest.raises(ValueError, match="turn detection"):
             Server(Application(), ServerConfig(provider=name, key="k", turn_detection="client"))

@@ -300,3 +300,123 @@ def test_no_password_in_the_registration_or_its_status() -> None:
     retry = one(reg)
     for text in (repr(reg), str(reg), repr(reg.status(0)), repr(retry)):
         assert password not in text
+
+
+# --- the registrar keepalive (issue 14): OPTIONS while registered, on virtual time ---
+
+KEEPALIVE = RegistrationConfig(
+    aor=AOR, contact="sip:1001@203.0.113.5:5060", via_host="203.0.113.5", keepalive_s=20, keepalive_failures=3
+)
+
+
+def _registered(config: RegistrationConfig = KEEPALIVE, expires: int = 3600) -> Registration:
+    reg = Registration(config, rng=random.Random(3))
+    reg.start(0)
+    reg.receive_response(ok(one(reg), expires=expires), 0)
+    return reg
+
+
+def test_keepalive_is_off_unless_asked_for() -> None:
+    reg = Registration(CONFIG, rng=random.Random(1))
+    reg.start(0)
+    reg.receive_response(ok(one(reg), expires=3600), 0)
+    assert reg.keepalive is None and reg.status(0).keepalive is None
+    assert reg.next_deadline() == 1800 * S  # only the refresh
+
+
+def test_keepalive_sends_options_to_the_registrar_every_interval_while_registered() -> None:
+    reg = _registered()
+    idle = reg.status(0).keepalive
+    assert reg.next_deadline() == 20 * S and idle is not None and idle.state == "idle"
+    reg.handle_timer(19 * S)
+    assert reg.requests() == []
+    reg.handle_timer(20 * S)
+    (out,) = reg.requests()
+    probe = out.request
+    assert probe.method == "OPTIONS" and probe.uri == "sip:pbx.example.com"
+    assert out.destination == ("pbx.example.com", 5060) and out.transport == "udp"
+    assert (probe.headers.get("From") or "").startswith(f"<{AOR}>;tag=")
+    # one Call-ID for all this registration sends, one growing CSeq (REGISTER was 1)
+    assert probe.headers.get("CSeq") == "2 OPTIONS"
+    assert probe.headers.get("Call-ID") == reg.call_id
+    assert parse(serialize(probe)) == probe
+    assert reg.next_deadline() == 1800 * S  # one probe at a time: the next is armed by this one's outcome
+    reg.receive_response(make_response(probe, 200, to_tag="r"), 20 * S + 35_000_000)
+    st = reg.status(21 * S).keepalive
+    assert st is not None and (st.state, st.sent, st.answered, st.last_status, st.last_rtt_ms) == (
+        "ok",
+        1,
+        1,
+        200,
+        35.0,
+    )
+    assert reg.next_deadline() == 40 * S + 35_000_000
+    reg.handle_timer(40 * S + 35_000_000)
+    (second,) = reg.requests()
+    assert second.request.headers.get("CSeq") == "3 OPTIONS"
+    # a registrar that does not do OPTIONS still answers: 405 says it is there
+    reg.receive_response(make_response(second.request, 405, to_tag="r"), 41 * S)
+    st = reg.status(41 * S).keepalive
+    assert st is not None and st.state == "ok" and st.last_status == 405 and st.failures == 0
+    assert reg.state == "registered" and reg.status(41 * S).last_error is None  # REGISTER state untouched
+
+
+def test_unanswered_keepalives_are_counted_and_the_third_registers_again_at_once() -> None:
+    reg = _registered()
+    now = 0
+    for n in (1, 2, 3):
+        now = reg.next_deadline() or 0
+        reg.handle_timer(now)
+        (probe,) = reg.requests()
+        assert probe.request.method == "OPTIONS"
+        now += 32 * S  # Timer F
+        reg.request_failed(now, "timeout", method="OPTIONS")
+        st = reg.status(now).keepalive
+        assert st is not None and st.failures == st.consecutive_failures == n
+        if n < 3:
+            assert st.state == "idle" and reg.requests() == []
+    assert st is not None and st.state == "unreachable" and st.last_error == "no answer to OPTIONS (timeout)"
+    (again,) = reg.requests()  # a lost NAT binding or a restarted registrar: REGISTER at once
+    assert again.request.method == "REGISTER" and again.request.headers.get("CSeq") == "5 REGISTER"
+    reg.receive_response(ok(again.request, expires=3600), now + S)
+    assert reg.state == "registered"
+    now = reg.next_deadline() or 0
+    reg.handle_timer(now)
+    (probe,) = reg.requests()
+    reg.receive_response(make_response(probe.request, 200, to_tag="r"), now)
+    st = reg.status(now).keepalive
+    assert st is not None and st.state == "ok" and st.consecutive_failures == 0 and st.failures == 3
+
+
+def test_no_keepalive_while_failed_or_after_stop() -> None:
+    reg = Registration(KEEPALIVE, rng=random.Random(3))
+    reg.start(0)
+    reg.receive_response(make_response(one(reg), 403, to_tag="r"), 0)
+    assert reg.state == "failed" and reg.next_deadline() == reg.status(0).next_attempt_at  # the retry only
+    reg = _registered()
+    assert reg.stop(S)
+    assert [o.request.method for o in reg.requests()] == ["REGISTER"] and reg.next_deadline() is None
+
+
+def test_keepalive_carried_by_the_user_agent_timer_f_counts_a_failure() -> None:
+    ua = UserAgent(UaConfig(host="203.0.113.5"), rng=random.Random(5))
+    reg = Registration(KEEPALIVE, rng=random.Random(6))
+    ua.add_registration(reg, 0)
+    (t1,) = ua.transmits()
+    r1 = parse(t1.data)
+    assert isinstance(r1, Request)
+    ua.receive(serialize(ok(r1, expires=3600)), ("192.0.2.50", 5060), "udp", S)
+    sent: list[tuple[int, Request]] = []
+    now = S
+    for _ in range(200):  # the UA's timer loop: the probe, its retransmissions, then Timer F
+        deadline = ua.next_deadline()
+        if deadline is None or deadline > 60 * S:
+            break
+        now = deadline
+        ua.handle_timer(now)
+        sent += [(now, m) for m in (parse(t.data) for t in ua.transmits()) if isinstance(m, Request)]
+    assert sent[0][0] == 21 * S and sent[0][1].method == "OPTIONS"
+    assert {m.headers.get("CSeq") for _, m in sent} == {"2 OPTIONS"}  # retransmissions of the one probe
+    assert ua.stats["keepalive_timeout"] == 1 and ua.stats["register_timeout"] == 0
+    (st,) = ua.registrations(now)
+    assert st.state == "registered" and st.keepalive is not None and st.keepalive.failures == 1

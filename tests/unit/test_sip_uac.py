@@ -330,3 +330,72 @@ def test_a_second_2xx_from_a_fork_is_acked_and_hung_up() -> None:
     methods = [(m.method, m.uri) for m in sent if isinstance(m, Request)]
     assert methods == [("ACK", "sip:other@198.51.100.30"), ("BYE", "sip:other@198.51.100.30")]
     assert len([e for e in callee.events if isinstance(e, CallConfirmed)]) == 1 and callee.ended() == []
+
+
+def test_407_from_a_proxy_then_the_callee_answers_and_a_repeated_challenge_fails_with_407() -> None:
+    # issue 14: a trunk's proxy challenges (407); the retry carries Proxy-Authorization, the callee answers
+    server = DigestServer("proxy.example", [Credentials("acct", "pw")], secret=b"p" * 32, proxy=True)
+    callee, call, invite = start(credentials=Credentials("acct", "pw"))
+    ack, retry = callee.reply(invite, 407, 50 * MS, headers=server.challenge(0))
+    assert isinstance(ack, Request) and ack.method == "ACK" and ack.headers.get("CSeq") == "1 ACK"
+    assert isinstance(retry, Request) and retry.headers.get("CSeq") == "2 INVITE"
+    fields = retry.headers.get_fields("Proxy-Authorization")
+    assert server.verify("INVITE", retry.uri, fields, 60 * MS, retry.body) == AuthOk("acct")
+    callee.reply(retry, 180, 100 * MS)
+    callee.answer(retry, S)
+    assert [e.call for e in callee.events if isinstance(e, CallConfirmed)] == [call]
+    # the same nonce challenged again: the credentials are refused, the call fails with the proxy's status
+    refused, _, again = start(credentials=Credentials("acct", "wrong"))
+    challenge = server.challenge(0)
+    retry = refused.reply(again, 407, 50 * MS, headers=challenge)[-1]
+    assert isinstance(retry, Request)
+    refused.reply(retry, 407, 60 * MS, headers=challenge)
+    [ended] = refused.ended()
+    assert ended.status_code == 407 and refused.ua.stats["auth_refused"] == 1
+
+
+SRTP_ANSWER = ANSWER_SDP.replace("RTP/AVP 0 101", "RTP/SAVP 0 101") + (
+    "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:WVNfX19zZW1jdGwgKCkgewkyMjA7fQp9CnVubGVz\r\n"
+)
+
+
+def test_an_outbound_srtp_offer_carries_sdes_keys_and_the_answer_agrees_them() -> None:
+    # issue 14: `call --srtp offer` over TLS (the shell only asks for SRTP on a TLS call: sip.tls.sdes_policy)
+    local = LocalMedia(address="192.0.2.1", port=30000, session_id=77, srtp="optional")
+    ua = UserAgent(UaConfig(host="192.0.2.1", port=5060, tls_port=5061), rng=random.Random(4))
+    callee = Callee(ua)
+    call = ua.dial("sips:+15550001@trunk.example.com", local, 0)
+    (invite,) = callee.collect()
+    assert isinstance(invite, Request)
+    assert callee.sent[0][0] == ("trunk.example.com", 5061) and "SIP/2.0/TLS" in (
+        invite.headers.get("Via") or ""
+    )
+    body = invite.body.decode()
+    assert "m=audio 30000 RTP/AVP " in body  # offer: best effort, plain RTP/AVP with a=crypto lines
+    assert "a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:" in body
+    assert "a=crypto:2 AES_CM_128_HMAC_SHA1_32 inline:" in body
+    callee.reply(invite, 180, 10 * MS)
+    callee.reply(
+        invite,
+        200,
+        S,
+        headers=(("Contact", "<sip:callee@198.51.100.21:5071;transport=tls>"),),
+        body=SRTP_ANSWER,
+    )
+    (confirmed,) = [e for e in callee.events if isinstance(e, CallConfirmed)]
+    assert confirmed.call == call and confirmed.media is not None and confirmed.media.srtp is not None
+    keys = confirmed.media.srtp
+    assert keys.suite == "AES_CM_128_HMAC_SHA1_80" and keys.tag == 1
+    assert keys.local_key != keys.remote_key and len(keys.local_key) == len(keys.remote_key) == 30
+
+
+def test_srtp_required_offers_rtp_savp_and_a_plain_answer_leaves_no_media() -> None:
+    local = LocalMedia(address="192.0.2.1", port=30000, session_id=77, srtp="required")
+    ua = UserAgent(UaConfig(host="192.0.2.1", port=5060), rng=random.Random(4))
+    callee = Callee(ua)
+    ua.dial("sips:+15550001@trunk.example.com", local, 0)
+    (invite,) = callee.collect()
+    assert isinstance(invite, Request) and b"m=audio 30000 RTP/SAVP " in invite.body
+    callee.answer(invite, S)  # a plain RTP/AVP answer: nothing usable was agreed
+    (confirmed,) = [e for e in callee.events if isinstance(e, CallConfirmed)]
+    assert confirmed.media is None  # (the native shell hangs such a call up: "no usable SDP answer")

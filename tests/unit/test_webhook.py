@@ -468,3 +468,53 @@ def test_serve_refuses_a_webhook_without_its_secret(tmp_path: Path, monkeypatch:
     )
     assert result.exit_code == 2 and "https" in result.output and SECRET not in result.output
     assert SECRET_ENV in runner.invoke(main, ["serve", "--help"]).output
+
+
+# --- issue 15: the call's events ---
+
+
+async def test_events_are_posted_signed_with_their_name_and_a_key_per_event(apps) -> None:
+    from bridge.records import CallEnded, CallInfo, CallRecord, CallStarted, Cut, UsageRecord, Utterance
+
+    app = apps(json_answer({"ok": True}))
+    port = await app.start()
+    client = WebhookClient(config(port), wall=lambda: 1_700_000_000.0)
+    info = CallInfo(
+        "call-7", "abc@127.0.0.1", "sip:alice@127.0.0.1", "sip:sales@127.0.0.1", "sales", "x", None, "echo"
+    )
+    cut = Cut(7490, "local_vad", (("out-2", 2360),))
+    record = CallRecord(
+        info,
+        1.0,
+        9.5,
+        "caller",
+        "200 OK",
+        200,
+        ("conn-1",),
+        (),
+        (),
+        {},
+        UsageRecord(1.0, 0, 0, True),
+        1,
+        2,
+        3,
+        1,
+    )
+    events = [
+        CallStarted(info, 1.0),
+        Utterance("call-7", 2, "assistant", "It shipped", 5120, 7480, 2360, cut),
+        CallEnded(record),
+    ]
+    results = [await client.deliver_event(event, "call-7") for event in events]
+    assert all(r.status == 200 and r.problem is None and r.attempts == 1 for r in results)
+    assert [r.headers["x-parlora-event"] for r in app.requests] == ["call_started", "utterance", "call_ended"]
+    keys = [r.headers["idempotency-key"] for r in app.requests]
+    assert keys == [f"{INSTANCE_ID}/call-7/{k}" for k in ("call_started", "utterance-2", "call_ended")]
+    for got in app.requests:
+        expected = hmac.new(SECRET.encode(), b"1700000000." + got.body, hashlib.sha256).hexdigest()
+        assert got.headers["x-parlora-signature"] == f"sha256={expected}"
+    bodies = [json.loads(r.body) for r in app.requests]
+    assert bodies[0]["call"]["called"] == "sales" and "job_id" not in bodies[0]
+    assert bodies[1]["cut"] == {"at_ms": 7490, "source": "local_vad", "items": [["out-2", 2360]]}
+    assert bodies[1]["interrupted"] is True and bodies[1]["heard_ms"] == 2360
+    assert bodies[2]["record"]["usage"]["complete"] is True and bodies[2]["record"]["sip_status"] == 200

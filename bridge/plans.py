@@ -1,0 +1,109 @@
+"""Which provider each call connects to (issue 15: a provider per config route).
+
+`ProviderPlans` holds the server's default plan — the provider, key, URL and adapter options of `ServerConfig`
+with the rollover options scaled from that provider's cap — and one plan per `ProviderEndpoint` a config route
+names (`ServerConfig.route_providers`). A call whose `CallSetup.provider` names one of them connects there; any
+other call (no route, a route without a provider) takes the default. Plans are built once at start, so a
+route's missing key or impossible turn mode refuses the server's start, never a call.
+
+The echo provider is the embedded GPT-Live fake: it is started (once) when the default or any route uses echo
+without a URL, and `embed(url)` points every echo plan at it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from bridge.providers import KINDS, ProviderChoice
+from bridge.rollover import RolloverOptions
+from providers.base import SessionSettings
+
+if TYPE_CHECKING:
+    from bridge.api import ServerConfig
+
+ECHO = "echo"
+ECHO_LOCAL_KEY = "echo-local"  # the embedded fake accepts any bearer token; this one is not a secret
+
+Plan = tuple[ProviderChoice, RolloverOptions | None]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEndpoint:
+    """A provider a config route names, besides the default: its key (read from the environment variable the
+    file names; never logged), URL, adapter options and rollover options ("default": from its cap)."""
+
+    name: str  # a name in bridge.providers.KINDS, or "echo"
+    key: str | None
+    url: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+    rollover: RolloverOptions | None | str = "default"
+
+
+def provider_plan(config: ServerConfig) -> Plan:
+    """The provider of `config` and the rollover options scaled from its cap; ValueError for a key that is
+    missing or a turn mode the provider cannot do."""
+    embedded = config.provider == ECHO
+    kind = KINDS["openai-live" if embedded else config.provider]
+    key = ECHO_LOCAL_KEY if embedded else config.key
+    if key is None:
+        raise ValueError(f"provider {kind.name} needs an API key")
+    client_turns = config.turn_detection == "client"
+    if client_turns and not kind.client_commits():
+        raise ValueError(
+            f"provider {kind.name} cannot switch turn detection off (turn detection 'client' "
+            "needs openai-realtime or xai)"
+        )
+    choice = ProviderChoice(
+        kind, key, config.provider_url, SessionSettings(), config.limits, config.provider_options
+    )
+    rollover = config.rollover
+    options = (
+        RolloverOptions.for_cap(kind.session_cap_ms) if isinstance(rollover, str) else rollover
+    )  # "default"
+    if options is not None and options.client_commits != client_turns:
+        options = replace(options, client_commits=client_turns)  # RO5 follows the turn mode
+    return choice, options
+
+
+class ProviderPlans:
+    """The default plan and one per route provider (see the module docstring)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.default = provider_plan(config)
+        self._default_echo = config.provider == ECHO and config.provider_url is None
+        self._named: dict[str, Plan] = {}
+        for ep in config.route_providers:
+            self._named[ep.name] = provider_plan(
+                replace(
+                    config,
+                    provider=ep.name,
+                    key=ep.key,
+                    provider_url=ep.url,
+                    provider_options=ep.options,
+                    rollover=ep.rollover,
+                )
+            )
+        self._route_echo = any(ep.name == ECHO and ep.url is None for ep in config.route_providers)
+
+    @property
+    def embedded(self) -> bool:
+        """Some plan is the embedded echo fake: the server starts it."""
+        return self._default_echo or self._route_echo
+
+    def embed(self, url: str) -> None:
+        """The embedded fake listens at `url`: every echo plan connects there."""
+        if self._default_echo:
+            self.default = replace(self.default[0], url=url), self.default[1]
+        if self._route_echo:
+            choice, rollover = self._named[ECHO]
+            self._named[ECHO] = replace(choice, url=url), rollover
+
+    def for_call(self, provider: str | None) -> Plan:
+        """The plan of a call whose setup named `provider` (None or an unknown name: the default)."""
+        if provider is None:
+            return self.default
+        return self._named.get(provider, self.default)
+
+    def names(self) -> list[str]:
+        return list(self._named)

@@ -1,0 +1,501 @@
+"""Application events and the call record (issue 15): what the application, the webhook and the CDR are told.
+
+`RecordBuilder` is a sans-I/O core fed the session's existing notices (bridge/commands.py: `Transcript`,
+`BargedIn`, `RecoveryChanged`, `RolloverChanged`) with `now`, and reading the carrier ledger (rtp/ledger.py)
+for what was actually transmitted to the caller. It returns the events in order:
+
+- `CallStarted`: once, when the call's session begins (identity, route, provider).
+- `Utterance`: each caller utterance (its final transcript; start and end on the session timeline) and each
+  assistant utterance. An assistant utterance is timed by the ledger, never by the model's text: its start and
+  end are when its first and last frames were handed to the carrier, and `heard_ms` is how much of it left.
+  When the caller barged in, `cut` says when (session ms) and how far each interrupted item had been
+  transmitted at that moment (`BargedIn.heard`, read from the ledger by bridge/barrier.py).
+- `CallEnded`: the `CallRecord` — duration, who hung up and why, SIP status, provider and connections used,
+  recoveries and rollovers, QoS (`status()["qos"]`) and usage with `complete` (HR12, bridge/usage.py).
+
+An assistant utterance opens with its first transcript (or with the first frame a barge-in cuts) and closes
+when the caller barges in, or once nothing of it has been transmitted for `quiet_ms` (the timer: the builder
+has `next_deadline()` and `handle_timer(now)`), or at the end of the call. Each ledger item belongs to one
+utterance.
+
+Every event has `to_json()`: the webhook's body and, for the record, the CDR line (`CallRecord.cdr_line`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from bridge.commands import BargedIn, RecoveryChanged, RolloverChanged, Transcript
+from bridge.connections import connection_id
+from rtp.audio import FRAME_MS
+from rtp.ledger import ItemProgress, LedgerEntry
+from sip.leg import CallIdentity
+
+_NS_PER_MS = 1_000_000
+FRAME_NS = FRAME_MS * _NS_PER_MS
+
+FINAL_MESSAGE_ITEM = (
+    "final-message"  # bridge/reservoir.py: the closing message, not an utterance of the model
+)
+
+RECORD_NOTICES = (Transcript, BargedIn, RecoveryChanged, RolloverChanged)
+"""The notice types the builder reads (a shell may drop every other notice before queueing it)."""
+
+
+class LedgerView(Protocol):
+    """What the builder reads of the carrier ledger (rtp.ledger.CarrierLedger)."""
+
+    @property
+    def frames_transmitted(self) -> int: ...
+
+    def entries(self, item_id: str | None = None) -> list[LedgerEntry]: ...
+
+    def progress(self, item_id: str) -> ItemProgress | None: ...
+
+
+# --- the events ---
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """Who called whom: the call's identity as the SIP engine reported it, its route and provider."""
+
+    call_id: str
+    sip_call_id: str
+    from_uri: str
+    to_uri: str
+    called: str
+    source: str
+    route: str | None
+    provider: str
+
+    @classmethod
+    def of(cls, identity: CallIdentity, *, route: str | None, provider: str) -> CallInfo:
+        return cls(
+            identity.call_id,
+            identity.sip_call_id,
+            identity.from_uri,
+            identity.to_uri,
+            identity.request_user,
+            identity.source,
+            route,
+            provider,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "call_id": self.call_id,
+            "sip_call_id": self.sip_call_id,
+            "from": self.from_uri,
+            "to": self.to_uri,
+            "called": self.called,
+            "source": self.source,
+            "route": self.route,
+            "provider": self.provider,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CallStarted:
+    call: CallInfo
+    started_at: float  # unix time (s) the session began
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": "call_started", "call": self.call.to_json(), "started_at": self.started_at}
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """An assistant utterance the caller interrupted: when, and what had been transmitted by then."""
+
+    at_ms: int  # the barge-in, on the session timeline
+    source: str  # "provider" (its speech-started / interrupted event) or "local_vad"
+    items: tuple[tuple[str, int], ...]  # each interrupted item and the ms of it transmitted (the ledger)
+
+
+@dataclass(frozen=True, slots=True)
+class Utterance:
+    """One caller or assistant utterance. Times are ms on the session timeline (None: not known)."""
+
+    call_id: str
+    seq: int  # 1, 2, ... in the order the utterances were complete
+    role: Literal["caller", "assistant"]
+    text: str
+    start_ms: int | None
+    end_ms: int | None
+    heard_ms: int = 0  # assistant: audio of it transmitted to the carrier (ledger frames x 20 ms)
+    cut: Cut | None = None  # assistant: the barge-in that cut it
+
+    @property
+    def interrupted(self) -> bool:
+        return self.cut is not None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "event": "utterance",
+            "call_id": self.call_id,
+            "seq": self.seq,
+            "role": self.role,
+            "text": self.text,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+        }
+        if self.role == "assistant":
+            cut = self.cut
+            body["heard_ms"] = self.heard_ms
+            body["interrupted"] = cut is not None
+            body["cut"] = (
+                None
+                if cut is None
+                else {"at_ms": cut.at_ms, "source": cut.source, "items": [list(i) for i in cut.items]}
+            )
+        return body
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryEntry:
+    connection_id: str  # the replacement connection
+    cause: str
+    outcome: Literal["recovered", "failed", "interrupted", "unfinished"]
+    duration_ms: int | None  # from the condition to the outcome (None: the call ended first)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloverEntry:
+    connection_id: str  # the next connection (for a refusal: the one that could not be replaced)
+    outcome: Literal["completed", "failed", "refused", "unfinished"]
+    at_ms: int  # the outcome (or, unfinished, the opening) on the session timeline
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    audio_seconds: float | None
+    input_tokens: int
+    output_tokens: int
+    complete: bool  # every connection's usage was finalised by the provider (HR12)
+
+    @classmethod
+    def of(cls, usage: Mapping[str, Any]) -> UsageRecord:
+        seconds = usage.get("audio_seconds")
+        return cls(
+            float(seconds) if isinstance(seconds, int | float) else None,
+            int(usage.get("input_tokens") or 0),
+            int(usage.get("output_tokens") or 0),
+            bool(usage.get("complete", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """What the shell knows at the end of a call (bridge/session.py `CallSummary` and the final status)."""
+
+    duration_s: float
+    ended_by: str  # "caller", "bridge", "provider" or "unknown"
+    reason: str
+    sip_status: int  # 200 for an answered call, else the final response the caller got
+    status: Mapping[str, Any]  # the session's final status(): its "qos" and "usage"
+    frames_in: int
+    frames_out: int
+    recording: str | None = None  # the WAV file (`--record`)
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    call: CallInfo
+    started_at: float  # unix s
+    duration_s: float
+    ended_by: str
+    reason: str
+    sip_status: int
+    connections: tuple[str, ...]  # every provider connection opened, in order ("conn-1", ...)
+    recoveries: tuple[RecoveryEntry, ...]
+    rollovers: tuple[RolloverEntry, ...]
+    qos: Mapping[str, Any]
+    usage: UsageRecord
+    frames_in: int
+    frames_out: int  # frames transmitted to the carrier (the ledger)
+    utterances: int
+    barge_ins: int
+    recording: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "call": self.call.to_json(),
+            "started_at": self.started_at,
+            "duration_s": round(self.duration_s, 3),
+            "ended_by": self.ended_by,
+            "reason": self.reason,
+            "sip_status": self.sip_status,
+            "provider": self.call.provider,
+            "connections": {"count": len(self.connections), "ids": list(self.connections)},
+            "recoveries": {
+                "count": len(self.recoveries),
+                "items": [
+                    {
+                        "connection_id": r.connection_id,
+                        "cause": r.cause,
+                        "outcome": r.outcome,
+                        "duration_ms": r.duration_ms,
+                    }
+                    for r in self.recoveries
+                ],
+            },
+            "rollovers": {
+                "count": sum(1 for r in self.rollovers if r.outcome == "completed"),
+                "items": [
+                    {
+                        "connection_id": r.connection_id,
+                        "outcome": r.outcome,
+                        "at_ms": r.at_ms,
+                        "detail": r.detail,
+                    }
+                    for r in self.rollovers
+                ],
+            },
+            "qos": dict(self.qos),
+            "usage": {
+                "audio_seconds": self.usage.audio_seconds,
+                "input_tokens": self.usage.input_tokens,
+                "output_tokens": self.usage.output_tokens,
+                "complete": self.usage.complete,
+            },
+            "frames_in": self.frames_in,
+            "frames_out": self.frames_out,
+            "utterances": self.utterances,
+            "barge_ins": self.barge_ins,
+            "recording": self.recording,
+        }
+
+    def cdr_line(self) -> str:
+        """One line of `--cdr FILE`: the record as compact JSON (no newline inside)."""
+        return json.dumps(self.to_json(), separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnded:
+    record: CallRecord
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": "call_ended", "call_id": self.record.call.call_id, "record": self.record.to_json()}
+
+
+AppEvent = CallStarted | Utterance | CallEnded
+
+
+# --- the builder ---
+
+
+@dataclass(slots=True)
+class _Assistant:
+    """The assistant utterance being heard now."""
+
+    opened_ms: int
+    last_text_ns: int
+    parts: list[str] = field(default_factory=list)
+    final_text: str | None = None
+    items: dict[str, None] = field(default_factory=dict)  # ledger items, in order
+
+
+class RecordBuilder:
+    """One call's events and record (see the module docstring). Feed `notice(n, now)`; call `handle_timer`
+    at `next_deadline()`; `finish(outcome, now)` gives the last events and the record."""
+
+    def __init__(
+        self,
+        call: CallInfo,
+        *,
+        ledger: LedgerView,
+        start_ns: int,
+        started_at: float,
+        first_token: int = 1,
+        quiet_ms: int = 600,
+    ) -> None:
+        self.call = call
+        self._ledger = ledger
+        self._start_ns = start_ns
+        self._started_at = started_at
+        self._quiet_ns = quiet_ms * _NS_PER_MS
+        self._seen_ns = start_ns - 1  # ledger entries up to here have been given to an utterance
+        self._claimed: set[str] = set()  # ledger items already given to an utterance
+        self._open: _Assistant | None = None
+        self._seq = 0
+        self.barge_ins = 0
+        self.connections: dict[str, None] = {connection_id(first_token): None}
+        self._recoveries: dict[int, tuple[str, str, int]] = {}  # token -> (cause, stage, elapsed)
+        self._rollovers: list[RolloverEntry] = []
+        self._opening: dict[str, int] = {}  # rollover connections opening -> at_ms
+
+    def started(self) -> CallStarted:
+        return CallStarted(self.call, self._started_at)
+
+    def _ms(self, ns: int) -> int:
+        return (ns - self._start_ns) // _NS_PER_MS
+
+    def _next(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # --- inputs ---
+
+    def notice(self, notice: object, now: int) -> list[AppEvent]:
+        """One of the session's notices; anything the builder does not read is ignored."""
+        out: list[AppEvent] = []
+        if isinstance(notice, Transcript):
+            if notice.role == "caller":
+                if notice.final and notice.text.strip():
+                    out.append(
+                        Utterance(
+                            self.call.call_id,
+                            self._next(),
+                            "caller",
+                            notice.text.strip(),
+                            notice.at_ms,
+                            notice.end_ms,
+                        )
+                    )
+            else:
+                self._assistant_text(notice, now, out)
+        elif isinstance(notice, BargedIn):
+            self._barged_in(notice, now, out)
+        elif isinstance(notice, RecoveryChanged):
+            self.connections.setdefault(connection_id(notice.token), None)
+            if notice.stage not in ("awaiting_user",):
+                self._recoveries[notice.token] = (notice.cause, notice.stage, notice.elapsed_ms)
+        elif isinstance(notice, RolloverChanged):
+            self._rollover(notice)
+        return out
+
+    def _assistant_text(self, notice: Transcript, now: int, out: list[AppEvent]) -> None:
+        current = self._open
+        if current is not None and current.final_text is not None:  # a new reply after a final transcript
+            self._scan(current, now)
+            out.append(self._close(current, None))
+            current = None
+        if current is None:
+            current = self._open = _Assistant(notice.at_ms, now)
+        current.last_text_ns = now
+        if notice.final:
+            current.final_text = notice.text
+        else:
+            current.parts.append(notice.text)
+
+    def _barged_in(self, notice: BargedIn, now: int, out: list[AppEvent]) -> None:
+        self.barge_ins += 1
+        if not notice.cleared_ms and not notice.heard:
+            return  # nothing was playing: nothing was cut
+        current = self._open or _Assistant(notice.at_ms, now)
+        self._scan(current, now)
+        for item, _ in notice.heard:
+            if item not in self._claimed:
+                current.items.setdefault(item, None)
+        out.append(self._close(current, Cut(notice.at_ms, notice.source, notice.heard)))
+
+    def _rollover(self, notice: RolloverChanged) -> None:
+        cid = notice.connection_id
+        if notice.what == "opening":
+            self.connections.setdefault(cid, None)
+            self._opening[cid] = notice.at_ms
+        elif notice.what == "floor":
+            self._opening.pop(cid, None)
+            self._rollovers.append(RolloverEntry(cid, "completed", notice.at_ms, notice.detail))
+        elif notice.what in ("failed", "refused"):
+            self._opening.pop(cid, None)
+            outcome: Literal["failed", "refused"] = "failed" if notice.what == "failed" else "refused"
+            self._rollovers.append(RolloverEntry(cid, outcome, notice.at_ms, notice.detail))
+
+    # --- the timer: an assistant utterance whose audio is over ---
+
+    def next_deadline(self) -> int | None:
+        current = self._open
+        if current is None:
+            return None
+        return max(current.last_text_ns, self._last_frame_ns(current)) + self._quiet_ns
+
+    def handle_timer(self, now: int) -> list[AppEvent]:
+        current = self._open
+        if current is None:
+            return []
+        self._scan(current, now)
+        if now < max(current.last_text_ns, self._last_frame_ns(current)) + self._quiet_ns:
+            return []
+        return [self._close(current, None)]
+
+    def _last_frame_ns(self, current: _Assistant) -> int:
+        ends = [p.last_ns for item in current.items if (p := self._ledger.progress(item)) is not None]
+        return max(ends, default=0)
+
+    def _scan(self, current: _Assistant, until: int) -> None:
+        """Give the ledger items transmitted since the last look (and by `until`) to the open utterance."""
+        entries = self._ledger.entries()
+        seen, claimed = self._seen_ns, self._claimed
+        for entry in entries:
+            if seen < entry.transmitted_ns <= until and entry.item_id not in claimed:
+                if entry.item_id != FINAL_MESSAGE_ITEM:
+                    current.items.setdefault(entry.item_id, None)
+        if entries:
+            self._seen_ns = max(seen, min(until, entries[-1].transmitted_ns))
+
+    def _close(self, current: _Assistant, cut: Cut | None) -> Utterance:
+        self._open = None
+        progress = [p for item in current.items if (p := self._ledger.progress(item)) is not None]
+        self._claimed.update(current.items)
+        text = current.final_text if current.final_text is not None else "".join(current.parts)
+        if progress:
+            start: int | None = self._ms(min(p.first_ns for p in progress))
+            end: int | None = self._ms(max(p.last_ns for p in progress) + FRAME_NS)
+        else:
+            start = end = None
+        heard = sum(p.frames for p in progress) * FRAME_MS
+        return Utterance(self.call.call_id, self._next(), "assistant", text.strip(), start, end, heard, cut)
+
+    # --- the end ---
+
+    def finish(self, outcome: CallOutcome, now: int) -> tuple[list[AppEvent], CallRecord]:
+        """The call is over: the open utterance (if any) and the record. Call it once."""
+        out: list[AppEvent] = []
+        if self._open is not None:
+            self._scan(self._open, now)
+            out.append(self._close(self._open, None))
+        recoveries = tuple(
+            RecoveryEntry(
+                connection_id(token),
+                cause,
+                _RECOVERY_OUTCOMES.get(stage, "unfinished"),
+                elapsed if stage in _RECOVERY_OUTCOMES else None,
+            )
+            for token, (cause, stage, elapsed) in self._recoveries.items()
+        )
+        unfinished = tuple(RolloverEntry(cid, "unfinished", at) for cid, at in self._opening.items())
+        status = outcome.status
+        qos = status.get("qos")
+        usage = status.get("usage")
+        record = CallRecord(
+            call=self.call,
+            started_at=self._started_at,
+            duration_s=outcome.duration_s,
+            ended_by=outcome.ended_by,
+            reason=outcome.reason,
+            sip_status=outcome.sip_status,
+            connections=tuple(self.connections),
+            recoveries=recoveries,
+            rollovers=(*self._rollovers, *unfinished),
+            qos=dict(qos) if isinstance(qos, Mapping) else {},
+            usage=UsageRecord.of(usage if isinstance(usage, Mapping) else {}),
+            frames_in=outcome.frames_in,
+            frames_out=outcome.frames_out,
+            utterances=self._seq,
+            barge_ins=self.barge_ins,
+            recording=outcome.recording,
+        )
+        return out, record
+
+
+_RECOVERY_OUTCOMES: dict[str, Literal["recovered", "failed", "interrupted"]] = {
+    "done": "recovered",
+    "failed": "failed",
+    "interrupted": "interrupted",
+}

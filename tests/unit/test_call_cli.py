@@ -1,0 +1,90 @@
+"""`parlora-bridge call` (issue 14): serve's provider and trunk options, the same click.Option objects, build
+the server the call is placed through (native engine, one call slot, the digest user and password)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from bridge import cli
+from bridge.api import Server
+
+
+@pytest.fixture
+def placed(monkeypatch: pytest.MonkeyPatch) -> list[tuple[Server, str, dict[str, Any]]]:
+    calls: list[tuple[Server, str, dict[str, Any]]] = []
+
+    async def fake_place(server: Server, target: str, **kwargs: Any) -> int:
+        calls.append((server, target, kwargs))
+        return 0
+
+    monkeypatch.setattr(cli, "place_call", fake_place)
+    return calls
+
+
+def test_call_shares_serves_option_objects() -> None:
+    serve_params = {p.name: p for p in cli.serve.params}
+    call_params = {p.name: p for p in cli.call_command.params}
+    for name in ("provider", "instructions", "webhook_url", "srtp", "tls", "max_call_duration", "rtp_port"):
+        assert call_params[name] is serve_params[name]  # one definition, not a copy
+    # restated with call's own default and words: any free port, the digest user for challenges
+    assert (
+        call_params["sip_addr"].default == "127.0.0.1:0" and serve_params["sip_addr"].default != "127.0.0.1:0"
+    )
+    assert "401/407" in (call_params["auth_user"].help or "")
+    assert "register" not in call_params and "http_addr" not in call_params  # serve's own
+
+
+def test_call_builds_the_server_from_the_shared_options(
+    placed: list[tuple[Server, str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PARLORA_SIP_PASSWORD", "pw-acct")
+    args = [
+        "call",
+        "sip:+15550001@127.0.0.1:5999",
+        "--auth-user",
+        "acct",
+        "--from",
+        "sip:acct@trunk.example",
+        "--ring-timeout",
+        "12",
+        "--instructions",
+        "Confirm the order.",
+        "--srtp",
+        "offer",
+        "--max-call-duration",
+        "120",
+        "--end-call-tool",
+    ]
+    result = CliRunner().invoke(cli.main, args)
+    assert result.exit_code == 0, result.output
+    [(server, target, kwargs)] = placed
+    c = server.config
+    assert target == "sip:+15550001@127.0.0.1:5999"
+    assert kwargs == {"from_uri": "sip:acct@trunk.example", "ring_timeout_s": 12.0}
+    assert (c.engine, c.max_calls, c.sip, c.provider) == ("native", 1, ("127.0.0.1", 0), "echo")
+    assert (c.auth_user, c.register_password, c.register) == ("acct", "pw-acct", ())
+    assert c.instructions == "Confirm the order." and c.telephony.end_call
+    assert c.srtp == "optional" and c.max_call_duration_s == 120.0
+
+
+def test_call_refuses_a_target_that_is_not_a_sip_uri(
+    placed: list[tuple[Server, str, dict[str, Any]]],
+) -> None:
+    for target in ("tel:+15550001", "sip:trunk.example.com", "not a uri"):
+        result = CliRunner().invoke(cli.main, ["call", target])
+        assert result.exit_code == 2 and "TARGET" in result.output, result.output
+    assert placed == []
+
+
+def test_call_refuses_options_that_do_not_fit_as_serve_does(
+    placed: list[tuple[Server, str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("XAI_API_KEY", raising=False)
+    result = CliRunner().invoke(cli.main, ["call", "sip:1@127.0.0.1", "--tls", "127.0.0.1:5061"])
+    assert result.exit_code == 2 and "--tls needs --cert FILE and --key FILE" in result.output
+    result = CliRunner().invoke(cli.main, ["call", "sip:1@127.0.0.1", "--provider", "xai"])
+    assert result.exit_code == 2 and "XAI_API_KEY" in result.output
+    assert placed == []

@@ -1,0 +1,111 @@
+"""Issue 15: what `/metrics` takes from the engine at each scrape (bridge/observe.py `CallObserver.scrape`) and
+the provider connect time the session reports (bridge/session.py `ProviderLinks.timed_connect`)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from bridge.metrics import BridgeMetrics
+from bridge.observe import CallObserver
+from bridge.session import ProviderLinks
+from providers.events import SessionStarted
+
+
+def _value(m: BridgeMetrics, name: str, **labels: str) -> float:
+    for family in text_string_to_metric_families(m.render().decode()):
+        for s in family.samples:
+            if s.name == name and s.labels == labels:
+                return float(s.value)
+    return 0.0
+
+
+class _Engine:
+    """The native engine's two reports, as plain data."""
+
+    def __init__(self) -> None:
+        self.counters: dict[str, int] = {}
+        self.policy: dict[str, int] = {}
+        self.registrations: list[dict[str, object]] = []
+
+    def stats(self) -> dict[str, int]:
+        return dict(self.counters)
+
+    def sip_status(self) -> dict[str, object]:
+        return {"policy": {"counters": dict(self.policy)}, "registrations": list(self.registrations)}
+
+
+def test_engine_refusals_and_responses_move_by_their_delta_at_each_scrape() -> None:
+    obs, engine = CallObserver(), _Engine()
+    engine.counters = {"invite_503_draining": 2, "options_503_draining": 1, "method_405": 1, "calls": 9}
+    obs.scrape(engine)
+    engine.counters["invite_503_draining"] = 5  # three more since the last scrape
+    engine.counters["invite_503_max_calls"] = 1
+    engine.counters["invite_488"] = 1
+    engine.policy = {"scanner": 2, "auth_failed": 1, "auth_ok": 7}
+    obs.scrape(engine)
+    obs.scrape(engine)  # nothing new: nothing counted twice
+    m = obs.metrics
+    assert _value(m, "parlora_refusals_total", reason="draining") == 6
+    assert _value(m, "parlora_refusals_total", reason="max_calls") == 1
+    assert _value(m, "parlora_refusals_total", reason="no_common_codec") == 1
+    assert _value(m, "parlora_refusals_total", reason="blocked_user_agent") == 2
+    assert _value(m, "parlora_refusals_total", reason="auth_failed") == 1
+    assert _value(m, "parlora_sip_responses_sent_total", code="503") == 7
+    assert _value(m, "parlora_sip_responses_sent_total", code="405") == 1
+    assert _value(m, "parlora_sip_responses_sent_total", code="488") == 1
+
+
+def test_registrations_by_state_follow_the_engine() -> None:
+    obs, engine = CallObserver(), _Engine()
+    engine.registrations = [{"aor": "sip:bridge@pbx", "state": "registering"}]
+    obs.scrape(engine)
+    assert _value(obs.metrics, "parlora_registrations", trunk="sip:bridge@pbx", state="registering") == 1
+    engine.registrations = [{"aor": "sip:bridge@pbx", "state": "registered"}]
+    obs.scrape(engine)
+    m = obs.metrics
+    assert _value(m, "parlora_registrations", trunk="sip:bridge@pbx", state="registered") == 1
+    assert _value(m, "parlora_registrations", trunk="sip:bridge@pbx", state="registering") == 0
+
+
+def test_the_media_clock_counters_become_pacing_metrics() -> None:
+    obs, engine = CallObserver(), _Engine()
+    engine.counters = {"clock_slots_served": 100, "clock_slots_skipped": 1, "clock_late_ticks": 3}
+    engine.counters["clock_max_lateness_us"] = 2500
+    obs.scrape(engine)
+    engine.counters["clock_slots_served"] = 150
+    obs.scrape(engine)
+    m = obs.metrics
+    assert _value(m, "parlora_pacing_ticks_total", outcome="served") == 150
+    assert _value(m, "parlora_pacing_ticks_total", outcome="skipped") == 1
+    assert _value(m, "parlora_pacing_ticks_total", outcome="late") == 3
+    assert _value(m, "parlora_pacing_max_lateness_seconds") == 0.0025
+
+
+def test_an_engine_without_counters_is_left_alone() -> None:
+    obs = CallObserver()
+    obs.scrape(None)
+    obs.scrape(object())
+    assert _value(obs.metrics, "parlora_refusals_total", reason="draining") == 0
+
+
+class _Provider:
+    name = "xai"
+    token = 1
+
+    async def connect(self) -> SessionStarted:
+        await asyncio.sleep(0)
+        return SessionStarted(1, "s-1")
+
+
+def test_provider_connect_time_reaches_the_histogram() -> None:
+    m = BridgeMetrics()
+    links = ProviderLinks.__new__(ProviderLinks)  # only timed_connect is exercised
+    links.on_connected = m.provider_connected
+    provider: Any = _Provider()
+    started = asyncio.run(links.timed_connect(provider))
+    assert started.session_id == "s-1"
+    assert _value(m, "parlora_provider_connect_seconds_count", provider="xai") == 1
+    assert _value(m, "parlora_provider_connect_seconds_bucket", provider="xai", le="+Inf") == 1
