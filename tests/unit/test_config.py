@@ -516,3 +516,27 @@ def test_compose_bridge_command_passes_serves_checks(monkeypatch: pytest.MonkeyP
     assert server.config.http_token == env["PARLORA_HTTP_TOKEN"]
     grace = int(str(service["stop_grace_period"]).rstrip("s"))
     assert server.config.drain_timeout_s < grace  # the drain ends before compose kills the container
+
+
+def test_docker_compose_config_accepts_the_compose_file() -> None:
+    """`docker-compose config` (the Debian package; it needs no container engine) parses and validates the
+    file against the compose schema; a typo in a key or a bad interpolation fails here."""
+    import shutil
+    import subprocess
+
+    import yaml
+
+    exe = shutil.which("docker-compose")
+    if exe is None:
+        pytest.skip("docker-compose is not installed (tests/run.sh installs it)")
+    done = subprocess.run(
+        [exe, "-f", str(REPO / "docker-compose.yml"), "config"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    resolved = yaml.safe_load(done.stdout)
+    assert {"asterisk", "bridge"} <= set(resolved["services"]), resolved["services"].keys()
