@@ -19,7 +19,7 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
     rtp_packets_total{direction}                 RTP packets received (in) and sent (out)
     rtp_packets_lost_total, rtp_packets_late_total, rtp_frames_concealed_total
     rtp_jitter_seconds                           the caller stream's interarrival jitter (RFC 3550), sampled
-    pacing_lateness_seconds                      how late each outbound frame left after its 20 ms deadline
+    pacing_lateness_seconds                      how late the media clock's ticks came after their deadlines
                                                  (fed by an engine that reports lateness samples: none yet)
     pacing_ticks_total{outcome}                  the media clock's 20 ms slots: served, skipped, late
     pacing_max_lateness_seconds                  the media clock's worst lateness since start
@@ -33,11 +33,13 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from rtp.clock import LATENESS_BOUNDS_US
 
 # The classic text format every Prometheus version scrapes; every name here is a legacy-valid one, so the body
 # is the same as the 1.0.0 text format's.
@@ -67,7 +69,7 @@ REGISTRATION_STATES: tuple[RegistrationState, ...] = ("unregistered", "registeri
 
 # Bucket edges in seconds, chosen around what each figure is judged against.
 JITTER_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.2)  # a 20 ms frame; 120 ms bad
-PACING_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.04)  # late by a frame (20 ms) is a gap
+PACING_BUCKETS = tuple(us / 1e6 for us in LATENESS_BOUNDS_US)  # the media clock's own buckets (rtp/clock.py)
 CONNECT_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 RECOVERY_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0)  # HR5: within 5 s or fatal
 JOB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -120,7 +122,7 @@ class BridgeMetrics:
         )
         self._pacing = Histogram(
             f"{PREFIX}_pacing_lateness_seconds",
-            "How late outbound frames left after their absolute 20 ms deadline.",
+            "How late the media clock's ticks (each serves every call of its phase) came after their absolute deadlines.",
             buckets=PACING_BUCKETS,
             registry=r,
         )
@@ -227,6 +229,14 @@ class BridgeMetrics:
     def pacing(self, lateness_s: Iterable[float]) -> None:
         for value in lateness_s:
             self._pacing.observe(max(0.0, value))
+
+    def pacing_buckets(self, ticks: Mapping[float | None, int]) -> None:
+        """The media clock's new ticks per lateness bucket (its upper bound in s; None: over the last). Each is
+        observed at its bucket's bound, so `_bucket` counts are exact and `_sum` is an upper bound."""
+        for bound, count in ticks.items():
+            value = bound if bound is not None else 2 * PACING_BUCKETS[-1]
+            for _ in range(min(count, 1_000_000)):  # bounded work (an hour unscraped is 1.8 M ticks)
+                self._pacing.observe(value)
 
     def pacing_ticks(self, *, served: int = 0, skipped: int = 0, late: int = 0) -> None:
         """Add the media clock's slot counters' deltas (from the engine's counters, at a scrape)."""

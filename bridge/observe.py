@@ -201,6 +201,13 @@ class CallObserver:
                 skipped=grown_all.get("clock_slots_skipped", 0),
                 late=grown_all.get("clock_late_ticks", 0),
             )
+            self.metrics.pacing_buckets(
+                {
+                    (int(name.rsplit("_", 1)[1]) / 1e6 if not name.endswith("_inf") else None): grown
+                    for name, grown in grown_all.items()
+                    if name.startswith("clock_lateness_bucket_")
+                }
+            )
             if "clock_max_lateness_us" in stats:
                 self.metrics.pacing_max_lateness(stats["clock_max_lateness_us"] / 1e6)
             for name, grown in grown_all.items():

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from bisect import bisect_left
 from collections.abc import Callable
 from typing import Protocol
 
@@ -40,6 +41,11 @@ FRAME_NS = FRAME_MS * 1_000_000
 TIMER_SLACK_NS = 1_000_000  # the loop timer is armed this long after a deadline (uvloop: whole ms; see _arm)
 MEDIA_PHASES = 10  # what the native engine runs: phases 2 ms apart (issue 13; tests/bench/README.md)
 Clock = Callable[[], int]
+# How late a tick came after its deadline, counted per tick (every channel of the phase is served by it):
+# upper bounds in µs, the last bucket open. `stats()` gives `lateness_bucket_<µs>` (ticks late by more than
+# the bound before and at most this one; not cumulative) and `lateness_bucket_inf`.
+LATENESS_BOUNDS_US = (200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 40_000)
+_LATENESS_BOUNDS_NS = tuple(us * 1_000 for us in LATENESS_BOUNDS_US)
 
 
 class MediaChannel(Protocol):
@@ -80,6 +86,7 @@ class MediaClockShell:
         self.wakeups = 0
         # figures of phase cores that stopped (a phase whose last channel left), kept for stats()
         self._gone = [0, 0, 0, 0]  # slots served, slots skipped, late ticks, max lateness ns
+        self._lateness = [0] * (len(LATENESS_BOUNDS_US) + 1)  # ticks per lateness bucket
 
     @property
     def running(self) -> bool:
@@ -175,6 +182,8 @@ class MediaClockShell:
             "late_ticks": gone[2] + sum(c.late_ticks for c in cores),
             "max_lateness_us": max([gone[3], *(c.max_lateness_ns for c in cores)]) // 1000,
             "channel_errors": self.channel_errors,
+            **{f"lateness_bucket_{us}": n for us, n in zip(LATENESS_BOUNDS_US, self._lateness, strict=False)},
+            "lateness_bucket_inf": self._lateness[-1],
         }
 
     def _arm(self) -> None:
@@ -213,6 +222,7 @@ class MediaClockShell:
             if tick.due == 0:  # not due yet (or woke early against the injected clock: the loop's is coarser)
                 continue
             served += tick.due
+            self._lateness[bisect_left(_LATENESS_BOUNDS_NS, core.last_lateness_ns)] += 1
             group = self._groups[phase]
             for key, channel in list(group.items()):
                 try:

@@ -46,6 +46,7 @@ class MediaClock:
         "slots_skipped",
         "late_ticks",
         "max_lateness_ns",
+        "last_lateness_ns",
     )
 
     def __init__(
@@ -68,6 +69,7 @@ class MediaClock:
         self.slots_skipped = 0
         self.late_ticks = 0
         self.max_lateness_ns = 0
+        self.last_lateness_ns = 0  # of the latest tick that had a slot due
 
     @property
     def next_slot(self) -> int:
@@ -90,7 +92,7 @@ class MediaClock:
         if now < first_deadline:
             return _NOTHING
         self.ticks += 1
-        lateness = now - first_deadline
+        lateness = self.last_lateness_ns = now - first_deadline
         if lateness > self.max_lateness_ns:
             self.max_lateness_ns = lateness
         if lateness > self.late_threshold_ns:

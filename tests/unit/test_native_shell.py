@@ -362,6 +362,28 @@ async def test_media_clock_serves_every_channel_once_per_period_on_absolute_dead
     assert media.stats()["timers"] == 0
 
 
+async def test_media_clock_counts_its_ticks_by_lateness_for_the_pacing_histogram() -> None:
+    loop = asyncio.get_running_loop()
+    clock = VirtualClock()
+    media = MediaClockShell(loop, clock)
+    media.add(Channel())
+    t0 = clock.now
+    try:
+        for n, late_us in enumerate((100, 300, 300, 3_000, 50_000), start=1):
+            clock.now = t0 + n * FRAME_NS + late_us * 1_000
+            assert media.run_due(clock.now) == (1 if late_us < 20_000 else 2)  # 50 ms late: one caught up
+        stats = media.stats()
+    finally:
+        media.stop()
+    buckets = {k: v for k, v in stats.items() if k.startswith("lateness_bucket_") and v}
+    assert buckets == {
+        "lateness_bucket_200": 1,
+        "lateness_bucket_500": 2,
+        "lateness_bucket_5000": 1,
+        "lateness_bucket_inf": 1,
+    }
+
+
 async def test_media_clock_drops_a_failing_channel_and_stops_with_the_last() -> None:
     loop = asyncio.get_running_loop()
     clock = VirtualClock()

@@ -84,6 +84,19 @@ def test_the_media_clock_counters_become_pacing_metrics() -> None:
     assert _value(m, "parlora_pacing_max_lateness_seconds") == 0.0025
 
 
+def test_the_media_clock_lateness_buckets_become_the_pacing_histogram() -> None:
+    obs, engine = CallObserver(), _Engine()
+    engine.counters = {"clock_lateness_bucket_200": 40, "clock_lateness_bucket_2000": 2}
+    obs.scrape(engine)
+    engine.counters.update({"clock_lateness_bucket_200": 90, "clock_lateness_bucket_inf": 1})
+    obs.scrape(engine)
+    m = obs.metrics
+    assert _value(m, "parlora_pacing_lateness_seconds_bucket", le="0.0002") == 90
+    assert _value(m, "parlora_pacing_lateness_seconds_bucket", le="0.002") == 92  # cumulative
+    assert _value(m, "parlora_pacing_lateness_seconds_bucket", le="0.04") == 92
+    assert _value(m, "parlora_pacing_lateness_seconds_count") == 93
+
+
 def test_an_engine_without_counters_is_left_alone() -> None:
     obs = CallObserver()
     obs.scrape(None)
