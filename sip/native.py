@@ -712,7 +712,8 @@ class NativeUserAgent:
             rng=random.Random(self.rng.getrandbits(64)),
         )
         self._timer = DeadlineTimer(loop, self.clock, self._on_timer)
-        self._media_clock = MediaClockShell(loop, self.clock, phases=MEDIA_PHASES)  # issue 13: inbound latency
+        # issue 13: phases for inbound latency
+        self._media_clock = MediaClockShell(loop, self.clock, phases=MEDIA_PHASES)
         try:
             registrations = await self._registrations(loop, host, port)
         except (OSError, ValueError) as exc:

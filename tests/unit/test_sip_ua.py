@@ -317,7 +317,10 @@ def test_our_bye_goes_to_the_callers_contact_in_the_dialog() -> None:
 def test_the_180_and_200_copy_the_invites_record_route_and_our_bye_crosses_the_proxies() -> None:
     # RFC 3261 §12.1.1: a response that establishes the dialog copies every Record-Route field, in order;
     # the caller builds its route set from it (reversed), we from the INVITE's (as received, §12.1.1).
-    routes = ("Record-Route: <sip:p1.example.net;lr>, <sip:p2.example.net:5080;lr>", "Record-Route: <sip:p3;lr>")
+    routes = (
+        "Record-Route: <sip:p1.example.net;lr>, <sip:p2.example.net:5080;lr>",
+        "Record-Route: <sip:p3;lr>",
+    )
     ua = new_ua()
     caller = Caller(ua)
     caller.invite(0, extra=routes)
@@ -332,7 +335,11 @@ def test_the_180_and_200_copy_the_invites_record_route_and_our_bye_crosses_the_p
     caller.ack(1 * S)
     assert ua.bye(incoming.call, 2 * S)
     bye = only(requests(caller.collect(), "BYE"))
-    assert bye.headers.get_all("Route") == ("<sip:p1.example.net;lr>", "<sip:p2.example.net:5080;lr>", "<sip:p3;lr>")
+    assert bye.headers.get_all("Route") == (
+        "<sip:p1.example.net;lr>",
+        "<sip:p2.example.net:5080;lr>",
+        "<sip:p3;lr>",
+    )
     assert bye.uri == "sip:alice@192.0.2.10:5062"  # loose routing: the remote target stays the Request-URI
     plain = Caller(new_ua())  # no Record-Route in the INVITE: none in the answer
     plain.invite(0)
