@@ -1,0 +1,152 @@
+"""CI's quick forms of the reliability harnesses of tests/bench/ (issue 17): each runs the harness's `--quick`
+command as its own process and asserts on the JSON it prints. The full forms are run by hand
+(tests/bench/README.md).
+
+Floods' quick form: 3 s of INVITEs and 2 s of OPTIONS at 1,000/s from 127.0.0.1, a legitimate call from
+127.0.0.2 meanwhile (about 10 s).
+
+The fault campaign's quick form replaces the old soak (tests/integration/test_soak.py): it keeps the soak's
+assertions — no call lost to a survivable fault, no tool dispatched twice — over 8 calls on one `serve`, the
+four providers' fakes mixed, about 100 faults of every kind the fakes inject, and rollovers.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import peers
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+def _loopback2() -> bool:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.2", 0))
+        return True
+    except OSError:
+        return False
+
+
+def run_quick(script: str, tmp_path: Path, *args: str, timeout: float) -> dict[str, Any]:
+    """Run tests/bench/SCRIPT --quick (bounded, stopped by PID) and return the JSON it wrote."""
+    output = tmp_path / f"{Path(script).stem}.json"
+    argv = [sys.executable, str(BENCH / script), "--quick", "--output", str(output), *args]
+    proc = peers.ManagedProcess(argv, cwd=tmp_path, name=Path(script).stem)
+    try:
+        proc.wait(timeout)
+    finally:
+        proc.stop(term_timeout=15.0)
+    assert output.exists(), f"{script} wrote no JSON (rc {proc.returncode}):\n{proc.stderr[-4000:]}"
+    result: dict[str, Any] = json.loads(output.read_text())
+    print(json.dumps(result, indent=1, sort_keys=True))  # the figures of this run, in the test's output
+    return result
+
+
+@pytest.mark.timeout(150)
+def test_fault_campaign_quick_loses_no_call_to_a_survivable_fault_and_runs_no_tool_twice(
+    tmp_path: Path,
+) -> None:
+    r = run_quick("fault_campaign.py", tmp_path, timeout=130)
+    calls = r["plan"]["calls"]
+    assert r["calls_answered"] == calls and r["calls_started"] == calls, r
+    assert r["faults_injected"] >= 0.9 * r["plan"]["faults"], r["faults_by_kind"]
+    # the soak's assertions: nothing lost but by a fault a rule declares fatal, every loss listed with its rule
+    assert r["calls_lost_unexplained"] == 0, r["calls_lost"]
+    assert r["calls_lost_to_survivable_faults"] == 0, r["calls_lost"]
+    assert all(c["rule"] and c["fatal_kind"] for c in r["calls_lost"]), r["calls_lost"]
+    assert r["tool_runs_duplicated"] == 0, r["tool_runs_duplicated_list"]
+    assert r["faults_by_kind"].get("duplicate_tool_call", 0) > 0 and r["tool_runs"] > 0
+    # the faults did something: connections were lost and repaired, and connections were rolled over
+    assert sum(r["recoveries"].values()) > 0 and r["recovery_reconnect_ms"]["count"] > 0, r
+    assert r["recovery_reconnect_ms"]["max"] <= 5_000  # HR5
+    assert r["rollovers"].get("floor", 0) > 0, r["rollovers"]
+    # utterances (RO3) are reported, not asserted: a rollover can log an utterance at 0 ms of the session's
+    # timeline (not rebased, HR11: see utterances_out_of_order), which confounds the duplicate count
+    # RTP never stops for a caller (HR5, RO8): a gap of a second would be a stopped stream, not load
+    assert r["rtp_gap_max_ms"] is not None and r["rtp_gap_max_ms"] < 1_000, r
+
+
+@pytest.mark.skipif(not _loopback2(), reason="127.0.0.2 is not usable (the legitimate caller's source)")
+@pytest.mark.timeout(60)
+def test_floods_quick_rate_limit_holds_memory_is_bounded_and_a_legitimate_caller_is_answered(
+    tmp_path: Path,
+) -> None:
+    r = run_quick("floods.py", tmp_path, timeout=45)
+    assert r["bridge_alive"], r
+    seconds, rate = 3.0, r["invite_rate"]  # --quick: 3 s of INVITEs; serve --invite-rate (burst 10)
+    assert r["invite_rate_achieved_per_s"] >= 500, r  # it was a flood
+    refused = r["invite_responses"].get(503, r["invite_responses"].get("503", 0))
+    admitted = r["invites_sent"] - refused
+    assert admitted <= 10 + rate * seconds + 5, r  # the token bucket held (a little slack for timing)
+    assert r["rate_limited_total"] == refused == r["responses_503_total"], r  # every 503 counted in /metrics
+    answered_options = r["options_responses"].get(200, r["options_responses"].get("200", 0))
+    assert answered_options >= 0.95 * r["options_rate_achieved_per_s"] * 2.0, r  # the OPTIONS flood answered
+    assert r["rss_max_mb"] - r["rss_idle_mb"] < 100, r  # memory bounded
+    assert r["legit_final_status"] == 200 and r["legit_answered_ms"] < 1_000, r  # from 127.0.0.2, within 1 s
+
+
+@pytest.fixture(scope="module")
+def churn(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One run of churn.py --quick (150 short calls, 50 CANCEL races), shared by the tests below."""
+    return run_quick("churn.py", tmp_path_factory.mktemp("churn"), timeout=90)
+
+
+@pytest.mark.timeout(120)
+def test_churn_quick_every_call_ends_and_the_process_returns_to_its_baseline(churn: dict[str, Any]) -> None:
+    r = churn
+    assert r["short_calls"]["SuccessfulCall(C)"] == "150" and r["short_closed"] == 150, r
+    assert r["cancel_terminated_487"] + r["cancel_answered_first"] == 50, (
+        r
+    )  # each race went one way or the other
+    assert r["quiet_after_s"] is not None, r  # no call left behind
+    after, base = r["after_settle"], r["baseline"]
+    assert after["active_calls"] == 0 and after["calls_listed"] == 0, r
+    # no thread left, no socket per call left (one or two fds come and go: HTTP connections of the harness)
+    assert after["fds"] - base["fds"] <= 2 and after["threads"] <= base["threads"], r
+    assert r["growth"]["rss_mb"] < 20, r  # 200 calls: a leak of 100 kB a call would show
+    stopped = r["engine_at_stop"]
+    assert stopped is not None, r
+    assert all(stopped[k] == 0 for k in ("calls", "core_calls", "rtp_ports", "media_channels", "tasks")), (
+        stopped
+    )
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: bridge/observe.py CallObserver.call_ended counts a call the caller CANCELled (ended '487 "
+    "cancelled') as outcome completed and as a 200 sent: parlora_calls_total has no cancelled outcome and "
+    "parlora_sip_responses_sent_total no 487 however many calls were cancelled",
+)
+def test_churn_quick_cancelled_calls_are_counted_as_cancelled_in_metrics(churn: dict[str, Any]) -> None:
+    assert churn["calls_total_by_outcome"].get("cancelled", 0) == churn["cancel_terminated_487"], churn
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: a recovery of cause transport_lost (the coordinator's cause for a lost connection) is never "
+    "counted in parlora_recoveries_total / recovery_duration_seconds: bridge/metrics.py's RecoveryCause "
+    "lists transport_closed and transport_error, which nothing emits, and bridge/observe.py drops the rest",
+)
+def test_a_recovery_after_a_lost_connection_is_counted_in_metrics() -> None:
+    from bridge.commands import RecoveryChanged
+    from bridge.observe import CallObserver
+
+    observer = CallObserver()
+    observer.notice(
+        "call-1", RecoveryChanged(token=2, cause="transport_lost", stage="reconnecting", elapsed_ms=0)
+    )
+    observer.notice("call-1", RecoveryChanged(token=2, cause="transport_lost", stage="done", elapsed_ms=1200))
+    text = observer.metrics.render().decode()
+    counted = [
+        line
+        for line in text.splitlines()
+        if line.startswith("parlora_recoveries_total{") and 'outcome="recovered"' in line
+    ]
+    assert counted and sum(float(line.rsplit(" ", 1)[1]) for line in counted) == 1.0, text
