@@ -59,7 +59,8 @@ RefusalReason = Literal[
     "no_common_codec",  # 488
 ]
 Direction = Literal["in", "out"]
-RecoveryCause = Literal["output_overflow", "output_stale", "transport_closed", "transport_error"]
+# The causes bridge/recovery.py and the coordinator begin a recovery with; "other" for one added later.
+RecoveryCause = Literal["output_overflow", "output_stale", "transport_lost", "provider_silent", "other"]
 RecoveryOutcome = Literal["recovered", "failed"]
 RolloverOutcome = Literal["completed", "refused", "failed"]
 DiscontinuityCause = Literal["output_overflow", "output_stale", "voice_transport_recovery", "rollover"]

@@ -42,7 +42,7 @@ from sip.leg import QosSource
 DEFAULT_ROUTE = "default"  # the route label of a call no config route chose
 PROVIDER_UNAVAILABLE = "provider unavailable"
 
-_RECOVERY_CAUSES: frozenset[str] = frozenset(get_args(RecoveryCause))
+_RECOVERY_CAUSES: dict[str, RecoveryCause] = {cause: cause for cause in get_args(RecoveryCause)}
 _DISCONTINUITY_CAUSES: frozenset[str] = frozenset(get_args(DiscontinuityCause))
 _ROLLOVER_OUTCOMES: dict[str, RolloverOutcome] = {
     "closed": "completed",
@@ -135,6 +135,9 @@ class CallObserver:
         elif summary.reason.startswith(PROVIDER_UNAVAILABLE):
             outcome = "failed"
             self.metrics.sip_response_sent(503)
+        elif summary.ended_by == "caller" and summary.reason.startswith("487 "):
+            outcome = "cancelled"  # CANCEL before the answer: 487 to the INVITE, never a 200
+            self.metrics.sip_response_sent(487)
         else:
             self.metrics.sip_response_sent(200)
         self.metrics.call_ended(route or DEFAULT_ROUTE, outcome)
@@ -157,9 +160,9 @@ class CallObserver:
 
     def notice(self, call_id: str, notice: object) -> None:
         if isinstance(notice, RecoveryChanged):
-            if notice.stage in ("done", "failed", "interrupted") and notice.cause in _RECOVERY_CAUSES:
+            if notice.stage in ("done", "failed", "interrupted"):
                 self.metrics.recovery(
-                    notice.cause,  # type: ignore[arg-type]  # checked against RecoveryCause just above
+                    _RECOVERY_CAUSES.get(notice.cause, "other"),
                     "recovered" if notice.stage == "done" else "failed",
                     notice.elapsed_ms / 1000.0,
                 )

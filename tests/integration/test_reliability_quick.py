@@ -118,22 +118,10 @@ def test_churn_quick_every_call_ends_and_the_process_returns_to_its_baseline(chu
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: bridge/observe.py CallObserver.call_ended counts a call the caller CANCELled (ended '487 "
-    "cancelled') as outcome completed and as a 200 sent: parlora_calls_total has no cancelled outcome and "
-    "parlora_sip_responses_sent_total no 487 however many calls were cancelled",
-)
 def test_churn_quick_cancelled_calls_are_counted_as_cancelled_in_metrics(churn: dict[str, Any]) -> None:
     assert churn["calls_total_by_outcome"].get("cancelled", 0) == churn["cancel_terminated_487"], churn
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: a recovery of cause transport_lost (the coordinator's cause for a lost connection) is never "
-    "counted in parlora_recoveries_total / recovery_duration_seconds: bridge/metrics.py's RecoveryCause "
-    "lists transport_closed and transport_error, which nothing emits, and bridge/observe.py drops the rest",
-)
 def test_a_recovery_after_a_lost_connection_is_counted_in_metrics() -> None:
     from bridge.commands import RecoveryChanged
     from bridge.observe import CallObserver

@@ -236,7 +236,7 @@ def test_observer_counts_calls_refusals_and_notices() -> None:
     assert _value(obs, "parlora_calls_active", route="sales") == 1
     sink_seen: list[object] = []
     sink = obs.tee(lambda cid, n: sink_seen.append(n))
-    sink("call-1", RecoveryChanged(2, "transport_closed", "done", 850))
+    sink("call-1", RecoveryChanged(2, "transport_lost", "done", 850))
     sink("call-1", RolloverChanged("closed", "call-1/conn-1", "", 10))
     sink("call-1", AudioDiscontinuity("output", 320, "output_overflow", 20))
     sink("call-1", JobChanged("job-1", "lookup", "running", "", 1000))
@@ -250,8 +250,8 @@ def test_observer_counts_calls_refusals_and_notices() -> None:
     assert _value(obs, "parlora_sip_responses_sent_total", code="404") == 1
     assert _value(obs, "parlora_sip_responses_sent_total", code="200") == 1
     assert _value(obs, "parlora_refusals_total", reason="no_route") == 1
-    assert _value(obs, "parlora_recoveries_total", cause="transport_closed", outcome="recovered") == 1
-    assert _value(obs, "parlora_recovery_duration_seconds_sum", cause="transport_closed") == 0.85
+    assert _value(obs, "parlora_recoveries_total", cause="transport_lost", outcome="recovered") == 1
+    assert _value(obs, "parlora_recovery_duration_seconds_sum", cause="transport_lost") == 0.85
     assert _value(obs, "parlora_rollovers_total", outcome="completed") == 1
     assert _value(obs, "parlora_audio_discontinuities_total", direction="out", cause="output_overflow") == 1
     assert _value(obs, "parlora_jobs_total", outcome="completed") == 1

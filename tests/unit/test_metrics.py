@@ -85,7 +85,7 @@ def test_provider_recovery_rollover_discontinuity() -> None:
     m.provider_connected("gemini-live", 0.8)
     m.recovery("output_stale", "recovered", 1.2)
     m.recovery("output_stale", "failed", 5.0)
-    m.recovery("transport_closed", "recovered", 0.4)
+    m.recovery("transport_lost", "recovered", 0.4)
     m.rollover("completed")
     m.rollover("refused")
     m.discontinuity("in", "voice_transport_recovery")
@@ -96,7 +96,7 @@ def test_provider_recovery_rollover_discontinuity() -> None:
     assert _value(m, "parlora_recoveries_total", cause="output_stale", outcome="failed") == 1
     assert _value(m, "parlora_recovery_duration_seconds_count", cause="output_stale") == 2
     assert _value(m, "parlora_recovery_duration_seconds_bucket", cause="output_stale", le="5.0") == 2
-    assert _value(m, "parlora_recovery_duration_seconds_bucket", cause="transport_closed", le="0.5") == 1
+    assert _value(m, "parlora_recovery_duration_seconds_bucket", cause="transport_lost", le="0.5") == 1
     assert _value(m, "parlora_rollovers_total", outcome="completed") == 1
     assert _value(m, "parlora_rollovers_total", outcome="refused") == 1
     assert (
