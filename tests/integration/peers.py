@@ -196,6 +196,8 @@ class _OutputCollector:
         except (OSError, ValueError):
             pass
         finally:
+            with contextlib.suppress(OSError, ValueError):
+                pipe.close()  # at EOF: else each process's two pipes stay open as long as the suite runs
             if buf:
                 self._add(stream, buf)
             with self.cond:

@@ -275,7 +275,8 @@ def test_ro5_a_client_commit_rollover_never_overlaps_and_emits_each_utterance_on
         )
     # Every utterance once: about one per period, never two within half a period.
     emitted = [at for at, _ in utterances]
-    spoken = int(spoken_s // period)
+    spoken = sum(1 for k in range(6) if 0.5 + k * period < spoken_s)  # begun before the caller hung up: 6
+    # the last one may be cut by the hang-up (its turn never ends), so it may be missing; none is twice
     assert spoken - 1 <= len(emitted) <= spoken, (utterances, log[-3000:])
     assert min(np.diff(emitted)) >= period * 1000 / 2, utterances
     assert None not in _numbers(utterances), utterances  # each one the text a connection transcribed
