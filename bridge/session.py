@@ -34,6 +34,7 @@ from sip.leg import (
     CallLeg,
     DtmfReceived,
     FrameReceived,
+    FrameSinkLeg,
     MediaHeld,
     MediaResumed,
     MediaStarted,
@@ -124,6 +125,66 @@ class _Authorized:
 
 class _Wake:
     """Something outside the loop changed the coordinator (an application push): carry out its commands."""
+
+
+class CallerFrames:
+    """Issue 13: the caller's frames from the leg's media tick straight into the coordinator, its commands
+    carried out there and then (`sip.leg.FrameSinkLeg`), instead of the leg's queue, a pump task and the inbox.
+
+    Order: a frame goes through the inbox like any input while the inbox holds anything (a CallEnded, a hold,
+    a provider event), or a timer of the core is already due; the leg queues it itself while one of its own
+    events waits. A frame that moves the core's deadline before the one the session's loop waits for wakes the
+    loop (`_Wake`). Nothing raises into the media tick: a failure is counted (`errors`) and logged once."""
+
+    __slots__ = ("_call_id", "_inbox", "_clock", "_tap", "_carry_out", "core", "armed", "errors")
+
+    def __init__(
+        self,
+        call_id: str,
+        inbox: asyncio.Queue[object],
+        clock: Callable[[], int],
+        tap: MediaTap | None,
+        carry_out: Callable[[SessionCoordinator], None],
+    ) -> None:
+        self._call_id, self._inbox, self._clock, self._tap = call_id, inbox, clock, tap
+        self._carry_out = carry_out
+        self.core: SessionCoordinator | None = None  # set while the session's loop runs
+        self.armed: int | None = None  # the deadline the session's loop is waiting for (None: none)
+        self.errors = 0
+
+    def attach(self, leg: CallLeg, core: SessionCoordinator) -> None:
+        self.core = core
+        if isinstance(leg, FrameSinkLeg):
+            leg.set_frame_sink(self)
+
+    def detach(self, leg: CallLeg) -> None:
+        self.core = None
+        if isinstance(leg, FrameSinkLeg):
+            leg.set_frame_sink(None)
+
+    def feed(self, core: SessionCoordinator, frame: FrameReceived, now: int) -> None:
+        if self._tap is not None:
+            self._tap.caller(frame.pcm, now)  # issue 15: --record
+        core.caller_frame(frame.pcm, now)
+
+    def __call__(self, frame: FrameReceived) -> None:
+        inbox, core, armed = self._inbox, self.core, self.armed
+        now = self._clock()
+        if core is None or inbox.qsize() or (armed is not None and armed <= now):
+            inbox.put_nowait(frame)  # behind what is queued, or after the due timer
+            return
+        try:
+            self.feed(core, frame, now)
+            self._carry_out(core)
+            deadline = core.next_deadline()
+            if deadline is not None and (armed is None or deadline < armed):
+                inbox.put_nowait(_Wake())
+        except Exception:  # never into the media tick
+            self.errors += 1
+            if self.errors == 1:
+                log.exception(
+                    "call %s: a caller frame failed in the frame sink (counted from now on)", self._call_id
+                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -358,6 +419,7 @@ class CallSession:
             leg.identity.call_id, self._inbox, job_handler=job_handler, approve=approve, authorize=authorize
         )
         self._ended: CallEnded | None = None
+        self._frames = CallerFrames(leg.identity.call_id, self._inbox, clock, media_tap, self._carry_out)
         self._end_reason = ""
         self._ended_by = ""
         self.links = ProviderLinks(
@@ -446,6 +508,7 @@ class CallSession:
         return summary
 
     async def _bridge(self, core: SessionCoordinator) -> None:
+        self._frames.attach(self.leg, core)  # before the pump: no frame is left behind in the leg's queue
         self._spawn("leg", _pump(self.leg.events(), self._inbox))
         self._spawn(f"provider-{self._first.token}", _pump(self._first.events(), self._inbox))
         try:
@@ -457,6 +520,7 @@ class CallSession:
                         self._handle(self._inbox.get_nowait())
                 else:
                     timeout = None if deadline is None else (deadline - now) / 1e9
+                    self._frames.armed = deadline
                     try:  # no task, waiter and timer per frame, as wait_for makes (tests/bench: 0.06 %/call)
                         async with asyncio.timeout(timeout):
                             item = (
@@ -468,6 +532,7 @@ class CallSession:
                         self._handle(item)
                 self._carry_out(core)
         finally:
+            self._frames.detach(self.leg)
             for task in self._tasks.values():
                 task.cancel()
             await asyncio.gather(*self._tasks.values(), return_exceptions=True)
@@ -485,9 +550,7 @@ class CallSession:
         core, now = self.coordinator, self._clock()
         assert core is not None
         if isinstance(item, FrameReceived):
-            if self._tap is not None:
-                self._tap.caller(item.pcm, now)  # issue 15: --record
-            core.caller_frame(item.pcm, now)
+            self._frames.feed(core, item, now)
         elif isinstance(item, CallEnded):
             self._ended = item
             core.call_ended(now)

@@ -11,7 +11,8 @@ Shells and who owns what:
   call's `RtpStream`.
 - `rtp.clock.MediaClockShell`: ONE timer for every call on absolute deadlines (the `rtp.pacer` core), the
   calls spread over `MEDIA_PHASES` phases 2 ms apart (issue 13: inbound latency). Each slot, every answered
-  call (`_CallMedia.on_slots`) pulls one inbound frame from its jitter buffer (`FrameReceived`), takes one
+  call (`_CallMedia.on_slots`) pulls one inbound frame from its jitter buffer (`FrameReceived`, handed to the
+  session's frame sink in the tick when it set one: `sip.leg.FrameSinkLeg`), takes one
   frame from its Playout (`Playout.take`: epochs, clear) and sends it with `sendto`; only once `sendto` has
   returned is the frame recorded in the carrier ledger (`Playout.transmitted`, with the time it returned; a
   failed send is counted, never recorded) (DESIGN §3.2, §11, HR4).
@@ -57,6 +58,7 @@ from sip.leg import (
     CallIdentity,
     DtmfReceived,
     FrameReceived,
+    FrameSink,
     LegEvent,
     MediaHeld,
     MediaResumed,
@@ -249,6 +251,7 @@ class NativeLeg(PlayoutLeg):
         self.media: _CallMedia | None = None
         self.transfer_tracker = TransferTracker(int(agent.config.transfer_timeout_s * 1e9))
         self._queue: asyncio.Queue[LegEvent] = asyncio.Queue()
+        self._sink: FrameSink | None = None  # sip.leg.FrameSinkLeg: caller frames without the queue
         self.answered = False
         self.confirmed = False
         self.ended = False
@@ -344,6 +347,10 @@ class NativeLeg(PlayoutLeg):
             log.warning("%s: DTMF %s not sent as SIP INFO: the dialog is ending", self.call, digits)
         self.agent.flush(now)
 
+    def set_frame_sink(self, sink: FrameSink | None) -> None:
+        """`sip.leg.FrameSinkLeg`: caller frames go to `sink` from the media tick (None: back to events())."""
+        self._sink = sink
+
     # --- status ---
 
     def qos(self) -> QoS | None:
@@ -360,7 +367,12 @@ class NativeLeg(PlayoutLeg):
     # --- engine side ---
 
     def _post(self, event: LegEvent) -> None:
-        self._queue.put_nowait(event)
+        """Into events(); a caller frame to the frame sink instead, if one is set and no earlier event waits."""
+        sink = self._sink
+        if sink is not None and type(event) is FrameReceived and self._queue.empty():
+            sink(event)
+        else:
+            self._queue.put_nowait(event)
 
     def _start_media(self, negotiated: sdp.NegotiatedMedia, now: int) -> None:
         if self.media is not None:

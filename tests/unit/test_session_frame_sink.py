@@ -1,0 +1,213 @@
+"""Issue 13: caller frames from a leg's media tick go straight into the session (`sip.leg.FrameSinkLeg`).
+
+The sink keeps the order with the leg's other events (a frame never overtakes a queued CallEnded or hold),
+never raises into the media tick (a failure is counted and logged once), and a leg without the capability
+still delivers its frames as events. In-memory fakes on virtual time, as in test_session.py.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import virtual_time
+from test_session import FakeLeg, FakeProvider, pcm_frame, session
+
+from bridge.barrier import Channel
+from bridge.session import CallerFrames, CallSession, _Wake
+from sip.leg import CallEnded, FrameReceived, FrameSink, FrameSinkLeg, MediaHeld, MediaStarted
+
+event_loop_policy = virtual_time.policy_fixture()
+
+
+class SinkLeg(FakeLeg):
+    """A fake leg with the capability, delivering frames the way the native leg's media tick does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sink: FrameSink | None = None
+        self.sinks_set: list[bool] = []
+
+    def set_frame_sink(self, sink: FrameSink | None) -> None:
+        self.sink = sink
+        self.sinks_set.append(sink is not None)
+
+    def tick(self, frame: FrameReceived) -> None:  # sip/native.py NativeLeg._post
+        if self.sink is not None and self.queue.empty():
+            self.sink(frame)
+        else:
+            self.queue.put_nowait(frame)
+
+
+async def _attached(leg: SinkLeg) -> None:
+    for _ in range(200):  # bounded: the session attaches once its provider has connected
+        if leg.sink is not None:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the session never set a frame sink")
+
+
+def _frame(i: int) -> FrameReceived:
+    return FrameReceived(pcm_frame(0x10 + i), i, i)
+
+
+async def test_frames_through_the_sink_reach_the_provider_without_the_leg_queue() -> None:
+    leg, provider = SinkLeg(), FakeProvider()
+    assert isinstance(leg, FrameSinkLeg) and not isinstance(FakeLeg(), FrameSinkLeg)
+    task = asyncio.create_task(session(leg, provider).run())
+    await _attached(leg)
+    for i in range(5):
+        leg.tick(_frame(i))
+        # synchronous: sent before the tick returns, nothing waits in a queue
+        assert provider.sent == [pcm_frame(0x10 + k) for k in range(i + 1)] and leg.queue.empty()
+    leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 5, 0))
+    summary = await asyncio.wait_for(task, 5)
+    assert summary.frames_in == 5 and summary.ended_by == "caller"
+    assert leg.sinks_set == [True, False]  # set for the call, taken back when the session ended
+
+
+async def test_a_frame_never_overtakes_an_event_queued_before_it() -> None:
+    leg, provider = SinkLeg(), FakeProvider()
+    task = asyncio.create_task(session(leg, provider).run())
+    await _attached(leg)
+    leg.tick(_frame(0))
+    leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 2, 0))
+    leg.tick(_frame(1))  # after the BYE: queued behind it, so the ended call never forwards it
+    summary = await asyncio.wait_for(task, 5)
+    assert provider.sent == [pcm_frame(0x10)]
+    assert summary.frames_in == 1
+
+
+async def test_a_leg_without_the_sink_still_delivers_frames_as_events() -> None:
+    leg, provider = FakeLeg(), FakeProvider()
+    task = asyncio.create_task(session(leg, provider).run())
+    leg.queue.put_nowait(MediaStarted("PCMU/8000"))
+    for i in range(3):
+        leg.queue.put_nowait(_frame(i))
+    leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 3, 0))
+    summary = await asyncio.wait_for(task, 5)
+    assert provider.sent == [pcm_frame(0x10 + i) for i in range(3)] and summary.frames_in == 3
+
+
+class FailingTap:
+    """A --record tap that fails on every caller frame: the failure must stay in the sink."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def channel(self, leg: Channel, start_ns: int) -> Channel:
+        return leg
+
+    def caller(self, pcm: bytes, now: int) -> None:
+        self.calls += 1
+        raise RuntimeError("disk full")
+
+
+async def test_an_exception_in_the_sink_is_counted_logged_once_and_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    leg, provider, tap = SinkLeg(), FakeProvider(), FailingTap()
+    call: CallSession = session(leg, provider, media_tap=tap)
+    task = asyncio.create_task(call.run())
+    await _attached(leg)
+    with caplog.at_level(logging.ERROR, logger="parlora.session"):
+        for i in range(3):
+            leg.tick(_frame(i))  # would raise into the media tick without the guard
+    assert tap.calls == 3 and call._frames.errors == 3
+    assert sum("frame sink" in r.getMessage() for r in caplog.records) == 1
+    assert not task.done()  # the call goes on
+    leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 3, 0))
+    await asyncio.wait_for(task, 5)
+
+
+# --- CallerFrames on its own, with a recording stand-in for the coordinator ---
+
+
+class FakeCore:
+    def __init__(self, deadline: int | None = None, fail: bool = False) -> None:
+        self.frames: list[tuple[bytes, int]] = []
+        self.deadline, self.fail = deadline, fail
+
+    def caller_frame(self, pcm: bytes, now: int) -> None:
+        if self.fail:
+            raise ValueError("boom")
+        self.frames.append((pcm, now))
+
+    def next_deadline(self) -> int | None:
+        return self.deadline
+
+
+def _sink(core: FakeCore, now: int = 1_000) -> tuple[CallerFrames, asyncio.Queue[object], list[object]]:
+    inbox: asyncio.Queue[object] = asyncio.Queue()
+    carried: list[object] = []
+    clock: Callable[[], int] = lambda: now  # noqa: E731
+    frames = CallerFrames("call-1", inbox, clock, None, carried.append)
+    frames.core = core  # type: ignore[assignment]
+    return frames, inbox, carried
+
+
+def _drain(inbox: asyncio.Queue[object]) -> list[Any]:
+    return [inbox.get_nowait() for _ in range(inbox.qsize())]
+
+
+def test_a_frame_queues_behind_anything_in_the_inbox() -> None:
+    core = FakeCore()
+    frames, inbox, carried = _sink(core)
+    held = MediaHeld()
+    inbox.put_nowait(held)
+    frames(_frame(0))
+    assert core.frames == [] and carried == [] and _drain(inbox) == [held, _frame(0)]
+    frames(_frame(1))  # the inbox is empty again: straight in, its commands carried out at once
+    assert core.frames == [(pcm_frame(0x11), 1_000)] and carried == [core] and inbox.empty()
+
+
+def test_a_frame_queues_after_a_due_timer_and_before_attach() -> None:
+    core = FakeCore()
+    frames, inbox, _ = _sink(core, now=1_000)
+    frames.armed = 1_000  # the loop's timer is due: it goes first
+    frames(_frame(0))
+    assert core.frames == [] and _drain(inbox) == [_frame(0)]
+    frames.core, frames.armed = None, None  # not attached (the session's loop is not running)
+    frames(_frame(1))
+    assert core.frames == [] and _drain(inbox) == [_frame(1)]
+
+
+def test_a_frame_that_moves_the_deadline_earlier_wakes_the_loop() -> None:
+    core = FakeCore(deadline=5_000)
+    frames, inbox, _ = _sink(core)
+    frames.armed = 9_000
+    frames(_frame(0))
+    assert [type(x) for x in _drain(inbox)] == [_Wake]
+    frames.armed = 5_000  # the same deadline: the loop already waits for it
+    frames(_frame(1))
+    core.deadline = None  # no deadline at all: nothing to wake for
+    frames(_frame(2))
+    assert inbox.empty() and len(core.frames) == 3
+
+
+def test_a_failing_core_is_counted_not_raised() -> None:
+    frames, inbox, carried = _sink(FakeCore(fail=True))
+    for i in range(4):
+        frames(_frame(i))
+    assert frames.errors == 4 and carried == [] and inbox.empty()
+
+
+async def test_the_native_leg_hands_a_frame_to_the_sink_only_while_no_event_waits() -> None:
+    from sip.native import NativeLeg
+
+    leg = object.__new__(NativeLeg)  # only the queue and the sink of the real leg: no engine behind it
+    leg._queue, leg._sink = asyncio.Queue(), None
+    got: list[FrameReceived] = []
+    leg._post(_frame(0))  # no sink: queued as an event
+    leg.set_frame_sink(got.append)
+    leg._post(_frame(1))  # an earlier event still waits: behind it
+    assert got == [] and [leg._queue.get_nowait() for _ in range(2)] == [_frame(0), _frame(1)]
+    leg._post(_frame(2))
+    held = MediaHeld()
+    leg._post(held)  # not a frame: always queued
+    leg._post(_frame(3))
+    assert got == [_frame(2)] and [leg._queue.get_nowait() for _ in range(2)] == [held, _frame(3)]
+    leg.set_frame_sink(None)
+    leg._post(_frame(4))
+    assert got == [_frame(2)] and leg._queue.get_nowait() == _frame(4)
