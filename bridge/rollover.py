@@ -577,8 +577,8 @@ class RolloverController:
             if now < deadline:
                 return False
             self._switch(now, commit=True)  # RO5: no flush by the deadline
-        elif st in _ASKING and now >= hard:
-            self._refuse(_ASKING[st])
+        elif st in _ASKING and now >= hard:  # a session ended with no time left gave nobody time to answer
+            self._refuse("ended_without_notice" if cur.cap_at == cur.expiring_ns else _ASKING[st])
         elif st is RolloverStage.ARMED and (now >= deadline or (self._boundary and not cur.in_speech)):
             self._open()  # RO1
         elif st is RolloverStage.OVERLAP and (

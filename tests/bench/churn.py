@@ -26,9 +26,7 @@ import argparse
 import json
 import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 import urllib.request
 from collections.abc import Sequence
@@ -44,6 +42,7 @@ for _p in (BENCH.parent / "integration", BENCH, ROOT):
 import conftest  # noqa: E402  (BRIDGE, _clean_env)
 import peers  # noqa: E402
 import stats  # noqa: E402
+from report import run_in_scratch  # noqa: E402
 
 _STOPPED = re.compile(r"native engine stopped: (.*)$")
 
@@ -177,19 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.calls = args.calls or (150 if args.quick else 10_000)
     args.cancels = args.cancels or (50 if args.quick else 2_000)
     args.settle = args.settle if args.settle is not None else (5.0 if args.quick else 33.0)
-    work = Path(tempfile.mkdtemp(prefix="parlora-churn-"))
-    try:
-        result = run(args, work)
-    finally:
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    text = json.dumps(result, indent=2, sort_keys=True)
-    print(text)
-    if args.output:
-        args.output.write_text(text + "\n")
-    return 0
+    return run_in_scratch(lambda work: run(args, work), "parlora-churn-", keep=args.keep, output=args.output)
 
 
 if __name__ == "__main__":

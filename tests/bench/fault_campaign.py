@@ -29,10 +29,8 @@ import json
 import os
 import random
 import re
-import shutil
 import ssl
 import sys
-import tempfile
 import time
 import urllib.request
 from collections import Counter, defaultdict
@@ -50,6 +48,7 @@ for _p in (BENCH.parent / "integration", BENCH, ROOT):
 import conftest  # noqa: E402  (BRIDGE, _clean_env, Fake: the integration fixtures' own pieces)
 import peers  # noqa: E402
 import stats  # noqa: E402
+from report import run_in_scratch  # noqa: E402
 
 # protocol -> (called number its route matches, the key variable serve needs for it)
 PROVIDERS: dict[str, tuple[str, str]] = {
@@ -84,9 +83,8 @@ FATAL_KIND_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^protocol error invalid_audio"), "invalid_audio"),
     (re.compile(r"^provider session closed"), "close"),
     # The provider's cap close (OpenAI session_expired, Gemini goAway then 1011) with no next connection open
-    # ends the call at once with this reason, although the campaign configures no approve hook (nothing was
-    # asked): the reason is wrong (reported in issue 17), the rule is RO6's. Attributed to `close`.
-    (re.compile(r"^rollover not possible: approve_timeout"), "close"),
+    # ends the call at once (RO6: the hard stop is now, nobody could answer). Attributed to `close`.
+    (re.compile(r"^rollover not possible: ended_without_notice"), "close"),
 )
 NEXT_KINDS = frozenset({"slow_handshake", "refuse"})
 SCRIPT = {
@@ -610,19 +608,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         file=sys.stderr,
         flush=True,
     )
-    work = Path(tempfile.mkdtemp(prefix="parlora-campaign-"))
-    try:
-        result = run(plan, work)
-    finally:
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    text = json.dumps(result, indent=2, sort_keys=True)
-    print(text)
-    if args.output:
-        args.output.write_text(text + "\n")
-    return 0 if result["ok"] else 1
+    return run_in_scratch(
+        lambda work: run(plan, work), "parlora-campaign-", keep=args.keep, output=args.output
+    )
 
 
 if __name__ == "__main__":

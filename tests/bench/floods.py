@@ -20,13 +20,10 @@ Prints one JSON object (and writes it to --output); tests/bench/README.md says w
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
-import shutil
 import socket
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -44,6 +41,7 @@ for _p in (BENCH.parent / "integration", BENCH, ROOT):
 import conftest  # noqa: E402  (BRIDGE, READY, _clean_env)
 import peers  # noqa: E402
 import stats  # noqa: E402
+from report import run_in_scratch  # noqa: E402
 
 LEGIT_SOURCE = "127.0.0.2"
 _STATUS = re.compile(rb"^SIP/2\.0 (\d{3}) ")
@@ -288,19 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.invite_seconds = args.invite_seconds or (3.0 if args.quick else 20.0)
     args.options_seconds = args.options_seconds or (2.0 if args.quick else 10.0)
-    work = Path(tempfile.mkdtemp(prefix="parlora-floods-"))
-    try:
-        result = run(args, work)
-    finally:
-        if args.keep:
-            print(f"kept {work}", file=sys.stderr)
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    text = json.dumps(result, indent=2, sort_keys=True)
-    print(text)
-    if args.output:
-        args.output.write_text(text + "\n")
-    return 0 if result["ok"] else 1
+    return run_in_scratch(lambda work: run(args, work), "parlora-floods-", keep=args.keep, output=args.output)
 
 
 if __name__ == "__main__":

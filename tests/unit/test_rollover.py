@@ -165,6 +165,16 @@ def test_ro1_go_away_moves_the_schedule_into_the_time_left() -> None:
     assert ctl.actions() == [] and ctl.stats.ignored == 1
 
 
+def test_ro6_a_session_ended_with_no_time_left_ends_the_call_saying_so_not_approve_timeout() -> None:
+    ctl = confirmed(RolloverOptions.for_cap(600_000))
+    now = 240 * S
+    ctl.session_expiring("conn-1", 0, now)  # the provider ended it without notice (a cap close)
+    actions = ctl.actions()
+    assert ApproveRollover("rollover-1", "conn-1", "conn-2") in actions  # asked all the same...
+    assert EndSession("ended_without_notice", goodbye=True) in actions  # ...but nobody had time to answer
+    assert ctl.stats.refusals == {"ended_without_notice": 1}
+
+
 def test_ro2_both_hear_the_caller_for_overlap_ms_then_the_old_drains_and_closes() -> None:
     ctl, t = in_overlap()
     assert ctl.audio_targets() == ("conn-1", "conn-2") and ctl.speaker() == "conn-1"
