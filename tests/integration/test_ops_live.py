@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 import signal
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -95,7 +96,13 @@ def test_metrics_move_during_and_after_a_live_call(start_bridge, utterance, tmp_
     assert result.count("ANSWERED") == 1, result.logs
     assert _sample(during, 'parlora_calls_active{route="lobby"}') == 1
     bridge.wait_for(r"call call-1 ended after")
-    after = _get(base + "/metrics")[1]
+    # The call is counted as ended once the application has been told (call_ended, ended): soon after that line.
+    deadline = time.monotonic() + 15
+    while True:
+        after = _get(base + "/metrics")[1]
+        if _sample(after, 'parlora_calls_active{route="lobby"}') == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert _sample(after, 'parlora_calls_active{route="lobby"}') == 0
     assert _sample(after, 'parlora_calls_total{outcome="completed",route="lobby"}') == 1
     assert _sample(after, 'parlora_sip_responses_sent_total{code="200"}') == 1
