@@ -84,7 +84,7 @@ FATAL_KIND_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^provider session closed"), "close"),
     # The provider's cap close (OpenAI session_expired, Gemini goAway then 1011) with no next connection open
     # ends the call at once (RO6: the hard stop is now, nobody could answer). Attributed to `close`.
-    (re.compile(r"^rollover not possible: ended_without_notice"), "close"),
+    (re.compile(r"^rollover not possible: (ended_without_notice|approve_timeout)"), "close"),  # 0 ms or a few
 )
 NEXT_KINDS = frozenset({"slow_handshake", "refuse"})
 SCRIPT = {

@@ -105,7 +105,8 @@ def test_metrics_move_during_and_after_a_live_call(start_bridge, utterance, tmp_
         time.sleep(0.1)
     assert _sample(after, 'parlora_calls_active{route="lobby"}') == 0
     assert _sample(after, 'parlora_calls_total{outcome="completed",route="lobby"}') == 1
-    assert _sample(after, 'parlora_sip_responses_sent_total{code="200"}') == 1
+    # at least the INVITE's; the engine also counts its 200 retransmissions (a late ACK under load) and others
+    assert _sample(after, 'parlora_sip_responses_sent_total{code="200"}') >= 1
     assert _sample(after, 'parlora_rtp_packets_total{direction="in"}') > 100  # 4 s of 20 ms packets
     assert _sample(after, 'parlora_rtp_packets_total{direction="out"}') > 0
 
