@@ -49,6 +49,7 @@ class Connections:
         self._highest = first_token
         self._receiving: set[int] = {first_token}
         self.audio_targets: tuple[int, ...] = (first_token,)
+        self.handing_over = False
         self.stale_events = 0  # events from a quarantined or unknown transport, ignored
         self.resume_handle: str | None = None
 
@@ -65,6 +66,7 @@ class Connections:
         """A rollover connection is being opened: it may listen, never speak (RO8)."""
         if token != self.floor:
             self.listeners.add(token)
+            self._refresh()
 
     def classify(self, token: int) -> Role:
         if token == self.floor:
@@ -88,15 +90,12 @@ class Connections:
         self._refresh()
 
     def _refresh(self) -> None:
-        """Worked out when the targets change, not on every caller frame."""
+        """Worked out when the targets change, not on every caller frame. `handing_over`: a rollover's switch
+        is under way, the floor stopped hearing the caller and a listener hears them (RO8)."""
         self.audio_targets = tuple(sorted(t for t in self._receiving if self.known(t)))
+        self.handing_over = bool(self.audio_targets) and self.floor not in self.audio_targets
 
     # --- changes of role ---
-
-    @property
-    def handing_over(self) -> bool:
-        """A rollover's switch is under way: the floor stopped hearing the caller and a listener hears them."""
-        return self.floor not in self._receiving and bool(self._receiving & self.listeners)
 
     def take_floor(self, token: int) -> bool:
         """A listener takes the floor; the old floor connection listens on (it may finish a transcript, RO3)."""

@@ -282,7 +282,8 @@ class SessionCoordinator:
         if self.output.drained(now):
             self.rollover.speaker_drained(now)
         refused = self.rollover.route(now)
-        self.delegations.floor(self.token, self.connections.handing_over, self.timeline.ms(now))  # RO8
+        if self.delegations.handover != self.connections.handing_over:  # RO8 (a bool test per frame)
+            self.delegations.floor(self.token, self.connections.handing_over, self.timeline.ms(now))
         if refused is not None:
             self._end(f"rollover not possible: {refused}", now, goodbye=True)
         self.telephony.route(self.token, self.timeline.ms(now), now)  # DL6: jobs to the tools or the shell

@@ -73,15 +73,20 @@ async def drain(
         left = give_up - loop.time()
         if left <= 0:
             return "drain timeout"
-        calls_changed.clear()
-        signals.changed.clear()
-        waits = [asyncio.ensure_future(calls_changed.wait()), asyncio.ensure_future(signals.changed.wait())]
-        try:
-            await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
+        await _changed(calls_changed, signals, left)
     return "calls finished"
+
+
+async def _changed(calls_changed: asyncio.Event, signals: ShutdownSignals, timeout_s: float) -> None:
+    """Until a call ends or starts, a signal comes, or `timeout_s` passes (whichever first)."""
+    calls_changed.clear()
+    signals.changed.clear()
+    waits = [asyncio.ensure_future(calls_changed.wait()), asyncio.ensure_future(signals.changed.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
 
 
 def http_drain(server: Drainable, signals: ShutdownSignals) -> Callable[[], dict[str, Any]]:
@@ -133,12 +138,5 @@ async def say_goodbye(
     loop = asyncio.get_running_loop()
     give_up = loop.time() + wait_s
     while calls and not signals.now.is_set() and (left := give_up - loop.time()) > 0:
-        calls_changed.clear()
-        signals.changed.clear()
-        waits = [asyncio.ensure_future(calls_changed.wait()), asyncio.ensure_future(signals.changed.wait())]
-        try:
-            await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for w in waits:
-                w.cancel()
+        await _changed(calls_changed, signals, left)
     return len(calls)

@@ -192,14 +192,8 @@ class Keepalive:
         self._next_at = None
         cseq = self._next_cseq()
         c = self._config
-        host = f"[{c.via_host}]" if ":" in c.via_host else c.via_host
-        branch = f"z9hG4bK{self._rng.getrandbits(64):016x}"
-        items: list[tuple[str, str]] = [
-            ("Via", f"SIP/2.0/{self._transport.upper()} {host}:{c.via_port};branch={branch};rport"),
-            ("Max-Forwards", "70"),
-            ("From", f"<{c.aor}>;tag={self._from_tag}"),
-            ("To", f"<{self._registrar}>"),
-            ("Call-ID", self._call_id),
+        items = _out_of_dialog(c, self._transport, self._rng, self._from_tag, self._registrar, self._call_id)
+        items += [
             ("CSeq", f"{cseq} OPTIONS"),
             ("Contact", f"<{c.contact}>"),
             ("Accept", "application/sdp"),
@@ -497,14 +491,8 @@ class Registration:
         expires = 0 if unregister else self._expires
         self._cseq += 1
         c = self.config
-        host = f"[{c.via_host}]" if ":" in c.via_host else c.via_host
-        branch = f"z9hG4bK{self._rng.getrandbits(64):016x}"
-        items: list[tuple[str, str]] = [
-            ("Via", f"SIP/2.0/{self._transport.upper()} {host}:{c.via_port};branch={branch};rport"),
-            ("Max-Forwards", "70"),
-            ("From", f"<{c.aor}>;tag={self._from_tag}"),
-            ("To", f"<{c.aor}>"),
-            ("Call-ID", self._call_id),
+        items = _out_of_dialog(c, self._transport, self._rng, self._from_tag, c.aor, self._call_id)
+        items += [
             ("CSeq", f"{self._cseq} REGISTER"),
             ("Contact", f"<{c.contact}>;expires={expires}"),
             ("Expires", str(expires)),
@@ -621,3 +609,18 @@ def _contact_key(uri: str) -> tuple[str, str, int | None]:
 def _retry_after(response: Response) -> int | None:
     value = (response.headers.get("Retry-After") or "").split(";", 1)[0].split("(", 1)[0].strip()
     return int(value) if value.isdigit() else None
+
+
+def _out_of_dialog(
+    c: RegistrationConfig, transport: str, rng: random.Random, from_tag: str, to: str, call_id: str
+) -> list[tuple[str, str]]:
+    """The first headers of a REGISTER or a keepalive OPTIONS: a fresh branch, our AOR as From, `to` as To."""
+    host = f"[{c.via_host}]" if ":" in c.via_host else c.via_host
+    branch = f"z9hG4bK{rng.getrandbits(64):016x}"
+    return [
+        ("Via", f"SIP/2.0/{transport.upper()} {host}:{c.via_port};branch={branch};rport"),
+        ("Max-Forwards", "70"),
+        ("From", f"<{c.aor}>;tag={from_tag}"),
+        ("To", f"<{to}>"),
+        ("Call-ID", call_id),
+    ]

@@ -1393,3 +1393,13 @@ def run_pjsua2_caller(
         stdout=proc.stdout,
         stderr=proc.stderr,
     )
+
+
+def second_loopback_usable() -> bool:
+    """127.0.0.2 can be bound (a second source on loopback: policy and flood tests)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.bind(("127.0.0.2", 0))
+        return True
+    except OSError:
+        return False

@@ -13,7 +13,6 @@ four providers' fakes mixed, about 100 faults of every kind the fakes inject, an
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,15 +21,6 @@ import peers
 import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
-
-
-def _loopback2() -> bool:
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.2", 0))
-        return True
-    except OSError:
-        return False
 
 
 def run_quick(script: str, tmp_path: Path, *args: str, timeout: float) -> dict[str, Any]:
@@ -72,7 +62,9 @@ def test_fault_campaign_quick_loses_no_call_to_a_survivable_fault_and_runs_no_to
     assert r["rtp_gap_max_ms"] is not None and r["rtp_gap_max_ms"] < 1_000, r
 
 
-@pytest.mark.skipif(not _loopback2(), reason="127.0.0.2 is not usable (the legitimate caller's source)")
+@pytest.mark.skipif(
+    not peers.second_loopback_usable(), reason="127.0.0.2 is not usable (the legitimate caller's source)"
+)
 @pytest.mark.timeout(60)
 def test_floods_quick_rate_limit_holds_memory_is_bounded_and_a_legitimate_caller_is_answered(
     tmp_path: Path,

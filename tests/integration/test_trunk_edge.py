@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 import subprocess
 import time
 import urllib.error
@@ -28,15 +27,6 @@ import pytest
 from conftest import BRIDGE, _clean_env
 
 
-def _loopback2() -> bool:
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.2", 0))
-        return True
-    except OSError:
-        return False
-
-
 def _get(port: int, path: str) -> dict[str, object]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
         body: dict[str, object] = json.loads(answer.read())
@@ -47,7 +37,7 @@ def _frames(record: Path) -> int:
     return len(record.read_text().splitlines()) if record.exists() else 0
 
 
-@pytest.mark.skipif(not _loopback2(), reason="127.0.0.2 is not usable")
+@pytest.mark.skipif(not peers.second_loopback_usable(), reason="127.0.0.2 is not usable")
 def test_a_caller_outside_the_allowlist_gets_403_and_no_provider_session(
     start_fake, start_bridge, tmp_path: Path
 ) -> None:

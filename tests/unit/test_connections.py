@@ -42,3 +42,16 @@ def test_hr7_only_the_floor_s_latest_resumable_handle_is_kept() -> None:
     reg.resumption_updated(1, "b", False)  # not resumable now: the last good one stays
     reg.resumption_updated(2, "c", True)  # not the floor
     assert reg.resume_handle == "a" and reg.status()["resumable"] is True
+
+
+def test_ro8_handing_over_while_the_floor_stopped_hearing_the_caller_and_a_listener_hears_them() -> None:
+    c = Connections(1)
+    assert not c.handing_over
+    c.add_listener(2)
+    c.start_input(2)
+    assert not c.handing_over  # both hear the caller (the overlap)
+    c.stop_input(1)
+    assert c.handing_over  # the old one finishes its items; the new one hears the caller
+    assert c.take_floor(2) and not c.handing_over
+    c.stop_input(2)
+    assert not c.handing_over  # nobody hears the caller (a refused rollover's end): no hand-over
