@@ -344,7 +344,6 @@ def test_send_dtmf_falls_back_to_sip_info_without_telephone_event(
         bridge_engine == "pjsua2"
         and result.returncode == 1
         and "Aborting call on an unexpected BYE" in result.errors
-        and result.count("BYE_RECEIVED") == 1
     ):  # pjsip sometimes sends its BYE twice, 0.2 ms apart, when INFOs were just answered (1 run in ~5)
         sipp_ok(result)
     assert [line.split("=")[-1].strip() for line in result.log_events["INFO_DIGIT"]] == ["1", "2", "#"]

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_sip_rfc4475 import CORPUS as RFC4475_CORPUS
 
 from sip.leg import TransferProgress
 from sip.message import Message, Request, Response, parse, parse_via
@@ -1217,7 +1217,7 @@ def test_a_rejection_never_acked_ends_with_timer_h() -> None:
 
 # --- the RFC 4475 torture messages, end to end through the core ---
 
-_CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "rfc4475"
+_CORPUS = RFC4475_CORPUS  # one place finds it (test_sip_rfc4475.py)
 # What the core sends for each message (None: dropped and counted). valid/: accepted and answered as this UA
 # answers such a request; invalid/: never a 2xx, never a call — except inv2543, an RFC 2543-style INVITE the
 # parser accepts (RFC 4475 §3.4.1 asks RFC 3261 elements to accept it; this corpus files it as invalid).
