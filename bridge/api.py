@@ -199,6 +199,7 @@ class ServerConfig:
     inbound_auth: tuple[str, str] | None = None  # (user, password) for a digest challenge; never logged
     allow_any: bool = False  # off loopback with no allowlist and no inbound auth: start anyway, warned
     invite_rate_per_s: float | None = None  # per source, then 503; None: 5/s off loopback, none on it
+    options_rate_per_s: float | None = None  # per source, then dropped; None: 10/s off loopback, none on it
     register: tuple[str, ...] = ()  # sip:USER@HOST[:PORT] bindings to keep (RFC 3261 §10)
     auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)
     register_password: str | None = None  # never logged
@@ -592,6 +593,7 @@ def _engine_config(config: ServerConfig) -> EngineConfig:
         drop_unknown=config.drop_unknown,
         inbound_auth=config.inbound_auth,
         invite_rate_per_s=config.invite_rate_per_s,
+        options_rate_per_s=config.options_rate_per_s,
         register=config.register,
         auth_user=config.auth_user,
         register_password=config.register_password,

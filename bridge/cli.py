@@ -274,6 +274,14 @@ _FAKES = {  # protocol: (module, options class module, options class)
     "Default: 5 off loopback, no limit on a loopback --sip.",
 )
 @click.option(
+    "--options-rate",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="N",
+    help="Out-of-dialog OPTIONS per second from one source before they are dropped unanswered (burst 20; "
+    "0: no limit). Default: 10 off loopback, no limit on a loopback --sip.",
+)
+@click.option(
     "--inbound-auth",
     default=None,
     metavar="USER",
@@ -436,6 +444,7 @@ def serve(
     allow: tuple[str, ...],  # issue 14
     drop_unknown: bool,  # issue 14
     invite_rate: float | None,  # issue 14
+    options_rate: float | None,  # issue 17
     inbound_auth: str | None,  # issue 14
     allow_any: bool,  # issue 14
     register: tuple[str, ...],  # issue 14
@@ -621,6 +630,7 @@ def _trunk_fields(o: Mapping[str, Any]) -> dict[str, Any]:
         "inbound_auth": inbound,
         "allow_any": o["allow_any"],
         "invite_rate_per_s": o["invite_rate"],
+        "options_rate_per_s": o["options_rate"],
         "auth_user": o["auth_user"],
         "register_password": os.environ.get(SIP_PASSWORD_ENV) or None,
         "external_address": external_address,
@@ -644,6 +654,7 @@ _CALL_SHARED = frozenset(
         "rollover_after_ms", "rollover_deadline_ms", "rollover_hard_stop_ms", "rollover_overlap_ms",
         "no_rollover", "turn_detection", "end_call_tool", "transfer_targets", "send_dtmf_tool",
         "dtmf_to_model", "provider_append_ms", "rtp_port", "allow", "drop_unknown", "invite_rate",
+        "options_rate",
         "inbound_auth", "allow_any", "external_address", "nat", "tls", "cert", "tls_key", "tls_ca", "srtp",
         "max_call_duration", "rtp_timeout", "log_level", "log_format",
     }

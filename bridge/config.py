@@ -9,7 +9,7 @@ shows each one with a comment:
     [providers.NAME]  (NAME one of openai-live, openai-realtime, gemini-live, xai) key_env, model, voice, url, ca
     [[trunks]]    name*, registrar, auth_user, password_env, register_expires_s, register_keepalive_s,
                   allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address
-    [inbound]     drop_unknown, allow_any, invite_rate_per_s, blocked_user_agents
+    [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents
     [[routes]]    name*, number | pattern, header = {name, value}, provider, instructions | instructions_file,
                   tools = [{name, description, parameters}], greeting, language, voice
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
@@ -174,6 +174,7 @@ class Inbound:
     drop_unknown: bool = False  # a source no trunk allows is dropped silently instead of 403
     allow_any: bool = False  # accept any source on a non-loopback address (warned loudly)
     invite_rate_per_s: float | None = None  # per source; beyond it 503
+    options_rate_per_s: float | None = None  # per source; beyond it dropped unanswered
     blocked_user_agents: tuple[str, ...] = DEFAULT_BLOCKED_USER_AGENTS
 
 
@@ -949,6 +950,7 @@ def _inbound(r: _Reader, t: dict[str, object]) -> Inbound:
         drop_unknown=r.boolean(t, "drop_unknown", p, False),
         allow_any=r.boolean(t, "allow_any", p, False),
         invite_rate_per_s=r.number(t, "invite_rate_per_s", p, lo=0.0, default=None),
+        options_rate_per_s=r.number(t, "options_rate_per_s", p, lo=0.0, default=None),
         blocked_user_agents=r.string_list(t, "blocked_user_agents", p, DEFAULT_BLOCKED_USER_AGENTS),
     )
 
@@ -1190,6 +1192,7 @@ CLI_OPTIONS: Mapping[str, str] = {
     "external_address": "trunks[].external_address",
     "nat": "trunks[].nat",
     "invite_rate": "inbound.invite_rate_per_s",
+    "options_rate": "inbound.options_rate_per_s",
     "drop_unknown": "inbound.drop_unknown",
     "allow_any": "inbound.allow_any",
     "session_cap_ms": "rollover.session_cap_ms",

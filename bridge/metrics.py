@@ -29,6 +29,10 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
     audio_discontinuities_total{direction,cause} HR2, HR8
     jobs_total{outcome}, job_duration_seconds    delegations and tool calls
     registrations{trunk,state}                   1 for each trunk's current state, 0 for the others
+    sip_messages_rejected_total{reason}          SIP input the engine could not take: unparseable (dropped),
+                                                 malformed_NNN (answered NNN), internal_error (dropped)
+    engine_held{resource}                        what the engine holds now: calls, transactions, RTP ports,
+                                                 media channels, TCP connections, tasks (read at each scrape)
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ RefusalReason = Literal[
     "not_allowed",  # source outside every trunk's allowlist (403 or dropped)
     "auth_failed",  # inbound digest challenge not met
     "rate_limited",  # per-source INVITE rate (503)
+    "options_rate_limited",  # per-source out-of-dialog OPTIONS rate (dropped unanswered)
     "blocked_user_agent",  # a known scanner
     "max_calls",  # at --max-calls (503)
     "draining",  # SIGTERM / POST /drain (503)
@@ -176,6 +181,18 @@ class BridgeMetrics:
             buckets=JOB_BUCKETS,
             registry=r,
         )
+        self._sip_rejected = Counter(
+            f"{PREFIX}_sip_messages_rejected",
+            "SIP messages the engine could not take (unparseable, malformed_NNN, internal_error).",
+            ["reason"],
+            registry=r,
+        )
+        self._engine_held = Gauge(
+            f"{PREFIX}_engine_held",
+            "What the SIP/RTP engine holds right now (calls, transactions, RTP ports, tasks, ...).",
+            ["resource"],
+            registry=r,
+        )
         self._registrations = Gauge(
             f"{PREFIX}_registrations",
             "1 for each trunk's current registration state.",
@@ -202,6 +219,15 @@ class BridgeMetrics:
 
     def refused(self, reason: RefusalReason, count: int = 1) -> None:
         self._refusals.labels(reason=reason).inc(count)
+
+    def sip_rejected(self, reason: str, count: int = 1) -> None:
+        """`reason` is the engine's counter name: `unparseable`, `malformed_NNN` or `internal_error`."""
+        self._sip_rejected.labels(reason=reason).inc(count)
+
+    def engine_held(self, held: Mapping[str, int]) -> None:
+        """The engine's counts of what it holds now (each series set, not added to)."""
+        for resource, count in held.items():
+            self._engine_held.labels(resource=resource).set(count)
 
     # --- media: batches, never per packet ---
 

@@ -10,8 +10,10 @@ SIP responses: `sip_responses_sent_total` counts the final response each call go
 for an answered call, the refusal status otherwise, 503 when the provider was unavailable before answering) and,
 at each scrape, the engine's own refusals (`EngineCounters.stats()`: the native engine's counters named with a
 status, e.g. `invite_503_draining`, `method_405`, `policy_403`). The same scrape turns the engine's refusal
-counters into `refusals_total{reason}` (draining, max_calls, not_allowed, rate_limited, blocked_user_agent,
-auth_failed, no_common_codec) and its registrations (`GET /sip`'s list) into `registrations{trunk,state}`.
+counters and its inbound policy's (`GET /sip`) into `refusals_total{reason}` (draining, max_calls,
+no_common_codec; not_allowed, rate_limited, options_rate_limited, blocked_user_agent, auth_failed), the SIP it
+could not take into `sip_messages_rejected_total{reason}`, what it holds now (`EngineHeld.counts()`) into
+`engine_held{resource}`, and its registrations (`GET /sip`'s list) into `registrations{trunk,state}`.
 Counters move by the delta since the last scrape, so a scrape every few seconds costs nothing per call.
 """
 
@@ -64,15 +66,18 @@ _ENGINE_REFUSALS: dict[str, RefusalReason] = {
     "invite_503_draining": "draining",
     "options_503_draining": "draining",
     "invite_503_max_calls": "max_calls",
-    "policy_403": "not_allowed",
-    "policy_dropped": "not_allowed",
-    "policy_503": "rate_limited",
     "invite_488": "no_common_codec",
 }
+# The inbound policy's refusals come from its own counters, one per reason (the engine's policy_403,
+# policy_dropped and policy_503 count the same refusals by their answer: reading both would count twice)
 _POLICY_REFUSALS: dict[str, RefusalReason] = {
     "scanner": "blocked_user_agent",
+    "not_allowed": "not_allowed",
+    "rate_limited": "rate_limited",
+    "options_rate_limited": "options_rate_limited",
     "auth_failed": "auth_failed",
 }
+_SIP_REJECTED = re.compile(r"^(unparseable|malformed_\d{3}|internal_errors)$")
 _STATUS_IN_NAME = re.compile(r"(?:^|_)([1-6]\d\d)(?:_|$)")
 _REGISTRATION_STATES: dict[str, RegistrationState] = {
     "idle": "unregistered",
@@ -89,6 +94,13 @@ class EngineCounters(Protocol):
     """An engine whose core keeps counters of what it refused and dropped (the native engine's `stats()`)."""
 
     def stats(self) -> dict[str, int]: ...
+
+
+@runtime_checkable
+class EngineHeld(Protocol):
+    """An engine that counts what it holds right now (the native engine's `counts()`)."""
+
+    def counts(self) -> dict[str, int]: ...
 
 
 class _Deltas:
@@ -218,6 +230,10 @@ class CallObserver:
                     self.metrics.refused(reason, grown)
                 if (m := _STATUS_IN_NAME.search(name)) is not None:  # a response the engine sent
                     self.metrics.sip_response_sent(int(m.group(1)), grown)
+                if _SIP_REJECTED.match(name):
+                    self.metrics.sip_rejected("internal_error" if name == "internal_errors" else name, grown)
+        if isinstance(engine, EngineHeld):
+            self.metrics.engine_held(engine.counts())
         if isinstance(engine, SipStatus):
             status = engine.sip_status()
             policy = status.get("policy")

@@ -72,8 +72,6 @@ def unwired_keys(config: BridgeConfig) -> list[str]:
         out.append("listeners.sip_tls")
     if config.engine.rtp_port_high is not None:
         out.append("engine.rtp_ports (upper bound)")
-    if config.inbound.invite_rate_per_s is not None:
-        out.append("inbound.invite_rate_per_s")
     if tel.max_call_duration_s is not None:
         out.append("telephony.max_call_duration_s")
     if tel.rtp_timeout_s is not None:
@@ -138,6 +136,8 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
         if inbound is not None
         else None,
         allow_any=config.inbound.allow_any,
+        invite_rate_per_s=config.inbound.invite_rate_per_s,
+        options_rate_per_s=config.inbound.options_rate_per_s,
         register=tuple(t.registrar for t in registering if t.registrar is not None),
         auth_user=first_reg.auth_user if first_reg is not None else None,
         register_password=environ.get(first_reg.password_env) or None if first_reg is not None else None,

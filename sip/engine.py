@@ -55,6 +55,10 @@ class EngineConfig:
     # loopback bind (every source is local there: tests and the bench place hundreds of calls from one address)
     invite_rate_per_s: float | None = None
     invite_burst: int = 10
+    # per-source out-of-dialog OPTIONS beyond this are dropped silently (issue 17's floods); 0: no limit;
+    # None: 10/s (burst 20) off loopback, none on a loopback bind
+    options_rate_per_s: float | None = None
+    options_burst: int = 20
     # Issue 14, registration (sip/register.py): one binding per address-of-record sip:USER@HOST[:PORT]
     register: tuple[str, ...] = ()
     auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)

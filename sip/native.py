@@ -80,6 +80,9 @@ log = logging.getLogger("parlora.sip")
 
 DEFAULT_MAX_CALLS = 200
 DEFAULT_INVITE_RATE = 5.0  # INVITEs per second per source off loopback (issue 14), then 503
+DEFAULT_OPTIONS_RATE = (
+    10.0  # out-of-dialog OPTIONS per second per source off loopback (issue 17), then dropped
+)
 STOP_GRACE_S = 2.0  # how long stop() waits for the answers to its BYEs and final responses
 TCP_LINGER_S = 0.2  # then how long TCP connections stay open for the peers to finish
 _MAX_FLUSH_ROUNDS = 16
@@ -551,6 +554,8 @@ def build_policy(config: EngineConfig) -> InboundPolicy:
             drop_unknown=config.drop_unknown,
             invite_rate_per_s=invite_rate(config),
             invite_burst=config.invite_burst,
+            options_rate_per_s=options_rate(config),
+            options_burst=config.options_burst,
         ),
         auth=auth,
     )
@@ -563,6 +568,13 @@ def invite_rate(config: EngineConfig) -> float:
     return 0.0 if check_bind(config.host, None).ok else DEFAULT_INVITE_RATE
 
 
+def options_rate(config: EngineConfig) -> float:
+    """The per-source OPTIONS rate in force: the configured one, else 10/s off loopback and none on it."""
+    if config.options_rate_per_s is not None:
+        return config.options_rate_per_s
+    return 0.0 if check_bind(config.host, None).ok else DEFAULT_OPTIONS_RATE
+
+
 def describe_policy(config: EngineConfig) -> str:
     """One log line: who may call."""
     parts = [f"allow {', '.join(config.allow)}" if config.allow else "every source"]
@@ -573,6 +585,8 @@ def describe_policy(config: EngineConfig) -> str:
     rate = invite_rate(config)
     if rate > 0:
         parts.append(f"INVITE rate {rate:g}/s per source (burst {config.invite_burst})")
+    if (rate := options_rate(config)) > 0:
+        parts.append(f"OPTIONS rate {rate:g}/s per source (burst {config.options_burst}), then dropped")
     parts.append("scanner User-Agents dropped")
     return "; ".join(parts)
 
@@ -1048,7 +1062,9 @@ class NativeUserAgent:
         return out
 
     def sip_status(self) -> dict[str, object]:
-        """The `sip` section of the status (GET /sip): listener, inbound policy and its refusal counters."""
+        """The `sip` section of the status (GET /sip): listener, inbound policy and its refusal counters, what
+        the engine holds now (`held`: calls, transactions, RTP ports, tasks, ...) and every counter of the
+        core and its shells (`counters`: parse errors, retransmissions absorbed, timers fired, ...)."""
         ua = self._ua
         stats = ua.stats if ua is not None else {}
         policy = self.policy
@@ -1066,12 +1082,15 @@ class NativeUserAgent:
                 "drop_unknown": self.config.drop_unknown,
                 "inbound_auth": self.config.inbound_auth is not None,
                 "invite_rate_per_s": invite_rate(self.config),
+                "options_rate_per_s": options_rate(self.config),
                 "counters": dict(policy.counters) if policy is not None else {},
                 "dropped": stats.get("policy_dropped", 0),
                 "challenged": stats.get("policy_challenged", 0),
                 "refused_403": stats.get("policy_403", 0),
                 "refused_503": stats.get("policy_503", 0),
             },
+            "held": self.counts(),
+            "counters": self.stats(),
         }
 
     def track_transfer(self, leg: NativeLeg) -> None:

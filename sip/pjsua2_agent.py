@@ -390,6 +390,7 @@ def unsupported_options(config: EngineConfig) -> list[str]:
         "--drop-unknown": config.drop_unknown,
         "--inbound-auth": config.inbound_auth is not None,
         "--invite-rate": config.invite_rate_per_s is not None,
+        "--options-rate": config.options_rate_per_s is not None,
         "--register": bool(config.register),
         "--external-address": config.external_address is not None,
         "--nat": config.nat,

@@ -12,6 +12,9 @@ The checks, in order (the first that refuses decides; each refusal is counted in
 3. Per-source INVITE rate (a token bucket per source IP on `now`: `invite_burst` tokens, refilled at
    `invite_rate_per_s`) → 503 with Retry-After (the seconds until a token is back). The table of sources is
    bounded (`max_sources`, least recently seen evicted).
+   Out-of-dialog OPTIONS have a bucket of their own (`options_rate_per_s`, `options_burst`): beyond it they
+   are dropped silently, because under a flood an answer of any kind costs as much as a 200 (issue 17); a
+   load balancer's probe, a few a minute, never comes near it.
 4. Inbound digest (`auth`, a `sip.auth.DigestServer`) for INVITE and every other method except OPTIONS (a
    load balancer's probe), CANCEL and ACK (RFC 3261 §22.1: they cannot be challenged): no or wrong
    credentials → a challenge; right credentials on an old nonce → a challenge with stale=true. We challenge
@@ -117,6 +120,8 @@ class PolicyConfig:
     drop_unknown: bool = False
     invite_rate_per_s: float = 5.0
     invite_burst: int = 10
+    options_rate_per_s: float = 0.0  # 0: no limit
+    options_burst: int = 20
     max_sources: int = 10_000
     scanner_user_agents: tuple[str, ...] = DEFAULT_SCANNERS
     scanner_action: Literal["drop", "403"] = "drop"
@@ -140,6 +145,15 @@ class _Bucket:
         self.at = at
 
 
+class _Limit:
+    __slots__ = ("rate", "burst", "buckets")
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.buckets: OrderedDict[str, _Bucket] = OrderedDict()  # least recently seen first
+
+
 class InboundPolicy:
     """See the module docstring. `decide` never raises; `counters` counts every refusal by reason."""
 
@@ -148,7 +162,11 @@ class InboundPolicy:
         self.auth = auth
         self.networks = parse_networks(self.config.allow)
         self._scanners = tuple(s.lower() for s in self.config.scanner_user_agents if s)
-        self._buckets: OrderedDict[str, _Bucket] = OrderedDict()
+        c = self.config
+        self._limits = {  # per method: its token buckets by source, the rate and the burst
+            "INVITE": _Limit(c.invite_rate_per_s, c.invite_burst),
+            "OPTIONS": _Limit(c.options_rate_per_s, c.options_burst),
+        }
         self.counters: Counter[str] = Counter()
 
     def __repr__(self) -> str:
@@ -187,11 +205,14 @@ class InboundPolicy:
             if self.config.drop_unknown:
                 return Drop("source not allowed")
             return Refuse(403, "Forbidden")
-        if method == "INVITE":
-            wait = self._take_token(source[0], now)
-            if wait is not None:
-                self.counters["rate_limited"] += 1
-                return Refuse(503, "Service Unavailable (rate limited)", (("Retry-After", str(wait)),))
+        limit = self._limits.get(method)
+        wait = self._take_token(limit, source[0], now) if limit is not None else None
+        if wait is not None and method == "OPTIONS":
+            self.counters["options_rate_limited"] += 1
+            return Drop("OPTIONS rate limited")
+        if wait is not None:
+            self.counters["rate_limited"] += 1
+            return Refuse(503, "Service Unavailable (rate limited)", (("Retry-After", str(wait)),))
         if self.auth is None or method in _UNCHALLENGED:
             return Accept()
         auth = self.auth
@@ -207,20 +228,20 @@ class InboundPolicy:
         self.counters["auth_missing" if isinstance(verdict, AuthMissing) else "auth_failed"] += 1
         return Challenge(auth.status, auth.challenge(now))
 
-    def _take_token(self, host: str, now: int) -> int | None:
-        """Take one INVITE token for `host`; None when there was one, else the seconds until there is."""
-        rate = self.config.invite_rate_per_s
-        burst = float(max(1, self.config.invite_burst))
+    def _take_token(self, limit: _Limit, host: str, now: int) -> int | None:
+        """Take one token from `host`'s bucket of `limit`; None when there was one, else the seconds until
+        there is."""
+        rate, burst, buckets = limit.rate, float(max(1, limit.burst)), limit.buckets
         if rate <= 0:
             return None  # no rate limit
-        bucket = self._buckets.get(host)
+        bucket = buckets.get(host)
         if bucket is None:
             bucket = _Bucket(burst, now)
-            self._buckets[host] = bucket
-            while len(self._buckets) > self.config.max_sources:
-                self._buckets.popitem(last=False)
+            buckets[host] = bucket
+            while len(buckets) > self.config.max_sources:
+                buckets.popitem(last=False)
         else:
-            self._buckets.move_to_end(host)
+            buckets.move_to_end(host)
             elapsed = max(0, now - bucket.at) / _SECOND
             bucket.tokens = min(burst, bucket.tokens + elapsed * rate)
             bucket.at = now

@@ -6,7 +6,7 @@
     .venv/bin/python tests/bench/floods.py --rate 500 --invite-seconds 10 --invite-rate 5
 
 `serve` runs the embedded echo provider (no key) on the native engine with `--invite-rate R` (default 5) and
-`--max-calls` (default 200). Each admitted flood INVITE is answered and never ACKed, so it holds a call (and a
+`--max-calls` (default 200), and `--options-rate O` (default 10, burst 20: beyond it OPTIONS are dropped). Each admitted flood INVITE is answered and never ACKed, so it holds a call (and a
 provider session) until the bridge gives up on the ACK: R per second fill R x 32 s slots; with `--max-calls 40`
 the legitimate caller gets 503 (max calls) after about 8 s. The flooder is a plain UDP socket on 127.0.0.1 sending well-formed INVITEs (each its own
 Call-ID, with SDP) at the asked rate, paced in 10 ms batches, and counting the responses by status. Halfway
@@ -45,6 +45,7 @@ from report import run_in_scratch  # noqa: E402
 
 LEGIT_SOURCE = "127.0.0.2"
 _STATUS = re.compile(rb"^SIP/2\.0 (\d{3}) ")
+_CSEQ = re.compile(rb"\r\nCSeq: *\d+ +([A-Z]+)", re.IGNORECASE)
 
 
 def invite(target: tuple[str, int], source: tuple[str, int], call_id: str, rtp_port: int) -> bytes:
@@ -85,7 +86,8 @@ def request(
 
 
 class Flooder:
-    """A UDP socket that sends at a rate and counts the responses it gets by status code."""
+    """A UDP socket that sends at a rate and counts the responses to `method` it gets, by status code (the
+    200s of INVITEs admitted earlier, retransmitted while they wait for an ACK, are not OPTIONS answers)."""
 
     def __init__(self, host: str) -> None:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -93,6 +95,7 @@ class Flooder:
         self.sock.settimeout(0.2)
         self.address: tuple[str, int] = self.sock.getsockname()
         self.codes: Counter[int] = Counter()
+        self.method = b"INVITE"
         self.sent = 0
         self._stop = threading.Event()
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -105,7 +108,8 @@ class Flooder:
             except (TimeoutError, OSError):
                 continue
             m = _STATUS.match(data)
-            if m:
+            cseq = _CSEQ.search(data)
+            if m and cseq is not None and cseq.group(1) == self.method:
                 self.codes[int(m.group(1))] += 1
 
     def flood(self, make: Any, target: tuple[str, int], rate: float, seconds: float) -> float:
@@ -195,11 +199,14 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         str(args.invite_rate),
         "--max-calls",
         str(args.max_calls),
+        "--options-rate",
+        str(args.options_rate),
     ]
     argv += ["--drain-timeout", "0", "--log-level", "info"]
     result: dict[str, Any] = {
         "load_before": [round(x, 2) for x in os.getloadavg()],
         "invite_rate": args.invite_rate,
+        "options_rate": args.options_rate,
     }
     bridge = peers.ManagedProcess(argv, cwd=work, env=conftest._clean_env(), name="parlora-bridge")
     samples: list[float] = []
@@ -227,6 +234,8 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         timer.join(10)
         invite_codes = dict(flooder.codes)
         flooder.codes.clear()
+        invites_sent = flooder.sent
+        flooder.method = b"OPTIONS"
         options_achieved = flooder.flood(
             lambda i: request("OPTIONS", target, flooder.address, f"op{i:08d}x{os.getpid()}", 1,
                               f"sip:bridge@127.0.0.1:{sip}"),
@@ -241,12 +250,16 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         result.update(legit)
         result.update(
             {
-                "invites_sent": flooder.sent - round(options_achieved * args.options_seconds),
+                "invites_sent": invites_sent,
+                "options_sent": flooder.sent - invites_sent,
                 "invite_rate_achieved_per_s": round(achieved, 1),
                 "invite_responses": invite_codes,
                 "options_rate_achieved_per_s": round(options_achieved, 1),
                 "options_responses": options_codes,
                 "rate_limited_total": metric(metrics, "parlora_refusals_total", 'reason="rate_limited"'),
+                "options_rate_limited_total": metric(
+                    metrics, "parlora_refusals_total", 'reason="options_rate_limited"'
+                ),
                 "responses_503_total": metric(metrics, "parlora_sip_responses_sent_total", 'code="503"'),
                 "calls_total": metric(metrics, "parlora_calls_total"),
                 "bridge_alive": bridge.running(),
@@ -280,6 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--invite-seconds", type=float)
     parser.add_argument("--options-seconds", type=float)
     parser.add_argument("--invite-rate", type=float, default=5.0, help="serve --invite-rate")
+    parser.add_argument("--options-rate", type=float, default=10.0, help="serve --options-rate (burst 20)")
     parser.add_argument("--max-calls", type=int, default=200, help="serve --max-calls (the engine's default)")
     parser.add_argument("--keep", action="store_true")
     parser.add_argument("--output", type=Path)

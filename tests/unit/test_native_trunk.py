@@ -156,6 +156,21 @@ async def test_the_per_source_invite_rate_limit_answers_503_with_retry_after(eng
     assert len(calls) == 1
 
 
+async def test_an_options_flood_is_answered_up_to_its_rate_then_dropped_and_counted(engine_factory) -> None:  # type: ignore[no-untyped-def]
+    agent, _calls = await engine_factory(options_rate_per_s=0.5, options_burst=3)
+    peer = Peer("127.0.0.1")
+    for n in range(8):
+        options = invite(agent.local[1], peer.address, 100 + n).replace(b"INVITE", b"OPTIONS")
+        peer.sock.sendto(options.split(b"Content-Type")[0] + b"Content-Length: 0\r\n\r\n", agent.local)
+    answers = []
+    while (data := await peer.recv(0.3)) is not None:
+        answers.append(data.split(b"\r\n", 1)[0])
+    assert answers == [b"SIP/2.0 200 OK"] * 3, answers  # the burst; the other five got nothing
+    status = agent.sip_status()
+    assert status["policy"]["counters"] == {"options_rate_limited": 5}, status  # type: ignore[index]
+    assert status["counters"]["policy_dropped"] == 5 and status["held"]["calls"] == 0, status  # type: ignore[index]
+
+
 async def test_inbound_digest_challenges_and_then_accepts(engine_factory) -> None:  # type: ignore[no-untyped-def]
     agent, calls = await engine_factory(inbound_auth=("trunk", "s3cret"))
     peer = Peer("127.0.0.1")
@@ -501,3 +516,11 @@ def test_the_default_invite_rate_limit_is_off_on_loopback_and_5_per_s_elsewhere(
     assert invite_rate(EngineConfig(host="0.0.0.0", allow=("192.0.2.0/24",))) == 5.0
     assert invite_rate(EngineConfig(host="0.0.0.0", invite_rate_per_s=20.0)) == 20.0
     assert invite_rate(EngineConfig(host="127.0.0.1", invite_rate_per_s=1.0)) == 1.0
+
+
+def test_the_default_options_rate_limit_is_off_on_loopback_and_10_per_s_elsewhere() -> None:
+    from sip.native import options_rate
+
+    assert options_rate(EngineConfig(host="127.0.0.1")) == 0.0
+    assert options_rate(EngineConfig(host="0.0.0.0", allow=("192.0.2.0/24",))) == 10.0
+    assert options_rate(EngineConfig(host="127.0.0.1", options_rate_per_s=2.0)) == 2.0

@@ -58,6 +58,44 @@ def test_engine_refusals_and_responses_move_by_their_delta_at_each_scrape() -> N
     assert _value(m, "parlora_sip_responses_sent_total", code="488") == 1
 
 
+def test_policy_refusals_are_counted_once_each_from_the_policy_s_own_counters() -> None:
+    # a dropped scanner is also the engine's policy_dropped, a 403 its policy_403: counted once, by reason
+    obs, engine = CallObserver(), _Engine()
+    engine.counters = {"policy_dropped": 5, "policy_403": 1, "policy_503": 2}
+    engine.policy = {"scanner": 3, "not_allowed": 1, "rate_limited": 2, "options_rate_limited": 2}
+    obs.scrape(engine)
+    m = obs.metrics
+    assert _value(m, "parlora_refusals_total", reason="blocked_user_agent") == 3
+    assert _value(m, "parlora_refusals_total", reason="not_allowed") == 1
+    assert _value(m, "parlora_refusals_total", reason="rate_limited") == 2
+    assert _value(m, "parlora_refusals_total", reason="options_rate_limited") == 2
+
+
+class _HoldingEngine(_Engine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.held: dict[str, int] = {}
+
+    def counts(self) -> dict[str, int]:
+        return dict(self.held)
+
+
+def test_rejected_sip_input_and_what_the_engine_holds_are_served_live() -> None:
+    obs, engine = CallObserver(), _HoldingEngine()
+    engine.counters = {"unparseable": 4, "malformed_400": 2, "internal_errors": 1, "calls": 3}
+    engine.held = {"calls": 2, "transactions": 5, "rtp_ports": 4, "tasks": 1}
+    obs.scrape(engine)
+    engine.counters["unparseable"] = 10
+    engine.held = {"calls": 0, "transactions": 1, "rtp_ports": 0, "tasks": 0}
+    obs.scrape(engine)
+    m = obs.metrics
+    assert _value(m, "parlora_sip_messages_rejected_total", reason="unparseable") == 10
+    assert _value(m, "parlora_sip_messages_rejected_total", reason="malformed_400") == 2
+    assert _value(m, "parlora_sip_messages_rejected_total", reason="internal_error") == 1
+    assert _value(m, "parlora_engine_held", resource="transactions") == 1  # set, not added
+    assert _value(m, "parlora_engine_held", resource="calls") == 0
+
+
 def test_registrations_by_state_follow_the_engine() -> None:
     obs, engine = CallObserver(), _Engine()
     engine.registrations = [{"aor": "sip:bridge@pbx", "state": "registering"}]

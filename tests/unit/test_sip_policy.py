@@ -108,7 +108,23 @@ def test_rate_table_is_bounded() -> None:
     policy = InboundPolicy(PolicyConfig(max_sources=10))
     for i in range(50):
         policy.decide(request(invite()), (f"192.0.2.{i}", 5060), 0)
-    assert len(policy._buckets) == 10
+    assert len(policy._limits["INVITE"].buckets) == 10
+
+
+def options(branch: str = "z9hG4bKopt") -> bytes:
+    return invite(branch).replace(b"INVITE sip", b"OPTIONS sip").replace(b"1 INVITE", b"1 OPTIONS")
+
+
+def test_an_options_flood_from_one_source_is_dropped_beyond_its_own_bucket() -> None:
+    policy = InboundPolicy(PolicyConfig(options_rate_per_s=2.0, options_burst=4, invite_burst=1))
+    decisions = [policy.decide(request(options(f"z9hG4bK{i}")), TRUNK, 0) for i in range(10)]
+    assert decisions[:4] == [Accept()] * 4 and decisions[4:] == [Drop("OPTIONS rate limited")] * 6
+    assert policy.counters["options_rate_limited"] == 6
+    assert policy.decide(request(options()), STRANGER, 0) == Accept()  # another source has its own bucket
+    assert policy.decide(request(invite()), TRUNK, 0) == Accept()  # INVITE tokens are not OPTIONS tokens
+    assert policy.decide(request(options()), TRUNK, S // 2) == Accept()  # 2/s: one back after 0.5 s
+    assert policy.decide(request(options()), TRUNK, S // 2) == Drop("OPTIONS rate limited")
+    assert policy.counters["rate_limited"] == 0  # the INVITE limit's counter is untouched
 
 
 def test_digest_challenge_then_accept_and_stale() -> None:
