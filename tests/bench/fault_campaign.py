@@ -25,12 +25,14 @@ tool ran twice, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
 import re
 import ssl
 import sys
+import threading
 import time
 import urllib.request
 from collections import Counter, defaultdict
@@ -38,6 +40,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parents[1]
@@ -134,10 +138,17 @@ class Plan:
     rollover_hard_stop_ms: int
     seed: int
     capture: bool = True
+    hold_s: float | None = None  # the long run: every call held this long (else worked out from the faults)
 
     @property
     def call_ms(self) -> int:  # every call outlives the fault window by 10 s
+        if self.hold_s is not None:
+            return int(self.hold_s * 1000)
         return int((self.faults * self.pace_s * 1.5 + 10) * 1000)
+
+    @property
+    def sample_s(self) -> float:  # about 30 samples of the bridge over a run, at least 5 s apart
+        return max(5.0, self.call_ms / 1000 / 30)
 
 
 QUICK: dict[str, float] = {
@@ -148,6 +159,19 @@ QUICK: dict[str, float] = {
     "after": 6_000,
     "deadline": 9_000,
     "stop": 14_000,
+}
+# The long run (issue 17): 100 calls held for 30 minutes with faults every 2 s and rollovers every ~30 s; no
+# capture (100 calls x 50 packets/s x 30 min is 9 million packets): the media clock's own lateness histogram,
+# scraped from /metrics at each sample, gives the p99 over time instead.
+LONG: dict[str, float] = {
+    "calls": 100,
+    "faults": 800,
+    "pace_s": 2.0,
+    "cap": 36_000,
+    "after": 30_000,
+    "deadline": 32_000,
+    "stop": 35_000,
+    "hold_s": 1800.0,
 }
 FULL: dict[str, float] = {
     "calls": 100,
@@ -307,6 +331,67 @@ def figures(f: LogFigures, *, answered: int, expected: int, loop_ms: int) -> dic
         "recovery_repaired_ms": summary(f.repaired_ms),
         "rollovers": dict(f.rollovers),
         **utterance_figures(f, loop_ms),
+    }
+
+
+@dataclass(frozen=True)
+class Sample:
+    at_s: float  # since the last call was answered
+    rss_mb: float
+    fds: int
+    held: dict[str, float]  # parlora_engine_held by resource
+    lateness: dict[float, float]  # parlora_pacing_lateness_seconds cumulative bucket counts by upper bound
+
+
+def parse_sample(at_s: float, rss_mb: float, fds: int, metrics: str) -> Sample:
+    """One sample of the bridge: its RSS, open fds and the two metrics families read from `metrics` text."""
+    held: dict[str, float] = {}
+    lateness: dict[float, float] = {}
+    for family in text_string_to_metric_families(metrics):
+        for s in family.samples:
+            if s.name == "parlora_engine_held":
+                held[s.labels["resource"]] = s.value
+            elif s.name == "parlora_pacing_lateness_seconds_bucket":
+                lateness[float(s.labels["le"])] = s.value
+    return Sample(round(at_s, 1), round(rss_mb, 2), fds, held, lateness)
+
+
+def _p99_bound_ms(before: dict[float, float], after: dict[float, float]) -> float | None:
+    """The upper bound (ms) of the bucket holding the 99th percentile of the ticks between two samples."""
+    bounds = sorted(after)
+    deltas = [after[b] - before.get(b, 0.0) for b in bounds]  # cumulative counts, so deltas are cumulative
+    total = deltas[-1] if deltas else 0.0
+    if total <= 0:
+        return None
+    for bound, count in zip(bounds, deltas, strict=True):
+        if count >= 0.99 * total:
+            return round(bound * 1000, 2) if bound != float("inf") else float("inf")
+    return None
+
+
+def sample_figures(samples: Sequence[Sample]) -> dict[str, Any]:
+    """Over time: RSS growth per hour (a least-squares slope over the samples after the first fifth of the
+    run, so start-up allocation does not count), open fds, what the engine holds, and the media clock's
+    lateness p99 in each interval between samples."""
+    if len(samples) < 2:
+        return {"samples": len(samples)}
+    settled = samples[len(samples) // 5 :]
+    slope = None
+    if len(settled) >= 2:
+        xs, ys = [s.at_s / 3600 for s in settled], [s.rss_mb for s in settled]
+        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+        var = sum((x - mx) ** 2 for x in xs)
+        slope = round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var, 2) if var else None
+    p99 = [_p99_bound_ms(a.lateness, b.lateness) for a, b in itertools.pairwise(samples)]
+    return {
+        "samples": len(samples),
+        "sample_every_s": round(samples[1].at_s - samples[0].at_s, 1),
+        "rss_mb_first_last": [samples[0].rss_mb, samples[-1].rss_mb],
+        "rss_growth_mb_per_hour": slope,
+        "fds_first_last": [samples[0].fds, samples[-1].fds],
+        "held_first_last": [samples[0].held, samples[-1].held],
+        "pacing_p99_ms_by_interval": p99,
+        "pacing_p99_ms_worst_interval": max((v for v in p99 if v is not None), default=None),
     }
 
 
@@ -477,6 +562,7 @@ def metrics_totals(text: str, names: Sequence[str]) -> dict[str, float]:
 def run(plan: Plan, work: Path) -> dict[str, Any]:
     procs: list[peers.ManagedProcess] = []
     history: list[str] = []
+    samples: list[Sample] = []
     result: dict[str, Any] = {"seed": plan.seed, "plan": plan.__dict__ | {"call_ms": plan.call_ms}}
     result["load_before"] = [round(x, 2) for x in os.getloadavg()]
     t_start = time.monotonic()
@@ -537,7 +623,12 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         procs += callers
         answered = _wait_count(bridge, r"call \S+ media:", plan.calls, 20 + plan.calls / 10)
         fault_deadline = time.monotonic() + plan.call_ms / 1000 - 10
+        sampler = threading.Thread(
+            target=sample_bridge, args=(bridge, http, plan.sample_s, fault_deadline, samples), daemon=True
+        )
+        sampler.start()
         injected = inject_faults(plan, fakes, fault_deadline, history)
+        sampler.join(plan.sample_s + 5)
         result["faults_injected"] = sum(injected.values())
         result["faults_by_kind"] = dict(sorted(injected.items()))
         for caller in callers:
@@ -559,6 +650,7 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         lines = [ln.text for ln in bridge.lines]
         result.update(figures(read_log(lines), answered=answered, expected=plan.calls, loop_ms=loop_ms))
         result.update(rtp_gap_figures(work / "rtp.pcap", stats.native_media_ports(lines)))
+        result["over_time"] = sample_figures(samples)
     finally:
         for proc in reversed(procs):
             proc.stop(term_timeout=10.0 if proc is bridge else 3.0)
@@ -572,6 +664,24 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         for k in ("calls_lost_unexplained", "calls_lost_to_survivable_faults", "tool_runs_duplicated")
     )
     return result
+
+
+def sample_bridge(
+    bridge: peers.ManagedProcess, http: int, every_s: float, until: float, out: list[Sample]
+) -> None:
+    """Every `every_s` until `until` (monotonic), a Sample of the bridge (a thread beside the injector)."""
+    start = time.monotonic()
+    for i in range(int((until - start) / every_s) + 2):  # bounded by the window
+        now = time.monotonic()
+        if now > until or not bridge.running():
+            return
+        try:
+            rss = stats.proc_status_rss_mb(Path(f"/proc/{bridge.pid}/status").read_text()) or 0.0
+            fds = len(os.listdir(f"/proc/{bridge.pid}/fd"))
+            out.append(parse_sample(now - start, rss, fds, _get(f"http://127.0.0.1:{http}/metrics", None)))
+        except (OSError, ValueError):
+            pass  # the bridge went away between the check and the read; the loop's check says so next
+        time.sleep(max(0.0, start + (i + 1) * every_s - time.monotonic()))  # pacing, not a check
 
 
 def _wait_count(proc: peers.ManagedProcess, pattern: str, count: int, timeout: float) -> int:
@@ -595,10 +705,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--seed", type=int, default=int(os.environ.get("PARLORA_CAMPAIGN_SEED", random.randrange(1 << 30)))
     )
     parser.add_argument("--no-capture", action="store_true", help="no tshark (no RTP gap figure)")
+    parser.add_argument(
+        "--long", action="store_true", help="the long run: 100 calls held 30 min, 800 faults, no capture"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the working directory (logs, pcap, faults)")
     parser.add_argument("--output", type=Path, help="also write the JSON here")
     args = parser.parse_args(argv)
-    d = QUICK if args.quick else FULL
+    d = LONG if args.long else QUICK if args.quick else FULL
     cap = int(args.session_cap_ms or d["cap"])
     scale = cap / d["cap"]
     plan = Plan(
@@ -610,7 +723,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         rollover_deadline_ms=int(d["deadline"] * scale),
         rollover_hard_stop_ms=int(d["stop"] * scale),
         seed=args.seed,
-        capture=not args.no_capture,
+        capture=not (args.no_capture or args.long),
+        hold_s=d.get("hold_s"),
     )
     print(
         f"fault campaign seed {plan.seed}: {plan.calls} calls, {plan.faults} faults",

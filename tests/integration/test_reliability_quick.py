@@ -60,6 +60,11 @@ def test_fault_campaign_quick_loses_no_call_to_a_survivable_fault_and_runs_no_to
     # timeline (not rebased, HR11: see utterances_out_of_order), which confounds the duplicate count
     # RTP never stops for a caller (HR5, RO8): a gap of a second would be a stopped stream, not load
     assert r["rtp_gap_max_ms"] is not None and r["rtp_gap_max_ms"] < 1_000, r
+    # the long run's figures over time, sampled here too (every 5 s): RSS, fds, holdings, the clock's p99
+    over = r["over_time"]
+    assert over["samples"] >= 5 and over["rss_growth_mb_per_hour"] is not None, over
+    assert all(v is not None for v in over["pacing_p99_ms_by_interval"]), over  # the clock ticked throughout
+    assert over["held_first_last"][0]["calls"] == calls, over  # every call held at the first sample
 
 
 @pytest.mark.skipif(
