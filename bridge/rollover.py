@@ -241,6 +241,7 @@ class Handover:
         self.old_closed = False
         self.old_outcomes: list[tuple[int, int, bool]] = []  # (start, end, emitted)
         self.new_emitted: list[tuple[int, int]] = []  # shared utterances emitted from the new one
+        self.emitted_before: list[tuple[int, int]] = []  # the previous rollover's emitted spans (RO3)
         self.pending: list[_Pending] = []
         self._options, self._stats, self._emit = options, stats, emit
 
@@ -256,7 +257,8 @@ class Handover:
     def old_result(self, start_ms: int, end_ms: int, text: str | None) -> None:
         """The old connection's transcription of an utterance: text, or None when it failed or was empty."""
         span = (start_ms, end_ms)
-        emitted = text is not None and not any(self.same(span, s) for s in self.new_emitted)
+        done = (*self.new_emitted, *self.emitted_before)
+        emitted = text is not None and not any(self.same(span, s) for s in done)
         self.old_outcomes.append((start_ms, end_ms, emitted))
         if text is None:
             for p in [p for p in self.pending if self.same(span, (p.start_ms, p.end_ms))]:
@@ -303,8 +305,13 @@ class CallerTexts:
         self.hand: Handover | None = None
 
     def begin(self, old: str, new: str) -> None:
-        """A rollover opens `new`: from now on both may transcribe the same utterances."""
-        self.hand = Handover(old, new, self._options, self._stats, self._emit)
+        """A rollover opens `new`: from now on both may transcribe the same utterances. `old` was the previous
+        rollover's new connection: what was emitted then stays known, so that its late text of an utterance
+        it shared with its own predecessor is not emitted a second time (RO3)."""
+        hand, prev = Handover(old, new, self._options, self._stats, self._emit), self.hand
+        if prev is not None and prev.new == old:
+            hand.emitted_before = [(s, e) for s, e, ok in prev.old_outcomes if ok] + prev.new_emitted
+        self.hand = hand
 
     def stop_sharing(self, at_ms: int) -> None:
         """The old connection stopped hearing the caller at `at_ms` (session time)."""
@@ -708,8 +715,15 @@ class RolloverLink:
         self.listener_audio_bytes = 0  # audio from connections not holding the floor, never played
 
     def start(self, confirmed_ns: int | None = None) -> None:
-        """A controller whose current connection is the floor (at the start of the call, after a repair)."""
+        """A controller whose current connection is the floor (at the start of the call, after a repair, after
+        a failed next connection). The spans the floor's speech events gave its utterances are kept: the
+        transcript of one under way carries no times of its own (Realtime, xAI), and without its span it was
+        stamped 0 ms of the session's timeline (HR11)."""
+        token = self._connections.floor
+        heard = self._utterances.get(token)
         self.stop()
+        if heard is not None:
+            self._utterances[token] = heard
         if self.options is not None:
             floor = connection_id(self._connections.floor)
             self.controller = RolloverController(
@@ -728,9 +742,13 @@ class RolloverLink:
         self._utterances.clear()
         self._connections.reset_inputs()
 
-    def _span(self, token: int, item: str | None, start_ms: int | None, end_ms: int | None) -> list[int]:
+    def _span(
+        self, token: int, item: str | None, start_ms: int | None, end_ms: int | None, now: int
+    ) -> list[int]:
         """The session-time span of an utterance on a connection, from its speech events (RO3 matching), or,
-        for a caption that names no utterance and carries no times, the local detector's last turn."""
+        for a caption that names no utterance and carries no times, the local detector's last turn. An
+        utterance none of whose times are known is placed at its end or now, never at the session's 0 (HR11,
+        as `Timeline.rebase`)."""
         spans = self._utterances.setdefault(token, {})
         untimed = start_ms is None and end_ms is None
         # No times and no speech events for it: Gemini's captions, or any caption with turn detection off (RO5).
@@ -738,7 +756,8 @@ class RolloverLink:
             (item is None and not self._turns.timed_captions) or (self._client and item not in spans)
         ):
             return list(self._turns.local_turn)
-        span = spans.setdefault(item, [start_ms or 0, end_ms or start_ms or 0])
+        at = start_ms if start_ms is not None else end_ms if end_ms is not None else self._timeline.ms(now)
+        span = spans.setdefault(item, [at, at if end_ms is None else end_ms])
         if start_ms is not None and end_ms is None:
             span[:] = [start_ms, start_ms]
         elif end_ms is not None:
@@ -764,15 +783,15 @@ class RolloverLink:
             at = rebase(token, event.at_ms, now)
             started = isinstance(event, SpeechStarted)
             for item in {event.item_id, None}:
-                self._span(token, item, at if started else None, None if started else at)
+                self._span(token, item, at if started else None, None if started else at, now)
             (ctl.speech_started if started else ctl.speech_stopped)(cid, at, now)
         elif isinstance(event, InputTranscript):
             start = rebase(token, event.start_ms, now) if event.start_ms is not None else None
             end = rebase(token, event.end_ms, now) if event.end_ms is not None else None
-            span = self._span(token, event.item_id, start, end)
+            span = self._span(token, event.item_id, start, end, now)
             ctl.transcript(cid, span[0], span[1], event.text, event.final, now)
         elif isinstance(event, InputTranscriptFailed):
-            span = self._span(token, event.item_id, None, None)
+            span = self._span(token, event.item_id, None, None, now)
             ctl.transcript_failed(cid, span[0], span[1], now)
         elif isinstance(event, SessionExpiring):
             ctl.session_expiring(cid, event.time_left_ms, now)
@@ -859,15 +878,18 @@ class RolloverLink:
 
     def failed(self, token: int, reason: str, now: int) -> None:
         """The next connection could not be opened, or was lost before it took the floor: drop it; the current
-        connection keeps the call and a later rollover may be tried (the hard stop still applies)."""
+        connection keeps the call and a later rollover may be tried (the hard stop still applies). The old one,
+        lost after it handed the floor over, has simply ended: the new one's text of an utterance still waiting
+        for the old one's is emitted now (RO3), not lost with a restarted controller."""
         if token not in self._connections.listeners:
             return
         self._connections.drop(token)
         self._utterances.pop(token, None)
-        self._out.notices.append(
-            RolloverChanged("failed", connection_id(token), reason, self._timeline.ms(now))
-        )
-        if self.controller is not None:
+        cid = connection_id(token)
+        self._out.notices.append(RolloverChanged("failed", cid, reason, self._timeline.ms(now)))
+        if self.controller is not None and self.controller.status()["next"] != cid:
+            self.controller.session_expiring(cid, 0, now)  # its end is now: it closes, its waits settle
+        elif self.controller is not None:
             self.start(self.controller.confirmed_ns(connection_id(self._connections.floor)))
 
     def route(self, now: int) -> str | None:

@@ -629,3 +629,33 @@ def test_ro3_an_utterance_cut_by_the_hard_stop_commit_is_emitted_once(old_first:
         ctl.transcript(cid, start, end, text, True, HARD + 3 * S)
     emitted = [a for a in ctl.actions() if isinstance(a, EmitUtterance)]
     assert emitted == [EmitUtterance(*old)] and ctl.stats.duplicates_dropped == 1  # once, from the old one
+
+
+def test_ro3_a_shared_utterance_still_unsettled_when_the_next_rollover_opens_is_emitted_once() -> None:
+    """The fault campaign's duplicate: the old connection emitted an utterance both heard, the new one's text of
+    it was late, and the next rollover opened first (the new one is old enough at once): not emitted again."""
+    o = RolloverOptions(
+        after_ms=6_000, deadline_ms=9_000, overlap_ms=3_000, hard_stop_ms=14_000, cap_ms=15_000
+    )
+    ctl = confirmed(o)
+    assert allow(ctl, 6 * S) == []
+    utterance(ctl, ("conn-1",), 6_200 * MS, 7 * S)
+    assert ctl.actions() == [OpenRollover("conn-2")]
+    ctl.connection_confirmed("conn-2", 7_100 * MS)
+    assert ctl.actions() == [StartInput("conn-2")]
+    utterance(ctl, ("conn-1", "conn-2"), 7_500 * MS, 9 * S)
+    ctl.transcript("conn-1", 7_500, 9_000, "Order forty-two.", True, 9_300 * MS)
+    assert ctl.actions() == [EmitUtterance("conn-1", 7_500, 9_000, "Order forty-two.")]
+    ctl.handle_timer(10_100 * MS)
+    ctl.items_finished("conn-1", 10_200 * MS)
+    assert ctl.actions() == [StopInput("conn-1"), TakeFloor("conn-2"), CloseTransport("conn-1", "rollover")]
+    ctl.handle_timer(13_100 * MS)  # conn-2 is older than after_ms: the next rollover
+    assert ctl.actions() == [ApproveRollover("rollover-2", "conn-2", "conn-3")]
+    ctl.approve_answered("rollover-2", True, None, 13_100 * MS)
+    ctl.authorize_answered("conn-3", True, 13_100 * MS)
+    ctl.speech_stopped("conn-2", 13_150, 13_150 * MS)
+    assert ctl.actions() == [AuthorizeConnection("conn-3"), OpenRollover("conn-3")]
+    ctl.transcript("conn-2", 7_520, 9_010, "order forty two", True, 13_200 * MS)  # the late text
+    assert ctl.actions() == [] and ctl.stats.duplicates_dropped == 1
+    ctl.transcript("conn-2", 11_000, 12_500, "And the invoice.", True, 13_300 * MS)  # its own utterance
+    assert ctl.actions() == [EmitUtterance("conn-2", 11_000, 12_500, "And the invoice.")]

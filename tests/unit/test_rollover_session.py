@@ -3,8 +3,11 @@ caller audio reaches every listening connection, one connection speaks, each utt
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from test_session_engine import MS, REALTIME, TICK, pcmu_tone, speech_frame
 
+from bridge.connections import connection_id
 from bridge.coordinator import (
     ApproveRollover,
     AuthorizeConnection,
@@ -23,6 +26,8 @@ from providers.base import Capabilities, SessionSettings
 from providers.events import (
     AudioReceived,
     InputTranscript,
+    ProviderEvent,
+    SessionClosed,
     SessionStarted,
     SpeechStarted,
     SpeechStopped,
@@ -47,7 +52,7 @@ class RolloverCall:
     """A coordinator with rollover on, a virtual media clock, and a provider per connection whose server VAD
     follows the caller's speech (each connection hears only what it was sent)."""
 
-    def __init__(self) -> None:
+    def __init__(self, rollover: RolloverOptions = SCALED) -> None:
         self.now = 0
         self.playout = Playout()
         self.core = SessionCoordinator(
@@ -56,7 +61,7 @@ class RolloverCall:
             capabilities=REALTIME,
             channel=self.playout,
             now=0,
-            options=CoordinatorOptions(rollover=SCALED),
+            options=CoordinatorOptions(rollover=rollover),
         )
         self.core.provider_event(SessionStarted(1, "sess_1"), 0)
         self.commands: list[object] = []
@@ -317,3 +322,82 @@ def test_ro8_a_tool_call_pending_across_a_rollover_is_answered_once_on_the_new_c
         isinstance(answers[0], SendContext) and job.job_id in answers[0].text
     )  # the old call id is gone there
     assert len([c for c in call.commands if isinstance(c, DispatchJob)]) == 1  # never dispatched twice
+
+
+def test_hr11_an_utterance_under_way_when_the_next_connection_fails_keeps_its_session_time() -> None:
+    """The fault campaign's utterance "at 0 ms": the rolling-in connection is lost while the caller speaks on
+    the floor; the floor's utterance must still be stamped where it began on the session timeline."""
+    call = RolloverCall()
+    for _ in range(10):
+        call.turn(talk_ms=1_000, pause_ms=200)
+        if any(isinstance(c, OpenRollover) for c in call.commands):
+            break
+    [opening] = [c for c in call.commands if isinstance(c, OpenRollover)]
+    call.utterance += 1
+    began_ms = (call.now + TICK) // MS  # the first frame of this utterance
+    call.step(True, 10)  # both connections' VAD heard the caller begin
+    call.core.provider_event(SessionClosed(opening.token, "connection_lost", finalized=False), call.now)
+    call._carry_out()
+    call.step(True, 20)
+    call.step(False, 10)  # the floor's end of speech and its transcript (no times: the item's speech events)
+    assert call.core.token == 1
+    [last] = [
+        n for n in call.notices if isinstance(n, Transcript) and n.text == f"utterance {call.utterance}"
+    ]
+    assert last.final and last.at_ms == began_ms and last.end_ms == began_ms + 600
+
+
+def test_hr11_a_transcript_of_an_utterance_never_timed_is_stamped_when_it_came_never_at_0() -> None:
+    call = RolloverCall()
+    call.turn()
+    call.core.provider_event(InputTranscript(1, "untimed", "item_no_speech_events", final=True), call.now)
+    call._carry_out()
+    [untimed] = [n for n in call.notices if isinstance(n, Transcript) and n.text == "untimed"]
+    assert untimed.at_ms == call.now // MS > 0  # unknown times become "now" (HR11, as Timeline.rebase)
+
+
+def test_ro3_the_old_connection_lost_while_its_text_is_awaited_lets_the_new_ones_text_stand() -> None:
+    """The old connection handed the floor over and is lost before its text of an utterance both heard comes:
+    the new connection's text is emitted (RO3 "never arrives"), not dropped with a restarted rollover."""
+    call = RolloverCall(
+        replace(SCALED, overlap_ms=2_000, transcript_wait_ms=2_000, hard_stop_ms=14_000, cap_ms=16_000)
+    )
+
+    def opened() -> bool:
+        return any(isinstance(c, OpenRollover) for c in call.commands)
+
+    for _ in range(10):  # turns of 1 s of speech and 1 s of silence, stopped at the frame the next one opens
+        call.utterance += 1
+        call.step(True, 50)
+        for _ in range(50):
+            call.step(False)
+            if opened():
+                break
+        if opened():
+            break
+    assert opened()
+    call.step(False, 40)
+    heard = call.core.provider_event
+
+    def without_the_old_ones_text(event: ProviderEvent, now: int) -> None:
+        if not (isinstance(event, InputTranscript) and event.token == 1):
+            heard(event, now)
+
+    call.core.provider_event = without_the_old_ones_text  # type: ignore[method-assign]
+    call.utterance += 1
+    call.step(True, 50)  # both connections hear it; only the new one's text comes
+    call.step(False)
+    call.core.provider_event = heard  # type: ignore[method-assign]
+    for _ in range(100):
+        if call.core.token != 1:
+            break
+        call.step(False)
+    assert call.core.token != 1 and call.core.connections.listeners == {1}  # the old one waits for its text
+    call.core.provider_event(SessionClosed(1, "connection_lost", finalized=False), call.now)
+    call._carry_out()
+    finals = [n.text for n in call.notices if isinstance(n, Transcript) and n.role == "caller" and n.final]
+    assert finals == [f"utterance {i}" for i in range(1, call.utterance + 1)]  # the last one, from the new
+    call.step(False, 150)
+    finals = [n.text for n in call.notices if isinstance(n, Transcript) and n.role == "caller" and n.final]
+    assert finals == [f"utterance {i}" for i in range(1, call.utterance + 1)]  # once
+    assert CloseTransport(connection_id(1), "rollover") in call.commands
