@@ -45,6 +45,12 @@ log = logging.getLogger("parlora.session")
 
 _LEG_DRAIN_TIMEOUT_S = 5.0  # before the session starts: how long a refused call waits for the leg to end
 _HOOK_TIMEOUT_S = 10.0
+_LOGGED_URI_CHARS = 256  # a From/To URI as the log shows it: the caller chooses its length (issue 17)
+
+
+def _clip_uri(uri: str) -> str:
+    """A URI for the log, cut to `_LOGGED_URI_CHARS` (status and the CDR keep it whole)."""
+    return uri if len(uri) <= _LOGGED_URI_CHARS else uri[:_LOGGED_URI_CHARS] + "..."
 
 
 def failure_tone() -> bytes:
@@ -475,8 +481,8 @@ class CallSession:
         log.info(
             "call %s started: from %s to %s (source %s)",
             ident.call_id,
-            ident.from_uri,
-            ident.to_uri,
+            _clip_uri(ident.from_uri),
+            _clip_uri(ident.to_uri),
             ident.source,
         )
         first = self._first

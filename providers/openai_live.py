@@ -36,6 +36,7 @@ from providers.events import (
     SessionStarted,
     ToolCallRequested,
     UsageUpdated,
+    bounded,
 )
 from providers.limits import GPT_LIVE, AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
@@ -202,17 +203,19 @@ class LiveClientProtocol:
             return [
                 SessionClosed(
                     self.token,
-                    str(event.get("reason", "unknown")),
+                    bounded(event.get("reason", "unknown")),  # the provider's words: bounded (issue 17)
                     True,
                     None if seconds is None else float(seconds),
                 )
             ]
         if kind == "error":
             error = event.get("error") or {}
-            code = str(error.get("code") or error.get("type") or "error")
+            code = bounded(error.get("code") or error.get("type") or "error")  # the provider's words: bounded
             # GPT-Live errors answer a client command; the session stays open.
             return [
-                ProviderError(self.token, code, str(error.get("message", "")), fatal=False, raw=_clip(event))
+                ProviderError(
+                    self.token, code, bounded(error.get("message", "")), fatal=False, raw=_clip(event)
+                )
             ]
         return []  # events this bridge does not use (info, commentary acks, ...)
 

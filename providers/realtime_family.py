@@ -60,6 +60,7 @@ from providers.events import (
     SpeechStopped,
     ToolCallRequested,
     UsageUpdated,
+    bounded,
 )
 from providers.limits import AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
@@ -396,8 +397,8 @@ class RealtimeClientProtocol:
 
     def _on_error(self, event: dict[str, Any]) -> list[ProviderEvent]:
         error = event.get("error") or {}
-        code = str(error.get("code") or error.get("type") or "error")
-        message = str(error.get("message", ""))
+        code = bounded(error.get("code") or error.get("type") or "error")  # the provider's words: bounded
+        message = bounded(error.get("message", ""))
         raw = _clip(event)
         if not self.started:  # the session was refused: nothing else will configure it
             return [ProviderError(self.token, code, message, fatal=True, raw=raw)]

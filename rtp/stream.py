@@ -163,12 +163,21 @@ class RtpStream:
         if not self.latch.accept(source, p.ssrc, now):
             self.drops[Drop.WRONG_SOURCE] += 1
             return None
-        self.packets_in += 1
+        pt = p.pt
         if p.ssrc != self._in_ssrc:
+            # A packet the call cannot use never switches its source (issue 17): one of a payload type not
+            # negotiated, or a telephone-event of a malformed length, is dropped before the receiver
+            # statistics and the digit receiver are reset for a new SSRC.
+            if pt != self._pt and pt != self._dtmf_pt and pt != COMFORT_NOISE:
+                self.drops[Drop.UNKNOWN_PT] += 1
+                return None
+            if pt == self._dtmf_pt and (len(p.payload) < 4 or len(p.payload) % 4):
+                self.drops[Drop.BAD_DTMF] += 1
+                return None
             self._new_source(p.ssrc)
             if not self._started:
                 self._start(now)
-        pt = p.pt
+        self.packets_in += 1
         self._stats.update(p.seq, p.timestamp, now, len(p.payload), pt == self._pt)
         if pt == self._pt:
             dropped = self.jitter.push(p.seq, p.timestamp, p.ssrc, p.payload, now)

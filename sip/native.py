@@ -201,8 +201,12 @@ class _CallMedia:
             if plain is None:
                 return
             data = plain
-        self.last_rtp = now  # --rtp-timeout: an (authenticated) caller packet came
+        # --rtp-timeout counts a caller packet the stream took: datagrams from another source, or malformed
+        # ones, do not keep a dead call alive (issue 17)
+        taken = stream.packets_in
         event = stream.receive(data, source, now)
+        if stream.packets_in != taken:
+            self.last_rtp = now
         if isinstance(event, DtmfDigit):
             self._leg._post(DtmfReceived(event.digit))
             deadline = stream.next_deadline()

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import ipaddress
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -446,6 +447,21 @@ class SessionDescription:
 
     def __str__(self) -> str:
         return serialize_sdp(self).decode("utf-8")
+
+
+def _usable_connection(description: SessionDescription, media: MediaDescription) -> Connection | None:
+    """The peer's connection for an m= line if RTP can be sent there: an IP address of its address type. A
+    host name is not (RFC 4566 allows one): the media path sends with `sendto` on every 20 ms slot and never
+    resolves names, and a name there made it look one up on every slot (issue 17: `c=IN IP4 1<27.0.0.2` from
+    a mutated offer was taken)."""
+    connection = description.connection_for(media)
+    if connection is None:
+        return None
+    try:
+        address = ipaddress.ip_address(connection.address)
+    except ValueError:
+        return None
+    return connection if address.version == (6 if connection.addrtype == "IP6" else 4) else None
 
 
 def _line_error(number: int, line: str, why: str) -> SdpError:
@@ -928,7 +944,7 @@ def _accept_offered(
     previous: SessionDescription | None,
 ) -> MediaDescription | None:
     proto = offered.proto.upper()
-    if proto not in _AUDIO_PROTOS or offer.connection_for(offered) is None:
+    if proto not in _AUDIO_PROTOS or _usable_connection(offer, offered) is None:
         return None
     chosen = _choose_crypto(offered, local) if local.srtp != "off" else None
     if chosen is None and (proto in _SECURE_PROTOS or local.srtp == "required"):
@@ -972,7 +988,7 @@ def negotiate(local: SessionDescription, remote: SessionDescription) -> Negotiat
         keys = _agreed_keys(ours, theirs)
         if keys is None and (ours.is_secure or theirs.is_secure):
             continue  # an SRTP stream without agreed keys is unusable
-        connection = remote.connection_for(theirs)
+        connection = _usable_connection(remote, theirs)
         if connection is None:
             continue
         listed = {codec.name.upper() for codec in ours.codecs().values() if codec.clock_rate == 8000}

@@ -282,8 +282,11 @@ class SipTransports:
             if kind in ("tcp", "tls"):
                 return self._send_tcp(data, destination, ref, kind)
             log.info("no %s transport: message to %s dropped", kind, destination)
-        except (OSError, RuntimeError) as exc:
-            log.info("sending to %s over %s failed: %s", destination, kind, exc)
+        except (OSError, RuntimeError, ValueError) as exc:
+            # ValueError: uvloop's for a destination that is no IP address (a Contact naming a host: names
+            # are not resolved here). The destination is the peer's choosing: logged as a bounded prefix
+            # (issue 17).
+            log.info("sending to %.200s over %s failed: %.200s", destination, kind, exc)
         self.send_errors += 1
         return False
 

@@ -20,6 +20,13 @@ Kinds and what the fakes must do:
 - `duplicate_tool_call` deliver every tool call / delegation twice
 - `slow_handshake:MS` answer the session start MS late
 - `refuse`            refuse the WebSocket upgrade (HTTP 503)
+- `mutate[:N]`        corrupt the next N outgoing frames (default 1) by the mutations of `MUTATIONS` in
+                      turn, from the first (`mutate_frame`; a new one replaces one pending): truncated JSON,
+                      an unknown event name, not an object, nesting deeper than any parser takes, an error
+                      event with a huge code and message, huge strings, a lone surrogate escape, every leaf
+                      of the wrong type. Only the last, on an audio frame, makes it invalid audio (HR1:
+                      fatal), so `mutate:7` is survivable; the others are unparseable or unknown events
+                      (protocol errors the session survives), an error event, or valid (if noisy) audio
 
 The schedule is sans-I/O: the fake's core asks it with `now`, and it returns its next deadline.
 """
@@ -27,8 +34,14 @@ The schedule is sans-I/O: the fake's core asks it with `now`, and it returns its
 from __future__ import annotations
 
 import enum
+import json
+import random
 import re
+import string
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
 _NS_PER_MS = 1_000_000
 
@@ -44,11 +57,18 @@ class FaultKind(enum.Enum):
     DUPLICATE_TOOL_CALL = "duplicate_tool_call"
     SLOW_HANDSHAKE = "slow_handshake"
     REFUSE = "refuse"
+    MUTATE = "mutate"
 
 
 # Kinds that take effect once, at their time; the others are states that last (for STALL: VALUE ms).
 ONE_SHOT = frozenset(
-    {FaultKind.CLOSE, FaultKind.ABRUPT_CLOSE, FaultKind.GARBAGE_JSON, FaultKind.INVALID_AUDIO}
+    {
+        FaultKind.CLOSE,
+        FaultKind.ABRUPT_CLOSE,
+        FaultKind.GARBAGE_JSON,
+        FaultKind.INVALID_AUDIO,
+        FaultKind.MUTATE,
+    }
 )
 _NEEDS_VALUE = frozenset({FaultKind.BURST, FaultKind.STALL, FaultKind.SLOW_HANDSHAKE})
 _SPEC = re.compile(r"^(?:(?P<conn>\d+)/)?(?P<kind>[a-z_]+)(?::(?P<value>[0-9.]+))?(?:@(?P<after>\d+))?$")
@@ -175,3 +195,107 @@ class FaultSchedule:
         """How many times faster than real time output should go now (1.0 without a burst fault)."""
         burst = self.active(FaultKind.BURST, now)
         return burst.value if burst is not None and burst.value else 1.0
+
+
+# --- `mutate`: corrupted copies of real outgoing frames -----------------------------------------------------
+
+# In the order a `mutate` fault's frames take them (each fault starts from the first, replacing one pending):
+# the survivable ones first, so that `mutate:7` never makes audio undecodable and `mutate:8` may (wrong types
+# in an audio delta).
+MUTATIONS = (
+    "truncated",
+    "unknown_type",
+    "not_an_object",
+    "deep_nesting",
+    "as_error",
+    "huge_strings",
+    "lone_surrogate",
+    "wrong_types",
+)
+HUGE_CHARS = 65_536  # a huge string: 64 Ki characters (a multiple of 4: in an audio field, still base64)
+# left alone by huge_strings and wrong_types, so the event still reaches its handler
+_KEEP = frozenset({"type"})
+
+
+@lru_cache(maxsize=len(MUTATIONS))
+def huge_string(n: int = 0) -> str:
+    """The deterministic 64 Ki-character string the n-th huge mutation carries (letters and digits, so it is
+    valid base64 too): a test looks for it in a log to prove that no frame was logged whole."""
+    rng = random.Random(0x5EED0000 + n)
+    return "".join(rng.choices(string.ascii_letters + string.digits, k=HUGE_CHARS))
+
+
+def mutate_frame(frame: str, n: int) -> str:
+    """`frame` (one outgoing JSON text frame) corrupted by mutation `MUTATIONS[n % len(MUTATIONS)]`."""
+    kind = MUTATIONS[n % len(MUTATIONS)]
+    if kind == "truncated":
+        return frame[: max(1, len(frame) // 2)]
+    if kind == "deep_nesting":
+        return "[" * 100_000 + "]" * 100_000
+    try:
+        event: Any = json.loads(frame)
+    except ValueError:
+        return frame[: max(1, len(frame) // 2)]
+    out: Any
+    if kind == "unknown_type":
+        out = event if isinstance(event, dict) else {"value": event}
+        out = {**out, "type": f"parlora.hostile.unknown_{n}"} if "type" in out else {f"hostile{n}": out}
+    elif kind == "not_an_object":
+        out = [event, n, None]
+    elif kind == "as_error":
+        huge = huge_string(n)
+        out = {"type": "error", "error": {"type": "server_error", "code": huge[:4096], "message": huge}}
+    elif kind == "huge_strings":
+        out = _leaves(event, lambda v: huge_string(n) if isinstance(v, str) else v)
+    elif kind == "lone_surrogate":
+        # a lone surrogate (U+D800) in every string: json.dumps writes it as the escape \ud800, valid JSON
+        # that no UTF-8 text can carry once decoded
+        out = _leaves(event, _with_surrogate)
+    else:  # wrong_types
+        out = _leaves(event, _wrong_type)
+    return json.dumps(out, separators=(",", ":"))
+
+
+def _with_surrogate(value: Any) -> Any:
+    return value[: len(value) // 2] + "\ud800" + value[len(value) // 2 :] if isinstance(value, str) else value
+
+
+def _wrong_type(value: Any) -> Any:
+    if isinstance(value, bool) or value is None:
+        return "true"
+    if isinstance(value, str):
+        return 12345
+    if isinstance(value, int | float):
+        return str(value)
+    return value
+
+
+def _leaves(value: Any, change: Callable[[Any], Any]) -> Any:
+    """`value` with `change` applied to every leaf (containers kept; the `type` member left alone)."""
+    if isinstance(value, dict):
+        return {k: v if k in _KEEP else _leaves(v, change) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_leaves(v, change) for v in value]
+    return change(value)
+
+
+class Mutator:
+    """The `mutate` fault's state on one connection: how many of the next outgoing frames to corrupt, and
+    which mutation is next. Each fault starts the cycle from its beginning and replaces one still pending, so
+    `mutate:N` never goes past the N-th mutation. A fake's outbound funnel passes every frame through it."""
+
+    __slots__ = ("left", "done")
+
+    def __init__(self) -> None:
+        self.left = 0
+        self.done = 0
+
+    def arm(self, fault: Fault) -> None:
+        self.left, self.done = max(1, int(fault.value or 1)), 0
+
+    def __call__(self, frame: str) -> str:
+        if not self.left:
+            return frame
+        self.left -= 1
+        self.done += 1
+        return mutate_frame(frame, self.done - 1)

@@ -77,7 +77,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
-from providers.fakes.faults import Fault, FaultKind, FaultSchedule
+from providers.fakes.faults import Fault, FaultKind, FaultSchedule, Mutator
 from providers.fakes.script import Script, Turn
 from providers.fakes.server import (
     ClientFrameRecord,
@@ -511,6 +511,7 @@ class GeminiFakeConnection:
         self._faults: FaultSchedule | None = None
         self._out: list[str] = []
         self._held: list[str] = []
+        self._mutate = Mutator()  # the `mutate` fault: the next frames go out corrupted
         self._close: CloseRequest | None = None
         self._closing = False
         self._half_open = False
@@ -1171,6 +1172,8 @@ class GeminiFakeConnection:
                         }
                     }
                 )
+            elif kind is FaultKind.MUTATE:
+                self._mutate.arm(fault)
             if self._closing:
                 return
 
@@ -1183,7 +1186,7 @@ class GeminiFakeConnection:
         """Every outbound frame passes here: held during a stall or a slow handshake, dropped when half-open."""
         if self._half_open or self._closing:
             return
-        self._held.append(text)
+        self._held.append(self._mutate(text))
 
     def _release(self) -> None:
         if self._setup_complete_at is None and not self._half_open:

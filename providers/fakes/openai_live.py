@@ -92,7 +92,7 @@ import numpy as np
 
 from providers.fakes.client_errors import TYPE_NAMES, ClientError, json_type
 from providers.fakes.echo import EchoModel, EchoOptions, Utterance, UtteranceDetected
-from providers.fakes.faults import Fault, FaultKind, FaultSchedule
+from providers.fakes.faults import Fault, FaultKind, FaultSchedule, Mutator
 from providers.fakes.script import Script, ToolCallScript, Turn
 from providers.fakes.server import (
     ClientFrameRecord,
@@ -464,6 +464,7 @@ class LiveFakeConnection:
         self._speed = 1.0
         self._stall_until: int | None = None
         self._held: list[str] = []  # frames a stall holds back
+        self._mutate = Mutator()  # the `mutate` fault: the next frames go out corrupted
         self._half_open = False
         self._duplicate = False
         self._slow_handshake_ms = 0.0
@@ -664,6 +665,8 @@ class LiveFakeConnection:
             self._emit({"type": "session.output_audio.delta", "delta": _BAD_BASE64})
         elif kind is FaultKind.DUPLICATE_TOOL_CALL:
             self._duplicate = True
+        elif kind is FaultKind.MUTATE:
+            self._mutate.arm(fault)
         elif kind is FaultKind.SLOW_HANDSHAKE:
             if self._resource is None and self._announce_at is None:  # only a start not yet answered
                 self._slow_handshake_ms = fault.value or 0.0
@@ -1012,7 +1015,9 @@ class LiveFakeConnection:
         """The single outbound funnel: half-open drops, a stall holds, otherwise out it goes."""
         if self._half_open:
             self.suppressed += 1
-        elif self._stall_until is not None:
+            return
+        text = self._mutate(text)
+        if self._stall_until is not None:
             self._held.append(text)
         else:
             self._out.append(text)

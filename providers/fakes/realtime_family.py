@@ -48,7 +48,7 @@ import numpy as np
 
 from providers.fakes.client_errors import ClientError, json_type
 from providers.fakes.echo import EchoModel, EchoOptions, UtteranceDetected, UtteranceStarted
-from providers.fakes.faults import Fault, FaultKind, FaultSchedule
+from providers.fakes.faults import Fault, FaultKind, FaultSchedule, Mutator
 from providers.fakes.script import Script, ToolCallScript, Turn
 from providers.fakes.server import (
     Authorize,
@@ -531,6 +531,7 @@ class RealtimeFamilyConnection:
         self._closing = False
         self._half_open = False
         self._corrupt_audio = False
+        self._mutate = Mutator()  # the `mutate` fault: the next frames go out corrupted
         self._schedule = FaultSchedule(list(faults), index + 1, now)
         self._fired = 0
         self._audio_bytes: int | None = None
@@ -733,6 +734,8 @@ class RealtimeFamilyConnection:
             self._emit_raw(_GARBAGE)
         elif kind is FaultKind.INVALID_AUDIO:
             self._corrupt_audio = True
+        elif kind is FaultKind.MUTATE:
+            self._mutate.arm(fault)
         elif kind is FaultKind.SLOW_HANDSHAKE and self._handshake_at is not None:
             delay = int((fault.value or 0) * _NS_PER_MS)
             self._handshake_at = max(self._handshake_at, now + delay)
@@ -759,6 +762,7 @@ class RealtimeFamilyConnection:
         """The single outbound funnel: half_open drops, a stall holds back."""
         if self._half_open or self._closing:
             return
+        frame = self._mutate(frame)
         if self._stalled(self._now):
             self._held.append(frame)
             return

@@ -301,7 +301,7 @@ def test_dynamic_pt_for_pcmu_and_wrong_clock_rates() -> None:
         _sdp(
             "v=0",
             "o=- 1 1 IN IP4 h",
-            "c=IN IP4 h",
+            "c=IN IP4 192.0.2.1",
             "m=audio 1 RTP/AVP 97 98",
             "a=rtpmap:97 PCMU/16000",
             "a=rtpmap:98 pcmu/8000",
@@ -488,7 +488,7 @@ def test_the_answers_telephone_event_pt_is_used_towards_it() -> None:
         _sdp(
             "v=0",
             "o=- 5 5 IN IP4 h",
-            "c=IN IP4 h",
+            "c=IN IP4 192.0.2.1",
             "m=audio 31000 RTP/AVP 0 100",
             "a=rtpmap:100 telephone-event/8000",
         )
@@ -543,7 +543,7 @@ def test_odd_rtpmap_numbers_are_ignored_not_fatal() -> None:
         _sdp(
             "v=0",
             "o=- 1 1 IN IP4 h",
-            "c=IN IP4 h",
+            "c=IN IP4 192.0.2.1",
             "m=audio 1 RTP/AVP 0 96",
             "a=rtpmap:96 PCMA/²",
             "a=rtpmap:²",
