@@ -72,6 +72,7 @@ KINDS: tuple[tuple[str, int], ...] = (
     ("garbage_json", 10),
     ("duplicate_tool_call", 20),
     ("slow_handshake:1500", 6),
+    ("mutate:7", 6),
     ("close", 1),
     ("invalid_audio", 1),
     ("refuse", 1),
@@ -80,6 +81,7 @@ KINDS: tuple[tuple[str, int], ...] = (
 # a fault on a replacement still in its handshake is a dead replacement, fatal by HR5, and would make every
 # survivable kind look fatal.
 MIN_AGE_S = 2.5
+TICKS = os.sysconf("SC_CLK_TCK")
 # The fatal kinds and the end reasons they cause; a call lost with any other reason was lost to a survivable
 # fault (or to no fault at all), which the quick form forbids.
 FATAL_KIND_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
@@ -265,14 +267,21 @@ def utterance_figures(f: LogFigures, loop_ms: int) -> dict[str, Any]:
     """The caller says the same sentence once per `loop_ms`; each call's utterances are taken in log order.
     Out of order: an utterance whose time on the session's timeline is earlier than the one logged before it
     (its timestamp was not rebased, HR11). Duplicated: two consecutive utterances closer than half a loop
-    (RO3 emits each once). Lost across a rollover: a gap between consecutive utterances that contains a
+    (RO3 emits each once), unless a recovery came between them: its replacement hears only the end of an
+    utterance under way (HR8 discards the caller's audio meanwhile) and transcribes that as an utterance of its
+    own (`utterances_split_by_recovery`). Lost across a rollover: a gap between consecutive utterances that contains a
     rollover's floor hand-over and no recovery, counted as (gap / loop) - 1, rounded. Recoveries discard
     caller audio by rule (HR8), so gaps containing one are not counted."""
-    duplicated = lost = gaps_checked = out_of_order = 0
+    duplicated = split = lost = gaps_checked = out_of_order = 0
     for call, logged in f.utterances.items():
         pairs = list(zip(logged, logged[1:], strict=False))
         out_of_order += sum(1 for a, b in pairs if b < a)
-        duplicated += sum(1 for a, b in pairs if 0 <= b - a < loop_ms // 2)
+        for a, b in pairs:
+            if 0 <= b - a < loop_ms // 2:
+                if any(a - 5000 < r <= b for r in f.recovery_at.get(call, ())):
+                    split += 1
+                else:
+                    duplicated += 1
         for a, b in pairs:
             if b < a or not any(a < r <= b for r in f.rollover_at.get(call, ())):
                 continue
@@ -282,6 +291,7 @@ def utterance_figures(f: LogFigures, loop_ms: int) -> dict[str, Any]:
     return {
         "utterances_counted": sum(len(t) for t in f.utterances.values()),
         "utterances_duplicated": duplicated,
+        "utterances_split_by_recovery": split,
         "utterances_out_of_order": out_of_order,
         "rollover_gaps_checked": gaps_checked,
         "utterances_lost_across_rollovers": lost,
@@ -339,11 +349,13 @@ class Sample:
     at_s: float  # since the last call was answered
     rss_mb: float
     fds: int
+    cpu_s: float  # the bridge's utime + stime so far
+    load: float  # the machine's 1-minute load average (other work on the machine shows here)
     held: dict[str, float]  # parlora_engine_held by resource
     lateness: dict[float, float]  # parlora_pacing_lateness_seconds cumulative bucket counts by upper bound
 
 
-def parse_sample(at_s: float, rss_mb: float, fds: int, metrics: str) -> Sample:
+def parse_sample(at_s: float, rss_mb: float, fds: int, cpu_s: float, load: float, metrics: str) -> Sample:
     """One sample of the bridge: its RSS, open fds and the two metrics families read from `metrics` text."""
     held: dict[str, float] = {}
     lateness: dict[float, float] = {}
@@ -353,7 +365,7 @@ def parse_sample(at_s: float, rss_mb: float, fds: int, metrics: str) -> Sample:
                 held[s.labels["resource"]] = s.value
             elif s.name == "parlora_pacing_lateness_seconds_bucket":
                 lateness[float(s.labels["le"])] = s.value
-    return Sample(round(at_s, 1), round(rss_mb, 2), fds, held, lateness)
+    return Sample(round(at_s, 1), round(rss_mb, 2), fds, cpu_s, round(load, 2), held, lateness)
 
 
 def _p99_bound_ms(before: dict[float, float], after: dict[float, float]) -> float | None:
@@ -382,7 +394,9 @@ def sample_figures(samples: Sequence[Sample]) -> dict[str, Any]:
         mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
         var = sum((x - mx) ** 2 for x in xs)
         slope = round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var, 2) if var else None
-    p99 = [_p99_bound_ms(a.lateness, b.lateness) for a, b in itertools.pairwise(samples)]
+    pairs = list(itertools.pairwise(samples))
+    p99 = [_p99_bound_ms(a.lateness, b.lateness) for a, b in pairs]
+    cpu = [round(100 * (b.cpu_s - a.cpu_s) / (b.at_s - a.at_s), 1) for a, b in pairs if b.at_s > a.at_s]
     return {
         "samples": len(samples),
         "sample_every_s": round(samples[1].at_s - samples[0].at_s, 1),
@@ -392,6 +406,8 @@ def sample_figures(samples: Sequence[Sample]) -> dict[str, Any]:
         "held_first_last": [samples[0].held, samples[-1].held],
         "pacing_p99_ms_by_interval": p99,
         "pacing_p99_ms_worst_interval": max((v for v in p99 if v is not None), default=None),
+        "bridge_cpu_pct_by_interval": cpu,  # of one core (100 = a whole core)
+        "host_load_by_sample": [s.load for s in samples],
     }
 
 
@@ -678,7 +694,9 @@ def sample_bridge(
         try:
             rss = stats.proc_status_rss_mb(Path(f"/proc/{bridge.pid}/status").read_text()) or 0.0
             fds = len(os.listdir(f"/proc/{bridge.pid}/fd"))
-            out.append(parse_sample(now - start, rss, fds, _get(f"http://127.0.0.1:{http}/metrics", None)))
+            cpu = stats.proc_stat_cpu_seconds(Path(f"/proc/{bridge.pid}/stat").read_text(), TICKS)
+            metrics = _get(f"http://127.0.0.1:{http}/metrics", None)
+            out.append(parse_sample(now - start, rss, fds, cpu, os.getloadavg()[0], metrics))
         except (OSError, ValueError):
             pass  # the bridge went away between the check and the read; the loop's check says so next
         time.sleep(max(0.0, start + (i + 1) * every_s - time.monotonic()))  # pacing, not a check
