@@ -25,12 +25,7 @@ Choices where the rules are silent:
 - RO3 "never arrives": the new connection's final text for a shared utterance waits for the old one's at most
   `transcript_wait_ms`, and never past the old connection's close. Utterances match when their spans overlap
   within `match_slack_ms`: a connection opened mid-utterance hears only its end, and one committed at the hard
-  stop in mid-utterance (RO2) transcribes only its beginning. That old text waits for the new one's (at most
-  `transcript_wait_ms`, never holding the old connection open): a new text that began within the slack of it
-  heard the whole utterance and is emitted alone; otherwise the old one's beginning is. What the new one heard
-  past the old one's stop (beyond the slack) was not heard by both: that text is emitted even when it matches
-  an emitted one, for dropping it would lose the caller's words (the words both heard come twice, the lesser
-  harm).
+  stop in mid-utterance (RO2) transcribes only its beginning.
 - RO4 "began while the old one was open" means: began before the old connection stopped receiving audio.
 - `session_expiring` (Gemini goAway, OpenAI expires_at) squeezes what is left of the schedule (after -> cap)
   into the time left: approval at once, open at the next end of speech or at 60 % of the time left, hard stop
@@ -146,7 +141,6 @@ class RolloverStats:
     duplicates_dropped: int = 0  # utterances already emitted from the other connection
     interim_suppressed: int = 0  # RO4
     fallbacks: int = 0  # utterances emitted from the new connection in place of the old one's (RO3)
-    heard_past_old: int = 0  # shared utterances the new one heard on after the old one stopped: emitted too
 
 
 @dataclass(slots=True)
@@ -248,10 +242,7 @@ class Handover:
         self.old_outcomes: list[tuple[int, int, bool]] = []  # (start, end, emitted)
         self.new_emitted: list[tuple[int, int]] = []  # shared utterances emitted from the new one
         self.emitted_before: list[tuple[int, int]] = []  # the previous rollover's emitted spans (RO3)
-        self.before_until_ms: int | None = None  # when the previous rollover's old one stopped input
-        self.cut_ms: int | None = None  # the old one was committed here in mid-utterance (its hard stop, RO2)
-        self.pending: list[_Pending] = []  # the new one's texts waiting for the old one's
-        self.held: list[_Pending] = []  # the old one's text of the utterance it was cut in (RO2)
+        self.pending: list[_Pending] = []
         self._options, self._stats, self._emit = options, stats, emit
 
     def shared(self, connection_id: str, start_ms: int) -> bool:
@@ -263,60 +254,20 @@ class Handover:
         slack = self._options.match_slack_ms
         return a[0] <= b[1] + slack and b[0] <= a[1] + slack
 
-    def past(self, end_ms: int, until_ms: int | None) -> bool:
-        """The utterance ran on after the old connection stopped hearing the caller at `until_ms` (beyond the
-        slack): the old one, committed at its hard stop in mid-utterance (RO2), never heard the rest."""
-        return until_ms is not None and end_ms > until_ms + self._options.match_slack_ms
-
-    def old_result(self, start_ms: int, end_ms: int, text: str | None, now: int = 0) -> None:
+    def old_result(self, start_ms: int, end_ms: int, text: str | None) -> None:
         """The old connection's transcription of an utterance: text, or None when it failed or was empty."""
         span = (start_ms, end_ms)
-        before = [] if self.past(end_ms, self.before_until_ms) else self.emitted_before
-        done = (*self.new_emitted, *before)
+        done = (*self.new_emitted, *self.emitted_before)
         emitted = text is not None and not any(self.same(span, s) for s in done)
-        matched = [p for p in self.pending if self.same(span, (p.start_ms, p.end_ms))]
-        if text is not None and emitted and self.cut_ms is not None and end_ms >= self.cut_ms:
-            cut = _Pending(start_ms, end_ms, text, now + self._options.transcript_wait_ms * _NS_PER_MS)
-            if not matched:  # the utterance its hard-stop commit cut (RO2): it heard only the beginning
-                self.held.append(cut)
-                return
-            self.pending = [p for p in self.pending if p not in matched]
-            self.settle_cut(cut, matched[0])
-            for p in matched[1:]:
-                self.rest(p)
-            return
         self.old_outcomes.append((start_ms, end_ms, emitted))
         if text is None:
-            for p in matched:
+            for p in [p for p in self.pending if self.same(span, (p.start_ms, p.end_ms))]:
                 self.fallback(p)
         elif emitted:
             self._emit(EmitUtterance(self.old, start_ms, end_ms, text))
+            matched = [p for p in self.pending if self.same(span, (p.start_ms, p.end_ms))]
             self.pending = [p for p in self.pending if p not in matched]
-            for p in matched:
-                self.rest(p)
-        else:
-            self._stats.duplicates_dropped += 1
-
-    def settle_cut(self, old: _Pending, new: _Pending | None) -> None:
-        """The two texts of the utterance the old one's hard stop cut (RO2, RO3): the new one's alone when it
-        heard the utterance from its beginning (complete, once); else the old one's beginning, and the new one's
-        too if it heard on past the cut; the old one's alone when the new one's never came."""
-        self.old_outcomes.append((old.start_ms, old.end_ms, True))
-        if new is not None and new.start_ms <= old.start_ms + self._options.match_slack_ms:
-            self.new_emitted.append((new.start_ms, new.end_ms))
-            self._stats.duplicates_dropped += 1
-            self._emit(EmitUtterance(self.new, new.start_ms, new.end_ms, new.text))
-            return
-        self._emit(EmitUtterance(self.old, old.start_ms, old.end_ms, old.text))
-        if new is not None:
-            self.rest(new)
-
-    def rest(self, new: _Pending) -> None:
-        """The new one's text of an utterance emitted from the old one: a duplicate, unless it heard on past the
-        old one's stop: what only it heard is not shared (RO3), and dropping it would lose the caller's words."""
-        if self.past(new.end_ms, self.shared_until_ms):
-            self._stats.heard_past_old += 1
-            self._emit(EmitUtterance(self.new, new.start_ms, new.end_ms, new.text))
+            self._stats.duplicates_dropped += len(matched)
         else:
             self._stats.duplicates_dropped += 1
 
@@ -325,17 +276,14 @@ class Handover:
         if not text.strip():
             return
         span = (start_ms, end_ms)
-        new = _Pending(start_ms, end_ms, text, now + self._options.transcript_wait_ms * _NS_PER_MS)
-        held = [h for h in self.held if self.same(span, (h.start_ms, h.end_ms))]
-        if held:
-            self.held.remove(held[0])
-            return self.settle_cut(held[0], new)
         outcomes = [ok for s, e, ok in self.old_outcomes if self.same(span, (s, e))]
         if any(outcomes):
-            return self.rest(new)
-        self.pending.append(new)
+            self._stats.duplicates_dropped += 1
+            return
+        pending = _Pending(start_ms, end_ms, text, now + self._options.transcript_wait_ms * _NS_PER_MS)
+        self.pending.append(pending)
         if outcomes or old_closed:  # the old one failed, was empty, or can no longer answer
-            self.fallback(new)
+            self.fallback(pending)
 
     def fallback(self, p: _Pending) -> None:
         self.pending.remove(p)
@@ -361,23 +309,14 @@ class CallerTexts:
         rollover's new connection: what was emitted then stays known, so that its late text of an utterance
         it shared with its own predecessor is not emitted a second time (RO3)."""
         hand, prev = Handover(old, new, self._options, self._stats, self._emit), self.hand
-        self.release()
         if prev is not None and prev.new == old:
             hand.emitted_before = [(s, e) for s, e, ok in prev.old_outcomes if ok] + prev.new_emitted
-            hand.before_until_ms = prev.shared_until_ms
         self.hand = hand
 
-    def release(self) -> None:
-        """The old one's cut text still waiting for the new one's is emitted now: the new one's is not coming
-        (the next rollover began, the new connection failed, or a recovery abandons the chain)."""
-        while self.hand is not None and self.hand.held:
-            self.hand.settle_cut(self.hand.held.pop(0), None)
-
-    def stop_sharing(self, at_ms: int, *, cut: bool = False) -> None:
-        """The old connection stopped hearing the caller at `at_ms` (session time); `cut`: in mid-utterance."""
+    def stop_sharing(self, at_ms: int) -> None:
+        """The old connection stopped hearing the caller at `at_ms` (session time)."""
         assert self.hand is not None
         self.hand.shared_until_ms = at_ms
-        self.hand.cut_ms = at_ms if cut else None
 
     def failed(self, connection_id: str, start_ms: int, end_ms: int) -> bool:
         """The old connection's transcription of an utterance failed (RO3: the new one's text stands in)."""
@@ -387,22 +326,15 @@ class CallerTexts:
         return True
 
     def overdue(self, now: int) -> bool:
-        """RO3: the old one's text never came in time: the new one's is emitted; nor the new one's text of the
-        utterance the old one was cut in: the old one's is. True when any was."""
-        hand = self.hand
-        due = [p for p in hand.pending if p.due_ns <= now] if hand is not None else []
-        held = [h for h in hand.held if h.due_ns <= now] if hand is not None else []
+        """RO3: the old one's text never came in time: the new one's is emitted. True when any was."""
+        due = [p for p in self.hand.pending if p.due_ns <= now] if self.hand is not None else []
         for p in due:
-            assert hand is not None
-            hand.fallback(p)
-        for h in held:
-            assert hand is not None
-            hand.held.remove(h)
-            hand.settle_cut(h, None)
-        return bool(due or held)
+            assert self.hand is not None
+            self.hand.fallback(p)
+        return bool(due)
 
     def deadlines(self) -> list[int]:
-        return [p.due_ns for p in (*self.hand.pending, *self.hand.held)] if self.hand is not None else []
+        return [p.due_ns for p in self.hand.pending] if self.hand is not None else []
 
     def waiting(self) -> bool:
         """The old connection's text of a shared utterance may still come."""
@@ -438,7 +370,7 @@ class CallerTexts:
             return
         self._finals.add(key)
         if hand is not None and connection_id == hand.old:
-            hand.old_result(start_ms, end_ms, text if text.strip() else None, now)
+            hand.old_result(start_ms, end_ms, text if text.strip() else None)
         elif hand is not None and shared:
             hand.new_shared(start_ms, end_ms, text, now, old_closed=hand.old_closed)
         elif text.strip():
@@ -481,7 +413,7 @@ class RolloverController:
         self._overlap_end = _NEVER
         self._stop_ns = _NEVER  # when the old one stopped input (draining) or the refused one did (ending)
         self._refusal: str | None = None
-        self.texts = CallerTexts(self.options, self.stats, self._emit)  # RO3, RO4
+        self._texts = CallerTexts(self.options, self.stats, self._emit)  # RO3, RO4
         self._actions: list[Action] = []
         self._now = 0
 
@@ -514,7 +446,7 @@ class RolloverController:
         }
 
     def next_deadline(self) -> int | None:
-        times, hand = self.texts.deadlines(), self.texts.hand
+        times, hand = self._texts.deadlines(), self._texts.hand
         after, deadline, hard, _ = self._conns[self._current].ages(self.options)
         st = self.stage
         if st is RolloverStage.STEADY:
@@ -624,12 +556,12 @@ class RolloverController:
     ) -> None:
         """Caller text with the utterance's times on the session timeline; interim when not `final`."""
         if self._live(connection_id, now) is not None:
-            self.texts.transcript(connection_id, start_ms, end_ms, text, final, now)
+            self._texts.transcript(connection_id, start_ms, end_ms, text, final, now)
             self._advance(now)
 
     def transcript_failed(self, connection_id: str, start_ms: int, end_ms: int, now: int) -> None:
         conn = self._live(connection_id, now)
-        if conn is not None and self.texts.failed(connection_id, start_ms, end_ms):
+        if conn is not None and self._texts.failed(connection_id, start_ms, end_ms):
             self._advance(now)
 
     # --- rules -----------------------------------------------------------------------------------------------
@@ -640,8 +572,8 @@ class RolloverController:
                 return
 
     def _step(self, now: int) -> bool:
-        hand, opts = self.texts.hand, self.options
-        if self.texts.overdue(now):
+        hand, opts = self._texts.hand, self.options
+        if self._texts.overdue(now):
             return True
         cur = self._conns[self._current]
         after, deadline, hard, close_by = cur.ages(self.options)
@@ -664,7 +596,7 @@ class RolloverController:
                 cur.busy = True
             self._actions += cur.stop_input()
             self._stop_ns = now
-            self.texts.stop_sharing((now - self.start_ns) // _NS_PER_MS, cut=cur.in_speech)
+            self._texts.stop_sharing((now - self.start_ns) // _NS_PER_MS)
             self.stage = RolloverStage.DRAINING
         elif st is RolloverStage.DRAINING and hand is not None:
             return self._drain(hand, now)
@@ -692,10 +624,10 @@ class RolloverController:
             self._current = new.id  # RO8: the old one stopped input and finished (or ran out of time)
             self._emit(TakeFloor(new.id))
             return True
-        if self.texts.waiting() and now < close_by:
+        if self._texts.waiting() and now < close_by:
             return False  # the old one's text may still come (RO3)
         self._actions += old.close("rollover")
-        self.texts.settle(old.id)
+        self._texts.settle(old.id)
         self._next, self._boundary, self._stop_ns = None, False, _NEVER
         self.stats.rollovers += 1
         self.stage = RolloverStage.STEADY
@@ -710,7 +642,7 @@ class RolloverController:
     def _open(self) -> None:
         assert self._next is not None
         self._conns[self._next] = _Conn(self._next)
-        self.texts.begin(self._current, self._next)
+        self._texts.begin(self._current, self._next)
         self._emit(OpenRollover(self._next, *self._seed()))
         self.stage = RolloverStage.OPENING
 
@@ -722,7 +654,7 @@ class RolloverController:
             old.busy = True
         self._actions += old.stop_input()
         self._actions += new.start_input()
-        self.texts.stop_sharing((now - self.start_ns) // _NS_PER_MS)
+        self._texts.stop_sharing((now - self.start_ns) // _NS_PER_MS)
         self._stop_ns = now
         self.stage = RolloverStage.DRAINING
 
@@ -805,13 +737,7 @@ class RolloverLink:
                 self.controller.connection_confirmed(floor, confirmed_ns)
 
     def stop(self) -> None:
-        """A recovery abandons any rollover in progress (the replacement starts afresh). The old connection's
-        text of the utterance its hard stop cut, still waiting for the new one's, is emitted first (RO3)."""
-        if self.controller is not None:
-            self.controller.texts.release()
-            for action in self.controller.actions():
-                if isinstance(action, EmitUtterance):
-                    self._captions.caller(action.text, action.start_ms, True, action.end_ms)
+        """A recovery abandons any rollover in progress (the replacement starts afresh)."""
         self.controller, self._speaker_busy = None, False
         self._utterances.clear()
         self._connections.reset_inputs()

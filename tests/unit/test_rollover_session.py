@@ -401,30 +401,3 @@ def test_ro3_the_old_connection_lost_while_its_text_is_awaited_lets_the_new_ones
     finals = [n.text for n in call.notices if isinstance(n, Transcript) and n.role == "caller" and n.final]
     assert finals == [f"utterance {i}" for i in range(1, call.utterance + 1)]  # once
     assert CloseTransport(connection_id(1), "rollover") in call.commands
-
-
-def test_ro3_the_old_ones_cut_text_is_emitted_when_the_new_connection_fails_before_its_own_comes() -> None:
-    """The caller talks through the deadline and the hard stop: the old connection is committed in
-    mid-utterance (RO2) and its text of the beginning waits for the new one's, which may be the whole
-    utterance (RO3). The new connection is lost first: the old one's text is emitted, not dropped with the
-    restarted rollover."""
-    call = RolloverCall()
-    call.utterance = 1
-    for _ in range(400):  # at most 8 s of speech
-        call.step(True)
-        if any(isinstance(c, CommitInput) for c in call.commands):
-            break
-    [opening] = [c for c in call.commands if isinstance(c, OpenRollover)]
-    assert any(isinstance(c, CommitInput) and c.connection_id == "conn-1" for c in call.commands)
-    call.core.provider_event(InputTranscript(1, "I would like to", "u1-1", final=True), call.now)
-    call._carry_out()
-
-    def finals() -> list[Transcript]:
-        return [n for n in call.notices if isinstance(n, Transcript) and n.role == "caller" and n.final]
-
-    assert finals() == []  # it waits for the new one's text (at most transcript_wait_ms)
-    call.core.provider_event(SessionClosed(opening.token, "connection_lost", finalized=False), call.now)
-    call._carry_out()
-    [cut] = finals()
-    assert cut.text == "I would like to" and cut.at_ms < SCALED.after_ms <= SCALED.hard_stop_ms <= cut.end_ms
-    assert call.core.token == 1 and call.core.connections.listeners == set()
