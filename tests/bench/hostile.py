@@ -81,7 +81,7 @@ import peers  # noqa: E402
 from fault_campaign import fatal_rule  # noqa: E402
 from floods import invite, request  # noqa: E402  (well-formed INVITE / OPTIONS / BYE, as a capture)
 from report import run_in_scratch  # noqa: E402
-from rfc4475_sender import Sniffer, mutate, only_loopback  # noqa: E402
+from rfc4475_sender import Sniffer, mutate, normal_call, only_loopback  # noqa: E402
 
 from providers.fakes.faults import MUTATIONS, huge_string  # noqa: E402
 from rtp import packet as rtp_packet  # noqa: E402
@@ -739,19 +739,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
         # d. afterwards
         result["alive_after_hostile"] = bridge.running()
-        normal = peers.run_sipp(
-            "uac_busy",
-            sip,
-            calls=1,
-            workdir=work / "normal",
-            timeout=30,
-            extra_args=["-set", "hold_ms", "500"],
-        )
-        result["normal_call"] = {
-            "rc": normal.returncode,
-            "answered": normal.count("ANSWERED"),
-            "closed": normal.count("CLOSED"),
-        }
+        result["normal_call"], _ = normal_call(sip, work / "normal")
         result["alive_at_end"] = bridge.running()
         final, _ = engine_counters(http)
         result["engine_counters_at_end"] = final

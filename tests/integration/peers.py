@@ -1395,11 +1395,17 @@ def run_pjsua2_caller(
     )
 
 
-def second_loopback_usable() -> bool:
-    """127.0.0.2 can be bound (a second source on loopback: policy and flood tests)."""
+def can_bind(host: str) -> bool:
+    """A UDP socket can be bound to `host` here (127.0.0.2, ::1: not every machine has them)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.2", 0))
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.bind((host, 0))
         return True
     except OSError:
         return False
+
+
+def second_loopback_usable() -> bool:
+    """127.0.0.2 can be bound (a second source on loopback: policy and flood tests)."""
+    return can_bind("127.0.0.2")

@@ -40,15 +40,6 @@ from sip.transaction import TimerConfig
 NATIVE = ("--engine", "native")
 
 
-def _ipv6() -> bool:
-    try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
-            s.bind(("::1", 0))
-        return True
-    except OSError:
-        return False
-
-
 MS = 1_000_000
 
 
@@ -603,7 +594,7 @@ def test_native_refuses_the_callers_refer_with_403(native_driver, tmp_path: Path
     assert driver.wait_event("CallEnded", timeout=15)["by_remote"] is True
 
 
-@pytest.mark.skipif(not _ipv6(), reason="no IPv6 loopback")
+@pytest.mark.skipif(not peers.can_bind("::1"), reason="no IPv6 loopback")
 async def test_native_engine_answers_options_over_ipv6_udp_and_tcp() -> None:
     engine = NativeUserAgent(
         EngineConfig(host="::1", port=0, rtp_port=peers._free_udp_port_pair() & ~1), lambda leg: None

@@ -48,13 +48,19 @@ class Inbox:
                 await self.changed.wait()
 
 
-def ipv6_available() -> bool:
+def can_bind(host: str) -> bool:
+    """A UDP socket can be bound to `host` here (::1, 127.0.0.2: not every machine has them)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
-        with socket.socket(socket.AF_INET6, socket.SOCK_DGRAM) as s:
-            s.bind(("::1", 0))
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.bind((host, 0))
         return True
     except OSError:
         return False
+
+
+def ipv6_available() -> bool:
+    return can_bind("::1")
 
 
 # --- SIP transports ---

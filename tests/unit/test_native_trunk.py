@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 
 import pytest
+from test_native_shell import can_bind
 
 from sip.auth import AuthAnswer, AuthOk, Credentials, DigestClient, DigestServer
 from sip.engine import EngineConfig
@@ -69,15 +70,6 @@ class Peer:
         return None
 
 
-def loopback2() -> bool:
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind(("127.0.0.2", 0))
-        return True
-    except OSError:
-        return False
-
-
 @pytest.fixture
 async def engine_factory() -> AsyncIterator[object]:
     started: list[NativeUserAgent] = []
@@ -97,7 +89,7 @@ async def engine_factory() -> AsyncIterator[object]:
         await agent.stop()
 
 
-@pytest.mark.skipif(not loopback2(), reason="127.0.0.2 is not usable")
+@pytest.mark.skipif(not can_bind("127.0.0.2"), reason="127.0.0.2 is not usable")
 async def test_a_source_outside_the_allowlist_gets_403_and_never_a_leg(engine_factory) -> None:  # type: ignore[no-untyped-def]
     agent, calls = await engine_factory(allow=("127.0.0.1/32",))
     assert agent.local is not None
@@ -122,7 +114,7 @@ async def test_a_source_outside_the_allowlist_gets_403_and_never_a_leg(engine_fa
     assert len(calls) == 1
 
 
-@pytest.mark.skipif(not loopback2(), reason="127.0.0.2 is not usable")
+@pytest.mark.skipif(not can_bind("127.0.0.2"), reason="127.0.0.2 is not usable")
 async def test_drop_unknown_sends_nothing(engine_factory) -> None:  # type: ignore[no-untyped-def]
     agent, calls = await engine_factory(allow=("127.0.0.1/32",), drop_unknown=True)
     outsider = Peer("127.0.0.2")

@@ -123,6 +123,15 @@ class RolloverCall:
         self.step(True, talk_ms // 20)
         self.step(False, pause_ms // 20)
 
+    def talk_until_a_rollover_opens(self) -> OpenRollover:
+        """Short turns (at most ten) until the next connection is opened; that one command."""
+        for _ in range(10):
+            self.turn(talk_ms=1_000, pause_ms=200)
+            if any(isinstance(c, OpenRollover) for c in self.commands):
+                break
+        [opening] = [c for c in self.commands if isinstance(c, OpenRollover)]
+        return opening
+
 
 def test_ro9_five_rollovers_keep_one_speaker_and_emit_each_utterance_once() -> None:
     call = RolloverCall()
@@ -140,11 +149,7 @@ def test_ro9_five_rollovers_keep_one_speaker_and_emit_each_utterance_once() -> N
 
 def test_ro8_only_the_connection_holding_the_floor_is_played() -> None:
     call = RolloverCall()
-    for _ in range(10):
-        call.turn(talk_ms=1_000, pause_ms=200)
-        if any(isinstance(c, OpenRollover) for c in call.commands):
-            break
-    [opening] = [c for c in call.commands if isinstance(c, OpenRollover)]
+    opening = call.talk_until_a_rollover_opens()
     assert call.core.token == 1 and opening.token in call.open  # the next one listens, the first one speaks
     before = call.playout.depth
     call.core.provider_event(AudioReceived(opening.token, pcmu_tone(500), PCMU_8K, "listener_item"), call.now)
@@ -328,11 +333,7 @@ def test_hr11_an_utterance_under_way_when_the_next_connection_fails_keeps_its_se
     """The fault campaign's utterance "at 0 ms": the rolling-in connection is lost while the caller speaks on
     the floor; the floor's utterance must still be stamped where it began on the session timeline."""
     call = RolloverCall()
-    for _ in range(10):
-        call.turn(talk_ms=1_000, pause_ms=200)
-        if any(isinstance(c, OpenRollover) for c in call.commands):
-            break
-    [opening] = [c for c in call.commands if isinstance(c, OpenRollover)]
+    opening = call.talk_until_a_rollover_opens()
     call.utterance += 1
     began_ms = (call.now + TICK) // MS  # the first frame of this utterance
     call.step(True, 10)  # both connections' VAD heard the caller begin
