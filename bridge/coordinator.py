@@ -111,8 +111,7 @@ class SessionCoordinator:
         self.rollover.start()
 
     @property
-    def token(self) -> int:
-        """The transport token of the connection holding the floor."""
+    def token(self) -> int:  # the transport token of the connection holding the floor
         return self.connections.floor
 
     def caller_frame(self, pcm: bytes, now: int) -> None:
@@ -121,7 +120,7 @@ class SessionCoordinator:
         if not self.recovery.discard_frame() and not self.ending.ended:  # HR8 while reconnecting
             for target in self.connections.audio_targets:
                 self.out.commands.append(SendAudio(pcm, target))
-        self.output.tick(now)
+        self.output.count_underrun(now)  # the cushion is fed once, by `_settle`
         self._turn(self.turns.frame(pcm, now, self.timeline.ms(now)), now)
         self._settle(now)
 
@@ -256,16 +255,17 @@ class SessionCoordinator:
         self._settle(now)
 
     def next_deadline(self) -> int | None:
-        parts = (
-            self.output.next_deadline(),
+        due = self.output.next_deadline()  # the earliest of the rooms' (after every caller frame: no list)
+        for t in (
             self.recovery.next_deadline(),
             self.timeline.instant(self.delegations.deadline_ms()),
             self.ending.next_deadline(),
             self.rollover.next_deadline(),
             self.captions.next_deadline(),
-        )
-        due = [t for t in parts if t is not None]
-        return min(due) if due else None
+        ):
+            if t is not None and (due is None or t < due):
+                due = t
+        return due
 
     def finished(self, now: int) -> bool:  # the close and drain windows are over: the shell may stop
         return self.ending.finished(now)

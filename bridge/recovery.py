@@ -362,8 +362,8 @@ class RecoveryController:
         return None
 
     def next_deadline(self) -> int | None:
-        due = [t for t in (self.state.deadline(), self._answer_due) if t is not None]
-        return min(due) if due else None
+        due, answer = self.state.deadline(), self._answer_due
+        return answer if due is None or (answer is not None and answer < due) else due
 
     def status(self) -> dict[str, object]:
         stats = self.state.stats

@@ -196,12 +196,17 @@ class OutputPath:
         return began, overflow
 
     def tick(self, now: int) -> None:
-        """A media-clock tick (a caller frame arrived): count an underrun if the cushion ran dry mid-item."""
+        """A media-clock tick (a caller frame arrived): the underrun count, then the cushion topped up."""
+        self.count_underrun(now)
+        self.feed(now)
+
+    def count_underrun(self, now: int) -> None:
+        """Count an underrun if the cushion ran dry mid-item since the last tick (the coordinator calls this on
+        a caller frame and feeds once, after the frame's turn decisions)."""
         transmitted = self.channel.ledger.frames_transmitted
         if transmitted == self._last_transmitted and self.framer.item_id is not None and not self._quiet(now):
             self.underruns += 1  # this tick's pull found the cushion empty mid-item: the caller heard a gap
         self._last_transmitted = transmitted
-        self.feed(now)
 
     def feed(self, now: int) -> None:
         """Top the cushion up from the reservoir: to `lead_frames`, or to what the channel's cushion asks."""
@@ -267,8 +272,8 @@ class OutputPath:
         return self.reservoir.check(now)
 
     def next_deadline(self) -> int | None:
-        due = [t for t in (self._next_tick, self.reservoir.next_deadline()) if t is not None]
-        return min(due) if due else None
+        tick, stale = self._next_tick, self.reservoir.next_deadline()
+        return stale if tick is None or (stale is not None and stale < tick) else tick
 
     def status(self, now: int) -> dict[str, object]:
         r = self.reservoir

@@ -28,7 +28,7 @@ from bridge.log import log_notice
 from bridge.recovery import seeded_settings
 from bridge.telephony import TelephonyOptions
 from providers.base import Provider, ProviderUnavailable, ResumptionRejected, SessionSettings
-from providers.events import SessionStarted
+from providers.events import SessionStarted, bounded
 from sip.leg import (
     CallEnded,
     CallLeg,
@@ -46,11 +46,6 @@ log = logging.getLogger("parlora.session")
 _LEG_DRAIN_TIMEOUT_S = 5.0  # before the session starts: how long a refused call waits for the leg to end
 _HOOK_TIMEOUT_S = 10.0
 _LOGGED_URI_CHARS = 256  # a From/To URI as the log shows it: the caller chooses its length (issue 17)
-
-
-def _clip_uri(uri: str) -> str:
-    """A URI for the log, cut to `_LOGGED_URI_CHARS` (status and the CDR keep it whole)."""
-    return uri if len(uri) <= _LOGGED_URI_CHARS else uri[:_LOGGED_URI_CHARS] + "..."
 
 
 def failure_tone() -> bytes:
@@ -324,7 +319,7 @@ class ProviderLinks:
 
     def carriers(self) -> dict[type, Callable[[Any], None]]:
         return {
-            cmd.SendAudio: lambda c: self._on(c.token, lambda p: p.send_audio(c.pcm16_8k)),
+            cmd.SendAudio: self._send_audio,
             cmd.Truncate: lambda c: self.floor.truncate(c.item_id, c.audio_end_ms),
             cmd.OpenReplacement: self.open,
             cmd.OpenRollover: self.open,
@@ -336,6 +331,10 @@ class ProviderLinks:
             ),
             SendContext: lambda c: self._on(c.token, lambda p: p.send_text(c.text, speak=c.speak)),
         }
+
+    def _send_audio(self, command: cmd.SendAudio) -> None:  # every caller frame: no closure made
+        if (provider := self.providers.get(command.token)) is not None:
+            provider.send_audio(command.pcm16_8k)
 
     def _on(self, token: int, act: Callable[[Provider], None]) -> None:
         if (provider := self.providers.get(token)) is not None:
@@ -481,8 +480,8 @@ class CallSession:
         log.info(
             "call %s started: from %s to %s (source %s)",
             ident.call_id,
-            _clip_uri(ident.from_uri),
-            _clip_uri(ident.to_uri),
+            bounded(ident.from_uri, _LOGGED_URI_CHARS),  # status and the CDR keep them whole
+            bounded(ident.to_uri, _LOGGED_URI_CHARS),
             ident.source,
         )
         first = self._first

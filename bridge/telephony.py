@@ -288,11 +288,9 @@ class CallEnding:
         return None
 
     def next_deadline(self) -> int | None:
-        due = [
-            self._goodbye[0] if self._goodbye else None,
-            self._hangup[0] if self._hangup else None,
-            self._close_due,
-            self._drain_due,
-        ]
-        times = [t for t in due if t is not None]
-        return min(times) if times else None
+        due = self._close_due
+        for t in (self._goodbye[0] if self._goodbye else None, self._hangup[0] if self._hangup else None):
+            if t is not None and (due is None or t < due):
+                due = t
+        drain = self._drain_due
+        return drain if due is None or (drain is not None and drain < due) else due

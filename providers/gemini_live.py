@@ -350,7 +350,9 @@ class GeminiClientProtocol:
                 audio = self._audio(blob, raw)
                 if isinstance(audio, ProviderError):
                     events.append(audio)
-                    return True
+                    if audio.fatal:
+                        return True
+                    continue
                 if audio is not None:
                     events.append(audio)
         for key, kind in (("inputTranscription", InputTranscript), ("outputTranscription", OutputTranscript)):
@@ -373,7 +375,10 @@ class GeminiClientProtocol:
         return False
 
     def _audio(self, blob: dict[str, Any], raw: str | bytes) -> ProviderEvent | None:
-        mime = str(blob.get("mimeType", "")).replace(" ", "").lower()
+        mime = blob.get("mimeType", "")
+        if not isinstance(mime, str):  # a broken part is a counted protocol error, not skipped (issue 17)
+            return self._error("invalid_event", "inlineData.mimeType is not a string", raw, fatal=False)
+        mime = mime.replace(" ", "").lower()
         if not mime.startswith("audio/"):
             return None  # not audio (an image or a file part): nothing to play
         if mime != OUTPUT_MIME:

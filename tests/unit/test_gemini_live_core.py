@@ -184,6 +184,25 @@ def test_text_thoughts_and_empty_audio_are_not_played() -> None:
     assert feed(c, message) == []
 
 
+def test_a_part_whose_mime_type_is_not_a_string_is_a_counted_error_and_the_next_part_still_plays() -> None:
+    c = core()
+    good = base64.b64encode(b"\x01\x02" * 4).decode()
+    message = {
+        "serverContent": {
+            "modelTurn": {
+                "parts": [
+                    {"inlineData": {"mimeType": 24000, "data": good}},
+                    {"inlineData": {"mimeType": "audio/pcm;rate=24000", "data": good}},
+                ]
+            }
+        }
+    }
+    error, audio = feed(c, message)
+    assert isinstance(error, ProviderError) and not error.fatal and error.code == "invalid_event"
+    assert "mimeType" in error.message
+    assert isinstance(audio, AudioReceived) and audio.audio == b"\x01\x02" * 4
+
+
 def test_audio_frame_is_16k_realtime_input() -> None:
     frame = json.loads(GeminiClientProtocol.audio_frame(b"\x01\x02" * 4))
     assert frame == {

@@ -26,14 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
+import logging
 import time
 from typing import Any
 
 import orjson
 import pytest
+from test_session import FakeLeg, FakeProvider
 
-from bridge.session import _clip_uri
+from bridge.session import CallSession
 from providers import openai_realtime
 from providers.base import SessionSettings
 from providers.events import TEXT_LIMIT, ProviderError, ProviderEvent, SessionClosed, bounded
@@ -55,6 +58,7 @@ from providers.openai_live import LiveClientProtocol, LiveConfig
 from providers.realtime_family import RAW_LOG_LIMIT, RealtimeClientProtocol
 from rtp.packet import build
 from rtp.stream import RtpStream, StreamConfig
+from sip.leg import CallEnded
 from sip.message import StreamFramer
 from sip.sdp import LocalMedia, answer, parse_sdp
 from sip.transport import SipTransports
@@ -136,10 +140,22 @@ def test_a_foreign_ssrc_of_the_calls_own_payload_type_still_switches_the_source(
 # --- 3. a caller's From/To in the log -----------------------------------------------------------------------
 
 
-def test_a_caller_chosen_from_uri_is_logged_as_a_bounded_prefix() -> None:
+def test_a_caller_chosen_from_uri_is_logged_as_a_bounded_prefix(caplog: pytest.LogCaptureFixture) -> None:
     long_uri = "sip:" + "a" * 5000 + "@example.com"
-    assert _clip_uri(long_uri) == long_uri[:256] + "..."
-    assert _clip_uri("sip:alice@example.com") == "sip:alice@example.com"
+    leg, provider = FakeLeg(), FakeProvider()
+    leg._identity = dataclasses.replace(leg.identity, from_uri=long_uri, to_uri="sip:alice@example.com")
+
+    async def run() -> None:
+        task = asyncio.create_task(CallSession(leg, provider).run())  # type: ignore[arg-type]
+        leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
+        await asyncio.wait_for(task, 5)
+
+    with caplog.at_level(logging.INFO, logger="parlora"):
+        asyncio.run(run())
+    started = [r.getMessage() for r in caplog.records if "a" * 200 in r.getMessage()]
+    assert started, "the call-started line names the caller"
+    assert all(long_uri not in m and len(m) < 1_000 for m in started)
+    assert any("a" * 252 + "..." in m and "sip:alice@example.com" in m for m in started)
 
 
 # --- 4. a destination that is a host name -------------------------------------------------------------------
