@@ -45,6 +45,7 @@ log = logging.getLogger("parlora.session")
 
 _LEG_DRAIN_TIMEOUT_S = 5.0  # before the session starts: how long a refused call waits for the leg to end
 _HOOK_TIMEOUT_S = 10.0
+MAX_QUEUED_FRAMES = 25  # 500 ms of caller audio waiting for a session loop that is behind (issue 13)
 _LOGGED_URI_CHARS = 256  # a From/To URI as the log shows it: the caller chooses its length (issue 17)
 
 
@@ -135,9 +136,24 @@ class CallerFrames:
     Order: a frame goes through the inbox like any input while the inbox holds anything (a CallEnded, a hold,
     a provider event), or a timer of the core is already due; the leg queues it itself while one of its own
     events waits. A frame that moves the core's deadline before the one the session's loop waits for wakes the
-    loop (`_Wake`). Nothing raises into the media tick: a failure is counted (`errors`) and logged once."""
+    loop (`_Wake`). Nothing raises into the media tick: a failure is counted (`errors`) and logged once.
 
-    __slots__ = ("_call_id", "_inbox", "_clock", "_tap", "_carry_out", "core", "armed", "errors")
+    Overload sheds, it does not grow: while the session's loop is behind, at most `MAX_QUEUED_FRAMES` of the
+    caller's frames wait in the inbox; a frame beyond that is dropped and counted (`shed`), so the audio the
+    provider hears lags the caller by a bounded amount instead of by however far the process fell behind."""
+
+    __slots__ = (
+        "_call_id",
+        "_inbox",
+        "_clock",
+        "_tap",
+        "_carry_out",
+        "core",
+        "armed",
+        "errors",
+        "queued",
+        "shed",
+    )
 
     def __init__(
         self,
@@ -152,6 +168,8 @@ class CallerFrames:
         self.core: SessionCoordinator | None = None  # set while the session's loop runs
         self.armed: int | None = None  # the deadline the session's loop is waiting for (None: none)
         self.errors = 0
+        self.queued = 0  # caller frames this sink put in the inbox, not yet fed
+        self.shed = 0
 
     def attach(self, leg: CallLeg, core: SessionCoordinator) -> None:
         self.core = core
@@ -164,6 +182,15 @@ class CallerFrames:
             leg.set_frame_sink(None)
 
     def feed(self, core: SessionCoordinator, frame: FrameReceived, now: int) -> None:
+        """A caller frame from the inbox (queued here, or by the leg's own queue and pump)."""
+        if self.queued:
+            self.queued -= 1
+        self._forward(core, frame, now)
+
+    def counters(self) -> dict[str, int]:
+        return {"queued": self.queued, "shed": self.shed, "errors": self.errors}
+
+    def _forward(self, core: SessionCoordinator, frame: FrameReceived, now: int) -> None:
         if self._tap is not None:
             self._tap.caller(frame.pcm, now)  # issue 15: --record
         core.caller_frame(frame.pcm, now)
@@ -172,10 +199,16 @@ class CallerFrames:
         inbox, core, armed = self._inbox, self.core, self.armed
         now = self._clock()
         if core is None or inbox.qsize() or (armed is not None and armed <= now):
+            if self.queued >= MAX_QUEUED_FRAMES:  # the loop is behind by that much already: shed this one
+                self.shed += 1
+                if self.shed == 1:
+                    log.warning("call %s: the session is behind; caller frames shed (counted)", self._call_id)
+                return
+            self.queued += 1
             inbox.put_nowait(frame)  # behind what is queued, or after the due timer
             return
         try:
-            self.feed(core, frame, now)
+            self._forward(core, frame, now)
             self._carry_out(core)
             deadline = core.next_deadline()
             if deadline is not None and (armed is None or deadline < armed):
@@ -473,7 +506,7 @@ class CallSession:
             body["state"] = "closed" if self._ended else "connecting"
         else:
             body.update(self.coordinator.status(now))
-        return body
+        return body | {"caller_frames": self._frames.counters()}
 
     async def run(self) -> CallSummary:
         ident = self.leg.identity

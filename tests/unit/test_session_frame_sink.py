@@ -15,7 +15,7 @@ import virtual_time
 from test_session import FakeLeg, FakeProvider, pcm_frame, session
 
 from bridge.barrier import Channel
-from bridge.session import CallerFrames, CallSession, _Wake
+from bridge.session import MAX_QUEUED_FRAMES, CallerFrames, CallSession, _Wake
 from sip.leg import CallEnded, FrameReceived, FrameSink, FrameSinkLeg, MediaHeld, MediaStarted
 
 event_loop_policy = virtual_time.policy_fixture()
@@ -184,6 +184,27 @@ def test_a_frame_that_moves_the_deadline_earlier_wakes_the_loop() -> None:
     core.deadline = None  # no deadline at all: nothing to wake for
     frames(_frame(2))
     assert inbox.empty() and len(core.frames) == 3
+
+
+def test_a_session_loop_that_is_behind_gets_at_most_the_bound_of_frames_and_the_rest_are_shed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    core = FakeCore()
+    frames, inbox, _ = _sink(core)
+    inbox.put_nowait(MediaHeld())  # the loop has not taken its input yet: every frame queues
+    with caplog.at_level(logging.WARNING, logger="parlora.session"):
+        for i in range(MAX_QUEUED_FRAMES + 7):
+            frames(_frame(i % 100))
+    assert frames.counters() == {"queued": MAX_QUEUED_FRAMES, "shed": 7, "errors": 0}
+    assert inbox.qsize() == 1 + MAX_QUEUED_FRAMES and core.frames == []
+    assert sum("shed" in r.getMessage() for r in caplog.records) == 1  # logged once, counted always
+    queued = _drain(inbox)[1:]
+    assert queued == [_frame(i) for i in range(MAX_QUEUED_FRAMES)]  # the oldest wait; the newest were shed
+    for i, frame in enumerate(queued[:10]):  # the loop catches up: each one fed makes room for one more
+        frames.feed(core, frame, 2_000 + i)  # type: ignore[arg-type]
+    assert frames.queued == MAX_QUEUED_FRAMES - 10 and len(core.frames) == 10
+    frames(_frame(0))  # the inbox is empty again: straight in, nothing shed
+    assert frames.shed == 7 and len(core.frames) == 11
 
 
 def test_a_failing_core_is_counted_not_raised() -> None:
