@@ -80,6 +80,7 @@ class Job:
     output: str | None = None
     redeliveries: int = 0
     held_since_recovery: int | None = None  # the recovery count when its result was held
+    finished_ms: int | None = None  # when it last left the pending states (the ledger's window, DL1)
 
     @property
     def job_id(self) -> str:
@@ -153,6 +154,12 @@ class DelegationOptions:
     max_command_records: int = 32  # outstanding commands and queued updates, at most (DL2, HR6)
     max_facts: int = 10  # task facts and verified results kept for a re-seed (HR7)
     results_hold_ms: int = 3_000  # after the caller's fresh turn, results wait at most this long (HR9)
+    # Issue 17: finished jobs are kept (and redeliveries of them answered from the ledger, DL1) while they are
+    # among the last `keep_finished` or finished less than `keep_finished_ms` ago; never more than
+    # `max_finished`. Pending jobs are always kept (DL2 bounds them).
+    keep_finished: int = 256
+    keep_finished_ms: int = 600_000
+    max_finished: int = 512
 
 
 @dataclass(slots=True)
@@ -166,13 +173,72 @@ class DelegationStats:
     by_state: Counter[str] = field(default_factory=Counter)
 
 
+class JobLedger:
+    """Every job of the call by job id and by each provider call id that named it (DL1), bounded (issue 17):
+    pending jobs are all kept; a finished job is forgotten — with every call id that named it — only once it
+    is neither among the last `keep_finished` finished jobs nor finished within `keep_finished_ms`, or when
+    more than `max_finished` are kept. A redelivery comes after a reconnect, seconds after the call, so the
+    window (the last 256 jobs, and those of the last 10 minutes up to 512: a tool call every turn of a busy
+    call is about 40 minutes of it) holds every redelivery that is actually possible, and a call's ledger
+    holds a few hundred kB at most; `forgotten` keeps the final states of what it dropped, so the status
+    still reports totals. A call redelivered after its job was forgotten would be dispatched as new work."""
+
+    def __init__(self, options: DelegationOptions) -> None:
+        self._options = options
+        self.jobs: dict[str, Job] = {}
+        self.by_call: dict[str, Job] = {}
+        self.open: dict[str, Job] = {}  # the pending jobs (held, running, answered), oldest first
+        self._finished: dict[str, Job] = {}  # finished jobs, the oldest finish first
+        self.forgotten: Counter[str] = Counter()  # final states of the jobs the window dropped
+
+    def add(self, job: Job, call_id: str) -> None:
+        self.jobs[job.job_id] = self.open[job.job_id] = job
+        self.by_call[call_id] = job
+
+    def moved(self, job: Job, at_ms: int) -> None:
+        """A job changed state: a finished one joins the window (again, at its end), a pending one leaves it."""
+        self._finished.pop(job.job_id, None)
+        if job.state.pending:
+            self.open.setdefault(job.job_id, job)
+            job.finished_ms = None
+            return
+        self.open.pop(job.job_id, None)
+        job.finished_ms = at_ms
+        self._finished[job.job_id] = job
+        o, finished = self._options, self._finished
+        while finished:
+            oldest = next(iter(finished.values()))
+            recent = (
+                len(finished) <= o.keep_finished or at_ms - (oldest.finished_ms or 0) < o.keep_finished_ms
+            )
+            if recent and len(finished) <= o.max_finished:
+                return
+            self._forget(oldest)
+
+    def _forget(self, job: Job) -> None:
+        del self._finished[job.job_id]
+        self.jobs.pop(job.job_id, None)
+        for call_id in job.call_ids:
+            if self.by_call.get(call_id) is job:
+                del self.by_call[call_id]
+        self.forgotten[job.state.value] += 1
+
+    def pending(self) -> int:
+        return len(self.open)
+
+    def states(self) -> dict[str, int]:
+        """Jobs by state over the whole call: those kept by their state now, the forgotten by their last."""
+        return dict(Counter(job.state.value for job in self.jobs.values()) + self.forgotten)
+
+
 class Delegations:
     """The session's job ledger and command records, with the recovery gates."""
 
     def __init__(self, options: DelegationOptions | None = None) -> None:
         self.options = options or DelegationOptions()
-        self.jobs: dict[str, Job] = {}
-        self._by_call: dict[str, Job] = {}
+        self.ledger = JobLedger(self.options)
+        self.jobs = self.ledger.jobs  # the jobs kept (issue 17: pending ones and a window of finished ones)
+        self._by_call = self.ledger.by_call
         self.records: list[CommandRecord] = []  # outstanding only
         self.updates: list[tuple[str, bool]] = []  # speakable/silent application updates waiting (HR9)
         self.facts: list[str] = []  # task facts and verified results, newest last (HR7)
@@ -209,9 +275,8 @@ class Delegations:
         self._next_job += 1
         request = JobRequest(f"job-{self._next_job}", name, arguments, kind, at_ms, supersedes)
         job = Job(request, [call_id], token, JobState.HELD)
-        self.jobs[job.job_id] = job
-        self._by_call[call_id] = job
-        if self._pending() > self.options.max_pending_delegations:
+        self.ledger.add(job, call_id)
+        if self.ledger.pending() > self.options.max_pending_delegations:
             self._refuse(
                 job, f"{self.options.max_pending_delegations} delegations are already pending", at_ms
             )
@@ -305,7 +370,7 @@ class Delegations:
         if not self.resuming or self.fresh_start_ms is not None:
             return
         self.fresh_start_ms = at_ms
-        for job in list(self.jobs.values()):
+        for job in list(self.ledger.open.values()):
             if job.state is JobState.HELD:
                 if job.request.requested_at_ms < at_ms:
                     self.stats.not_dispatched += 1
@@ -329,7 +394,7 @@ class Delegations:
         self.taken_in(token, at_ms)
         if self.held and not self.resuming and self.fresh_start_ms is not None:
             self._release(token, at_ms)
-        return any(job.token == token and job.state.pending for job in self.jobs.values())
+        return any(job.token == token for job in self.ledger.open.values())
 
     def recovery_failed(self) -> None:
         self.resuming = False
@@ -352,10 +417,10 @@ class Delegations:
         return notices
 
     def status(self) -> dict[str, object]:
-        states = Counter(job.state.value for job in self.jobs.values())
         return {
-            "jobs": dict(states),
-            "pending": self._pending(),
+            "jobs": self.ledger.states(),
+            "jobs_forgotten": sum(self.ledger.forgotten.values()),
+            "pending": self.ledger.pending(),
             "dispatched": self.stats.dispatched,
             "redeliveries": self.stats.redeliveries,
             "refused": self.stats.refused,
@@ -393,7 +458,7 @@ class Delegations:
     def _supersede(self, name: str, fresh_start_ms: int, at_ms: int) -> str | None:
         """HR9: a call of the same tool in the caller's fresh interval corrects an older result not yet announced."""
         replaced = None
-        for job in self.jobs.values():
+        for job in list(self.ledger.open.values()):  # (the pending ones: they move meanwhile)
             older = job.request.requested_at_ms < fresh_start_ms
             if older and job.request.name == name and job.state in (JobState.RUNNING, JobState.ANSWERED):
                 self.stats.superseded += 1
@@ -447,7 +512,7 @@ class Delegations:
         """Deliver what waits, oldest first, while command records allow."""
         if self.held or self.handover:
             return
-        for job in self.jobs.values():
+        for job in list(self.ledger.open.values()):  # (the pending ones: they move meanwhile)
             if job.state is JobState.ANSWERED and len(self.records) < self.options.max_command_records:
                 self._deliver(job, token, at_ms)
         while self.updates and len(self.records) < self.options.max_command_records:
@@ -456,11 +521,9 @@ class Delegations:
 
     def _changed(self, job: Job, state: JobState, detail: str, at_ms: int) -> None:
         job.state = state
+        self.ledger.moved(job, at_ms)  # issue 17: the window of finished jobs (DL1)
         self.stats.by_state[state.value] += 1
         self._notices.append(JobChanged(job.job_id, job.request.name, state.value, detail, at_ms))
-
-    def _pending(self) -> int:
-        return sum(1 for job in self.jobs.values() if job.state.pending)
 
     def _outstanding(self) -> int:
         return len(self.records) + len(self.updates)
@@ -479,7 +542,6 @@ def seed_facts(d: Delegations) -> tuple[str, ...]:
     running = [
         f"{job.request.name} ({job.job_id}) was requested with {job.request.arguments[:200]} and is still "
         "running: its result will be given to you, do not request it again"
-        for job in d.jobs.values()
-        if job.state.pending
+        for job in d.ledger.open.values()
     ]
     return tuple((d.facts + verified + running)[-d.options.max_facts :])

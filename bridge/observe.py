@@ -38,8 +38,9 @@ from bridge.metrics import (
     RolloverOutcome,
 )
 from bridge.session import CallSummary
+from rtp.clock import LATE_CAUSES
 from sip.engine import SipStatus
-from sip.leg import QosSource
+from sip.leg import CallIdentity, QosSource
 
 DEFAULT_ROUTE = "default"  # the route label of a call no config route chose
 PROVIDER_UNAVAILABLE = "provider unavailable"
@@ -60,6 +61,7 @@ _JOB_OUTCOMES: dict[str, JobOutcome] = {
 }
 
 HttpAnswer = tuple[int, bytes, str]  # status, body, content type
+JOBS_TIMED = 64  # issue 17: a call's jobs timed at once, at most (a pending job is one of DL2's few)
 
 # The engine's counter names (sip/ua.py `stats`, sip/policy.py) -> the refusal reason they count.
 _ENGINE_REFUSALS: dict[str, RefusalReason] = {
@@ -87,6 +89,14 @@ _REGISTRATION_STATES: dict[str, RegistrationState] = {
     "registered": "registered",
     "failed": "failed",
 }
+
+
+@runtime_checkable
+class _Identified(Protocol):
+    """A call leg, as far as the observer reads it: which call it is (sip.leg.CallLeg)."""
+
+    @property
+    def identity(self) -> CallIdentity: ...
 
 
 @runtime_checkable
@@ -124,7 +134,7 @@ class CallObserver:
 
     def __init__(self, metrics: BridgeMetrics | None = None) -> None:
         self.metrics = metrics if metrics is not None else BridgeMetrics()
-        self._job_started_ms: dict[tuple[str, str], int] = {}
+        self._job_started_ms: dict[str, dict[str, int]] = {}  # call id -> job id -> when it began to run
         self._engine = _Deltas()
         self._policy = _Deltas()
 
@@ -164,9 +174,12 @@ class CallObserver:
                     concealed=max(qos.frames_concealed, 0),
                 )
                 self.metrics.jitter([qos.jitter_ms / 1000.0])
-        if summary is not None:
-            for key in [k for k in self._job_started_ms if k[0] == summary.call_id]:
-                del self._job_started_ms[key]
+        # Issue 17: the call's jobs still timed are forgotten with it, whether or not it had a summary.
+        call_id = summary.call_id if summary is not None else None
+        if call_id is None and isinstance(leg, _Identified):
+            call_id = leg.identity.call_id
+        if call_id is not None:
+            self._job_started_ms.pop(call_id, None)
 
     # --- the session's notices (a few per call) ---
 
@@ -187,12 +200,21 @@ class CallObserver:
                 direction = "out" if notice.direction == "output" else "in"
                 self.metrics.discontinuity(direction, notice.cause)  # type: ignore[arg-type]  # checked above
         elif isinstance(notice, JobChanged):
-            key = (call_id, notice.job_id)
-            if notice.state == "running":
-                self._job_started_ms.setdefault(key, notice.at_ms)
-            elif (job_outcome := _JOB_OUTCOMES.get(notice.state)) is not None:
-                started = self._job_started_ms.pop(key, notice.at_ms)
-                self.metrics.job(job_outcome, max(notice.at_ms - started, 0) / 1000.0)
+            self._job(call_id, notice)
+
+    def _job(self, call_id: str, notice: JobChanged) -> None:
+        """A job's run time, from `running` to its outcome; at most JOBS_TIMED of a call at once (the oldest
+        is dropped: its outcome is then counted with no duration)."""
+        timed = self._job_started_ms.get(call_id)
+        if notice.state == "running":
+            if timed is None:
+                timed = self._job_started_ms[call_id] = {}
+            timed.setdefault(notice.job_id, notice.at_ms)
+            while len(timed) > JOBS_TIMED:
+                del timed[next(iter(timed))]
+        elif (job_outcome := _JOB_OUTCOMES.get(notice.state)) is not None:
+            started = timed.pop(notice.job_id, notice.at_ms) if timed is not None else notice.at_ms
+            self.metrics.job(job_outcome, max(notice.at_ms - started, 0) / 1000.0)
 
     def tee(self, other: Callable[[str, object], None] | None) -> Callable[[str, object], None]:
         """A notice sink that feeds this observer and then `other` (e.g. the console feed)."""
@@ -223,6 +245,8 @@ class CallObserver:
                     if name.startswith("clock_lateness_bucket_")
                 }
             )
+            # issue 17: the late ticks by what held them (rtp/clock.py)
+            self.metrics.media_clock_late({c: grown_all.get(f"clock_late_ticks_{c}", 0) for c in LATE_CAUSES})
             if "clock_max_lateness_us" in stats:
                 self.metrics.pacing_max_lateness(stats["clock_max_lateness_us"] / 1e6)
             for name, grown in grown_all.items():

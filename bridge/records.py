@@ -24,6 +24,7 @@ Every event has `to_json()`: the webhook's body and, for the record, the CDR lin
 from __future__ import annotations
 
 import json
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -221,6 +222,12 @@ class CallRecord:
     utterances: int
     barge_ins: int
     recording: str | None = None
+    # Issue 17: a long call's record keeps the last `KEPT` connections, recoveries and rollovers (the tuples
+    # above) and counts every one: None means "the tuple is all of them".
+    connections_total: int | None = None
+    recoveries_total: int | None = None
+    rollovers_total: int | None = None
+    rollovers_completed: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -231,31 +238,45 @@ class CallRecord:
             "reason": self.reason,
             "sip_status": self.sip_status,
             "provider": self.call.provider,
-            "connections": {"count": len(self.connections), "ids": list(self.connections)},
-            "recoveries": {
-                "count": len(self.recoveries),
-                "items": [
-                    {
-                        "connection_id": r.connection_id,
-                        "cause": r.cause,
-                        "outcome": r.outcome,
-                        "duration_ms": r.duration_ms,
-                    }
-                    for r in self.recoveries
-                ],
-            },
-            "rollovers": {
-                "count": sum(1 for r in self.rollovers if r.outcome == "completed"),
-                "items": [
-                    {
-                        "connection_id": r.connection_id,
-                        "outcome": r.outcome,
-                        "at_ms": r.at_ms,
-                        "detail": r.detail,
-                    }
-                    for r in self.rollovers
-                ],
-            },
+            "connections": _counted(
+                {"count": _total(self.connections_total, self.connections), "ids": list(self.connections)},
+                len(self.connections),
+                self.connections_total,
+            ),
+            "recoveries": _counted(
+                {
+                    "count": _total(self.recoveries_total, self.recoveries),
+                    "items": [
+                        {
+                            "connection_id": r.connection_id,
+                            "cause": r.cause,
+                            "outcome": r.outcome,
+                            "duration_ms": r.duration_ms,
+                        }
+                        for r in self.recoveries
+                    ],
+                },
+                len(self.recoveries),
+                self.recoveries_total,
+            ),
+            "rollovers": _counted(
+                {
+                    "count": sum(1 for r in self.rollovers if r.outcome == "completed")
+                    if self.rollovers_completed is None
+                    else self.rollovers_completed,
+                    "items": [
+                        {
+                            "connection_id": r.connection_id,
+                            "outcome": r.outcome,
+                            "at_ms": r.at_ms,
+                            "detail": r.detail,
+                        }
+                        for r in self.rollovers
+                    ],
+                },
+                len(self.rollovers),
+                self.rollovers_total,
+            ),
             "qos": dict(self.qos),
             "usage": {
                 "audio_seconds": self.usage.audio_seconds,
@@ -275,6 +296,18 @@ class CallRecord:
         return json.dumps(self.to_json(), separators=(",", ":"), default=str)
 
 
+def _total(total: int | None, kept: tuple[object, ...]) -> int:
+    return len(kept) if total is None else max(total, len(kept))
+
+
+def _counted(body: dict[str, Any], kept: int, total: int | None) -> dict[str, Any]:
+    """A CDR list that kept only the last of `total` (issue 17): `omitted` says how many of the oldest its
+    items leave out (absent when they are all there)."""
+    if total is not None and total > kept:
+        body["omitted"] = total - kept
+    return body
+
+
 @dataclass(frozen=True, slots=True)
 class CallEnded:
     record: CallRecord
@@ -287,6 +320,56 @@ AppEvent = CallStarted | Utterance | CallEnded
 
 
 # --- the builder ---
+
+KEPT = 64  # issue 17: connections, recoveries and rollovers kept by name in a call's record (the last ones)
+CLAIMED_ITEMS = 256  # ledger items remembered as given to an utterance (as many as the carrier ledger times)
+OPENING = 8  # rollover connections remembered as opening (one at a time; a recovery may abandon one)
+
+
+class CallHistory:
+    """What the record lists of a call's connections, recoveries and rollovers: the last `KEPT` of each by
+    name, and a count of every one (issue 17: a three-hour call with faults lists a bounded tail, its totals
+    stay exact). Notices about a connection come while it lives, so an id that left the tail never returns."""
+
+    def __init__(self, first: str) -> None:
+        self.connections: dict[str, None] = {first: None}
+        self.connections_total = 1
+        self.recoveries: dict[int, tuple[str, str, int]] = {}  # token -> (cause, stage, elapsed)
+        self.recoveries_total = 0
+        self.rollovers: deque[RolloverEntry] = deque(maxlen=KEPT)
+        self.rollovers_total = 0
+        self.rollovers_completed = 0
+        self.opening: dict[str, int] = {}  # rollover connections opening -> at_ms
+
+    def connection(self, cid: str) -> None:
+        if cid not in self.connections:
+            self.connections[cid] = None
+            self.connections_total += 1
+            _trim(self.connections, KEPT)
+
+    def recovery(self, token: int, cause: str, stage: str, elapsed_ms: int) -> None:
+        if token not in self.recoveries:
+            self.recoveries_total += 1
+        self.recoveries[token] = (cause, stage, elapsed_ms)
+        _trim(self.recoveries, KEPT)
+
+    def rollover(self, entry: RolloverEntry) -> None:
+        self.opening.pop(entry.connection_id, None)
+        self.rollovers.append(entry)
+        self.rollovers_total += 1
+        self.rollovers_completed += entry.outcome == "completed"
+
+    def opened(self, cid: str, at_ms: int) -> None:
+        self.connection(cid)
+        self.opening[cid] = at_ms
+        while len(self.opening) > OPENING:  # abandoned by a recovery: it never ended as a rollover
+            old = next(iter(self.opening))
+            self.rollover(RolloverEntry(old, "unfinished", self.opening[old]))
+
+
+def _trim(kept: dict[Any, Any], limit: int) -> None:
+    while len(kept) > limit:
+        del kept[next(iter(kept))]
 
 
 @dataclass(slots=True)
@@ -320,14 +403,11 @@ class RecordBuilder:
         self._started_at = started_at
         self._quiet_ns = quiet_ms * _NS_PER_MS
         self._seen_ns = start_ns - 1  # ledger entries up to here have been given to an utterance
-        self._claimed: set[str] = set()  # ledger items already given to an utterance
+        self._claimed: dict[str, None] = {}  # ledger items already given to an utterance (the last ones)
         self._open: _Assistant | None = None
         self._seq = 0
         self.barge_ins = 0
-        self.connections: dict[str, None] = {connection_id(first_token): None}
-        self._recoveries: dict[int, tuple[str, str, int]] = {}  # token -> (cause, stage, elapsed)
-        self._rollovers: list[RolloverEntry] = []
-        self._opening: dict[str, int] = {}  # rollover connections opening -> at_ms
+        self.history = CallHistory(connection_id(first_token))
 
     def started(self) -> CallStarted:
         return CallStarted(self.call, self._started_at)
@@ -362,9 +442,9 @@ class RecordBuilder:
         elif isinstance(notice, BargedIn):
             self._barged_in(notice, now, out)
         elif isinstance(notice, RecoveryChanged):
-            self.connections.setdefault(connection_id(notice.token), None)
+            self.history.connection(connection_id(notice.token))
             if notice.stage not in ("awaiting_user",):
-                self._recoveries[notice.token] = (notice.cause, notice.stage, notice.elapsed_ms)
+                self.history.recovery(notice.token, notice.cause, notice.stage, notice.elapsed_ms)
         elif isinstance(notice, RolloverChanged):
             self._rollover(notice)
         return out
@@ -397,15 +477,12 @@ class RecordBuilder:
     def _rollover(self, notice: RolloverChanged) -> None:
         cid = notice.connection_id
         if notice.what == "opening":
-            self.connections.setdefault(cid, None)
-            self._opening[cid] = notice.at_ms
+            self.history.opened(cid, notice.at_ms)
         elif notice.what == "floor":
-            self._opening.pop(cid, None)
-            self._rollovers.append(RolloverEntry(cid, "completed", notice.at_ms, notice.detail))
+            self.history.rollover(RolloverEntry(cid, "completed", notice.at_ms, notice.detail))
         elif notice.what in ("failed", "refused"):
-            self._opening.pop(cid, None)
             outcome: Literal["failed", "refused"] = "failed" if notice.what == "failed" else "refused"
-            self._rollovers.append(RolloverEntry(cid, outcome, notice.at_ms, notice.detail))
+            self.history.rollover(RolloverEntry(cid, outcome, notice.at_ms, notice.detail))
 
     # --- the timer: an assistant utterance whose audio is over ---
 
@@ -442,7 +519,8 @@ class RecordBuilder:
     def _close(self, current: _Assistant, cut: Cut | None) -> Utterance:
         self._open = None
         progress = [p for item in current.items if (p := self._ledger.progress(item)) is not None]
-        self._claimed.update(current.items)
+        self._claimed.update(dict.fromkeys(current.items))
+        _trim(self._claimed, CLAIMED_ITEMS)
         text = current.final_text if current.final_text is not None else "".join(current.parts)
         if progress:
             start: int | None = self._ms(min(p.first_ns for p in progress))
@@ -460,6 +538,7 @@ class RecordBuilder:
         if self._open is not None:
             self._scan(self._open, now)
             out.append(self._close(self._open, None))
+        history = self.history
         recoveries = tuple(
             RecoveryEntry(
                 connection_id(token),
@@ -467,9 +546,10 @@ class RecordBuilder:
                 _RECOVERY_OUTCOMES.get(stage, "unfinished"),
                 elapsed if stage in _RECOVERY_OUTCOMES else None,
             )
-            for token, (cause, stage, elapsed) in self._recoveries.items()
+            for token, (cause, stage, elapsed) in history.recoveries.items()
         )
-        unfinished = tuple(RolloverEntry(cid, "unfinished", at) for cid, at in self._opening.items())
+        for cid, at in list(history.opening.items()):
+            history.rollover(RolloverEntry(cid, "unfinished", at))
         status = outcome.status
         qos = status.get("qos")
         usage = status.get("usage")
@@ -480,9 +560,9 @@ class RecordBuilder:
             ended_by=outcome.ended_by,
             reason=outcome.reason,
             sip_status=outcome.sip_status,
-            connections=tuple(self.connections),
+            connections=tuple(history.connections),
             recoveries=recoveries,
-            rollovers=(*self._rollovers, *unfinished),
+            rollovers=tuple(history.rollovers),
             qos=dict(qos) if isinstance(qos, Mapping) else {},
             usage=UsageRecord.of(usage if isinstance(usage, Mapping) else {}),
             frames_in=outcome.frames_in,
@@ -490,6 +570,10 @@ class RecordBuilder:
             utterances=self._seq,
             barge_ins=self.barge_ins,
             recording=outcome.recording,
+            connections_total=history.connections_total,
+            recoveries_total=history.recoveries_total,
+            rollovers_total=history.rollovers_total,
+            rollovers_completed=history.rollovers_completed,
         )
         return out, record
 

@@ -153,6 +153,9 @@ class _Conn:
     in_speech: bool = False
     busy: bool = False
     closed: bool = False
+    _ages: tuple[tuple[object, int | None, int | None, int], tuple[int, int, int, int]] | None = field(
+        default=None, compare=False, repr=False
+    )
 
     def start_input(self) -> list[Action]:
         self.receiving = True
@@ -173,7 +176,11 @@ class _Conn:
             self.cap_at, self.expiring_ns = cap_at, now
 
     def ages(self, o: RolloverOptions) -> tuple[int, int, int, int]:
-        """(after, deadline, hard stop, close-by) of this connection as instants; never while unconfirmed."""
+        """(after, deadline, hard stop, close-by) of this connection as instants; never while unconfirmed.
+        Asked on every caller frame (`next_deadline`), so worked out again only when its inputs change."""
+        key = (o, self.confirmed_ns, self.cap_at, self.expiring_ns)
+        if self._ages is not None and self._ages[0] == key:
+            return self._ages[1]
         marks = (o.after_ms, o.deadline_ms, o.hard_stop_ms, (o.hard_stop_ms + o.cap_ms) // 2)
         base = self.confirmed_ns
         at = [_NEVER if base is None else base + m * _NS_PER_MS for m in marks]
@@ -183,7 +190,9 @@ class _Conn:
                 min(a, self.expiring_ns + left * (m - o.after_ms) // span)
                 for a, m in zip(at, marks, strict=True)
             ]
-        return at[0], at[1], at[2], at[3]
+        ages = at[0], at[1], at[2], at[3]
+        self._ages = (key, ages)
+        return ages
 
 
 class _Chain(dict[str, _Conn]):
@@ -431,8 +440,7 @@ class RolloverController:
     def speaker(self) -> str:
         return self._current
 
-    def status(self) -> dict[str, object]:
-        """What `status()["rollover"]` shows."""
+    def status(self) -> dict[str, object]:  # status()["rollover"]
         return {
             "stage": self.stage.value,
             "current": self._current,
@@ -446,6 +454,8 @@ class RolloverController:
         }
 
     def next_deadline(self) -> int | None:
+        if self.stage is RolloverStage.STEADY and self._texts.hand is None:  # most frames: one age
+            return a if (a := self._conns[self._current].ages(self.options)[0]) < _NEVER else None
         times, hand = self._texts.deadlines(), self._texts.hand
         after, deadline, hard, _ = self._conns[self._current].ages(self.options)
         st = self.stage
@@ -626,7 +636,7 @@ class RolloverController:
             return True
         if self._texts.waiting() and now < close_by:
             return False  # the old one's text may still come (RO3)
-        self._actions += old.close("rollover")
+        self._actions += self._conns.pop(old.id).close("rollover")  # issue 17: forgotten (then ignored)
         self._texts.settle(old.id)
         self._next, self._boundary, self._stop_ns = None, False, _NEVER
         self.stats.rollovers += 1

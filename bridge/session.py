@@ -221,6 +221,21 @@ class CallerFrames:
                 )
 
 
+class _Tasks(dict[str, "asyncio.Task[None]"]):
+    """A session's own tasks by name (the pumps, jobs, hooks, closes). Issue 17: a finished one is forgotten at
+    once, its failure logged, so that a long call's thousands of jobs and rollovers do not pile up here."""
+
+    def spawn(self, name: str, coro: Any, task_name: str) -> None:
+        task = self[name] = asyncio.create_task(coro, name=task_name)
+        task.add_done_callback(lambda done: self._finished(name, done))
+
+    def _finished(self, name: str, task: asyncio.Task[None]) -> None:
+        if self.get(name) is task:  # (not a later task under the same name)
+            del self[name]
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("task %s failed: %s", task.get_name(), bounded(repr(exc)))
+
+
 @dataclass(frozen=True, slots=True)
 class CallSummary:
     """What the end-of-call log line says."""
@@ -448,7 +463,7 @@ class CallSession:
         )
         self._dtmf_handler = dtmf_handler
         self._notice_sink = notice_sink  # e.g. the console feed (bridge/console.py ConsoleFeed.notice)
-        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._tasks = _Tasks()
         self._clock = clock
         self.started_ns = clock()
         self.coordinator: SessionCoordinator | None = None
@@ -577,7 +592,7 @@ class CallSession:
             await self.links.close_all()
 
     def _spawn(self, name: str, coro: Any) -> None:  # a coroutine (the DTMF handler's is an Awaitable)
-        self._tasks[name] = asyncio.create_task(coro, name=f"{self.call_id}-{name}")
+        self._tasks.spawn(name, coro, f"{self.call_id}-{name}")
 
     def _cancel(self, name: str) -> None:
         if (task := self._tasks.pop(name, None)) is not None:

@@ -15,6 +15,7 @@ from bridge.commands import Outbox, Transcript
 from providers.events import InputTranscript, ProviderEvent
 
 _NS_PER_MS = 1_000_000
+ORIGINS_KEPT = 32  # issue 17: connections whose clock origin is kept (the most recently used ones)
 
 
 class Timeline:
@@ -31,8 +32,14 @@ class Timeline:
         return (now_ns - self.start_ns) // _NS_PER_MS
 
     def connection_started(self, token: int, now_ns: int) -> None:
-        """A connection's clock starts now (its session was confirmed)."""
-        self._origins[token] = self.ms(now_ns)
+        """A connection's clock starts now (its session was confirmed). Issue 17: only the `ORIGINS_KEPT` most
+        recently used are kept. The live ones — the floor, a rollover's one or two listeners — are among them:
+        every rebase keeps its connection's origin fresh, and the rest are gone, their events inert (HR2)."""
+        origins = self._origins
+        origins.pop(token, None)
+        origins[token] = self.ms(now_ns)
+        while len(origins) > ORIGINS_KEPT:
+            del origins[next(iter(origins))]
 
     def span(
         self, token: int, start_ms: int | None, end_ms: int | None, now_ns: int
@@ -43,10 +50,13 @@ class Timeline:
 
     def rebase(self, token: int, provider_ms: int | None, now_ns: int) -> int:
         """A provider time on connection `token` as session time; unknown times become "now"."""
-        origin = self._origins.get(token)
-        if provider_ms is None or origin is None:
+        origins = self._origins
+        origin = origins.get(token)
+        if origin is None:
             return self.ms(now_ns)
-        return origin + provider_ms
+        if next(reversed(origins)) != token:  # the most recently used last (a dict lookup when it is already)
+            origins[token] = origins.pop(token)
+        return self.ms(now_ns) if provider_ms is None else origin + provider_ms
 
 
 class Captions:
