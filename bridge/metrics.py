@@ -23,6 +23,8 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
                                                  (fed by an engine that reports lateness samples: none yet)
     pacing_ticks_total{outcome}                  the media clock's 20 ms slots: served, skipped, late
     pacing_max_lateness_seconds                  the media clock's worst lateness since start
+    media_clock_late_ticks_total{cause}          its phase ticks later than 5 ms by what held them (issue 17):
+                                                 own, gc, loop, unscheduled (rtp/clock.py's docstring)
     provider_connect_seconds{provider}           WebSocket open to session confirmed
     recoveries_total{cause,outcome}, recovery_duration_seconds{cause}   HR1-HR5
     rollovers_total{outcome}                     RO1-RO9
@@ -43,7 +45,7 @@ from typing import Literal
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
-from rtp.clock import LATENESS_BOUNDS_US
+from rtp.clock import LATE_CAUSES, LATENESS_BOUNDS_US
 
 # The classic text format every Prometheus version scrapes; every name here is a legacy-valid one, so the body
 # is the same as the 1.0.0 text format's.
@@ -141,6 +143,13 @@ class BridgeMetrics:
         self._pacing_max = Gauge(
             f"{PREFIX}_pacing_max_lateness_seconds",
             "The media clock's worst lateness since start.",
+            registry=r,
+        )
+        self._clock_late = Counter(
+            f"{PREFIX}_media_clock_late_ticks",
+            "The media clock's phase ticks later than 5 ms, by what held them: own (its previous run), gc (a "
+            "collection), loop (another callback), unscheduled (the kernel did not run the process).",
+            ["cause"],
             registry=r,
         )
         self._connect = Histogram(
@@ -273,6 +282,12 @@ class BridgeMetrics:
 
     def pacing_max_lateness(self, seconds: float) -> None:
         self._pacing_max.set(max(0.0, seconds))
+
+    def media_clock_late(self, ticks: Mapping[str, int]) -> None:
+        """Add the media clock's late ticks by cause (deltas; causes outside `rtp.clock.LATE_CAUSES` ignored)."""
+        for cause, count in ticks.items():
+            if count > 0 and cause in LATE_CAUSES:
+                self._clock_late.labels(cause=cause).inc(count)
 
     # --- provider connections ---
 

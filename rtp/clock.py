@@ -22,12 +22,33 @@ the last of 300 calls waits for the other 299 at every step (measured: 6.7 ms me
 calls). G phases cut that queue G-fold. Each channel is still served once per period on absolute deadlines
 (its own phase's), so its RTP interval is unchanged; the cost is up to G wake-ups per period instead of one,
 and still ONE loop timer at any time (armed at the soonest phase), never a timer per call.
+
+Late ticks get a cause (issue 17, "RTP never stops"). A tick later than `late_threshold_ns` (5 ms) is split
+into what held it, and counted under the cause that held it longest (`late_ticks_<cause>` in `stats()`):
+
+- `own`: the clock's previous run was still serving channels at this tick's deadline (its wall time, less what
+  a collection and the kernel took of it, scaled to the part past the deadline);
+- `gc`: a collection of the cyclic garbage collector overlapped the wait (`gc.callbacks` stamp every
+  collection's start and stop on the clock; its generation is counted too);
+- `unscheduled`: the process consumed less CPU time over the wait than wall time passed, beyond what the loop
+  may have idled before the timer was due: the kernel did not run us (host saturation). A lower bound: time
+  the loop idled before the deadline cannot be told from time it was preempted then;
+- `loop`: the rest, less the timer's slack: something else held the loop (another callback, or a thread of
+  ours holding the GIL: its CPU time is the process's).
+
+The cost stays per tick, never per channel: one CPU-time read (`time.process_time_ns`, a system call of
+about 0.5 µs) and one clock read per run, a second CPU-time read only after a run of 1 ms or more, and a
+Python call (a clock and a CPU-time read) on each collection's start and stop. An on-time tick allocates nothing of its own; the split is
+worked out only for a late one, and at most one summary line a minute is logged.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import sys
+import time
 from bisect import bisect_left
 from collections.abc import Callable
 from typing import Protocol
@@ -46,6 +67,77 @@ Clock = Callable[[], int]
 # the bound before and at most this one; not cumulative) and `lateness_bucket_inf`.
 LATENESS_BOUNDS_US = (200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 40_000)
 _LATENESS_BOUNDS_NS = tuple(us * 1_000 for us in LATENESS_BOUNDS_US)
+# Late-tick causes (issue 17), in the order of the shell's per-cause lists; `stats()` names them.
+LATE_CAUSES = ("own", "gc", "loop", "unscheduled")
+_OWN, _GC, _LOOP, _UNSCHEDULED = range(4)
+LATE_THRESHOLD_NS = 5_000_000  # a phase tick later than this is late and gets a cause
+SEVERE_THRESHOLD_NS = 20_000_000  # ... and later than this (a whole period) is counted apart as well
+CPU_SPLIT_MIN_NS = 1_000_000  # a run at least this long reads the CPU clock at its end too (else: all on CPU)
+SUMMARY_EVERY_NS = 60_000_000_000  # at most one summary line of the late ticks a minute
+_NEVER = 1 << 62  # a mark past every deadline
+
+
+class GcWatch:
+    """Stamps the cyclic collector's collections (a `gc.callbacks` entry) on the shell's clock: their wall
+    time in total and per generation, the longest per generation and the CPU time of that one (a collection
+    the kernel preempted is long on the wall, short on the CPU), the highest generation since `gen_max` was
+    reset, how long collections ran past `mark` (the clock's next deadline) since `after_mark_ns` was reset,
+    and the heap's size at the latest full collection (`sys.getallocatedblocks()`: pymalloc's blocks in use,
+    about one per object; read at a generation-2 collection's end only)."""
+
+    __slots__ = (
+        "_clock",
+        "_cpu",
+        "_started",
+        "_started_cpu",
+        "mark",
+        "total_ns",
+        "after_mark_ns",
+        "gen_max",
+        "count",
+        "ns",
+        "max_ns",
+        "max_cpu_ns",
+        "heap_blocks",
+    )
+
+    def __init__(self, clock: Clock, cpu_clock: Clock = time.process_time_ns) -> None:
+        self._clock = clock
+        self._cpu = cpu_clock
+        self._started = self._started_cpu = 0
+        self.mark = _NEVER
+        self.total_ns = 0
+        self.after_mark_ns = 0
+        self.gen_max = -1
+        self.count = [0, 0, 0]
+        self.ns = [0, 0, 0]
+        self.max_ns = [0, 0, 0]
+        self.max_cpu_ns = [0, 0, 0]  # the CPU time of the longest (on the wall) collection per generation
+        self.heap_blocks = 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        now = self._clock()
+        if phase == "start":
+            self._started = now
+            self._started_cpu = self._cpu()
+            return
+        start = self._started
+        gen = info.get("generation", 0)
+        gen = gen if 0 <= gen <= 2 else 2
+        took = now - start
+        self.total_ns += took
+        self.count[gen] += 1
+        self.ns[gen] += took
+        if took > self.max_ns[gen]:
+            self.max_ns[gen] = took
+            self.max_cpu_ns[gen] = self._cpu() - self._started_cpu
+        if gen > self.gen_max:
+            self.gen_max = gen
+        if gen == 2:
+            self.heap_blocks = sys.getallocatedblocks()
+        mark = self.mark
+        if now > mark:
+            self.after_mark_ns += now - (start if start > mark else mark)
 
 
 class MediaChannel(Protocol):
@@ -66,6 +158,10 @@ class MediaClockShell:
         max_catch_up: int = 2,
         phases: int = 1,
         timer_slack_ns: int = TIMER_SLACK_NS,
+        cpu_clock: Clock = time.process_time_ns,
+        late_threshold_ns: int = LATE_THRESHOLD_NS,
+        severe_threshold_ns: int = SEVERE_THRESHOLD_NS,
+        watch_gc: bool = True,
     ) -> None:
         if phases < 1 or period_ns // phases < 1:
             raise ValueError("phases must be at least 1 and at most period_ns")
@@ -87,6 +183,26 @@ class MediaClockShell:
         # figures of phase cores that stopped (a phase whose last channel left), kept for stats()
         self._gone = [0, 0, 0, 0]  # slots served, slots skipped, late ticks, max lateness ns
         self._lateness = [0] * (len(LATENESS_BOUNDS_US) + 1)  # ticks per lateness bucket
+        self._next_due: int | None = None  # the soonest phase deadline (kept by add, run_due and _retire)
+        self._changes = 0  # phases started or retired (run_due re-reads the soonest deadline after one)
+        # late-tick attribution (issue 17; the module's docstring)
+        self._cpu = cpu_clock
+        self.late_threshold_ns = late_threshold_ns
+        self.severe_threshold_ns = severe_threshold_ns
+        self.gc_watch = GcWatch(clock, cpu_clock)
+        self._watch_gc = watch_gc  # False: tests feed `gc_watch` themselves
+        self._run_start = self._run_end = 0  # the latest run_due's wall clock at its start and end ...
+        self._run_cpu0 = self._run_cpu1 = 0  # ... the CPU clock then (cpu1 estimated after a short run) ...
+        self._run_gc_ns = 0  # ... the collectors' time within it, the channels it served, its first phase
+        self._run_channels = 0
+        self._run_phase = -1
+        self._late = [0, 0, 0, 0]  # phase ticks late by more than late_threshold_ns, per cause (LATE_CAUSES)
+        self._severe = [0, 0, 0, 0]  # ... of them, later than severe_threshold_ns
+        self._late_max_ns = [0, 0, 0, 0]  # the worst lateness per cause
+        self._late_spent_ns = [0, 0, 0, 0]  # the late time each cause explains, over every late run
+        self._late_gc_gen = [0, 0, 0]  # gc-caused late ticks by the highest generation collected then
+        self._own_worst = [0, 0, -1]  # the worst own-caused tick's previous run: wall ns, channels, phase
+        self._summary_at = -SUMMARY_EVERY_NS  # when the latest summary line was logged
 
     @property
     def running(self) -> bool:
@@ -120,6 +236,12 @@ class MediaClockShell:
         now = self._clock()
         if self._t0 is None:
             self._t0 = now
+            self._run_start = self._run_end = now  # the first tick's wait is measured from here
+            self._run_cpu0 = self._run_cpu1 = self._cpu()
+            self._run_gc_ns = 0
+            self.gc_watch.mark = _NEVER
+            if self._watch_gc and self.gc_watch not in gc.callbacks:
+                gc.callbacks.append(self.gc_watch)
         sizes = [len(g) for g in self._groups]
         phase = sizes.index(min(sizes))
         self._groups[phase][key] = channel
@@ -132,6 +254,10 @@ class MediaClockShell:
             core = MediaClock(anchor, period_ns=self.period_ns, max_catch_up=self.max_catch_up)
             core.tick(now)  # that slot is now or past: the first frame goes out at the next one
             self._cores[phase] = core
+            self._changes += 1
+            due = core.next_deadline()
+            if self._next_due is None or due < self._next_due:
+                self._next_due = self.gc_watch.mark = due
         self._arm()
 
     def remove(self, channel: MediaChannel) -> None:
@@ -154,6 +280,8 @@ class MediaClockShell:
             gone[2] += core.late_ticks
             gone[3] = max(gone[3], core.max_lateness_ns)
         self._cores[phase] = None
+        self._changes += 1
+        self._next_due = self.next_deadline()
 
     def stop(self) -> None:
         if self._handle is not None:
@@ -166,6 +294,9 @@ class MediaClockShell:
             group.clear()
         self._phase_of.clear()
         self._t0 = None
+        self._next_due = None
+        if self.gc_watch in gc.callbacks:
+            gc.callbacks.remove(self.gc_watch)
 
     def stats(self) -> dict[str, int]:
         cores = [c for c in self._cores if c is not None]
@@ -184,11 +315,40 @@ class MediaClockShell:
             "channel_errors": self.channel_errors,
             **{f"lateness_bucket_{us}": n for us, n in zip(LATENESS_BOUNDS_US, self._lateness, strict=False)},
             "lateness_bucket_inf": self._lateness[-1],
+            **self.late_stats(),
         }
+
+    def late_stats(self) -> dict[str, int]:
+        """The late ticks' causes (issue 17): `late_ticks_<cause>` (phase ticks later than the threshold),
+        `late_ticks_20ms_<cause>` (of them, later than the severe threshold), `late_max_us_<cause>`,
+        `late_spent_ms_<cause>` (the late time each cause explains, summed over every late run, whichever
+        cause won), `late_ticks_gc_gen<N>` (gc-caused ticks by the highest generation collected), the
+        own-caused worst tick's previous run (`late_own_worst_run_us`; `_channels`, every channel it served:
+        a catch-up run after a stall serves every phase at once; `_phase`, the first it served) and the
+        collections the clock saw (`gc_collections_gen<N>`, `gc_ms_gen<N>`, `gc_max_us_gen<N>` and that one's
+        CPU time `gc_max_cpu_us_gen<N>`, `gc_heap_blocks_at_gen2`: the heap at the latest full collection)."""
+        out = {"late_threshold_us": self.late_threshold_ns // 1000}
+        for i, cause in enumerate(LATE_CAUSES):
+            out[f"late_ticks_{cause}"] = self._late[i]
+            out[f"late_ticks_20ms_{cause}"] = self._severe[i]
+            out[f"late_max_us_{cause}"] = self._late_max_ns[i] // 1000
+            out[f"late_spent_ms_{cause}"] = self._late_spent_ns[i] // 1_000_000
+        watch = self.gc_watch
+        for gen in range(3):
+            out[f"late_ticks_gc_gen{gen}"] = self._late_gc_gen[gen]
+            out[f"gc_collections_gen{gen}"] = watch.count[gen]
+            out[f"gc_ms_gen{gen}"] = watch.ns[gen] // 1_000_000
+            out[f"gc_max_us_gen{gen}"] = watch.max_ns[gen] // 1000
+            out[f"gc_max_cpu_us_gen{gen}"] = watch.max_cpu_ns[gen] // 1000
+        out["gc_heap_blocks_at_gen2"] = watch.heap_blocks
+        out["late_own_worst_run_us"] = self._own_worst[0] // 1000
+        out["late_own_worst_channels"] = self._own_worst[1]
+        out["late_own_worst_phase"] = self._own_worst[2]
+        return out
 
     def _arm(self) -> None:
         """Keep the one loop timer at the soonest phase deadline."""
-        due = self.next_deadline()
+        due = self._next_due
         if due is None:
             return
         if self._handle is not None:
@@ -214,16 +374,36 @@ class MediaClockShell:
     def run_due(self, now: int) -> int:
         """Serve every phase that is due at `now`; returns the slots served (summed over the phases). The timer
         calls this; tests call it on virtual time."""
-        served = 0
+        cpu = self._cpu()
+        watch = self.gc_watch
+        gc_total = watch.total_ns
+        gc_waited = watch.after_mark_ns  # collections past this tick's deadline, before this run
+        gc_gen = watch.gen_max  # the highest generation collected since the previous run began
+        watch.gen_max = -1
+        changes = self._changes
+        served = late = severe = worst = channels = 0
+        first_phase = -1
+        soonest: int | None = None
         for phase, core in enumerate(self._cores):
             if core is None:
                 continue
             tick = core.tick(now)
             if tick.due == 0:  # not due yet (or woke early against the injected clock: the loop's is coarser)
+                due = core.next_deadline()
+                if soonest is None or due < soonest:
+                    soonest = due
                 continue
             served += tick.due
-            self._lateness[bisect_left(_LATENESS_BOUNDS_NS, core.last_lateness_ns)] += 1
+            lateness = core.last_lateness_ns
+            self._lateness[bisect_left(_LATENESS_BOUNDS_NS, lateness)] += 1
+            if lateness > self.late_threshold_ns:
+                late += 1
+                severe += lateness > self.severe_threshold_ns
+                worst = lateness if lateness > worst else worst
+            if first_phase < 0:
+                first_phase = phase
             group = self._groups[phase]
+            channels += len(group)
             for key, channel in list(group.items()):
                 try:
                     channel.on_slots(now, tick.due, tick.skipped)
@@ -234,6 +414,83 @@ class MediaClockShell:
                         self._phase_of.pop(key, None)
             if not group:
                 self._retire(phase)
+            else:
+                due = core.next_deadline()
+                if soonest is None or due < soonest:
+                    soonest = due
+        if self._changes != changes:  # a channel added or removed one during the run: read them all again
+            soonest = self.next_deadline()
+        if late:
+            self._attribute(now, worst, cpu, gc_waited, gc_gen, late, severe)
+        end = self._clock()
+        self._run_start = now
+        self._run_end = end
+        self._run_cpu0 = cpu
+        self._run_cpu1 = self._cpu() if end - now >= CPU_SPLIT_MIN_NS else cpu + (end - now)
+        self._run_gc_ns = watch.total_ns - gc_total
+        self._run_channels = channels
+        self._run_phase = first_phase
+        self._next_due = soonest
+        watch.mark = soonest if soonest is not None else _NEVER
+        watch.after_mark_ns = 0
         if not self._phase_of and self._t0 is not None:
             self.stop()
         return served
+
+    def _attribute(
+        self, now: int, lateness: int, cpu: int, gc_waited: int, gc_gen: int, late: int, severe: int
+    ) -> None:
+        """Split a late run's lateness (of its most late phase, deadline `now - lateness`) into causes and
+        count its `late` (and `severe`) phase ticks under the one that took most (the module's docstring).
+        `cpu` is the CPU clock at this run's start; `gc_waited` the collections' time past the deadline
+        since the previous run ended, `gc_gen` the highest generation collected since it began."""
+        deadline = now - lateness
+        spent = [0, 0, 0, 0]
+        # the previous run's part past the deadline: its wall time split into the kernel's (not on CPU),
+        # the collector's and its own, in proportion
+        overrun = min(max(self._run_end - deadline, 0), lateness)
+        wall = self._run_end - self._run_start
+        if overrun > 0 and wall > 0:
+            off_cpu = min(max(wall - (self._run_cpu1 - self._run_cpu0), 0), wall)
+            collecting = min(self._run_gc_ns, wall - off_cpu)
+            spent[_UNSCHEDULED] = off_cpu * overrun // wall
+            spent[_GC] = collecting * overrun // wall
+            spent[_OWN] = overrun - spent[_UNSCHEDULED] - spent[_GC]
+        # the wait after it: the kernel's part is the wall time not on CPU beyond what the loop may have
+        # idled before the timer was due; then the collector's; the timer's slack; the rest held the loop
+        waited = lateness - overrun
+        if waited > 0:
+            idle = max(deadline + self.timer_slack_ns - self._run_end, 0)
+            off_cpu = (now - self._run_end) - (cpu - self._run_cpu1) - idle
+            unscheduled = min(max(off_cpu, 0), waited)
+            collecting = min(gc_waited, waited - unscheduled)
+            rest = waited - unscheduled - collecting
+            spent[_UNSCHEDULED] += unscheduled
+            spent[_GC] += collecting
+            spent[_LOOP] += rest - min(self.timer_slack_ns, rest)
+        cause = _OWN
+        for i in (_GC, _LOOP, _UNSCHEDULED):
+            if spent[i] > spent[cause]:
+                cause = i
+        self._late[cause] += late
+        self._severe[cause] += severe
+        if lateness > self._late_max_ns[cause]:
+            self._late_max_ns[cause] = lateness
+            if cause == _OWN:
+                self._own_worst[:] = [wall, self._run_channels, self._run_phase]
+        for i in range(4):
+            self._late_spent_ns[i] += spent[i]
+        if cause == _GC:
+            self._late_gc_gen[max(gc_gen, 0)] += late
+        if now - self._summary_at >= SUMMARY_EVERY_NS:
+            self._summary_at = now
+            log.info(
+                "media clock: %d phase ticks late by over %d ms since it started (own %d, gc %d, loop %d, "
+                "unscheduled %d); this one %.1f ms late, by %s (own %.1f, gc %.1f, loop %.1f, unscheduled %.1f ms)",
+                sum(self._late),
+                self.late_threshold_ns // 1_000_000,
+                *self._late,
+                lateness / 1e6,
+                LATE_CAUSES[cause],
+                *(x / 1e6 for x in spent),
+            )
