@@ -52,7 +52,9 @@ class LedgerView(Protocol):
     @property
     def frames_transmitted(self) -> int: ...
 
-    def entries(self, item_id: str | None = None) -> list[LedgerEntry]: ...
+    def items_between(self, after_ns: int, until_ns: int) -> list[str]: ...
+
+    def last(self) -> LedgerEntry | None: ...
 
     def progress(self, item_id: str) -> ItemProgress | None: ...
 
@@ -507,14 +509,12 @@ class RecordBuilder:
 
     def _scan(self, current: _Assistant, until: int) -> None:
         """Give the ledger items transmitted since the last look (and by `until`) to the open utterance."""
-        entries = self._ledger.entries()
         seen, claimed = self._seen_ns, self._claimed
-        for entry in entries:
-            if seen < entry.transmitted_ns <= until and entry.item_id not in claimed:
-                if entry.item_id != FINAL_MESSAGE_ITEM:
-                    current.items.setdefault(entry.item_id, None)
-        if entries:
-            self._seen_ns = max(seen, min(until, entries[-1].transmitted_ns))
+        for item in self._ledger.items_between(seen, until):  # (not the bounded entries: issue 17)
+            if item not in claimed and item != FINAL_MESSAGE_ITEM:
+                current.items.setdefault(item, None)
+        if (last := self._ledger.last()) is not None:
+            self._seen_ns = max(seen, min(until, last.transmitted_ns))
 
     def _close(self, current: _Assistant, cut: Cut | None) -> Utterance:
         self._open = None

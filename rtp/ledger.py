@@ -44,7 +44,10 @@ class ItemProgress:
 class CarrierLedger:
     """Bounded record of transmitted frames plus a per-item summary that is never trimmed by the bound."""
 
-    def __init__(self, max_entries: int = 3000, max_items: int = 256) -> None:
+    def __init__(self, max_entries: int = 500, max_items: int = 256) -> None:
+        # Issue 17: 10 s of entries (the recording reads the new ones once a second). Each is an object the
+        # garbage collector walks in a full collection: at 3,000 a call, 100 calls held 300,000 of them, and
+        # every full collection paused the media clock for that long. What was heard per item is `progress`.
         self._entries: deque[LedgerEntry] = deque(maxlen=max_entries)
         self._items: dict[str, ItemProgress] = {}
         self._max_items = max_items
@@ -73,6 +76,11 @@ class CarrierLedger:
         """Milliseconds of `item_id` transmitted from its start (0 when nothing has left)."""
         progress = self._items.get(item_id)
         return progress.transmitted_ms if progress else 0
+
+    def items_between(self, after_ns: int, until_ns: int) -> list[str]:
+        """The items with frames transmitted after `after_ns` that had begun by `until_ns`, in the order they
+        began; from the per-item summary, which the entry bound does not trim."""
+        return [p.item_id for p in self._items.values() if p.last_ns > after_ns and p.first_ns <= until_ns]
 
     def entries(self, item_id: str | None = None) -> list[LedgerEntry]:
         """The retained entries, optionally of one item, oldest first."""

@@ -9,6 +9,9 @@
   `gc.freeze()`: everything alive then (modules, classes, the server's own objects) moves to the permanent
   generation, which no later collection walks (issue 13, "Where the time goes").
 
+- `PARLORA_BENCH_GC_CENSUS=FILE` in the environment (`run.py --bridge-env`): on SIGUSR1 the objects the
+  collector tracks are counted by type into FILE (what a full collection walks; issue 17's long pauses).
+
 Nothing here is part of the product; `serve` itself is unchanged.
 """
 
@@ -16,9 +19,12 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import collections
 import gc
 import json
+import os
 import runpy
+import signal
 import sys
 import threading
 import time
@@ -57,6 +63,17 @@ class GcClock:
         }
 
 
+def write_census(path: Path) -> None:
+    """On SIGUSR1: what the collector tracks now, by type (the objects a full collection walks), to `path`."""
+    by_type = collections.Counter(type(o).__qualname__ for o in gc.get_objects())
+    report = {
+        "tracked": sum(by_type.values()),
+        "frozen": gc.get_freeze_count(),
+        "top": by_type.most_common(40),
+    }
+    path.write_text(json.dumps(report, indent=1) + "\n")
+
+
 def main() -> None:
     if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
         del sys.path[0]  # the bridge imports as under `python -m bridge`, not from tests/bench
@@ -89,6 +106,10 @@ def main() -> None:
         timer = threading.Timer(args.gc_freeze_after, freeze)
         timer.daemon = True
         timer.start()
+    if census_path := os.environ.get(
+        "PARLORA_BENCH_GC_CENSUS"
+    ):  # run.py --bridge-env PARLORA_BENCH_GC_CENSUS=F
+        signal.signal(signal.SIGUSR1, lambda *_: write_census(Path(census_path)))
     sys.argv = ["bridge", *rest]
     runpy.run_module("bridge", run_name="__main__", alter_sys=True)
 

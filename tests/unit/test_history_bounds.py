@@ -24,6 +24,7 @@ from bridge.session import _Tasks
 from bridge.timeline import ORIGINS_KEPT, Timeline
 from bridge.usage import TRANSPORTS_KEPT, UsageMeter
 from providers.events import SessionClosed, UsageUpdated
+from rtp.ledger import CarrierLedger
 from sip.leg import CallIdentity
 
 OPTIONS = DelegationOptions()
@@ -231,3 +232,12 @@ def test_a_sessions_finished_tasks_are_forgotten_and_a_failure_is_logged(
     assert spawned == 1_001 and live_kept and left == 0
     failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
     assert len(failed) == 1 and "call-1-job-7" in failed[0] and "backend down" in failed[0]
+
+
+def test_the_carrier_ledger_keeps_ten_seconds_of_entries_and_every_items_progress() -> None:
+    ledger = CarrierLedger()
+    for i in range(3_000):  # a minute of assistant audio in 30 items of 2 s
+        ledger.record(f"out-{i // 100}", (i % 100) * 20, 1, i * 20 * MS)
+    assert len(ledger.entries()) == 500  # what a full collection walks per call (issue 17)
+    assert ledger.frames_transmitted == 3_000
+    assert ledger.transmitted_ms("out-0") == 2_000 and ledger.items_between(0, 60_000 * MS)[0] == "out-0"

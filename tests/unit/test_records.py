@@ -89,6 +89,18 @@ def test_an_assistant_utterance_is_timed_by_the_ledger_and_closes_when_its_audio
     assert b.next_deadline() is None
 
 
+def test_a_long_reply_keeps_every_item_when_the_ledgers_entries_have_moved_on() -> None:
+    ledger = CarrierLedger(max_entries=20)  # issue 17: entries are bounded (GC), the per-item summary is not
+    b = builder(ledger, quiet_ms=600)
+    b.notice(Transcript("assistant", "A long answer, ", 1000, False), at(1000))
+    transmit(ledger, "out-1", 1020, 100)  # 2 s of it, then 2 s of the next item, with no text between
+    transmit(ledger, "out-2", 3020, 100)
+    assert {e.item_id for e in ledger.entries()} == {"out-2"}  # out-1's entries are gone
+    [u] = b.handle_timer(at(5020 + 600))
+    assert isinstance(u, Utterance)
+    assert (u.start_ms, u.end_ms, u.heard_ms) == (1020, 5020, 4000)
+
+
 def test_barge_in_cut_point_is_what_the_ledger_had_transmitted_when_the_caller_cut_in() -> None:
     ledger = CarrierLedger()
     b = builder(ledger)
