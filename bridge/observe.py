@@ -252,7 +252,7 @@ class CallObserver:
             for name, grown in grown_all.items():
                 if (reason := _ENGINE_REFUSALS.get(name)) is not None:
                     self.metrics.refused(reason, grown)
-                if (m := _STATUS_IN_NAME.search(name)) is not None:  # a response the engine sent
+                if not name.startswith("clock_") and (m := _STATUS_IN_NAME.search(name)) is not None:  # sent
                     self.metrics.sip_response_sent(int(m.group(1)), grown)
                 if _SIP_REJECTED.match(name):
                     self.metrics.sip_rejected("internal_error" if name == "internal_errors" else name, grown)

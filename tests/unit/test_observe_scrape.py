@@ -133,6 +133,8 @@ def test_the_media_clock_lateness_buckets_become_the_pacing_histogram() -> None:
     assert _value(m, "parlora_pacing_lateness_seconds_bucket", le="0.002") == 92  # cumulative
     assert _value(m, "parlora_pacing_lateness_seconds_bucket", le="0.04") == 92
     assert _value(m, "parlora_pacing_lateness_seconds_count") == 93
+    for code in ("200", "500"):  # a bucket's bound is no SIP response
+        assert _value(m, "parlora_sip_responses_sent_total", code=code) == 0
 
 
 def test_an_engine_without_counters_is_left_alone() -> None:
