@@ -37,7 +37,7 @@ import time
 import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,9 @@ import conftest  # noqa: E402  (BRIDGE, _clean_env, Fake: the integration fixtur
 import peers  # noqa: E402
 import stats  # noqa: E402
 from report import run_in_scratch  # noqa: E402
+from run import cpu_list, parse_pin, pinned  # noqa: E402  (run.py's --pin, the same meaning here)
+
+LATE_CAUSES = ("own", "gc", "loop", "unscheduled")  # rtp/clock.py's, as /metrics labels them
 
 # protocol -> (called number its route matches, the key variable serve needs for it)
 PROVIDERS: dict[str, tuple[str, str]] = {
@@ -141,6 +144,9 @@ class Plan:
     seed: int
     capture: bool = True
     hold_s: float | None = None  # the long run: every call held this long (else worked out from the faults)
+    pin: tuple[str, str] | None = None  # --pin: (the bridge's CPUs, the peers' CPUs) for taskset -c
+    bridge_nice: int | None = None  # --bridge-nice: the bridge under `nice -n N` (negative: needs root)
+    bridge_env: tuple[tuple[str, str], ...] = ()  # --bridge-env NAME=VALUE: more environment for the bridge
 
     @property
     def call_ms(self) -> int:  # every call outlives the fault window by 10 s
@@ -353,19 +359,92 @@ class Sample:
     load: float  # the machine's 1-minute load average (other work on the machine shows here)
     held: dict[str, float]  # parlora_engine_held by resource
     lateness: dict[float, float]  # parlora_pacing_lateness_seconds cumulative bucket counts by upper bound
+    late: dict[str, float] = field(default_factory=dict)  # parlora_media_clock_late_ticks_total by cause
+    clock: dict[str, int] = field(default_factory=dict)  # GET /sip's clock_late_* and clock_gc_* counters
+    # outside views of scheduling: the bridge's main thread's run-queue wait so far (/proc/PID/schedstat, ns),
+    # and per CPU the jiffies busy, stolen by the hypervisor and in all (/proc/stat)
+    runq_wait_ns: int = 0
+    cpus: dict[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
-def parse_sample(at_s: float, rss_mb: float, fds: int, cpu_s: float, load: float, metrics: str) -> Sample:
-    """One sample of the bridge: its RSS, open fds and the two metrics families read from `metrics` text."""
+def read_schedstat_wait_ns(text: str) -> int:
+    """/proc/PID/schedstat: "run_ns wait_ns timeslices"; the time spent runnable on a run queue, not running."""
+    return int(text.split()[1])
+
+
+def read_cpu_jiffies(text: str) -> dict[str, tuple[int, int, int]]:
+    """/proc/stat's per-CPU lines -> {"cpu0": (busy, steal, total)} jiffies (busy: all but idle, iowait, steal)."""
+    out = {}
+    for line in text.splitlines():
+        name, *fields = line.split()
+        if name.startswith("cpu") and name != "cpu" and len(fields) >= 8:
+            v = [int(x) for x in fields[:8]]  # user nice system idle iowait irq softirq steal
+            out[name] = (v[0] + v[1] + v[2] + v[5] + v[6], v[7], sum(v))
+    return out
+
+
+def parse_sample(
+    at_s: float, rss_mb: float, fds: int, cpu_s: float, load: float, metrics: str, sip: str = "{}"
+) -> Sample:
+    """One sample of the bridge: its RSS, open fds, three metrics families read from `metrics` text and the
+    media clock's late-tick and collector counters from `sip` (GET /sip's JSON)."""
     held: dict[str, float] = {}
     lateness: dict[float, float] = {}
+    late: dict[str, float] = {}
     for family in text_string_to_metric_families(metrics):
         for s in family.samples:
             if s.name == "parlora_engine_held":
                 held[s.labels["resource"]] = s.value
             elif s.name == "parlora_pacing_lateness_seconds_bucket":
                 lateness[float(s.labels["le"])] = s.value
-    return Sample(round(at_s, 1), round(rss_mb, 2), fds, cpu_s, round(load, 2), held, lateness)
+            elif s.name == "parlora_media_clock_late_ticks_total":
+                late[s.labels["cause"]] = s.value
+    return Sample(
+        round(at_s, 1),
+        round(rss_mb, 2),
+        fds,
+        cpu_s,
+        round(load, 2),
+        held,
+        lateness,
+        late,
+        clock_counters(sip),
+    )
+
+
+def clock_counters(sip: str) -> dict[str, int]:
+    """The media clock's late-tick and collector counters (`clock_late_*`, `clock_gc_*`, prefix dropped) in
+    GET /sip's JSON (its `counters`); {} when there are none."""
+    try:
+        counters = json.loads(sip).get("counters", {})
+    except (ValueError, AttributeError):
+        return {}
+    if not isinstance(counters, dict):
+        return {}
+    return {
+        k.removeprefix("clock_"): int(v)
+        for k, v in counters.items()
+        if k.startswith(("clock_late_", "clock_gc_")) and isinstance(v, int)
+    }
+
+
+def late_figures(before: Sample | None, after: Sample) -> dict[str, Any]:
+    """The media clock's late ticks between two samples (or since start): by cause (over 5 ms, and over 20 ms),
+    the late time each cause explains, gc-caused ticks by generation and the collections the clock saw."""
+    b = before.clock if before is not None else {}
+    a = after.clock
+
+    def grown(name: str) -> int:
+        return a.get(name, 0) - b.get(name, 0)
+
+    return {
+        "by_cause": {c: grown(f"late_ticks_{c}") for c in LATE_CAUSES},
+        "over_20ms_by_cause": {c: grown(f"late_ticks_20ms_{c}") for c in LATE_CAUSES},
+        "spent_ms_by_cause": {c: grown(f"late_spent_ms_{c}") for c in LATE_CAUSES},
+        "gc_caused_by_gen": [grown(f"late_ticks_gc_gen{g}") for g in range(3)],
+        "gc_collections_by_gen": [grown(f"gc_collections_gen{g}") for g in range(3)],
+        "gc_ms_by_gen": [grown(f"gc_ms_gen{g}") for g in range(3)],
+    }
 
 
 def _p99_bound_ms(before: dict[float, float], after: dict[float, float]) -> float | None:
@@ -408,7 +487,31 @@ def sample_figures(samples: Sequence[Sample]) -> dict[str, Any]:
         "pacing_p99_ms_worst_interval": max((v for v in p99 if v is not None), default=None),
         "bridge_cpu_pct_by_interval": cpu,  # of one core (100 = a whole core)
         "host_load_by_sample": [s.load for s in samples],
+        # issue 17: the media clock's late ticks by cause in each interval (beside its pacing p99)
+        "late_by_cause_by_interval": [
+            {c: int(b.late.get(c, 0) - a.late.get(c, 0)) for c in LATE_CAUSES} for a, b in pairs
+        ],
+        "late_detail_by_interval": [late_figures(a, b) for a, b in pairs],
+        # the kernel's view: the bridge's main thread's run-queue wait (ms a second: runnable, not running) and
+        # each CPU's busy and stolen share (% of its time) in each interval
+        "bridge_runq_wait_ms_per_s_by_interval": [
+            round((b.runq_wait_ns - a.runq_wait_ns) / 1e6 / (b.at_s - a.at_s), 1)
+            for a, b in pairs
+            if b.at_s > a.at_s
+        ],
+        "cpu_busy_steal_pct_by_interval": [cpu_shares(a, b) for a, b in pairs],
     }
+
+
+def cpu_shares(a: Sample, b: Sample) -> dict[str, list[float]]:
+    """Per CPU, [busy %, steal %] of its time between two samples."""
+    out = {}
+    for name, (busy, steal, total) in b.cpus.items():
+        busy0, steal0, total0 = a.cpus.get(name, (0, 0, 0))
+        span = total - total0
+        if span > 0:
+            out[name] = [round(100 * (busy - busy0) / span, 1), round(100 * (steal - steal0) / span, 1)]
+    return out
 
 
 def rtp_gap_figures(pcap: Path, ports: dict[int, str]) -> dict[str, Any]:
@@ -454,11 +557,13 @@ class FakeRun:
     first_seen: dict[int, float] = field(default_factory=dict)  # connection index -> when first seen open
 
 
-def spawn_fake(protocol: str, work: Path, script: Path) -> peers.ManagedProcess:
+def spawn_fake(protocol: str, work: Path, script: Path, cpus: str | None = None) -> peers.ManagedProcess:
     port = peers.free_udp_port(also_tcp=True)
     argv = [*conftest.BRIDGE, "fake-provider", "--protocol", protocol, "--listen", f"127.0.0.1:{port}"]
     argv += ["--script", str(script), "--record", str(work / f"fake-{protocol}.jsonl")]
-    return peers.ManagedProcess(argv, cwd=work, env=conftest._clean_env(), name=f"fake-{protocol}")
+    return peers.ManagedProcess(
+        pinned(argv, cpus), cwd=work, env=conftest._clean_env(), name=f"fake-{protocol}"
+    )
 
 
 def fake_ready(protocol: str, proc: peers.ManagedProcess, work: Path) -> FakeRun:
@@ -500,7 +605,7 @@ def write_config(work: Path, plan: Plan, fakes: dict[str, FakeRun], sip: int, ht
 
 
 def start_sipp(
-    work: Path, number: str, calls: int, sip_port: int, call_ms: int, tag: str
+    work: Path, number: str, calls: int, sip_port: int, call_ms: int, tag: str, cpus: str | None = None
 ) -> peers.ManagedProcess:
     argv = [
         "sipp", "-sf", str(peers.SCENARIOS / "uac_stream.xml"), "-s", number, f"127.0.0.1:{sip_port}",
@@ -509,7 +614,7 @@ def start_sipp(
         "-d", str(call_ms), "-nostdin", "-timeout", f"{call_ms // 1000 + 60}s",
         "-trace_logs", "-log_file", str(work / f"sipp-{tag}.log"),
     ]  # fmt: skip
-    return peers.ManagedProcess(argv, cwd=work, name=f"sipp-{tag}")
+    return peers.ManagedProcess(pinned(argv, cpus), cwd=work, name=f"sipp-{tag}")
 
 
 def inject_faults(plan: Plan, fakes: dict[str, FakeRun], deadline: float, history: list[str]) -> Counter[str]:
@@ -581,6 +686,10 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
     samples: list[Sample] = []
     result: dict[str, Any] = {"seed": plan.seed, "plan": plan.__dict__ | {"call_ms": plan.call_ms}}
     result["load_before"] = [round(x, 2) for x in os.getloadavg()]
+    bridge_cpus, peer_cpus = plan.pin if plan.pin is not None else (None, None)
+    result["pinned"] = None if plan.pin is None else {"bridge": bridge_cpus, "peers": peer_cpus}
+    if peer_cpus is not None:  # the harness (injector, sampler, analysis) is a peer too
+        os.sched_setaffinity(0, cpu_list(peer_cpus))
     t_start = time.monotonic()
     bridge: peers.ManagedProcess | None = None
     try:
@@ -593,7 +702,7 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         audio = speech.ulaw_path.read_bytes()
         (work / "speech.ul").write_bytes(audio)
         loop_ms = len(audio) // 8  # µ-law at 8 kHz: 8 bytes a millisecond
-        spawned = {p: spawn_fake(p, work, script) for p in PROVIDERS}  # all four start at once
+        spawned = {p: spawn_fake(p, work, script, peer_cpus) for p in PROVIDERS}  # all four start at once
         procs += spawned.values()
         fakes = {p: fake_ready(p, proc, work) for p, proc in spawned.items()}
         share = [plan.calls // 4 + (i < plan.calls % 4) for i in range(4)]
@@ -601,7 +710,9 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
             run_.calls = n
         sip, http, rtp = peers.free_udp_port(), peers.free_udp_port(also_tcp=True), peers.free_rtp_port()
         config = write_config(work, plan, fakes, sip, http, rtp)
-        env = conftest._clean_env({key: "sk-campaign" for _, key in PROVIDERS.values()})
+        env = conftest._clean_env(
+            {key: "sk-campaign" for _, key in PROVIDERS.values()} | dict(plan.bridge_env)
+        )
         argv = [
             *conftest.BRIDGE,
             "serve",
@@ -621,13 +732,16 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         ]
         argv += ["--rollover-deadline-ms", str(plan.rollover_deadline_ms)]
         argv += ["--rollover-hard-stop-ms", str(plan.rollover_hard_stop_ms)]
+        argv = pinned(argv, bridge_cpus)
+        if plan.bridge_nice is not None:  # nice execs the rest: the PID stays the bridge's
+            argv = ["nice", "-n", str(plan.bridge_nice), *argv]
         bridge = peers.ManagedProcess(argv, cwd=work, env=env, name="parlora-bridge")
         procs.append(bridge)
         bridge.wait_for(conftest.READY.pattern, timeout=30)
         if plan.capture:
             capture = peers.ManagedProcess(
-                ["tshark", "-i", "lo", "-f", f"udp src portrange {rtp}-{rtp + 4 * plan.calls + 40}", "-F", "pcap",
-                 "-w", str(work / "rtp.pcap")],
+                pinned(["tshark", "-i", "lo", "-f", f"udp src portrange {rtp}-{rtp + 4 * plan.calls + 40}", "-F",
+                        "pcap", "-w", str(work / "rtp.pcap")], peer_cpus),
                 cwd=work, name="tshark",
             )  # fmt: skip
             procs.append(capture)
@@ -635,7 +749,7 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         callers = []
         for (protocol, (number, _)), n in zip(PROVIDERS.items(), share, strict=True):
             if n:
-                callers.append(start_sipp(work, number, n, sip, plan.call_ms, protocol))
+                callers.append(start_sipp(work, number, n, sip, plan.call_ms, protocol, peer_cpus))
         procs += callers
         answered = _wait_count(bridge, r"call \S+ media:", plan.calls, 20 + plan.calls / 10)
         fault_deadline = time.monotonic() + plan.call_ms / 1000 - 10
@@ -652,6 +766,17 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         _wait_count(bridge, r"call \S+ ended after", answered, 20)
         metrics = _get(f"http://127.0.0.1:{http}/metrics", None)
         (work / "metrics.txt").write_text(metrics)
+        final = parse_sample(0.0, 0.0, 0, 0.0, 0.0, metrics, _get(f"http://127.0.0.1:{http}/sip", None))
+        result["late_ticks"] = late_figures(None, final) | {  # issue 17: the whole run's, by cause
+            "max_us_by_cause": {c: final.clock.get(f"late_max_us_{c}", 0) for c in LATE_CAUSES},
+            "gc_max_us_by_gen": [final.clock.get(f"gc_max_us_gen{g}", 0) for g in range(3)],
+            "gc_max_cpu_us_by_gen": [final.clock.get(f"gc_max_cpu_us_gen{g}", 0) for g in range(3)],
+            "gc_heap_blocks_at_gen2": final.clock.get("gc_heap_blocks_at_gen2", 0),
+            "own_worst": {
+                k: final.clock.get(f"late_own_worst_{k}", 0) for k in ("run_us", "channels", "phase")
+            },
+            "threshold_us": final.clock.get("late_threshold_us"),
+        }
         result["metrics"] = metrics_totals(
             metrics,
             [
@@ -696,7 +821,12 @@ def sample_bridge(
             fds = len(os.listdir(f"/proc/{bridge.pid}/fd"))
             cpu = stats.proc_stat_cpu_seconds(Path(f"/proc/{bridge.pid}/stat").read_text(), TICKS)
             metrics = _get(f"http://127.0.0.1:{http}/metrics", None)
-            out.append(parse_sample(now - start, rss, fds, cpu, os.getloadavg()[0], metrics))
+            sip = _get(f"http://127.0.0.1:{http}/sip", None)
+            sample = parse_sample(now - start, rss, fds, cpu, os.getloadavg()[0], metrics, sip)
+            wait = read_schedstat_wait_ns(Path(f"/proc/{bridge.pid}/schedstat").read_text())
+            out.append(
+                replace(sample, runq_wait_ns=wait, cpus=read_cpu_jiffies(Path("/proc/stat").read_text()))
+            )
         except (OSError, ValueError):
             pass  # the bridge went away between the check and the read; the loop's check says so next
         time.sleep(max(0.0, start + (i + 1) * every_s - time.monotonic()))  # pacing, not a check
@@ -727,8 +857,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--long", action="store_true", help="the long run: 100 calls held 30 min, 800 faults, no capture"
     )
     parser.add_argument("--keep", action="store_true", help="keep the working directory (logs, pcap, faults)")
+    parser.add_argument(
+        "--pin",
+        default=None,
+        help="pin with taskset, as run.py's --pin: auto (the bridge on the last CPU; the fakes, SIPp, tshark and "
+        "this harness on the others) or BRIDGE:PEERS CPU lists, e.g. 1:0",
+    )
     parser.add_argument("--output", type=Path, help="also write the JSON here")
+    parser.add_argument(
+        "--bridge-nice",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the bridge under nice -n N (e.g. -10, as root: does a higher CPU share cut its late ticks?)",
+    )
+    parser.add_argument(
+        "--bridge-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="more environment for the bridge (repeatable), e.g. PYTHONPATH=DIR for a sitecustomize.py that "
+        "sets gc thresholds",
+    )
     args = parser.parse_args(argv)
+    bridge_env: list[tuple[str, str]] = []
+    for item in args.bridge_env:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            parser.error(f"--bridge-env takes NAME=VALUE, not {item!r}")
+        bridge_env.append((name, value))
+    try:
+        pin = parse_pin(args.pin, os.cpu_count() or 1) if args.pin else None
+    except ValueError as exc:
+        parser.error(str(exc))
     d = LONG if args.long else QUICK if args.quick else FULL
     cap = int(args.session_cap_ms or d["cap"])
     scale = cap / d["cap"]
@@ -743,6 +904,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         seed=args.seed,
         capture=not (args.no_capture or args.long),
         hold_s=d.get("hold_s"),
+        pin=pin,
+        bridge_nice=args.bridge_nice,
+        bridge_env=tuple(bridge_env),
     )
     print(
         f"fault campaign seed {plan.seed}: {plan.calls} calls, {plan.faults} faults",

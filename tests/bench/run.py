@@ -134,6 +134,15 @@ def parse_pin(value: str, ncpu: int) -> tuple[str, str]:
     return bridge, others
 
 
+def cpu_list(cpus: str) -> set[int]:
+    """The CPUs of a `taskset -c` list ("0", "0-2", "0,3-4"), for `os.sched_setaffinity`."""
+    out: set[int] = set()
+    for part in cpus.split(","):
+        first, _, last = part.partition("-")
+        out.update(range(int(first), int(last or first) + 1))
+    return out
+
+
 def clean_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY") and k != "PARLORA_PROBE"}
     return env | {"OPENAI_API_KEY": "sk-bench", "PYTHONUNBUFFERED": "1"}
