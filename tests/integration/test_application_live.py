@@ -46,6 +46,13 @@ def test_dl3_the_application_sets_up_the_call_and_each_job_runs_once_across_a_re
         ulaw=True,
     )
     assert speech.ulaw_path == tmp_path / "speech.ul"  # the SIPp scenario streams ./speech.ul
+    # The caller says the sentence once a period (looped), and each time the model asks for a job that answers
+    # 2 s later: job-1 across the recovery (superseded by the repeat), job-2 on the new connection. The caller
+    # hangs up midway between job-2's answer (about 2.4 s after the second sentence ended) and job-3's start (the
+    # third sentence's end, a period after the second's), so that no job is running, or its answer on its way,
+    # as the call ends (a call that ended just after a job's answer was ready would leave it undelivered).
+    period_s = speech.duration_s
+    call_ms = round(1000 * (speech.end / peers.SAMPLE_RATE + 1.5 * period_s + 1.4))
     scheme, _, authority = fake.url.split("/", 3)[:3]
     control = scheme.replace("ws", "http", 1) + "//" + authority  # the fake's own HTTP port
     context = ssl.create_default_context(cafile=fake.cert) if fake.cert else None
@@ -88,7 +95,7 @@ def test_dl3_the_application_sets_up_the_call_and_each_job_runs_once_across_a_re
                 "-l",
                 "1",
                 "-d",
-                "24000",
+                str(call_ms),
                 "-nostdin",
             ],
             cwd=tmp_path,

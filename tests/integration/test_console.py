@@ -62,7 +62,11 @@ def test_console_follows_a_sip_call_through_a_recovery(start_fake, start_bridge,
         tmp_path / "speech.wav",
         "Please tell me the opening hours of the shop.",
         lead_silence_s=0.3,
-        tail_silence_s=2.0,
+        # The sentence loops: its first end (about 3.7 s into the call, when the bridge logs it) is when the
+        # first connection is dropped, and the replacement is ready 1.5 s later; the second sentence begins
+        # after that (about 6.1 s), so that it is the fresh speech the recovery waits for (HR9), and the
+        # recovery is done at its end (about 8.5 s), two seconds before SIPp's BYE at 10.5 s.
+        tail_silence_s=3.0,
         ulaw=True,
     )
     assert speech.ulaw_path == tmp_path / "speech.ul"  # uac_stream streams ./speech.ul
@@ -92,7 +96,7 @@ def test_console_follows_a_sip_call_through_a_recovery(start_fake, start_bridge,
                 "-l",
                 "1",
                 "-d",
-                "14000",
+                "10500",
                 "-nostdin",
             ],
             cwd=tmp_path,

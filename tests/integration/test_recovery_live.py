@@ -33,7 +33,11 @@ for _protocol in ("openai-realtime", "gemini-live", "xai"):
     )
 CASES = [(p, *OVERFLOW[p]) for p in KEYS]
 CASES += [(p, "1/abrupt_close@3000", [], "transport_lost") for p in KEYS]
-CASES += [(p, "1/half_open@3000", [], "transport_lost") for p in ("openai-live", "openai-realtime", "xai")]
+# The WebSocket keepalive (providers/ws_shell.py: a ping 3 s after the connection opened and every 3 s after,
+# 3 s for its pong, then 1 s for the close handshake) finds a connection that went half-open at 1 s by the
+# first ping's missing pong: transport_lost about 7 s into the call. (At 3 s the fault raced the first ping,
+# and the second one found it, at 10 s.)
+CASES += [(p, "1/half_open@1000", [], "transport_lost") for p in ("openai-live", "openai-realtime", "xai")]
 # Gemini's pong may take 30 s, so a ping cannot find a half-open socket in time: a provider that stays silent for
 # 6 s after the caller stopped speaking is presumed dead instead.
 CASES += [("gemini-live", "1/half_open@3000", [], "provider_silent")]
@@ -42,8 +46,8 @@ CASES += [("gemini-live", "1/half_open@3000", [], "provider_silent")]
 # The Realtime, xAI and Gemini fakes send each answer at 4x real time, so an answer of L seconds normally waits up
 # to about 0.75 L (GPT-Live paces its answers: a 1 s residence holds them): a 3 s residence (2 s for Gemini's
 # shorter answers)
-# holds that, but not the whole answer held back until 6 s into the call and dumped at once (the caller waits 8 s
-# before speaking again, so that no barge-in clears it first).
+# holds that, but not the whole answer held back until 6 s into the call and dumped at once (the caller waits 7 s
+# before speaking again, so that no barge-in clears it first: it goes stale at about 9 s).
 CASES += [
     (
         p,
@@ -60,6 +64,25 @@ CASES += [
 ]
 
 
+# The caller's second sentence must begin once the recovery is awaiting the caller (the replacement carries the
+# caller's audio only from then on), with about 1.5 s or more to spare; the first sentence ends about 3.3 s into
+# the call. The condition is found: an overflow when the first answer bursts (about 0.7 s after the first
+# sentence), an abrupt close at 3 s, a half-open socket at about 7 s (the keepalive, above) or, on Gemini, 6 s
+# after the caller stopped speaking (about 9.5 s); stale output 1 s after GPT-Live's stalled answer is dumped
+# (about 6 s), 2-3 s after the others' (8-9 s).
+def _gap_s(protocol: str, fault: str) -> float:
+    if "half_open" in fault:
+        return 8.5 if protocol == "gemini-live" else 6.0
+    if "stall" in fault:
+        return 4.0 if protocol == "openai-live" else 7.0
+    return 2.5  # burst, abrupt_close: a pause the providers' VADs end the first turn at
+
+
+# After the second sentence: its echo (about 1.9 s, beginning about 0.5 s after the sentence ended) and a second
+# to spare; the caller then hangs up (its BYE: the bridge never sent one).
+TAIL_S = 3.5
+
+
 def _call_audio(tmp_path: Path, gap_s: float) -> tuple[Path, peers.Utterance, int]:
     first = peers.make_utterance(
         tmp_path / "u1.wav",
@@ -72,7 +95,7 @@ def _call_audio(tmp_path: Path, gap_s: float) -> tuple[Path, peers.Utterance, in
     )
     gap = np.zeros(int(gap_s * RATE), dtype=np.int16)
     samples = np.concatenate(
-        [first.samples[: first.end], gap, second.speech, np.zeros(5 * RATE, dtype=np.int16)]
+        [first.samples[: first.end], gap, second.speech, np.zeros(int(TAIL_S * RATE), dtype=np.int16)]
     )
     path = tmp_path / "call.wav"
     peers.write_wav(path, samples, RATE)
@@ -92,9 +115,7 @@ ENGINE_CASES = [("native", *c) for c in CASES] + [("pjsua2", *c) for c in CASES 
 def test_recovery_keeps_the_call_up(
     bridge_engine, protocol, fault, options, cause, start_fake, start_bridge, capture, tmp_path
 ) -> None:
-    half_open = "half_open" in fault
-    gap_s = 12.0 if half_open else 8.0 if "stall:3000" in fault else 4.0
-    wav, second, second_start = _call_audio(tmp_path, gap_s=gap_s)
+    wav, second, second_start = _call_audio(tmp_path, gap_s=_gap_s(protocol, fault))
     fake = start_fake(protocol, "--fault", fault)
     bridge = start_bridge(*fake.bridge_args(protocol), *options, env={KEYS[protocol]: "sk-test"})
     cap = capture(f"udp and src host 127.0.0.1 and src port {bridge.rtp_port}")
@@ -115,7 +136,9 @@ def test_recovery_keeps_the_call_up(
     print(
         f"{protocol} {fault}: replacement ready {stages[1][1]} ms after the condition, voice path repaired "
         f"{stages[2][1]} ms after it (when the caller spoke again); {inputs[0]} caller frames discarded; "
-        f"largest RTP gap at the caller {largest_gap_ms:.1f} ms; recovered echo {[round(p, 3) for p, _ in pieces]}"
+        f"largest RTP gap at the caller {largest_gap_ms:.1f} ms; recovered echo {[round(p, 3) for p, _ in pieces]}, "
+        f"its end {(result.received.size - pieces[-1][1] - second.speech.size // 4) / RATE:.2f} s before the "
+        f"recording's"
     )
     assert largest_gap_ms <= 60  # the caller's RTP never stopped
     assert int(stages[1][1]) <= 5_000

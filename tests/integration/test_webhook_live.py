@@ -93,9 +93,11 @@ def _two_sentences(tmp_path: Path) -> Path:
     second = peers.make_utterance(
         tmp_path / "u2.wav", "And when will it arrive, please?", lead_silence_s=0.0, tail_silence_s=0.0
     )
-    gap = np.zeros(4 * RATE, dtype=np.int16)
+    # The pause holds the first answer (the tool call, the webhook's answer, then the echo the fake sends 4x faster
+    # than real time); after the second sentence, its job is POSTed and answered within about a second.
+    gap = np.zeros(3 * RATE, dtype=np.int16)
     samples = np.concatenate(
-        [first.samples[: first.end], gap, second.speech, np.zeros(5 * RATE, dtype=np.int16)]
+        [first.samples[: first.end], gap, second.speech, np.zeros(3 * RATE, dtype=np.int16)]
     )
     path = tmp_path / "call.wav"
     peers.write_wav(path, samples, RATE)
