@@ -53,7 +53,7 @@ import conftest  # noqa: E402  (BRIDGE, _clean_env, Fake: the integration fixtur
 import peers  # noqa: E402
 import stats  # noqa: E402
 from report import run_in_scratch  # noqa: E402
-from run import cpu_list, parse_pin, pinned  # noqa: E402  (run.py's --pin, the same meaning here)
+from run import cpu_list, parse_bridge_env, parse_pin, pinned  # noqa: E402  (run.py's --pin, the same meaning here)
 
 LATE_CAUSES = ("own", "gc", "loop", "unscheduled")  # rtp/clock.py's, as /metrics labels them
 
@@ -880,12 +880,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sets gc thresholds",
     )
     args = parser.parse_args(argv)
-    bridge_env: list[tuple[str, str]] = []
-    for item in args.bridge_env:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            parser.error(f"--bridge-env takes NAME=VALUE, not {item!r}")
-        bridge_env.append((name, value))
+    bridge_env = parse_bridge_env(args.bridge_env, parser)
     try:
         pin = parse_pin(args.pin, os.cpu_count() or 1) if args.pin else None
     except ValueError as exc:

@@ -122,6 +122,17 @@ def pinned(argv: list[str], cpus: str | None) -> list[str]:
     return ["taskset", "-c", cpus, *argv] if cpus else argv
 
 
+def parse_bridge_env(items: list[str], parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
+    """`--bridge-env NAME=VALUE` options as pairs; anything else is a usage error."""
+    pairs = []
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            parser.error(f"--bridge-env takes NAME=VALUE, not {item!r}")
+        pairs.append((name, value))
+    return pairs
+
+
 def parse_pin(value: str, ncpu: int) -> tuple[str, str]:
     """`--pin`: "auto" (the bridge on the last CPU, the peers on the others) or "BRIDGE:PEERS" CPU lists."""
     if value == "auto":
@@ -773,12 +784,7 @@ def main() -> int:
         pin = parse_pin(args.pin, os.cpu_count() or 1) if args.pin else None
     except ValueError as exc:
         parser.error(str(exc))
-    bridge_env = []
-    for item in args.bridge_env:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            parser.error(f"--bridge-env takes NAME=VALUE, not {item!r}")
-        bridge_env.append((name, value))
+    bridge_env = parse_bridge_env(args.bridge_env, parser)
     tools = ("sipp", "tshark", "sox", "espeak-ng") + (("taskset",) if pin else ())
     missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
