@@ -1,5 +1,5 @@
 """Rollover on a live call, time-scaled: each provider's fake ends a connection after 8 s, the bridge rolls over
-after 2 s (deadline 6 s, hard stop 7 s), and one SIPp call streaming looped speech goes through at least five
+after 4 s (deadline 6 s, hard stop 7 s), and one SIPp call streaming looped speech goes through at least five
 rollovers. The call must stay up (no BYE from the bridge), the bridge's RTP must never stop, every caller
 utterance must reach the application exactly once, and no assistant audio may be played twice.
 """
@@ -26,7 +26,7 @@ SCALED = [
     "--session-cap-ms",
     str(CAP_MS),
     "--rollover-after-ms",
-    "2000",
+    "4000",
     "--rollover-deadline-ms",
     "6000",
     "--rollover-hard-stop-ms",
@@ -34,12 +34,7 @@ SCALED = [
     "--rollover-overlap-ms",
     "1000",
 ]
-# A connection is older than after_ms at every end of speech (one a period, about 4.5 s), so the caller's first
-# end of speech (about 2.7 s into the call) opens the next connection and each later one opens another; the
-# old one keeps the floor until it has played its reply, so the fifth new one takes it about 23.5 s into the
-# call (GPT-Live's paced replies; the bursting providers' sooner). The deadline (6 s) stays above the period,
-# so every rollover opens at an end of speech (RO1), none at the deadline.
-CALL_S = 28
+CALL_S = 36
 
 
 def _bursts(payloads: list[bytes], threshold_dbfs: float = -40.0) -> list[tuple[int, int]]:
