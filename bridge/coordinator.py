@@ -118,8 +118,11 @@ class SessionCoordinator:
         """One 20 ms caller frame: forwarded to the provider; it also marks a media-clock tick."""
         self.frames_in += 1
         if not self.recovery.discard_frame() and not self.ending.ended:  # HR8 while reconnecting
-            for target in self.connections.audio_targets:
+            targets = self.connections.audio_targets
+            for target in targets:
                 self.out.commands.append(SendAudio(pcm, target))
+            if targets:
+                self.timeline.fed(now)  # the audio map that provider times are rebased through (HR11)
         self.output.count_underrun(now)  # the cushion is fed once, by `_settle`
         self._turn(self.turns.frame(pcm, now, self.timeline.ms(now)), now)
         self._settle(now)

@@ -2,9 +2,19 @@
 
 Providers stamp transcripts and delegations on their own clocks (GPT-Live: ms since *its* session started;
 OpenAI VAD events: ms of audio appended to *that* connection). Connections come and go — recovery replaces
-them, rollover overlaps them — but the session's timeline does not restart. Each connection is registered with
-the timeline position where its own clock began, and every provider time is rebased onto the session's (SE6,
-HR11). Frames are stamped from the monotonic clock the same way.
+them, rollover overlaps them — but the session's timeline does not restart. Every provider time is rebased
+onto the session's (SE6, HR11). Frames are stamped from the monotonic clock the same way.
+
+A provider's clock counts the caller audio it was sent, not the time that passed (providers.md: "derived
+from bytes, not wall clock"). The two part whenever audio was not sent: the caller was on hold, HR8 discarded
+it during a repair, or the session's loop fell behind and shed frames. So the timeline keeps the *audio map*
+(issue 17): each caller frame forwarded to the connections is counted (`fed`), and a *mark* is kept where the
+forwarded audio restarted after such a gap, as (audio position, session time minus audio position). A
+connection is registered with the audio position at which its clock began (`connection_started`), and a
+provider time p on it is the audio position origin + p, on the session timeline through the mark that holds
+it; until a frame has been forwarded to it, through the instant it started. Within one stretch of continuous audio the offset is the lowest seen (a frame handled late, or frames
+handled in a burst after a stall, came no earlier than they were heard), and a frame later than that by over
+`GAP_MS` starts a new stretch; a burst that brings the offset back merges the two again.
 """
 
 from __future__ import annotations
@@ -15,13 +25,21 @@ from bridge.commands import Outbox, Transcript
 from providers.events import InputTranscript, ProviderEvent
 
 _NS_PER_MS = 1_000_000
+_FRAME_MS = 20
 ORIGINS_KEPT = 32  # issue 17: connections whose clock origin is kept (the most recently used ones)
+MARKS_KEPT = (
+    64  # issue 17: stretches of continuous caller audio kept (the newest; a connection lives ~60 min)
+)
+GAP_MS = 100  # a forwarded frame this much later than its stretch's audio says starts a new stretch
 
 
 class Timeline:
     def __init__(self, start_ns: int) -> None:
         self.start_ns = start_ns
-        self._origins: dict[int, int] = {}  # transport token -> session ms at which its clock reads 0
+        # transport token -> (audio position at which its clock reads 0, session ms minus that position then)
+        self._origins: dict[int, tuple[int, int]] = {}
+        self.fed_ms = 0  # caller audio forwarded to the provider connections so far
+        self._marks: deque[list[int]] = deque(maxlen=MARKS_KEPT)  # [audio position, session ms minus it]
 
     def instant(self, at_ms: int | None) -> int | None:
         """A time on the session timeline as a monotonic instant (ns); None stays None."""
@@ -31,13 +49,31 @@ class Timeline:
         """Session time of a monotonic instant."""
         return (now_ns - self.start_ns) // _NS_PER_MS
 
+    def fed(self, now_ns: int) -> None:
+        """One 20 ms caller frame was forwarded to the connections now (every caller frame: no allocation but
+        at the start of a stretch)."""
+        fed = self.fed_ms
+        offset = (now_ns - self.start_ns) // _NS_PER_MS - fed
+        self.fed_ms = fed + _FRAME_MS
+        marks = self._marks
+        if not marks:
+            marks.append([fed, offset])
+            return
+        last = marks[-1]
+        if offset > last[1] + GAP_MS:  # audio was not forwarded for a while: a new stretch
+            marks.append([fed, offset])
+        elif offset < last[1]:  # earlier than the stretch's estimate: the estimate was late
+            last[1] = offset
+            if len(marks) > 1 and offset <= marks[-2][1] + _FRAME_MS:
+                marks.pop()  # a burst after a stall: no audio was missing after all
+
     def connection_started(self, token: int, now_ns: int) -> None:
-        """A connection's clock starts now (its session was confirmed). Issue 17: only the `ORIGINS_KEPT` most
+        """A connection's clock starts now (its session was confirmed), at the audio forwarded next. Issue 17: only the `ORIGINS_KEPT` most
         recently used are kept. The live ones — the floor, a rollover's one or two listeners — are among them:
         every rebase keeps its connection's origin fresh, and the rest are gone, their events inert (HR2)."""
         origins = self._origins
         origins.pop(token, None)
-        origins[token] = self.ms(now_ns)
+        origins[token] = (self.fed_ms, self.ms(now_ns) - self.fed_ms)
         while len(origins) > ORIGINS_KEPT:
             del origins[next(iter(origins))]
 
@@ -52,11 +88,19 @@ class Timeline:
         """A provider time on connection `token` as session time; unknown times become "now"."""
         origins = self._origins
         origin = origins.get(token)
-        if origin is None:
+        if origin is None or provider_ms is None:
             return self.ms(now_ns)
         if next(reversed(origins)) != token:  # the most recently used last (a dict lookup when it is already)
             origins[token] = origins.pop(token)
-        return self.ms(now_ns) if provider_ms is None else origin + provider_ms
+        start, offset = origin
+        position = start + provider_ms
+        for mark in reversed(self._marks):  # the newest first: what providers stamp is recent
+            if mark[0] <= position:
+                # a stretch that began before this connection counts once audio went on to it
+                if mark[0] >= start or self.fed_ms > start:
+                    offset = mark[1]
+                break
+        return position + offset
 
 
 class Captions:

@@ -23,6 +23,11 @@ How it works (all in units of 20 ms *slots*: RTP timestamp / 160, unwrapped past
   frame is dropped to bring the delay down: the first quiet (< -30 dBFS) or missing one within 2 s, else
   whichever is next then. A late packet makes the next tick hold one frame if the buffer is below the
   target. Above 200 ms the oldest frames are discarded (`overflows`).
+- Slots the media clock skipped are owed (`skip`, issue 17). A clock that wakes late serves only its newest
+  slots and skips the rest, while the caller's packets for them kept coming; the buffer then holds that many
+  frames too many, which it would otherwise take out of the caller's words later (shrink or ceiling). Instead
+  `pop_backlog` gives one extra frame per tick while any is owed and the cursor's packet is here. These frames
+  go to a provider's socket, not a loudspeaker, so a frame early costs nothing.
 - A timestamp far outside the window (a jump after silence suppression, a restarted sender) resyncs the
   cursor onto the new packet; an SSRC change resets the buffer (and the concealment history).
 - Before the first packet `pop` returns None; afterwards it returns a frame every tick, AUDIO, CONCEALED or
@@ -129,6 +134,9 @@ class JitterBuffer:
         self.frames_concealed = 0
         self.frames_silence = 0
         self.frames_dropped_shrink = 0
+        self.frames_backlog = (
+            0  # owed frames delivered by `pop_backlog` (skipped slots caught up, not dropped)
+        )
         self.underruns = 0
         self.waits = 0  # ticks held for a missing packet that might still come
         self.lost = 0  # slots given up as lost (concealed or skipped)
@@ -155,6 +163,7 @@ class JitterBuffer:
         self._ticks = 0
         self._grow = False
         self._shrink_by = 0  # a shrink is pending until this time (0: none)
+        self._owed = 0  # slots the media clock skipped, not yet caught up (`skip`, `pop_backlog`)
         self._tr_cur_min = self._tr_prev_min = 1 << 62
         self._tr_cur_max = self._tr_prev_max = -(1 << 62)
         self._tr_count = 0
@@ -363,6 +372,24 @@ class JitterBuffer:
         self._cursor = cursor + 1
         self.lost += 1
         return self._conceal(now)
+
+    def skip(self, slots: int) -> None:
+        """The media clock skipped `slots` slots (it woke late): their frames are owed, at most the ceiling's."""
+        if self._started and slots > 0:
+            self._owed = min(self._owed + slots, self._max_frames)
+
+    def pop_backlog(self, now: int) -> PlayoutFrame | None:
+        """After this tick's `pop`: one owed frame if the cursor's packet is here, else None (nothing is
+        concealed for it). The common case is one comparison."""
+        if not self._owed:
+            return None
+        cursor = self._cursor
+        idx = cursor & _MASK
+        if self._slot[idx] != cursor or self._payload[idx] is None:
+            return None
+        self._owed -= 1
+        self.frames_backlog += 1
+        return self._play(idx, cursor)
 
     def _play(self, idx: int, slot: int) -> PlayoutFrame:
         payload = self._payload[idx]

@@ -231,6 +231,11 @@ class RtpStream:
         """This slot's inbound frame (None until the caller's first packet): call once per clock slot."""
         return self.jitter.pop(now)
 
+    def pull_backlog(self, now: int) -> PlayoutFrame | None:
+        """After a slot's `pull_frame`: one more inbound frame while the jitter buffer owes the frames of slots
+        the media clock skipped, else None (rtp.jitter.JitterBuffer.pop_backlog)."""
+        return self.jitter.pop_backlog(now)
+
     def _start(self, now: int) -> None:
         """First packet either way: the RTCP schedule begins."""
         self._started = True
@@ -344,6 +349,7 @@ class RtpStream:
             frames_concealed=jb.frames_concealed,
             frames_silence=jb.frames_silence,
             frames_dropped_shrink=jb.frames_dropped_shrink,
+            frames_backlog=jb.frames_backlog,
             jitter_underruns=jb.underruns,
             jitter_resyncs=jb.resyncs,
             jitter_depth_ms=jb.depth_ms,

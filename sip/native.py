@@ -12,7 +12,8 @@ Shells and who owns what:
 - `rtp.clock.MediaClockShell`: ONE timer for every call on absolute deadlines (the `rtp.pacer` core), the
   calls spread over `MEDIA_PHASES` phases 2 ms apart (issue 13: inbound latency). Each slot, every answered
   call (`_CallMedia.on_slots`) pulls one inbound frame from its jitter buffer (`FrameReceived`, handed to the
-  session's frame sink in the tick when it set one: `sip.leg.FrameSinkLeg`), takes one
+  session's frame sink in the tick when it set one: `sip.leg.FrameSinkLeg`), and one more while it owes
+  the frames of slots a late clock skipped (so the provider hears every word), takes one
   frame from its Playout (`Playout.take`: epochs, clear) and sends it with `sendto`; only once `sendto` has
   returned is the frame recorded in the carrier ledger (`Playout.transmitted`, with the time it returned; a
   failed send is counted, never recorded) (DESIGN §3.2, §11, HR4).
@@ -131,6 +132,7 @@ class _CallMedia:
             self._check_limits(now)
         if skipped:
             stream.skip(skipped)
+            stream.jitter.skip(skipped)  # their inbound frames are owed, delivered as they come (issue 17)
         for _ in range(due):
             frame = stream.pull_frame(now)
             if frame is not None and not self.held and self.receives:
@@ -165,6 +167,11 @@ class _CallMedia:
                         _probe.media_out(self._leg.identity.call_id, sent_ns, out.pcm)
             elif out is not None:
                 self.frames_unsent += 1
+        if due and self.receives and not self.held:  # issue 17: the frames of skipped slots, one a tick
+            frame = stream.pull_backlog(now)
+            if frame is not None:
+                self.frames_in += 1
+                self._leg._post(FrameReceived(frame.pcm, frame.seq, frame.arrival_ns))
         deadline = stream.next_deadline()
         if deadline is not None and deadline <= now:
             self._leg._stream_timer(now)

@@ -515,6 +515,38 @@ def test_the_ledger_records_a_frame_when_sendto_has_returned_and_never_a_failed_
     assert media.frames_unsent == 1 and media.frames_out == 1 and leg.playout.depth == 0
 
 
+def test_the_frames_of_slots_a_late_clock_skipped_still_reach_the_session() -> None:
+    """Issue 17: a 200 ms stall (the clock serves 2 slots late and skips 8) while the caller's packets keep
+    coming: every packet's frame is handed to the session, the skipped slots' one extra a slot afterwards,
+    and none is dropped by the jitter buffer's ceiling or shrink."""
+    from rtp.packet import build
+    from sip.leg import FrameReceived
+
+    clock = VirtualClock()
+    media, leg = _call_media(clock)
+    source, t0 = ("127.0.0.1", 40000), clock.now
+
+    def packet(k: int, at: int) -> None:
+        media.on_rtp(build(0, False, k, 160 * k, 0xA, bytes([0x55]) * 160), source, at)
+
+    for k in range(400):
+        slot = t0 + k * FRAME_NS
+        if 100 <= k < 109:  # stalled: nothing runs
+            continue
+        if k == 109:
+            media.on_slots(slot + 1_000_000, 2, 8)  # the late wake-up, before the stalled packets are read
+            for j in range(100, 110):
+                packet(j, slot + 2_000_000)
+            continue
+        packet(k, slot + 3_000_000)
+        media.on_slots(slot + 3_000_000, 1, 0)
+    jb = media.stream.jitter
+    frames = sum(isinstance(e, FrameReceived) for e in leg.posted)
+    assert jb.frames_backlog == 8 and jb.frames_dropped_shrink + jb.overflows <= jb.frames_concealed
+    assert frames == media.frames_in == 390 + 2 + 8  # a frame per slot served (2 at the wake-up), the 8 owed
+    assert jb.frames_played >= 400 - jb.frames_concealed
+
+
 def test_a_second_digit_ended_by_the_same_packet_is_handed_over_with_the_first() -> None:
     import struct
 

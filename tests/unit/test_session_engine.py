@@ -329,6 +329,18 @@ def test_se6_transcripts_are_stamped_on_the_session_timeline() -> None:
     assert (text.role, text.at_ms, text.final) == ("caller", 500, True)
 
 
+def test_se6_hr11_a_transcript_after_a_hold_is_stamped_where_the_caller_said_it() -> None:
+    """The provider's times count the audio it heard (issue 17). 5 s of frames, a 10 s hold with no media,
+    then 2 s more: what it stamps 5,500 ms is half a second after the resume, at 15,520 ms of the session."""
+    call = Call()
+    call.tick(count=250)
+    call.advance(10_000)
+    call.tick(count=100)
+    call.provider(InputTranscript(1, "after the hold", start_ms=5_500, final=True))
+    [text] = [n for n in call.notices if isinstance(n, Transcript)]
+    assert text.at_ms == 15_520
+
+
 def test_se6_events_of_another_transport_are_inert() -> None:
     call = Call()
     call.provider(AudioReceived(2, pcmu_tone(500), PCMU_8K))

@@ -30,3 +30,77 @@ def test_hr11_fragments_group_per_connection_and_a_new_epoch_never_merges_old_on
         Transcript("assistant", "Sure.", 900, True, 1),
     ]
     assert captions.recent_caller_text() == ("two nights",)
+
+
+def feed(timeline: Timeline, start_ms: int, frames: int, *, every_ms: int = 20) -> int:
+    """`frames` caller frames forwarded from session time `start_ms`, one each `every_ms`; returns the end."""
+    for n in range(frames):
+        timeline.fed((start_ms + n * every_ms) * MS)
+    return start_ms + frames * every_ms
+
+
+def test_hr11_after_a_hold_provider_times_map_through_the_audio_the_connection_heard() -> None:
+    """Issue 17: a provider counts the caller audio it was sent. 5 s of audio, a 10 s hold (no frames), 5 s
+    more: its 7,000 ms is 2 s after the resume, at 17,000 ms of the session (it was stamped 7,000 before)."""
+    timeline = Timeline(0)
+    timeline.connection_started(1, 0)
+    feed(timeline, 20, 250)  # frames at 20 .. 5,000 ms
+    feed(timeline, 15_020, 250)  # the hold ends at 15 s
+    assert timeline.rebase(1, 3_000, 0) == 3_020
+    assert timeline.rebase(1, 7_000, 0) == 17_020
+    assert timeline.span(1, 4_900, 5_100, 0) == (4_920, 15_120)  # a span across the hold
+
+
+def test_hr11_frames_handled_late_then_in_a_burst_move_nothing() -> None:
+    """A stall of the session's loop (300 ms) and the burst that follows it lose no audio: the times map as if
+    the frames had come on time, and no stretch is left behind."""
+    timeline = Timeline(0)
+    timeline.connection_started(1, 0)
+    end = feed(timeline, 20, 100)  # to 2,000 ms
+    for _ in range(16):  # the frames of 2,020 .. 2,320 ms all handled at 2,320 ms
+        timeline.fed(2_320 * MS)
+    feed(timeline, end + 320, 100)
+    assert timeline.rebase(1, 4_000, 0) == 4_020
+    assert len(timeline._marks) == 1
+
+
+def test_hr11_frames_never_forwarded_shift_the_later_times_by_what_is_missing() -> None:
+    """400 ms of frames shed (or discarded by HR8) leave a stretch: later times are 400 ms later than the audio
+    position says, earlier ones are unchanged."""
+    timeline = Timeline(0)
+    timeline.connection_started(1, 0)
+    end = feed(timeline, 20, 100)
+    feed(timeline, end + 400, 100)
+    assert timeline.rebase(1, 1_000, 0) == 1_020
+    assert timeline.rebase(1, 3_000, 0) == 3_420
+
+
+def test_hr11_a_connection_started_mid_call_counts_from_its_own_first_audio() -> None:
+    """A rollover's connection confirmed at 10,020 ms, after a 1 s gap earlier in the call: its 0 is then; the
+    gap before it does not move it, a gap after it moves both connections alike."""
+    timeline = Timeline(0)
+    timeline.connection_started(1, 0)
+    feed(timeline, 20, 200)  # 20 .. 4,000 ms: audio 0 .. 4,000
+    feed(timeline, 5_020, 250)  # 5,020 .. 10,000 ms after a 1 s gap: audio 4,000 .. 9,000
+    timeline.connection_started(2, 10_020 * MS)
+    assert timeline.rebase(2, 0, 10_020 * MS) == 10_020  # no audio on to it yet: the instant it started
+    feed(timeline, 10_020, 100)  # 10,020 .. 12,000 ms: its audio 0 .. 2,000
+    assert timeline.rebase(2, 1_000, 0) == 11_020
+    assert timeline.rebase(1, 9_500, 0) == 10_520  # the first connection's audio 9,500 is the same instant
+    feed(timeline, 14_020, 100)  # 2 s missing: 14,020 .. 16,000 ms
+    assert timeline.rebase(2, 3_000, 0) == 15_020
+    assert timeline.rebase(1, 12_000, 0) == 15_020
+    assert timeline.rebase(1, 3_000, 0) == 3_020  # before the first gap: unchanged
+
+
+def test_the_audio_map_stays_bounded() -> None:
+    """Issue 17: a call with a gap every second keeps only the newest `MARKS_KEPT` stretches."""
+    from bridge.timeline import MARKS_KEPT
+
+    timeline = Timeline(0)
+    timeline.connection_started(1, 0)
+    end = 0
+    for _ in range(1_000):
+        end = feed(timeline, end + 500, 25)
+    assert len(timeline._marks) == MARKS_KEPT
+    assert timeline.rebase(1, timeline.fed_ms - 20, 0) == end - 20
