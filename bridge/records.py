@@ -324,7 +324,7 @@ AppEvent = CallStarted | Utterance | CallEnded
 # --- the builder ---
 
 KEPT = 64  # issue 17: connections, recoveries and rollovers kept by name in a call's record (the last ones)
-CLAIMED_ITEMS = 256  # ledger items remembered as given to an utterance (as many as the carrier ledger times)
+CLAIMED_ITEMS = 64  # ledger items remembered as given to an utterance (as many as the carrier ledger times)
 OPENING = 8  # rollover connections remembered as opening (one at a time; a recovery may abandon one)
 
 

@@ -481,6 +481,8 @@ def sample_figures(samples: Sequence[Sample]) -> dict[str, Any]:
         "sample_every_s": round(samples[1].at_s - samples[0].at_s, 1),
         "rss_mb_first_last": [samples[0].rss_mb, samples[-1].rss_mb],
         "rss_growth_mb_per_hour": slope,
+        # the curve, not only its slope: a bound filling levels off, a leak does not
+        "rss_mb_by_sample": [s.rss_mb for s in samples],
         "fds_first_last": [samples[0].fds, samples[-1].fds],
         "held_first_last": [samples[0].held, samples[-1].held],
         "pacing_p99_ms_by_interval": p99,

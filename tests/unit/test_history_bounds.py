@@ -71,36 +71,33 @@ def test_dl1_a_redelivery_inside_the_window_is_answered_from_the_ledger_never_ru
     assert CALL.redispatched == 0 and CALL.answered_from_ledger == CALL.redelivered
     call = LongCall(rollover_s=15, turn_s=4)
     call.run(5, recover_every=30)
-    old = f"call_{call.calls - 50}"  # 50 jobs (over 3 minutes) ago, across rollovers and a recovery
+    old = f"call_{call.calls - 40}"  # 40 jobs (over 2.5 minutes) ago, across rollovers and a recovery
     answered = call.answered_from_ledger
     call.redeliver(call.core.token, old)
     assert call.redispatched == 0 and call.answered_from_ledger == answered + 1
 
 
-def test_dl1_the_window_is_256_finished_jobs_or_ten_minutes_and_never_more_than_512() -> None:
+def test_dl1_the_window_is_64_finished_jobs_or_three_minutes_and_never_more_than_256() -> None:
+    assert (OPTIONS.keep_finished, OPTIONS.keep_finished_ms, OPTIONS.max_finished) == (64, 180_000, 256)
     d = Delegations()
-    for n in range(400):  # a job a second: 400 s is inside the 10-minute window
+    for n in range(150):  # a job a second: 150 s is inside the 3-minute window
         job(d, n, n * 1000)
-    assert len(d.jobs) == 400  # all of them: younger than 10 minutes
-    assert [type(c) for c in job(d, 0, 400_000)] == [DeliverResult]  # the first one, again: from the ledger
-    for n in range(400, 1_500):
+    assert len(d.jobs) == 150  # all of them: younger than 3 minutes
+    assert [type(c) for c in job(d, 0, 150_000)] == [DeliverResult]  # the first one, again: from the ledger
+    for n in range(150, 1_500):
         job(d, n, n * 1000)
-    assert len(d.jobs) == OPTIONS.max_finished  # 10 minutes of them would be 600: at most 512
-    medium = Delegations()
-    for n in range(1_000):  # one every 2 s: 300 of them are the last 10 minutes
-        job(medium, n, n * 2000)
-    assert len(medium.jobs) == 300
+    assert len(d.jobs) == 180  # the last 3 minutes of them
     fast = Delegations()
     for n in range(2_000):  # ten a second: the count bound holds whatever the age
         job(fast, n, n * 100)
     assert len(fast.jobs) == OPTIONS.max_finished and len(fast._by_call) == OPTIONS.max_finished
     slow = Delegations()
-    for n in range(300):  # one a minute: the last 256 are kept, however old
+    for n in range(100):  # one a minute: the last 64 are kept, however old
         job(slow, n, n * 60_000)
     assert len(slow.jobs) == OPTIONS.keep_finished
-    assert [type(c) for c in job(slow, 44, 300 * 60_000)] == [DeliverResult]  # the oldest kept: the ledger's
-    assert [type(c) for c in job(slow, 43, 300 * 60_000)] == [DispatchJob, DeliverResult]  # forgotten: new
-    assert jobs_total(slow.status()) == 301
+    assert [type(c) for c in job(slow, 36, 100 * 60_000)] == [DeliverResult]  # the oldest kept: the ledger's
+    assert [type(c) for c in job(slow, 35, 100 * 60_000)] == [DispatchJob, DeliverResult]  # forgotten: new
+    assert jobs_total(slow.status()) == 101
 
 
 def test_dl1_a_pending_job_is_never_forgotten_however_many_finish_after_it() -> None:
