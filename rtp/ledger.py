@@ -49,14 +49,16 @@ class CarrierLedger:
         # garbage collector walks in a full collection: at 3,000 a call, 100 calls held 300,000 of them, and
         # every full collection paused the media clock for that long. What was heard per item is `progress`,
         # for the last 64 items (a reply each: minutes of a call; the record reads an item as its reply ends).
-        self._entries: deque[LedgerEntry] = deque(maxlen=max_entries)
+        # Kept as plain tuples (item, offset, epoch, ns): the collector stops tracking a tuple of atoms after
+        # its first collection, so a full one no longer walks them (a dataclass instance is always tracked).
+        self._entries: deque[tuple[str, int, int, int]] = deque(maxlen=max_entries)
         self._items: dict[str, ItemProgress] = {}
         self._max_items = max_items
         self.frames_transmitted = 0
 
     def record(self, item_id: str, offset_ms: int, epoch: int, now_ns: int) -> None:
         """Note that a frame has been handed to the carrier (media clock thread)."""
-        self._entries.append(LedgerEntry(item_id, offset_ms, epoch, now_ns))
+        self._entries.append((item_id, offset_ms, epoch, now_ns))
         self.frames_transmitted += 1
         prev = self._items.get(item_id)
         end_ms = offset_ms + FRAME_MS
@@ -86,11 +88,11 @@ class CarrierLedger:
     def entries(self, item_id: str | None = None) -> list[LedgerEntry]:
         """The retained entries, optionally of one item, oldest first."""
         snapshot = list(self._entries)
-        return snapshot if item_id is None else [e for e in snapshot if e.item_id == item_id]
+        return [LedgerEntry(*e) for e in snapshot if item_id is None or e[0] == item_id]
 
     def last(self) -> LedgerEntry | None:
         """The most recently transmitted frame."""
         try:
-            return self._entries[-1]
+            return LedgerEntry(*self._entries[-1])
         except IndexError:
             return None

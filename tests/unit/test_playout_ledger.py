@@ -103,3 +103,19 @@ def test_pull_still_records_at_the_request_as_pjsua2_needs() -> None:
     playout.enqueue(frames("a", 1))
     frame = playout.pull(7 * MS)
     assert frame is not None and playout.ledger.entries("a")[0].transmitted_ns == 7 * MS
+
+
+def test_a_full_collection_does_not_walk_the_ledgers_entries() -> None:
+    """Issue 17: 100 calls kept 50,000 entries; as objects the collector tracks, every full collection walked
+    them while the media clock waited. Plain tuples of atoms are untracked after their first collection."""
+    import gc
+
+    from rtp.ledger import LedgerEntry
+
+    ledger = CarrierLedger()
+    for n in range(600):
+        ledger.record(f"item-{n // 100}", (n % 100) * 20, 1, n)
+    gc.collect()
+    assert len(ledger._entries) == 500 and not any(gc.is_tracked(e) for e in ledger._entries)
+    assert ledger.last() == LedgerEntry("item-5", 1980, 1, 599)
+    assert ledger.entries("item-1") == [LedgerEntry("item-1", k * 20, 1, 100 + k) for k in range(100)]
