@@ -132,7 +132,9 @@ class _CallMedia:
             self._check_limits(now)
         if skipped:
             stream.skip(skipped)
-            stream.jitter.skip(skipped)  # their inbound frames are owed, delivered as they come (issue 17)
+            stream.jitter.skip(
+                skipped, now
+            )  # their inbound frames are owed, delivered as they come (issue 17)
         for _ in range(due):
             frame = stream.pull_frame(now)
             if frame is not None and not self.held and self.receives:

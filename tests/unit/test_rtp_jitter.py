@@ -379,7 +379,7 @@ def late_clock(
     def serve(t: int, due: int, skipped: int = 0) -> None:
         nonlocal played
         if deliver_backlog:
-            jb.skip(skipped)
+            jb.skip(skipped, t)
         for _ in range(due):
             f = jb.pop(t)
             played += f is not None and f.kind is FrameKind.AUDIO
@@ -425,12 +425,12 @@ def test_a_backlog_a_late_clock_left_is_delivered_not_dropped() -> None:
 
 def test_owed_frames_are_only_ever_real_ones_and_bounded_by_the_ceiling() -> None:
     """A skipped slot whose packet never comes is not made up by `pop_backlog` (None, nothing concealed); what
-    is owed never exceeds the 200 ms ceiling; and nothing is owed before the stream's first packet."""
+    is owed never exceeds the 200 ms ceiling, nor outlives a second; nothing is owed before the first packet."""
     jb = JitterBuffer()
-    jb.skip(5)
+    jb.skip(5, 0)
     assert jb.pop_backlog(0) is None  # not started: nothing owed
     frames, _ = run(jb, steady(20), 20)
-    jb.skip(1_000)
+    jb.skip(1_000, 10 * MS + 20 * 20 * MS)
     assert jb._owed == 10
     concealed = jb.frames_concealed
     t = 10 * MS + 20 * 20 * MS
@@ -438,3 +438,7 @@ def test_owed_frames_are_only_ever_real_ones_and_bounded_by_the_ceiling() -> Non
         assert jb.pop(t + n * 20 * MS) is not None
         assert jb.pop_backlog(t + n * 20 * MS) is None
     assert jb.frames_backlog == 0 and jb.frames_concealed - concealed <= 15
+    later = t + 1_100 * MS  # the caller speaks again after the 1 s the frames were owed for: none is taken
+    for k in range(20, 26):
+        jb.push(1000 + k, 5000 + 160 * k, SSRC, payload(k), later)
+    assert jb.pop(later) is not None and jb.pop_backlog(later) is None and jb._owed == 0
