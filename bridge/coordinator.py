@@ -118,11 +118,9 @@ class SessionCoordinator:
         """One 20 ms caller frame: forwarded to the provider; it also marks a media-clock tick."""
         self.frames_in += 1
         if not self.recovery.discard_frame() and not self.ending.ended:  # HR8 while reconnecting
-            targets = self.connections.audio_targets
-            for target in targets:
+            for target in self.connections.audio_targets:
                 self.out.commands.append(SendAudio(pcm, target))
-            if targets:
-                self.timeline.fed(now)  # the audio map that provider times are rebased through (HR11)
+            self.timeline.fed(now)  # HR11: the audio map that provider times are rebased through
         self.output.count_underrun(now)  # the cushion is fed once, by `_settle`
         self._turn(self.turns.frame(pcm, now, self.timeline.ms(now)), now)
         self._settle(now)
@@ -243,9 +241,7 @@ class SessionCoordinator:
         at = self.timeline.ms(now)
         if self.captions.due(now):
             self._close_captions(now)
-        failure = self.recovery.handle_timer(
-            now, at, may_begin=not self.ending.ended and not self.ending.leg_ended
-        )
+        failure = self.recovery.handle_timer(now, at, may_begin=self._may_recover())
         if failure is not None:
             self._end(failure, now, failed=True)
         else:
