@@ -24,11 +24,12 @@ How it works (all in units of 20 ms *slots*: RTP timestamp / 160, unwrapped past
   whichever is next then. A late packet makes the next tick hold one frame if the buffer is below the
   target. Above 200 ms the oldest frames are discarded (`overflows`).
 - Slots the media clock skipped are owed (`skip`, issue 17). A clock that wakes late serves only its newest
-  slots and skips the rest, while the caller's packets for them kept coming; the buffer then holds that many
-  frames too many, which it would otherwise take out of the caller's words later (shrink or ceiling). Instead
-  `pop_backlog` gives one extra frame per tick while any is owed (for 1 s: a stall during the caller's silence
-  leaves no backlog, and must not eat into the depth later) and its packet is here. These
-  frames go to a provider's socket, not a loudspeaker, so a frame early costs nothing.
+  slots and skips the rest, while the caller's packets for them kept coming. Without them the caller's audio
+  to the provider falls behind the call by every skipped slot (the buffer later takes the extra frames out
+  of the caller's words, by shrink or ceiling). `pop_backlog` gives one owed frame per tick from the next one
+  on (by then the loop has read the stall's packets), exactly as that slot's `pop` would have: so the
+  session gets one frame per slot, served or skipped. These frames go to a provider's socket, not a
+  loudspeaker, so a frame early costs nothing.
 - A timestamp far outside the window (a jump after silence suppression, a restarted sender) resyncs the
   cursor onto the new packet; an SSRC change resets the buffer (and the concealment history).
 - Before the first packet `pop` returns None; afterwards it returns a frame every tick, AUDIO, CONCEALED or
@@ -69,7 +70,6 @@ _SHRINK_TICKS = 50  # at most one frame dropped per second
 _EMPTY = -(1 << 62)  # ring slot number meaning "nothing filed here"
 _SHRINK_WAIT_NS = 2_000_000_000  # a shrink waits this long for a quiet frame, then drops whatever is there
 _QUIET = 1036  # -30 dBFS: a frame whose peak stays under this can be dropped unheard
-OWED_FOR_NS = 1_000_000_000  # skipped slots' frames are owed this long (`skip`)
 
 
 def table_decoder(decode: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
@@ -166,7 +166,7 @@ class JitterBuffer:
         self._grow = False
         self._shrink_by = 0  # a shrink is pending until this time (0: none)
         self._owed = 0  # slots the media clock skipped, not yet caught up (`skip`, `pop_backlog`)
-        self._owed_until = 0
+        self._owed_after = 0  # ... from a tick after this instant
         self._tr_cur_min = self._tr_prev_min = 1 << 62
         self._tr_cur_max = self._tr_prev_max = -(1 << 62)
         self._tr_count = 0
@@ -378,28 +378,21 @@ class JitterBuffer:
 
     def skip(self, slots: int, now: int) -> None:
         """The media clock skipped `slots` slots (it woke late at `now`): their frames are owed, at most the
-        ceiling's, for `OWED_FOR_NS` (their packets are in the socket, read just after the late tick)."""
+        ceiling's, from the next tick on (their packets are still in the socket: the loop reads them after
+        the late tick)."""
         if self._started and slots > 0:
             self._owed = min(self._owed + slots, self._max_frames)
-            self._owed_until = now + OWED_FOR_NS
+            self._owed_after = now
 
     def pop_backlog(self, now: int) -> PlayoutFrame | None:
-        """After this tick's `pop`: one owed frame if its packet is here and another stays buffered, else None
-        (nothing is made up). Owed frames not delivered within `OWED_FOR_NS` are forgotten: the caller was
-        silent then, and a backlog that never formed must not eat into the depth later. The common case is one
-        comparison."""
-        if not self._owed:
-            return None
-        if now >= self._owed_until:
-            self._owed = 0
-            return None
-        cursor = self._cursor
-        idx = cursor & _MASK
-        if self._slot[idx] != cursor or self._payload[idx] is None or self._highest <= cursor:
+        """After a later tick's `pop`: one owed frame, as that slot's `pop` would have given it (the packet, or
+        its concealment when it is missing: a frame for every slot, served or skipped), else None. The common
+        case is one comparison."""
+        if not self._owed or now <= self._owed_after:
             return None
         self._owed -= 1
         self.frames_backlog += 1
-        return self._play(idx, cursor)
+        return self.pop(now)
 
     def _play(self, idx: int, slot: int) -> PlayoutFrame:
         payload = self._payload[idx]

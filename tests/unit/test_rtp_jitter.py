@@ -423,22 +423,22 @@ def test_a_backlog_a_late_clock_left_is_delivered_not_dropped() -> None:
     assert pushed - played - sum(1 for p in old._payload if p is not None) >= 8
 
 
-def test_owed_frames_are_only_ever_real_ones_and_bounded_by_the_ceiling() -> None:
-    """A skipped slot whose packet never comes is not made up by `pop_backlog` (None, nothing concealed); what
-    is owed never exceeds the 200 ms ceiling, nor outlives a second; nothing is owed before the first packet."""
+def test_every_slot_gives_the_session_a_frame_served_or_skipped() -> None:
+    """Skipped slots whose packets never come (the caller's side lost them) are still owed a frame each, the
+    concealment their own pop would have given; none in the late tick itself; at most the 200 ms ceiling's;
+    nothing before the stream's first packet."""
     jb = JitterBuffer()
     jb.skip(5, 0)
-    assert jb.pop_backlog(0) is None  # not started: nothing owed
-    frames, _ = run(jb, steady(20), 20)
-    jb.skip(1_000, 10 * MS + 20 * 20 * MS)
+    assert jb.pop_backlog(MS) is None  # not started: nothing owed
+    run(jb, steady(20), 20)
+    late = 10 * MS + 25 * 20 * MS
+    assert jb.pop(late) is not None  # the late tick serves its slot, and skips 4
+    jb.skip(4, late)
+    assert jb.pop_backlog(late) is None  # not in the late tick: the stall's packets are not read yet
+    frames = []
+    for n in range(1, 10):  # the sender went quiet: every later tick's pop and owed pop still give a frame
+        t = late + n * 20 * MS
+        frames += [jb.pop(t), jb.pop_backlog(t)]
+    assert sum(f is not None for f in frames) == 9 + 4 and jb.frames_backlog == 4
+    jb.skip(1_000, late + 10 * 20 * MS)
     assert jb._owed == 10
-    concealed = jb.frames_concealed
-    t = 10 * MS + 20 * 20 * MS
-    for n in range(15):  # the sender went quiet: nothing buffered, so nothing extra comes out
-        assert jb.pop(t + n * 20 * MS) is not None
-        assert jb.pop_backlog(t + n * 20 * MS) is None
-    assert jb.frames_backlog == 0 and jb.frames_concealed - concealed <= 15
-    later = t + 1_100 * MS  # the caller speaks again after the 1 s the frames were owed for: none is taken
-    for k in range(20, 26):
-        jb.push(1000 + k, 5000 + 160 * k, SSRC, payload(k), later)
-    assert jb.pop(later) is not None and jb.pop_backlog(later) is None and jb._owed == 0
