@@ -27,8 +27,8 @@ from bridge.delegations import DeliverResult, DispatchJob, JobRequest, SendConte
 from bridge.log import log_notice
 from bridge.recovery import seeded_settings
 from bridge.telephony import TelephonyOptions
-from providers.base import Provider, ProviderUnavailable, ResumptionRejected, SessionSettings
-from providers.events import SessionStarted, bounded
+from providers.base import DeliversEvents, Provider, ProviderUnavailable, ResumptionRejected, SessionSettings
+from providers.events import ProviderEvent, SessionStarted, bounded
 from sip.leg import (
     CallEnded,
     CallLeg,
@@ -140,7 +140,11 @@ class CallerFrames:
 
     Overload sheds, it does not grow: while the session's loop is behind, at most `MAX_QUEUED_FRAMES` of the
     caller's frames wait in the inbox; a frame beyond that is dropped and counted (`shed`), so the audio the
-    provider hears lags the caller by a bounded amount instead of by however far the process fell behind."""
+    provider hears lags the caller by a bounded amount instead of by however far the process fell behind.
+
+    A provider's events come the same way (`provider_event`, from its socket's callback: providers.base
+    DeliversEvents), by the same rule, except that a `SessionStarted` always goes through the inbox (the loop
+    reads its expiry), and an event after which the core is finished wakes the loop. They are never shed."""
 
     __slots__ = (
         "_call_id",
@@ -194,6 +198,30 @@ class CallerFrames:
         if self._tap is not None:
             self._tap.caller(frame.pcm, now)  # issue 15: --record
         core.caller_frame(frame.pcm, now)
+
+    def provider_event(self, event: ProviderEvent) -> None:
+        inbox, core, armed = self._inbox, self.core, self.armed
+        now = self._clock()
+        if (
+            core is None
+            or inbox.qsize()
+            or (armed is not None and armed <= now)
+            or isinstance(event, SessionStarted)
+        ):
+            inbox.put_nowait(event)
+            return
+        try:
+            core.provider_event(event, now)
+            self._carry_out(core)
+            deadline = core.next_deadline()
+            if core.finished(now) or (deadline is not None and (armed is None or deadline < armed)):
+                inbox.put_nowait(_Wake())
+        except Exception:  # never into the socket's callback
+            self.errors += 1
+            if self.errors == 1:
+                log.exception(
+                    "call %s: a provider event failed in the sink (counted from now on)", self._call_id
+                )
 
     def __call__(self, frame: FrameReceived) -> None:
         inbox, core, armed = self._inbox, self.core, self.armed
@@ -351,6 +379,7 @@ class ProviderLinks:
         self._reconnect, self._settings = reconnect, settings
         # Issue 15: each connection's open-to-session-confirmed seconds, by provider name (the server's metrics).
         self.on_connected: Callable[[str, float], None] | None = None
+        self.sink: Callable[[ProviderEvent], None] | None = None  # issue 13: CallerFrames.provider_event
 
     async def timed_connect(self, provider: Provider) -> SessionStarted:
         """`provider.connect()`, its duration (wall clock: a metric, never a rule) given to `on_connected`."""
@@ -418,7 +447,15 @@ class ProviderLinks:
             self._inbox.put_nowait(_ConnectFailed(token, str(exc), rollover))
             return
         self._inbox.put_nowait(started)
-        await _pump(provider.events(), self._inbox)
+        await self.read(provider)
+
+    async def read(self, provider: Provider) -> None:
+        """A connection's events into the session: from its socket's callback where it can (issue 13), else
+        through the inbox by a reader task."""
+        if self.sink is not None and isinstance(provider, DeliversEvents):
+            provider.deliver_to(self.sink)
+        else:
+            await _pump(provider.events(), self._inbox)
 
     def close(self, command: cmd.CloseTransport) -> None:
         token = command.token
@@ -486,6 +523,7 @@ class CallSession:
             reconnect=reconnect,
             settings=self._settings,
         )
+        self.links.sink = self._frames.provider_event  # issue 13: events straight from the socket
         self.providers = self.links.providers  # by transport token
         self._carriers: dict[type, Callable[[Any], None]] = {
             **self.links.carriers(),
@@ -563,7 +601,7 @@ class CallSession:
     async def _bridge(self, core: SessionCoordinator) -> None:
         self._frames.attach(self.leg, core)  # before the pump: no frame is left behind in the leg's queue
         self._spawn("leg", _pump(self.leg.events(), self._inbox))
-        self._spawn(f"provider-{self._first.token}", _pump(self._first.events(), self._inbox))
+        self._spawn(f"provider-{self._first.token}", self.links.read(self._first))
         try:
             while not core.finished(now := self._clock()):
                 deadline = core.next_deadline()

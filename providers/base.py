@@ -12,9 +12,9 @@ framing converts to the carrier's 8 kHz frames only when playing.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 from providers.events import ProviderEvent, SessionStarted
 from providers.limits import AudioLimits
@@ -139,4 +139,14 @@ class Provider(Protocol):
 
     async def close(self, timeout: float = 2.0) -> None:
         """Close the socket within `timeout` (asking the provider to end the session first if not yet asked)."""
+        ...
+
+
+@runtime_checkable
+class DeliversEvents(Protocol):
+    """Issue 13: a provider that can hand each event to a sink as its socket's callback parses it, instead of
+    through `events()` (no reader task, no queue, no loop iteration per event)."""
+
+    def deliver_to(self, sink: Callable[[ProviderEvent], None]) -> None:
+        """From now on every event (the last a `SessionClosed`) goes to `sink`; `events()` is not read."""
         ...

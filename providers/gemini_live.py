@@ -36,7 +36,7 @@ import json
 import logging
 import re
 import ssl as ssl_module
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -555,6 +555,14 @@ class GeminiLiveAdapter:
             if isinstance(event, SessionClosed) and not event.finalized:
                 event = self.core.connection_closed(event.close_code, event.reason)
             yield event
+
+    def deliver_to(self, sink: Callable[[ProviderEvent], None]) -> None:
+        def labelled(event: ProviderEvent) -> None:  # the socket's end, labelled as events() does
+            if isinstance(event, SessionClosed) and not event.finalized:
+                event = self.core.connection_closed(event.close_code, event.reason)
+            sink(event)
+
+        self.shell.deliver_to(labelled)
 
     def request_close(self) -> None:
         """No goodbye message exists: close the socket (a SessionClosed follows in events())."""

@@ -17,7 +17,7 @@ import base64
 import binascii
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -354,6 +354,9 @@ class OpenAILiveAdapter:
 
     def events(self) -> AsyncIterator[ProviderEvent]:
         return self.shell.events()
+
+    def deliver_to(self, sink: Callable[[ProviderEvent], None]) -> None:
+        self.shell.deliver_to(sink)
 
     def request_close(self) -> None:
         self.shell.request_close()

@@ -665,6 +665,9 @@ class RealtimeAdapter:
     def events(self) -> AsyncIterator[ProviderEvent]:
         return self.shell.events()
 
+    def deliver_to(self, sink: Callable[[ProviderEvent], None]) -> None:
+        self.shell.deliver_to(sink)
+
     def request_close(self) -> None:
         """The protocol has no close message: close the socket (`events()` then ends with `SessionClosed`)."""
         self.shell.request_close()

@@ -11,7 +11,9 @@ the TLS context for wss). That is the cheap way (issue 13, "Where the time goes"
 points of a core at 300 calls): no writer task and no keepalive task. A caller-audio frame with nothing
 queued ahead of it is written to the transport in the call that sends it; control frames (and audio behind
 them) queued during one loop iteration leave together at its end in one transport write; a received message
-waits in a queue until `events()` takes it.
+waits in a queue until `events()` takes it. Or, once the engine called `deliver_to(sink)` (issue 13), each
+message's events go to the sink in the socket's own callback, as it is parsed: no reader task, no queue, and
+no loop iteration between the socket and the session. The end is the same `SessionClosed` either way.
 
 A core provides:
 - `token: int`;
@@ -249,6 +251,10 @@ class WebSocketShell(asyncio.Protocol):
         self._outbox: deque[tuple[bool, str]] = deque()
         self._pending_audio = 0
         self._early: list[ProviderEvent] = []
+        self._sink: Callable[[ProviderEvent], None] | None = (
+            None  # `deliver_to`: events go there, not events()
+        )
+        self._delivered_end = False  # the sink had the last event (a SessionClosed)
         self._close_requested = False
         self.frames_sent = 0
         self.audio_dropped = 0  # caller audio frames dropped because the socket could not keep up
@@ -339,28 +345,66 @@ class WebSocketShell(asyncio.Protocol):
         early, self._early = self._early, []
         for event in early:
             yield event
-        tap = self._tap
         while True:
             message = await self._next_message()
             if message is None:
                 break
-            received_ns = time.monotonic_ns() if tap is not None else 0
-            events = self.core.receive_text(message)
-            self.flush()
-            for event in events:
-                if tap is not None and isinstance(event, AudioReceived):  # benchmark instrumentation
-                    tap.audio_received(received_ns, event.audio, event.format)
-                if isinstance(event, ProviderError) and event.raw is not None:
-                    self._log.warning("provider %s: %s; frame: %s", event.code, event.message, event.raw)
+            for event in self._parse(message):
                 yield event
                 if isinstance(event, SessionClosed):
                     return
+        yield self._ended()
+
+    def deliver_to(self, sink: Callable[[ProviderEvent], None]) -> None:
+        """Issue 13: from now on each event goes to `sink` as its message is parsed, in the socket's callback
+        (`events()` must not be read then). What came before is delivered first, in order; the last event is
+        a `SessionClosed`, as `events()` ends with. The sink must not raise."""
+        assert self._proto is not None, "connect() first"
+        self._sink = sink
+        early, self._early = self._early, []
+        for event in early:
+            sink(event)
+            if isinstance(event, SessionClosed):
+                self._delivered_end = True
+                return
+        self._deliver()
+
+    def _deliver(self) -> None:
+        """Every message received so far to the sink, then the end once the connection has ended."""
+        sink, messages = self._sink, self._messages
+        assert sink is not None
+        while messages and not self._delivered_end:
+            for event in self._parse(messages.popleft()):
+                sink(event)
+                if isinstance(event, SessionClosed):
+                    self._delivered_end = True
+                    break
+        if not self._delivered_end and self._lost is not None and self._lost.done():
+            self._delivered_end = True
+            sink(self._ended())
+
+    def _parse(self, message: str | bytes) -> list[ProviderEvent]:
+        """One received message's events (the core's answers sent at once)."""
+        tap = self._tap
+        received_ns = time.monotonic_ns() if tap is not None else 0
+        events = self.core.receive_text(message)
+        self.flush()
+        for event in events:
+            if tap is not None and isinstance(event, AudioReceived):  # benchmark instrumentation
+                tap.audio_received(received_ns, event.audio, event.format)
+            if isinstance(event, ProviderError) and event.raw is not None:
+                self._log.warning("provider %s: %s; frame: %s", event.code, event.message, event.raw)
+        return events
+
+    def _ended(self) -> SessionClosed:
+        """The last event when the socket ended without the core saying the session was over."""
         if self.audio_dropped:
             self._log.warning(
                 "%d caller audio frames were dropped: the socket could not keep up", self.audio_dropped
             )
+        assert self._proto is not None
         code, reason = self._proto.close_code, self._proto.close_reason
-        yield SessionClosed(
+        return SessionClosed(
             self.core.token,
             f"connection closed (code {code}, {reason or 'no reason'})",
             False,
@@ -484,7 +528,9 @@ class WebSocketShell(asyncio.Protocol):
         self._write_pending()
         if proto.close_expected():
             self._closing()
-        if len(messages) > READ_HIGH_WATER and not self._reading_paused and self._transport is not None:
+        if self._sink is not None:
+            self._deliver()
+        elif len(messages) > READ_HIGH_WATER and not self._reading_paused and self._transport is not None:
             self._reading_paused = True
             self._transport.pause_reading()
         self._wake()
@@ -506,6 +552,8 @@ class WebSocketShell(asyncio.Protocol):
             self._timer = None
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(None)
+        if self._sink is not None:
+            self._deliver()
         self._wake()
 
     def pause_writing(self) -> None:

@@ -16,6 +16,8 @@ from test_session import FakeLeg, FakeProvider, pcm_frame, session
 
 from bridge.barrier import Channel
 from bridge.session import MAX_QUEUED_FRAMES, CallerFrames, CallSession, _Wake
+from providers.events import AudioReceived, SessionClosed, SessionStarted
+from rtp.audio import PCMU_8K
 from sip.leg import CallEnded, FrameReceived, FrameSink, FrameSinkLeg, MediaHeld, MediaStarted
 
 event_loop_policy = virtual_time.policy_fixture()
@@ -232,3 +234,75 @@ async def test_the_native_leg_hands_a_frame_to_the_sink_only_while_no_event_wait
     leg.set_frame_sink(None)
     leg._post(_frame(4))
     assert got == [_frame(2)] and leg._queue.get_nowait() == _frame(4)
+
+
+class SinkProvider(FakeProvider):
+    """A provider with the capability (providers.base.DeliversEvents), as the WebSocket adapters have it: its
+    events go to the session's sink from its socket's callback (`push` here), not through `events()`."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sink: Callable[[Any], None] | None = None
+
+    def deliver_to(self, sink: Callable[[Any], None]) -> None:
+        self.sink = sink
+
+    async def events(self) -> Any:  # never read once delivering
+        raise AssertionError("events() read although the provider delivers to a sink")
+        yield
+
+    def push(self, event: Any) -> None:
+        assert self.sink is not None
+        self.sink(event)
+
+    def request_close(self) -> None:  # the close comes later, from the socket (never inside the command)
+        self.close_requested = True
+        asyncio.get_running_loop().call_soon(
+            self.push, SessionClosed(self.token, "close_requested", True, 3.0)
+        )
+
+
+async def _delivering(provider: SinkProvider) -> None:
+    for _ in range(200):  # bounded: the session hands over its sink once the provider has connected
+        if provider.sink is not None:
+            return
+        await asyncio.sleep(0.001)
+    raise AssertionError("the session never asked for the provider's events by a sink")
+
+
+async def test_provider_events_through_the_sink_reach_the_coordinator_in_the_sockets_callback() -> None:
+    """Issue 13: no reader task and no inbox: the audio is in the leg's playout before the push returns, and
+    the provider's close ends the call through the same sink."""
+    from providers.base import DeliversEvents
+
+    leg, provider = SinkLeg(), SinkProvider()
+    assert isinstance(provider, DeliversEvents) and not isinstance(FakeProvider(), DeliversEvents)
+    s = session(leg, provider)
+    task = asyncio.create_task(s.run())
+    await _delivering(provider)
+    await _attached(leg)
+    audio = bytes(range(256)) * 5  # 160 ms of PCMU
+    provider.push(AudioReceived(1, audio, PCMU_8K))
+    assert leg.playout.depth >= 2  # the cushion, enqueued there and then
+    assert all(isinstance(item, _Wake) for item in s._inbox._queue)  # type: ignore[attr-defined]  # at most a wake
+    provider.push(SessionClosed(1, "expired", True, 12.0))
+    summary = await asyncio.wait_for(task, 5)
+    assert summary.ended_by == "provider" and summary.usage_seconds == 12.0 and s._frames.errors == 0
+
+
+async def test_a_provider_event_never_overtakes_an_input_queued_before_it() -> None:
+    """While the inbox holds anything the event queues behind it, as a caller frame does; SessionStarted always
+    goes through the inbox."""
+    leg, provider = SinkLeg(), SinkProvider()
+    s = session(leg, provider)
+    task = asyncio.create_task(s.run())
+    await _delivering(provider)
+    await _attached(leg)
+    s._inbox.put_nowait(_Wake())  # something the loop has not taken yet
+    provider.push(AudioReceived(1, bytes(range(256)) * 5, PCMU_8K))
+    assert leg.playout.depth == 0 and s._inbox.qsize() == 2  # behind it, not into the core
+    provider.push(SessionStarted(1, "sess-2", None))
+    assert s._inbox.qsize() == 3
+    provider.push(SessionClosed(1, "expired", True, 1.0))
+    summary = await asyncio.wait_for(task, 5)
+    assert summary.ended_by == "provider"

@@ -427,3 +427,36 @@ async def test_a_caller_frame_with_nothing_ahead_of_it_is_written_in_the_call_th
     await peer.until(lambda: len(peer.texts()) >= 4)
     assert peer.texts() == ["hello", "a1", "commit", "a2"] and shell.frames_sent == 3
     await shell.close(timeout=1)
+
+
+async def test_deliver_to_hands_each_event_over_in_the_sockets_callback_and_the_end_once(
+    server: tuple[str, asyncio.Queue[Peer]],
+) -> None:
+    """Issue 13: with a sink, `events()` is not read. A message received before goes first; each later one
+    reaches the sink in the protocol's `data_received` (outside any task: nothing woke for it); the socket's
+    end is one SessionClosed, the same as `events()` ends with."""
+    shell, core, peer = await opened(*server)
+    peer.send_text("before")
+    for _ in range(500):  # bounded: until the shell has received it (queued, not yet parsed)
+        if shell._messages:
+            break
+        await asyncio.sleep(0.001)
+    seen: list[tuple[ProviderEvent, bool]] = []
+    shell.deliver_to(lambda e: seen.append((e, asyncio.current_task() is None)))
+    assert seen == [(OutputTranscript(7, "before"), False)]  # delivered in deliver_to, from the test's task
+    peer.send_text("one")
+    peer.send_text("two")
+    peer.proto.send_close(4001, "session over")
+    peer.write()
+    reading = asyncio.create_task(peer.until(lambda: any(f.opcode is OP_CLOSE for f in peer.frames)))
+    async with asyncio.timeout(5):
+        while not any(isinstance(e, SessionClosed) for e, _ in seen):
+            await asyncio.sleep(0.001)
+    await reading
+    await shell.close(timeout=1)
+    closed = SessionClosed(7, "connection closed (code 4001, session over)", False, close_code=4001)
+    assert seen[1:] == [
+        (OutputTranscript(7, "one"), True),
+        (OutputTranscript(7, "two"), True),
+        (closed, True),
+    ]
