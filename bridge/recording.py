@@ -250,14 +250,13 @@ class CallRecording:
         caller, self._caller = self._caller, []
         for at, pcm in caller:
             left.place(at, pcm)
-        entries = ledger.entries()  # a snapshot (the media clock may be recording meanwhile)
-        seen, first = self._ledger_seen, len(entries)
-        while first > 0 and entries[first - 1].transmitted_ns > seen:  # only the new ones, from the end
-            first -= 1
-        for entry in entries[first:]:
+        entries = ledger.entries_after(
+            self._ledger_seen
+        )  # the new ones (the clock may be recording meanwhile)
+        for entry in entries:
             right.place(entry.transmitted_ns, self._match(entry.item_id, entry.offset_ms, entry.epoch))
         if entries:
-            self._ledger_seen = max(seen, entries[-1].transmitted_ns)
+            self._ledger_seen = entries[-1].transmitted_ns
         if final:
             upto = max(left.next_slot, right.next_slot)
         else:

@@ -251,9 +251,7 @@ class WebSocketShell(asyncio.Protocol):
         self._outbox: deque[tuple[bool, str]] = deque()
         self._pending_audio = 0
         self._early: list[ProviderEvent] = []
-        self._sink: Callable[[ProviderEvent], None] | None = (
-            None  # `deliver_to`: events go there, not events()
-        )
+        self._sink: Callable[[ProviderEvent], None] | None = None  # `deliver_to`'s, in place of events()
         self._delivered_end = False  # the sink had the last event (a SessionClosed)
         self._close_requested = False
         self.frames_sent = 0

@@ -136,9 +136,7 @@ class JitterBuffer:
         self.frames_concealed = 0
         self.frames_silence = 0
         self.frames_dropped_shrink = 0
-        self.frames_backlog = (
-            0  # owed frames delivered by `pop_backlog` (skipped slots caught up, not dropped)
-        )
+        self.frames_backlog = 0  # owed frames of skipped slots delivered by `pop_backlog`
         self.underruns = 0
         self.waits = 0  # ticks held for a missing packet that might still come
         self.lost = 0  # slots given up as lost (concealed or skipped)

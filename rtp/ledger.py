@@ -90,6 +90,15 @@ class CarrierLedger:
         snapshot = list(self._entries)
         return [LedgerEntry(*e) for e in snapshot if item_id is None or e[0] == item_id]
 
+    def entries_after(self, after_ns: int) -> list[LedgerEntry]:
+        """The retained entries transmitted after `after_ns`, oldest first: only those are made into
+        `LedgerEntry` (the recording asks once a second for the new ones)."""
+        snapshot = list(self._entries)
+        first = len(snapshot)
+        while first > 0 and snapshot[first - 1][3] > after_ns:
+            first -= 1
+        return [LedgerEntry(*e) for e in snapshot[first:]]
+
     def last(self) -> LedgerEntry | None:
         """The most recently transmitted frame."""
         try:

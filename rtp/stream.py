@@ -231,11 +231,6 @@ class RtpStream:
         """This slot's inbound frame (None until the caller's first packet): call once per clock slot."""
         return self.jitter.pop(now)
 
-    def pull_backlog(self, now: int) -> PlayoutFrame | None:
-        """After a slot's `pull_frame`: one more inbound frame while the jitter buffer owes the frames of slots
-        the media clock skipped, else None (rtp.jitter.JitterBuffer.pop_backlog)."""
-        return self.jitter.pop_backlog(now)
-
     def _start(self, now: int) -> None:
         """First packet either way: the RTCP schedule begins."""
         self._started = True

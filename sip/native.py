@@ -170,7 +170,7 @@ class _CallMedia:
             elif out is not None:
                 self.frames_unsent += 1
         if due and self.receives and not self.held:  # issue 17: the frames of skipped slots, one a tick
-            frame = stream.pull_backlog(now)
+            frame = stream.jitter.pop_backlog(now)  # one comparison when nothing is owed
             if frame is not None:
                 self.frames_in += 1
                 self._leg._post(FrameReceived(frame.pcm, frame.seq, frame.arrival_ns))

@@ -119,3 +119,5 @@ def test_a_full_collection_does_not_walk_the_ledgers_entries() -> None:
     assert len(ledger._entries) == 500 and not any(gc.is_tracked(e) for e in ledger._entries)
     assert ledger.last() == LedgerEntry("item-5", 1980, 1, 599)
     assert ledger.entries("item-1") == [LedgerEntry("item-1", k * 20, 1, 100 + k) for k in range(100)]
+    assert ledger.entries_after(596) == [LedgerEntry("item-5", 1940 + k * 20, 1, 597 + k) for k in range(3)]
+    assert ledger.entries_after(599) == [] and len(ledger.entries_after(0)) == 500
