@@ -12,9 +12,10 @@ it during a repair, or the session's loop fell behind and shed frames. So the ti
 forwarded audio restarted after such a gap, as (audio position, session time minus audio position). A
 connection is registered with the audio position at which its clock began (`connection_started`), and a
 provider time p on it is the audio position origin + p, on the session timeline through the mark that holds
-it; until a frame has been forwarded to it, through the instant it started. Within one stretch of continuous audio the offset is the lowest seen (a frame handled late, or frames
-handled in a burst after a stall, came no earlier than they were heard), and a frame later than that by over
-`GAP_MS` starts a new stretch; a burst that brings the offset back merges the two again.
+it; until a frame has been forwarded to it, through the instant it started. Within one stretch of continuous
+audio the offset is the lowest seen (a frame handled late, or frames handled in a burst after a stall, came
+no earlier than they were heard), and a frame later than that by over `GAP_MS` starts a new stretch; a burst
+that brings the offset back merges the two again.
 """
 
 from __future__ import annotations
@@ -27,9 +28,7 @@ from providers.events import InputTranscript, ProviderEvent
 _NS_PER_MS = 1_000_000
 _FRAME_MS = 20
 ORIGINS_KEPT = 32  # issue 17: connections whose clock origin is kept (the most recently used ones)
-MARKS_KEPT = (
-    64  # issue 17: stretches of continuous caller audio kept (the newest; a connection lives ~60 min)
-)
+MARKS_KEPT = 64  # issue 17: stretches of continuous caller audio kept (the newest ones)
 GAP_MS = 100  # a forwarded frame this much later than its stretch's audio says starts a new stretch
 
 
@@ -68,9 +67,10 @@ class Timeline:
                 marks.pop()  # a burst after a stall: no audio was missing after all
 
     def connection_started(self, token: int, now_ns: int) -> None:
-        """A connection's clock starts now (its session was confirmed), at the audio forwarded next. Issue 17: only the `ORIGINS_KEPT` most
-        recently used are kept. The live ones — the floor, a rollover's one or two listeners — are among them:
-        every rebase keeps its connection's origin fresh, and the rest are gone, their events inert (HR2)."""
+        """A connection's clock starts now (its session was confirmed), at the audio forwarded next.
+        Issue 17: only the `ORIGINS_KEPT` most recently used are kept. The live ones — the floor, a rollover's
+        one or two listeners — are among them: every rebase keeps its connection's origin fresh, and the rest
+        are gone, their events inert (HR2)."""
         origins = self._origins
         origins.pop(token, None)
         origins[token] = (self.fed_ms, self.ms(now_ns) - self.fed_ms)

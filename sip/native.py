@@ -132,9 +132,8 @@ class _CallMedia:
             self._check_limits(now)
         if skipped:
             stream.skip(skipped)
-            stream.jitter.skip(
-                skipped, now
-            )  # their inbound frames are owed, delivered as they come (issue 17)
+            # issue 17: their inbound frames are owed, delivered one a tick from the next one on
+            stream.jitter.skip(skipped, now)
         for _ in range(due):
             frame = stream.pull_frame(now)
             if frame is not None and not self.held and self.receives:
