@@ -372,7 +372,7 @@ class ProviderLinks:
         reconnect: Callable[[int, SessionSettings], Provider] | None,
         settings: SessionSettings,
     ) -> None:
-        self.first = first
+        self.first_token, self.name = first.token, first.name  # (not the connection: it goes when it closes)
         self.providers: dict[int, Provider] = {first.token: first}  # by transport token
         self._call_id, self._inbox, self._hooks = call_id, inbox, hooks
         self._spawn, self._cancel, self._floor = spawn, cancel, floor
@@ -389,15 +389,10 @@ class ProviderLinks:
             self.on_connected(provider.name, time.monotonic() - begun)
         return started
 
-    @property
-    def floor(self) -> Provider:
-        """The connection holding the floor (the first one until the session has started)."""
-        return self.providers.get(self._floor(), self.first)
-
     def carriers(self) -> dict[type, Callable[[Any], None]]:
         return {
             cmd.SendAudio: self._send_audio,
-            cmd.Truncate: lambda c: self.floor.truncate(c.item_id, c.audio_end_ms),
+            cmd.Truncate: lambda c: self._on(self._floor(), lambda p: p.truncate(c.item_id, c.audio_end_ms)),
             cmd.OpenReplacement: self.open,
             cmd.OpenRollover: self.open,
             cmd.CloseTransport: self.close,
@@ -490,7 +485,6 @@ class CallSession:
     ) -> None:
         self.leg = leg
         self._tap = media_tap  # issue 15: --record
-        self._first = provider
         self._settings = settings or SessionSettings()
         options = options or CoordinatorOptions()
         self._options = replace(
@@ -519,7 +513,7 @@ class CallSession:
             hooks=self._hooks,
             spawn=self._spawn,
             cancel=self._cancel,
-            floor=lambda: self.coordinator.token if self.coordinator is not None else provider.token,
+            floor=lambda: self.coordinator.token if self.coordinator is not None else self.links.first_token,
             reconnect=reconnect,
             settings=self._settings,
         )
@@ -538,11 +532,6 @@ class CallSession:
     def call_id(self) -> str:
         return self.leg.identity.call_id
 
-    @property
-    def provider(self) -> Provider:
-        """The connection holding the floor (the first one until the session has started)."""
-        return self.links.floor
-
     def status(self) -> dict[str, Any]:
         """`status()` of the session (SE7): identity, state and the coordinator's view."""
         ident, now = self.leg.identity, self._clock()
@@ -552,7 +541,7 @@ class CallSession:
             "to": ident.to_uri,
             "called": ident.request_user,
             "source": ident.source,
-            "provider": self.provider.name,
+            "provider": self.links.name,
             "duration_ms": (now - self.started_ns) // 1_000_000,
         }
         if self.coordinator is None:
@@ -570,7 +559,7 @@ class CallSession:
             bounded(ident.to_uri, _LOGGED_URI_CHARS),
             ident.source,
         )
-        first = self._first
+        first = self.providers[self.links.first_token]
         try:
             if not await self._hooks.authorized(f"conn-{first.token}"):
                 raise ProviderUnavailable(f"connection {self.call_id}/conn-{first.token} not authorised")
@@ -593,6 +582,7 @@ class CallSession:
             self.coordinator.provider_event(started, self._clock())
             self._expires(started)
             self.leg.answer()
+            del first  # issue 17: a closed first connection is freed, not held to the call's end
             await self._bridge(self.coordinator)
         summary = self._summary()
         log.info("%s", summary)
@@ -601,7 +591,8 @@ class CallSession:
     async def _bridge(self, core: SessionCoordinator) -> None:
         self._frames.attach(self.leg, core)  # before the pump: no frame is left behind in the leg's queue
         self._spawn("leg", _pump(self.leg.events(), self._inbox))
-        self._spawn(f"provider-{self._first.token}", self.links.read(self._first))
+        first = self.links.first_token
+        self._spawn(f"provider-{first}", self.links.read(self.providers[first]))
         try:
             while not core.finished(now := self._clock()):
                 deadline = core.next_deadline()

@@ -7,6 +7,8 @@ HR6, HR9 and HR10 (command records, held backend results, delegations during res
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import virtual_time
 from test_session import FakeLeg, FakeProvider
@@ -278,6 +280,31 @@ async def test_hr5_the_shell_opens_one_replacement_and_the_call_stays_up() -> No
     leg.queue.put_nowait(CallEnded("bye", 200, True, 0, 0))
     summary = await asyncio.wait_for(task, 5)
     assert summary.ended_by == "caller"
+
+
+async def test_a_replaced_connection_is_freed_while_the_call_goes_on() -> None:
+    """Issue 17: once the first connection is replaced and closed, the session holds nothing of it. It used to
+    keep the first adapter (its shell, core and socket buffers) to the call's end: one closed connection a
+    call, in a live bridge's census."""
+    leg, first = FakeLeg(), ReplacementProvider(1)
+    session = CallSession(
+        leg, first, clock=virtual_time.loop_clock(), reconnect=lambda token, _: ReplacementProvider(token)
+    )
+    task = asyncio.create_task(session.run())
+    for _ in range(50):
+        await asyncio.sleep(0)
+    first.queue.put_nowait(SessionClosed(1, "connection closed (code 1006)", False))
+    gone, first = weakref.ref(first), None  # type: ignore[assignment]
+    for _ in range(100):
+        await asyncio.sleep(0)
+        if session.coordinator and session.coordinator.token == 2 and 1 not in session.providers:
+            break
+    await asyncio.sleep(2)  # the close task (1 s at most) has ended
+    gc.collect()
+    assert session.coordinator is not None and session.coordinator.token == 2 and leg.hangups == []
+    assert gone() is None, gc.get_referrers(gone())
+    leg.queue.put_nowait(CallEnded("bye", 200, True, 0, 0))
+    assert (await asyncio.wait_for(task, 5)).ended_by == "caller"
 
 
 async def test_hr5_closing_during_a_recovery_finishes_within_its_deadline() -> None:
