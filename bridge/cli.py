@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import ctypes
-import gc
 import logging
 import os
 import signal
@@ -22,6 +20,7 @@ import click
 from bridge.api import ECHO_LOCAL_KEY, Application, LiveCall, Server, ServerConfig, outbound_outcome
 from bridge.delegations import JobRequest
 from bridge.doctor import doctor_command
+from bridge.heap import HeapTrim, freeze_start_up_heap, malloc_trim, tune_malloc
 from bridge.jsonlog import use_json_logs
 from bridge.ops import DEFAULT_DRAIN_S, config_group, serve_file
 from bridge.providers import KINDS, MissingKey, api_key
@@ -769,33 +768,13 @@ async def place_call(server: Server, target: str, *, from_uri: str | None, ring_
 
 # --- issue 13: the process around the loop ---
 EVENT_LOOP_ENV = "PARLORA_EVENT_LOOP"  # auto (uvloop when installed) | uvloop | asyncio
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3  # glibc <malloc.h>
-MMAP_THRESHOLD_BYTES = 1 << 20  # above the stdlib loop's 256 KiB receive buffer
-TRIM_THRESHOLD_BYTES = 4 << 20
-
-
-def tune_malloc() -> bool:
-    """What `MALLOC_MMAP_THRESHOLD_=1048576 MALLOC_TRIM_THRESHOLD_=4194304` in the environment would do, set
-    from inside with glibc's `mallopt` (no re-exec): the stdlib loop's socket transports read into a fresh
-    256 KiB buffer and shrink it, which glibc serves with mmap + munmap on every read unless its threshold
-    is above that. An operator's own MALLOC_MMAP_THRESHOLD_ wins. False where there is no glibc `mallopt`."""
-    if "MALLOC_MMAP_THRESHOLD_" in os.environ or not sys.platform.startswith("linux"):
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # musl: no mallopt
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(
-        mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD_BYTES)
-    )
 
 
 def _run_server(server: Server, event_loop: str) -> int:
     """The server on uvloop when installed (PARLORA_EVENT_LOOP=asyncio: the stdlib loop; =uvloop: uvloop or an
-    error), with malloc tuned and the start-up heap frozen."""
+    error), with malloc tuned, the start-up heap frozen and the C heap trimmed once a minute (bridge/heap.py)."""
     tune_malloc()
-    gc.collect()
-    gc.freeze()  # modules, classes and configuration live as long as the process: never scan them again
+    freeze_start_up_heap()
     if event_loop != "asyncio":
         try:
             import uvloop
@@ -804,8 +783,20 @@ def _run_server(server: Server, event_loop: str) -> int:
                 raise click.UsageError(f"{EVENT_LOOP_ENV}=uvloop: uvloop is not installed") from None
         else:
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                return runner.run(server.run())
-    return asyncio.run(server.run())
+                return runner.run(_serving(server))
+    return asyncio.run(_serving(server))
+
+
+async def _serving(server: Server) -> int:
+    trim = malloc_trim()
+    heap = None if trim is None else HeapTrim(trim)
+    if heap is not None:
+        heap.start(asyncio.get_running_loop())
+    try:
+        return await server.run()
+    finally:
+        if heap is not None:
+            heap.stop()
 
 
 # --- end issue 13 ---

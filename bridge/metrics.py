@@ -35,6 +35,9 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
                                                  malformed_NNN (answered NNN), internal_error (dropped)
     engine_held{resource}                        what the engine holds now: calls, transactions, RTP ports,
                                                  media channels, TCP connections, tasks (read at each scrape)
+    heap{figure}                                 the process heap at each scrape (bridge/heap.py, issue 17):
+                                                 malloc_in_use, malloc_free, malloc_mmapped (bytes),
+                                                 python_blocks (the interpreter's allocated blocks)
 """
 
 from __future__ import annotations
@@ -202,6 +205,13 @@ class BridgeMetrics:
             ["resource"],
             registry=r,
         )
+        self._heap = Gauge(
+            f"{PREFIX}_heap",
+            "The process heap: glibc malloc_in_use, malloc_free (kept by fragmentation), malloc_mmapped "
+            "(bytes), and python_blocks (the interpreter's allocated blocks).",
+            ["figure"],
+            registry=r,
+        )
         self._registrations = Gauge(
             f"{PREFIX}_registrations",
             "1 for each trunk's current registration state.",
@@ -237,6 +247,10 @@ class BridgeMetrics:
         """The engine's counts of what it holds now (each series set, not added to)."""
         for resource, count in held.items():
             self._engine_held.labels(resource=resource).set(count)
+
+    def heap(self, figures: Mapping[str, int]) -> None:
+        for figure, value in figures.items():
+            self._heap.labels(figure=figure).set(value)
 
     # --- media: batches, never per packet ---
 

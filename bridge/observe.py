@@ -26,6 +26,7 @@ from typing import Protocol, get_args, runtime_checkable
 
 from bridge.commands import AudioDiscontinuity, RecoveryChanged, RolloverChanged
 from bridge.delegations import JobChanged
+from bridge.heap import figures as heap_figures
 from bridge.metrics import (
     CONTENT_TYPE,
     BridgeMetrics,
@@ -258,6 +259,7 @@ class CallObserver:
                     self.metrics.sip_rejected("internal_error" if name == "internal_errors" else name, grown)
         if isinstance(engine, EngineHeld):
             self.metrics.engine_held(engine.counts())
+        self.metrics.heap(heap_figures())  # issue 17: a leak against fragmentation
         if isinstance(engine, SipStatus):
             status = engine.sip_status()
             policy = status.get("policy")

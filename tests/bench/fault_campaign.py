@@ -365,6 +365,7 @@ class Sample:
     # and per CPU the jiffies busy, stolen by the hypervisor and in all (/proc/stat)
     runq_wait_ns: int = 0
     cpus: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    heap: dict[str, float] = field(default_factory=dict)  # parlora_heap by figure (bridge/heap.py)
 
 
 def read_schedstat_wait_ns(text: str) -> int:
@@ -391,6 +392,7 @@ def parse_sample(
     held: dict[str, float] = {}
     lateness: dict[float, float] = {}
     late: dict[str, float] = {}
+    heap: dict[str, float] = {}
     for family in text_string_to_metric_families(metrics):
         for s in family.samples:
             if s.name == "parlora_engine_held":
@@ -399,6 +401,8 @@ def parse_sample(
                 lateness[float(s.labels["le"])] = s.value
             elif s.name == "parlora_media_clock_late_ticks_total":
                 late[s.labels["cause"]] = s.value
+            elif s.name == "parlora_heap":
+                heap[s.labels["figure"]] = s.value
     return Sample(
         round(at_s, 1),
         round(rss_mb, 2),
@@ -409,6 +413,7 @@ def parse_sample(
         lateness,
         late,
         clock_counters(sip),
+        heap=heap,
     )
 
 
@@ -460,6 +465,16 @@ def _p99_bound_ms(before: dict[float, float], after: dict[float, float]) -> floa
     return None
 
 
+def _per_hour(samples: Sequence[Sample], ys: Sequence[float]) -> float | None:
+    """The least-squares slope of `ys` (one per sample) per hour of the samples' `at_s`."""
+    if len(samples) < 2:
+        return None
+    xs = [s.at_s / 3600 for s in samples]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    return round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var, 2) if var else None
+
+
 def sample_figures(samples: Sequence[Sample]) -> dict[str, Any]:
     """Over time: RSS growth per hour (a least-squares slope over the samples after the first fifth of the
     run, so start-up allocation does not count), open fds, what the engine holds, and the media clock's
@@ -467,12 +482,9 @@ def sample_figures(samples: Sequence[Sample]) -> dict[str, Any]:
     if len(samples) < 2:
         return {"samples": len(samples)}
     settled = samples[len(samples) // 5 :]
-    slope = None
-    if len(settled) >= 2:
-        xs, ys = [s.at_s / 3600 for s in settled], [s.rss_mb for s in settled]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        var = sum((x - mx) ** 2 for x in xs)
-        slope = round(sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var, 2) if var else None
+    slope = _per_hour(settled, [s.rss_mb for s in settled])
+    in_use = [s.heap.get("malloc_in_use", 0) / 1e6 for s in settled]
+    blocks = [s.heap.get("python_blocks", 0) / 1e3 for s in settled]
     pairs = list(itertools.pairwise(samples))
     p99 = [_p99_bound_ms(a.lateness, b.lateness) for a, b in pairs]
     cpu = [round(100 * (b.cpu_s - a.cpu_s) / (b.at_s - a.at_s), 1) for a, b in pairs if b.at_s > a.at_s]
@@ -483,6 +495,15 @@ def sample_figures(samples: Sequence[Sample]) -> dict[str, Any]:
         "rss_growth_mb_per_hour": slope,
         # the curve, not only its slope: a bound filling levels off, a leak does not
         "rss_mb_by_sample": [s.rss_mb for s in samples],
+        # issue 17: live data apart from fragmentation (bridge/heap.py): a leak grows the first two, a
+        # fragmenting heap the third (which the bridge's trim once a minute gives back)
+        "heap_by_sample": {
+            "malloc_in_use_mb": [round(s.heap.get("malloc_in_use", 0) / 1e6, 2) for s in samples],
+            "python_blocks_k": [round(s.heap.get("python_blocks", 0) / 1e3, 1) for s in samples],
+            "malloc_free_mb": [round(s.heap.get("malloc_free", 0) / 1e6, 2) for s in samples],
+        },
+        "malloc_in_use_growth_mb_per_hour": _per_hour(settled, in_use),
+        "python_blocks_growth_k_per_hour": _per_hour(settled, blocks),
         "fds_first_last": [samples[0].fds, samples[-1].fds],
         "held_first_last": [samples[0].held, samples[-1].held],
         "pacing_p99_ms_by_interval": p99,

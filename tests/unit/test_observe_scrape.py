@@ -4,6 +4,7 @@ the provider connect time the session reports (bridge/session.py `ProviderLinks.
 from __future__ import annotations
 
 import asyncio
+import sys
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -142,6 +143,19 @@ def test_an_engine_without_counters_is_left_alone() -> None:
     obs.scrape(None)
     obs.scrape(object())
     assert _value(obs.metrics, "parlora_refusals_total", reason="draining") == 0
+
+
+def test_each_scrape_reports_the_heap_live_data_apart_from_fragmentation() -> None:
+    """Issue 17: a leak shows in malloc_in_use and python_blocks, fragmentation in malloc_free."""
+    obs = CallObserver()
+    obs.scrape(None)
+    before = _value(obs.metrics, "parlora_heap", figure="python_blocks")
+    held = [bytearray(64) for _ in range(20_000)]  # 20,000 more blocks, alive at the next scrape
+    obs.scrape(None)
+    assert _value(obs.metrics, "parlora_heap", figure="python_blocks") - before >= 20_000 and len(held) > 0
+    if sys.platform.startswith("linux"):  # glibc: this machine's CI
+        assert _value(obs.metrics, "parlora_heap", figure="malloc_in_use") > 1_000_000
+        assert 'parlora_heap{figure="malloc_free"}' in obs.metrics.render().decode()
 
 
 class _Provider:
