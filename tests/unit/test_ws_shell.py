@@ -6,6 +6,8 @@ keepalive core on virtual time."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -460,3 +462,40 @@ async def test_deliver_to_hands_each_event_over_in_the_sockets_callback_and_the_
         (OutputTranscript(7, "two"), True),
         (closed, True),
     ]
+
+
+async def test_a_closed_connection_is_freed_by_reference_counting_though_its_sink_holds_its_owner(
+    server: tuple[str, asyncio.Queue[Peer]],
+) -> None:
+    """Issue 17: Gemini's sink is a closure over its adapter, which holds the shell, so the shell was a cycle:
+    each closed connection (its TLS objects and resampler too) waited for a full collection, tens of MB of C
+    heap at 100 calls. Now the sink goes with the end, and the transport with the connection: with the
+    collector off, nothing of the shell outlives the last reference to its owner."""
+    shell, _, peer = await opened(*server)
+    owner = Owner(shell)  # as gemini_live's adapter: it holds the shell, and the shell's sink holds it
+    seen = owner.seen
+    gc.disable()
+    try:
+        shell.deliver_to(owner.labelled)
+        peer.proto.send_close(4001, "session over")
+        peer.write()
+        async with asyncio.timeout(5):
+            while not any(isinstance(e, SessionClosed) for e in seen):
+                await asyncio.sleep(0.001)
+        await shell.close(timeout=1)
+        for _ in range(5):  # the loop's own connection_lost callbacks
+            await asyncio.sleep(0)
+        gone = weakref.ref(shell)
+        del shell, owner
+        assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]
+    finally:
+        gc.enable()
+
+
+@dataclass
+class Owner:
+    shell: WebSocketShell
+    seen: list[ProviderEvent] = field(default_factory=list)
+
+    def labelled(self, event: ProviderEvent) -> None:
+        self.seen.append(event)
