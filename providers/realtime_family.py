@@ -38,6 +38,7 @@ import json
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -237,29 +238,7 @@ class RealtimeClientProtocol:
         self._uncommitted = 0  # bytes appended since the input buffer was last committed or cleared
         self._own_commits = 0  # our commits whose `input_audio_buffer.committed` has not arrived yet
         self._speech_open = False  # the server VAD heard the caller start and has not committed the utterance
-        partial = f"conversation.item.input_audio_transcription.{dialect.input_transcript_partial}"
-        self._handlers: dict[str, Callable[[dict[str, Any]], list[ProviderEvent]]] = {
-            "session.created": self._on_session_created,
-            "conversation.created": self._on_conversation_created,
-            "session.updated": self._on_session_updated,
-            "error": self._on_error,
-            "input_audio_buffer.speech_started": self._on_speech_started,
-            "input_audio_buffer.speech_stopped": self._on_speech_stopped,
-            "input_audio_buffer.committed": self._on_committed,
-            "input_audio_buffer.cleared": self._on_cleared,
-            "response.created": self._on_response_created,
-            "response.done": self._on_response_done,
-            "response.output_item.added": self._on_output_item_added,
-            "response.output_audio.delta": self._on_audio_delta,
-            "response.output_audio_transcript.delta": self._on_output_transcript_delta,
-            "response.output_audio_transcript.done": self._on_output_transcript_done,
-            f"{dialect.text_event_prefix}.delta": self._on_output_transcript_delta,
-            f"{dialect.text_event_prefix}.done": self._on_output_transcript_done,
-            partial: self._on_input_transcript_partial,
-            "conversation.item.input_audio_transcription.completed": self._on_input_transcript_completed,
-            "conversation.item.input_audio_transcription.failed": self._on_input_transcript_failed,
-            "response.function_call_arguments.done": self._on_function_call_done,
-        }
+        self._handlers = _handlers(dialect)  # (functions, not bound methods: no cycle through self)
         # Everything else (rate_limits.updated, conversation.item.*, content parts, xAI's keepalive `ping`, ...)
         # carries nothing the session engine needs and is ignored.
 
@@ -362,7 +341,7 @@ class RealtimeClientProtocol:
             if not isinstance(event, dict) or not isinstance(event.get("type"), str):
                 raise ValueError("not a JSON object with a string 'type'")
             handler = self._handlers.get(event["type"])
-            return [] if handler is None else handler(event)
+            return [] if handler is None else handler(self, event)
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             return [
                 self._protocol_error("invalid_event", f"unparseable server event: {exc}", text, fatal=False)
@@ -679,3 +658,35 @@ class RealtimeAdapter:
         await self.shell.close(timeout)
         if self._closing is not None:
             await self._closing
+
+
+@cache
+def _handlers(
+    dialect: Dialect,
+) -> dict[str, Callable[[RealtimeClientProtocol, dict[str, Any]], list[ProviderEvent]]]:
+    """The server events a core handles, by type, for its dialect. Issue 17: a table of bound methods in each
+    core made every core a cycle, freed only by a full collection (100 cores and 2,100 methods of garbage
+    every 2.5 minutes at 100 calls); plain functions, shared by every core of a dialect, make none."""
+    partial = f"conversation.item.input_audio_transcription.{dialect.input_transcript_partial}"
+    return {
+        "session.created": RealtimeClientProtocol._on_session_created,
+        "conversation.created": RealtimeClientProtocol._on_conversation_created,
+        "session.updated": RealtimeClientProtocol._on_session_updated,
+        "error": RealtimeClientProtocol._on_error,
+        "input_audio_buffer.speech_started": RealtimeClientProtocol._on_speech_started,
+        "input_audio_buffer.speech_stopped": RealtimeClientProtocol._on_speech_stopped,
+        "input_audio_buffer.committed": RealtimeClientProtocol._on_committed,
+        "input_audio_buffer.cleared": RealtimeClientProtocol._on_cleared,
+        "response.created": RealtimeClientProtocol._on_response_created,
+        "response.done": RealtimeClientProtocol._on_response_done,
+        "response.output_item.added": RealtimeClientProtocol._on_output_item_added,
+        "response.output_audio.delta": RealtimeClientProtocol._on_audio_delta,
+        "response.output_audio_transcript.delta": RealtimeClientProtocol._on_output_transcript_delta,
+        "response.output_audio_transcript.done": RealtimeClientProtocol._on_output_transcript_done,
+        f"{dialect.text_event_prefix}.delta": RealtimeClientProtocol._on_output_transcript_delta,
+        f"{dialect.text_event_prefix}.done": RealtimeClientProtocol._on_output_transcript_done,
+        partial: RealtimeClientProtocol._on_input_transcript_partial,
+        "conversation.item.input_audio_transcription.completed": RealtimeClientProtocol._on_input_transcript_completed,
+        "conversation.item.input_audio_transcription.failed": RealtimeClientProtocol._on_input_transcript_failed,
+        "response.function_call_arguments.done": RealtimeClientProtocol._on_function_call_done,
+    }
