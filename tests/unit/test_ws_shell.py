@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import weakref
 import logging
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
