@@ -51,7 +51,8 @@ def test_malloc_trim_gives_back_the_free_pages_between_live_blocks() -> None:
     before = _rss_kib()
     trim()
     after = _rss_kib()
-    assert before - after > 20_000, (before, after)  # most of the ~38 MB freed between the kept blocks
+    # much of the ~38 MB freed between the kept blocks comes back (24 MB on this machine)
+    assert before - after > 12_000, (before, after)
     assert len(kept) == 1_000
 
 
