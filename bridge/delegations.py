@@ -182,7 +182,8 @@ class JobLedger:
     call is about 7 minutes of it) holds every redelivery that is actually possible. It is full minutes into
     a call, not most of an hour: a 30-minute run at 100 calls measured RSS still growing while the earlier
     window (256 jobs, 10 minutes) filled, and every kept job is an object a full collection walks.
-    `forgotten` keeps the final states of what it dropped, so the status still reports totals. A call redelivered after its job was forgotten would be dispatched as new work."""
+    `forgotten` keeps the final states of what it dropped, so the status still reports totals. A call
+    redelivered after its job was forgotten would be dispatched as new work."""
 
     def __init__(self, options: DelegationOptions) -> None:
         self._options = options

@@ -82,8 +82,8 @@ def freeze_start_up_heap() -> int:
 
 
 def malloc_trim() -> Callable[[], bool] | None:
-    """glibc's `malloc_trim(0)` (free pages anywhere in the heap back to the system; True if any were), or None
-    where there is none."""
+    """glibc's `malloc_trim(0)`: free pages anywhere in the heap back to the system, True if any were. None
+    where there is no glibc."""
     libc = _glibc()
     if libc is None:
         return None
@@ -130,16 +130,22 @@ class _MallInfo2(ctypes.Structure):  # glibc >= 2.33 <malloc.h> struct mallinfo2
     ]
 
 
+@cache
+def _mallinfo2() -> Callable[[], _MallInfo2] | None:
+    libc = _glibc()
+    mallinfo2 = getattr(libc, "mallinfo2", None) if libc is not None else None
+    if mallinfo2 is not None:
+        mallinfo2.restype = _MallInfo2
+    return mallinfo2
+
+
 def figures() -> dict[str, int]:
     """The heap now, for /metrics: glibc's bytes in use, free inside its heap (what fragmentation keeps) and
     mmapped; and the interpreter's allocated blocks (objects and buffers, whatever their size). What grows
     with a leak is `malloc_in_use` and `python_blocks`; `malloc_free` grows with fragmentation and is what
     the trim gives back. glibc's part is missing without glibc >= 2.33."""
     out = {"python_blocks": sys.getallocatedblocks()}
-    libc = _glibc()
-    mallinfo2 = getattr(libc, "mallinfo2", None) if libc is not None else None
-    if mallinfo2 is not None:
-        mallinfo2.restype = _MallInfo2
+    if (mallinfo2 := _mallinfo2()) is not None:
         info = mallinfo2()
         out |= {"malloc_in_use": info.uordblks, "malloc_free": info.fordblks, "malloc_mmapped": info.hblkhd}
     return out

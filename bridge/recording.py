@@ -250,9 +250,8 @@ class CallRecording:
         caller, self._caller = self._caller, []
         for at, pcm in caller:
             left.place(at, pcm)
-        entries = ledger.entries_after(
-            self._ledger_seen
-        )  # the new ones (the clock may be recording meanwhile)
+        # only the entries new since the last call (the media clock may be recording meanwhile)
+        entries = ledger.entries_after(self._ledger_seen)
         for entry in entries:
             right.place(entry.transmitted_ns, self._match(entry.item_id, entry.offset_ms, entry.epoch))
         if entries:
