@@ -84,6 +84,7 @@ DEFAULT_INVITE_RATE = 5.0  # INVITEs per second per source off loopback (issue 1
 DEFAULT_OPTIONS_RATE = (
     10.0  # out-of-dialog OPTIONS per second per source off loopback (issue 17), then dropped
 )
+LATE_READ_MAX = 16  # datagrams a late media tick reads before its slots: the jitter ring's size
 STOP_GRACE_S = 2.0  # how long stop() waits for the answers to its BYEs and final responses
 TCP_LINGER_S = 0.2  # then how long TCP connections stay open for the peers to finish
 _MAX_FLUSH_ROUNDS = 16
@@ -130,6 +131,10 @@ class _CallMedia:
         stream = self.stream
         if not self._limit_hit:
             self._check_limits(now)
+        if (
+            skipped or due > 1
+        ):  # woke late: first what came during the stall (issue 17), at most a ring's worth
+            self._sockets.drain_rtp(min(due + skipped, LATE_READ_MAX))
         if skipped:
             stream.skip(skipped)
             # issue 17: their inbound frames are owed, delivered one a tick from the next one on

@@ -293,6 +293,42 @@ async def test_rtp_socket_pairs_bind_rtp_even_rtcp_odd_and_close_back_to_zero() 
     assert pool.in_use == 0
 
 
+def test_drain_rtp_reads_what_is_waiting_up_to_its_limit_without_the_loop() -> None:
+    """Issue 17: a late media tick reads the RTP that came during the stall itself, at most `limit`
+    datagrams, oldest first; with nothing waiting it returns 0 at once (no exception escapes)."""
+    loop = asyncio.new_event_loop()
+    got: asyncio.Queue[tuple[str, bytes, tuple[str, int], int]] = asyncio.Queue()
+    pair = RtpSocketPair.open(
+        loop,
+        "127.0.0.1",
+        PortPool(*_free_pair_range()),
+        _sink(got, "rtp"),
+        _sink(got, "rtcp"),
+        time.monotonic_ns,
+    )
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for k in range(5):
+            sender.sendto(bytes([0x80, k]) * 10, ("127.0.0.1", pair.port))
+        sender.sendto(b"\x81\xc9", ("127.0.0.1", pair.port + 1))  # RTCP is not the tick's business
+        read = [pair.drain_rtp(3), pair.drain_rtp(10), pair.drain_rtp(10)]
+        assert read == [3, 2, 0]
+        items = [got.get_nowait() for _ in range(got.qsize())]
+        assert [(name, data[1]) for name, data, _, _ in items] == [("rtp", k) for k in range(5)]
+    finally:
+        sender.close()
+        pair.close()
+        loop.close()
+
+
+def _free_pair_range() -> tuple[int, int]:
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    base = probe.getsockname()[1] & ~1
+    probe.close()
+    return base, base + 20
+
+
 def _sink(
     got: asyncio.Queue[tuple[str, bytes, tuple[str, int], int]], name: str
 ) -> Callable[[bytes, tuple[str, int], int], None]:
@@ -447,6 +483,9 @@ class _FakeSockets:
         self.clock = clock
         self.fail = False
         self.sent: list[tuple[int, bytes]] = []
+        self.waiting = []
+        self.sink = None
+        self.drains = []
 
     def send_rtp(self, data: bytes | bytearray | memoryview, destination: tuple[str, int]) -> bool:
         if self.fail:
@@ -457,6 +496,19 @@ class _FakeSockets:
 
     def send_rtcp(self, data: bytes, destination: tuple[str, int]) -> bool:
         return True
+
+    def drain_rtp(self, limit: int) -> int:
+        """RtpSocketPair.drain_rtp: what `waiting` holds (datagrams that came while the clock stalled) goes to
+        `sink` at the clock's time, oldest first."""
+        take, self.waiting = self.waiting[:limit], self.waiting[limit:]
+        for data, source in take:
+            self.sink(data, source, self.clock.now)
+        self.drains.append(limit)
+        return len(take)
+
+    waiting: list[tuple[bytes, tuple[str, int]]]
+    sink: Any
+    drains: list[int]
 
 
 class _FakeLeg:
@@ -545,6 +597,50 @@ def test_the_frames_of_slots_a_late_clock_skipped_still_reach_the_session() -> N
     assert jb.frames_backlog == 8 and jb.frames_dropped_shrink + jb.overflows <= jb.frames_concealed
     assert frames == media.frames_in == 390 + 2 + 8  # a frame per slot served (2 at the wake-up), the 8 owed
     assert jb.frames_played >= 400 - jb.frames_concealed
+
+
+def test_a_late_tick_reads_the_packets_of_the_stall_before_it_serves_its_slots_so_none_is_concealed() -> None:
+    """Issue 17: the caller's packets keep coming while the clock stalls 200 ms. The late tick reads them out of
+    the socket before it serves its 2 slots, so those slots play the caller's audio, and the 8 skipped slots'
+    frames follow one extra a tick: every frame is the caller's own, none concealed, none dropped. (Before,
+    the tick served its slots before the loop read the packets: they were concealed and the delay held.)"""
+    from rtp.jitter import fast_ulaw_decode
+    from rtp.packet import build
+    from sip.leg import FrameReceived
+
+    clock = VirtualClock()
+    media, leg = _call_media(clock)
+    leg.sockets.sink = media.on_rtp
+    source, t0 = ("127.0.0.1", 40000), clock.now
+
+    def payload(k: int) -> bytes:
+        return bytes([k % 200 + 20]) * 160  # a level per packet: each frame says which packet it came from
+
+    def packet(k: int) -> bytes:
+        return build(0, False, k, 160 * k, 0xA, payload(k))
+
+    for k in range(200):
+        slot = t0 + k * FRAME_NS
+        if 100 <= k < 109:  # stalled: nothing runs; the packets wait in the socket
+            leg.sockets.waiting.append((packet(k), source))
+            continue
+        clock.now = slot + 3_000_000
+        if k == 109:
+            leg.sockets.waiting.append((packet(k), source))
+            media.on_slots(clock.now, 2, 8)  # the late wake-up: 2 slots served, 8 skipped
+            for data, src in leg.sockets.waiting:  # what it left in the socket, the loop reads after it
+                media.on_rtp(data, src, clock.now)
+            leg.sockets.waiting = []
+            continue
+        media.on_rtp(packet(k), source, clock.now)
+        media.on_slots(clock.now, 1, 0)
+    jb = media.stream.jitter
+    frames = [e.pcm for e in leg.posted if isinstance(e, FrameReceived)]
+    assert jb.frames_concealed == 0 and jb.frames_dropped_shrink == 0 and jb.overflows == 0
+    assert jb.frames_backlog == 8 and len(frames) == media.frames_in == 190 + 2 + 8
+    assert frames == [fast_ulaw_decode(payload(k)) for k in range(200)]  # each packet once, in order
+    assert jb.frames_played == 200
+    assert leg.sockets.drains == [10]  # read once, by the late tick: on-time ticks leave reading to the loop
 
 
 def test_a_second_digit_ended_by_the_same_packet_is_handed_over_with_the_first() -> None:
