@@ -1,8 +1,11 @@
 """G.711 µ-law and A-law, bit-exact with the ITU-T G.711 reference algorithm.
 
-Conversion is a table lookup with numpy: 256-entry decode tables and 65,536-entry encode tables indexed by the
-16-bit sample's bit pattern, built once at import. A 20 ms frame converts in about two microseconds, which
-matters on the media path (50 frames a second per call, each direction).
+Two implementations of the same function. The reference here is a table lookup with numpy: 256-entry decode
+tables and 65,536-entry encode tables indexed by the 16-bit sample's bit pattern, built once at import (about
+2-3 µs a 20 ms frame). Where CPython's `audioop` exists (up to 3.12; pjsua2 keeps us below 3.13) the public
+functions are its C codecs, which implement the same Sun reference (0.3 µs to decode a frame, 0.9 µs to
+encode one, measured): the media path runs them 50 times a second per call and direction. The tests hold the
+two equal on every sample and every code.
 
 Linear audio is signed 16-bit little-endian PCM (PCM16LE). Encoding from 16 bits first drops the bits G.711
 does not carry (µ-law keeps 14, A-law 13), exactly as the reference encoders do.
@@ -10,11 +13,13 @@ does not carry (µ-law keeps 14, A-law 13), exactly as the reference encoders do
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable
 from typing import cast
 
 import numpy as np
 
-__all__ = ["ulaw_decode", "ulaw_encode", "alaw_decode", "alaw_encode"]
+__all__ = ["ulaw_decode", "ulaw_encode", "alaw_decode", "alaw_encode", "table_codecs"]
 
 _ULAW_BIAS = 0x84
 _ULAW_CLIP = 8159  # largest 14-bit magnitude before biasing
@@ -71,22 +76,22 @@ _ULAW_DECODE = _build_ulaw_decode()
 _ALAW_DECODE = _build_alaw_decode()
 
 
-def ulaw_decode(data: bytes) -> bytes:
+def _table_ulaw_decode(data: bytes) -> bytes:
     """µ-law bytes to PCM16LE (two bytes per input byte)."""
     return _ULAW_DECODE[np.frombuffer(data, dtype=np.uint8)].tobytes()
 
 
-def alaw_decode(data: bytes) -> bytes:
+def _table_alaw_decode(data: bytes) -> bytes:
     """A-law bytes to PCM16LE (two bytes per input byte)."""
     return _ALAW_DECODE[np.frombuffer(data, dtype=np.uint8)].tobytes()
 
 
-def ulaw_encode(pcm: bytes) -> bytes:
+def _table_ulaw_encode(pcm: bytes) -> bytes:
     """PCM16LE to µ-law. Raises ValueError on an odd byte count."""
     return cast(bytes, _ULAW_ENCODE[_bit_patterns(pcm)].tobytes())
 
 
-def alaw_encode(pcm: bytes) -> bytes:
+def _table_alaw_encode(pcm: bytes) -> bytes:
     """PCM16LE to A-law. Raises ValueError on an odd byte count."""
     return cast(bytes, _ALAW_ENCODE[_bit_patterns(pcm)].tobytes())
 
@@ -95,3 +100,43 @@ def _bit_patterns(pcm: bytes) -> np.ndarray:
     if len(pcm) % 2:
         raise ValueError(f"PCM16 audio must have an even byte count, got {len(pcm)}")
     return np.frombuffer(pcm, dtype="<u2")
+
+
+def table_codecs() -> dict[str, Callable[[bytes], bytes]]:
+    """The numpy reference by name ("ulaw_decode", ...), whichever implementation the public names use."""
+    return {
+        "ulaw_decode": _table_ulaw_decode,
+        "alaw_decode": _table_alaw_decode,
+        "ulaw_encode": _table_ulaw_encode,
+        "alaw_encode": _table_alaw_encode,
+    }
+
+
+try:
+    with warnings.catch_warnings():  # deprecated in 3.11, gone in 3.13 (see the module docstring)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import audioop
+except ImportError:  # pragma: no cover - Python 3.13 and later
+    ulaw_decode, alaw_decode = _table_ulaw_decode, _table_alaw_decode
+    ulaw_encode, alaw_encode = _table_ulaw_encode, _table_alaw_encode
+else:
+
+    def ulaw_decode(data: bytes) -> bytes:
+        """µ-law bytes to PCM16LE (two bytes per input byte)."""
+        return audioop.ulaw2lin(data, 2)
+
+    def alaw_decode(data: bytes) -> bytes:
+        """A-law bytes to PCM16LE (two bytes per input byte)."""
+        return audioop.alaw2lin(data, 2)
+
+    def ulaw_encode(pcm: bytes) -> bytes:
+        """PCM16LE to µ-law. Raises ValueError on an odd byte count."""
+        if len(pcm) % 2:
+            raise ValueError(f"PCM16 audio must have an even byte count, got {len(pcm)}")
+        return audioop.lin2ulaw(pcm, 2)
+
+    def alaw_encode(pcm: bytes) -> bytes:
+        """PCM16LE to A-law. Raises ValueError on an odd byte count."""
+        if len(pcm) % 2:
+            raise ValueError(f"PCM16 audio must have an even byte count, got {len(pcm)}")
+        return audioop.lin2alaw(pcm, 2)
