@@ -81,8 +81,12 @@ class Concealer:
 
     def _start(self) -> None:
         """Synthesise the whole loss at once: 60 ms of concealment plus the longest cross-fade (10 ms)."""
-        hist = np.frombuffer(self._h2 + self._h1 + self._h0, dtype="<i2").astype(np.float32)
-        self._pitch = _pitch(hist) if np.any(hist) else 0
+        joined = self._h2 + self._h1 + self._h0
+        if not joined.strip(b"\x00"):  # digital silence: nothing to continue (a C scan, not numpy's any)
+            self._pitch = 0
+            return
+        hist = np.frombuffer(joined, dtype="<i2").astype(np.float32)
+        self._pitch = _pitch(hist)
         if self._pitch:
             self._synthetic = _synthesise(hist, self._pitch) * _GAIN
 
