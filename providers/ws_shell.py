@@ -332,6 +332,8 @@ class WebSocketShell(asyncio.Protocol):
                     del self._outbox[i]
                     self._pending_audio -= 1
                     self.audio_dropped += 1
+                    if self.audio_dropped == 1:  # once, as it starts: the total follows when the socket ends
+                        self._log.warning("caller audio frames dropped: the socket cannot keep up (counted)")
                     break
         self._outbox.append((True, frame))
         self._pending_audio += 1

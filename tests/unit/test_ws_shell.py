@@ -209,15 +209,20 @@ async def test_frames_leave_in_the_order_they_were_given(server: tuple[str, asyn
 
 
 async def test_under_back_pressure_the_oldest_audio_is_dropped_and_control_frames_never(
-    server: tuple[str, asyncio.Queue[Peer]],
+    server: tuple[str, asyncio.Queue[Peer]], caplog: pytest.LogCaptureFixture
 ) -> None:
     shell, core, peer = await opened(*server)
+    caplog.set_level(logging.WARNING)
     shell.pause_writing()  # what the transport says when its buffer is over the high-water mark
     core.queue("control")
     shell.flush()
     for i in range(MAX_PENDING_AUDIO + 5):
         shell.send_audio_frame(f"a{i}")
     assert shell.audio_dropped == 5
+    # said once, when it begins (not only when the socket ends, which a finalised close never reaches)
+    assert [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()] == [
+        "caller audio frames dropped: the socket cannot keep up (counted)"
+    ]
     await asyncio.sleep(0)  # a loop iteration: nothing may leave while paused
     shell.resume_writing()
     await peer.until(lambda: len(peer.texts()) >= 2 + MAX_PENDING_AUDIO)
