@@ -15,7 +15,9 @@ provider time p on it is the audio position origin + p, on the session timeline 
 it; until a frame has been forwarded to it, through the instant it started. Within one stretch of continuous
 audio the offset is the lowest seen (a frame handled late, or frames handled in a burst after a stall, came
 no earlier than they were heard), and a frame later than that by over `GAP_MS` starts a new stretch; a burst
-that brings the offset back merges the two again.
+that brings the offset back merges the two again. Beyond `MARKS_KEPT` stretches two neighbours are merged
+(`_thin`), never the oldest dropped: a position older than every kept mark was rebased through its connection's
+start, seconds early once the caller's audio had come short for a while.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from providers.events import InputTranscript, ProviderEvent
 _NS_PER_MS = 1_000_000
 _FRAME_MS = 20
 ORIGINS_KEPT = 32  # issue 17: connections whose clock origin is kept (the most recently used ones)
-MARKS_KEPT = 64  # issue 17: stretches of continuous caller audio kept (the newest ones)
+MARKS_KEPT = 64  # issue 17: stretches of continuous caller audio kept (old ones merged, `_thin`)
 GAP_MS = 100  # a forwarded frame this much later than its stretch's audio says starts a new stretch
 
 
@@ -38,7 +40,7 @@ class Timeline:
         # transport token -> (audio position at which its clock reads 0, session ms minus that position then)
         self._origins: dict[int, tuple[int, int]] = {}
         self.fed_ms = 0  # caller audio forwarded to the provider connections so far
-        self._marks: deque[list[int]] = deque(maxlen=MARKS_KEPT)  # [audio position, session ms minus it]
+        self._marks: deque[list[int]] = deque()  # [audio position, session ms minus it]; at most MARKS_KEPT
 
     def instant(self, at_ms: int | None) -> int | None:
         """A time on the session timeline as a monotonic instant (ns); None stays None."""
@@ -61,10 +63,28 @@ class Timeline:
         last = marks[-1]
         if offset > last[1] + GAP_MS:  # audio was not forwarded for a while: a new stretch
             marks.append([fed, offset])
+            if len(marks) > MARKS_KEPT:
+                self._thin()
         elif offset < last[1]:  # earlier than the stretch's estimate: the estimate was late
             last[1] = offset
             if len(marks) > 1 and offset <= marks[-2][1] + _FRAME_MS:
                 marks.pop()  # a burst after a stall: no audio was missing after all
+
+    def _thin(self) -> None:
+        """One stretch too many: merge the one whose step (the audio missing before it) weighs least against
+        its age into the one before it. Issue 17: a live connection may still stamp audio older than the newest
+        `MARKS_KEPT` stretches (the start of a long utterance, after the caller's audio came short for a while:
+        a stretch every 100 ms), and dropping the oldest mapped such a time through the connection's start,
+        seconds early (campaign seed 756114676: three utterances logged before the one logged before them).
+        Merged, the stretch's audio maps early by its step at most; recent stretches and long gaps (a hold, a
+        repair) are the dearest to merge, so they stay exact, and the first mark (audio 0) is never merged."""
+        marks, fed = self._marks, self.fed_ms
+        best, best_cost = 1, -1.0
+        for i in range(1, len(marks) - 1):  # the newest stretch is still growing: never merged
+            cost = (marks[i][1] - marks[i - 1][1]) / (fed - marks[i][0] + _FRAME_MS)
+            if best_cost < 0 or cost < best_cost:
+                best, best_cost = i, cost
+        del marks[best]
 
     def connection_started(self, token: int, now_ns: int) -> None:
         """A connection's clock starts now (its session was confirmed), at the audio forwarded next.

@@ -104,3 +104,39 @@ def test_the_audio_map_stays_bounded() -> None:
         end = feed(timeline, end + 500, 25)
     assert len(timeline._marks) == MARKS_KEPT
     assert timeline.rebase(1, timeline.fed_ms - 20, 0) == end - 20
+
+
+def test_hr11_a_long_utterance_after_caller_audio_came_short_keeps_its_start() -> None:
+    """Issue 17 (fault campaign, seed 756114676, call-42): the caller's audio reached the connection at half
+    rate for half a minute, so a new stretch began every ~100 ms of lag, and a long utterance's start was older
+    than the newest `MARKS_KEPT` of them. It was rebased through the connection's start, 6 s early, and logged
+    before the utterance logged before it. Its start stays within a stretch's step of the truth, and later audio
+    never maps earlier than earlier audio."""
+    from bridge.timeline import GAP_MS, MARKS_KEPT
+
+    timeline = Timeline(0)
+    timeline.connection_started(1, 0)
+    heard_at: dict[int, int] = {}  # audio position -> session ms of its frame
+    for n in range(750):  # a frame every 40 ms for 30 s: half the caller's audio never came
+        heard_at[timeline.fed_ms] = 20 + n * 40
+        timeline.fed((20 + n * 40) * MS)
+    assert len(timeline._marks) <= MARKS_KEPT
+    for position in (0, 2_000, 5_000, 9_000, 14_000):
+        assert abs(timeline.rebase(1, position, 0) - heard_at[position]) <= 500, position
+    times = [timeline.rebase(1, p, 0) for p in range(0, timeline.fed_ms, 20)]
+    assert times == sorted(times)
+    last = timeline.fed_ms - 20  # within its stretch, as ever: the stretch's lowest offset, GAP_MS at most
+    assert 0 <= heard_at[last] - timeline.rebase(1, last, 0) <= GAP_MS
+
+
+def test_hr11_a_hold_stays_exact_when_the_audio_map_is_thinned() -> None:
+    """The stretches merged to stay within `MARKS_KEPT` are the cheap ones (small steps, old): a 10 s hold
+    early in the call is still mapped exactly after 200 small gaps."""
+    timeline = Timeline(0)
+    timeline.connection_started(1, 0)
+    end = feed(timeline, 20, 250)  # 5 s of audio
+    end = feed(timeline, end + 10_000, 250)  # a 10 s hold, then 5 s more
+    for _ in range(200):  # then 200 gaps of 200 ms
+        end = feed(timeline, end + 200, 25)
+    assert timeline.rebase(1, 3_000, 0) == 3_020
+    assert timeline.rebase(1, 7_000, 0) == 17_020
