@@ -96,6 +96,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         (work / tag).mkdir()
         (work / tag / "speech.ul").write_bytes(speech.ulaw_path.read_bytes())
     result: dict[str, Any] = {"load_before": [round(x, 2) for x in os.getloadavg()]}
+    # the run's parameters: the time depends on them (calls x call length / concurrency), so runs compare only
+    # with the same ones (the 1 December run took 361 s, the defaults take ~720 s: it was not recorded with what)
+    plan = ("calls", "cancels", "concurrency", "rate", "settle")
+    result["plan"] = {k: getattr(args, k) for k in plan} | {"call_ms": 300}
     t_start = time.monotonic()
     bridge = peers.ManagedProcess(argv, cwd=work, env=conftest._clean_env(), name="parlora-bridge")
     try:
@@ -106,8 +110,16 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         result["baseline"] = held(bridge.pid, http)
         t0 = time.monotonic()
         short = sipp("uac_stream", sip, work, args.calls, args.concurrency, args.rate, "short", "-d", "300")
+        t1 = time.monotonic()
         cancel = sipp("uac_cancel", sip, work, args.cancels, args.concurrency, args.rate, "cancel")
         result["churn_seconds"] = round(time.monotonic() - t0, 1)
+        # What bounds the churn's time: SIPp holds `concurrency` calls of ~310 ms each (-d 300), so the short
+        # calls take calls x call length / concurrency at least, whatever the bridge does (5 at a time: ~640 s).
+        result["short_seconds"], result["cancel_seconds"] = round(t1 - t0, 1), round(time.monotonic() - t1, 1)
+        result["short_sipp"] = {
+            k: short.stats.get(k) for k in ("CallLength(C)", "CallRate(C)", "ResponseTime1(C)")
+        }
+        result["short_seconds_bound"] = short_bound(short.stats, args.calls, args.concurrency, args.rate)
         result["short_calls"] = {k: short.stats.get(k) for k in ("SuccessfulCall(C)", "FailedCall(C)")}
         result["short_closed"] = len(short.log_events.get("CLOSED", []))
         result["cancel_calls"] = {k: cancel.stats.get(k) for k in ("SuccessfulCall(C)", "FailedCall(C)")}
@@ -149,6 +161,23 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     result["seconds"] = round(time.monotonic() - t_start, 1)
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     return result
+
+
+def sipp_seconds(value: str | None) -> float | None:
+    """SIPp's `HH:MM:SS:mmmmmm` duration (its stat CSV's CallLength, ResponseTime) in seconds."""
+    if not value or not re.fullmatch(r"\d+:\d+:\d+:\d+", value):
+        return None
+    h, m, s, us = (int(x) for x in value.split(":"))
+    return h * 3600 + m * 60 + s + us / 1e6
+
+
+def short_bound(stats: dict[str, str], calls: int, concurrency: int, rate: float) -> float | None:
+    """The least time SIPp can take for the short calls: at most `concurrency` at once of the measured call
+    length each, and no more than `rate` per second."""
+    length = sipp_seconds(stats.get("CallLength(C)"))
+    if length is None or concurrency <= 0 or rate <= 0:
+        return None
+    return round(calls / min(rate, concurrency / length), 1)
 
 
 def _quiet(pid: int, http: int, timeout: float) -> float | None:
