@@ -27,7 +27,7 @@ from bridge.commands import Command, Notice, Outbox, SendAudio
 from bridge.connections import Connections, Role
 from bridge.cushion import CARRIER_LEAD_FRAMES
 from bridge.delegations import DelegationOptions, Delegations
-from bridge.recovery import RecoveryController, seed_from
+from bridge.recovery import RecoveryController, seeds
 from bridge.reservoir import OutputPath
 from bridge.rollover import RolloverLink, RolloverOptions
 from bridge.status import session_status
@@ -83,7 +83,7 @@ class SessionCoordinator:
         self.turns = TurnTracker(caps, o.vad, client_turns=self.client_turns)
         self.delegations = Delegations(o.delegations)
         self.captions = Captions(self.out, close_ms=o.caption_close_ms, fragments=not caps.server_vad)
-        seed = seed_from(self.connections, self.captions, self.delegations, resumption=caps.resumption)
+        seed, next_seed = seeds(self.connections, self.captions, self.delegations, caps)  # HR7, RO8
         self.recovery = RecoveryController(
             self.out,
             self.connections,
@@ -100,7 +100,7 @@ class SessionCoordinator:
             self.captions,
             self.turns,
             o.rollover,
-            seed,
+            next_seed,
             client_commits=self.client_turns,
         )
         self.ending = CallEnding(self.out, self.output, o.telephony, o.closing_message)

@@ -15,7 +15,9 @@ shell only opens the connection it is told to.
 
 Where the rules are silent: a provider with `Capabilities.resumption` continues the conversation by the
 latest resumable handle the lost connection announced; if the provider refuses the handle, the replacement is
-opened once more, reseeded without it, inside the same 5 s budget.
+opened once more, reseeded without it, inside the same 5 s budget. A rollover's next connection opens while
+the old one is still open, so it resumes by the handle only where the provider allows that
+(`Capabilities.resumption_while_open`; Gemini does not): otherwise it is reseeded at once (`seeds`).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from bridge.connections import Connections, connection_id
 from bridge.delegations import Delegations, seed_facts
 from bridge.reservoir import MediaCondition, OutputOverflow, OutputPath
 from bridge.timeline import Captions
-from providers.base import SessionSettings
+from providers.base import Capabilities, SessionSettings
 
 __all__ = ["RECOVERY_NOTICE", "RecoveryController", "RecoverySnapshot", "Stage", "seeded_settings"]
 
@@ -199,6 +201,22 @@ def seed_from(
         return RecoverySnapshot(captions.recent_caller_text(), seed_facts(delegations)), handle
 
     return seed
+
+
+def seeds(
+    connections: Connections, captions: Captions, delegations: Delegations, caps: Capabilities
+) -> tuple[Seed, Seed]:
+    """The seeds of a recovery's replacement and of a rollover's next connection. The replacement opens once the
+    old connection is gone, so it resumes by the handle where the provider has resumption; the next one opens
+    beside the old one, which is still open, so it resumes only where the provider honours a handle then
+    (Gemini rejects it: issue 17's campaign lost two calls to RO6's hard stop while a refused attempt and the
+    reseeded one after it took two handshakes)."""
+    return (
+        seed_from(connections, captions, delegations, resumption=caps.resumption),
+        seed_from(
+            connections, captions, delegations, resumption=caps.resumption and caps.resumption_while_open
+        ),
+    )
 
 
 class RecoveryController:

@@ -40,7 +40,9 @@ class Capabilities:
     `timed_captions`: caller captions carry start/end times on the session timeline; without them they take
     the local detector's turn. `truncate`: the provider accepts "the caller heard up to N ms of item X"
     (Realtime GA `conversation.item.truncate`). `resumption`: a new connection can continue the conversation
-    by a handle (`SessionSettings.resume_handle`, from `ResumptionUpdated`). `client_commits`: turn detection
+    by a handle (`SessionSettings.resume_handle`, from `ResumptionUpdated`); `resumption_while_open`: also while
+    the connection that issued the handle is still open, as a rollover's next connection would ask (Gemini
+    refuses that, providers.md). `client_commits`: turn detection
     can be switched off (`SessionSettings.turn_detection = "client"`), the engine then commits each caller
     turn with `Provider.commit_input()` (RO5). `answer_within_ms`: for protocols whose keepalive cannot be
     trusted (Gemini's pong may take 30 s), the longest the provider may stay entirely silent after the caller
@@ -53,6 +55,7 @@ class Capabilities:
     timed_captions: bool
     truncate: bool
     resumption: bool = False
+    resumption_while_open: bool = False
     client_commits: bool = False
     answer_within_ms: int | None = None
 

@@ -52,13 +52,13 @@ class RolloverCall:
     """A coordinator with rollover on, a virtual media clock, and a provider per connection whose server VAD
     follows the caller's speech (each connection hears only what it was sent)."""
 
-    def __init__(self, rollover: RolloverOptions = SCALED) -> None:
+    def __init__(self, rollover: RolloverOptions = SCALED, capabilities: Capabilities = REALTIME) -> None:
         self.now = 0
         self.playout = Playout()
         self.core = SessionCoordinator(
             limits=OPENAI_REALTIME.for_format(PCMU_8K),
             output_format=PCMU_8K,
-            capabilities=REALTIME,
+            capabilities=capabilities,
             channel=self.playout,
             now=0,
             options=CoordinatorOptions(rollover=rollover),
@@ -189,6 +189,25 @@ def test_ro1_an_announced_expiry_sooner_than_the_cap_drives_the_rollover_early()
     late.core.connection_expires(1, 7_900, late.now)  # about the cap: the configured ages stand
     late.turn(talk_ms=1_000, pause_ms=600)
     assert not [c for c in late.commands if isinstance(c, OpenRollover)]
+
+
+def test_ro8_the_next_connection_resumes_by_handle_only_where_the_provider_honours_one_beside_the_open_one() -> (
+    None
+):
+    """Issue 17: Gemini rejects a resumption handle while the connection that issued it is open, which a
+    rollover's next connection always is; asking anyway cost a refused handshake and a reseeded one, and the
+    campaign lost two calls to RO6's hard stop. The next connection is reseeded at once (RO8) unless the
+    provider resumes beside an open connection; a recovery's replacement still resumes (the old one is gone)."""
+    from providers.events import ResumptionUpdated
+
+    resumable = replace(REALTIME, resumption=True)  # Gemini's: resumption, not while the old one is open
+    for caps, handle in ((resumable, None), (replace(resumable, resumption_while_open=True), "handle-1")):
+        call = RolloverCall(capabilities=caps)
+        call.core.provider_event(ResumptionUpdated(1, "handle-1", True), 0)
+        opening = call.talk_until_a_rollover_opens()
+        assert (
+            opening.resume_handle == handle and opening.snapshot.caller_text
+        )  # seeded with the caller's text
 
 
 # --- RO5: client commits (turn detection off), through the coordinator on virtual time ---------------------
