@@ -97,7 +97,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         (work / tag / "speech.ul").write_bytes(speech.ulaw_path.read_bytes())
     result: dict[str, Any] = {"load_before": [round(x, 2) for x in os.getloadavg()]}
     # the run's parameters: the time depends on them (calls x call length / concurrency), so runs compare only
-    # with the same ones (the 1 December run took 361 s, the defaults take ~720 s: it was not recorded with what)
+    # with the same ones
     plan = ("calls", "cancels", "concurrency", "rate", "settle")
     result["plan"] = {k: getattr(args, k) for k in plan} | {"call_ms": 300}
     t_start = time.monotonic()
