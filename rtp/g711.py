@@ -96,10 +96,14 @@ def _table_alaw_encode(pcm: bytes) -> bytes:
     return cast(bytes, _ALAW_ENCODE[_bit_patterns(pcm)].tobytes())
 
 
-def _bit_patterns(pcm: bytes) -> np.ndarray:
+def _even(pcm: bytes) -> bytes:
     if len(pcm) % 2:
         raise ValueError(f"PCM16 audio must have an even byte count, got {len(pcm)}")
-    return np.frombuffer(pcm, dtype="<u2")
+    return pcm
+
+
+def _bit_patterns(pcm: bytes) -> np.ndarray:
+    return np.frombuffer(_even(pcm), dtype="<u2")
 
 
 def table_codecs() -> dict[str, Callable[[bytes], bytes]]:
@@ -131,12 +135,8 @@ else:
 
     def ulaw_encode(pcm: bytes) -> bytes:
         """PCM16LE to µ-law. Raises ValueError on an odd byte count."""
-        if len(pcm) % 2:
-            raise ValueError(f"PCM16 audio must have an even byte count, got {len(pcm)}")
-        return audioop.lin2ulaw(pcm, 2)
+        return audioop.lin2ulaw(_even(pcm), 2)
 
     def alaw_encode(pcm: bytes) -> bytes:
         """PCM16LE to A-law. Raises ValueError on an odd byte count."""
-        if len(pcm) % 2:
-            raise ValueError(f"PCM16 audio must have an even byte count, got {len(pcm)}")
-        return audioop.lin2alaw(pcm, 2)
+        return audioop.lin2alaw(_even(pcm), 2)

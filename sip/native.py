@@ -131,9 +131,8 @@ class _CallMedia:
         stream = self.stream
         if not self._limit_hit:
             self._check_limits(now)
-        if (
-            skipped or due > 1
-        ):  # woke late: first what came during the stall (issue 17), at most a ring's worth
+        # woke late: first what came during the stall (issue 17), at most a ring's worth
+        if skipped or due > 1:
             self._sockets.drain_rtp(min(due + skipped, LATE_READ_MAX))
         if skipped:
             stream.skip(skipped)
