@@ -22,6 +22,7 @@ import numpy as np
 import peers
 import pytest
 
+from rtp.audio import FRAME_SAMPLES
 from rtp.g711 import ulaw_decode
 
 MIN_CORRELATION = 0.9
@@ -61,11 +62,13 @@ def _serve(start_bridge, engine: str, *args: str, env: dict[str, str] | None = N
 
 
 def _assert_echo(
-    speech: np.ndarray, received: np.ndarray, offset: int, spoken_end: int, worst: float = 0.7
+    speech: np.ndarray, received: np.ndarray, offset: int, spoken_end: int, worst: float = 0.5
 ) -> None:
     """`speech` is heard in `received` (which starts `offset` samples into the caller's file) eighth by eighth,
     in order, and after the caller finished saying it (file sample `spoken_end`); a jitter buffer on the way
-    may slip the audio by a frame once, which spoils one eighth (down to `worst`)."""
+    may slip the audio by a frame once, which spoils one eighth: its peak falls to `worst` (about 0.6 when the
+    slip is near its middle, seen under load in CI), and it is found where one of its neighbours puts it, within a
+    frame."""
     assert received.size, "the caller recorded nothing"
     pieces = peers.heard_in_pieces(speech, received, pieces=8)
     print(
@@ -74,7 +77,11 @@ def _assert_echo(
     assert sum(peak >= MIN_CORRELATION for peak, _ in pieces) >= 7 and min(p for p, _ in pieces) >= worst, (
         pieces
     )
-    lags = [lag for _, lag in pieces]
+    lags, n = [lag for _, lag in pieces], len(speech) // 8
+    for i, (peak, lag) in enumerate(pieces):
+        if peak < MIN_CORRELATION:  # the slipped eighth: in line with a neighbour, not somewhere else
+            near = [lags[i - 1] + n] * (i > 0) + [lags[i + 1] - n] * (i < 7)
+            assert any(abs(lag - at) <= FRAME_SAMPLES for at in near), pieces
     assert lags == sorted(lags), pieces
     assert lags[0] + offset > spoken_end, "the echo must come after the utterance, not during it"
 
@@ -153,7 +160,7 @@ def test_pjsua2_caller_holds_and_resumes(engine: str, start_bridge, late_utteran
     assert 0 < held < resumed, log[-3000:]
     # spoken after the resume, and echoed: the media path is back both ways (pjmedia's jitter buffer on the
     # pjsua2 engine may slip a frame after the re-INVITEs: one eighth then correlates about 0.6)
-    _assert_echo(late_utterance.speech, result.received, result.offset_samples, late_utterance.end, worst=0.5)
+    _assert_echo(late_utterance.speech, result.received, result.offset_samples, late_utterance.end)
 
 
 def test_pjsua2_caller_dtmf_reaches_the_session(
