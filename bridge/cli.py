@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import faulthandler
 import logging
 import os
 import signal
@@ -772,7 +773,9 @@ EVENT_LOOP_ENV = "PARLORA_EVENT_LOOP"  # auto (uvloop when installed) | uvloop |
 
 def _run_server(server: Server, event_loop: str) -> int:
     """The server on uvloop when installed (PARLORA_EVENT_LOOP=asyncio: the stdlib loop; =uvloop: uvloop or an
-    error), with malloc tuned, the start-up heap frozen and the C heap trimmed once a minute (bridge/heap.py)."""
+    error), with malloc tuned, the start-up heap frozen and the C heap trimmed once a minute (bridge/heap.py).
+    A fatal signal (a crash in a C extension: pjsua2, PyAV) prints every thread's Python stack to stderr first."""
+    faulthandler.enable()
     tune_malloc()
     freeze_start_up_heap()
     if event_loop != "asyncio":

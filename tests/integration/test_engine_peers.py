@@ -14,6 +14,7 @@ Every wait is bounded and waits for an event (a log line, a process exit); each 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -61,28 +62,43 @@ def _serve(start_bridge, engine: str, *args: str, env: dict[str, str] | None = N
     return bridge
 
 
-def _assert_echo(
-    speech: np.ndarray, received: np.ndarray, offset: int, spoken_end: int, worst: float = 0.5
-) -> None:
-    """`speech` is heard in `received` (which starts `offset` samples into the caller's file) eighth by eighth,
-    in order, and after the caller finished saying it (file sample `spoken_end`); a jitter buffer on the way
-    may slip the audio by a frame once, which spoils one eighth: its peak falls to `worst` (about 0.6 when the
-    slip is near its middle, seen under load in CI), and it is found where one of its neighbours puts it, within a
-    frame."""
+# Jitter-buffer adjustments one echoed utterance may show, by engine. Measured beside two CPU hogs (`yes`),
+# 5 runs of the echo and hold cases: native at most 1 (2 in one CI run); pjsua2, whose pjmedia clock thread
+# waits for the GIL, 3 once after its re-INVITEs (2 in a CI run).
+SLIPS = {"native": 2, "pjsua2": 3}
+SLIP_MAX = 5 * FRAME_SAMPLES  # one adjustment's bound: a 100 ms stall of the host (40 ms seen in CI)
+STEADY = 4  # samples: two pieces this close to their spacing are in step (the correlation's own spread)
+
+
+def _assert_heard(
+    engine: str, speech: np.ndarray, received: np.ndarray, floor: float = MIN_CORRELATION
+) -> list[int]:
+    """`speech` is heard in `received`, eighth by eighth and in order, apart from at most `SLIPS` jitter-buffer
+    adjustments (a jitter buffer on the way grows or shrinks its depth under load: the audio after it moves by
+    up to `SLIP_MAX`, and the eighth it falls in correlates poorly). Each spoiled eighth still lies where a
+    neighbour puts it; the in-step eighths' spacing moves only at slips, by at most `SLIP_MAX`. Returns the
+    lags."""
     assert received.size, "the caller recorded nothing"
     pieces = peers.heard_in_pieces(speech, received, pieces=8)
-    print(
-        f"echo by eighths: {[(round(p, 3), lag) for p, lag in pieces]}; offset {offset}, spoke until {spoken_end}"
-    )
-    assert sum(peak >= MIN_CORRELATION for peak, _ in pieces) >= 7 and min(p for p, _ in pieces) >= worst, (
-        pieces
-    )
+    print(f"heard by eighths: {[(round(p, 3), lag) for p, lag in pieces]}")
     lags, n = [lag for _, lag in pieces], len(speech) // 8
-    for i, (peak, lag) in enumerate(pieces):
-        if peak < MIN_CORRELATION:  # the slipped eighth: in line with a neighbour, not somewhere else
-            near = [lags[i - 1] + n] * (i > 0) + [lags[i + 1] - n] * (i < 7)
-            assert any(abs(lag - at) <= FRAME_SAMPLES for at in near), pieces
+    heard = [i for i, (peak, _) in enumerate(pieces) if peak >= floor]
+    slips = SLIPS[engine]
+    assert len(heard) >= 8 - slips, pieces
+    steps = [lags[j] - lags[i] - (j - i) * n for i, j in itertools.pairwise(heard)]
+    assert all(abs(step) <= SLIP_MAX for step in steps), (steps, pieces)
+    assert sum(abs(step) > STEADY for step in steps) <= slips, (steps, pieces)
+    for i in set(range(8)) - set(heard):  # a spoiled eighth: in line with a neighbour, not somewhere else
+        near = [lags[j] + (i - j) * n for j in (i - 1, i + 1) if 0 <= j < 8]
+        assert any(abs(lags[i] - at) <= SLIP_MAX for at in near), pieces
     assert lags == sorted(lags), pieces
+    return lags
+
+
+def _assert_echo(engine: str, speech: np.ndarray, received: np.ndarray, offset: int, spoken_end: int) -> None:
+    """The caller hears `speech` (`_assert_heard`) in `received`, which starts `offset` samples into the
+    caller's file, after it finished saying it (file sample `spoken_end`)."""
+    lags = _assert_heard(engine, speech, received)
     assert lags[0] + offset > spoken_end, "the echo must come after the utterance, not during it"
 
 
@@ -133,7 +149,7 @@ def test_pjsua2_caller_hears_its_echo_and_hangs_up(
         summary
     )
     assert result.returncode == 0, summary
-    _assert_echo(utterance.speech, result.received, result.offset_samples, utterance.end)
+    _assert_echo(engine, utterance.speech, result.received, result.offset_samples, utterance.end)
     bridge.wait_for(r"call call-1 ended after [\d.]+ s by caller")
 
 
@@ -159,8 +175,8 @@ def test_pjsua2_caller_holds_and_resumes(engine: str, start_bridge, late_utteran
     held, resumed = log.find("call call-1 media: MediaHeld"), log.find("call call-1 media: MediaResumed")
     assert 0 < held < resumed, log[-3000:]
     # spoken after the resume, and echoed: the media path is back both ways (pjmedia's jitter buffer on the
-    # pjsua2 engine may slip a frame after the re-INVITEs: one eighth then correlates about 0.6)
-    _assert_echo(late_utterance.speech, result.received, result.offset_samples, late_utterance.end)
+    # pjsua2 engine may slip a frame after the re-INVITEs, which `_assert_heard` allows)
+    _assert_echo(engine, late_utterance.speech, result.received, result.offset_samples, late_utterance.end)
 
 
 def test_pjsua2_caller_dtmf_reaches_the_session(
@@ -215,7 +231,7 @@ def test_baresip_hears_its_echo_and_hangs_up(engine: str, start_bridge, utteranc
         result = caller.run(bridge.sip_port, timeout=20)
     assert result.established and result.end_of_file and result.hangup_by == "caller", result.stdout[-2000:]
     # dec.wav is packet-indexed from the first packet received, within a frame of when the file started
-    _assert_echo(utterance.speech, result.received, 0, utterance.end)
+    _assert_echo(engine, utterance.speech, result.received, 0, utterance.end)
     bridge.wait_for(r"call call-1 ended after [\d.]+ s by caller")
 
 
@@ -244,11 +260,7 @@ def test_baresip_holds_and_resumes(
     wire = np.frombuffer(ulaw_decode(b"".join(payloads)), dtype="<i2")
     assert wire.size, "no RTP from the bridge on the wire"
     # spoken after the resume and echoed: the media path came back both ways
-    pieces = peers.heard_in_pieces(late_utterance.speech, wire, pieces=8)
-    print(f"echo on the wire by eighths: {[(round(p, 3), lag) for p, lag in pieces]}")
-    assert sum(peak >= 0.99 for peak, _ in pieces) >= 7, pieces
-    lags = [lag for _, lag in pieces]
-    assert lags == sorted(lags), pieces
+    _assert_heard(engine, late_utterance.speech, wire, floor=0.99)  # PCMU on the wire: exact where in step
 
 
 def test_baresip_dtmf_reaches_the_session(

@@ -300,3 +300,15 @@ def test_a_route_with_its_own_provider_connects_there(
     bridge.wait_for(r"call call-2 ended after")
     assert "call call-2: route the-rest" in bridge.log
     assert fake.record.read_text().count("\n") == frames  # the catch-all's call went to the embedded echo
+
+
+def test_a_crash_prints_every_threads_python_stack(start_bridge) -> None:
+    """A fatal signal (here SIGSEGV sent by hand, as a C extension's crash would raise it) leaves the stacks of
+    the process's threads on stderr (faulthandler), so a crash in pjsua2 or PyAV under load can be placed."""
+    bridge = start_bridge("--provider", "echo")
+    bridge.wait_for(r"listening on udp")
+    bridge.proc.proc.send_signal(signal.SIGSEGV)
+    assert bridge.proc.wait(timeout=10) == -signal.SIGSEGV
+    bridge.proc.stop()  # joins the readers: all of stderr is in
+    assert "Fatal Python error: Segmentation fault" in bridge.log, bridge.log[-2000:]
+    assert re.search(r'File ".*bridge/cli\.py", line \d+ in _run_server', bridge.log), bridge.log[-2000:]
