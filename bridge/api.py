@@ -260,6 +260,7 @@ class Server:
             self._fake = await live_fake.serve(
                 "127.0.0.1", 0, options=live_fake.LiveFakeOptions(record_client_frames=False)
             )
+            self._fake.keep_records = False  # nor a record per finished call (issue 17: churn)
             self._plans.embed(self._fake.url)
             log.info("provider: echo (embedded GPT-Live fake at %s)", self._fake.url)
         if (default := self._plans.default[0]).key != ECHO_LOCAL_KEY:

@@ -942,6 +942,7 @@ async def _fake_provider(
             print(f"generated a self-signed TLS pair: cert {cert_path} key {key_file}", flush=True)
         kwargs.update(cert=cert_path, key=key_file)
     server = await module.serve(host, port, **kwargs)
+    server.keep_records = False  # lifetimes go to --record's .connections file; memory keeps the open ones
     log.info("fake provider %s listening on %s", protocol, server.url)
     await stop.wait()
     await server.close()

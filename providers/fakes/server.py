@@ -163,6 +163,10 @@ class FakeServer:
         self._later: list[Fault] = []  # runtime faults for connections not yet open
         self._hanging: set[ServerConnection] = set()  # half-open sockets: no close handshake is possible
         self.connections: list[ConnectionRecord] = []
+        self.keep_records = True
+        """False: only the open connections' records are kept (serve's embedded echo, `fake-provider`: a fake
+        that runs for weeks must not grow by one record per call)."""
+        self._opened = 0  # upgrades seen, refused ones included: fault specs count connections by it
         self._ws_logger = logging.getLogger(f"providers.fakes.{name}.websockets")
         # websockets logs request headers (Authorization included) at DEBUG: never below INFO here.
         self._ws_logger.setLevel(max(logging.INFO, self._ws_logger.level))
@@ -245,9 +249,11 @@ class FakeServer:
         status = self._authorize(request)
         if status is not None:
             return connection.respond(status, f"{status.phrase}\n")
-        upcoming = len(self.connections) + 1
+        upcoming = self._opened + 1
         if any(f.kind is FaultKind.REFUSE and f.applies_to(upcoming) for f in self.faults + self._later):
-            self.connections.append(ConnectionRecord(len(self.connections), faults=["refuse"]))
+            if self.keep_records:
+                self.connections.append(ConnectionRecord(self._opened, faults=["refuse"]))
+            self._opened += 1
             return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "Service Unavailable\n")
         return None
 
@@ -264,7 +270,8 @@ class FakeServer:
         return connection.respond(HTTPStatus.OK, "ok\n")
 
     async def _handler(self, ws: ServerConnection) -> None:
-        index = len(self.connections)
+        index = self._opened
+        self._opened += 1
         assert ws.request is not None
         faults = tuple(f for f in self.faults if f.applies_to(index + 1))
         later = [f for f in self._later if f.applies_to(index + 1)]
@@ -289,6 +296,8 @@ class FakeServer:
             code = ws.close_code if ws.close_code is not None else core.record.close_code
             core.record.closed_ns = time.monotonic_ns()
             core.connection_lost(code, core.record.closed_ns)
+            if not self.keep_records:
+                self.connections.remove(core.record)
             if self._record is not None:
                 self._record.flush()
                 self._write_lifetime(core.record)

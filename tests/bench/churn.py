@@ -45,6 +45,7 @@ import stats  # noqa: E402
 from report import run_in_scratch  # noqa: E402
 
 _STOPPED = re.compile(r"native engine stopped: (.*)$")
+_HEAP = re.compile(r'^parlora_heap\{figure="(\w+)"\} (\S+)$', re.MULTILINE)
 
 
 def http_json(port: int, path: str) -> Any:
@@ -59,7 +60,13 @@ def held(pid: int, http: int) -> dict[str, Any]:
     threads = re.search(r"^Threads:\s+(\d+)", status, re.MULTILINE)
     sip = http_json(http, "/sip")
     calls = http_json(http, "/calls")
+    with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5) as response:  # loopback only
+        heap = {  # bridge/heap.py: glibc's bytes in use, free and mmapped in MB; the interpreter's blocks in k
+            figure: round(float(value) / (1e3 if figure == "python_blocks" else 2**20), 2)
+            for figure, value in _HEAP.findall(response.read().decode())
+        }
     return {
+        "heap": heap,
         "rss_mb": round(stats.proc_status_rss_mb(status) or 0.0, 1),
         "fds": len(os.listdir(proc / "fd")),
         "threads": int(threads.group(1)) if threads else None,
@@ -157,6 +164,10 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     base, after = result.get("baseline", {}), result.get("after_settle", {})
     result["growth"] = {
         k: round(after[k] - base[k], 1) for k in ("rss_mb", "fds", "threads") if k in base and k in after
+    }
+    b_heap, a_heap = base.get("heap", {}), after.get("heap", {})
+    result["growth"] |= {  # what a leak grows (malloc_in_use, python_blocks) and what fragmentation does
+        f"heap_{k}": round(a_heap[k] - b_heap[k], 2) for k in a_heap.keys() & b_heap.keys()
     }
     result["seconds"] = round(time.monotonic() - t_start, 1)
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]

@@ -233,3 +233,22 @@ async def test_abrupt_close_drops_the_connection_without_a_close_frame() -> None
             await ws.recv()
         assert ws.protocol.close_rcvd is None and ws.close_code == 1006
         assert server.connections[0].faults == ["abrupt_close"]
+
+
+async def test_a_long_running_fake_keeps_only_the_open_connections_records_and_still_counts_them() -> None:
+    """`keep_records = False` (serve's embedded echo, `fake-provider`): a finished connection's record goes (a
+    fake that answers for weeks must not grow by one a call), and fault specs still count every connection."""
+    faults = [parse_fault("3/refuse"), parse_fault("4/close")]
+    async with asyncio.timeout(5), await serve(faults=faults) as server:
+        server.keep_records = False
+        for index in range(2):
+            ws = await started(server.url)
+            assert server.connections[-1].index == index  # an open connection's record is there
+            await ws.close()
+        with pytest.raises(websockets.InvalidStatus) as info:  # the third: refused, and not recorded
+            await connect(server.url, additional_headers=AUTH)
+        assert info.value.response.status_code == 503
+        fourth = await started(server.url)
+        assert server.connections[-1].index == 3
+        await ends_with_expiry(fourth)  # the fault for connection 4 reached the fourth
+    assert server.connections == []  # closed: every handler has ended, and none left its record
