@@ -137,3 +137,39 @@ def test_a_recovery_after_a_lost_connection_is_counted_in_metrics() -> None:
         if line.startswith("parlora_recoveries_total{") and 'outcome="recovered"' in line
     ]
     assert counted and sum(float(line.rsplit(" ", 1)[1]) for line in counted) == 1.0, text
+
+
+def _campaign_log(
+    failed_ms: int, refused_ms: int, reason: str = "rollover not possible: next_not_open"
+) -> str:
+    """A bridge log, in serve's words, of one call whose next connection was lost and whose rollover RO6 then
+    refused."""
+    return "\n".join(
+        [
+            "INFO parlora.session: call call-1 started: from sip:sipp@127.0.0.1:5 to sip:1001@127.0.0.1:6 (x)",
+            "WARNING parlora.session: call call-1 rollover opening: conn-4 (token 4) at 20983 ms",
+            f"WARNING parlora.session: call call-1 rollover failed: conn-4 (connection lost (connection closed "
+            f"(code 1006, no reason))) at {failed_ms} ms",
+            f"WARNING parlora.session: call call-1 rollover opening: conn-5 (token 5) at {failed_ms + 1} ms",
+            f"WARNING parlora.session: call call-1 rollover refused: conn-3 (next_not_open) at {refused_ms} ms",
+            f"INFO parlora.session: call call-1 ended after 27.98 s by provider ({reason}): frames in 1348",
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("failed_ms", "refused_ms", "kind"),
+    [(25_848, 25_983, "late_next_loss"), (20_000, 25_983, None), (25_848, 25_848 + 2_500, None)],
+)
+def test_the_campaign_attributes_ro6_to_a_next_connection_lost_too_near_the_hard_stop(
+    failed_ms: int, refused_ms: int, kind: str | None
+) -> None:
+    sys.path.insert(0, str(BENCH))
+    import fault_campaign
+
+    f = fault_campaign.read_log(_campaign_log(failed_ms, refused_ms).splitlines())
+    [lost] = fault_campaign.figures(f, answered=1, expected=1, loop_ms=5_000)["calls_lost"]
+    assert lost["rule"] == "RO6: no next connection by hard_stop_ms"
+    assert (
+        lost["fatal_kind"] == kind
+    )  # lost with time to retry: a survivable fault the bridge did not survive
