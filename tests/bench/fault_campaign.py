@@ -98,9 +98,9 @@ FATAL_KIND_REASONS: tuple[tuple[re.Pattern[str], str], ...] = (
 NEXT_KINDS = frozenset({"slow_handshake", "refuse"})
 # RO6 ends a call whose next connection has not opened by the hard stop. A fault that kills the next connection
 # (a survivable kind: abrupt_close, half_open) so near the hard stop that its retry cannot open in time ends the
-# call by that rule: a CI run lost a call whose next connection was closed 134 ms before its hard stop (the retry
-# also drew slow_handshake). Opening takes up to slow_handshake's 1.5 s plus about a second on a loaded bridge;
-# a loss by RO6 less than this long after a next connection was lost is attributed to `late_next_loss`.
+# call by that rule: a --quick run here lost a call whose next connection was closed 134 ms before its hard stop
+# (the retry also drew slow_handshake). Opening takes up to slow_handshake's 1.5 s plus about a second on a loaded bridge;
+# a loss by RO6 less than this long after a next connection failed is attributed to `late_next_loss`.
 NEXT_OPEN_MS = 2_500
 # Each fatal fault that hits ends one call, and a campaign whose calls are all dead has nowhere to put the rest
 # of its faults (a CI run once lost 7 of its 8 calls by the 83rd fault and injected no more). So at most a
@@ -217,14 +217,13 @@ def fatal_kind(reason: str) -> str | None:
     return None
 
 
-def late_next(f: LogFigures, call: str) -> str | None:
-    """`late_next_loss` when RO6 ended the call for want of a next connection less than NEXT_OPEN_MS after one
-    was lost (its retry had no time to open), else None."""
-    lost, refused = f.next_lost_at.get(call), f.refused_at.get(call)
-    _, reason = f.ended.get(call, ("", ""))
-    if lost is None or refused is None or not reason.endswith("next_not_open"):
+def late_next(f: LogFigures, call: str, reason: str) -> str | None:
+    """`late_next_loss` when RO6 ended the call (`reason`) for want of a next connection less than NEXT_OPEN_MS
+    after one failed (its retry had no time to open), else None."""
+    failed, refused = f.next_failed_at.get(call), f.refused_at.get(call)
+    if failed is None or refused is None or not reason.endswith("next_not_open"):
         return None
-    return "late_next_loss" if 0 <= refused - lost < NEXT_OPEN_MS else None
+    return "late_next_loss" if 0 <= refused - failed < NEXT_OPEN_MS else None
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -248,7 +247,9 @@ class LogFigures:
     recovery_at: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
     ledger_answers: int = 0
     expired: set[str] = field(default_factory=set)  # calls whose provider said its session hit its cap
-    next_lost_at: dict[str, int] = field(default_factory=dict)  # call -> its last next connection failed (ms)
+    next_failed_at: dict[str, int] = field(
+        default_factory=dict
+    )  # call -> its last next connection failed (ms)
     refused_at: dict[str, int] = field(default_factory=dict)  # call -> its rollover refused (RO6, ms)
 
 
@@ -277,7 +278,7 @@ def read_log(lines: Iterable[str]) -> LogFigures:
             if stage == "floor":
                 f.rollover_at[call].append(at)
             elif stage == "failed":  # lost, or it could not open
-                f.next_lost_at[call] = at
+                f.next_failed_at[call] = at
             elif stage == "refused":
                 f.refused_at[call] = at
         elif m := _UTTERANCE.search(line):
@@ -341,7 +342,7 @@ def figures(f: LogFigures, *, answered: int, expected: int, loop_ms: int) -> dic
                     "rule": fatal_rule(reason),
                     "fatal_kind": fatal_kind(reason)
                     or ("close" if call in f.expired else None)
-                    or late_next(f, call),
+                    or late_next(f, call, reason),
                 }
             )
     duplicated = sorted(f"{call} {tool_call}" for (call, tool_call), n in f.dispatched.items() if n > 1)
