@@ -31,6 +31,11 @@ from rtp.playout import OutboundFrame
 
 _NS_PER_MS = 1_000_000
 TICK_NS = FRAME_MS * _NS_PER_MS
+# How late a caller frame (the media tick that tops the cushion up) may come before the cushion's own timer
+# does it instead. Without it the timer, due a tick after the last frame, raced the next frame and won: the
+# session's loop woke for every frame while output played (issue 13: 0.5 wake-ups a frame, each a task step,
+# a timer and a queue get), and the frame went through the inbox behind it.
+FRAME_LATE_NS = TICK_NS // 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +151,9 @@ class OutputPath:
 
     Audio is stored with its item; GPT-Live names no items, so a pause of `item_quiet_ms` ends one. The cushion
     is topped up to `lead_frames` (or the channel's own `cushion_frames`, read each time) on every media tick
-    and on a 20 ms timer while anything waits, so the first frame plays as soon as it arrives. Every clear
+    (a caller frame) and, while anything waits, on a timer: due `FRAME_LATE_NS` after the next caller frame
+    should have come, then every 20 ms while none comes (a hold, a caller that sends nothing), so the first
+    frame plays as soon as it arrives. Every clear
     goes through the playback-epoch barrier (SE4).
     """
 
@@ -172,6 +179,7 @@ class OutputPath:
         self._item_id: str | None = None  # the item audio is arriving for now
         self._last_audio_ns: int | None = None
         self._last_transmitted = 0
+        self._frame_ns: int | None = None  # the latest caller frame's tick (`count_underrun`)
         self.underruns = 0  # media ticks that found no frame ready in the middle of an item
 
     def _quiet(self, now: int) -> bool:
@@ -207,9 +215,14 @@ class OutputPath:
         if transmitted == self._last_transmitted and self.framer.item_id is not None and not self._quiet(now):
             self.underruns += 1  # this tick's pull found the cushion empty mid-item: the caller heard a gap
         self._last_transmitted = transmitted
+        self._frame_ns = now
 
     def feed(self, now: int) -> None:
         """Top the cushion up from the reservoir: to `lead_frames`, or to what the channel's cushion asks."""
+        ready = self._ready
+        if not ready and self.framer.item_id is None and not self.reservoir.depth_bytes:
+            self._next_tick = None  # nothing received waits (most caller frames of a call: issue 13)
+            return
         lead = self._cushion.cushion_frames if self._cushion is not None else self._lead
         room = lead - self.channel.depth
         while room > len(self._ready):
@@ -225,7 +238,11 @@ class OutputPath:
         if room > 0 and self._ready:
             batch, self._ready = self._ready[:room], self._ready[room:]
             self.channel.enqueue(batch)
-        self._next_tick = now + TICK_NS if self.busy else None
+        if self.busy:  # the timer tops up only where the next caller frame is late, or none comes (a hold)
+            late = None if self._frame_ns is None else self._frame_ns + TICK_NS + FRAME_LATE_NS
+            self._next_tick = now + TICK_NS if late is None or late < now + TICK_NS else late
+        else:
+            self._next_tick = None
 
     @property
     def busy(self) -> bool:

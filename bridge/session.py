@@ -46,6 +46,8 @@ log = logging.getLogger("parlora.session")
 _LEG_DRAIN_TIMEOUT_S = 5.0  # before the session starts: how long a refused call waits for the leg to end
 _HOOK_TIMEOUT_S = 10.0
 MAX_QUEUED_FRAMES = 25  # 500 ms of caller audio waiting for a session loop that is behind (issue 13)
+BACKSTOP_NS = 100_000_000  # while frames come, the timer waits this long after the latest one (CallerFrames)
+TIMER_SLACK_NS = 1_000_000  # the timer is armed this long after its deadline (uvloop: whole milliseconds)
 _LOGGED_URI_CHARS = 256  # a From/To URI as the log shows it: the caller chooses its length (issue 17)
 
 
@@ -131,12 +133,20 @@ class _Wake:
 
 class CallerFrames:
     """Issue 13: the caller's frames from the leg's media tick straight into the coordinator, its commands
-    carried out there and then (`sip.leg.FrameSinkLeg`), instead of the leg's queue, a pump task and the inbox.
+    carried out there and then (`sip.leg.FrameSinkLeg`), instead of the leg's queue, a pump task and the inbox;
+    and the session's one loop timer.
 
     Order: a frame goes through the inbox like any input while the inbox holds anything (a CallEnded, a hold,
-    a provider event), or a timer of the core is already due; the leg queues it itself while one of its own
-    events waits. A frame that moves the core's deadline before the one the session's loop waits for wakes the
-    loop (`_Wake`). Nothing raises into the media tick: a failure is counted (`errors`) and logged once.
+    a provider event); the leg queues it itself while one of its own events waits. A timer of the core that
+    is due when a frame comes is handled first, there and then, as the loop would have. Nothing raises into
+    the media tick: a failure is counted (`errors`) and logged once.
+
+    The timer (issue 13): one `loop.call_at` per session, re-armed only when the core's next deadline comes
+    sooner than the one it waits for. Its callback reads the core's deadline again and wakes the session's
+    loop (`_Wake`) only when something is due; otherwise it re-arms, at the deadline, or, while the media tick
+    brings frames (which handle whatever falls due), `BACKSTOP_NS` after the latest frame. The deadline the
+    cushion keeps while output plays moves with every frame: waiting on it with `asyncio.timeout` woke the
+    session's task 13 times a second per call for nothing (a task step, an exception, a future each time).
 
     Overload sheds, it does not grow: while the session's loop is behind, at most `MAX_QUEUED_FRAMES` of the
     caller's frames wait in the inbox; a frame beyond that is dropped and counted (`shed`), so the audio the
@@ -152,11 +162,16 @@ class CallerFrames:
         "_clock",
         "_tap",
         "_carry_out",
+        "_loop",
+        "_handle",
+        "_handle_at",
         "core",
-        "armed",
+        "due",
+        "frame_ns",
         "errors",
         "queued",
         "shed",
+        "timer_wakeups",
     )
 
     def __init__(
@@ -169,11 +184,16 @@ class CallerFrames:
     ) -> None:
         self._call_id, self._inbox, self._clock, self._tap = call_id, inbox, clock, tap
         self._carry_out = carry_out
+        self._loop: asyncio.AbstractEventLoop | None = None  # the session's, taken at the first arm
+        self._handle: asyncio.TimerHandle | None = None
+        self._handle_at = 0  # the deadline the timer is armed for (on the injected clock)
         self.core: SessionCoordinator | None = None  # set while the session's loop runs
-        self.armed: int | None = None  # the deadline the session's loop is waiting for (None: none)
+        self.due: int | None = None  # the core's next deadline as last read (None: none)
+        self.frame_ns: int | None = None  # the latest frame through the sink: the media tick is running
         self.errors = 0
         self.queued = 0  # caller frames this sink put in the inbox, not yet fed
         self.shed = 0
+        self.timer_wakeups = 0  # timer callbacks (each a re-arm, or a wake of the loop when something is due)
 
     def attach(self, leg: CallLeg, core: SessionCoordinator) -> None:
         self.core = core
@@ -182,6 +202,7 @@ class CallerFrames:
 
     def detach(self, leg: CallLeg) -> None:
         self.core = None
+        self.cancel()
         if isinstance(leg, FrameSinkLeg):
             leg.set_frame_sink(None)
 
@@ -194,28 +215,73 @@ class CallerFrames:
     def counters(self) -> dict[str, int]:
         return {"queued": self.queued, "shed": self.shed, "errors": self.errors}
 
+    # -- the timer ---------------------------------------------------------------------------------------------
+
+    def settled(self, core: SessionCoordinator, now: int) -> None:
+        """After an input: read the core's next deadline and keep the timer at or before it, or, while the media
+        tick brings frames (each handles what is due), at or before `BACKSTOP_NS` after the latest one."""
+        self._keep(core.next_deadline(), now)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _keep(self, due: int | None, now: int) -> None:
+        self.due = due
+        if due is None:
+            return
+        frame = self.frame_ns
+        if frame is not None and now - frame < BACKSTOP_NS and due < frame + BACKSTOP_NS:
+            due = frame + BACKSTOP_NS
+        if self._handle is not None:
+            if self._handle_at <= due:
+                return
+            self._handle.cancel()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        self._handle_at = due
+        # (+ the slack: uvloop's timers count whole milliseconds and would fire up to 1 ms early, then spin)
+        self._handle = loop.call_at(loop.time() + (due - now + TIMER_SLACK_NS) / 1e9, self._fired)
+
+    def _fired(self) -> None:
+        self._handle = None
+        self.timer_wakeups += 1
+        core = self.core
+        if core is None:
+            return
+        now = self._clock()
+        due = core.next_deadline()
+        if (due is not None and due <= now) or core.finished(now):
+            self.due = due
+            self._inbox.put_nowait(_Wake())  # the loop handles the timer (and anything queued behind it)
+        else:
+            self._keep(due, now)
+
+    # -- inputs --------------------------------------------------------------------------------------------------
+
     def _forward(self, core: SessionCoordinator, frame: FrameReceived, now: int) -> None:
         if self._tap is not None:
             self._tap.caller(frame.pcm, now)  # issue 15: --record
         core.caller_frame(frame.pcm, now)
 
     def provider_event(self, event: ProviderEvent) -> None:
-        inbox, core, armed = self._inbox, self.core, self.armed
-        now = self._clock()
-        if (
-            core is None
-            or inbox.qsize()
-            or (armed is not None and armed <= now)
-            or isinstance(event, SessionStarted)
-        ):
+        inbox, core = self._inbox, self.core
+        if core is None or inbox.qsize() or isinstance(event, SessionStarted):
             inbox.put_nowait(event)
             return
         try:
+            now = self._clock()
+            due = self.due
+            if due is not None and due <= now:  # a due timer first, as the loop would
+                core.handle_timer(now)
             core.provider_event(event, now)
             self._carry_out(core)
-            deadline = core.next_deadline()
-            if core.finished(now) or (deadline is not None and (armed is None or deadline < armed)):
+            if core.finished(now):
                 inbox.put_nowait(_Wake())
+            else:
+                self.settled(core, now)
         except Exception:  # never into the socket's callback
             self.errors += 1
             if self.errors == 1:
@@ -224,23 +290,27 @@ class CallerFrames:
                 )
 
     def __call__(self, frame: FrameReceived) -> None:
-        inbox, core, armed = self._inbox, self.core, self.armed
-        now = self._clock()
-        if core is None or inbox.qsize() or (armed is not None and armed <= now):
+        inbox, core = self._inbox, self.core
+        if core is None or inbox.qsize():
             if self.queued >= MAX_QUEUED_FRAMES:  # the loop is behind by that much already: shed this one
                 self.shed += 1
                 if self.shed == 1:
                     log.warning("call %s: the session is behind; caller frames shed (counted)", self._call_id)
                 return
             self.queued += 1
-            inbox.put_nowait(frame)  # behind what is queued, or after the due timer
+            inbox.put_nowait(frame)  # behind what is queued
             return
         try:
+            now = self.frame_ns = self._clock()
+            due = self.due
+            if due is not None and due <= now:  # a due timer first, as the loop would
+                core.handle_timer(now)
             self._forward(core, frame, now)
             self._carry_out(core)
-            deadline = core.next_deadline()
-            if deadline is not None and (armed is None or deadline < armed):
+            if core.finished(now):
                 inbox.put_nowait(_Wake())
+            else:
+                self.settled(core, now)
         except Exception:  # never into the media tick
             self.errors += 1
             if self.errors == 1:
@@ -593,25 +663,17 @@ class CallSession:
         self._spawn("leg", _pump(self.leg.events(), self._inbox))
         first = self.links.first_token
         self._spawn(f"provider-{first}", self.links.read(self.providers[first]))
+        frames, inbox = self._frames, self._inbox
         try:
             while not core.finished(now := self._clock()):
                 deadline = core.next_deadline()
                 if deadline is not None and deadline <= now:
                     core.handle_timer(now)  # a due timer first, then one queued input: neither starves
-                    if not self._inbox.empty():
-                        self._handle(self._inbox.get_nowait())
+                    if not inbox.empty():
+                        self._handle(inbox.get_nowait())
                 else:
-                    timeout = None if deadline is None else (deadline - now) / 1e9
-                    self._frames.armed = deadline
-                    try:  # no task, waiter and timer per frame, as wait_for makes (tests/bench: 0.06 %/call)
-                        async with asyncio.timeout(timeout):
-                            item = (
-                                self._inbox.get_nowait() if self._inbox.qsize() else await self._inbox.get()
-                            )
-                    except TimeoutError:
-                        core.handle_timer(self._clock())
-                    else:
-                        self._handle(item)
+                    frames.settled(core, now)  # the one timer: its callback wakes this loop when one is due
+                    self._handle(inbox.get_nowait() if inbox.qsize() else await inbox.get())
                 self._carry_out(core)
         finally:
             self._frames.detach(self.leg)

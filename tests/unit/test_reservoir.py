@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from test_session_engine import MS, pcmu_tone
 
-from bridge.reservoir import TICK_NS, OutputPath
+from bridge.reservoir import FRAME_LATE_NS, TICK_NS, OutputPath
 from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K
 from rtp.playout import Playout
@@ -52,3 +52,28 @@ def test_se2_a_clear_reports_every_interrupted_item() -> None:
     out.push(pcmu_tone(200), "item_b", 0)
     cleared_ms, items = out.clear()
     assert items == ["item_a", "item_b"] and cleared_ms == 400
+
+
+def test_se3_the_cushion_timer_waits_for_a_late_caller_frame_and_keeps_a_hold_fed() -> None:
+    """Issue 13: while caller frames come every 20 ms they top the cushion up, so the timer is due only once the
+    next one is `FRAME_LATE_NS` late (it raced the frame and woke the session's loop for every frame when it was
+    due a tick after the last one); when frames stop (a hold), it tops up every 20 ms and nothing underruns."""
+    out, playout = path()
+    out.push(pcmu_tone(2_000), "item_a", 0)
+    now = 0
+    for _ in range(10):  # caller frames drive the cushion: the timer never falls due between two of them
+        now += TICK_NS
+        playout.pull(now)
+        out.tick(now)
+        assert out.next_deadline() == now + TICK_NS + FRAME_LATE_NS
+    deadline, fed_at, pulled, last = out.next_deadline(), [], 0, now
+    for step in range(1, 41):  # the frames stop: 40 media ticks, each 1 ms after its grid point (the slack)
+        t = last + step * TICK_NS + MS
+        while deadline is not None and deadline <= t:  # only the timer tops the cushion up now
+            out.feed(deadline)
+            fed_at.append(deadline)
+            deadline = out.next_deadline()
+        pulled += playout.pull(t) is not None
+    assert fed_at[0] == last + TICK_NS + FRAME_LATE_NS
+    assert {b - a for a, b in zip(fed_at, fed_at[1:], strict=False)} == {TICK_NS}  # then every 20 ms
+    assert pulled == 40  # no underrun: each media tick found a frame

@@ -15,7 +15,7 @@ import virtual_time
 from test_session import FakeLeg, FakeProvider, pcm_frame, session
 
 from bridge.barrier import Channel
-from bridge.session import MAX_QUEUED_FRAMES, CallerFrames, CallSession, _Wake
+from bridge.session import BACKSTOP_NS, MAX_QUEUED_FRAMES, TIMER_SLACK_NS, CallerFrames, CallSession, _Wake
 from providers.events import AudioReceived, SessionClosed, SessionStarted
 from rtp.audio import PCMU_8K
 from sip.leg import CallEnded, FrameReceived, FrameSink, FrameSinkLeg, MediaHeld, MediaStarted
@@ -129,6 +129,7 @@ async def test_an_exception_in_the_sink_is_counted_logged_once_and_not_raised(
 class FakeCore:
     def __init__(self, deadline: int | None = None, fail: bool = False) -> None:
         self.frames: list[tuple[bytes, int]] = []
+        self.timers: list[int] = []
         self.deadline, self.fail = deadline, fail
 
     def caller_frame(self, pcm: bytes, now: int) -> None:
@@ -136,8 +137,14 @@ class FakeCore:
             raise ValueError("boom")
         self.frames.append((pcm, now))
 
+    def handle_timer(self, now: int) -> None:
+        self.timers.append(now)
+
     def next_deadline(self) -> int | None:
         return self.deadline
+
+    def finished(self, now: int) -> bool:
+        return False
 
 
 def _sink(core: FakeCore, now: int = 1_000) -> tuple[CallerFrames, asyncio.Queue[object], list[object]]:
@@ -164,28 +171,45 @@ def test_a_frame_queues_behind_anything_in_the_inbox() -> None:
     assert core.frames == [(pcm_frame(0x11), 1_000)] and carried == [core] and inbox.empty()
 
 
-def test_a_frame_queues_after_a_due_timer_and_before_attach() -> None:
+def test_a_due_timer_is_handled_first_in_the_media_tick_and_a_frame_queues_before_attach() -> None:
     core = FakeCore()
     frames, inbox, _ = _sink(core, now=1_000)
-    frames.armed = 1_000  # the loop's timer is due: it goes first
+    frames.due = (
+        1_000  # a timer of the core is due: handled there and then, before the frame (as the loop would)
+    )
     frames(_frame(0))
-    assert core.frames == [] and _drain(inbox) == [_frame(0)]
-    frames.core, frames.armed = None, None  # not attached (the session's loop is not running)
-    frames(_frame(1))
-    assert core.frames == [] and _drain(inbox) == [_frame(1)]
-
-
-def test_a_frame_that_moves_the_deadline_earlier_wakes_the_loop() -> None:
-    core = FakeCore(deadline=5_000)
-    frames, inbox, _ = _sink(core)
-    frames.armed = 9_000
-    frames(_frame(0))
-    assert [type(x) for x in _drain(inbox)] == [_Wake]
-    frames.armed = 5_000  # the same deadline: the loop already waits for it
-    frames(_frame(1))
-    core.deadline = None  # no deadline at all: nothing to wake for
+    assert core.timers == [1_000] and core.frames == [(pcm_frame(0x10), 1_000)] and inbox.empty()
+    frames(_frame(1))  # (the core said: no deadline now)
+    assert core.timers == [1_000] and len(core.frames) == 2
+    frames.core = None  # not attached (the session's loop is not running)
     frames(_frame(2))
-    assert inbox.empty() and len(core.frames) == 3
+    assert len(core.frames) == 2 and _drain(inbox) == [_frame(2)]
+
+
+async def test_the_timer_wakes_the_loop_only_when_something_is_due_and_waits_behind_the_media_tick() -> None:
+    """Issue 13: one re-armed loop timer per session. A deadline that every frame moves on (the cushion's while
+    output plays) never wakes the loop: while frames come, the timer waits `BACKSTOP_NS` behind the latest;
+    once they stop, it wakes the loop at the deadline (the old loop waited on each deadline with
+    asyncio.timeout and woke 13 times a second per call for nothing)."""
+    clock = virtual_time.loop_clock()
+    inbox: asyncio.Queue[object] = asyncio.Queue()
+    frames = CallerFrames("call-1", inbox, clock, None, lambda core: None)
+    core = FakeCore()
+    frames.core = core  # type: ignore[assignment]
+    start = clock()
+    for i in range(50):  # one second of frames, 20 ms apart, each moving the deadline to 30 ms after it
+        while clock() < start + i * 20_000_000:
+            await asyncio.sleep(0.02 - (clock() - start) % 20_000_000 / 1e9)
+        core.deadline = clock() + 30_000_000
+        frames(_frame(i % 100))
+    assert core.timers == [] and inbox.empty()  # nothing fell due, nothing woke the loop
+    # a backstop re-armed behind the latest frame, which is at most a tick old when it fires
+    assert frames.timer_wakeups <= 1_000_000_000 // (BACKSTOP_NS - 20_000_000) + 1
+    last = clock()
+    while inbox.empty() and clock() < last + 1_000_000_000:  # the frames stop: the deadline is 30 ms on
+        await asyncio.sleep(0.001)
+    assert [type(x) for x in _drain(inbox)] == [_Wake]  # woken once, at most a backstop after the last frame
+    assert last + 30_000_000 <= clock() <= last + BACKSTOP_NS + TIMER_SLACK_NS + 1_000_000
 
 
 def test_a_session_loop_that_is_behind_gets_at_most_the_bound_of_frames_and_the_rest_are_shed(
