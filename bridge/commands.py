@@ -336,9 +336,15 @@ class Outbox:
         self.notices: list[Notice] = []
 
     def take_commands(self) -> list[Command]:
-        commands, self.commands = self.commands, []
+        """What was decided since the last take. (Nothing: the outbox's own empty list, to iterate, not keep.)"""
+        commands = self.commands
+        if commands:
+            self.commands = []
         return commands
 
     def take_notices(self) -> list[Notice]:
-        notices, self.notices = self.notices, []
+        """As `take_commands` (the shell takes both after every input: issue 13, no list made for nothing)."""
+        notices = self.notices
+        if notices:
+            self.notices = []
         return notices

@@ -108,6 +108,10 @@ class SessionCoordinator:
         self.usage = UsageMeter()
         self.state = "connecting"
         self.frames_in = 0
+        # Issue 13: the soonest deadline of every room but the output, kept while only plain caller frames come
+        # (a frame that changed no turn and made no room decide moves the output's deadline alone).
+        self._others_due: int | None = None
+        self._others_known = False
         self.rollover.start()
 
     @property
@@ -116,14 +120,20 @@ class SessionCoordinator:
 
     def caller_frame(self, pcm: bytes, now: int) -> None:
         """One 20 ms caller frame: forwarded to the provider; it also marks a media-clock tick."""
+        known = self._others_known
         self.frames_in += 1
         if not self.recovery.discard_frame() and not self.ending.ended:  # HR8 while reconnecting
+            commands = self.out.commands
             for target in self.connections.audio_targets:
-                self.out.commands.append(SendAudio(pcm, target))
+                commands.append(SendAudio(pcm, target))
             self.timeline.fed(now)  # HR11: the audio map that provider times are rebased through
         self.output.count_underrun(now)  # the cushion is fed once, by `_settle`
-        self._turn(self.turns.frame(pcm, now, self.timeline.ms(now)), now)
-        self._settle(now)
+        change = self.turns.frame(pcm, now, self.timeline.ms(now))
+        if change is not None:
+            self._turn(change, now)
+        if self._settle(now) or change is not None:
+            known = False
+        self._others_known = known
 
     def provider_event(self, event: ev.ProviderEvent, now: int) -> None:
         if isinstance(event, (ev.UsageUpdated, ev.SessionClosed)):
@@ -235,6 +245,7 @@ class SessionCoordinator:
 
     def call_ended(self, now: int) -> None:
         """The call leg is gone: a connection lost from now on is the session closing, not a fault."""
+        self._others_known = False
         self.ending.call_ended(self.token, now, reconnecting=self.recovery.reconnecting)
 
     def handle_timer(self, now: int) -> None:
@@ -254,17 +265,20 @@ class SessionCoordinator:
         self._settle(now)
 
     def next_deadline(self) -> int | None:
-        due = self.output.next_deadline()  # the earliest of the rooms' (after every caller frame: no list)
-        for t in (
-            self.recovery.next_deadline(),
-            self.timeline.instant(self.delegations.deadline_ms()),
-            self.ending.next_deadline(),
-            self.rollover.next_deadline(),
-            self.captions.next_deadline(),
-        ):
-            if t is not None and (due is None or t < due):
-                due = t
-        return due
+        due, others = self.output.next_deadline(), self._others_due
+        if not self._others_known:  # the earliest of the other rooms' (no list made)
+            others = None
+            for t in (
+                self.recovery.next_deadline(),
+                self.timeline.instant(self.delegations.deadline_ms()),
+                self.ending.next_deadline(),
+                self.rollover.next_deadline(),
+                self.captions.next_deadline(),
+            ):
+                if t is not None and (others is None or t < others):
+                    others = t
+            self._others_due, self._others_known = others, True
+        return others if due is None or (others is not None and others < due) else due
 
     def finished(self, now: int) -> bool:  # the close and drain windows are over: the shell may stop
         return self.ending.finished(now)
@@ -273,19 +287,31 @@ class SessionCoordinator:
         return self.out.take_commands()
 
     def notices(self) -> list[Notice]:
-        return [*self.out.take_notices(), *self.delegations.notices()]
+        mine, jobs = self.out.take_notices(), self.delegations.notices()
+        return [*mine, *jobs] if jobs else mine
 
-    def _settle(self, now: int) -> None:
-        """After every input: the output fed, the drain checked, rollover decisions and jobs routed."""
-        self.output.feed(now)
-        if self.output.drained(now):
-            self.rollover.speaker_drained(now)
-        refused = self.rollover.route(now)
+    def _settle(self, now: int) -> bool:
+        """After every input: the output fed, the drain checked, rollover decisions and jobs routed (each a
+        test of a flag or a list where nothing of theirs changed: issue 13). True when a room other than the
+        output acted (its deadline may have moved: `next_deadline` reads them all again)."""
+        self._others_known = False
+        output, rollover = self.output, self.rollover
+        output.feed(now)
+        acted = False
+        if rollover.speaker_busy and output.drained(now):
+            rollover.speaker_drained(now)
+            acted = True
+        if rollover.deciding:
+            acted = True
+            if (refused := rollover.route(now)) is not None:
+                self._end(f"rollover not possible: {refused}", now, goodbye=True)
         if self.delegations.handover != self.connections.handing_over:  # RO8 (a bool test per frame)
             self.delegations.floor(self.token, self.connections.handing_over, self.timeline.ms(now))
-        if refused is not None:
-            self._end(f"rollover not possible: {refused}", now, goodbye=True)
-        self.telephony.route(self.token, self.timeline.ms(now), now)  # DL6: jobs to the tools or the shell
+            acted = True
+        if self.delegations.waiting():  # DL6: jobs to the tools or the shell
+            self.telephony.route(self.token, self.timeline.ms(now), now)
+            acted = True
+        return acted
 
     def _audio(self, event: ev.AudioReceived, now: int) -> None:
         if self.recovery.reconnecting or self.barge.drop(event.audio):

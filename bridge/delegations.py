@@ -410,12 +410,21 @@ class Delegations:
 
     # --- outputs ---
 
+    def waiting(self) -> bool:
+        """Commands wait for `commands()` (the coordinator asks on every input; issue 13)."""
+        return bool(self._commands)
+
     def commands(self) -> list[DelegationCommand]:
-        commands, self._commands = self._commands, []
+        """What the ledger decided since the last call. (Nothing: its own empty list, to iterate, not keep.)"""
+        commands = self._commands
+        if commands:
+            self._commands = []
         return commands
 
     def notices(self) -> list[DelegationNotice]:
-        notices, self._notices = self._notices, []
+        notices = self._notices
+        if notices:
+            self._notices = []
         return notices
 
     def status(self) -> dict[str, object]:

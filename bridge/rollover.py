@@ -721,7 +721,7 @@ class RolloverLink:
         self._client = client_commits
         self.controller: RolloverController | None = None
         self._utterances: dict[int, dict[str | None, list[int]]] = {}  # token -> item -> [start_ms, end_ms]
-        self._speaker_busy = False
+        self.speaker_busy = False  # the floor's output has not all been played yet (RO2, RO8)
         self.listener_audio_bytes = 0  # audio from connections not holding the floor, never played
 
     def start(self, confirmed_ns: int | None = None) -> None:
@@ -748,7 +748,7 @@ class RolloverLink:
 
     def stop(self) -> None:
         """A recovery abandons any rollover in progress (the replacement starts afresh)."""
-        self.controller, self._speaker_busy = None, False
+        self.controller, self.speaker_busy = None, False
         self._utterances.clear()
         self._connections.reset_inputs()
 
@@ -848,20 +848,20 @@ class RolloverLink:
             self.controller.handle_timer(now)
 
     def speaker_output(self, now: int) -> None:
-        if self.controller is not None and not self._speaker_busy:
-            self._speaker_busy = True
+        if self.controller is not None and not self.speaker_busy:
+            self.speaker_busy = True
             self.controller.items_pending(connection_id(self._connections.floor), now)
 
     def speaker_drained(self, now: int) -> None:
         """Everything the floor connection said has been played (RO2, RO8)."""
-        if self.controller is not None and self._speaker_busy:
-            self._speaker_busy = False
+        if self.controller is not None and self.speaker_busy:
+            self.speaker_busy = False
             self.controller.items_finished(connection_id(self._connections.floor), now)
 
     def tool_turn_done(self, now: int) -> None:
         """The floor's response ended in a tool call with nothing left to play: it holds no items, for the
         result goes to whichever connection holds the floor when it comes (RO8)."""
-        if self.controller is not None and not self._speaker_busy:
+        if self.controller is not None and not self.speaker_busy:
             self.controller.items_finished(connection_id(self._connections.floor), now)
 
     def approved(self, rollover_id: str, approved: bool | None, error: str | None, now: int) -> None:
@@ -902,6 +902,11 @@ class RolloverLink:
         elif self.controller is not None:
             self.start(self.controller.confirmed_ns(connection_id(self._connections.floor)))
 
+    @property
+    def deciding(self) -> bool:
+        """The controller has decisions for `route` (most inputs: none; issue 13)."""
+        return self.controller is not None and bool(self.controller._actions)
+
     def route(self, now: int) -> str | None:
         """Carry the controller's decisions to where they belong; returns a refusal's reason (RO6)."""
         actions = self.controller.actions() if self.controller is not None else []
@@ -923,7 +928,7 @@ class RolloverLink:
             elif isinstance(action, StopInput):
                 self._connections.stop_input(token)
             elif isinstance(action, TakeFloor) and self._connections.take_floor(token):
-                self._speaker_busy = False
+                self.speaker_busy = False
                 self._captions.new_epoch()
                 self._out.notices.append(RolloverChanged("floor", action.connection_id, f"token {token}", at))
             elif isinstance(action, CloseTransport):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from test_session_engine import MS, REALTIME, TICK, pcmu_tone, speech_frame
+from test_session_engine import GPT_LIVE_CAPS, MS, REALTIME, TICK, pcmu_tone, speech_frame
 
 from bridge.connections import connection_id
 from bridge.coordinator import (
@@ -421,3 +421,53 @@ def test_ro3_the_old_connection_lost_while_its_text_is_awaited_lets_the_new_ones
     finals = [n.text for n in call.notices if isinstance(n, Transcript) and n.role == "caller" and n.final]
     assert finals == [f"utterance {i}" for i in range(1, call.utterance + 1)]  # once
     assert CloseTransport(connection_id(1), "rollover") in call.commands
+
+
+def test_plain_caller_frames_reuse_the_rooms_deadlines_and_the_deadline_is_never_stale() -> None:
+    """Issue 13: a caller frame that changed no turn and made no room act moves only the output's deadline, so
+    `next_deadline` keeps the other rooms' soonest one; any other input, or a frame after which a room acted,
+    reads them again. Checked against every room read afresh after every input of a call with turns the local
+    detector finds (GPT-Live: a caller frame ends a turn), rollovers and the provider's announced end."""
+    call = RolloverCall(capabilities=GPT_LIVE_CAPS)
+    core = call.core
+    reads = 0
+    rooms_deadline = core.rollover.next_deadline
+
+    def counted() -> int | None:
+        nonlocal reads
+        reads += 1
+        return rooms_deadline()
+
+    core.rollover.next_deadline = counted  # type: ignore[method-assign]
+    call.step(False, 50)  # a second of silence: plain frames
+    assert reads == 1 and core.next_deadline() == 4_000 * MS  # RO1's after_ms, read once
+
+    def fresh() -> int | None:
+        times = [
+            core.output.next_deadline(),
+            core.recovery.next_deadline(),
+            core.timeline.instant(core.delegations.deadline_ms()),
+            core.ending.next_deadline(),
+            rooms_deadline(),
+            core.captions.next_deadline(),
+        ]
+        return min((t for t in times if t is not None), default=None)
+
+    step = call.step
+    checked = 0
+
+    def checked_step(speech: bool, count: int = 1) -> None:
+        nonlocal checked
+        for _ in range(count):
+            step(speech)
+            assert core.next_deadline() == fresh()
+            checked += 1
+
+    call.step = checked_step  # type: ignore[method-assign]
+    for i in range(12):
+        call.turn()
+        if i == 3:
+            core.connection_expires(core.token, 3_000, call.now)  # the provider announces the end
+            assert core.next_deadline() == fresh()
+    assert checked == 12 * 125 and len([c for c in call.commands if isinstance(c, OpenRollover)]) >= 3
+    assert reads < checked // 2  # most frames reused the rooms' deadline
