@@ -17,6 +17,7 @@ import base64
 import binascii
 import json
 import logging
+from binascii import b2a_base64
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,7 @@ log = logging.getLogger("parlora.providers.openai_live")
 DEFAULT_URL = "wss://api.openai.com/v1/live/sessions"
 DEFAULT_PATH = "/v1/live/sessions"
 RAW_LOG_LIMIT = 2000  # characters of an offending frame kept for the log
+_APPEND_HEAD, _APPEND_TAIL = b'{"type":"session.input_audio.append","audio":"', b'"}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +120,11 @@ class LiveClientProtocol:
     def close_frames(self) -> list[str]:
         return [] if self.closed else [self._frame({"type": "session.close"})]
 
-    def append_audio(self, audio: bytes) -> str:
-        """A `session.input_audio.append` frame for audio already in the session's format (returned, not
+    def append_audio(self, audio: bytes) -> bytes:
+        """A `session.input_audio.append` frame (UTF-8) for audio already in the session's format (returned, not
         queued: the shell queues audio separately so that it may drop it under back-pressure)."""
-        # The hot path: base64 needs no JSON escaping, so the frame is built as text.
-        data = base64.b64encode(audio).decode("ascii")
-        return '{"type":"session.input_audio.append","audio":"' + data + '"}'
+        # The hot path: base64 needs no JSON escaping, so the frame is built as the bytes that go on the wire.
+        return _APPEND_HEAD + b2a_base64(audio, newline=False) + _APPEND_TAIL
 
     def append_commentary(self, content: str, delegation_id: str | None) -> None:
         """Spoken context: GPT-Live says it (the answer to a delegation, or a session-wide update)."""

@@ -36,6 +36,7 @@ import base64
 import binascii
 import json
 import logging
+from binascii import b2a_base64
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from functools import cache
@@ -71,6 +72,7 @@ from rtp.g711 import alaw_encode, ulaw_encode
 RAW_LOG_LIMIT = 2000  # characters of an offending frame kept for the log
 MIN_COMMIT_BYTES = 800  # 100 ms of 8 kHz G.711, the least audio a commit may hold (§1.9 commit_empty)
 HISTORY_ROLES = ("user", "assistant", "system")
+_APPEND_HEAD, _APPEND_TAIL = b'{"type":"input_audio_buffer.append","audio":"', b'"}'
 
 UsageReader = Callable[[int, dict[str, Any]], UsageUpdated | None]
 """Reads the usage a dialect reports in `response.done` (token, event) -> event or None."""
@@ -259,13 +261,12 @@ class RealtimeClientProtocol:
 
     # -- commands --------------------------------------------------------------------------------------------
 
-    def append_audio(self, audio: bytes) -> str:
-        """An `input_audio_buffer.append` frame for audio already in the session's format (returned, not queued:
-        the shell queues audio separately so that it may drop it under back-pressure)."""
+    def append_audio(self, audio: bytes) -> bytes:
+        """An `input_audio_buffer.append` frame (UTF-8) for audio already in the session's format (returned, not
+        queued: the shell queues audio separately so that it may drop it under back-pressure)."""
         self._uncommitted += len(audio)
-        # The hot path: base64 needs no JSON escaping, so the frame is built as text.
-        data = base64.b64encode(audio).decode("ascii")
-        return '{"type":"input_audio_buffer.append","audio":"' + data + '"}'
+        # The hot path: base64 needs no JSON escaping, so the frame is built as the bytes that go on the wire.
+        return _APPEND_HEAD + b2a_base64(audio, newline=False) + _APPEND_TAIL
 
     def commit_input(self) -> None:
         """`input_audio_buffer.commit` for the caller audio appended since the last commit (RO2 at the hard stop,

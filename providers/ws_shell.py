@@ -248,7 +248,7 @@ class WebSocketShell(asyncio.Protocol):
         self._drain_scheduled = False
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0
-        self._outbox: deque[tuple[bool, str]] = deque()
+        self._outbox: deque[tuple[bool, str | bytes]] = deque()  # bytes: a frame already UTF-8
         self._pending_audio = 0
         self._early: list[ProviderEvent] = []
         self._sink: Callable[[ProviderEvent], None] | None = None  # `deliver_to`'s, in place of events()
@@ -319,7 +319,7 @@ class WebSocketShell(asyncio.Protocol):
         for frame in self.core.frames_to_send():
             self._send(False, frame)
 
-    def send_audio_frame(self, frame: str) -> None:
+    def send_audio_frame(self, frame: str | bytes) -> None:
         """Send one caller-audio frame; never blocks. With nothing queued ahead of it the frame is written to
         the transport at once, in this call (issue 13: a frame waits for no loop iteration, so inbound latency
         is the path's own work); otherwise it queues behind what waits (order kept) and leaves with it."""
@@ -609,7 +609,7 @@ class WebSocketShell(asyncio.Protocol):
 
     # -- writing ---------------------------------------------------------------------------------------------
 
-    def _send(self, is_audio: bool, frame: str) -> None:
+    def _send(self, is_audio: bool, frame: str | bytes) -> None:
         """A control frame, in order behind what is queued."""
         self._outbox.append((is_audio, frame))
         if is_audio:
@@ -636,15 +636,16 @@ class WebSocketShell(asyncio.Protocol):
             outbox.clear()
             self._pending_audio = 0
             return
-        tapped: list[str] | None = [] if tap is not None else None
+        tapped: list[str | bytes] | None = [] if tap is not None else None
         direct = not proto.extensions  # no extension transforms frames: frame them here, one write for all
         frames: list[bytes] = []
         while outbox:
             is_audio, frame = outbox.popleft()
+            data = frame.encode() if isinstance(frame, str) else frame
             if direct:
-                frames.append(text_frame(frame.encode(), _MASK_KEYS.take()))
+                frames.append(text_frame(data, _MASK_KEYS.take()))
             else:
-                proto.send_text(frame.encode())
+                proto.send_text(data)
             self.frames_sent += 1
             if is_audio:
                 self._pending_audio -= 1
@@ -656,21 +657,22 @@ class WebSocketShell(asyncio.Protocol):
         if tap is not None and tapped:  # benchmark instrumentation: once the write has returned
             sent_ns = time.monotonic_ns()
             for frame in tapped:
-                tap.audio_sent(sent_ns, frame)
+                tap.audio_sent(sent_ns, frame if isinstance(frame, str) else frame.decode())
 
-    def _write_audio_now(self, frame: str) -> None:
+    def _write_audio_now(self, frame: str | bytes) -> None:
         proto, transport = self._proto, self._transport
         if proto is None or proto.state is not OPEN or transport is None or transport.is_closing():
             return  # closing or closed: nothing more goes out (as `_drain_outbox` does)
+        data = frame.encode() if isinstance(frame, str) else frame
         if proto.extensions:  # an extension transforms frames: the protocol frames it
-            proto.send_text(frame.encode())
+            proto.send_text(data)
             self._write_pending()
         else:
-            transport.write(text_frame(frame.encode(), _MASK_KEYS.take()))
+            transport.write(text_frame(data, _MASK_KEYS.take()))
         self.frames_sent += 1
         tap = self._tap
         if tap is not None:  # benchmark instrumentation: once the write has returned
-            tap.audio_sent(time.monotonic_ns(), frame)
+            tap.audio_sent(time.monotonic_ns(), frame if isinstance(frame, str) else frame.decode())
 
     def _write_text_all(self, frames: list[str]) -> None:
         for frame in frames:
