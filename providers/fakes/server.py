@@ -1,14 +1,29 @@
-"""The thin websockets shell every provider fake runs in, and the records all fakes keep.
+"""The thin WebSocket shell every provider fake runs in, and the records all fakes keep.
 
 Each fake is a sans-I/O connection core (its protocol and scripted model, on `now`) plus this shell: HTTP checks
-on the upgrade, one loop per connection that feeds client frames and the single re-armed timer, writes what
-the core pulls, performs the close the core asks for, and keeps an optional JSON-lines record of every client
-frame. Faults (providers/fakes/faults.py) reach connections from the options, at runtime through `inject()`,
-or through `GET /_fault?spec=...` on the fake's own port (for a fake running as a separate process);
+on the upgrade, the client's messages fed to the core and its single deadline run on one re-armed loop timer,
+what the core pulls written, the close the core asks for performed, and an optional JSON-lines record of every
+client frame. Faults (providers/fakes/faults.py) reach connections from the options, at runtime through
+`inject()`, or through `GET /_fault?spec=...` on the fake's own port (for a fake running as a separate process);
 `GET /_connections` lists the connections open now (1-based, as a fault's `N/` counts them). With a record
 file, each connection's lifetime is appended to `<record>.connections` when it ends (JSON lines: `conn`,
 `opened_ns`, `closed_ns` on the monotonic clock, `close_code`, `session_id`, `handles`, `resumed_handle`), so
 that a test in another process can tell whether two connections overlapped.
+
+The WebSocket protocol is websockets' sans-I/O `ServerProtocol` (the upgrade's checks and answer, framing,
+pings and pongs, the closing handshake, close codes) driven from a plain `asyncio.Protocol` made by
+`loop.create_server` (with the TLS context for wss), as providers/ws_shell.py drives the client side: no task
+and no queue per connection, the core fed in the socket's callback, its frames written at the end of that
+callback in one transport write, and one loop timer per connection at the earlier of the core's next deadline
+and the keepalive's. The client's whole final text and binary frames (its audio) are unmasked and fed to the
+core directly; the protocol sees the request and every other frame, whole. That costs a fraction of what
+websockets' asyncio server did (a reader task, a loop task, a queue and a timeout per message). What the
+asyncio server did and this shell keeps: the `Server` header, 16 MiB messages at most (1009 beyond), no
+compression, invalid UTF-8 failing the connection (1007), a ping every 20 s with 20 s for its pong (then 1011
+"keepalive ping timeout"), 10 s for the upgrade request and for the client's half of a close handshake (then
+the TCP connection is dropped), 1001 to every open connection when the server stops, and 1011 when a core
+raises. A client frame is never fed to a core that asked to close or once the close handshake has begun.
+Unlike it, a slow reader gets no back-pressure: the fake writes on, as a paced provider does.
 
 A connection core provides:
 - `record: ConnectionRecord`, `last_frame: ClientFrameRecord | None`;
@@ -16,7 +31,8 @@ A connection core provides:
 - `frames_to_send() -> list[str]`, `close_to_send() -> CloseRequest | None`, `next_deadline() -> int | None`;
 - `recorded(frame) -> dict`: the frame as written to the record file (audio payloads shortened);
 - optionally `half_open: bool`: once true, the shell stops reading and writing on the socket (pings go
-  unanswered), as a peer whose network vanished would, until the client closes or the server stops.
+  unanswered), as a peer whose network vanished would, until the client closes, the server stops, or 50 s
+  have passed (HALF_OPEN_LIMIT_S: then it drops the TCP connection, about when websockets' keepalive did).
 """
 
 from __future__ import annotations
@@ -26,23 +42,25 @@ import json
 import logging
 import secrets
 import ssl as ssl_module
+import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from types import TracebackType
-from typing import IO, Any, Protocol
+from typing import IO, Any, Protocol, cast
 from urllib.parse import parse_qs, urlsplit
 
-from websockets.asyncio.server import Server, ServerConnection
-from websockets.asyncio.server import serve as ws_serve
-from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
+from websockets.frames import OP_BINARY, OP_CONT, OP_PONG, OP_TEXT, CloseCode, Frame
+from websockets.http11 import SERVER, Request, Response
+from websockets.protocol import CLOSING, OPEN
+from websockets.server import ServerProtocol
+from websockets.speedups import apply_mask
 
 from providers.fakes.faults import Fault, FaultKind, parse_fault
+from providers.ws_shell import Keepalive, KeepaliveAction
 
 _NS_PER_S = 1_000_000_000
-_WAKE = object()  # queued to a connection loop to make it look at its timer again
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +150,28 @@ class FakeConnection(Protocol):
 
 Authorize = Callable[[Request], HTTPStatus | None]
 
+SERVER_HEADER = SERVER  # the `Server` header of every answer, as websockets' asyncio server sends it
+MAX_MESSAGE_BYTES = 16 * 2**20  # a larger client message fails the connection (close 1009)
+OPEN_TIMEOUT_S = 10.0  # for the HTTP upgrade request to arrive
+PING_INTERVAL_S = 20.0  # the server's keepalive: a ping every 20 s, 20 s for its pong
+PING_TIMEOUT_S = 20.0
+CLOSE_TIMEOUT_S = 10.0  # for the client's side of a close handshake (then the TCP connection is dropped)
+MAX_REQUEST_BYTES = 2**16  # an upgrade request longer than this goes to the protocol whole (which refuses it)
+HALF_OPEN_LIMIT_S = 50.0  # a half-open connection is dropped (no frame, no FIN of ours) this long after
+_HEAD_7 = struct.Struct("!BB")
+_HEAD_16 = struct.Struct("!BBH")
+_HEAD_64 = struct.Struct("!BBQ")
+
+
+def server_text_frame(payload: bytes) -> bytes:
+    """One final, unmasked text frame (RFC 6455 §5.2), byte for byte as websockets' `Frame.serialize` gives."""
+    n = len(payload)
+    if n < 126:
+        return _HEAD_7.pack(0x81, n) + payload
+    if n < 65536:
+        return _HEAD_16.pack(0x81, 126, n) + payload
+    return _HEAD_64.pack(0x81, 127, n) + payload
+
 
 class FakeServer:
     """A running fake on loopback; `close()` or `async with` stops it."""
@@ -158,10 +198,11 @@ class FakeServer:
         self._record: IO[str] | None = None
         self._ssl = ssl
         self._ids = SequentialIds(secrets.randbits(32))
-        self._server: Server | None = None
-        self._live: dict[int, tuple[FakeConnection, asyncio.Queue[object]]] = {}
+        self._listener: asyncio.Server | None = None
+        self._sockets: set[_Socket] = set()  # every TCP connection, upgraded or not
+        self._live: dict[int, _Socket] = {}  # open WebSocket connections by index
         self._later: list[Fault] = []  # runtime faults for connections not yet open
-        self._hanging: set[ServerConnection] = set()  # half-open sockets: no close handshake is possible
+        self._stopping = False
         self.connections: list[ConnectionRecord] = []
         self.keep_records = True
         """False: only the open connections' records are kept (serve's embedded echo, `fake-provider`: a fake
@@ -176,17 +217,10 @@ class FakeServer:
     async def start(self, host: str, port: int) -> FakeServer:
         if self._record_path is not None:
             self._record = open(self._record_path, "a", encoding="utf-8")
-        self._server = await ws_serve(
-            self._handler,
-            host,
-            port,
-            process_request=self._process_request,
-            max_size=16 * 2**20,
-            compression=None,
-            ssl=self._ssl,
-            logger=self._ws_logger,
-        )
-        self.host, self.port = host, next(iter(self._server.sockets)).getsockname()[1]
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(lambda: _Socket(self), host, port, ssl=self._ssl)
+        self.host, self.port = host, self._listener.sockets[0].getsockname()[1]
+        self._ws_logger.info("server listening on %s:%d", host, self.port)
         return self
 
     @property
@@ -203,22 +237,32 @@ class FakeServer:
             return
         now = time.monotonic_ns()
         applied = False
-        for index, (core, wake) in self._live.items():
+        for index, sock in self._live.items():
             if fault.applies_to(index + 1):
-                core.inject(fault, now)
-                wake.put_nowait(_WAKE)
+                sock.inject(fault, now)
                 applied = True
         if fault.connection is not None and not applied:
             self._later.append(fault)
 
     async def close(self) -> None:
-        for ws in list(self._hanging):  # a half-open peer would never finish a close handshake
-            if ws.transport is not None:
-                ws.transport.abort()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-            self._server = None
+        """Stop listening, close every open connection (1001, as websockets' server does; a half-open or
+        unfinished one is dropped), and wait until each has ended and left its lifetime in the records."""
+        self._stopping = True
+        if self._listener is not None:
+            self._listener.close()
+        sockets = list(self._sockets)
+        for sock in sockets:
+            sock.shut_down()
+        waiting = [sock.lost for sock in sockets if not sock.lost.done()]
+        if waiting:
+            _, late = await asyncio.wait(waiting, timeout=CLOSE_TIMEOUT_S + 1.0)
+            if late:
+                for sock in sockets:
+                    sock.abort()
+                await asyncio.wait(late, timeout=1.0)
+        if self._listener is not None:
+            await self._listener.wait_closed()
+            self._listener = None
         if self._record is not None:
             self._record.close()
             self._record = None
@@ -231,136 +275,70 @@ class FakeServer:
     ) -> None:
         await self.close()
 
-    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+    # -- the HTTP upgrade and the connection's lifetime, called by _Socket ----------------------------------
+
+    def _process_request(self, proto: ServerProtocol, request: Request) -> Response | None:
+        """The answer to a request that is not a WebSocket upgrade to take (None: go on with the upgrade)."""
         path = urlsplit(request.path).path
         if path == "/_fault":
-            return self._fault_request(connection, request)
+            return self._fault_request(proto, request)
         if path == "/_connections":
-            live = {
-                "open": sorted(
-                    index + 1
-                    for index, (core, _) in self._live.items()
-                    if not getattr(core, "half_open", False)
-                )
-            }
-            return connection.respond(HTTPStatus.OK, json.dumps(live) + "\n")
+            live = {"open": sorted(index + 1 for index, sock in self._live.items() if not sock.hanging)}
+            return proto.reject(HTTPStatus.OK, json.dumps(live) + "\n")
         if not self._accepts_path(path):
-            return connection.respond(HTTPStatus.NOT_FOUND, "Not Found\n")
+            return proto.reject(HTTPStatus.NOT_FOUND, "Not Found\n")
         status = self._authorize(request)
         if status is not None:
-            return connection.respond(status, f"{status.phrase}\n")
+            return proto.reject(status, f"{status.phrase}\n")
+        if self._stopping:
+            return proto.reject(HTTPStatus.SERVICE_UNAVAILABLE, "Server is shutting down.\n")
         upcoming = self._opened + 1
         if any(f.kind is FaultKind.REFUSE and f.applies_to(upcoming) for f in self.faults + self._later):
             if self.keep_records:
                 self.connections.append(ConnectionRecord(self._opened, faults=["refuse"]))
             self._opened += 1
-            return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, "Service Unavailable\n")
+            return proto.reject(HTTPStatus.SERVICE_UNAVAILABLE, "Service Unavailable\n")
         return None
 
-    def _fault_request(self, connection: ServerConnection, request: Request) -> Response:
+    def _fault_request(self, proto: ServerProtocol, request: Request) -> Response:
         specs = parse_qs(urlsplit(request.path).query).get("spec", [])
         try:
             faults = [parse_fault(spec) for spec in specs]
         except ValueError as exc:
-            return connection.respond(HTTPStatus.BAD_REQUEST, f"{exc}\n")
+            return proto.reject(HTTPStatus.BAD_REQUEST, f"{exc}\n")
         if not faults:
-            return connection.respond(HTTPStatus.BAD_REQUEST, "give ?spec=KIND[:VALUE][@AFTER_MS]\n")
+            return proto.reject(HTTPStatus.BAD_REQUEST, "give ?spec=KIND[:VALUE][@AFTER_MS]\n")
         for fault in faults:
             self.inject(fault)
-        return connection.respond(HTTPStatus.OK, "ok\n")
+        return proto.reject(HTTPStatus.OK, "ok\n")
 
-    async def _handler(self, ws: ServerConnection) -> None:
+    def _open(self, sock: _Socket, request: Request) -> tuple[int, FakeConnection]:
+        """An upgrade was accepted: the connection's core, its index and its record."""
         index = self._opened
         self._opened += 1
-        assert ws.request is not None
         faults = tuple(f for f in self.faults if f.applies_to(index + 1))
         later = [f for f in self._later if f.applies_to(index + 1)]
         self._later = [f for f in self._later if f not in later]
         core = self._factory(
             ConnectionContext(
-                index, time.monotonic_ns(), int(time.time()), self._ids, ws.request, faults + tuple(later)
+                index, time.monotonic_ns(), int(time.time()), self._ids, request, faults + tuple(later)
             )
         )
         core.record.opened_ns = time.monotonic_ns()
         self.connections.append(core.record)
-        inbox: asyncio.Queue[object] = asyncio.Queue()
-        self._live[index] = (core, inbox)
-        reader = asyncio.create_task(self._read(ws, inbox))
-        try:
-            await self._run(ws, core, inbox)
-        except ConnectionClosed:
-            pass
-        finally:
-            reader.cancel()
-            del self._live[index]
-            code = ws.close_code if ws.close_code is not None else core.record.close_code
-            core.record.closed_ns = time.monotonic_ns()
-            core.connection_lost(code, core.record.closed_ns)
-            if not self.keep_records:
-                self.connections.remove(core.record)
-            if self._record is not None:
-                self._record.flush()
-                self._write_lifetime(core.record)
+        self._live[index] = sock
+        return index, core
 
-    @staticmethod
-    async def _read(ws: ServerConnection, inbox: asyncio.Queue[object]) -> None:
-        try:
-            async for message in ws:
-                inbox.put_nowait(message)
-        except ConnectionClosed:
-            pass
-        inbox.put_nowait(None)  # the client went away
-
-    async def _run(self, ws: ServerConnection, core: FakeConnection, inbox: asyncio.Queue[object]) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            deadline = core.next_deadline()
-            now = time.monotonic_ns()
-            if deadline is not None and deadline <= now:
-                core.handle_timer(now)
-                await asyncio.sleep(
-                    0
-                )  # never starve the other connections, even if a core's deadline is stuck
-            else:
-                try:
-                    if deadline is None:
-                        item = await inbox.get()
-                    else:
-                        async with asyncio.timeout_at(loop.time() + (deadline - now) / _NS_PER_S):
-                            item = await inbox.get()
-                except TimeoutError:
-                    core.handle_timer(max(deadline or 0, time.monotonic_ns()))
-                else:
-                    if item is None:
-                        return
-                    if item is not _WAKE:
-                        assert isinstance(item, (str, bytes))
-                        core.receive_message(item, time.monotonic_ns())
-                        self._write_record(core)
-            for frame in core.frames_to_send():
-                await ws.send(frame)
-            if getattr(core, "half_open", False):
-                await self._hang(ws)
-                return
-            request = core.close_to_send()
-            if request is not None:
-                if request.abrupt:
-                    if ws.transport is not None:
-                        ws.transport.abort()
-                else:
-                    await ws.close(request.code, request.reason)
-                return
-
-    async def _hang(self, ws: ServerConnection) -> None:
-        """A half-open socket: stop reading (so pings go unanswered and nothing more is recorded) and stop
-        writing, but keep the TCP connection, until the client gives up or the server shuts down."""
-        if ws.transport is not None:
-            ws.transport.pause_reading()
-        self._hanging.add(ws)
-        try:
-            await ws.wait_closed()
-        finally:
-            self._hanging.discard(ws)
+    def _ended(self, index: int, core: FakeConnection, code: int | None) -> None:
+        """An open connection's TCP connection has ended (whoever ended it): its lifetime goes to the records."""
+        del self._live[index]
+        core.record.closed_ns = time.monotonic_ns()
+        core.connection_lost(code if code is not None else core.record.close_code, core.record.closed_ns)
+        if not self.keep_records:
+            self.connections.remove(core.record)
+        if self._record is not None:
+            self._record.flush()
+            self._write_lifetime(core.record)
 
     def _write_lifetime(self, record: ConnectionRecord) -> None:
         assert self._record_path is not None
@@ -386,6 +364,382 @@ class FakeServer:
         else:
             line["frame"] = core.recorded(entry.frame)
         self._record.write(json.dumps(line, separators=(",", ":")) + "\n")
+
+
+class _Socket(asyncio.Protocol):
+    """One TCP connection to the fake: the HTTP upgrade, then one core over websockets' sans-I/O protocol.
+
+    Everything happens in the transport's callbacks and on one re-armed loop timer (the core's next deadline,
+    or the keepalive's, whichever comes first): no task, no queue. Frames the core pulls after an input leave
+    in one transport write at the end of the callback, behind what the protocol itself queued (pongs, close
+    frames), in order. Once the core asked to close (or the client did), the core takes no more input.
+    """
+
+    def __init__(self, server: FakeServer) -> None:
+        self._server = server
+        self._proto = ServerProtocol(max_size=MAX_MESSAGE_BYTES, logger=server._ws_logger)
+        self._transport: asyncio.Transport | None = None
+        self._loop = asyncio.get_running_loop()
+        self.lost: asyncio.Future[None] = self._loop.create_future()
+        self._core: FakeConnection | None = None
+        self._index = -1
+        self._active = False  # the core takes input: open, not closing, not half-open
+        self.hanging = False  # half-open: nothing read or written any more
+        # Before the upgrade, the close deadline is the open timeout (the keepalive proper starts with the
+        # connection).
+        self._keepalive = Keepalive(None, None, OPEN_TIMEOUT_S)
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0
+        self._out: list[bytes] = []  # written at the end of the current callback, in one write
+        self._eof = False  # the protocol asked to end the stream after _out
+        self._fragments: list[bytes] = []
+        self._fragment_text = False
+        self._buffer = b""  # received bytes not yet given to the protocol or taken as a frame here
+        self._split = True  # frames are split here, each whole frame to the protocol or taken directly
+
+    # -- asyncio.Protocol ----------------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)
+        self._server._sockets.add(self)
+        self._keepalive.closing(time.monotonic_ns())  # the open timeout
+        self._arm()
+
+    def data_received(self, data: bytes) -> None:
+        if self.hanging:
+            return
+        proto = self._proto
+        if not self._split:
+            proto.receive_data(data)
+            self._events()
+        else:
+            self._buffer += data
+            if self._core is None:
+                self._request()
+            if self._core is not None:
+                self._frames()
+        self._take_writes()
+        if proto.state is not OPEN:
+            self._active = False
+            if proto.close_expected():
+                self._keepalive.closing(time.monotonic_ns())
+        self._flush()
+        self._arm()
+
+    def eof_received(self) -> bool | None:
+        if self._buffer:  # a part of a request or frame: the protocol sees it end early
+            self._proto.receive_data(self._buffer)
+            self._buffer = b""
+        self._proto.receive_eof()
+        self._take_writes()
+        self._flush()
+        return None  # the transport closes itself (a WebSocket never writes after the peer's EOF)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._proto.receive_eof()  # idempotent; the state becomes CLOSED
+        self._active = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._transport = None
+        self._server._sockets.discard(self)
+        core, self._core = self._core, None
+        try:
+            if core is not None:
+                self._server._ended(self._index, core, self._proto.close_code)
+        finally:
+            if not self.lost.done():
+                self.lost.set_result(None)
+
+    # -- the server's side ---------------------------------------------------------------------------------
+
+    def inject(self, fault: Fault, now: int) -> None:
+        """A runtime fault: the core may act on it at once (what it pulls goes out now) or at a deadline."""
+        core = self._core
+        assert core is not None
+        core.inject(fault, now)
+        if self._active:
+            self._pull()
+            self._take_writes()
+            self._flush()
+            self._arm()
+
+    def shut_down(self) -> None:
+        """The server stops: an open connection is closed with 1001 (its close handshake may take up to
+        CLOSE_TIMEOUT_S), any other dropped."""
+        if self._proto.state is OPEN and not self.hanging:
+            self._active = False
+            self._proto.send_close(CloseCode.GOING_AWAY)
+            self._take_writes()
+            self._flush()
+            self._keepalive.closing(time.monotonic_ns())
+            self._arm()
+        elif self._proto.state is not CLOSING:
+            self.abort()
+
+    def abort(self) -> None:
+        if self._transport is not None:
+            self._transport.abort()
+
+    # -- reading -------------------------------------------------------------------------------------------
+    #
+    # The protocol always sees whole units: the upgrade request alone (up to its blank line), then whole frames,
+    # so that its parser is at a boundary whenever a frame is taken here instead. A final text or binary frame
+    # of an open connection (the client's audio, 50 a second) is unmasked and fed to the core directly, which
+    # costs a sixth of the protocol's parser; every other frame (control frames, fragments, anything odd) goes
+    # to the protocol, and from a frame it would refuse on sight (too long, unmasked) on, everything does.
+
+    def _request(self) -> None:
+        """The upgrade request, once its blank line is in: to the protocol alone, the bytes behind it kept."""
+        buffer = self._buffer
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buffer) > MAX_REQUEST_BYTES:  # the protocol refuses it (a line or header too long)
+                self._split, self._buffer = False, b""
+                self._proto.receive_data(buffer)
+                self._events()
+            return
+        self._buffer = buffer[end + 4 :]
+        self._proto.receive_data(buffer[: end + 4])
+        self._events()
+        if self._core is None:  # refused or not a request: whatever follows goes to the protocol
+            self._split, rest, self._buffer = False, self._buffer, b""
+            if rest:
+                self._proto.receive_data(rest)
+                self._events()
+
+    def _frames(self) -> None:
+        """Every whole frame in the buffer, in order; a partial one waits for the rest."""
+        buffer, proto = self._buffer, self._proto
+        at, size = 0, len(buffer)
+        while size - at >= 2 and not self.hanging:
+            first, second = buffer[at], buffer[at + 1]
+            length, head = second & 0x7F, 2
+            if length == 126:
+                if size - at < 4:
+                    break
+                length, head = (buffer[at + 2] << 8) | buffer[at + 3], 4
+            elif length == 127:
+                if size - at < 10:
+                    break
+                length, head = int.from_bytes(buffer[at + 2 : at + 10], "big"), 10
+            if not second & 0x80 or length > MAX_MESSAGE_BYTES:  # the protocol fails the connection
+                self._split, rest, self._buffer = False, buffer[at:], b""
+                proto.receive_data(rest)
+                self._events()
+                return
+            end = at + head + 4 + length
+            if end > size:
+                break
+            if (first == 0x81 or first == 0x82) and proto.state is OPEN and proto.cur_size is None:
+                mask = buffer[at + head : at + head + 4]
+                payload = apply_mask(buffer[at + head + 4 : end], mask)
+                message = self._text(payload) if first == 0x81 else payload
+                if message is not None and self._active:
+                    self._feed(message)
+            else:
+                proto.receive_data(buffer[at:end])
+                self._events()
+            at = end
+        self._buffer = buffer[at:] if at else buffer
+        if self.hanging:
+            self._buffer = b""
+
+    def _events(self) -> None:
+        """What the protocol made of the bytes it was given: the request, whole messages, pongs."""
+        for event in self._proto.events_received():
+            if not isinstance(event, Frame):
+                if isinstance(event, Request):
+                    self._upgrade(event)
+                continue
+            opcode = event.opcode
+            message: str | bytes | None = None
+            if opcode is OP_TEXT or opcode is OP_BINARY:
+                if event.fin:
+                    message = bytes(event.data) if opcode is OP_BINARY else self._text(event.data)
+                else:
+                    self._fragment_text = opcode is OP_TEXT
+                    self._fragments = [bytes(event.data)]
+            elif opcode is OP_CONT:
+                self._fragments.append(bytes(event.data))
+                if event.fin:
+                    whole, self._fragments = b"".join(self._fragments), []
+                    message = self._text(whole) if self._fragment_text else whole
+            elif opcode is OP_PONG:
+                self._keepalive.pong(bytes(event.data), time.monotonic_ns())
+            if message is not None and self._active:
+                self._feed(message)
+            if self.hanging:
+                break
+
+    # -- the upgrade ---------------------------------------------------------------------------------------
+
+    def _upgrade(self, request: Request) -> None:
+        proto = self._proto
+        response = self._server._process_request(proto, request)
+        if response is None:
+            response = proto.accept(request)
+        response.headers["Server"] = SERVER_HEADER
+        proto.send_response(response)
+        self._take_writes()
+        if proto.state is not OPEN:  # refused: the answer, then the end of the connection
+            self._flush()
+            if self._transport is not None:
+                self._transport.close()
+            return
+        self._index, self._core = self._server._open(self, request)
+        self._active = True
+        now = time.monotonic_ns()
+        self._keepalive = Keepalive(PING_INTERVAL_S, PING_TIMEOUT_S, CLOSE_TIMEOUT_S)
+        self._keepalive.start(now)
+
+    # -- the core --------------------------------------------------------------------------------------------
+
+    def _text(self, data: bytes | bytearray | memoryview) -> str | None:
+        """A text message; invalid UTF-8 fails the connection (close 1007), as websockets' server does."""
+        try:
+            return str(data, "utf-8")
+        except UnicodeDecodeError as exc:
+            self._active = False
+            self._proto.fail(CloseCode.INVALID_DATA, f"{exc.reason} at position {exc.start}")
+            return None
+
+    def _feed(self, message: str | bytes) -> None:
+        core = self._core
+        assert core is not None
+        try:
+            core.receive_message(message, time.monotonic_ns())
+            self._server._write_record(core)
+        except Exception:
+            self._crashed()
+            return
+        self._pull()
+
+    def _pull(self) -> None:
+        """Send what the core has for the client, then hang or close as it asks."""
+        core = self._core
+        assert core is not None
+        frames = core.frames_to_send()
+        if frames and self._proto.state is OPEN:
+            self._take_writes()
+            self._out += [server_text_frame(frame.encode()) for frame in frames]
+        if getattr(core, "half_open", False):
+            self._hang()
+            return
+        request = core.close_to_send()
+        if request is None:
+            return
+        self._active = False
+        if request.abrupt:
+            self._flush()
+            self.abort()
+        elif self._proto.state is OPEN:
+            self._take_writes()
+            self._proto.send_close(request.code, request.reason)
+            self._take_writes()
+            self._keepalive.closing(time.monotonic_ns())
+
+    def _hang(self) -> None:
+        """A half-open socket: what was already pulled goes out, then nothing is read (so pings go unanswered
+        and nothing more is recorded) or written, but the TCP connection stays, until the client gives up, the
+        server stops, or HALF_OPEN_LIMIT_S have passed (websockets' keepalive used to drop it about then)."""
+        self._active = False
+        self._flush()
+        self.hanging = True
+        if self._transport is not None:
+            self._transport.pause_reading()
+        self._keepalive = Keepalive(None, None, HALF_OPEN_LIMIT_S)
+        self._keepalive.closing(time.monotonic_ns())
+
+    def _crashed(self) -> None:
+        """A core raised (a bug in the fake): logged, and the connection fails with 1011, as websockets'
+        server does when a handler raises."""
+        self._server._ws_logger.error("connection handler failed", exc_info=True)
+        self._active = False
+        if self._proto.state is OPEN:
+            self._proto.fail(CloseCode.INTERNAL_ERROR)
+            self._keepalive.closing(time.monotonic_ns())
+
+    # -- writing ---------------------------------------------------------------------------------------------
+
+    def _take_writes(self) -> None:
+        """What the protocol queued (handshake answers, pongs, pings, close frames, the end of the stream)."""
+        for data in self._proto.data_to_send():
+            if data:
+                self._out.append(data)
+            else:
+                self._eof = True
+
+    def _flush(self) -> None:
+        transport, out = self._transport, self._out
+        if transport is None or transport.is_closing() or self.hanging:
+            out.clear()
+            self._eof = False
+            return
+        if out:
+            transport.write(out[0] if len(out) == 1 else b"".join(out))
+            out.clear()
+        if self._eof:
+            self._eof = False
+            if transport.can_write_eof():  # half-close; the client's FIN ends the connection
+                try:
+                    transport.write_eof()
+                except (OSError, RuntimeError):  # uvloop may raise RuntimeError
+                    pass
+            else:  # TLS: close (what was written still goes out first)
+                transport.close()
+
+    # -- the one timer ---------------------------------------------------------------------------------------
+
+    def _deadline(self) -> int | None:
+        due = self._keepalive.next_deadline()
+        if self._active:
+            assert self._core is not None
+            core_due = self._core.next_deadline()
+            if core_due is not None and (due is None or core_due < due):
+                due = core_due
+        return due
+
+    def _arm(self) -> None:
+        """Keep one loop timer at or before the next deadline (one that fires early re-arms)."""
+        due = self._deadline()
+        if due is None or self._transport is None:
+            return
+        if self._timer is not None:
+            if self._timer_at <= due:
+                return
+            self._timer.cancel()
+        self._timer_at = due
+        self._timer = self._loop.call_later(max(0.0, (due - time.monotonic_ns()) / _NS_PER_S), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        # What the timer was armed for is never seen as early, even if the loop's clock rounds.
+        now = max(time.monotonic_ns(), self._timer_at)
+        proto = self._proto
+        action = self._keepalive.handle_timer(now)
+        if action is KeepaliveAction.ABORT:
+            self.abort()
+            return
+        if action is KeepaliveAction.PING and proto.state is OPEN:
+            proto.send_ping(self._keepalive.payload)
+        elif action is KeepaliveAction.FAIL:
+            self._active = False
+            proto.fail(CloseCode.INTERNAL_ERROR, "keepalive ping timeout")
+        if self._active:
+            core = self._core
+            assert core is not None
+            due = core.next_deadline()
+            if due is not None and due <= now:
+                try:
+                    core.handle_timer(now)
+                except Exception:
+                    self._crashed()
+                else:
+                    self._pull()
+        self._take_writes()
+        self._flush()
+        self._arm()
 
 
 def shorten_audio(frame: dict[str, Any], event_type: str, decoded_bytes: int | None) -> dict[str, Any]:
