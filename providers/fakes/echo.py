@@ -32,10 +32,22 @@ Two opt-in extensions serve the Realtime-family fakes, whose server VAD reports 
 from __future__ import annotations
 
 import math
+import sys
+import warnings
 from collections import deque
 from dataclasses import dataclass
+from types import ModuleType
 
 import numpy as np
+
+_audioop: ModuleType | None = None
+if sys.byteorder == "little":  # audioop reads native samples; ours are little-endian
+    try:
+        with warnings.catch_warnings():  # deprecated in 3.11, gone in 3.13 (as rtp/g711.py uses it)
+            warnings.simplefilter("ignore", DeprecationWarning)
+            import audioop as _audioop
+    except ImportError:  # pragma: no cover - Python 3.13 and later
+        pass
 
 __all__ = [
     "EchoOptions",
@@ -198,6 +210,7 @@ class EchoModel:
         self._max_span = rate * opts.max_utterance_ms // 1000
         # Compare mean squares, not dBFS, so the per-window test needs no sqrt or log.
         self._threshold_ms = (_FULL_SCALE * 10 ** (opts.threshold_dbfs / 20)) ** 2
+        self._threshold_rms = math.sqrt(self._threshold_ms)
         self._chunk_bytes = max(1, rate * opts.chunk_ms // 1000) * sample_width
         self._chunk_ns = opts.chunk_ms * _NS_PER_MS
         self._lead_ns = opts.lead_ms * _NS_PER_MS
@@ -229,6 +242,12 @@ class EchoModel:
             raise ValueError("raw and pcm must hold the same whole number of samples")
         self._raw += raw
         self._received += samples
+        if not self._pending and samples == self._window:
+            # One whole window and nothing pending (a 20 ms frame, the common case).
+            self._analyse_window(self._voiced_window(pcm), now)
+            self._trim()
+            self._pump(now)
+            return
         self._pending += pcm
         n = len(self._pending) // (2 * self._window)
         if n:
@@ -278,6 +297,23 @@ class EchoModel:
         return len(self._queue)
 
     # -- detection ------------------------------------------------------------------------------------------
+
+    def _voiced_window(self, pcm: bytes) -> bool:
+        """One window's mean square above the threshold, decided exactly as the general path's einsum does.
+
+        audioop.rms is floor(sqrt(q)) of the very double q = sum of squares / window that einsum's path compares
+        (both sums are exact: every partial sum is an integer below 2**53), and a correctly rounded sqrt keeps
+        order: an rms above sqrt(threshold) is voiced, one whose next integer is at or below it is not. Only a
+        window whose rms is floor(sqrt(threshold)) itself is computed in full, as a dot product (exact too).
+        """
+        if _audioop is not None:
+            r = _audioop.rms(pcm, 2)
+            if r > self._threshold_rms:
+                return True
+            if r + 1 <= self._threshold_rms:
+                return False
+        x = np.frombuffer(pcm, dtype="<i2").astype(np.float64)
+        return float(x @ x) / self._window > self._threshold_ms
 
     def _analyse_window(self, voiced: bool, now: int) -> None:
         start = self._analysed

@@ -185,6 +185,8 @@ class FaultSchedule:
         return entry[0] + int(entry[1].value * _NS_PER_MS)
 
     def next_deadline(self) -> int | None:
+        if not self._pending and not self._states:  # no fault at all: the common case, asked every frame
+            return None
         deadlines = [self._pending[0][0]] if self._pending else []
         stall_end = self.stall_ends()
         if stall_end is not None:

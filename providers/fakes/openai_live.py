@@ -103,6 +103,7 @@ from providers.fakes.server import (
     IdSource,
     SequentialIds,
     bearer_authorize,
+    exact_member,
     shorten_audio,
 )
 from rtp.audio import PCM16_16K, PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat
@@ -126,6 +127,10 @@ _NS_PER_MS = 1_000_000
 _NS_PER_S = 1_000_000_000
 _TONE_AMPLITUDE = 0.3  # of full scale: about -10 dBFS peak, clearly voiced, far from clipping
 _GARBAGE_FRAME = '{"type":"session.output_audio.delta","delta":"AAAA'  # a truncated frame: not JSON
+# The hot frames, as json.dumps(..., separators=(",", ":")) writes them and the bridge's adapter sends them.
+_APPEND_HEAD = '{"type":"session.input_audio.append","audio":"'
+_DELTA_HEAD = '{"type":"session.output_audio.delta","delta":"'
+_STRING_TAIL = '"}'
 _BAD_BASE64 = "@@not base64@@"  # rejected by strict decoding, and by lenient decoding (9 data characters)
 
 # -- options and records ------------------------------------------------------------------------------------
@@ -366,6 +371,7 @@ def _validate_session(session: Any) -> _SessionConfig:
 # -- the speaker: scripted replies on one paced timeline ------------------------------------------------------
 
 _CONTEXT_EVENTS = ("session.commentary.append", "session.thinking.append")
+_APPEND_KEYS = frozenset({"type", "event_id", "audio"})
 
 
 def _detector_options(options: LiveFakeOptions) -> EchoOptions:
@@ -485,7 +491,11 @@ class LiveFakeConnection:
         try:
             try:
                 text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
-                parsed = json.loads(text)
+                audio = exact_member(text, _APPEND_HEAD, _STRING_TAIL)
+                if audio is not None:  # what json.loads gives, without parsing
+                    parsed: Any = {"type": "session.input_audio.append", "audio": audio}
+                else:
+                    parsed = json.loads(text)
             except (UnicodeDecodeError, ValueError, RecursionError):
                 raw = data if isinstance(data, str) else data.decode("utf-8", "replace")
                 if answering:
@@ -546,13 +556,18 @@ class LiveFakeConnection:
     def next_deadline(self) -> int | None:
         if self._closing:
             return None
-        candidates = [self._fault_deadline()]
-        if not self._half_open:
-            candidates.append(self._announce_at)
-            if self._resource is not None:
-                candidates += [self._speaker_deadline(), self._next_usage, self._expires]
-        due = [t for t in candidates if t is not None]
-        return min(due) if due else None
+        due = self._fault_deadline()
+        if self._half_open:
+            return due
+        for t in (self._announce_at, self._speaker_deadline() if self._resource is not None else None):
+            if t is not None and (due is None or t < due):
+                due = t
+        if self._resource is not None:  # both set when the session started
+            assert self._next_usage is not None and self._expires is not None
+            t = min(self._next_usage, self._expires)
+            if due is None or t < due:
+                due = t
+        return due
 
     @property
     def started(self) -> bool:
@@ -623,8 +638,10 @@ class LiveFakeConnection:
     # -- faults ---------------------------------------------------------------------------------------------
 
     def _fault_deadline(self) -> int | None:
-        times = [t for t in (self._schedule.next_deadline(), self._stall_until) if t is not None]
-        return min(times) if times else None
+        due, stall = self._schedule.next_deadline(), self._stall_until
+        if stall is None:
+            return due
+        return stall if due is None else min(due, stall)
 
     def _faults_at(self, now: int) -> None:
         """Fire what the schedule has due at `now`, then end a stall whose time is up."""
@@ -785,7 +802,7 @@ class LiveFakeConnection:
         self._emit(started)
 
     def _on_audio_append(self, event: dict[str, Any], now: int) -> None:
-        _object(event, "", {"type", "event_id", "audio"}, ("audio",))
+        _object(event, "", _APPEND_KEYS, ("audio",))
         _expect(event["audio"], str, "audio")
         try:
             raw = base64.b64decode(event["audio"], validate=True)
@@ -915,9 +932,10 @@ class LiveFakeConnection:
                     return
                 end = min(p.length, p.sent + self._chunk_bytes)
                 data = self._audio(p.reply, p.sent, end)
-                # No event_id on the primary WebSocket (OutputAudioDeltaEvent).
-                self._emit(
-                    {"type": "session.output_audio.delta", "delta": base64.b64encode(data).decode("ascii")}
+                # No event_id on the primary WebSocket (OutputAudioDeltaEvent). Byte for byte what _emit writes
+                # (base64 needs no JSON escaping), without json.dumps.
+                self._send(
+                    _DELTA_HEAD + binascii.b2a_base64(data, newline=False).decode("ascii") + _STRING_TAIL
                 )
                 p.sent = end
                 p.n += 1

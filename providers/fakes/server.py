@@ -742,6 +742,18 @@ class _Socket(asyncio.Protocol):
         self._arm()
 
 
+def exact_member(text: str, head: str, tail: str) -> str | None:
+    """`value` when `text` is exactly `head + value + tail` and `value` needs no JSON unescaping (no quote,
+    backslash or control character): the string json.loads would read there, found without parsing (a fake's
+    hot audio frame, as the bridge's adapter writes it). None otherwise: the caller parses the frame."""
+    if len(text) < len(head) + len(tail) or not text.startswith(head) or not text.endswith(tail):
+        return None
+    value = text[len(head) : len(text) - len(tail)]
+    if '"' in value or "\\" in value or not value.isprintable():
+        return None
+    return value
+
+
 def shorten_audio(frame: dict[str, Any], event_type: str, decoded_bytes: int | None) -> dict[str, Any]:
     """An OpenAI-family audio append as the record file keeps it: its decoded length plus the base64."""
     if frame.get("type") == event_type and isinstance(frame.get("audio"), str):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -218,3 +220,60 @@ def test_options_are_validated() -> None:
         EchoOptions(pad_ms=-1)
     with pytest.raises(ValueError):
         EchoModel(RATE, 1).receive_audio(b"\x00", b"\x00", 0)
+
+
+# -40 dBFS (the default), and a threshold whose 20 ms sum of squares is 2**25 + 0.5, where float32 steps by 4.
+@pytest.mark.parametrize("threshold_dbfs", [-40.0, 20 * math.log10(math.sqrt((2**25 + 0.5) / 160) / 32768)])
+def test_window_energy_is_exact_in_whole_frames_and_in_pieces(threshold_dbfs: float) -> None:
+    """A whole 20 ms frame takes the one-window path, pieces the general one: both decide `voiced` as the exact
+    integer sum of squares does, also for windows within a hair of the threshold."""
+    options = EchoOptions(threshold_dbfs=threshold_dbfs)
+    threshold = (32768.0 * 10 ** (options.threshold_dbfs / 20)) ** 2
+    rng = np.random.default_rng(7)
+    windows = []
+    for _ in range(400):
+        x = rng.integers(-400, 401, 160)
+        target = threshold * rng.uniform(0.999, 1.001)
+        scaled = np.round(x * np.sqrt(target / max(1.0, float(np.mean(x.astype(np.float64) ** 2)))))
+        windows.append(scaled.clip(-32768, 32767).astype("<i2"))
+    # And windows whose integer sums of squares are the threshold's neighbours (sum / 160 just below and just
+    # above it), where a sum in less than double precision (float32's step is 2 there) would misjudge.
+    limit = threshold * 160
+    for target in (math.floor(limit), math.floor(limit) - 1, math.ceil(limit), math.ceil(limit) + 1):
+        windows.append(_window_with_sum_of_squares(target))
+    # And where a 20 ms rms (audioop's, floored) steps past floor(sqrt(threshold)) on either side.
+    for k in (math.isqrt(int(threshold)), math.isqrt(int(threshold)) + 1):
+        for target in (k * k * 160 - 1, k * k * 160, k * k * 160 + 1):
+            windows.append(_window_with_sum_of_squares(target))
+    expected = [int(np.dot(w.astype(np.int64), w.astype(np.int64))) / 160 > threshold for w in windows]
+    assert 0 < sum(expected) < len(expected)  # both sides of the threshold are exercised
+
+    def decisions(piece_samples: int) -> list[bool]:
+        model = EchoModel(RATE, 2, options)
+        seen: list[bool] = []
+        analyse = model._analyse_window
+
+        def spy(voiced: bool, now: int) -> None:
+            seen.append(voiced)
+            analyse(voiced, now)
+
+        model._analyse_window = spy  # type: ignore[method-assign]
+        audio = b"".join(w.tobytes() for w in windows)
+        step = 2 * piece_samples
+        for i in range(0, len(audio), step):
+            model.receive_audio(audio[i : i + step], audio[i : i + step], 0)
+        return seen
+
+    assert decisions(160) == expected  # whole windows
+    assert decisions(70) == expected  # pieces: the general path
+
+
+def _window_with_sum_of_squares(target: int, n: int = 160) -> np.ndarray:
+    """n int16 samples whose squares sum to `target` exactly (n - 2 of them equal, two found by search)."""
+    for base in range(int(math.isqrt(target // n)), 0, -1):
+        rest = target - (n - 2) * base * base
+        for a in range(math.isqrt(rest), -1, -1):
+            b = math.isqrt(rest - a * a)
+            if b * b == rest - a * a and max(a, b) < 32768:
+                return np.array([base] * (n - 2) + [a, b], dtype="<i2")
+    raise AssertionError(f"no window for {target}")

@@ -391,6 +391,75 @@ def test_utterance_gives_transcripts_and_a_paced_bit_exact_echo() -> None:
     ]
 
 
+def _compact_append(audio: bytes) -> str:
+    """An append as the bridge's adapter writes it (providers/openai_live.py): the core's fast path."""
+    return '{"type":"session.input_audio.append","audio":"' + base64.b64encode(audio).decode() + '"}'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _compact_append(b"\x7f" * 160),
+        _compact_append(b""),
+        '{"type":"session.input_audio.append","audio":"AAA"}',  # not base64: an error either way
+        '{"type":"session.input_audio.append","audio":"AA\\u0041A"}',  # an escape: json.loads reads it
+        '{"type":"session.input_audio.append","audio":"AA\tA"}',  # a raw control character: not JSON
+        '{"type":"session.input_audio.append","audio":"}',  # head and tail overlap: not JSON
+        '{"type":"session.input_audio.append","audio":"AAAA"} ',
+        '{"type":"session.input_audio.append","audio":"AA"AA"}',
+    ],
+)
+def test_an_append_is_read_as_json_loads_reads_it(text: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The adapter's compact append is taken without parsing; whatever the text, the record and the answer
+    are those of the json.loads path."""
+    import providers.fakes.openai_live as live
+
+    def run() -> tuple[Any, ...]:
+        h = Harness()
+        h.start(audio={"format": PCMU})
+        answer = h.send(text)
+        record = h.core.record.client_frames[-1]
+        return answer, record.frame, record.raw, record.audio_bytes, h.core.echo and h.core.echo.position_ms
+
+    fast = run()
+    monkeypatch.setattr(live, "exact_member", lambda text, head, tail: None)
+    assert fast == run()
+
+
+def test_compact_appends_echo_as_spaced_ones_do_and_deltas_are_json_dumps_own() -> None:
+    audio = utterance_pcmu()
+    logs = []
+    for compact in (False, True):
+        h = Harness()
+        h.start(audio={"format": PCMU})
+        texts: list[str] = []
+        for i in range(0, len(audio), 160):
+            chunk = audio[i : i + 160]
+            data = (
+                _compact_append(chunk)
+                if compact
+                else json.dumps(
+                    {"type": "session.input_audio.append", "audio": base64.b64encode(chunk).decode()}
+                )
+            )
+            h.core.receive_message(data, h.now)
+            texts += h.core.frames_to_send()
+            until = h.now + 20 * MS
+            while (d := h.core.next_deadline()) is not None and d <= until:
+                h.now = max(h.now, d)
+                h.core.handle_timer(h.now)
+                texts += h.core.frames_to_send()
+            h.now = until
+        while (d := h.core.next_deadline()) is not None and d <= 10 * S:
+            h.core.handle_timer(d)
+            texts += h.core.frames_to_send()
+        logs.append(texts)
+        deltas = [t for t in texts if '"session.output_audio.delta"' in t]
+        assert len(deltas) == 23
+        assert all(t == json.dumps(json.loads(t), separators=(",", ":")) for t in deltas)
+    assert logs[0] == logs[1]
+
+
 def test_echo_deltas_are_not_sent_early() -> None:
     h = Harness()
     h.start(audio={"format": PCMU})
