@@ -12,6 +12,14 @@ A channel serves a slot by taking the next frame from its Playout, sending it wi
 the carrier ledger once `sendto` has returned, and pulling one inbound frame from its jitter buffer
 (`sip.native`). A channel that raises is logged and removed; the others go on.
 
+Inbound RTP is read here too, in the tick, not by a loop reader per socket (issue 13): a channel that has an
+RTP socket (`ReadingChannel`) is registered in its phase's `select.epoll`, and just before a phase's slots are
+served one `poll(0)` finds whose datagrams are waiting, each of those channels reads one (`read_rtp`, stamped
+with the time the kernel received it, so arrival times do not depend on when they are read), and the poll is
+repeated until nothing is waiting (at most `READ_ROUNDS` datagrams a channel a tick). A loop reader woke the
+loop and ran a callback for every packet, 50 a second per call, on cold caches; here a phase's packets cost
+two system calls besides their reads, and the stream's state is warm for the slot that follows.
+
 The clock starts with its first channel and stops with the last, so an idle process has no timer at all.
 
 Phases (issue 13, inbound latency): with `phases=G` the period is cut into G evenly spaced phases, phase k's
@@ -47,11 +55,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import select
 import sys
 import time
 from bisect import bisect_left
 from collections.abc import Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from rtp.audio import FRAME_MS
 from rtp.pacer import MediaClock
@@ -75,6 +84,7 @@ SEVERE_THRESHOLD_NS = 20_000_000  # ... and later than this (a whole period) is 
 CPU_SPLIT_MIN_NS = 1_000_000  # a run at least this long reads the CPU clock at its end too (else: all on CPU)
 SUMMARY_EVERY_NS = 60_000_000_000  # at most one summary line of the late ticks a minute
 _NEVER = 1 << 62  # a mark past every deadline
+READ_ROUNDS = 32  # datagrams a channel reads at most per tick (1,600 a second: a flood waits in the kernel)
 
 
 class GcWatch:
@@ -146,6 +156,20 @@ class MediaChannel(Protocol):
         ...
 
 
+@runtime_checkable
+class ReadingChannel(MediaChannel, Protocol):
+    """A channel whose inbound RTP the clock reads in its tick (a socket it polls, instead of a loop reader)."""
+
+    def rtp_fileno(self) -> int:
+        """The RTP socket's descriptor (registered with the clock while the channel is on it)."""
+        ...
+
+    def read_rtp(self, now: int, wall: int) -> bool:
+        """Read one waiting datagram at `now` (`wall`: the wall clock's ns then, for the kernel's receive time);
+        False when none was waiting."""
+        ...
+
+
 class MediaClockShell:
     """One `loop.call_at` timer for all channels, driven by one `rtp.pacer.MediaClock` core per phase."""
 
@@ -162,6 +186,7 @@ class MediaClockShell:
         late_threshold_ns: int = LATE_THRESHOLD_NS,
         severe_threshold_ns: int = SEVERE_THRESHOLD_NS,
         watch_gc: bool = True,
+        wall_clock: Clock = time.time_ns,
     ) -> None:
         if phases < 1 or period_ns // phases < 1:
             raise ValueError("phases must be at least 1 and at most period_ns")
@@ -175,6 +200,11 @@ class MediaClockShell:
         self._groups: list[dict[int, MediaChannel]] = [{} for _ in range(phases)]
         self._phase_of: dict[int, int] = {}  # id(channel) -> its phase
         self._cores: list[MediaClock | None] = [None] * phases  # None: the phase has no channel
+        self._wall = wall_clock
+        self._polls: list[select.epoll | None] = [None] * phases  # each phase's RTP sockets (ReadingChannel)
+        self._readers: dict[int, ReadingChannel] = {}  # by descriptor
+        self._reading: dict[int, int] = {}  # id(channel) -> the descriptor it was registered with
+        self.rtp_reads = 0  # datagrams read in ticks (`read_rtp` returned True)
         self._t0: int | None = None  # phase k's slots at t0 + k * period / phases + n * period
         self._handle: asyncio.TimerHandle | None = None
         self._handle_at: int | None = None
@@ -246,6 +276,8 @@ class MediaClockShell:
         phase = sizes.index(min(sizes))
         self._groups[phase][key] = channel
         self._phase_of[key] = phase
+        if isinstance(channel, ReadingChannel):
+            self._register(phase, channel)
         if self._cores[phase] is None:
             anchor = self._t0 + phase * (self.period_ns // self.phases)
             anchor += (
@@ -261,9 +293,11 @@ class MediaClockShell:
         self._arm()
 
     def remove(self, channel: MediaChannel) -> None:
+        """Serve `channel` no more (before its socket closes: its descriptor is unregistered here)."""
         phase = self._phase_of.pop(id(channel), None)
         if phase is None:
             return
+        self._unregister(phase, id(channel))
         group = self._groups[phase]
         group.pop(id(channel), None)
         if not group:
@@ -271,7 +305,49 @@ class MediaClockShell:
         if not self._phase_of:
             self.stop()
 
+    def _register(self, phase: int, channel: ReadingChannel) -> None:
+        fd = channel.rtp_fileno()
+        poll = self._polls[phase]
+        if poll is None:
+            poll = self._polls[phase] = select.epoll()
+        try:
+            poll.register(fd, select.EPOLLIN)
+        except FileExistsError:  # (a descriptor number reused: the closed socket left the set by itself)
+            poll.modify(fd, select.EPOLLIN)
+        self._readers[fd] = channel
+        self._reading[id(channel)] = fd
+
+    def _unregister(self, phase: int, key: int) -> None:
+        fd = self._reading.pop(key, None)
+        if fd is None:
+            return
+        if self._readers.get(fd) is not None and id(self._readers[fd]) == key:
+            del self._readers[fd]
+        poll = self._polls[phase]
+        if poll is not None:
+            try:
+                poll.unregister(fd)
+            except (OSError, ValueError):  # closed already: the kernel took it out of the set
+                pass
+
+    def _read(self, poll: select.epoll, now: int) -> None:
+        """Every datagram waiting for the phase's channels, one a channel a round (the module's docstring)."""
+        readers, wall, reads = self._readers, self._wall(), 0
+        for _ in range(READ_ROUNDS):
+            ready = poll.poll(0)
+            if not ready:
+                break
+            for fd, _events in ready:
+                channel = readers.get(fd)
+                if channel is not None and channel.read_rtp(now, wall):
+                    reads += 1
+        self.rtp_reads += reads
+
     def _retire(self, phase: int) -> None:
+        poll = self._polls[phase]
+        if poll is not None:
+            poll.close()  # (its channels are gone: a phase with none keeps no descriptor)
+            self._polls[phase] = None
         core = self._cores[phase]
         if core is not None:
             gone = self._gone
@@ -293,6 +369,8 @@ class MediaClockShell:
         for group in self._groups:
             group.clear()
         self._phase_of.clear()
+        self._readers.clear()
+        self._reading.clear()
         self._t0 = None
         self._next_due = None
         if self.gc_watch in gc.callbacks:
@@ -313,6 +391,7 @@ class MediaClockShell:
             "late_ticks": gone[2] + sum(c.late_ticks for c in cores),
             "max_lateness_us": max([gone[3], *(c.max_lateness_ns for c in cores)]) // 1000,
             "channel_errors": self.channel_errors,
+            "rtp_reads": self.rtp_reads,
             **{f"lateness_bucket_{us}": n for us, n in zip(LATENESS_BOUNDS_US, self._lateness, strict=False)},
             "lateness_bucket_inf": self._lateness[-1],
             **self.late_stats(),
@@ -404,6 +483,13 @@ class MediaClockShell:
                 first_phase = phase
             group = self._groups[phase]
             channels += len(group)
+            poll = self._polls[phase]
+            if poll is not None:
+                try:
+                    self._read(poll, now)
+                except Exception:  # a reader that raises must not stop the clock: its slots are still served
+                    self.channel_errors += 1
+                    log.exception("reading a media channel's RTP failed")
             for key, channel in list(group.items()):
                 try:
                     channel.on_slots(now, tick.due, tick.skipped)
@@ -412,6 +498,7 @@ class MediaClockShell:
                     log.exception("media channel failed; removed from the clock")
                     if group.pop(key, None) is not None:
                         self._phase_of.pop(key, None)
+                        self._unregister(phase, key)
             if not group:
                 self._retire(phase)
             else:

@@ -5,9 +5,12 @@ non-blocking UDP sockets watched with `loop.add_reader` (no transport objects, n
 the kernel), trying the pool's next pair when a port is taken by someone else. Opening is synchronous, so a
 call's media address is known the moment its INVITE is accepted.
 
-Inbound datagrams are read one per wake-up and go to the callbacks with `now`; outbound ones leave
-with `send_rtp`/`send_rtcp`, which return True only once `sendto` has returned: the moment the carrier ledger
-records a frame as transmitted (DESIGN §3.2). A datagram the kernel refuses (buffer full, ICMP error) is
+Inbound RTP is read by the media clock in its tick (`read_rtp`, issue 13: `rtp.clock` polls the sockets of a
+phase once and reads what is waiting), each datagram stamped with the time the kernel received it
+(SO_TIMESTAMPNS), so that arrival times do not depend on when the datagram was read. RTCP (a report every few
+seconds) is read one datagram per loop wake-up. Either goes to its callback with the time; outbound datagrams
+leave with `send_rtp`/`send_rtcp`, which return True only once `sendto` has returned: the moment the carrier
+ledger records a frame as transmitted (DESIGN §3.2). A datagram the kernel refuses (buffer full, ICMP error) is
 counted, not retried: the next frame is 20 ms away. No parsing here: the per-call stream core does that.
 """
 
@@ -16,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import struct
 from collections.abc import Callable
 
 log = logging.getLogger("parlora.rtp")
@@ -25,6 +29,9 @@ Clock = Callable[[], int]
 DatagramSink = Callable[[bytes, Address, int], None]
 
 MAX_DATAGRAM = 2048  # RTP/RTCP on a telephone call is far below the 1500-byte MTU
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux: each datagram's receive time, CLOCK_REALTIME
+_TIMESPEC = struct.Struct("@qq")
+_ANCILLARY = socket.CMSG_SPACE(_TIMESPEC.size)
 
 
 class PortsExhausted(RuntimeError):
@@ -104,7 +111,11 @@ class RtpSocketPair:
         self.send_errors = 0
         self.receive_errors = 0
         self.closed = False
-        loop.add_reader(rtp.fileno(), self._readable, rtp, on_rtp)
+        try:
+            rtp.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        except OSError:  # no receive times: a datagram is stamped when it is read
+            pass
+        self.rtp_fileno = rtp.fileno()  # read by the media clock (`read_rtp`), not by a loop reader
         loop.add_reader(rtcp.fileno(), self._readable, rtcp, on_rtcp)
 
     @classmethod
@@ -158,14 +169,31 @@ class RtpSocketPair:
             log.exception("RTP receiver failed")
         return True
 
-    def drain_rtp(self, limit: int) -> int:
-        """Read at most `limit` RTP datagrams waiting now; returns how many. Issue 17: a media tick that woke
-        late calls this before it serves its slots, which then find the packets that came during the stall
-        (the loop would read them only after the tick, and the slots would be concealed instead)."""
-        read = 0
-        while read < limit and self._readable(self._rtp, self._on_rtp):
-            read += 1
-        return read
+    def read_rtp(self, now: int, wall: int, sink: DatagramSink | None = None) -> bool:
+        """One RTP datagram waiting now to `sink` (by default the pair's own); False when none was (or the read
+        failed). Its time is `now` less how long ago the kernel received it (`wall`: the wall clock's ns at
+        `now`, the clock of the receive time), so a datagram read in a later tick keeps its arrival time."""
+        try:
+            data, ancillary, _, addr = self._rtp.recvmsg(MAX_DATAGRAM, _ANCILLARY)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:  # ICMP port unreachable from a caller that went away, reported on the next read
+            self.receive_errors += 1
+            return False
+        arrival = now
+        if ancillary:
+            level, kind, stamp = ancillary[0]
+            if kind == SO_TIMESTAMPNS and level == socket.SOL_SOCKET and len(stamp) >= _TIMESPEC.size:
+                seconds, ns = _TIMESPEC.unpack_from(stamp)
+                age = wall - (seconds * 1_000_000_000 + ns)
+                if age > 0:
+                    arrival = now - age
+        try:  # IPv4 gives (host, port) as it is; IPv6 (host, port, flowinfo, scope_id) is cut to two
+            (sink or self._on_rtp)(data, addr if len(addr) == 2 else (addr[0], addr[1]), arrival)
+        except Exception:  # a core bug must not stop the socket
+            self.receive_errors += 1
+            log.exception("RTP receiver failed")
+        return True
 
     def send_rtp(self, data: bytes | bytearray | memoryview, destination: Address) -> bool:
         """Hand one RTP datagram to the kernel; True once `sendto` has returned without error."""
@@ -193,8 +221,8 @@ class RtpSocketPair:
         if self.closed:
             return
         self.closed = True
+        if self._rtcp.fileno() >= 0:
+            self._loop.remove_reader(self._rtcp.fileno())
         for sock in (self._rtp, self._rtcp):
-            if sock.fileno() >= 0:
-                self._loop.remove_reader(sock.fileno())
-                sock.close()
+            sock.close()
         self._pool.release(self.port)

@@ -8,7 +8,9 @@ Shells and who owns what:
   of the core's `next_deadline()` and the transfer trackers' deadlines: never a timer per transaction.
 - `rtp.endpoint.RtpSocketPair`: one RTP/RTCP socket pair per call, taken from a `PortPool` (even ports from
   `EngineConfig.rtp_port` on) when the INVITE arrives, so the SDP answer names it. Datagrams go into the
-  call's `RtpStream`.
+  call's `RtpStream`: RTP read by the media clock in the call's tick, before its slots (`_CallMedia.read_rtp`,
+  stamped with the kernel's receive time; what came before the answer is read and counted as the media
+  starts), RTCP by a loop reader.
 - `rtp.clock.MediaClockShell`: ONE timer for every call on absolute deadlines (the `rtp.pacer` core), the
   calls spread over `MEDIA_PHASES` phases 2 ms apart (issue 13: inbound latency). Each slot, every answered
   call (`_CallMedia.on_slots`) pulls one inbound frame from its jitter buffer (`FrameReceived`, handed to the
@@ -84,7 +86,7 @@ DEFAULT_INVITE_RATE = 5.0  # INVITEs per second per source off loopback (issue 1
 DEFAULT_OPTIONS_RATE = (
     10.0  # out-of-dialog OPTIONS per second per source off loopback (issue 17), then dropped
 )
-LATE_READ_MAX = 16  # datagrams a late media tick reads before its slots: the jitter ring's size
+EARLY_READ_MAX = 64  # datagrams that came before the answer, read and counted as the media starts
 STOP_GRACE_S = 2.0  # how long stop() waits for the answers to its BYEs and final responses
 TCP_LINGER_S = 0.2  # then how long TCP connections stay open for the peers to finish
 _MAX_FLUSH_ROUNDS = 16
@@ -116,6 +118,7 @@ class _CallMedia:
         self._limit_hit = False
         keys = negotiated.srtp  # SDES agreed (issue 14): every packet either way is SRTP/SRTCP
         self.srtp = SrtpContext(keys.suite, keys.local_key, keys.remote_key) if keys is not None else None
+        self._on_rtp = self.on_rtp  # (bound once: the clock reads 50 datagrams a second through it)
 
     def update(self, negotiated: sdp.NegotiatedMedia) -> None:
         """A re-INVITE/UPDATE changed the stream: direction, hold, remote address."""
@@ -127,13 +130,18 @@ class _CallMedia:
         if self.srtp is not None and keys is not None:  # a re-key on re-INVITE
             self.srtp.rekey(suite_name=keys.suite, local_key=keys.local_key, remote_key=keys.remote_key)
 
+    def rtp_fileno(self) -> int:
+        return self._sockets.rtp_fileno
+
+    def read_rtp(self, now: int, wall: int) -> bool:
+        """The clock reads this call's RTP in its tick, before the slots (rtp.clock `ReadingChannel`): after a
+        stall too, so the slots it catches up find the packets that came meanwhile (issue 17)."""
+        return self._sockets.read_rtp(now, wall, self._on_rtp)
+
     def on_slots(self, now: int, due: int, skipped: int) -> None:
         stream = self.stream
         if not self._limit_hit:
             self._check_limits(now)
-        # woke late: first what came during the stall (issue 17), at most a ring's worth
-        if skipped or due > 1:
-            self._sockets.drain_rtp(min(due + skipped, LATE_READ_MAX))
         if skipped:
             stream.skip(skipped)
             # issue 17: their inbound frames are owed, delivered one a tick from the next one on
@@ -397,6 +405,10 @@ class NativeLeg(PlayoutLeg):
         if self.media is not None:
             return
         agent = self.agent
+        wall = time.time_ns()  # RTP that came before the answer: read (and counted) before the stream exists
+        for _ in range(EARLY_READ_MAX):
+            if not self.sockets.read_rtp(now, wall):
+                break
         rng = agent.rng
         stream = RtpStream(
             StreamConfig(

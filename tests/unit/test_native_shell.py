@@ -278,10 +278,11 @@ async def test_rtp_socket_pairs_bind_rtp_even_rtcp_odd_and_close_back_to_zero() 
         assert a.port == base + 2 and b.port == base + 4 and pool.in_use == 2
         assert a.send_rtp(b"\x80" * 20, ("127.0.0.1", b.port))
         assert b.send_rtcp(b"\x81\xc9", ("127.0.0.1", a.port + 1))
-        first = await asyncio.wait_for(got.get(), WAIT_S)
-        second = await asyncio.wait_for(got.get(), WAIT_S)
-        assert {first[0], second[0]} == {"b-rtp", "a-rtcp"}
-        assert first[2][1] in (a.port, b.port + 1)
+        rtcp = await asyncio.wait_for(got.get(), WAIT_S)  # RTCP: the loop reads it
+        assert rtcp[0] == "a-rtcp" and rtcp[2][1] == b.port + 1
+        assert got.empty() and b.read_rtp(1, time.time_ns())  # RTP: the media clock reads it (read_rtp)
+        rtp = got.get_nowait()
+        assert rtp[0] == "b-rtp" and rtp[2][1] == a.port
         a.close()
         a.close()  # idempotent
         assert a.open_sockets == 0 and pool.in_use == 1
@@ -293,9 +294,10 @@ async def test_rtp_socket_pairs_bind_rtp_even_rtcp_odd_and_close_back_to_zero() 
     assert pool.in_use == 0
 
 
-def test_drain_rtp_reads_what_is_waiting_up_to_its_limit_without_the_loop() -> None:
-    """Issue 17: a late media tick reads the RTP that came during the stall itself, at most `limit`
-    datagrams, oldest first; with nothing waiting it returns 0 at once (no exception escapes)."""
+def test_read_rtp_reads_one_waiting_datagram_at_the_time_the_kernel_received_it() -> None:
+    """Issue 13: the media clock reads RTP in its tick, one datagram a call, oldest first; each is stamped with
+    its kernel receive time on the caller's clock (`now` less its age on the wall clock), so a datagram read a
+    tick late keeps its arrival time. Nothing waiting: False at once (no exception escapes); RTCP is not read."""
     loop = asyncio.new_event_loop()
     got: asyncio.Queue[tuple[str, bytes, tuple[str, int], int]] = asyncio.Queue()
     pair = RtpSocketPair.open(
@@ -311,10 +313,14 @@ def test_drain_rtp_reads_what_is_waiting_up_to_its_limit_without_the_loop() -> N
         for k in range(5):
             sender.sendto(bytes([0x80, k]) * 10, ("127.0.0.1", pair.port))
         sender.sendto(b"\x81\xc9", ("127.0.0.1", pair.port + 1))  # RTCP is not the tick's business
-        read = [pair.drain_rtp(3), pair.drain_rtp(10), pair.drain_rtp(10)]
-        assert read == [3, 2, 0]
+        now, later = 10**12, time.time_ns() + 5 * 10**9  # read as if 5 s after they came
+        read = [pair.read_rtp(now, later) for _ in range(6)]
+        assert read == [True] * 5 + [False]
         items = [got.get_nowait() for _ in range(got.qsize())]
         assert [(name, data[1]) for name, data, _, _ in items] == [("rtp", k) for k in range(5)]
+        ages = [now - arrival for _, _, _, arrival in items]
+        assert all(4.9e9 < age < 5.1e9 for age in ages)  # stamped when the kernel received them
+        assert pair.read_rtp(now, later, sink=lambda *a: None) is False
     finally:
         sender.close()
         pair.close()
@@ -483,9 +489,7 @@ class _FakeSockets:
         self.clock = clock
         self.fail = False
         self.sent: list[tuple[int, bytes]] = []
-        self.waiting = []
-        self.sink = None
-        self.drains = []
+        self.rtp_fileno = -1
 
     def send_rtp(self, data: bytes | bytearray | memoryview, destination: tuple[str, int]) -> bool:
         if self.fail:
@@ -497,18 +501,8 @@ class _FakeSockets:
     def send_rtcp(self, data: bytes, destination: tuple[str, int]) -> bool:
         return True
 
-    def drain_rtp(self, limit: int) -> int:
-        """RtpSocketPair.drain_rtp: what `waiting` holds (datagrams that came while the clock stalled) goes to
-        `sink` at the clock's time, oldest first."""
-        take, self.waiting = self.waiting[:limit], self.waiting[limit:]
-        for data, source in take:
-            self.sink(data, source, self.clock.now)
-        self.drains.append(limit)
-        return len(take)
-
-    waiting: list[tuple[bytes, tuple[str, int]]]
-    sink: Any
-    drains: list[int]
+    def read_rtp(self, now: int, wall: int, sink: Any = None) -> bool:
+        return False
 
 
 class _FakeLeg:
@@ -599,48 +593,54 @@ def test_the_frames_of_slots_a_late_clock_skipped_still_reach_the_session() -> N
     assert jb.frames_played >= 400 - jb.frames_concealed
 
 
-def test_a_late_tick_reads_the_packets_of_the_stall_before_it_serves_its_slots_so_none_is_concealed() -> None:
+async def test_a_late_tick_reads_the_packets_of_the_stall_before_it_serves_its_slots_so_none_is_concealed() -> (
+    None
+):
     """Issue 17: the caller's packets keep coming while the clock stalls 200 ms. The late tick reads them out of
     the socket before it serves its 2 slots, so those slots play the caller's audio, and the 8 skipped slots'
-    frames follow one extra a tick: every frame is the caller's own, none concealed, none dropped. (Before,
-    the tick served its slots before the loop read the packets: they were concealed and the delay held.)"""
+    frames follow one extra a tick: every frame is the caller's own, none concealed, none dropped. Issue 13:
+    the media clock reads every call's RTP in its tick (one poll of the phase, then a datagram a call), so an
+    on-time tick reads its packet the same way; through a real socket pair and the real clock here."""
     from rtp.jitter import fast_ulaw_decode
     from rtp.packet import build
     from sip.leg import FrameReceived
 
+    loop = asyncio.get_running_loop()
     clock = VirtualClock()
     media, leg = _call_media(clock)
-    leg.sockets.sink = media.on_rtp
-    source, t0 = ("127.0.0.1", 40000), clock.now
+    pair = RtpSocketPair.open(
+        loop, "127.0.0.1", PortPool(*_free_pair_range()), lambda *a: None, lambda *a: None, clock
+    )
+    leg.sockets.rtp_fileno = pair.rtp_fileno  # the fake's sends, the real socket's reads
+    leg.sockets.read_rtp = pair.read_rtp  # type: ignore[method-assign]
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.connect(("127.0.0.1", pair.port))
+    media.stream.signal(sender.getsockname())  # the caller sends from there
+    clocked = MediaClockShell(loop, clock, watch_gc=False)
 
     def payload(k: int) -> bytes:
         return bytes([k % 200 + 20]) * 160  # a level per packet: each frame says which packet it came from
 
-    def packet(k: int) -> bytes:
-        return build(0, False, k, 160 * k, 0xA, payload(k))
-
-    for k in range(200):
-        slot = t0 + k * FRAME_NS
-        if 100 <= k < 109:  # stalled: nothing runs; the packets wait in the socket
-            leg.sockets.waiting.append((packet(k), source))
-            continue
-        clock.now = slot + 3_000_000
-        if k == 109:
-            leg.sockets.waiting.append((packet(k), source))
-            media.on_slots(clock.now, 2, 8)  # the late wake-up: 2 slots served, 8 skipped
-            for data, src in leg.sockets.waiting:  # what it left in the socket, the loop reads after it
-                media.on_rtp(data, src, clock.now)
-            leg.sockets.waiting = []
-            continue
-        media.on_rtp(packet(k), source, clock.now)
-        media.on_slots(clock.now, 1, 0)
+    try:
+        clocked.add(media)
+        t0 = clocked.next_deadline()
+        assert t0 is not None
+        for k in range(200):
+            sender.send(build(0, False, k, 160 * k, 0xA, payload(k)))
+            if 100 <= k < 109:  # stalled: nothing runs; the packets wait in the socket
+                continue
+            clock.now = t0 + k * FRAME_NS + 3_000_000
+            clocked.run_due(clock.now)  # at k = 109: the late wake-up, 2 slots served, 8 skipped
+    finally:
+        clocked.stop()
+        sender.close()
+        pair.close()
     jb = media.stream.jitter
     frames = [e.pcm for e in leg.posted if isinstance(e, FrameReceived)]
     assert jb.frames_concealed == 0 and jb.frames_dropped_shrink == 0 and jb.overflows == 0
     assert jb.frames_backlog == 8 and len(frames) == media.frames_in == 190 + 2 + 8
     assert frames == [fast_ulaw_decode(payload(k)) for k in range(200)]  # each packet once, in order
-    assert jb.frames_played == 200
-    assert leg.sockets.drains == [10]  # read once, by the late tick: on-time ticks leave reading to the loop
+    assert jb.frames_played == 200 and clocked.rtp_reads == 200
 
 
 def test_a_second_digit_ended_by_the_same_packet_is_handed_over_with_the_first() -> None:
