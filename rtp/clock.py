@@ -71,6 +71,9 @@ FRAME_NS = FRAME_MS * 1_000_000
 TIMER_SLACK_NS = 1_000_000  # the loop timer is armed this long after a deadline (uvloop: whole ms; see _arm)
 MEDIA_PHASES = 10  # what the native engine runs: phases 2 ms apart (issue 13; tests/bench/README.md)
 Clock = Callable[[], int]
+RtpReader = Callable[[int, int], bool]
+"""Reads one waiting datagram at `now` (the second: the wall clock's ns then, for the kernel's receive time);
+False when none was waiting."""
 # How late a tick came after its deadline, counted per tick (every channel of the phase is served by it):
 # upper bounds in µs, the last bucket open. `stats()` gives `lateness_bucket_<µs>` (ticks late by more than
 # the bound before and at most this one; not cumulative) and `lateness_bucket_inf`.
@@ -160,13 +163,9 @@ class MediaChannel(Protocol):
 class ReadingChannel(MediaChannel, Protocol):
     """A channel whose inbound RTP the clock reads in its tick (a socket it polls, instead of a loop reader)."""
 
-    def rtp_fileno(self) -> int:
-        """The RTP socket's descriptor (registered with the clock while the channel is on it)."""
-        ...
-
-    def read_rtp(self, now: int, wall: int) -> bool:
-        """Read one waiting datagram at `now` (`wall`: the wall clock's ns then, for the kernel's receive time);
-        False when none was waiting."""
+    def rtp_reader(self) -> tuple[int, RtpReader]:
+        """The RTP socket's descriptor (registered with the clock while the channel is on it) and what reads one
+        of its datagrams."""
         ...
 
 
@@ -202,7 +201,7 @@ class MediaClockShell:
         self._cores: list[MediaClock | None] = [None] * phases  # None: the phase has no channel
         self._wall = wall_clock
         self._polls: list[select.epoll | None] = [None] * phases  # each phase's RTP sockets (ReadingChannel)
-        self._readers: dict[int, ReadingChannel] = {}  # by descriptor
+        self._readers: dict[int, tuple[int, RtpReader]] = {}  # by descriptor: (id(channel), its reader)
         self._reading: dict[int, int] = {}  # id(channel) -> the descriptor it was registered with
         self.rtp_reads = 0  # datagrams read in ticks (`read_rtp` returned True)
         self._t0: int | None = None  # phase k's slots at t0 + k * period / phases + n * period
@@ -306,7 +305,7 @@ class MediaClockShell:
             self.stop()
 
     def _register(self, phase: int, channel: ReadingChannel) -> None:
-        fd = channel.rtp_fileno()
+        fd, reader = channel.rtp_reader()
         poll = self._polls[phase]
         if poll is None:
             poll = self._polls[phase] = select.epoll()
@@ -314,14 +313,14 @@ class MediaClockShell:
             poll.register(fd, select.EPOLLIN)
         except FileExistsError:  # (a descriptor number reused: the closed socket left the set by itself)
             poll.modify(fd, select.EPOLLIN)
-        self._readers[fd] = channel
+        self._readers[fd] = (id(channel), reader)
         self._reading[id(channel)] = fd
 
     def _unregister(self, phase: int, key: int) -> None:
         fd = self._reading.pop(key, None)
         if fd is None:
             return
-        if self._readers.get(fd) is not None and id(self._readers[fd]) == key:
+        if (entry := self._readers.get(fd)) is not None and entry[0] == key:
             del self._readers[fd]
         poll = self._polls[phase]
         if poll is not None:
@@ -338,8 +337,8 @@ class MediaClockShell:
             if not ready:
                 break
             for fd, _events in ready:
-                channel = readers.get(fd)
-                if channel is not None and channel.read_rtp(now, wall):
+                entry = readers.get(fd)
+                if entry is not None and entry[1](now, wall):
                     reads += 1
         self.rtp_reads += reads
 

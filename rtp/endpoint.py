@@ -104,7 +104,9 @@ class RtpSocketPair:
         self.port = port
         self._rtp = rtp
         self._rtcp = rtcp
-        self._on_rtp = on_rtp
+        self.on_rtp = (
+            on_rtp  # where `read_rtp` hands RTP (the engine points it at the call's stream once it has one)
+        )
         self._on_rtcp = on_rtcp
         self._clock = clock
         self.host = str(rtp.getsockname()[0])
@@ -169,10 +171,10 @@ class RtpSocketPair:
             log.exception("RTP receiver failed")
         return True
 
-    def read_rtp(self, now: int, wall: int, sink: DatagramSink | None = None) -> bool:
-        """One RTP datagram waiting now to `sink` (by default the pair's own); False when none was (or the read
-        failed). Its time is `now` less how long ago the kernel received it (`wall`: the wall clock's ns at
-        `now`, the clock of the receive time), so a datagram read in a later tick keeps its arrival time."""
+    def read_rtp(self, now: int, wall: int) -> bool:
+        """One RTP datagram waiting now to `on_rtp`; False when none was (or the read failed). Its time is `now`
+        less how long ago the kernel received it (`wall`: the wall clock's ns at `now`, the clock of the
+        receive time), so a datagram read in a later tick keeps its arrival time."""
         try:
             data, ancillary, _, addr = self._rtp.recvmsg(MAX_DATAGRAM, _ANCILLARY)
         except (BlockingIOError, InterruptedError):
@@ -189,7 +191,7 @@ class RtpSocketPair:
                 if age > 0:
                     arrival = now - age
         try:  # IPv4 gives (host, port) as it is; IPv6 (host, port, flowinfo, scope_id) is cut to two
-            (sink or self._on_rtp)(data, addr if len(addr) == 2 else (addr[0], addr[1]), arrival)
+            self.on_rtp(data, addr if len(addr) == 2 else (addr[0], addr[1]), arrival)
         except Exception:  # a core bug must not stop the socket
             self.receive_errors += 1
             log.exception("RTP receiver failed")

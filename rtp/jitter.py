@@ -163,7 +163,7 @@ class JitterBuffer:
         self._ticks = 0
         self._grow = False
         self._shrink_by = 0  # a shrink is pending until this time (0: none)
-        self._owed = 0  # slots the media clock skipped, not yet caught up (`skip`, `pop_backlog`)
+        self.owed = 0  # slots the media clock skipped, not yet caught up (`skip`, `pop_backlog`)
         self._owed_after = 0  # ... from a tick after this instant
         self._tr_cur_min = self._tr_prev_min = 1 << 62
         self._tr_cur_max = self._tr_prev_max = -(1 << 62)
@@ -379,16 +379,16 @@ class JitterBuffer:
         ceiling's, from the next tick on (their packets are still in the socket: the loop reads them after
         the late tick)."""
         if self._started and slots > 0:
-            self._owed = min(self._owed + slots, self._max_frames)
+            self.owed = min(self.owed + slots, self._max_frames)
             self._owed_after = now
 
     def pop_backlog(self, now: int) -> PlayoutFrame | None:
         """After a later tick's `pop`: one owed frame, as that slot's `pop` would have given it (the packet, or
         its concealment when it is missing: a frame for every slot, served or skipped), else None. The common
         case is one comparison."""
-        if not self._owed or now <= self._owed_after:
+        if not self.owed or now <= self._owed_after:
             return None
-        self._owed -= 1
+        self.owed -= 1
         self.frames_backlog += 1
         return self.pop(now)
 

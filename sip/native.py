@@ -118,7 +118,7 @@ class _CallMedia:
         self._limit_hit = False
         keys = negotiated.srtp  # SDES agreed (issue 14): every packet either way is SRTP/SRTCP
         self.srtp = SrtpContext(keys.suite, keys.local_key, keys.remote_key) if keys is not None else None
-        self._on_rtp = self.on_rtp  # (bound once: the clock reads 50 datagrams a second through it)
+        leg.sockets.on_rtp = self.on_rtp  # the clock reads 50 datagrams a second per call: straight here
 
     def update(self, negotiated: sdp.NegotiatedMedia) -> None:
         """A re-INVITE/UPDATE changed the stream: direction, hold, remote address."""
@@ -130,25 +130,26 @@ class _CallMedia:
         if self.srtp is not None and keys is not None:  # a re-key on re-INVITE
             self.srtp.rekey(suite_name=keys.suite, local_key=keys.local_key, remote_key=keys.remote_key)
 
-    def rtp_fileno(self) -> int:
-        return self._sockets.rtp_fileno
-
-    def read_rtp(self, now: int, wall: int) -> bool:
+    def rtp_reader(self) -> tuple[int, Callable[[int, int], bool]]:
         """The clock reads this call's RTP in its tick, before the slots (rtp.clock `ReadingChannel`): after a
         stall too, so the slots it catches up find the packets that came meanwhile (issue 17)."""
-        return self._sockets.read_rtp(now, wall, self._on_rtp)
+        return self._sockets.rtp_fileno, self._sockets.read_rtp
 
     def on_slots(self, now: int, due: int, skipped: int) -> None:
         stream = self.stream
-        if not self._limit_hit:
+        if not self._limit_hit and (
+            (self._end_at is not None and now >= self._end_at)
+            or (self._rtp_timeout_ns is not None and now - self.last_rtp >= self._rtp_timeout_ns)
+        ):  # (tested here: a call per slot for a limit that is rarely near)
             self._check_limits(now)
         if skipped:
             stream.skip(skipped)
             # issue 17: their inbound frames are owed, delivered one a tick from the next one on
             stream.jitter.skip(skipped, now)
+        listening = self.receives and not self.held
         for _ in range(due):
-            frame = stream.pull_frame(now)
-            if frame is not None and not self.held and self.receives:
+            frame = stream.jitter.pop(now)  # (RtpStream.pull_frame)
+            if frame is not None and listening:
                 self.frames_in += 1
                 self._leg._post(FrameReceived(frame.pcm, frame.seq, frame.arrival_ns))
                 if _probe.ENABLED:  # benchmark instrumentation (PARLORA_PROBE); one test when off
@@ -180,8 +181,8 @@ class _CallMedia:
                         _probe.media_out(self._leg.identity.call_id, sent_ns, out.pcm)
             elif out is not None:
                 self.frames_unsent += 1
-        if due and self.receives and not self.held:  # issue 17: the frames of skipped slots, one a tick
-            frame = stream.jitter.pop_backlog(now)  # one comparison when nothing is owed
+        if due and listening and stream.jitter.owed:  # issue 17: the frames of skipped slots, one a tick
+            frame = stream.jitter.pop_backlog(now)
             if frame is not None:
                 self.frames_in += 1
                 self._leg._post(FrameReceived(frame.pcm, frame.seq, frame.arrival_ns))

@@ -320,7 +320,7 @@ def test_read_rtp_reads_one_waiting_datagram_at_the_time_the_kernel_received_it(
         assert [(name, data[1]) for name, data, _, _ in items] == [("rtp", k) for k in range(5)]
         ages = [now - arrival for _, _, _, arrival in items]
         assert all(4.9e9 < age < 5.1e9 for age in ages)  # stamped when the kernel received them
-        assert pair.read_rtp(now, later, sink=lambda *a: None) is False
+        assert pair.read_rtp(now, later) is False
     finally:
         sender.close()
         pair.close()
@@ -501,7 +501,7 @@ class _FakeSockets:
     def send_rtcp(self, data: bytes, destination: tuple[str, int]) -> bool:
         return True
 
-    def read_rtp(self, now: int, wall: int, sink: Any = None) -> bool:
+    def read_rtp(self, now: int, wall: int) -> bool:
         return False
 
 
@@ -613,6 +613,7 @@ async def test_a_late_tick_reads_the_packets_of_the_stall_before_it_serves_its_s
     )
     leg.sockets.rtp_fileno = pair.rtp_fileno  # the fake's sends, the real socket's reads
     leg.sockets.read_rtp = pair.read_rtp  # type: ignore[method-assign]
+    pair.on_rtp = media.on_rtp  # (what _CallMedia points its own pair at)
     sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     sender.connect(("127.0.0.1", pair.port))
     media.stream.signal(sender.getsockname())  # the caller sends from there

@@ -441,4 +441,4 @@ def test_every_slot_gives_the_session_a_frame_served_or_skipped() -> None:
         frames += [jb.pop(t), jb.pop_backlog(t)]
     assert sum(f is not None for f in frames) == 9 + 4 and jb.frames_backlog == 4
     jb.skip(1_000, late + 10 * 20 * MS)
-    assert jb._owed == 10
+    assert jb.owed == 10
