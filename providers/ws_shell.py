@@ -7,7 +7,10 @@ adapter with a new token for that).
 
 The WebSocket protocol itself is websockets' sans-I/O `ClientProtocol` (framing, masking, the opening and
 closing handshakes, close codes), driven from this plain `asyncio.Protocol` (`loop.create_connection`, with
-the TLS context for wss). That is the cheap way (issue 13, "Where the time goes": the asyncio API cost 24-30
+the TLS context for wss). It is given whole units only: the upgrade response alone, then whole frames; a final
+text or binary frame of an open connection (the provider's audio, tens a second) is taken here instead
+(`frame_extent`: a fifth of the protocol's parser), every other frame goes to the protocol, and from a frame
+it would refuse on sight (masked, too long) on, everything does. That is the cheap way (issue 13, "Where the time goes": the asyncio API cost 24-30
 points of a core at 300 calls): no writer task and no keepalive task. A caller-audio frame with nothing
 queued ahead of it is written to the transport in the call that sends it; control frames (and audio behind
 them) queued during one loop iteration leave together at its end in one transport write; a received message
@@ -62,7 +65,7 @@ from websockets.exceptions import InvalidHandshake, InvalidStatus, InvalidURI
 from websockets.extensions.permessage_deflate import ClientPerMessageDeflateFactory
 from websockets.frames import OP_BINARY, OP_CLOSE, OP_CONT, OP_PONG, OP_TEXT, CloseCode, Frame
 from websockets.http11 import USER_AGENT
-from websockets.protocol import CLOSED, OPEN
+from websockets.protocol import CLOSED, CONNECTING, OPEN
 from websockets.speedups import apply_mask
 from websockets.typing import Subprotocol
 from websockets.uri import parse_uri
@@ -89,6 +92,7 @@ MAX_MESSAGE_BYTES = 2**24
 WRITE_HIGH_WATER = 2**15  # transport write buffer (bytes) above which frames wait in the FIFO
 READ_HIGH_WATER = 16  # received messages waiting for events() above which the socket is not read
 READ_LOW_WATER = 4  # ... and at or below which it is read again
+MAX_RESPONSE_BYTES = 2**16  # the upgrade response's head; longer, the protocol judges it
 _NS = 1_000_000_000
 
 
@@ -139,6 +143,25 @@ def text_frame(payload: bytes, mask: bytes) -> bytes:
     else:
         head = _HEAD_64.pack(0x81, 0x80 | 127, n)
     return head + mask + apply_mask(payload, mask)
+
+
+def frame_extent(buffer: bytes, at: int) -> tuple[int, int] | None:
+    """Where the frame at `at` of `buffer` ends (RFC 6455 §5.2): (header length, with the masking key when the
+    frame has one; payload length), or None while the header is not all in."""
+    size = len(buffer)
+    if size - at < 2:
+        return None
+    second = buffer[at + 1]
+    length, head = second & 0x7F, 2
+    if length == 126:
+        if size - at < 4:
+            return None
+        length, head = (buffer[at + 2] << 8) | buffer[at + 3], 4
+    elif length == 127:
+        if size - at < 10:
+            return None
+        length, head = int.from_bytes(buffer[at + 2 : at + 10], "big"), 10
+    return (head + 4 if second & 0x80 else head), length
 
 
 class KeepaliveAction(enum.Enum):
@@ -242,6 +265,8 @@ class WebSocketShell(asyncio.Protocol):
         self._messages: deque[str | bytes] = deque()  # received, not yet taken by connect()/events()
         self._fragments: list[bytes] = []
         self._fragment_text = False
+        self._buffer = b""  # received bytes not yet a whole unit (the upgrade response, a frame)
+        self._split = True  # whole units to the protocol, data frames taken here (the module's docstring)
         self._reading_paused = False
         self._writing_paused = False
         self._running = False  # connect() returned: queued frames go to the socket
@@ -502,10 +527,91 @@ class WebSocketShell(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         proto = self._proto
         assert proto is not None
-        proto.receive_data(data)
-        events = proto.events_received()
+        if not self._split:
+            proto.receive_data(data)
+            self._events()
+        else:
+            self._buffer = self._buffer + data if self._buffer else data
+            if proto.state is CONNECTING:
+                self._response()
+            if self._split:
+                if proto.state is OPEN:
+                    self._frames()
+                elif proto.state is not CONNECTING:  # closing: the protocol takes what follows
+                    self._to_protocol()
+        self._write_pending()
+        if proto.close_expected():
+            self._closing()
+        if self._sink is not None:
+            self._deliver()
+        elif (
+            len(self._messages) > READ_HIGH_WATER and not self._reading_paused and self._transport is not None
+        ):
+            self._reading_paused = True
+            self._transport.pause_reading()
+        self._wake()
+
+    def _response(self) -> None:
+        """The upgrade response, once its blank line is in: to the protocol alone, the bytes behind it kept (a
+        refusal's body, and anything after a refusal, goes to the protocol)."""
+        proto, buffer = self._proto, self._buffer
+        assert proto is not None
+        end = buffer.find(b"\r\n\r\n")
+        if end < 0 and len(buffer) <= MAX_RESPONSE_BYTES:
+            return
+        head, self._buffer = (buffer, b"") if end < 0 else (buffer[: end + 4], buffer[end + 4 :])
+        proto.receive_data(head)
+        self._events()
+        if proto.state is not OPEN:
+            self._to_protocol()
+
+    def _to_protocol(self) -> None:
+        """From now on every byte goes to the protocol (it judges what this shell would not take)."""
+        proto, rest = self._proto, self._buffer
+        assert proto is not None
+        self._split, self._buffer = False, b""
+        if rest:
+            proto.receive_data(rest)
+            self._events()
+
+    def _frames(self) -> None:
+        """Every whole frame in the buffer, in order; a partial one waits for the rest."""
+        buffer, proto = self._buffer, self._proto
+        assert proto is not None
+        at = 0
+        while (extent := frame_extent(buffer, at)) is not None:
+            head, length = extent
+            if (
+                length > MAX_MESSAGE_BYTES or buffer[at + 1] & 0x80
+            ):  # too long, or masked: the protocol fails it
+                self._buffer = buffer[at:]
+                self._to_protocol()
+                return
+            end = at + head + length
+            if end > len(buffer):
+                break
+            first = buffer[at]
+            if first == 0x81 and proto.state is OPEN and proto.cur_size is None:  # final text, no RSV bits
+                if not self._text(buffer[at + head : end]):  # the protocol failed the connection (1007)
+                    self._buffer = buffer[end:]
+                    self._to_protocol()
+                    return
+            elif first == 0x82 and proto.state is OPEN and proto.cur_size is None:  # final binary
+                self._messages.append(buffer[at + head : end])
+            else:
+                proto.receive_data(buffer[at:end])
+                self._events()
+                if not self._split:
+                    return
+            at = end
+        self._buffer = buffer[at:] if at else buffer
+
+    def _events(self) -> None:
+        """What the protocol made of the bytes it was given: the response, whole messages, pongs, a close."""
+        proto = self._proto
+        assert proto is not None
         messages = self._messages
-        for event in events:
+        for event in proto.events_received():
             if not isinstance(event, Frame):
                 continue  # the handshake Response: _open() looks at the protocol's state
             opcode = event.opcode
@@ -530,15 +636,6 @@ class WebSocketShell(asyncio.Protocol):
                 self._keepalive.pong(bytes(event.data), self._now())
             elif opcode is OP_CLOSE:
                 self._closing()
-        self._write_pending()
-        if proto.close_expected():
-            self._closing()
-        if self._sink is not None:
-            self._deliver()
-        elif len(messages) > READ_HIGH_WATER and not self._reading_paused and self._transport is not None:
-            self._reading_paused = True
-            self._transport.pause_reading()
-        self._wake()
 
     def eof_received(self) -> bool | None:
         proto = self._proto

@@ -504,3 +504,118 @@ class Owner:
 
     def labelled(self, event: ProviderEvent) -> None:
         self.seen.append(event)
+
+
+# --- issue 13: whole units to the protocol, the provider's data frames taken by the shell ---
+
+
+class _Transport:
+    """What the shell writes, and nothing else (the tests below feed `data_received` themselves)."""
+
+    def __init__(self) -> None:
+        self.written = bytearray()
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def set_write_buffer_limits(self, high: int) -> None:
+        pass
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self.closed = True
+
+    def abort(self) -> None:
+        self.closed = True
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def _connected() -> tuple[WebSocketShell, ServerProtocol, _Transport]:
+    """A shell whose request went out to an in-memory websockets server protocol (its real handshake)."""
+    from websockets.client import ClientProtocol
+    from websockets.uri import parse_uri
+
+    shell = WebSocketShell(Core(), "ws://127.0.0.1:9/x", {}, log=log)
+    shell._loop = asyncio.get_running_loop()
+    shell._lost = shell._loop.create_future()
+    shell._proto = ClientProtocol(parse_uri(shell.url), max_size=ws_shell.MAX_MESSAGE_BYTES)
+    transport = _Transport()
+    shell.connection_made(transport)  # type: ignore[arg-type]
+    server = ServerProtocol()
+    server.receive_data(bytes(transport.written))
+    (request,) = server.events_received()
+    assert isinstance(request, Request)
+    server.send_response(server.accept(request))
+    transport.written.clear()
+    return shell, server, transport
+
+
+def _server_frames(server: ServerProtocol) -> bytes:
+    return b"".join(server.data_to_send())
+
+
+def _closes(server: ServerProtocol, written: bytearray) -> list[int]:
+    server.receive_data(bytes(written))
+    return [
+        Close.parse(e.data).code
+        for e in server.events_received()
+        if isinstance(e, Frame) and e.opcode is OP_CLOSE
+    ]
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 7, 64, 1 << 20])
+async def test_frames_split_anywhere_arrive_whole_in_order_with_pings_and_fragments_by_the_protocol(
+    chunk: int,
+) -> None:
+    """The upgrade response and the frames behind it in one stream, cut into `chunk`-byte reads: text and binary
+    messages (the data frames the shell takes), a ping between them (the protocol's: answered), a fragmented
+    text (the protocol's: whole, once), a 70,000-byte message, in order."""
+    shell, server, transport = _connected()
+    stream = _server_frames(server)  # the 101
+    server.send_text(b"first")
+    server.send_binary(b"\x00\x01bin")
+    server.send_ping(b"p1")
+    server.send_text(b"frag", fin=False)
+    server.send_continuation(b"mented", fin=True)
+    server.send_text(b"x" * 70_000)
+    server.send_text("caf\u00e9".encode())
+    stream += _server_frames(server)
+    for at in range(0, len(stream), chunk):
+        shell.data_received(stream[at : at + chunk])
+    assert list(shell._messages) == ["first", b"\x00\x01bin", "fragmented", "x" * 70_000, "caf\u00e9"]
+    assert shell._buffer == b"" and shell._split
+    server.receive_data(bytes(transport.written))
+    pongs = [e for e in server.events_received() if isinstance(e, Frame) and e.opcode.name == "PONG"]
+    assert [bytes(p.data) for p in pongs] == [b"p1"]
+
+
+@pytest.mark.parametrize(
+    ("frame", "code"),
+    [
+        (bytes([0x81, 0x82]) + b"\x01\x02\x03\x04" + b"hi", 1002),  # a masked server frame: a protocol error
+        (
+            bytes([0x81, 127]) + (1 << 40).to_bytes(8, "big"),
+            1009,
+        ),  # over the size limit, seen from its header
+        (bytes([0x81, 2]) + b"\xff\xfe", 1007),  # invalid UTF-8 in a text frame the shell takes itself
+    ],
+)
+async def test_a_frame_the_shell_does_not_take_fails_the_connection_as_websockets_does(
+    frame: bytes, code: int
+) -> None:
+    shell, server, transport = _connected()
+    server.send_text(b"before")
+    shell.data_received(_server_frames(server) + frame + b"\x81\x05after")
+    assert list(shell._messages) == ["before"]  # nothing behind the bad frame is taken
+    assert _closes(server, transport.written) == [code] and not shell._split
