@@ -87,6 +87,21 @@ class GenerationReservoir:
 
     def pull(self, nbytes: int) -> tuple[bytes, str | None]:
         """Up to `nbytes` of the oldest audio, with the item id it belongs to (a pull never spans items)."""
+        chunks = self._chunks
+        if chunks:  # most pulls: the oldest chunk holds them whole (a slice of it, no buffer; issue 13)
+            _, chunk, item = chunks[0]
+            start = self._head_offset
+            end = start + nbytes
+            if end <= len(chunk):
+                if end == len(chunk):
+                    chunks.popleft()
+                    self._head_offset = 0
+                    if not chunks:
+                        self._stale_reported = False
+                else:
+                    self._head_offset = end
+                self.depth_bytes -= nbytes
+                return chunk[start:end], item
         out = bytearray()
         item: str | None = None
         while self._chunks and len(out) < nbytes:
