@@ -449,6 +449,7 @@ class LiveFakeConnection:
         self._decode: Callable[[bytes], bytes] = bytes
         self._encode: Callable[[bytes], bytes] = bytes
         self._carry = b""  # odd trailing byte of PCM16 input, completed by the next append
+        self._pcm16 = False  # the session's audio is PCM16 (two bytes a sample)
         self._next_usage: int | None = None
         self._expires: int | None = None
         self._utterance_no = 0
@@ -476,14 +477,18 @@ class LiveFakeConnection:
         self._slow_handshake_ms = 0.0
         self.suppressed = 0
         """Frames not sent because the connection is half-open."""
-        self.last_frame: ClientFrameRecord | None = None
-        """The client frame most recently received (also when `record_client_frames` is off)."""
+        self._last_frame: ClientFrameRecord | None = None
+        # Without `record_client_frames`, the last frame's fields until someone asks for it (a frozen dataclass
+        # a frame, 50 a second a call, that nobody reads, is a cost worth skipping).
+        self._last_fields: tuple[int, dict[str, Any] | None, str | None, int | None] | None = None
+        self._next_due: int | None = None  # next_deadline(), as the last driver left it (none yet)
 
     # -- drivers --------------------------------------------------------------------------------------------
 
     def receive_message(self, data: str | bytes, now: int) -> None:
         """Handle one client WebSocket message. Never raises for bad peer input."""
-        self._advance(now)
+        if self._next_due is not None and self._next_due <= now:  # before it, _advance would do nothing
+            self._advance(now)
         frame: dict[str, Any] | None = None
         raw: str | None = None
         self._audio_bytes = None
@@ -494,6 +499,12 @@ class LiveFakeConnection:
                 audio = exact_member(text, _APPEND_HEAD, _STRING_TAIL)
                 if audio is not None:  # what json.loads gives, without parsing
                     parsed: Any = {"type": "session.input_audio.append", "audio": audio}
+                    if answering and self._resource is not None:
+                        # An append of a started session, whose shape _dispatch and _on_audio_append would check:
+                        # a string type and audio, no other key. Straight to the audio.
+                        frame = parsed
+                        self._append_audio(audio, now)
+                        return
                 else:
                     parsed = json.loads(text)
             except (UnicodeDecodeError, ValueError, RecursionError):
@@ -518,23 +529,29 @@ class LiveFakeConnection:
                 client_event_id if isinstance(client_event_id, str) else None,
             )
         finally:
-            self.last_frame = ClientFrameRecord(now, frame, raw, self._audio_bytes)
             if self.options.record_client_frames:
-                self.record.client_frames.append(self.last_frame)
+                self._last_frame = ClientFrameRecord(now, frame, raw, self._audio_bytes)
+                self.record.client_frames.append(self._last_frame)
+            else:
+                self._last_frame, self._last_fields = None, (now, frame, raw, self._audio_bytes)
+            self._next_due = self._compute_deadline()
 
     def handle_timer(self, now: int) -> None:
         """Run everything due at or before `now`: faults, the handshake, reply chunks, usage snapshots, expiry."""
         self._advance(now)
+        self._next_due = self._compute_deadline()
 
     def connection_lost(self, code: int | None, now: int | None = None) -> None:
         """The socket is gone (either side closed it); stop all timers."""
         self._closing = True
         self.record.close_code = code
+        self._next_due = None
 
     def inject(self, fault: Fault, now: int) -> None:
         """Schedule a fault at runtime: it fires at `now` + its AFTER_MS (see providers/fakes/faults.py)."""
         if not self._closing and fault.kind is not FaultKind.REFUSE:
             self._schedule.add(fault, now)
+            self._next_due = self._compute_deadline()
 
     def recorded(self, frame: dict[str, Any]) -> dict[str, Any]:
         """The frame for the record file: an audio payload as its decoded length plus the base64."""
@@ -554,6 +571,10 @@ class LiveFakeConnection:
         return req
 
     def next_deadline(self) -> int | None:
+        return self._next_due
+
+    def _compute_deadline(self) -> int | None:
+        """The next deadline, kept in `_next_due` at the end of every driver (they alone change it)."""
         if self._closing:
             return None
         due = self._fault_deadline()
@@ -568,6 +589,13 @@ class LiveFakeConnection:
             if due is None or t < due:
                 due = t
         return due
+
+    @property
+    def last_frame(self) -> ClientFrameRecord | None:
+        """The client frame most recently received (also when `record_client_frames` is off)."""
+        if self._last_frame is None and self._last_fields is not None:
+            self._last_frame, self._last_fields = ClientFrameRecord(*self._last_fields), None
+        return self._last_frame
 
     @property
     def started(self) -> bool:
@@ -769,6 +797,7 @@ class LiveFakeConnection:
         self._decode = {PCMU_8K: ulaw_decode, PCMA_8K: alaw_decode}.get(config.fmt, bytes)
         self._encode = {PCMU_8K: ulaw_encode, PCMA_8K: alaw_encode}.get(config.fmt, bytes)
         self._chunk_bytes = max(1, config.fmt.rate * self.options.chunk_ms // 1000) * config.fmt.sample_width
+        self._pcm16 = config.fmt.sample_width == 2
         self._next_usage = now + self.options.usage_interval_ms * _NS_PER_MS
         self._expires = now + self.options.session_length_ms * _NS_PER_MS
         session_id = self._ids.new("sess")
@@ -804,14 +833,18 @@ class LiveFakeConnection:
     def _on_audio_append(self, event: dict[str, Any], now: int) -> None:
         _object(event, "", _APPEND_KEYS, ("audio",))
         _expect(event["audio"], str, "audio")
+        self._append_audio(event["audio"], now)
+
+    def _append_audio(self, audio: str, now: int) -> None:
+        """A valid append's audio (base64) to the detector."""
         try:
-            raw = base64.b64decode(event["audio"], validate=True)
+            raw = base64.b64decode(audio, validate=True)
         except (binascii.Error, ValueError):
             message = "Invalid value for 'audio': expected base64-encoded audio."
             raise ClientError("invalid_value", message, "audio") from None
         self._audio_bytes = len(raw)
         assert self._echo is not None and self._config is not None
-        if self._config.fmt.sample_width == 2:
+        if self._pcm16:
             raw = self._carry + raw
             whole = len(raw) & ~1
             raw, self._carry = raw[:whole], raw[whole:]

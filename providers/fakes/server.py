@@ -129,7 +129,9 @@ class ConnectionContext:
 
 class FakeConnection(Protocol):
     record: ConnectionRecord
-    last_frame: ClientFrameRecord | None
+
+    @property
+    def last_frame(self) -> ClientFrameRecord | None: ...
 
     def receive_message(self, data: str | bytes, now: int) -> None: ...
 
@@ -388,6 +390,7 @@ class _Socket(asyncio.Protocol):
         # Before the upgrade, the close deadline is the open timeout (the keepalive proper starts with the
         # connection).
         self._keepalive = Keepalive(None, None, OPEN_TIMEOUT_S)
+        self._keepalive_due: int | None = None  # its next deadline, kept as it changes (asked every message)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0
         self._out: list[bytes] = []  # written at the end of the current callback, in one write
@@ -402,7 +405,7 @@ class _Socket(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = cast(asyncio.Transport, transport)
         self._server._sockets.add(self)
-        self._keepalive.closing(time.monotonic_ns())  # the open timeout
+        self._closing()  # the open timeout
         self._arm()
 
     def data_received(self, data: bytes) -> None:
@@ -422,7 +425,7 @@ class _Socket(asyncio.Protocol):
         if proto.state is not OPEN:
             self._active = False
             if proto.close_expected():
-                self._keepalive.closing(time.monotonic_ns())
+                self._closing()
         self._flush()
         self._arm()
 
@@ -472,7 +475,7 @@ class _Socket(asyncio.Protocol):
             self._proto.send_close(CloseCode.GOING_AWAY)
             self._take_writes()
             self._flush()
-            self._keepalive.closing(time.monotonic_ns())
+            self._closing()
             self._arm()
         elif self._proto.state is not CLOSING:
             self.abort()
@@ -534,7 +537,13 @@ class _Socket(asyncio.Protocol):
             if (first == 0x81 or first == 0x82) and proto.state is OPEN and proto.cur_size is None:
                 mask = buffer[at + head : at + head + 4]
                 payload = apply_mask(buffer[at + head + 4 : end], mask)
-                message = self._text(payload) if first == 0x81 else payload
+                message: str | bytes | None = payload
+                if first == 0x81:
+                    try:
+                        message = str(payload, "utf-8")
+                    except UnicodeDecodeError as exc:
+                        self._not_utf8(exc)
+                        message = None
                 if message is not None and self._active:
                     self._feed(message)
             else:
@@ -567,6 +576,7 @@ class _Socket(asyncio.Protocol):
                     message = self._text(whole) if self._fragment_text else whole
             elif opcode is OP_PONG:
                 self._keepalive.pong(bytes(event.data), time.monotonic_ns())
+                self._keepalive_due = self._keepalive.next_deadline()
             if message is not None and self._active:
                 self._feed(message)
             if self.hanging:
@@ -592,24 +602,30 @@ class _Socket(asyncio.Protocol):
         now = time.monotonic_ns()
         self._keepalive = Keepalive(PING_INTERVAL_S, PING_TIMEOUT_S, CLOSE_TIMEOUT_S)
         self._keepalive.start(now)
+        self._keepalive_due = self._keepalive.next_deadline()
 
     # -- the core --------------------------------------------------------------------------------------------
 
     def _text(self, data: bytes | bytearray | memoryview) -> str | None:
-        """A text message; invalid UTF-8 fails the connection (close 1007), as websockets' server does."""
+        """A text message, or None when it is not UTF-8 (the connection fails)."""
         try:
             return str(data, "utf-8")
         except UnicodeDecodeError as exc:
-            self._active = False
-            self._proto.fail(CloseCode.INVALID_DATA, f"{exc.reason} at position {exc.start}")
+            self._not_utf8(exc)
             return None
+
+    def _not_utf8(self, exc: UnicodeDecodeError) -> None:
+        """Invalid UTF-8 in a text message fails the connection (close 1007), as websockets' server does."""
+        self._active = False
+        self._proto.fail(CloseCode.INVALID_DATA, f"{exc.reason} at position {exc.start}")
 
     def _feed(self, message: str | bytes) -> None:
         core = self._core
         assert core is not None
         try:
             core.receive_message(message, time.monotonic_ns())
-            self._server._write_record(core)
+            if self._server._record is not None:
+                self._server._write_record(core)
         except Exception:
             self._crashed()
             return
@@ -637,7 +653,7 @@ class _Socket(asyncio.Protocol):
             self._take_writes()
             self._proto.send_close(request.code, request.reason)
             self._take_writes()
-            self._keepalive.closing(time.monotonic_ns())
+            self._closing()
 
     def _hang(self) -> None:
         """A half-open socket: what was already pulled goes out, then nothing is read (so pings go unanswered
@@ -649,7 +665,7 @@ class _Socket(asyncio.Protocol):
         if self._transport is not None:
             self._transport.pause_reading()
         self._keepalive = Keepalive(None, None, HALF_OPEN_LIMIT_S)
-        self._keepalive.closing(time.monotonic_ns())
+        self._closing()
 
     def _crashed(self) -> None:
         """A core raised (a bug in the fake): logged, and the connection fails with 1011, as websockets'
@@ -658,7 +674,7 @@ class _Socket(asyncio.Protocol):
         self._active = False
         if self._proto.state is OPEN:
             self._proto.fail(CloseCode.INTERNAL_ERROR)
-            self._keepalive.closing(time.monotonic_ns())
+            self._closing()
 
     # -- writing ---------------------------------------------------------------------------------------------
 
@@ -691,8 +707,14 @@ class _Socket(asyncio.Protocol):
 
     # -- the one timer ---------------------------------------------------------------------------------------
 
+    def _closing(self) -> None:
+        """The TCP connection must end within the keepalive's close timeout (or the open timeout, or the
+        half-open limit), or it is dropped."""
+        self._keepalive.closing(time.monotonic_ns())
+        self._keepalive_due = self._keepalive.next_deadline()
+
     def _deadline(self) -> int | None:
-        due = self._keepalive.next_deadline()
+        due = self._keepalive_due
         if self._active:
             assert self._core is not None
             core_due = self._core.next_deadline()
@@ -717,7 +739,10 @@ class _Socket(asyncio.Protocol):
         # What the timer was armed for is never seen as early, even if the loop's clock rounds.
         now = max(time.monotonic_ns(), self._timer_at)
         proto = self._proto
-        action = self._keepalive.handle_timer(now)
+        action = None
+        if self._keepalive_due is not None and now >= self._keepalive_due:
+            action = self._keepalive.handle_timer(now)
+            self._keepalive_due = self._keepalive.next_deadline()
         if action is KeepaliveAction.ABORT:
             self.abort()
             return

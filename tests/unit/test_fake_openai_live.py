@@ -633,6 +633,31 @@ async def test_shell_echoes_over_loopback_and_records(tmp_path: Path) -> None:
     assert "sk-test" not in record_path.read_text()
 
 
+async def test_a_record_file_without_records_in_memory_gets_every_frame(tmp_path: Path) -> None:
+    """`fake-provider --record`: frames are not kept in memory (record_client_frames off), yet each one, the
+    last frame included, reaches the record file."""
+    record_path = tmp_path / "live.jsonl"
+    options = LiveFakeOptions(record_client_frames=False)
+    async with await serve(options=options, record_path=str(record_path)) as server:
+        async with connect(server.url, additional_headers={"Authorization": "Bearer sk-test"}) as ws:
+            await ws.send(json.dumps({"type": "session.start", "session": {"model": "gpt-live-1"}}))
+            assert json.loads(await ws.recv())["type"] == "session.started"
+            await ws.send(_compact_append(b"\x00\x01" * 160))
+            await ws.send("not json")
+            await ws.send(json.dumps({"type": "session.close"}))
+            assert json.loads(await ws.recv())["type"] == "error"
+            assert json.loads(await ws.recv())["type"] == "session.closed"
+        assert server.connections[0].client_frames == []
+    lines = [json.loads(line) for line in record_path.read_text().splitlines()]
+    assert [line.get("raw") or line["frame"]["type"] for line in lines] == [
+        "session.start",
+        "session.input_audio.append",
+        "not json",
+        "session.close",
+    ]
+    assert lines[1]["frame"]["audio"]["bytes"] == 320
+
+
 @pytest.mark.parametrize(
     ("path", "headers", "status"),
     [
@@ -1028,6 +1053,22 @@ def test_slow_handshake_sends_session_started_late() -> None:
     assert started["session"]["expires_at"] == UNIX + 1 + 3600
     assert h.core.next_deadline() == 1800 * MS + 15 * S  # usage counts from the real start
     assert h.core.record.faults == ["slow_handshake:800"]
+
+
+@pytest.mark.parametrize("late_ms", [0, 30])
+def test_a_message_at_or_after_a_deadline_sees_what_was_due_first(late_ms: int) -> None:
+    """The shell's timer may not have run yet when a message comes at (or after) a deadline: the core runs it
+    first, so the append finds the session started (and a fault injected for then has fired)."""
+    h = Harness(faults=faults("slow_handshake:800"))
+    start = {"type": "session.start", "session": {"model": "gpt-live-1", "audio": {"format": PCMU}}}
+    assert h.send(start) == []
+    h.now = 800 * MS
+    h.core.inject(parse_fault("invalid_audio@0"), h.now + late_ms * MS)
+    h.now += late_ms * MS
+    got = h.send({"type": "session.input_audio.append", "audio": base64.b64encode(bytes(160)).decode()})
+    assert [e["type"] for e in got] == ["session.started", "session.output_audio.delta"]
+    assert h.raw == [] and h.core.record.faults == ["slow_handshake:800", "invalid_audio"]
+    assert not h.core.echo or h.core.echo.position_ms == 20
 
 
 def test_slow_handshake_injected_before_the_start_delays_it() -> None:
