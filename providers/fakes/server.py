@@ -58,7 +58,7 @@ from websockets.server import ServerProtocol
 from websockets.speedups import apply_mask
 
 from providers.fakes.faults import Fault, FaultKind, parse_fault
-from providers.ws_shell import Keepalive, KeepaliveAction
+from providers.ws_shell import Keepalive, KeepaliveAction, frame_extent
 
 _NS_PER_S = 1_000_000_000
 
@@ -515,28 +515,19 @@ class _Socket(asyncio.Protocol):
         """Every whole frame in the buffer, in order; a partial one waits for the rest."""
         buffer, proto = self._buffer, self._proto
         at, size = 0, len(buffer)
-        while size - at >= 2 and not self.hanging:
-            first, second = buffer[at], buffer[at + 1]
-            length, head = second & 0x7F, 2
-            if length == 126:
-                if size - at < 4:
-                    break
-                length, head = (buffer[at + 2] << 8) | buffer[at + 3], 4
-            elif length == 127:
-                if size - at < 10:
-                    break
-                length, head = int.from_bytes(buffer[at + 2 : at + 10], "big"), 10
-            if not second & 0x80 or length > MAX_MESSAGE_BYTES:  # the protocol fails the connection
+        while not self.hanging and (extent := frame_extent(buffer, at)) is not None:
+            head, length = extent  # head: with the masking key
+            if not buffer[at + 1] & 0x80 or length > MAX_MESSAGE_BYTES:  # the protocol fails the connection
                 self._split, rest, self._buffer = False, buffer[at:], b""
                 proto.receive_data(rest)
                 self._events()
                 return
-            end = at + head + 4 + length
+            end = at + head + length
             if end > size:
                 break
+            first = buffer[at]
             if (first == 0x81 or first == 0x82) and proto.state is OPEN and proto.cur_size is None:
-                mask = buffer[at + head : at + head + 4]
-                payload = apply_mask(buffer[at + head + 4 : end], mask)
+                payload = apply_mask(buffer[at + head : end], buffer[at + head - 4 : at + head])
                 message: str | bytes | None = payload
                 if first == 0x81:
                     try:
