@@ -12,9 +12,9 @@ import ssl
 import sys
 import tempfile
 import wave
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from importlib import import_module
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import click
 
@@ -769,6 +769,7 @@ async def place_call(server: Server, target: str, *, from_uri: str | None, ring_
 
 # --- issue 13: the process around the loop ---
 EVENT_LOOP_ENV = "PARLORA_EVENT_LOOP"  # auto (uvloop when installed) | uvloop | asyncio
+T = TypeVar("T")
 
 
 def _run_server(server: Server, event_loop: str) -> int:
@@ -778,6 +779,11 @@ def _run_server(server: Server, event_loop: str) -> int:
     faulthandler.enable()
     tune_malloc()
     freeze_start_up_heap()
+    return _run_on_loop(_serving(server), event_loop)
+
+
+def _run_on_loop(main: Coroutine[Any, Any, T], event_loop: str) -> T:
+    """`main` on uvloop when installed, or as PARLORA_EVENT_LOOP says (`serve` and `fake-provider` alike)."""
     if event_loop != "asyncio":
         try:
             import uvloop
@@ -786,8 +792,8 @@ def _run_server(server: Server, event_loop: str) -> int:
                 raise click.UsageError(f"{EVENT_LOOP_ENV}=uvloop: uvloop is not installed") from None
         else:
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                return runner.run(_serving(server))
-    return asyncio.run(_serving(server))
+                return runner.run(main)
+    return asyncio.run(main)
 
 
 async def _serving(server: Server) -> int:
@@ -895,10 +901,11 @@ def fake_provider(
         raise click.UsageError(str(exc)) from None
     if handle_ttl_ms is not None and protocol != "gemini-live":
         raise click.UsageError("--handle-ttl-ms applies to --protocol gemini-live")
-    asyncio.run(
+    _run_on_loop(  # uvloop, as serve runs on (issue 13: the bench's echo fake serves up to 300 calls)
         _fake_provider(
             protocol, host, port, record_path, parsed, script, cert, key_path, session_ms, handle_ttl_ms
-        )
+        ),
+        os.environ.get(EVENT_LOOP_ENV, "auto"),
     )
 
 

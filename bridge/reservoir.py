@@ -89,7 +89,7 @@ class GenerationReservoir:
         """Up to `nbytes` of the oldest audio, with the item id it belongs to (a pull never spans items)."""
         chunks = self._chunks
         if chunks:  # most pulls: the oldest chunk holds them whole (a slice of it, no buffer; issue 13)
-            _, chunk, item = chunks[0]
+            _, chunk, head_item = chunks[0]
             start = self._head_offset
             end = start + nbytes
             if end <= len(chunk):
@@ -101,7 +101,7 @@ class GenerationReservoir:
                 else:
                     self._head_offset = end
                 self.depth_bytes -= nbytes
-                return chunk[start:end], item
+                return chunk[start:end], head_item
         out = bytearray()
         item: str | None = None
         while self._chunks and len(out) < nbytes:
