@@ -29,14 +29,19 @@ if (($#)); then
 fi
 
 # The full run: the gates first (they take seconds), then the whole suite with branch coverage of the four
-# packages (in-process code; the `serve` subprocesses of the live tests are not traced). Every step runs; the
-# run fails if any did.
+# packages (in-process code; the `serve` subprocesses of the live tests are not traced): on two workers, one
+# test file each at a time (most live tests wait on real-time calls), then the modules marked `serial` alone
+# (they load the machine: tests/integration/conftest.py says which and why). Every step runs; the run fails if
+# any did.
 failed=()
 echo "gate: ruff check"; .venv/bin/ruff check . || failed+=("ruff check")
 echo "gate: ruff format --check"; .venv/bin/ruff format --check . || failed+=("ruff format")
 echo "gate: mypy --strict"; .venv/bin/mypy || failed+=("mypy")
-.venv/bin/python -m pytest --cov=bridge --cov=sip --cov=rtp --cov=providers --cov-branch \
-  --cov-report=term:skip-covered --durations=40 || failed+=("pytest")
+cov=(--cov=bridge --cov=sip --cov=rtp --cov=providers --cov-branch)
+.venv/bin/python -m pytest -n 2 --dist loadfile -m "not serial" "${cov[@]}" --cov-report= \
+  --durations=30 || failed+=("pytest (parallel)")
+.venv/bin/python -m pytest -m serial "${cov[@]}" --cov-append --cov-report=term:skip-covered \
+  --durations=15 || failed+=("pytest (serial)")
 if ((${#failed[@]})); then
   echo "failed: ${failed[*]}"
   exit 1

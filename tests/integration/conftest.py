@@ -23,6 +23,21 @@ pytestmark = pytest.mark.integration
 CONTRACT_ENGINES = ("native", "pjsua2")
 
 
+# tests/run.sh runs the suite on two workers (pytest-xdist), then these modules alone, one test at a time:
+# each loads the machine enough (tens of calls, floods, mutated SIP at 800 a second, Chromium) to stretch the
+# RTP gaps a test beside it asserts on (a pjsua2 rollover saw 152 ms beside them, 60 ms allowed).
+SERIAL_MODULES = frozenset(
+    {
+        "test_reliability_quick.py",
+        "test_kamailio_scale.py",
+        "test_hostile_quick.py",
+        "test_rfc4475_live.py",
+        "test_browser_channel.py",
+        "test_console.py",
+    }
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "contract: the call-leg contract subset, run on every SIP engine")
 
@@ -46,6 +61,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         if "bridge_engine" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.contract)  # `pytest -m contract`: the subset, on both engines
+        if Path(str(item.fspath)).name in SERIAL_MODULES:
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.fixture(scope="session", autouse=True)
