@@ -134,7 +134,11 @@ class RolloverStage(enum.Enum):
 
 @dataclass(slots=True)
 class RolloverStats:
+    """One call's, across its controllers: a recovery or a failed next connection starts a new controller,
+    not new counts (the status and the rollover ids go on from where they were)."""
+
     rollovers: int = 0  # completed
+    started: int = 0  # begun (each one's id is rollover-<started>)
     refusals: Counter[str] = field(default_factory=Counter)
     ignored: int = 0  # events from unknown or closed connections
     late_answers: int = 0  # approve/authorize answers that came after their question was settled
@@ -406,16 +410,16 @@ class RolloverController:
         start_ns: int = 0,
         allocate: Callable[[], str] | None = None,
         seed: Seed | None = None,
+        stats: RolloverStats | None = None,
     ) -> None:
         self.options = options or RolloverOptions()
         self.start_ns = start_ns  # the session timeline's origin (bridge.timeline)
         self.stage = RolloverStage.STEADY
-        self.stats = RolloverStats()
+        self.stats = stats if stats is not None else RolloverStats()
         self._conns = _Chain(first_connection_id, self.stats)
         self._current = first_connection_id  # the connection holding the floor
         self._next: str | None = None
         self._rollover_id: str | None = None
-        self._started = 0  # rollovers started (ids)
         self._allocate = allocate or _counter(first_connection_id)  # the session's registry names them (RO7)
         self._seed = seed or (lambda: (NO_SNAPSHOT, None))  # what the next connection is seeded with (RO8)
         self._boundary = False  # the caller ended an utterance since after_ms (RO1)
@@ -644,8 +648,8 @@ class RolloverController:
         return True
 
     def _begin(self, cur: _Conn) -> None:
-        self._started += 1
-        self._rollover_id, self._next = f"rollover-{self._started}", self._allocate()
+        self.stats.started += 1
+        self._rollover_id, self._next = f"rollover-{self.stats.started}", self._allocate()
         self._emit(ApproveRollover(self._rollover_id, cur.id, self._next))
         self.stage = RolloverStage.APPROVING
 
@@ -723,6 +727,7 @@ class RolloverLink:
         self._utterances: dict[int, dict[str | None, list[int]]] = {}  # token -> item -> [start_ms, end_ms]
         self.speaker_busy = False  # the floor's output has not all been played yet (RO2, RO8)
         self.listener_audio_bytes = 0  # audio from connections not holding the floor, never played
+        self.stats = RolloverStats()  # the call's, kept by every controller it starts
 
     def start(self, confirmed_ns: int | None = None) -> None:
         """A controller whose current connection is the floor (at the start of the call, after a repair, after
@@ -742,6 +747,7 @@ class RolloverLink:
                 start_ns=self._timeline.start_ns,
                 allocate=self._connections.allocate_id,
                 seed=self._seed,
+                stats=self.stats,
             )
             if confirmed_ns is not None:
                 self.controller.connection_confirmed(floor, confirmed_ns)

@@ -471,3 +471,27 @@ def test_plain_caller_frames_reuse_the_rooms_deadlines_and_the_deadline_is_never
             assert core.next_deadline() == fresh()
     assert checked == 12 * 125 and len([c for c in call.commands if isinstance(c, OpenRollover)]) >= 3
     assert reads < checked // 2  # most frames reused the rooms' deadline
+
+
+def test_ro9_the_calls_rollover_counts_and_ids_go_on_across_a_failed_next_connection() -> None:
+    """A failed next connection (as a recovery) starts a new controller for the floor; the status's count of
+    completed rollovers and the ids the approve hook sees are the call's, not restarted at 0 and rollover-1
+    (a late answer to the first rollover-1 must not be taken for a second one's)."""
+    call = RolloverCall()
+    for _ in range(10):
+        call.turn()
+        if call.core.status(call.now)["rollover"]["rollovers"] >= 1:
+            break
+    assert call.core.status(call.now)["rollover"]["rollovers"] == 1
+    call.commands.clear()
+    opening = call.talk_until_a_rollover_opens()
+    call.core.provider_event(SessionClosed(opening.token, "connection_lost", finalized=False), call.now)
+    call._carry_out()
+    assert call.core.status(call.now)["rollover"]["rollovers"] == 1  # one completed, one failed
+    for _ in range(10):
+        call.turn()
+        if call.core.status(call.now)["rollover"]["rollovers"] >= 2:
+            break
+    ids = [c.rollover_id for c in call.commands if isinstance(c, ApproveRollover)]
+    assert ids[:2] == ["rollover-2", "rollover-3"] and len(set(ids)) == len(ids)
+    assert call.core.status(call.now)["rollover"]["rollovers"] == 2
