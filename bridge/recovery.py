@@ -344,9 +344,13 @@ class RecoveryController:
 
     def expect_answer(self, now: int) -> None:
         """The caller stopped speaking: a provider that cannot be trusted to answer pings must show life
-        within `answer_within_ms`, or its connection is presumed half-open and replaced."""
+        within `answer_within_ms`, or its connection is presumed half-open and replaced. Not while a recovery
+        is active: a replacement hears only the end of a turn under way (HR8), which a provider may not
+        answer; the first fresh turn completes the recovery (HR13) and arms the watchdog as any turn does.
+        (Armed by such a tail, the watchdog fired about when the provider would have answered the caller's
+        next whole turn, and its replacement again: one every turn for the rest of the call.)"""
         limit = self._answer_within_ms
-        if limit is not None and self._answer_due is None and not self.state.reconnecting:
+        if limit is not None and self._answer_due is None and self.state.active is None:
             self._answer_due = now + limit * _NS_PER_MS  # (a later turn never postpones an armed watchdog)
 
     def alive(self) -> None:

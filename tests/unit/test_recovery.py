@@ -34,7 +34,7 @@ from bridge.delegations import (
 )
 from bridge.recovery import RECOVERY_NOTICE, RecoverySnapshot, seeded_settings
 from bridge.session import CallSession
-from providers.base import Capabilities, ResumptionRejected, SessionSettings
+from providers.base import ResumptionRejected, SessionSettings
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -48,6 +48,7 @@ from providers.events import (
     ToolCallRequested,
     UsageUpdated,
 )
+from providers.gemini_live import GeminiLiveAdapter
 from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K
 from sip.leg import CallEnded
@@ -55,6 +56,8 @@ from sip.leg import CallEnded
 event_loop_policy = virtual_time.policy_fixture()  # the shell tests run on virtual time
 
 GPT_LIVE_LIMITS = AudioLimits(16_000, 3_000)
+# Gemini's: resumption, and the silence watchdog (its pings are too slow to find a half-open socket)
+GEMINI = GeminiLiveAdapter.capabilities
 
 
 def overflowing_call() -> Call:
@@ -454,21 +457,13 @@ def test_hr10_delegations_before_the_fresh_caller_interval_are_not_dispatched() 
 
 
 def test_hr5_a_provider_silent_after_the_caller_spoke_is_presumed_half_open_when_pings_cannot_tell() -> None:
-    gemini = Capabilities(
-        server_vad=True,
-        speech_end_events=False,
-        timed_captions=False,
-        truncate=False,
-        resumption=True,
-        answer_within_ms=6_000,
-    )
-    answered = Call(caps=gemini)
+    answered = Call(caps=GEMINI)
     answered.tick(speech_frame(), count=50)
     answered.tick(count=25)  # the caller stopped; the provider answers within the limit
     answered.provider(InputTranscript(1, "hello", final=True))
     answered.advance(10_000)
     assert recovery_notices(answered) == []
-    silent = Call(caps=gemini)
+    silent = Call(caps=GEMINI)
     silent.tick(speech_frame(), count=50)
     silent.tick(count=25)
     silent.tick(speech_frame(), count=50)  # the caller talks on: a later turn does not postpone the watchdog
@@ -481,6 +476,35 @@ def test_hr5_a_provider_silent_after_the_caller_spoke_is_presumed_half_open_when
     assert recovery_notices(silent) == ["reconnecting"]
     assert silent.core.status(silent.now)["output_recovery"]["cause"] == "provider_silent"
     assert any(isinstance(c, OpenReplacement) and c.token == 2 for c in silent.commands)
+
+
+def test_hr5_the_tail_of_a_turn_a_replacement_heard_does_not_arm_the_silence_watchdog() -> None:
+    """The fault campaign's cascade: a replacement that came up while the caller was speaking heard only the
+    end of that turn (HR8). Armed by it, the watchdog fired 6 s later, about when the provider answered the
+    next whole turn, and replaced the replacement the same way: one recovery a turn for the rest of the call,
+    and the caller never heard an answer. The first fresh turn arms it as any turn does."""
+    call = Call(caps=GEMINI)
+    call.tick(speech_frame(), count=50)
+    call.tick(count=25)  # the caller stopped; nothing comes back
+    call.advance(6_000)
+    assert recovery_notices(call) == ["reconnecting"]
+    call.tick(speech_frame(), count=20)  # the caller's next turn begins while no connection hears it
+    call.provider(SessionStarted(2, "sess_2", None))
+    call.tick(speech_frame(), count=30)  # the replacement hears the rest of it
+    call.tick(count=25)
+    call.advance(6_500)
+    assert recovery_notices(call) == ["reconnecting", "awaiting_user"]  # no answer owed for a tail
+    call.tick(speech_frame(), count=50)  # a fresh turn: the repair is complete, the watchdog armed
+    call.tick(count=25)
+    assert recovery_notices(call)[-1] == "done"
+    call.provider(InputTranscript(2, "hello", final=True))  # the replacement answers it
+    call.advance(10_000)
+    assert recovery_notices(call)[-1] == "done"
+    call.tick(speech_frame(), count=50)  # and a replacement that is itself silent is still found
+    call.tick(count=25)
+    call.advance(6_500)
+    assert recovery_notices(call)[-2:] == ["done", "reconnecting"]
+    assert call.core.status(call.now)["output_recovery"]["cause"] == "provider_silent"
 
 
 def test_hr5_a_replacement_lost_before_the_caller_spoke_again_is_replaced_in_turn() -> None:
@@ -525,15 +549,6 @@ def test_hr9_a_call_made_in_the_fresh_interval_is_answered_at_once() -> None:
 
 
 # --- resumption (Gemini sessionResumption): the replacement continues by the latest resumable handle -------
-
-GEMINI = Capabilities(
-    server_vad=True,
-    speech_end_events=False,
-    timed_captions=False,
-    truncate=False,
-    resumption=True,
-    answer_within_ms=6_000,
-)
 
 
 def test_hr7_a_resumable_provider_s_replacement_is_opened_with_the_latest_valid_handle() -> None:
