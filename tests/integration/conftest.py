@@ -61,7 +61,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.integration)
         if "bridge_engine" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.contract)  # `pytest -m contract`: the subset, on both engines
-        if Path(str(item.fspath)).name in SERIAL_MODULES:
+        if item.path.name in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
 
 
