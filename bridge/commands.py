@@ -51,6 +51,14 @@ class Truncate:
 
 
 @dataclass(frozen=True, slots=True)
+class CancelResponse:
+    """Stop the response connection `token` is generating, where its protocol has one (S7: the caller put the
+    call on hold; nothing it says now can be heard)."""
+
+    token: int
+
+
+@dataclass(frozen=True, slots=True)
 class OpenReplacement:
     """Open the one replacement connection (HR5), seeded with `snapshot` and the recovery notice (HR7), and
     continuing by `resume_handle` where the provider supports resumption."""
@@ -219,6 +227,7 @@ RolloverAction = (
 Command = (
     SendAudio
     | Truncate
+    | CancelResponse
     | OpenReplacement
     | OpenRollover
     | CloseTransport
@@ -244,8 +253,9 @@ class ConditionDetected:
 
 @dataclass(frozen=True, slots=True)
 class BargedIn:
-    """The caller interrupted: `source` is "provider" or "local_vad"; `cleared_ms` of unplayed output dropped;
-    `heard` lists each interrupted item with the ms of it transmitted, from the carrier ledger."""
+    """The caller interrupted: `source` is "provider" or "local_vad" ("hold": the caller put the call on hold,
+    S7); `cleared_ms` of unplayed output dropped; `heard` lists each interrupted item with the ms of it
+    transmitted, from the carrier ledger."""
 
     at_ms: int
     source: str

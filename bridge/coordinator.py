@@ -14,6 +14,27 @@ Where each rule lives (DESIGN §2):
 - bridge/delegations.py `Delegations`: the job ledger, HR6, HR9, HR10, DL1, DL2.
 - bridge/telephony.py `TelephonyTools` and `CallEnding`: DL6, and one way to say goodbye, then BYE.
 - bridge/timeline.py `Timeline` and `Captions`: SE6, HR11.  bridge/usage.py `UsageMeter`: HR12.
+
+Hold and ringing (S7) are states of the line, not media conditions: they never start a recovery.
+- `hold` (the leg's MediaHeld): the assistant stops at what the caller heard — everything unplayed is cleared
+  through the barrier, as a barge-in would (`BargedIn` with source "hold"), the provider is told the
+  truncation point where it can take one and asked to stop its response. While held, the floor's audio is
+  dropped, not stored (nobody hears it, and the caller is not to come back to the middle of a sentence spoken
+  into the hold); the reservoir's clocks are paused and the silence watchdog is off (bridge/recovery.py).
+  Caller frames that still come while held (music on hold, where an engine passes it; the native engine
+  passes none) are counted and not forwarded: the provider hears nothing — no silence is made up and sent,
+  which a provider would bill as input audio; the timeline keeps the gap (bridge/timeline.py). Results and
+  application updates wait for the resume (the ledger's hand-over gate), so what the caller is told is heard.
+- `resume` (MediaResumed): the conversation goes on — no recovery, no notice, no apology; what waited is
+  delivered, and the model answers the caller's next words. Items whose audio was dropped during the hold are
+  truncated at 0 ms where the provider takes truncations.
+- A recovery under way when the hold begins goes on (its 5 s budget still applies) and completes with the
+  caller's first fresh turn after the resume; a connection lost during the hold is repaired as at any time.
+  A rollover goes on by its own timeline: with output cut, the old connection is drained and the floor moves.
+  A hang-up while held ends the session as any hang-up.
+- `ring` (an outbound call not answered yet): what the model says is stored, paused, and plays when the
+  callee answers (`answered`, the leg's MediaStarted); speakable updates — the route's greeting — are held
+  until then, so the greeting is spoken to the callee, not to the ringing line.
 """
 
 from __future__ import annotations
@@ -23,7 +44,16 @@ from typing import Any
 
 from bridge.barrier import BargeIn, Channel
 from bridge.commands import *  # noqa: F403 - the vocabulary, re-exported for the shell and the tests
-from bridge.commands import Command, Notice, Outbox, SendAudio
+from bridge.commands import (
+    AudioDiscontinuity,
+    BargedIn,
+    CancelResponse,
+    Command,
+    Notice,
+    Outbox,
+    SendAudio,
+    Truncate,
+)
 from bridge.connections import Connections, Role
 from bridge.cushion import CARRIER_LEAD_FRAMES
 from bridge.delegations import DelegationOptions, Delegations
@@ -108,6 +138,14 @@ class SessionCoordinator:
         self.usage = UsageMeter()
         self.state = "connecting"
         self.frames_in = 0
+        self.on_hold = False  # S7: the caller holds the call (`hold`)
+        self.unanswered = False  # S7: an outbound call still rings (`ring`)
+        self._paused = False  # either: nothing can play, nothing is forwarded (a flag test per caller frame)
+        self.hold_dropped_bytes = 0  # the floor's audio dropped while held
+        # The floor's items whose audio came while held: True, truncated at 0 ms on resume (a truncation goes
+        # to the floor); False, cut at the hold itself. Another floor since (a rollover, a repair): forgotten.
+        self._unheard: dict[str, bool] = {}
+        self._unheard_token = token
         # Issue 13: the soonest deadline of every room but the output, kept while only plain caller frames come
         # (a frame that changed no turn and made no room decide moves the output's deadline alone).
         self._others_due: int | None = None
@@ -122,6 +160,8 @@ class SessionCoordinator:
         """One 20 ms caller frame: forwarded to the provider; it also marks a media-clock tick."""
         known = self._others_known
         self.frames_in += 1
+        if self._paused:  # S7: held (music on hold, if an engine passes it): the provider hears nothing
+            return
         if not self.recovery.discard_frame() and not self.ending.ended:  # HR8 while reconnecting
             commands = self.out.commands
             for target in self.connections.audio_targets:
@@ -248,6 +288,67 @@ class SessionCoordinator:
         self._others_known = False
         self.ending.call_ended(self.token, now, reconnecting=self.recovery.reconnecting)
 
+    # --- the line: hold and ringing (S7) ---
+
+    def hold(self, now: int) -> None:
+        """The caller put the call on hold: the assistant stops at what the caller heard; nothing recovers."""
+        if self.on_hold or self.ending.ended:
+            return
+        self.on_hold = True
+        cleared_ms, heard = self.output.cut()
+        if cleared_ms or heard:
+            self.out.notices.append(BargedIn(self.timeline.ms(now), "hold", cleared_ms, tuple(heard)))
+        if not self.recovery.reconnecting:  # (a replacement being opened has said nothing yet)
+            self.out.commands.append(CancelResponse(self.token))  # first: a truncation then sticks
+        if self.capabilities.truncate:
+            self.out.commands.extend(Truncate(item, ms) for item, ms in heard)
+        self._unheard, self._unheard_token = {item: False for item, _ in heard}, self.token
+        self._line(now)
+
+    def resume(self, now: int) -> None:
+        """The caller took the call off hold: the conversation goes on."""
+        if not self.on_hold:
+            return
+        self.on_hold = False
+        if self.capabilities.truncate and not self.ending.ended and self._unheard_token == self.token:
+            self.out.commands.extend(Truncate(item, 0) for item, unheard in self._unheard.items() if unheard)
+        self._unheard = {}
+        self._line(now)
+
+    def ring(self, now: int) -> None:
+        """An outbound call rings: nothing plays until the callee answers (`answered`)."""
+        if not self.unanswered and not self.ending.ended:
+            self.unanswered = True
+            self._line(now)
+
+    def answered(self, now: int) -> None:
+        """The callee answered (media started): what waited plays, the held greeting goes to the model."""
+        if self.unanswered:
+            self.unanswered = False
+            if dropped := self._line(now):  # what the model said beyond the capacity while it rang
+                self.out.notices.append(
+                    AudioDiscontinuity("output", dropped, "ringing", self.timeline.ms(now))
+                )
+
+    @property
+    def line(self) -> str:
+        return "held" if self.on_hold else "ringing" if self.unanswered else "up"
+
+    def _line(self, now: int) -> int:
+        """Pause or resume what plays, the watchdog and the ledger's gate after a change of the line; returns
+        the bytes of output that did not fit while paused."""
+        paused, dropped = self.on_hold or self.unanswered, 0
+        if paused != self._paused:
+            self._paused = paused
+            if paused:
+                self.output.pause(now)
+                self.recovery.pause()
+            else:
+                dropped = self.output.resume(now)
+                self.recovery.resume()
+        self._settle(now)
+        return dropped
+
     def handle_timer(self, now: int) -> None:
         at = self.timeline.ms(now)
         if self.captions.due(now):
@@ -305,8 +406,9 @@ class SessionCoordinator:
             acted = True
             if (refused := rollover.route(now)) is not None:
                 self._end(f"rollover not possible: {refused}", now, goodbye=True)
-        if self.delegations.handover != self.connections.handing_over:  # RO8 (a bool test per frame)
-            self.delegations.floor(self.token, self.connections.handing_over, self.timeline.ms(now))
+        gate = self.connections.handing_over or self._paused  # RO8; S7: told only what can be heard
+        if self.delegations.handover != gate:  # (a bool test per frame)
+            self.delegations.floor(self.token, gate, self.timeline.ms(now))
             acted = True
         if self.delegations.waiting():  # DL6: jobs to the tools or the shell
             self.telephony.route(self.token, self.timeline.ms(now), now)
@@ -316,6 +418,13 @@ class SessionCoordinator:
     def _audio(self, event: ev.AudioReceived, now: int) -> None:
         if self.recovery.reconnecting or self.barge.drop(event.audio):
             return  # the caller is speaking: this output is interrupted
+        if self.on_hold:  # S7: nobody hears it; not stored, so it cannot overflow or go stale
+            self.hold_dropped_bytes += len(event.audio)
+            if event.token != self._unheard_token:
+                self._unheard, self._unheard_token = {}, event.token
+            if event.item_id is not None and event.item_id not in self._unheard:
+                self._unheard[event.item_id] = True
+            return
         self.ending.assistant_audio()
         self.rollover.speaker_output(now)
         began, overflow = self.output.push(event.audio, event.item_id, now)

@@ -1,4 +1,9 @@
-"""A route's greeting (issue 15): the model is asked to speak as soon as the call's first connection is up."""
+"""A route's greeting: the model is asked to speak as soon as the call's first connection is up.
+
+On a call the bridge placed, that is while the callee's phone still rings: the session core holds the
+greeting, as any speakable update, until the callee answers (S7, bridge/coordinator.py `ring`), so it is spoken
+to the callee and not into the ringing line, and nothing the model says meanwhile can overflow or go stale.
+"""
 
 from __future__ import annotations
 

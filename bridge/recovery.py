@@ -13,6 +13,13 @@ replacement that cannot be opened, the session fails with a clear reason.
 failed, with the half-open watchdog and the seed of the replacement (`seeded_settings`, HR7). The session
 shell only opens the connection it is told to.
 
+Hold and ringing are not media conditions (S7). While the caller holds the call, or an outbound call still
+rings, nothing plays: the reservoir is paused (bridge/reservoir.py), so neither overflow nor staleness is
+reported, and the silence watchdog is neither armed nor left armed (`pause`): a provider that owes no answer
+to a line that hears nothing is not half-open. A connection that is lost meanwhile is a fault of its own and
+is repaired as at any time; a repair already under way when the hold begins goes on, inside its 5 s budget,
+and completes with the caller's first fresh turn after the resume (HR13).
+
 Where the rules are silent: a provider with `Capabilities.resumption` continues the conversation by the
 latest resumable handle the lost connection announced; if the provider refuses the handle, the replacement is
 opened once more, reseeded without it, inside the same 5 s budget. A rollover's next connection opens while
@@ -245,6 +252,7 @@ class RecoveryController:
         )
         self._answer_within_ms = answer_within_ms
         self._answer_due: int | None = None  # the silent-provider watchdog's deadline (half-open detection)
+        self._paused = False  # S7: the line is held or ringing; the watchdog is off
 
     @property
     def reconnecting(self) -> bool:
@@ -350,8 +358,17 @@ class RecoveryController:
         (Armed by such a tail, the watchdog fired about when the provider would have answered the caller's
         next whole turn, and its replacement again: one every turn for the rest of the call.)"""
         limit = self._answer_within_ms
-        if limit is not None and self._answer_due is None and self.state.active is None:
+        if limit is not None and self._answer_due is None and self.state.active is None and not self._paused:
             self._answer_due = now + limit * _NS_PER_MS  # (a later turn never postpones an armed watchdog)
+
+    def pause(self) -> None:
+        """S7: the line is held or ringing: the silence watchdog is disarmed and stays off until `resume`; the
+        caller's next turn after it arms it as any turn does."""
+        self._paused = True
+        self._answer_due = None
+
+    def resume(self) -> None:
+        self._paused = False
 
     def alive(self) -> None:
         """The floor connection sent something."""

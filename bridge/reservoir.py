@@ -9,7 +9,14 @@ by `AudioLimits`:
 - `output_stale`: the oldest unplayed audio has waited longer than the residence deadline.
 
 Both are recoverable media conditions (HR1): the reservoir detects, counts and reports them; the repair
-belongs to bridge/recovery.py. The reservoir adds no initial wait — audio can be taken out the moment it
+belongs to bridge/recovery.py.
+
+Hold and ringing are not media conditions (S7): while nothing can play — the caller put the call on hold, or
+an outbound call still rings — the reservoir is *paused*. Its residence clocks stop (the stored audio's age
+does not grow while paused: on resume every arrival stamp moves on by the paused time), nothing goes stale,
+and audio beyond the capacity is dropped and counted (`paused_dropped_bytes`), never reported as an overflow:
+no consumer was late, the line was. The coordinator decides what is stored while paused (on hold: nothing, the
+assistant was cut at what the caller heard; while ringing: what the model says waits for the answer). The reservoir adds no initial wait — audio can be taken out the moment it
 arrives — and never changes samples or rate: it hands out the bytes it was given, in order.
 
 `OutputPath` (below) is the whole output path around it: framing for the carrier, the cushion, item
@@ -72,14 +79,20 @@ class GenerationReservoir:
         self.stales = 0
         self.dropped_bytes = 0  # by overflow or clear
         self._stale_reported = False
+        self.paused_at: int | None = None  # S7: when the line went on hold or started ringing (None: playing)
+        self.paused_dropped_bytes = 0  # beyond the capacity while paused: dropped, not an overflow (S7)
+        self._dropped_before_pause = 0
 
     def push(self, audio: bytes, now: int, item_id: str | None = None) -> OutputOverflow | None:
         """Store received audio, or report an overflow (and keep none of `audio`)."""
         if not audio:
             return None
         if self.depth_bytes + len(audio) > self.limits.capacity_bytes:
-            self.overflows += 1
             self.dropped_bytes += len(audio)
+            if self.paused_at is not None:  # S7: nothing can play; the line is held, not the consumer late
+                self.paused_dropped_bytes += len(audio)
+                return None
+            self.overflows += 1
             return OutputOverflow(len(audio), self.depth_bytes, self.limits.capacity_bytes)
         self._chunks.append((now, audio, item_id))
         self.depth_bytes += len(audio)
@@ -120,8 +133,27 @@ class GenerationReservoir:
             self._stale_reported = False
         return bytes(out), item
 
+    def pause(self, now: int) -> None:
+        """S7: nothing can play from now on (hold, ringing): the residence clocks stop."""
+        if self.paused_at is None:
+            self.paused_at = now
+
+    def resume(self, now: int) -> int:
+        """The line is up again: the stored audio's age goes on from where it stopped. Returns the bytes
+        dropped beyond the capacity during this pause."""
+        at, self.paused_at = self.paused_at, None
+        if at is not None and now > at and self._chunks:
+            shift = now - at
+            self._chunks = deque((arrived + shift, audio, item) for arrived, audio, item in self._chunks)
+        dropped = self.paused_dropped_bytes - self._dropped_before_pause
+        self._dropped_before_pause = self.paused_dropped_bytes
+        return dropped
+
     def check(self, now: int) -> OutputStale | None:
-        """Report staleness once per episode (until the reservoir has drained or been cleared)."""
+        """Report staleness once per episode (until the reservoir has drained or been cleared); never while
+        paused (S7)."""
+        if self.paused_at is not None:
+            return None
         age_ms = self.oldest_age_ms(now)
         if age_ms is None or age_ms <= self.limits.residence_ms or self._stale_reported:
             return None
@@ -130,11 +162,15 @@ class GenerationReservoir:
         return OutputStale(age_ms, self.limits.residence_ms, self.depth_bytes)
 
     def oldest_age_ms(self, now: int) -> int | None:
-        return (now - self._chunks[0][0]) // _NS_PER_MS if self._chunks else None
+        """How long the oldest audio has waited to be played (the paused time does not count)."""
+        if not self._chunks:
+            return None
+        at = now if self.paused_at is None else min(now, self.paused_at)
+        return (at - self._chunks[0][0]) // _NS_PER_MS
 
     def next_deadline(self) -> int | None:
-        """When the oldest audio goes stale (None when empty or already reported)."""
-        if not self._chunks or self._stale_reported:
+        """When the oldest audio goes stale (None when empty, already reported or paused)."""
+        if not self._chunks or self._stale_reported or self.paused_at is not None:
             return None
         return self._chunks[0][0] + self.limits.residence_ms * _NS_PER_MS + 1
 
@@ -169,7 +205,8 @@ class OutputPath:
     (a caller frame) and, while anything waits, on a timer: due `FRAME_LATE_NS` after the next caller frame
     should have come, then every 20 ms while none comes (a hold, a caller that sends nothing), so the first
     frame plays as soon as it arrives. Every clear
-    goes through the playback-epoch barrier (SE4).
+    goes through the playback-epoch barrier (SE4). While paused (S7: hold, ringing) nothing moves to the
+    cushion and no timer runs: the carrier does not take frames then, and the audio waits where it is.
     """
 
     def __init__(
@@ -196,6 +233,7 @@ class OutputPath:
         self._last_transmitted = 0
         self._frame_ns: int | None = None  # the latest caller frame's tick (`count_underrun`)
         self.underruns = 0  # media ticks that found no frame ready in the middle of an item
+        self.paused = False  # S7: the line is held or ringing (`pause`)
 
     def _quiet(self, now: int) -> bool:
         """No audio for `item_quiet_ms` (or none yet): the item audio was arriving for is over."""
@@ -235,7 +273,7 @@ class OutputPath:
     def feed(self, now: int) -> None:
         """Top the cushion up from the reservoir: to `lead_frames`, or to what the channel's cushion asks."""
         ready = self._ready
-        if not ready and self.framer.item_id is None and not self.reservoir.depth_bytes:
+        if self.paused or (not ready and self.framer.item_id is None and not self.reservoir.depth_bytes):
             self._next_tick = None  # nothing received waits (most caller frames of a call: issue 13)
             return
         lead = self._cushion.cushion_frames if self._cushion is not None else self._lead
@@ -291,6 +329,29 @@ class OutputPath:
             items[item] = None
         return dropped_ms + pending + result.dropped_ms, list(items)
 
+    def cut(self) -> tuple[int, list[tuple[str, int]]]:
+        """Stop the assistant at what the caller heard: clear everything unplayed through the barrier; returns
+        the ms dropped and each cut item with the ms of it transmitted (the carrier ledger, HR4)."""
+        cleared_ms, items = self.clear()
+        ledger = self.channel.ledger
+        return cleared_ms, [(item, ledger.transmitted_ms(item)) for item in items]
+
+    def pause(self, now: int) -> None:
+        """S7: nothing can play (hold, ringing): the reservoir's clocks stop and the cushion is not topped up."""
+        self.paused = True
+        self.reservoir.pause(now)
+        self._next_tick = None
+
+    def resume(self, now: int) -> int:
+        """The line is up again: what waits plays on, its residence clocks going on from where they stopped.
+        Returns the bytes that did not fit while paused."""
+        if not self.paused:
+            return 0
+        self.paused = False
+        dropped = self.reservoir.resume(now)
+        self.feed(now)
+        return dropped
+
     def play_final_message(self, pcm16_8k: bytes) -> int:
         """Clear all output and queue a closing message for the caller; returns its length in ms."""
         self.clear()
@@ -322,5 +383,7 @@ class OutputPath:
                 "overflows": r.overflows,
                 "stales": r.stales,
                 "dropped_bytes": r.dropped_bytes,
+                "paused": self.paused,
+                "paused_dropped_bytes": r.paused_dropped_bytes,
             },
         }

@@ -9,6 +9,9 @@ The call rings (180) while the provider session starts and is answered (200) onc
 cannot be reached gets the caller a 503 instead of a silent call. The session ends when either side does: a
 caller BYE closes the provider session (waiting briefly for its final usage); a provider close or a fatal
 protocol error hangs up the call with the reason logged.
+
+The leg's media events go to the core (S7, bridge/coordinator.py): MediaHeld and MediaResumed put the call on
+hold and take it off; a call the bridge placed (`sip.leg.DialledLeg`) rings until its MediaStarted.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from providers.events import ProviderEvent, SessionStarted, bounded
 from sip.leg import (
     CallEnded,
     CallLeg,
+    DialledLeg,
     DtmfReceived,
     FrameReceived,
     FrameSinkLeg,
@@ -463,6 +467,7 @@ class ProviderLinks:
         return {
             cmd.SendAudio: self._send_audio,
             cmd.Truncate: lambda c: self._on(self._floor(), lambda p: p.truncate(c.item_id, c.audio_end_ms)),
+            cmd.CancelResponse: lambda c: self._on(c.token, lambda p: p.cancel_response()),
             cmd.OpenReplacement: self.open,
             cmd.OpenRollover: self.open,
             cmd.CloseTransport: self.close,
@@ -651,6 +656,8 @@ class CallSession:
             )
             self.coordinator.provider_event(started, self._clock())
             self._expires(started)
+            if isinstance(self.leg, DialledLeg) and self.leg.outbound:
+                self.coordinator.ring(self._clock())  # S7: the greeting waits for the callee's answer
             self.leg.answer()
             del first  # issue 17: a closed first connection is freed, not held to the call's end
             await self._bridge(self.coordinator)
@@ -721,6 +728,14 @@ class CallSession:
             log.info(
                 "call %s media: %s", self.call_id, item.codec if isinstance(item, MediaStarted) else item
             )
+            # S7: hold is not a media condition (the assistant stops at what was heard, and goes on after the
+            # resume); MediaStarted answers a call the bridge placed (for an inbound call: nothing to do)
+            if isinstance(item, MediaHeld):
+                core.hold(now)
+            elif isinstance(item, MediaResumed):
+                core.resume(now)
+            else:
+                core.answered(now)
         elif isinstance(item, _ConnectFailed):
             item.report(core, now)
         elif isinstance(item, _Approved):

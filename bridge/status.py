@@ -28,6 +28,7 @@ def session_status(core: SessionCoordinator, now: int) -> dict[str, Any]:
     return {
         "state": "closed" if core.ending.leg_ended else core.state,
         "session_ms": core.timeline.ms(now),
+        "line": core.line,  # S7: "up", "held" or "ringing"
         "transport_token": core.token,
         "output_recovery": core.recovery.state.status(),
         "rollover": core.rollover.status(),

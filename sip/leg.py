@@ -195,6 +195,17 @@ class FrameSinkLeg(Protocol):
 
 
 @runtime_checkable
+class DialledLeg(Protocol):
+    """An optional capability of a leg whose engine places calls (the native engine's `dial`): `outbound` is
+    true for a call the bridge placed. Such a call rings until the callee answers, which its `MediaStarted`
+    reports (`CallLeg.answer` does nothing for it); a leg without this capability was answered by `answer()`.
+    Check it with `isinstance(leg, DialledLeg)`."""
+
+    @property
+    def outbound(self) -> bool: ...
+
+
+@runtime_checkable
 class QosSource(Protocol):
     """An optional capability of a leg whose engine runs the RTP stream itself (the native engine): RTCP
     figures and the stream's counters for `status()["qos"]`. Check it with `isinstance(leg, QosSource)`."""
