@@ -41,7 +41,7 @@ from bridge.plans import ECHO_LOCAL_KEY as ECHO_LOCAL_KEY  # re-exported: the em
 from bridge.plans import ProviderEndpoint, ProviderPlans
 from bridge.providers import ProviderChoice
 from bridge.recording import RecordKeeper
-from bridge.records import AppEvent, CallRecord, CallStarted, Utterance
+from bridge.records import AppEvent, CallRecord, CallStarted, UncertainWork, Utterance
 from bridge.rollover import RolloverOptions
 from bridge.session import CallSession, CallSummary
 from bridge.telephony import (
@@ -157,6 +157,12 @@ class Application:
 
     async def utterance(self, call: LiveCall, utterance: Utterance) -> None:
         """A caller or assistant utterance, complete (the assistant's timed by what was transmitted)."""
+
+    async def work_uncertain(self, call: LiveCall, event: UncertainWork) -> None:
+        """S8: work whose outcome became uncertain — a result or update sent on a connection lost before it
+        acknowledged it (`unknown`), a job still running when the session ended, after a 2 s grace
+        (`cut_off`: its handler was cancelled), an answer never given to the model (`not_delivered`) — each
+        with its request (job id, tool, arguments). Reconcile before doing it again; never replayed."""
 
     async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
         """The call is over: its record (also the `--cdr` line); called before `ended`."""
@@ -576,6 +582,8 @@ def _to(app: Application, holder: list[LiveCall]) -> Callable[[AppEvent], Corout
             await app.call_started(call, event)
         elif isinstance(event, Utterance):
             await app.utterance(call, event)
+        elif isinstance(event, UncertainWork):
+            await app.work_uncertain(call, event)
         else:
             await app.call_ended(call, event.record)
 

@@ -25,7 +25,7 @@ from bridge.heap import HeapTrim, freeze_start_up_heap, malloc_trim, tune_malloc
 from bridge.jsonlog import use_json_logs
 from bridge.ops import DEFAULT_DRAIN_S, config_group, serve_file
 from bridge.providers import KINDS, MissingKey, api_key
-from bridge.records import CallEnded, CallRecord, CallStarted, Utterance
+from bridge.records import CallEnded, CallRecord, CallStarted, UncertainWork, Utterance
 from bridge.rollover import RolloverOptions
 from bridge.telephony import TelephonyOptions
 from bridge.webhook import SECRET_ENV, WebhookClient, WebhookConfig, webhook_handler
@@ -826,6 +826,9 @@ class WebhookApplication(Application):
 
     async def utterance(self, call: LiveCall, utterance: Utterance) -> None:
         await WebhookClient(self._config).deliver_event(utterance, call.call_id)
+
+    async def work_uncertain(self, call: LiveCall, event: UncertainWork) -> None:  # S8
+        await WebhookClient(self._config).deliver_event(event, call.call_id)
 
     async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
         await WebhookClient(self._config).deliver_event(CallEnded(record), call.call_id)

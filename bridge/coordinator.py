@@ -223,7 +223,7 @@ class SessionCoordinator:
                 self._end(f"protocol error {event.code}: {event.message}", now, failed=True)
         elif isinstance(event, ev.ResumptionUpdated):
             self.connections.resumption_updated(event.token, event.handle, event.resumable)
-        elif isinstance(event, ev.ToolCallRequested):
+        elif isinstance(event, ev.ToolCallRequested) and not self.delegations.ended:  # S8: none after the end
             e, at = event, self.timeline.rebase(event.token, event.at_ms, now)  # HR11
             self.delegations.call_requested(e.token, e.call_id, e.name, e.arguments, e.kind, at)
         elif isinstance(event, ev.ToolCallCancelled):
@@ -287,6 +287,8 @@ class SessionCoordinator:
         """The call leg is gone: a connection lost from now on is the session closing, not a fault."""
         self._others_known = False
         self.ending.call_ended(self.token, now, reconnecting=self.recovery.reconnecting)
+        self._ending(now)
+        self.delegations.end_check(self.timeline.ms(now), self.ending.finished(now))
 
     # --- the line: hold and ringing (S7) ---
 
@@ -372,6 +374,7 @@ class SessionCoordinator:
             for t in (
                 self.recovery.next_deadline(),
                 self.timeline.instant(self.delegations.deadline_ms()),
+                self.timeline.instant(self.delegations.ending_due_ms),  # S8: the grace of running jobs
                 self.ending.next_deadline(),
                 self.rollover.next_deadline(),
                 self.captions.next_deadline(),
@@ -381,8 +384,11 @@ class SessionCoordinator:
             self._others_due, self._others_known = others, True
         return others if due is None or (others is not None and others < due) else due
 
-    def finished(self, now: int) -> bool:  # the close and drain windows are over: the shell may stop
-        return self.ending.finished(now)
+    def finished(self, now: int) -> bool:
+        """The close and drain windows are over and the uncertain work was told (S8): the shell may stop."""
+        return self.ending.finished(now) and (
+            self.delegations.ended or self.delegations.ending_due_ms is None
+        )
 
     def commands(self) -> list[Command]:
         return self.out.take_commands()
@@ -412,6 +418,9 @@ class SessionCoordinator:
             acted = True
         if self.delegations.waiting():  # DL6: jobs to the tools or the shell
             self.telephony.route(self.token, self.timeline.ms(now), now)
+            acted = True
+        if self.delegations.ending_due_ms is not None:  # S8: the session is ending (never during a call)
+            self.delegations.end_check(self.timeline.ms(now), self.ending.finished(now))
             acted = True
         return acted
 
@@ -483,6 +492,11 @@ class SessionCoordinator:
     def _end(self, reason: str, now: int, *, failed: bool = False, goodbye: bool = False) -> None:
         if self.ending.end(reason, now, failed=failed, goodbye=goodbye):
             self.state = "failed" if failed else "closing"
+            self._ending(now)
+
+    def _ending(self, now: int) -> None:
+        """S8: the leg or the session ended: running jobs get their grace, bounded by the close window."""
+        self.delegations.session_ending(self.timeline.ms(now), self.options.telephony.close_ms)
 
     def status(self, now: int) -> dict[str, Any]:
         """The session's state for `status()` and `GET /calls/{id}` (SE7, HR13): bridge/status.py."""

@@ -21,6 +21,22 @@ Around a recovery:
   by `max_pending_delegations` (HR10); those stamped before that interval began are not dispatched as new
   work, and the model is told so.
 
+S8, uncertain work is told: the application hears, as one `WorkUncertain` notice carrying each request (job
+id, tool, bounded arguments) and what is known of its outcome, of
+- commands reported `unknown` when their connection was lost (HR6, above): outcome `unknown`;
+- at the end of the session (`session_ending`, then `session_ended`): jobs still running — the application's
+  handler gets `end_grace_ms` (2 s, bounded by the session's close window: the 2 s the caller's BYE leaves
+  for the provider's final usage) to answer, an answer within it is delivered as usual and is not uncertain;
+  after it the job is cut off (outcome `cut_off`: the application may have acted, the model never heard) —
+  and answers or updates the application gave that never reached the model (held for the caller, HR9, or for
+  the next floor, RO8: outcome `not_delivered`). With no job running the session ends when it would have
+  without them; once it has ended a call the model still makes is not dispatched (the coordinator drops it).
+  Calls held for the fresh caller interval (HR10) never reached the application: they are not uncertain and
+  not told. Results sent at the end and not yet acknowledged are not told either: the caller is gone, nothing
+  can be said any more, and the application knows its answer.
+The arguments are the model's text (what the application's handler was given), cut at `MAX_TOLD_CHARS`; the
+bridge's own secrets never appear in a job.
+
 This module is sans-I/O: the coordinator calls it with session times and connection tokens and drains
 `commands()` and `notices()`; the session shell runs the application's handler.
 """
@@ -52,6 +68,7 @@ class JobState(enum.Enum):
     NOT_DISPATCHED = "not_dispatched"  # stamped before the fresh caller interval (HR10)
     SUPERSEDED = "superseded"  # a correction replaced it before its result was announced (HR9)
     CANCELLED = "cancelled"  # the provider withdrew the call
+    CUT_OFF = "cut_off"  # still running when the session ended, after the grace (S8)
 
     @property
     def pending(self) -> bool:
@@ -94,6 +111,8 @@ class CommandRecord:
     what: str  # "tool_result" or "update"
     job_id: str | None
     state: str = "sent"  # "sent", then "acknowledged" or "unknown"
+    text: str = ""  # an update's text (S8: told back, bounded, if it becomes unknown)
+    speak: bool = False  # an update: spoken or silent
 
 
 # --- what the coordinator is asked to do ---
@@ -144,8 +163,68 @@ class CommandsUnknown:
     records: tuple[CommandRecord, ...]
 
 
+UNKNOWN_DETAIL = "sent, never acknowledged"
+CUT_OFF_DETAIL = "cut off: still running when the session ended"
+NOT_DELIVERED_DETAIL = "answered, never delivered: the session ended before it could be given to the model"
+MAX_TOLD_CHARS = 1_000  # S8: the arguments (or an update's text) told back with uncertain work, at most
+
+
+@dataclass(frozen=True, slots=True)
+class UncertainItem:
+    """One piece of uncertain work (S8): what was requested and what is known of its outcome."""
+
+    job_id: str | None  # None: an application update, not a job
+    name: str  # the tool or delegation; "update" for an application update
+    kind: str  # "function", "delegation" or "update"
+    arguments: str  # the model's arguments (an update's text), at most MAX_TOLD_CHARS
+    truncated: bool  # the arguments were longer and were cut
+    requested_at_ms: int | None  # on the session timeline (None: an update)
+    outcome: str  # "unknown", "cut_off" or "not_delivered"
+    detail: str  # the same in words, for a person
+
+    @classmethod
+    def of_job(cls, request: JobRequest, outcome: str, detail: str) -> UncertainItem:
+        args = request.arguments
+        return cls(
+            request.job_id,
+            request.name,
+            request.kind,
+            args[:MAX_TOLD_CHARS],
+            len(args) > MAX_TOLD_CHARS,
+            request.requested_at_ms,
+            outcome,
+            detail,
+        )
+
+    @classmethod
+    def of_update(cls, text: str, speak: bool, outcome: str, detail: str) -> UncertainItem:
+        what = "spoken update" if speak else "silent update"
+        return cls(
+            None,
+            "update",
+            "update",
+            text[:MAX_TOLD_CHARS],
+            len(text) > MAX_TOLD_CHARS,
+            None,
+            outcome,
+            f"{what}: {detail}",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class WorkUncertain:
+    """S8: work whose outcome became uncertain, told to the application with what was requested. `cause` is
+    "connection_lost" (commands connection `token` never acknowledged, HR6) or "session_ended" (jobs cut off
+    after the grace, answers and updates never delivered)."""
+
+    cause: str
+    items: tuple[UncertainItem, ...]
+    at_ms: int
+    token: int | None = None  # the lost connection ("connection_lost")
+
+
 DelegationCommand = DispatchJob | DeliverResult | SendContext
-DelegationNotice = JobChanged | CommandsUnknown
+DelegationNotice = JobChanged | CommandsUnknown | WorkUncertain
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +239,9 @@ class DelegationOptions:
     keep_finished: int = 64
     keep_finished_ms: int = 180_000
     max_finished: int = 256
+    # S8: at the end of the session, jobs still running get this long to be answered before they are cut
+    # off and told as uncertain; never longer than the session's close window (TelephonyOptions.close_ms).
+    end_grace_ms: int = 2_000
 
 
 @dataclass(slots=True)
@@ -170,6 +252,7 @@ class DelegationStats:
     not_dispatched: int = 0
     superseded: int = 0
     unknown_commands: int = 0
+    uncertain: int = 0  # S8: pieces of work told as uncertain
     by_state: Counter[str] = field(default_factory=Counter)
 
 
@@ -257,6 +340,10 @@ class Delegations:
         self.handover = False  # a rollover is handing the floor over: what is for the model waits (RO8)
         self.recoveries = 0
         self._release_at_ms: int | None = None  # the fallback end of the hold (HR9)
+        # S8: the end of the session. `ending_due_ms`: when the grace of running jobs is over (None: the
+        # session goes on); `ended`: the uncertain work was told, nothing more will be.
+        self.ending_due_ms: int | None = None
+        self.ended = False
 
     # --- provider side ---
 
@@ -361,6 +448,9 @@ class Delegations:
         if lost:
             self.stats.unknown_commands += len(lost)
             self._notices.append(CommandsUnknown(old_token, lost))
+            self._tell(
+                "connection_lost", tuple(self._unknown_item(r, old_token) for r in lost), at_ms, old_token
+            )
         self.recoveries += 1
         self.resuming = True
         self.held = True
@@ -408,6 +498,48 @@ class Delegations:
         if self.held and self._release_at_ms is not None and at_ms >= self._release_at_ms:
             self._release(token, at_ms)
 
+    # --- the end of the session (S8) ---
+
+    def session_ending(self, at_ms: int, window_ms: int) -> None:
+        """The session is ending (the call leg is gone, or the session ended): jobs still running get the
+        grace, `end_grace_ms` but never longer than `window_ms` (the session's close window), to be answered.
+        Only the first call counts; `end_check` says when the session has ended."""
+        if self.ending_due_ms is None and not self.ended:
+            self.ending_due_ms = at_ms + max(0, min(self.options.end_grace_ms, window_ms))
+
+    def end_check(self, at_ms: int, closed: bool) -> None:
+        """After every input while ending: the session has ended once the grace is over, or once nothing else
+        keeps it (`closed`: the close window is over) and no job is running."""
+        due = self.ending_due_ms
+        if due is not None and not self.ended and (at_ms >= due or (closed and not self.running())):
+            self.session_ended(at_ms)
+
+    def running(self) -> bool:
+        """A job is with the application (its handler, or a telephony action) and not answered yet."""
+        return any(job.state is JobState.RUNNING for job in self.ledger.open.values())
+
+    def session_ended(self, at_ms: int) -> None:
+        """S8: the session is over. Jobs still running are cut off; answers and updates that never reached the
+        model are not delivered; together they are told as one `WorkUncertain` notice (none when nothing is
+        uncertain). Once: later answers find no job to take them."""
+        if self.ended:
+            return
+        self.ended = True
+        self.ending_due_ms = None
+        items: list[UncertainItem] = []
+        for job in list(self.ledger.open.values()):  # (the pending ones: they move meanwhile)
+            if job.state is JobState.RUNNING:
+                items.append(UncertainItem.of_job(job.request, "cut_off", CUT_OFF_DETAIL))
+                self._changed(job, JobState.CUT_OFF, "still running when the session ended (S8)", at_ms)
+            elif job.state is JobState.ANSWERED:
+                items.append(UncertainItem.of_job(job.request, "not_delivered", NOT_DELIVERED_DETAIL))
+        items += [
+            UncertainItem.of_update(text, speak, "not_delivered", NOT_DELIVERED_DETAIL)
+            for text, speak in self.updates
+        ]
+        self.updates.clear()
+        self._tell("session_ended", tuple(items), at_ms)
+
     # --- outputs ---
 
     def waiting(self) -> bool:
@@ -439,6 +571,7 @@ class Delegations:
             "superseded": self.stats.superseded,
             "outstanding_commands": self._outstanding(),
             "unknown_commands": self.stats.unknown_commands,
+            "uncertain": self.stats.uncertain,
             "results_held": self.held,
         }
 
@@ -511,7 +644,9 @@ class Delegations:
 
     def _send_context(self, token: int, text: str, speak: bool, job_id: str | None) -> None:
         self._next_command += 1
-        self.records.append(CommandRecord(self._next_command, token, "update", job_id))
+        self.records.append(
+            CommandRecord(self._next_command, token, "update", job_id, text=text, speak=speak)
+        )
         self._commands.append(SendContext(token, text, speak))
 
     def _release(self, token: int, at_ms: int) -> None:
@@ -535,6 +670,22 @@ class Delegations:
         self.ledger.moved(job, at_ms)  # issue 17: the window of finished jobs (DL1)
         self.stats.by_state[state.value] += 1
         self._notices.append(JobChanged(job.job_id, job.request.name, state.value, detail, at_ms))
+
+    def _tell(
+        self, cause: str, items: tuple[UncertainItem, ...], at_ms: int, token: int | None = None
+    ) -> None:
+        if items:
+            self.stats.uncertain += len(items)
+            self._notices.append(WorkUncertain(cause, items, at_ms, token))
+
+    def _unknown_item(self, record: CommandRecord, token: int) -> UncertainItem:
+        detail = f"{UNKNOWN_DETAIL} (connection {token} was lost); not sent again"
+        job = self.jobs.get(record.job_id) if record.job_id is not None else None
+        if job is not None:
+            return UncertainItem.of_job(job.request, "unknown", f"result {detail}")
+        if record.job_id is not None:  # (a job the ledger's window already forgot)
+            return UncertainItem(record.job_id, "", "", "", False, None, "unknown", f"result {detail}")
+        return UncertainItem.of_update(record.text, record.speak, "unknown", detail)
 
     def _outstanding(self) -> int:
         return len(self.records) + len(self.updates)

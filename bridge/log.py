@@ -20,7 +20,7 @@ from bridge.commands import (
     Transcript,
     TurnEnded,
 )
-from bridge.delegations import CommandsUnknown, JobChanged
+from bridge.delegations import CommandsUnknown, JobChanged, WorkUncertain
 from bridge.reservoir import OutputOverflow
 from providers.events import ProviderError
 
@@ -72,6 +72,19 @@ def _unknown(n: CommandsUnknown) -> Lines:
     ]
 
 
+def _uncertain(n: WorkUncertain) -> Lines:
+    """S8: each piece of uncertain work once, with its request's id and tool (never its arguments: the
+    application gets those in the event)."""
+    return [
+        (
+            logging.WARNING,
+            "uncertain work (%s) at %d ms: %s %s: %s",
+            (n.cause, n.at_ms, i.job_id or "update", i.name, i.detail),
+        )
+        for i in n.items
+    ]
+
+
 def _discontinuity(n: AudioDiscontinuity) -> Lines:
     unit = "bytes of provider audio" if n.direction == "output" else "caller frames"
     return [
@@ -105,6 +118,7 @@ FORMATTERS: dict[type, Callable[[Any], Lines]] = {
     ProviderError: _provider_error,
     JobChanged: _job,
     CommandsUnknown: _unknown,
+    WorkUncertain: _uncertain,
     AudioDiscontinuity: _discontinuity,
     RolloverChanged: _rollover,
     RecoveryChanged: _recovery,

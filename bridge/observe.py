@@ -59,6 +59,7 @@ _JOB_OUTCOMES: dict[str, JobOutcome] = {
     "cancelled": "unknown",
     "superseded": "unknown",
     "not_dispatched": "refused",
+    "cut_off": "unknown",  # S8: still running when the session ended
 }
 
 HttpAnswer = tuple[int, bytes, str]  # status, body, content type

@@ -41,7 +41,7 @@ from bridge.jsonlog import CALLS as LOG_CALLS
 from bridge.jsonlog import use_json_logs
 from bridge.plans import ProviderEndpoint
 from bridge.providers import KINDS
-from bridge.records import CallRecord, CallStarted, Utterance
+from bridge.records import CallRecord, CallStarted, UncertainWork, Utterance
 from bridge.rollover import RolloverOptions
 from bridge.session import CallSummary
 from bridge.webhook import WebhookConfig
@@ -227,6 +227,9 @@ class RoutedApplication(Application):
 
     async def utterance(self, call: LiveCall, utterance: Utterance) -> None:
         await self._inner.utterance(call, utterance)
+
+    async def work_uncertain(self, call: LiveCall, event: UncertainWork) -> None:
+        await self._inner.work_uncertain(call, event)
 
     async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
         await self._inner.call_ended(call, record)

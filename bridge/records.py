@@ -1,8 +1,9 @@
 """Application events and the call record (issue 15): what the application, the webhook and the CDR are told.
 
 `RecordBuilder` is a sans-I/O core fed the session's existing notices (bridge/commands.py: `Transcript`,
-`BargedIn`, `RecoveryChanged`, `RolloverChanged`) with `now`, and reading the carrier ledger (rtp/ledger.py)
-for what was actually transmitted to the caller. It returns the events in order:
+`BargedIn`, `RecoveryChanged`, `RolloverChanged`; bridge/delegations.py: `WorkUncertain`) with `now`, and
+reading the carrier ledger (rtp/ledger.py) for what was actually transmitted to the caller. It returns the
+events in order:
 
 - `CallStarted`: once, when the call's session begins (identity, route, provider).
 - `Utterance`: each caller utterance (its final transcript; start and end on the session timeline) and each
@@ -10,8 +11,13 @@ for what was actually transmitted to the caller. It returns the events in order:
   end are when its first and last frames were handed to the carrier, and `heard_ms` is how much of it left.
   When the caller barged in, `cut` says when (session ms) and how far each interrupted item had been
   transmitted at that moment (`BargedIn.heard`, read from the ledger by bridge/barrier.py).
+- `UncertainWork` (S8): work whose outcome became uncertain, from the job ledger's `WorkUncertain` notice
+  (bridge/delegations.py): each request (job id, tool, bounded arguments) with what is known of its outcome —
+  `unknown` (sent on a connection lost before it acknowledged it, HR6), `cut_off` (still running when the
+  session ended, after the grace) or `not_delivered` (answered, never given to the model).
 - `CallEnded`: the `CallRecord` — duration, who hung up and why, SIP status, provider and connections used,
-  recoveries and rollovers, QoS (`status()["qos"]`) and usage with `complete` (HR12, bridge/usage.py).
+  recoveries and rollovers, the uncertain work, QoS (`status()["qos"]`) and usage with `complete` (HR12,
+  bridge/usage.py).
 
 An assistant utterance opens with its first transcript (or with the first frame a barge-in cuts) and closes
 when the caller barges in, or once nothing of it has been transmitted for `quiet_ms` (the timer: the builder
@@ -31,6 +37,7 @@ from typing import Any, Literal, Protocol
 
 from bridge.commands import BargedIn, RecoveryChanged, RolloverChanged, Transcript
 from bridge.connections import connection_id
+from bridge.delegations import UncertainItem, WorkUncertain
 from rtp.audio import FRAME_MS
 from rtp.ledger import ItemProgress, LedgerEntry
 from sip.leg import CallIdentity
@@ -42,7 +49,7 @@ FINAL_MESSAGE_ITEM = (
     "final-message"  # bridge/reservoir.py: the closing message, not an utterance of the model
 )
 
-RECORD_NOTICES = (Transcript, BargedIn, RecoveryChanged, RolloverChanged)
+RECORD_NOTICES = (Transcript, BargedIn, RecoveryChanged, RolloverChanged, WorkUncertain)
 """The notice types the builder reads (a shell may drop every other notice before queueing it)."""
 
 
@@ -158,6 +165,61 @@ class Utterance:
         return body
 
 
+def arguments_json(text: str) -> object:
+    """A job's arguments as the application is shown them: the JSON object parsed from the model's text, or,
+    when that text is not a JSON object (or was cut), the raw text."""
+    try:
+        parsed = json.loads(text)
+    except (ValueError, TypeError):
+        parsed = None
+    return parsed if isinstance(parsed, dict) else text
+
+
+def uncertain_json(item: UncertainItem) -> dict[str, Any]:
+    """One piece of uncertain work (S8): the request and what is known of its outcome."""
+    return {
+        "job_id": item.job_id,
+        "name": item.name,
+        "kind": item.kind,
+        "arguments": arguments_json(item.arguments) if item.job_id is not None else item.arguments,
+        "arguments_truncated": item.truncated,
+        "requested_at_ms": item.requested_at_ms,
+        "outcome": item.outcome,
+        "detail": item.detail,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class UncertainWork:
+    """S8: work whose outcome became uncertain — commands a lost connection never acknowledged
+    (`cause` "connection_lost"), jobs cut off and answers never delivered at the end ("session_ended")."""
+
+    call_id: str
+    seq: int  # 1, 2, ... within the call (the webhook's Idempotency-Key ends in work_uncertain-<seq>)
+    cause: str
+    at_ms: int  # on the session timeline
+    items: tuple[UncertainItem, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event": "work_uncertain",
+            "call_id": self.call_id,
+            "seq": self.seq,
+            "cause": self.cause,
+            "at_ms": self.at_ms,
+            "items": [uncertain_json(i) for i in self.items],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class UncertainEntry:
+    """One piece of uncertain work as the call record lists it."""
+
+    cause: str
+    at_ms: int
+    item: UncertainItem
+
+
 @dataclass(frozen=True, slots=True)
 class RecoveryEntry:
     connection_id: str  # the replacement connection
@@ -230,6 +292,8 @@ class CallRecord:
     recoveries_total: int | None = None
     rollovers_total: int | None = None
     rollovers_completed: int | None = None
+    uncertain: tuple[UncertainEntry, ...] = ()  # S8: the last `KEPT` pieces of uncertain work
+    uncertain_total: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -279,6 +343,16 @@ class CallRecord:
                 len(self.rollovers),
                 self.rollovers_total,
             ),
+            "uncertain": _counted(
+                {
+                    "count": _total(self.uncertain_total, self.uncertain),
+                    "items": [
+                        {"cause": u.cause, "at_ms": u.at_ms, **uncertain_json(u.item)} for u in self.uncertain
+                    ],
+                },
+                len(self.uncertain),
+                self.uncertain_total,
+            ),
             "qos": dict(self.qos),
             "usage": {
                 "audio_seconds": self.usage.audio_seconds,
@@ -318,7 +392,7 @@ class CallEnded:
         return {"event": "call_ended", "call_id": self.record.call.call_id, "record": self.record.to_json()}
 
 
-AppEvent = CallStarted | Utterance | CallEnded
+AppEvent = CallStarted | Utterance | UncertainWork | CallEnded
 
 
 # --- the builder ---
@@ -410,6 +484,9 @@ class RecordBuilder:
         self._seq = 0
         self.barge_ins = 0
         self.history = CallHistory(connection_id(first_token))
+        self.uncertain: deque[UncertainEntry] = deque(maxlen=KEPT)  # S8
+        self.uncertain_total = 0
+        self._uncertain_seq = 0
 
     def started(self) -> CallStarted:
         return CallStarted(self.call, self._started_at)
@@ -449,7 +526,15 @@ class RecordBuilder:
                 self.history.recovery(notice.token, notice.cause, notice.stage, notice.elapsed_ms)
         elif isinstance(notice, RolloverChanged):
             self._rollover(notice)
+        elif isinstance(notice, WorkUncertain):
+            out.append(self._uncertain(notice))
         return out
+
+    def _uncertain(self, notice: WorkUncertain) -> UncertainWork:
+        self._uncertain_seq += 1
+        self.uncertain_total += len(notice.items)
+        self.uncertain.extend(UncertainEntry(notice.cause, notice.at_ms, i) for i in notice.items)
+        return UncertainWork(self.call.call_id, self._uncertain_seq, notice.cause, notice.at_ms, notice.items)
 
     def _assistant_text(self, notice: Transcript, now: int, out: list[AppEvent]) -> None:
         current = self._open
@@ -574,6 +659,8 @@ class RecordBuilder:
             recoveries_total=history.recoveries_total,
             rollovers_total=history.rollovers_total,
             rollovers_completed=history.rollovers_completed,
+            uncertain=tuple(self.uncertain),
+            uncertain_total=self.uncertain_total,
         )
         return out, record
 

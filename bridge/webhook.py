@@ -72,10 +72,11 @@ close after sending, nor for any HTTP status (a 503 included): the application m
 is told that the outcome is unknown, and the application reconciles.
 
 Events (issue 15) — the same URL also gets one POST per event of each call, in order, one at a time per
-call: `call_started`, each `utterance` (caller or assistant) and `call_ended` with the call record. They are
-signed, timed out and retried exactly as jobs; their body has an `"event"` member (a job's never does) and
-they carry the header `X-Parlora-Event: <event>`; the Idempotency-Key ends in `call_started`,
-`utterance-<seq>` or `call_ended`. The answer is only logged (any 2xx is fine). Bodies (bridge/records.py):
+call: `call_started`, each `utterance` (caller or assistant), each `work_uncertain` and `call_ended` with the
+call record. They are signed, timed out and retried exactly as jobs; their body has an `"event"` member (a
+job's never does) and they carry the header `X-Parlora-Event: <event>`; the Idempotency-Key ends in
+`call_started`, `utterance-<seq>`, `work_uncertain-<seq>` or `call_ended`. The answer is only logged (any 2xx
+is fine). Bodies (bridge/records.py):
 
     {"event": "call_started", "call": {"call_id", "sip_call_id", "from", "to", "called", "source", "route",
      "provider"}, "started_at": <unix s>}
@@ -83,7 +84,20 @@ they carry the header `X-Parlora-Event: <event>`; the Idempotency-Key ends in `c
      "start_ms": 5120, "end_ms": 7480,      # session timeline; the assistant's from the carrier ledger
      "heard_ms": 2360,                      # assistant: audio of it transmitted to the caller
      "interrupted": true, "cut": {"at_ms": 7490, "source": "local_vad", "items": [["out-2", 2360]]}}
-    {"event": "call_ended", "call_id": "call-1", "record": {...}}   # the --cdr line's object
+    {"event": "work_uncertain", "call_id": "call-1", "seq": 1,   # S8: work whose outcome became uncertain
+     "cause": "session_ended",              # or "connection_lost" (its results/updates never acknowledged)
+     "at_ms": 9120,
+     "items": [{"job_id": "job-3", "name": "book_table", "kind": "function",   # an update: job_id null,
+                "arguments": {"day": "friday"},   # name and kind "update", its text as "arguments"
+                "arguments_truncated": false,     # arguments are cut at 1,000 characters
+                "requested_at_ms": 5120,
+                "outcome": "cut_off",             # "unknown": sent, never acknowledged (never sent again);
+                                                  # "cut_off": still running when the session ended, after a
+                                                  #   2 s grace (its POST was abandoned: it may have acted);
+                                                  # "not_delivered": answered, never given to the model
+                "detail": "cut off: still running when the session ended"}]}
+    {"event": "call_ended", "call_id": "call-1", "record": {...}}   # the --cdr line's object; its
+                                                                    #   "uncertain" lists the same items
 
 The secret comes only from the environment (`PARLORA_WEBHOOK_SECRET`, required with `--webhook`), never from a
 command-line value, and is never logged. The URL may be `http://` or `https://`; for https the system's CA
@@ -112,7 +126,7 @@ from urllib.parse import urlsplit
 import h11
 
 from bridge.delegations import JobRequest
-from bridge.records import AppEvent, CallStarted, Utterance
+from bridge.records import AppEvent, CallStarted, UncertainWork, Utterance, arguments_json
 from bridge.session import JobHandler
 from sip.leg import CallIdentity
 
@@ -232,15 +246,10 @@ class WebhookConfig:
 
 def request_body(request: JobRequest, identity: CallIdentity) -> bytes:
     """The JSON body for one job (see the module docstring)."""
-    try:
-        parsed = json.loads(request.arguments)
-    except (ValueError, TypeError):
-        parsed = None
-    arguments = parsed if isinstance(parsed, dict) else request.arguments
     body = {
         "job_id": request.job_id,
         "name": request.name,
-        "arguments": arguments,
+        "arguments": arguments_json(request.arguments),
         "kind": request.kind,
         "call": {
             "call_id": identity.call_id,
@@ -267,9 +276,12 @@ def event_body(event: AppEvent) -> tuple[str, bytes]:
 
 
 def event_key(event: AppEvent) -> str:
-    """The last part of an event's Idempotency-Key: `call_started`, `utterance-<seq>`, `call_ended`."""
+    """The last part of an event's Idempotency-Key: `call_started`, `utterance-<seq>`, `work_uncertain-<seq>`,
+    `call_ended`."""
     if isinstance(event, Utterance):
         return f"utterance-{event.seq}"
+    if isinstance(event, UncertainWork):
+        return f"work_uncertain-{event.seq}"
     return "call_started" if isinstance(event, CallStarted) else "call_ended"
 
 
