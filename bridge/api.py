@@ -159,8 +159,8 @@ class Application:
         """A caller or assistant utterance, complete (the assistant's timed by what was transmitted)."""
 
     async def work_uncertain(self, call: LiveCall, event: UncertainWork) -> None:
-        """S8: work whose outcome became uncertain — a result or update sent on a connection lost before it
-        acknowledged it (`unknown`), a job still running when the session ended, after a 2 s grace
+        """S8: work whose outcome became uncertain — a result or update sent on a connection lost or closed
+        before it acknowledged it (`unknown`), a job still running when the session ended, after a 2 s grace
         (`cut_off`: its handler was cancelled), an answer never given to the model (`not_delivered`) — each
         with its request (job id, tool, arguments). Reconcile before doing it again; never replayed."""
 

@@ -182,6 +182,8 @@ class SessionCoordinator:
         if role is Role.LISTENER:
             if not self.captions.fragment(event, self.timeline, now, speaking=self.turns.speaking):
                 self.rollover.listener_event(event, now)
+                if isinstance(event, ev.SessionClosed):
+                    self._gone(now)
         elif role is Role.FLOOR:
             self.recovery.alive()
             self.rollover.observe(event, now)
@@ -412,6 +414,7 @@ class SessionCoordinator:
             acted = True
             if (refused := rollover.route(now)) is not None:
                 self._end(f"rollover not possible: {refused}", now, goodbye=True)
+            self._gone(now)
         gate = self.connections.handing_over or self._paused  # RO8; S7: told only what can be heard
         if self.delegations.handover != gate:  # (a bool test per frame)
             self.delegations.floor(self.token, gate, self.timeline.ms(now))
@@ -493,6 +496,11 @@ class SessionCoordinator:
         if self.ending.end(reason, now, failed=failed, goodbye=goodbye):
             self.state = "failed" if failed else "closing"
             self._ending(now)
+
+    def _gone(self, now: int) -> None:
+        """HR6, S8: commands on a connection the rollover closed or dropped, never taken in, are unknown."""
+        if self.delegations.records:
+            self.delegations.connections_gone(self.connections.known, self.timeline.ms(now))
 
     def _ending(self, now: int) -> None:
         """S8: the leg or the session ended: running jobs get their grace, bounded by the close window."""

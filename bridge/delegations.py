@@ -23,7 +23,8 @@ Around a recovery:
 
 S8, uncertain work is told: the application hears, as one `WorkUncertain` notice carrying each request (job
 id, tool, bounded arguments) and what is known of its outcome, of
-- commands reported `unknown` when their connection was lost (HR6, above): outcome `unknown`;
+- commands reported `unknown` when their connection was lost (HR6, above), or closed before it took them in (a
+  rollover's old connection, RO2; a listener that failed): outcome `unknown`;
 - at the end of the session (`session_ending`, then `session_ended`): jobs still running — the application's
   handler gets `end_grace_ms` (2 s, bounded by the session's close window: the 2 s the caller's BYE leaves
   for the provider's final usage) to answer, an answer within it is delivered as usual and is not uncertain;
@@ -46,7 +47,7 @@ from __future__ import annotations
 import enum
 import json
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 NOT_RUN_STALE = (
@@ -214,8 +215,9 @@ class UncertainItem:
 @dataclass(frozen=True, slots=True)
 class WorkUncertain:
     """S8: work whose outcome became uncertain, told to the application with what was requested. `cause` is
-    "connection_lost" (commands connection `token` never acknowledged, HR6) or "session_ended" (jobs cut off
-    after the grace, answers and updates never delivered)."""
+    "connection_lost" (commands connection `token` never acknowledged before it was lost, HR6),
+    "connection_closed" (the same, of a connection a rollover closed or a listener that failed) or
+    "session_ended" (jobs cut off after the grace, answers and updates never delivered)."""
 
     cause: str
     items: tuple[UncertainItem, ...]
@@ -441,21 +443,18 @@ class Delegations:
 
     def recovery_started(self, old_token: int, at_ms: int) -> None:
         """HR6: what the lost connection had not taken in is unknown; HR9/HR10: results and calls wait."""
-        lost = tuple(r for r in self.records if r.token == old_token and r.state == "sent")
-        for record in lost:
-            record.state = "unknown"
-        self.records = [r for r in self.records if r.state == "sent"]
-        if lost:
-            self.stats.unknown_commands += len(lost)
-            self._notices.append(CommandsUnknown(old_token, lost))
-            self._tell(
-                "connection_lost", tuple(self._unknown_item(r, old_token) for r in lost), at_ms, old_token
-            )
+        self._lose(old_token, "connection_lost", at_ms)
         self.recoveries += 1
         self.resuming = True
         self.held = True
         self.fresh_start_ms = None
         self._release_at_ms = None
+
+    def connections_gone(self, known: Callable[[int], bool], at_ms: int) -> None:
+        """HR6, S8: a connection closed — a rollover's old one, a listener that failed — before it took in what
+        it was sent: those commands are unknown too, told, never replayed (and free their records)."""
+        for token in sorted({r.token for r in self.records if not known(r.token)}):
+            self._lose(token, "connection_closed", at_ms)
 
     def caller_started(self, token: int, at_ms: int) -> None:
         """The caller began to speak. The first time after a repair, held calls stamped before now are stale."""
@@ -678,8 +677,20 @@ class Delegations:
             self.stats.uncertain += len(items)
             self._notices.append(WorkUncertain(cause, items, at_ms, token))
 
-    def _unknown_item(self, record: CommandRecord, token: int) -> UncertainItem:
-        detail = f"{UNKNOWN_DETAIL} (connection {token} was lost); not sent again"
+    def _lose(self, token: int, cause: str, at_ms: int) -> None:
+        """HR6: what connection `token` had not taken in is unknown: reported, told (S8), never replayed."""
+        lost = tuple(r for r in self.records if r.token == token and r.state == "sent")
+        for record in lost:
+            record.state = "unknown"
+        self.records = [r for r in self.records if r.state == "sent"]
+        if lost:
+            self.stats.unknown_commands += len(lost)
+            self._notices.append(CommandsUnknown(token, lost))
+            self._tell(cause, tuple(self._unknown_item(r, token, cause) for r in lost), at_ms, token)
+
+    def _unknown_item(self, record: CommandRecord, token: int, cause: str) -> UncertainItem:
+        how = "was lost" if cause == "connection_lost" else "closed first"
+        detail = f"{UNKNOWN_DETAIL} (connection {token} {how}); not sent again"
         job = self.jobs.get(record.job_id) if record.job_id is not None else None
         if job is not None:
             return UncertainItem.of_job(job.request, "unknown", f"result {detail}")

@@ -85,7 +85,8 @@ is fine). Bodies (bridge/records.py):
      "heard_ms": 2360,                      # assistant: audio of it transmitted to the caller
      "interrupted": true, "cut": {"at_ms": 7490, "source": "local_vad", "items": [["out-2", 2360]]}}
     {"event": "work_uncertain", "call_id": "call-1", "seq": 1,   # S8: work whose outcome became uncertain
-     "cause": "session_ended",              # or "connection_lost" (its results/updates never acknowledged)
+     "cause": "session_ended",              # or "connection_lost" / "connection_closed" (a recovery, a
+                                            #   rollover: results and updates it never acknowledged)
      "at_ms": 9120,
      "items": [{"job_id": "job-3", "name": "book_table", "kind": "function",   # an update: job_id null,
                 "arguments": {"day": "friday"},   # name and kind "update", its text as "arguments"

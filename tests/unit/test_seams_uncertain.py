@@ -18,11 +18,13 @@ from typing import Any
 
 import virtual_time
 from test_recovery import commands_of, repaired
+from test_rollover_session import RolloverCall
 from test_session import FakeLeg, FakeProvider, session
 from test_session_engine import MS, Call
 from test_webhook import ENV, SECRET, App, json_answer
 
 from bridge.api import Application, _to
+from bridge.commands import CloseTransport
 from bridge.delegations import (
     CUT_OFF_DETAIL,
     MAX_TOLD_CHARS,
@@ -153,6 +155,23 @@ def test_s8_commands_unacknowledged_when_their_connection_was_lost_are_told_with
     ]
     assert all("sent, never acknowledged" in i.detail for i in told.items)
     assert told.items[0].requested_at_ms == second.requested_at_ms
+
+
+def test_s8_a_result_a_rollover_s_old_connection_never_took_in_is_told_unknown_and_frees_its_record() -> None:
+    call = RolloverCall()
+    call.turn()
+    call.core.provider_event(ToolCallRequested(1, "call_r", "lookup_order", '{"order_id": "42"}'), call.now)
+    call._carry_out()
+    [job] = [c.request for c in call.commands if isinstance(c, DispatchJob)]
+    assert call.core.job_answered(job.job_id, '{"status": "shipped"}', call.now)
+    call._carry_out()
+    assert [c.token for c in call.commands if isinstance(c, DeliverResult)] == [1]  # never acknowledged
+    while not any(isinstance(c, CloseTransport) and c.token == 1 for c in call.commands):
+        call.turn()  # the call rolls over; the old connection closes
+    [told] = [n for n in call.notices if isinstance(n, WorkUncertain)]
+    assert (told.cause, told.token) == ("connection_closed", 1)
+    assert [(i.job_id, i.name, i.outcome) for i in told.items] == [(job.job_id, "lookup_order", "unknown")]
+    assert call.core.delegations.records == []  # the record slot is free again (DL2)
 
 
 def test_s8_an_answer_held_for_the_caller_when_the_call_ends_is_told_not_delivered() -> None:
