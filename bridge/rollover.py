@@ -25,7 +25,11 @@ Choices where the rules are silent:
 - RO3 "never arrives": the new connection's final text for a shared utterance waits for the old one's at most
   `transcript_wait_ms`, and never past the old connection's close. Utterances match when their spans overlap
   within `match_slack_ms`: a connection opened mid-utterance hears only its end, and one committed at the hard
-  stop in mid-utterance (RO2) transcribes only its beginning.
+  stop in mid-utterance (RO2) transcribes only its beginning. Matching is one-to-one (S1): a connection's text
+  joins the utterance that connection already reported overlapping it (a retry, a duplicate delivery), else the
+  nearest utterance only the other connection reported (the largest overlap first); two utterances closer than
+  the slack stay two, so the second is never dropped as a duplicate of the first. The old connection's
+  utterances over before the new one started hearing the caller are its alone, matched to nothing.
 - RO4 "began while the old one was open" means: began before the old connection stopped receiving audio.
 - `session_expiring` (Gemini goAway, OpenAI expires_at) squeezes what is left of the schedule (after -> cap)
   into the time left: approval at once, open at the next end of speech or at 60 % of the time left, hard stop
@@ -221,12 +225,25 @@ class _Chain(dict[str, _Conn]):
         return {c.id: (now - (c.confirmed_ns or 0)) // _NS_PER_MS for c in live}
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
+class _Utterance:
+    """One caller utterance of a rollover's shared stretch, as each connection reported it (RO3). Each
+    connection's report is matched to one utterance only: two utterances closer than the slack stay two."""
+
+    old: tuple[int, int] | None = None  # its span as the old connection transcribed it
+    new: tuple[int, int] | None = None  # as the new one did
+    emitted: bool = False  # its text reached the application, from either connection
+    old_failed: bool = False  # the old one's transcription failed or was empty
+    pending: _Pending | None = None  # the new one's text, waiting for the old one's
+
+
+@dataclass(slots=True, eq=False)
 class _Pending:
     start_ms: int
     end_ms: int
     text: str
     due_ns: int
+    utterance: _Utterance
 
 
 def _counter(first_connection_id: str) -> Callable[[], str]:
@@ -239,7 +256,13 @@ def _counter(first_connection_id: str) -> Callable[[], str]:
 
 class Handover:
     """Transcript bookkeeping of one rollover (RO3, RO4): which utterances both connections heard, and which
-    connection's text of each is emitted — once."""
+    connection's text of each is emitted — once.
+
+    Matching is one-to-one: a connection's report joins the utterance that connection already reported
+    overlapping it (a retry or a duplicate delivery), or else the utterance the other connection alone reported
+    that lies nearest within `match_slack_ms` (the largest overlap first). An utterance matched once is never
+    matched by another of the same connection's utterances, so two utterances closer than the slack are never
+    merged into one (S1: the second is not dropped as a duplicate of the first when the old text of it fails)."""
 
     def __init__(
         self,
@@ -250,11 +273,11 @@ class Handover:
         emit: Callable[[Action], None],
     ) -> None:
         self.old, self.new = old, new
+        self.shared_from_ms: int | None = None  # when the new one started hearing the caller
         self.shared_until_ms: int | None = None  # when the old one stopped input; None while it still hears
         self.old_closed = False
-        self.old_outcomes: list[tuple[int, int, bool]] = []  # (start, end, emitted)
-        self.new_emitted: list[tuple[int, int]] = []  # shared utterances emitted from the new one
-        self.emitted_before: list[tuple[int, int]] = []  # the previous rollover's emitted spans (RO3)
+        self.utterances: list[_Utterance] = []
+        self.before: list[_Utterance] = []  # the previous rollover's, whose new connection is this one's old
         self.pending: list[_Pending] = []
         self._options, self._stats, self._emit = options, stats, emit
 
@@ -263,44 +286,77 @@ class Handover:
         return connection_id == self.new and (self.shared_until_ms is None or start_ms < self.shared_until_ms)
 
     def same(self, a: tuple[int, int], b: tuple[int, int]) -> bool:
-        """One utterance heard by both: the spans overlap, within the slack (RO3)."""
+        """Two connections' spans of one utterance overlap, within the slack (RO3)."""
         slack = self._options.match_slack_ms
         return a[0] <= b[1] + slack and b[0] <= a[1] + slack
 
+    def _match(self, span: tuple[int, int], side: str, pool: list[_Utterance]) -> _Utterance | None:
+        """The utterance of `pool` that `span`, reported by the `side` ("old" or "new") connection, is: one that
+        connection already reported overlapping it, else the nearest one only the other connection reported."""
+        other = "new" if side == "old" else "old"
+        best, most = None, 0
+        for u in pool:
+            mine, theirs = getattr(u, side), getattr(u, other)
+            if mine is not None:
+                if span[0] <= mine[1] and mine[0] <= span[1]:
+                    return u  # one connection's utterances never overlap each other: this is it again
+            elif theirs is not None and self.same(span, theirs):
+                overlap = min(span[1], theirs[1]) - max(span[0], theirs[0])
+                if best is None or overlap > most:
+                    best, most = u, overlap
+        return best
+
+    def _utterance(self, span: tuple[int, int], side: str, pool: list[_Utterance]) -> _Utterance:
+        u = self._match(span, side, pool)
+        if u is None:
+            u = _Utterance()
+            self.utterances.append(u)
+        if getattr(u, side) is None:
+            setattr(u, side, span)
+        return u
+
     def old_result(self, start_ms: int, end_ms: int, text: str | None) -> None:
-        """The old connection's transcription of an utterance: text, or None when it failed or was empty."""
+        """The old connection's transcription of an utterance: text, or None when it failed or was empty. Its
+        late text of an utterance it shared with its own predecessor (as the previous rollover's new
+        connection) is settled by that rollover's bookkeeping."""
         span = (start_ms, end_ms)
-        done = (*self.new_emitted, *self.emitted_before)
-        emitted = text is not None and not any(self.same(span, s) for s in done)
-        self.old_outcomes.append((start_ms, end_ms, emitted))
+        u = self._match(span, "new", self.before)
+        if u is None and (self.shared_from_ms is None or end_ms < self.shared_from_ms):
+            if text is not None:  # over before the new one heard anything: the old one's alone
+                self._emit(EmitUtterance(self.old, start_ms, end_ms, text))
+            return
+        u = u or self._utterance(span, "old", self.utterances)
+        if u.emitted:
+            self._stats.duplicates_dropped += text is not None
+            return
         if text is None:
-            for p in [p for p in self.pending if self.same(span, (p.start_ms, p.end_ms))]:
-                self.fallback(p)
-        elif emitted:
-            self._emit(EmitUtterance(self.old, start_ms, end_ms, text))
-            matched = [p for p in self.pending if self.same(span, (p.start_ms, p.end_ms))]
-            self.pending = [p for p in self.pending if p not in matched]
-            self._stats.duplicates_dropped += len(matched)
-        else:
+            u.old_failed = True
+            if u.pending is not None:
+                self.fallback(u.pending)
+            return
+        u.emitted = True
+        self._emit(EmitUtterance(self.old, start_ms, end_ms, text))
+        if (p := u.pending) is not None:
+            self.pending.remove(p)
+            u.pending = None
             self._stats.duplicates_dropped += 1
 
     def new_shared(self, start_ms: int, end_ms: int, text: str, now: int, *, old_closed: bool) -> None:
         """The new connection's final text of an utterance the old one heard too (RO3)."""
         if not text.strip():
             return
-        span = (start_ms, end_ms)
-        outcomes = [ok for s, e, ok in self.old_outcomes if self.same(span, (s, e))]
-        if any(outcomes):
+        u = self._utterance((start_ms, end_ms), "new", self.utterances)
+        if u.emitted or u.pending is not None:
             self._stats.duplicates_dropped += 1
             return
-        pending = _Pending(start_ms, end_ms, text, now + self._options.transcript_wait_ms * _NS_PER_MS)
-        self.pending.append(pending)
-        if outcomes or old_closed:  # the old one failed, was empty, or can no longer answer
-            self.fallback(pending)
+        u.pending = _Pending(start_ms, end_ms, text, now + self._options.transcript_wait_ms * _NS_PER_MS, u)
+        self.pending.append(u.pending)
+        if u.old_failed or old_closed:  # the old one failed, was empty, or can no longer answer
+            self.fallback(u.pending)
 
     def fallback(self, p: _Pending) -> None:
         self.pending.remove(p)
-        self.new_emitted.append((p.start_ms, p.end_ms))
+        p.utterance.pending, p.utterance.emitted = None, True
         self._stats.fallbacks += 1
         self._emit(EmitUtterance(self.new, p.start_ms, p.end_ms, p.text))
 
@@ -323,8 +379,14 @@ class CallerTexts:
         it shared with its own predecessor is not emitted a second time (RO3)."""
         hand, prev = Handover(old, new, self._options, self._stats, self._emit), self.hand
         if prev is not None and prev.new == old:
-            hand.emitted_before = [(s, e) for s, e, ok in prev.old_outcomes if ok] + prev.new_emitted
+            hand.before = prev.utterances
         self.hand = hand
+
+    def start_sharing(self, at_ms: int) -> None:
+        """The new connection started hearing the caller at `at_ms` (session time): the old one's utterances
+        over before then are its alone, never matched to the new one's (RO3)."""
+        assert self.hand is not None
+        self.hand.shared_from_ms = at_ms
 
     def stop_sharing(self, at_ms: int) -> None:
         """The old connection stopped hearing the caller at `at_ms` (session time)."""
@@ -495,6 +557,7 @@ class RolloverController:
                 self.stage = RolloverStage.ARMED  # open but passive until the switch (RO5)
             else:
                 self._actions += conn.start_input()
+                self._texts.start_sharing((now - self.start_ns) // _NS_PER_MS)
                 self._overlap_end = now + self.options.overlap_ms * _NS_PER_MS
                 self.stage = RolloverStage.OVERLAP
         self._advance(now)
@@ -668,6 +731,7 @@ class RolloverController:
             old.busy = True
         self._actions += old.stop_input()
         self._actions += new.start_input()
+        self._texts.start_sharing((now - self.start_ns) // _NS_PER_MS)
         self._texts.stop_sharing((now - self.start_ns) // _NS_PER_MS)
         self._stop_ns = now
         self.stage = RolloverStage.DRAINING
