@@ -180,6 +180,8 @@ class SessionCoordinator:
             self.usage.observe(event)  # usage of any transport counts, also a quarantined one (HR12)
         role = self.connections.classify(event.token)  # another token is inert (HR2, HR5)
         if role is Role.LISTENER:
+            if self.connections.handing_over and isinstance(event, (ev.SpeechStarted, ev.SpeechStopped)):
+                self._turn(self.turns.provider(event), now, event.token)  # S3: it alone hears the caller
             if not self.captions.fragment(event, self.timeline, now, speaking=self.turns.speaking):
                 self.rollover.listener_event(event, now)
                 if isinstance(event, ev.SessionClosed):
@@ -428,8 +430,12 @@ class SessionCoordinator:
         return acted
 
     def _audio(self, event: ev.AudioReceived, now: int) -> None:
-        if self.recovery.reconnecting or self.barge.drop(event.audio):
-            return  # the caller is speaking: this output is interrupted
+        if (
+            self.recovery.reconnecting
+            or self.barge.drop(event.audio)
+            or self.rollover.begun_as_listener(event)
+        ):
+            return  # the caller is speaking: this output is interrupted (or it is a listener's, RO8)
         if self.on_hold:  # S7: nobody hears it; not stored, so it cannot overflow or go stale
             self.hold_dropped_bytes += len(event.audio)
             if event.token != self._unheard_token:
@@ -445,14 +451,16 @@ class SessionCoordinator:
         if overflow is not None and self._may_recover():
             self.recovery.condition(overflow, now, self.timeline.ms(now))
 
-    def _turn(self, change: TurnChange | None, now: int) -> None:
-        """One place for "the caller started" and "the caller's turn ended", whichever source saw it."""
+    def _turn(self, change: TurnChange | None, now: int, token: int | None = None) -> None:
+        """One place for "the caller started" and "the caller's turn ended", whichever source saw it (`token`:
+        the connection that reported it, when not the floor: in a rollover's hand-over the next connection alone
+        hears the caller, and its speech start is a barge-in on the floor's output, S3)."""
         if isinstance(change, CallerStarted):
             if change.barge and (change.source == "local_vad" or not self.barge.suppressed):
                 self._barge_in(now, change.source)
             if not self.recovery.reconnecting:  # after a repair, this opens the first fresh interval (HR10)
                 self.recovery.caller_started()
-                at = self.timeline.rebase(self.token, change.provider_ms, now)
+                at = self.timeline.rebase(self.token if token is None else token, change.provider_ms, now)
                 self.delegations.caller_started(self.token, at)
             if change.source == "local_vad" and change.barge:
                 self.rollover.local_turn(True, now)  # without server VAD, the local detector marks utterances
@@ -487,10 +495,11 @@ class SessionCoordinator:
     def _may_recover(self) -> bool:
         return not self.ending.ended and not self.ending.leg_ended
 
-    def _afresh(self) -> None:
-        """A replacement is being opened: captions start a fresh epoch (HR11), any rollover is abandoned."""
+    def _afresh(self, now: int) -> None:
+        """A replacement is being opened: any rollover is abandoned (what its next connection held for the
+        application is emitted first, S1), then captions start a fresh epoch (HR11)."""
+        self.rollover.abandon(now)
         self.captions.new_epoch()
-        self.rollover.stop()
 
     def _end(self, reason: str, now: int, *, failed: bool = False, goodbye: bool = False) -> None:
         if self.ending.end(reason, now, failed=failed, goodbye=goodbye):

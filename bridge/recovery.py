@@ -25,6 +25,11 @@ latest resumable handle the lost connection announced; if the provider refuses t
 opened once more, reseeded without it, inside the same 5 s budget. A rollover's next connection opens while
 the old one is still open, so it resumes by the handle only where the provider allows that
 (`Capabilities.resumption_while_open`; Gemini does not): otherwise it is reseeded at once (`seeds`).
+
+A recovery during a rollover quarantines its next connection with the floor and opens one replacement, as any
+recovery (no promotion of the next one); before the replacement is seeded, the next connection's caller text
+still waiting for the old one's is emitted, and what it alone heard in the hand-over is reported as an input
+discontinuity (S1; the rule and its reasons are in bridge/rollover.py, "Seams").
 """
 
 from __future__ import annotations
@@ -236,7 +241,7 @@ class RecoveryController:
         output: OutputPath,
         delegations: Delegations,
         seed: Seed,
-        afresh: Callable[[], None],
+        afresh: Callable[[int], None],
         *,
         answer_within_ms: int | None,
         budget_ms: int = RECOVERY_BUDGET_MS,
@@ -294,7 +299,7 @@ class RecoveryController:
         token, quarantined = self._connections.replace_floor()
         recovery = self.state.begin(cause, token, now, at_ms, dropped)
         assert recovery is not None
-        self._afresh()
+        self._afresh(now)
         self._delegations.recovery_started(old, at_ms)  # HR6, HR9, HR10
         for other in quarantined[1:]:  # a rollover in progress is abandoned; the replacement starts afresh
             self._out.commands.append(CloseTransport(connection_id(other)))

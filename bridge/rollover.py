@@ -36,19 +36,43 @@ Choices where the rules are silent:
   at 90 %. Times only ever move earlier.
 - On refusal the current connection keeps the call until its hard stop, stops input, finishes its items
   (at most `drain_ms`), then EndSession and CloseConnection follow.
+
+Seams with recovery and barge-in (DESIGN §14 S1, S3):
+- A recovery during the overlap or the drain quarantines the whole chain, the healthy next connection too,
+  and opens one replacement (HR5). Promoting the next connection instead was weighed and left: it carries no
+  recovery notice (HR7), its age and the 5 s budget would need rules of their own, and in the overlap it did
+  not hear all the floor heard. What it held is not lost with it: its texts still waiting for the old one's are
+  emitted at once (RO3: the old one's never arrives now), before the replacement is seeded, and the stretch it
+  alone heard in the hand-over is reported as below. Its texts not yet delivered are lost with it, as the
+  floor's are in any recovery; the replacement's notice asks the caller to repeat (HR7).
+- The next connection lost while it alone hears the caller (after the old one's StopInput, before TakeFloor):
+  the old connection hears the caller again at once and keeps the call (a later rollover may be tried; the
+  hard stop still applies), and the stretch only the lost one heard is reported as one input
+  `audio_discontinuity` of that many 20 ms frames, cause `rollover_next_lost` (HR8 style). No recovery is
+  begun (it would clear the old one's answer and cost a reconnect) and no spoken request to repeat is made:
+  the stretch begins at a pause of the caller, and a speech start the lost one reported in it would already
+  have moved the floor to it (next rule), so at most the first moments of an utterance are lost, whose rest
+  the old connection hears. Lost after TakeFloor, the next connection is the floor: a recovery, as any.
+- Barge-in in the hand-over: the next connection's speech start, while it alone hears the caller, is a
+  barge-in on the floor's output (clear, truncate, suppression: the session routes it as the floor's own), and
+  the old connection's answer is over: the floor moves to the connection hearing the caller at once, so its
+  answer is played whole, from its start. Audio of an item a connection began while it listened (its answer
+  to an utterance the old one answered) is never played, not even the tail that comes after it took the
+  floor; only named items can be told apart (Realtime, xAI), GPT-Live and Gemini name none.
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from bridge.commands import (
     NO_SNAPSHOT,
     ApproveRollover,
+    AudioDiscontinuity,
     AuthorizeConnection,
     CloseTransport,
     CommitInput,
@@ -79,6 +103,7 @@ from providers.events import (
     SpeechStarted,
     SpeechStopped,
 )
+from rtp.audio import FRAME_MS
 
 Seed = Callable[[], tuple[RecoverySnapshot, str | None]]
 
@@ -415,12 +440,17 @@ class CallerTexts:
         """The old connection's text of a shared utterance may still come."""
         return self.hand is not None and bool(self.hand.pending)
 
+    def flush(self) -> None:
+        """The old connection's text can no longer come: whatever waits for it is emitted from the new one."""
+        if self.hand is not None:
+            for p in list(self.hand.pending):
+                self.hand.fallback(p)
+
     def settle(self, old_id: str) -> None:
         """The old connection closed: whatever still waits for its text is emitted from the new one."""
         if self.hand is not None:
             self.hand.old_closed = True  # it can no longer answer
-            for p in list(self.hand.pending):
-                self.hand.fallback(p)
+            self.flush()
         self._finals = {k for k in self._finals if k[0] != old_id}
 
     def transcript(
@@ -641,6 +671,13 @@ class RolloverController:
         if conn is not None and self._texts.failed(connection_id, start_ms, end_ms):
             self._advance(now)
 
+    def abandon(self) -> list[Action]:
+        """A recovery quarantines the whole chain: the events of the old connection, of the next one too, are
+        inert from now on. The next connection's texts still waiting for the old one's are emitted (RO3: the
+        old one's never arrives); returns them (the rest of this controller's decisions go with it)."""
+        self._texts.flush()
+        return [a for a in self.actions() if isinstance(a, EmitUtterance)]
+
     # --- rules -----------------------------------------------------------------------------------------------
     def _advance(self, now: int) -> None:
         self._now = max(self._now, now)
@@ -792,6 +829,8 @@ class RolloverLink:
         self.speaker_busy = False  # the floor's output has not all been played yet (RO2, RO8)
         self.listener_audio_bytes = 0  # audio from connections not holding the floor, never played
         self.stats = RolloverStats()  # the call's, kept by every controller it starts
+        self._alone_from: int | None = None  # caller audio forwarded (ms) when the next one alone heard
+        self._unplayed: deque[tuple[int, str]] = deque(maxlen=16)  # (token, item) begun as a listener (RO8)
 
     def start(self, confirmed_ns: int | None = None) -> None:
         """A controller whose current connection is the floor (at the start of the call, after a repair, after
@@ -817,10 +856,35 @@ class RolloverLink:
                 self.controller.connection_confirmed(floor, confirmed_ns)
 
     def stop(self) -> None:
-        """A recovery abandons any rollover in progress (the replacement starts afresh)."""
-        self.controller, self.speaker_busy = None, False
+        """No rollover in progress any more: only the floor hears the caller."""
+        self.controller, self.speaker_busy, self._alone_from = None, False, None
         self._utterances.clear()
+        self._unplayed.clear()
         self._connections.reset_inputs()
+
+    def abandon(self, now: int) -> None:
+        """A recovery abandons any rollover in progress (the replacement starts afresh) and quarantines its
+        healthy next connection with the floor. What that one held is not lost with it (S1): its text of an
+        utterance both heard, still waiting for the old one's, is emitted now (RO3), and what it alone heard
+        during the hand-over is reported (`_lost_alone`)."""
+        if self.controller is not None:
+            for emit in self.controller.abandon():
+                assert isinstance(emit, EmitUtterance)
+                self._captions.caller(emit.text, emit.start_ms, True, emit.end_ms)
+        self._lost_alone(now)
+        self.stop()
+
+    def _lost_alone(self, now: int) -> None:
+        """S1 (HR8 style): the caller audio only the next connection heard — from when the old one stopped
+        hearing the caller until now — is lost with it, in one input `audio_discontinuity` of that many 20 ms
+        frames with cause `rollover_next_lost`. Whatever of it that connection had already transcribed was
+        emitted; the rest is not promised."""
+        if self._alone_from is not None:
+            frames = (self._timeline.fed_ms - self._alone_from) // FRAME_MS
+            if frames:
+                at = self._timeline.ms(now)
+                self._out.notices.append(AudioDiscontinuity("input", frames, "rollover_next_lost", at))
+            self._alone_from = None
 
     def _span(
         self, token: int, item: str | None, start_ms: int | None, end_ms: int | None, now: int
@@ -883,11 +947,34 @@ class RolloverLink:
     def listener_event(self, event: ProviderEvent, now: int) -> None:
         if isinstance(event, AudioReceived):
             self.listener_audio_bytes += len(event.audio)
+            if event.item_id is not None and (key := (event.token, event.item_id)) not in self._unplayed:
+                self._unplayed.append(key)
         elif isinstance(event, SessionClosed):
             if not event.finalized:
                 self.failed(event.token, f"connection lost ({event.reason})", now)
             return
         self.observe(event, now)
+        if isinstance(event, SpeechStarted) and self._connections.handing_over:
+            self.floor_interrupted(now)
+
+    def begun_as_listener(self, event: AudioReceived) -> bool:
+        """RO8, S3: the floor's audio of an item it began while it was a listener — its own answer to an
+        utterance the old connection answered — is never played, not even the tail that comes after it took
+        the floor (half an answer, repeating the old one's); counted with the listeners' audio. (Only named
+        items can be told apart: GPT-Live and Gemini name none.)"""
+        if not self._unplayed or event.item_id is None or (event.token, event.item_id) not in self._unplayed:
+            return False
+        self.listener_audio_bytes += len(event.audio)
+        return True
+
+    def floor_interrupted(self, now: int) -> None:
+        """S3: during the hand-over the caller spoke over the old connection's answer, and only the next one
+        hears them (the session barged in on the floor's output for it). What is left of the old one's answer
+        is not wanted: it holds no more items, and the floor moves at once to the connection that heard the
+        caller, whose answer is then played whole, from its start (the old one's late audio is a listener's)."""
+        if self.controller is not None:
+            self.speaker_busy = False
+            self.controller.items_finished(connection_id(self._connections.floor), now)
 
     def local_turn(self, started: bool, now: int) -> None:
         """The local detector's turn of the caller, on the floor connection (no server VAD)."""
@@ -963,6 +1050,7 @@ class RolloverLink:
         for the old one's is emitted now (RO3), not lost with a restarted controller."""
         if token not in self._connections.listeners:
             return
+        alone = self._connections.handing_over and token in self._connections.audio_targets
         self._connections.drop(token)
         self._utterances.pop(token, None)
         cid = connection_id(token)
@@ -970,6 +1058,8 @@ class RolloverLink:
         if self.controller is not None and self.controller.status()["next"] != cid:
             self.controller.session_expiring(cid, 0, now)  # its end is now: it closes, its waits settle
         elif self.controller is not None:
+            if alone:  # it alone heard the caller: the old one hears them again, from now (`start`)
+                self._lost_alone(now)
             self.start(self.controller.confirmed_ns(connection_id(self._connections.floor)))
 
     @property
@@ -1015,6 +1105,10 @@ class RolloverLink:
                     RolloverChanged("refused", connection_id(self._connections.floor), action.reason, at)
                 )
                 refused = action.reason
+        if not self._connections.handing_over:
+            self._alone_from = None
+        elif self._alone_from is None:  # only the next connection hears the caller from now (S1)
+            self._alone_from = self._timeline.fed_ms
         return refused
 
     def next_deadline(self) -> int | None:

@@ -10,14 +10,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from test_rollover_session import SCALED, RolloverCall
+from test_rollover_session import SCALED, ClientCommitCall, RolloverCall
+from test_session_engine import pcmu_tone
 
-from bridge.coordinator import Transcript
+from bridge.coordinator import AudioDiscontinuity, BargedIn, OpenReplacement, Transcript
 from providers.events import (
+    AudioReceived,
     InputTranscript,
     InputTranscriptFailed,
     ProviderEvent,
+    SessionClosed,
+    SpeechStarted,
 )
+from rtp.audio import PCMU_8K
 
 LONG = replace(SCALED, transcript_wait_ms=2_000, hard_stop_ms=14_000, cap_ms=16_000)
 
@@ -28,6 +33,10 @@ def finals(call: RolloverCall) -> list[str]:
 
 def heard(call: RolloverCall) -> list[str]:
     return [f"utterance {i}" for i in range(1, call.utterance + 1)]
+
+
+def barge_ins(call: RolloverCall) -> list[BargedIn]:
+    return [n for n in call.notices if isinstance(n, BargedIn)]
 
 
 def stage(call: RolloverCall) -> str:
@@ -44,6 +53,202 @@ def filtered(call: RolloverCall, drop: Callable[[ProviderEvent], ProviderEvent |
 
     call.core.provider_event = through  # type: ignore[method-assign]
     return lambda: setattr(call.core, "provider_event", original)
+
+
+def without_the_old_ones_text(call: RolloverCall) -> Callable[[], None]:
+    return filtered(call, lambda e: None if isinstance(e, InputTranscript) and e.token == 1 else e)
+
+
+def shared_utterance_awaiting_the_old_text(call: RolloverCall) -> int:
+    """A rollover opens; after a pause (longer than the match slack: the old one's text of the utterance before
+    comes after the opening) the caller says an utterance both connections hear; only the new one's text of it
+    comes (it waits for the old one's, RO3). Returns the next connection's token."""
+    opening = call.talk_until_a_rollover_opens()
+    call.step(False, 30)
+    undo = without_the_old_ones_text(call)
+    call.utterance += 1
+    call.step(True, 40)
+    call.step(False)
+    undo()
+    assert call.core.rollover.controller is not None and call.core.rollover.controller._texts.waiting()
+    return opening.token
+
+
+# --- a recovery during a rollover: the next connection's texts are emitted, not quarantined ---------------
+
+
+def test_s1_ro3_a_recovery_in_the_drain_emits_the_next_connections_text_held_for_the_old_ones() -> None:
+    call = RolloverCall(replace(LONG, overlap_ms=1_000))
+    shared_utterance_awaiting_the_old_text(call)
+    assert stage(call) == "draining" and call.core.token == 1
+    call.step(False, 5)  # the next connection alone hears the caller
+    call.core.provider_event(SessionClosed(1, "connection_lost", finalized=False), call.now)  # the floor dies
+    call._carry_out()
+    assert [c for c in call.commands if isinstance(c, OpenReplacement)]  # a recovery (HR5)
+    assert finals(call) == heard(call)  # the last one from the healthy next connection, once
+    [alone] = [n for n in call.notices if isinstance(n, AudioDiscontinuity) and n.direction == "input"]
+    assert alone.amount == 5 and alone.cause == "rollover_next_lost"  # quarantined with what it alone heard
+    call.step(False, 200)
+    assert finals(call) == heard(call)
+
+
+def test_s1_ro3_a_recovery_in_the_overlap_emits_the_next_connections_text_held_for_the_old_ones() -> None:
+    call = RolloverCall(replace(LONG, overlap_ms=4_000))
+    shared_utterance_awaiting_the_old_text(call)
+    assert stage(call) == "overlap"
+    call.core.provider_event(AudioReceived(1, bytes(170_000), PCMU_8K, "flood"), call.now)  # output_overflow
+    call._carry_out()
+    assert [c for c in call.commands if isinstance(c, OpenReplacement) and c.cause == "output_overflow"]
+    assert finals(call) == heard(call)
+    replacement = next(c for c in call.commands if isinstance(c, OpenReplacement))
+    assert replacement.snapshot.caller_text[-1] == heard(call)[-1]  # the replacement is seeded with it (HR7)
+
+
+def test_s1_ro3_a_recovery_after_the_floor_moved_emits_its_text_held_for_the_old_ones() -> None:
+    call = RolloverCall(replace(LONG, overlap_ms=1_000))
+    new = shared_utterance_awaiting_the_old_text(call)
+    for _ in range(200):
+        if call.core.token == new:
+            break
+        call.step(False)
+    assert call.core.token == new and call.core.connections.listeners == {1}  # the old one owes its text
+    call.core.provider_event(SessionClosed(new, "connection_lost", finalized=False), call.now)
+    call._carry_out()
+    assert finals(call) == heard(call)
+
+
+# --- the next connection lost while it alone hears the caller ----------------------------------------------
+
+
+def test_s1_the_next_connection_lost_while_it_alone_hears_the_caller_is_an_input_discontinuity() -> None:
+    """After the old connection stopped hearing the caller and before the floor moved, the next one is lost:
+    what only it heard is reported (HR8 style), and the old connection hears the caller again at once."""
+    call = RolloverCall(LONG)
+    new = call.talk_until_a_rollover_opens().token
+    call.utterance += 1
+    call.step(True, 40)
+    call.step(False)  # the shared utterance ends: the old one stops hearing the caller and drains (RO2)
+    assert stage(call) == "draining" and call.core.connections.audio_targets == (new,)
+    old_frames, new_frames = call.audio[1], call.audio[new]
+    undo = filtered(call, lambda e: None if isinstance(e, SpeechStarted) and e.token == new else e)
+    call.utterance += 1
+    call.step(False, 5)
+    call.step(True, 8)  # the caller begins again; the next one's VAD has not said so yet
+    undo()
+    alone = call.audio[new] - new_frames
+    assert call.audio[1] == old_frames and alone == 13
+    call.core.provider_event(SessionClosed(new, "connection_lost", finalized=False), call.now)
+    call._carry_out()
+    [lost] = [n for n in call.notices if isinstance(n, AudioDiscontinuity) and n.direction == "input"]
+    assert lost.amount == alone and lost.cause == "rollover_next_lost" and lost.at_ms == call.now // 1_000_000
+    assert call.core.connections.audio_targets == (1,)  # the old connection hears the caller again
+    call.step(True, 30)
+    assert call.audio[1] == old_frames + 30  # the rest of the utterance
+    call.step(False, 5)
+    assert finals(call) == heard(call)  # from the old one
+
+
+def test_s1_ro5_the_next_connection_lost_after_the_switch_is_an_input_discontinuity() -> None:
+    """Client commits (RO5): the switch hands the caller's audio to the next connection in one batch; lost before
+    it takes the floor, what it alone heard is reported and the old connection hears the caller again."""
+    call = ClientCommitCall()
+    for _ in range(20):
+        call.utterance += 1
+        call.step(True, 50)
+        for _ in range(30):
+            call.step(False)
+            if call.core.connections.audio_targets == (2,):
+                break
+        if call.core.connections.audio_targets == (2,):
+            break
+    assert call.core.connections.audio_targets == (2,) and call.core.token == 1  # switched, not handed over
+    call.step(False, 7)
+    call.core.provider_event(SessionClosed(2, "connection_lost", finalized=False), call.now)
+    call._carry_out()
+    [lost] = [n for n in call.notices if isinstance(n, AudioDiscontinuity) and n.direction == "input"]
+    assert lost.amount == 7 and lost.cause == "rollover_next_lost"  # the frames since the switch
+    assert call.core.connections.audio_targets == (1,)
+
+
+def test_s1_the_next_connection_lost_while_both_hear_reports_no_discontinuity() -> None:
+    call = RolloverCall(LONG)
+    new = call.talk_until_a_rollover_opens().token
+    call.step(True, 10)
+    assert stage(call) == "overlap"
+    call.core.provider_event(SessionClosed(new, "connection_lost", finalized=False), call.now)
+    call._carry_out()
+    assert not [n for n in call.notices if isinstance(n, AudioDiscontinuity)]  # the floor heard it all
+
+
+# --- barge-in during the hand-over (Realtime, xAI, Gemini: the server VAD of the connection hearing) -------
+
+
+def test_s3_a_listeners_speech_start_in_the_hand_over_is_a_barge_in_and_its_answer_plays_whole() -> None:
+    call = RolloverCall(replace(LONG, drain_ms=10_000))
+    new = call.talk_until_a_rollover_opens().token
+    call.utterance += 1
+    call.step(True, 40)
+    call.step(False)
+    assert stage(call) == "draining" and call.core.connections.audio_targets == (new,)
+    call.core.provider_event(AudioReceived(1, pcmu_tone(4_000), PCMU_8K, "old_answer"), call.now)
+    call.step(False, 10)  # the old answer plays; the floor stays with the old one until it is over (RO8)
+    assert call.core.token == 1 and call.playout.ledger.transmitted_ms("old_answer") > 0
+    before = len(barge_ins(call))
+    call.utterance += 1
+    call.step(True, 30)  # the caller talks over it: only the next connection hears them
+    [barge] = barge_ins(call)[before:]
+    played = call.playout.ledger.transmitted_ms("old_answer")
+    assert barge.source == "provider" and dict(barge.heard)["old_answer"] == played < 1_000
+    assert call.core.token == new  # the caller interrupted the old one: the floor moves to the one hearing
+    call.step(False)  # the caller's turn ends: the next connection answers it
+    for _ in range(10):  # its answer arrives in pieces while the old one's late audio is never played
+        call.core.provider_event(AudioReceived(new, pcmu_tone(100), PCMU_8K, "new_answer"), call.now)
+        call.core.provider_event(AudioReceived(1, pcmu_tone(100), PCMU_8K, "old_answer"), call.now)
+        call.step(False, 2)
+    call.step(False, 100)
+    assert call.playout.ledger.transmitted_ms("old_answer") == played
+    entries = call.playout.ledger.entries("new_answer")
+    assert entries[0].offset_ms == 0 and call.playout.ledger.transmitted_ms("new_answer") == 1_000
+    assert finals(call) == heard(call)
+
+
+def test_s3_a_listeners_speech_start_while_the_floor_hears_too_is_not_a_second_barge_in() -> None:
+    call = RolloverCall(replace(LONG, overlap_ms=2_000))
+    new = call.talk_until_a_rollover_opens().token
+    call.core.provider_event(AudioReceived(1, pcmu_tone(2_000), PCMU_8K, "old_answer"), call.now)
+    call.step(False, 5)
+    before = len(barge_ins(call))
+    call.step(True, 5)  # the overlap: both hear the caller; the floor's own start is the barge-in
+    assert stage(call) == "overlap" and call.core.token == 1
+    [barge] = barge_ins(call)[before:]
+    assert dict(barge.heard)["old_answer"] > 0 and new in call.open
+
+
+def test_s3_ro8_the_tail_of_an_answer_the_next_one_began_as_a_listener_is_not_played_after_it_takes_the_floor() -> (
+    None
+):
+    """Both connections answer the utterance they shared; the old one's is played. The next one's answer, begun
+    while it listened (dropped), must not be played in half once it holds the floor: it repeats the old one's."""
+    call = RolloverCall(LONG)
+    new = call.talk_until_a_rollover_opens().token
+    call.utterance += 1
+    call.step(True, 40)
+    call.step(False)
+    assert stage(call) == "draining"
+    call.core.provider_event(AudioReceived(1, pcmu_tone(600), PCMU_8K, "old_answer"), call.now)
+    call.core.provider_event(AudioReceived(new, pcmu_tone(300), PCMU_8K, "twin_answer"), call.now)
+    for _ in range(200):
+        if call.core.token == new:
+            break
+        call.step(False)
+    assert call.core.token == new and call.playout.ledger.transmitted_ms("old_answer") == 600
+    call.core.provider_event(AudioReceived(new, pcmu_tone(300), PCMU_8K, "twin_answer"), call.now)  # its tail
+    call.step(False, 30)
+    assert call.playout.ledger.transmitted_ms("twin_answer") == 0
+    call.turn()  # the next utterance: its answer is the new floor's own, played whole
+    call.core.provider_event(AudioReceived(new, pcmu_tone(400), PCMU_8K, "next_answer"), call.now)
+    call.step(False, 40)
+    assert call.playout.ledger.transmitted_ms("next_answer") == 400
 
 
 # --- RO3 matching: one utterance, one match ----------------------------------------------------------------
