@@ -73,7 +73,10 @@ Direction = Literal["in", "out"]
 RecoveryCause = Literal["output_overflow", "output_stale", "transport_lost", "provider_silent", "other"]
 RecoveryOutcome = Literal["recovered", "failed"]
 RolloverOutcome = Literal["completed", "refused", "failed"]
-DiscontinuityCause = Literal["output_overflow", "output_stale", "voice_transport_recovery", "rollover"]
+# "rollover_next_lost": what a rollover's next connection alone heard, lost or quarantined with it (S1).
+DiscontinuityCause = Literal[
+    "output_overflow", "output_stale", "voice_transport_recovery", "rollover", "rollover_next_lost"
+]
 JobOutcome = Literal["completed", "failed", "timeout", "refused", "unknown"]
 RegistrationState = Literal["unregistered", "registering", "registered", "failed"]
 REGISTRATION_STATES: tuple[RegistrationState, ...] = ("unregistered", "registering", "registered", "failed")
