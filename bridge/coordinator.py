@@ -132,6 +132,7 @@ class SessionCoordinator:
             o.rollover,
             next_seed,
             client_commits=self.client_turns,
+            jobs=self.delegations,
         )
         self.ending = CallEnding(self.out, self.output, o.telephony, o.closing_message)
         self.telephony = TelephonyTools(self.out, o.telephony, self.delegations, self.ending)
@@ -179,10 +180,14 @@ class SessionCoordinator:
         if isinstance(event, (ev.UsageUpdated, ev.SessionClosed)):
             self.usage.observe(event)  # usage of any transport counts, also a quarantined one (HR12)
         role = self.connections.classify(event.token)  # another token is inert (HR2, HR5)
+        if self.delegations.echoes and role is not Role.STALE:  # S2: a rollover's next connection
+            self._echo(event, now)
         if role is Role.LISTENER:
             if self.connections.handing_over and isinstance(event, (ev.SpeechStarted, ev.SpeechStopped)):
                 self._turn(self.turns.provider(event), now, event.token)  # S3: it alone hears the caller
-            if not self.captions.fragment(event, self.timeline, now, speaking=self.turns.speaking):
+            if isinstance(event, ev.ToolCallRequested):  # S2: the ledger's rule; never left unanswered
+                self._call(event, now)
+            elif not self.captions.fragment(event, self.timeline, now, speaking=self.turns.speaking):
                 self.rollover.listener_event(event, now)
                 if isinstance(event, ev.SessionClosed):
                     self._gone(now)
@@ -227,15 +232,34 @@ class SessionCoordinator:
                 self._end(f"protocol error {event.code}: {event.message}", now, failed=True)
         elif isinstance(event, ev.ResumptionUpdated):
             self.connections.resumption_updated(event.token, event.handle, event.resumable)
-        elif isinstance(event, ev.ToolCallRequested) and not self.delegations.ended:  # S8: none after the end
-            e, at = event, self.timeline.rebase(event.token, event.at_ms, now)  # HR11
-            self.delegations.call_requested(e.token, e.call_id, e.name, e.arguments, e.kind, at)
+        elif isinstance(event, ev.ToolCallRequested):
+            self._call(event, now)
         elif isinstance(event, ev.ToolCallCancelled):
             self.delegations.call_cancelled(event.call_ids, self.timeline.ms(now))
         elif isinstance(event, ev.ResponseDone) and self.delegations.response_ended(
             event.token, self.timeline.ms(now)
         ):
             self.rollover.tool_turn_done(now)
+
+    def _call(self, e: ev.ToolCallRequested, now: int) -> None:
+        """A call from the floor or a listener: a job, or answered from the ledger (DL1, HR10, S2)."""
+        if self.delegations.ended:  # S8: nothing is dispatched after the session ended
+            return
+        at, stamped = self.timeline.rebase(e.token, e.at_ms, now), e.at_ms is not None  # HR11
+        self.delegations.call_requested(e.token, e.call_id, e.name, e.arguments, e.kind, at, stamped=stamped)
+
+    def _echo(self, event: ev.ProviderEvent, now: int) -> None:
+        """S2: what the ledger watches of a rollover's next connection until its own work begins
+        (bridge/delegations.py): the caller's utterances it hears, and its responses."""
+        jobs, token = self.delegations, event.token
+        if isinstance(event, ev.SpeechStarted):
+            jobs.caller_heard(True, self.timeline.rebase(token, event.at_ms, now))
+        elif isinstance(event, (ev.SpeechStopped, ev.AudioReceived, ev.OutputTranscript)):
+            jobs.echo_output(token)  # (after an end of speech, the server's turn detection answers)
+            if isinstance(event, ev.SpeechStopped):
+                jobs.caller_heard(False, self.timeline.rebase(token, event.at_ms, now))
+        elif isinstance(event, ev.ResponseDone):
+            jobs.echo_response_done(token)
 
     def job_answered(self, job_id: str, output: str, now: int) -> bool:
         """The application answered a dispatched job; False when the job no longer takes an answer."""
@@ -462,11 +486,15 @@ class SessionCoordinator:
                 self.recovery.caller_started()
                 at = self.timeline.rebase(self.token if token is None else token, change.provider_ms, now)
                 self.delegations.caller_started(self.token, at)
+                if self.delegations.echoes:  # S2: the next connection's own work begins with it
+                    self.delegations.caller_heard(True, at)
             if change.source == "local_vad" and change.barge:
                 self.rollover.local_turn(True, now)  # without server VAD, the local detector marks utterances
         elif isinstance(change, CallerStopped):
             if (ended := self.barge.turn_over(self.timeline.ms(now))) is not None:
                 self.out.notices.append(ended)
+            if self.delegations.echoes:
+                self.delegations.caller_heard(False, self.timeline.ms(now))
             self._turn_over(now)
             if change.source == "local_vad":
                 if not self.ending.ended:

@@ -38,6 +38,26 @@ id, tool, bounded arguments) and what is known of its outcome, of
 The arguments are the model's text (what the application's handler was given), cut at `MAX_TOLD_CHARS`; the
 bridge's own secrets never appear in a job.
 
+Around a rollover (S2, RO4, RO8): the next connection hears the caller's last utterances together with the old
+one, and answers them too — the same request, asked twice. One caller request dispatches at most one job, so
+a response a connection began while it was a listener (an answer to an utterance the old connection heard:
+RO4's shared utterances) is never dispatched. Its calls become jobs in the state `handled_before`, answered to
+that connection with `HANDLED_BEFORE` and kept in the ledger (a redelivery is answered the same). A listener
+still listening gets that answer too — its function call is not left open — and nothing it says is played.
+The next connection's calls are work again from the caller's first utterance that began after the old one
+stopped hearing the caller (its StopInput: `stopped_hearing`), by any connection's or the local detector's
+account. Where the rules are silent, two guards for the order in which events come:
+- a call the provider stamped before that utterance began (GPT-Live's delegations carry their time) answers a
+  shared utterance, whenever it comes;
+- a call with no time of its own (Realtime, xAI, Gemini) that comes while the response under way at that
+  utterance's start has not ended is the answer to the shared one: Realtime names no "response began" and
+  sends a call at the end of its response, and the local detector or the provider's speech start may come
+  before a call the provider had already made. A response is under way from the connection's end of speech,
+  audio, caption or call until its `ResponseDone`; where a protocol has none, the caller's next utterance
+  ends it.
+What the old connection started stays its own: its jobs run and their results go to whichever connection holds
+the floor (RO8). A recovery quarantines the rollover's connections; the replacement's calls follow HR10.
+
 This module is sans-I/O: the coordinator calls it with session times and connection tokens and drains
 `commands()` and `notices()`; the session shell runs the application's handler.
 """
@@ -56,6 +76,15 @@ NOT_RUN_STALE = (
 )
 
 
+HANDLED_BEFORE = json.dumps(
+    {
+        "error": "not run: the previous connection of this call already handled this request (the caller's "
+        "words were heard by both); any result will be given to you. Do not request it again and do not "
+        "speak about it now"
+    }
+)
+
+
 def refused_output(reason: str) -> str:
     return json.dumps({"error": f"refused: {reason}"})
 
@@ -70,6 +99,7 @@ class JobState(enum.Enum):
     SUPERSEDED = "superseded"  # a correction replaced it before its result was announced (HR9)
     CANCELLED = "cancelled"  # the provider withdrew the call
     CUT_OFF = "cut_off"  # still running when the session ended, after the grace (S8)
+    HANDLED_BEFORE = "handled_before"  # answers what the previous connection heard and handled (S2)
 
     @property
     def pending(self) -> bool:
@@ -103,6 +133,17 @@ class Job:
     @property
     def job_id(self) -> str:
         return self.request.job_id
+
+
+@dataclass(slots=True)
+class Echo:
+    """A rollover's next connection, while what it answers may be what the previous connection heard (S2)."""
+
+    since_ms: int | None = None  # when the previous connection stopped hearing the caller (None: not yet)
+    fresh_ms: int | None = None  # when the caller's first utterance after that began: its own work from then
+    fresh_over: bool = False  # that utterance has ended
+    responding: bool = False  # a response of this connection is under way (until its ResponseDone)
+    shared_response: bool = False  # the one under way when that utterance began: it answers a shared one
 
 
 @dataclass(slots=True)
@@ -253,6 +294,7 @@ class DelegationStats:
     refused: int = 0
     not_dispatched: int = 0
     superseded: int = 0
+    handled_before: int = 0  # calls answering what the previous connection handled (S2)
     unknown_commands: int = 0
     uncertain: int = 0  # S8: pieces of work told as uncertain
     by_state: Counter[str] = field(default_factory=Counter)
@@ -346,16 +388,30 @@ class Delegations:
         # session goes on); `ended`: the uncertain work was told, nothing more will be.
         self.ending_due_ms: int | None = None
         self.ended = False
+        self.echoes: dict[int, Echo] = {}  # a rollover's next connections, by token, until settled (S2)
+        self.own_work_from: dict[int, int] = {}  # settled ones: when their own work began (the latest few)
 
     # --- provider side ---
 
     def call_requested(
-        self, token: int, call_id: str, name: str, arguments: str, kind: str, at_ms: int
+        self,
+        token: int,
+        call_id: str,
+        name: str,
+        arguments: str,
+        kind: str,
+        at_ms: int,
+        *,
+        stamped: bool = True,
     ) -> None:
-        """The model asked for a tool or a delegation (`at_ms` already on the session timeline)."""
+        """The model asked for a tool or a delegation (`at_ms` already on the session timeline; `stamped`: the
+        provider's time of the call, not when it came)."""
         known = self._by_call.get(call_id)
         if known is not None:
             self._redelivered(known, token, call_id, at_ms)
+            return
+        if (self.echoes or self.own_work_from) and self.echoed(token, at_ms, stamped):
+            self._handled_before(token, call_id, name, arguments, kind, at_ms)
             return
         fresh = self.fresh_start_ms
         supersedes = (
@@ -375,6 +431,22 @@ class Delegations:
             self._changed(job, JobState.HELD, "waiting for the caller's first fresh interval (HR10)", at_ms)
         else:
             self._dispatch(job, at_ms)
+
+    def _handled_before(
+        self, token: int, call_id: str, name: str, arguments: str, kind: str, at_ms: int
+    ) -> None:
+        """S2: a call of a response begun while the connection was a listener — the previous connection heard
+        the same request and handled it. Kept in the ledger, answered, never dispatched."""
+        self.echo_output(token)
+        self._next_job += 1
+        request = JobRequest(f"job-{self._next_job}", name, arguments, kind, at_ms)
+        job = Job(request, [call_id], token, JobState.HELD)
+        self.ledger.add(job, call_id)
+        self.stats.handled_before += 1
+        self._changed(
+            job, JobState.HANDLED_BEFORE, "the previous connection handled this request (S2)", at_ms
+        )
+        self._answer_model(job, HANDLED_BEFORE, token)
 
     def call_cancelled(self, call_ids: Iterable[str], at_ms: int) -> None:
         for call_id in call_ids:
@@ -439,11 +511,77 @@ class Delegations:
         self.facts.append(text[:500])
         del self.facts[: -self.options.max_facts]
 
+    # --- the rollover gate (S2) ---
+
+    def listening(self, token: int) -> None:
+        """A rollover opened connection `token`: it hears what the floor hears, and answers it too."""
+        self.echoes[token] = Echo()
+
+    def stopped_hearing(self, at_ms: int) -> None:
+        """The previous connection stopped hearing the caller: utterances from now on are the next one's."""
+        for echo in self.echoes.values():
+            if echo.since_ms is None:
+                echo.since_ms = at_ms
+
+    def echoed(self, token: int, at_ms: int, stamped: bool) -> bool:
+        """A call of connection `token` at `at_ms` (`stamped`: the provider's own time of the call, else when it
+        came) answers what the previous connection heard (S2)."""
+        echo = self.echoes.get(token)
+        if echo is None:
+            own = self.own_work_from.get(token)
+            return own is not None and at_ms < own
+        if echo.fresh_ms is None or at_ms < echo.fresh_ms:
+            return True
+        return echo.shared_response and not stamped
+
+    def caller_heard(self, started: bool, at_ms: int) -> None:
+        """The caller began (or ended) an utterance, by any connection's or the local detector's account: the
+        first one begun after the previous connection stopped hearing opens the next connection's own work;
+        the rule is settled at its end, or once the shared response under way then has ended too."""
+        for token, echo in list(self.echoes.items()):
+            if echo.since_ms is None or at_ms < echo.since_ms:
+                continue
+            if started and echo.fresh_ms is None:
+                echo.fresh_ms, echo.shared_response = at_ms, echo.responding
+            elif echo.fresh_ms is None or at_ms < echo.fresh_ms:
+                continue
+            elif not started:
+                echo.fresh_over = True
+                if not echo.shared_response:
+                    self._settle_echo(token, echo.fresh_ms)
+            elif echo.fresh_over:  # the caller's next utterance: no response outlives that (no ResponseDone)
+                self._settle_echo(token, echo.fresh_ms)
+
+    def echo_output(self, token: int) -> None:
+        """Connection `token` is answering (its end of speech, audio, a caption, a call): a response is under
+        way; begun before the caller's fresh utterance, it answers a shared one."""
+        if (echo := self.echoes.get(token)) is not None:
+            echo.responding = True
+
+    def echo_response_done(self, token: int) -> None:
+        if (echo := self.echoes.get(token)) is not None:
+            echo.responding = echo.shared_response = False
+            if echo.fresh_over and echo.fresh_ms is not None:
+                self._settle_echo(token, echo.fresh_ms)
+
+    def forget_echo(self, token: int) -> None:
+        """Connection `token` is gone (failed or closed before it took the floor)."""
+        self.echoes.pop(token, None)
+
+    def _settle_echo(self, token: int, fresh_ms: int) -> None:
+        """Watched no more: a call of `token` is an echo only when the provider stamped it before `fresh_ms`."""
+        del self.echoes[token]
+        self.own_work_from[token] = fresh_ms
+        while len(self.own_work_from) > 4:  # the latest rollovers' (a provider stamps what is recent)
+            del self.own_work_from[next(iter(self.own_work_from))]
+
     # --- recovery gates ---
 
     def recovery_started(self, old_token: int, at_ms: int) -> None:
         """HR6: what the lost connection had not taken in is unknown; HR9/HR10: results and calls wait."""
         self._lose(old_token, "connection_lost", at_ms)
+        self.echoes.clear()  # the rollover's connections are quarantined: the replacement follows HR10
+        self.own_work_from.clear()
         self.recoveries += 1
         self.resuming = True
         self.held = True
@@ -568,6 +706,7 @@ class Delegations:
             "refused": self.stats.refused,
             "not_dispatched": self.stats.not_dispatched,
             "superseded": self.stats.superseded,
+            "handled_before": self.stats.handled_before,
             "outstanding_commands": self._outstanding(),
             "unknown_commands": self.stats.unknown_commands,
             "uncertain": self.stats.uncertain,
@@ -593,7 +732,8 @@ class Delegations:
             )
         )
         if (
-            job.state in (JobState.DELIVERED, JobState.REFUSED, JobState.NOT_DISPATCHED)
+            job.state
+            in (JobState.DELIVERED, JobState.REFUSED, JobState.NOT_DISPATCHED, JobState.HANDLED_BEFORE)
             and job.output is not None
         ):
             self._answer_model(job, job.output, token, call_id)

@@ -90,6 +90,7 @@ from bridge.commands import (
     TakeFloor,
 )
 from bridge.connections import Connections, connection_id, token_of
+from bridge.delegations import Delegations
 from bridge.timeline import Captions, Timeline
 from bridge.turns import TurnTracker
 from providers.events import (
@@ -805,8 +806,10 @@ class RolloverLink:
     """The glue between one call's session and its rollover controller (RO1-RO9): what the controller watches,
     from every connection it knows, and where each of its decisions goes — the connection registry (floor,
     listeners, caller-audio targets), the captions (each utterance once), or the shell (the same command
-    types). Connections that listen but do not hold the floor never speak or act (RO8): their audio is dropped
-    and counted, their tool calls are not dispatched."""
+    types). Connections that listen but do not hold the floor never speak (RO8): their audio is dropped and
+    counted. The job ledger learns when a next connection opens and when the old one stops hearing the caller:
+    until the caller's first utterance after that, the next one's calls answer what the old one heard and
+    handled, and are never dispatched (S2, bridge/delegations.py)."""
 
     def __init__(
         self,
@@ -819,8 +822,10 @@ class RolloverLink:
         seed: Seed,
         *,
         client_commits: bool,
+        jobs: Delegations | None = None,
     ) -> None:
         self._out, self._connections, self._timeline, self._captions = out, connections, timeline, captions
+        self._jobs = jobs
         self._turns, self._seed = turns, seed
         self.options = replace(options, client_commits=True) if options and client_commits else options
         self._client = client_commits
@@ -1053,6 +1058,8 @@ class RolloverLink:
         alone = self._connections.handing_over and token in self._connections.audio_targets
         self._connections.drop(token)
         self._utterances.pop(token, None)
+        if self._jobs is not None:
+            self._jobs.forget_echo(token)
         cid = connection_id(token)
         self._out.notices.append(RolloverChanged("failed", cid, reason, self._timeline.ms(now)))
         if self.controller is not None and self.controller.status()["next"] != cid:
@@ -1079,6 +1086,8 @@ class RolloverLink:
                 self._out.commands.append(action)
             elif isinstance(action, OpenRollover):
                 self._connections.add_listener(token)
+                if self._jobs is not None:
+                    self._jobs.listening(token)  # S2: it answers what the floor hears, too
                 self._out.commands.append(action)
                 self._out.notices.append(
                     RolloverChanged("opening", action.connection_id, f"token {token}", at)
@@ -1086,6 +1095,8 @@ class RolloverLink:
             elif isinstance(action, StartInput):
                 self._connections.start_input(token)
             elif isinstance(action, StopInput):
+                if token == self._connections.floor and self._jobs is not None:
+                    self._jobs.stopped_hearing(at)  # S2: utterances from now on are the next one's
                 self._connections.stop_input(token)
             elif isinstance(action, TakeFloor) and self._connections.take_floor(token):
                 self.speaker_busy = False

@@ -1,0 +1,242 @@
+"""Seam S2 (DESIGN §14) through the session coordinator on virtual time, with the rollover suite's call.
+
+S2: one caller request dispatches at most one job, whichever connection asks for it and when — a response a
+connection began while it was a listener (an answer to an utterance the previous connection heard too) is
+never dispatched; its calls are answered "handled by the previous connection" and kept in the ledger.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+
+from test_rollover_session import SCALED, RolloverCall
+from test_session_engine import GPT_LIVE_CAPS, pcmu_tone
+
+from bridge.coordinator import (
+    CommitInput,
+    OpenReplacement,
+    OpenRollover,
+)
+from bridge.delegations import DeliverResult, DispatchJob, JobChanged
+from providers.events import (
+    AudioReceived,
+    InputTranscript,
+    ProviderEvent,
+    ResponseDone,
+    SessionClosed,
+    SessionStarted,
+    SpeechStarted,
+    ToolCallRequested,
+)
+from rtp.audio import PCMU_8K
+
+BOOK = ("book_table", '{"party": 4, "time": "19:30"}')
+
+
+def dispatched(call: RolloverCall) -> list[str]:
+    return [c.request.job_id for c in call.commands if isinstance(c, DispatchJob)]
+
+
+def answers(call: RolloverCall, call_id: str) -> list[DeliverResult]:
+    return [c for c in call.commands if isinstance(c, DeliverResult) and c.call_id == call_id]
+
+
+def ask(call: RolloverCall, token: int, call_id: str) -> None:
+    """Connection `token` asks for the table (Realtime: the call comes at the end of its response)."""
+    call.core.provider_event(ToolCallRequested(token, call_id, *BOOK), call.now)
+    call._carry_out()
+
+
+def done(call: RolloverCall, token: int) -> None:
+    call.core.provider_event(ResponseDone(token), call.now)
+    call._carry_out()
+
+
+@contextmanager
+def the_old_connections_text_withheld(call: RolloverCall) -> Iterator[None]:
+    """Connection 1's caller text does not come meanwhile: the next one's text waits for it (RO3)."""
+    heard = call.core.provider_event
+
+    def heard_but_text(event: ProviderEvent, now: int) -> None:
+        if event.token != 1 or not isinstance(event, InputTranscript):
+            heard(event, now)
+
+    call.core.provider_event = heard_but_text  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        call.core.provider_event = heard  # type: ignore[method-assign]
+
+
+def shared_request_answered_by_both(call: RolloverCall, *, hard_stop: bool) -> int:
+    """The caller asks for a table while both connections hear them; the old one's reply is a tool call whose
+    `ResponseDone` moves the floor; then the next connection's own call for the same request arrives (its
+    response began while it was a listener). Returns the next connection's token."""
+    opening = call.talk_until_a_rollover_opens()
+    call.utterance += 1
+    if hard_stop:  # RO2: the caller talks through the hard stop; the old one's buffer is committed
+        while not any(isinstance(c, CommitInput) for c in call.commands):
+            call.step(True)
+        call.step(True, 10)
+    else:
+        call.step(True, 50)
+    call.step(False)  # both connections' end of speech: each answers the request
+    assert call.core.token == 1 and opening.token in call.core.connections.listeners
+    ask(call, 1, "call_old")
+    done(call, 1)  # the old one's reply ends in the tool call: it has nothing left to play
+    assert call.core.token == opening.token  # the floor moved (RO8)
+    ask(call, opening.token, "call_new")  # the next connection's call for the same request
+    done(call, opening.token)
+    return opening.token
+
+
+def test_s2_a_request_both_connections_heard_dispatches_one_job_when_the_old_ones_tool_turn_moves_the_floor() -> (
+    None
+):
+    call = RolloverCall()
+    new = shared_request_answered_by_both(call, hard_stop=False)
+    assert dispatched(call) == ["job-1"]  # the old connection's call only
+    [answer] = answers(call, "call_new")
+    assert answer.token == new and "previous connection" in json.loads(answer.output)["error"]
+    # a redelivery of the call is answered the same, from the ledger, never dispatched
+    ask(call, new, "call_new")
+    assert (
+        dispatched(call) == ["job-1"] and [a.output for a in answers(call, "call_new")] == [answer.output] * 2
+    )
+    jobs = call.core.status(call.now)["delegations"]
+    assert jobs["dispatched"] == 1 and jobs["jobs"].get("handled_before") == 1
+
+
+def test_s2_a_request_both_connections_heard_dispatches_one_job_after_the_hard_stop_commit() -> None:
+    call = RolloverCall()
+    new = shared_request_answered_by_both(call, hard_stop=True)
+    assert dispatched(call) == ["job-1"]
+    [answer] = answers(call, "call_new")
+    assert answer.token == new and "previous connection" in answer.output
+
+
+def test_s2_the_next_connections_calls_are_work_again_from_the_callers_first_utterance_after_the_old_one_stopped_hearing() -> (
+    None
+):
+    call = RolloverCall()
+    new = shared_request_answered_by_both(call, hard_stop=False)
+    call.turn()  # the caller's next request: only the new connection heard it
+    ask(call, new, "call_next")
+    assert len(dispatched(call)) == 2 and not answers(call, "call_next")  # (job-2: the shared request's echo)
+
+
+def test_s2_a_response_under_way_when_the_caller_speaks_again_still_answers_the_shared_request() -> None:
+    """The next connection's response to the shared request is still streaming when the caller starts a new
+    utterance (the local detector, or a provider's speech start, can come first): its call, arriving after that
+    start but before the response ends, is not new work; the response's end settles it."""
+    call = RolloverCall()
+    opening = call.talk_until_a_rollover_opens()
+    call.utterance += 1
+    call.step(True, 50)
+    call.step(False)
+    ask(call, 1, "call_old")
+    done(call, 1)
+    new = opening.token
+    assert call.core.token == new
+    call.core.provider_event(AudioReceived(new, pcmu_tone(200), PCMU_8K, "resp_shared"), call.now)
+    call.step(False, 5)
+    call.core.provider_event(SpeechStarted(new, None, "u-fresh"), call.now)  # the caller speaks again
+    call._carry_out()
+    ask(call, new, "call_late")  # the shared response's call, late
+    done(call, new)
+    assert dispatched(call) == ["job-1"] and "previous connection" in answers(call, "call_late")[0].output
+
+
+def test_s2_a_listeners_tool_call_is_answered_handled_by_the_previous_connection_and_never_played() -> None:
+    call = RolloverCall()
+    opening = call.talk_until_a_rollover_opens()
+    depth = call.playout.depth
+    ask(call, opening.token, "call_listener")
+    [answer] = answers(call, "call_listener")  # answered, not left unanswered
+    assert answer.token == opening.token and "previous connection" in answer.output
+    assert not dispatched(call)
+    # what the listener says in reply is never played
+    call.core.provider_event(AudioReceived(opening.token, pcmu_tone(300), PCMU_8K, "reply"), call.now)
+    assert call.playout.depth == depth
+    changed = [n for n in call.notices if isinstance(n, JobChanged) and n.state == "handled_before"]
+    assert len(changed) == 1
+
+
+def test_s2_the_old_connections_call_after_it_handed_the_floor_over_is_the_one_job() -> None:
+    """The old connection's audio was all played, so the floor moved before its call came (Realtime sends a
+    function call after the audio of its response) while it listens on for its text (RO3): the old one heard
+    the request and asks for it — one job, its result for the floor; the next connection's call is the echo."""
+    call = RolloverCall(replace(SCALED, overlap_ms=2_000))
+    opening = call.talk_until_a_rollover_opens()
+    call.step(False, 35)  # (a pause longer than match_slack_ms: the next utterance is another one, RO3)
+    with the_old_connections_text_withheld(call):
+        call.utterance += 1
+        call.step(True, 50)
+        call.step(False)
+    call.core.provider_event(AudioReceived(1, pcmu_tone(200), PCMU_8K, "resp_old"), call.now)
+    call.step(False, 30)  # played out: the old connection holds no items, the floor moves
+    assert call.core.token == opening.token and 1 in call.core.connections.listeners
+    ask(call, 1, "call_old")
+    ask(call, opening.token, "call_new")
+    assert len(dispatched(call)) == 1 and not answers(call, "call_old")
+    assert "previous connection" in answers(call, "call_new")[0].output
+
+
+def test_s2_a_recovery_during_the_overlap_leaves_the_replacements_calls_to_hr10() -> None:
+    """A recovery quarantines the rollover's connections; the replacement's calls follow HR10 (held until the
+    caller's fresh interval), not the rollover's rule: the caller's fresh request dispatches."""
+    call = RolloverCall()
+    opening = call.talk_until_a_rollover_opens()
+    call.core.provider_event(SessionClosed(1, "connection_lost", finalized=False), call.now)
+    call._carry_out()
+    [replacement] = [c for c in call.commands if isinstance(c, OpenReplacement)]
+    assert replacement.token not in (1, opening.token)
+    call.open = {replacement.token}
+    call.core.provider_event(SessionStarted(replacement.token, "sess_r"), call.now)
+    call._carry_out()
+    call.turn()
+    ask(call, replacement.token, "call_after_repair")
+    assert len(dispatched(call)) == 1 and not answers(call, "call_after_repair")
+
+
+def test_s2_a_second_rollover_keeps_the_rule_for_its_own_next_connection() -> None:
+    call = RolloverCall()
+    shared_request_answered_by_both(call, hard_stop=False)
+    for _ in range(20):
+        call.turn()
+        if call.core.status(call.now)["rollover"]["rollovers"] >= 1 and any(
+            isinstance(c, OpenRollover) and c.token > 2 for c in call.commands
+        ):
+            break
+    [second] = [c for c in call.commands if isinstance(c, OpenRollover) and c.token > 2][:1]
+    ask(call, second.token, "call_second_listener")
+    assert "previous connection" in answers(call, "call_second_listener")[0].output
+    assert dispatched(call) == ["job-1"]
+
+
+def test_s2_gpt_live_delegations_stamped_before_the_fresh_utterance_are_not_new_work() -> None:
+    """GPT-Live names when it delegated (`at_ms`): a delegation of the next connection stamped before the
+    caller's first utterance after the old one stopped hearing is an answer to a shared one."""
+    call = RolloverCall(capabilities=GPT_LIVE_CAPS)
+    opening = call.talk_until_a_rollover_opens()
+    for _ in range(200):
+        if call.core.token == opening.token:
+            break
+        call.step(False)
+    assert call.core.token == opening.token
+    stamped = call.core.timeline.ms(call.now) - 100
+    call.turn()  # the caller's fresh request (the local detector)
+    origin = call.core.timeline._origins[opening.token][0]
+    call.core.provider_event(
+        ToolCallRequested(opening.token, "d_old", "lookup", "{}", "delegation", at_ms=stamped - origin),
+        call.now,
+    )
+    call.core.provider_event(
+        ToolCallRequested(opening.token, "d_new", "lookup", "{}", "delegation", at_ms=None), call.now
+    )
+    call._carry_out()
+    assert "previous connection" in answers(call, "d_old")[0].output
+    assert len(dispatched(call)) == 1 and not answers(call, "d_new")
