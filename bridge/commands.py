@@ -296,7 +296,8 @@ class AudioDiscontinuity:
 
 @dataclass(frozen=True, slots=True)
 class RolloverChanged:
-    """A rollover step: `what` is "opening", "floor", "closed", "failed", "refused" (with `detail`)."""
+    """A rollover step: `what` is "opening", "floor", "closed", "failed", "refused", or "abandoned" (the next
+    connection closed because the call ended before it took the floor, S6), with `detail`."""
 
     what: str
     connection_id: str

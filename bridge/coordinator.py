@@ -306,15 +306,17 @@ class SessionCoordinator:
     def resumption_rejected(self, token: int, now: int) -> None:
         """The provider refused the resumption handle of connection `token`: reseed without it."""
         if self.recovery.reconnecting:
-            self.recovery.resumption_rejected(token, now)
+            if self._may_recover():  # S6: after the hang-up nothing is opened
+                self.recovery.resumption_rejected(token, now)
         elif not self.ending.ended:
-            self.rollover.resumption_rejected(token)
+            self.rollover.resumption_rejected(token)  # (nor here: RolloverLink.end, S6)
         self._settle(now)
 
     def call_ended(self, now: int) -> None:
         """The call leg is gone: a connection lost from now on is the session closing, not a fault."""
         self._others_known = False
         self.ending.call_ended(self.token, now, reconnecting=self.recovery.reconnecting)
+        self.rollover.end("call_ended", now)  # S6: nothing more is opened, authorised or funded
         self._ending(now)
         self.delegations.end_check(self.timeline.ms(now), self.ending.finished(now))
 
@@ -532,6 +534,7 @@ class SessionCoordinator:
     def _end(self, reason: str, now: int, *, failed: bool = False, goodbye: bool = False) -> None:
         if self.ending.end(reason, now, failed=failed, goodbye=goodbye):
             self.state = "failed" if failed else "closing"
+            self.rollover.end("session_ended", now)  # S6
             self._ending(now)
 
     def _gone(self, now: int) -> None:

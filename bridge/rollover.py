@@ -809,7 +809,11 @@ class RolloverLink:
     types). Connections that listen but do not hold the floor never speak (RO8): their audio is dropped and
     counted. The job ledger learns when a next connection opens and when the old one stops hearing the caller:
     until the caller's first utterance after that, the next one's calls answer what the old one heard and
-    handled, and are never dispatched (S2, bridge/delegations.py)."""
+    handled, and are never dispatched (S2, bridge/delegations.py).
+
+    S6: once the caller hung up or the session ended (`end`), nothing more is asked, opened or funded: the
+    approve, authorise and open decisions are dropped, their late answers counted as late, and a next
+    connection still listening is closed. A previous connection still waiting for its text (RO3) may finish."""
 
     def __init__(
         self,
@@ -826,6 +830,7 @@ class RolloverLink:
     ) -> None:
         self._out, self._connections, self._timeline, self._captions = out, connections, timeline, captions
         self._jobs = jobs
+        self.ended = False  # the caller hung up or the session ended: nothing more is opened (S6)
         self._turns, self._seed = turns, seed
         self.options = replace(options, client_commits=True) if options and client_commits else options
         self._client = client_commits
@@ -847,7 +852,7 @@ class RolloverLink:
         self.stop()
         if heard is not None:
             self._utterances[token] = heard
-        if self.options is not None:
+        if self.options is not None and not self.ended:
             floor = connection_id(self._connections.floor)
             self.controller = RolloverController(
                 floor,
@@ -1027,12 +1032,35 @@ class RolloverLink:
             self.controller.items_finished(connection_id(self._connections.floor), now)
 
     def approved(self, rollover_id: str, approved: bool | None, error: str | None, now: int) -> None:
-        if self.controller is not None:
+        if self.ended:
+            self.stats.late_answers += 1  # S6: after the hang-up, an answer opens nothing
+        elif self.controller is not None:
             self.controller.approve_answered(rollover_id, approved, error, now)
 
     def authorized(self, cid: str, ok: bool, now: int) -> None:
-        if self.controller is not None:
+        if self.ended:
+            self.stats.late_answers += 1
+        elif self.controller is not None:
             self.controller.authorize_answered(cid, ok, now)
+
+    def end(self, reason: str, now: int) -> None:
+        """S6: the caller hung up, or the session ended: nothing more is asked, opened or funded, and the next
+        connection, if one listens (it never took the floor), is closed."""
+        if self.ended:
+            return
+        self.ended = True
+        ctl = self.controller
+        nxt = ctl.status()["next"] if ctl is not None else None
+        token = token_of(nxt) if isinstance(nxt, str) else -1
+        if token in self._connections.listeners:
+            self._out.commands.append(CloseTransport(connection_id(token), reason))
+            self._connections.drop(token)
+            self._utterances.pop(token, None)
+            if self._jobs is not None:
+                self._jobs.forget_echo(token)
+            self._out.notices.append(
+                RolloverChanged("abandoned", connection_id(token), reason, self._timeline.ms(now))
+            )
 
     def expires(self, token: int, time_left_ms: int, now: int) -> None:
         """An announced end (GPT-Live's and Realtime's `expires_at`) sooner than the configured cap drives the
@@ -1043,7 +1071,7 @@ class RolloverLink:
 
     def resumption_rejected(self, token: int) -> None:
         """The next connection's provider refused the resumption handle: open it once more, reseeded without."""
-        if token in self._connections.listeners:
+        if token in self._connections.listeners and not self.ended:
             self._connections.resume_handle = None
             self._out.notices.append(Reseeded(token, "rollover"))
             self._out.commands.append(OpenRollover(connection_id(token), *self._seed()))
@@ -1080,6 +1108,8 @@ class RolloverLink:
         at, refused = self._timeline.ms(now), None
         for action in actions:
             token = 0 if isinstance(action, EndSession) else token_of(action.connection_id)
+            if self.ended and isinstance(action, (ApproveRollover, AuthorizeConnection, OpenRollover)):
+                continue  # S6: after the hang-up nothing is asked, opened or funded
             if isinstance(action, (CommitInput, StopInput)):
                 self._cut(token, at)
             if isinstance(action, (ApproveRollover, AuthorizeConnection, CommitInput)):

@@ -1,8 +1,9 @@
-"""Seam S2 (DESIGN §14) through the session coordinator on virtual time, with the rollover suite's call.
+"""Seams S2 and S6 (DESIGN §14) through the session coordinator on virtual time, with the rollover suite's call.
 
 S2: one caller request dispatches at most one job, whichever connection asks for it and when — a response a
 connection began while it was a listener (an answer to an utterance the previous connection heard too) is
 never dispatched; its calls are answered "handled by the previous connection" and kept in the ledger.
+S6: after the caller hung up (or the session ended), nothing is opened, authorised or funded.
 """
 
 from __future__ import annotations
@@ -13,17 +14,23 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from test_rollover_session import SCALED, RolloverCall
-from test_session_engine import GPT_LIVE_CAPS, pcmu_tone
+from test_session_engine import GPT_LIVE_CAPS, TICK, pcmu_tone
 
 from bridge.coordinator import (
+    ApproveRollover,
+    AuthorizeConnection,
+    CloseTransport,
     CommitInput,
+    EndSession,
     OpenReplacement,
     OpenRollover,
+    RolloverChanged,
 )
 from bridge.delegations import DeliverResult, DispatchJob, JobChanged
 from providers.events import (
     AudioReceived,
     InputTranscript,
+    ProviderError,
     ProviderEvent,
     ResponseDone,
     SessionClosed,
@@ -240,3 +247,104 @@ def test_s2_gpt_live_delegations_stamped_before_the_fresh_utterance_are_not_new_
     call._carry_out()
     assert "previous connection" in answers(call, "d_old")[0].output
     assert len(dispatched(call)) == 1 and not answers(call, "d_new")
+
+
+# --- S6: after the caller hung up, nothing is opened, authorised or funded ---------------------------------
+
+
+class HeldAnswers(RolloverCall):
+    """The application's approve and authorise answers are held: the test gives them (`approve`, `authorize`:
+    the core's own methods)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.approve, self.authorize = self.core.rollover_approved, self.core.connection_authorized
+        self.core.rollover_approved = lambda *answer: None  # type: ignore[method-assign]
+        self.core.connection_authorized = lambda *answer: None  # type: ignore[method-assign]
+
+
+FUNDING = (ApproveRollover, AuthorizeConnection, OpenRollover, OpenReplacement)
+
+
+def funding_after(call: RolloverCall, mark: int) -> list[object]:
+    return [c for c in call.commands[mark:] if isinstance(c, FUNDING)]
+
+
+def until_asked(call: RolloverCall) -> ApproveRollover:
+    for _ in range(10):
+        call.turn(talk_ms=1_000, pause_ms=200)
+        if asked := [c for c in call.commands if isinstance(c, ApproveRollover)]:
+            return asked[0]
+    raise AssertionError("no approve question")
+
+
+def test_s6_an_approval_answered_after_the_hang_up_authorises_and_opens_nothing() -> None:
+    call = HeldAnswers()
+    asked = until_asked(call)
+    call.core.call_ended(call.now)
+    mark = len(call.commands)
+    call.approve(asked.rollover_id, True, None, call.now)
+    call._carry_out()
+    call.step(False, 200)  # the close window: the deadline and hard stop pass
+    assert funding_after(call, mark) == []
+    assert call.core.rollover.stats.late_answers == 1
+
+
+def test_s6_an_authorisation_answered_after_the_hang_up_opens_nothing() -> None:
+    call = HeldAnswers()
+    asked = until_asked(call)
+    call.approve(asked.rollover_id, True, None, call.now)
+    call._carry_out()
+    [authorize] = [c for c in call.commands if isinstance(c, AuthorizeConnection)]
+    call.core.call_ended(call.now)
+    mark = len(call.commands)
+    call.authorize(authorize.connection_id, True, call.now)
+    call._carry_out()
+    call.step(False, 200)
+    assert funding_after(call, mark) == []
+    assert call.core.rollover.stats.late_answers == 1
+
+
+def test_s6_after_the_sessions_own_end_session_answers_open_nothing() -> None:
+    call = HeldAnswers()
+    asked = until_asked(call)
+    call.core.provider_event(ProviderError(1, "invalid_audio", "odd PCM16 length", fatal=True), call.now)
+    call._carry_out()
+    assert [c for c in call.commands if isinstance(c, EndSession)]
+    mark = len(call.commands)
+    call.approve(asked.rollover_id, True, None, call.now)
+    call._carry_out()
+    call.step(False, 200)
+    assert funding_after(call, mark) == []
+
+
+def test_s6_a_listener_open_at_the_hang_up_is_closed() -> None:
+    call = RolloverCall()
+    opening = call.talk_until_a_rollover_opens()
+    call.core.call_ended(call.now)
+    call._carry_out()
+    assert CloseTransport(opening.connection_id, "call_ended") in call.commands
+    assert opening.token not in call.core.connections.listeners
+    mark = len(call.commands)
+    call.step(False, 300)
+    assert funding_after(call, mark) == []
+    assert any(isinstance(n, RolloverChanged) and n.what == "abandoned" for n in call.notices)
+
+
+def test_s6_no_replacement_is_opened_after_the_hang_up() -> None:
+    """A recovery under way when the caller hangs up: the provider's refusal of the resumption handle (which
+    would reopen the replacement, reseeded) opens nothing, nor does a later condition or lost connection."""
+    call = RolloverCall()
+    call.turn()
+    call.core.provider_event(SessionClosed(1, "connection_lost", finalized=False), call.now)
+    call._carry_out()
+    [replacement] = [c for c in call.commands if isinstance(c, OpenReplacement)]
+    call.core.call_ended(call.now)
+    mark = len(call.commands)
+    call.core.resumption_rejected(replacement.token, call.now)
+    call._carry_out()
+    call.now += 10 * TICK
+    call.core.handle_timer(call.now)
+    call._carry_out()
+    assert funding_after(call, mark) == []
+    assert call.core.recovery.reconnecting  # the recovery was under way, and stays without a new connection
