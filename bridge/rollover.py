@@ -522,6 +522,7 @@ class RolloverController:
         self._texts = CallerTexts(self.options, self.stats, self._emit)  # RO3, RO4
         self._actions: list[Action] = []
         self._now = 0
+        self._over = False  # the call is over (S6)
 
     def actions(self) -> list[Action]:
         out, self._actions = self._actions, []
@@ -576,6 +577,15 @@ class RolloverController:
     # --- inputs ----------------------------------------------------------------------------------------------
     def handle_timer(self, now: int) -> None:
         self._advance(now)
+
+    def end(self) -> None:
+        """S6: the call is over. No rollover is begun, asked, opened or refused any more; a hand-over whose
+        floor has moved finishes (the old connection's text may still come, RO3), then the chain ends."""
+        self._over = True
+        hand = self._texts.hand
+        moved = self.stage is RolloverStage.DRAINING and hand is not None and self._current == hand.new
+        if not moved:
+            self.stage = RolloverStage.ENDED
 
     def connection_confirmed(self, connection_id: str, now: int) -> None:
         """Its session configuration was confirmed: its age counts from now."""
@@ -745,7 +755,7 @@ class RolloverController:
         self._texts.settle(old.id)
         self._next, self._boundary, self._stop_ns = None, False, _NEVER
         self.stats.rollovers += 1
-        self.stage = RolloverStage.STEADY
+        self.stage = RolloverStage.ENDED if self._over else RolloverStage.STEADY
         return True
 
     def _begin(self, cur: _Conn) -> None:
@@ -1051,6 +1061,8 @@ class RolloverLink:
         self.ended = True
         ctl = self.controller
         nxt = ctl.status()["next"] if ctl is not None else None
+        if ctl is not None:
+            ctl.end()
         token = token_of(nxt) if isinstance(nxt, str) else -1
         if token in self._connections.listeners:
             self._out.commands.append(CloseTransport(connection_id(token), reason))
@@ -1109,7 +1121,7 @@ class RolloverLink:
         for action in actions:
             token = 0 if isinstance(action, EndSession) else token_of(action.connection_id)
             if self.ended and isinstance(action, (ApproveRollover, AuthorizeConnection, OpenRollover)):
-                continue  # S6: after the hang-up nothing is asked, opened or funded
+                continue  # S6: after the hang-up nothing is asked, opened or funded (RolloverController.end)
             if isinstance(action, (CommitInput, StopInput)):
                 self._cut(token, at)
             if isinstance(action, (ApproveRollover, AuthorizeConnection, CommitInput)):

@@ -288,6 +288,9 @@ def test_s6_an_approval_answered_after_the_hang_up_authorises_and_opens_nothing(
     call.step(False, 200)  # the close window: the deadline and hard stop pass
     assert funding_after(call, mark) == []
     assert call.core.rollover.stats.late_answers == 1
+    # nor is a rollover refused, nor the session ended again, for a call that is over
+    assert not [c for c in call.commands[mark:] if isinstance(c, EndSession)]
+    assert not [n for n in call.notices if isinstance(n, RolloverChanged) and n.what == "refused"]
 
 
 def test_s6_an_authorisation_answered_after_the_hang_up_opens_nothing() -> None:
