@@ -250,14 +250,14 @@ class SessionCoordinator:
 
     def _echo(self, event: ev.ProviderEvent, now: int) -> None:
         """S2: what the ledger watches of a rollover's next connection until its own work begins
-        (bridge/delegations.py): the caller's utterances it hears, and its responses."""
+        (bridge/delegations.py): the caller's utterances it hears (when reported), and its responses."""
         jobs, token = self.delegations, event.token
         if isinstance(event, ev.SpeechStarted):
-            jobs.caller_heard(True, self.timeline.rebase(token, event.at_ms, now))
+            jobs.caller_heard(True, self.timeline.ms(now))
         elif isinstance(event, (ev.SpeechStopped, ev.AudioReceived, ev.OutputTranscript)):
             jobs.echo_output(token)  # (after an end of speech, the server's turn detection answers)
             if isinstance(event, ev.SpeechStopped):
-                jobs.caller_heard(False, self.timeline.rebase(token, event.at_ms, now))
+                jobs.caller_heard(False, self.timeline.ms(now))
         elif isinstance(event, ev.ResponseDone):
             jobs.echo_response_done(token)
 
@@ -489,7 +489,7 @@ class SessionCoordinator:
                 at = self.timeline.rebase(self.token if token is None else token, change.provider_ms, now)
                 self.delegations.caller_started(self.token, at)
                 if self.delegations.echoes:  # S2: the next connection's own work begins with it
-                    self.delegations.caller_heard(True, at)
+                    self.delegations.caller_heard(True, self.timeline.ms(now))
             if change.source == "local_vad" and change.barge:
                 self.rollover.local_turn(True, now)  # without server VAD, the local detector marks utterances
         elif isinstance(change, CallerStopped):

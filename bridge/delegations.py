@@ -46,7 +46,11 @@ that connection with `HANDLED_BEFORE` and kept in the ledger (a redelivery is an
 still listening gets that answer too — its function call is not left open — and nothing it says is played.
 The next connection's calls are work again from the caller's first utterance that began after the old one
 stopped hearing the caller (its StopInput: `stopped_hearing`), by any connection's or the local detector's
-account. Where the rules are silent, two guards for the order in which events come:
+account, and by when that start was reported, not by the provider's time of it: the old connection stops
+hearing only while its own detector hears no speech, so an utterance whose start was reported after that
+never got an end, a commit or an answer from it, even when it began a moment earlier (RO2's hard stop
+commits, so an utterance under way then is the old one's). Where the rules are silent, two guards for the
+order in which events come:
 - a call the provider stamped before that utterance began (GPT-Live's delegations carry their time) answers a
   shared utterance, whenever it comes;
 - a call with no time of its own (Realtime, xAI, Gemini) that comes while the response under way at that

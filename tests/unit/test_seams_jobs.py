@@ -157,6 +157,34 @@ def test_s2_a_response_under_way_when_the_caller_speaks_again_still_answers_the_
     assert dispatched(call) == ["job-1"] and "previous connection" in answers(call, "call_late")[0].output
 
 
+def test_s2_an_utterance_the_old_connection_never_heard_as_one_is_the_next_ones_work() -> None:
+    """The caller began just before the old connection stopped hearing, too briefly for its detector to report
+    it: the old one never commits or answers it. The next connection reports the start afterwards, stamped a
+    moment before the stop (Realtime's audio_start_ms): by when it was reported it is its own work."""
+    call = RolloverCall(replace(SCALED, overlap_ms=2_000))
+    opening = call.talk_until_a_rollover_opens()
+    call.step(False, 35)
+    new, heard = opening.token, call.core.provider_event
+
+    def starts_unreported(event: ProviderEvent, now: int) -> None:
+        if not isinstance(event, SpeechStarted):
+            heard(event, now)
+
+    call.core.provider_event = starts_unreported  # type: ignore[method-assign]
+    call.utterance += 1
+    while call.core.connections.audio_targets != (new,):  # the old one stops hearing at the overlap's end
+        call.step(True)
+    call.core.provider_event = heard  # type: ignore[method-assign]
+    stopped_ms = call.core.timeline.ms(call.now)
+    origin = call.core.timeline._origins[new][0]
+    call.step(True, 5)
+    call.core.provider_event(SpeechStarted(new, stopped_ms - 200 - origin, "u-late"), call.now)
+    call.step(True, 20)
+    call.step(False)
+    ask(call, new, "call_own")
+    assert dispatched(call) and not answers(call, "call_own")
+
+
 def test_s2_a_listeners_tool_call_is_answered_handled_by_the_previous_connection_and_never_played() -> None:
     call = RolloverCall()
     opening = call.talk_until_a_rollover_opens()
