@@ -307,6 +307,7 @@ class Server:
             dial=self._dial_from_http,
             extra=extra,
             drain=http_drain(self, self.shutdown),  # issue 15: POST /drain
+            registry=self.observer.metrics.registry,  # parlora_http_refused_total on /metrics
         )
         self._status = await status.start(*address)
         self._console_poll = asyncio.create_task(poll_status(self.console, source), name="console-poll")

@@ -3,21 +3,59 @@
 h11 parses and frames HTTP/1.1 (sans-I/O, as this project's cores are); asyncio streams move the bytes. With
 `ConsoleHooks` (bridge/console.py) it also serves the console page at `/`, its live feed `GET /events`
 (Server-Sent Events), `POST /calls/{id}/hangup` and the browser channel's `POST /talk` (offer SDP in, answer
-out). `POST /drain` starts the graceful drain (bridge/drain.py), as SIGTERM does. With a token, every route but the page's static files needs `Authorization: Bearer TOKEN` (or
-`?token=TOKEN`, since an EventSource cannot set headers); without one it is meant for loopback only.
+out). `POST /drain` starts the graceful drain (bridge/drain.py), as SIGTERM does; `POST /calls` places a call.
+
+The control plane and the browser (DESIGN §15). The listener is usually on loopback without a token, where
+any web page the operator opens could otherwise reach it: a cross-site `fetch()` or form post is sent by the
+browser even though the page cannot read the answer, and one `POST /calls` is a call to a premium number
+through the trunk with its password. So, token or not:
+
+- Every state-changing route (`POST /calls`, `POST /drain`, `POST /calls/{id}/hangup`, `POST /talk`,
+  `POST /session`; no other method than GET and HEAD is served) refuses a browser context with 403: an
+  `Origin` that is not this server's own (scheme aside, its host and port must be the `Host` header's;
+  `Origin: null` is foreign), or `Sec-Fetch-Site` other than `same-origin` or `none`. `same-site` is refused
+  too: a page on another port of the same host (127.0.0.1:9999 against 127.0.0.1:8080) is same-site, and
+  that is exactly the neighbour to keep out (cookies are not port-bound either).
+- A route that reads a body (`POST /calls`, `/talk`, `/session`) takes only `Content-Type: application/json`;
+  a body-less one (`/drain`, hang-up) takes `Content-Type: application/json` or an `Authorization` header.
+  Either is a header a cross-site page cannot send without a CORS preflight, which this server never grants
+  (OPTIONS answers 405; no `Access-Control-*` header is ever sent). Otherwise 415: a form post
+  (`text/plain`, `application/x-www-form-urlencoded`, `multipart/form-data`) or a bare `no-cors` POST.
+- Without a token, a browser request (one carrying `Origin` or `Sec-Fetch-Site`) must name a loopback host
+  (`localhost`, 127.0.0.0/8, ::1) or the listener's own address in `Host`, else 403: DNS rebinding makes an
+  attacker's name resolve to 127.0.0.1 and its page same-origin with us.
+- Reads (`GET /calls`, `/events`, `/sip`, ...) are not refused for being cross-site: a cross-origin page can
+  make the browser send them but not read the answer (no CORS header), and every answer says
+  `Cross-Origin-Resource-Policy: same-origin` and `X-Content-Type-Options: nosniff`, so it cannot be pulled
+  in as a script or image either.
+
+Each refusal is one log line (method, path without its query, the Origin cut to 80 characters) and a count in
+`parlora_http_refused_total{reason}` (`foreign_origin`, `cross_site_fetch`, `content_type`, `foreign_host`,
+`token_in_url`).
+
+The token (`--http-token-env`) travels in a header, never in a URL, where logs, history and the Referer keep
+it: `Authorization: Bearer TOKEN`, or, for the console page (an EventSource cannot set headers), a cookie the
+page gets from `POST /session {"token": ...}`: `HttpOnly; SameSite=Strict`, holding an HMAC of the token
+rather than the token. A request whose query string has a `token` parameter gets 400 saying where to put it,
+and neither its query nor the token is logged. With a token, every route but the page's static files needs
+it; without one the listener is meant for loopback only (bridge/cli.py refuses otherwise).
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
+import ipaddress
 import json
 import logging
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
 import h11
+from prometheus_client import CollectorRegistry, Counter
 
 from bridge.console import ConsoleHooks, static_file
 
@@ -27,8 +65,105 @@ _MAX_REQUEST_BYTES = 16 * 1024
 _READ_TIMEOUT_S = 10.0
 _MAX_BODY_BYTES = 64 * 1024  # an SDP offer is a few kB
 _SSE_KEEPALIVE_S = 15.0
+_LOG_CHARS = 80  # of an Origin or a path in a refusal's log line
 
 StatusSource = Callable[[], Mapping[str, Callable[[], dict[str, Any]]]]
+
+SESSION_COOKIE = "parlora_console"
+_SESSION_LABEL = b"parlora-bridge console session"
+TOKEN_IN_URL = (
+    "the token is never taken from the URL (logs and browser history keep URLs): send it as "
+    "'Authorization: Bearer TOKEN', or sign in on the console page (POST /session)"
+)
+# Sent with every answer: no page of another origin may embed or sniff what this server says.
+_ISOLATION = [("cross-origin-resource-policy", "same-origin"), ("x-content-type-options", "nosniff")]
+
+RefusalReason = Literal["foreign_origin", "cross_site_fetch", "content_type", "foreign_host", "token_in_url"]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request the control plane will not act on: its status, metric label and the error it is told."""
+
+    status: int
+    reason: RefusalReason
+    error: str
+
+
+def _headers(request: h11.Request, name: bytes) -> list[str]:
+    return [value.decode("latin-1") for key, value in request.headers if key == name]
+
+
+def _header(request: h11.Request, name: bytes) -> str | None:
+    values = _headers(request, name)
+    return values[0] if values else None
+
+
+def _authority(value: str, scheme: str) -> str:
+    """host[:port], lower-case, without the scheme's default port."""
+    value = value.strip().lower()
+    default = ":443" if scheme == "https" else ":80"
+    return value[: -len(default)] if value.endswith(default) else value
+
+
+def own_origin(origin: str, host: str | None) -> bool:
+    """Whether a browser's `Origin` is this server's: its host and port are the `Host` header's ("null", any
+    other scheme than http(s), or a path, are not)."""
+    parts = urlsplit(origin.strip())
+    if host is None or parts.scheme not in ("http", "https") or not parts.netloc or parts.path:
+        return False
+    return _authority(parts.netloc, parts.scheme) == _authority(host, parts.scheme)
+
+
+def browser_refusal(request: h11.Request, *, takes_body: bool) -> Refusal | None:
+    """Why a state-changing request may have been sent by a page of another origin, or None (the rules are
+    the module's docstring's)."""
+    host = _header(request, b"host")
+    for origin in _headers(request, b"origin"):
+        if not own_origin(origin, host):
+            return Refusal(403, "foreign_origin", "refused: a request from a page of another origin")
+    for site in _headers(request, b"sec-fetch-site"):
+        if site.strip().lower() not in ("same-origin", "none"):
+            return Refusal(403, "cross_site_fetch", "refused: a request from a page of another origin")
+    media = (_header(request, b"content-type") or "").split(";", 1)[0].strip().lower()
+    if media != "application/json" and (takes_body or _header(request, b"authorization") is None):
+        wanted = "Content-Type: application/json" + ("" if takes_body else " (or an Authorization header)")
+        return Refusal(415, "content_type", f"refused: send {wanted}")
+    return None
+
+
+def loopback_host(host: str | None, bound: str | None = None) -> bool:
+    """Whether a `Host` header names this machine's loopback (localhost, 127.0.0.0/8, ::1) or `bound`, the
+    listener's own specific address."""
+    name = (host or "").strip().lower()
+    if name.startswith("["):
+        name = name[1 : name.find("]")] if "]" in name else name
+    elif name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    if not name:
+        return False
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    if bound and bound.strip("[]").lower() == name and name not in ("0.0.0.0", "::"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _token_in_url(request: h11.Request) -> bool:
+    query = urlsplit(request.target.decode("ascii", "replace")).query
+    return "token" in parse_qs(query, keep_blank_values=True)
+
+
+def _cookie(request: h11.Request, name: str) -> str | None:
+    for header in _headers(request, b"cookie"):
+        for pair in header.split(";"):
+            key, _, value = pair.strip().partition("=")
+            if key == name:
+                return value.strip()
+    return None
 
 
 def route(
@@ -69,6 +204,7 @@ class StatusServer:
         dial: Callable[[str, str | None], Awaitable[str]] | None = None,
         extra: Callable[[str], tuple[int, bytes, str] | None] | None = None,
         drain: Callable[[], dict[str, Any]] | None = None,
+        registry: CollectorRegistry | None = None,
     ) -> None:
         self._source = source
         self._sip = sip  # GET /sip (issue 14)
@@ -78,9 +214,18 @@ class StatusServer:
         self._console = console
         self._token = token
         self._server: asyncio.Server | None = None
+        self._host: str | None = None
         self.port = 0
+        self.refused: dict[str, int] = {}  # reason -> count, as the metric says
+        self._refused_metric = Counter(
+            "parlora_http_refused",
+            "HTTP requests the control plane refused: browser contexts, non-JSON bodies, tokens in URLs.",
+            ["reason"],
+            registry=registry if registry is not None else CollectorRegistry(),
+        )
 
     async def start(self, host: str, port: int) -> StatusServer:
+        self._host = host
         self._server = await asyncio.start_server(self._client, host, port)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -114,6 +259,9 @@ class StatusServer:
                             elif isinstance(event, h11.ConnectionClosed):
                                 return
                         deadline.reschedule(None)  # read in full; an event stream lasts as long as the page
+                        if (refusal := self._gate(request)) is not None:
+                            await self._refuse(conn, writer, request, refusal)
+                            break
                         if self._console is not None and await self._console_answer(
                             conn, writer, request, bytes(body)
                         ):
@@ -153,23 +301,64 @@ class StatusServer:
         status, body = route(request.target.decode("ascii", "replace"), self._source(), self._sip)
         await self._send(conn, writer, status, body)
 
+    def _gate(self, request: h11.Request) -> Refusal | None:
+        """What every request passes first: no token in its URL; and, without a token, a browser's request
+        names a loopback host (DNS rebinding)."""
+        if _token_in_url(request):
+            return Refusal(400, "token_in_url", TOKEN_IN_URL)
+        browser = _header(request, b"origin") is not None or _header(request, b"sec-fetch-site") is not None
+        if self._token is None and browser and not loopback_host(_header(request, b"host"), self._host):
+            return Refusal(
+                403,
+                "foreign_host",
+                "refused: without a token this listener answers browsers only at a loopback address "
+                "(http://127.0.0.1:PORT/); give it a token (--http-token-env) to use another name",
+            )
+        return None
+
+    async def _control(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, *, takes_body: bool
+    ) -> bool:
+        """A state-changing route's checks: the token, then no browser context; False once refused."""
+        if not self._authorised(request):
+            await self._send(conn, writer, 401, {"error": "missing or wrong bearer token"})
+            return False
+        if (refusal := browser_refusal(request, takes_body=takes_body)) is not None:
+            await self._refuse(conn, writer, request, refusal)
+            return False
+        return True
+
+    async def _refuse(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, refusal: Refusal
+    ) -> None:
+        """One log line (never the query string: it may hold a token) and one count per refused request."""
+        self.refused[refusal.reason] = self.refused.get(refusal.reason, 0) + 1
+        self._refused_metric.labels(reason=refusal.reason).inc()
+        origin = _header(request, b"origin")
+        log.warning(
+            "http: refused %s %s (%s), origin %s, fetch site %s",
+            request.method.decode("ascii", "replace")[:10],
+            repr(_path(request)[:_LOG_CHARS]),
+            refusal.reason,
+            "none" if origin is None else repr(origin[:_LOG_CHARS]),
+            repr((_header(request, b"sec-fetch-site") or "none")[:20]),
+        )
+        await self._send(conn, writer, refusal.status, {"error": refusal.error})
+
     async def _start_drain(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request
     ) -> None:
         """POST /drain: 202 with the live calls' count; the token applies as to every control route."""
         assert self._drain is not None
-        if not self._authorised(request):
-            await self._send(conn, writer, 401, {"error": "missing or wrong bearer token"})
-            return
-        await self._send(conn, writer, 202, self._drain())
+        if await self._control(conn, writer, request, takes_body=False):
+            await self._send(conn, writer, 202, self._drain())
 
     async def _place_call(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, body: bytes
     ) -> None:
         """POST /calls {"to": "sip:USER@HOST", "from": optional}: 202 with the call id (issue 14)."""
         assert self._dial is not None
-        if not self._authorised(request):
-            await self._send(conn, writer, 401, {"error": "missing or wrong bearer token"})
+        if not await self._control(conn, writer, request, takes_body=True):
             return
         try:
             spec = json.loads(body or b"{}")
@@ -184,17 +373,40 @@ class StatusServer:
         await self._send(conn, writer, 202, {"call": call_id, "to": to})
 
     def _authorised(self, request: h11.Request) -> bool:
+        """The token in `Authorization: Bearer`, or the console's session cookie; never from the URL."""
         if self._token is None:
             return True
-        offered = ""
-        for name, value in request.headers:
-            if name == b"authorization" and value.startswith(b"Bearer "):
-                offered = value[7:].decode("ascii", "replace")
-        if not offered:
-            offered = (
-                parse_qs(urlsplit(request.target.decode("ascii", "replace")).query).get("token") or [""]
-            )[0]
-        return hmac.compare_digest(offered.encode(), self._token.encode())
+        for value in _headers(request, b"authorization"):
+            if value.startswith("Bearer "):
+                return hmac.compare_digest(value[7:].encode("latin-1"), self._token.encode())
+        cookie = _cookie(request, SESSION_COOKIE)
+        return cookie is not None and hmac.compare_digest(cookie.encode("latin-1"), self._session().encode())
+
+    def _session(self) -> str:
+        """The console cookie's value: an HMAC of the token (the cookie jar never holds the token itself)."""
+        assert self._token is not None
+        return hmac.new(self._token.encode(), _SESSION_LABEL, hashlib.sha256).hexdigest()
+
+    async def _sign_in(
+        self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, body: bytes
+    ) -> None:
+        """POST /session {"token": "..."}: the console's sign-in; 200 with the session cookie, 401 if wrong."""
+        if (refusal := browser_refusal(request, takes_body=True)) is not None:
+            await self._refuse(conn, writer, request, refusal)
+            return
+        if self._token is None:
+            await self._send(conn, writer, 200, {"signed_in": True, "token_required": False})
+            return
+        try:
+            offered = json.loads(body).get("token")
+        except (ValueError, AttributeError):
+            offered = None
+        if not isinstance(offered, str) or not hmac.compare_digest(offered.encode(), self._token.encode()):
+            log.warning("http: console sign-in with a missing or wrong token")
+            await self._send(conn, writer, 401, {"error": "wrong token"})
+            return
+        cookie = f"{SESSION_COOKIE}={self._session()}; Path=/; HttpOnly; SameSite=Strict"
+        await self._send(conn, writer, 200, {"signed_in": True}, extra_headers=[("set-cookie", cookie)])
 
     async def _console_answer(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, body: bytes
@@ -206,6 +418,9 @@ class StatusServer:
         if method in (b"GET", b"HEAD") and (page := static_file(path)) is not None:
             await self._send(conn, writer, 200, page[0], content_type=page[1])
             return True
+        if method == b"POST" and path == "/session":
+            await self._sign_in(conn, writer, request, body)
+            return True
         if not self._authorised(request):
             await self._send(conn, writer, 401, {"error": "missing or wrong bearer token"})
             return True
@@ -213,6 +428,8 @@ class StatusServer:
             await self._stream(conn, writer)
             return True
         if method == b"POST" and path.startswith("/calls/") and path.endswith("/hangup"):
+            if not await self._control(conn, writer, request, takes_body=False):
+                return True
             call_id = path[len("/calls/") : -len("/hangup")]
             found = self._console.hangup(call_id)
             await self._send(
@@ -223,6 +440,8 @@ class StatusServer:
             )
             return True
         if method == b"POST" and path == "/talk":
+            if not await self._control(conn, writer, request, takes_body=True):
+                return True
             if self._console.talk is None:
                 await self._send(conn, writer, 404, {"error": "the browser channel is off"})
                 return True
@@ -255,6 +474,7 @@ class StatusServer:
             ("content-type", "text/event-stream"),
             ("cache-control", "no-store"),
             ("connection", "close"),
+            *_ISOLATION,
         ]
         try:
             writer.write(conn.send(h11.Response(status_code=200, headers=headers)))
@@ -282,12 +502,15 @@ class StatusServer:
         status: int,
         body: Any,
         content_type: str = "application/json",
+        extra_headers: Sequence[tuple[str, str]] = (),
     ) -> None:
         payload = body if isinstance(body, bytes) else json.dumps(body, indent=1).encode()
         headers = [
             ("content-type", content_type),
             ("content-length", str(len(payload))),
             ("connection", "close"),
+            *_ISOLATION,
+            *extra_headers,
         ]
         try:
             writer.write(conn.send(h11.Response(status_code=status, headers=headers)))

@@ -1,10 +1,14 @@
 // parlora-bridge console: live calls over Server-Sent Events (GET /events), a per-call view, hang-up, and the
 // browser channel's Talk button (WebRTC, offer/answer over POST /talk). No build step, nothing fetched from
 // outside the bridge.
+//
+// The token, when the bridge has one, is never put in a URL: the sign-in form posts it once (POST /session,
+// JSON) and the bridge answers with an HttpOnly, SameSite=Strict cookie that every later request of this page
+// carries (the event stream included, which cannot set headers). Every POST says Content-Type:
+// application/json: the bridge refuses anything else, and anything from a page of another origin.
 "use strict";
 
-const token = new URLSearchParams(location.search).get("token") || "";
-const authHeaders = token ? { Authorization: "Bearer " + token } : {};
+const JSON_POST = { method: "POST", headers: { "content-type": "application/json" } };
 const calls = new Map(); // call id -> {summary, captions: [], stages: [], lastRecovery, lastRollover, ended}
 let selected = null;
 
@@ -175,11 +179,11 @@ function renderDetail() {
 
 $("hangup").addEventListener("click", async () => {
   if (!selected) return;
-  await fetch("/calls/" + encodeURIComponent(selected) + "/hangup", { method: "POST", headers: authHeaders });
+  await fetch("/calls/" + encodeURIComponent(selected) + "/hangup", JSON_POST);
 });
 
 function connectFeed() {
-  const es = new EventSource("/events" + (token ? "?token=" + encodeURIComponent(token) : ""));
+  const es = new EventSource("/events");
   es.onopen = () => { $("feed-state").textContent = "live"; $("feed-state").className = "pill live"; };
   es.onerror = () => { $("feed-state").textContent = "reconnecting…"; $("feed-state").className = "pill"; };
   const on = (kind, fn) => es.addEventListener(kind, (e) => fn(JSON.parse(e.data)));
@@ -235,8 +239,7 @@ async function startTalk() {
   pc.onconnectionstatechange = () => { $("talk-status").textContent = "WebRTC " + pc.connectionState; };
   await pc.setLocalDescription(await pc.createOffer());
   await waitForIce(pc);
-  const res = await fetch("/talk", { method: "POST", headers: { "content-type": "application/json", ...authHeaders },
-                                     body: JSON.stringify({ type: "offer", sdp: pc.localDescription.sdp }) });
+  const res = await fetch("/talk", { ...JSON_POST, body: JSON.stringify({ type: "offer", sdp: pc.localDescription.sdp }) });
   const answer = await res.json();
   if (!res.ok) { $("talk-status").textContent = "refused: " + answer.error; stopTalk(); return; }
   talk.callId = answer.call_id;
@@ -269,5 +272,27 @@ window.talkStats = async function () {
   return out;
 };
 
+// --- signing in (only when the bridge has a token) ---
+
+$("sign-in").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const res = await fetch("/session", { ...JSON_POST, body: JSON.stringify({ token: $("token").value }) });
+  $("token").value = "";
+  if (!res.ok) { $("sign-in-error").textContent = "refused: " + (await res.json()).error; return; }
+  $("sign-in").hidden = true;
+  connectFeed();
+});
+
+async function start() {
+  const probe = await fetch("/calls", { headers: { accept: "application/json" } });
+  if (probe.status === 401) {
+    $("feed-state").textContent = "signed out";
+    $("sign-in").hidden = false;
+    $("token").focus();
+    return;
+  }
+  connectFeed();
+}
+
 setInterval(render, 1000); // durations tick between feed updates
-connectFeed();
+start();

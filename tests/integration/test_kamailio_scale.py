@@ -31,7 +31,12 @@ CALLS = 20
 
 
 def _post_drain(port: int) -> dict[str, object]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/drain", data=b"", method="POST")
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/drain",
+        data=b"",
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(request, timeout=5) as response:
         assert response.status == 202
         body: dict[str, object] = json.loads(response.read())

@@ -56,9 +56,10 @@ def test_serve_config_routes_a_sipp_call_and_refuses_an_unrouted_number(
     bridge.wait_for(r"call call-2: refused 404: no route for the called number 'nobody'")
 
 
-def _get(url: str) -> tuple[int, str]:
+def _get(url: str, token: str | None = None) -> tuple[int, str]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode()
@@ -246,7 +247,7 @@ def test_post_drain_drains_like_sigterm_then_exits_zero(start_bridge, utterance,
         again = _post(base + "/drain", token)  # harmless: never an end at once
         options = peers.run_sipp("uac_options", bridge.sip_port, workdir=tmp_path / "options", timeout=20)
         invite = peers.run_sipp("uac_busy", bridge.sip_port, workdir=tmp_path / "invite", timeout=20)
-        ready = _get(f"{base}/readyz?token={token}")
+        ready = _get(f"{base}/readyz", token)
         result = call.result(timeout=60)
     assert refused[0] == 401, refused
     assert status == 202 and json.loads(body) == {"draining": True, "live_calls": 1, "already": False}, body

@@ -182,7 +182,13 @@ async def test_console_routes_hangup_talk_and_token() -> None:
         code, _ = await request(
             server.port, b"POST /calls/nope/hangup?token=tok HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
         )
+        assert code == 400 and hung == ["call-1"]  # never a token from the URL
+        code, _ = await request(
+            server.port,
+            b"POST /calls/nope/hangup HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Length: 0\r\n\r\n",
+        )
         assert code == 404
+        auth += b"Content-Type: application/json\r\n"  # POST /talk takes a JSON body only
         offer = json.dumps({"type": "offer", "sdp": "v=0 offer"}).encode()
         code, body = await request(
             server.port,
