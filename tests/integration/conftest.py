@@ -34,6 +34,7 @@ SERIAL_MODULES = frozenset(
         "test_rfc4475_live.py",
         "test_browser_channel.py",
         "test_console.py",
+        "test_control_plane_browser.py",
     }
 )
 
