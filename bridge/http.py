@@ -15,7 +15,8 @@ through the trunk with its password. So, token or not:
   `Origin` that is not this server's own (scheme aside, its host and port must be the `Host` header's;
   `Origin: null` is foreign), or `Sec-Fetch-Site` other than `same-origin` or `none`. `same-site` is refused
   too: a page on another port of the same host (127.0.0.1:9999 against 127.0.0.1:8080) is same-site, and
-  that is exactly the neighbour to keep out (cookies are not port-bound either).
+  that is exactly the neighbour to keep out (cookies are not port-bound either). `X-Forwarded-Host` is not
+  trusted: a reverse proxy must pass the browser's `Host` on.
 - A route that reads a body (`POST /calls`, `/talk`, `/session`) takes only `Content-Type: application/json`;
   a body-less one (`/drain`, hang-up) takes `Content-Type: application/json` or an `Authorization` header.
   Either is a header a cross-site page cannot send without a CORS preflight, which this server never grants
