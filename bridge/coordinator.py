@@ -133,6 +133,7 @@ class SessionCoordinator:
             next_seed,
             client_commits=self.client_turns,
             jobs=self.delegations,
+            responses=caps.response_events,
         )
         self.ending = CallEnding(self.out, self.output, o.telephony, o.closing_message)
         self.telephony = TelephonyTools(self.out, o.telephony, self.delegations, self.ending)

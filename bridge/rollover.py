@@ -22,6 +22,11 @@ Choices where the rules are silent:
 - A connection is busy (holds items) from its end of speech, a flush, a Commit or `items_pending` until
   `items_finished`. The old connection keeps the floor after it stopped input until it is idle, at most
   `drain_ms`; it closes at the latest halfway between its hard stop and its cap.
+- Where the provider ends each response with ResponseDone (`Capabilities.response_events`), the old
+  connection gives up the floor once its audio is played, but is closed only once its response has ended (at
+  most `drain_ms` after it stopped hearing the caller): Realtime sends a function call after the audio of the
+  same response, and closed at the floor's move the old connection could no longer ask for what the caller
+  requested, while the next one's call for it is an echo of a shared request (S2) — the request was lost.
 - RO3 "never arrives": the new connection's final text for a shared utterance waits for the old one's at most
   `transcript_wait_ms`, and never past the old connection's close. Utterances match when their spans overlap
   within `match_slack_ms`: a connection opened mid-utterance hears only its end, and one committed at the hard
@@ -98,6 +103,7 @@ from providers.events import (
     InputTranscript,
     InputTranscriptFailed,
     ProviderEvent,
+    ResponseDone,
     SessionClosed,
     SessionExpiring,
     SessionStarted,
@@ -186,6 +192,7 @@ class _Conn:
     receiving: bool = False
     in_speech: bool = False
     busy: bool = False
+    answering: bool = False  # a response is under way: begun, its ResponseDone not come (response_events)
     closed: bool = False
     _ages: tuple[tuple[object, int | None, int | None, int], tuple[int, int, int, int]] | None = field(
         default=None, compare=False, repr=False
@@ -504,8 +511,10 @@ class RolloverController:
         allocate: Callable[[], str] | None = None,
         seed: Seed | None = None,
         stats: RolloverStats | None = None,
+        responses: bool = False,
     ) -> None:
         self.options = options or RolloverOptions()
+        self._responses = responses  # the provider ends each response with ResponseDone (`response_done`)
         self.start_ns = start_ns  # the session timeline's origin (bridge.timeline)
         self.stage = RolloverStage.STEADY
         self.stats = stats if stats is not None else RolloverStats()
@@ -569,6 +578,8 @@ class RolloverController:
         elif st is RolloverStage.DRAINING and hand is not None:
             old = self._conns[hand.old]
             times.append(self._drain_by(old) if self._current == old.id else old.ages(self.options)[3])
+            if old.answering:
+                times.append(self._drain_by(old))
         elif st is RolloverStage.REFUSED:
             times.append(hard if self._stop_ns == _NEVER else self._drain_by(self._conns[self._current]))
         due = [t for t in times if t < _NEVER]
@@ -616,6 +627,7 @@ class RolloverController:
         was_speaking, conn.in_speech = conn.in_speech, False
         if not self.options.client_commits:
             conn.busy = conn.busy or was_speaking  # server VAD answers the utterance
+            conn.answering = conn.answering or (was_speaking and self._responses)
             if connection_id == self._current and now >= conn.ages(self.options)[0]:
                 self._boundary = True
         self._advance(now)
@@ -624,7 +636,9 @@ class RolloverController:
         """Client commits: the application committed the input buffer (an utterance boundary, RO5)."""
         self._now = max(self._now, now)
         for cid in self.audio_targets():
-            self._conns[cid].busy = True  # the committed utterance gets an answer
+            conn = self._conns[cid]
+            conn.busy = True  # the committed utterance gets an answer
+            conn.answering = conn.answering or self._responses
         if self.options.client_commits and self.stage is RolloverStage.ARMED:
             self._switch(now, commit=False)
         self._advance(now)
@@ -633,6 +647,13 @@ class RolloverController:
         """The connection started output of its own (e.g. a response the application asked for)."""
         if (conn := self._live(connection_id, now)) is not None:
             conn.busy = True
+            conn.answering = conn.answering or self._responses
+
+    def response_done(self, connection_id: str, now: int) -> None:
+        """The connection's response ended (ResponseDone): whatever it was going to say or ask has come."""
+        if (conn := self._live(connection_id, now)) is not None and conn.answering:
+            conn.answering = False
+            self._advance(now)
 
     def items_finished(self, connection_id: str, now: int) -> None:
         """The connection has no assistant output pending: its response is done and played."""
@@ -719,6 +740,7 @@ class RolloverController:
             if cur.in_speech:
                 self._emit(CommitInput(cur.id))  # RO2: hard stop in mid-utterance
                 cur.busy = True
+                cur.answering = self._responses
             self._actions += cur.stop_input()
             self._stop_ns = now
             self._texts.stop_sharing((now - self.start_ns) // _NS_PER_MS)
@@ -749,8 +771,8 @@ class RolloverController:
             self._current = new.id  # RO8: the old one stopped input and finished (or ran out of time)
             self._emit(TakeFloor(new.id))
             return True
-        if self._texts.waiting() and now < close_by:
-            return False  # the old one's text may still come (RO3)
+        if now < close_by and (self._texts.waiting() or (old.answering and now < self._drain_by(old))):
+            return False  # the old one's text may still come (RO3), or the rest of its response (S2)
         self._actions += self._conns.pop(old.id).close("rollover")  # issue 17: forgotten (then ignored)
         self._texts.settle(old.id)
         self._next, self._boundary, self._stop_ns = None, False, _NEVER
@@ -837,6 +859,7 @@ class RolloverLink:
         *,
         client_commits: bool,
         jobs: Delegations | None = None,
+        responses: bool = False,
     ) -> None:
         self._out, self._connections, self._timeline, self._captions = out, connections, timeline, captions
         self._jobs = jobs
@@ -844,6 +867,7 @@ class RolloverLink:
         self._turns, self._seed = turns, seed
         self.options = replace(options, client_commits=True) if options and client_commits else options
         self._client = client_commits
+        self._responses = responses  # Capabilities.response_events
         self.controller: RolloverController | None = None
         self._utterances: dict[int, dict[str | None, list[int]]] = {}  # token -> item -> [start_ms, end_ms]
         self.speaker_busy = False  # the floor's output has not all been played yet (RO2, RO8)
@@ -871,6 +895,7 @@ class RolloverLink:
                 allocate=self._connections.allocate_id,
                 seed=self._seed,
                 stats=self.stats,
+                responses=self._responses,
             )
             if confirmed_ns is not None:
                 self.controller.connection_confirmed(floor, confirmed_ns)
@@ -959,6 +984,8 @@ class RolloverLink:
             ctl.transcript_failed(cid, span[0], span[1], now)
         elif isinstance(event, SessionExpiring):
             ctl.session_expiring(cid, event.time_left_ms, now)
+        elif isinstance(event, ResponseDone):
+            ctl.response_done(cid, now)
         elif isinstance(event, SessionStarted):
             if token != self._connections.floor:
                 self._timeline.connection_started(token, now)

@@ -47,7 +47,9 @@ class Capabilities:
     turn with `Provider.commit_input()` (RO5). `answer_within_ms`: for protocols whose keepalive cannot be
     trusted (Gemini's pong may take 30 s), the longest the provider may stay entirely silent after the caller
     stops speaking before the connection is presumed dead (half-open); None where WebSocket pings find that
-    out.
+    out. `response_events`: every response ends with ResponseDone (Realtime's and xAI's `response.done`,
+    Gemini's `turnComplete`), also one whose last part is a tool call that comes after its audio; GPT-Live
+    names no response boundaries.
     """
 
     server_vad: bool
@@ -58,6 +60,7 @@ class Capabilities:
     resumption_while_open: bool = False
     client_commits: bool = False
     answer_within_ms: int | None = None
+    response_events: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -444,6 +444,7 @@ class GeminiLiveAdapter:
         truncate=False,
         resumption=True,
         answer_within_ms=6_000,
+        response_events=True,
     )
 
     def __init__(

@@ -46,7 +46,12 @@ class OpenAIRealtimeAdapter(RealtimeAdapter):
 
     name = "openai-realtime"
     capabilities = Capabilities(
-        server_vad=True, speech_end_events=True, timed_captions=True, truncate=True, client_commits=True
+        server_vad=True,
+        speech_end_events=True,
+        timed_captions=True,
+        truncate=True,
+        client_commits=True,
+        response_events=True,
     )
     dialect = DIALECT
     log = logging.getLogger("parlora.providers.openai_realtime")

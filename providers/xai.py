@@ -47,7 +47,12 @@ class XAIAdapter(RealtimeAdapter):
 
     name = "xai"
     capabilities = Capabilities(
-        server_vad=True, speech_end_events=True, timed_captions=True, truncate=False, client_commits=True
+        server_vad=True,
+        speech_end_events=True,
+        timed_captions=True,
+        truncate=False,
+        client_commits=True,
+        response_events=True,
     )
     dialect = DIALECT
     log = logging.getLogger("parlora.providers.xai")

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from test_rollover_session import SCALED, RolloverCall
-from test_session_engine import GPT_LIVE_CAPS, TICK, pcmu_tone
+from test_session_engine import GPT_LIVE_CAPS, REALTIME, TICK, pcmu_tone
 
 from bridge.coordinator import (
     ApproveRollover,
@@ -379,3 +379,25 @@ def test_s6_no_replacement_is_opened_after_the_hang_up() -> None:
     call._carry_out()
     assert funding_after(call, mark) == []
     assert call.core.recovery.reconnecting  # the recovery was under way, and stays without a new connection
+
+
+def test_s2_the_old_connections_call_after_its_audio_is_the_one_job_even_with_no_text_to_wait_for() -> None:
+    """Realtime sends a function call after the audio of the same response. The old connection's audio is
+    played and its text has come, so the floor moves; it is kept open until its ResponseDone, so its call for
+    the caller's request still comes and is the one job (closed at the floor's move, its call was lost, and the
+    next connection's call, an echo of the shared request, was answered "handled": nobody ran it)."""
+    call = RolloverCall(replace(SCALED, overlap_ms=2_000), replace(REALTIME, response_events=True))
+    opening = call.talk_until_a_rollover_opens()
+    call.step(False, 35)
+    call.utterance += 1
+    call.step(True, 50)
+    call.step(False)
+    call.core.provider_event(AudioReceived(1, pcmu_tone(200), PCMU_8K, "resp_old"), call.now)
+    call.step(False, 30)  # played out: the floor moves
+    assert call.core.token == opening.token
+    assert 1 in call.core.connections.listeners  # not closed: its response has not ended
+    ask(call, 1, "call_old")
+    done(call, 1)
+    ask(call, opening.token, "call_new")
+    assert len(dispatched(call)) == 1 and not answers(call, "call_old")
+    assert any(isinstance(c, CloseTransport) and c.connection_id == "conn-1" for c in call.commands)
