@@ -188,6 +188,9 @@ class SessionCoordinator:
                 self._turn(self.turns.provider(event), now, event.token)  # S3: it alone hears the caller
             if isinstance(event, ev.ToolCallRequested):  # S2: the ledger's rule; never left unanswered
                 self._call(event, now)
+            elif isinstance(event, ev.ResponseDone) and self.delegations.records:
+                self.delegations.acknowledged(event.token)  # HR6: not unknown when it closes (S8)
+                self.rollover.listener_event(event, now)
             elif not self.captions.fragment(event, self.timeline, now, speaking=self.turns.speaking):
                 self.rollover.listener_event(event, now)
                 if isinstance(event, ev.SessionClosed):

@@ -460,11 +460,16 @@ class Delegations:
 
     def taken_in(self, token: int, at_ms: int) -> None:
         """Connection `token` showed it processed what it was sent (a response ended, a new item began)."""
+        self.acknowledged(token)
+        self._flush(token, at_ms)
+
+    def acknowledged(self, token: int) -> None:
+        """What connection `token` was sent has been taken in; nothing more goes to it (a rollover's old
+        connection, listening on after the floor moved: its response's end acknowledges, HR6)."""
         for record in self.records:
             if record.token == token and record.state == "sent":
                 record.state = "acknowledged"
         self.records = [r for r in self.records if r.state == "sent"]
-        self._flush(token, at_ms)
 
     # --- application side ---
 

@@ -13,14 +13,15 @@ import asyncio
 import hashlib
 import hmac
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import virtual_time
 from test_recovery import commands_of, repaired
-from test_rollover_session import RolloverCall
+from test_rollover_session import SCALED, RolloverCall
 from test_session import FakeLeg, FakeProvider, session
-from test_session_engine import MS, Call
+from test_session_engine import MS, REALTIME, Call, pcmu_tone
 from test_webhook import ENV, SECRET, App, json_answer
 
 from bridge.api import Application, _to
@@ -49,7 +50,8 @@ from bridge.records import (
 )
 from bridge.session import JobHandler
 from bridge.webhook import INSTANCE_ID, WebhookConfig
-from providers.events import ResponseDone, SessionClosed, ToolCallRequested
+from providers.events import AudioReceived, ResponseDone, SessionClosed, ToolCallRequested
+from rtp.audio import PCMU_8K
 from rtp.ledger import CarrierLedger
 from sip.leg import CallEnded as LegEnded
 
@@ -172,6 +174,31 @@ def test_s8_a_result_a_rollover_s_old_connection_never_took_in_is_told_unknown_a
     assert (told.cause, told.token) == ("connection_closed", 1)
     assert [(i.job_id, i.name, i.outcome) for i in told.items] == [(job.job_id, "lookup_order", "unknown")]
     assert call.core.delegations.records == []  # the record slot is free again (DL2)
+
+
+def test_s8_hr6_a_rollover_s_old_connection_that_took_in_its_result_after_the_floor_moved_is_not_told() -> (
+    None
+):
+    """The old connection, listening on after the floor moved (its response not ended), ends that response:
+    it took in the result it was sent, which is then not reported unknown when it closes."""
+    call = RolloverCall(replace(SCALED, overlap_ms=2_000), replace(REALTIME, response_events=True))
+    call.turn()
+    call.core.provider_event(ToolCallRequested(1, "call_r", "lookup_order", '{"order_id": "42"}'), call.now)
+    call._carry_out()
+    [job] = [c.request for c in call.commands if isinstance(c, DispatchJob)]
+    assert call.core.job_answered(job.job_id, '{"status": "shipped"}', call.now)
+    call._carry_out()
+    call.talk_until_a_rollover_opens()
+    call.step(False, 35)
+    call.turn(talk_ms=1_000, pause_ms=20)
+    call.core.provider_event(AudioReceived(1, pcmu_tone(200), PCMU_8K, "resp_old"), call.now)
+    call.step(False, 30)  # its answer played: the floor moves, its response is still under way
+    assert 1 in call.core.connections.listeners and call.core.delegations.records
+    call.core.provider_event(ResponseDone(1), call.now)
+    call._carry_out()
+    assert any(isinstance(c, CloseTransport) and c.token == 1 for c in call.commands)
+    assert not [n for n in call.notices if isinstance(n, WorkUncertain)]
+    assert call.core.delegations.records == []
 
 
 def test_s8_an_answer_held_for_the_caller_when_the_call_ends_is_told_not_delivered() -> None:
