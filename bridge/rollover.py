@@ -354,8 +354,12 @@ class Handover:
         connection) is settled by that rollover's bookkeeping."""
         span = (start_ms, end_ms)
         u = self._match(span, "new", self.before)
-        if u is None and (self.shared_from_ms is None or end_ms < self.shared_from_ms):
-            if text is not None:  # over before the new one heard anything: the old one's alone
+        # Over before the new one heard anything: the old one's alone. (A span whose end is not known yet is
+        # not over: a caption with no times of its own takes the caller's turn under way, start = end, as
+        # Gemini's old connection's text of an utterance committed at the hard stop in mid-speech does, RO2.)
+        over = self.shared_from_ms is None or start_ms < end_ms < self.shared_from_ms
+        if u is None and over:
+            if text is not None:
                 self._emit(EmitUtterance(self.old, start_ms, end_ms, text))
             return
         u = u or self._utterance(span, "old", self.utterances)

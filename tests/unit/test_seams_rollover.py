@@ -13,7 +13,9 @@ from dataclasses import replace
 from test_rollover_session import SCALED, ClientCommitCall, RolloverCall
 from test_session_engine import pcmu_tone
 
+from bridge.commands import EmitUtterance
 from bridge.coordinator import AudioDiscontinuity, BargedIn, OpenReplacement, Transcript
+from bridge.rollover import Handover, RolloverOptions, RolloverStats
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -316,3 +318,20 @@ def test_ro3_s1_an_utterance_over_before_the_next_one_heard_is_never_matched_to_
     undo()
     call.step(False, 100)
     assert finals(call) == heard(call)
+
+
+def test_ro3_s1_an_untimed_old_text_of_an_utterance_under_way_is_matched_not_taken_as_over() -> None:
+    """Gemini's captions carry no times: the old connection's text of the utterance committed at the hard stop
+    in mid-speech (RO2) takes the caller's turn under way, whose end is not known yet (start = end). It is not
+    an utterance over before the next connection heard anything: the next one's text of the same utterance
+    matches it and is not emitted a second time (a live Gemini RO2 call emitted it twice)."""
+    emitted: list[object] = []
+    hand = Handover("conn-1", "conn-2", RolloverOptions(), RolloverStats(), emitted.append)
+    hand.shared_from_ms = 4_000  # the next connection opened at the deadline, in mid-utterance
+    hand.old_result(2_605, 2_605, "the old connection's text of the long one")
+    hand.new_shared(2_605, 7_000, "the next connection's text of it", 0, old_closed=False)
+    for pending in list(hand.pending):  # the old one closes: whatever still waits would be emitted now
+        hand.fallback(pending)
+    assert [a.text for a in emitted if isinstance(a, EmitUtterance)] == [
+        "the old connection's text of the long one"
+    ]
