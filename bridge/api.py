@@ -216,6 +216,7 @@ class ServerConfig:
     record_dir: str | None = None  # issue 15: a stereo WAV per call in this directory
     route_providers: tuple[ProviderEndpoint, ...] = ()  # issue 15: providers config routes name (plans.py)
     nat: bool = False  # NAT mode: symmetric RTP latching, in-dialog requests to the caller's source
+    rtp_source: Literal["learn", "strict"] = "learn"  # without NAT mode: rtp/latch.py's source policy
     tls: tuple[str, int] | None = None  # SIP over TLS listener (with cert and tls_key)
     cert: str | None = None
     tls_key: str | None = None
@@ -610,6 +611,7 @@ def _engine_config(config: ServerConfig) -> EngineConfig:
         register_keepalive_s=config.register_keepalive_s,
         external_address=config.external_address,
         nat=config.nat,
+        rtp_source=config.rtp_source,
         tls=config.tls,
         cert=config.cert,
         tls_key=config.tls_key,

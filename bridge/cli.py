@@ -33,6 +33,7 @@ from providers.batching import APPEND_MS_CHOICES, DEFAULT_APPEND_MS
 from providers.fakes.faults import Fault, parse_fault
 from providers.fakes.script import Script, load_script
 from providers.limits import LimitOverrides
+from rtp.latch import SOURCE_POLICIES
 from sip.engine import DEFAULT_ENGINE, ENGINES, EngineError
 from sip.policy import parse_networks
 from sip.uri import parse_uri
@@ -325,6 +326,14 @@ _FAKES = {  # protocol: (module, options class module, options class)
     "and in-dialog requests to the address the INVITE came from.",
 )
 @click.option(
+    "--rtp-source",
+    type=click.Choice(SOURCE_POLICIES),
+    default="learn",
+    show_default=True,
+    help="Without --nat, whose RTP a call takes: learn (the SDP's address, or else the first source sending 4 "
+    "packets in sequence, then only that one: Asterisk's strictrtp) or strict (only the SDP's address).",
+)
+@click.option(
     "--tls",
     "tls",
     default=None,
@@ -452,6 +461,7 @@ def serve(
     keepalive: float,  # issue 14
     external_address: str | None,  # issue 14
     nat: bool,  # issue 14
+    rtp_source: str,
     tls: str | None,  # issue 14
     cert: str | None,  # issue 14
     tls_key: str | None,  # issue 14
@@ -635,6 +645,7 @@ def _trunk_fields(o: Mapping[str, Any]) -> dict[str, Any]:
         "register_password": os.environ.get(SIP_PASSWORD_ENV) or None,
         "external_address": external_address,
         "nat": o["nat"],
+        "rtp_source": o["rtp_source"],
         "tls": _host_port(tls, 5061) if tls else None,
         "cert": cert,
         "tls_key": tls_key,
@@ -655,7 +666,7 @@ _CALL_SHARED = frozenset(
         "no_rollover", "turn_detection", "end_call_tool", "transfer_targets", "send_dtmf_tool",
         "dtmf_to_model", "provider_append_ms", "rtp_port", "allow", "drop_unknown", "invite_rate",
         "options_rate",
-        "inbound_auth", "allow_any", "external_address", "nat", "tls", "cert", "tls_key", "tls_ca", "srtp",
+        "inbound_auth", "allow_any", "external_address", "nat", "rtp_source", "tls", "cert", "tls_key", "tls_ca", "srtp",
         "max_call_duration", "rtp_timeout", "log_level", "log_format",
     }
 )  # fmt: skip

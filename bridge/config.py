@@ -8,7 +8,8 @@ shows each one with a comment:
     [defaults]    provider, instructions | instructions_file, greeting, language, voice, turn_detection
     [providers.NAME]  (NAME one of openai-live, openai-realtime, gemini-live, xai) key_env, model, voice, url, ca
     [[trunks]]    name*, registrar, auth_user, password_env, register_expires_s, register_keepalive_s,
-                  allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address
+                  allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address, nat,
+                  rtp_source (learn | strict)
     [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents
     [[routes]]    name*, number | pattern, header = {name, value}, provider, instructions | instructions_file,
                   tools = [{name, description, parameters}], greeting, language, voice
@@ -77,6 +78,7 @@ from bridge.telephony import TelephonyOptions
 from bridge.webhook import SECRET_ENV
 from providers.base import ToolSpec
 from providers.limits import LimitOverrides
+from rtp.latch import SOURCE_POLICIES, SourcePolicy
 from sip.engine import DEFAULT_ENGINE, ENGINES
 
 ECHO = "echo"
@@ -163,6 +165,9 @@ class Trunk:
     srtp: Srtp = "off"
     external_address: str | None = None  # the public IP for SDP c=, Contact and Via behind NAT
     nat: bool = False  # symmetric RTP, in-dialog requests to the INVITE's source (`serve --nat`)
+    rtp_source: SourcePolicy = (
+        "learn"  # without NAT mode: learn the caller's RTP source, or "strict" (rtp/latch.py)
+    )
 
     @property
     def needs_password(self) -> bool:
@@ -931,6 +936,9 @@ def _trunks(r: _Reader, items: list[dict[str, object]]) -> tuple[Trunk, ...]:
             srtp="require" if srtp == "require" else "offer" if srtp == "offer" else "off",
             external_address=external,
             nat=r.boolean(t, "nat", p, False),
+            rtp_source="strict"
+            if r.choice(t, "rtp_source", p, SOURCE_POLICIES, "learn") == "strict"
+            else "learn",
         )
         if trunk.registrar is not None and trunk.auth_user is None and "password_env" in t:
             r.fail(f"{p}.password_env", "a password without auth_user is never used")
@@ -1191,6 +1199,7 @@ CLI_OPTIONS: Mapping[str, str] = {
     "srtp": "trunks[].srtp",
     "external_address": "trunks[].external_address",
     "nat": "trunks[].nat",
+    "rtp_source": "trunks[].rtp_source",
     "invite_rate": "inbound.invite_rate_per_s",
     "options_rate": "inbound.options_rate_per_s",
     "drop_unknown": "inbound.drop_unknown",

@@ -19,6 +19,8 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
     rtp_packets_total{direction}                 RTP packets received (in) and sent (out)
     rtp_packets_lost_total, rtp_packets_late_total, rtp_frames_concealed_total
     rtp_jitter_seconds                           the caller stream's interarrival jitter (RFC 3550), sampled
+    one_way_audio_total{cause}                   calls that received no usable RTP a few seconds into the media
+                                                 (rtp/stream.py ONE_WAY_CAUSES), counted at the call's end
     pacing_lateness_seconds                      how late the media clock's ticks came after their deadlines
                                                  (fed by an engine that reports lateness samples: none yet)
     pacing_ticks_total{outcome}                  the media clock's 20 ms slots: served, skipped, late
@@ -49,6 +51,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from rtp.clock import LATE_CAUSES, LATENESS_BOUNDS_US
+from rtp.stream import ONE_WAY_CAUSES
 
 # The classic text format every Prometheus version scrapes; every name here is a legacy-valid one, so the body
 # is the same as the 1.0.0 text format's.
@@ -126,6 +129,12 @@ class BridgeMetrics:
         self._rtp_concealed = Counter(
             f"{PREFIX}_rtp_frames_concealed",
             "Caller frames synthesised by G.711 loss concealment.",
+            registry=r,
+        )
+        self._one_way = Counter(
+            f"{PREFIX}_one_way_audio",
+            "Calls that received no usable RTP from the caller a few seconds into the media, by cause.",
+            ["cause"],
             registry=r,
         )
         self._jitter = Histogram(
@@ -274,6 +283,10 @@ class BridgeMetrics:
             self._rtp_late.inc(late)
         if concealed:
             self._rtp_concealed.inc(concealed)
+
+    def one_way_audio(self, cause: str) -> None:
+        """A call that received no usable RTP (a cause outside rtp.stream.ONE_WAY_CAUSES counts as "other")."""
+        self._one_way.labels(cause=cause if cause in ONE_WAY_CAUSES else "other").inc()
 
     def jitter(self, samples_s: Iterable[float]) -> None:
         for value in samples_s:

@@ -176,6 +176,8 @@ class CallObserver:
                     concealed=max(qos.frames_concealed, 0),
                 )
                 self.metrics.jitter([qos.jitter_ms / 1000.0])
+                if qos.one_way_audio is not None:  # rtp/stream.py: no usable caller RTP, and why
+                    self.metrics.one_way_audio(qos.one_way_audio)
         # Issue 17: the call's jobs still timed are forgotten with it, whether or not it had a summary.
         call_id = summary.call_id if summary is not None else None
         if call_id is None and isinstance(leg, _Identified):

@@ -143,6 +143,7 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
         register_password=environ.get(first_reg.password_env) or None if first_reg is not None else None,
         external_address=next((t.external_address for t in config.trunks if t.external_address), None),
         nat=any(t.nat for t in config.trunks),
+        rtp_source="strict" if any(t.rtp_source == "strict" for t in config.trunks) else "learn",
         drain_timeout_s=config.drain.timeout_s,
         route_providers=routed,
         cdr=config.logging.cdr,  # bridge/records.py: one JSON line per finished call

@@ -294,6 +294,9 @@ class CallRecord:
     rollovers_completed: int | None = None
     uncertain: tuple[UncertainEntry, ...] = ()  # S8: the last `KEPT` pieces of uncertain work
     uncertain_total: int | None = None
+    # No usable RTP from the caller a few seconds into the media: the cause (rtp/stream.py ONE_WAY_CAUSES),
+    # read from the leg's RTP figures (qos["rtp"]["one_way_audio"]); None when audio came (or no figures)
+    one_way_audio: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -365,6 +368,7 @@ class CallRecord:
             "utterances": self.utterances,
             "barge_ins": self.barge_ins,
             "recording": self.recording,
+            "one_way_audio": self.one_way_audio,
         }
 
     def cdr_line(self) -> str:
@@ -661,8 +665,15 @@ class RecordBuilder:
             rollovers_completed=history.rollovers_completed,
             uncertain=tuple(self.uncertain),
             uncertain_total=self.uncertain_total,
+            one_way_audio=_one_way_audio(qos),
         )
         return out, record
+
+
+def _one_way_audio(qos: object) -> str | None:
+    rtp = qos.get("rtp") if isinstance(qos, Mapping) else None
+    cause = rtp.get("one_way_audio") if isinstance(rtp, Mapping) else None
+    return cause if isinstance(cause, str) else None
 
 
 _RECOVERY_OUTCOMES: dict[str, Literal["recovered", "failed", "interrupted"]] = {

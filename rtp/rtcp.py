@@ -398,8 +398,9 @@ class QoS:
     late_packets: int = 0  # the jitter buffer's figures (filled in by rtp.stream)
     frames_concealed: int = 0
     buffer_ms: int = 0
+    one_way_audio: str | None = None  # why no usable RTP arrived (rtp.stream.OneWayAudio.cause), if so
 
-    def as_dict(self) -> dict[str, float | int | None]:
+    def as_dict(self) -> dict[str, float | int | str | None]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 

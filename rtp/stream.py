@@ -27,6 +27,15 @@ the receiver statistics (rtp.rtcp, A.1/A.3/A.8), then filed in the jitter buffer
 RFC 4733 receiver (the negotiated telephone-event PT), counted as comfort noise (PT 13) or dropped. Every
 drop has its reason counted in `drops` (indexed by `Drop`); nothing raises.
 
+One-way audio: `arrival_problem()` says why no usable packet has arrived (None once one has): SRTP that failed
+authentication, a source refused or never learned (rtp.latch), payload types not negotiated, malformed
+datagrams, or nothing at all; the shell asks once, ARRIVAL_WINDOW_MS (4 s) after the media started (or
+resumed from a hold the call began in), logs its one line and sets `one_way_audio`, which `qos()` carries into
+the status and the call record. 4 s: well past a normal start (a phone's RTP starts with the answer, and
+learning takes 4 packets), short enough that the line is there while the caller still waits to be heard.
+Comfort noise counts as usable; a phone that suppresses silence without sending comfort noise and stays
+silent for the first 4 s is marked `no_rtp`, which is what the bridge saw.
+
 `next_packet` returns a view of the stream's own send buffer: valid until the next `next_packet` call
 (asyncio's `sendto` copies whatever it cannot send at once, so handing it the view is safe).
 """
@@ -39,11 +48,21 @@ from dataclasses import dataclass, replace
 from rtp.audio import FRAME_SAMPLES
 from rtp.dtmf import DtmfDigit, DtmfReceiver, DtmfSender
 from rtp.jitter import JitterBuffer, PlayoutFrame, fast_alaw_decode, fast_ulaw_decode
-from rtp.latch import Address, SourceLatch
+from rtp.latch import Address, SourceLatch, SourcePolicy
 from rtp.packet import Drop, RtpPacket, is_rtcp, pack_into, parse
 from rtp.rtcp import Goodbye, QoS, RtcpPacket, RtcpSession
 
-__all__ = ["StreamConfig", "RtcpReceived", "RtpStream", "PCMU", "PCMA", "COMFORT_NOISE"]
+__all__ = [
+    "StreamConfig",
+    "RtcpReceived",
+    "RtpStream",
+    "OneWayAudio",
+    "ONE_WAY_CAUSES",
+    "ARRIVAL_WINDOW_MS",
+    "PCMU",
+    "PCMA",
+    "COMFORT_NOISE",
+]
 
 PCMU, PCMA, COMFORT_NOISE = 0, 8, 13
 _MAX_PAYLOAD = 1200
@@ -64,11 +83,26 @@ class StreamConfig:
     dtmf_payload_type: int | None = 101  # telephone-event/8000, None if not negotiated
     rtcp_mux: bool = False
     nat: bool = False
+    source_policy: SourcePolicy = "learn"  # rtp.latch: learn the caller's source, or only the signalled one
     jitter_min_ms: int = 20
     jitter_max_ms: int = 200
     wallclock_offset_ns: int = 0  # time.time_ns() - time.monotonic_ns(), for NTP timestamps in SR
     dtmf_duration_ms: int = 160
     dtmf_gap_ms: int = 100
+
+
+ARRIVAL_WINDOW_MS = 4000  # media start (or resume) to the one-way-audio diagnosis when nothing usable came
+ONE_WAY_CAUSES = ("srtp_auth", "source_refused", "payload_type", "malformed", "no_rtp")
+
+
+@dataclass(frozen=True, slots=True)
+class OneWayAudio:
+    """Why a call received no usable RTP (`RtpStream.arrival_problem`): `cause` is one of ONE_WAY_CAUSES (a
+    closed set: a metric label), `detail` the sentence for the call's one log line (addresses, payload types,
+    counts)."""
+
+    cause: str
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +132,7 @@ class RtpStream:
         self._view = memoryview(self._buf)
         self._last_n = 12 + FRAME_SAMPLES
         self._last_view = self._view[: self._last_n]
-        self.latch = SourceLatch(config.remote, config.nat)
+        self.latch = SourceLatch(config.remote, config.nat, policy=config.source_policy)
         self.jitter = JitterBuffer(
             fast_ulaw_decode if self._pt == PCMU else fast_alaw_decode,
             min_ms=config.jitter_min_ms,
@@ -124,6 +158,8 @@ class RtpStream:
         self._started = False
         self._pending_digits: list[DtmfDigit] = []
         self._pending_at = 0
+        self.unknown_pt = -1  # the last payload type dropped as not negotiated (for the diagnosis)
+        self.one_way_audio: OneWayAudio | None = None  # set by the shell when its arrival check found nothing
 
     # --- addresses ---
 
@@ -143,9 +179,11 @@ class RtpStream:
         dest = self.latch.destination
         return (dest[0], dest[1] + 1) if dest is not None else None
 
-    def signal(self, remote: Address | None, remote_rtcp: Address | None = None) -> None:
-        """The peer's SDP named a new address (re-INVITE): the latch starts over."""
-        self.latch.signal(remote)
+    def signal(
+        self, remote: Address | None, remote_rtcp: Address | None = None, now: int | None = None
+    ) -> None:
+        """The peer's SDP named an address (re-INVITE, UPDATE): the latch re-learns as rtp.latch says."""
+        self.latch.signal(remote, now)
         self._remote_rtcp = remote_rtcp
         self._rtcp_source = None
 
@@ -160,7 +198,7 @@ class RtpStream:
         if isinstance(p, Drop):
             self.drops[p] += 1
             return None
-        if not self.latch.accept(source, p.ssrc, now):
+        if not self.latch.accept(source, p.ssrc, now, p.seq):
             self.drops[Drop.WRONG_SOURCE] += 1
             return None
         pt = p.pt
@@ -170,6 +208,7 @@ class RtpStream:
             # statistics and the digit receiver are reset for a new SSRC.
             if pt != self._pt and pt != self._dtmf_pt and pt != COMFORT_NOISE:
                 self.drops[Drop.UNKNOWN_PT] += 1
+                self.unknown_pt = pt
                 return None
             if pt == self._dtmf_pt and (len(p.payload) < 4 or len(p.payload) % 4):
                 self.drops[Drop.BAD_DTMF] += 1
@@ -190,6 +229,7 @@ class RtpStream:
             self.comfort_noise += 1  # RFC 3389 comfort noise: the jitter buffer plays silence meanwhile
             return None
         self.drops[Drop.UNKNOWN_PT] += 1
+        self.unknown_pt = pt
         return None
 
     def _new_source(self, ssrc: int) -> None:
@@ -319,13 +359,64 @@ class RtpStream:
         """The RTCP BYE compound to send when the call ends."""
         return self.rtcp.build_goodbye(now, reason)
 
+    # --- the one-way-audio diagnosis ---
+
+    def arrival_problem(self, srtp_auth_failures: int = 0) -> OneWayAudio | None:
+        """None once a usable packet (audio, digit or comfort noise from a source taken) has arrived; else
+        why none did, the likeliest cause first: SRTP that failed authentication, a source refused (or one
+        that never completed its probation run), payload types not negotiated, malformed datagrams, nothing.
+        The shell asks once, a few seconds (ARRIVAL_WINDOW_MS) after the media started."""
+        if self.packets_in:
+            return None
+        latch, drops = self.latch, self.drops
+        signalled = _show(latch.signalled)
+        if srtp_auth_failures:
+            return OneWayAudio(
+                "srtp_auth",
+                f"{srtp_auth_failures} SRTP packets failed authentication (keys from the SDES exchange)",
+            )
+        if latch.refused or latch.probation_drops:
+            source = latch.refused_from or latch.candidate
+            if latch.nat:
+                why = "NAT mode takes one source at a time"
+            elif not latch.learn:
+                why = "--rtp-source strict takes only the signalled address"
+            elif latch.latched is not None:
+                why = f"the call is latched to {_show(latch.latched)}"
+            else:
+                why = (
+                    f"it never sent {latch.probation} packets in sequence with one SSRC "
+                    f"({latch.probation_drops} tried)"
+                )
+            return OneWayAudio(
+                "source_refused",
+                f"RTP from {_show(source)} refused ({drops[Drop.WRONG_SOURCE]} packets) while the SDP named "
+                f"{signalled}: {why}",
+            )
+        if drops[Drop.UNKNOWN_PT] or drops[Drop.BAD_DTMF]:
+            return OneWayAudio(
+                "payload_type",
+                f"{drops[Drop.UNKNOWN_PT] + drops[Drop.BAD_DTMF]} packets of payload type {self.unknown_pt}, "
+                f"not the negotiated {self._pt}"
+                + (f" or telephone-event {self._dtmf_pt}" if self._dtmf_pt >= 0 else ""),
+            )
+        malformed = sum(drops[d] for d in _MALFORMED)
+        if malformed:
+            return OneWayAudio("malformed", f"{malformed} datagrams were not valid RTP")
+        return OneWayAudio("no_rtp", f"no RTP arrived at all (the SDP named {signalled})")
+
     # --- figures ---
 
     def qos(self) -> QoS:
         """`status()["qos"]`: RTCP figures plus the jitter buffer's late packets, concealment and depth."""
         jb = self.jitter
+        oneway = self.one_way_audio
         return replace(
-            self.rtcp.qos(), late_packets=jb.late, frames_concealed=jb.frames_concealed, buffer_ms=jb.depth_ms
+            self.rtcp.qos(),
+            late_packets=jb.late,
+            frames_concealed=jb.frames_concealed,
+            buffer_ms=jb.depth_ms,
+            one_way_audio=oneway.cause if oneway is not None else None,
         )
 
     def counters(self) -> dict[str, int]:
@@ -350,5 +441,22 @@ class RtpStream:
             jitter_depth_ms=jb.depth_ms,
             jitter_target_ms=jb.target_ms,
             source_relatches=self.latch.relatches,
+            source_learned=self.latch.learned,
+            source_probation_drops=self.latch.probation_drops,
+            source_refused=self.latch.refused,
         )
         return out
+
+
+_MALFORMED = (
+    Drop.TOO_SHORT,
+    Drop.BAD_VERSION,
+    Drop.BAD_CSRC,
+    Drop.BAD_EXTENSION,
+    Drop.BAD_PADDING,
+    Drop.EMPTY_PAYLOAD,
+)
+
+
+def _show(address: Address | None) -> str:
+    return f"{address[0]}:{address[1]}" if address is not None else "no address"

@@ -67,9 +67,12 @@ class EngineConfig:
     register_keepalive_s: float | None = 30.0  # OPTIONS to each registrar this often while registered
     # Issue 14, NAT: the address peers reach us at (Contact, Via sent-by, SDP c=/o=), None: the bound one
     external_address: str | None = None
-    # NAT mode: symmetric RTP (rtp/latch.py latches each call to the first valid packet's source) and
+    # NAT mode: symmetric RTP (rtp/latch.py latches each call to the first valid packet's source; we send there) and
     # in-dialog requests to the address the INVITE came from (a caller behind NAT with a private Contact)
     nat: bool = False
+    # Without NAT mode, whose RTP a call takes (rtp/latch.py): "learn" the caller's source (Asterisk's strictrtp
+    # with learning: the signalled address, or the first source sending 4 packets in sequence) or "strict"
+    rtp_source: Literal["learn", "strict"] = "learn"
     # Issue 14, TLS (sip/tls.py) and SRTP (SDES, rtp/srtp.py): a TLS listener at tls (host, port) with
     # cert/tls_key; tls_ca for outbound TLS; srtp "off" | "optional" | "required" (keys only over TLS)
     tls: tuple[str, int] | None = None

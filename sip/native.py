@@ -50,7 +50,7 @@ from rtp.ledger import CarrierLedger
 from rtp.playout import Playout
 from rtp.rtcp import QoS
 from rtp.srtp import SrtpContext
-from rtp.stream import PCMU, RtpStream, StreamConfig
+from rtp.stream import ARRIVAL_WINDOW_MS, PCMU, RtpStream, StreamConfig
 from sip import sdp
 from sip import ua as core
 from sip.auth import Credentials, DigestServer
@@ -90,6 +90,7 @@ EARLY_READ_MAX = 64  # datagrams that came before the answer, read and counted a
 STOP_GRACE_S = 2.0  # how long stop() waits for the answers to its BYEs and final responses
 TCP_LINGER_S = 0.2  # then how long TCP connections stay open for the peers to finish
 _MAX_FLUSH_ROUNDS = 16
+_NEVER = 1 << 62  # a deadline that never comes (an int: the media tick compares it with `now`)
 Clock = Callable[[], int]
 
 
@@ -116,6 +117,9 @@ class _CallMedia:
         self._rtp_timeout_ns: int | None = None
         self._end_at: int | None = None
         self._limit_hit = False
+        # the one-way-audio check: when nothing usable came this long after the media started (or resumed),
+        # one log line says why (rtp.stream.arrival_problem); one comparison per slot until then
+        self.arrival_at = _NEVER
         keys = negotiated.srtp  # SDES agreed (issue 14): every packet either way is SRTP/SRTCP
         self.srtp = SrtpContext(keys.suite, keys.local_key, keys.remote_key) if keys is not None else None
         leg.sockets.on_rtp = self.on_rtp  # the clock reads 50 datagrams a second per call: straight here
@@ -125,7 +129,10 @@ class _CallMedia:
         self.sends = negotiated.sends
         self.receives = negotiated.receives
         self.held = negotiated.held
-        self.stream.signal((negotiated.remote_address, negotiated.remote_port))
+        now = self._clock()
+        self.stream.signal((negotiated.remote_address, negotiated.remote_port), now=now)
+        if self.receives and not self.held and self.arrival_at == _NEVER:
+            self.watch_arrival(now)  # resumed before any usable RTP came: the window starts again
         keys = negotiated.srtp
         if self.srtp is not None and keys is not None:  # a re-key on re-INVITE
             self.srtp.rekey(suite_name=keys.suite, local_key=keys.local_key, remote_key=keys.remote_key)
@@ -137,6 +144,8 @@ class _CallMedia:
 
     def on_slots(self, now: int, due: int, skipped: int) -> None:
         stream = self.stream
+        if now >= self.arrival_at:
+            self._check_arrival(now)
         if not self._limit_hit and (
             (self._end_at is not None and now >= self._end_at)
             or (self._rtp_timeout_ns is not None and now - self.last_rtp >= self._rtp_timeout_ns)
@@ -189,6 +198,32 @@ class _CallMedia:
         deadline = stream.next_deadline()
         if deadline is not None and deadline <= now:
             self._leg._stream_timer(now)
+
+    def watch_arrival(self, now: int) -> None:
+        """Check, ARRIVAL_WINDOW_MS from `now`, that usable RTP came (unless it has, or the call was judged)."""
+        if self.stream.packets_in == 0 and self.stream.one_way_audio is None:
+            self.arrival_at = now + ARRIVAL_WINDOW_MS * 1_000_000
+
+    def _check_arrival(self, now: int) -> None:
+        """The window is over: nothing to say if usable RTP came or the caller is not meant to send (on hold:
+        the window starts again on resume); else the call's one line saying why, its mark and its count."""
+        self.arrival_at = _NEVER
+        if not self.receives or self.held:
+            return
+        stream = self.stream
+        srtp = self.srtp
+        problem = stream.arrival_problem(srtp.auth_failures if srtp is not None else 0)
+        if problem is None:
+            return
+        stream.one_way_audio = problem
+        self._leg.agent.one_way_audio[problem.cause] += 1
+        log.warning(
+            "%s: one-way audio (%s): no usable RTP from the caller %g s after the media started: %s",
+            self._leg.call,
+            problem.cause,
+            ARRIVAL_WINDOW_MS / 1000,
+            problem.detail,
+        )
 
     def set_limits(self, now: int, max_call_duration_s: float | None, rtp_timeout_s: float | None) -> None:
         """--max-call-duration and --rtp-timeout from `now` (the media start counts as a caller packet)."""
@@ -422,11 +457,14 @@ class NativeLeg(PlayoutLeg):
                 dtmf_payload_type=negotiated.telephone_event,
                 wallclock_offset_ns=agent.wallclock_offset_ns,
                 nat=agent.config.nat,  # symmetric RTP: latch to the first valid packet's source
+                source_policy=agent.config.rtp_source,  # else learn the caller's source (rtp/latch.py)
             ),
             rng.random,
         )
         self.media = _CallMedia(self, stream, negotiated)
         self.media.set_limits(now, agent.config.max_call_duration_s, agent.config.rtp_timeout_s)  # issue 14
+        if self.media.receives and not self.media.held:
+            self.media.watch_arrival(now)
         agent.media_clock.add(self.media)
         log.info(
             "%s media: %s/8000 to %s:%d from %s:%d",
@@ -674,6 +712,7 @@ class NativeUserAgent:
         self._reg_seen: dict[str, tuple[str, str | None, int, str | None]] = {}
         self.tls_port: int | None = None  # the TLS listener's port once started (issue 14)
         self.limit_hangups: Counter[str] = Counter()  # calls ended by max_call_duration / rtp_timeout
+        self.one_way_audio: Counter[str] = Counter()  # calls with no usable caller RTP, by cause (rtp.stream)
         self.outbound_results: deque[dict[str, object]] = deque(
             maxlen=50
         )  # the last outbound calls' outcomes
@@ -1106,6 +1145,7 @@ class NativeUserAgent:
             "registrations": self.registrations_status(),
             "outbound": list(self.outbound_results),
             "limit_hangups": dict(self.limit_hangups),
+            "one_way_audio": dict(self.one_way_audio),
             "policy": {
                 "allow": list(self.config.allow),
                 "drop_unknown": self.config.drop_unknown,

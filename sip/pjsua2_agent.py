@@ -394,6 +394,7 @@ def unsupported_options(config: EngineConfig) -> list[str]:
         "--register": bool(config.register),
         "--external-address": config.external_address is not None,
         "--nat": config.nat,
+        "--rtp-source strict": config.rtp_source == "strict",  # pjmedia takes its own source choices
         "--tls": config.tls is not None,
         "--tls-ca": config.tls_ca is not None,
         "--srtp": config.srtp != "off",
