@@ -69,7 +69,10 @@ from bridge.vad import VadOptions
 from providers import events as ev
 from providers.base import Capabilities, SessionSettings
 from providers.limits import AudioLimits
-from rtp.audio import AudioFormat
+from rtp.audio import FRAME_MS, AudioFormat
+
+# S1: a floor connection that sent nothing for this long before a fault may not have heard the caller at all.
+UNHEARD_SILENCE_MS = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +155,10 @@ class SessionCoordinator:
         # (a frame that changed no turn and made no room decide moves the output's deadline alone).
         self._others_due: int | None = None
         self._others_known = False
+        # S1 at a recovery: when the floor last sent anything, and the start of the caller's earliest turn whose
+        # text has not been emitted (session ms; None: every turn is accounted for).
+        self._floor_seen = now
+        self._untold_from: int | None = None
         self.rollover.start()
 
     @property
@@ -199,6 +206,7 @@ class SessionCoordinator:
             self.recovery.alive()
             self.rollover.observe(event, now)
             self._floor_event(event, now)
+            self._floor_seen = now  # (after: a close that begins a recovery is no sign of hearing)
         self._settle(now)
 
     def _floor_event(self, event: ev.ProviderEvent, now: int) -> None:
@@ -486,6 +494,8 @@ class SessionCoordinator:
         the connection that reported it, when not the floor: in a rollover's hand-over the next connection alone
         hears the caller, and its speech start is a barge-in on the floor's output, S3)."""
         if isinstance(change, CallerStarted):
+            if self._untold_from is None or self._untold_from <= self.captions.told_to_ms:
+                self._untold_from = self.timeline.ms(now)  # (the earliest turn not told yet, S1)
             if change.barge and (change.source == "local_vad" or not self.barge.suppressed):
                 self._barge_in(now, change.source)
             if not self.recovery.reconnecting:  # after a repair, this opens the first fresh interval (HR10)
@@ -529,11 +539,34 @@ class SessionCoordinator:
     def _may_recover(self) -> bool:
         return not self.ending.ended and not self.ending.leg_ended
 
-    def _afresh(self, now: int) -> None:
-        """A replacement is being opened: any rollover is abandoned (what its next connection held for the
-        application is emitted first, S1), then captions start a fresh epoch (HR11)."""
+    def _afresh(self, old: int, now: int) -> None:
+        """A replacement is being opened for the floor connection `old`, now quarantined: what the caller said
+        is not lost silently (S1). The caption fragments `old` sent of the caller's last turn (GPT-Live groups
+        them until the turn is over) are its text and are emitted; any rollover is abandoned (what its next
+        connection held for the application is emitted first); what the caller said that no text accounts for
+        is reported (`_report_unheard`). Then captions start a fresh epoch (HR11)."""
+        for token, text, start, end in self.captions.close():
+            if token == old and text:
+                self.captions.caller(text, start, True, end)
         self.rollover.abandon(now)
+        self._report_unheard(now)
         self.captions.new_epoch()
+
+    def _report_unheard(self, now: int) -> None:
+        """S1: the caller audio the quarantined floor connection was sent and no emitted text accounts for —
+        from the caller's earliest turn not told yet, or, where the connection had gone silent (half-open, a
+        stall: it may have heard nothing at all, and without a local detector nobody knows whether the caller
+        spoke), from its last sign of life — in one input `audio_discontinuity` with cause `recovery_unheard`.
+        Its text can no longer come (its events are inert, HR2), and the replacement hears only what follows
+        (HR8, whose own discontinuity counts the frames discarded while it connects)."""
+        at, told = self.timeline.ms(now), self.captions.told_to_ms
+        start = self._untold_from if self._untold_from is not None and self._untold_from > told else None
+        if now - self._floor_seen >= UNHEARD_SILENCE_MS * 1_000_000:
+            silent = max(told, self.timeline.ms(self._floor_seen))
+            start = silent if start is None else min(start, silent)
+        self._untold_from = None
+        if start is not None and (frames := (at - start) // FRAME_MS) > 0:
+            self.out.notices.append(AudioDiscontinuity("input", frames, "recovery_unheard", at))
 
     def _end(self, reason: str, now: int, *, failed: bool = False, goodbye: bool = False) -> None:
         if self.ending.end(reason, now, failed=failed, goodbye=goodbye):

@@ -78,7 +78,13 @@ RecoveryOutcome = Literal["recovered", "failed"]
 RolloverOutcome = Literal["completed", "refused", "failed"]
 # "rollover_next_lost": what a rollover's next connection alone heard, lost or quarantined with it (S1).
 DiscontinuityCause = Literal[
-    "output_overflow", "output_stale", "voice_transport_recovery", "rollover", "rollover_next_lost"
+    "output_overflow",
+    "output_stale",
+    "voice_transport_recovery",
+    "recovery_unheard",
+    "rollover",
+    "rollover_next_lost",
+    "ringing",
 ]
 JobOutcome = Literal["completed", "failed", "timeout", "refused", "unknown"]
 RegistrationState = Literal["unregistered", "registering", "registered", "failed"]

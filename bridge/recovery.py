@@ -241,7 +241,7 @@ class RecoveryController:
         output: OutputPath,
         delegations: Delegations,
         seed: Seed,
-        afresh: Callable[[int], None],
+        afresh: Callable[[int, int], None],
         *,
         answer_within_ms: int | None,
         budget_ms: int = RECOVERY_BUDGET_MS,
@@ -299,7 +299,7 @@ class RecoveryController:
         token, quarantined = self._connections.replace_floor()
         recovery = self.state.begin(cause, token, now, at_ms, dropped)
         assert recovery is not None
-        self._afresh(now)
+        self._afresh(old, now)
         self._delegations.recovery_started(old, at_ms)  # HR6, HR9, HR10
         for other in quarantined[1:]:  # a rollover in progress is abandoned; the replacement starts afresh
             self._out.commands.append(CloseTransport(connection_id(other)))

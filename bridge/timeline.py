@@ -139,6 +139,7 @@ class Captions:
         self._close_ns = close_ms * _NS_PER_MS
         self.epoch = 0
         self._caller_text: deque[str] = deque(maxlen=5)
+        self.told_to_ms = 0  # the end of the latest caller utterance emitted (S1: what is accounted for)
         self._fragments: dict[int, list[tuple[str, int, int]]] = {}
         self._due: int | None = None
 
@@ -153,6 +154,7 @@ class Captions:
         self._out.notices.append(Transcript("caller", text, at_ms, final, self.epoch, end_ms))
         if final and text.strip():
             self._caller_text.append(text.strip()[:500])
+            self.told_to_ms = max(self.told_to_ms, at_ms if end_ms is None else end_ms)
 
     def assistant(self, text: str, at_ms: int, final: bool) -> None:
         self._out.notices.append(Transcript("assistant", text, at_ms, final, self.epoch))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from test_rollover_session import SCALED, ClientCommitCall, RolloverCall
-from test_session_engine import pcmu_tone
+from test_session_engine import GPT_LIVE_CAPS, Call, pcmu_tone, speech_frame
 
 from bridge.commands import EmitUtterance
 from bridge.coordinator import AudioDiscontinuity, BargedIn, OpenReplacement, Transcript
@@ -23,6 +23,7 @@ from providers.events import (
     ProviderEvent,
     SessionClosed,
     SpeechStarted,
+    SpeechStopped,
 )
 from rtp.audio import PCMU_8K
 
@@ -335,3 +336,74 @@ def test_ro3_s1_an_untimed_old_text_of_an_utterance_under_way_is_matched_not_tak
     assert [a.text for a in emitted if isinstance(a, EmitUtterance)] == [
         "the old connection's text of the long one"
     ]
+
+
+# --- S1 at a recovery outside any rollover: nothing the caller said disappears silently ---------------------
+
+
+def _input_gaps(call: Call, cause: str) -> list[AudioDiscontinuity]:
+    return [
+        n
+        for n in call.notices
+        if isinstance(n, AudioDiscontinuity) and n.direction == "input" and n.cause == cause
+    ]
+
+
+def _caller_finals(call: Call) -> list[str]:
+    return [n.text for n in call.notices if isinstance(n, Transcript) and n.role == "caller" and n.final]
+
+
+def test_s1_gpt_live_caption_fragments_received_before_a_fault_are_emitted_not_dropped() -> None:
+    """GPT-Live's caller captions come as timed fragments, grouped until the caller's turn is over (plus
+    `caption_close_ms`). A recovery inside that window quarantined the floor, and its fragments — the caller's
+    words, already received — were never emitted (the bench traced such sentences: heard, transcribed, lost)."""
+    call = Call(GPT_LIVE_CAPS)
+    call.tick(speech_frame(), 40)  # the caller speaks (the local detector hears it)
+    call.provider(InputTranscript(1, "book a table ", None, start_ms=20, end_ms=500))
+    call.provider(InputTranscript(1, "for four", None, start_ms=500, end_ms=800))
+    call.tick(count=30)  # the turn is over; the fragments wait caption_close_ms
+    assert _caller_finals(call) == []
+    call.provider(SessionClosed(1, "connection_lost", finalized=False))  # the floor is lost
+    assert _caller_finals(call) == ["book a table for four"]
+    assert _input_gaps(call, "recovery_unheard") == []  # the text accounts for the turn
+
+
+def test_s1_a_caller_turn_whose_text_had_not_come_when_the_floor_was_lost_is_reported() -> None:
+    """Realtime: the caller's turn ended (speech started and stopped) and its transcript was in flight when
+    the floor connection was lost; its events are inert from then on (HR2). The turn is reported as an input
+    discontinuity that covers it (before: lost with no trace)."""
+    call = Call()
+    call.tick(count=10)
+    turn_from = call.core.timeline.ms(call.now)
+    call.provider(SpeechStarted(1, None, "item_a"))
+    call.tick(speech_frame(), 60)
+    call.provider(SpeechStopped(1, None, "item_a"))
+    call.tick(count=10)
+    call.provider(SessionClosed(1, "connection_lost", finalized=False))
+    [gap] = _input_gaps(call, "recovery_unheard")
+    assert gap.at_ms - gap.amount * 20 <= turn_from and gap.at_ms == call.core.timeline.ms(call.now)
+
+
+def test_s1_a_floor_silent_before_the_fault_is_reported_from_its_last_sign_of_life() -> None:
+    """A half-open or stalled connection sends nothing; without a local detector nobody knows whether the
+    caller spoke into it. The audio sent since its last event is reported when it is found dead."""
+    call = Call()
+    call.tick(count=10)
+    call.provider(AudioReceived(1, pcmu_tone(100), PCMU_8K, "resp"))
+    last = call.core.timeline.ms(call.now)
+    call.tick(count=150)  # 3 s of nothing from the provider
+    call.provider(SessionClosed(1, "connection_lost", finalized=False))
+    [gap] = _input_gaps(call, "recovery_unheard")
+    assert gap.at_ms - gap.amount * 20 == last
+
+
+def test_s1_nothing_is_reported_when_every_turn_was_told_and_the_floor_was_alive() -> None:
+    call = Call()
+    call.provider(SpeechStarted(1, None, "item_a"))
+    call.tick(speech_frame(), 40)
+    call.provider(SpeechStopped(1, None, "item_a"))
+    call.provider(InputTranscript(1, "hello", "item_a", final=True))
+    call.provider(AudioReceived(1, pcmu_tone(100), PCMU_8K, "resp"))
+    call.tick(count=10)
+    call.provider(SessionClosed(1, "connection_lost", finalized=False))
+    assert _caller_finals(call) == ["hello"] and _input_gaps(call, "recovery_unheard") == []
