@@ -753,7 +753,14 @@ class CallSession:
             item, _Wake
         ):  # a provider event (an ended reader sends None)
             core.provider_event(item, now)  # type: ignore[arg-type]
-            if isinstance(item, SessionStarted):
+            if isinstance(item, SessionStarted):  # one line a connection: a bench joins it to the provider's
+                log.info(
+                    "call %s conn-%d provider session %s started at %d ms",
+                    self.call_id,
+                    item.token,
+                    item.session_id or "-",
+                    core.timeline.ms(now),
+                )
                 self._expires(item)
 
     def _carry_out(self, core: SessionCoordinator) -> None:
