@@ -871,6 +871,14 @@ main.add_command(doctor_command)  # issue 15: `parlora-bridge doctor` (bridge/do
     help="Inject a fault: [N/]KIND[:VALUE][@AFTER_MS] (repeatable; "
     "see providers/fakes/faults.py). At runtime: GET /_fault?spec=... on the same port.",
 )
+@click.option(
+    "--notes",
+    "notes_path",
+    default=None,
+    metavar="FILE",
+    help="Append what each connection heard and answered (its session id, the caller utterances it transcribed, "
+    "its replies and tool calls, the faults that fired) to this JSON-lines file (providers/fakes/server.py).",
+)
 @click.option("--script", "script_path", default=None, help="JSON script of the fake model's answers.")
 @click.option(
     "--session-ms",
@@ -898,6 +906,7 @@ def fake_provider(
     listen: str,
     record_path: str | None,
     faults: tuple[str, ...],
+    notes_path: str | None,
     script_path: str | None,
     session_ms: int | None,
     handle_ttl_ms: int | None,
@@ -917,7 +926,17 @@ def fake_provider(
         raise click.UsageError("--handle-ttl-ms applies to --protocol gemini-live")
     _run_on_loop(  # uvloop, as serve runs on (issue 13: the bench's echo fake serves up to 300 calls)
         _fake_provider(
-            protocol, host, port, record_path, parsed, script, cert, key_path, session_ms, handle_ttl_ms
+            protocol,
+            host,
+            port,
+            record_path,
+            parsed,
+            script,
+            cert,
+            key_path,
+            session_ms,
+            handle_ttl_ms,
+            notes_path,
         ),
         os.environ.get(EVENT_LOOP_ENV, "auto"),
     )
@@ -934,6 +953,7 @@ async def _fake_provider(
     key_path: str | None,
     session_ms: int | None = None,
     handle_ttl_ms: int | None = None,
+    notes_path: str | None = None,
 ) -> None:
     module_name, options_module, options_class = _FAKES[protocol]
     module = import_module(module_name)
@@ -947,7 +967,10 @@ async def _fake_provider(
         )
     if handle_ttl_ms is not None:
         lengths["handle_ttl_ms"] = handle_ttl_ms
-    options = getattr(import_module(options_module), options_class)(record_client_frames=False, **lengths)
+    named: dict[str, bool] = {"name_sessions": True} if notes_path and protocol == "gemini-live" else {}
+    options = getattr(import_module(options_module), options_class)(
+        record_client_frames=False, **lengths, **named
+    )
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -964,6 +987,8 @@ async def _fake_provider(
         kwargs.update(cert=cert_path, key=key_file)
     server = await module.serve(host, port, **kwargs)
     server.keep_records = False  # lifetimes go to --record's .connections file; memory keeps the open ones
+    if notes_path is not None:
+        server.keep_notes(notes_path)
     log.info("fake provider %s listening on %s", protocol, server.url)
     await stop.wait()
     await server.close()

@@ -223,6 +223,10 @@ class GeminiFakeOptions:
     api_keys: frozenset[str] | None = None
     """Keys accepted; None accepts any non-empty key."""
     record_client_frames: bool = True
+    name_sessions: bool = False
+    """setupComplete carries the session's id (`sessionId`, which the bridge's adapter reads) instead of `{}`,
+    so that a harness can join the bridge's log of each connection with the fake's notes (a resumed
+    connection names the session it resumed)."""
 
     def __post_init__(self) -> None:
         for name in (
@@ -952,8 +956,17 @@ class GeminiFakeConnection:
         self.session.turns += 1
         self.session.context_audio += math.ceil(len(utterance) / 2 / _IN_RATE * _TOKENS_PER_AUDIO_S)
         number = self.session.turns
+        text = f"[utterance {number}, {len(utterance) / 2 / _IN_RATE:.1f} s]"
+        self.record.note(
+            now,
+            "heard",
+            item=str(number),
+            n=number,
+            text=text,
+            audio_ms=round(len(utterance) / 2 / _IN_RATE * 1000),
+        )
         if self._transcribe_in:
-            words = _words(f"[utterance {number}, {len(utterance) / 2 / _IN_RATE:.1f} s]")
+            words = _words(text)
             for i, word in enumerate(words):
                 chunk: dict[str, Any] = {"text": word}
                 if i == len(words) - 1:
@@ -981,10 +994,14 @@ class GeminiFakeConnection:
         self._reply = reply
         call = reply.script.tool_call
         if call is None:
+            answers = {"for": str(reply.number), "input": "audio" if reply.utterance is not None else "text"}
+            self.record.note(now, "response", reply=reply.script.reply, **answers)
             self._generate(reply, now)
             return
         call_id = self._ids.new("fc")
         reply.calls[call_id] = call.name
+        answers = {"for": str(reply.number), "input": "audio" if reply.utterance is not None else "text"}
+        self.record.note(now, "tool_call", call_id=call_id, name=call.name, **answers)
         message = {
             "toolCall": {"functionCalls": [{"id": call_id, "name": call.name, "args": dict(call.arguments)}]}
         }
@@ -1098,6 +1115,11 @@ class GeminiFakeConnection:
         while self._reply is None and self._queue:
             self._begin(self._queue.popleft(), now)
 
+    def _setup_complete(self) -> dict[str, str]:
+        if self.options.name_sessions and self.session is not None:
+            return {"sessionId": self.session.id}
+        return {}
+
     def _update_resumption(self, now: int) -> None:
         assert self.session is not None
         if self._reply is not None:
@@ -1116,7 +1138,7 @@ class GeminiFakeConnection:
             return
         if self._setup_complete_at is not None and now >= self._setup_complete_at:
             self._setup_complete_at = None
-            self._out.append(json.dumps({"setupComplete": {}}))
+            self._out.append(json.dumps({"setupComplete": self._setup_complete()}))
             if not self._stalled(now):
                 self._release()
         if self._cap_at is not None and now >= self._cap_at:

@@ -901,15 +901,17 @@ class LiveFakeConnection:
     def _on_utterance(self, u: Utterance, now: int) -> None:
         self._utterance_no += 1
         number = self._utterance_no
+        text = f"[utterance {number}, {u.duration_ms / 1000:.1f} s]"
         self._emit(
             {
                 "type": "session.input_transcript.delta",
                 "event_id": self._ids.new("event"),
-                "delta": f"[utterance {number}, {u.duration_ms / 1000:.1f} s]",
+                "delta": text,
                 "start_ms": u.start_ms,
                 "end_ms": u.end_ms,
             }
         )
+        self.record.note(now, "heard", item=str(number), n=number, text=text, audio_ms=round(u.duration_ms))
         if len(self._replies) >= self.options.max_queued:
             self.dropped += 1
             return
@@ -920,6 +922,14 @@ class LiveFakeConnection:
             self.delegations[delegation_id] = DelegationRecord(delegation_id, number, turn.tool_call, now)
             reply.ready_at, reply.delegation_id = None, delegation_id
             deliveries = 2 if self._duplicate else 1
+            self.record.note(
+                now,
+                "tool_call",
+                call_id=delegation_id,
+                name=turn.tool_call.name,
+                input="audio",
+                **{"for": str(number)},
+            )
             for _ in range(deliveries):
                 # GPT-Live delegations carry no task text: the tool's name and arguments stay in the fake.
                 self._emit(
@@ -930,6 +940,8 @@ class LiveFakeConnection:
                         "offset_ms": self._position_ms(),
                     }
                 )
+        else:
+            self.record.note(now, "response", reply=turn.reply, input="audio", **{"for": str(number)})
         self._replies.append(reply)
 
     def _speaker_deadline(self) -> int | None:

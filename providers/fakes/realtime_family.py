@@ -1134,6 +1134,14 @@ class RealtimeFamilyConnection:
         }
         self._add_item(item)
         self._transcribe(source)
+        self.record.note(
+            now,
+            "heard",
+            item=source.item_id,
+            n=source.index,
+            text=_heard_text(source),
+            audio_ms=round(source.ms),
+        )
         self._unanswered = source
         if respond and self._response is None:
             self._answer(now, {})
@@ -1143,7 +1151,7 @@ class RealtimeFamilyConnection:
         config = _get(self._session, d.transcription_path)
         if not isinstance(config, dict):
             return
-        text = f"[utterance {source.index}, {source.ms / 1000:.1f} s]"
+        text = _heard_text(source)
         words = text.split(" ")
         if d.transcription_events == "deltas":
             for i, word in enumerate(words):
@@ -1188,10 +1196,19 @@ class RealtimeFamilyConnection:
         self._turn_no += 1
         turn = self.script.turn(self._turn_no)
         caller = source if source is not None and source.audio is not None else None
+        answers = {
+            "for": source.item_id if source is not None else None,
+            "input": None if source is None else "audio" if caller is not None else "text",
+        }
         if turn.tool_call is not None and (caller is not None or not self.script.tools_answer_callers):
             self._call_tool(turn, caller, now, params)
+            assert self._pending_tool is not None
+            self.record.note(
+                now, "tool_call", call_id=self._pending_tool.call_id, name=turn.tool_call.name, **answers
+            )
         else:  # with `tools_answer_callers`, a text (the application's context) is spoken, not a call
             self._speak(turn, caller, self._turn_no, now, params)
+            self.record.note(now, "response", reply=turn.reply, **answers)
 
     def _new_response(self, now: int, params: dict[str, Any], *, interruptible: bool = True) -> _Response:
         d = self.dialect
@@ -1520,6 +1537,11 @@ class RealtimeFamilyConnection:
             "output_token_details": {"grok_tokens": out_audio + out_text},
             "billable_audio_seconds": round(self._input_total_ms / 1000, 3),
         }
+
+
+def _heard_text(source: _Input) -> str:
+    """The transcript the fake model gives a committed caller utterance."""
+    return f"[utterance {source.index}, {source.ms / 1000:.1f} s]"
 
 
 def _b64_length(text: str) -> int | None:

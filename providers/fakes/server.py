@@ -8,7 +8,12 @@ client frame. Faults (providers/fakes/faults.py) reach connections from the opti
 `GET /_connections` lists the connections open now (1-based, as a fault's `N/` counts them). With a record
 file, each connection's lifetime is appended to `<record>.connections` when it ends (JSON lines: `conn`,
 `opened_ns`, `closed_ns` on the monotonic clock, `close_code`, `session_id`, `handles`, `resumed_handle`), so
-that a test in another process can tell whether two connections overlapped.
+that a test in another process can tell whether two connections overlapped. With a notes file (`keep_notes`,
+`fake-provider --notes`), each connection's facts go there as JSON lines as they happen: `open`, `session` (its
+id, once the core named it), what the model `heard` (each caller utterance it transcribed) and answered
+(`response`, `tool_call` by call id with the utterance it answers), each fault as it `fault`ed, and `closed`;
+each line with `conn`, `session`, `t_ns` (monotonic) and `unix` (wall clock, s), so that a harness can join
+them with what the bridge emitted (tests/bench/fault_campaign.py). No audio goes there.
 
 The WebSocket protocol is websockets' sans-I/O `ServerProtocol` (the upgrade's checks and answer, framing,
 pings and pongs, the closing handshake, close codes) driven from a plain `asyncio.Protocol` made by
@@ -88,6 +93,18 @@ class ConnectionRecord:
     closed_ns: int | None = None
     handles: list[str] = field(default_factory=list)  # resumption handles issued (Gemini)
     resumed_handle: str | None = None  # the handle this connection resumed its session with (Gemini)
+    notes: list[dict[str, Any]] | None = None
+    faults_noted: int = 0  # faults already in the notes file
+    session_noted: str | None = None  # the session id the notes file last named
+    """What the connection heard and answered, as `note()` adds it (None: not kept). The shell sets a list when
+    the server has a notes file and empties it into the file after every input and timer."""
+
+    def note(self, now: int, kind: str, **fields: Any) -> None:
+        """A fact for the notes file (`heard`: a caller utterance the model took, with its transcript text;
+        `tool_call`: a call the model made, by its call id, and the input it answers; `response`: a reply the
+        model began, and the input it answers). Nothing when no notes are kept."""
+        if self.notes is not None:
+            self.notes.append({"kind": kind, "t_ns": now, **fields})
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +215,7 @@ class FakeServer:
         self.faults = list(faults)
         self._record_path = record_path
         self._record: IO[str] | None = None
+        self._notes: IO[str] | None = None
         self._ssl = ssl
         self._ids = SequentialIds(secrets.randbits(32))
         self._listener: asyncio.Server | None = None
@@ -224,6 +242,38 @@ class FakeServer:
         self.host, self.port = host, self._listener.sockets[0].getsockname()[1]
         self._ws_logger.info("server listening on %s:%d", host, self.port)
         return self
+
+    def keep_notes(self, path: str) -> None:
+        """Append each connection's notes (the module docstring) to `path` from now on."""
+        self._notes = open(path, "a", encoding="utf-8")
+
+    def _write_notes(self, record: ConnectionRecord, now: int, *extra: dict[str, Any]) -> None:
+        """The record's new notes (and `extra` ones, the shell's own) to the notes file, the record's emptied."""
+        notes = self._notes
+        if notes is None or record.notes is None:
+            return
+        if not (record.notes or extra or len(record.faults) > record.faults_noted) and (
+            record.session_id == record.session_noted
+        ):
+            return  # (every client frame comes here: nothing to write is the common case)
+        pending = [*record.notes, *extra]
+        record.notes.clear()
+        if len(record.faults) > record.faults_noted:  # a fault fired since the last write
+            pending += [
+                {"kind": "fault", "t_ns": now, "spec": f} for f in record.faults[record.faults_noted :]
+            ]
+            record.faults_noted = len(record.faults)
+        if record.session_id != record.session_noted:
+            record.session_noted = record.session_id
+            pending.insert(0, {"kind": "session", "t_ns": now})
+        if not pending:
+            return
+        unix, mono = time.time(), time.monotonic_ns()
+        for note in pending:
+            line = {"conn": record.index, "session": record.session_id, **note}
+            line["unix"] = round(unix - (mono - int(note["t_ns"])) / _NS_PER_S, 4)
+            notes.write(json.dumps(line, separators=(",", ":")) + "\n")
+        notes.flush()
 
     @property
     def url(self) -> str:
@@ -268,6 +318,9 @@ class FakeServer:
         if self._record is not None:
             self._record.close()
             self._record = None
+        if self._notes is not None:
+            self._notes.close()
+            self._notes = None
 
     async def __aenter__(self) -> FakeServer:
         return self
@@ -327,6 +380,11 @@ class FakeServer:
             )
         )
         core.record.opened_ns = time.monotonic_ns()
+        if self._notes is not None:
+            core.record.notes = []
+            self._write_notes(
+                core.record, core.record.opened_ns, {"kind": "open", "t_ns": core.record.opened_ns}
+            )
         self.connections.append(core.record)
         self._live[index] = sock
         return index, core
@@ -341,6 +399,11 @@ class FakeServer:
         if self._record is not None:
             self._record.flush()
             self._write_lifetime(core.record)
+        self._write_notes(
+            core.record,
+            core.record.closed_ns,
+            {"kind": "closed", "t_ns": core.record.closed_ns, "code": code},
+        )
 
     def _write_lifetime(self, record: ConnectionRecord) -> None:
         assert self._record_path is not None
@@ -461,6 +524,7 @@ class _Socket(asyncio.Protocol):
         core = self._core
         assert core is not None
         core.inject(fault, now)
+        self._server._write_notes(core.record, now)
         if self._active:
             self._pull()
             self._take_writes()
@@ -614,9 +678,11 @@ class _Socket(asyncio.Protocol):
         core = self._core
         assert core is not None
         try:
-            core.receive_message(message, time.monotonic_ns())
+            now = time.monotonic_ns()
+            core.receive_message(message, now)
             if self._server._record is not None:
                 self._server._write_record(core)
+            self._server._write_notes(core.record, now)
         except Exception:
             self._crashed()
             return
@@ -752,6 +818,7 @@ class _Socket(asyncio.Protocol):
                 except Exception:
                     self._crashed()
                 else:
+                    self._server._write_notes(core.record, now)
                     self._pull()
         self._take_writes()
         self._flush()

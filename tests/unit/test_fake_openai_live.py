@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import math
+import time
 import typing
 from pathlib import Path
 from typing import Any
@@ -1150,3 +1151,49 @@ async def test_shell_passes_script_and_faults_to_each_connection() -> None:
                         played += base64.b64decode(event["delta"])
                 assert played == ulaw_encode(pcm16(0.3 * np.sin(2 * np.pi * 440 * np.arange(1600) / 8000)))
         assert server.connections[0].faults == ["duplicate_tool_call", "garbage_json"]
+
+
+async def test_notes_file_tells_each_connection_s_session_what_it_heard_its_tool_calls_and_its_faults(
+    tmp_path: Path,
+) -> None:
+    """`fake-provider --notes`: one JSON line per fact of a connection (server.py), joined by a harness with
+    the bridge's log by session id and with what the application received by the heard text."""
+    notes_path = tmp_path / "notes.jsonl"
+    audio = ulaw_encode(pcm16(quiet(500), tone(800), quiet(600, seed=1)))
+    script = Script(then=Turn(tool_call=ToolCallScript("lookup_order", {"order_id": "42"})))
+    server = await serve(options=LiveFakeOptions(lead_ms=200), script=script)
+    server.keep_notes(str(notes_path))
+    async with server:
+        async with connect(server.url, additional_headers={"Authorization": "Bearer sk-test"}) as ws:
+            await ws.send(
+                json.dumps(
+                    {"type": "session.start", "session": {"model": "gpt-live-1", "audio": {"format": PCMU}}}
+                )
+            )
+            started = check(json.loads(await asyncio.wait_for(ws.recv(), 2)))
+            for i in range(0, len(audio), 160):
+                chunk = base64.b64encode(audio[i : i + 160]).decode()
+                await ws.send(json.dumps({"type": "session.input_audio.append", "audio": chunk}))
+            seen: dict[str, dict[str, Any]] = {}
+            async with asyncio.timeout(5):
+                while "session.delegation.created" not in seen:
+                    event = check(json.loads(await ws.recv()))
+                    seen.setdefault(event["type"], event)
+            server.inject(parse_fault("burst:4"))
+            await ws.send(json.dumps({"type": "session.close"}))
+            async with asyncio.timeout(2):
+                with pytest.raises(websockets.ConnectionClosedOK):
+                    while True:
+                        await ws.recv()
+    notes = [json.loads(line) for line in notes_path.read_text().splitlines()]
+    assert [n["kind"] for n in notes] == ["open", "session", "heard", "tool_call", "fault", "closed"]
+    session = started["session"]["id"]
+    assert all(n["conn"] == 0 for n in notes) and [n["session"] for n in notes] == [None] + [session] * 5
+    heard, call = notes[2], notes[3]
+    assert heard["text"] == seen["session.input_transcript.delta"]["delta"] and heard["n"] == 1
+    assert call["call_id"] == seen["session.delegation.created"]["delegation"]["id"]
+    assert (call["for"], call["input"], call["name"]) == (heard["item"], "audio", "lookup_order")
+    assert notes[4]["spec"] == "burst:4" and notes[5]["code"] == 1000
+    times = [n["unix"] for n in notes]
+    assert times == sorted(times) and abs(time.time() - times[-1]) < 5
+    assert "sk-test" not in notes_path.read_text()

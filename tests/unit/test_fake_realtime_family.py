@@ -999,3 +999,63 @@ def test_options_are_validated() -> None:
         RealtimeFakeOptions(speed=0)
     with pytest.raises(ValueError):
         RealtimeFakeOptions(chunk_ms=0)
+
+
+TRANSCRIBER = {True: "gpt-4o-transcribe", False: "grok-transcribe"}
+
+
+def _notes(h: Harness) -> list[dict[str, Any]]:
+    notes = h.core.record.notes
+    assert notes is not None
+    return notes
+
+
+@pytest.mark.parametrize("dialect", [OPENAI, XAI])
+def test_notes_say_what_the_connection_heard_and_which_utterance_each_tool_call_answers(dialect: Any) -> None:
+    """The notes a harness joins with the bridge's log (server.py, fault_campaign.py): the caller utterance
+    heard, with the transcript the bridge was given, and the tool call answering it by call id; a context
+    message with `tools_answer_callers` is answered with speech, never with a second request for the tool."""
+    script = Script(
+        then=Turn(tool_call=ToolCallScript("lookup_order", {"order_id": "42"})), tools_answer_callers=True
+    )
+    h = Harness(dialect, script=script)
+    h.core.record.notes = []
+    h.update(pcmu_session(dialect, transcription={"model": TRANSCRIBER[dialect is OPENAI]}))
+    h.stream(utterance())
+    h.advance(2000)
+    [heard, call] = _notes(h)
+    assert heard["kind"] == "heard" and heard["n"] == 1 and heard["text"].startswith("[utterance 1, ")
+    [transcribed] = h.of("conversation.item.input_audio_transcription.completed")
+    assert transcribed["transcript"] == heard["text"] and transcribed["item_id"] == heard["item"]
+    args = h.of("response.function_call_arguments.done")[0]
+    assert call == {
+        "kind": "tool_call",
+        "t_ns": call["t_ns"],
+        "call_id": args["call_id"],
+        "name": "lookup_order",
+        "for": heard["item"],
+        "input": "audio",
+    }
+    h.send(
+        {
+            "type": "conversation.item.create",
+            "item": {"type": "function_call_output", "call_id": args["call_id"], "output": "{}"},
+        }
+    )
+    h.send({"type": "response.create"})
+    h.advance(3000)
+    del _notes(h)[:]
+    h.send(
+        {
+            "type": "conversation.item.create",
+            "item": {
+                "type": "message",
+                "role": "user",
+                "content": [{"type": "input_text", "text": "order shipped"}],
+            },
+        }
+    )
+    h.send({"type": "response.create"})
+    h.advance(3000)
+    assert [(n["kind"], n["input"]) for n in _notes(h)] == [("response", "text")]
+    assert len(h.of("response.function_call_arguments.done")) == 1  # the tool was asked for once
