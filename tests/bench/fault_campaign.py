@@ -17,21 +17,29 @@ caller saw can be measured. The seed is printed; `--seed` replays the choice of 
 
 Prints one JSON object (and writes it to --output): `calls_lost` (each lost call with its end reason and the
 rule that made it fatal, `unexplained` when none does), `tool_runs_duplicated` (must be 0), recovery
-p50/p99/max, `rtp_gap_max_ms`, `utterances` (duplicated / lost around rollovers), fault counts, the load.
-tests/bench/README.md says what each figure means. Exit status 0 when nothing was lost without a rule and no
-tool ran twice, 1 otherwise.
+p50/p99/max, `rtp_gap_max_ms`, `utterances` (each loop each caller spoke, told: received once, twice, lost inside
+a reported discontinuity or lost unexplained), `tool_requests` (jobs per caller request) and `flagged` (every
+case but `once`, traced to its call, connection and faults: tests/bench/campaign_join.py), fault counts, the
+load. The application is a webhook here (each job and each event the bridge POSTs is kept), and the fakes
+keep notes of what each connection heard and answered (`fake-provider --notes`). The bridge's log, the notes,
+the application's events and the injections are kept in `--logs` (default: the temporary directory's
+`parlora-campaign-SEED`). tests/bench/README.md says what each figure means. Exit status 0 when nothing was
+lost without a rule, no tool ran twice and no case is unexplained, 1 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.server
 import itertools
 import json
 import os
 import random
 import re
+import shutil
 import ssl
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -49,6 +57,7 @@ for _p in (BENCH.parent / "integration", BENCH, ROOT):
     if str(_p) not in sys.path:
         sys.path.insert(0, str(_p))
 
+import campaign_join  # noqa: E402
 import conftest  # noqa: E402  (BRIDGE, _clean_env, Fake: the integration fixtures' own pieces)
 import peers  # noqa: E402
 import stats  # noqa: E402
@@ -107,10 +116,16 @@ NEXT_OPEN_MS = 2_500
 # quarter of the calls (at least one) get a fatal kind; once that many were injected, the draw is re-made among
 # the survivable kinds.
 FATAL_KINDS = frozenset({"close", "invalid_audio", "refuse"})
+# A tool call per caller utterance, never for a text input (`tools_answer_callers`): the application's result or
+# a rollover's context given as text is spoken to, not asked about again, so that each job answers a caller
+# request (without it the Realtime-family fakes asked for the tool again on every context message).
 SCRIPT = {
     "turns": [],
     "then": {"tool_call": {"name": "lookup_order", "arguments": {"order_id": "42"}}, "reply": "echo"},
+    "tools_answer_callers": True,
 }
+LEAD_S, TAIL_S = 0.3, 2.0  # the sentence's silences in its loop (the caller speaks between them)
+WEBHOOK_SECRET = "campaign-secret"
 # Long enough (about 3.5 s) that its echo overflows GPT-Live's 2 s reservoir when the fake bursts; no comma, so
 # that one loop is one caller utterance.
 SENTENCE = "Where is my order number forty two and when will it arrive at my house please"
@@ -132,8 +147,6 @@ _DISPATCHED = re.compile(
 )
 _RECOVERY = re.compile(r"call (call-\d+) output_recovery (\w+): token \d+, cause (\w+), (\d+) ms since")
 _ROLLOVER = re.compile(r"call (call-\d+) rollover (\w+): (\S+) \((.*)\) at (\d+) ms")
-_UTTERANCE = re.compile(r"call (call-\d+) caller utterance at (\d+) ms")
-_DISCONTINUITY = re.compile(r"call (call-\d+) audio_discontinuity \w+: .*\((\w+)\) at (\d+) ms")
 _EXPIRED = re.compile(r"call (call-\d+) provider error session_expired")
 _LEDGER = re.compile(r"call (call-\d+) .*delivered again: answered from the ledger")
 
@@ -242,15 +255,13 @@ class LogFigures:
     recovery_causes: Counter[str] = field(default_factory=Counter)
     recoveries_failed: int = 0
     rollovers: Counter[str] = field(default_factory=Counter)
-    utterances: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
-    rollover_at: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))  # floor handed over
-    recovery_at: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
     ledger_answers: int = 0
     expired: set[str] = field(default_factory=set)  # calls whose provider said its session hit its cap
     next_failed_at: dict[str, int] = field(
         default_factory=dict
     )  # call -> its last next connection failed (ms)
     refused_at: dict[str, int] = field(default_factory=dict)  # call -> its rollover refused (RO6, ms)
+    ended_ms: dict[str, int] = field(default_factory=dict)  # call -> when it ended on its session timeline
 
 
 def read_log(lines: Iterable[str]) -> LogFigures:
@@ -260,6 +271,7 @@ def read_log(lines: Iterable[str]) -> LogFigures:
             f.calls[m.group(1)] = m.group(2)
         elif m := _ENDED.search(line):
             f.ended[m.group(1)] = (m.group(3), m.group(4))
+            f.ended_ms[m.group(1)] = round(float(m.group(2)) * 1000)
         elif m := _DISPATCHED.search(line):
             f.dispatched[(m.group(1), m.group(4))] += 1
         elif m := _RECOVERY.search(line):
@@ -275,17 +287,10 @@ def read_log(lines: Iterable[str]) -> LogFigures:
         elif m := _ROLLOVER.search(line):
             call, stage, at = m.group(1), m.group(2), int(m.group(5))
             f.rollovers[stage] += 1
-            if stage == "floor":
-                f.rollover_at[call].append(at)
-            elif stage == "failed":  # lost, or it could not open
+            if stage == "failed":  # lost, or it could not open
                 f.next_failed_at[call] = at
             elif stage == "refused":
                 f.refused_at[call] = at
-        elif m := _UTTERANCE.search(line):
-            f.utterances[m.group(1)].append(int(m.group(2)))
-        elif m := _DISCONTINUITY.search(line):
-            if m.group(2) != "rollover":
-                f.recovery_at[m.group(1)].append(int(m.group(3)))
         elif m := _EXPIRED.search(line):
             f.expired.add(m.group(1))
         elif _LEDGER.search(line):
@@ -293,42 +298,7 @@ def read_log(lines: Iterable[str]) -> LogFigures:
     return f
 
 
-def utterance_figures(f: LogFigures, loop_ms: int) -> dict[str, Any]:
-    """The caller says the same sentence once per `loop_ms`; each call's utterances are taken in log order.
-    Out of order: an utterance whose time on the session's timeline is earlier than the one logged before it
-    (its timestamp was not rebased, HR11). Duplicated: two consecutive utterances closer than half a loop
-    (RO3 emits each once), unless a recovery came between them: its replacement hears only the end of an
-    utterance under way (HR8 discards the caller's audio meanwhile) and transcribes that as an utterance of its
-    own (`utterances_split_by_recovery`). Lost across a rollover: a gap between consecutive utterances that contains a
-    rollover's floor hand-over and no recovery, counted as (gap / loop) - 1, rounded. Recoveries discard
-    caller audio by rule (HR8), so gaps containing one are not counted."""
-    duplicated = split = lost = gaps_checked = out_of_order = 0
-    for call, logged in f.utterances.items():
-        pairs = list(zip(logged, logged[1:], strict=False))
-        out_of_order += sum(1 for a, b in pairs if b < a)
-        for a, b in pairs:
-            if 0 <= b - a < loop_ms // 2:
-                if any(a - 5000 < r <= b for r in f.recovery_at.get(call, ())):
-                    split += 1
-                else:
-                    duplicated += 1
-        for a, b in pairs:
-            if b < a or not any(a < r <= b for r in f.rollover_at.get(call, ())):
-                continue
-            gaps_checked += 1
-            if not any(a - 5000 < r <= b for r in f.recovery_at.get(call, ())):
-                lost += max(0, round((b - a) / loop_ms) - 1)
-    return {
-        "utterances_counted": sum(len(t) for t in f.utterances.values()),
-        "utterances_duplicated": duplicated,
-        "utterances_split_by_recovery": split,
-        "utterances_out_of_order": out_of_order,
-        "rollover_gaps_checked": gaps_checked,
-        "utterances_lost_across_rollovers": lost,
-    }
-
-
-def figures(f: LogFigures, *, answered: int, expected: int, loop_ms: int) -> dict[str, Any]:
+def figures(f: LogFigures, *, answered: int, expected: int) -> dict[str, Any]:
     lost = []
     for call, number in sorted(f.calls.items(), key=lambda kv: int(kv[0].split("-")[1])):
         by, reason = f.ended.get(call, ("nobody", "no end line: the call never ended"))
@@ -372,8 +342,63 @@ def figures(f: LogFigures, *, answered: int, expected: int, loop_ms: int) -> dic
         "recovery_reconnect_ms": summary(f.reconnect_ms),
         "recovery_repaired_ms": summary(f.repaired_ms),
         "rollovers": dict(f.rollovers),
-        **utterance_figures(f, loop_ms),
     }
+
+
+def application_views(events: Sequence[dict[str, Any]], f: LogFigures) -> list[campaign_join.CallView]:
+    """Each call as the application saw it (the webhook's POSTs, `t` when each came), with its end from the
+    log."""
+    started: dict[str, tuple[float, str]] = {}
+    heard: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    jobs: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for e in events:
+        body = e["body"]
+        if body.get("event") == "call_started":
+            started[body["call"]["call_id"]] = (float(body["started_at"]), str(body["call"]["provider"]))
+        elif body.get("event") == "utterance" and body.get("role") == "caller":
+            heard[body["call_id"]].append(body | {"t": e["t"]})
+        elif "job_id" in body:
+            jobs[body["call"]["call_id"]].append(body)
+    return [
+        campaign_join.CallView(call, provider, at, f.ended_ms.get(call, 0), heard[call], jobs[call])
+        for call, (at, provider) in sorted(started.items(), key=lambda kv: int(kv[0].split("-")[1]))
+    ]
+
+
+def cases(
+    lines: Sequence[str],
+    f: LogFigures,
+    events: Sequence[dict[str, Any]],
+    work: Path,
+    loop_ms: int,
+    speech_ms: int,
+) -> dict[str, Any]:
+    """The campaign's `utterances`, `tool_requests`, `unexplained` and `flagged` (tests/bench/campaign_join.py)
+    from the bridge's log, the application's events and the fakes' notes in `work`."""
+    fakes = {}
+    for protocol in PROVIDERS:
+        path = work / f"fake-{protocol}.notes.jsonl"
+        text = path.read_text() if path.exists() else ""
+        notes = [json.loads(line) for line in text.splitlines() if line.strip()]
+        fakes[protocol] = campaign_join.read_notes(protocol, notes)
+    return campaign_join.join(
+        application_views(events, f),
+        campaign_join.read_bridge_log(lines),
+        fakes,
+        loop_ms=loop_ms,
+        speech_ms=speech_ms,
+    )
+
+
+def keep_logs(work: Path, logs: Path) -> None:
+    """The files a flagged case is traced in: the bridge's log, the fakes' notes, the application's events and
+    the injections."""
+    logs.mkdir(parents=True, exist_ok=True)
+    for path in work.iterdir():
+        if path.name in ("bridge.log", "faults.txt", "application.jsonl") or path.name.endswith(
+            ".notes.jsonl"
+        ):
+            shutil.copy2(path, logs / path.name)
 
 
 @dataclass(frozen=True)
@@ -606,26 +631,79 @@ class FakeRun:
     first_seen: dict[int, float] = field(default_factory=dict)  # connection index -> when first seen open
 
 
+class Application:
+    """The application, as the bridge's webhook (bridge/webhook.py): every POST kept (`t` when it came, unix s,
+    and its JSON body) and written to `path` as a line; a job is answered at once."""
+
+    def __init__(self, path: Path) -> None:
+        self.events: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115  (closed by stop())
+        app = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802  (http.server's name)
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    data = json.loads(body)
+                except ValueError:
+                    data = {"raw": body.decode("utf-8", "replace")}
+                app.keep({"t": round(time.time(), 4), "body": data})
+                answer = b'{"output": "Order 42 ships tomorrow."}' if "job_id" in data else b"{}"
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def keep(self, event: dict[str, Any]) -> None:
+        with self._lock:
+            self.events.append(event)
+            self._file.write(json.dumps(event, separators=(",", ":")) + "\n")
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        with self._lock:
+            self._file.close()
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the bridge and the fakes: this tree's code first (`python -m bridge` with the
+    repository root on PYTHONPATH, whatever is installed in the interpreter's environment)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return conftest._clean_env({"PYTHONPATH": path} | (extra or {}))
+
+
 def spawn_fake(protocol: str, work: Path, script: Path, cpus: str | None = None) -> peers.ManagedProcess:
     port = peers.free_udp_port(also_tcp=True)
     argv = [*conftest.BRIDGE, "fake-provider", "--protocol", protocol, "--listen", f"127.0.0.1:{port}"]
-    argv += ["--script", str(script), "--record", str(work / f"fake-{protocol}.jsonl")]
-    return peers.ManagedProcess(
-        pinned(argv, cpus), cwd=work, env=conftest._clean_env(), name=f"fake-{protocol}"
-    )
+    argv += ["--script", str(script), "--notes", str(work / f"fake-{protocol}.notes.jsonl")]
+    return peers.ManagedProcess(pinned(argv, cpus), cwd=work, env=child_env(), name=f"fake-{protocol}")
 
 
 def fake_ready(protocol: str, proc: peers.ManagedProcess, work: Path) -> FakeRun:
     match = proc.wait_for(r"listening on (wss?://\S+)", timeout=30)
     cert = re.search(r"generated a self-signed TLS pair: cert (\S+)", proc.stdout + proc.stderr)
     url = match.group(1).replace("127.0.0.1", "localhost") if cert else match.group(1)
-    fake = conftest.Fake(proc, url, work / f"fake-{protocol}.jsonl", cert.group(1) if cert else None)
+    fake = conftest.Fake(proc, url, work / f"fake-{protocol}.notes.jsonl", cert.group(1) if cert else None)
     context = ssl.create_default_context(cafile=fake.cert) if fake.cert else None
     scheme, _, authority = url.split("/", 3)[:3]
     return FakeRun(protocol, fake, scheme.replace("ws", "http", 1) + "//" + authority, context, 0)
 
 
-def write_config(work: Path, plan: Plan, fakes: dict[str, FakeRun], sip: int, http: int, rtp: int) -> Path:
+def write_config(
+    work: Path, plan: Plan, fakes: dict[str, FakeRun], sip: int, http: int, rtp: int, webhook: str
+) -> Path:
     lines = [
         "[listeners]",
         f'sip_udp = "127.0.0.1:{sip}"',
@@ -637,6 +715,8 @@ def write_config(work: Path, plan: Plan, fakes: dict[str, FakeRun], sip: int, ht
         "[defaults]",
         'provider = "openai-live"',
         'instructions = "You answer order questions. Look the order up first."',
+        "[webhook]",
+        f'url = "{webhook}"',
     ]
     for protocol, run in fakes.items():
         lines += [
@@ -729,7 +809,7 @@ def metrics_totals(text: str, names: Sequence[str]) -> dict[str, float]:
     return totals
 
 
-def run(plan: Plan, work: Path) -> dict[str, Any]:
+def run(plan: Plan, work: Path, logs: Path | None = None) -> dict[str, Any]:
     procs: list[peers.ManagedProcess] = []
     history: list[str] = []
     samples: list[Sample] = []
@@ -741,11 +821,12 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         os.sched_setaffinity(0, cpu_list(peer_cpus))
     t_start = time.monotonic()
     bridge: peers.ManagedProcess | None = None
+    app: Application | None = None
     try:
         script = work / "script.json"
         script.write_text(json.dumps(SCRIPT))
         speech = peers.make_utterance(
-            work / "speech.wav", SENTENCE, lead_silence_s=0.3, tail_silence_s=2.0, ulaw=True
+            work / "speech.wav", SENTENCE, lead_silence_s=LEAD_S, tail_silence_s=TAIL_S, ulaw=True
         )
         assert speech.ulaw_path is not None  # ulaw=True
         audio = speech.ulaw_path.read_bytes()
@@ -758,10 +839,10 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         for run_, n in zip(fakes.values(), share, strict=True):
             run_.calls = n
         sip, http, rtp = peers.free_udp_port(), peers.free_udp_port(also_tcp=True), peers.free_rtp_port()
-        config = write_config(work, plan, fakes, sip, http, rtp)
-        env = conftest._clean_env(
-            {key: "sk-campaign" for _, key in PROVIDERS.values()} | dict(plan.bridge_env)
-        )
+        app = Application(work / "application.jsonl")
+        config = write_config(work, plan, fakes, sip, http, rtp, app.url)
+        keys = {key: "sk-campaign" for _, key in PROVIDERS.values()}
+        env = child_env(keys | {"PARLORA_WEBHOOK_SECRET": WEBHOOK_SECRET} | dict(plan.bridge_env))
         argv = [
             *conftest.BRIDGE,
             "serve",
@@ -789,10 +870,23 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         bridge.wait_for(conftest.READY.pattern, timeout=30)
         if plan.capture:
             capture = peers.ManagedProcess(
-                pinned(["tshark", "-i", "lo", "-f", f"udp src portrange {rtp}-{rtp + 4 * plan.calls + 40}", "-F",
-                        "pcap", "-w", str(work / "rtp.pcap")], peer_cpus),
-                cwd=work, name="tshark",
-            )  # fmt: skip
+                pinned(
+                    [
+                        "tshark",
+                        "-i",
+                        "lo",
+                        "-f",
+                        f"udp src portrange {rtp}-{rtp + 4 * plan.calls + 40}",
+                        "-F",
+                        "pcap",
+                        "-w",
+                        str(work / "rtp.pcap"),
+                    ],
+                    peer_cpus,
+                ),
+                cwd=work,
+                name="tshark",
+            )
             procs.append(capture)
             capture.wait_for(r"Capturing on", 20)
         callers = []
@@ -838,20 +932,36 @@ def run(plan: Plan, work: Path) -> dict[str, Any]:
         if plan.capture:
             capture.stop(term_timeout=5.0)
         lines = [ln.text for ln in bridge.lines]
-        result.update(figures(read_log(lines), answered=answered, expected=plan.calls, loop_ms=loop_ms))
+        log_figures = read_log(lines)
+        result.update(figures(log_figures, answered=answered, expected=plan.calls))
+        result.update(
+            cases(lines, log_figures, app.events, work, loop_ms, campaign_join.speech_span_ms(
+                int(LEAD_S * 1000), loop_ms, int(TAIL_S * 1000))
+            )
+        )  # fmt: skip
         result.update(rtp_gap_figures(work / "rtp.pcap", stats.native_media_ports(lines)))
         result["over_time"] = sample_figures(samples)
     finally:
         for proc in reversed(procs):
             proc.stop(term_timeout=10.0 if proc is bridge else 3.0)
         (work / "faults.txt").write_text("\n".join(history) + "\n")
+        if app is not None:
+            app.stop()
         if bridge is not None:
             (work / "bridge.log").write_text(bridge.stderr)
+        if logs is not None:
+            keep_logs(work, logs)
+            result["logs"] = str(logs)
     result["seconds"] = round(time.monotonic() - t_start, 1)
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     result["ok"] = all(
         result.get(k, 1) == 0
-        for k in ("calls_lost_unexplained", "calls_lost_to_survivable_faults", "tool_runs_duplicated")
+        for k in (
+            "calls_lost_unexplained",
+            "calls_lost_to_survivable_faults",
+            "tool_runs_duplicated",
+            "unexplained",
+        )
     )
     return result
 
@@ -914,6 +1024,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--output", type=Path, help="also write the JSON here")
     parser.add_argument(
+        "--logs",
+        type=Path,
+        default=None,
+        help="keep the bridge's log, the fakes' notes, the application's events and faults.txt here (default: "
+        "the temporary directory's parlora-campaign-SEED)",
+    )
+    parser.add_argument(
         "--bridge-nice",
         type=int,
         default=None,
@@ -957,8 +1074,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         file=sys.stderr,
         flush=True,
     )
+    logs = args.logs or Path(tempfile.gettempdir()) / f"parlora-campaign-{plan.seed}"
     return run_in_scratch(
-        lambda work: run(plan, work), "parlora-campaign-", keep=args.keep, output=args.output
+        lambda work: run(plan, work, logs), "parlora-campaign-", keep=args.keep, output=args.output
     )
 
 

@@ -1,0 +1,395 @@
+"""The fault campaign's join (pure: text and dicts in, figures out): what each caller said, what each provider
+connection heard and answered (the fakes' notes), and what the application received (the webhook's events and
+jobs), told case by case.
+
+The caller (SIPp) loops one sentence: every `loop_ms` it says it once, so utterance k of a call ends at
+`phase + k * loop_ms` on the call's session timeline, `phase` unknown (when SIPp began to stream) and found here
+as the circular median of the times the application's utterances ended and the fakes heard them. Each
+application utterance and each utterance a fake heard belongs to the nearest k. Every k the caller spoke while
+the call could hear it (after its first connection was up by one loop, and at least `settle_ms` before the call
+ended) is one case:
+
+- `once`: the application received it exactly once (S1);
+- `split_by_discontinuity`: more than once, and a reported input `audio_discontinuity` (HR8) overlaps it: the
+  caller's audio was cut, and each side was heard on its own;
+- `duplicated`: more than once with no such report (RO3, S1: unexplained);
+- `lost_in_discontinuity`: never, inside a reported input discontinuity (HR8);
+- `lost_unexplained`: never, and nothing reported (S1: unexplained).
+
+Jobs are counted per caller request (S2): each job the application received is traced (the log's provider
+call id of the job) to the fake's tool call, the utterance that tool call answered and so its k; a k with two
+jobs or more is `tool_duplicated` (unexplained), a job a fake made for a text input (the application's context,
+which the campaign's script never answers with a tool) is `tool_for_context` (unexplained), and a request
+heard once with no job is `tool_not_run` (listed, not failed: HR9/HR10 and a lost connection may withhold it).
+Every flagged case is listed with its call, provider, the connections that heard it, its time, the nearest
+rollover and recovery, the faults that fired on the call's connections from 10 s before it to 5 s after, and
+the connections that closed within 5 s of it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+CONNECTION = re.compile(r"call (call-\d+) conn-(\d+) provider session (\S+) started at (-?\d+) ms")
+INPUT_GAP = re.compile(
+    r"call (call-\d+) audio_discontinuity input: (\d+) caller frames dropped \((\w+)\) at (\d+) ms"
+)
+DISPATCHED = re.compile(
+    r"call (call-\d+) (job-\d+) \((\w+)\) running at \d+ ms: dispatched to the application \(call (\S+)\)"
+)
+ROLLOVER = re.compile(r"call (call-\d+) rollover (\w+): (\S+) \(.*\) at (\d+) ms")
+RECOVERY = re.compile(
+    r"call (call-\d+) audio_discontinuity output: \d+ bytes of provider audio dropped \((\w+)\) at (\d+) ms"
+)
+JOB = re.compile(r"call (call-\d+) (job-\d+) \((\w+)\) (\w+) at (\d+) ms: (.*)")
+FRAME_MS = 20
+NEAR_MS = 5_000  # closes this near a case, and faults up to this long after it, are listed with it
+BEFORE_MS = 10_000  # faults up to this long before a case are listed with it (a half-open connection is found
+# out only when something is due from it: seconds later)
+EXPLAINED = ("once", "split_by_discontinuity", "lost_in_discontinuity")
+UNEXPLAINED = ("duplicated", "lost_unexplained")
+
+
+@dataclass(frozen=True)
+class BridgeConn:
+    call: str
+    token: int
+    session: str  # the provider's session id ("-": none given)
+    at_ms: int  # session timeline
+
+
+@dataclass
+class FakeConn:
+    """One connection as a fake noted it."""
+
+    protocol: str
+    conn: int
+    session: str | None = None
+    opened: float | None = None  # unix s
+    started: float | None = None  # unix s, when the session was named
+    heard: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    faults: list[dict[str, Any]] = field(default_factory=list)
+    closed: tuple[float, Any] | None = None  # (unix s, close code) when the fake saw it end
+
+    @property
+    def key(self) -> str:
+        return f"{self.protocol}#{self.conn}"
+
+
+@dataclass
+class BridgeLog:
+    connections: list[BridgeConn] = field(default_factory=list)
+    input_gaps: dict[str, list[tuple[int, int, str]]] = field(default_factory=lambda: defaultdict(list))
+    jobs: dict[tuple[str, str], str] = field(default_factory=dict)  # (call, job) -> provider call id
+    # call -> (session ms, "rollover STAGE conn-N" or "recovery CAUSE"), in log order
+    marks: dict[str, list[tuple[int, str]]] = field(default_factory=lambda: defaultdict(list))
+    # call -> job -> [first seen (session ms), its last state, that state's detail]
+    job_states: dict[str, dict[str, list[Any]]] = field(default_factory=lambda: defaultdict(dict))
+
+
+def read_bridge_log(lines: Iterable[str]) -> BridgeLog:
+    out = BridgeLog()
+    for line in lines:
+        if m := CONNECTION.search(line):
+            out.connections.append(BridgeConn(m.group(1), int(m.group(2)), m.group(3), int(m.group(4))))
+        elif m := INPUT_GAP.search(line):
+            at, frames = int(m.group(4)), int(m.group(2))
+            out.input_gaps[m.group(1)].append((at - frames * FRAME_MS, at, m.group(3)))
+        elif m := ROLLOVER.search(line):
+            out.marks[m.group(1)].append((int(m.group(4)), f"rollover {m.group(2)} {m.group(3)}"))
+        elif m := RECOVERY.search(line):
+            if m.group(2) != "rollover":
+                out.marks[m.group(1)].append((int(m.group(3)), f"recovery {m.group(2)}"))
+        if m := DISPATCHED.search(line):
+            out.jobs[(m.group(1), m.group(2))] = m.group(4)
+        if m := JOB.search(line):
+            state = out.job_states[m.group(1)].setdefault(m.group(2), [int(m.group(5)), "", ""])
+            state[1:] = [m.group(4), m.group(6)]
+    return out
+
+
+def read_notes(protocol: str, notes: Iterable[Mapping[str, Any]]) -> dict[int, FakeConn]:
+    """A fake's notes (providers/fakes/server.py) by connection."""
+    conns: dict[int, FakeConn] = {}
+    for n in notes:
+        c = conns.setdefault(int(n["conn"]), FakeConn(protocol, int(n["conn"])))
+        if n.get("session"):
+            c.session = str(n["session"])
+        kind = n.get("kind")
+        if kind == "open":
+            c.opened = float(n["unix"])
+        elif kind == "session" and c.started is None:
+            c.started = float(n["unix"])
+        elif kind == "heard":
+            c.heard.append(dict(n))
+        elif kind == "tool_call":
+            c.tool_calls.append(dict(n))
+        elif kind == "fault":
+            c.faults.append(dict(n))
+        elif kind == "closed":
+            c.closed = (float(n["unix"]), n.get("code"))
+    return conns
+
+
+def attribute(
+    bridge: Sequence[BridgeConn], fakes: Mapping[str, Mapping[int, FakeConn]], provider_of: Mapping[str, str]
+) -> dict[tuple[str, int], FakeConn]:
+    """Each bridge connection (call, token) -> the fake connection it was, by the provider's session id; a
+    session id the fake gave several connections (a resumed session) pairs them in the order they started."""
+    by_session: dict[tuple[str, str], list[FakeConn]] = defaultdict(list)
+    for protocol, conns in fakes.items():
+        for c in conns.values():
+            if c.session:
+                by_session[(protocol, c.session)].append(c)
+    for group in by_session.values():
+        group.sort(key=lambda c: (c.started or c.opened or 0.0, c.conn))
+    out: dict[tuple[str, int], FakeConn] = {}
+    seen: Counter[tuple[str, str]] = Counter()
+    for b in sorted(bridge, key=lambda b: (b.call, b.at_ms, b.token)):
+        key = (provider_of.get(b.call, ""), b.session)
+        group = by_session.get(key, [])
+        if seen[key] < len(group):
+            out[(b.call, b.token)] = group[seen[key]]
+        seen[key] += 1
+    return out
+
+
+def circular_median(values: Sequence[float], period: float) -> float:
+    """The value (mod period) with the least total circular distance to `values` (searched among them)."""
+    if not values:
+        return 0.0
+    rs = [v % period for v in values]
+
+    def cost(c: float) -> float:
+        return sum(min(abs(r - c), period - abs(r - c)) for r in rs)
+
+    return min(rs, key=cost)
+
+
+def _nearest(marks: Iterable[tuple[int, str]], at: float, what: str) -> dict[str, Any] | None:
+    """The mark of kind `what` ("rollover", "recovery") nearest `at`: its label and its offset from `at`."""
+    best = min((m for m in marks if m[1].startswith(what)), key=lambda m: abs(m[0] - at), default=None)
+    return None if best is None else {"ms": round(best[0] - at), "what": best[1]}
+
+
+@dataclass(frozen=True)
+class CallView:
+    """What the join needs of one call."""
+
+    call: str
+    provider: str
+    started_at: float  # unix s: the session timeline's 0 (the application's call_started)
+    end_ms: int  # session timeline (the log's `ended after`)
+    utterances: Sequence[Mapping[str, Any]]  # the application's caller utterances (webhook bodies + `t`)
+    jobs: Sequence[Mapping[str, Any]]  # the application's jobs (webhook bodies)
+
+
+def _anchor(u: Mapping[str, Any], started_at: float) -> float:
+    """Where an application utterance ended on the session timeline: its end, else its start, else when the
+    application received it."""
+    for key in ("end_ms", "start_ms"):
+        if isinstance(u.get(key), int | float):
+            return float(u[key])
+    return (float(u["t"]) - started_at) * 1000.0
+
+
+def join_call(
+    view: CallView,
+    conns: Mapping[int, FakeConn],  # this call's connections by bridge token
+    gaps: Sequence[tuple[int, int, str]],
+    job_call_ids: Mapping[str, str],  # job id -> provider call id
+    marks: Sequence[tuple[int, str]] = (),  # rollovers and recoveries (session ms, label)
+    job_states: Mapping[str, Sequence[Any]] | None = None,  # the log's jobs: [first ms, last state, detail]
+    *,
+    loop_ms: int,
+    speech_ms: int,
+    first_ms: int | None,  # the call's first connection started (session ms)
+    settle_ms: int = 2_500,
+) -> tuple[Counter[str], Counter[str], list[dict[str, Any]]]:
+    """One call's cases: (utterance classes, job classes, flagged entries)."""
+
+    def session_ms(unix: float) -> float:
+        return (unix - view.started_at) * 1000.0
+
+    emitted = [(_anchor(u, view.started_at), u) for u in view.utterances]
+    heard = [(session_ms(float(h["unix"])), token, c, h) for token, c in conns.items() for h in c.heard]
+    phase = circular_median([a for a, _ in emitted] + [a for a, *_ in heard], loop_ms)
+
+    def k_of(at: float) -> int:
+        return round((at - phase) / loop_ms)
+
+    by_k: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    for at, u in emitted:
+        by_k[k_of(at)].append(u)
+    heard_k: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    item_k: dict[tuple[str, str], int] = {}  # (fake connection, heard item) -> k
+    for at, token, c, h in heard:
+        k = k_of(at)
+        item_k[(c.key, str(h.get("item")))] = k
+        heard_k[k].append(
+            {
+                "conn": f"conn-{token}",
+                "fake": c.key,
+                "session": c.session,
+                "text": h.get("text"),
+                "at_ms": round(at),
+            }
+        )
+    faults = [(session_ms(float(f["unix"])), token, c, f) for token, c in conns.items() for f in c.faults]
+    lo = (first_ms if first_ms is not None else 0) + speech_ms  # all of it said after the call could hear
+    hi = view.end_ms - settle_ms
+    ks = [k for k in range(k_of(lo), k_of(hi) + 1) if lo <= phase + k * loop_ms <= hi]
+
+    def context(k: int, kind: str, **more: Any) -> dict[str, Any]:
+        end = phase + k * loop_ms
+        return {
+            "kind": kind,
+            "call": view.call,
+            "provider": view.provider,
+            "utterance": k,
+            "at_ms": round(end),
+            "heard_by": heard_k.get(k, []),
+            "nearest_rollover": _nearest(marks, end, "rollover"),
+            "nearest_recovery": _nearest(marks, end, "recovery"),
+            "faults": [
+                {"conn": f"conn-{token}", "fake": c.key, "spec": f.get("spec"), "at_ms": round(at)}
+                for at, token, c, f in faults
+                if -BEFORE_MS <= at - end <= NEAR_MS
+            ],
+            "closes": [
+                {
+                    "conn": f"conn-{token}",
+                    "fake": c.key,
+                    "code": c.closed[1],
+                    "at_ms": round(session_ms(c.closed[0])),
+                }
+                for token, c in conns.items()
+                if c.closed is not None and abs(session_ms(c.closed[0]) - end) <= NEAR_MS
+            ],
+            **more,
+        }
+
+    classes: Counter[str] = Counter()
+    flagged: list[dict[str, Any]] = []
+    for k in ks:
+        start, end = phase + k * loop_ms - speech_ms, phase + k * loop_ms
+        cut = [g for g in gaps if g[0] < end and g[1] > start]
+        got = by_k.get(k, [])
+        if len(got) == 1:
+            kind = "once"
+        elif got:
+            kind = "split_by_discontinuity" if cut else "duplicated"
+        else:
+            kind = "lost_in_discontinuity" if cut else "lost_unexplained"
+        classes[kind] += 1
+        if kind != "once":
+            emitted_texts = [
+                {"seq": u.get("seq"), "text": u.get("text"), "end_ms": u.get("end_ms")} for u in got
+            ]
+            flagged.append(
+                context(
+                    k,
+                    kind,
+                    explained=kind in EXPLAINED,
+                    emitted=emitted_texts,
+                    discontinuities=[list(g) for g in cut],
+                )
+            )
+
+    # jobs per caller request
+    tool_calls = {t["call_id"]: (c, t) for c in conns.values() for t in c.tool_calls}
+    jobs_k: dict[int, list[str]] = defaultdict(list)
+    job_classes: Counter[str] = Counter()
+    for job in view.jobs:
+        job_id = str(job.get("job_id"))
+        provider_call = job_call_ids.get(job_id)
+        found = tool_calls.get(provider_call) if provider_call is not None else None
+        if found is not None and found[1].get("input") == "text":
+            job_classes["tool_for_context"] += 1
+            k = k_of(float(job.get("requested_at_ms") or 0))
+            flagged.append(
+                context(k, "tool_for_context", explained=False, job=job_id, tool_call=provider_call)
+            )
+            continue
+        k_item = item_k.get((found[0].key, str(found[1].get("for")))) if found is not None else None
+        k = k_item if k_item is not None else k_of(float(job.get("requested_at_ms") or 0))
+        if found is None:
+            job_classes["traced_by_time"] += 1
+        jobs_k[k].append(job_id)
+    for k in ks:
+        runs = jobs_k.get(k, [])
+        if len(runs) > 1:
+            job_classes["tool_duplicated"] += 1
+            flagged.append(context(k, "tool_duplicated", explained=False, jobs=runs))
+        elif runs:
+            job_classes["tool_once"] += 1
+        elif len(by_k.get(k, [])) == 1:
+            job_classes["tool_not_run"] += 1
+            held = [
+                {"job": job, "requested_ms": st[0], "state": st[1], "detail": st[2]}
+                for job, st in (job_states or {}).items()
+                if k_of(st[0]) == k and st[1] != "delivered"
+            ]
+            flagged.append(context(k, "tool_not_run", explained=True, bridge_jobs=held))
+    return classes, job_classes, flagged
+
+
+def join(
+    views: Sequence[CallView],
+    log: BridgeLog,
+    fakes: Mapping[str, Mapping[int, FakeConn]],
+    *,
+    loop_ms: int,
+    speech_ms: int,
+) -> dict[str, Any]:
+    """Every call's cases: the campaign's `utterances`, `tool_requests` and `flagged`."""
+    provider_of = {v.call: v.provider for v in views}
+    attributed = attribute(log.connections, fakes, provider_of)
+    first: dict[str, int] = {}
+    for b in log.connections:
+        first[b.call] = min(first.get(b.call, b.at_ms), b.at_ms)
+    utter: Counter[str] = Counter()
+    jobs: Counter[str] = Counter()
+    flagged: list[dict[str, Any]] = []
+    for v in views:
+        conns = {token: c for (call, token), c in attributed.items() if call == v.call}
+        job_ids = {job: pc for (call, job), pc in log.jobs.items() if call == v.call}
+        u, j, f = join_call(
+            v,
+            conns,
+            log.input_gaps.get(v.call, []),
+            job_ids,
+            log.marks.get(v.call, []),
+            log.job_states.get(v.call, {}),
+            loop_ms=loop_ms,
+            speech_ms=speech_ms,
+            first_ms=first.get(v.call),
+        )
+        utter += u
+        jobs += j
+        flagged += f
+    unexplained = sum(utter[k] for k in UNEXPLAINED) + jobs["tool_duplicated"] + jobs["tool_for_context"]
+    return {
+        "utterances": {
+            "spoken": sum(utter.values()),
+            **{k: utter[k] for k in (*EXPLAINED, *UNEXPLAINED)},
+            "connections_logged": len(log.connections),
+            "connections_traced": len(attributed),
+        },
+        "tool_requests": {
+            k: jobs[k]
+            for k in ("tool_once", "tool_duplicated", "tool_for_context", "tool_not_run", "traced_by_time")
+        },
+        "unexplained": unexplained,
+        "flagged": flagged,
+    }
+
+
+def speech_span_ms(lead_ms: int, loop_ms: int, tail_ms: int) -> int:
+    """How long the caller speaks in one loop of its utterance (lead silence + speech + tail silence)."""
+    return max(0, loop_ms - lead_ms - tail_ms)
