@@ -654,10 +654,11 @@ class CallSession:
                 options=self._options,
                 settings=self._settings,
             )
-            self.coordinator.provider_event(started, self._clock())
-            self._expires(started)
+            now = self._clock()
+            self.coordinator.provider_event(started, now)
+            self._connection_started(self.coordinator, started, now)
             if isinstance(self.leg, DialledLeg) and self.leg.outbound:
-                self.coordinator.ring(self._clock())  # S7: the greeting waits for the callee's answer
+                self.coordinator.ring(now)  # S7: the greeting waits for the callee's answer
             self.leg.answer()
             del first  # issue 17: a closed first connection is freed, not held to the call's end
             await self._bridge(self.coordinator)
@@ -753,15 +754,8 @@ class CallSession:
             item, _Wake
         ):  # a provider event (an ended reader sends None)
             core.provider_event(item, now)  # type: ignore[arg-type]
-            if isinstance(item, SessionStarted):  # one line a connection: a bench joins it to the provider's
-                log.info(
-                    "call %s conn-%d provider session %s started at %d ms",
-                    self.call_id,
-                    item.token,
-                    item.session_id or "-",
-                    core.timeline.ms(now),
-                )
-                self._expires(item)
+            if isinstance(item, SessionStarted):
+                self._connection_started(core, item, now)
 
     def _carry_out(self, core: SessionCoordinator) -> None:
         """Synchronous: each command goes to the provider, the leg or a task for the application."""
@@ -793,6 +787,14 @@ class CallSession:
             log.warning(
                 "call %s send_dtmf(%r) for %s failed: %s", self.call_id, command.digits, command.job_id, exc
             )
+
+    def _connection_started(self, core: SessionCoordinator, started: SessionStarted, now: int) -> None:
+        """One line a connection, the first included, with the provider's session id (a bench joins the two)."""
+        sid, at_ms = started.session_id or "-", core.timeline.ms(now)
+        log.info(
+            "call %s conn-%d provider session %s started at %d ms", self.call_id, started.token, sid, at_ms
+        )
+        self._expires(started)
 
     def _expires(self, started: SessionStarted) -> None:
         """`expires_at` (unix seconds) as time left, from the wall clock: the one place it is read."""

@@ -6,8 +6,9 @@ The caller (SIPp) loops one sentence: every `loop_ms` it says it once, so uttera
 `phase + k * loop_ms` on the call's session timeline, `phase` unknown (when SIPp began to stream) and found here
 as the circular median of the times the application's utterances ended and the fakes heard them. Each
 application utterance and each utterance a fake heard belongs to the nearest k. Every k the caller spoke while
-the call could hear it (after its first connection was up by one loop, and at least `settle_ms` before the call
-ended) is one case:
+the call could hear it (wholly after its first connection was up, and at least `settle_ms` before the call
+ended; with a capture, only when 90 % of its RTP packets reached the bridge's port: a starved SIPp sends short,
+`not_on_the_wire`) is one case:
 
 - `once`: the application received it exactly once (S1);
 - `split_by_discontinuity`: more than once, and a reported input `audio_discontinuity` (HR8) overlaps it: the
@@ -29,6 +30,7 @@ the connections that closed within 5 s of it.
 from __future__ import annotations
 
 import re
+from bisect import bisect_left
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +49,7 @@ RECOVERY = re.compile(
 )
 JOB = re.compile(r"call (call-\d+) (job-\d+) \((\w+)\) (\w+) at (\d+) ms: (.*)")
 FRAME_MS = 20
+ON_THE_WIRE = 0.9  # a sentence counts as said when this share of its packets reached the bridge's port
 NEAR_MS = 5_000  # closes this near a case, and faults up to this long after it, are listed with it
 BEFORE_MS = 10_000  # faults up to this long before a case are listed with it (a half-open connection is found
 # out only when something is due from it: seconds later)
@@ -187,6 +190,7 @@ class CallView:
     end_ms: int  # session timeline (the log's `ended after`)
     utterances: Sequence[Mapping[str, Any]]  # the application's caller utterances (webhook bodies + `t`)
     jobs: Sequence[Mapping[str, Any]]  # the application's jobs (webhook bodies)
+    caller_packets: Sequence[float] | None = None  # when the caller's RTP reached the bridge (unix s, sorted)
 
 
 def _anchor(u: Mapping[str, Any], started_at: float) -> float:
@@ -244,6 +248,18 @@ def join_call(
     lo = (first_ms if first_ms is not None else 0) + speech_ms  # all of it said after the call could hear
     hi = view.end_ms - settle_ms
     ks = [k for k in range(k_of(lo), k_of(hi) + 1) if lo <= phase + k * loop_ms <= hi]
+    classes: Counter[str] = Counter()
+    if view.caller_packets is not None:  # a sentence whose audio never reached the bridge was not said to it
+        wire, t0 = view.caller_packets, view.started_at
+
+        def on_wire(k: int) -> int:
+            end = t0 + (phase + k * loop_ms) / 1000
+            return bisect_left(wire, end) - bisect_left(wire, end - speech_ms / 1000)
+
+        said = [k for k in ks if on_wire(k) >= ON_THE_WIRE * speech_ms / FRAME_MS]
+        if len(said) < len(ks):
+            classes["not_on_the_wire"] = len(ks) - len(said)
+        ks = said
 
     def context(k: int, kind: str, **more: Any) -> dict[str, Any]:
         end = phase + k * loop_ms
@@ -274,7 +290,6 @@ def join_call(
             **more,
         }
 
-    classes: Counter[str] = Counter()
     flagged: list[dict[str, Any]] = []
     for k in ks:
         start, end = phase + k * loop_ms - speech_ms, phase + k * loop_ms
@@ -303,6 +318,8 @@ def join_call(
 
     # jobs per caller request
     tool_calls = {t["call_id"]: (c, t) for c in conns.values() for t in c.tool_calls}
+    token_of = {c.key: token for token, c in conns.items()}
+    asked_on: dict[str, str] = {}  # job -> the connection whose tool call it is
     jobs_k: dict[int, list[str]] = defaultdict(list)
     job_classes: Counter[str] = Counter()
     for job in view.jobs:
@@ -321,11 +338,14 @@ def join_call(
         if found is None:
             job_classes["traced_by_time"] += 1
         jobs_k[k].append(job_id)
+        if found is not None:
+            asked_on[job_id] = f"conn-{token_of[found[0].key]}"
     for k in ks:
         runs = jobs_k.get(k, [])
         if len(runs) > 1:
             job_classes["tool_duplicated"] += 1
-            flagged.append(context(k, "tool_duplicated", explained=False, jobs=runs))
+            asked = {job: asked_on.get(job) for job in runs}
+            flagged.append(context(k, "tool_duplicated", explained=False, jobs=runs, asked_on=asked))
         elif runs:
             job_classes["tool_once"] += 1
         elif len(by_k.get(k, [])) == 1:
@@ -376,7 +396,8 @@ def join(
     unexplained = sum(utter[k] for k in UNEXPLAINED) + jobs["tool_duplicated"] + jobs["tool_for_context"]
     return {
         "utterances": {
-            "spoken": sum(utter.values()),
+            "spoken": sum(utter.values()) - utter["not_on_the_wire"],
+            "not_on_the_wire": utter["not_on_the_wire"],
             **{k: utter[k] for k in (*EXPLAINED, *UNEXPLAINED)},
             "connections_logged": len(log.connections),
             "connections_traced": len(attributed),

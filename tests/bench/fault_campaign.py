@@ -12,8 +12,9 @@ called numbers 1001-1004 to them (bridge/config.py routes). Four SIPp processes 
 looping utterance. An injector picks a fake (weighted by its calls), asks it which connections are open
 (`GET /_connections`) and injects a fault into one (`GET /_fault?spec=N/KIND`); `refuse` and `slow_handshake`
 target the next connection the fake will accept, and an `abrupt_close` of an open one follows so that the next
-connection is most likely a recovery's replacement. tshark records the bridge's RTP so the largest gap any
-caller saw can be measured. The seed is printed; `--seed` replays the choice of faults (not the timing).
+connection is most likely a recovery's replacement. tshark records the bridge's RTP both ways, so that the
+largest gap any caller saw can be measured and a sentence SIPp sent short is not taken for one the bridge
+lost. The seed is printed; `--seed` replays the choice of faults (not the timing).
 
 Prints one JSON object (and writes it to --output): `calls_lost` (each lost call with its end reason and the
 rule that made it fatal, `unexplained` when none does), `tool_runs_duplicated` (must be 0), recovery
@@ -372,6 +373,7 @@ def cases(
     work: Path,
     loop_ms: int,
     speech_ms: int,
+    wire: dict[str, list[float]] | None = None,
 ) -> dict[str, Any]:
     """The campaign's `utterances`, `tool_requests`, `unexplained` and `flagged` (tests/bench/campaign_join.py)
     from the bridge's log, the application's events and the fakes' notes in `work`."""
@@ -381,13 +383,27 @@ def cases(
         text = path.read_text() if path.exists() else ""
         notes = [json.loads(line) for line in text.splitlines() if line.strip()]
         fakes[protocol] = campaign_join.read_notes(protocol, notes)
+    views = application_views(events, f)
+    if wire is not None:  # the capture says what the callers' RTP brought to the bridge
+        views = [replace(v, caller_packets=wire.get(v.call, [])) for v in views]
     return campaign_join.join(
-        application_views(events, f),
+        views,
         campaign_join.read_bridge_log(lines),
         fakes,
         loop_ms=loop_ms,
         speech_ms=speech_ms,
     )
+
+
+def caller_packets(packets: Iterable[stats.Packet], ports: dict[int, str]) -> dict[str, list[float]]:
+    """When each of the caller's RTP packets reached each call's port (capture time, unix s), sorted."""
+    out: dict[str, list[float]] = defaultdict(list)
+    for p in packets:
+        if p.dport in ports:
+            out[ports[p.dport]].append(p.t)
+    for times in out.values():
+        times.sort()
+    return dict(out)
 
 
 def keep_logs(work: Path, logs: Path) -> None:
@@ -588,12 +604,11 @@ def cpu_shares(a: Sample, b: Sample) -> dict[str, list[float]]:
     return out
 
 
-def rtp_gap_figures(pcap: Path, ports: dict[int, str]) -> dict[str, Any]:
+def rtp_gap_figures(packets: Sequence[stats.Packet] | None, ports: dict[int, str]) -> dict[str, Any]:
     """The largest interval between two RTP packets of one stream the bridge sent to a caller (one stream per
     call's local port and SSRC; the stream's first packet to its last)."""
-    if not pcap.exists() or not ports:
+    if packets is None or not ports:
         return {"rtp_gap_max_ms": None, "rtp_gap_note": "no capture"}
-    packets = stats.read_pcap(pcap)
     per_stream = stats.rtp_intervals_ms(packets, set(ports), 0.0, float("inf"))
     by_call: dict[str, float] = {}
     for (port, _ssrc), values in per_stream.items():
@@ -876,7 +891,7 @@ def run(plan: Plan, work: Path, logs: Path | None = None) -> dict[str, Any]:
                         "-i",
                         "lo",
                         "-f",
-                        f"udp src portrange {rtp}-{rtp + 4 * plan.calls + 40}",
+                        f"udp portrange {rtp}-{rtp + 4 * plan.calls + 40}",
                         "-F",
                         "pcap",
                         "-w",
@@ -934,12 +949,12 @@ def run(plan: Plan, work: Path, logs: Path | None = None) -> dict[str, Any]:
         lines = [ln.text for ln in bridge.lines]
         log_figures = read_log(lines)
         result.update(figures(log_figures, answered=answered, expected=plan.calls))
-        result.update(
-            cases(lines, log_figures, app.events, work, loop_ms, campaign_join.speech_span_ms(
-                int(LEAD_S * 1000), loop_ms, int(TAIL_S * 1000))
-            )
-        )  # fmt: skip
-        result.update(rtp_gap_figures(work / "rtp.pcap", stats.native_media_ports(lines)))
+        ports, pcap = stats.native_media_ports(lines), work / "rtp.pcap"
+        packets = stats.read_pcap(pcap) if plan.capture and pcap.exists() else None
+        speech_ms = campaign_join.speech_span_ms(int(LEAD_S * 1000), loop_ms, int(TAIL_S * 1000))
+        wire = None if packets is None else caller_packets(packets, ports)
+        result.update(cases(lines, log_figures, app.events, work, loop_ms, speech_ms, wire))
+        result.update(rtp_gap_figures(packets, ports))
         result["over_time"] = sample_figures(samples)
     finally:
         for proc in reversed(procs):

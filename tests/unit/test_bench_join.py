@@ -85,6 +85,19 @@ def test_a_call_that_ended_early_counts_only_what_it_could_hear() -> None:
     assert flagged == [{**flagged[0], "kind": "tool_not_run"}]
 
 
+def test_with_a_capture_a_sentence_whose_audio_never_reached_the_bridge_was_not_said() -> None:
+    """SIPp starved of CPU sends short: loop 3 brought 80 % of its packets (under 90 %), loop 4 all of them,
+    and neither reached the application: 3 was not said to the bridge, 4 was lost."""
+    packets = [T0 + t / 1000 for t in range(0, 40_000, 20)]
+    start3 = said(3) - SPEECH
+    packets = [t for t in packets if not start3 <= (t - T0) * 1000 < start3 + SPEECH // 5]
+    emitted = [utterance(k, k + 1) for k in (0, 1, 2, 5, 6)]
+    v = cj.CallView("call-1", "xai", T0, 40_000, emitted, [], caller_packets=packets)
+    classes, _, flagged = cj.join_call(v, {}, [], {}, loop_ms=LOOP, speech_ms=SPEECH, first_ms=100)
+    assert classes == {"once": 5, "lost_unexplained": 1, "not_on_the_wire": 1}
+    assert [f["utterance"] for f in flagged if f["kind"] == "lost_unexplained"] == [4]
+
+
 def test_jobs_are_counted_per_caller_request_through_the_notes_not_by_time() -> None:
     """A rollover: the old and the next connection both heard loop 1 and both asked for the tool; the bridge
     dispatched both (job-1, job-2): one request, two runs. job-2 was stamped 3 s later (in loop 2's time):
@@ -116,6 +129,7 @@ def test_jobs_are_counted_per_caller_request_through_the_notes_not_by_time() -> 
     assert counted["tool_not_run"] == 5 and counted["tool_once"] == 0  # loops 0, 2, 3, 4, 5: no job ran
     dup = next(f for f in flagged if f["kind"] == "tool_duplicated")
     assert dup["utterance"] == 1 and dup["jobs"] == ["job-1", "job-2"] and not dup["explained"]
+    assert dup["asked_on"] == {"job-1": "conn-1", "job-2": "conn-2"}  # the old and the next connection
     assert [h["conn"] for h in dup["heard_by"]] == ["conn-1", "conn-2"]
     assert dup["faults"] == [
         {"conn": "conn-2", "fake": "xai#5", "spec": "6/abrupt_close", "at_ms": said(1) - 1_000}
