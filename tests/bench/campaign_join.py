@@ -4,9 +4,12 @@ jobs), told case by case.
 
 The caller (SIPp) loops one sentence: every `loop_ms` it says it once, so utterance k of a call ends at
 `phase + k * loop_ms` on the call's session timeline, `phase` unknown (when SIPp began to stream) and found here
-as the circular median of the times the application's utterances ended and the fakes heard them. Each
-application utterance and each utterance a fake heard belongs to the nearest k. Every k the caller spoke while
-the call could hear it (wholly after its first connection was up, and at least `settle_ms` before the call
+as the circular median of the times the fakes heard the call's utterances (their clock, mapped onto the session
+timeline through the application's `call_started` time; the application's own times when the fakes heard too
+little). Each utterance a fake heard belongs to the nearest k, and so does each application utterance, through
+the fake's utterance with its transcript nearest in time within 0.8 loop (else by its own end time): an
+application utterance more than 1.5 s from when the fake heard it is also listed as `stamped_off` (HR11: the
+bridge rebased it wrong; counted apart, not a loss). Every k the caller spoke while the call could hear it (wholly after its first connection was up, and at least `settle_ms` before the call
 ended; with a capture, only when 90 % of its RTP packets reached the bridge's port: a starved SIPp sends short,
 `not_on_the_wire`) is one case:
 
@@ -49,6 +52,8 @@ RECOVERY = re.compile(
 )
 JOB = re.compile(r"call (call-\d+) (job-\d+) \((\w+)\) (\w+) at (\d+) ms: (.*)")
 FRAME_MS = 20
+TEXT_REACH = 0.8  # a transcript names the fake's utterance with that text heard within this many loops of it
+STAMP_MS = 1_500  # an application utterance this far from when the fake heard it is `stamped_off` (HR11)
 ON_THE_WIRE = 0.9  # a sentence counts as said when this share of its packets reached the bridge's port
 NEAR_MS = 5_000  # closes this near a case, and faults up to this long after it, are listed with it
 BEFORE_MS = 10_000  # faults up to this long before a case are listed with it (a half-open connection is found
@@ -222,14 +227,26 @@ def join_call(
 
     emitted = [(_anchor(u, view.started_at), u) for u in view.utterances]
     heard = [(session_ms(float(h["unix"])), token, c, h) for token, c in conns.items() for h in c.heard]
-    phase = circular_median([a for a, _ in emitted] + [a for a, *_ in heard], loop_ms)
+    # the fakes' clock is the truth of when a sentence was heard; the application's times are the bridge's
+    phase = circular_median([a for a, *_ in heard] if len(heard) >= 3 else [a for a, _ in emitted], loop_ms)
 
     def k_of(at: float) -> int:
         return round((at - phase) / loop_ms)
 
+    by_text: dict[str, list[float]] = defaultdict(list)
+    for at, _, _, h in heard:
+        by_text[str(h.get("text"))].append(at)
     by_k: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    stamped: list[tuple[int, float, float, Mapping[str, Any]]] = []
     for at, u in emitted:
-        by_k[k_of(at)].append(u)
+        # the transcript the bridge passed on names the utterance a fake heard: the nearest one with that text
+        when = min(by_text.get(str(u.get("text")), []), key=lambda h: abs(h - at), default=None)
+        if when is not None and abs(when - at) > TEXT_REACH * loop_ms:
+            when = None  # another loop's same text (a connection not traced heard this one): by time
+        k = k_of(at if when is None else when)
+        by_k[k].append(u)
+        if when is not None and abs(when - at) > STAMP_MS:
+            stamped.append((k, at, when, u))
     heard_k: dict[int, list[dict[str, Any]]] = defaultdict(list)
     item_k: dict[tuple[str, str], int] = {}  # (fake connection, heard item) -> k
     for at, token, c, h in heard:
@@ -316,6 +333,25 @@ def join_call(
                 )
             )
 
+    for k, at, when, u in stamped:
+        classes["stamped_off"] += 1
+        flagged.append(
+            context(
+                k,
+                "stamped_off",
+                explained=False,
+                emitted=[
+                    {
+                        "seq": u.get("seq"),
+                        "text": u.get("text"),
+                        "end_ms": u.get("end_ms"),
+                        "start_ms": u.get("start_ms"),
+                    }
+                ],
+                off_ms=round(at - when),
+            )
+        )
+
     # jobs per caller request
     tool_calls = {t["call_id"]: (c, t) for c in conns.values() for t in c.tool_calls}
     token_of = {c.key: token for token, c in conns.items()}
@@ -394,11 +430,12 @@ def join(
         jobs += j
         flagged += f
     unexplained = sum(utter[k] for k in UNEXPLAINED) + jobs["tool_duplicated"] + jobs["tool_for_context"]
+    utter["spoken"] = sum(utter[k] for k in (*EXPLAINED, *UNEXPLAINED))
     return {
         "utterances": {
-            "spoken": sum(utter.values()) - utter["not_on_the_wire"],
+            "spoken": utter["spoken"],
             "not_on_the_wire": utter["not_on_the_wire"],
-            **{k: utter[k] for k in (*EXPLAINED, *UNEXPLAINED)},
+            **{k: utter[k] for k in (*EXPLAINED, *UNEXPLAINED, "stamped_off")},
             "connections_logged": len(log.connections),
             "connections_traced": len(attributed),
         },

@@ -22,7 +22,7 @@ def said(k: int, jitter: int = 0) -> int:
 
 
 def utterance(k: int, seq: int, jitter: int = 0) -> dict[str, Any]:
-    return {"seq": seq, "role": "caller", "text": f"[utterance {seq}, 3.0 s]", "start_ms": None,
+    return {"seq": seq, "role": "caller", "text": f"[said {seq}]", "start_ms": None,
             "end_ms": said(k, jitter), "t": T0 + said(k, jitter) / 1000 + 0.4}  # fmt: skip
 
 
@@ -85,6 +85,25 @@ def test_a_call_that_ended_early_counts_only_what_it_could_hear() -> None:
     assert flagged == [{**flagged[0], "kind": "tool_not_run"}]
 
 
+def test_an_application_utterance_belongs_to_the_loop_the_fake_heard_its_transcript_in() -> None:
+    """The bridge stamped loop 2's transcript (conn-1 heard it at loop 2's end) 3.5 s early, in loop 1's time:
+    it is loop 2's, loop 1 was lost, and the stamp is listed (HR11) but is not itself a loss."""
+    conn = cj.FakeConn("xai", 3, "sess_a")
+    conn.heard = [
+        note("heard", said(k) + 80, item=f"i{k}", text=f"[utterance {k + 1}, 3.0 s]") for k in range(5)
+    ]
+    emitted = [utterance(k, k + 1) | {"text": f"[utterance {k + 1}, 3.0 s]"} for k in (0, 3, 4)]
+    emitted.append(utterance(2, 3, jitter=-3_500) | {"text": "[utterance 3, 3.0 s]"})
+    classes, _, flagged = cj.join_call(
+        view(emitted, end_ms=said(4) + 3_000), {1: conn}, [], {}, loop_ms=LOOP, speech_ms=SPEECH, first_ms=0
+    )
+    assert classes == {"once": 4, "lost_unexplained": 1, "stamped_off": 1}
+    [lost] = [f for f in flagged if f["kind"] == "lost_unexplained"]
+    [stamp] = [f for f in flagged if f["kind"] == "stamped_off"]
+    assert lost["utterance"] == 1 and lost["heard_by"][0]["text"] == "[utterance 2, 3.0 s]"
+    assert stamp["utterance"] == 2 and stamp["off_ms"] == -3_580 and not stamp["explained"]
+
+
 def test_with_a_capture_a_sentence_whose_audio_never_reached_the_bridge_was_not_said() -> None:
     """SIPp starved of CPU sends short: loop 3 brought 80 % of its packets (under 90 %), loop 4 all of them,
     and neither reached the application: 3 was not said to the bridge, 4 was lost."""
@@ -134,8 +153,10 @@ def test_jobs_are_counted_per_caller_request_through_the_notes_not_by_time() -> 
     assert dup["faults"] == [
         {"conn": "conn-2", "fake": "xai#5", "spec": "6/abrupt_close", "at_ms": said(1) - 1_000}
     ]
-    assert dup["nearest_rollover"] == {"ms": -500, "what": "rollover floor conn-2"}
-    assert dup["nearest_recovery"] == {"ms": 4_000, "what": "recovery transport_lost"}
+    # the loop's end is where the fakes heard it (100 ms after it was said here)
+    assert dup["at_ms"] == said(1) + 100
+    assert dup["nearest_rollover"] == {"ms": -600, "what": "rollover floor conn-2"}
+    assert dup["nearest_recovery"] == {"ms": 3_900, "what": "recovery transport_lost"}
     context = next(f for f in flagged if f["kind"] == "tool_for_context")
     assert context["job"] == "job-3" and context["tool_call"] == "call_C"
     loop2 = next(f for f in flagged if f["kind"] == "tool_not_run" and f["utterance"] == 2)
