@@ -142,7 +142,7 @@ FATAL_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 _STARTED = re.compile(r"call (call-\d+) started: from \S+ to <?sips?:(\w+)@")
-_ENDED = re.compile(r"call (call-\d+) ended after ([\d.]+) s by (\w+) \(([^)]*)\)")
+_ENDED = re.compile(r"call (call-\d+) ended after ([\d.]+) s by (\w+) \(([^)]*)\)(?:: frames in (\d+))?")
 _DISPATCHED = re.compile(
     r"call (call-\d+) (job-\d+) \((\w+)\) running at \d+ ms: dispatched to the application \(call (\S+)\)"
 )
@@ -263,6 +263,7 @@ class LogFigures:
     )  # call -> its last next connection failed (ms)
     refused_at: dict[str, int] = field(default_factory=dict)  # call -> its rollover refused (RO6, ms)
     ended_ms: dict[str, int] = field(default_factory=dict)  # call -> when it ended on its session timeline
+    frames_in_share: dict[str, float] = field(default_factory=dict)  # call -> caller frames taken / sent
 
 
 def read_log(lines: Iterable[str]) -> LogFigures:
@@ -273,6 +274,8 @@ def read_log(lines: Iterable[str]) -> LogFigures:
         elif m := _ENDED.search(line):
             f.ended[m.group(1)] = (m.group(3), m.group(4))
             f.ended_ms[m.group(1)] = round(float(m.group(2)) * 1000)
+            if m.group(5) is not None and float(m.group(2)) > 0:  # 50 caller frames a second were sent
+                f.frames_in_share[m.group(1)] = int(m.group(5)) / (float(m.group(2)) * 50)
         elif m := _DISPATCHED.search(line):
             f.dispatched[(m.group(1), m.group(4))] += 1
         elif m := _RECOVERY.search(line):
@@ -343,6 +346,12 @@ def figures(f: LogFigures, *, answered: int, expected: int) -> dict[str, Any]:
         "recovery_reconnect_ms": summary(f.reconnect_ms),
         "recovery_repaired_ms": summary(f.repaired_ms),
         "rollovers": dict(f.rollovers),
+        # an overloaded host: the bridge took in less of the callers' audio than they sent (the kernel dropped
+        # it from full receive buffers, or the session shed it); its sentences are lost before any seam
+        "caller_frames_taken": {
+            "min_share": round(min(f.frames_in_share.values()), 3) if f.frames_in_share else None,
+            "calls_under_90pct": sum(1 for v in f.frames_in_share.values() if v < 0.9),
+        },
     }
 
 
@@ -404,6 +413,19 @@ def caller_packets(packets: Iterable[stats.Packet], ports: dict[int, str]) -> di
     for times in out.values():
         times.sort()
     return dict(out)
+
+
+def udp_rcvbuf_errors() -> int | None:
+    """The host's UDP datagrams dropped for a full receive buffer so far (/proc/net/snmp), None if unknown."""
+    try:
+        head, values = [
+            line.split()
+            for line in Path("/proc/net/snmp").read_text().splitlines()
+            if line.startswith("Udp:")
+        ][:2]
+        return int(values[head.index("RcvbufErrors")])
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def keep_logs(work: Path, logs: Path) -> None:
@@ -830,6 +852,7 @@ def run(plan: Plan, work: Path, logs: Path | None = None) -> dict[str, Any]:
     samples: list[Sample] = []
     result: dict[str, Any] = {"seed": plan.seed, "plan": plan.__dict__ | {"call_ms": plan.call_ms}}
     result["load_before"] = [round(x, 2) for x in os.getloadavg()]
+    drops_before = udp_rcvbuf_errors()
     bridge_cpus, peer_cpus = plan.pin if plan.pin is not None else (None, None)
     result["pinned"] = None if plan.pin is None else {"bridge": bridge_cpus, "peers": peer_cpus}
     if peer_cpus is not None:  # the harness (injector, sampler, analysis) is a peer too
@@ -946,6 +969,8 @@ def run(plan: Plan, work: Path, logs: Path | None = None) -> dict[str, Any]:
         )
         if plan.capture:
             capture.stop(term_timeout=5.0)
+        drops = udp_rcvbuf_errors()
+        result["udp_rcvbuf_errors"] = None if drops is None or drops_before is None else drops - drops_before
         lines = [ln.text for ln in bridge.lines]
         log_figures = read_log(lines)
         result.update(figures(log_figures, answered=answered, expected=plan.calls))

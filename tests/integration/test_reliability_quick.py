@@ -61,6 +61,7 @@ def test_fault_campaign_quick_loses_no_call_to_a_survivable_fault_and_runs_no_to
     # notes to the connections that heard it: received once, or cut or lost inside a reported input
     # discontinuity (HR8); none twice or lost unexplained (S1), no request run twice (S2), no tool asked for
     # on a context message
+    assert r["caller_frames_taken"]["calls_under_90pct"] == 0, r["caller_frames_taken"]  # the host kept up
     u = r["utterances"]
     assert u["connections_traced"] == u["connections_logged"] > 0 and u["spoken"] > 0 and u["once"] > 0, u
     assert r["tool_requests"]["tool_once"] > 0, r["tool_requests"]
