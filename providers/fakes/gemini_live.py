@@ -87,6 +87,7 @@ from providers.fakes.server import (
     FakeServer,
     IdSource,
     SequentialIds,
+    frame_kind,
 )
 from rtp.resample import Resampler
 
@@ -1208,6 +1209,8 @@ class GeminiFakeConnection:
         """Every outbound frame passes here: held during a stall or a slow handshake, dropped when half-open."""
         if self._half_open or self._closing:
             return
+        if self._mutate.left:
+            self.record.note(None, "mutated", of=frame_kind(text))
         self._held.append(self._mutate(text))
 
     def _release(self) -> None:

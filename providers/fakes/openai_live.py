@@ -104,6 +104,7 @@ from providers.fakes.server import (
     SequentialIds,
     bearer_authorize,
     exact_member,
+    frame_kind,
     shorten_audio,
 )
 from rtp.audio import PCM16_16K, PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat
@@ -1079,6 +1080,8 @@ class LiveFakeConnection:
         if self._half_open:
             self.suppressed += 1
             return
+        if self._mutate.left:
+            self.record.note(None, "mutated", of=frame_kind(text))
         text = self._mutate(text)
         if self._stall_until is not None:
             self._held.append(text)

@@ -59,6 +59,7 @@ from providers.fakes.server import (
     FakeServer,
     IdSource,
     SequentialIds,
+    frame_kind,
     shorten_audio,
 )
 from rtp.audio import AudioFormat, Encoding
@@ -762,6 +763,8 @@ class RealtimeFamilyConnection:
         """The single outbound funnel: half_open drops, a stall holds back."""
         if self._half_open or self._closing:
             return
+        if self._mutate.left:
+            self.record.note(None, "mutated", of=frame_kind(frame))
         frame = self._mutate(frame)
         if self._stalled(self._now):
             self._held.append(frame)

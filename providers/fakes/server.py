@@ -99,10 +99,11 @@ class ConnectionRecord:
     """What the connection heard and answered, as `note()` adds it (None: not kept). The shell sets a list when
     the server has a notes file and empties it into the file after every input and timer."""
 
-    def note(self, now: int, kind: str, **fields: Any) -> None:
+    def note(self, now: int | None, kind: str, **fields: Any) -> None:
         """A fact for the notes file (`heard`: a caller utterance the model took, with its transcript text;
         `tool_call`: a call the model made, by its call id, and the input it answers; `response`: a reply the
-        model began, and the input it answers). Nothing when no notes are kept."""
+        model began, and the input it answers; `mutated`: a frame the `mutate` fault corrupted, by what it was).
+        Nothing when no notes are kept. `now` None: when the shell writes it (the input or timer under way)."""
         if self.notes is not None:
             self.notes.append({"kind": kind, "t_ns": now, **fields})
 
@@ -271,6 +272,8 @@ class FakeServer:
         unix, mono = time.time(), time.monotonic_ns()
         for note in pending:
             line = {"conn": record.index, "session": record.session_id, **note}
+            if line["t_ns"] is None:
+                line["t_ns"] = now
             line["unix"] = round(unix - (mono - int(note["t_ns"])) / _NS_PER_S, 4)
             notes.write(json.dumps(line, separators=(",", ":")) + "\n")
         notes.flush()
@@ -835,6 +838,23 @@ def exact_member(text: str, head: str, tail: str) -> str | None:
     if '"' in value or "\\" in value or not value.isprintable():
         return None
     return value
+
+
+def frame_kind(frame: str) -> str:
+    """What an outbound frame is, for the notes: its `type` (OpenAI family), else its top-level key and, for
+    `serverContent`, the keys inside (Gemini); `?` when it is not a JSON object."""
+    try:
+        data = json.loads(frame)
+    except ValueError:
+        return "?"
+    if not isinstance(data, dict):
+        return "?"
+    if isinstance(data.get("type"), str):
+        return str(data["type"])
+    inner = data.get("serverContent")
+    if isinstance(inner, dict):
+        return "serverContent." + ",".join(sorted(inner))
+    return ",".join(sorted(data))
 
 
 def shorten_audio(frame: dict[str, Any], event_type: str, decoded_bytes: int | None) -> dict[str, Any]:

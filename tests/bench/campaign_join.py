@@ -6,18 +6,22 @@ The caller (SIPp) loops one sentence: every `loop_ms` it says it once, so uttera
 `phase + k * loop_ms` on the call's session timeline, `phase` unknown (when SIPp began to stream) and found here
 as the circular median of the times the fakes heard the call's utterances (their clock, mapped onto the session
 timeline through the application's `call_started` time; the application's own times when the fakes heard too
-little). Each utterance a fake heard belongs to the nearest k, and so does each application utterance, through
-the fake's utterance with its transcript nearest in time within 0.8 loop (else by its own end time): an
-application utterance more than 1.5 s from when the fake heard it is also listed as `stamped_off` (HR11: the
-bridge rebased it wrong; counted apart, not a loss). Every k the caller spoke while the call could hear it (wholly after its first connection was up, and at least `settle_ms` before the call
-ended; with a capture, only when 90 % of its RTP packets reached the bridge's port: a starved SIPp sends short,
-`not_on_the_wire`) is one case:
+little). Each utterance a fake heard belongs to the k whose sentence its audio overlaps most (a buffer RO2's
+hard stop committed mid-sentence, or a tail heard after a repair, has one true edge), and so does each
+application utterance, through the fake's utterance with its transcript nearest in time within 0.8 loop (else
+by its own span or end time). An application utterance more than 1.5 s from when the fake heard it is also
+listed as `stamped_off` (HR11: the bridge rebased it wrong; counted apart, not a loss). Every k the caller spoke
+while the call could hear it (wholly after its first connection was up, and at least `settle_ms` before the
+call ended; with a capture, only when 90 % of its RTP packets reached the bridge's port: a starved SIPp sends
+short, `not_on_the_wire`) is one case:
 
 - `once`: the application received it exactly once (S1);
 - `split_by_discontinuity`: more than once, and a reported input `audio_discontinuity` (HR8) overlaps it: the
   caller's audio was cut, and each side was heard on its own;
 - `duplicated`: more than once with no such report (RO3, S1: unexplained);
 - `lost_in_discontinuity`: never, inside a reported input discontinuity (HR8);
+- `lost_to_corrupt_frame`: never, and the fake that heard it sent its transcript corrupted (the `mutate` fault;
+  the bridge reports each such frame as a provider error `invalid_event`): the text never arrived;
 - `lost_unexplained`: never, and nothing reported (S1: unexplained).
 
 Jobs are counted per caller request (S2): each job the application received is traced (the log's provider
@@ -58,7 +62,12 @@ ON_THE_WIRE = 0.9  # a sentence counts as said when this share of its packets re
 NEAR_MS = 5_000  # closes this near a case, and faults up to this long after it, are listed with it
 BEFORE_MS = 10_000  # faults up to this long before a case are listed with it (a half-open connection is found
 # out only when something is due from it: seconds later)
-EXPLAINED = ("once", "split_by_discontinuity", "lost_in_discontinuity")
+EXPLAINED = ("once", "split_by_discontinuity", "lost_in_discontinuity", "lost_to_corrupt_frame")
+TRANSCRIPT_FRAMES = (
+    "transcription",
+    "input_transcript",
+    "inputTranscription",
+)  # a fake's caller-transcript frames
 UNEXPLAINED = ("duplicated", "lost_unexplained")
 
 
@@ -83,6 +92,9 @@ class FakeConn:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     faults: list[dict[str, Any]] = field(default_factory=list)
     closed: tuple[float, Any] | None = None  # (unix s, close code) when the fake saw it end
+    corrupted: list[float] = field(
+        default_factory=list
+    )  # unix s of each caller-transcript frame `mutate` hit
 
     @property
     def key(self) -> str:
@@ -139,6 +151,8 @@ def read_notes(protocol: str, notes: Iterable[Mapping[str, Any]]) -> dict[int, F
             c.tool_calls.append(dict(n))
         elif kind == "fault":
             c.faults.append(dict(n))
+        elif kind == "mutated" and any(t in str(n.get("of")) for t in TRANSCRIPT_FRAMES):
+            c.corrupted.append(float(n["unix"]))
         elif kind == "closed":
             c.closed = (float(n["unix"]), n.get("code"))
     return conns
@@ -233,25 +247,46 @@ def join_call(
     def k_of(at: float) -> int:
         return round((at - phase) / loop_ms)
 
-    by_text: dict[str, list[float]] = defaultdict(list)
-    for at, _, _, h in heard:
-        by_text[str(h.get("text"))].append(at)
+    def k_of_span(start: float, end: float) -> int:
+        """The loop whose sentence the span overlaps most: a buffer committed before the sentence ended (RO2's
+        hard stop) or a tail heard after a repair has only one true edge. No overlap: the nearest end."""
+        best, most = k_of(end), 0.0
+        for k in range(k_of(start) - 1, k_of(end) + 2):
+            overlap = min(end, phase + k * loop_ms) - max(start, phase + k * loop_ms - speech_ms)
+            if overlap > most:
+                best, most = k, overlap
+        return best
+
+    heard_at = [
+        (at, token, c, h, k_of_span(at - float(h.get("audio_ms") or 0), at)) for at, token, c, h in heard
+    ]
+    by_text: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for at, _, _, h, k in heard_at:
+        by_text[str(h.get("text"))].append((at, k))
     by_k: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     stamped: list[tuple[int, float, float, Mapping[str, Any]]] = []
     for at, u in emitted:
         # the transcript the bridge passed on names the utterance a fake heard: the nearest one with that text
-        when = min(by_text.get(str(u.get("text")), []), key=lambda h: abs(h - at), default=None)
-        if when is not None and abs(when - at) > TEXT_REACH * loop_ms:
-            when = None  # another loop's same text (a connection not traced heard this one): by time
-        k = k_of(at if when is None else when)
+        match = min(by_text.get(str(u.get("text")), []), key=lambda h: abs(h[0] - at), default=None)
+        if match is not None and abs(match[0] - at) > TEXT_REACH * loop_ms:
+            match = None  # another loop's same text (a connection not traced heard this one): by time
+        start, end = u.get("start_ms"), u.get("end_ms")
+        if match is not None:
+            k = match[1]
+        elif isinstance(start, int | float) and isinstance(end, int | float):
+            k = k_of_span(float(start), float(end))
+        else:
+            k = k_of(at)
         by_k[k].append(u)
-        if when is not None and abs(when - at) > STAMP_MS:
-            stamped.append((k, at, when, u))
+        if match is not None and abs(match[0] - at) > STAMP_MS:
+            stamped.append((k, at, match[0], u))
     heard_k: dict[int, list[dict[str, Any]]] = defaultdict(list)
     item_k: dict[tuple[str, str], int] = {}  # (fake connection, heard item) -> k
-    for at, token, c, h in heard:
-        k = k_of(at)
+    corrupt_k: set[int] = set()  # loops a fake heard whose transcript frame `mutate` corrupted
+    for at, token, c, h, k in heard_at:
         item_k[(c.key, str(h.get("item")))] = k
+        if any(abs(t - float(h["unix"])) <= 0.1 for t in c.corrupted):
+            corrupt_k.add(k)
         heard_k[k].append(
             {
                 "conn": f"conn-{token}",
@@ -318,6 +353,8 @@ def join_call(
             kind = "split_by_discontinuity" if cut else "duplicated"
         else:
             kind = "lost_in_discontinuity" if cut else "lost_unexplained"
+            if kind == "lost_unexplained" and k in corrupt_k:
+                kind = "lost_to_corrupt_frame"
         classes[kind] += 1
         if kind != "once":
             emitted_texts = [

@@ -104,6 +104,57 @@ def test_an_application_utterance_belongs_to_the_loop_the_fake_heard_its_transcr
     assert stamp["utterance"] == 2 and stamp["off_ms"] == -3_580 and not stamp["explained"]
 
 
+def test_a_buffer_committed_before_the_sentence_ended_belongs_to_that_sentence() -> None:
+    """RO2's hard stop commits the old connection's buffer mid-sentence: 1.6 s ending in loop 2's start,
+    committed 2.6 s before loop 2 ended (nearer loop 1's end). It is loop 2's request: with the next
+    connection's whole loop 2 that is two jobs for one request, and loop 1 keeps its one."""
+    old, new = cj.FakeConn("xai", 1, "a"), cj.FakeConn("xai", 2, "b")
+    old.heard = [note("heard", said(k), item=f"o{k}", text=f"[o {k}]", audio_ms=SPEECH) for k in (0, 1)]
+    old.heard.append(note("heard", said(2) - 2_600, item="o2", text="[o 2]", audio_ms=1_600))
+    new.heard = [note("heard", said(k), item=f"n{k}", text=f"[n {k}]", audio_ms=SPEECH) for k in (2, 3)]
+    old.tool_calls = [
+        note("tool_call", said(k) + 50, call_id=f"co{k}", input="audio", **{"for": f"o{k}"}) for k in (1, 2)
+    ]
+    new.tool_calls = [note("tool_call", said(2) + 50, call_id="cn2", input="audio", **{"for": "n2"})]
+    emitted = [utterance(0, 1) | {"text": "[o 0]"}, utterance(1, 2) | {"text": "[o 1]"}]
+    emitted += [
+        utterance(2, 3) | {"text": "[o 2]", "end_ms": said(2) - 2_400},
+        utterance(3, 4) | {"text": "[n 3]"},
+    ]
+    jobs = [{"job_id": "job-1"}, {"job_id": "job-2"}, {"job_id": "job-3"}]
+    classes, counted, flagged = cj.join_call(
+        view(emitted, jobs, end_ms=said(3) + 3_000), {1: old, 2: new}, [],
+        {"job-1": "co1", "job-2": "co2", "job-3": "cn2"}, loop_ms=LOOP, speech_ms=SPEECH, first_ms=0,
+    )  # fmt: skip
+    assert classes == {
+        "once": 4
+    }  # the commit is loop 2's one transcript (the next connection's was not sent)
+    assert counted == {"tool_once": 1, "tool_duplicated": 1, "tool_not_run": 2}
+    [dup] = [f for f in flagged if f["kind"] == "tool_duplicated"]
+    assert dup["utterance"] == 2 and dup["asked_on"] == {"job-2": "conn-1", "job-3": "conn-2"}
+
+
+def test_a_sentence_whose_transcript_frame_was_corrupted_is_lost_to_that_fault() -> None:
+    """The fake heard loops 1 and 2; the `mutate` fault corrupted loop 1's transcript frame as it left (a
+    mutated note at the same instant): lost to the fault. Loop 2's transcript left intact and never reached
+    the application: unexplained."""
+    conn = cj.read_notes("xai", [
+        {"conn": 0, "session": "s", "kind": "heard", "unix": T0 + said(1) / 1000, "item": "a", "text": "[a]"},
+        {"conn": 0, "session": "s", "kind": "mutated", "unix": T0 + said(1) / 1000, "of": "conversation.item.input_audio_transcription.completed"},
+        {"conn": 0, "session": "s", "kind": "heard", "unix": T0 + said(2) / 1000, "item": "b", "text": "[b]"},
+        {"conn": 0, "session": "s", "kind": "mutated", "unix": T0 + said(2) / 1000, "of": "response.output_audio.delta"},
+    ])[0]  # fmt: skip
+    emitted = [utterance(k, k + 1) for k in (0, 3, 4)]
+    classes, _, flagged = cj.join_call(
+        view(emitted, end_ms=said(4) + 3_000), {1: conn}, [], {}, loop_ms=LOOP, speech_ms=SPEECH, first_ms=0
+    )
+    assert classes == {"once": 3, "lost_to_corrupt_frame": 1, "lost_unexplained": 1}
+    assert {f["utterance"]: f["kind"] for f in flagged if f["kind"].startswith("lost")} == {
+        1: "lost_to_corrupt_frame",
+        2: "lost_unexplained",
+    }
+
+
 def test_with_a_capture_a_sentence_whose_audio_never_reached_the_bridge_was_not_said() -> None:
     """SIPp starved of CPU sends short: loop 3 brought 80 % of its packets (under 90 %), loop 4 all of them,
     and neither reached the application: 3 was not said to the bridge, 4 was lost."""

@@ -1059,3 +1059,33 @@ def test_notes_say_what_the_connection_heard_and_which_utterance_each_tool_call_
     h.advance(3000)
     assert [(n["kind"], n["input"]) for n in _notes(h)] == [("response", "text")]
     assert len(h.of("response.function_call_arguments.done")) == 1  # the tool was asked for once
+
+
+def test_notes_name_each_frame_the_mutate_fault_corrupted_by_what_it_was() -> None:
+    """A harness tells a transcript lost to a corrupted frame from one the bridge dropped: the notes say what
+    each corrupted frame was (the same frames, uncorrupted, in a run without the fault)."""
+    silence = bytes(ulaw_encode(np.zeros(8000, dtype=np.int16)))
+    runs = []
+    for fault in (None, "mutate:7"):
+        h = Harness(XAI, script=Script())  # (xAI: frames are not checked against OpenAI's SDK)
+        h.core.record.notes = []
+        h.update(pcmu_session(XAI, transcription={"model": "grok-transcribe"}))
+        h.stream(utterance(speech_ms=800, tail_ms=0))
+        mark = h.mark()
+        if fault is None:
+            h.stream(silence)
+        else:  # the corrupted frames are not for the harness to parse: the core is driven bare
+            h.core.inject(parse_fault(fault), h.now)
+            for i in range(0, len(silence), 160):
+                h.core.receive_message(
+                    json.dumps({"type": "input_audio_buffer.append", "audio": b64(silence[i : i + 160])}),
+                    h.now,
+                )
+                h.now += 20 * MS
+                while (d := h.core.next_deadline()) is not None and d <= h.now:
+                    h.core.handle_timer(h.now)
+        runs.append((h, mark))
+    (clean, mark), (hit, _) = runs
+    first = [json.loads(frame)["type"] for _, frame in clean.frames[mark : mark + 7]]
+    assert [n["of"] for n in _notes(hit) if n["kind"] == "mutated"] == first
+    assert any("input_audio_transcription" in kind for kind in first), first  # the caller's transcript, hit
