@@ -257,13 +257,11 @@ class FakeServer:
             record.session_id == record.session_noted
         ):
             return  # (every client frame comes here: nothing to write is the common case)
-        pending = [*record.notes, *extra]
+        # a fault fired since the last write comes before what it did
+        fired = [{"kind": "fault", "t_ns": now, "spec": f} for f in record.faults[record.faults_noted :]]
+        record.faults_noted = len(record.faults)
+        pending = [*fired, *record.notes, *extra]
         record.notes.clear()
-        if len(record.faults) > record.faults_noted:  # a fault fired since the last write
-            pending += [
-                {"kind": "fault", "t_ns": now, "spec": f} for f in record.faults[record.faults_noted :]
-            ]
-            record.faults_noted = len(record.faults)
         if record.session_id != record.session_noted:
             record.session_noted = record.session_id
             pending.insert(0, {"kind": "session", "t_ns": now})
@@ -274,7 +272,7 @@ class FakeServer:
             line = {"conn": record.index, "session": record.session_id, **note}
             if line["t_ns"] is None:
                 line["t_ns"] = now
-            line["unix"] = round(unix - (mono - int(note["t_ns"])) / _NS_PER_S, 4)
+            line["unix"] = round(unix - (mono - int(line["t_ns"])) / _NS_PER_S, 4)
             notes.write(json.dumps(line, separators=(",", ":")) + "\n")
         notes.flush()
 

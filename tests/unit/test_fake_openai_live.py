@@ -1179,21 +1179,29 @@ async def test_notes_file_tells_each_connection_s_session_what_it_heard_its_tool
                 while "session.delegation.created" not in seen:
                     event = check(json.loads(await ws.recv()))
                     seen.setdefault(event["type"], event)
-            server.inject(parse_fault("burst:4"))
+            server.inject(parse_fault("mutate:1"))  # the next frame (session.closed) goes out corrupted
             await ws.send(json.dumps({"type": "session.close"}))
             async with asyncio.timeout(2):
                 with pytest.raises(websockets.ConnectionClosedOK):
                     while True:
                         await ws.recv()
     notes = [json.loads(line) for line in notes_path.read_text().splitlines()]
-    assert [n["kind"] for n in notes] == ["open", "session", "heard", "tool_call", "fault", "closed"]
+    assert [n["kind"] for n in notes] == [
+        "open",
+        "session",
+        "heard",
+        "tool_call",
+        "fault",
+        "mutated",
+        "closed",
+    ]
     session = started["session"]["id"]
-    assert all(n["conn"] == 0 for n in notes) and [n["session"] for n in notes] == [None] + [session] * 5
+    assert all(n["conn"] == 0 for n in notes) and [n["session"] for n in notes] == [None] + [session] * 6
     heard, call = notes[2], notes[3]
     assert heard["text"] == seen["session.input_transcript.delta"]["delta"] and heard["n"] == 1
     assert call["call_id"] == seen["session.delegation.created"]["delegation"]["id"]
     assert (call["for"], call["input"], call["name"]) == (heard["item"], "audio", "lookup_order")
-    assert notes[4]["spec"] == "burst:4" and notes[5]["code"] == 1000
+    assert notes[4]["spec"] == "mutate:1" and notes[5]["of"] == "session.closed" and notes[6]["code"] == 1000
     times = [n["unix"] for n in notes]
     assert times == sorted(times) and abs(time.time() - times[-1]) < 5
     assert "sk-test" not in notes_path.read_text()
