@@ -516,6 +516,7 @@ class RolloverController:
         seed: Seed | None = None,
         stats: RolloverStats | None = None,
         responses: bool = False,
+        last_words: Callable[[str], tuple[int, int, str] | None] | None = None,
     ) -> None:
         self.options = options or RolloverOptions()
         self._responses = responses  # the provider ends each response with ResponseDone (`response_done`)
@@ -528,6 +529,7 @@ class RolloverController:
         self._rollover_id: str | None = None
         self._allocate = allocate or _counter(first_connection_id)  # the session's registry names them (RO7)
         self._seed = seed or (lambda: (NO_SNAPSHOT, None))  # what the next connection is seeded with (RO8)
+        self._last_words = last_words or (lambda _cid: None)  # a closing connection's text not in yet
         self._boundary = False  # the caller ended an utterance since after_ms (RO1)
         self._overlap_end = _NEVER
         self._stop_ns = _NEVER  # when the old one stopped input (draining) or the refused one did (ending)
@@ -777,6 +779,8 @@ class RolloverController:
             return True
         if now < close_by and (self._texts.waiting() or (old.answering and now < self._drain_by(old))):
             return False  # the old one's text may still come (RO3), or the rest of its response (S2)
+        if (words := self._last_words(old.id)) is not None:  # (GPT-Live: its caption group, S1)
+            self._texts.transcript(old.id, *words, True, now)
         self._actions += self._conns.pop(old.id).close("rollover")  # issue 17: forgotten (then ignored)
         self._texts.settle(old.id)
         self._next, self._boundary, self._stop_ns = None, False, _NEVER
@@ -900,9 +904,17 @@ class RolloverLink:
                 seed=self._seed,
                 stats=self.stats,
                 responses=self._responses,
+                last_words=self._last_words,
             )
             if confirmed_ns is not None:
                 self.controller.connection_confirmed(floor, confirmed_ns)
+
+    def _last_words(self, cid: str) -> tuple[int, int, str] | None:
+        """S1: the caption fragments of the caller's last turn that a connection about to be closed sent (GPT-Live
+        groups them until `caption_close_ms` after the turn, which may be later than its close): its text of
+        that utterance, settled (RO3) before it is closed instead of dropped with it."""
+        group = self._captions.close_one(token_of(cid))
+        return (group[2], group[3], group[1]) if group is not None and group[1] else None
 
     def stop(self) -> None:
         """No rollover in progress any more: only the floor hears the caller."""

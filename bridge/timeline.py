@@ -180,10 +180,18 @@ class Captions:
         """Each connection's fragments of the last caller turn as one utterance: (token, text, start, end)."""
         self._due = None
         fragments, self._fragments = self._fragments, {}
-        return [
-            (token, "".join(p[0] for p in parts).strip(), min(p[1] for p in parts), max(p[2] for p in parts))
-            for token, parts in fragments.items()
-        ]
+        return [_group(token, parts) for token, parts in fragments.items()]
+
+    def close_one(self, token: int) -> tuple[int, str, int, int] | None:
+        """One connection's group now (it is being closed: what it heard is not dropped with it, S1)."""
+        parts = self._fragments.pop(token, None)
+        if not self._fragments:
+            self._due = None
+        return _group(token, parts) if parts else None
 
     def next_deadline(self) -> int | None:
         return self._due
+
+
+def _group(token: int, parts: list[tuple[str, int, int]]) -> tuple[int, str, int, int]:
+    return token, "".join(p[0] for p in parts).strip(), min(p[1] for p in parts), max(p[2] for p in parts)
