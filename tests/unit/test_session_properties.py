@@ -1,0 +1,834 @@
+"""DESIGN §14 S1-S7: the session core's promises as properties, over every interleaving hypothesis can find.
+
+A `RuleBasedStateMachine` drives one `SessionCoordinator` (rollover on, with the scaled ages of
+tests/unit/test_rollover_session.py) and a real `Playout` on virtual time, as `RolloverCall` does, with every
+kind of step interleaved: the caller's speech and pauses, each connection's events, faults, the rollover's
+questions and their answers, the application's answers and updates, hold, and hang-up.
+
+The provider is modelled faithfully, because a false alarm here costs more than a missed hole:
+- a connection hears only the caller frames the core sent it (`SendAudio`), and its clock counts them (the
+  `at_ms` of its speech events is its audio position, as Realtime's `audio_start_ms`);
+- its server VAD segments what it heard by the caller's own speech and pauses, and transcribes each
+  segment (`<uN>` stands for any text of the caller's utterance N, whole or a tail);
+- its events leave in order (one WebSocket) and reach the core within `LATENCY_MS` unless a step delivers
+  them sooner; a tool call answers an utterance it heard, once per connection and utterance;
+- a connection the core closed (`CloseTransport`) or that died sends nothing more; a half-open one sends
+  nothing at all;
+- the first frame of 20 ms of assistant audio carries its producer's token and a serial number, so each
+  frame the media clock pulls is traced to the event that brought it.
+
+Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
+- S1 every caller utterance reaches the application (a final caller `Transcript`) at most once, checked after
+  every step; and, at the quiet settle of `teardown`, at least once unless it lies in a reported input
+  `audio_discontinuity` (HR8), or every connection that heard it lost it by a fault the bridge repaired with a
+  recovery (the old floor, quarantined: HR2, the replacement asks the caller to repeat, HR7), by a failed
+  transcription, or by going half-open.
+- S2 one caller request (utterance) dispatches at most one job, whichever connection asks and when.
+- S3 every frame transmitted came from the connection holding the floor when its audio arrived, and from
+  audio that arrived after the latest clear of the channel (none of a cleared epoch).
+- S4 a job marked superseded never has its result announced (`DeliverResult`/`SendContext`).
+- S5 at most one replacement is being opened; every recovery is reconnected within 5 s or the session failed.
+- S6 after the call leg ended, nothing is opened (`OpenRollover`, `OpenReplacement`), authorised or approved.
+- S7 hold never starts a recovery for a media condition (only when the core has `hold`/`resume`).
+
+`HYPOTHESIS_PROFILE=long` runs many more and longer examples (tests/bench/README.md, tests/bench/properties.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+from test_rollover_session import SCALED
+from test_session_engine import GPT_LIVE_CAPS, MS, REALTIME, TICK, speech_frame
+
+from bridge.coordinator import (
+    ApproveRollover,
+    AudioDiscontinuity,
+    AuthorizeConnection,
+    CloseTransport,
+    CommitInput,
+    CoordinatorOptions,
+    EndSession,
+    HangUp,
+    OpenReplacement,
+    OpenRollover,
+    RecoveryChanged,
+    RequestClose,
+    SendAudio,
+    SessionCoordinator,
+    Transcript,
+)
+from bridge.delegations import DeliverResult, DispatchJob, JobChanged, SendContext
+from providers.base import Capabilities
+from providers.events import (
+    AudioReceived,
+    InputTranscript,
+    InputTranscriptFailed,
+    ProviderError,
+    ProviderEvent,
+    ResponseDone,
+    SessionClosed,
+    SessionExpiring,
+    SessionStarted,
+    SpeechStarted,
+    SpeechStopped,
+    ToolCallRequested,
+    UsageUpdated,
+)
+from providers.limits import GPT_LIVE, OPENAI_REALTIME
+from providers.limits import AudioLimits as ProviderLimits
+from rtp.audio import PCMU_8K
+from rtp.playout import ClearResult, OutboundFrame, Playout
+
+VAD_SILENCE_FRAMES = 10  # a provider's VAD ends an utterance after 200 ms of silence (Realtime allows it)
+LATENCY_MS = 300  # a provider's event reaches the core this long after it was sent, at most
+RECOVERY_BUDGET_MS = 5_000  # HR5
+SETTLE_TICKS = 300  # teardown: 6 s of silence, past every wait of the scaled options
+SPEECH = speech_frame()
+SILENCE = bytes(320)
+MARK = 0xA5  # the first byte of each 20 ms of assistant audio the fake providers send
+UTTERANCE = re.compile(r"<u(\d+)>")
+RECOVERY_CAUSES_OF_MEDIA = ("output_overflow", "output_stale", "provider_silent")
+
+
+@dataclass(frozen=True)
+class Profile:
+    name: str
+    caps: Capabilities
+    limits: ProviderLimits
+    items: bool  # the provider names its audio items (Realtime) or not (GPT-Live: a pause ends one)
+
+    @property
+    def final_transcripts(self) -> bool:  # Realtime: a final text per utterance; GPT-Live: timed fragments
+        return self.caps.server_vad
+
+
+REALTIME_LIKE = Profile("realtime", REALTIME, OPENAI_REALTIME, items=True)
+GPT_LIVE_LIKE = Profile("gpt-live", GPT_LIVE_CAPS, GPT_LIVE, items=False)
+PROFILES = (REALTIME_LIKE, GPT_LIVE_LIKE)
+
+
+@dataclass
+class FakeConnection:
+    """What one provider connection heard and has still to say."""
+
+    token: int
+    kind: str  # "first", "rollover" or "replacement"
+    started: bool = False  # its SessionStarted reached the core
+    closed: bool = False  # closed by the core, or died: it sends nothing more
+    silent: bool = False  # half-open: it sends nothing at all
+    frames: int = 0  # caller frames received: its audio clock, 20 ms each
+    got_frame: bool = False  # it received the caller frame of this tick
+    segment: list[int] = field(default_factory=list)  # the caller utterances its VAD's open segment holds
+    segment_start_ms: int = 0
+    speech_end_ms: int = 0  # its audio position after the last speech it heard
+    quiet: int = 0  # silent frames received since
+    heard: list[int] = field(default_factory=list)  # utterances it heard, in order (whole or in part)
+    outbox: deque[tuple[int, ProviderEvent]] = field(default_factory=deque)  # (sent at, event)
+    tooled: set[int] = field(default_factory=set)
+    calls: list[ToolCallRequested] = field(default_factory=list)
+    fail_next: bool = False
+    failed: set[int] = field(default_factory=set)  # utterances whose transcription failed
+    lost: str | None = None  # why it can no longer give what it holds
+
+    def item(self, uid: int) -> str:
+        return f"in{self.token}-{uid}"
+
+
+@dataclass
+class Utterance:
+    uid: int
+    ended: bool = False
+    frames: int = 0
+    hearers: set[int] = field(default_factory=set)
+    discarded_at: int | None = None  # the first of its frames no connection received (ns)
+    texted_by: set[int] = field(default_factory=set)  # connections whose text of it reached the core
+    began_ns: int = 0
+
+
+class SessionMachine(RuleBasedStateMachine):
+    """One call's session core and its providers on virtual time (see the module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.profile = REALTIME_LIKE
+        self.ready = False
+        self.over = (
+            False  # the shell has stopped: the core said it is `finished` (the close windows are over)
+        )
+
+    @property
+    def live(self) -> bool:
+        return self.ready and not self.over
+
+    # --- set-up ------------------------------------------------------------------------------------------
+
+    @initialize(
+        profile=st.sampled_from(PROFILES),
+        auto_answers=st.booleans(),
+        slack=st.sampled_from([500, 0]),
+    )
+    def start(self, profile: Profile, auto_answers: bool, slack: int) -> None:
+        self.profile = profile
+        self.auto_answers = auto_answers  # approve and authorize answered True at once, or by steps
+        self.now = 0
+        machine = self
+
+        class TracedPlayout(Playout):
+            def clear(self, epoch: int) -> ClearResult:
+                machine.clears += 1
+                return super().clear(epoch)
+
+        self.clears = 0
+        self.playout = TracedPlayout()
+        self.core = SessionCoordinator(
+            limits=profile.limits.for_format(PCMU_8K),
+            output_format=PCMU_8K,
+            capabilities=profile.caps,
+            channel=self.playout,
+            now=0,
+            options=CoordinatorOptions(rollover=replace(SCALED, match_slack_ms=slack)),
+        )
+        self.conns: dict[int, FakeConnection] = {1: FakeConnection(1, "first")}
+        self.utterances: dict[int, Utterance] = {}
+        self.speaking: int | None = None  # the caller's utterance now
+        self.next_uid = 0
+        self.pulling = True
+        self.held = False
+        self.leg_ended = False
+        self.ended = False  # EndSession
+        self.emitted: dict[int, int] = {}  # utterance -> final caller transcripts naming it
+        self.input_discontinuities: list[int] = []  # when each input audio_discontinuity was reported (ns)
+        self.dispatched: dict[int, list[str]] = {}  # utterance -> job ids dispatched for it
+        self.jobs: list[str] = []
+        self.superseded: set[str] = set()
+        self.opening: set[int] = set()  # replacements opened, not yet up, failed or closed
+        self.recovering: dict[int, int] = {}  # replacement token -> when its recovery began
+        self.questions: list[tuple[str, str]] = []  # ("approve", rollover id) / ("authorize", connection id)
+        self.answered: set[tuple[str, str]] = set()
+        self.chunks: dict[int, tuple[int, bool, int]] = {}  # serial -> (token, floor then, clears then)
+        self.serial = 0
+        self.answers = 0
+        self.log: list[str] = []
+        self.ready = True
+        self._deliver_now(self.conns[1], SessionStarted(1, "sess_1"))
+
+    def _require(self, holds: bool, invariant: str, what: str) -> None:
+        """One invariant's check (named after DESIGN §14)."""
+        if not holds:
+            raise AssertionError(f"{invariant}: {what}\n" + "\n".join(self.log[-40:]))
+
+    # --- the harness: the shell's part ---------------------------------------------------------------
+
+    def _call(self, method: object, *args: object) -> None:
+        """One input to the core; then its commands are carried out and its notices read (as the shell)."""
+        floor, listeners = self.core.connections.floor, set(self.core.connections.listeners)
+        method(*args)  # type: ignore[operator]
+        commands, notices = self.core.commands(), self.core.notices()
+        recovery = any(isinstance(n, RecoveryChanged) and n.stage == "reconnecting" for n in notices)
+        for command in commands:
+            self._command(command, floor, listeners, recovery)
+        for notice in notices:
+            self._notice(notice)
+
+    def _command(self, command: object, floor: int, listeners: set[int], recovery: bool) -> None:
+        if isinstance(command, SendAudio):
+            conn = self.conns[command.token]
+            assert not conn.closed, f"caller audio sent to closed connection {command.token}"
+            conn.frames += 1
+            conn.got_frame = True
+            return
+        self.log.append(f"{self.now // MS} ms: {command!r}"[:160])
+        if isinstance(command, (OpenRollover, OpenReplacement, AuthorizeConnection, ApproveRollover)):
+            self._require(not self.leg_ended, "S6", f"{type(command).__name__} after the call leg ended")
+        if isinstance(command, (OpenRollover, OpenReplacement)):
+            kind = "rollover" if isinstance(command, OpenRollover) else "replacement"
+            if command.token not in self.conns:
+                self.conns[command.token] = FakeConnection(command.token, kind)
+                self._send(self.conns[command.token], SessionStarted(command.token, f"sess_{command.token}"))
+            if kind == "replacement":
+                self.opening.add(command.token)
+                self._require(
+                    len(self.opening) <= 1, "S5", f"replacements being opened at once: {sorted(self.opening)}"
+                )
+        elif isinstance(command, CloseTransport):
+            conn = self.conns.get(command.token)
+            if conn is not None and not conn.closed:
+                if recovery and command.token == floor:
+                    why = "recovery-floor"
+                elif recovery and command.token in listeners:
+                    why = "recovery-listener"
+                else:
+                    why = "rollover-close"
+                self._lose(conn, why)
+            self.opening.discard(command.token)
+        elif isinstance(command, CommitInput):
+            conn = self.conns.get(command.token)
+            if conn is not None and not conn.closed and conn.segment:
+                self._segment_over(conn)  # RO2: the committed buffer is one utterance
+        elif isinstance(command, RequestClose):
+            conn = self.conns.get(command.token)
+            if conn is not None and not conn.closed and not conn.silent:
+                self._send(conn, UsageUpdated(conn.token, audio_seconds=1.0))
+                self._send(conn, SessionClosed(conn.token, "client_close", finalized=True))
+        elif isinstance(command, ApproveRollover):
+            self.questions.append(("approve", command.rollover_id))
+            if self.auto_answers:
+                self.answered.add(("approve", command.rollover_id))
+                self._call(self.core.rollover_approved, command.rollover_id, True, None, self.now)
+        elif isinstance(command, AuthorizeConnection):
+            self.questions.append(("authorize", command.connection_id))
+            if self.auto_answers:
+                self.answered.add(("authorize", command.connection_id))
+                self._call(self.core.connection_authorized, command.connection_id, True, self.now)
+        elif isinstance(command, DispatchJob):
+            uid = json.loads(command.request.arguments)["utterance"]
+            self.dispatched.setdefault(uid, []).append(command.request.job_id)
+            self.jobs.append(command.request.job_id)
+            self._require(
+                len(self.dispatched[uid]) == 1,
+                "S2",
+                f"caller request <u{uid}> dispatched twice: {self.dispatched[uid]}",
+            )
+        elif isinstance(command, (DeliverResult, SendContext)):
+            text = command.output if isinstance(command, DeliverResult) else command.text
+            for job in self.superseded:
+                self._require(
+                    f"result-of-{job}-" not in text, "S4", f"the superseded {job}'s result announced: {text}"
+                )
+        elif isinstance(command, EndSession):
+            self.ended = True
+            self.recovering.clear()
+        elif isinstance(command, HangUp):
+            self._leg_gone()
+
+    def _notice(self, notice: object) -> None:
+        if isinstance(notice, Transcript) and notice.role == "caller" and notice.final:
+            self.log.append(f"{self.now // MS} ms: caller text {notice.text!r}")
+            for uid in map(int, UTTERANCE.findall(notice.text)):
+                self.emitted[uid] = self.emitted.get(uid, 0) + 1
+                self._require(
+                    self.emitted[uid] == 1, "S1", f"utterance <u{uid}> reached the application twice"
+                )
+        elif isinstance(notice, AudioDiscontinuity) and notice.direction == "input":
+            self.input_discontinuities.append(self.now)
+        elif isinstance(notice, RecoveryChanged):
+            self.log.append(f"{self.now // MS} ms: {notice!r}")
+            if notice.stage == "reconnecting":
+                if self.held:
+                    self._require(
+                        notice.cause not in RECOVERY_CAUSES_OF_MEDIA,
+                        "S7",
+                        f"hold started a recovery: {notice}",
+                    )
+                self.recovering[notice.token] = self.now
+            else:
+                self.recovering.pop(notice.token, None)
+        elif isinstance(notice, JobChanged) and notice.state == "superseded":
+            self.superseded.add(notice.job_id)
+
+    def _leg_gone(self) -> None:
+        if not self.leg_ended:
+            self.leg_ended = True
+            self._call(self.core.call_ended, self.now)
+
+    def _lose(self, conn: FakeConnection, why: str) -> None:
+        conn.closed = True
+        conn.outbox.clear()
+        conn.lost = conn.lost or why
+        conn.heard += conn.segment  # what it was hearing is lost with it
+        conn.segment = []
+
+    def _send(self, conn: FakeConnection, event: ProviderEvent) -> None:
+        if not conn.closed and not conn.silent:
+            conn.outbox.append((self.now, event))
+
+    def _deliver_now(self, conn: FakeConnection, event: ProviderEvent) -> None:
+        """An event reaches the core (recording what S1 and S3 need to know of it)."""
+        core = self.core.connections
+        known_floor = conn.token == core.floor
+        known = known_floor or conn.token in core.listeners
+        if isinstance(event, InputTranscript) and (event.final or not self.profile.final_transcripts):
+            for uid in map(int, UTTERANCE.findall(event.text)):
+                if known:
+                    self.utterances[uid].texted_by.add(conn.token)
+        elif isinstance(event, AudioReceived):
+            floor = conn.token == core.floor
+            for at in range(0, len(event.audio), 160):
+                serial = int.from_bytes(event.audio[at + 2 : at + 5], "big")
+                self.chunks[serial] = (conn.token, floor, self.clears)
+        elif isinstance(event, SessionStarted):
+            conn.started = True
+            self.opening.discard(conn.token)
+        elif isinstance(event, SessionClosed):  # the provider's last word, final or not
+            self._lose(
+                conn, "closed" if event.finalized else "died-floor" if known_floor else "died-listener"
+            )
+        self._call(self.core.provider_event, event, self.now)
+        if self.leg_ended and self.core.finished(self.now):
+            self.over = True  # as the shell: nothing more is fed to the core, nothing more is carried out
+
+    def _deliver(self, conn: FakeConnection, count: int) -> None:
+        for _ in range(count):
+            if not conn.outbox or conn.closed or conn.silent or self.over:
+                return
+            _, event = conn.outbox.popleft()
+            self._deliver_now(conn, event)
+
+    def _deliver_due(self) -> None:
+        """The latency bound: every event older than LATENCY_MS arrives now."""
+        for conn in list(self.conns.values()):
+            while conn.outbox and not conn.closed and not conn.silent:
+                if self.now - conn.outbox[0][0] < LATENCY_MS * MS:
+                    break
+                self._deliver(conn, 1)
+
+    def _tick(self, speech: bool, pull: bool = True) -> None:
+        """20 ms: the media clock takes a frame, the caller's frame arrives, the timers, each provider's VAD."""
+        if self.over:
+            return
+        self.now += TICK
+        if self.leg_ended and self.core.finished(self.now):
+            self.over = True  # as the shell: nothing more is fed to the core, nothing more is carried out
+            return
+        if pull and self.pulling and not self.held and not self.leg_ended:
+            self._pulled(self.playout.pull(self.now))
+        if not self.leg_ended and not self.held:
+            if speech and self.speaking is None:
+                self.next_uid += 1
+                self.speaking = self.next_uid
+                self.utterances[self.next_uid] = Utterance(self.next_uid, began_ns=self.now)
+            elif not speech and self.speaking is not None:
+                self.utterances[self.speaking].ended = True
+                self.speaking = None
+            for conn in self.conns.values():
+                conn.got_frame = False
+            self._call(self.core.caller_frame, SPEECH if speech else SILENCE, self.now)
+            self._hear(speech)
+        deadline = self.core.next_deadline()
+        if deadline is not None and deadline <= self.now:
+            self._call(self.core.handle_timer, self.now)
+        self._deliver_due()
+
+    def _hear(self, speech: bool) -> None:
+        """Each connection's server VAD and transcription, on what it received this tick."""
+        utterance = self.utterances.get(self.speaking) if self.speaking is not None else None
+        if utterance is not None:
+            utterance.frames += 1
+            hearers = [c.token for c in self.conns.values() if c.got_frame]
+            utterance.hearers.update(hearers)
+            if not hearers and not self.ended and utterance.discarded_at is None:
+                utterance.discarded_at = self.now
+        for conn in self.conns.values():
+            if conn.closed:
+                continue
+            speaking = conn.got_frame and speech and self.speaking is not None
+            if conn.segment:
+                if not conn.got_frame:  # its input stopped: what it holds is one utterance
+                    self._segment_over(conn)
+                elif speaking:
+                    conn.quiet, conn.speech_end_ms = 0, conn.frames * 20
+                    if self.speaking not in conn.segment:
+                        conn.segment.append(self.speaking)  # type: ignore[arg-type]
+                else:
+                    conn.quiet += 1
+                    if conn.quiet >= VAD_SILENCE_FRAMES:
+                        self._segment_over(conn)
+            elif speaking:
+                assert self.speaking is not None
+                conn.segment, conn.quiet = [self.speaking], 0
+                conn.segment_start_ms, conn.speech_end_ms = (conn.frames - 1) * 20, conn.frames * 20
+                if self.profile.caps.server_vad:
+                    self._send(
+                        conn, SpeechStarted(conn.token, conn.segment_start_ms, conn.item(conn.segment[0]))
+                    )
+
+    def _segment_over(self, conn: FakeConnection) -> None:
+        """The VAD's segment is over (silence, or its input stopped or was committed): the speech events and
+        the transcript of it, `<uN>` for each caller utterance in it."""
+        segment, conn.segment = conn.segment, []
+        conn.heard += segment
+        item, end, text = conn.item(segment[0]), conn.speech_end_ms, " ".join(f"<u{n}>" for n in segment)
+        if self.profile.caps.speech_end_events:
+            self._send(conn, SpeechStopped(conn.token, end, item))
+        if conn.fail_next:
+            conn.fail_next = False
+            conn.failed.update(segment)
+            self._send(conn, InputTranscriptFailed(conn.token, item, "transcription failed"))
+        elif self.profile.final_transcripts:
+            self._send(conn, InputTranscript(conn.token, text, item, final=True))
+        else:  # GPT-Live: timed caption fragments, grouped by the core
+            self._send(conn, InputTranscript(conn.token, text, None, conn.segment_start_ms, end, final=False))
+
+    def _pulled(self, frame: OutboundFrame | None) -> None:
+        """S3: a transmitted frame came from the floor of its time, and after the latest clear."""
+        if frame is None or frame.pcmu is None or frame.pcmu[0] != MARK:
+            return  # silence, or the core's own closing message
+        serial = int.from_bytes(frame.pcmu[2:5], "big")
+        token, floor, clears = self.chunks[serial]
+        self._require(
+            floor, "S3", f"audio of connection {token}, not the floor when it arrived, was transmitted"
+        )
+        self._require(
+            clears == self.clears,
+            "S3",
+            f"audio of connection {token} that arrived before a clear was transmitted after it",
+        )
+
+    def _audio(self, conn: FakeConnection, frames: int) -> bytes:
+        chunks = []
+        for _ in range(frames):
+            self.serial += 1
+            chunks.append(bytes([MARK, conn.token & 0xFF]) + self.serial.to_bytes(3, "big") + b"\xff" * 155)
+        return b"".join(chunks)
+
+    # --- choosing a connection ---------------------------------------------------------------------------
+
+    def _talking(self) -> list[FakeConnection]:
+        """Connections that can still send (open, not half-open, their session started)."""
+        return [c for c in self.conns.values() if not c.closed and not c.silent and c.started]
+
+    def _pick(self, index: int) -> FakeConnection | None:
+        talking = self._talking()
+        return talking[index % len(talking)] if talking else None
+
+    # --- rules: the caller ----------------------------------------------------------------------------
+
+    @precondition(lambda self: self.live)
+    @rule(frames=st.integers(3, 60))
+    def caller_talks(self, frames: int) -> None:
+        for _ in range(frames):
+            self._tick(True)
+
+    @precondition(lambda self: self.ready)
+    @rule(frames=st.integers(1, 100))
+    def caller_pauses(self, frames: int) -> None:
+        for _ in range(frames):
+            self._tick(False)
+
+    @precondition(lambda self: self.live)
+    @rule(frames=st.integers(11, 24))
+    def caller_breathes(self, frames: int) -> None:
+        """A pause shorter than `match_slack_ms` but longer than the VAD's silence: another utterance."""
+        for _ in range(frames):
+            self._tick(False)
+
+    # --- rules: each connection's events ------------------------------------------------------------------
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7), count=st.integers(1, 6))
+    def deliver(self, index: int, count: int) -> None:
+        """Some of a connection's events arrive now, sooner than the latency bound."""
+        conn = self._pick(index)
+        if conn is not None:
+            self._deliver(conn, count)
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7), frames=st.integers(1, 60))
+    def provider_speaks(self, index: int, frames: int) -> None:
+        """Assistant audio: a response to the last utterance the connection heard (or a greeting)."""
+        conn = self._pick(index)
+        if conn is not None:
+            uid = conn.heard[-1] if conn.heard else 0
+            item = f"r{conn.token}-{uid}" if self.profile.items else None
+            self._send(conn, AudioReceived(conn.token, self._audio(conn, frames), PCMU_8K, item))
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7))
+    def provider_floods(self, index: int) -> None:
+        """Fault: more audio at once than the reservoir holds (HR1 output_overflow)."""
+        conn = self._pick(index)
+        if conn is not None and not self.held:
+            frames = self.profile.limits.for_format(PCMU_8K).capacity_bytes // 160 + 10
+            uid = conn.heard[-1] if conn.heard else 0
+            item = f"r{conn.token}-{uid}" if self.profile.items else None
+            self._send(conn, AudioReceived(conn.token, self._audio(conn, frames), PCMU_8K, item))
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7))
+    def provider_calls_a_tool(self, index: int) -> None:
+        """A tool call answering the last utterance this connection heard (once per connection and utterance)."""
+        conn = self._pick(index)
+        if conn is not None and conn.heard and conn.heard[-1] not in conn.tooled:
+            uid = conn.heard[-1]
+            conn.tooled.add(uid)
+            call = ToolCallRequested(
+                conn.token, f"call-{conn.token}-{uid}", "lookup", json.dumps({"utterance": uid})
+            )
+            conn.calls.append(call)
+            self._send(conn, call)
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7))
+    def provider_redelivers_a_call(self, index: int) -> None:
+        conn = self._pick(index)
+        if conn is not None and conn.calls:
+            self._send(conn, conn.calls[-1])
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7))
+    def provider_response_done(self, index: int) -> None:
+        conn = self._pick(index)
+        if conn is not None:
+            self._send(conn, ResponseDone(conn.token, f"resp-{conn.token}-{len(conn.heard)}"))
+
+    @precondition(lambda self: self.live and self.profile.final_transcripts)
+    @rule(index=st.integers(0, 7))
+    def provider_interim_text(self, index: int) -> None:
+        conn = self._pick(index)
+        if conn is not None and conn.segment:
+            text = " ".join(f"<u{n}>" for n in conn.segment) + " so far"
+            self._send(conn, InputTranscript(conn.token, text, conn.item(conn.segment[0])))
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7))
+    def provider_will_fail_a_transcription(self, index: int) -> None:
+        conn = self._pick(index)
+        if conn is not None:
+            conn.fail_next = True
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7))
+    def provider_usage(self, index: int) -> None:
+        conn = self._pick(index)
+        if conn is not None:
+            self._send(conn, UsageUpdated(conn.token, audio_seconds=float(conn.frames) / 50))
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7), fatal=st.booleans())
+    def provider_error(self, index: int, fatal: bool) -> None:
+        """A provider error; a fatal one is invalid audio (HR1: a protocol error, not a media condition)."""
+        conn = self._pick(index)
+        if conn is not None:
+            code = "invalid_audio" if fatal else "rate_limited"
+            self._send(conn, ProviderError(conn.token, code, "fault", fatal))
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7), left_ms=st.sampled_from([0, 1_500, 3_000, 6_000]))
+    def provider_goes_away(self, index: int, left_ms: int) -> None:
+        """Gemini's goAway as an event, or an announced `expires_at` through the shell."""
+        conn = self._pick(index)
+        if conn is not None:
+            self._send(conn, SessionExpiring(conn.token, left_ms, "go_away"))
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7), left_ms=st.sampled_from([1_000, 3_000, 7_000]))
+    def connection_expires(self, index: int, left_ms: int) -> None:
+        conn = self._pick(index)
+        if conn is not None:
+            self._call(self.core.connection_expires, conn.token, left_ms, self.now)
+
+    # --- rules: faults --------------------------------------------------------------------------------
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7))
+    def connection_drops(self, index: int) -> None:
+        """Fault: the socket goes away (its queued events are lost with it)."""
+        conn = self._pick(index)
+        if conn is not None:
+            conn.outbox.clear()
+            self._deliver_now(conn, SessionClosed(conn.token, "connection_lost", finalized=False))
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7))
+    def connection_goes_half_open(self, index: int) -> None:
+        """Fault: nothing arrives any more, nothing fails (the shell's pings may find it later)."""
+        conn = self._pick(index)
+        if conn is not None:
+            conn.silent = True
+            conn.outbox.clear()
+            conn.lost = conn.lost or "silent"
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7))
+    def pings_find_a_half_open_connection(self, index: int) -> None:
+        silent = [c for c in self.conns.values() if c.silent and not c.closed]
+        if silent:
+            conn = silent[index % len(silent)]
+            self._deliver_now(conn, SessionClosed(conn.token, "ping_timeout", finalized=False))
+
+    @precondition(lambda self: self.live)
+    @rule(index=st.integers(0, 7))
+    def connection_fails_to_open(self, index: int) -> None:
+        """The shell could not open a rollover's next connection or a replacement."""
+        unopened = [c for c in self.conns.values() if not c.started and not c.closed]
+        if unopened:
+            conn = unopened[index % len(unopened)]
+            self._lose(conn, "never-opened")
+            if conn.kind == "replacement":
+                self.opening.discard(conn.token)
+                self._call(self.core.replacement_failed, conn.token, "handshake failed", self.now)
+            else:
+                self._call(self.core.rollover_failed, conn.token, "handshake failed", self.now)
+
+    @precondition(lambda self: self.live)
+    @rule(frames=st.integers(10, 200))
+    def media_clock_stalls(self, frames: int) -> None:
+        """Fault: the engine stops pulling the playout for a while (staleness, HR1)."""
+        self.pulling = False
+        for _ in range(frames):
+            self._tick(False)
+        self.pulling = True
+
+    @precondition(lambda self: self.live and not self.profile.items)
+    @rule()
+    def media_clock_stalls_past_the_residence(self) -> None:
+        """GPT-Live's 3 s residence deadline, passed with audio waiting."""
+        self.media_clock_stalls(int(self.profile.limits.for_format(PCMU_8K).residence_ms // 20 + 10))
+
+    # --- rules: the rollover's questions ------------------------------------------------------------------
+
+    @precondition(lambda self: self.live and not self.auto_answers)
+    @rule(
+        kind=st.sampled_from(["approve", "authorize"]),
+        answer=st.sampled_from([True, False, None]),
+        age=st.integers(0, 3),
+    )
+    def application_answers(self, kind: str, answer: bool | None, age: int) -> None:
+        """The approve hook (True, False, raised) or authorize (True, False) answers a question: the latest
+        open one, or an older one (a late answer, RO6)."""
+        asked = [q for q in self.questions if q[0] == kind]
+        if not asked:
+            return
+        question = asked[-1 - age % len(asked)]
+        self.answered.add(question)
+        if kind == "approve":
+            error = "hook raised" if answer is None else None
+            self._call(self.core.rollover_approved, question[1], answer, error, self.now)
+        else:
+            self._call(self.core.connection_authorized, question[1], bool(answer), self.now)
+
+    # --- rules: the application ---------------------------------------------------------------------------
+
+    @precondition(lambda self: self.live and bool(self.jobs))
+    @rule(index=st.integers(0, 7))
+    def application_answers_a_job(self, index: int) -> None:
+        job = self.jobs[index % len(self.jobs)]
+        self.answers += 1
+        self._call(self.core.job_answered, job, f'{{"r": "result-of-{job}-{self.answers}"}}', self.now)
+
+    @precondition(lambda self: self.live)
+    @rule(speak=st.booleans())
+    def application_pushes_an_update(self, speak: bool) -> None:
+        self._call(lambda: self.core.push_update("the order shipped", speak=speak, now=self.now))
+
+    # --- rules: hold and hang-up ----------------------------------------------------------------------
+
+    @precondition(lambda self: self.live and hasattr(SessionCoordinator, "hold") and not self.held)
+    @rule(frames=st.integers(10, 400))
+    def caller_holds(self, frames: int) -> None:
+        """S7: the caller puts the call on hold (no media either way), then resumes."""
+        self.held = True
+        self._call(self.core.hold, self.now)  # type: ignore[attr-defined]
+        for _ in range(frames):
+            self._tick(False)
+        self.held = False
+        self._call(self.core.resume, self.now)  # type: ignore[attr-defined]
+
+    @precondition(lambda self: self.live and not self.leg_ended)
+    @rule()
+    def caller_hangs_up(self) -> None:
+        self._leg_gone()
+
+    # --- invariants -----------------------------------------------------------------------------------
+
+    @invariant()
+    def s5_every_recovery_reconnects_within_5_s(self) -> None:
+        if not self.ready or self.ended or self.leg_ended:
+            return
+        for token, began in self.recovering.items():
+            late = self.now - began - RECOVERY_BUDGET_MS * MS
+            self._require(
+                late <= TICK, "S5", f"the recovery opening {token} is still reconnecting {late // MS} ms late"
+            )
+
+    def teardown(self) -> None:
+        """S1 at a quiet settle: 6 s of silence with every event delivered; then each utterance the caller
+        finished has reached the application, or its loss is accounted for."""
+        if not self.ready or self.ended or self.leg_ended:
+            return
+        self.held = False
+        self.pulling = True
+        for _ in range(SETTLE_TICKS):
+            self._tick(False)
+            if self.ended or self.leg_ended:
+                return
+        for conn in self.conns.values():
+            self._deliver(conn, len(conn.outbox))
+        if self.ended or self.leg_ended:
+            return
+        for utterance in self.utterances.values():
+            self._check_reached(utterance)
+
+    def _check_reached(self, u: Utterance) -> None:
+        if self.emitted.get(u.uid) or not u.ended:
+            return
+        if u.discarded_at is not None:
+            reported = any(t >= u.discarded_at for t in self.input_discontinuities)
+            self._require(
+                reported or self.core.recovery.reconnecting,
+                "S1",
+                f"<u{u.uid}>'s frames were discarded and no input audio_discontinuity was reported",
+            )
+            return
+        hearers = {}  # each connection that heard it: what became of it
+        for token in sorted(u.hearers):
+            conn = self.conns[token]
+            if u.uid in conn.failed:
+                hearers[token] = "transcription-failed"
+            else:
+                texted = "its text reached the core, then " if token in u.texted_by else ""
+                assert texted or conn.lost is not None, (
+                    f"model: {token} heard <u{u.uid}>, is open and said nothing"
+                )
+                hearers[token] = f"{texted}{conn.lost or 'still open'}"
+        excused = {"transcription-failed", "silent", "recovery-floor", "died-floor"}
+        self._require(
+            bool(u.hearers) and set(hearers.values()) <= excused,
+            "S1",
+            f"<u{u.uid}> never reached the application, with no input audio_discontinuity; its hearers: {hearers}",
+        )
+
+
+TestSessionProperties = SessionMachine.TestCase
+
+PROFILE = settings(
+    max_examples=150,
+    stateful_step_count=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+if os.environ.get("HYPOTHESIS_PROFILE") == "long":  # tests/bench/properties.py
+    PROFILE = settings(PROFILE, max_examples=5_000, stateful_step_count=150)
+TestSessionProperties.settings = settings(
+    PROFILE,
+    max_examples=int(os.environ.get("PARLORA_PROPERTY_EXAMPLES", PROFILE.max_examples)),
+    stateful_step_count=int(os.environ.get("PARLORA_PROPERTY_STEPS", PROFILE.stateful_step_count)),
+)
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)
+def test_the_machine_runs_a_plain_call_without_a_violation(profile: Profile) -> None:
+    """The model itself: a call of plain turns (no fault) keeps every promise, across rollovers."""
+    machine = SessionMachine()
+    machine.start(profile, True, 500)
+    for _ in range(12):
+        machine.caller_talks(40)
+        machine.caller_pauses(40)
+    machine.teardown()
+    assert machine.emitted == {uid: 1 for uid in range(1, 13)}
+    assert len([c for c in machine.conns.values() if c.kind == "rollover"]) >= 3
