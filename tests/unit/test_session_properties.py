@@ -96,6 +96,7 @@ from rtp.playout import ClearResult, OutboundFrame, Playout
 
 VAD_SILENCE_FRAMES = 10  # a provider's VAD ends an utterance after 200 ms of silence (Realtime allows it)
 LATENCY_MS = 300  # a provider's event reaches the core this long after it was sent, at most
+BARGE_IN_MS = 500  # the caller speaking this long has interrupted what played before (VAD + LATENCY_MS)
 RECOVERY_BUDGET_MS = 5_000  # HR5
 SETTLE_TICKS = 300  # teardown: 6 s of silence, past every wait of the scaled options
 SPEECH = speech_frame()
@@ -220,7 +221,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.recovering: dict[int, int] = {}  # replacement token -> when its recovery began
         self.questions: list[tuple[str, str]] = []  # ("approve", rollover id) / ("authorize", connection id)
         self.answered: set[tuple[str, str]] = set()
-        self.chunks: dict[int, tuple[int, bool, int]] = {}  # serial -> (token, floor then, clears then)
+        self.chunks: dict[int, tuple[int, bool, int, int]] = {}  # serial -> (token, floor, clears, when) then
         self.serial = 0
         self.answers = 0
         self.log: list[str] = []
@@ -370,7 +371,7 @@ class SessionMachine(RuleBasedStateMachine):
             floor = conn.token == core.floor
             for at in range(0, len(event.audio), 160):
                 serial = int.from_bytes(event.audio[at + 2 : at + 5], "big")
-                self.chunks[serial] = (conn.token, floor, self.clears)
+                self.chunks[serial] = (conn.token, floor, self.clears, self.now)
         elif isinstance(event, SessionStarted):
             conn.started = True
             self.opening.discard(conn.token)
@@ -479,7 +480,7 @@ class SessionMachine(RuleBasedStateMachine):
         if frame is None or frame.pcmu is None or frame.pcmu[0] != MARK:
             return  # silence, or the core's own closing message
         serial = int.from_bytes(frame.pcmu[2:5], "big")
-        token, floor, clears = self.chunks[serial]
+        token, floor, clears, arrived = self.chunks[serial]
         self._require(
             floor, "S3", f"audio of connection {token}, not the floor when it arrived, was transmitted"
         )
@@ -488,6 +489,21 @@ class SessionMachine(RuleBasedStateMachine):
             "S3",
             f"audio of connection {token} that arrived before a clear was transmitted after it",
         )
+        talking = self.utterances[self.speaking] if self.speaking is not None else None
+        floor_conn = self.conns.get(self.core.connections.floor)
+        if (
+            talking is not None
+            and arrived < talking.began_ns
+            and floor_conn is not None
+            and not floor_conn.silent
+            and bool(self.core.connections.audio_targets)  # (a refused rollover's last words: nobody hears)
+        ):
+            self._require(
+                self.now - talking.began_ns < BARGE_IN_MS * MS,
+                "SE5",
+                f"the caller has spoken for {(self.now - talking.began_ns) // MS} ms and the answer connection "
+                f"{token} gave before that still plays over them (no barge-in)",
+            )
 
     def _audio(self, conn: FakeConnection, frames: int) -> bytes:
         chunks = []
@@ -832,3 +848,106 @@ def test_the_machine_runs_a_plain_call_without_a_violation(profile: Profile) -> 
     machine.teardown()
     assert machine.emitted == {uid: 1 for uid in range(1, 13)}
     assert len([c for c in machine.conns.values() if c.kind == "rollover"]) >= 3
+
+
+# --- the nasty cases the machine found, as plain regression tests (each names the broken promise) ---------
+
+
+def _overlap(machine: SessionMachine) -> None:
+    """Realtime, scaled ages: the next connection (conn-2) opens at the caller's first end of speech after 4 s
+    and hears the second utterance with the first one (conn-1), whose VAD segments have just ended."""
+    machine.start(REALTIME_LIKE, True, 500)
+    machine.caller_pauses(200)
+    machine.caller_talks(20)
+    machine.caller_pauses(50)
+    assert [c.kind for c in machine.conns.values()] == ["first", "rollover"]
+    machine.caller_talks(20)  # <u2>: both connections hear it
+    machine.caller_pauses(10)  # both VADs close it; their events are on the way
+
+
+def test_s2_a_call_the_next_connection_began_as_a_listener_is_not_dispatched_again() -> None:
+    """The old connection's reply to <u2> ends in a tool call, whose ResponseDone moves the floor (RO8); the
+    next connection's own call for <u2>, begun while it listened, arrives once it holds the floor."""
+    machine = SessionMachine()
+    _overlap(machine)
+    machine.caller_pauses(1)
+    machine.deliver(0, 6)
+    machine.deliver(1, 6)
+    machine.provider_calls_a_tool(0)
+    machine.provider_calls_a_tool(1)
+    machine.provider_response_done(0)
+    machine.deliver(0, 6)
+    machine.caller_pauses(30)
+    machine.teardown()
+
+
+def test_se5_the_caller_interrupts_the_old_connection_during_the_hand_over() -> None:
+    """The old connection stopped hearing the caller (RO2) and plays its answer; the caller speaks, only the
+    next connection hears it: the answer must stop as it would on the floor (a barge-in)."""
+    machine = SessionMachine()
+    _overlap(machine)
+    machine.caller_pauses(1)
+    machine.deliver(0, 6)
+    machine.deliver(1, 6)
+    machine.provider_speaks(0, 60)
+    machine.deliver(0, 6)
+    machine.caller_pauses(5)
+    machine.caller_talks(40)
+    machine.teardown()
+
+
+def test_s1_a_recovery_during_the_overlap_keeps_the_next_connections_text() -> None:
+    """The old connection is lost before its text of <u2> arrives; the recovery quarantines the healthy next
+    connection together with its text of <u2> (RO3: the new one's stands when the old one's never arrives)."""
+    machine = SessionMachine()
+    _overlap(machine)
+    machine.deliver(1, 6)
+    machine.connection_drops(0)
+    machine.teardown()
+
+
+def test_s1_the_next_connection_lost_during_the_drain_loses_no_utterance_silently() -> None:
+    """The old connection stopped input; the caller's <u3> is heard by the next connection alone, which is lost
+    before its text: no input audio_discontinuity, no recovery, nothing asks the caller to repeat."""
+    machine = SessionMachine()
+    _overlap(machine)
+    machine.caller_pauses(1)
+    machine.deliver(0, 6)
+    machine.deliver(1, 6)
+    machine.caller_talks(20)
+    machine.caller_pauses(5)
+    machine.connection_drops(1)
+    machine.teardown()
+
+
+def test_s1_gpt_live_an_utterance_only_the_old_connection_heard_survives_its_close() -> None:
+    """GPT-Live: the caller's caption fragments are grouped until 1 s after the turn; the rollover closes the
+    old connection (its close-by age) before that, and the group of a connection no longer known is dropped."""
+    machine = SessionMachine()
+    machine.start(GPT_LIVE_LIKE, True, 500)
+    machine.caller_pauses(272)
+    machine.caller_talks(40)  # <u1>, 5.44 s to 6.24 s; the next connection opens at 6 s and hears none of it
+    machine.caller_pauses(100)
+    machine.teardown()
+
+
+def test_s1_gpt_live_caption_text_received_before_a_recovery_is_not_dropped() -> None:
+    """GPT-Live: the floor's caption of <u1> has arrived and waits for the group's close when an overflow
+    starts a recovery; the quarantined connection's group is dropped at the close."""
+    machine = SessionMachine()
+    machine.start(GPT_LIVE_LIKE, True, 500)
+    machine.caller_talks(30)
+    machine.caller_pauses(26)
+    machine.provider_floods(0)
+    machine.deliver(0, 1)
+    machine.teardown()
+
+
+def test_s6_a_connection_announcing_its_end_after_the_hang_up_starts_no_rollover() -> None:
+    """The caller hung up; inside the close window (the provider's final usage is awaited) the connection
+    announces its end: the rollover asks `approve` for a call that is gone."""
+    machine = SessionMachine()
+    machine.start(REALTIME_LIKE, False, 500)
+    machine.caller_hangs_up()
+    machine.connection_expires(0, 1_000)
+    machine.caller_pauses(100)
