@@ -145,6 +145,7 @@ class FakeConnection:
     fail_next: bool = False
     failed: set[int] = field(default_factory=set)  # utterances whose transcription failed
     lost: str | None = None  # why it can no longer give what it holds
+    seen: set[str] = field(default_factory=set)  # items whose SpeechStarted reached the core
 
     def item(self, uid: int) -> str:
         return f"in{self.token}-{uid}"
@@ -182,8 +183,9 @@ class SessionMachine(RuleBasedStateMachine):
         profile=st.sampled_from(PROFILES),
         auto_answers=st.booleans(),
         slack=st.sampled_from([500, 0]),
+        outbound=st.booleans(),
     )
-    def start(self, profile: Profile, auto_answers: bool, slack: int) -> None:
+    def start(self, profile: Profile, auto_answers: bool, slack: int, outbound: bool = False) -> None:
         self.profile = profile
         self.auto_answers = auto_answers  # approve and authorize answered True at once, or by steps
         self.now = 0
@@ -227,6 +229,9 @@ class SessionMachine(RuleBasedStateMachine):
         self.log: list[str] = []
         self.ready = True
         self._deliver_now(self.conns[1], SessionStarted(1, "sess_1"))
+        self.ringing = outbound and hasattr(self.core, "ring")  # an outbound call rings until answered (S7)
+        if self.ringing:
+            self._call(self.core.ring, self.now)
 
     def _require(self, holds: bool, invariant: str, what: str) -> None:
         """One invariant's check (named after DESIGN §14)."""
@@ -330,11 +335,11 @@ class SessionMachine(RuleBasedStateMachine):
         elif isinstance(notice, RecoveryChanged):
             self.log.append(f"{self.now // MS} ms: {notice!r}")
             if notice.stage == "reconnecting":
-                if self.held:
+                if self.held or self.ringing:
                     self._require(
                         notice.cause not in RECOVERY_CAUSES_OF_MEDIA,
                         "S7",
-                        f"hold started a recovery: {notice}",
+                        f"hold or ringing started a recovery: {notice}",
                     )
                 self.recovering[notice.token] = self.now
             else:
@@ -348,6 +353,13 @@ class SessionMachine(RuleBasedStateMachine):
             self._call(self.core.call_ended, self.now)
 
     def _lose(self, conn: FakeConnection, why: str) -> None:
+        if why == "rollover-close" and self.profile.caps.server_vad:
+            held = {conn.item(conn.segment[0])} if conn.segment else set()
+            held |= {
+                e.item_id for _, e in conn.outbox if isinstance(e, (InputTranscript, InputTranscriptFailed))
+            }
+            if held and not held & conn.seen:  # the core could not know the caller had begun to speak there
+                why = "rollover-close-unseen"
         conn.closed = True
         conn.outbox.clear()
         conn.lost = conn.lost or why
@@ -372,6 +384,8 @@ class SessionMachine(RuleBasedStateMachine):
             for at in range(0, len(event.audio), 160):
                 serial = int.from_bytes(event.audio[at + 2 : at + 5], "big")
                 self.chunks[serial] = (conn.token, floor, self.clears, self.now)
+        elif isinstance(event, SpeechStarted) and event.item_id is not None:
+            conn.seen.add(event.item_id)
         elif isinstance(event, SessionStarted):
             conn.started = True
             self.opening.discard(conn.token)
@@ -393,7 +407,7 @@ class SessionMachine(RuleBasedStateMachine):
     def _deliver_due(self) -> None:
         """The latency bound: every event older than LATENCY_MS arrives now."""
         for conn in list(self.conns.values()):
-            while conn.outbox and not conn.closed and not conn.silent:
+            while conn.outbox and not conn.closed and not conn.silent and not self.over:
                 if self.now - conn.outbox[0][0] < LATENCY_MS * MS:
                     break
                 self._deliver(conn, 1)
@@ -406,9 +420,9 @@ class SessionMachine(RuleBasedStateMachine):
         if self.leg_ended and self.core.finished(self.now):
             self.over = True  # as the shell: nothing more is fed to the core, nothing more is carried out
             return
-        if pull and self.pulling and not self.held and not self.leg_ended:
+        if pull and self.pulling and not self.held and not self.ringing and not self.leg_ended:
             self._pulled(self.playout.pull(self.now))
-        if not self.leg_ended and not self.held:
+        if not self.leg_ended and not self.held and not self.ringing:
             if speech and self.speaking is None:
                 self.next_uid += 1
                 self.speaking = self.next_uid
@@ -568,7 +582,7 @@ class SessionMachine(RuleBasedStateMachine):
     def provider_floods(self, index: int) -> None:
         """Fault: more audio at once than the reservoir holds (HR1 output_overflow)."""
         conn = self._pick(index)
-        if conn is not None and not self.held:
+        if conn is not None and not self.held and not self.ringing:
             frames = self.profile.limits.for_format(PCMU_8K).capacity_bytes // 160 + 10
             uid = conn.heard[-1] if conn.heard else 0
             item = f"r{conn.token}-{uid}" if self.profile.items else None
@@ -744,7 +758,7 @@ class SessionMachine(RuleBasedStateMachine):
 
     # --- rules: hold and hang-up ----------------------------------------------------------------------
 
-    @precondition(lambda self: self.live and hasattr(SessionCoordinator, "hold") and not self.held)
+    @precondition(lambda self: self.live and hasattr(SessionCoordinator, "hold") and not self.ringing)
     @rule(frames=st.integers(10, 400))
     def caller_holds(self, frames: int) -> None:
         """S7: the caller puts the call on hold (no media either way), then resumes."""
@@ -754,6 +768,13 @@ class SessionMachine(RuleBasedStateMachine):
             self._tick(False)
         self.held = False
         self._call(self.core.resume, self.now)  # type: ignore[attr-defined]
+
+    @precondition(lambda self: self.live and self.ringing)
+    @rule()
+    def callee_answers(self) -> None:
+        """The dialled callee answers: media starts (S7: what waited plays now)."""
+        self.ringing = False
+        self._call(self.core.answered, self.now)  # type: ignore[attr-defined]
 
     @precondition(lambda self: self.live and not self.leg_ended)
     @rule()
@@ -779,6 +800,8 @@ class SessionMachine(RuleBasedStateMachine):
             return
         self.held = False
         self.pulling = True
+        if self.ringing:
+            self.callee_answers()
         for _ in range(SETTLE_TICKS):
             self._tick(False)
             if self.ended or self.leg_ended:
@@ -812,7 +835,10 @@ class SessionMachine(RuleBasedStateMachine):
                     f"model: {token} heard <u{u.uid}>, is open and said nothing"
                 )
                 hearers[token] = f"{texted}{conn.lost or 'still open'}"
-        excused = {"transcription-failed", "silent", "recovery-floor", "died-floor"}
+        # What the bridge could not have had: a provider's failed transcription or silence; the floor's words lost
+        # with it in a fault that the recovery reports and repairs (HR2, HR7: the caller is asked to repeat); a
+        # closed old connection whose speech-start had not reached the core (RO2 judged on what it knew).
+        excused = {"transcription-failed", "silent", "recovery-floor", "died-floor", "rollover-close-unseen"}
         self._require(
             bool(u.hearers) and set(hearers.values()) <= excused,
             "S1",
@@ -951,3 +977,20 @@ def test_s6_a_connection_announcing_its_end_after_the_hang_up_starts_no_rollover
     machine.caller_hangs_up()
     machine.connection_expires(0, 1_000)
     machine.caller_pauses(100)
+
+
+def test_s1_two_utterances_closer_than_match_slack_ms_are_not_one() -> None:
+    """Both connections hear <u2> and, 220 ms later, <u3>; the old connection's transcription of <u3> fails.
+    RO3 lets the new one's text stand, but its span lies within `match_slack_ms` of <u2>'s, which the old one
+    emitted, and it is dropped as a duplicate (with `match_slack_ms` 0 it is emitted)."""
+    machine = SessionMachine()
+    machine.start(REALTIME_LIKE, True, 500)
+    machine.caller_pauses(200)
+    machine.caller_talks(20)
+    machine.caller_pauses(40)  # the next connection opens and is confirmed
+    machine.caller_talks(3)  # <u2>
+    machine.caller_breathes(11)
+    machine.provider_will_fail_a_transcription(0)
+    machine.caller_talks(5)  # <u3>
+    machine.caller_pauses(60)
+    machine.teardown()
