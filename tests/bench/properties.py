@@ -1,7 +1,7 @@
 """The session core's stateful property test (tests/unit/test_session_properties.py, DESIGN §14 S1-S7) with
 the long profile: many more and longer call histories than CI runs.
 
-CI runs the `ci` profile (150 examples of 60 steps, under a minute); this runs `long` (5,000 examples of 150
+CI runs 200 examples of 60 steps (under a minute); this runs `long` (5,000 examples of 150
 steps) or as many as asked, and exits with pytest's status, so a run that finds a broken promise fails and
 prints the shrunk step sequence.
 
