@@ -3,7 +3,8 @@
 A `RuleBasedStateMachine` drives one `SessionCoordinator` (rollover on, with the scaled ages of
 tests/unit/test_rollover_session.py) and a real `Playout` on virtual time, as `RolloverCall` does, with every
 kind of step interleaved: the caller's speech and pauses, each connection's events, faults, the rollover's
-questions and their answers, the application's answers and updates, hold, and hang-up.
+questions and their answers, the application's answers and updates, hold and ringing, and hang-up. The
+cases it found are kept below as plain regression tests, each failing on the promise it names.
 
 The provider is modelled faithfully, because a false alarm here costs more than a missed hole:
 - a connection hears only the caller frames the core sent it (`SendAudio`), and its clock counts them (the
@@ -31,7 +32,10 @@ Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
 - S4 a job marked superseded never has its result announced (`DeliverResult`/`SendContext`).
 - S5 at most one replacement is being opened; every recovery is reconnected within 5 s or the session failed.
 - S6 after the call leg ended, nothing is opened (`OpenRollover`, `OpenReplacement`), authorised or approved.
-- S7 hold never starts a recovery for a media condition (only when the core has `hold`/`resume`).
+- S7 hold and ringing never start a recovery for a media condition (the hold and ring steps run only where
+  the core has `hold`/`resume` and `ring`/`answered`).
+- SE5 (barge-in, whatever else is going on): once the caller has spoken `BARGE_IN_MS` while some connection
+  hears them, nothing the floor sent before they began is still transmitted.
 
 `HYPOTHESIS_PROFILE=long` runs many more and longer examples (tests/bench/README.md, tests/bench/properties.py).
 """
