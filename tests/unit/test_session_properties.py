@@ -11,7 +11,8 @@ The provider is modelled faithfully, because a false alarm here costs more than 
   `at_ms` of its speech events is its audio position, as Realtime's `audio_start_ms`);
 - its server VAD ends a segment after 200 ms of silence it heard, or at a `CommitInput`, and transcribes it
   (`<uN>` stands for any text of the caller's utterance N, whole or a tail); a connection whose input stops
-  in mid-segment without a commit keeps the segment open (no silence ever comes) and says nothing of it;
+  in mid-segment without a commit keeps the segment open (no silence ever comes) and says nothing of it
+  (GPT-Live, which captions as it hears, sends the caption of what it heard);
 - its events leave in order (one WebSocket) and reach the core within `LATENCY_MS` unless a step delivers
   them sooner; a tool call answers an utterance it heard, once per connection and utterance;
 - a connection the core closed (`CloseTransport`) or that died sends nothing more; a half-open one sends
@@ -144,6 +145,9 @@ class FakeConnection:
     got_frame: bool = False  # it received the caller frame of this tick
     segment: list[int] = field(default_factory=list)  # the caller utterances its VAD's open segment holds
     segment_start_ms: int = 0
+    captioned: int = 0  # GPT-Live: utterances of the segment already in a caption fragment
+    caption_from_ms: int = 0
+    uncaptioned: int = 0  # frames of speech heard since the last fragment
     speech_end_ms: int = 0  # its audio position after the last speech it heard
     quiet: int = 0  # silent frames received since
     heard: list[int] = field(default_factory=list)  # utterances it heard, in order (whole or in part)
@@ -335,7 +339,7 @@ class SessionMachine(RuleBasedStateMachine):
     def _notice(self, notice: object) -> None:
         if isinstance(notice, Transcript) and notice.role == "caller" and notice.final:
             self.log.append(f"{self.now // MS} ms: caller text {notice.text!r}")
-            for uid in map(int, UTTERANCE.findall(notice.text)):
+            for uid in set(map(int, UTTERANCE.findall(notice.text))):
                 self.emitted[uid] = self.emitted.get(uid, 0) + 1
                 self._require(
                     self.emitted[uid] == 1, "S1", f"utterance <u{uid}> reached the application twice"
@@ -463,13 +467,18 @@ class SessionMachine(RuleBasedStateMachine):
                 continue
             speaking = conn.got_frame and speech and self.speaking is not None
             if conn.segment:
-                if not conn.got_frame:  # its input stopped, uncommitted: its VAD waits for a silence
+                if not conn.got_frame and not self.profile.caps.server_vad:
+                    self._segment_over(conn)  # GPT-Live captions as it hears: what it heard is captioned
+                elif not conn.got_frame:  # its input stopped, uncommitted: its VAD waits for a silence
                     if not conn.cut:
                         conn.cut, conn.cut_unseen = True, conn.item(conn.segment[0]) not in conn.seen
                 elif speaking:
                     conn.quiet, conn.speech_end_ms = 0, conn.frames * 20
                     if self.speaking not in conn.segment:
                         conn.segment.append(self.speaking)  # type: ignore[arg-type]
+                    conn.uncaptioned += 1
+                    if not self.profile.caps.server_vad and conn.uncaptioned >= VAD_SILENCE_FRAMES:
+                        self._caption(conn)  # GPT-Live captions what it hears as it hears it
                 else:
                     conn.quiet += 1
                     if conn.quiet >= VAD_SILENCE_FRAMES:
@@ -478,6 +487,7 @@ class SessionMachine(RuleBasedStateMachine):
                 assert self.speaking is not None
                 conn.segment, conn.quiet = [self.speaking], 0
                 conn.segment_start_ms, conn.speech_end_ms = (conn.frames - 1) * 20, conn.frames * 20
+                conn.captioned, conn.caption_from_ms, conn.uncaptioned = 0, conn.segment_start_ms, 1
                 if self.profile.caps.server_vad:
                     self._send(
                         conn, SpeechStarted(conn.token, conn.segment_start_ms, conn.item(conn.segment[0]))
@@ -497,8 +507,19 @@ class SessionMachine(RuleBasedStateMachine):
             self._send(conn, InputTranscriptFailed(conn.token, item, "transcription failed"))
         elif self.profile.final_transcripts:
             self._send(conn, InputTranscript(conn.token, text, item, final=True))
-        else:  # GPT-Live: timed caption fragments, grouped by the core
-            self._send(conn, InputTranscript(conn.token, text, None, conn.segment_start_ms, end, final=False))
+        else:  # GPT-Live: the last of the segment's timed caption fragments (the core groups them)
+            conn.segment = segment
+            self._caption(conn)
+            conn.segment = []
+
+    def _caption(self, conn: FakeConnection) -> None:
+        """GPT-Live: a timed caption fragment of what the connection heard since the last one (each utterance's
+        `<uN>` in one fragment only)."""
+        new = conn.segment[conn.captioned :]
+        text = " ".join(f"<u{n}>" for n in new) or "..."
+        start, end = conn.caption_from_ms, conn.speech_end_ms
+        self._send(conn, InputTranscript(conn.token, text, None, start, end, final=False))
+        conn.captioned, conn.caption_from_ms, conn.uncaptioned = len(conn.segment), end, 0
 
     def _pulled(self, frame: OutboundFrame | None) -> None:
         """S3: a transmitted frame came from the floor of its time, and after the latest clear."""
