@@ -658,9 +658,11 @@ class SessionMachine(RuleBasedStateMachine):
             text = " ".join(f"<u{n}>" for n in conn.segment) + " so far"
             self._send(conn, InputTranscript(conn.token, text, conn.item(conn.segment[0])))
 
-    @precondition(lambda self: self.live)
+    @precondition(lambda self: self.live and self.profile.items)
     @rule(index=st.integers(0, 7))
     def provider_will_fail_a_transcription(self, index: int) -> None:
+        """The Realtime family's `transcription.failed`; GPT-Live reports no failed transcription (its adapter
+        emits no InputTranscriptFailed: its captions are fragments as it hears)."""
         conn = self._pick(index)
         if conn is not None:
             conn.fail_next = True
