@@ -546,7 +546,7 @@ class SessionCoordinator:
         connection held for the application is emitted first); what the caller said that no text accounts for
         is reported (`_report_unheard`). Then captions start a fresh epoch (HR11)."""
         for token, text, start, end in self.captions.close():
-            if token == old and text:
+            if token == old and text and not self.rollover.last_text(token, text, start, end, now):
                 self.captions.caller(text, start, True, end)
         self.rollover.abandon(now)
         self._report_unheard(now)

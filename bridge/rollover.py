@@ -314,9 +314,14 @@ class Handover:
         self.pending: list[_Pending] = []
         self._options, self._stats, self._emit = options, stats, emit
 
-    def shared(self, connection_id: str, start_ms: int) -> bool:
-        """RO4: the new connection's utterance began before the old one stopped hearing the caller."""
-        return connection_id == self.new and (self.shared_until_ms is None or start_ms < self.shared_until_ms)
+    def shared(self, connection_id: str, start_ms: int, end_ms: int) -> bool:
+        """RO4: the new connection's utterance began before the old one stopped hearing the caller, or overlaps
+        one the old one reported (it heard its first frames: the frame under way when it stopped, S1)."""
+        if connection_id != self.new:
+            return False
+        if self.shared_until_ms is None or start_ms < self.shared_until_ms:
+            return True
+        return any(u.old is not None and start_ms <= u.old[1] and u.old[0] <= end_ms for u in self.utterances)
 
     def same(self, a: tuple[int, int], b: tuple[int, int]) -> bool:
         """Two connections' spans of one utterance overlap, within the slack (RO3)."""
@@ -475,7 +480,7 @@ class CallerTexts:
         now: int,
     ) -> None:
         hand = self.hand
-        shared = hand is not None and hand.shared(connection_id, start_ms)
+        shared = hand is not None and hand.shared(connection_id, start_ms, end_ms)
         if not final:
             if shared:
                 self._stats.interim_suppressed += 1
@@ -922,6 +927,14 @@ class RolloverLink:
         self._utterances.clear()
         self._unplayed.clear()
         self._connections.reset_inputs()
+
+    def last_text(self, token: int, text: str, start_ms: int, end_ms: int, now: int) -> bool:
+        """A recovery is quarantining connection `token` (no longer known): its last text still goes through
+        the controller, which emits it once (RO3) when `abandon` follows; False when no controller takes it."""
+        if self.controller is None:
+            return False
+        self.controller.transcript(connection_id(token), start_ms, end_ms, text, True, now)
+        return True
 
     def abandon(self, now: int) -> None:
         """A recovery abandons any rollover in progress (the replacement starts afresh) and quarantines its

@@ -1,10 +1,13 @@
-"""The session core's stateful property test (tests/unit/test_session_properties.py, DESIGN §14 S1-S7) with
-the long profile: many more and longer call histories than CI runs.
+"""The session core's stateful property test (DESIGN §14 S1-S7): the machine of
+tests/unit/test_session_properties.py over many drawn call histories — caller speech and pauses, each
+connection's events, faults, the rollover timeline, hold and ringing, barge-in, jobs, hang-up — checking every
+promise after every step. Exits 1 with the shrunk step sequence of the first broken promise it finds, 0 when
+none broke.
 
-CI runs 200 examples of 60 steps (under a minute); this runs `long` (5,000 examples of 150
-steps) or as many as asked, and exits with pytest's status, so a run that finds a broken promise fails and
-prints the shrunk step sequence.
+CI runs the cases it has found, as that module's regression tests. This runs the machine itself: 200
+examples of 60 steps (`--quick`, under a minute) or the long profile (5,000 of 150), or as many as asked.
 
+    .venv/bin/python tests/bench/properties.py --quick
     .venv/bin/python tests/bench/properties.py                    # the long profile
     .venv/bin/python tests/bench/properties.py --examples 50000   # overnight
 """
@@ -12,28 +15,39 @@ prints the shrunk step sequence.
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
+import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-PROPERTY = "tests/unit/test_session_properties.py"
+from hypothesis import settings
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+
+import test_session_properties as machine  # noqa: E402 - the unit tests' folder, put on the path above
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--examples", type=int, default=None, help="examples (default: the long profile's)")
+    parser.add_argument("--quick", action="store_true", help="200 examples of 60 steps")
+    parser.add_argument("--examples", type=int, default=None, help="examples (default: the profile's)")
     parser.add_argument("--steps", type=int, default=None, help="steps per example (default: the profile's)")
     args = parser.parse_args()
-    env = {**os.environ, "HYPOTHESIS_PROFILE": "long"}
+    profile = machine.PROFILE if args.quick else machine.LONG
     if args.examples is not None:
-        env["PARLORA_PROPERTY_EXAMPLES"] = str(args.examples)
+        profile = settings(profile, max_examples=args.examples)
     if args.steps is not None:
-        env["PARLORA_PROPERTY_STEPS"] = str(args.steps)
-    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "timeout=0", PROPERTY]
-    print(f"session properties, long profile: {PROPERTY}", flush=True)
-    return subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
+        profile = settings(profile, stateful_step_count=args.steps)
+    print(
+        f"session properties: {profile.max_examples} examples of {profile.stateful_step_count} steps",
+        flush=True,
+    )
+    try:
+        machine.run_the_machine(profile, 40 if args.quick else 300)
+    except AssertionError:
+        traceback.print_exc()
+        return 1
+    print("no promise broken")
+    return 0
 
 
 if __name__ == "__main__":

@@ -38,13 +38,13 @@ Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
 - SE5 (barge-in, whatever else is going on): once the caller has spoken `BARGE_IN_MS` while some connection
   hears them, nothing the floor sent before they began is still transmitted.
 
-`HYPOTHESIS_PROFILE=long` runs many more and longer examples (tests/bench/README.md, tests/bench/properties.py).
+tests/bench/properties.py runs the machine (`run_the_machine`) over many call histories; each case it found is
+a regression test below, run by CI.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -891,22 +891,16 @@ PROFILE = settings(
     report_multiple_bugs=False,  # one broken promise, shrunk
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-SHRINK_SECONDS = 40  # CI: the suite gives a test 120 s; the shrunk-so-far case is reported after this
-if os.environ.get("HYPOTHESIS_PROFILE") == "long":  # tests/bench/properties.py
-    PROFILE, SHRINK_SECONDS = settings(PROFILE, max_examples=5_000, stateful_step_count=150), 300
-PROFILE = settings(
-    PROFILE,
-    max_examples=int(os.environ.get("PARLORA_PROPERTY_EXAMPLES", PROFILE.max_examples)),
-    stateful_step_count=int(os.environ.get("PARLORA_PROPERTY_STEPS", PROFILE.stateful_step_count)),
-)
+LONG = settings(PROFILE, max_examples=5_000, stateful_step_count=150)
 
 
-def test_the_session_keeps_its_promises_over_every_interleaving() -> None:
-    """S1-S7 and barge-in after every step of every call history the machine draws (PROFILE)."""
+def run_the_machine(profile: settings, shrink_seconds: int) -> None:
+    """S1-S7 and barge-in after every step of every call history the machine draws (tests/bench/properties.py
+    runs it; the cases it found are the regression tests of this module, which CI runs)."""
     saved = engine.MAX_SHRINKING_SECONDS  # hypothesis's own bound on shrinking (300 s), read when it starts
-    engine.MAX_SHRINKING_SECONDS = SHRINK_SECONDS
+    engine.MAX_SHRINKING_SECONDS = shrink_seconds
     try:
-        run_state_machine_as_test(SessionMachine, settings=PROFILE)
+        run_state_machine_as_test(SessionMachine, settings=profile)
     finally:
         engine.MAX_SHRINKING_SECONDS = saved
 
