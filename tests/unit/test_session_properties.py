@@ -1036,3 +1036,33 @@ def test_s1_two_utterances_closer_than_match_slack_ms_are_not_one() -> None:
     machine.caller_talks(5)  # <u3>
     machine.caller_pauses(60)
     machine.teardown()
+
+
+def test_s1_a_text_begun_as_the_old_connection_stopped_hearing_is_emitted_once() -> None:
+    """GPT-Live, rollovers in a row: the caller begins <u2> in the frame under way when the old connection
+    stops hearing them; the old one's caption covers its first 20 ms, the new one's all of it, both begun at
+    the same instant. The new one's text was taken for its own (begun not before the stop) and emitted beside
+    the old one's."""
+    machine = SessionMachine()
+    machine.start(GPT_LIVE_LIKE, True, 500)
+    machine.media_clock_stalls(10)
+    for _ in range(3):
+        machine.media_clock_stalls_past_the_residence()
+    machine.caller_talks(4)
+    machine.media_clock_stalls_past_the_residence()
+    machine.caller_talks(26)
+    machine.media_clock_stalls_past_the_residence()
+    machine.teardown()
+
+
+def test_s1_a_recovery_right_after_a_rollover_emits_the_floors_last_caption_group_once() -> None:
+    """GPT-Live: the old connection is closed with its caption of <u1> emitted; the same instant the new floor
+    is lost, and its own caption group of <u1>, still open, was emitted by the recovery around the rollover's
+    matching: twice."""
+    machine = SessionMachine()
+    machine.start(GPT_LIVE_LIKE, True, 500)
+    machine.media_clock_stalls_past_the_residence()
+    machine.media_clock_stalls_past_the_residence()
+    machine.caller_talks(55)
+    machine.connection_drops(0)
+    machine.teardown()
