@@ -607,9 +607,7 @@ class SessionMachine(RuleBasedStateMachine):
         """Assistant audio: a response to the last utterance the connection heard (or a greeting)."""
         conn = self._pick(index)
         if conn is not None:
-            uid = conn.heard[-1] if conn.heard else 0
-            item = f"r{conn.token}-{uid}" if self.profile.items else None
-            self._send(conn, AudioReceived(conn.token, self._audio(conn, frames), PCMU_8K, item))
+            self._answer(conn, frames)
 
     @precondition(lambda self: self.live)
     @rule(index=st.integers(0, 7))
@@ -617,10 +615,13 @@ class SessionMachine(RuleBasedStateMachine):
         """Fault: more audio at once than the reservoir holds (HR1 output_overflow)."""
         conn = self._pick(index)
         if conn is not None and not self.held and not self.ringing:
-            frames = self.profile.limits.for_format(PCMU_8K).capacity_bytes // 160 + 10
-            uid = conn.heard[-1] if conn.heard else 0
-            item = f"r{conn.token}-{uid}" if self.profile.items else None
-            self._send(conn, AudioReceived(conn.token, self._audio(conn, frames), PCMU_8K, item))
+            self._answer(conn, self.profile.limits.for_format(PCMU_8K).capacity_bytes // 160 + 10)
+
+    def _answer(self, conn: FakeConnection, frames: int) -> None:
+        """`frames` of assistant audio answering the last utterance `conn` heard (or a greeting)."""
+        uid = conn.heard[-1] if conn.heard else 0
+        item = f"r{conn.token}-{uid}" if self.profile.items else None
+        self._send(conn, AudioReceived(conn.token, self._audio(conn, frames), PCMU_8K, item))
 
     @precondition(lambda self: self.live)
     @rule(index=st.integers(0, 7))
