@@ -159,14 +159,20 @@ def test_s8_commands_unacknowledged_when_their_connection_was_lost_are_told_with
     assert told.items[0].requested_at_ms == second.requested_at_ms
 
 
-def test_s8_a_result_a_rollover_s_old_connection_never_took_in_is_told_unknown_and_frees_its_record() -> None:
-    call = RolloverCall()
+def result_sent_on_the_first_connection(call: RolloverCall) -> JobRequest:
+    """After a turn, connection 1 asks for a lookup, the application answers, the result goes to connection 1."""
     call.turn()
     call.core.provider_event(ToolCallRequested(1, "call_r", "lookup_order", '{"order_id": "42"}'), call.now)
     call._carry_out()
     [job] = [c.request for c in call.commands if isinstance(c, DispatchJob)]
     assert call.core.job_answered(job.job_id, '{"status": "shipped"}', call.now)
     call._carry_out()
+    return job
+
+
+def test_s8_a_result_a_rollover_s_old_connection_never_took_in_is_told_unknown_and_frees_its_record() -> None:
+    call = RolloverCall()
+    job = result_sent_on_the_first_connection(call)
     assert [c.token for c in call.commands if isinstance(c, DeliverResult)] == [1]  # never acknowledged
     while not any(isinstance(c, CloseTransport) and c.token == 1 for c in call.commands):
         call.turn()  # the call rolls over; the old connection closes
@@ -182,12 +188,7 @@ def test_s8_hr6_a_rollover_s_old_connection_that_took_in_its_result_after_the_fl
     """The old connection, listening on after the floor moved (its response not ended), ends that response:
     it took in the result it was sent, which is then not reported unknown when it closes."""
     call = RolloverCall(replace(SCALED, overlap_ms=2_000), replace(REALTIME, response_events=True))
-    call.turn()
-    call.core.provider_event(ToolCallRequested(1, "call_r", "lookup_order", '{"order_id": "42"}'), call.now)
-    call._carry_out()
-    [job] = [c.request for c in call.commands if isinstance(c, DispatchJob)]
-    assert call.core.job_answered(job.job_id, '{"status": "shipped"}', call.now)
-    call._carry_out()
+    result_sent_on_the_first_connection(call)
     call.talk_until_a_rollover_opens()
     call.step(False, 35)
     call.turn(talk_ms=1_000, pause_ms=20)
