@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from bridge.console import ConsoleFeed, ConsoleHooks, poll_status
 from bridge.coordinator import CoordinatorOptions
 from bridge.delegations import JobRequest
+from bridge.dialing import DialTrunk, choose_trunk, dial_target
 from bridge.drain import ShutdownSignals, drain, http_drain, say_goodbye
 from bridge.greeting import greet
 from bridge.http import StatusServer
@@ -140,6 +141,17 @@ class Application:
         """Per call, before it is answered: instructions and tools from the called number and SIP headers."""
         return CallSetup()
 
+    def check_outbound(self, target: str, route: str | None) -> None:
+        """Before a call is placed (`Server.dial`): ValueError refuses it before anything is sent (`POST
+        /calls` answers 400 with the message), e.g. for a `route` this application does not have."""
+        if route is not None:
+            raise ValueError(f"route {route!r}: this application has no routes to name")
+
+    async def setup_outbound(self, call: CallIdentity, route: str | None) -> CallSetup:
+        """Per call this bridge placed, while the callee rings (`call.direction == "outbound"`; `route` is the
+        one the request named, or None). Default: `setup(call)`."""
+        return await self.setup(call)
+
     async def job(self, call: LiveCall, job: JobRequest) -> str:
         """A tool call or delegation, dispatched once however often the provider delivers it; the returned
         text (JSON or plain) is the model's answer. An exception becomes an error answer for the model."""
@@ -215,6 +227,9 @@ class ServerConfig:
     cdr: str | None = None  # issue 15: one JSON line per finished call appended to this file
     record_dir: str | None = None  # issue 15: a stereo WAV per call in this directory
     route_providers: tuple[ProviderEndpoint, ...] = ()  # issue 15: providers config routes name (plans.py)
+    # The trunks calls placed with `dial` go out on, with their credentials (bridge/dialing.py); empty: every
+    # call goes direct, challenges answered with the registration's credentials.
+    dial_trunks: tuple[DialTrunk, ...] = ()
     nat: bool = False  # NAT mode: symmetric RTP latching, in-dialog requests to the caller's source
     rtp_source: Literal["learn", "strict"] = "learn"  # without NAT mode: rtp/latch.py's source policy
     tls: tuple[str, int] | None = None  # SIP over TLS listener (with cert and tls_key)
@@ -388,23 +403,50 @@ class Server:
                 return False, "not registered"
         return True, "listening"
 
-    async def dial(self, to: str, *, from_uri: str | None = None, ring_timeout_s: float | None = 60.0) -> str:
-        """Place a call to `to` (sip:USER@HOST[:PORT]; issue 14) and run the same session engine on it: the
-        provider connection opens while the callee's phone rings. Returns the call id; busy / no answer /
-        failed end the call with that SIP status (in the log and `GET /sip`'s "outbound"). ValueError for a
-        bad URI, EngineError when the engine cannot place calls or is not running."""
+    async def dial(
+        self,
+        to: str,
+        *,
+        from_uri: str | None = None,
+        ring_timeout_s: float | None = 60.0,
+        trunk: str | None = None,
+        route: str | None = None,
+    ) -> str:
+        """Place a call to `to` (sip:USER@HOST[:PORT], or a number to dial through a trunk; issue 14) and run
+        the same session engine on it: the provider connection opens while the callee's phone rings. It goes
+        out on `trunk` or the one `bridge.dialing.choose_trunk` picks from `config.dial_trunks`, whose
+        credentials answer its challenges; the application sets it up with `setup_outbound` (`route`: the one
+        named, None to choose by the dialled number). Returns the call id; busy / no answer / failed end the
+        call with that SIP status (in the log and `GET /sip`'s "outbound"). ValueError for a bad URI or an
+        unknown trunk or route (nothing is sent), EngineError when the engine cannot place calls or is not
+        running."""
         agent = self._agent
         if agent is None:
             raise EngineError("the SIP engine is not running")
         if not isinstance(agent, Dialer):
             raise EngineError(f"placing calls is not supported on the {self.config.engine} engine")
-        leg = await agent.dial(to, from_uri=from_uri, ring_timeout_s=ring_timeout_s)
-        self._on_call(leg)
+        self.application.check_outbound(to, route)
+        via = choose_trunk(self.config.dial_trunks, to, trunk)
+        target = dial_target(to, via)
+        auth_user, password = via.credentials if via is not None else (None, None)
+        leg = await agent.dial(
+            target,
+            from_uri=from_uri or (via.identity if via is not None else None),
+            ring_timeout_s=ring_timeout_s,
+            auth_user=auth_user,
+            password=password,
+        )
+        log.info(
+            "call %s: to %s via %s", leg.identity.call_id, target, f"trunk {via.name}" if via else "no trunk"
+        )
+        self._on_call(leg, route=route)
         return leg.identity.call_id
 
-    async def _dial_from_http(self, to: str, from_uri: str | None) -> str:
-        """POST /calls {"to": "sip:...", "from": "sip:..."} (issue 14)."""
-        return await self.dial(to, from_uri=from_uri)
+    async def _dial_from_http(
+        self, to: str, from_uri: str | None, trunk: str | None = None, route: str | None = None
+    ) -> str:
+        """POST /calls {"to": "sip:...", "from": "sip:...", "trunk": NAME, "route": NAME} (issue 14)."""
+        return await self.dial(to, from_uri=from_uri, trunk=trunk, route=route)
 
     def _sip_status(self) -> dict[str, Any]:
         """GET /sip (issue 14): the engine's listener and inbound-policy counters, where it reports them."""
@@ -448,11 +490,12 @@ class Server:
             self._agent.drain()
         self.draining = True
 
-    def _on_call(self, leg: CallLeg, *, lead_frames: int | None = None) -> None:
-        """Run one call (a SIP engine's leg, or a browser's with its larger cushion in `lead_frames`)."""
+    def _on_call(self, leg: CallLeg, *, lead_frames: int | None = None, route: str | None = None) -> None:
+        """Run one call (a SIP engine's leg, or a browser's with its larger cushion in `lead_frames`; `route`:
+        the one an outbound call's request named)."""
         LOG_CALLS.open(leg.identity.call_id, leg.identity.sip_call_id)  # issue 15: JSON log lines' context
         task: asyncio.Task[object] = asyncio.create_task(
-            self._run_call(leg, lead_frames), name=leg.identity.call_id
+            self._run_call(leg, lead_frames, route), name=leg.identity.call_id
         )
         self._tasks.add(task)
         task.add_done_callback(_call_done(self._tasks))
@@ -462,10 +505,13 @@ class Server:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _run_call(self, leg: CallLeg, lead_frames: int | None = None) -> None:
+    async def _run_call(self, leg: CallLeg, lead_frames: int | None = None, route: str | None = None) -> None:
         app, identity = self.application, leg.identity
         try:
-            setup = await app.setup(identity)
+            if identity.direction == "outbound":
+                setup = await app.setup_outbound(identity, route)
+            else:
+                setup = await app.setup(identity)
         except CallRefused as refused:  # issue 15: e.g. no config route for the called number (404)
             log.info("call %s: refused %d: %s", identity.call_id, refused.status, refused.reason)
             leg.hangup(refused.reason, status=refused.status)

@@ -11,8 +11,9 @@ shows each one with a comment:
                   allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address, nat,
                   rtp_source (learn | strict)
     [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents
-    [[routes]]    name*, number | pattern, header = {name, value}, provider, instructions | instructions_file,
-                  tools = [{name, description, parameters}], greeting, language, voice
+    [[routes]]    name*, direction (inbound | outbound), number | pattern, header = {name, value}, provider,
+                  instructions | instructions_file, tools = [{name, description, parameters}], greeting,
+                  language, voice
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
     [recovery]    reservoir_bytes, residence_ms, failure_message (a WAV, 8 kHz mono 16-bit)
     [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, transfer_targets = {NAME = "sip:URI"},
@@ -52,6 +53,15 @@ exactly. `pattern` uses Asterisk's dialplan syntax, which telephony engineers al
 
 No route matching means the call has no configuration: `select_route` returns None and the caller refuses the
 call (404). A file without routes sends every call to [defaults].
+
+Directions: a route is for calls the bridge answers (`direction = "inbound"`, the default) or for calls it
+places (`"outbound"`: `POST /calls`, `parlora-bridge call`). Each call is matched against the routes of its own
+direction only, so an outbound call never gets an inbound route's instructions or greeting. An outbound route
+matches on the dialled number (the target URI's user part) with the same `number`/`pattern` language; it has no
+`header` (the bridge writes the INVITE itself). An outbound call may name its route (`route` in `POST /calls`,
+`call --route`): it must be an outbound route. An outbound call that matches no outbound route is placed with
+[defaults]: the operator asked for it, and refusing it with 404 would only hide the mistake in a log (an
+inbound 404 tells the caller's carrier; an outbound one tells nobody).
 
 Command-line options: every `serve` option stays and overrides the file. `given_options(ctx)` picks the
 options the user actually gave (not click's defaults) and `apply_options(config, given)` lays them over the
@@ -189,9 +199,14 @@ class HeaderMatch:
     value: str
 
 
+Direction = Literal["inbound", "outbound"]
+DIRECTIONS: tuple[Direction, ...] = ("inbound", "outbound")
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     name: str
+    direction: Direction = "inbound"  # calls answered, or calls placed (module docstring)
     number: str | None = None  # exact called number
     pattern: str | None = None  # Asterisk-style (see the module docstring)
     header: HeaderMatch | None = None
@@ -344,13 +359,28 @@ class BridgeConfig:
 
 
 def select_route(
-    routes: Sequence[Route], called: str, headers: Sequence[tuple[str, str]] = ()
+    routes: Sequence[Route],
+    called: str,
+    headers: Sequence[tuple[str, str]] = (),
+    direction: Direction = "inbound",
 ) -> Route | None:
-    """The first route (file order) matching the called number and SIP headers; None when none does."""
+    """The first route (file order) of `direction` matching the called (for an outbound call: the dialled)
+    number and SIP headers; None when none does. A route of the other direction never matches."""
     for route in routes:
-        if route.matches(called, headers):
+        if route.direction == direction and route.matches(called, headers):
             return route
     return None
+
+
+def named_route(routes: Sequence[Route], name: str, direction: Direction = "outbound") -> Route:
+    """The route called `name`, which must be of `direction` (an outbound call that names an inbound route
+    would get the inbound greeting); ValueError saying which routes could be named."""
+    route = next((r for r in routes if r.name == name), None)
+    if route is None or route.direction != direction:
+        names = [r.name for r in routes if r.direction == direction]
+        why = "no route has that name" if route is None else f"it is an {route.direction} route"
+        raise ValueError(f"route {json.dumps(name)}: {why}; {direction} routes: {', '.join(names) or 'none'}")
+    return route
 
 
 _PATTERN_TOKEN = re.compile(r"\[[0-9-]+\]|[XxZzNn]|[0-9+*#]|[.!]$")
@@ -965,6 +995,7 @@ def _inbound(r: _Reader, t: dict[str, object]) -> Inbound:
 
 _ROUTE_KEYS = [
     "name",
+    "direction",
     "number",
     "pattern",
     "header",
@@ -1035,8 +1066,12 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
                 r.fail(f"{p}.header", 'expected {name = "X-...", value = "..."}')
             else:
                 header = HeaderMatch(h_name, h_value)
+        direction = r.choice(t, "direction", p, DIRECTIONS, "inbound")
+        if direction == "outbound" and header is not None:
+            r.fail(f"{p}.header", "an outbound route has no header to match: the bridge writes the INVITE")
         route = Route(
             name=name or f"route-{i}",
+            direction="outbound" if direction == "outbound" else "inbound",
             number=number,
             pattern=pattern,
             header=header,
@@ -1051,7 +1086,7 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
         if any(o.name == route.name for o in out):
             r.fail(f"{p}.name", f"{json.dumps(route.name)} names an earlier route too")
         for j, earlier in enumerate(out):
-            if earlier.catch_all:
+            if earlier.catch_all and earlier.direction == route.direction:
                 r.fail(p, f"never matches: routes[{j}] ({earlier.name}) matches every call before it")
                 break
         out.append(route)

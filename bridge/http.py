@@ -202,14 +202,14 @@ class StatusServer:
         console: ConsoleHooks | None = None,
         token: str | None = None,
         sip: Callable[[], dict[str, Any]] | None = None,
-        dial: Callable[[str, str | None], Awaitable[str]] | None = None,
+        dial: Callable[[str, str | None, str | None, str | None], Awaitable[str]] | None = None,
         extra: Callable[[str], tuple[int, bytes, str] | None] | None = None,
         drain: Callable[[], dict[str, Any]] | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self._source = source
         self._sip = sip  # GET /sip (issue 14)
-        self._dial = dial  # POST /calls {"to": ..., "from": ...} (issue 14)
+        self._dial = dial  # POST /calls {"to", "from", "trunk", "route"}: (to, from, trunk, route)
         self._extra = extra  # issue 15: GET /metrics, /healthz, /readyz (bridge/observe.py): path -> answer
         self._drain = drain  # issue 15: POST /drain (bridge/drain.py http_drain)
         self._console = console
@@ -357,17 +357,25 @@ class StatusServer:
     async def _place_call(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, body: bytes
     ) -> None:
-        """POST /calls {"to": "sip:USER@HOST", "from": optional}: 202 with the call id (issue 14)."""
+        """POST /calls {"to": "sip:USER@HOST", "from", "trunk", "route": optional}: 202 with the call id (issue
+        14). `trunk` names the [[trunks]] entry it goes out on, `route` an outbound route (bridge/dialing.py,
+        bridge/config.py); an unknown one is a 400 and nothing is sent."""
         assert self._dial is not None
         if not await self._control(conn, writer, request, takes_body=True):
             return
         try:
             spec = json.loads(body or b"{}")
-            to = spec.get("to") if isinstance(spec, dict) else None
-            origin = spec.get("from") if isinstance(spec, dict) else None
-            if not isinstance(to, str) or not (origin is None or isinstance(origin, str)):
-                raise ValueError('expected {"to": "sip:USER@HOST[:PORT]", "from": "sip:..." (optional)}')
-            call_id = await self._dial(to, origin)
+            if not isinstance(spec, dict):
+                spec = {}
+            to, origin, trunk, route = (spec.get(k) for k in ("to", "from", "trunk", "route"))
+            if not isinstance(to, str) or not all(
+                v is None or isinstance(v, str) for v in (origin, trunk, route)
+            ):
+                raise ValueError(
+                    'expected {"to": "sip:USER@HOST[:PORT]", "from": "sip:...", "trunk": NAME, "route": NAME}'
+                    " (all but to optional)"
+                )
+            call_id = await self._dial(to, origin, trunk, route)
         except (ValueError, RuntimeError, OSError) as exc:
             await self._send(conn, writer, 400, {"error": str(exc)})
             return

@@ -4,8 +4,10 @@ bridge/config.py reads and checks the file; this module turns the checked `Bridg
 `ServerConfig` the server runs with and into the application that gives each call its route's instructions,
 voice, tools and greeting. A thin shell: it reads the environment, files and the click context, never a socket.
 
-Choices (the brief was silent): a call that matches no route when the file has routes is refused with 404
-(`CallRefused`); a route's `provider` connects that route's calls to it (bridge/plans.py), with its own key,
+Choices (the brief was silent): an inbound call that matches no route when the file has inbound routes is
+refused with 404 (`CallRefused`); a call the bridge places gets an outbound route (the one its request names,
+or the first matching the dialled number) and [defaults] when none matches, never an inbound route
+(bridge/config.py, "Directions"); it goes out on a trunk of the file (bridge/dialing.py); a route's `provider` connects that route's calls to it (bridge/plans.py), with its own key,
 URL, CA and rollover options from the file's [providers.NAME], checked at start like the default's. Keys of
 the file that `serve` cannot honour yet are named in
 one warning at start, never silently dropped.
@@ -30,13 +32,16 @@ from bridge.config import (
     BridgeConfig,
     ConfigError,
     ProviderConfig,
+    Route,
     apply_options,
     environment_problems,
     given_options,
     load,
+    named_route,
     select_route,
 )
 from bridge.delegations import JobRequest
+from bridge.dialing import DialTrunk
 from bridge.jsonlog import CALLS as LOG_CALLS
 from bridge.jsonlog import use_json_logs
 from bridge.plans import ProviderEndpoint
@@ -149,6 +154,21 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
         cdr=config.logging.cdr,  # bridge/records.py: one JSON line per finished call
         record_dir=config.recording.dir,  # bridge/recording.py: a stereo WAV per call
         register_keepalive_s=first_reg.register_keepalive_s if first_reg is not None else 30.0,
+        dial_trunks=dial_trunks(config, environ),
+    )
+
+
+def dial_trunks(config: BridgeConfig, environ: Mapping[str, str]) -> tuple[DialTrunk, ...]:
+    """The file's trunks as calls placed through them use them (bridge/dialing.py), each with its own password."""
+    return tuple(
+        DialTrunk(
+            t.name,
+            t.registrar,
+            t.allow,
+            t.auth_user,
+            environ.get(t.password_env) or None if t.needs_password else None,
+        )
+        for t in config.trunks
     )
 
 
@@ -183,9 +203,11 @@ def route_providers(
 
 
 class RoutedApplication(Application):
-    """The route of each call (`select_route` on the called number and SIP headers) gives its instructions,
-    voice, tools and greeting; everything else goes to the wrapped application (`serve`'s default, or the
-    webhook). No route matching while the file has routes: 404."""
+    """The route of each call gives its instructions, voice, tools and greeting; everything else goes to the
+    wrapped application (`serve`'s default, or the webhook). An answered call's route is `select_route` on the
+    called number and SIP headers among the inbound routes (none matching while the file has inbound routes:
+    404); a placed call's is the outbound route its request named, or the first outbound route matching the
+    dialled number, or none ([defaults])."""
 
     def __init__(self, inner: Application, config: BridgeConfig) -> None:
         self._inner = inner
@@ -193,8 +215,31 @@ class RoutedApplication(Application):
 
     async def setup(self, call: CallIdentity) -> CallSetup:
         base = await self._inner.setup(call)
+        routes = self._config.routes
+        route = select_route(routes, call.request_user, call.headers, "inbound")
+        if route is None and any(r.direction == "inbound" for r in routes):
+            raise CallRefused(404, f"no route for the called number {call.request_user!r}")
+        return self._setup(call, base, route)
+
+    def check_outbound(self, target: str, route: str | None) -> None:
+        if route is not None:
+            named_route(self._config.routes, route, "outbound")  # ValueError: unknown, or an inbound route
+        self._inner.check_outbound(target, None)
+
+    async def setup_outbound(self, call: CallIdentity, route: str | None) -> CallSetup:
+        base = await self._inner.setup_outbound(call, None)
+        routes = self._config.routes
+        chosen = (
+            named_route(routes, route, "outbound")
+            if route is not None
+            else select_route(routes, call.request_user, (), "outbound")
+        )
+        return self._setup(call, base, chosen)
+
+    def _setup(self, call: CallIdentity, base: CallSetup, route: Route | None) -> CallSetup:
+        """`route`'s setup over the wrapped application's `base` over [defaults] (None: [defaults] alone)."""
         d = self._config.defaults
-        if not self._config.routes:
+        if route is None:
             return CallSetup(
                 instructions=base.instructions or d.instructions,
                 voice=base.voice or d.voice,
@@ -202,9 +247,6 @@ class RoutedApplication(Application):
                 history=base.history,
                 greeting=base.greeting or d.greeting,
             )
-        route = select_route(self._config.routes, call.request_user, call.headers)
-        if route is None:
-            raise CallRefused(404, f"no route for the called number {call.request_user!r}")
         LOG_CALLS.route(call.call_id, route.name)  # issue 15: JSON log lines carry it from here on
         log.info("call %s: route %s", call.call_id, route.name)
         return CallSetup(

@@ -137,7 +137,9 @@ class SipStatus(Protocol):
 @runtime_checkable
 class Dialer(Protocol):
     """An engine that places calls (issue 14): the leg's events are an inbound call's once answered, or end
-    with `CallEnded(status_code=...)` (486 busy, 408 no answer, ...)."""
+    with `CallEnded(status_code=...)` (486 busy, 408 no answer, ...). 401/407 are answered with `auth_user` and
+    `password`; `password=None` means the registration's credentials, `password=""` none at all. The leg's
+    `identity.direction` is "outbound"."""
 
     async def dial(
         self,

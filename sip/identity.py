@@ -8,6 +8,7 @@ Peer input never raises here: what cannot be read becomes "" or no header.
 
 from __future__ import annotations
 
+from typing import Literal
 from urllib.parse import unquote
 
 from sip.leg import CallIdentity
@@ -59,6 +60,7 @@ def call_identity(
     sip_call_id: str,
     source: str,
     headers: Headers = (),
+    direction: Literal["inbound", "outbound"] = "inbound",
 ) -> CallIdentity:
     """The `CallIdentity` of an incoming INVITE; `call_id` is the engine's id for the call (unique in the
     process), `source` the "host:port" the INVITE came from."""
@@ -70,4 +72,5 @@ def call_identity(
         request_user=request_user(request_uri),
         source=source,
         headers=headers,
+        direction=direction,
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame, Playout
@@ -30,6 +30,9 @@ class CallIdentity:
     request_user: str  # user part of the Request-URI: the number that was called
     source: str  # "host:port" the INVITE came from
     headers: tuple[tuple[str, str], ...] = field(default=())
+    # "outbound" for a call this bridge placed (`Dialer.dial`), set by the engine and never read from the
+    # peer's headers, so a caller cannot claim it and be routed as an outbound call.
+    direction: Literal["inbound", "outbound"] = "inbound"
 
     def header(self, name: str) -> str | None:
         """First value of a SIP header, case-insensitively."""

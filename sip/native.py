@@ -886,7 +886,7 @@ class NativeUserAgent:
         """Place a call (issue 14): INVITE with our offer to `target` (sip:USER@HOST[:PORT]); the leg's events
         are those of an inbound call (MediaStarted once the callee answered, CallEnded with the SIP status when
         it was busy (486), not answered (408 after `ring_timeout_s`) or failed). 401/407 are answered with
-        `auth_user`/`password` (default: the registration credentials). ValueError for a bad target;
+        `auth_user`/`password` (default: the registration credentials; `password=""`: none). ValueError for a bad target;
         EngineStartError-free: PortsExhausted/OSError when no RTP port is free."""
         if self._stopping or self._draining:
             raise RuntimeError("the engine is draining: no new calls")
@@ -922,7 +922,7 @@ class NativeUserAgent:
         )
         password = password if password is not None else self.config.register_password
         credentials = None
-        if password is not None:
+        if password:  # "": the caller says this call has no credentials (not even the registration's)
             credentials = Credentials(auth_user or self.config.auth_user or (uri.user or "parlora"), password)
         now = self.clock()
         session_id = self.rng.getrandbits(31)
@@ -952,6 +952,7 @@ class NativeUserAgent:
             sip_call_id=call,
             source=f"{host}:{destination[1]}",
             headers=(("X-Direction", "outbound"),),
+            direction="outbound",
         )
         leg = NativeLeg(self, call, identity, None, sockets, peer=destination, transport=transport)
         leg._session_id = session_id

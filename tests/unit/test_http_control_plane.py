@@ -64,7 +64,7 @@ class Bridge:
         self.talked: list[str] = []
         self.registry = CollectorRegistry()
 
-    async def dial(self, to: str, origin: str | None) -> str:
+    async def dial(self, to: str, origin: str | None, trunk: str | None, route: str | None) -> str:
         self.dialled.append(to)
         return f"call-{len(self.dialled)}"
 
