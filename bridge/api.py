@@ -85,6 +85,7 @@ class CallSetup:
     greeting: str | None = None  # issue 15: asked of the model as soon as the call is answered (speaks first)
     route: str | None = None  # issue 15: the config route that chose this setup (logs, metrics)
     provider: str | None = None  # issue 15: the route's provider (one of ServerConfig.route_providers)
+    language: str | None = None  # BCP 47 ("de-DE"): each provider takes it in its own field (SessionSettings)
 
 
 class CallRefused(Exception):  # noqa: N818 - a refusal the application means, not an error
@@ -613,6 +614,7 @@ def _settings(config: ServerConfig, setup: CallSetup) -> SessionSettings:
         tools=setup.tools + tool_specs(config.telephony),
         history=setup.history,
         turn_detection=config.turn_detection,
+        language=setup.language,
     )
 
 

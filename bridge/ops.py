@@ -105,6 +105,7 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
         problems.append(f"rollover: {exc}")
         rollover = None
     routed = route_providers(config, provider, environ, problems)
+    problems += language_problems(config, provider)
     for name in (provider, *(ep.name for ep in routed)):
         if config.defaults.turn_detection == "client" and name != ECHO and not KINDS[name].client_commits():
             problems.append(
@@ -170,6 +171,25 @@ def dial_trunks(config: BridgeConfig, environ: Mapping[str, str]) -> tuple[DialT
         )
         for t in config.trunks
     )
+
+
+def language_problems(config: BridgeConfig, default: str) -> list[str]:
+    """Each language (of [defaults] and of every route) that the provider its calls reach cannot carry
+    (providers/language.py): refused at start rather than dropped."""
+    d = config.defaults
+    uses = [("defaults.language", d.language, default)]
+    for i, r in enumerate(config.routes):
+        where = f"routes[{i}].language" if r.language else f"defaults.language (for routes[{i}])"
+        uses.append((where, r.language or d.language, r.provider or default))
+    out: list[str] = []
+    for where, language, provider in uses:
+        if language is None:
+            continue
+        try:
+            KINDS["openai-live" if provider == ECHO else provider].check_language(language)
+        except ValueError as exc:
+            out.append(f"{where}: {provider}: {exc}")
+    return list(dict.fromkeys(out))
 
 
 def _adapter_options(pc: ProviderConfig) -> tuple[tuple[str, object], ...]:
@@ -246,6 +266,7 @@ class RoutedApplication(Application):
                 tools=base.tools,
                 history=base.history,
                 greeting=base.greeting or d.greeting,
+                language=base.language or d.language,
             )
         LOG_CALLS.route(call.call_id, route.name)  # issue 15: JSON log lines carry it from here on
         log.info("call %s: route %s", call.call_id, route.name)
@@ -257,6 +278,7 @@ class RoutedApplication(Application):
             greeting=route.greeting or base.greeting or d.greeting,
             route=route.name,
             provider=route.provider,  # None: the default provider (bridge/plans.py)
+            language=route.language or base.language or d.language,
         )
 
     async def job(self, call: LiveCall, job: JobRequest) -> str:

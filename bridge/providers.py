@@ -32,6 +32,10 @@ class ProviderKind:
     # (about 10 min), which drives the rollover earlier when it comes.
     session_cap_ms: int = 60 * 60_000
 
+    def check_language(self, tag: str) -> None:
+        """ValueError when this protocol cannot carry the language `tag` (each adapter's `check_language`)."""
+        getattr(import_module(self.module), self.adapter).check_language(tag)
+
     def client_commits(self) -> bool:
         """Whether the protocol can run with turn detection off (`SessionSettings.turn_detection="client"`)."""
         capabilities: Capabilities = getattr(import_module(self.module), self.adapter).capabilities

@@ -93,6 +93,7 @@ def seeded_settings(
         history=tuple(history),
         turn_detection=original.turn_detection,
         resume_handle=resume_handle,
+        language=original.language,
     )
 
 

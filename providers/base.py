@@ -78,6 +78,9 @@ class SessionSettings:
     # Continue an earlier conversation by the provider's handle (only where `Capabilities.resumption`); a
     # handle the provider no longer honours makes `connect()` raise `ResumptionRejected`.
     resume_handle: str | None = None
+    # The language the call is in, a BCP 47 tag ("de-DE"): each adapter puts it in its protocol's own field
+    # (providers/language.py) and refuses to be built with one its protocol cannot carry (ValueError).
+    language: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,13 @@ seeded (the service keeps the conversation), and a refusal of the handle (close 
 handle, 1011 while the session's old socket is still open: §2.10) is `ResumptionRejected`, so the engine can
 open a reseeded connection instead.
 
+Language: the call's language (`SessionSettings.language`, BCP 47) goes in
+`generationConfig.speechConfig.languageCode` as one of the codes Google lists for the Live API ("de" becomes
+"de-DE"; providers/language.py `GEMINI_LANGUAGES`), and, because Google documents that native-audio models
+ignore that field and take their language from the system instruction, also as its last line: "Speak German
+(de-DE).". A language the list lacks, or a bare one with several listed codes ("en": en-US or en-IN), is
+refused (ValueError) when the adapter is configured.
+
 Caller turns: the service's automatic activity detection ends them; `commit_input()` sends `audioStreamEnd`,
 which makes it end the current one now (RO2's commit at the hard stop). Client turn detection is not offered.
 """
@@ -63,6 +70,7 @@ from providers.events import (
     ToolCallRequested,
     UsageUpdated,
 )
+from providers.language import gemini_language_code, with_speak_line
 from providers.limits import GEMINI_LIVE, AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
 from rtp.audio import PCM16_24K, AudioFormat
@@ -114,6 +122,11 @@ class GeminiConfig:
     trigger_tokens: int | None = None  # None: the service's default (80 % of the context window)
     target_tokens: int | None = None  # None: the service's default (half the trigger)
     interrupts: bool = True  # START_OF_ACTIVITY_INTERRUPTS; False is NO_INTERRUPTION
+    language: str | None = None  # BCP 47: `speechConfig.languageCode` and a line of the instructions
+
+    def __post_init__(self) -> None:
+        if self.language:
+            gemini_language_code(self.language)  # ValueError at once, not a 1007 from the service
 
     @classmethod
     def from_settings(
@@ -126,6 +139,7 @@ class GeminiConfig:
             tools=settings.tools,
             history=settings.history,
             resume_handle=settings.resume_handle,
+            language=settings.language,
             **overrides,
         )
 
@@ -133,15 +147,16 @@ class GeminiConfig:
 def setup_frame(config: GeminiConfig) -> dict[str, Any]:
     """The `setup` client message for `config` (canonical camelCase)."""
     model = config.model if config.model.startswith("models/") else f"models/{config.model}"
+    speech: dict[str, Any] = {"voiceConfig": {"prebuiltVoiceConfig": {"voiceName": config.voice}}}
+    if config.language:
+        speech["languageCode"] = gemini_language_code(config.language)
     setup: dict[str, Any] = {
         "model": model,
-        "generationConfig": {
-            "responseModalities": ["AUDIO"],
-            "speechConfig": {"voiceConfig": {"prebuiltVoiceConfig": {"voiceName": config.voice}}},
-        },
+        "generationConfig": {"responseModalities": ["AUDIO"], "speechConfig": speech},
     }
-    if config.instructions:
-        setup["systemInstruction"] = {"parts": [{"text": config.instructions}]}
+    instructions = with_speak_line(config.instructions, config.language)
+    if instructions:
+        setup["systemInstruction"] = {"parts": [{"text": instructions}]}
     if config.tools:
         setup["tools"] = [
             {
@@ -494,6 +509,11 @@ class GeminiLiveAdapter:
             ping_timeout=PING_TIMEOUT_S,
             wire_tap=wire_tap,
         )
+
+    @staticmethod
+    def check_language(tag: str) -> None:
+        """ValueError unless `tag` is (or is a bare language of exactly) one listed code (module docstring)."""
+        gemini_language_code(tag)
 
     @staticmethod
     def audio_limits(fmt: AudioFormat) -> AudioLimits:

@@ -9,6 +9,10 @@ server paces near real time. Transcripts arrive as `session.input_transcript.del
 `LiveClientProtocol` turns server frames into `providers.events` and never raises on peer input: a frame it
 cannot understand becomes a `ProviderError` carrying the raw frame. Invalid audio (bad base64, an odd PCM16
 length) is fatal (HR1): playing a guess would be worse than failing clearly.
+
+Language: `session.start` has no language field and its config is strict (unknown fields are refused, §1.13),
+so the call's language (`SessionSettings.language`, BCP 47) is the last line of the instructions, "Speak German
+(de-DE)." (providers/language.py); GPT-Live's own transcription follows the speech. Any tag can be said so.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from providers.events import (
     UsageUpdated,
     bounded,
 )
+from providers.language import with_speak_line
 from providers.limits import GPT_LIVE, AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
 from rtp.audio import PCMA_8K, PCMU_8K, AudioFormat, Encoding
@@ -61,6 +66,7 @@ class LiveConfig:
     voice: str = "marin"
     audio_format: AudioFormat = PCMU_8K
     history: tuple[tuple[str, str], ...] = ()  # (role, text) given as `session.input` (at most 128 messages)
+    language: str | None = None  # BCP 47: a line of the instructions (module docstring)
 
     @classmethod
     def from_settings(cls, settings: SessionSettings, audio_format: AudioFormat = PCMU_8K) -> LiveConfig:
@@ -71,6 +77,7 @@ class LiveConfig:
             voice=settings.voice or defaults.voice,
             audio_format=audio_format,
             history=settings.history[-128:],
+            language=settings.language,
         )
 
 
@@ -84,8 +91,9 @@ def session_start_frame(config: LiveConfig) -> dict[str, Any]:
         },
         "delegation": {"type": "client"},
     }
-    if config.instructions:
-        session["instructions"] = config.instructions
+    instructions = with_speak_line(config.instructions, config.language)
+    if instructions:
+        session["instructions"] = instructions
     if config.history:
         session["input"] = [_history_item(role, text) for role, text in config.history]
     return {"type": "session.start", "session": session}
@@ -306,6 +314,10 @@ class OpenAILiveAdapter:
             connect_timeout=connect_timeout,
             wire_tap=wire_tap,
         )
+
+    @staticmethod
+    def check_language(tag: str) -> None:
+        """Any language: it is a line of the instructions (module docstring)."""
 
     @staticmethod
     def audio_limits(fmt: AudioFormat) -> AudioLimits:

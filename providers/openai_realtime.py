@@ -7,6 +7,9 @@ nests voice and turn detection under `audio`; G.711 formats carry no rate. Input
 with reason `turn_detected`, and what the caller actually heard is reported back with
 `conversation.item.truncate`. With turn detection off (`turn_detection: null`) a commit is answered only after
 a `response.create`. The 60-minute cap arrives as an `error` `session_expired` then close 1001.
+
+Language (providers/language.py): the call's language as ISO 639-1 in `audio.input.transcription.language`,
+and "Speak German (de-DE)." at the end of the instructions (GA has no output-language field).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ DIALECT = Dialect(
     default_voice="marin",
     # Not on the 2027-02-26 retirement list that names whisper-1 and the gpt-4o-*-transcribe models.
     transcription_model="gpt-live-transcribe",
+    transcription_language="language",  # ISO 639-1 (§1.3)
     session_type="realtime",
     nested_audio_settings=True,
     format_with_rate=False,

@@ -14,6 +14,12 @@ cannot understand becomes a non-fatal `ProviderError` carrying the raw frame. In
 is fatal (HR1). An `error` before the session is configured is fatal too: the shell turns it into
 `ProviderUnavailable`.
 
+Language: `SessionSettings.language` (BCP 47, "de-DE") goes in `audio.input.transcription` as its ISO 639-1
+code (`Dialect.transcription_language`: OpenAI `language`, xAI `language_hint`), so the caller's words are
+transcribed in it; neither protocol has a field for the language the model speaks, so the instructions end
+with "Speak German (de-DE)." (providers/language.py). A language without an ISO 639-1 code ("yue") cannot be
+given to the transcription: the adapter refuses it (ValueError) rather than send half of it.
+
 Commits and turn detection: `SessionSettings.turn_detection="server"` configures server VAD (it commits each
 caller turn and answers it); `"client"` sends `turn_detection: null` (§1.3, §3.3), and the engine ends each turn
 with `commit_input()` (RO5): `input_audio_buffer.commit`, then `response.create` where the dialect needs one
@@ -64,6 +70,7 @@ from providers.events import (
     UsageUpdated,
     bounded,
 )
+from providers.language import iso639_1, with_speak_line
 from providers.limits import AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
 from rtp.audio import PCMA_8K, PCMU_8K, AudioFormat
@@ -118,6 +125,9 @@ class Dialect:
     default_voice: str
     transcription_model: str
     """Input transcription model asked for in `session.update` (OpenAI `gpt-live-transcribe`, xAI `grok-transcribe`)."""
+    transcription_language: str
+    """Key of the caller's language (ISO 639-1) in `audio.input.transcription`: OpenAI `language`, xAI
+    `language_hint` (§1.3, §3.3)."""
     session_type: str | None
     """`session.type` in `session.update`: required by OpenAI GA (`"realtime"`), absent on xAI."""
     nested_audio_settings: bool
@@ -165,18 +175,20 @@ def turn_detection(settings: SessionSettings) -> dict[str, Any] | None:
 
 def session_update_frame(dialect: Dialect, settings: SessionSettings, fmt: AudioFormat) -> dict[str, Any]:
     """The `session.update` client event: G.711 both ways, server VAD (or none in client turn-detection mode),
-    input transcription, function tools."""
+    input transcription, function tools. The call's language (module docstring) goes in the transcription's
+    language field and, since the protocol has no field for the model's spoken language, in the instructions."""
     voice = settings.voice or dialect.default_voice
-    audio_in: dict[str, Any] = {
-        "format": audio_format_json(dialect, fmt),
-        "transcription": {"model": dialect.transcription_model},
-    }
+    transcription = {"model": dialect.transcription_model}
+    if settings.language:
+        transcription[dialect.transcription_language] = iso639_1(settings.language)
+    audio_in: dict[str, Any] = {"format": audio_format_json(dialect, fmt), "transcription": transcription}
     audio_out: dict[str, Any] = {"format": audio_format_json(dialect, fmt)}
     session: dict[str, Any] = {}
     if dialect.session_type is not None:
         session["type"] = dialect.session_type
-    if settings.instructions:
-        session["instructions"] = settings.instructions
+    instructions = with_speak_line(settings.instructions, settings.language)
+    if instructions:
+        session["instructions"] = instructions
     if dialect.nested_audio_settings:
         audio_in["turn_detection"] = turn_detection(settings)
         audio_out["voice"] = voice
@@ -219,6 +231,8 @@ class RealtimeClientProtocol:
         for role, _ in settings.history:
             if role not in HISTORY_ROLES:
                 raise ValueError(f"history role must be one of {HISTORY_ROLES}, got {role!r}")
+        if settings.language:
+            iso639_1(settings.language)  # ValueError now, not when the server's session.created arrives
         self.dialect = dialect
         self.settings = settings
         self.audio_format = audio_format
@@ -566,6 +580,11 @@ class RealtimeAdapter:
     capabilities: ClassVar[Capabilities]
     dialect: ClassVar[Dialect]
     log: ClassVar[logging.Logger]
+
+    @staticmethod
+    def check_language(tag: str) -> None:
+        """ValueError unless `tag` has an ISO 639-1 code for the transcription (module docstring)."""
+        iso639_1(tag)
 
     def __init__(
         self,

@@ -9,6 +9,10 @@ beta `response.text.*`; truncation is not supported (the model's context keeps w
 usage is `billable_audio_seconds`, a running total for the conversation; with `turn_detection: null` the server
 answers an `input_audio_buffer.commit` by itself (no `response.create`, which it would drop). The periodic
 `ping` keepalive is an unknown event to the core and ignored.
+
+Language (providers/language.py): the call's language as ISO 639-1 in `audio.input.transcription.language_hint`
+(§3.3's name; the fake also takes OpenAI's `language`), and "Speak German (de-DE)." at the end of the
+instructions (xAI has no output-language field).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ DIALECT = Dialect(
     default_model=DEFAULT_MODEL,
     default_voice="eve",
     transcription_model="grok-transcribe",
+    transcription_language="language_hint",  # ISO 639-1 (§3.3)
     session_type=None,
     nested_audio_settings=False,
     format_with_rate=True,

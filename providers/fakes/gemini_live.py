@@ -185,6 +185,7 @@ _GENERATION_KEYS = frozenset(
         "frequencyPenalty",
     }
 )
+_SPEECH_KEYS = frozenset({"voiceConfig", "languageCode", "multiSpeakerVoiceConfig"})  # SpeechConfig
 _REALTIME_INPUT_KEYS = frozenset(
     {
         "audio",
@@ -528,6 +529,7 @@ class GeminiFakeConnection:
             self._reject_at, self._reject = now, _Reject(1007, BAD_KEY)
         # After setup:
         self.setup: dict[str, Any] | None = None
+        self.language_code: str | None = None  # setup's speechConfig.languageCode (BCP 47), if it gave one
         self.session: _Session | None = None
         self.model = ""
         self._setup_complete_at: int | None = None
@@ -740,6 +742,12 @@ class GeminiFakeConnection:
         modalities = _get(generation, "responseModalities", ["AUDIO"])
         if modalities != ["AUDIO"]:
             raise _Reject(1007, INVALID_ARGUMENT)
+        speech = _obj(
+            _get(generation, "speechConfig", {}), "setup.generation_config.speech_config", _SPEECH_KEYS
+        )
+        language = _get(speech, "languageCode")
+        if language is not None and not isinstance(language, str):
+            raise _Reject(1007, INVALID_ARGUMENT)
         rt = _obj(_get(setup, "realtimeInputConfig", {}), "setup.realtime_input_config")
         aad = _obj(
             _get(rt, "automaticActivityDetection", {}),
@@ -788,7 +796,7 @@ class GeminiFakeConnection:
             self._resumption = True
             handle = _get(_obj(resumption, "setup.session_resumption"), "handle")
         self.session = self._open_session(handle, instruction_tokens, now)
-        self.setup, self.model = setup, name
+        self.setup, self.model, self.language_code = setup, name, language
         self.record.session_id = self.session.id
         # The session (and every timer and fault) starts now.
         self._faults = FaultSchedule(
