@@ -251,6 +251,17 @@ def test_bad_first_frames_close_the_connection(frame: dict[str, Any] | str, code
     assert h.send({"setup": {"model": MODEL}}) == [] and h.conn.close_to_send() is None  # ignored from now on
 
 
+def test_speech_config_language_code_is_recorded_in_either_spelling_and_unknown_keys_close_1007() -> None:
+    for speech in ({"languageCode": "de-DE"}, {"language_code": "de-DE", "voice_config": {}}):
+        h = Harness()
+        assert h.setup(generationConfig={"speechConfig": speech}) == [{"setupComplete": {}}]
+        assert h.conn.language_code == "de-DE"
+    for speech in ({"language": "de-DE"}, {"languageCode": 7}):
+        h = Harness()
+        h.setup(generationConfig={"speechConfig": speech})
+        assert h.closed is not None and h.closed.code == 1007, speech
+
+
 def test_a_second_setup_and_unknown_messages_close_1007() -> None:
     for frame in ({"setup": {"model": MODEL}}, {"somethingElse": {}}):
         h = Harness()
