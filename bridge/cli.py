@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import faulthandler
+import functools
 import logging
 import os
 import signal
@@ -14,7 +15,7 @@ import tempfile
 import wave
 from collections.abc import Coroutine, Mapping
 from importlib import import_module
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NoReturn, TypeVar
 
 import click
 
@@ -23,7 +24,7 @@ from bridge.delegations import JobRequest
 from bridge.doctor import doctor_command
 from bridge.heap import HeapTrim, freeze_start_up_heap, malloc_trim, tune_malloc
 from bridge.jsonlog import use_json_logs
-from bridge.ops import DEFAULT_DRAIN_S, config_group, serve_file
+from bridge.ops import DEFAULT_DRAIN_S, call_server, config_group, serve_file
 from bridge.providers import KINDS, MissingKey, api_key
 from bridge.records import CallEnded, CallRecord, CallStarted, UncertainWork, Utterance
 from bridge.rollover import RolloverOptions
@@ -694,20 +695,56 @@ _CALL_RESTATED = {
     metavar="S",
     help="Give up (CANCEL, reported as no answer) when the callee has not answered after S seconds.",
 )
-def call_command(target: str, from_uri: str | None, ring_timeout: float, **options: Any) -> None:
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="TOML configuration (as serve's): the call gets its outbound route, trunk and provider from it.",
+)
+@click.option("--trunk", default=None, metavar="NAME", help="Call through this [[trunks]] entry of --config.")
+@click.option("--route", default=None, metavar="NAME", help="Give the call this outbound route of --config.")
+def call_command(
+    target: str,
+    from_uri: str | None,
+    ring_timeout: float,
+    config_file: str | None,
+    trunk: str | None,
+    route: str | None,
+    **options: Any,
+) -> None:
     """Place one call to TARGET on the native engine and bridge it to the provider, as `serve` bridges the
     calls it answers. The provider connection opens while the callee rings. Exits 0 once an answered call
     has ended; 1 when it was busy, not answered or failed (the SIP status is printed); 2 when it could not
-    be placed at all. SIGINT/SIGTERM hangs up (CANCEL while it rings)."""
+    be placed at all. SIGINT/SIGTERM hangs up (CANCEL while it rings). With --config, TARGET may be a number
+    to dial at the trunk's registrar (bridge/dialing.py)."""
     _setup_logging(options["log_level"])
     if options["log_format"] == "json":
         use_json_logs()
     try:
-        uri = parse_uri(target)
+        uri = parse_uri(target) if config_file is None or ":" in target else None
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="TARGET") from None
-    if uri.scheme not in ("sip", "sips") or not uri.user:
+    if uri is not None and (uri.scheme not in ("sip", "sips") or not uri.user):
         raise click.BadParameter(f"expected sip:NUMBER@HOST[:PORT], got {target!r}", param_hint="TARGET")
+
+    def run(server: Server) -> NoReturn:
+        placing = functools.partial(
+            place_call, server, target, from_uri=from_uri, ring_timeout_s=ring_timeout
+        )
+        if (
+            trunk is not None or route is not None
+        ):  # (only then: place_call's callers without them are as before)
+            placing = functools.partial(placing, trunk=trunk, route=route)
+        sys.exit(asyncio.run(placing()))
+
+    if config_file is not None:  # the file's providers, outbound routes and trunks (bridge/ops.py)
+        sip = _host_port(options["sip_addr"], 5060)
+        run(
+            call_server(
+                config_file, sip, setup_logging=_setup_logging, webhook_application=WebhookApplication
+            )
+        )
     provider_fields, application = _provider_fields(options)
     config = ServerConfig(
         **provider_fields,
@@ -718,8 +755,7 @@ def call_command(target: str, from_uri: str | None, ring_timeout: float, **optio
         engine="native",  # the pjsua2 engine places no calls
         browser_channel=False,
     )
-    server = Server(application, config)
-    sys.exit(asyncio.run(place_call(server, target, from_uri=from_uri, ring_timeout_s=ring_timeout)))
+    run(Server(application, config))
 
 
 for _param in serve.params:
@@ -731,7 +767,15 @@ for _param in serve.params:
         call_command.params.append(_restated)
 
 
-async def place_call(server: Server, target: str, *, from_uri: str | None, ring_timeout_s: float) -> int:
+async def place_call(
+    server: Server,
+    target: str,
+    *,
+    from_uri: str | None,
+    ring_timeout_s: float,
+    trunk: str | None = None,
+    route: str | None = None,
+) -> int:
     """`call`'s run: start the server, dial, wait for the call's session to finish, stop; the exit status (see
     `call_command`). The outcome is printed on stdout: "answered" or "busy"/"no answer"/"failed"/"cancelled"
     with the SIP status and reason."""
@@ -747,7 +791,9 @@ async def place_call(server: Server, target: str, *, from_uri: str | None, ring_
     try:
         server.calls_changed.clear()
         try:
-            call_id = await server.dial(target, from_uri=from_uri, ring_timeout_s=ring_timeout_s)
+            call_id = await server.dial(
+                target, from_uri=from_uri, ring_timeout_s=ring_timeout_s, trunk=trunk, route=route
+            )
         except (ValueError, OSError, RuntimeError) as exc:  # EngineError is a RuntimeError
             log.error("cannot call %s: %s", target, exc)
             return 2

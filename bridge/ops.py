@@ -21,6 +21,7 @@ import ssl
 import sys
 import wave
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import NoReturn
 
@@ -28,6 +29,7 @@ import click
 
 from bridge.api import ECHO_LOCAL_KEY, Application, CallRefused, CallSetup, LiveCall, Server, ServerConfig
 from bridge.config import (
+    CLI_OPTIONS,
     ECHO,
     BridgeConfig,
     ConfigError,
@@ -346,6 +348,13 @@ def serve_file(
     for ep in sc.route_providers:  # issue 15: a provider per route (bridge/plans.py)
         routes = [r.name for r in config.routes if r.provider == ep.name]
         log.info("provider %s for route(s) %s at %s", ep.name, ", ".join(routes), ep.url or "its endpoint")
+    return run(Server(_routed(config, path, webhook_application), sc))
+
+
+def _routed(
+    config: BridgeConfig, path: str, webhook_application: Callable[[WebhookConfig], Application]
+) -> RoutedApplication:
+    """The file's routes over its webhook application (or `serve`'s default one)."""
     application: Application = Application()
     if config.webhook.url is not None:
         try:
@@ -355,7 +364,33 @@ def serve_file(
         except ValueError as exc:
             _refuse([f"{path}: webhook.url: {exc}"])
         application = webhook_application(webhook)
-    return run(Server(RoutedApplication(application, config), sc))
+    return RoutedApplication(application, config)
+
+
+def call_server(
+    path: str,
+    sip: tuple[str, int],
+    *,
+    setup_logging: Callable[[str], None],
+    webhook_application: Callable[[WebhookConfig], Application],
+) -> Server:
+    """`call --config FILE`: a server for the one call `call` places, with the file's providers, outbound routes,
+    trunks and webhook (the command line's options over them), listening where `call --sip` says. It keeps no
+    listener of the file's (a `serve` of the same file may hold them), registers nowhere (that would move the
+    trunk's binding away from the running `serve`) and takes one call."""
+    environ = os.environ
+    try:
+        given = {k: v for k, v in given_options(click.get_current_context()).items() if k in CLI_OPTIONS}
+        given.pop("sip_addr", None)
+        config = apply_options(load(path), given)
+        sc = server_config(config, environ)
+    except ConfigError as exc:
+        _refuse(exc.problems)
+    setup_logging(config.logging.level)
+    if config.logging.format == "json":
+        use_json_logs()
+    sc = replace(sc, sip=sip, http=None, register=(), max_calls=1, engine="native", browser_channel=False)
+    return Server(_routed(config, path, webhook_application), sc)
 
 
 @click.group("config")

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import peers
-from test_trunk_edge import _callee, _post, _wait_json
+from test_trunk_edge import _call, _callee, _post, _wait_json
 
 CONFIG = """
 [listeners]
@@ -103,3 +103,25 @@ def test_post_calls_under_a_config_uses_the_outbound_route_and_the_trunks_creden
     assert any("this is your appointment reminder" in g for g in greetings), greetings
     assert not any("reception" in g for g in greetings), greetings
     assert "pw-1001" not in bridge.log and "carrier-pw" not in bridge.log
+
+
+def test_call_with_a_config_file_places_the_call_on_the_outbound_route(start_fake, tmp_path: Path) -> None:
+    fake = start_fake("openai-live")
+    config = tmp_path / "bridge.toml"
+    config.write_text(CONFIG.format(url=fake.url))
+    callee, port, logs = _callee(
+        "uas_invite_auth", tmp_path, "-rtp_echo", "-set", "pw", "pw-1001", "-set", "talk_ms", "2000"
+    )
+    env = {"TEST_LIVE_KEY": "sk-live-test", "CARRIER_PASSWORD": "carrier-pw", "PBX_PASSWORD": "pw-1001"}
+    call = _call(tmp_path, f"sip:1001@127.0.0.1:{port}", "--config", str(config), env=env)
+    try:
+        assert call.wait(30) == 0, call.stderr[-3000:]
+        assert callee.wait(10) is not None
+    finally:
+        call.stop()
+        callee.stop(term_timeout=3.0)
+    assert "ANSWERED" in logs.read_text(errors="replace")
+    assert re.search(r"call-1: route reminders", call.stderr), call.stderr[-3000:]
+    assert re.search(r"call-1: to sip:1001@127\.0\.0\.1:\d+ via trunk loopback-pbx", call.stderr)
+    [start] = _client_frames(fake.record, "session.start")
+    assert start["session"]["instructions"] == "outbound reminder words"  # type: ignore[index]

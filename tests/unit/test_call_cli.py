@@ -88,3 +88,40 @@ def test_call_refuses_options_that_do_not_fit_as_serve_does(
     result = CliRunner().invoke(cli.main, ["call", "sip:1@127.0.0.1", "--provider", "xai"])
     assert result.exit_code == 2 and "XAI_API_KEY" in result.output
     assert placed == []
+
+
+CONFIG = """
+[listeners]
+sip_udp = "127.0.0.1:5060"        # serve's: a running serve holds it, call listens where --sip says
+http = "127.0.0.1:8080"
+[defaults]
+provider = "echo"
+[[trunks]]
+name = "carrier"
+registrar = "sip:acct@sip.carrier.example"
+auth_user = "acct"
+password_env = "CARRIER_PW"
+[[routes]]
+name = "reminders"
+direction = "outbound"
+greeting = "Say: a reminder."
+"""
+
+
+def test_call_with_a_config_file_takes_its_trunks_and_routes_but_not_its_listeners(
+    placed: list[tuple[Server, str, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    path = tmp_path / "bridge.toml"
+    path.write_text(CONFIG)
+    monkeypatch.setenv("CARRIER_PW", "pw-carrier")
+    args = ["call", "+4930555", "--config", str(path), "--trunk", "carrier", "--route", "reminders"]
+    result = CliRunner().invoke(cli.main, [*args, "--rtp-port", "14000"])
+    assert result.exit_code == 0, result.output
+    [(server, target, kwargs)] = placed
+    c = server.config
+    assert target == "+4930555" and kwargs["trunk"] == "carrier" and kwargs["route"] == "reminders"
+    assert (c.sip, c.http, c.register, c.max_calls, c.engine) == (("127.0.0.1", 0), None, (), 1, "native")
+    assert c.rtp_port == 14000  # the command line over the file, as for serve
+    [trunk] = c.dial_trunks
+    assert (trunk.name, trunk.credentials) == ("carrier", ("acct", "pw-carrier"))
+    server.application.check_outbound(target, "reminders")  # the file's outbound route is known
