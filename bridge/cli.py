@@ -732,9 +732,7 @@ def call_command(
         placing = functools.partial(
             place_call, server, target, from_uri=from_uri, ring_timeout_s=ring_timeout
         )
-        if (
-            trunk is not None or route is not None
-        ):  # (only then: place_call's callers without them are as before)
+        if trunk is not None or route is not None:
             placing = functools.partial(placing, trunk=trunk, route=route)
         sys.exit(asyncio.run(placing()))
 
