@@ -7,10 +7,11 @@ voice, tools and greeting. A thin shell: it reads the environment, files and the
 Choices (the brief was silent): an inbound call that matches no route when the file has inbound routes is
 refused with 404 (`CallRefused`); a call the bridge places gets an outbound route (the one its request names,
 or the first matching the dialled number) and [defaults] when none matches, never an inbound route
-(bridge/config.py, "Directions"); it goes out on a trunk of the file (bridge/dialing.py); a route's `provider` connects that route's calls to it (bridge/plans.py), with its own key,
-URL, CA and rollover options from the file's [providers.NAME], checked at start like the default's. Keys of
-the file that `serve` cannot honour yet are named in
-one warning at start, never silently dropped.
+(bridge/config.py, "Directions"); it goes out on a trunk of the file (bridge/dialing.py); a route's `provider`
+connects that route's calls to it (bridge/plans.py), with its own key, URL, CA and rollover options from the
+file's [providers.NAME], checked at start like the default's; a route's (or [defaults]') `language` that its
+provider cannot carry refuses the start (`language_problems`). Keys of the file that `serve` cannot honour
+yet are named in one warning at start, never silently dropped.
 """
 
 from __future__ import annotations
