@@ -7,8 +7,10 @@ configuration, chosen by `choose_trunk`:
    trunk's refuses the call before anything is sent;
 2. else the trunk whose registrar's host is the target's host, or whose `allow` networks hold the target's
    address (a carrier's SBC is usually both the registrar and an allowed source);
-3. else the first trunk with a registrar (the account calls go out on);
-4. else none: the call goes direct to the target's host, with no credentials of the file's.
+3. else, for a bare number only, the first trunk with a registrar (the account calls go out on);
+4. else none: the call goes direct to the target's host, with no credentials of the file's. A URI whose host
+   is no trunk's never gets a trunk's digest answer: a host that challenged it could guess the password offline
+   from the response (RFC 3261 §22.4 leaves the realm check to the UAC; we check the host).
 
 The chosen trunk's digest user and password answer the 401/407 of the INVITE (RFC 3261 §22.2: the native
 engine's UAC answers one challenge per request, sip/auth.py); its registered address of record is the call's
@@ -93,7 +95,7 @@ def _inside(host: str, networks: tuple[str, ...]) -> bool:
 
 def choose_trunk(trunks: Sequence[T], target: str, name: str | None = None) -> T | None:
     """The trunk an outbound call to `target` goes out on (module docstring: by `name`, by the target's host,
-    the first with a registrar, or None for a direct call). ValueError when `name` is no trunk's."""
+    the first with a registrar for a bare number, or None for a direct call). ValueError when `name` is no trunk's."""
     if name is not None:
         named = next((t for t in trunks if t.name == name), None)
         if named is None:
@@ -108,6 +110,7 @@ def choose_trunk(trunks: Sequence[T], target: str, name: str | None = None) -> T
         for trunk in trunks:
             if _inside(host, trunk.allow):
                 return trunk
+        return None
     return next((t for t in trunks if t.registrar is not None), None)
 
 

@@ -224,15 +224,17 @@ header = { name = "X-Line", value = "a" }
 # --- the trunk an outbound call goes out on ---------------------------------------------------------------------
 
 
-def test_trunk_by_name_by_target_host_then_the_first_with_a_registrar(tmp_path: Path) -> None:
+def test_trunk_by_name_by_target_host_and_a_bare_number_by_the_first_with_a_registrar(tmp_path: Path) -> None:
     trunks = load(_file(tmp_path)).trunks
     assert choose_trunk(trunks, "sip:1@anywhere.example", "backup").name == "backup"  # type: ignore[union-attr]
     by_host = choose_trunk(trunks, "sip:+4930555@SIP.carrier.example:5060")
     assert by_host is not None and by_host.name == "carrier"
     assert choose_trunk(trunks, "sip:+1555@backup.example").name == "backup"  # type: ignore[union-attr]
     assert choose_trunk(trunks, "sip:200@192.0.2.9").name == "office"  # type: ignore[union-attr]  # allow CIDR
-    assert choose_trunk(trunks, "sip:200@198.51.100.1").name == "carrier"  # type: ignore[union-attr]
-    assert choose_trunk([t for t in trunks if t.registrar is None], "sip:200@198.51.100.1") is None  # direct
+    assert choose_trunk(trunks, "+4930555").name == "carrier"  # type: ignore[union-attr]
+    assert choose_trunk([t for t in trunks if t.registrar is None], "+4930555") is None
+    # A host that is no trunk's goes direct: no trunk's digest answer reaches a stranger's challenge.
+    assert choose_trunk(trunks, "sip:200@198.51.100.1") is None
     with pytest.raises(ValueError, match="trunk 'nope': no trunk has that name .*office, carrier, backup"):
         choose_trunk(trunks, "sip:1@x", "nope")
 
