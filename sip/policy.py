@@ -15,9 +15,16 @@ The checks, in order (the first that refuses decides; each refusal is counted in
    Out-of-dialog OPTIONS have a bucket of their own (`options_rate_per_s`, `options_burst`): beyond it they
    are dropped silently, because under a flood an answer of any kind costs as much as a 200 (issue 17); a
    load balancer's probe, a few a minute, never comes near it.
-4. Inbound digest (`auth`, a `sip.auth.DigestServer`) for INVITE and every other method except OPTIONS (a
-   load balancer's probe), CANCEL and ACK (RFC 3261 §22.1: they cannot be challenged): no or wrong
-   credentials → a challenge; right credentials on an old nonce → a challenge with stale=true. We challenge
+4. A method the bridge does not serve (not in `served`, the methods `sip.ua` answers: REGISTER, SUBSCRIBE,
+   MESSAGE, PUBLISH, anything unknown) is let through to the user agent, which refuses it (405 or 501 with
+   Allow) before any digest check: the answer is the same whatever credentials it carries, so it never tells
+   a right password from a wrong one.
+5. Inbound digest (`auth`, a `sip.auth.DigestServer`) for INVITE and every other served method except OPTIONS
+   (a load balancer's probe), CANCEL and ACK (RFC 3261 §22.1: they cannot be challenged): no or wrong
+   credentials → a challenge; right credentials on an old nonce → a challenge with stale=true. Each check is
+   guarded (`guard`, a `sip.guard.AuthGuard`): failures are counted per source and per user across methods;
+   a source backing off, or a user guarded against it, is dropped before its credentials are looked at; a
+   banned source is dropped silently before check 2, whatever its method (see sip/guard.py). We challenge
    with 401 / WWW-Authenticate by default: the bridge is the user agent that answers, not a proxy (§22.3);
    pass `DigestServer(..., proxy=True)` for 407 when a PBX expects proxy authentication.
 The allowlist and digest combine with AND: when both are set, a source must be allowed and authenticate.
@@ -34,7 +41,8 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
-from sip.auth import AuthMissing, AuthOk, AuthStale, DigestServer
+from sip.auth import AuthMissing, AuthOk, AuthStale, DigestServer, parse_authorization
+from sip.guard import AuthGuard
 from sip.message import Request
 
 __all__ = [
@@ -46,6 +54,7 @@ __all__ = [
     "Drop",
     "InboundPolicy",
     "PolicyConfig",
+    "SERVED_METHODS",
     "Refuse",
     "check_bind",
     "parse_networks",
@@ -63,6 +72,9 @@ DEFAULT_SCANNERS = (
     "pplsip",
 )
 _UNCHALLENGED = frozenset({"ACK", "CANCEL", "OPTIONS"})
+# The methods sip.ua answers (its ALLOWED; a unit test keeps the two equal): the others are refused by the user
+# agent (405/501) before any digest check.
+SERVED_METHODS = frozenset({"INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY"})
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -137,6 +149,22 @@ def _address(host: str) -> Address | None:
     return address
 
 
+def _host_key(host: str) -> str:
+    """A source's key in the guard: its address, normalised (IPv4-mapped IPv6 as IPv4), else the text."""
+    address = _address(host)
+    return str(address) if address is not None else host[:64]
+
+
+def _username(fields: tuple[str, ...]) -> str | None:
+    """The username of the first Digest credentials field, or None (the guard's per-user key)."""
+    for value in fields:
+        try:
+            return parse_authorization(value).username
+        except ValueError:
+            continue
+    return None
+
+
 class _Bucket:
     __slots__ = ("tokens", "at")
 
@@ -157,9 +185,18 @@ class _Limit:
 class InboundPolicy:
     """See the module docstring. `decide` never raises; `counters` counts every refusal by reason."""
 
-    def __init__(self, config: PolicyConfig | None = None, *, auth: DigestServer | None = None) -> None:
+    def __init__(
+        self,
+        config: PolicyConfig | None = None,
+        *,
+        auth: DigestServer | None = None,
+        guard: AuthGuard | None = None,
+        served: frozenset[str] = SERVED_METHODS,
+    ) -> None:
         self.config = config or PolicyConfig()
         self.auth = auth
+        self.guard = guard if guard is not None else AuthGuard()
+        self.served = served
         self.networks = parse_networks(self.config.allow)
         self._scanners = tuple(s.lower() for s in self.config.scanner_user_agents if s)
         c = self.config
@@ -200,6 +237,10 @@ class InboundPolicy:
             if self.config.scanner_action == "403":
                 return Refuse(403, "Forbidden")
             return Drop("scanner User-Agent")
+        host = _host_key(source[0])
+        if self.guard.banned(host, now):
+            self.counters["auth_ban_dropped"] += 1
+            return Drop("source banned")
         if not self.allowed(source[0]):
             self.counters["not_allowed"] += 1
             if self.config.drop_unknown:
@@ -213,19 +254,30 @@ class InboundPolicy:
         if wait is not None:
             self.counters["rate_limited"] += 1
             return Refuse(503, "Service Unavailable (rate limited)", (("Retry-After", str(wait)),))
-        if self.auth is None or method in _UNCHALLENGED:
-            return Accept()
+        if self.auth is None or method in _UNCHALLENGED or method not in self.served:
+            return Accept()  # an unserved method: the user agent's 405/501, never a digest verdict
         auth = self.auth
-        verdict = auth.verify(
-            method, request.uri, request.headers.get_fields(auth.credentials_header), now, request.body
-        )
+        fields = request.headers.get_fields(auth.credentials_header)
+        user = _username(fields)
+        hold = self.guard.hold(host, user, now)
+        if hold is not None:
+            self.counters[f"auth_{hold}_dropped" if hold != "banned" else "auth_ban_dropped"] += 1
+            return Drop(f"digest {hold.replace('_', ' ')}")
+        verdict = auth.verify(method, request.uri, fields, now, request.body)
         if isinstance(verdict, AuthOk):
             self.counters["auth_ok"] += 1
+            self.guard.succeeded(host, verdict.username, now)
             return Accept(verdict.username)
         if isinstance(verdict, AuthStale):
             self.counters["auth_stale"] += 1
             return Challenge(auth.status, auth.challenge(now, stale=True), stale=True)
-        self.counters["auth_missing" if isinstance(verdict, AuthMissing) else "auth_failed"] += 1
+        if isinstance(verdict, AuthMissing):
+            self.counters["auth_missing"] += 1
+        else:
+            self.counters["auth_failed"] += 1
+            self.guard.failed(host, user, now)
+            for scope, n in self.guard.bans.items():  # bans begun, by scope (the metrics read them)
+                self.counters[f"auth_bans_{scope}"] = n
         return Challenge(auth.status, auth.challenge(now))
 
     def _take_token(self, limit: _Limit, host: str, now: int) -> int | None:
