@@ -43,7 +43,11 @@ class EngineConfig:
     port: int = 5060
     rtp_port: int = 4000  # first local RTP port; each call takes the next free pair
     max_calls: int | None = None
-    user_agent: str = "parlora-bridge"  # User-Agent / Server header
+    # The Server / User-Agent field (None: none at all) and the digest realm of inbound authentication (None:
+    # `digest_realm`'s default). Both say nothing about the product by default: a scanner (svmap, svwar)
+    # fingerprints what a server names itself, and a product name tells it which exploits and defaults to try.
+    server_header: str | None = None
+    realm: str | None = None
     # A transfer with no report (REFER response or NOTIFY) for this long ends with a final 408 (sip/transfer.py).
     transfer_timeout_s: float = 30.0
     retry_after_s: int = 30  # Retry-After on a 503 while draining or full
@@ -197,10 +201,21 @@ def check_listen(config: EngineConfig, *, allow_any: bool = False) -> BindCheck:
     with `allow_any` (then `warning` says so, to be logged loudly)."""
     auth = None
     if config.inbound_auth is not None:
-        auth = DigestServer(config.user_agent, [Credentials(*config.inbound_auth)])
+        auth = DigestServer(digest_realm(config), [Credentials(*config.inbound_auth)])
     return check_bind(
         config.host, InboundPolicy(PolicyConfig(allow=config.allow), auth=auth), allow_any=allow_any
     )
+
+
+def digest_realm(config: EngineConfig) -> str:
+    """The realm inbound digest challenges name: `config.realm`, else the address the bridge advertises
+    (`external_address`, else the bound host) as RFC 3261 §22.1 suggests (a realm names the protection space,
+    typically the host; it tells a scanner nothing it did not know to reach us), else, on a wildcard bind,
+    the neutral "sip". Peers' credentials answer any realm unless their configuration pins one."""
+    if config.realm:
+        return config.realm
+    host = config.external_address or config.host
+    return "sip" if host in ("", "0.0.0.0", "::", "[::]") else host
 
 
 def engine_spec(name: str) -> EngineSpec:

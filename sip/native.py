@@ -54,7 +54,7 @@ from rtp.stream import ARRIVAL_WINDOW_MS, PCMU, RtpStream, StreamConfig
 from sip import sdp
 from sip import ua as core
 from sip.auth import Credentials, DigestServer
-from sip.engine import EngineConfig, EngineStartError, OnCall
+from sip.engine import EngineConfig, EngineStartError, OnCall, digest_realm
 from sip.identity import call_identity
 from sip.leg import (
     CallEnded,
@@ -614,7 +614,7 @@ def build_policy(config: EngineConfig) -> InboundPolicy:
     auth = None
     if config.inbound_auth is not None:
         user, password = config.inbound_auth
-        auth = DigestServer(config.user_agent, [Credentials(user, password)])
+        auth = DigestServer(digest_realm(config), [Credentials(user, password)])
     return InboundPolicy(
         PolicyConfig(
             allow=config.allow,
@@ -648,7 +648,10 @@ def describe_policy(config: EngineConfig) -> str:
     if config.allow:
         parts.append("others dropped" if config.drop_unknown else "others 403")
     if config.inbound_auth is not None:
-        parts.append(f"digest user {config.inbound_auth[0]!r}")
+        parts.append(
+            f"digest user {config.inbound_auth[0]!r} (realm {digest_realm(config)!r}; 5 failures in 60 s ban the "
+            "source 10 min, doubling)"
+        )
     rate = invite_rate(config)
     if rate > 0:
         parts.append(f"INVITE rate {rate:g}/s per source (burst {config.invite_burst})")
@@ -798,7 +801,7 @@ class NativeUserAgent:
                 port=port,
                 send_to_source=config.nat,
                 tls_port=tls_port,
-                user_agent=config.user_agent,
+                user_agent=config.server_header,
                 max_calls=self._max_calls,
                 retry_after_s=config.retry_after_s,
                 timers=self._timers,
@@ -866,7 +869,7 @@ class NativeUserAgent:
                         destination=destination,
                         expires_s=config.register_expires_s,
                         keepalive_s=config.register_keepalive_s or None,  # issue 14: OPTIONS keepalive
-                        user_agent=config.user_agent,
+                        user_agent=config.server_header,
                     ),
                     credentials=credentials,
                     rng=random.Random(self.rng.getrandbits(64)),

@@ -389,6 +389,7 @@ def unsupported_options(config: EngineConfig) -> list[str]:
         "--allow": bool(config.allow),
         "--drop-unknown": config.drop_unknown,
         "--inbound-auth": config.inbound_auth is not None,
+        "--realm": config.realm is not None,
         "--invite-rate": config.invite_rate_per_s is not None,
         "--options-rate": config.options_rate_per_s is not None,
         "--register": bool(config.register),
@@ -557,7 +558,7 @@ class Pjsua2UserAgent:
         cfg.uaConfig.threadCnt = 0
         cfg.uaConfig.mainThreadOnly = True
         cfg.uaConfig.maxCalls = WHEEL_MAX_CALLS
-        cfg.uaConfig.userAgent = self.config.user_agent
+        cfg.uaConfig.userAgent = self.config.server_header or ""  # empty: pjsua sends no User-Agent
         cfg.logConfig.writer = writer
         cfg.logConfig.level = self.pjsip_log_level
         cfg.logConfig.consoleLevel = self.pjsip_log_level

@@ -89,9 +89,13 @@ class RegistrationConfig:
     backoff_initial_s: float = 2.0
     backoff_max_s: float = 300.0
     backoff_jitter: float = 0.5
-    user_agent: str = "parlora-bridge"
+    user_agent: str | None = None  # the User-Agent field; None: none (we name no product by default)
     keepalive_s: float | None = None  # OPTIONS to the registrar this often while registered (None: off)
     keepalive_failures: int = 3  # unanswered in a row: "unreachable", and the binding is refreshed at once
+
+
+def _product(c: RegistrationConfig) -> tuple[tuple[str, str], ...]:
+    return (("User-Agent", c.user_agent),) if c.user_agent is not None else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,7 +201,7 @@ class Keepalive:
             ("CSeq", f"{cseq} OPTIONS"),
             ("Contact", f"<{c.contact}>"),
             ("Accept", "application/sdp"),
-            ("User-Agent", c.user_agent),
+            *_product(c),
         ]
         self._outstanding = (cseq, now)
         self._sent += 1
@@ -496,7 +500,7 @@ class Registration:
             ("CSeq", f"{self._cseq} REGISTER"),
             ("Contact", f"<{c.contact}>;expires={expires}"),
             ("Expires", str(expires)),
-            ("User-Agent", c.user_agent),
+            *_product(c),
         ]
         if auth is not None:  # the answer to the challenge just received
             items.extend(auth.headers)

@@ -47,6 +47,8 @@ What the core answers by itself (the application sees only call events):
   Unsupported, 415 with Accept); then the method's own. A message the parser refused with a partial request
   gets the parser's status and reason (400 "Bad CSeq header", 513, 505); one it refused without → dropped
   and counted. An unparseable datagram, a stray response, an unmatched ACK are counted in `stats` and dropped.
+- Server / User-Agent: none unless `UaConfig.user_agent` names a product (a scanner such as svmap reads it to
+  pick its exploits; by default we name nothing).
 - Via: a request's top Via gets `received` and, when it asked with `rport`, `rport` filled (§18.2.1, RFC 3581);
   the responses go to the source address when it asked for rport (or over a stream), else to the source IP and
   the Via's port (§18.2.2).
@@ -196,7 +198,7 @@ class UaConfig:
     host: str = "127.0.0.1"
     port: int = 5060
     user: str = "bridge"
-    user_agent: str = "parlora-bridge"
+    user_agent: str | None = None  # the Server / User-Agent field; None: none at all (nothing to fingerprint)
     max_calls: int = 200
     retry_after_s: int = 30
     timers: TimerConfig = field(default_factory=TimerConfig)
@@ -897,7 +899,7 @@ class UserAgent:
             ("Contact", f"<{self._local_uri(tp)}>"),
             ("Allow", ALLOW),
             ("Supported", SUPPORTED),
-            ("User-Agent", self.config.user_agent),
+            *self._product("User-Agent"),
             *headers,
             ("Content-Type", "application/sdp"),
         ]
@@ -1027,7 +1029,7 @@ class UserAgent:
                 status,
                 reason,
                 to_tag=self._new_tag(),
-                headers=headers + (("Server", self.config.user_agent),),
+                headers=headers + self._product("Server"),
             )
         except ValueError:
             return None
@@ -1126,7 +1128,7 @@ class UserAgent:
         to_tag: str | None = None,
         body: bytes = b"",
     ) -> None:
-        extra = headers + (("Server", self.config.user_agent),)
+        extra = headers + self._product("Server")
         response = make_response(request, status, reason, to_tag=to_tag, headers=extra, body=body)
         self._layer.respond(tx, response, now)
 
@@ -1698,7 +1700,7 @@ class UserAgent:
         request = c.dialog.new_request(
             method,
             via=via,
-            headers=headers + (("User-Agent", self.config.user_agent),),
+            headers=headers + self._product("User-Agent"),
             body=body,
             content_type=content_type,
         )
@@ -1758,6 +1760,11 @@ class UserAgent:
         and re-INVITEs cross every proxy that record-routed (issue 14)."""
         routes = tuple(("Record-Route", value) for value in c.invite.headers.get_fields("Record-Route"))
         return self._contact_headers(c) + routes
+
+    def _product(self, name: str) -> tuple[tuple[str, str], ...]:
+        """The Server (or User-Agent) field naming our product, or none: by default we say nothing a scanner
+        could fingerprint (`UaConfig.user_agent`)."""
+        return ((name, self.config.user_agent),) if self.config.user_agent is not None else ()
 
     def _new_tag(self) -> str:
         return f"{self._rng.getrandbits(64):016x}"
@@ -1890,12 +1897,13 @@ class UserAgent:
     # --- call bookkeeping ---
 
     def _send_2xx(self, c: _Call, tx: ServerInviteTransaction, response: Response, now: int) -> None:
-        response = Response(
-            response.status,
-            response.reason,
-            response.headers.with_header("Server", self.config.user_agent),
-            response.body,
-        )
+        if self.config.user_agent is not None:
+            response = Response(
+                response.status,
+                response.reason,
+                response.headers.with_header("Server", self.config.user_agent),
+                response.body,
+            )
         self._layer.respond(tx, response, now)
         data = tx.response_data or serialize(response)
         if c.retransmitter is not None:
@@ -1987,7 +1995,7 @@ class UserAgent:
         number, _ = parse_cseq(h.get("CSeq") or "1 INVITE")
         items.append(("CSeq", f"{number} CANCEL"))
         items.extend(("Route", route) for route in h.get_fields("Route"))
-        items.append(("User-Agent", self.config.user_agent))
+        items.extend(self._product("User-Agent"))
         cancel = Request("CANCEL", invite.uri, Headers(items))
         tx = self._layer.send_request(cancel, o.destination, o.transport, now)
         self._out_tx[tx] = o
@@ -2095,9 +2103,7 @@ class UserAgent:
         if o.call is not None or o.ended or o.cancel_reason is not None:
             # a second dialog (a fork) or an answer that crossed our CANCEL: ACK it, then BYE it (§13.2.2.4)
             self.stats["outbound_2xx_bye"] += 1
-            bye = dialog.new_request(
-                "BYE", via=self._via(transport), headers=(("User-Agent", self.config.user_agent),)
-            )
+            bye = dialog.new_request("BYE", via=self._via(transport), headers=self._product("User-Agent"))
             self._layer.send_request(bye, destination, transport, now)
             if not o.ended and o.call is None:
                 self._outbound_end(o, o.cancel_reason or "cancelled", o.cancel_status, by_remote=False)

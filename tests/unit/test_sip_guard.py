@@ -10,9 +10,12 @@ import random
 import pytest
 
 from sip.auth import Credentials, DigestServer, digest
+from sip.engine import EngineConfig, digest_realm
 from sip.guard import AuthGuard, GuardConfig
 from sip.message import Request, Response, parse
+from sip.native import build_policy
 from sip.policy import SERVED_METHODS, Accept, Challenge, Drop, InboundPolicy
+from sip.register import Registration, RegistrationConfig
 from sip.ua import ALLOWED, UaConfig, UserAgent
 
 S = 1_000_000_000
@@ -225,3 +228,37 @@ def test_an_unserved_method_gets_the_same_answer_with_right_or_wrong_credentials
     ]
     assert shapes[0] == shapes[1] == shapes[2] == [(405, ", ".join(ALLOWED), None)]
     assert ua.policy is not None and ua.policy.counters["auth_failed"] == 0  # never a digest verdict
+
+
+# --- what the bridge names itself ---
+
+
+def test_no_server_header_by_default_and_none_in_a_register() -> None:
+    ua = UserAgent(UaConfig(), rng=random.Random(1))
+    options = answers(ua, message("OPTIONS", 1), GUESSER, 0)
+    refused = answers(ua, message("SUBSCRIBE", 2), GUESSER, 0)
+    for response in options + refused:
+        assert response.headers.get("Server") is None and response.headers.get("User-Agent") is None
+    reg = Registration(
+        RegistrationConfig(aor="sip:1001@pbx.example", contact="sip:1001@192.0.2.1", via_host="192.0.2.1")
+    )
+    reg.start(0)
+    (out,) = reg.requests()
+    assert out.request.headers.get("User-Agent") is None
+    named = UserAgent(UaConfig(user_agent="Acme SBC"), rng=random.Random(1))
+    (ok,) = answers(named, message("OPTIONS", 1), GUESSER, 0)
+    assert ok.headers.get("Server") == "Acme SBC"
+
+
+def test_realm_is_configurable_and_names_no_product_by_default() -> None:
+    auth = ("alice", PASSWORD)
+    assert digest_realm(EngineConfig(host="192.0.2.10", inbound_auth=auth)) == "192.0.2.10"
+    assert digest_realm(EngineConfig(host="0.0.0.0", external_address="203.0.113.1")) == "203.0.113.1"
+    assert digest_realm(EngineConfig(host="0.0.0.0")) == "sip"
+    policy = build_policy(EngineConfig(host="0.0.0.0", inbound_auth=auth, realm="voice.example"))
+    assert policy.auth is not None and policy.auth.realm == "voice.example"
+    default = build_policy(EngineConfig(host="127.0.0.1", inbound_auth=auth))
+    assert default.auth is not None
+    fields = default.auth.challenge(0)
+    assert all("parlora" not in value.lower() for _, value in fields)
+    assert all('realm="127.0.0.1"' in value for _, value in fields)
