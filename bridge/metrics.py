@@ -33,6 +33,10 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
     audio_discontinuities_total{direction,cause} HR2, HR8
     jobs_total{outcome}, job_duration_seconds    delegations and tool calls
     registrations{trunk,state}                   1 for each trunk's current state, 0 for the others
+    sip_auth_failures_total                      inbound digest checks failed (wrong response, unknown user,
+                                                 forged nonce, replay), every method together (sip/guard.py)
+    sip_bans_total{scope}                        digest bans begun: a source ("source") or a user guessed from
+                                                 many sources ("user"); their requests are dropped unanswered
     sip_messages_rejected_total{reason}          SIP input the engine could not take: unparseable (dropped),
                                                  malformed_NNN (answered NNN), internal_error (dropped)
     engine_held{resource}                        what the engine holds now: calls, transactions, RTP ports,
@@ -62,6 +66,7 @@ CallOutcome = Literal["completed", "failed", "refused", "cancelled", "busy", "no
 RefusalReason = Literal[
     "not_allowed",  # source outside every trunk's allowlist (403 or dropped)
     "auth_failed",  # inbound digest challenge not met
+    "auth_banned",  # dropped unchecked: a banned or backing-off source, a user guarded against it (sip/guard.py)
     "rate_limited",  # per-source INVITE rate (503)
     "options_rate_limited",  # per-source out-of-dialog OPTIONS rate (dropped unanswered)
     "blocked_user_agent",  # a known scanner
@@ -87,6 +92,7 @@ DiscontinuityCause = Literal[
     "ringing",
 ]
 JobOutcome = Literal["completed", "failed", "timeout", "refused", "unknown"]
+BanScope = Literal["source", "user"]
 RegistrationState = Literal["unregistered", "registering", "registered", "failed"]
 REGISTRATION_STATES: tuple[RegistrationState, ...] = ("unregistered", "registering", "registered", "failed")
 
@@ -211,6 +217,17 @@ class BridgeMetrics:
             buckets=JOB_BUCKETS,
             registry=r,
         )
+        self._auth_failures = Counter(
+            f"{PREFIX}_sip_auth_failures",
+            "Inbound digest checks that failed (wrong response, unknown user, forged nonce, replay), all methods.",
+            registry=r,
+        )
+        self._bans = Counter(
+            f"{PREFIX}_sip_bans",
+            "Digest bans begun, by scope: a source, or a user guessed from many sources.",
+            ["scope"],
+            registry=r,
+        )
         self._sip_rejected = Counter(
             f"{PREFIX}_sip_messages_rejected",
             "SIP messages the engine could not take (unparseable, malformed_NNN, internal_error).",
@@ -256,6 +273,12 @@ class BridgeMetrics:
 
     def refused(self, reason: RefusalReason, count: int = 1) -> None:
         self._refusals.labels(reason=reason).inc(count)
+
+    def auth_failures(self, count: int = 1) -> None:
+        self._auth_failures.inc(count)
+
+    def bans(self, scope: BanScope, count: int = 1) -> None:
+        self._bans.labels(scope=scope).inc(count)
 
     def sip_rejected(self, reason: str, count: int = 1) -> None:
         """`reason` is the engine's counter name: `unparseable`, `malformed_NNN` or `internal_error`."""

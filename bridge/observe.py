@@ -11,8 +11,9 @@ for an answered call, the refusal status otherwise, 503 when the provider was un
 at each scrape, the engine's own refusals (`EngineCounters.stats()`: the native engine's counters named with a
 status, e.g. `invite_503_draining`, `method_405`, `policy_403`). The same scrape turns the engine's refusal
 counters and its inbound policy's (`GET /sip`) into `refusals_total{reason}` (draining, max_calls,
-no_common_codec; not_allowed, rate_limited, options_rate_limited, blocked_user_agent, auth_failed), the SIP it
-could not take into `sip_messages_rejected_total{reason}`, what it holds now (`EngineHeld.counts()`) into
+no_common_codec; not_allowed, rate_limited, options_rate_limited, blocked_user_agent, auth_failed,
+auth_banned), its digest failures and bans (sip/guard.py) into `sip_auth_failures_total` and
+`sip_bans_total{scope}`, the SIP it could not take into `sip_messages_rejected_total{reason}`, what it holds now (`EngineHeld.counts()`) into
 `engine_held{resource}`, and its registrations (`GET /sip`'s list) into `registrations{trunk,state}`.
 Counters move by the delta since the last scrape, so a scrape every few seconds costs nothing per call.
 """
@@ -80,6 +81,9 @@ _POLICY_REFUSALS: dict[str, RefusalReason] = {
     "rate_limited": "rate_limited",
     "options_rate_limited": "options_rate_limited",
     "auth_failed": "auth_failed",
+    "auth_ban_dropped": "auth_banned",
+    "auth_backoff_dropped": "auth_banned",
+    "auth_user_banned_dropped": "auth_banned",
 }
 _SIP_REJECTED = re.compile(r"^(unparseable|malformed_\d{3}|internal_errors)$")
 _STATUS_IN_NAME = re.compile(r"(?:^|_)([1-6]\d\d)(?:_|$)")
@@ -272,6 +276,12 @@ class CallObserver:
                 for name, grown in grown_policy.items():
                     if (reason := _POLICY_REFUSALS.get(name)) is not None:
                         self.metrics.refused(reason, grown)
+                    if name == "auth_failed":
+                        self.metrics.auth_failures(grown)
+                    elif name == "auth_bans_source":
+                        self.metrics.bans("source", grown)
+                    elif name == "auth_bans_user":
+                        self.metrics.bans("user", grown)
             registrations = status.get("registrations")
             for reg in registrations if isinstance(registrations, list) else []:
                 if isinstance(reg, dict) and (state := _REGISTRATION_STATES.get(str(reg.get("state")))):

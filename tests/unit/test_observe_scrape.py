@@ -72,6 +72,25 @@ def test_policy_refusals_are_counted_once_each_from_the_policy_s_own_counters() 
     assert _value(m, "parlora_refusals_total", reason="options_rate_limited") == 2
 
 
+def test_digest_failures_and_bans_reach_their_metrics() -> None:
+    obs, engine = CallObserver(), _Engine()
+    engine.policy = {
+        "auth_failed": 5,
+        "auth_bans_source": 1,
+        "auth_ban_dropped": 3,
+        "auth_backoff_dropped": 2,
+    }
+    obs.scrape(engine)
+    engine.policy.update(auth_failed=25, auth_bans_user=1)
+    obs.scrape(engine)
+    m = obs.metrics
+    assert _value(m, "parlora_sip_auth_failures_total") == 25
+    assert _value(m, "parlora_sip_bans_total", scope="source") == 1
+    assert _value(m, "parlora_sip_bans_total", scope="user") == 1
+    assert _value(m, "parlora_refusals_total", reason="auth_banned") == 5
+    assert _value(m, "parlora_refusals_total", reason="auth_failed") == 25
+
+
 class _HoldingEngine(_Engine):
     def __init__(self) -> None:
         super().__init__()
