@@ -219,6 +219,8 @@ class ServerConfig:
     allow_any: bool = False  # off loopback with no allowlist and no inbound auth: start anyway, warned
     invite_rate_per_s: float | None = None  # per source, then 503; None: 5/s off loopback, none on it
     options_rate_per_s: float | None = None  # per source, then dropped; None: 10/s off loopback, none on it
+    server_header: str | None = None  # Server / User-Agent field; None: none (a scanner reads nothing)
+    realm: str | None = None  # inbound digest realm; None: the advertised address (sip.engine.digest_realm)
     register: tuple[str, ...] = ()  # sip:USER@HOST[:PORT] bindings to keep (RFC 3261 §10)
     auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)
     register_password: str | None = None  # never logged
@@ -653,6 +655,8 @@ def _engine_config(config: ServerConfig) -> EngineConfig:
         inbound_auth=config.inbound_auth,
         invite_rate_per_s=config.invite_rate_per_s,
         options_rate_per_s=config.options_rate_per_s,
+        server_header=config.server_header,
+        realm=config.realm,
         register=config.register,
         auth_user=config.auth_user,
         register_password=config.register_password,

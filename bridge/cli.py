@@ -20,6 +20,7 @@ from typing import Any, Literal, NoReturn, TypeVar
 import click
 
 from bridge.api import ECHO_LOCAL_KEY, Application, LiveCall, Server, ServerConfig, outbound_outcome
+from bridge.config import HEADER_TEXT
 from bridge.delegations import JobRequest
 from bridge.doctor import doctor_command
 from bridge.heap import HeapTrim, freeze_start_up_heap, malloc_trim, tune_malloc
@@ -284,6 +285,20 @@ _FAKES = {  # protocol: (module, options class module, options class)
     "0: no limit). Default: 10 off loopback, no limit on a loopback --sip.",
 )
 @click.option(
+    "--server-header",
+    default=None,
+    metavar="TEXT",
+    help="Name this product in the Server / User-Agent field of SIP messages. Default: no such field "
+    "(a scanner learns nothing to fingerprint).",
+)
+@click.option(
+    "--realm",
+    default=None,
+    metavar="TEXT",
+    help="The realm of --inbound-auth's digest challenges. Default: the advertised address (--external-address, "
+    "else the --sip host; 'sip' on a wildcard bind).",
+)
+@click.option(
     "--inbound-auth",
     default=None,
     metavar="USER",
@@ -455,6 +470,8 @@ def serve(
     drop_unknown: bool,  # issue 14
     invite_rate: float | None,  # issue 14
     options_rate: float | None,  # issue 17
+    server_header: str | None,
+    realm: str | None,
     inbound_auth: str | None,  # issue 14
     allow_any: bool,  # issue 14
     register: tuple[str, ...],  # issue 14
@@ -635,7 +652,12 @@ def _trunk_fields(o: Mapping[str, Any]) -> dict[str, Any]:
             raise click.UsageError(
                 f"--external-address expects an IP address, got {external_address!r}"
             ) from None
+    for flag, text in (("--server-header", o["server_header"]), ("--realm", o["realm"])):
+        if text is not None and not HEADER_TEXT.fullmatch(text):
+            raise click.UsageError(f"{flag} expects printable ASCII, 1-128 characters")
     return {
+        "server_header": o["server_header"],
+        "realm": o["realm"],
         "allow": o["allow"],
         "drop_unknown": o["drop_unknown"],
         "inbound_auth": inbound,
@@ -666,7 +688,7 @@ _CALL_SHARED = frozenset(
         "rollover_after_ms", "rollover_deadline_ms", "rollover_hard_stop_ms", "rollover_overlap_ms",
         "no_rollover", "turn_detection", "end_call_tool", "transfer_targets", "send_dtmf_tool",
         "dtmf_to_model", "provider_append_ms", "rtp_port", "allow", "drop_unknown", "invite_rate",
-        "options_rate",
+        "options_rate", "server_header", "realm",
         "inbound_auth", "allow_any", "external_address", "nat", "rtp_source", "tls", "cert", "tls_key", "tls_ca", "srtp",
         "max_call_duration", "rtp_timeout", "log_level", "log_format",
     }

@@ -10,7 +10,8 @@ shows each one with a comment:
     [[trunks]]    name*, registrar, auth_user, password_env, register_expires_s, register_keepalive_s,
                   allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address, nat,
                   rtp_source (learn | strict)
-    [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents
+    [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents,
+                  server_header, realm
     [[routes]]    name*, direction (inbound | outbound), number | pattern, header = {name, value}, provider,
                   instructions | instructions_file, tools = [{name, description, parameters}], greeting,
                   language, voice
@@ -191,6 +192,16 @@ class Inbound:
     invite_rate_per_s: float | None = None  # per source; beyond it 503
     options_rate_per_s: float | None = None  # per source; beyond it dropped unanswered
     blocked_user_agents: tuple[str, ...] = DEFAULT_BLOCKED_USER_AGENTS
+    server_header: str | None = (
+        None  # the Server / User-Agent field; none by default (sip.engine.EngineConfig)
+    )
+    realm: str | None = (
+        None  # the inbound digest realm; default: the advertised address (sip.engine.digest_realm)
+    )
+
+
+# a SIP header value we may send as it is: printable ASCII, no CR/LF (RFC 3261 §25.1 TEXT-UTF8 kept to ASCII)
+HEADER_TEXT = re.compile(r"[\x20-\x7e]{1,128}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -990,6 +1001,8 @@ def _inbound(r: _Reader, t: dict[str, object]) -> Inbound:
         invite_rate_per_s=r.number(t, "invite_rate_per_s", p, lo=0.0, default=None),
         options_rate_per_s=r.number(t, "options_rate_per_s", p, lo=0.0, default=None),
         blocked_user_agents=r.string_list(t, "blocked_user_agents", p, DEFAULT_BLOCKED_USER_AGENTS),
+        server_header=r.string(t, "server_header", p, regex=HEADER_TEXT, what="printable ASCII, 1-128 chars"),
+        realm=r.string(t, "realm", p, regex=HEADER_TEXT, what="printable ASCII, 1-128 chars"),
     )
 
 
@@ -1238,6 +1251,8 @@ CLI_OPTIONS: Mapping[str, str] = {
     "invite_rate": "inbound.invite_rate_per_s",
     "options_rate": "inbound.options_rate_per_s",
     "drop_unknown": "inbound.drop_unknown",
+    "server_header": "inbound.server_header",
+    "realm": "inbound.realm",
     "allow_any": "inbound.allow_any",
     "session_cap_ms": "rollover.session_cap_ms",
     "rollover_after_ms": "rollover.after_ms",
@@ -1392,6 +1407,10 @@ def _apply_one(name: str, value: object, put: Callable[[str, str, object], None]
                 if problem:
                     raise ValueError(problem)
         put("trunks", key, items)
+    elif name in ("server_header", "realm"):
+        if not HEADER_TEXT.fullmatch(_str(value)):
+            raise ValueError(f"expected printable ASCII, 1-128 chars; got {_describe(value)}")
+        put(section, key, value)
     elif name == "external_address":
         ipaddress.ip_address(_str(value))
         put("trunks", key, value)

@@ -147,6 +147,8 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
         allow_any=config.inbound.allow_any,
         invite_rate_per_s=config.inbound.invite_rate_per_s,
         options_rate_per_s=config.inbound.options_rate_per_s,
+        server_header=config.inbound.server_header,
+        realm=config.inbound.realm,
         register=tuple(t.registrar for t in registering if t.registrar is not None),
         auth_user=first_reg.auth_user if first_reg is not None else None,
         register_password=environ.get(first_reg.password_env) or None if first_reg is not None else None,

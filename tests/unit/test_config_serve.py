@@ -394,3 +394,33 @@ def test_the_routed_application_passes_every_application_callback_on() -> None:
         if inspect.iscoroutinefunction(value) and not name.startswith("_")
     }
     assert callbacks and callbacks <= set(vars(RoutedApplication)), callbacks - set(vars(RoutedApplication))
+
+
+@pytest.mark.parametrize(
+    ("flag", "key", "field"),
+    [("--server-header", "server_header", "server_header"), ("--realm", "realm", "realm")],
+)
+def test_server_header_and_realm_by_flag_or_file_key_reach_the_engine(
+    tmp_path: Path, captured: list[Server], flag: str, key: str, field: str
+) -> None:
+    from bridge.api import _engine_config
+
+    result = CliRunner().invoke(cli.main, ["serve", "--sip", "127.0.0.1:5070", flag, "Acme Voice"])
+    assert result.exit_code == 0, result.output
+    by_flag = _engine_config(captured[0].config)
+    text = GOOD + f'[inbound]\n{key} = "Acme Voice"\n'
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(_file(tmp_path, text))])
+    assert result.exit_code == 0, result.output
+    by_file = _engine_config(captured[1].config)
+    assert getattr(by_flag, field) == getattr(by_file, field) == "Acme Voice"
+    result = CliRunner().invoke(cli.main, ["serve", flag, "bad\r\nInjected: 1"])
+    assert result.exit_code == 2 and "printable ASCII" in result.output
+
+
+def test_server_header_and_realm_name_nothing_by_default(captured: list[Server]) -> None:
+    from bridge.api import _engine_config
+
+    result = CliRunner().invoke(cli.main, ["serve", "--sip", "127.0.0.1:5070"])
+    assert result.exit_code == 0, result.output
+    engine = _engine_config(captured[0].config)
+    assert engine.server_header is None and engine.realm is None
