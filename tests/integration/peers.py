@@ -53,6 +53,8 @@ DEFAULT_TEXT = "Hello bridge. This is a test of the audio path. One, two, three,
 
 __all__ = [
     "LOOPBACK",
+    "inner_only",
+    "rerun_in_netns",
     "SAMPLE_RATE",
     "SCENARIOS",
     "BaresipCaller",
@@ -91,6 +93,52 @@ def _bindable(port: int, kind: int, host: str = LOOPBACK) -> bool:
         except OSError:
             return False
         return True
+
+
+def rerun_in_netns(
+    module: Path,
+    marker_env: str,
+    passed: int,
+    *,
+    setup: str = "",
+    basetemp: str | None = None,
+    timeout: float = 300,
+) -> None:
+    """Run `module`'s tests named "inner" again inside a private network namespace (`unshare --net`, loopback
+    up, then `setup`'s shell commands), with `marker_env`=1 marking the inner run (`inner_only`), and assert
+    that `passed` of them passed; pytest.skip where a namespace cannot be made (root, unshare and ip are
+    needed). Hostile or outside-addressed traffic stays inside it."""
+    import sys
+
+    import pytest
+
+    if os.environ.get(marker_env):
+        pytest.skip("this is the inner run")
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs root, unshare and ip for a private network namespace")
+    script = (
+        f"ip link set lo up && {setup + ' && ' if setup else ''}exec {sys.executable} -m pytest -q "
+        f"-p no:cacheprovider -s {module} -k inner" + (f" --basetemp {basetemp}" if basetemp else "")
+    )
+    proc = subprocess.run(
+        ["unshare", "--net", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=module.parents[2],
+        env={**os.environ, marker_env: "1"},
+    )
+    print(proc.stdout[-4000:])
+    assert proc.returncode == 0, f"{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
+    assert re.search(rf"\b{passed} passed\b", proc.stdout), proc.stdout[-3000:]
+
+
+def inner_only(marker_env: str) -> None:
+    """Skip unless this is the inner run of `rerun_in_netns`."""
+    import pytest
+
+    if not os.environ.get(marker_env):
+        pytest.skip("runs inside the outer test's network namespace")
 
 
 def free_udp_port(*, also_tcp: bool = False, tcp_extra: Sequence[int] = (), attempts: int = 200) -> int:

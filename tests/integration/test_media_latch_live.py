@@ -16,11 +16,8 @@ the inner tests start the bridge and baresip with the ordinary fixtures:
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -39,37 +36,21 @@ def _frames(log: str) -> tuple[int, int]:
 
 
 def test_a_softphone_naming_its_lan_address_in_sdp_is_heard_in_a_network_namespace() -> None:
-    if os.environ.get(INNER):
-        pytest.skip("this is the inner run")
-    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
-        pytest.skip("needs root, unshare and ip for a private network namespace")
     # a short path: under pytest's nested tmp_path (about 100 characters to baresip's snd_path) baresip's
     # recordings came out empty every time; under /tmp/latch-XXXX they are written
     inner = tempfile.mkdtemp(prefix="latch-")
-    script = (
-        "ip link set lo up && ip link add lan0 type veth peer name lan1 && ip addr add 192.0.2.2/24 dev lan0 && "
-        f"ip link set lan1 up && ip link set lan0 up && exec {sys.executable} -m pytest -q -p no:cacheprovider -s "
-        f"{HERE / 'test_media_latch_live.py'} -k inner --basetemp {inner}"
+    setup = (
+        "ip link add lan0 type veth peer name lan1 && ip addr add 192.0.2.2/24 dev lan0 && "
+        "ip link set lan1 up && ip link set lan0 up"
     )
     try:
-        proc = subprocess.run(
-            ["unshare", "--net", "sh", "-c", script],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=HERE.parents[1],
-            env={**os.environ, INNER: "1"},
-        )
+        peers.rerun_in_netns(HERE / "test_media_latch_live.py", INNER, 3, setup=setup, basetemp=inner)
     finally:
         shutil.rmtree(inner, ignore_errors=True)
-    print(proc.stdout[-4000:])
-    assert proc.returncode == 0, f"{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}"
-    assert re.search(r"\b3 passed\b", proc.stdout), proc.stdout[-3000:]
 
 
 def _inner() -> None:
-    if not os.environ.get(INNER):
-        pytest.skip("runs inside the outer test's network namespace")
+    peers.inner_only(INNER)
 
 
 def _call(start_bridge, utterance, tmp_path: Path, *args: str):  # type: ignore[no-untyped-def]
