@@ -26,6 +26,10 @@ Kamailio's pike module are of this order):
   unchecked, except from a source that authenticated as that user within `trust_s` (1 h), so a guesser
   cannot lock the real trunk out by guessing from elsewhere. The per-user limit is higher than the
   per-source one because many sources share it (every phone of an office behind one user is still below it).
+- Keyed by address, as an SBC's blacklist is: phones behind one NAT share their fate, and a trunk whose
+  password is wrong (changed at one end only) is banned like a guesser; its calls fail either way, and once
+  its credentials are right it waits out the ban (10 min the first time). The numbers are not operator
+  options yet: `GuardConfig` is the place for them.
 - Memory: at most `max_entries` (10,000) records per table (sources, users, bans, trusted pairs), least
   recently touched evicted first; a record whose failures have left the window, whose back-off and ban are
   over and whose ban level is older than `remember_s` expires and is swept as it is met. Bans live in a table
