@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debs=(sip-tester baresip sox espeak-ng tshark kamailio chromium chromium-driver docker-compose)
+debs=(sip-tester baresip sox espeak-ng tshark kamailio chromium chromium-driver docker-compose sipvicious)
 missing=()
 for deb in "${debs[@]}"; do
   dpkg-query -W -f='${Status}' "$deb" 2>/dev/null | grep -q "install ok installed" || missing+=("$deb")
