@@ -74,7 +74,8 @@ RefusalReason = Literal[
     "draining",  # SIGTERM / POST /drain (503)
     "no_route",  # no route for the called number (404)
     "unauthorized",  # the application's authorize hook said no
-    "no_common_codec",  # 488
+    "no_common_codec",  # 488: an offer without PCMU/PCMA (before the 180, or at the answer)
+    "unanswerable_offer",  # 488 before the 180: any other offer no answer could accept (sip.sdp.OfferCause)
 ]
 Direction = Literal["in", "out"]
 # The causes bridge/recovery.py and the coordinator begin a recovery with; "other" for one added later.

@@ -11,9 +11,10 @@ for an answered call, the refusal status otherwise, 503 when the provider was un
 at each scrape, the engine's own refusals (`EngineCounters.stats()`: the native engine's counters named with a
 status, e.g. `invite_503_draining`, `method_405`, `policy_403`). The same scrape turns the engine's refusal
 counters and its inbound policy's (`GET /sip`) into `refusals_total{reason}` (draining, max_calls,
-no_common_codec; not_allowed, rate_limited, options_rate_limited, blocked_user_agent, auth_failed,
-auth_banned), its digest failures and bans (sip/guard.py) into `sip_auth_failures_total` and
-`sip_bans_total{scope}`, the SIP it could not take into `sip_messages_rejected_total{reason}`, what it holds now (`EngineHeld.counts()`) into
+no_common_codec, unanswerable_offer; not_allowed, rate_limited, options_rate_limited, blocked_user_agent,
+auth_failed, auth_banned), its digest failures and bans (sip/guard.py) into `sip_auth_failures_total` and
+`sip_bans_total{scope}`, the SIP it could not take into `sip_messages_rejected_total{reason}`, what it holds now
+(`EngineHeld.counts()`) into
 `engine_held{resource}`, and its registrations (`GET /sip`'s list) into `registrations{trunk,state}`.
 Counters move by the delta since the last scrape, so a scrape every few seconds costs nothing per call.
 """
@@ -72,7 +73,10 @@ _ENGINE_REFUSALS: dict[str, RefusalReason] = {
     "options_503_draining": "draining",
     "invite_503_max_calls": "max_calls",
     "invite_488": "no_common_codec",
+    "offer_488_codec": "no_common_codec",
 }
+# sip/ua.py's offer_488_<cause>: an INVITE refused before the 180 because no answer could accept its offer
+_OFFER_REFUSED = "offer_488_"
 # The inbound policy's refusals come from its own counters, one per reason (the engine's policy_403,
 # policy_dropped and policy_503 count the same refusals by their answer: reading both would count twice)
 _POLICY_REFUSALS: dict[str, RefusalReason] = {
@@ -260,6 +264,8 @@ class CallObserver:
             for name, grown in grown_all.items():
                 if (reason := _ENGINE_REFUSALS.get(name)) is not None:
                     self.metrics.refused(reason, grown)
+                elif name.startswith(_OFFER_REFUSED):
+                    self.metrics.refused("unanswerable_offer", grown)
                 if not name.startswith("clock_") and (m := _STATUS_IN_NAME.search(name)) is not None:  # sent
                     self.metrics.sip_response_sent(int(m.group(1)), grown)
                 if _SIP_REJECTED.match(name):

@@ -88,6 +88,11 @@ class EngineConfig:
     # (None: never; a call on hold is exempt), so a lost BYE cannot leave a call and its provider open
     max_call_duration_s: float | None = None
     rtp_timeout_s: float | None = None
+    # The RTP timeout is suspended while the caller sends nothing by its SDP (on hold); a call that stays so
+    # longer than this is ended with BYE (None: never). Session timers (RFC 4028): the interval asked for on
+    # calls answered and offered on calls placed; 0: none asked for (a peer's request is still honoured).
+    hold_timeout_s: float | None = 7200.0
+    session_expires_s: int = 1800
 
 
 class EngineError(RuntimeError):

@@ -805,6 +805,8 @@ class NativeUserAgent:
                 max_calls=self._max_calls,
                 retry_after_s=config.retry_after_s,
                 timers=self._timers,
+                srtp=config.srtp,  # an offer no answer could accept gets 488 before the 180 (sip.sdp.check_offer)
+                session_expires_s=config.session_expires_s,
             ),
             rng=random.Random(self.rng.getrandbits(64)),
         )
@@ -1332,12 +1334,6 @@ class NativeUserAgent:
         ua = self.ua
         if self._stopping:
             ua.reject(event.call, 503, now, headers=(("Retry-After", str(self.config.retry_after_s)),))
-            return
-        if sdes_policy(self.config.srtp, event.transport) is None:  # --srtp required, and not over TLS
-            log.warning(
-                "%s: refused with 488: --srtp required and the call came over %s", event.call, event.transport
-            )
-            ua.reject(event.call, 488, now, reason="SRTP Required Over TLS")
             return
         loop = asyncio.get_running_loop()
         holder: list[NativeLeg] = []

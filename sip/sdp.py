@@ -24,6 +24,18 @@ Offer/answer, audio only, codecs PCMU (PT 0), PCMA (PT 8) and telephone-event/80
   (video, a second audio stream, RTP/SAVP unless SRTP is on, any non-RTP profile) is rejected with port 0 in
   its place (§6). None means no audio stream could be accepted: answer the INVITE 488 (or the re-INVITE 488 and keep
   the old session).
+- `check_offer(offer, codecs=..., srtp=..., crypto_suites=...) -> OfferRefusal | None`: whether `answer` with
+  such a `LocalMedia` would accept the offer, decided before any RTP port or address exists (sip.ua asks it
+  when an INVITE arrives, before the 180). `answer` accepts exactly the streams it passes (one function,
+  `_stream_problem`, decides both). An `OfferRefusal` names one cause of `OFFER_REFUSALS`, each with its 488
+  reason phrase and Warning (RFC 3261 §20.43): no m= line (304), no audio stream with a port (304: video
+  only, T.38 only, every audio port 0), a profile that is not RTP/AVP or RTP/SAVP(F) (302: DTLS
+  UDP/TLS/RTP/SAVPF, RTP/AVPF), RTP/SAVP with SRTP off (302), RTP/SAVP over a transport that may not carry
+  keys (302, sip.ua names it), SRTP required and an RTP/AVP offer (302), a=crypto lines none of which we
+  can run (306: unknown suite, MKI, bad key), a c= that is no IP address (301), no PCMU/PCMA (305: G.729
+  only). A stream offered sendonly, recvonly or inactive (or c=0.0.0.0) is answerable: a call may start on
+  hold (a PBX parking it, RFC 3725 third-party call control), and the hold limit (sip.limits) bounds it.
+  `sdes_policy(policy, transport)` is the SRTP policy for a call's signalling transport (keys only over TLS).
 - `negotiate(local_sdp, remote_sdp) -> NegotiatedMedia | None`: what was agreed (codec and PT to send, the
   telephone-event PT, where to send, our direction, the remote's hold state), whichever side offered.
   `accept_answer(our_offer, their_answer)` is the same after checking that the answer (from the ACK, or a
@@ -73,7 +85,11 @@ __all__ = [
     "LocalMedia",
     "MediaDescription",
     "NegotiatedMedia",
+    "OFFER_REFUSALS",
+    "OfferCause",
+    "OfferRefusal",
     "Origin",
+    "SECURE_TRANSPORTS",
     "SdpError",
     "SRTP_KEY_LENGTHS",
     "SessionDescription",
@@ -81,6 +97,7 @@ __all__ = [
     "SrtpPolicy",
     "accept_answer",
     "answer",
+    "check_offer",
     "hold_state",
     "is_held",
     "is_hold",
@@ -89,6 +106,7 @@ __all__ = [
     "parse",
     "parse_crypto",
     "parse_sdp",
+    "sdes_policy",
     "serialize",
     "serialize_sdp",
 ]
@@ -134,6 +152,7 @@ _PLAIN_PROTO = "RTP/AVP"
 # SAVPF tolerated: answered as offered, no feedback used
 _SECURE_PROTOS = frozenset({"RTP/SAVP", "RTP/SAVPF"})
 _AUDIO_PROTOS = _SECURE_PROTOS | {_PLAIN_PROTO}
+SECURE_TRANSPORTS = frozenset({"tls", "wss"})  # where SDES keys may travel (RFC 4568 §8.3)
 _HINT_PARAMS = ("WSH=",)  # RFC 4568 §6.3.6 window size hint: a hint, safe to ignore
 _MAX_TAG = 999_999_999  # RFC 4568 §9.1: 1*9DIGIT
 
@@ -931,10 +950,123 @@ def answer(
     return Answer(description, media)
 
 
+OfferCause = Literal[
+    "no_media",
+    "no_audio",
+    "profile",
+    "srtp_off",
+    "srtp_needs_tls",
+    "tls_required",
+    "srtp_required",
+    "crypto",
+    "address",
+    "codec",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class OfferRefusal:
+    """Why an initial offer cannot be answered: the 488's reason phrase, and its Warning (RFC 3261 §20.43:
+    `warning` the warn-code, `text` the warn-text)."""
+
+    cause: OfferCause
+    reason: str
+    warning: int
+    text: str
+
+    def warning_header(self, agent: str) -> str:
+        """The Warning header value: ``<code> <agent> "<text>"`` (§20.43; `agent` our host or "-")."""
+        return f'{self.warning} {agent} "{self.text}"'
+
+
+# One reason phrase per cause (the table in the module docstring of sip/ua.py says when each applies).
+OFFER_REFUSALS: dict[OfferCause, OfferRefusal] = {
+    r.cause: r
+    for r in (
+        OfferRefusal("no_media", "No Media Offered", 304, "the offer has no m= line"),
+        OfferRefusal("no_audio", "No Audio Stream Offered", 304, "no audio stream with a port in the offer"),
+        OfferRefusal(
+            "profile", "Media Profile Not Supported", 302, "audio needs RTP/AVP, or RTP/SAVP over TLS"
+        ),
+        OfferRefusal(
+            "srtp_off", "SRTP Not Supported", 302, "RTP/SAVP offered; this bridge runs plain RTP/AVP"
+        ),
+        OfferRefusal("srtp_needs_tls", "SRTP Needs SIP Over TLS", 302, "RTP/SAVP keys travel only over TLS"),
+        OfferRefusal("tls_required", "SRTP Required Over TLS", 302, "SRTP is required: call over SIP TLS"),
+        OfferRefusal("srtp_required", "SRTP Required", 302, "SRTP is required: offer RTP/SAVP with a=crypto"),
+        OfferRefusal("crypto", "No Usable Crypto Suite", 306, "no a=crypto line with a suite and key we run"),
+        OfferRefusal("address", "Unusable Media Address", 301, "the audio c= is no IP address of its type"),
+        OfferRefusal("codec", "No Common Codec", 305, "no PCMU or PCMA (8000 Hz, mono) in the audio stream"),
+    )
+}
+
+
+def check_offer(
+    offer: SessionDescription,
+    *,
+    codecs: tuple[str, ...] = ("PCMU", "PCMA"),
+    srtp: SrtpPolicy = "off",
+    crypto_suites: tuple[str, ...] = DEFAULT_CRYPTO_SUITES,
+) -> OfferRefusal | None:
+    """None when `answer` with a `LocalMedia` of these `codecs`, `srtp` and `crypto_suites` accepts `offer`;
+    else why not. With several audio streams refused for different reasons, the one that got furthest
+    through the checks (profile, SRTP, address, codec) names the cause, the first of them on a tie. A stream
+    that is sendonly, recvonly or inactive is answerable (a call may start on hold)."""
+    if not offer.media:
+        return OFFER_REFUSALS["no_media"]
+    best: tuple[int, OfferCause] | None = None
+    for offered in offer.media:
+        if offered.media != "audio" or offered.port == 0:
+            continue
+        problem = _stream_problem(offer, offered, codecs, srtp, crypto_suites)
+        if problem is None:
+            return None
+        if best is None or problem[0] > best[0]:
+            best = problem
+    return OFFER_REFUSALS[best[1] if best is not None else "no_audio"]
+
+
+def sdes_policy(policy: SrtpPolicy, transport: str) -> SrtpPolicy | None:
+    """The SRTP policy for one call's signalling transport (SDES keys only over TLS): `policy` over TLS (or
+    WSS); elsewhere "off" for "off" and "optional", None for "required" (the call must be refused, 488)."""
+    if transport.lower() in SECURE_TRANSPORTS:
+        return policy
+    return None if policy == "required" else "off"
+
+
 def _choose_crypto(offered: MediaDescription, local: LocalMedia) -> CryptoAttribute | None:
     """The first a=crypto line in the offer's order that we can run with a suite we accept (RFC 4568 §7.1.1)."""
     wanted = set(_our_suites(local))
     return next((c for c in offered.crypto() if c.usable and c.suite in wanted), None)
+
+
+def _stream_problem(
+    offer: SessionDescription,
+    offered: MediaDescription,
+    codecs: tuple[str, ...],
+    srtp: SrtpPolicy,
+    crypto_suites: tuple[str, ...],
+) -> tuple[int, OfferCause] | None:
+    """Why an offered audio m= line (port not 0) cannot be accepted, with how far it got through the checks
+    (1 profile, 2 SRTP, 3 address, 4 codec), or None when it can. `answer` accepts exactly the lines this
+    passes, so `check_offer` and `answer` never disagree."""
+    proto = offered.proto.upper()
+    if proto not in _AUDIO_PROTOS:
+        return 1, "profile"
+    if srtp == "off" and proto in _SECURE_PROTOS:
+        return 2, "srtp_off"
+    if srtp != "off":
+        wanted = set(dict.fromkeys(s for s in crypto_suites if s in SRTP_KEY_LENGTHS))
+        if not any(c.usable and c.suite in wanted for c in offered.crypto()):
+            if proto in _SECURE_PROTOS:
+                return 2, "crypto"  # SRTP offered and none of its lines is one we can run
+            if srtp == "required":  # RTP/AVP ("best effort" a=crypto lines are answered only if usable)
+                return 2, "crypto" if offered.attribute_values("crypto") else "srtp_required"
+    if _usable_connection(offer, offered) is None:
+        return 3, "address"
+    if _choose(offered, codecs) is None:
+        return 4, "codec"
+    return None
 
 
 def _accept_offered(
@@ -943,19 +1075,15 @@ def _accept_offered(
     local: LocalMedia,
     previous: SessionDescription | None,
 ) -> MediaDescription | None:
-    proto = offered.proto.upper()
-    if proto not in _AUDIO_PROTOS or _usable_connection(offer, offered) is None:
+    if _stream_problem(offer, offered, local.codecs, local.srtp, local.crypto_suites) is not None:
         return None
     chosen = _choose_crypto(offered, local) if local.srtp != "off" else None
-    if chosen is None and (proto in _SECURE_PROTOS or local.srtp == "required"):
-        return None  # SRTP offered and none of its lines usable, or SRTP required and not offered
     crypto: tuple[CryptoAttribute, ...] = ()
     if chosen is not None:
         key = _our_key(local, chosen.suite, _previous_keys(previous))
         crypto = (CryptoAttribute(chosen.tag, chosen.suite, (CryptoKey(key),)),)
     codec = _choose(offered, local.codecs)
-    if codec is None:
-        return None
+    assert codec is not None  # _stream_problem checked it
     event_pt = _telephone_event(offered) if local.telephone_event is not None else None
     event_fmtp = (offered.fmtp(event_pt) or "0-16") if event_pt is not None else ""
     remote_sends, remote_receives = _split_direction(_stream_state(offer, offered))

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 
-from sip.sdp import SrtpPolicy
+from sip.sdp import SECURE_TRANSPORTS, sdes_policy
 from sip.transport import Address, SipTransports, TransportRef, _TcpConnection, family_of
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
     "tls_via",
 ]
 
-SECURE_TRANSPORTS = frozenset({"tls", "wss"})
 _MIN, _MAX = ssl.TLSVersion.TLSv1_2, ssl.TLSVersion.TLSv1_3
 
 
@@ -199,11 +198,3 @@ def tls_via(host: str, port: int, branch: str) -> str:
     if not branch.startswith("z9hG4bK"):
         raise ValueError("an RFC 3261 branch starts with z9hG4bK")
     return f"SIP/2.0/TLS {_host_port(host, port)};branch={branch};rport"
-
-
-def sdes_policy(policy: SrtpPolicy, transport: str) -> SrtpPolicy | None:
-    """The SRTP policy for one call's signalling transport (SDES keys only over TLS): `policy` over TLS (or
-    WSS); elsewhere "off" for "off" and "optional", None for "required" (the call must be refused, 488)."""
-    if transport.lower() in SECURE_TRANSPORTS:
-        return policy
-    return None if policy == "required" else "off"

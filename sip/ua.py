@@ -20,6 +20,11 @@ What the core answers by itself (the application sees only call events):
   `CallAnswered`, then `CallConfirmed` at the ACK) or `reject`. The core has no ring timeout: the application
   answers, rejects or hangs up every call it is given. Each call's events end with exactly one `CallEnded`
   or `CallCancelled`. 503 with Retry-After while draining or at `max_calls`; 482 for a merged request (§8.2.2.2).
+  An INVITE that can never be answered gets 488 at once, before any 180, and never becomes an `IncomingCall`
+  (nothing is paid for it: no provider connection, no RTP port): its offer fails `sip.sdp.check_offer` against
+  `UaConfig.codecs`/`srtp`/`crypto_suites` (one reason phrase per cause, with a Warning, RFC 3261 §20.43:
+  `sip.sdp.OFFER_REFUSALS`), or SRTP is required and the INVITE came over a transport that may not carry
+  keys ("SRTP Required Over TLS", with or without SDP). An INVITE without SDP (late offer) rings as before.
 - the 2xx is retransmitted until the ACK (§13.3.1.4); no ACK within 64·T1 → BYE and `CallEnded(408)`.
 - CANCEL → 200, and 487 to the INVITE if no final response was sent (`CallCancelled`); else only 200. 481 when
   it matches nothing.
@@ -57,7 +62,7 @@ Counters (`stats`, a Counter; every drop and refusal has one): calls, keepalives
 malformed_<status>, retransmissions_absorbed, retransmissions_late, ack_unmatched, ack_duplicate, ack_without_answer, ack_timeout,
 responses_unmatched, max_forwards_zero, method_405, method_501, refused_<status> (check_request), merged_482,
 invite_503_draining, invite_503_max_calls, options_503_draining, session_interval_422, bad_sdp_400,
-malformed_400, invite_488, reoffer_488, glare_491, reinvite_500, cseq_out_of_order_500, no_dialog,
+malformed_400, invite_488, offer_488_<cause> (sip.sdp.OfferCause), reoffer_488, glare_491, reinvite_500, cseq_out_of_order_500, no_dialog,
 cancel_481, cancel_too_late, refer_refused, refer_unsubscribed, notify_481, notify_489, notify_bad_sipfrag, info_bad_dtmf,
 session_expired, timer_b, timer_f, timer_h, internal_errors.
 
@@ -117,12 +122,18 @@ from sip.message import (
 from sip.policy import Accept, Challenge, Decision, Drop, Refuse
 from sip.register import Registration, RegistrationStatus
 from sip.sdp import (
+    DEFAULT_CRYPTO_SUITES,
+    OFFER_REFUSALS,
     LocalMedia,
     NegotiatedMedia,
+    OfferRefusal,
     SdpError,
     SessionDescription,
+    SrtpPolicy,
     accept_answer,
+    check_offer,
     parse_sdp,
+    sdes_policy,
     serialize_sdp,
 )
 from sip.sdp import answer as sdp_answer
@@ -189,8 +200,13 @@ class UaConfig:
 
     `host`/`port`: the address written into our Via and Contact (the advertised address behind NAT).
     `max_calls`: calls in progress (ringing or up) beyond which a new INVITE gets 503 with `retry_after_s`.
-    `session_expires_s`: the interval we ask for when the caller supports timers and asks for none;
-    `min_se_s`: the smallest interval we accept (RFC 4028 §5: at least 90).
+    `session_expires_s`: the session interval (RFC 4028) we ask for when the caller asks for none (as UAS)
+    and offer on the calls we place (as UAC); 0: we never ask for a session timer (one the peer asks for is
+    still honoured: we say `Supported: timer`). `min_se_s`: the smallest interval we accept (§5: at least 90).
+    `codecs`, `srtp`, `crypto_suites`: what the application's `LocalMedia` will accept (its codecs, the
+    configured SRTP policy before `sip.sdp.sdes_policy` applies the call's transport, its suites): a new
+    INVITE's offer is checked against them when it arrives (`sip.sdp.check_offer`), so an offer that can
+    never be answered gets 488 before any 180 and never becomes an `IncomingCall`.
     `send_to_source`: send in-dialog requests to the address the INVITE came from instead of the route set /
     remote target (a caller behind NAT with a private Contact); off by default (RFC 3261 behaviour).
     """
@@ -207,6 +223,9 @@ class UaConfig:
     min_se_s: int = 90
     send_to_source: bool = False
     tls_port: int | None = None  # our TLS listener's port (issue 14): Via and Contact of TLS requests/dialogs
+    codecs: tuple[str, ...] = ("PCMU", "PCMA")
+    srtp: SrtpPolicy = "off"
+    crypto_suites: tuple[str, ...] = DEFAULT_CRYPTO_SUITES
 
 
 @dataclass(frozen=True, slots=True)
@@ -1247,6 +1266,26 @@ class UserAgent:
             if offer is None:
                 self._refuse(request, 400, transport, destination, now, "bad_sdp_400", reason="Bad SDP body")
                 return
+        refusal = self._offer_refusal(offer, transport)
+        if refusal is not None:  # nothing is paid for a call that can never be answered: no 180, no call
+            self._refuse(
+                request,
+                488,
+                transport,
+                destination,
+                now,
+                f"offer_488_{refusal.cause}",
+                (("Warning", refusal.warning_header(self._host_port(transport))),),
+                refusal.reason,
+            )
+            log.warning(
+                "refused an INVITE from %s:%d with 488 %s (%s)",
+                source[0],
+                source[1],
+                refusal.reason,
+                refusal.text,
+            )
+            return
         try:
             from_value = parse_name_addr(h.get("From") or "")
             to_value = parse_name_addr(h.get("To") or "")
@@ -1294,6 +1333,21 @@ class UserAgent:
                 auth_user=auth_user,
             )
         )
+
+    def _offer_refusal(self, offer: SessionDescription | None, transport: str) -> OfferRefusal | None:
+        """Why a new INVITE can never be answered (SRTP required over a transport that may not carry keys, or
+        an offer `answer` would refuse), or None. An INVITE without SDP is checked when the ACK brings the
+        answer (RFC 3264 gives no way to refuse there: `CallConfirmed(media=None)`, and the shell hangs up)."""
+        config = self.config
+        policy = sdes_policy(config.srtp, transport)
+        if policy is None:
+            return OFFER_REFUSALS["tls_required"]
+        if offer is None:
+            return None
+        refusal = check_offer(offer, codecs=config.codecs, srtp=policy, crypto_suites=config.crypto_suites)
+        if refusal is not None and refusal.cause == "srtp_off" and config.srtp != "off":
+            return OFFER_REFUSALS["srtp_needs_tls"]  # SRTP is on, but not over this transport
+        return refusal
 
     def _on_cancel(self, request: Request, destination: tuple[str, int], transport: str, now: int) -> None:
         ist = self._layer.invite_for_cancel(request)

@@ -59,6 +59,16 @@ def test_engine_refusals_and_responses_move_by_their_delta_at_each_scrape() -> N
     assert _value(m, "parlora_sip_responses_sent_total", code="488") == 1
 
 
+def test_offers_refused_before_the_180_are_refusals_by_cause_and_488s() -> None:
+    obs, engine = CallObserver(), _Engine()
+    engine.counters = {"offer_488_codec": 2, "offer_488_srtp_off": 1, "offer_488_no_audio": 1}
+    obs.scrape(engine)
+    m = obs.metrics
+    assert _value(m, "parlora_refusals_total", reason="no_common_codec") == 2
+    assert _value(m, "parlora_refusals_total", reason="unanswerable_offer") == 2
+    assert _value(m, "parlora_sip_responses_sent_total", code="488") == 4
+
+
 def test_policy_refusals_are_counted_once_each_from_the_policy_s_own_counters() -> None:
     # a dropped scanner is also the engine's policy_dropped, a 403 its policy_403: counted once, by reason
     obs, engine = CallObserver(), _Engine()

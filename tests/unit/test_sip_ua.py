@@ -4,7 +4,7 @@ virtual time (no sockets, no sleeps)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 import pytest
@@ -494,12 +494,14 @@ def test_invite_without_sdp_gets_our_offer_and_the_ack_brings_the_answer() -> No
 
 
 def test_an_offer_with_nothing_in_common_gets_488() -> None:
+    # The offer passes the check at arrival (the UA's codecs are PCMU and PCMA) but not the application's
+    # narrower LocalMedia at the answer; an offer no answer could take is refused at arrival (test_offer_check).
     caller = Caller(new_ua())
-    g729 = "v=0\r\no=a 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\nm=audio 4000 RTP/AVP 18\r\n"
-    caller.invite(0, body=g729)
+    pcmu = "v=0\r\no=a 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\nm=audio 4000 RTP/AVP 0\r\n"
+    caller.invite(0, body=pcmu)
     (incoming,) = caller.take_events()
     assert isinstance(incoming, IncomingCall)
-    assert not caller.ua.answer(incoming.call, LOCAL, 0)
+    assert not caller.ua.answer(incoming.call, replace(LOCAL, codecs=("PCMA",)), 0)
     assert statuses(caller.collect()) == [488]
     assert caller.take_events() == [CallEnded(incoming.call, "no common media format", 488, by_remote=False)]
 
