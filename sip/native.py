@@ -69,6 +69,7 @@ from sip.leg import (
     PlayoutLeg,
     TransferProgress,
 )
+from sip.limits import CallLimits
 from sip.message import StreamFramer
 from sip.policy import InboundPolicy, PolicyConfig, check_bind
 from sip.register import Registration, RegistrationConfig
@@ -112,11 +113,10 @@ class _CallMedia:
         self.frames_out = 0
         self.frames_in = 0
         self.frames_unsent = 0  # taken from the Playout but sendto failed: never in the ledger
-        # call limits (issue 14, `set_limits`): absolute deadlines on the engine's clock, checked once per slot
+        # call limits (`set_limits`, sip/limits.py): their soonest deadline on the engine's clock, compared once
+        # per slot; `last_rtp` is when the stream last took a caller packet
         self.last_rtp = 0
-        self._rtp_timeout_ns: int | None = None
-        self._end_at: int | None = None
-        self._limit_hit = False
+        self.limits = CallLimits(0)
         # the one-way-audio check: when nothing usable came this long after the media started (or resumed),
         # one log line says why (rtp.stream.arrival_problem); one comparison per slot until then
         self.arrival_at = _NEVER
@@ -133,6 +133,7 @@ class _CallMedia:
         self.stream.signal((negotiated.remote_address, negotiated.remote_port), now=now)
         if self.receives and not self.held and self.arrival_at == _NEVER:
             self.watch_arrival(now)  # resumed before any usable RTP came: the window starts again
+        self.limits.media_changed(now, self.held or not self.receives)  # hold limit; RTP timeout from resume
         keys = negotiated.srtp
         if self.srtp is not None and keys is not None:  # a re-key on re-INVITE
             self.srtp.rekey(suite_name=keys.suite, local_key=keys.local_key, remote_key=keys.remote_key)
@@ -146,10 +147,7 @@ class _CallMedia:
         stream = self.stream
         if now >= self.arrival_at:
             self._check_arrival(now)
-        if not self._limit_hit and (
-            (self._end_at is not None and now >= self._end_at)
-            or (self._rtp_timeout_ns is not None and now - self.last_rtp >= self._rtp_timeout_ns)
-        ):  # (tested here: a call per slot for a limit that is rarely near)
+        if now >= self.limits.deadline:  # (one comparison per slot: a limit is rarely near)
             self._check_limits(now)
         if skipped:
             stream.skip(skipped)
@@ -225,28 +223,30 @@ class _CallMedia:
             problem.detail,
         )
 
-    def set_limits(self, now: int, max_call_duration_s: float | None, rtp_timeout_s: float | None) -> None:
-        """--max-call-duration and --rtp-timeout from `now` (the media start counts as a caller packet)."""
+    def set_limits(
+        self,
+        now: int,
+        max_call_duration_s: float | None,
+        rtp_timeout_s: float | None,
+        hold_timeout_s: float | None = None,
+    ) -> None:
+        """--max-call-duration, --rtp-timeout and --hold-timeout from `now` (the media start counts as a caller
+        packet; a call whose caller sends nothing by its SDP is held from the start): sip/limits.py."""
         self.last_rtp = now
-        self._rtp_timeout_ns = int(rtp_timeout_s * 1e9) if rtp_timeout_s else None
-        self._end_at = now + int(max_call_duration_s * 1e9) if max_call_duration_s else None
+        self.limits = CallLimits(
+            now,
+            max_call_duration_s=max_call_duration_s,
+            rtp_timeout_s=rtp_timeout_s,
+            hold_timeout_s=hold_timeout_s,
+            silent=self.held or not self.receives,
+        )
 
     def _check_limits(self, now: int) -> None:
-        """--max-call-duration and --rtp-timeout (issue 14): BYE, once, from the loop (not from the clock's
-        iteration over the calls)."""
-        why = None
-        if self._end_at is not None and now >= self._end_at:
-            why = "max_call_duration"
-        elif (
-            self._rtp_timeout_ns is not None
-            and not self.held
-            and self.receives
-            and now - self.last_rtp >= self._rtp_timeout_ns
-        ):
-            why = "rtp_timeout"
+        """A limit reached (sip/limits.py): BYE, once, from the loop (not from the clock's iteration over the
+        calls)."""
+        why = self.limits.check(now, self.last_rtp)
         if why is None:
             return
-        self._limit_hit = True
         self._leg.agent.limit_hangups[why] += 1
         asyncio.get_running_loop().call_soon(self._leg._limit_reached, why)
 
@@ -462,7 +462,8 @@ class NativeLeg(PlayoutLeg):
             rng.random,
         )
         self.media = _CallMedia(self, stream, negotiated)
-        self.media.set_limits(now, agent.config.max_call_duration_s, agent.config.rtp_timeout_s)  # issue 14
+        config = agent.config
+        self.media.set_limits(now, config.max_call_duration_s, config.rtp_timeout_s, config.hold_timeout_s)
         if self.media.receives and not self.media.held:
             self.media.watch_arrival(now)
         agent.media_clock.add(self.media)
@@ -511,6 +512,8 @@ class NativeLeg(PlayoutLeg):
                 except Exception:  # the session's failure must not keep the call up: the backstop BYEs
                     log.exception("%s: the goodbye at --max-call-duration failed", self.call)
                 return
+        elif why == "hold_timeout":
+            reason = f"the call was on hold for {config.hold_timeout_s:g} s (--hold-timeout)"
         else:
             reason = f"no RTP from the caller for {config.rtp_timeout_s:g} s (--rtp-timeout)"
         log.warning("%s: %s; BYE", self.call, reason)

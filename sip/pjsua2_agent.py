@@ -34,6 +34,7 @@ import queue
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator
 
 import pjsua2 as pj  # type: ignore[import-untyped, import-not-found, unused-ignore]
@@ -188,6 +189,7 @@ class _Call(pj.Call):  # type: ignore[misc]
         self.media_format = pj.MediaFormatAudio()
         self.media_format.init(pj.PJMEDIA_FORMAT_PCM, 8000, 1, 20000, 16)
         self.held = False
+        self.held_since = 0  # monotonic ns of the caller's hold (sip/limits.py's hold limit), when `held`
         self.transfer = TransferTracker(int(agent.config.transfer_timeout_s * 1e9))  # blind transfer rules
 
     def onCallState(self, prm: pj.OnCallStateParam) -> None:  # noqa: N802
@@ -210,6 +212,7 @@ class _Call(pj.Call):  # type: ignore[misc]
                     self._connect(mi.index)
                 elif mi.status == pj.PJSUA_CALL_MEDIA_REMOTE_HOLD and not self.held:
                     self.held = True
+                    self.held_since = time.monotonic_ns()
                     self.leg._post(MediaHeld())
         except Exception:
             log.exception("onCallMediaState failed")
@@ -447,6 +450,7 @@ class Pjsua2UserAgent:
         self._max_calls = min(wanted, WHEEL_MAX_CALLS)
         self.calls_rejected = 0
         self.calls_answered = 0
+        self.limit_hangups: Counter[str] = Counter()  # calls ended by --hold-timeout
 
     # --- asyncio side (sip.engine.SipEngine) ---
 
@@ -577,6 +581,15 @@ class Pjsua2UserAgent:
         acfg.idUri = f"sip:bridge@{self.config.host}:{self.config.port}"
         acfg.mediaConfig.transportConfig.port = self.config.rtp_port
         acfg.mediaConfig.transportConfig.boundAddress = self.config.host
+        # RFC 4028 by pjsip's own session timer (the wheel's AccountConfig leaves it inactive): offered and
+        # honoured with our interval; 0 turns it off altogether (pjsip has no "honour but never ask" mode)
+        timers = acfg.callConfig
+        if self.config.session_expires_s:
+            timers.timerUse = pj.PJSUA_SIP_TIMER_OPTIONAL
+            timers.timerSessExpiresSec = max(self.config.session_expires_s, 90)
+            timers.timerMinSESec = 90
+        else:
+            timers.timerUse = pj.PJSUA_SIP_TIMER_INACTIVE
         return acfg
 
     def _on_incoming(self, account: _Account, prm: pj.OnIncomingCallParam) -> None:
@@ -670,8 +683,28 @@ class Pjsua2UserAgent:
     def _expire_transfers(self) -> None:
         # A method, not inline in _run: a loop variable there would keep a Call alive until libDestroy (pitfall 3).
         now = time.monotonic_ns()
+        hold_ns = int(self.config.hold_timeout_s * 1e9) if self.config.hold_timeout_s else None
         for call in self._calls.values():
             call.expire_transfer(now)
+            if hold_ns is not None and call.held and now - call.held_since >= hold_ns:
+                self._end_held(call)
+
+    def _end_held(self, call: _Call) -> None:
+        """--hold-timeout (sip/limits.py's rule): a call the caller held this long in one stretch gets a BYE."""
+        leg = call.leg
+        call.held = False  # asked once
+        if leg is None or leg.hangup_requested:
+            return
+        leg.hangup_requested = True
+        leg.hangup_reason = f"the call was on hold for {self.config.hold_timeout_s:g} s (--hold-timeout)"
+        self.limit_hangups["hold_timeout"] += 1
+        log.warning("%s: %s; BYE", leg.identity.call_id, leg.hangup_reason)
+        op = pj.CallOpParam()
+        op.statusCode = pj.PJSIP_SC_OK
+        try:
+            call.hangup(op)
+        except pj.Error as exc:
+            log.warning("BYE of a call held too long failed: %s", exc.info())
 
     def _hangup_all(self, ep: pj.Endpoint) -> None:
         if self._calls:

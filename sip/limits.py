@@ -1,0 +1,104 @@
+"""The limits that end a call nobody ends, sans-I/O: a maximum duration, an RTP inactivity timeout and a hold
+limit. No clock, no I/O: the media shell (sip/native.py `_CallMedia`) keeps the time of the last caller packet
+the stream took, compares `now` with `deadline` once per 20 ms slot (one integer comparison), and only then asks
+`check(now, last_rtp)`, which says which limit was reached, once, or re-arms `deadline`.
+
+The rules (what a telephony engineer expects of a trunk-facing UA; Asterisk's `rtptimeout`/`rtpholdtimeout`
+are the same pair):
+- `max_call_duration_s`: the call ends this long after its media started, whatever happens.
+- `rtp_timeout_s`: the call ends when the caller, who by its SDP sends to us, has sent no RTP the stream took
+  for this long. It is suspended while the caller by its SDP sends nothing (on hold: sendonly, inactive or
+  c=0.0.0.0 from its side, or a recvonly stream), and it starts again from the moment the caller resumes:
+  the silence of the hold never counts, so a call taken off hold is not ended at once for the RTP that did
+  not come while it was held.
+- `hold_timeout_s`: the call ends when it stays held (the RTP timeout suspended) for this long in one
+  stretch: a caller that put the bridge on hold and vanished (its BYE lost) does not keep a paid provider
+  connection for ever. A call that starts held (an initial offer that is inactive) is held from the start.
+None or 0 switches a limit off. The first limit reached is the only one reported: the shell then hangs up.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+__all__ = ["NEVER", "CallLimits", "Limit"]
+
+Limit = Literal["max_call_duration", "rtp_timeout", "hold_timeout"]
+NEVER = 1 << 62  # a deadline that never comes (an int: the media tick compares it with `now`)
+_S = 1_000_000_000
+
+
+def _ns(seconds: float | None) -> int | None:
+    return int(seconds * _S) if seconds else None
+
+
+class CallLimits:
+    """One call's limits from `now` (the media start, which counts as a caller packet); see the module
+    docstring. `silent`: the caller sends nothing by its SDP (held) at the start."""
+
+    __slots__ = ("_end_at", "_hold_ns", "_held_since", "_rtp_ns", "_rtp_since", "deadline", "reached")
+
+    def __init__(
+        self,
+        now: int,
+        *,
+        max_call_duration_s: float | None = None,
+        rtp_timeout_s: float | None = None,
+        hold_timeout_s: float | None = None,
+        silent: bool = False,
+    ) -> None:
+        duration = _ns(max_call_duration_s)
+        self._end_at = now + duration if duration is not None else NEVER
+        self._rtp_ns = _ns(rtp_timeout_s)
+        self._hold_ns = _ns(hold_timeout_s)
+        self._rtp_since = now  # the RTP timeout counts from here (or from a later caller packet)
+        self._held_since: int | None = now if silent else None
+        self.reached: Limit | None = None
+        self.deadline = NEVER
+        self._arm()
+
+    @property
+    def held(self) -> bool:
+        return self._held_since is not None
+
+    def media_changed(self, now: int, silent: bool) -> None:
+        """A re-INVITE/UPDATE changed whether the caller sends (hold, resume): the hold limit starts with a
+        hold; the RTP timeout starts again from a resume."""
+        if silent and self._held_since is None:
+            self._held_since = now
+        elif not silent and self._held_since is not None:
+            self._held_since = None
+            self._rtp_since = now
+        if self.reached is None:
+            self._arm()
+
+    def check(self, now: int, last_rtp: int) -> Limit | None:
+        """At or after `deadline`: the limit reached (reported once; `deadline` is then NEVER), else None with
+        `deadline` re-armed. `last_rtp`: when the stream last took a caller packet."""
+        if self.reached is not None:
+            return None
+        if now >= self._end_at:
+            return self._reach("max_call_duration")
+        if self._held_since is not None:
+            if self._hold_ns is not None and now - self._held_since >= self._hold_ns:
+                return self._reach("hold_timeout")
+        elif self._rtp_ns is not None:
+            self._rtp_since = max(self._rtp_since, last_rtp)
+            if now - self._rtp_since >= self._rtp_ns:
+                return self._reach("rtp_timeout")
+        self._arm()
+        return None
+
+    def _reach(self, limit: Limit) -> Limit:
+        self.reached = limit
+        self.deadline = NEVER
+        return limit
+
+    def _arm(self) -> None:
+        deadline = self._end_at
+        if self._held_since is not None:
+            if self._hold_ns is not None:
+                deadline = min(deadline, self._held_since + self._hold_ns)
+        elif self._rtp_ns is not None:
+            deadline = min(deadline, self._rtp_since + self._rtp_ns)
+        self.deadline = deadline
