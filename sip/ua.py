@@ -34,11 +34,12 @@ What the core answers by itself (the application sees only call events):
   common; 491 when our own re-INVITE/UPDATE is in progress (glare, §14.2; ours is retried after 0-2 s, as the
   UA that does not own the Call-ID); 500 with Retry-After when an earlier INVITE has no final response yet.
 - session timers (RFC 4028): a Session-Expires below our Min-SE → 422 with Min-SE; otherwise the caller's
-  refresher is accepted (or, when the caller supports "timer" and says nothing, we ask it to refresh; when it
-  does not support it and a proxy asked for a timer, we refresh). We refresh at half the interval (UPDATE when
-  the caller allows it, else re-INVITE with our unchanged SDP); an interval that passes unrefreshed (less
-  min(32 s, interval/3), §10) → BYE, `SessionExpired`, `CallEnded`. No timer when the caller neither supports
-  nor asks for one.
+  interval and refresher are accepted. When the caller asks for none we ask for `UaConfig.session_expires_s`
+  (§9): with refresher=uac (and Require: timer) when it supports "timer", else refresher=uas (§9: a UAC without
+  the extension cannot refresh, so we do: a caller that vanished never answers our refresh, and the call ends).
+  We refresh at half the interval (UPDATE when the caller allows it, else re-INVITE with our unchanged SDP); an
+  interval that passes unrefreshed (less min(32 s, interval/3), §10) → BYE, `SessionExpired`, `CallEnded`; a
+  refresh answered 408/481 → BYE (408) and `CallEnded`. With `session_expires_s` 0 we ask for no timer.
 - OPTIONS out of a dialog → 200 with Allow/Accept/Supported, 503 (Retry-After) while draining; in a dialog
   always 200 (a live call's keep-alive must not fail because we drain).
 - INFO application/dtmf-relay (or application/dtmf) → 200 and `DtmfReceived`; other INFO bodies → 415.
@@ -76,7 +77,10 @@ Calls we place (UAC, §8.1, §9.1, §13.2, §22): `dial(target, local_media, now
 INVITE with our offer and returns the call id. A 1xx above 100 → `CallProgress` (early media when it carries
 an SDP answer); the 2xx → ACK (again for each retransmitted 2xx) and `CallConfirmed`: from then on the call
 is like an answered inbound one (BYE either way, re-INVITE/UPDATE, INFO, REFER, session timers from the 2xx's
-Session-Expires). A non-2xx final → `CallEnded(status_code=that status, by_remote=True)`; 401/407 → the
+Session-Expires). The INVITE offers a session timer (RFC 4028 §7.1: Supported: timer, Session-Expires
+`session_expires_s`, Min-SE `min_se_s`; none with 0); a 422 → the INVITE again with the 422's Min-SE as
+both (§7.4, at most twice); a 2xx with refresher=uac (or none named) makes us the refresher, refresher=uas
+the callee; a 2xx without Session-Expires means no timer (§7.2). A non-2xx final → `CallEnded(status_code=that status, by_remote=True)`; 401/407 → the
 INVITE again with credentials (`sip.auth.DigestClient`), and `CallEnded(401/407, "bad credentials")` when
 they are refused; Timer B → `CallEnded(408)`; `ring_timeout_s` → CANCEL and `CallEnded(408, "no answer ...")`;
 `cancel()` (or `bye()` before the answer) → CANCEL once a 1xx came, `CallEnded(487, by_remote=False)` at the
@@ -519,6 +523,13 @@ def _session_expires(message: Message) -> tuple[int | None, str | None]:
     return int(number.strip()), refresher
 
 
+def _session_expires_or_none(message: Message) -> tuple[int | None, str | None]:
+    try:
+        return _session_expires(message)
+    except ValueError:
+        return None, None
+
+
 def _min_se(message: Message) -> int | None:
     value = message.headers.get("Min-SE")
     if value is None:
@@ -590,6 +601,7 @@ class _Outbound(Timed):
         self.transport = transport
         self.auth = auth
         self.auth_tries = 0
+        self.timer_retries = 0  # INVITEs sent again for a 422 (RFC 4028 §7.4)
         self.provisional = False  # a 1xx came: a CANCEL may go out (§9.1)
         self.cancel_reason: str | None = None  # set when we cancel (or the ringing timeout did)
         self.cancel_status = 487
@@ -918,6 +930,7 @@ class UserAgent:
             ("Contact", f"<{self._local_uri(tp)}>"),
             ("Allow", ALLOW),
             ("Supported", SUPPORTED),
+            *self._offered_timer(self.config.session_expires_s),
             *self._product("User-Agent"),
             *headers,
             ("Content-Type", "application/sdp"),
@@ -1657,7 +1670,7 @@ class UserAgent:
                 refresher = "uas" if c.we_refresh else "uac"
                 if not supports:
                     refresher = "uas"
-            elif supports:
+            elif self.config.session_expires_s > 0:  # we ask for one; refresher below: uac if it can, else us
                 expires = max(self.config.session_expires_s, _min_se(request) or 0, self.config.min_se_s)
             else:
                 return (("Supported", SUPPORTED),)
@@ -2106,6 +2119,16 @@ class UserAgent:
             if o.cancel_reason is not None:
                 self._cancel_if_possible(o, now)
             return
+        if status == 422 and o.cancel_reason is None and o.timer_retries < 2:  # RFC 4028 §7.4
+            try:
+                wanted = _min_se(response)
+            except ValueError:
+                wanted = None
+            expires, _ = _session_expires_or_none(o.invite)
+            if wanted is not None and expires is not None and wanted > expires:
+                o.timer_retries += 1
+                self._resend_invite(o, now, self._offered_timer(wanted, min_se=wanted))
+                return
         if status in (401, 407) and o.cancel_reason is None:
             if o.auth is None:
                 self._outbound_end(o, f"{response.reason} (no credentials)", status, by_remote=True)
@@ -2126,15 +2149,31 @@ class UserAgent:
 
     def _retry_invite(self, o: _Outbound, answer: AuthAnswer, now: int) -> None:
         """The INVITE again with credentials: a new branch and CSeq, the same Call-ID and From tag (§22.2)."""
+        headers = o.invite.headers.without("Authorization").without("Proxy-Authorization")
+        o.invite = Request("INVITE", o.invite.uri, headers, o.invite.body)
+        self._resend_invite(o, now, answer.headers, replace=False)
+
+    def _resend_invite(
+        self, o: _Outbound, now: int, fields: tuple[tuple[str, str], ...], *, replace: bool = True
+    ) -> None:
+        """The INVITE again with `fields` (replacing those of the same name, or added): a new branch and CSeq,
+        the same Call-ID and From tag (§22.2, RFC 4028 §7.4)."""
         old = o.invite
         number, _ = parse_cseq(old.headers.get("CSeq") or "1 INVITE")
-        headers = old.headers.without("Authorization").without("Proxy-Authorization")
-        headers = headers.replaced("Via", self._via(o.transport)).replaced("CSeq", f"{number + 1} INVITE")
-        for name, value in answer.headers:
-            headers = headers.with_header(name, value)
+        headers = old.headers.replaced("Via", self._via(o.transport)).replaced("CSeq", f"{number + 1} INVITE")
+        for name, value in fields:
+            headers = headers.replaced(name, value) if replace else headers.with_header(name, value)
         o.invite = Request("INVITE", old.uri, headers, old.body)
         o.provisional = False
         self._send_invite(o, now)
+
+    def _offered_timer(self, interval_s: int, *, min_se: int | None = None) -> tuple[tuple[str, str], ...]:
+        """Session-Expires and Min-SE of an INVITE we place (RFC 4028 §7.1; after a 422 its Min-SE is ours,
+        §7.4); none for an interval of 0."""
+        if interval_s <= 0:
+            return ()
+        floor = max(min_se or 0, self.config.min_se_s)
+        return (("Session-Expires", str(max(interval_s, floor))), ("Min-SE", str(floor)))
 
     def _outbound_2xx(self, o: _Outbound, tx: ClientTransaction, response: Response, now: int) -> None:
         remote_tag = _tag_of(response.headers.get("To"))
