@@ -242,6 +242,8 @@ class ServerConfig:
     srtp: Literal["off", "optional", "required"] = "off"  # SDES-SRTP, keys only over TLS
     max_call_duration_s: float | None = None  # BYE after this long
     rtp_timeout_s: float | None = None  # BYE when the caller sent no RTP for this long
+    hold_timeout_s: float | None = 7200.0  # BYE when the caller held the call this long (sip/limits.py)
+    session_expires_s: int = 1800  # RFC 4028 interval asked and offered (sip/ua.py); 0: none
 
 
 class Server:
@@ -671,4 +673,6 @@ def _engine_config(config: ServerConfig) -> EngineConfig:
         srtp=config.srtp,
         max_call_duration_s=config.max_call_duration_s,
         rtp_timeout_s=config.rtp_timeout_s,
+        hold_timeout_s=config.hold_timeout_s,
+        session_expires_s=config.session_expires_s,
     )

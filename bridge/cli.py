@@ -396,6 +396,24 @@ _FAKES = {  # protocol: (module, options class module, options class)
     help="End a call (BYE) when the caller sent no RTP for S seconds (not while on hold), so a lost BYE "
     "cannot keep a call and its provider connection open.",
 )
+@click.option(
+    "--hold-timeout",
+    type=click.FloatRange(min=0),
+    default=7200.0,
+    show_default=True,
+    metavar="S",
+    help="End a call (BYE) that the caller has held for S seconds in one stretch (the RTP timeout is suspended "
+    "while held); 0: never.",
+)
+@click.option(
+    "--session-expires",
+    type=click.IntRange(min=0),
+    default=1800,
+    show_default=True,
+    metavar="S",
+    help="RFC 4028 session interval asked of callers and offered on calls placed (at least 90); a session not "
+    "refreshed in time ends with BYE; 0: ask for none (a peer's own request is still honoured).",
+)
 # --- end issue 14 ---
 @click.option(
     "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True
@@ -487,6 +505,8 @@ def serve(
     srtp: str,  # issue 14
     max_call_duration: float | None,  # issue 14
     rtp_timeout: float | None,  # issue 14
+    hold_timeout: float,
+    session_expires: int,
     log_level: str,
     config: str | None,  # issue 15
     log_format: str,  # issue 15
@@ -642,6 +662,10 @@ def _trunk_fields(o: Mapping[str, Any]) -> dict[str, Any]:
         raise click.UsageError("--tls needs --cert FILE and --key FILE")
     if (cert or tls_key) and not tls:
         raise click.UsageError("--cert/--key apply to --tls")
+    if 0 < o["session_expires"] < 90:
+        raise click.UsageError(
+            f"--session-expires {o['session_expires']}: at least 90 (RFC 4028 Min-SE), or 0"
+        )
     if srtp != "off" and not tls:
         log.warning("--srtp %s without --tls: SDES keys only go over TLS, so no call will be SRTP", srtp)
     external_address = o["external_address"]
@@ -676,6 +700,8 @@ def _trunk_fields(o: Mapping[str, Any]) -> dict[str, Any]:
         "srtp": _SRTP_POLICY[srtp],
         "max_call_duration_s": o["max_call_duration"],
         "rtp_timeout_s": o["rtp_timeout"],
+        "hold_timeout_s": o["hold_timeout"] or None,
+        "session_expires_s": o["session_expires"],
     }
 
 
@@ -690,7 +716,7 @@ _CALL_SHARED = frozenset(
         "dtmf_to_model", "provider_append_ms", "rtp_port", "allow", "drop_unknown", "invite_rate",
         "options_rate", "server_header", "realm",
         "inbound_auth", "allow_any", "external_address", "nat", "rtp_source", "tls", "cert", "tls_key", "tls_ca", "srtp",
-        "max_call_duration", "rtp_timeout", "log_level", "log_format",
+        "max_call_duration", "rtp_timeout", "hold_timeout", "session_expires", "log_level", "log_format",
     }
 )  # fmt: skip
 # serve's options that `call` takes with its own default and words

@@ -272,6 +272,8 @@ class Telephony:
     transfer_targets: tuple[tuple[str, str], ...] = ()  # (name the model uses, SIP URI)
     max_call_duration_s: int | None = None
     rtp_timeout_s: int | None = None
+    hold_timeout_s: float = 7200  # 0: no hold limit
+    session_expires_s: int = 1800  # RFC 4028 interval asked and offered; 0: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -1150,7 +1152,17 @@ def _telephony(r: _Reader, t: dict[str, object]) -> Telephony:
         transfer_targets=tuple(targets),
         max_call_duration_s=r.integer(t, "max_call_duration_s", p, lo=1),
         rtp_timeout_s=r.integer(t, "rtp_timeout_s", p, lo=1),
+        hold_timeout_s=r.integer(t, "hold_timeout_s", p, lo=0, default=7200) or 0,
+        session_expires_s=_session_expires(r, t, p),
     )
+
+
+def _session_expires(r: _Reader, t: dict[str, object], p: str) -> int:
+    value = r.integer(t, "session_expires_s", p, lo=0, default=1800) or 0
+    if 0 < value < 90:
+        r.expect(f"{p}.session_expires_s", "0 or an integer >= 90 (RFC 4028 Min-SE)", value)
+        return 1800
+    return value
 
 
 def _webhook(r: _Reader, t: dict[str, object]) -> Webhook:
@@ -1269,6 +1281,8 @@ CLI_OPTIONS: Mapping[str, str] = {
     "transfer_targets": "telephony.transfer_targets",
     "max_call_duration": "telephony.max_call_duration_s",
     "rtp_timeout": "telephony.rtp_timeout_s",
+    "hold_timeout": "telephony.hold_timeout_s",
+    "session_expires": "telephony.session_expires_s",
     "webhook_url": "webhook.url",
     "webhook_timeout": "webhook.timeout_s",
     "webhook_ca": "webhook.ca",
@@ -1374,6 +1388,10 @@ def _apply_one(name: str, value: object, put: Callable[[str, str, object], None]
         low, high = parse_port_range(_str(value))
         put("engine", "rtp_port_low", low)
         put("engine", "rtp_port_high", high)
+    elif name == "session_expires":
+        if 0 < _int(value) < 90:
+            raise ValueError(f"expected 0 or an integer >= 90 (RFC 4028 Min-SE); got {_describe(value)}")
+        put(section, key, value)
     elif name == "engine":
         if _str(value) not in ENGINES:
             raise ValueError(f"expected one of {', '.join(ENGINES)}; got {_describe(value)}")

@@ -139,6 +139,8 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
         else None,
         rollover=rollover,
         telephony=config.telephony_options(),
+        hold_timeout_s=config.telephony.hold_timeout_s or None,
+        session_expires_s=config.telephony.session_expires_s,
         allow=allow,
         drop_unknown=config.inbound.drop_unknown,
         inbound_auth=(inbound.inbound_auth_user or "", environ.get(inbound.inbound_password_env, ""))

@@ -424,3 +424,29 @@ def test_server_header_and_realm_name_nothing_by_default(captured: list[Server])
     assert result.exit_code == 0, result.output
     engine = _engine_config(captured[0].config)
     assert engine.server_header is None and engine.realm is None
+
+
+def test_hold_limit_and_session_timer_from_flag_file_and_default_reach_the_engine(
+    tmp_path: Path, captured: list[Server]
+) -> None:
+    from bridge.api import _engine_config
+
+    path = _file(tmp_path, GOOD + "\n[telephony]\nhold_timeout_s = 600\nsession_expires_s = 900\n")
+    runs = [
+        ["serve", "--provider", "echo"],  # the defaults
+        ["serve", "--provider", "echo", "--hold-timeout", "600", "--session-expires", "900"],
+        ["serve", "--config", str(path)],
+        ["serve", "--config", str(path), "--hold-timeout", "0", "--session-expires", "0"],
+    ]
+    for args in runs:
+        result = CliRunner().invoke(cli.main, args)
+        assert result.exit_code == 0, result.output
+    engines = [_engine_config(s.config) for s in captured]
+    assert [(e.hold_timeout_s, e.session_expires_s) for e in engines] == [
+        (7200.0, 1800),
+        (600.0, 900),
+        (600, 900),
+        (None, 0),
+    ]
+    bad = CliRunner().invoke(cli.main, ["serve", "--provider", "echo", "--session-expires", "30"])
+    assert bad.exit_code == 2 and "at least 90" in bad.output
