@@ -111,7 +111,9 @@ class TlsSrtpEchoUas:
             self.transports, LOOPBACK, 0, server_context(self._cert, self._key)
         )
         port = self.listener.local[1]
-        self.ua = core.UserAgent(core.UaConfig(host=LOOPBACK, port=port), rng=random.Random(7))
+        # the core checks each offer against the SRTP policy when the INVITE arrives (sip.sdp.check_offer)
+        config = core.UaConfig(host=LOOPBACK, port=port, srtp=self._srtp)
+        self.ua = core.UserAgent(config, rng=random.Random(7))
         self.timer = DeadlineTimer(self.loop, self.clock, self._on_timer)
         return port
 
@@ -143,6 +145,11 @@ class TlsSrtpEchoUas:
                     self.listener.send(tx.data, tx.destination)
                 else:
                     self.transports.send(tx.data, tx.destination, tx.transport)
+            if self.ending_status is None and any(
+                n.startswith("offer_488_") and v for n, v in self.ua.stats.items()
+            ):  # the core refused the INVITE with 488 before it became a call (sip.sdp.check_offer)
+                self.ending_status = 488
+                self.ended.set()
             events = self.ua.events()
             if not events:
                 break
