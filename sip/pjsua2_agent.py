@@ -21,6 +21,13 @@ reason), and it bundles OpenSSL 1.0.2k, so SIP-TLS and SRTP on this engine belon
 `drain()` does what pjsua2 lets it: new INVITEs get 503 with Retry-After, but pjsua answers out-of-dialog
 OPTIONS itself (200), which the Python API cannot change, so a load balancer that probes with OPTIONS keeps
 seeing this bridge as up while it drains (take it out of the dispatcher set instead).
+
+An offer no answer could accept never reaches `onIncomingCall`: pjsua negotiates the offer against its codecs
+(PCMU and PCMA only, set in `_run`) before it calls the application, and answers 488 itself, with no 180 and so
+no provider connection (measured with SIPp: a G.729-only offer gets "488 Not Acceptable Here" with "Warning:
+399 ... PJMEDIA_SDPNEG_NOANSCODEC", RTP/SAVP over UDP a bare 488). Its reason phrase is pjsip's one for every
+cause, not the native engine's one per cause (sip.sdp.OFFER_REFUSALS): the Python API has no hook before it.
+Session timers are pjsip's own (`_account_config`); --hold-timeout is kept from this thread's poll loop.
 """
 
 from __future__ import annotations

@@ -10,15 +10,12 @@ import urllib.request
 from pathlib import Path
 
 import peers
+from test_trunk_edge import _frames
 
 
 def _metrics(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
         return answer.read().decode()
-
-
-def _frames(record: Path) -> int:
-    return len(record.read_text().splitlines()) if record.exists() else 0
 
 
 def test_unanswerable_offers_get_488_before_any_180_and_no_provider_connection(
