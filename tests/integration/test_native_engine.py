@@ -287,34 +287,34 @@ def test_native_hold_and_resume_by_reinvite(start_bridge, utterance_ul, tmp_path
     assert "MediaHeld" in log[held:resumed] and "MediaResumed" in log[resumed:]  # the session saw both events
 
 
+def _hold_resume(start_bridge, utterance_ul, tmp_path: Path, *options: str):  # type: ignore[no-untyped-def]
+    """SIPp's uac_hold_resume (1.5 s of speech, a 1.5 s hold without RTP, 1.5 s more) against `serve` with
+    `options`: the bridge, SIPp's result and the messages it traced."""
+    _, ulaw = utterance_ul
+    bridge = start_bridge(*NATIVE, "--provider", "echo", *options)
+    workdir = tmp_path / "sipp"
+    workdir.mkdir()
+    shutil.copy(ulaw, workdir / "speech.ul")
+    result = peers.run_sipp("uac_hold_resume", bridge.sip_port, workdir=workdir, timeout=40, trace_msg=True)
+    return bridge, result, (workdir / "sipp_messages.log").read_text(errors="replace")
+
+
 def test_native_rtp_timeout_counts_again_from_the_resume(start_bridge, utterance_ul, tmp_path: Path) -> None:
     """--rtp-timeout 1 and a 1.5 s hold with no RTP: the call is not ended when the caller comes back (the
     silence of the hold does not count), and goes on until the caller's BYE; the 200 asked for a session
     timer that the bridge refreshes (SIPp does not support timers)."""
-    _, ulaw = utterance_ul
-    bridge = start_bridge(*NATIVE, "--provider", "echo", "--rtp-timeout", "1")
-    workdir = tmp_path / "sipp"
-    workdir.mkdir()
-    shutil.copy(ulaw, workdir / "speech.ul")
-    result = peers.run_sipp("uac_hold_resume", bridge.sip_port, workdir=workdir, timeout=40, trace_msg=True)
+    bridge, result, messages = _hold_resume(start_bridge, utterance_ul, tmp_path, "--rtp-timeout", "1")
     _sipp_ok(result)
     assert result.count("CLOSED") == 1
     bridge.wait_for(r"call call-1 ended after .* by caller")
     assert "--rtp-timeout" not in bridge.log, bridge.log[-3000:]
-    messages = (workdir / "sipp_messages.log").read_text(errors="replace")
     assert "Session-Expires: 1800;refresher=uas" in messages
 
 
 def test_native_hold_timeout_ends_a_held_call_with_bye(start_bridge, utterance_ul, tmp_path: Path) -> None:
-    _, ulaw = utterance_ul
-    bridge = start_bridge(*NATIVE, "--provider", "echo", "--hold-timeout", "1")
-    workdir = tmp_path / "sipp"
-    workdir.mkdir()
-    shutil.copy(ulaw, workdir / "speech.ul")
-    result = peers.run_sipp("uac_hold_resume", bridge.sip_port, workdir=workdir, timeout=40, trace_msg=True)
+    bridge, result, messages = _hold_resume(start_bridge, utterance_ul, tmp_path, "--hold-timeout", "1")
     assert result.log_events["HOLD_ANSWER"] == ["recvonly"]
     bridge.wait_for(r"call-1: the call was on hold for 1 s \(--hold-timeout\); BYE")
-    messages = (workdir / "sipp_messages.log").read_text(errors="replace")
     assert re.search(r"^BYE sip:", messages, re.M), messages[-3000:]  # ours, while SIPp held the call
     assert "RESUME_ANSWER" not in result.log_events
 
