@@ -584,6 +584,11 @@ class DigestServer:
 
     __str__ = __repr__
 
+    def add_user(self, credentials: Credentials) -> None:
+        """One more user (sip.policy: every trunk's inbound user shares the server's nonces, so a challenge
+        sent before the request's trunk was known can be answered with that trunk's credentials)."""
+        self._users[credentials.username] = credentials.password
+
     @property
     def status(self) -> int:
         return 407 if self.proxy else 401

@@ -30,6 +30,7 @@ from typing import Literal, Protocol, runtime_checkable
 from sip.auth import Credentials, DigestServer
 from sip.leg import CallLeg
 from sip.policy import BindCheck, InboundPolicy, PolicyConfig, check_bind
+from sip.trunks import Trunk
 
 OnCall = Callable[[CallLeg], None]
 
@@ -93,6 +94,11 @@ class EngineConfig:
     # calls answered and offered on calls placed; 0: none asked for (a peer's request is still honoured).
     hold_timeout_s: float | None = 7200.0
     session_expires_s: int = 1800
+    # Trunks as identities (sip/trunks.py): each inbound request is matched to its trunk, whose allowlist,
+    # inbound digest, SRTP, NAT, RTP source and external address apply to it and its call alone (the fields
+    # above are the global policy, for requests of no trunk); each trunk with a registrar keeps its own
+    # binding with its own credentials, beside the `register` AoRs above
+    trunks: tuple[Trunk, ...] = ()
 
 
 class EngineError(RuntimeError):
@@ -208,7 +214,9 @@ def check_listen(config: EngineConfig, *, allow_any: bool = False) -> BindCheck:
     if config.inbound_auth is not None:
         auth = DigestServer(digest_realm(config), [Credentials(*config.inbound_auth)])
     return check_bind(
-        config.host, InboundPolicy(PolicyConfig(allow=config.allow), auth=auth), allow_any=allow_any
+        config.host,
+        InboundPolicy(PolicyConfig(allow=config.allow), auth=auth, trunks=config.trunks),
+        allow_any=allow_any,
     )
 
 

@@ -61,9 +61,10 @@ def call_identity(
     source: str,
     headers: Headers = (),
     direction: Literal["inbound", "outbound"] = "inbound",
+    trunk: str | None = None,
 ) -> CallIdentity:
     """The `CallIdentity` of an incoming INVITE; `call_id` is the engine's id for the call (unique in the
-    process), `source` the "host:port" the INVITE came from."""
+    process), `source` the "host:port" the INVITE came from, `trunk` the name of the trunk it matched."""
     return CallIdentity(
         call_id=call_id,
         sip_call_id=sip_call_id,
@@ -73,4 +74,5 @@ def call_identity(
         source=source,
         headers=headers,
         direction=direction,
+        trunk=trunk,
     )

@@ -33,6 +33,7 @@ class CallIdentity:
     # "outbound" for a call this bridge placed (`Dialer.dial`), set by the engine and never read from the
     # peer's headers, so a caller cannot claim it and be routed as an outbound call.
     direction: Literal["inbound", "outbound"] = "inbound"
+    trunk: str | None = None  # the trunk the INVITE was matched to (sip/trunks.py); None: none
 
     def header(self, name: str) -> str | None:
         """First value of a SIP header, case-insensitively."""

@@ -28,6 +28,12 @@ answers, and closes every socket, timer and task; `counts()` proves they are bac
 
 Everything runs on the one asyncio loop that ran `start()`: the session's `enqueue`/`clear` and the media
 clock's `take`/`transmitted` never run at the same time, so the Playout's lock is never contended.
+
+Trunks (`EngineConfig.trunks`, sip/trunks.py): the inbound policy matches each request to its trunk (the
+registrars' addresses, resolved once at start, count as their trunks' sources); an inbound call takes its
+trunk's SRTP mode, NAT mode, RTP source policy and external address (`NativeLeg.policy`), a call of no trunk
+the engine's own. Every trunk with a registrar keeps its binding with its own credentials, expiry and keep-alive
+(`registration_plan`); calls we place use the engine's own policy.
 """
 
 from __future__ import annotations
@@ -39,7 +45,7 @@ import socket
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from rtp import probe as _probe
 from rtp.clock import MEDIA_PHASES, MediaClockShell
@@ -78,6 +84,7 @@ from sip.tls import client_context, sdes_policy, server_context
 from sip.transaction import TimerConfig
 from sip.transfer import DialogStage, EndTransferredCall, SendRefer, TransferOutput, TransferTracker
 from sip.transport import DeadlineTimer, Inbound, SipTransports, TransportRef
+from sip.trunks import Trunk, TrunkTable
 from sip.uri import parse_uri
 
 log = logging.getLogger("parlora.sip")
@@ -294,6 +301,7 @@ class NativeLeg(PlayoutLeg):
         *,
         peer: tuple[str, int] | None = None,
         transport: str = "udp",
+        policy: Trunk | None = None,
     ) -> None:
         super().__init__(Playout(CarrierLedger()))
         self.agent = agent
@@ -305,12 +313,14 @@ class NativeLeg(PlayoutLeg):
         self.transport = incoming.transport if incoming is not None else transport
         source = incoming.source if incoming is not None else (peer or ("127.0.0.1", 0))
         self.sockets = sockets
+        # what this call gets: its trunk's policy, or the engine's own (sip/trunks.py)
+        self.policy = policy if policy is not None else agent.global_policy
         # SDES keys only over TLS (sip.tls.sdes_policy): "off" elsewhere unless required (then refused earlier)
-        self.srtp_policy: sdp.SrtpPolicy = sdes_policy(agent.config.srtp, self.transport) or "off"
+        self.srtp_policy: sdp.SrtpPolicy = sdes_policy(self.policy.srtp, self.transport) or "off"
         self.progress: list[int] = []  # outbound: the 1xx statuses seen (180, 183)
         self.early_media = 0  # outbound: 1xx with an SDP answer (early media, played to nobody: counted)
         # behind NAT the SDP names the external address (issue 14), else the one the RTP socket is bound to
-        self.media_address = agent.config.external_address or media_address(sockets.host, source[0])
+        self.media_address = self.policy.external_address or media_address(sockets.host, source[0])
         self.media: _CallMedia | None = None
         self.transfer_tracker = TransferTracker(int(agent.config.transfer_timeout_s * 1e9))
         self._queue: asyncio.Queue[LegEvent] = asyncio.Queue()
@@ -456,8 +466,8 @@ class NativeLeg(PlayoutLeg):
                 payload_type=negotiated.payload_type,
                 dtmf_payload_type=negotiated.telephone_event,
                 wallclock_offset_ns=agent.wallclock_offset_ns,
-                nat=agent.config.nat,  # symmetric RTP: latch to the first valid packet's source
-                source_policy=agent.config.rtp_source,  # else learn the caller's source (rtp/latch.py)
+                nat=self.policy.nat,  # symmetric RTP: latch to the first valid packet's source
+                source_policy=self.policy.rtp_source,  # else learn the caller's source (rtp/latch.py)
             ),
             rng.random,
         )
@@ -610,10 +620,89 @@ def media_address(bound: str, peer: str) -> str:
         return bound
 
 
-def build_policy(config: EngineConfig) -> InboundPolicy:
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """One registration to keep (RFC 3261 §10): the AoR, whose credentials, its expiry and keep-alive, the
+    address to advertise (None: the local one towards the registrar), and the trunk it belongs to."""
+
+    aor: str
+    credentials: Credentials | None = None
+    expires_s: int = 3600
+    keepalive_s: float | None = 30.0
+    external_address: str | None = None
+    trunk: str | None = None
+
+    def registration(
+        self, destination: tuple[str, int], ours: str, port: int, user_agent: str | None, rng: random.Random
+    ) -> Registration:
+        """The `Registration` core of this binding, sending to `destination`, advertising `ours`:`port`."""
+        user = parse_uri(self.aor).user
+        shown = f"[{ours}]" if ":" in ours else ours
+        return Registration(
+            RegistrationConfig(
+                aor=self.aor,
+                contact=f"sip:{user}@{shown}:{port}",
+                via_host=ours,
+                via_port=port,
+                destination=destination,
+                expires_s=self.expires_s,
+                keepalive_s=self.keepalive_s or None,  # issue 14: OPTIONS keepalive
+                user_agent=user_agent,
+            ),
+            credentials=self.credentials,
+            rng=rng,
+        )
+
+
+def registration_plan(config: EngineConfig) -> list[Binding]:
+    """The bindings the engine keeps: one per `register` AoR with the engine's credentials (`auth_user`,
+    `register_password`), then one per trunk with a registrar, with that trunk's own credentials, expiry,
+    keep-alive and external address (an AoR that is both is kept once, as the trunk's). ValueError for an AoR
+    that is not sip:USER@HOST[:PORT]."""
+    out: list[Binding] = []
+    trunk_aors = {t.registrar for t in config.trunks}
+    wanted: list[tuple[str, str | None, str | None, int, float | None, str | None, str | None]] = [
+        (
+            aor,
+            config.auth_user,
+            config.register_password,
+            config.register_expires_s,
+            config.register_keepalive_s,
+            config.external_address,
+            None,
+        )
+        for aor in config.register
+        if aor not in trunk_aors
+    ]
+    wanted += [
+        (
+            t.registrar,
+            t.auth_user,
+            t.register_password,
+            t.register_expires_s,
+            t.register_keepalive_s,
+            t.external_address,
+            t.name,
+        )
+        for t in config.trunks
+        if t.registrar is not None
+    ]
+    for aor, user, password, expires, keepalive, external, trunk in wanted:
+        uri = parse_uri(aor)
+        if uri.scheme not in ("sip", "sips") or not uri.user:
+            raise ValueError(f"expected sip:USER@HOST[:PORT], got {aor!r}")
+        credentials = Credentials(user or uri.user, password) if password is not None else None
+        out.append(Binding(aor, credentials, expires, keepalive, external, trunk))
+    return out
+
+
+def build_policy(
+    config: EngineConfig, registrar_addresses: dict[str, tuple[str, ...]] | None = None
+) -> InboundPolicy:
     """The inbound policy (sip/policy.py) the engine's core asks first about every out-of-dialog request
     (issue 14): the allowlist, the per-source INVITE rate, the scanner blocklist and, with `inbound_auth`, a
-    digest challenge (401, SHA-256 and MD5) with the configured user's password."""
+    digest challenge (401, SHA-256 and MD5) with the configured user's password; each trunk's allowlist and
+    digest for the requests matched to it (`registrar_addresses`: trunk name → its registrar's addresses)."""
     auth = None
     if config.inbound_auth is not None:
         user, password = config.inbound_auth
@@ -628,6 +717,8 @@ def build_policy(config: EngineConfig) -> InboundPolicy:
             options_burst=config.options_burst,
         ),
         auth=auth,
+        trunks=TrunkTable(config.trunks, registrar_addresses),
+        realm=digest_realm(config),
     )
 
 
@@ -661,6 +752,18 @@ def describe_policy(config: EngineConfig) -> str:
     if (rate := options_rate(config)) > 0:
         parts.append(f"OPTIONS rate {rate:g}/s per source (burst {config.options_burst}), then dropped")
     parts.append("scanner User-Agents dropped")
+    for trunk in config.trunks:
+        sources = [
+            *trunk.allow,
+            *([f"registrar {parse_uri(trunk.registrar).host}"] if trunk.registrar else []),
+        ]
+        user = trunk.inbound_user
+        parts.append(
+            f"trunk {trunk.name}: from {', '.join(sources) or 'its digest user only'}, "
+            + (f"digest user {user!r}" if user is not None else "not challenged")
+            + f", srtp {trunk.srtp}, nat {'on' if trunk.nat else 'off'}"
+            + (f", external address {trunk.external_address}" if trunk.external_address else "")
+        )
     return "; ".join(parts)
 
 
@@ -724,6 +827,17 @@ class NativeUserAgent:
         )  # the last outbound calls' outcomes
         self.calls_rejected = 0
         self.rtp_before_answer = 0
+        self._registering = bool(config.register) or any(t.registrar for t in config.trunks)
+        # what a call of no trunk gets (and calls we place): the engine's own policy, as a nameless trunk
+        self.global_policy = Trunk(
+            "",
+            allow=config.allow,
+            inbound_auth=config.inbound_auth,
+            srtp=config.srtp,
+            nat=config.nat,
+            rtp_source=config.rtp_source,
+            external_address=config.external_address,
+        )
 
     # --- SipEngine ---
 
@@ -796,7 +910,13 @@ class NativeUserAgent:
             raise EngineStartError(str(exc)) from exc
         self._transports = transports
         self.local = (host, port)
-        self.policy = build_policy(config)
+        try:
+            registrations, registrar_addresses = await self._registrations(loop, host, port)
+        except (OSError, ValueError) as exc:
+            await transports.close()
+            self._transports = None
+            raise EngineStartError(f"--register: {exc}") from exc
+        self.policy = build_policy(config, registrar_addresses)
         self._ua = core.UserAgent(
             policy=self.policy,
             config=core.UaConfig(
@@ -816,15 +936,6 @@ class NativeUserAgent:
         self._timer = DeadlineTimer(loop, self.clock, self._on_timer)
         # issue 13: phases for inbound latency
         self._media_clock = MediaClockShell(loop, self.clock, phases=MEDIA_PHASES)
-        try:
-            registrations = await self._registrations(loop, host, port)
-        except (OSError, ValueError) as exc:
-            await transports.close()
-            self._transports = None
-            self._timer.cancel()
-            self._media_clock.stop()
-            self._ua = None
-            raise EngineStartError(f"--register: {exc}") from exc
         log.info("inbound policy: %s", describe_policy(config))
         log.info(
             "listening on udp %s:%d%s (engine native, at most %d calls per process, RTP ports %d-%d)",
@@ -844,14 +955,14 @@ class NativeUserAgent:
 
     async def _registrations(
         self, loop: asyncio.AbstractEventLoop, host: str, port: int
-    ) -> list[Registration]:
-        """One `Registration` per `--register` AoR (RFC 3261 §10), the registrar's name resolved once here."""
-        config = self.config
+    ) -> tuple[list[Registration], dict[str, tuple[str, ...]]]:
+        """One `Registration` per binding of `registration_plan` (RFC 3261 §10), each registrar's name
+        resolved once here; and, per trunk, the addresses its registrar resolved to (its calls come from
+        there: sip/trunks.py)."""
         out: list[Registration] = []
-        for aor in config.register:
-            uri = parse_uri(aor)
-            if uri.scheme not in ("sip", "sips") or not uri.user:
-                raise ValueError(f"expected sip:USER@HOST[:PORT], got {aor!r}")
+        addresses: dict[str, tuple[str, ...]] = {}
+        for binding in registration_plan(self.config):
+            uri = parse_uri(binding.aor)
             default_port = 5061 if uri.scheme == "sips" else 5060
             infos = await loop.getaddrinfo(
                 uri.host.strip("[]"), uri.port or default_port, type=socket.SOCK_DGRAM
@@ -859,28 +970,16 @@ class NativeUserAgent:
             if not infos:
                 raise ValueError(f"cannot resolve {uri.host}")
             destination = (str(infos[0][4][0]), int(infos[0][4][1]))
-            ours = config.external_address or media_address(host, destination[0])
-            shown = f"[{ours}]" if ":" in ours else ours
-            credentials = None
-            if config.register_password is not None:
-                credentials = Credentials(config.auth_user or uri.user, config.register_password)
+            ours = binding.external_address or media_address(host, destination[0])
             out.append(
-                Registration(
-                    RegistrationConfig(
-                        aor=aor,
-                        contact=f"sip:{uri.user}@{shown}:{port}",
-                        via_host=ours,
-                        via_port=port,
-                        destination=destination,
-                        expires_s=config.register_expires_s,
-                        keepalive_s=config.register_keepalive_s or None,  # issue 14: OPTIONS keepalive
-                        user_agent=config.server_header,
-                    ),
-                    credentials=credentials,
-                    rng=random.Random(self.rng.getrandbits(64)),
+                binding.registration(
+                    destination, ours, port, self.config.server_header, random.Random(self.rng.getrandbits(64))
                 )
             )
-        return out
+            if binding.trunk is not None:
+                found = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
+                addresses[binding.trunk] = addresses.get(binding.trunk, ()) + found
+        return out, addresses
 
     async def dial(
         self,
@@ -1232,7 +1331,7 @@ class NativeUserAgent:
         finally:
             self._flushing = False
         self._check_rejections(ua)
-        if self.config.register:
+        if self._registering:
             self._log_registrations(ua, now)
         self._arm(ua)
 
@@ -1338,6 +1437,8 @@ class NativeUserAgent:
         if self._stopping:
             ua.reject(event.call, 503, now, headers=(("Retry-After", str(self.config.retry_after_s)),))
             return
+        trunk = event.trunk
+        policy = trunk if trunk is not None else self.global_policy
         loop = asyncio.get_running_loop()
         holder: list[NativeLeg] = []
         assert self._pool is not None
@@ -1371,8 +1472,11 @@ class NativeUserAgent:
             sip_call_id=event.sip_call_id,
             source=f"{host}:{source[1]}",
             headers=event.headers,
+            trunk=trunk.name if trunk is not None else None,
         )
-        leg = NativeLeg(self, event.call, identity, event, sockets)
+        if trunk is not None:
+            log.info("%s: from %s:%d on trunk %s", event.call, source[0], source[1], trunk.name)
+        leg = NativeLeg(self, event.call, identity, event, sockets, policy=policy)
         holder.append(leg)
         self._legs[event.call] = leg
         ua.ring(event.call, now)  # 180 at once: the session answers once its provider is connected

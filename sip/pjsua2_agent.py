@@ -412,6 +412,16 @@ def unsupported_options(config: EngineConfig) -> list[str]:
         "--max-call-duration": config.max_call_duration_s is not None,
         "--rtp-timeout": config.rtp_timeout_s is not None,
     }
+    for t in config.trunks:  # a trunk's policy (sip/trunks.py): pjsua2 has no per-request policy to apply it
+        given |= {
+            f"trunks[{t.name}].allow": bool(t.allow),
+            f"trunks[{t.name}].inbound_auth_user": t.inbound_auth is not None,
+            f"trunks[{t.name}].registrar": t.registrar is not None,
+            f"trunks[{t.name}].external_address": t.external_address is not None,
+            f"trunks[{t.name}].nat": t.nat,
+            f"trunks[{t.name}].rtp_source strict": t.rtp_source == "strict",
+            f"trunks[{t.name}].srtp": t.srtp != "off",
+        }
     return [option for option, asked in given.items() if asked]
 
 

@@ -29,21 +29,36 @@ The checks, in order (the first that refuses decides; each refusal is counted in
    pass `DigestServer(..., proxy=True)` for 407 when a PBX expects proxy authentication.
 The allowlist and digest combine with AND: when both are set, a source must be allowed and authenticate.
 
+Trunks (`trunks`, sip/trunks.py): after the User-Agent check each request is matched to its trunk (source
+address, registrar address, then digest user) and that trunk's allowlist and inbound digest replace the global
+ones in checks 2 and 4 (the rate limits stay per source, whatever the trunk): a trunk without inbound
+credentials is never challenged, one with them is challenged for its own user alone (another user's right
+password is a wrong one here). A request that matches no trunk gets the global policy (`allow`, `auth`), and
+beyond it:
+- when any trunk has an allowlist, it is refused as a source outside every allowlist (403, or dropped with
+  `drop_unknown`): the trunks' allowlists together are the global one, as a merged allowlist was;
+- except when some trunk is known by its digest user alone (no allowlist): then an unmatched request is
+  challenged, since that trunk's calls come from anywhere and name their user only in the answer. The
+  digest server is shared (one realm, one nonce secret), so the answer to that challenge verifies against
+  the trunk it names.
+`Accept.trunk` names the matched trunk; the UA gives it to the call (its SRTP, NAT, RTP source and external
+address).
+
 A decision is a frozen dataclass: `Accept`, `Refuse(status, reason, headers)`, `Drop(reason)` or
 `Challenge(status, headers)`. `check_bind(host, config, allow_any)` says whether `serve` may start.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import math
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
-from sip.auth import AuthMissing, AuthOk, AuthStale, DigestServer, parse_authorization
+from sip.auth import AuthMissing, AuthOk, AuthStale, Credentials, DigestServer, parse_authorization
 from sip.guard import AuthGuard
 from sip.message import Request
+from sip.trunks import Trunk, TrunkTable, host_address, parse_networks
 
 __all__ = [
     "DEFAULT_SCANNERS",
@@ -76,15 +91,14 @@ _UNCHALLENGED = frozenset({"ACK", "CANCEL", "OPTIONS"})
 # agent (405/501) before any digest check.
 SERVED_METHODS = frozenset({"INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY"})
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-
 
 @dataclass(frozen=True, slots=True)
 class Accept:
-    """Go ahead. `username` is the authenticated user when digest was checked."""
+    """Go ahead. `username` is the authenticated user when digest was checked; `trunk` the trunk the request
+    came from (None: it matched none and passed the global policy)."""
 
     username: str | None = None
+    trunk: Trunk | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,17 +129,6 @@ class Challenge:
 Decision = Accept | Refuse | Drop | Challenge
 
 
-def parse_networks(cidrs: tuple[str, ...] | list[str]) -> tuple[Network, ...]:
-    """`--allow` values as networks (a bare address is a /32 or /128); ValueError names a bad one."""
-    out: list[Network] = []
-    for text in cidrs:
-        try:
-            out.append(ipaddress.ip_network(text.strip(), strict=False))
-        except ValueError as exc:
-            raise ValueError(f"not an IP network: {text!r} ({exc})") from None
-    return tuple(out)
-
-
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
     allow: tuple[str, ...] = ()
@@ -139,19 +142,9 @@ class PolicyConfig:
     scanner_action: Literal["drop", "403"] = "drop"
 
 
-def _address(host: str) -> Address | None:
-    try:
-        address = ipaddress.ip_address(host.split("%", 1)[0].strip("[]"))
-    except ValueError:
-        return None
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    return address
-
-
 def _host_key(host: str) -> str:
     """A source's key in the guard: its address, normalised (IPv4-mapped IPv6 as IPv4), else the text."""
-    address = _address(host)
+    address = host_address(host)
     return str(address) if address is not None else host[:64]
 
 
@@ -190,13 +183,29 @@ class InboundPolicy:
         config: PolicyConfig | None = None,
         *,
         auth: DigestServer | None = None,
+        trunks: TrunkTable | tuple[Trunk, ...] = (),
+        realm: str = "sip",
         guard: AuthGuard | None = None,
         served: frozenset[str] = SERVED_METHODS,
     ) -> None:
+        """`auth`: the global digest (None: none); `trunks`: the trunks requests are matched to. Every trunk's
+        inbound user is added to `auth` (or to a server of `realm` made for them), so that one server's
+        nonces answer every challenge. ValueError for a bad network or a digest user two trunks share.
+        `guard` counts digest failures (sip/guard.py); `served`: the methods the user agent answers."""
         self.config = config or PolicyConfig()
         self.auth = auth
         self.guard = guard if guard is not None else AuthGuard()
         self.served = served
+        self.trunks = trunks if isinstance(trunks, TrunkTable) else TrunkTable(trunks)
+        self._digest = auth
+        for trunk in self.trunks.trunks:
+            if trunk.inbound_auth is None:
+                continue
+            if self._digest is None:
+                self._digest = DigestServer(realm, [])
+            self._digest.add_user(Credentials(*trunk.inbound_auth))
+        # an unmatched request is challenged (not refused) when a trunk is known by its digest user alone
+        self._digest_only = any(t.inbound_auth is not None and not t.allow for t in self.trunks.trunks)
         self.networks = parse_networks(self.config.allow)
         self._scanners = tuple(s.lower() for s in self.config.scanner_user_agents if s)
         c = self.config
@@ -212,12 +221,16 @@ class InboundPolicy:
     @property
     def enforcing(self) -> bool:
         """Whether anything restricts who may call (an allowlist or digest)."""
-        return bool(self.networks) or self.auth is not None
+        if self.networks or self.auth is not None:
+            return True
+        return any(t.allow or t.inbound_auth is not None for t in self.trunks.trunks)
 
     def allowed(self, host: str) -> bool:
+        """Whether the global allowlist lets `host` in (with trunks: whether an unmatched request from `host`
+        would pass it)."""
         if not self.networks:
-            return True
-        address = _address(host)
+            return not (self.trunks.networks and not self._digest_only)
+        address = host_address(host)
         if address is None:
             return False
         return any(address.version == n.version and address in n for n in self.networks)
@@ -241,7 +254,8 @@ class InboundPolicy:
         if self.guard.banned(host, now):
             self.counters["auth_ban_dropped"] += 1
             return Drop("source banned")
-        if not self.allowed(source[0]):
+        trunk = self.trunks.match(source, request) if self.trunks else None
+        if not (self.trunks.allows(trunk, source[0]) if trunk is not None else self.allowed(source[0])):
             self.counters["not_allowed"] += 1
             if self.config.drop_unknown:
                 return Drop("source not allowed")
@@ -254,9 +268,14 @@ class InboundPolicy:
         if wait is not None:
             self.counters["rate_limited"] += 1
             return Refuse(503, "Service Unavailable (rate limited)", (("Retry-After", str(wait)),))
-        if self.auth is None or method in _UNCHALLENGED or method not in self.served:
-            return Accept()  # an unserved method: the user agent's 405/501, never a digest verdict
-        auth = self.auth
+        auth = self._digest
+        if trunk is not None:
+            wanted = trunk.inbound_user  # its own user alone; None: the trunk is not challenged
+        else:
+            challenged = self.auth is not None or self._digest_only
+            wanted = "" if challenged else None  # "": any user that is not a trunk's (the global one)
+        if auth is None or wanted is None or method in _UNCHALLENGED or method not in self.served:
+            return Accept(trunk=trunk)  # an unserved method: the user agent's 405/501, never a digest verdict
         fields = request.headers.get_fields(auth.credentials_header)
         user = _username(fields)
         hold = self.guard.hold(host, user, now)
@@ -264,10 +283,10 @@ class InboundPolicy:
             self.counters[f"auth_{hold}_dropped" if hold != "banned" else "auth_ban_dropped"] += 1
             return Drop(f"digest {hold.replace('_', ' ')}")
         verdict = auth.verify(method, request.uri, fields, now, request.body)
-        if isinstance(verdict, AuthOk):
+        if isinstance(verdict, AuthOk) and verdict.username == (wanted or verdict.username):
             self.counters["auth_ok"] += 1
             self.guard.succeeded(host, verdict.username, now)
-            return Accept(verdict.username)
+            return Accept(verdict.username, trunk)
         if isinstance(verdict, AuthStale):
             self.counters["auth_stale"] += 1
             return Challenge(auth.status, auth.challenge(now, stale=True), stale=True)
@@ -315,7 +334,7 @@ class BindCheck:
 def _is_loopback(host: str) -> bool:
     if host.strip().lower() in ("localhost", "localhost."):
         return True
-    address = _address(host)
+    address = host_address(host)
     return address is not None and address.is_loopback
 
 

@@ -72,6 +72,9 @@ without a To tag except ACK, before any check of the core's own: `Refuse` and `C
 statelessly (§8.2.7; no transaction, so a flood of refused requests costs no state), `Drop` sends nothing;
 only `Accept` lets the request on (so a refused INVITE never becomes an `IncomingCall`). Without a policy,
 everything is accepted, as before. Counters: policy_dropped, policy_challenged, policy_<status>.
+The trunk the policy matched an INVITE to (`Accept.trunk`, sip/trunks.py) is the call's: `IncomingCall.trunk`,
+its `external_address` in the call's Contact and in the Via of its in-dialog requests, its `nat` in place of
+`UaConfig.send_to_source` for them. A call of no trunk keeps `UaConfig`'s.
 
 Calls we place (UAC, §8.1, §9.1, §13.2, §22): `dial(target, local_media, now, credentials=...)` sends an
 INVITE with our offer and returns the call id. A 1xx above 100 → `CallProgress` (early media when it carries
@@ -158,6 +161,7 @@ from sip.transaction import (
     is_reliable,
     server_key,
 )
+from sip.trunks import Trunk
 from sip.uri import parse_uri
 
 log = logging.getLogger("parlora.sip.ua")
@@ -248,6 +252,7 @@ class IncomingCall:
     headers: tuple[tuple[str, str], ...]
     offer: SessionDescription | None
     auth_user: str | None = None  # the user the inbound policy's digest check authenticated (issue 14)
+    trunk: Trunk | None = None  # the trunk the policy matched the INVITE to (sip/trunks.py), None: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,6 +429,8 @@ class _Call(Timed):
         self.transport = transport
         self.response_destination = response_destination
         self.stage = _Stage.RINGING
+        self.host: str | None = None  # the address in our Contact and Via for this call (None: UaConfig.host)
+        self.send_to_source = False  # in-dialog requests to `source` (its trunk's NAT mode, or UaConfig's)
         self.no_contact = invite.headers.get("Contact") is None  # a broken peer: send to where it came from
         self.peer_allow = frozenset(m.strip().upper() for m in invite.headers.get_all("Allow"))
         self.peer_supports_timer = _has_option(invite, "Supported", "timer") or _has_option(
@@ -863,7 +870,7 @@ class UserAgent:
         if c is None or c.stage is not _Stage.CONFIRMED:
             return False
         refer_to = target if target.startswith("<") else f"<{target}>"
-        headers = (("Refer-To", refer_to), ("Referred-By", f"<{self._local_uri()}>"))
+        headers = (("Refer-To", refer_to), ("Referred-By", f"<{self._local_uri(host=c.host)}>"))
         c.refer_active = False
         self._send_in_dialog(c, "REFER", now, headers=headers, purpose="REFER")
         return True
@@ -1002,11 +1009,12 @@ class UserAgent:
             self._on_ack(request, now)
             return
         auth_user: str | None = None
+        trunk: Trunk | None = None
         if self.policy is not None and not _tag_of(request.headers.get("To")):
             admitted = self._admit(request, source, transport, destination, now)
             if admitted is None:
                 return
-            auth_user = admitted.username
+            auth_user, trunk = admitted.username, admitted.trunk
         status = self._precheck(request, source, transport, destination, now)
         if status:
             return
@@ -1018,7 +1026,7 @@ class UserAgent:
             self._in_dialog(request, to_tag, source, transport, destination, now)
             return
         if method == "INVITE":
-            self._on_invite(request, source, transport, destination, now, auth_user=auth_user)
+            self._on_invite(request, source, transport, destination, now, auth_user=auth_user, trunk=trunk)
         elif method == "OPTIONS":
             self._on_options(request, transport, destination, now, in_dialog=False)
         elif method == "REFER":
@@ -1235,6 +1243,7 @@ class UserAgent:
         now: int,
         *,
         auth_user: str | None = None,
+        trunk: Trunk | None = None,
     ) -> None:
         h = request.headers
         call_id = h.get("Call-ID") or ""
@@ -1279,7 +1288,7 @@ class UserAgent:
             if offer is None:
                 self._refuse(request, 400, transport, destination, now, "bad_sdp_400", reason="Bad SDP body")
                 return
-        refusal = self._offer_refusal(offer, transport)
+        refusal = self._offer_refusal(offer, transport, trunk)
         if refusal is not None:  # nothing is paid for a call that can never be answered: no 180, no call
             self._refuse(
                 request,
@@ -1308,11 +1317,12 @@ class UserAgent:
             )
             return
         local_tag = self._new_tag()
+        host = trunk.external_address if trunk is not None else None  # the trunk's address, else ours
         try:
             dialog = Dialog.uas(
                 request,
                 local_tag=local_tag,
-                local_contact=f"<{self._local_uri(transport)}>",
+                local_contact=f"<{self._local_uri(transport, host)}>",
                 transport=transport,
             )
         except ValueError:
@@ -1324,6 +1334,8 @@ class UserAgent:
         call = f"call-{self._counter}"
         ist = self._layer.server_invite(request, destination, transport, now)
         c = _Call(call, request, ist, dialog, source, transport, destination)
+        c.host = host
+        c.send_to_source = trunk.nat if trunk is not None else self.config.send_to_source
         c.offer = offer
         c.remote_body = request.body
         self._calls[call] = c
@@ -1344,21 +1356,25 @@ class UserAgent:
                 headers=h.items(),
                 offer=offer,
                 auth_user=auth_user,
+                trunk=trunk,
             )
         )
 
-    def _offer_refusal(self, offer: SessionDescription | None, transport: str) -> OfferRefusal | None:
-        """Why a new INVITE can never be answered (SRTP required over a transport that may not carry keys, or
-        an offer `answer` would refuse), or None. An INVITE without SDP is checked when the ACK brings the
+    def _offer_refusal(
+        self, offer: SessionDescription | None, transport: str, trunk: Trunk | None
+    ) -> OfferRefusal | None:
+        """Why a new INVITE can never be answered (SRTP required, by its trunk or else `UaConfig.srtp`, over a
+        transport that may not carry keys, or an offer `answer` would refuse), or None. An INVITE without SDP is checked when the ACK brings the
         answer (RFC 3264 gives no way to refuse there: `CallConfirmed(media=None)`, and the shell hangs up)."""
         config = self.config
-        policy = sdes_policy(config.srtp, transport)
+        srtp = trunk.srtp if trunk is not None else config.srtp
+        policy = sdes_policy(srtp, transport)
         if policy is None:
             return OFFER_REFUSALS["tls_required"]
         if offer is None:
             return None
         refusal = check_offer(offer, codecs=config.codecs, srtp=policy, crypto_suites=config.crypto_suites)
-        if refusal is not None and refusal.cause == "srtp_off" and config.srtp != "off":
+        if refusal is not None and refusal.cause == "srtp_off" and srtp != "off":
             return OFFER_REFUSALS["srtp_needs_tls"]  # SRTP is on, but not over this transport
         return refusal
 
@@ -1763,7 +1779,7 @@ class UserAgent:
         purpose: str,
     ) -> ClientTransaction:
         destination, transport = self._next_hop(c)
-        via = self._via(transport)
+        via = self._via(transport, c.host)
         request = c.dialog.new_request(
             method,
             via=via,
@@ -1796,27 +1812,27 @@ class UserAgent:
         )
 
     def _next_hop(self, c: _Call) -> tuple[tuple[str, int], str]:
-        if (self.config.send_to_source or c.no_contact) and not c.dialog.route_set:
+        if (c.send_to_source or c.no_contact) and not c.dialog.route_set:
             return c.source, c.transport
         destination, transport = c.dialog.next_hop()
         if not destination[0]:
             return c.source, c.transport
         return destination, transport.lower()
 
-    def _via(self, transport: str) -> str:
-        sent_by = self._host_port(transport)
+    def _via(self, transport: str, host: str | None = None) -> str:
+        sent_by = self._host_port(transport, host)
         return f"SIP/2.0/{transport.upper()} {sent_by};branch=z9hG4bK{self._rng.getrandbits(64):016x};rport"
 
-    def _host_port(self, transport: str = "udp") -> str:
-        host = self.config.host
+    def _host_port(self, transport: str = "udp", host: str | None = None) -> str:
+        host = host or self.config.host
         host = f"[{host}]" if ":" in host else host
         tls_port = self.config.tls_port
         port = tls_port if transport.lower() == "tls" and tls_port is not None else self.config.port
         return f"{host}:{port}"
 
-    def _local_uri(self, transport: str = "udp") -> str:
+    def _local_uri(self, transport: str = "udp", host: str | None = None) -> str:
         suffix = "" if transport == "udp" else f";transport={transport}"
-        return f"sip:{self.config.user}@{self._host_port(transport)}{suffix}"
+        return f"sip:{self.config.user}@{self._host_port(transport, host)}{suffix}"
 
     def _contact_headers(self, c: _Call) -> tuple[tuple[str, str], ...]:
         return (("Contact", c.dialog.local_contact), ("Allow", ALLOW))
@@ -1903,7 +1919,7 @@ class UserAgent:
             number, _ = parse_cseq(tx.request.headers.get("CSeq") or "")
             c.dialog.refresh_target(response)
             destination, transport = self._next_hop(c)
-            data = serialize(c.dialog.ack(number, via=self._via(transport)))
+            data = serialize(c.dialog.ack(number, via=self._via(transport, c.host)))
             c.our_acks[tx] = data
         destination, transport = self._next_hop(c)
         self._layer.send_stateless(data, destination, transport)
@@ -2202,6 +2218,7 @@ class UserAgent:
                 self._outbound_end(o, o.cancel_reason or "cancelled", o.cancel_status, by_remote=False)
             return
         c = _Call(o.id, tx.request, None, dialog, o.destination, o.transport, o.destination)
+        c.send_to_source = self.config.send_to_source
         c.stage = _Stage.CONFIRMED
         c.no_contact = response.headers.get("Contact") is None
         c.peer_allow = frozenset(m.strip().upper() for m in response.headers.get_all("Allow"))
