@@ -66,6 +66,7 @@ from sip.engine import (
     create_engine,
 )
 from sip.leg import CallIdentity, CallLeg
+from sip.trunks import Trunk
 
 if TYPE_CHECKING:
     from bridge.browser import BrowserChannel
@@ -244,6 +245,10 @@ class ServerConfig:
     rtp_timeout_s: float | None = None  # BYE when the caller sent no RTP for this long
     hold_timeout_s: float | None = 7200.0  # BYE when the caller held the call this long (sip/limits.py)
     session_expires_s: int = 1800  # RFC 4028 interval asked and offered (sip/ua.py); 0: none
+    # Trunks as identities (sip/trunks.py): each inbound request is matched to its trunk, whose allowlist,
+    # digest, SRTP, NAT, RTP source and external address apply to it alone; each trunk with a registrar keeps
+    # its own binding. The fields above are the global policy, for what matches no trunk.
+    trunks: tuple[Trunk, ...] = ()
 
 
 class Server:
@@ -402,7 +407,7 @@ class Server:
             return False, "not listening"
         if self.draining:
             return False, "draining"
-        if self.config.register:
+        if self.config.register or any(t.registrar for t in self.config.trunks):
             states = [r.get("state") for r in self._sip_status().get("registrations", [])]
             if "registered" not in states:
                 return False, "not registered"
@@ -675,4 +680,5 @@ def _engine_config(config: ServerConfig) -> EngineConfig:
         rtp_timeout_s=config.rtp_timeout_s,
         hold_timeout_s=config.hold_timeout_s,
         session_expires_s=config.session_expires_s,
+        trunks=config.trunks,
     )

@@ -24,7 +24,7 @@ import wave
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -55,6 +55,7 @@ from bridge.session import CallSummary
 from bridge.webhook import WebhookConfig
 from providers.batching import DEFAULT_APPEND_MS
 from sip.leg import CallIdentity
+from sip.trunks import Trunk
 
 log = logging.getLogger("parlora")
 
@@ -114,12 +115,14 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
             problems.append(
                 f"defaults.turn_detection: client needs openai-realtime or xai; a provider in use is {name}"
             )
+    trunks = trunk_policies(config, environ)
+    if config.engine.name == "pjsua2" and len({t.policy_key() for t in trunks}) > 1:
+        problems.append(
+            "engine.name: pjsua2 cannot tell one trunk's requests from another's (it has no per-request "
+            f"policy), and trunks {', '.join(t.name for t in trunks)} differ: use the native engine"
+        )
     if problems:
         raise ConfigError([f"{config.source or 'command line'}: {p}" for p in problems])
-    allow = tuple(dict.fromkeys(cidr for t in config.trunks for cidr in t.allow))
-    inbound = next((t for t in config.trunks if t.inbound_auth_user is not None), None)
-    registering = [t for t in config.trunks if t.registrar is not None]
-    first_reg = registering[0] if registering else None
     return ServerConfig(
         provider=provider,
         key=key,
@@ -141,28 +144,62 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
         telephony=config.telephony_options(),
         hold_timeout_s=config.telephony.hold_timeout_s or None,
         session_expires_s=config.telephony.session_expires_s,
-        allow=allow,
+        trunks=trunks,  # each trunk's allowlist, digest, SRTP, NAT and registration: sip/trunks.py
         drop_unknown=config.inbound.drop_unknown,
-        inbound_auth=(inbound.inbound_auth_user or "", environ.get(inbound.inbound_password_env, ""))
-        if inbound is not None
-        else None,
         allow_any=config.inbound.allow_any,
         invite_rate_per_s=config.inbound.invite_rate_per_s,
         options_rate_per_s=config.inbound.options_rate_per_s,
         server_header=config.inbound.server_header,
         realm=config.inbound.realm,
-        register=tuple(t.registrar for t in registering if t.registrar is not None),
-        auth_user=first_reg.auth_user if first_reg is not None else None,
-        register_password=environ.get(first_reg.password_env) or None if first_reg is not None else None,
-        external_address=next((t.external_address for t in config.trunks if t.external_address), None),
-        nat=any(t.nat for t in config.trunks),
-        rtp_source="strict" if any(t.rtp_source == "strict" for t in config.trunks) else "learn",
         drain_timeout_s=config.drain.timeout_s,
         route_providers=routed,
         cdr=config.logging.cdr,  # bridge/records.py: one JSON line per finished call
         record_dir=config.recording.dir,  # bridge/recording.py: a stereo WAV per call
-        register_keepalive_s=first_reg.register_keepalive_s if first_reg is not None else 30.0,
         dial_trunks=dial_trunks(config, environ),
+        **_one_trunk_global(trunks),
+    )
+
+
+def _one_trunk_global(trunks: tuple[Trunk, ...]) -> dict[str, Any]:
+    """One trunk is also the global policy, as `serve`'s flags are (nothing can leak to another trunk): a
+    request it does not match gets its allowlist and digest, a call its NAT, RTP source and address. Its
+    registrar is kept once, as the trunk's binding (sip.native.registration_plan)."""
+    if len(trunks) != 1:
+        return {}
+    t = trunks[0]
+    return {
+        "allow": t.allow,
+        "inbound_auth": t.inbound_auth,
+        "register": (t.registrar,) if t.registrar is not None else (),
+        "auth_user": t.auth_user,
+        "register_password": t.register_password,
+        "register_keepalive_s": t.register_keepalive_s,
+        "external_address": t.external_address,
+        "nat": t.nat,
+        "rtp_source": t.rtp_source,
+    }
+
+
+def trunk_policies(config: BridgeConfig, environ: Mapping[str, str]) -> tuple[Trunk, ...]:
+    """Each `[[trunks]]` as the SIP engine's `Trunk` (sip/trunks.py), its passwords from the environment."""
+    return tuple(
+        Trunk(
+            t.name,
+            allow=t.allow,
+            inbound_auth=(t.inbound_auth_user, environ.get(t.inbound_password_env, ""))
+            if t.inbound_auth_user is not None
+            else None,
+            srtp="required" if t.srtp == "require" else "optional" if t.srtp == "offer" else "off",
+            nat=t.nat,
+            rtp_source=t.rtp_source,
+            external_address=t.external_address,
+            registrar=t.registrar,
+            auth_user=t.auth_user,
+            register_password=environ.get(t.password_env) or None if t.needs_password else None,
+            register_expires_s=t.register_expires_s,
+            register_keepalive_s=t.register_keepalive_s or None,
+        )
+        for t in config.trunks
     )
 
 

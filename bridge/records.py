@@ -81,6 +81,7 @@ class CallInfo:
     source: str
     route: str | None
     provider: str
+    trunk: str | None = None  # the trunk the call came in on (sip/trunks.py); None: none matched
 
     @classmethod
     def of(cls, identity: CallIdentity, *, route: str | None, provider: str) -> CallInfo:
@@ -93,6 +94,7 @@ class CallInfo:
             identity.source,
             route,
             provider,
+            identity.trunk,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -105,6 +107,7 @@ class CallInfo:
             "source": self.source,
             "route": self.route,
             "provider": self.provider,
+            "trunk": self.trunk,
         }
 
 
