@@ -85,3 +85,13 @@ def test_dial_on_pjsua2_is_refused_with_the_same_words() -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "placing calls is not supported on the pjsua2 engine"
+
+
+def test_a_trunks_policy_is_refused_naming_the_trunk() -> None:
+    from sip.trunks import Trunk
+
+    plain = Trunk("pbx")
+    carrier = Trunk("carrier", allow=("203.0.113.0/24",), inbound_auth=("in", "pw"), srtp="required")
+    assert unsupported_options(EngineConfig(trunks=(plain,))) == []
+    refused = unsupported_options(EngineConfig(trunks=(plain, carrier)))
+    assert refused == ["trunks[carrier].allow", "trunks[carrier].inbound_auth_user", "trunks[carrier].srtp"]

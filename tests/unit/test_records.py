@@ -249,3 +249,20 @@ def test_the_coordinator_s_caller_transcript_carries_its_end_on_the_session_time
     core.provider_event(InputTranscript(1, "Again", final=True), 6_000 * MS)  # no times given
     said = [n for n in core.notices() if isinstance(n, Transcript)]
     assert [(n.text, n.at_ms, n.end_ms) for n in said] == [("Hello", 2_300, 3_100), ("Again", 6_000, None)]
+
+
+def test_the_call_record_names_the_trunk_the_call_came_in_on() -> None:
+    from sip.identity import call_identity
+
+    identity = call_identity(
+        "call-9",
+        request_uri="sip:100@bridge",
+        from_uri="sip:a@pbx",
+        to_uri="sip:100@bridge",
+        sip_call_id="x@pbx",
+        source="10.0.0.5:5060",
+        trunk="office-pbx",
+    )
+    info = CallInfo.of(identity, route=None, provider="echo")
+    assert info.to_json()["trunk"] == "office-pbx"
+    assert json.loads(json.dumps(INFO.to_json()))["trunk"] is None  # a call of no trunk says so
