@@ -233,6 +233,9 @@ def main() -> int:
     parser.add_argument("--hold-for", type=float, default=1.0, help="then sendrecv this much later (s)")
     parser.add_argument("--timeout", type=float, default=30.0, help="bound on the whole run (s)")
     parser.add_argument("--log-level", type=int, default=1, help="pjsua console log level")
+    parser.add_argument("--bind", default="127.0.0.1", help="local address for SIP and RTP (a loopback one)")
+    parser.add_argument("--auth-user", help="digest user to answer a 401/407 with (with --auth-password)")
+    parser.add_argument("--auth-password", default="")
     args = parser.parse_args()
     if args.play and args.tone:
         parser.error("--play or --tone, not both")
@@ -259,7 +262,7 @@ def main() -> int:
     ep.libInit(cfg)
     tcfg = pj.TransportConfig()
     tcfg.port = args.sip_port or free_udp_port()
-    tcfg.boundAddress = "127.0.0.1"
+    tcfg.boundAddress = args.bind
     ep.transportCreate(pj.PJSIP_TRANSPORT_UDP, tcfg)
     ep.libStart()
     ep.audDevManager().setNullDev()
@@ -268,9 +271,11 @@ def main() -> int:
     ep.codecSetPriority("PCMU/8000", 250)
 
     acfg = pj.AccountConfig()
-    acfg.idUri = f"sip:caller@127.0.0.1:{tcfg.port}"
+    acfg.idUri = f"sip:caller@{args.bind}:{tcfg.port}"
+    if args.auth_user:
+        acfg.sipConfig.authCreds.append(pj.AuthCredInfo("digest", "*", args.auth_user, 0, args.auth_password))
     acfg.mediaConfig.transportConfig.port = args.rtp_port or (free_udp_port() & ~1)
-    acfg.mediaConfig.transportConfig.boundAddress = "127.0.0.1"
+    acfg.mediaConfig.transportConfig.boundAddress = args.bind
     acc = pj.Account()
     acc.create(acfg)
     summary["sip_port"] = tcfg.port
