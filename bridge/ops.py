@@ -55,7 +55,7 @@ from bridge.session import CallSummary
 from bridge.webhook import WebhookConfig
 from providers.batching import DEFAULT_APPEND_MS
 from sip.leg import CallIdentity
-from sip.trunks import Trunk
+from sip.trunks import Trunk, TrunkTable
 
 log = logging.getLogger("parlora")
 
@@ -116,6 +116,10 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
                 f"defaults.turn_detection: client needs openai-realtime or xai; a provider in use is {name}"
             )
     trunks = trunk_policies(config, environ)
+    try:
+        TrunkTable(trunks)
+    except ValueError as exc:  # two trunks with one inbound digest user: a request could not be told apart
+        problems.append(f"trunks: {exc}")
     if config.engine.name == "pjsua2" and len({t.policy_key() for t in trunks}) > 1:
         problems.append(
             "engine.name: pjsua2 cannot tell one trunk's requests from another's (it has no per-request "

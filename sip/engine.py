@@ -213,11 +213,11 @@ def check_listen(config: EngineConfig, *, allow_any: bool = False) -> BindCheck:
     auth = None
     if config.inbound_auth is not None:
         auth = DigestServer(digest_realm(config), [Credentials(*config.inbound_auth)])
-    return check_bind(
-        config.host,
-        InboundPolicy(PolicyConfig(allow=config.allow), auth=auth, trunks=config.trunks),
-        allow_any=allow_any,
-    )
+    try:
+        policy = InboundPolicy(PolicyConfig(allow=config.allow), auth=auth, trunks=config.trunks)
+    except ValueError as exc:  # a trunk's network, or an inbound user two trunks share
+        return BindCheck(False, error=f"trunks: {exc}")
+    return check_bind(config.host, policy, allow_any=allow_any)
 
 
 def digest_realm(config: EngineConfig) -> str:

@@ -16,8 +16,8 @@ from bridge.api import _engine_config
 from bridge.config import ConfigError, load
 from bridge.ops import server_config
 from sip.auth import AuthAnswer, Credentials, DigestClient
-from sip.engine import EngineConfig
-from sip.message import Request, Response, make_response, parse
+from sip.engine import EngineConfig, check_listen
+from sip.message import Headers, Request, Response, make_response, parse, serialize
 from sip.native import build_policy
 from sip.policy import Accept, Challenge, Refuse
 from sip.sdp import LocalMedia
@@ -248,3 +248,51 @@ def test_pjsua2_with_two_trunks_of_different_policies_refuses_to_start(tmp_path:
     (problem,) = refused.value.problems
     assert "engine.name: pjsua2 cannot tell one trunk's requests from another's" in problem
     assert "office-pbx, carrier" in problem
+
+
+def _bye_destination(ua: UserAgent, data: bytes, source: tuple[str, int], now: int) -> tuple[str, int]:
+    """Where our BYE of the call `data` (from `source`, already admitted) goes."""
+    ua.receive(data, source, "udp", now)
+    (call,) = [e for e in ua.events() if isinstance(e, IncomingCall)]
+    assert ua.answer(call.call, LocalMedia(address="192.0.2.1", port=4000, session_id=1), now)
+    ok = [parse(t.data) for t in ua.transmits()][-1]
+    assert isinstance(ok, Response) and ok.status == 200
+    invite_request = request(data)
+    kept = [
+        (k, v)
+        for k, v in invite_request.headers.items()
+        if k.lower() not in ("content-type", "content-length")
+    ]
+    headers = Headers(kept).replaced("To", ok.headers.get("To") or "").replaced("CSeq", "1 ACK")
+    ack = Request("ACK", invite_request.uri, headers.with_header("Content-Length", "0"), b"")
+    ua.receive(serialize(ack), source, "udp", now)
+    assert ua.bye(call.call, now + S)
+    (bye,) = [t for t in ua.transmits() if t.data.startswith(b"BYE ")]
+    return bye.destination
+
+
+def test_the_carriers_nat_mode_sends_its_in_dialog_requests_to_the_source_and_the_pbxs_to_its_contact(
+    engine_config: EngineConfig,
+) -> None:
+    ua = ua_of(engine_config)
+    private = "Contact: <sip:caller@10.99.0.1:5070>"  # behind NAT: a Contact nobody can reach
+    pbx_invite = invite(PBX, 1).replace(f"Contact: <sip:caller@{PBX[0]}:{PBX[1]}>".encode(), private.encode())
+    assert _bye_destination(ua, pbx_invite, PBX, 0) == ("10.99.0.1", 5070)  # the PBX's trunk has no NAT mode
+    challenge = run(ua, invite(CARRIER, 2), CARRIER, S)[0][0]
+    auth = answer_header(challenge, "carrier-in", "carrier-secret")
+    carrier_invite = invite(CARRIER, 3, extra=(auth,))
+    carrier_invite = carrier_invite.replace(
+        f"Contact: <sip:caller@{CARRIER[0]}:{CARRIER[1]}>".encode(), private.encode()
+    )
+    assert _bye_destination(ua, carrier_invite, CARRIER, 2 * S) == CARRIER  # the carrier's does
+
+
+def test_two_trunks_with_one_inbound_user_refuse_to_start(tmp_path: Path) -> None:
+    path = tmp_path / "bridge.toml"
+    path.write_text(EXAMPLE + '[[trunks]]\nname = "twin"\ninbound_auth_user = "carrier-in"\n')
+    with pytest.raises(ConfigError, match="trunks 'carrier' and 'twin' have the same inbound digest user"):
+        server_config(load(path), {**ENV, "PARLORA_INBOUND_PASSWORD": "x"})
+    check = check_listen(
+        EngineConfig(trunks=(Trunk("a", inbound_auth=("u", "1")), Trunk("b", inbound_auth=("u", "2"))))
+    )
+    assert not check.ok and "same inbound digest user" in (check.error or "")
