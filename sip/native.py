@@ -758,8 +758,11 @@ def describe_policy(config: EngineConfig) -> str:
             *([f"registrar {parse_uri(trunk.registrar).host}"] if trunk.registrar else []),
         ]
         user = trunk.inbound_user
+        known = ", ".join(sources) or (
+            "its digest user only" if user is not None else "nothing: never matched"
+        )
         parts.append(
-            f"trunk {trunk.name}: from {', '.join(sources) or 'its digest user only'}, "
+            f"trunk {trunk.name}: from {known}, "
             + (f"digest user {user!r}" if user is not None else "not challenged")
             + f", srtp {trunk.srtp}, nat {'on' if trunk.nat else 'off'}"
             + (f", external address {trunk.external_address}" if trunk.external_address else "")
@@ -828,6 +831,7 @@ class NativeUserAgent:
         self.calls_rejected = 0
         self.rtp_before_answer = 0
         self._registering = bool(config.register) or any(t.registrar for t in config.trunks)
+        self.trunk_calls: Counter[str] = Counter()  # inbound calls by the trunk they came in on
         # what a call of no trunk gets (and calls we place): the engine's own policy, as a nameless trunk
         self.global_policy = Trunk(
             "",
@@ -1265,6 +1269,19 @@ class NativeUserAgent:
                 "challenged": stats.get("policy_challenged", 0),
                 "refused_403": stats.get("policy_403", 0),
                 "refused_503": stats.get("policy_503", 0),
+                "trunks": [  # each trunk's identity and the calls it brought (sip/trunks.py); no password
+                    {
+                        "name": t.name,
+                        "allow": list(t.allow),
+                        "inbound_user": t.inbound_user,
+                        "registrar": t.registrar,
+                        "srtp": t.srtp,
+                        "nat": t.nat,
+                        "external_address": t.external_address,
+                        "calls": self.trunk_calls[t.name],
+                    }
+                    for t in self.config.trunks
+                ],
             },
             "held": self.counts(),
             "counters": self.stats(),
@@ -1475,6 +1492,7 @@ class NativeUserAgent:
             trunk=trunk.name if trunk is not None else None,
         )
         if trunk is not None:
+            self.trunk_calls[trunk.name] += 1
             log.info("%s: from %s:%d on trunk %s", event.call, source[0], source[1], trunk.name)
         leg = NativeLeg(self, event.call, identity, event, sockets, policy=policy)
         holder.append(leg)

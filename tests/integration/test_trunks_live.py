@@ -94,3 +94,6 @@ def test_the_pbx_is_answered_unchallenged_and_the_carrier_is_challenged(start_br
     bridge.wait_for(r"call call-2 ended after")
     records = [json.loads(line) for line in (tmp_path / "calls.jsonl").read_text().splitlines()]
     assert sorted(r["call"]["trunk"] for r in records) == ["carrier", "office-pbx"], records
+    trunks = {t["name"]: t for t in _policy(http_port)["trunks"]}
+    assert (trunks["office-pbx"]["calls"], trunks["carrier"]["calls"]) == (1, 1), trunks
+    assert trunks["carrier"]["inbound_user"] == "carrier-in" and "carrier-secret-1" not in json.dumps(trunks)

@@ -119,6 +119,9 @@ async def test_the_pbx_is_not_challenged_and_neither_call_takes_the_others_addre
     refused = await stranger.final()
     assert refused is not None and refused.startswith(b"SIP/2.0 403"), refused
     assert len(calls) == 2
+    trunks = agent.sip_status()["policy"]["trunks"]  # type: ignore[index]
+    assert [(t["name"], t["calls"]) for t in trunks] == [("office-pbx", 1), ("carrier", 1)], trunks
+    assert "c-secret" not in repr(agent.sip_status())
 
 
 async def test_a_trunk_requiring_srtp_refuses_a_plain_call_while_the_pbx_gets_plain_rtp(
