@@ -214,3 +214,29 @@ def test_the_registration_plan_gives_each_trunk_its_credentials_and_drives_two_c
         assert isinstance(verdict, AuthOk), (binding.trunk, verdict)
         contact = retry.request.headers.get("Contact") or ""
         assert ("203.0.113.7" in contact) == (binding.trunk == "b"), contact
+
+
+async def test_a_call_from_a_trunks_registrar_is_that_trunks(
+    engine_factory, caplog: pytest.LogCaptureFixture
+) -> None:  # type: ignore[no-untyped-def]
+    registrar = Registrar("1001", "pw-1001")  # on 127.0.0.1: the calls for our binding come from there
+    trunks = (
+        Trunk("office-pbx", allow=("127.0.0.2/32",)),
+        Trunk(
+            "hosted-pbx",
+            registrar=f"sip:1001@127.0.0.1:{registrar.peer.address[1]}",
+            register_password="pw-1001",
+            srtp="required",  # its calls need SRTP: one over UDP is refused, the PBX's is not
+        ),
+    )
+    agent, calls = await engine_factory(trunks=trunks)
+    await registrar.answer_one()
+    await registrar.answer_one()
+    caller = Peer("127.0.0.1")  # the registrar's address
+    caller.sock.sendto(invite(agent.local[1], caller.address, 1), agent.local)
+    refused = await caller.final()
+    assert refused is not None and refused.startswith(b"SIP/2.0 488"), refused
+    assert "refused with 488: srtp required (trunk hosted-pbx)" in caplog.text
+    pbx = Peer("127.0.0.2")
+    pbx.sock.sendto(invite(agent.local[1], pbx.address, 2), agent.local)
+    await _answered(calls, 1, pbx, "office-pbx")
