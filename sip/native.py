@@ -977,7 +977,11 @@ class NativeUserAgent:
             ours = binding.external_address or media_address(host, destination[0])
             out.append(
                 binding.registration(
-                    destination, ours, port, self.config.server_header, random.Random(self.rng.getrandbits(64))
+                    destination,
+                    ours,
+                    port,
+                    self.config.server_header,
+                    random.Random(self.rng.getrandbits(64)),
                 )
             )
             if binding.trunk is not None:
