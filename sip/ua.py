@@ -1301,9 +1301,10 @@ class UserAgent:
                 refusal.reason,
             )
             log.warning(
-                "refused an INVITE from %s:%d with 488 %s (%s)",
+                "refused an INVITE from %s:%d%s with 488 %s (%s)",
                 source[0],
                 source[1],
+                f" (trunk {trunk.name})" if trunk is not None else "",
                 refusal.reason,
                 refusal.text,
             )

@@ -236,7 +236,7 @@ async def test_a_call_from_a_trunks_registrar_is_that_trunks(
     caller.sock.sendto(invite(agent.local[1], caller.address, 1), agent.local)
     refused = await caller.final()
     assert refused is not None and refused.startswith(b"SIP/2.0 488"), refused
-    assert "refused with 488: srtp required (trunk hosted-pbx)" in caplog.text
+    assert "(trunk hosted-pbx) with 488 SRTP Required Over TLS" in caplog.text
     pbx = Peer("127.0.0.2")
     pbx.sock.sendto(invite(agent.local[1], pbx.address, 2), agent.local)
     await _answered(calls, 1, pbx, "office-pbx")

@@ -88,6 +88,15 @@ def engine_config(tmp_path: Path) -> EngineConfig:
     return _engine_config(server_config(load(path), ENV))
 
 
+@pytest.fixture
+def plain_carrier_config(tmp_path: Path) -> EngineConfig:
+    """The example's trunks with the carrier's SRTP off: a plain offer over UDP from it is answerable, so its
+    INVITE reaches the digest check (an SRTP-requiring trunk's plain offer is refused with 488 at arrival)."""
+    path = tmp_path / "bridge.toml"
+    path.write_text(EXAMPLE.replace('transport = "tls"\nsrtp = "require"\n', ""))
+    return _engine_config(server_config(load(path), ENV))
+
+
 def ua_of(config: EngineConfig) -> UserAgent:
     return UserAgent(UaConfig(host="192.0.2.1", port=5060), policy=build_policy(config))
 
@@ -174,8 +183,10 @@ def test_an_invite_from_the_pbx_is_not_challenged_and_its_call_is_the_pbxs(
     assert "192.0.2.1" in contact and "198.51.100.7" not in contact  # not the carrier's external address
 
 
-def test_an_invite_from_the_carrier_is_challenged_for_the_carriers_user(engine_config: EngineConfig) -> None:
-    ua = ua_of(engine_config)
+def test_an_invite_from_the_carrier_is_challenged_for_the_carriers_user(
+    plain_carrier_config: EngineConfig,
+) -> None:
+    ua = ua_of(plain_carrier_config)
     responses, events = run(ua, invite(CARRIER), CARRIER)
     assert [r.status for r in responses] == [401] and events == []
     challenge = responses[0]
@@ -272,9 +283,9 @@ def _bye_destination(ua: UserAgent, data: bytes, source: tuple[str, int], now: i
 
 
 def test_the_carriers_nat_mode_sends_its_in_dialog_requests_to_the_source_and_the_pbxs_to_its_contact(
-    engine_config: EngineConfig,
+    plain_carrier_config: EngineConfig,
 ) -> None:
-    ua = ua_of(engine_config)
+    ua = ua_of(plain_carrier_config)
     private = "Contact: <sip:caller@10.99.0.1:5070>"  # behind NAT: a Contact nobody can reach
     pbx_invite = invite(PBX, 1).replace(f"Contact: <sip:caller@{PBX[0]}:{PBX[1]}>".encode(), private.encode())
     assert _bye_destination(ua, pbx_invite, PBX, 0) == ("10.99.0.1", 5070)  # the PBX's trunk has no NAT mode
