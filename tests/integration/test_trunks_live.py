@@ -83,7 +83,7 @@ def test_the_pbx_is_answered_unchallenged_and_the_carrier_is_challenged(start_br
         extra_args=[*_from("127.0.0.3"), "-au", "carrier-in", "-ap", "carrier-secret-1"],
     )  # fmt: skip
     messages = (sipp.workdir / "sipp_messages.log").read_text(errors="replace")
-    assert "SIP/2.0 401 Unauthorized" in messages and 'realm="parlora-bridge"' in messages, messages[-2000:]
+    assert "SIP/2.0 401 Unauthorized" in messages and 'realm="127.0.0.1"' in messages, messages[-2000:]
     assert [line.split()[0] for line in sipp.logs] == ["CHALLENGED"], sipp.logs
 
     stranger = peers.run_sipp(
