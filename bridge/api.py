@@ -204,6 +204,10 @@ class ServerConfig:
     http: tuple[str, int] | None = None  # GET /calls status endpoint, the console at / and POST /talk
     http_token: str | None = None  # bearer token for the HTTP listener (required off loopback: bridge/cli.py)
     browser_channel: bool = True  # POST /talk: WebRTC calls from the console page (bridge/browser.py)
+    # The browser channel's ICE (bridge/browser.py): candidates on this address instead of the HTTP listener's
+    # (a wildcard listener: every interface address); STUN URLs for the bridge and the page, none by default.
+    webrtc_address: str | None = None
+    stun: tuple[str, ...] = ()
     instructions: str | None = None  # used when the application's setup gives none
     limits: LimitOverrides | None = None
     failure_message: bytes | None = None
@@ -311,6 +315,7 @@ class Server:
         """The HTTP listener: status, console and its event feed, metrics and probes, the browser channel."""
         source = self._status_source
         talk = None
+        channel: Callable[[tuple[str, ...] | None], BrowserChannel] | None = None
         if self.config.browser_channel:
             try:  # aiortc is a dependency; a partial install still serves the console
                 from bridge.browser import BrowserChannel, BrowserLeg
@@ -321,9 +326,11 @@ class Server:
                 def on_browser_call(leg: BrowserLeg) -> None:
                     self._on_call(leg, lead_frames=leg.lead_frames)
 
-                self._browser = BrowserChannel(on_browser_call)
-                talk = self._talk
-        hooks = ConsoleHooks(self.console, self._hangup, talk)
+                def make_channel(hosts: tuple[str, ...] | None) -> BrowserChannel:
+                    return BrowserChannel(on_browser_call, ice_hosts=hosts, ice_servers=self.config.stun)
+
+                channel, talk = make_channel, self._talk
+        hooks = ConsoleHooks(self.console, self._hangup, talk, self.config.stun)
         extra = self.observer.http_extra(self._ready, lambda: self._agent)  # /metrics scrapes the engine
         status = StatusServer(
             source,
@@ -336,6 +343,25 @@ class Server:
             registry=self.observer.metrics.registry,  # parlora_http_refused_total on /metrics
         )
         self._status = await status.start(*address)
+        if channel is not None:
+            from bridge.browser import ice_hosts_for
+
+            # ICE where the browser reached the page: the listener's own address(es), unless told otherwise
+            hosts = (
+                (self.config.webrtc_address,)
+                if self.config.webrtc_address is not None
+                else ice_hosts_for(self._status.addresses)
+            )
+            try:
+                self._browser = channel(hosts)
+            except ValueError as exc:
+                await self._close_helpers()
+                raise EngineStartError(str(exc)) from None
+            log.info(
+                "browser channel: ICE on %s%s",
+                ", ".join(hosts) if hosts is not None else "every interface address",
+                f", STUN {', '.join(self.config.stun)}" if self.config.stun else ", no STUN",
+            )
         self._console_poll = asyncio.create_task(poll_status(self.console, source), name="console-poll")
         url = f"http://{address[0]}:{self._status.port}"
         log.info("status on %s/calls, console on %s/", url, url)

@@ -1,8 +1,17 @@
 """The browser channel (DESIGN §12, seed 000): a WebRTC call from the console page, run as a `CallLeg`.
 
-Signalling is one offer/answer POST (`POST /talk` on the HTTP listener); ICE stays on loopback with no STUN
-server. The leg speaks the call-leg contract (sip/leg.py), so `Server._on_call` runs it through the same
-session engine as a SIP call.
+Signalling is one offer/answer POST (`POST /talk` on the HTTP listener). ICE host candidates are gathered on
+the addresses the channel is given: the HTTP listener's own address (the address the page was served from;
+127.0.0.1 by default), all of the host's interface addresses when the listener is on a wildcard (aioice's own
+choice: every address but loopback and IPv6 link-local), or `--webrtc-address` (a multi-homed host, a reverse
+proxy in front of a loopback listener, a container). A STUN server is used only when configured (`--stun`):
+then aiortc adds a server-reflexive candidate (a browser behind NAT reaches the bridge's public mapping) and
+the page's RTCPeerConnection is given the same server (`GET /talk`); otherwise no packet leaves for anyone
+but the browser. When every candidate is on loopback, the offer's other candidates are dropped and checks
+from off loopback are not answered. The page itself needs a secure context for its microphone: served from
+loopback, or over HTTPS (a TLS proxy in front of the listener; then `--webrtc-address` names the address the
+browser reaches). The leg speaks the call-leg contract (sip/leg.py), so `Server._on_call` runs it through the
+same session engine as a SIP call.
 
 - Inbound: the browser's microphone (Opus or PCMU) is decoded by aiortc, resampled by PyAV to 8 kHz mono
   PCM16 and cut into 20 ms frames (`FrameReceived`).
@@ -16,19 +25,27 @@ session engine as a SIP call.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import fractions
 import ipaddress
 import itertools
 import logging
 import re
+import socket
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 import aioice.ice
 import av
-from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+from aiortc import (
+    MediaStreamTrack,
+    RTCConfiguration,
+    RTCIceServer,
+    RTCPeerConnection,
+    RTCSessionDescription,
+)
 from aiortc.mediastreams import MediaStreamError
 from aiortc.rtcrtpsender import RTCRtpSender
 
@@ -134,9 +151,13 @@ def check_offer(sdp: str) -> str:
 
 
 def loopback_candidates(sdp: str) -> str:
-    """The offer with every ICE candidate that is not on loopback removed (the channel is loopback-only)."""
+    """The offer with every ICE candidate that is not on loopback removed (the channel is loopback-only). When
+    none is left, its end-of-candidates goes too: aioice drops a component the peer gave no candidate for
+    and then gathers nothing for it, so the answer would have no candidate at all."""
     lines = sdp.replace("\r\n", "\n").split("\n")
     kept = [ln for ln in lines if not ln.startswith("a=candidate:") or " 127.0.0.1 " in ln or " ::1 " in ln]
+    if not any(ln.startswith("a=candidate:") for ln in kept):
+        kept = [ln for ln in kept if not ln.startswith("a=end-of-candidates")]
     return "\r\n".join(kept)
 
 
@@ -301,28 +322,83 @@ async def _read_inbound(leg: BrowserLeg, track: Any) -> None:
             del pending[:FRAME_BYTES]
 
 
-_loopback_installed = False
+# The host addresses the ICE agent of the peer connection being built gathers on (None: aioice's own choice,
+# every interface address). A context variable, not a global: `BrowserChannel.answer` sets it around aiortc's
+# gathering, so two channels (or any other aioice user in the process) never see each other's choice.
+_ice_hosts: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
+    "parlora_ice_hosts", default=None
+)
+_ice_hooks_installed = False
 
 
-def _keep_ice_on_loopback() -> None:
-    """ICE on 127.0.0.1 only (process-wide: aioice is used only by this channel). aioice never offers
-    127.0.0.1 by itself, so it is made to offer nothing else; and a connectivity check arriving from another
-    interface's address (a browser's other sockets send to our loopback candidate too) is dropped, so no
-    peer-reflexive pair off loopback is ever learnt or answered."""
-    global _loopback_installed
-    if _loopback_installed:
+def _install_ice_hooks() -> None:
+    """Process-wide, once: aioice gathers on `_ice_hosts` when it is set (aioice never offers 127.0.0.1 by
+    itself, so a loopback channel needs this); and a connection whose every local candidate is on loopback
+    drops a connectivity check arriving from off loopback (a browser's other sockets send to our loopback
+    candidate too), so no peer-reflexive pair off loopback is ever learnt or answered. A connection with a
+    candidate off loopback answers every source, as ICE wants (RFC 8445 §7.3.1.3: a browser behind NAT is
+    known by its checks' source only)."""
+    global _ice_hooks_installed
+    if _ice_hooks_installed:
         return
-    _loopback_installed = True
-    aioice.ice.get_host_addresses = lambda use_ipv4, use_ipv6: ["127.0.0.1"]
+    _ice_hooks_installed = True
+    own_choice = aioice.ice.get_host_addresses
+
+    def get_host_addresses(use_ipv4: bool, use_ipv6: bool) -> list[str]:
+        hosts = _ice_hosts.get()
+        if hosts is None:
+            return own_choice(use_ipv4, use_ipv6)
+        return [h for h in hosts if (use_ipv6 if ":" in h else use_ipv4)]
+
+    aioice.ice.get_host_addresses = get_host_addresses
     original = aioice.ice.Connection.request_received
 
     def request_received(
         self: aioice.ice.Connection, message: Any, addr: tuple[str, int], protocol: Any
     ) -> None:
-        if ipaddress.ip_address(addr[0]).is_loopback:
-            original(self, message, addr, protocol)
+        local = self.local_candidates
+        if (
+            local
+            and all(_is_loopback(c.host) for c in local)
+            and not ipaddress.ip_address(addr[0].split("%")[0]).is_loopback
+        ):
+            return
+        original(self, message, addr, protocol)
 
     setattr(aioice.ice.Connection, "request_received", request_received)  # noqa: B010 (a method, on purpose)
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.split("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def ice_hosts_for(bound: Iterable[str]) -> tuple[str, ...] | None:
+    """The ICE host addresses for an HTTP listener bound to `bound` (its sockets' addresses): those addresses,
+    or None (every interface address, aioice's choice) when one of them is a wildcard (0.0.0.0, ::)."""
+    hosts: list[str] = []
+    for host in bound:
+        address = ipaddress.ip_address(host.split("%")[0])
+        if address.is_unspecified:
+            return None
+        if str(address) not in hosts:
+            hosts.append(str(address))
+    return tuple(hosts)
+
+
+def _check_bindable(host: str) -> None:
+    """ValueError unless `host` is an address of this host (aioice binds its UDP sockets to it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.bind((host, 0))
+    except OSError as exc:
+        raise ValueError(
+            f"cannot gather WebRTC candidates on {host}: not an address of this host ({exc.strerror}); "
+            "behind NAT give --stun instead"
+        ) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,24 +410,36 @@ class Answer:
 class BrowserChannel:
     """Answers WebRTC offers from the console page and hands each call to `on_call` as a `BrowserLeg`.
 
-    `loopback_only` (the default) keeps ICE on 127.0.0.1: aiortc gathers only that address and the offer's
-    other candidates are dropped. A peer that never completes ICE and DTLS within `connect_timeout_s` is
-    closed and its call ended."""
+    `ice_hosts` are the addresses ICE gathers host candidates on (the default keeps ICE on 127.0.0.1; None:
+    every interface address, for a listener on a wildcard); ValueError if one is not an address of this
+    host. When all of them are on loopback the offer's other candidates are dropped. `ice_servers` are STUN
+    URLs (`stun:HOST[:PORT]`) for aiortc's RTCConfiguration; none by default, so ICE sends nothing to anyone
+    but the browser. A peer that never completes ICE and DTLS within `connect_timeout_s` is closed and its
+    call ended."""
 
     def __init__(
         self,
         on_call: Callable[[BrowserLeg], None],
         *,
-        loopback_only: bool = True,
+        ice_hosts: tuple[str, ...] | None = ("127.0.0.1",),
+        ice_servers: tuple[str, ...] = (),
         connect_timeout_s: float = 10.0,
     ) -> None:
+        for host in ice_hosts or ():
+            _check_bindable(host)
         self._on_call = on_call
-        self._loopback = loopback_only
+        self._hosts = ice_hosts
+        self._loopback = ice_hosts is not None and all(_is_loopback(h) for h in ice_hosts)
+        self._servers = ice_servers
         self._timeout = connect_timeout_s
         self._ids = itertools.count(1)
         self.legs: dict[str, BrowserLeg] = {}
-        if loopback_only:
-            _keep_ice_on_loopback()
+        _install_ice_hooks()
+
+    def configuration(self) -> RTCConfiguration:
+        """aiortc's configuration of each peer connection: the STUN servers, and no others (aiortc's own default
+        would be a public STUN server)."""
+        return RTCConfiguration(iceServers=[RTCIceServer(urls=list(self._servers))] if self._servers else [])
 
     async def answer(self, offer_sdp: str, source: str) -> Answer:
         """The SDP answer for a browser's offer; ValueError (a 400) for a malformed offer."""
@@ -369,7 +457,7 @@ class BrowserChannel:
             headers=(("X-Channel", "browser"),),
         )
         leg = BrowserLeg(identity)
-        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        pc = RTCPeerConnection(self.configuration())
         leg.peer = pc
         transceiver = pc.addTransceiver(OutboundTrack(leg), direction="sendrecv")
         codecs = [
@@ -396,12 +484,15 @@ class BrowserChannel:
                 leg.remote_ended(f"WebRTC connection {state}")
                 self.legs.pop(call_id, None)
 
+        gathering = _ice_hosts.set(self._hosts)  # aiortc gathers in setLocalDescription
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
             await pc.setLocalDescription(await pc.createAnswer())
         except Exception as exc:  # aiortc's parser raises anything from ValueError to KeyError on bad SDP
             await pc.close()
             raise ValueError(f"cannot answer the offer: {exc}") from exc
+        finally:
+            _ice_hosts.reset(gathering)
         self.legs[call_id] = leg
         self._on_call(leg)
         asyncio.get_running_loop().create_task(self._watch(leg, pc))

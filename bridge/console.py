@@ -11,7 +11,9 @@ snapshots once a second; notices arrive whenever the session hands them over.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
+import re
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -255,11 +257,48 @@ def static_file(path: str) -> tuple[bytes, str] | None:
     return resources.files("bridge").joinpath("console", name).read_bytes(), ctype
 
 
+# What aiortc can use of a STUN URL (RFC 7064): `stun:HOST[:PORT]`; `stuns:` (TLS) and IPv6 literals it would
+# drop silently, so they are refused.
+_STUN_URL = re.compile(
+    r"stun:(?P<host>[A-Za-z0-9](?:[A-Za-z0-9.-]{0,251}[A-Za-z0-9])?)(?::(?P<port>[0-9]{1,5}))?"
+)
+
+
+def parse_stun_url(url: str) -> str:
+    """A STUN server's URL, checked: `stun:HOST[:PORT]` (port 3478 by default); ValueError otherwise."""
+    match = _STUN_URL.fullmatch(url.strip())
+    if match is None or (match["port"] is not None and not 0 < int(match["port"]) < 65536):
+        raise ValueError(f"expected stun:HOST[:PORT] (no stuns:, no IPv6 literal); got {url!r}")
+    return match[0]
+
+
+def parse_webrtc_address(text: str) -> str:
+    """The address WebRTC candidates are gathered on: one IP address of this host, not a wildcard (leave the
+    option out for every interface address); ValueError otherwise. Whether it is this host's is checked when
+    the channel starts (bridge/browser.py)."""
+    try:
+        address = ipaddress.ip_address(text.strip())
+    except ValueError:
+        raise ValueError(f"expected an IP address of this host; got {text!r}") from None
+    if address.is_unspecified or address.is_multicast:
+        raise ValueError(
+            f"expected one address of this host; got {text!r} (leave the option out: a listener on a wildcard "
+            "gathers on every interface address)"
+        )
+    return str(address)
+
+
 @dataclass(frozen=True)
 class ConsoleHooks:
     """What the HTTP listener needs beyond `status()` to serve the console: the feed, hang-up and (when the
-    browser channel is on) the WebRTC offer/answer. `talk` returns (call id, answer SDP); ValueError is a 400."""
+    browser channel is on) the WebRTC offer/answer. `talk` returns (call id, answer SDP); ValueError is a 400.
+    `ice_servers` (STUN URLs) is what the page's RTCPeerConnection is given (`GET /talk`)."""
 
     feed: ConsoleFeed
     hangup: Callable[[str], bool]
     talk: Callable[[str, str], Awaitable[tuple[str, str]]] | None = None
+    ice_servers: tuple[str, ...] = ()
+
+    def rtc_configuration(self) -> dict[str, Any]:
+        """The page's RTCConfiguration: the configured STUN servers, no others (a browser's own default is none)."""
+        return {"iceServers": [{"urls": list(self.ice_servers)}] if self.ice_servers else []}

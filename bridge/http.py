@@ -3,7 +3,7 @@
 h11 parses and frames HTTP/1.1 (sans-I/O, as this project's cores are); asyncio streams move the bytes. With
 `ConsoleHooks` (bridge/console.py) it also serves the console page at `/`, its live feed `GET /events`
 (Server-Sent Events), `POST /calls/{id}/hangup` and the browser channel's `POST /talk` (offer SDP in, answer
-out). `POST /drain` starts the graceful drain (bridge/drain.py), as SIGTERM does; `POST /calls` places a call.
+out) with `GET /talk` (the page's RTCConfiguration: the STUN servers, behind the token as every console read). `POST /drain` starts the graceful drain (bridge/drain.py), as SIGTERM does; `POST /calls` places a call.
 
 The control plane and the browser (DESIGN §15). The listener is usually on loopback without a token, where
 any web page the operator opens could otherwise reach it: a cross-site `fetch()` or form post is sent by the
@@ -231,6 +231,13 @@ class StatusServer:
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        """The addresses the listener's sockets are bound to (a name like `localhost` may give two)."""
+        if self._server is None:
+            return ()
+        return tuple(str(sock.getsockname()[0]) for sock in self._server.sockets)
+
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
@@ -447,6 +454,12 @@ class StatusServer:
                 202 if found else 404,
                 {"hangup": call_id} if found else {"error": "no such call"},
             )
+            return True
+        if method == b"GET" and path == "/talk":
+            if self._console.talk is None:
+                await self._send(conn, writer, 404, {"error": "the browser channel is off"})
+                return True
+            await self._send(conn, writer, 200, self._console.rtc_configuration())
             return True
         if method == b"POST" and path == "/talk":
             if not await self._control(conn, writer, request, takes_body=True):

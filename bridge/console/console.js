@@ -204,7 +204,7 @@ function waitForIce(pc) {
   return new Promise((resolve) => {
     const done = () => { if (pc.iceGatheringState === "complete") { pc.removeEventListener("icegatheringstatechange", done); resolve(); } };
     pc.addEventListener("icegatheringstatechange", done);
-    setTimeout(resolve, 3000); // loopback gathers at once; never wait forever
+    setTimeout(resolve, 3000); // host candidates come at once, a STUN answer within this; never wait forever
   });
 }
 
@@ -221,8 +221,12 @@ function meter() {
 
 async function startTalk() {
   $("talk-status").textContent = "starting…";
+  if (!navigator.mediaDevices) throw "no microphone access on this page: open it over HTTPS or from loopback";
+  const conf = await fetch("/talk", { headers: { accept: "application/json" } });
+  if (!conf.ok) { $("talk-status").textContent = "refused: " + (await conf.json()).error; return; }
+  const { iceServers } = await conf.json(); // the bridge's STUN servers (--stun), none by default
   const mic = await navigator.mediaDevices.getUserMedia({ audio: true });
-  const pc = new RTCPeerConnection({ iceServers: [] });
+  const pc = new RTCPeerConnection({ iceServers });
   talk.pc = pc;
   mic.getTracks().forEach((t) => pc.addTrack(t, mic));
   pc.ontrack = (e) => {
