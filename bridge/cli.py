@@ -13,7 +13,7 @@ import ssl
 import sys
 import tempfile
 import wave
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from importlib import import_module
 from typing import Any, Literal, NoReturn, TypeVar
 
@@ -21,6 +21,7 @@ import click
 
 from bridge.api import ECHO_LOCAL_KEY, Application, LiveCall, Server, ServerConfig, outbound_outcome
 from bridge.config import HEADER_TEXT
+from bridge.console import parse_stun_url, parse_webrtc_address
 from bridge.delegations import JobRequest
 from bridge.doctor import doctor_command
 from bridge.heap import HeapTrim, freeze_start_up_heap, malloc_trim, tune_malloc
@@ -50,6 +51,14 @@ def _host_port(value: str, default_port: int) -> tuple[str, int]:
     if not port.isdigit() or not host:
         raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
     return host.strip("[]"), int(port)
+
+
+def _checked(parse: Callable[[str], str], value: str | None) -> str | None:
+    """A click callback's check: `parse`'s ValueError is a usage error naming the option."""
+    try:
+        return None if value is None else parse(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _http_token(http_addr: str | None, env_name: str | None) -> str | None:
@@ -151,6 +160,22 @@ _FAKES = {  # protocol: (module, options class module, options class)
     metavar="NAME",
     help="Environment variable holding the bearer "
     "token the HTTP listener requires (needed when --http is not on loopback).",
+)
+@click.option(
+    "--webrtc-address",
+    default=None,
+    metavar="ADDR",
+    callback=lambda ctx, param, value: _checked(parse_webrtc_address, value),
+    help="The Talk button's WebRTC (ICE) address: an address of this host the browser can reach. "
+    "Default: the --http address (every interface address when it is 0.0.0.0 or ::).",
+)
+@click.option(
+    "--stun",
+    default=None,
+    metavar="URL",
+    callback=lambda ctx, param, value: _checked(parse_stun_url, value),
+    help="A STUN server (stun:HOST[:PORT]) for the Talk button, the bridge's and the page's, for a browser "
+    "behind NAT. Default: none (ICE sends nothing but to the browser).",
 )
 @click.option(
     "--reservoir-bytes",
@@ -466,6 +491,8 @@ def serve(
     max_calls: int | None,
     http_addr: str | None,
     http_token_env: str | None,
+    webrtc_address: str | None,
+    stun: str | None,
     reservoir_bytes: int | None,
     residence_ms: int | None,
     failure_message: str | None,
@@ -545,6 +572,8 @@ def serve(
         engine=engine,
         http=_host_port(http_addr, 8080) if http_addr else None,
         http_token=_http_token(http_addr, http_token_env),
+        webrtc_address=webrtc_address,
+        stun=(stun,) if stun else (),
         register=register,  # issue 14
         register_keepalive_s=keepalive or None,  # issue 14
         drain_timeout_s=drain_timeout,  # issue 15

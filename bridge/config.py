@@ -3,7 +3,8 @@
 The file (read with `tomllib`) has these sections; every key is optional unless marked, and deploy/example.toml
 shows each one with a comment:
 
-    [listeners]   sip_udp, sip_tcp, sip_tls ("HOST:PORT"), tls_cert, tls_key, tls_ca, http, http_token_env
+    [listeners]   sip_udp, sip_tcp, sip_tls ("HOST:PORT"), tls_cert, tls_key, tls_ca, http, http_token_env,
+                  webrtc_address, stun ("stun:HOST[:PORT]")
     [engine]      name (native | pjsua2), max_calls, rtp_ports ("LOW-HIGH", or the first port as a number)
     [defaults]    provider, instructions | instructions_file, greeting, language, voice, turn_detection
     [providers.NAME]  (NAME one of openai-live, openai-realtime, gemini-live, xai) key_env, model, voice, url, ca
@@ -83,6 +84,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from bridge.console import parse_stun_url, parse_webrtc_address
 from bridge.providers import KINDS
 from bridge.rollover import RolloverOptions
 from bridge.telephony import TelephonyOptions
@@ -128,6 +130,8 @@ class Listeners:
     tls_ca: str | None = None  # to verify peers of outbound TLS
     http: Address | None = None  # status, /metrics, /healthz, /readyz
     http_token_env: str | None = None  # the variable holding the bearer token the HTTP listener requires
+    webrtc_address: str | None = None  # the browser channel's ICE address (default: the HTTP listener's)
+    stun: str | None = None  # a STUN server for the browser channel and its page (default: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -839,6 +843,10 @@ def _listeners(r: _Reader, t: dict[str, object]) -> Listeners:
         tls_ca=r.file(t, "tls_ca", p),
         http=r.address(t, "http", p, 8080),
         http_token_env=r.env_name(t, "http_token_env", p, None),
+        webrtc_address=r.get(
+            t, "webrtc_address", p, str, "an IP address", None, _problem(parse_webrtc_address)
+        ),
+        stun=r.get(t, "stun", p, str, "stun:HOST[:PORT]", None, _problem(parse_stun_url)),
     )
     if "sip_tls" in t and ("tls_cert" not in t or "tls_key" not in t):
         r.fail(f"{p}.sip_tls", "needs listeners.tls_cert and listeners.tls_key")
@@ -1241,6 +1249,8 @@ CLI_OPTIONS: Mapping[str, str] = {
     "tls_ca": "listeners.tls_ca",
     "http_addr": "listeners.http",
     "http_token_env": "listeners.http_token_env",
+    "webrtc_address": "listeners.webrtc_address",
+    "stun": "listeners.stun",
     "engine": "engine.name",
     "max_calls": "engine.max_calls",
     "rtp_port": "engine.rtp_port_low",
@@ -1359,6 +1369,19 @@ def _flag(name: str) -> str:
     }.get(name, "--" + name.replace("_", "-"))
 
 
+def _problem(parse: Callable[[str], str]) -> Callable[[str], str | None]:
+    """A reader's check from a parser that raises ValueError with the reason."""
+
+    def check(value: str) -> str | None:
+        try:
+            parse(value)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    return check
+
+
 def _str(value: object) -> str:
     if not isinstance(value, str):
         raise ValueError(f"expected a string; got {_describe(value)}")
@@ -1404,6 +1427,10 @@ def _apply_one(name: str, value: object, put: Callable[[str, str, object], None]
         if not _ENV_NAME.fullmatch(_str(value)):
             raise ValueError("expected the NAME of an environment variable; the value is not shown")
         put(section, key, value)
+    elif name == "webrtc_address":
+        put(section, key, parse_webrtc_address(_str(value)))
+    elif name == "stun":
+        put(section, key, parse_stun_url(_str(value)))
     elif name == "no_rollover":
         if value is True:
             put("rollover", "enabled", False)

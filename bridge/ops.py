@@ -139,6 +139,8 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
         turn_detection=config.defaults.turn_detection,
         http=lis.http,
         http_token=token,
+        webrtc_address=lis.webrtc_address,
+        stun=(lis.stun,) if lis.stun else (),
         instructions=config.defaults.instructions,
         limits=config.limit_overrides(),
         failure_message=_read_message(config.recovery.failure_message)

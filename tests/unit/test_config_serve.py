@@ -450,3 +450,37 @@ def test_hold_limit_and_session_timer_from_flag_file_and_default_reach_the_engin
     ]
     bad = CliRunner().invoke(cli.main, ["serve", "--provider", "echo", "--session-expires", "30"])
     assert bad.exit_code == 2 and "at least 90" in bad.output
+
+
+def test_webrtc_address_and_stun_by_flag_and_by_file_key_give_the_same_server(
+    tmp_path: Path, captured: list[Server]
+) -> None:
+    keys = 'webrtc_address = "192.0.2.1"\nstun = "stun:stun.example.net:3478"\n'
+    path = _file(tmp_path, GOOD.replace('sip_udp = "127.0.0.1:5070"', 'sip_udp = "127.0.0.1:5070"\n' + keys))
+    flags = ["--webrtc-address", "192.0.2.1", "--stun", "stun:stun.example.net:3478"]
+    assert CliRunner().invoke(cli.main, ["serve", "--config", str(path)]).exit_code == 0
+    plain = _file(tmp_path, GOOD)
+    assert CliRunner().invoke(cli.main, ["serve", "--config", str(plain), *flags]).exit_code == 0
+    assert CliRunner().invoke(cli.main, ["serve", "--provider", "echo", *flags]).exit_code == 0
+    assert [(s.config.webrtc_address, s.config.stun) for s in captured] == [
+        ("192.0.2.1", ("stun:stun.example.net:3478",))
+    ] * 3
+    assert CliRunner().invoke(cli.main, ["serve", "--provider", "echo"]).exit_code == 0
+    assert (captured[-1].config.webrtc_address, captured[-1].config.stun) == (None, ())  # no STUN by default
+
+
+def test_webrtc_address_and_stun_that_cannot_be_honoured_refuse_to_start(
+    tmp_path: Path, captured: list[Server]
+) -> None:
+    for flag, value in (("--webrtc-address", "0.0.0.0"), ("--stun", "stuns:stun.example.net")):
+        result = CliRunner().invoke(cli.main, ["serve", "--provider", "echo", flag, value])
+        assert result.exit_code == 2 and flag in result.output, result.output
+        path = _file(tmp_path, GOOD)
+        result = CliRunner().invoke(cli.main, ["serve", "--config", str(path), flag, value])
+        assert result.exit_code == 2 and flag in result.output, result.output
+    bad = _file(
+        tmp_path, GOOD.replace('sip_udp = "127.0.0.1:5070"', 'sip_udp = "127.0.0.1:5070"\nstun = "turn:x"')
+    )
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(bad)])
+    assert result.exit_code == 2 and f"{bad}: listeners.stun: expected stun:HOST[:PORT]" in result.output
+    assert not captured
