@@ -34,8 +34,17 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def chromium(profile: Path, fake_audio: Path | None = None, width: int = 1400, height: int = 900) -> Any:
-    """A headless Chromium under Selenium with a fresh profile; the caller quits it."""
+def chromium(
+    profile: Path,
+    fake_audio: Path | None = None,
+    width: int = 1400,
+    height: int = 900,
+    *,
+    extra: tuple[str, ...] = (),
+    loopback_ice: bool = True,
+) -> Any:
+    """A headless Chromium under Selenium with a fresh profile; the caller quits it. `loopback_ice` lets WebRTC
+    offer 127.0.0.1 (a bridge on this host); `extra` flags are added as they are."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -53,11 +62,13 @@ def chromium(profile: Path, fake_audio: Path | None = None, width: int = 1400, h
         "--use-fake-ui-for-media-stream",
         "--use-fake-device-for-media-stream",
         "--autoplay-policy=no-user-gesture-required",
-        # WebRTC on loopback only: Chromium offers 127.0.0.1 candidates, not mDNS names
-        "--allow-loopback-in-peer-connection",
+        # Chromium offers its addresses as they are, not mDNS names
         "--disable-features=WebRtcHideLocalIpsWithMdns",
         f"--user-data-dir={profile}",
         f"--window-size={width},{height}",
+        # WebRTC on loopback: Chromium offers 127.0.0.1 candidates
+        *(("--allow-loopback-in-peer-connection",) if loopback_ice else ()),
+        *extra,
     ):
         options.add_argument(flag)
     if fake_audio is not None:

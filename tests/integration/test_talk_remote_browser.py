@@ -1,0 +1,193 @@
+"""The console's Talk button from another host: Chromium on one machine, the bridge on another, live.
+
+Two network namespaces stand for two hosts joined by a LAN (a veth pair): the browser's (the outer test's
+`unshare --net`, 192.0.2.2 on lan0) and the bridge's (a second `unshare --net` of its own, 192.0.2.1 on lan1,
+where nothing else is). The bridge serves its console on `--http 192.0.2.1:PORT`, off loopback, so with a
+token, and gives no `--webrtc-address`: its ICE must follow the listener's address. Neither host can reach the
+other's loopback, so ICE on 127.0.0.1 (what the bridge did before) cannot connect.
+
+Headless Chromium (a fake microphone playing a spoken WAV) opens http://192.0.2.1:PORT/, is refused until it
+signs in with the token (a request without it gets 401), clicks Talk, and hears the echo provider speak its
+own utterance back (the remote track's level and inbound bytes); the bridge counts the caller's frames in and
+the echo's frames out when the call ends. A page needs a secure context for its microphone: a real
+deployment serves the console over HTTPS from another host (README); the test marks the bridge's plain-HTTP
+origin as secure with Chromium's flag for that.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import peers
+import pytest
+from conftest import BRIDGE, _clean_env
+from test_browser_channel import CHROMEDRIVER, CHROMIUM, chromium, wait_until
+
+INNER = "PARLORA_TALK_NETNS"
+BRIDGE_HOST, BROWSER_HOST = "192.0.2.1", "192.0.2.2"
+TOKEN = "talk-from-afar-token"
+HERE = Path(__file__).resolve().parent
+
+pytestmark = pytest.mark.skipif(
+    not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()),
+    reason="chromium and chromium-driver are not installed (tests/run.sh installs them)",
+)
+
+
+def test_talk_from_another_host_in_network_namespaces() -> None:
+    if os.environ.get(INNER):
+        pytest.skip("this is the inner run")
+    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
+        pytest.skip("needs root, unshare and ip for private network namespaces")
+    inner = tempfile.mkdtemp(prefix="talk-")
+    script = (
+        f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider -s "
+        f"{HERE / 'test_talk_remote_browser.py'} -k inner --basetemp {inner}"
+    )
+    try:
+        proc = subprocess.run(
+            ["unshare", "--net", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=HERE.parents[1],
+            env={**os.environ, INNER: "1"},
+        )
+    finally:
+        shutil.rmtree(inner, ignore_errors=True)
+    print(proc.stdout[-4000:])
+    assert proc.returncode == 0, f"{proc.stdout[-8000:]}\n{proc.stderr[-3000:]}"
+    assert re.search(r"\b1 passed\b", proc.stdout), proc.stdout[-3000:]
+
+
+def _bridge_on_its_own_host(tmp_path: Path, http_port: int) -> peers.ManagedProcess:
+    """`serve` in a network namespace of its own, reached over a veth pair from this one."""
+    serve = [
+        *BRIDGE,
+        "serve",
+        "--sip",
+        f"127.0.0.1:{peers.free_udp_port()}",
+        "--rtp-port",
+        str(peers.free_rtp_port()),
+        "--provider",
+        "echo",
+        "--http",
+        f"{BRIDGE_HOST}:{http_port}",
+        "--http-token-env",
+        "PARLORA_TALK_TOKEN",
+        "--drain-timeout",
+        "0",
+        "--log-level",
+        "info",
+    ]
+    setup = (
+        "ip link set lo up && until ip link show lan1 >/dev/null 2>&1; do sleep 0.05; done && "
+        f"ip addr add {BRIDGE_HOST}/24 dev lan1 && ip link set lan1 up && exec "
+    )
+    bridge = peers.ManagedProcess(
+        ["unshare", "--net", "sh", "-c", setup + " ".join(serve)],
+        cwd=tmp_path,
+        env=_clean_env({"PARLORA_TALK_TOKEN": TOKEN}),
+        name="parlora-bridge",
+    )
+    ours = os.readlink("/proc/self/ns/net")
+    wait_until(lambda: os.readlink(f"/proc/{bridge.pid}/ns/net") != ours, 5, "the bridge's own namespace")
+    for cmd in (
+        f"ip link add lan0 type veth peer name lan1 netns {bridge.pid}",
+        f"ip addr add {BROWSER_HOST}/24 dev lan0",
+        "ip link set lan0 up",
+    ):
+        subprocess.run(cmd.split(), check=True, timeout=10)
+    bridge.wait_for(rf"console on http://{re.escape(BRIDGE_HOST)}:{http_port}/", timeout=20)
+    return bridge
+
+
+def _talk_stats(driver: object) -> dict[str, object]:
+    return driver.execute_async_script("window.talkStats().then(arguments[arguments.length - 1])")  # type: ignore[attr-defined,no-any-return]
+
+
+def test_inner_talk_from_another_host_echoes(tmp_path: Path) -> None:
+    if not os.environ.get(INNER):
+        pytest.skip("runs inside the outer test's network namespace")
+    speech = peers.make_utterance(
+        tmp_path / "a.wav",
+        "Tell me a long story about the weather in Paris tomorrow morning please.",
+        lead_silence_s=0.5,
+        tail_silence_s=0.0,
+    )
+    peers.write_wav(
+        tmp_path / "mic8k.wav", np.concatenate([speech.samples, np.zeros(48_000, np.int16)]), 8000
+    )
+    mic = tmp_path / "mic.wav"  # Chromium's fake capture wants 16-bit PCM; 48 kHz as a real microphone
+    peers._run_bounded(["sox", "-D", tmp_path / "mic8k.wav", "-r", "48000", "-c", "1", "-b", "16", mic], 20)
+    http_port = 18080
+    bridge = _bridge_on_its_own_host(tmp_path, http_port)
+    base = f"http://{BRIDGE_HOST}:{http_port}"
+    try:
+        # ICE follows the listener's address; no STUN server unless configured
+        assert f"browser channel: ICE on {BRIDGE_HOST}, no STUN" in bridge.stderr, bridge.stderr[-3000:]
+        # the control plane stays locked: from another host, nothing without the token
+        request = urllib.request.Request(
+            f"{base}/talk",
+            data=b'{"type": "offer", "sdp": "v=0"}',
+            headers={"content-type": "application/json"},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=5)
+        assert refused.value.code == 401
+
+        driver = chromium(
+            tmp_path / "profile",
+            mic,
+            extra=(f"--unsafely-treat-insecure-origin-as-secure={base}",),
+            loopback_ice=False,
+        )
+        try:
+            driver.get(base + "/")
+            wait_until(lambda: driver.find_element("id", "sign-in").is_displayed(), 10, "the sign-in form")
+            driver.find_element("id", "token").send_keys(TOKEN)
+            driver.find_element("css selector", "#sign-in button").click()
+            wait_until(lambda: driver.find_element("id", "feed-state").text == "live", 10, "the event feed")
+            driver.find_element("id", "talk").click()
+            stats = wait_until(
+                lambda: (s := _talk_stats(driver))["state"] == "connected" and s,
+                15,
+                "the WebRTC call to connect",
+            )
+            call_id = str(stats["callId"])
+            assert call_id.startswith("web-"), stats
+            # the call came from the browser's host, and the echo of its own utterance comes back to it
+            bridge.wait_for(rf"call {call_id} .*caller utterance at \d+ ms", timeout=20)
+            heard = wait_until(
+                lambda: (s := _talk_stats(driver))["peak"] > 0.05 and s,
+                15,
+                "the echo to be heard in the page",  # type: ignore[operator]
+            )
+            print("talk from another host heard:", heard)
+            assert heard["bytesReceived"] > 10_000 and heard["packetsReceived"] > 100, heard  # type: ignore[operator]
+            time.sleep(len(speech.speech) / 8000 + 1.0)  # the echo plays out whole (it lasts what was said)
+            driver.find_element("id", "talk").click()  # Stop: the page closes its peer connection
+        finally:
+            driver.quit()
+        ended = bridge.wait_for(rf"call {call_id} ended after .*: frames in (\d+), out (\d+)", timeout=15)
+        frames_in, frames_out = int(ended.group(1)), int(ended.group(2))
+        print(ended.group(0))
+        assert frames_in >= len(speech.samples) // 160, ended.group(
+            0
+        )  # the whole utterance reached the bridge
+        assert frames_out >= 0.8 * len(speech.speech) / 160, ended.group(0)  # and the echo of it left
+        assert re.search(
+            rf"call {call_id} started: .*\(source {re.escape(BROWSER_HOST)}:\d+\)", bridge.stderr
+        )
+    finally:
+        bridge.stop(term_timeout=15.0)
