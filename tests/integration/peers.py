@@ -37,6 +37,7 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 import weakref
@@ -108,7 +109,6 @@ def rerun_in_netns(
     up, then `setup`'s shell commands), with `marker_env`=1 marking the inner run (`inner_only`), and assert
     that `passed` of them passed; pytest.skip where a namespace cannot be made (root, unshare and ip are
     needed). Hostile or outside-addressed traffic stays inside it."""
-    import sys
 
     import pytest
 
@@ -1393,7 +1393,6 @@ def run_pjsua2_caller(
     ``--hold-at``, ``--wait-bye``, ...). The process is bounded by ``timeout`` (the script's own
     ``--timeout`` is a bit shorter) and always stopped by PID."""
     import json
-    import sys
 
     wd = Path(workdir)
     wd.mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -45,29 +44,11 @@ pytestmark = pytest.mark.skipif(
 
 
 def test_talk_from_another_host_in_network_namespaces() -> None:
-    if os.environ.get(INNER):
-        pytest.skip("this is the inner run")
-    if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
-        pytest.skip("needs root, unshare and ip for private network namespaces")
-    inner = tempfile.mkdtemp(prefix="talk-")
-    script = (
-        f"ip link set lo up && exec {sys.executable} -m pytest -q -p no:cacheprovider -s "
-        f"{HERE / 'test_talk_remote_browser.py'} -k inner --basetemp {inner}"
-    )
+    inner = tempfile.mkdtemp(prefix="talk-")  # a short path for the inner run's files
     try:
-        proc = subprocess.run(
-            ["unshare", "--net", "sh", "-c", script],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=HERE.parents[1],
-            env={**os.environ, INNER: "1"},
-        )
+        peers.rerun_in_netns(HERE / "test_talk_remote_browser.py", INNER, 1, basetemp=inner)
     finally:
         shutil.rmtree(inner, ignore_errors=True)
-    print(proc.stdout[-4000:])
-    assert proc.returncode == 0, f"{proc.stdout[-8000:]}\n{proc.stderr[-3000:]}"
-    assert re.search(r"\b1 passed\b", proc.stdout), proc.stdout[-3000:]
 
 
 def _bridge_on_its_own_host(tmp_path: Path, http_port: int) -> peers.ManagedProcess:
@@ -117,8 +98,7 @@ def _talk_stats(driver: object) -> dict[str, object]:
 
 
 def test_inner_talk_from_another_host_echoes(tmp_path: Path) -> None:
-    if not os.environ.get(INNER):
-        pytest.skip("runs inside the outer test's network namespace")
+    peers.inner_only(INNER)
     speech = peers.make_utterance(
         tmp_path / "a.wav",
         "Tell me a long story about the weather in Paris tomorrow morning please.",
