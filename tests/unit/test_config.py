@@ -448,6 +448,7 @@ def test_compose_file_mounts_what_exists_and_asterisk_dials_the_bridge() -> None
     fake_command = services["fake-provider"]["command"]
     fake_port = fake_command[fake_command.index("--listen") + 1].rpartition(":")[2]
     assert fake_url.group(1) == f"ws://{ip['fake-provider']}:{fake_port}"
+    assert command[command.index("--webrtc-address") + 1] == ip["bridge"]  # the Talk button's WebRTC address
 
     pjsip = _ini_sections(REPO / "deploy" / "asterisk" / "pjsip.conf")
     by_type = {(name, keys.get("type")): keys for name, keys in pjsip}
