@@ -7,8 +7,8 @@ choice: every address but loopback and IPv6 link-local), or `--webrtc-address` (
 proxy in front of a loopback listener, a container). A STUN server is used only when configured (`--stun`):
 then aiortc adds a server-reflexive candidate (a browser behind NAT reaches the bridge's public mapping) and
 the page's RTCPeerConnection is given the same server (`GET /talk`); otherwise no packet leaves for anyone
-but the browser. When every candidate is on loopback, the offer's other candidates are dropped and checks
-from off loopback are not answered. The page itself needs a secure context for its microphone: served from
+but the browser. When every candidate is on loopback, the offer's other candidates are dropped and only
+checks from this host are answered. The page itself needs a secure context for its microphone: served from
 loopback, or over HTTPS (a TLS proxy in front of the listener; then `--webrtc-address` names the address the
 browser reaches). The leg speaks the call-leg contract (sip/leg.py), so `Server._on_call` runs it through the
 same session engine as a SIP call.
@@ -334,10 +334,11 @@ _ice_hooks_installed = False
 def _install_ice_hooks() -> None:
     """Process-wide, once: aioice gathers on `_ice_hosts` when it is set (aioice never offers 127.0.0.1 by
     itself, so a loopback channel needs this); and a connection whose every local candidate is on loopback
-    drops a connectivity check arriving from off loopback (a browser's other sockets send to our loopback
-    candidate too), so no peer-reflexive pair off loopback is ever learnt or answered. A connection with a
-    candidate off loopback answers every source, as ICE wants (RFC 8445 §7.3.1.3: a browser behind NAT is
-    known by its checks' source only)."""
+    answers connectivity checks from this host only: from loopback, or from one of its interface addresses.
+    A browser on the bridge's host offers its interface addresses, not loopback (Chromium offers 127.0.0.1
+    only with a flag), and its checks to our loopback candidate come from them: the pair is learnt from
+    them (peer-reflexive, RFC 8445 §7.3.1.3) and stays on the host. A connection with a candidate off
+    loopback answers every source, as ICE wants (a browser behind NAT is known by its checks' source only)."""
     global _ice_hooks_installed
     if _ice_hooks_installed:
         return
@@ -360,7 +361,8 @@ def _install_ice_hooks() -> None:
         if (
             local
             and all(_is_loopback(c.host) for c in local)
-            and not ipaddress.ip_address(addr[0].split("%")[0]).is_loopback
+            and not _is_loopback(addr[0])
+            and addr[0].split("%")[0] not in own_choice(True, True)  # ICE checks only: a few a second
         ):
             return
         original(self, message, addr, protocol)
