@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aioice.ice
 import pytest
 from aioice import stun
 from aiortc import RTCPeerConnection
@@ -70,6 +71,28 @@ async def test_ice_is_on_the_http_listeners_address_not_127_0_0_1() -> None:
     candidates, conf = await _answer_candidates(ServerConfig(http=("127.0.0.2", 0)))
     assert candidates and {host for host, _, _ in candidates} == {"127.0.0.2"}, candidates
     assert conf == {"status": 200, "iceServers": []}  # no STUN unless configured: the page asks no one either
+
+
+async def test_a_wildcard_listener_gathers_on_every_interface_address_as_aioice_chooses() -> None:
+    server = Server(Application(), ServerConfig(http=("0.0.0.0", 0)))
+    server._on_call = lambda leg, **_: None  # type: ignore[method-assign]
+    await server._start_http(("0.0.0.0", 0))
+    expected = set(aioice.ice.get_host_addresses(use_ipv4=True, use_ipv6=True))  # nothing set: aioice's own
+    client, offer = await _offer()
+    try:
+        if not expected:
+            pytest.skip("this machine has no interface address but loopback")
+        assert server._status is not None
+        body = json.dumps({"type": "offer", "sdp": offer}).encode()
+        status, answer = await asyncio.to_thread(
+            _request, f"http://127.0.0.1:{server._status.port}/talk", body
+        )
+        assert status == 200, answer
+        hosts = {host for host, _, _ in CANDIDATE.findall(answer["sdp"])}
+        assert hosts == expected and "127.0.0.1" not in hosts, (hosts, expected)
+    finally:
+        await client.close()
+        await server._close_helpers()
 
 
 class _StunServer(asyncio.DatagramProtocol):
