@@ -562,6 +562,8 @@ def serve(
             raise click.UsageError(f"--register expects sip:USER@HOST[:PORT], got {aor!r}")
     if auth_user is not None and not register:
         raise click.UsageError("--auth-user applies to --register")
+    if (webrtc_address is not None or stun is not None) and not http_addr:
+        raise click.UsageError("--webrtc-address and --stun apply to the console's Talk button: give --http")
     # --- end issue 14 ---
     server_config = ServerConfig(
         **provider_fields,

@@ -3,7 +3,8 @@
 h11 parses and frames HTTP/1.1 (sans-I/O, as this project's cores are); asyncio streams move the bytes. With
 `ConsoleHooks` (bridge/console.py) it also serves the console page at `/`, its live feed `GET /events`
 (Server-Sent Events), `POST /calls/{id}/hangup` and the browser channel's `POST /talk` (offer SDP in, answer
-out) with `GET /talk` (the page's RTCConfiguration: the STUN servers, behind the token as every console read). `POST /drain` starts the graceful drain (bridge/drain.py), as SIGTERM does; `POST /calls` places a call.
+out) with `GET /talk` (the page's RTCConfiguration: the STUN servers, behind the token as every console read).
+`POST /drain` starts the graceful drain (bridge/drain.py), as SIGTERM does; `POST /calls` places a call.
 
 The control plane and the browser (DESIGN §15). The listener is usually on loopback without a token, where
 any web page the operator opens could otherwise reach it: a cross-site `fetch()` or form post is sent by the

@@ -103,6 +103,10 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
     token = environ.get(lis.http_token_env) or None if lis.http_token_env else None
     if lis.http is not None and token is None and lis.http[0] not in LOOPBACK_HOSTS:
         problems.append(f"listeners.http: {lis.http[0]} is off loopback: set listeners.http_token_env")
+    if lis.http is None and (lis.webrtc_address is not None or lis.stun is not None):
+        problems.append(
+            "listeners.webrtc_address, stun: apply to the console's Talk button: set listeners.http"
+        )
     try:
         rollover = config.rollover_options(provider)
     except ValueError as exc:

@@ -455,9 +455,16 @@ def test_hold_limit_and_session_timer_from_flag_file_and_default_reach_the_engin
 def test_webrtc_address_and_stun_by_flag_and_by_file_key_give_the_same_server(
     tmp_path: Path, captured: list[Server]
 ) -> None:
-    keys = 'webrtc_address = "192.0.2.1"\nstun = "stun:stun.example.net:3478"\n'
+    keys = 'http = "127.0.0.1:8080"\nwebrtc_address = "192.0.2.1"\nstun = "stun:stun.example.net:3478"\n'
     path = _file(tmp_path, GOOD.replace('sip_udp = "127.0.0.1:5070"', 'sip_udp = "127.0.0.1:5070"\n' + keys))
-    flags = ["--webrtc-address", "192.0.2.1", "--stun", "stun:stun.example.net:3478"]
+    flags = [
+        "--http",
+        "127.0.0.1:8080",
+        "--webrtc-address",
+        "192.0.2.1",
+        "--stun",
+        "stun:stun.example.net:3478",
+    ]
     assert CliRunner().invoke(cli.main, ["serve", "--config", str(path)]).exit_code == 0
     plain = _file(tmp_path, GOOD)
     assert CliRunner().invoke(cli.main, ["serve", "--config", str(plain), *flags]).exit_code == 0
@@ -465,7 +472,10 @@ def test_webrtc_address_and_stun_by_flag_and_by_file_key_give_the_same_server(
     assert [(s.config.webrtc_address, s.config.stun) for s in captured] == [
         ("192.0.2.1", ("stun:stun.example.net:3478",))
     ] * 3
-    assert CliRunner().invoke(cli.main, ["serve", "--provider", "echo"]).exit_code == 0
+    assert (
+        CliRunner().invoke(cli.main, ["serve", "--provider", "echo", "--http", "127.0.0.1:8080"]).exit_code
+        == 0
+    )
     assert (captured[-1].config.webrtc_address, captured[-1].config.stun) == (None, ())  # no STUN by default
 
 
@@ -483,4 +493,18 @@ def test_webrtc_address_and_stun_that_cannot_be_honoured_refuse_to_start(
     )
     result = CliRunner().invoke(cli.main, ["serve", "--config", str(bad)])
     assert result.exit_code == 2 and f"{bad}: listeners.stun: expected stun:HOST[:PORT]" in result.output
+    # without the HTTP listener there is no Talk button for them to apply to
+    unused = _file(
+        tmp_path, GOOD.replace('sip_udp = "127.0.0.1:5070"', 'sip_udp = "127.0.0.1:5070"\nstun = "stun:x"')
+    )
+    result = CliRunner().invoke(cli.main, ["serve", "--config", str(unused)])
+    assert (
+        result.exit_code == 2
+        and "listeners.webrtc_address, stun: apply to the console's Talk button" in result.output
+    )
+    result = CliRunner().invoke(cli.main, ["serve", "--provider", "echo", "--stun", "stun:x"])
+    assert (
+        result.exit_code == 2
+        and "--webrtc-address and --stun apply to the console's Talk button" in result.output
+    )
     assert not captured
