@@ -66,6 +66,7 @@ from sip.engine import (
     create_engine,
 )
 from sip.leg import CallIdentity, CallLeg
+from sip.policy import DEFAULT_SCANNERS
 from sip.trunks import Trunk
 
 if TYPE_CHECKING:
@@ -200,6 +201,8 @@ class ServerConfig:
     provider_options: tuple[tuple[str, Any], ...] = ()  # adapter keyword arguments (e.g. ssl_context)
     sip: tuple[str, int] = ("127.0.0.1", 5060)
     rtp_port: int = 4000
+    rtp_port_high: int | None = None  # the RTP range's last port (None: the engine's own pool size)
+    sip_tcp: bool = True  # SIP over TCP on the `sip` address too (the native engine)
     max_calls: int | None = None  # None: the engine's default (sip.engine.ENGINES[engine].default_max_calls)
     http: tuple[str, int] | None = None  # GET /calls status endpoint, the console at / and POST /talk
     http_token: str | None = None  # bearer token for the HTTP listener (required off loopback: bridge/cli.py)
@@ -230,6 +233,8 @@ class ServerConfig:
     auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)
     register_password: str | None = None  # never logged
     register_keepalive_s: float | None = 30.0  # OPTIONS to each registrar this often while registered
+    register_expires_s: int = 3600  # the registration interval asked for
+    blocked_user_agents: tuple[str, ...] = DEFAULT_SCANNERS  # User-Agent substrings dropped (sip/policy.py)
     external_address: str | None = None  # NAT: the address peers reach us at
     drain_timeout_s: float = 0.0  # issue 15: SIGTERM lets live calls finish this long (0: hang up at once)
     cdr: str | None = None  # issue 15: one JSON line per finished call appended to this file
@@ -244,10 +249,13 @@ class ServerConfig:
     cert: str | None = None
     tls_key: str | None = None
     tls_ca: str | None = None  # CA to verify peers of outbound TLS (default: the system store)
+    model: str | None = None  # the provider's model and voice where a call's setup names none
+    voice: str | None = None
     srtp: Literal["off", "optional", "required"] = "off"  # SDES-SRTP, keys only over TLS
+    # Call limits (None: none). `serve` fills in its defaults (bridge.config.call_limits); this API does not.
     max_call_duration_s: float | None = None  # BYE after this long
-    rtp_timeout_s: float | None = None  # BYE when the caller sent no RTP for this long
-    hold_timeout_s: float | None = 7200.0  # BYE when the caller held the call this long (sip/limits.py)
+    rtp_timeout_s: float | None = None  # BYE when the caller sent no RTP for this long (not while held)
+    hold_timeout_s: float | None = None  # BYE when the caller held the call this long (sip/limits.py)
     session_expires_s: int = 1800  # RFC 4028 interval asked and offered (sip/ua.py); 0: none
     # Trunks as identities (sip/trunks.py): each inbound request is matched to its trunk, whose allowlist,
     # digest, SRTP, NAT, RTP source and external address apply to it alone; each trunk with a registrar keeps
@@ -464,7 +472,8 @@ class Server:
         self.application.check_outbound(to, route)
         via = choose_trunk(self.config.dial_trunks, to, trunk)
         target = dial_target(to, via)
-        auth_user, password = via.credentials if via is not None else (None, None)
+        # no trunk: no credentials ("" — never the engine's own, which are a trunk's)
+        auth_user, password = via.credentials if via is not None else (None, "")
         leg = await agent.dial(
             target,
             from_uri=from_uri or (via.identity if via is not None else None),
@@ -558,8 +567,11 @@ class Server:
             leg.hangup("application setup failed", status=500)
             self.observer.call_refused(None, 500)  # issue 15
             return
-        telephony, settings = self.config.telephony, _settings(self.config, setup)
         plan, rollover = self._plans.for_call(setup.provider)  # issue 15: the route's provider
+        telephony, settings = (
+            self.config.telephony,
+            call_settings(_settings(self.config, setup), plan.settings),
+        )
         choice = replace(plan, settings=settings)
 
         def reconnect(token: int, seeded: SessionSettings) -> Provider:
@@ -653,6 +665,11 @@ def _settings(config: ServerConfig, setup: CallSetup) -> SessionSettings:
     )
 
 
+def call_settings(settings: SessionSettings, provider: SessionSettings) -> SessionSettings:
+    """A call's settings with its provider's model and voice where the call's own setup names none."""
+    return replace(settings, model=settings.model or provider.model, voice=settings.voice or provider.voice)
+
+
 def _provider_name(plan: ProviderChoice) -> str:
     """The provider a call's record names: "echo" for the embedded fake (it speaks GPT-Live's protocol)."""
     return "echo" if plan.key == ECHO_LOCAL_KEY else plan.kind.name
@@ -682,6 +699,8 @@ def _engine_config(config: ServerConfig) -> EngineConfig:
         host=host,
         port=port,
         rtp_port=config.rtp_port,
+        rtp_port_high=config.rtp_port_high,
+        tcp=config.sip_tcp,
         max_calls=config.max_calls,
         allow=config.allow,
         drop_unknown=config.drop_unknown,
@@ -694,6 +713,8 @@ def _engine_config(config: ServerConfig) -> EngineConfig:
         auth_user=config.auth_user,
         register_password=config.register_password,
         register_keepalive_s=config.register_keepalive_s,
+        register_expires_s=config.register_expires_s,
+        scanner_user_agents=config.blocked_user_agents,
         external_address=config.external_address,
         nat=config.nat,
         rtp_source=config.rtp_source,

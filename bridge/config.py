@@ -3,8 +3,8 @@
 The file (read with `tomllib`) has these sections; every key is optional unless marked, and deploy/example.toml
 shows each one with a comment:
 
-    [listeners]   sip_udp, sip_tcp, sip_tls ("HOST:PORT"), tls_cert, tls_key, tls_ca, http, http_token_env,
-                  webrtc_address, stun ("stun:HOST[:PORT]")
+    [listeners]   sip_udp, sip_tcp ("HOST:PORT": sip_udp's, the default; or "off"), sip_tls, tls_cert, tls_key,
+                  tls_ca, http, http_token_env, webrtc_address, stun ("stun:HOST[:PORT]")
     [engine]      name (native | pjsua2), max_calls, rtp_ports ("LOW-HIGH", or the first port as a number)
     [defaults]    provider, instructions | instructions_file, greeting, language, voice, turn_detection
     [providers.NAME]  (NAME one of openai-live, openai-realtime, gemini-live, xai) key_env, model, voice, url, ca
@@ -19,7 +19,7 @@ shows each one with a comment:
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
     [recovery]    reservoir_bytes, residence_ms, failure_message (a WAV, 8 kHz mono 16-bit)
     [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, transfer_targets = {NAME = "sip:URI"},
-                  max_call_duration_s, rtp_timeout_s
+                  max_call_duration_s, rtp_timeout_s, hold_timeout_s (seconds, or 0 / "off")
     [webhook]     url, timeout_s, ca              (the signing secret is always in $PARLORA_WEBHOOK_SECRET)
     [logging]     level, format (text | json), cdr (a file: one JSON line per finished call)
     [recording]   dir (a stereo WAV per call)
@@ -65,9 +65,31 @@ matches on the dialled number (the target URI's user part) with the same `number
 [defaults]: the operator asked for it, and refusing it with 404 would only hide the mistake in a log (an
 inbound 404 tells the caller's carrier; an outbound one tells nobody).
 
-Command-line options: every `serve` option stays and overrides the file. `given_options(ctx)` picks the
-options the user actually gave (not click's defaults) and `apply_options(config, given)` lays them over the
-loaded file, so `serve` does `apply_options(load(path) if path else BridgeConfig(), given_options(ctx))`.
+One configuration (DESIGN §3.7): `OPTIONS` is the one table of `serve`'s options, one row each: its flags,
+the file key it sets, its click type, the default --help shows, and its help. `serve`'s (and `call`'s and
+`doctor`'s) click options are made from it (`click_options`). A flag's value becomes its key's value as the
+file would hold it and goes through the file's own reader (`apply_options`), so a flag and its key cannot
+differ; `given_options(ctx)` picks the options the user actually gave (not click's defaults), so `serve` is
+`apply_options(load(path) if path else BridgeConfig(), given_options(ctx))`, and bridge.ops.server_config
+is the one way from there to the server's configuration. What the merged configuration asks for that cannot
+be honoured (a TLS trunk without a TLS listener, a limit the engine cannot enforce, ...) is refused at start
+(`deployment_problems`), never warned about and ignored.
+
+Defaults a telephony engineer ships (`call_limits`; each one is switched off by 0 or "off"; the pjsua2
+engine, which cannot end calls on the maximum duration or the RTP timeout, has only the hold limit and
+refuses the other two):
+- RTP timeout 60 s (`rtp_timeout_s`): a live caller's phone sends RTP every 20 ms (one with silence
+  suppression sends comfort noise now and then); 60 s without any is a call whose BYE was lost (a phone that lost power or network, a NAT binding gone), and a lost BYE otherwise keeps a billed
+  provider connection open for ever (rollover renews it every 55 minutes). 60 s is Asterisk's customary
+  `rtptimeout` and rides out a network outage a person would wait through.
+- Hold limit 2 h (`hold_timeout_s`): on hold the caller sends no RTP (sendonly/inactive), so the RTP timeout
+  is suspended; a hold longer than any queue or consultation (2 h) is a forgotten or dead call.
+- Maximum call duration 4 h (`max_call_duration_s`): far beyond any real conversation with an assistant (the
+  longest support calls run one to two hours), it bounds what a call stuck in any way not caught above can
+  cost; the model says a short goodbye first.
+- Session timers (RFC 4028) 1800 s (`session_expires_s`, at least 90, 0: none asked): asked of every caller
+  (refresher=uac when it supports them, else the bridge refreshes) and offered on calls placed, so a call
+  whose far end vanished without a BYE ends within half an hour even while held.
 """
 
 from __future__ import annotations
@@ -82,7 +104,10 @@ import wave
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal, TypeVar
+
+import click
 
 from bridge.console import parse_stun_url, parse_webrtc_address
 from bridge.providers import KINDS
@@ -90,16 +115,23 @@ from bridge.rollover import RolloverOptions
 from bridge.telephony import TelephonyOptions
 from bridge.webhook import SECRET_ENV
 from providers.base import ToolSpec
+from providers.batching import APPEND_MS_CHOICES, DEFAULT_APPEND_MS
 from providers.limits import LimitOverrides
 from rtp.latch import SOURCE_POLICIES, SourcePolicy
 from sip.engine import DEFAULT_ENGINE, ENGINES
+from sip.policy import DEFAULT_SCANNERS
 
 ECHO = "echo"
 PROVIDER_NAMES: tuple[str, ...] = (*KINDS, ECHO)
 TELEPHONY_TOOLS = frozenset({"end_call", "transfer_call", "send_dtmf"})
 DEFAULT_SIP_PASSWORD_ENV = "PARLORA_SIP_PASSWORD"  # issue 14's name for the registration password
 DEFAULT_INBOUND_PASSWORD_ENV = "PARLORA_INBOUND_PASSWORD"  # as `serve --inbound-auth` (bridge/cli.py)
-DEFAULT_BLOCKED_USER_AGENTS = ("friendly-scanner", "sipvicious", "sipcli", "sip-scan", "VaxSIPUserAgent")
+DEFAULT_DRAIN_S = 300.0  # [drain] timeout_s, `serve --drain-timeout`
+# Call limits (module docstring, "Defaults"): what a call gets where neither the file nor the command line says
+DEFAULT_RTP_TIMEOUT_S = 60.0
+DEFAULT_HOLD_TIMEOUT_S = 7200.0
+DEFAULT_MAX_CALL_DURATION_S = 14400.0
+DEFAULT_BLOCKED_USER_AGENTS = DEFAULT_SCANNERS  # the engine's (sip/policy.py)
 
 Address = tuple[str, int]
 TurnDetection = Literal["server", "client"]
@@ -123,7 +155,8 @@ class ConfigError(ValueError):
 @dataclass(frozen=True, slots=True)
 class Listeners:
     sip_udp: Address = ("127.0.0.1", 5060)
-    sip_tcp: Address | None = None
+    sip_tcp: Address | None = None  # None: TCP on sip_udp's address (the native engine's), unless tcp is off
+    tcp: bool = True  # sip_tcp = "off": no SIP over TCP
     sip_tls: Address | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -274,9 +307,10 @@ class Telephony:
     send_dtmf_tool: bool = False
     dtmf_to_model: bool = False
     transfer_targets: tuple[tuple[str, str], ...] = ()  # (name the model uses, SIP URI)
-    max_call_duration_s: int | None = None
-    rtp_timeout_s: int | None = None
-    hold_timeout_s: float = 7200  # 0: no hold limit
+    # None: the default (`call_limits`: DEFAULT_* on the native engine); 0.0: off ("off" or 0 in the file)
+    max_call_duration_s: float | None = None
+    rtp_timeout_s: float | None = None
+    hold_timeout_s: float | None = None
     session_expires_s: int = 1800  # RFC 4028 interval asked and offered; 0: none
 
 
@@ -301,7 +335,7 @@ class Recording:
 
 @dataclass(frozen=True, slots=True)
 class Drain:
-    timeout_s: float = 300.0  # bridge.ops.DEFAULT_DRAIN_S, `serve --drain-timeout`'s default
+    timeout_s: float = DEFAULT_DRAIN_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -513,13 +547,14 @@ def _describe(value: object) -> str:
 class _Reader:
     """Collects every problem of one file; the typed getters return a default after recording a problem."""
 
-    def __init__(self, label: str, base: Path) -> None:
+    def __init__(self, label: str, base: Path, *, paths: bool = True) -> None:
         self.label = label
         self.base = base
+        self.paths = paths  # False: the label names the key already (a command-line option)
         self.problems: list[str] = []
 
     def fail(self, path: str, message: str) -> None:
-        self.problems.append(f"{self.label}: {path}: {message}")
+        self.problems.append(f"{self.label}: {path}: {message}" if self.paths else f"{self.label}: {message}")
 
     def expect(self, path: str, expected: str, value: object) -> None:
         self.fail(path, f"expected {expected}; got {_describe(value)}")
@@ -611,12 +646,35 @@ class _Reader:
         return self.get(t, key, path, int, what, default, check)
 
     def number(
-        self, t: Mapping[str, object], key: str, path: str, *, lo: float, default: float | None
+        self,
+        t: Mapping[str, object],
+        key: str,
+        path: str,
+        *,
+        lo: float,
+        default: float | None,
+        inclusive: bool = False,
     ) -> float | None:
-        def check(v: float) -> str | None:
-            return None if v > lo else f"expected a number > {lo:g}; got {v:g}"
+        what = f"a number >= {lo:g}" if inclusive else f"a number > {lo:g}"
 
-        return self.get(t, key, path, float, f"a number > {lo:g}", default, check)
+        def check(v: float) -> str | None:
+            return None if v > lo or (inclusive and v == lo) else f"expected {what}; got {v:g}"
+
+        return self.get(t, key, path, float, what, default, check)
+
+    def seconds_or_off(
+        self, t: Mapping[str, object], key: str, path: str, *, least: float = 1.0
+    ) -> float | None:
+        """A limit in seconds: a number >= `least`, or 0 / "off" (switched off: 0.0); None when not given
+        (the default of `call_limits`)."""
+        value = t.get(key, _MISSING)
+        if value is _MISSING:
+            return None
+        try:
+            return parse_seconds_or_off(value, least)
+        except ValueError as exc:
+            self.fail(_join(path, key), str(exc))
+            return None
 
     def boolean(self, t: Mapping[str, object], key: str, path: str, default: bool) -> bool:
         return self.get(t, key, path, bool, "true or false", default)
@@ -705,6 +763,10 @@ class _Reader:
             self.fail(_join(path, "instructions_file"), f"{source!r} is empty")
             return None
         return content
+
+
+def _or(value: float | None, default: float) -> float:
+    return default if value is None else value
 
 
 def _join(path: str, key: str) -> str:
@@ -831,15 +893,16 @@ def parse(data: Mapping[str, object], *, label: str = "<config>", base: Path | N
 
 def _listeners(r: _Reader, t: dict[str, object]) -> Listeners:
     p = "listeners"
-    r.keys(t, p, [f.name for f in fields(Listeners)])
+    r.keys(t, p, [f.name for f in fields(Listeners) if f.name != "tcp"])
     udp = r.address(t, "sip_udp", p, 5060, ("127.0.0.1", 5060))
     assert udp is not None
     out = Listeners(
         sip_udp=udp,
-        sip_tcp=r.address(t, "sip_tcp", p, 5060),
+        sip_tcp=None if t.get("sip_tcp") == "off" else r.address(t, "sip_tcp", p, 5060),
+        tcp=t.get("sip_tcp") != "off",
         sip_tls=r.address(t, "sip_tls", p, 5061),
-        tls_cert=r.file(t, "tls_cert", p),
-        tls_key=r.file(t, "tls_key", p),
+        tls_cert=r.file(t, "tls_cert", p, must_exist=False),  # checked at start: `missing_files`
+        tls_key=r.file(t, "tls_key", p, must_exist=False),
         tls_ca=r.file(t, "tls_ca", p),
         http=r.address(t, "http", p, 8080),
         http_token_env=r.env_name(t, "http_token_env", p, None),
@@ -848,8 +911,6 @@ def _listeners(r: _Reader, t: dict[str, object]) -> Listeners:
         ),
         stun=r.get(t, "stun", p, str, "stun:HOST[:PORT]", None, _problem(parse_stun_url)),
     )
-    if "sip_tls" in t and ("tls_cert" not in t or "tls_key" not in t):
-        r.fail(f"{p}.sip_tls", "needs listeners.tls_cert and listeners.tls_key")
     return out
 
 
@@ -978,7 +1039,9 @@ def _trunks(r: _Reader, items: list[dict[str, object]]) -> tuple[Trunk, ...]:
             password_env=r.env_name(t, "password_env", p, DEFAULT_SIP_PASSWORD_ENV)
             or DEFAULT_SIP_PASSWORD_ENV,
             register_expires_s=r.integer(t, "register_expires_s", p, lo=60, hi=86400, default=3600) or 3600,
-            register_keepalive_s=r.number(t, "register_keepalive_s", p, lo=0.0, default=30.0) or 30.0,
+            register_keepalive_s=_or(
+                r.number(t, "register_keepalive_s", p, lo=0.0, default=30.0, inclusive=True), 30.0
+            ),
             allow=cidrs,
             inbound_auth_user=r.string(t, "inbound_auth_user", p),
             inbound_password_env=r.env_name(t, "inbound_password_env", p, DEFAULT_INBOUND_PASSWORD_ENV)
@@ -1008,8 +1071,8 @@ def _inbound(r: _Reader, t: dict[str, object]) -> Inbound:
     return Inbound(
         drop_unknown=r.boolean(t, "drop_unknown", p, False),
         allow_any=r.boolean(t, "allow_any", p, False),
-        invite_rate_per_s=r.number(t, "invite_rate_per_s", p, lo=0.0, default=None),
-        options_rate_per_s=r.number(t, "options_rate_per_s", p, lo=0.0, default=None),
+        invite_rate_per_s=r.number(t, "invite_rate_per_s", p, lo=0.0, default=None, inclusive=True),
+        options_rate_per_s=r.number(t, "options_rate_per_s", p, lo=0.0, default=None, inclusive=True),
         blocked_user_agents=r.string_list(t, "blocked_user_agents", p, DEFAULT_BLOCKED_USER_AGENTS),
         server_header=r.string(t, "server_header", p, regex=HEADER_TEXT, what="printable ASCII, 1-128 chars"),
         realm=r.string(t, "realm", p, regex=HEADER_TEXT, what="printable ASCII, 1-128 chars"),
@@ -1158,9 +1221,9 @@ def _telephony(r: _Reader, t: dict[str, object]) -> Telephony:
         send_dtmf_tool=r.boolean(t, "send_dtmf_tool", p, False),
         dtmf_to_model=r.boolean(t, "dtmf_to_model", p, False),
         transfer_targets=tuple(targets),
-        max_call_duration_s=r.integer(t, "max_call_duration_s", p, lo=1),
-        rtp_timeout_s=r.integer(t, "rtp_timeout_s", p, lo=1),
-        hold_timeout_s=r.integer(t, "hold_timeout_s", p, lo=0, default=7200) or 0,
+        max_call_duration_s=r.seconds_or_off(t, "max_call_duration_s", p),
+        rtp_timeout_s=r.seconds_or_off(t, "rtp_timeout_s", p),
+        hold_timeout_s=r.seconds_or_off(t, "hold_timeout_s", p),
         session_expires_s=_session_expires(r, t, p),
     )
 
@@ -1177,9 +1240,7 @@ def _webhook(r: _Reader, t: dict[str, object]) -> Webhook:
     p = "webhook"
     r.keys(t, p, [f.name for f in fields(Webhook)])
     url = r.string(t, "url", p, regex=re.compile(r"https?://\S+"), what="an http:// or https:// URL")
-    ca = r.file(t, "ca", p)
-    if ca is not None and (url is None or not url.startswith("https://")):
-        r.fail(f"{p}.ca", "applies to an https:// url")
+    ca = r.file(t, "ca", p)  # (only with an https:// url: `deployment_problems`, which sees the command line)
     return Webhook(url=url, timeout_s=r.number(t, "timeout_s", p, lo=0.0, default=10.0) or 10.0, ca=ca)
 
 
@@ -1211,13 +1272,16 @@ def _recording_dir(r: _Reader, t: dict[str, object]) -> str | None:
 
 def _drain(r: _Reader, t: dict[str, object]) -> Drain:
     r.keys(t, "drain", ["timeout_s"])
-    return Drain(timeout_s=r.number(t, "timeout_s", "drain", lo=0.0, default=300.0) or 300.0)
+    return Drain(
+        timeout_s=_or(r.number(t, "timeout_s", "drain", lo=0.0, default=300.0, inclusive=True), 300.0)
+    )
 
 
 def _cross_checks(r: _Reader, c: BridgeConfig) -> None:
     """What no single key can say: turn detection against the providers that can do it, rollover ages."""
-    if c.defaults.turn_detection == "client":
-        used = {c.defaults.provider or "openai-live", *(rt.provider for rt in c.routes if rt.provider)}
+    if c.defaults.turn_detection == "client" and c.defaults.provider is not None:
+        # (without a provider here, `--provider` may name one: bridge.ops.server_config checks the merged one)
+        used = {c.defaults.provider, *(rt.provider for rt in c.routes if rt.provider)}
         for name in sorted(used):
             kind = KINDS["openai-live" if name == ECHO else name]
             if not kind.client_commits():
@@ -1236,79 +1300,551 @@ def _cross_checks(r: _Reader, c: BridgeConfig) -> None:
                 r.fail("rollover", f"for {name}: {exc}")
 
 
-# --- command-line overrides --------------------------------------------------------------------------------------
+# --- call limits: the defaults ------------------------------------------------------------------------------------
 
-# `serve`'s click parameter names → what they set. Options of issues 14 and 15 that `serve` does not have yet
-# are listed under the names their wiring should give them; an unknown name is an error, so a rename shows.
-CLI_OPTIONS: Mapping[str, str] = {
-    "sip_addr": "listeners.sip_udp",
-    "sip_tcp": "listeners.sip_tcp",
-    "tls": "listeners.sip_tls",
-    "cert": "listeners.tls_cert",
-    "tls_key": "listeners.tls_key",
-    "tls_ca": "listeners.tls_ca",
-    "http_addr": "listeners.http",
-    "http_token_env": "listeners.http_token_env",
-    "webrtc_address": "listeners.webrtc_address",
-    "stun": "listeners.stun",
-    "engine": "engine.name",
-    "max_calls": "engine.max_calls",
-    "rtp_port": "engine.rtp_port_low",
-    "rtp_ports": "engine.rtp_ports",
-    "provider": "defaults.provider",
-    "instructions": "defaults.instructions",
-    "turn_detection": "defaults.turn_detection",
-    "provider_url": "providers.<provider>.url",
-    "provider_ca": "providers.<provider>.ca",
-    "provider_append_ms": "providers.<provider>.append_ms",
-    "register": "trunks[].registrar",
-    "auth_user": "trunks[].auth_user",
-    "keepalive": "trunks[].register_keepalive_s",
-    "allow": "trunks[].allow",
-    "inbound_auth": "trunks[].inbound_auth_user",
-    "srtp": "trunks[].srtp",
-    "external_address": "trunks[].external_address",
-    "nat": "trunks[].nat",
-    "rtp_source": "trunks[].rtp_source",
-    "invite_rate": "inbound.invite_rate_per_s",
-    "options_rate": "inbound.options_rate_per_s",
-    "drop_unknown": "inbound.drop_unknown",
-    "server_header": "inbound.server_header",
-    "realm": "inbound.realm",
-    "allow_any": "inbound.allow_any",
-    "session_cap_ms": "rollover.session_cap_ms",
-    "rollover_after_ms": "rollover.after_ms",
-    "rollover_deadline_ms": "rollover.deadline_ms",
-    "rollover_hard_stop_ms": "rollover.hard_stop_ms",
-    "rollover_overlap_ms": "rollover.overlap_ms",
-    "no_rollover": "rollover.enabled",
-    "reservoir_bytes": "recovery.reservoir_bytes",
-    "residence_ms": "recovery.residence_ms",
-    "failure_message": "recovery.failure_message",
-    "end_call_tool": "telephony.end_call_tool",
-    "send_dtmf_tool": "telephony.send_dtmf_tool",
-    "dtmf_to_model": "telephony.dtmf_to_model",
-    "transfer_targets": "telephony.transfer_targets",
-    "max_call_duration": "telephony.max_call_duration_s",
-    "rtp_timeout": "telephony.rtp_timeout_s",
-    "hold_timeout": "telephony.hold_timeout_s",
-    "session_expires": "telephony.session_expires_s",
-    "webhook_url": "webhook.url",
-    "webhook_timeout": "webhook.timeout_s",
-    "webhook_ca": "webhook.ca",
-    "log_level": "logging.level",
-    "log_format": "logging.format",
-    "cdr": "logging.cdr",
-    "record": "recording.dir",
-    "drain_timeout": "drain.timeout_s",
+
+def parse_seconds_or_off(value: object, least: float = 1.0) -> float:
+    """A limit in seconds as the file and the command line give it: a number >= `least`, or 0 / "off" → 0.0
+    (switched off); ValueError saying what was expected."""
+    what = f'a number of seconds >= {least:g}, or 0 or "off" (no limit)'
+    if isinstance(value, str):
+        if value.strip().lower() == "off":
+            return 0.0
+        try:
+            value = float(value)
+        except ValueError:
+            raise ValueError(f"expected {what}; got {_describe(value)}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"expected {what}; got {_describe(value)}")
+    if value != 0 and not value >= least:
+        raise ValueError(f"expected {what}; got {value:g}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class CallLimits:
+    """The limits every call of a configuration gets (None: none), as `call_limits` resolves them."""
+
+    max_call_duration_s: float | None
+    rtp_timeout_s: float | None
+    hold_timeout_s: float | None
+
+    def describe(self) -> str:
+        def one(value: float | None) -> str:
+            return "off" if value is None else f"{value:g} s"
+
+        return (
+            f"max call duration {one(self.max_call_duration_s)}, RTP timeout {one(self.rtp_timeout_s)}, "
+            f"on hold {one(self.hold_timeout_s)}"
+        )
+
+
+# Engines that end calls on these limits (sip/native.py `_CallMedia`); pjsua2 has none of them and refuses them
+LIMITING_ENGINES = frozenset({"native"})
+
+
+def call_limits(config: BridgeConfig) -> CallLimits:
+    """[telephony]'s limits with the defaults filled in (module docstring, "Defaults"): a key not given is the
+    default on an engine that can end calls on it, none on one that cannot; 0 ("off") is none."""
+    t = config.telephony
+    limiting = config.engine.name in LIMITING_ENGINES
+
+    def resolve(value: float | None, default: float) -> float | None:
+        if value is None:
+            return default if limiting else None
+        return value or None
+
+    return CallLimits(
+        resolve(t.max_call_duration_s, DEFAULT_MAX_CALL_DURATION_S),
+        resolve(t.rtp_timeout_s, DEFAULT_RTP_TIMEOUT_S),
+        # every engine keeps the hold limit (sip/limits.py; pjsua2 from its poll loop)
+        DEFAULT_HOLD_TIMEOUT_S if t.hold_timeout_s is None else (t.hold_timeout_s or None),
+    )
+
+
+# --- what the file and the command line together must satisfy -------------------------------------------------
+
+
+def deployment_problems(config: BridgeConfig, *, inbound: bool = True) -> list[str]:
+    """What the merged configuration (the file with the command line over it) asks for that cannot be honoured,
+    one line per problem naming the key (and its flag). `inbound` False: `call`, which answers no calls (a TLS
+    trunk needs no TLS listener to be called out to). Every key is acted on: what is not possible refuses."""
+    out: list[str] = []
+    lis, engine = config.listeners, config.engine
+    if lis.sip_tls is not None and (lis.tls_cert is None or lis.tls_key is None):
+        out.append(
+            "listeners.sip_tls: needs listeners.tls_cert and listeners.tls_key "
+            "(--tls needs --cert FILE and --key FILE)"
+        )
+    if lis.sip_tls is None and (lis.tls_cert is not None or lis.tls_key is not None):
+        out.append("listeners.tls_cert/tls_key: apply to listeners.sip_tls (--cert/--key apply to --tls)")
+    if config.webhook.ca is not None and not (config.webhook.url or "").startswith("https://"):
+        out.append("webhook.ca: --webhook-ca applies to --webhook with an https:// URL (webhook.url)")
+    if config.inbound.drop_unknown and not any(t.allow for t in config.trunks):
+        out.append("inbound.drop_unknown: applies to trunks[].allow (--drop-unknown applies to --allow)")
+    native = engine.name == "native"
+    if lis.sip_tcp is not None and (not native or lis.sip_tcp != lis.sip_udp):
+        out.append(
+            f"listeners.sip_tcp: {_addr(lis.sip_tcp)}: the native engine answers SIP over TCP on "
+            f"listeners.sip_udp's address ({_addr(lis.sip_udp)}) and the {engine.name} engine on UDP only"
+            if not native
+            else f"listeners.sip_tcp: {_addr(lis.sip_tcp)}: the native engine answers SIP over TCP on "
+            f'listeners.sip_udp\'s address ({_addr(lis.sip_udp)}): give that one, or "off"'
+        )
+    high = engine.rtp_port_high
+    if high is not None:
+        room = (high - engine.rtp_port_low + 1) // 2
+        calls = engine.max_calls or ENGINES[engine.name].default_max_calls
+        if not native:
+            out.append(
+                f"engine.rtp_ports: an upper bound ({high}) is not supported on the {engine.name} engine"
+            )
+        elif room < calls:
+            out.append(
+                f"engine.rtp_ports: {engine.rtp_port_low}-{high} has room for {room} calls (a port pair each), "
+                f"fewer than max_calls {calls}"
+            )
+    for i, trunk in enumerate(config.trunks):
+        p = f"trunks[{i}]"
+        if trunk.srtp != "off" and trunk.transport != "tls":
+            out.append(
+                f'{p}.srtp: SDES keys travel only over TLS: srtp = "{trunk.srtp}" needs transport = "tls"'
+            )
+        if trunk.transport != "udp" and not native:
+            out.append(
+                f'{p}.transport: "{trunk.transport}" is not supported on the {engine.name} engine (UDP only)'
+            )
+        elif trunk.transport == "tls" and lis.sip_tls is None and inbound:
+            out.append(
+                f'{p}.transport: "tls" needs a TLS listener: listeners.sip_tls (--tls) with its certificate'
+            )
+        elif trunk.transport == "tcp" and not lis.tcp and inbound:
+            out.append(
+                f'{p}.transport: "tcp" needs SIP over TCP, which listeners.sip_tcp = "off" switched off'
+            )
+    if not native and config.inbound.blocked_user_agents != DEFAULT_BLOCKED_USER_AGENTS:
+        out.append(f"inbound.blocked_user_agents: the {engine.name} engine has no inbound policy to apply it")
+    if engine.name not in LIMITING_ENGINES:
+        t = config.telephony
+        for key, value in (
+            ("max_call_duration_s", t.max_call_duration_s),
+            ("rtp_timeout_s", t.rtp_timeout_s),
+        ):
+            if value:
+                out.append(
+                    f"telephony.{key}: the {engine.name} engine cannot end calls on it (use the native engine, "
+                    'or 0 / "off")'
+                )
+    return out
+
+
+def _addr(address: Address) -> str:
+    host, port = address
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def missing_files(config: BridgeConfig) -> list[str]:
+    """Files the configuration names that `serve` needs at start but `load` does not insist on (the file may be
+    checked on another machine than the one it runs on): the TLS listener's certificate and key."""
+    lis = config.listeners
+    return [
+        f"listeners.{key}: no file at {path!r}"
+        for key, path in (("tls_cert", lis.tls_cert), ("tls_key", lis.tls_key))
+        if path is not None and not Path(path).is_file()
+    ]
+
+
+# --- the options table: every `serve` option, its flag and its file key -------------------------------------------
+
+
+class SecondsOrOff(click.ParamType[float, Any]):
+    """A limit in seconds on the command line: a number >= `least`, or 0 / "off" (→ 0.0: no limit)."""
+
+    name = "seconds"
+
+    def __init__(self, least: float = 1.0) -> None:
+        self.least = least
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            return parse_seconds_or_off(value, self.least)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+FileValues = Callable[[Any], Mapping[str, object]]
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One row of the table. `key` is the file key the flag sets: "section.key", "trunks[].key" (the one trunk,
+    or a trunk made for the command line) or "providers.<provider>.key" (the provider chosen). `file_values`
+    turns the flag's value (as click parsed it) into the keys of that table as the file would hold them; the
+    file's own reader then checks and converts them, so a flag and its key cannot mean different things.
+    `default` is shown in --help only: what applies when neither gives the key is the schema's default.
+    `example`/`needs` are one value of the flag (argv after it) and the flags it needs to have an effect:
+    tests/unit/test_config_options.py proves with them, row by row, that flag and key build the same server."""
+
+    name: str  # the click parameter name (serve's keyword argument)
+    flags: tuple[str, ...]
+    key: str
+    help: str
+    type: Any = None  # a click type (None: a string)
+    default: object = None
+    show_default: bool = False
+    is_flag: bool = False
+    multiple: bool = False
+    metavar: str | None = None
+    file_values: FileValues | None = None  # None: {last part of key: value}
+    fields: tuple[str, ...] = ()  # the schema fields the key sets (default: its last part)
+    example: tuple[str, ...] = ()
+    needs: tuple[str, ...] = ()
+    other: tuple[str, ...] = ()  # a second value, for a row whose needs alone are refused (compared instead)
+
+    @property
+    def flag(self) -> str:
+        return self.flags[0]
+
+    @property
+    def table(self) -> str:
+        return self.key.split(".", 1)[0].removesuffix("[]")
+
+    @property
+    def file_key(self) -> str:
+        return self.key.rsplit(".", 1)[-1]
+
+    def values(self, value: object) -> Mapping[str, object]:
+        """The file's keys (of this row's table) for the flag's value; ValueError for a value it cannot be."""
+        if self.file_values is not None:
+            return self.file_values(value)
+        if isinstance(value, tuple):
+            value = list(value)
+        return {self.file_key: value}
+
+    def click_option(self) -> click.Option:
+        kwargs: dict[str, Any] = {"help": self.help, "metavar": self.metavar}
+        if self.is_flag:
+            kwargs["is_flag"] = True
+        else:
+            kwargs.update(type=self.type, default=self.default, show_default=self.show_default)
+            kwargs["multiple"] = self.multiple
+        return click.Option([*self.flags, self.name], **kwargs)
+
+
+_SRTP_NAMES = {
+    "off": "off",
+    "offer": "offer",
+    "optional": "offer",
+    "require": "require",
+    "required": "require",
 }
+_HOST_PORT = "HOST:PORT"
+
+
+def _srtp_values(value: object) -> Mapping[str, object]:
+    srtp = _SRTP_NAMES[str(value)]
+    # SDES keys travel only over TLS (sip.tls.sdes_policy): SRTP from the command line makes its trunk TLS
+    return {"srtp": srtp} if srtp == "off" else {"srtp": srtp, "transport": "tls"}
+
+
+def _url_or_nothing(value: object) -> Mapping[str, object]:
+    return {"url": value} if value else {}  # --provider-url "": the provider's own endpoint
+
+
+def _transfer_targets(value: object) -> Mapping[str, object]:
+    items = value if isinstance(value, tuple | list) else (value,)
+    return {"transfer_targets": dict(parse_transfer_target(str(v)) for v in items)}
+
+
+def _engines_help() -> str:
+    return (
+        "SIP engine. "
+        + "; ".join(
+            f"{name}: {spec.limits}" + (f" (needs parlora-bridge[{spec.extra}])" if spec.extra else "")
+            for name, spec in ENGINES.items()
+        )
+        + "."
+    )
+
+
+_LIMIT_HELP = " 0 or off: no limit. Default: {default:g} s on the native engine (the pjsua2 engine cannot)."
+
+OPTIONS: tuple[Option, ...] = (
+    # [listeners]
+    Option("sip_addr", ("--sip",), "listeners.sip_udp", "UDP address to answer SIP on.",
+           default="127.0.0.1:5060", show_default=True, metavar=_HOST_PORT, example=("127.0.0.1:5098",)),
+    Option("sip_tcp", ("--sip-tcp",), "listeners.sip_tcp",
+           "SIP over TCP: the native engine answers it on --sip's address (the default); off: not at all.",
+           metavar="HOST:PORT|off", file_values=lambda v: {"sip_tcp": v}, fields=("sip_tcp", "tcp"),
+           example=("off",)),
+    Option("tls", ("--tls",), "listeners.sip_tls",
+           "Also answer SIP over TLS here (TLS 1.2/1.3; needs --cert and --key); Contact sips:/transport=tls.",
+           metavar=_HOST_PORT, example=("127.0.0.1:5097",), needs=("--cert", "@cert", "--key", "@key"),
+           other=("127.0.0.1:5096",)),
+    Option("cert", ("--cert",), "listeners.tls_cert", "TLS certificate (PEM).",
+           type=click.Path(exists=True, dir_okay=False), example=("@cert",),
+           needs=("--tls", "127.0.0.1:5097", "--key", "@key"), other=("@wav",)),
+    Option("tls_key", ("--key",), "listeners.tls_key", "TLS private key (PEM).",
+           type=click.Path(exists=True, dir_okay=False), example=("@key",),
+           needs=("--tls", "127.0.0.1:5097", "--cert", "@cert"), other=("@wav",)),
+    Option("tls_ca", ("--tls-ca",), "listeners.tls_ca",
+           "CA certificate(s) that outbound TLS verifies the peer against (default: the system's).",
+           type=click.Path(exists=True, dir_okay=False), example=("@cert",)),
+    Option("http_addr", ("--http",), "listeners.http",
+           "HOST:PORT for the JSON status endpoint (GET /calls), the console at / and the browser channel "
+           "(POST /talk).", metavar=_HOST_PORT, example=("127.0.0.1:8099",)),
+    Option("http_token_env", ("--http-token-env",), "listeners.http_token_env",
+           "Environment variable holding the bearer token the HTTP listener requires (needed when --http is "
+           "not on loopback).", metavar="NAME", example=("PARLORA_TEST_TOKEN",),
+           needs=("--http", "127.0.0.1:8099", "@env", "PARLORA_TEST_TOKEN=t0k3n-t0k3n")),
+    Option("webrtc_address", ("--webrtc-address",), "listeners.webrtc_address",
+           "The Talk button's WebRTC (ICE) address: an address of this host the browser can reach. Default: "
+           "the --http address (every interface address when it is 0.0.0.0 or ::).", metavar="ADDR",
+           example=("127.0.0.1",), needs=("--http", "127.0.0.1:8099")),
+    Option("stun", ("--stun",), "listeners.stun",
+           "A STUN server (stun:HOST[:PORT]) for the Talk button, the bridge's and the page's, for a browser "
+           "behind NAT. Default: none (ICE sends nothing but to the browser).", metavar="URL",
+           example=("stun:stun.example.net:3478",), needs=("--http", "127.0.0.1:8099")),
+    # [engine]
+    Option("engine", ("--engine",), "engine.name", _engines_help(), type=click.Choice(list(ENGINES)),
+           default=DEFAULT_ENGINE, show_default=True, example=("pjsua2",),
+           needs=("--max-call-duration", "off", "--rtp-timeout", "off", "--hold-timeout", "off")),
+    Option("max_calls", ("--max-calls",), "engine.max_calls",
+           "Concurrent calls; beyond them an INVITE is refused. Default: the engine's own ("
+           + ", ".join(f"{name} {spec.default_max_calls}" for name, spec in ENGINES.items()) + ").",
+           type=click.IntRange(min=1), example=("7",)),
+    Option("rtp_port", ("--rtp-port",), "engine.rtp_ports",
+           "First local RTP port (each call takes a pair; the engine's own pool size from there).",
+           type=int, default=4000, show_default=True, fields=("rtp_port_low", "rtp_port_high"),
+           example=("20000",)),
+    Option("rtp_ports", ("--rtp-ports",), "engine.rtp_ports",
+           "The RTP port range LOW-HIGH (each call takes a pair; room for max calls is checked at start).",
+           metavar="LOW-HIGH", fields=("rtp_port_low", "rtp_port_high"), example=("30000-30999",)),
+    # [defaults]
+    Option("provider", ("--provider",), "defaults.provider",
+           "Realtime provider. Default: openai-live when OPENAI_API_KEY is set, else echo (a local GPT-Live "
+           "fake that speaks each caller utterance back).", type=click.Choice(list(PROVIDER_NAMES)),
+           example=("openai-realtime",), needs=("@env", "OPENAI_API_KEY=sk-test")),
+    Option("instructions", ("--instructions",), "defaults.instructions", "Instructions for the model.",
+           example=("Be brief.",)),
+    Option("turn_detection", ("--turn-detection",), "defaults.turn_detection",
+           "Who ends the caller's turns: the provider's own detection (server), or the bridge, which switches "
+           "the provider's off and commits each turn itself (client; openai-realtime and xai only).",
+           type=click.Choice(["server", "client"]), default="server", show_default=True,
+           example=("client",), needs=("--provider", "xai", "@env", "XAI_API_KEY=xai-test")),
+    # [providers.NAME] of the provider chosen
+    Option("provider_url", ("--provider-url",), "providers.<provider>.url",
+           "WebSocket URL of the provider (e.g. a fake-provider).", file_values=_url_or_nothing,
+           example=("ws://127.0.0.1:9/x",), needs=("--provider", "xai", "@env", "XAI_API_KEY=xai-test")),
+    Option("provider_ca", ("--provider-ca",), "providers.<provider>.ca",
+           "CA certificate(s) to trust for a wss:// provider URL (e.g. the Gemini fake's self-signed "
+           "certificate).", type=click.Path(exists=True, dir_okay=False), example=("@cert",),
+           needs=("--provider", "gemini-live", "@env", "GEMINI_API_KEY=g-test")),
+    Option("provider_append_ms", ("--provider-append-ms",), "providers.<provider>.append_ms",
+           "Caller audio per append sent to the provider. 20 sends every caller frame at once (lowest latency; "
+           "the most CPU: at 300 calls the provider path is most of the bridge's cost); 100 halves that cost "
+           "but the provider hears the caller up to 80 ms later.",
+           type=click.Choice([str(ms) for ms in APPEND_MS_CHOICES]), default=str(DEFAULT_APPEND_MS),
+           show_default=True, file_values=lambda v: {"append_ms": int(v)}, example=("100",),
+           needs=("--provider", "xai", "@env", "XAI_API_KEY=xai-test")),
+    # [[trunks]]
+    Option("allow", ("--allow",), "trunks[].allow",
+           "Only these sources may call (repeatable, IPv4/IPv6); others get 403 (see --drop-unknown).",
+           multiple=True, metavar="CIDR", example=("10.0.0.0/8",)),
+    Option("inbound_auth", ("--inbound-auth",), "trunks[].inbound_auth_user",
+           "Challenge inbound calls with digest auth (401) for USER; the password is in "
+           f"{DEFAULT_INBOUND_PASSWORD_ENV}.", metavar="USER", example=("carrier",),
+           needs=("@env", f"{DEFAULT_INBOUND_PASSWORD_ENV}=pw-in")),
+    Option("register", ("--register",), "trunks[].registrar",
+           "Register this address-of-record (repeatable): refreshed before expiry, retried with backoff, "
+           f"un-registered on shutdown; digest password in {DEFAULT_SIP_PASSWORD_ENV}. State: GET /registrations.",
+           multiple=True, metavar="sip:USER@HOST[:PORT]", example=("sip:b@127.0.0.1:5999",)),
+    Option("auth_user", ("--auth-user",), "trunks[].auth_user",
+           "Digest user for --register (default: USER) and for calls placed that the trunk challenges.",
+           metavar="NAME", example=("acct",), needs=("@env", f"{DEFAULT_SIP_PASSWORD_ENV}=pw-1")),
+    Option("keepalive", ("--keepalive",), "trunks[].register_keepalive_s",
+           "While registered, an OPTIONS to each registrar every S seconds (0: off); 3 unanswered in a row "
+           "register again at once. Counters: GET /registrations.", type=click.FloatRange(min=0),
+           default=30.0, show_default=True, metavar="S", example=("12",),
+           needs=("--register", "sip:b@127.0.0.1:5999")),
+    Option("srtp", ("--srtp",), "trunks[].srtp",
+           "SDES-SRTP (AES_CM_128_HMAC_SHA1_80/_32); keys only over TLS, so a trunk with SRTP is a TLS trunk: "
+           "'offer' (or 'optional') answers SRTP when offered and offers it on calls placed over TLS, 'require' "
+           "(or 'required') refuses (488) a call that offers no SRTP, and any call not over TLS unless another "
+           "trunk takes it.", type=click.Choice(list(_SRTP_NAMES)), default="off", show_default=True,
+           file_values=_srtp_values, fields=("srtp", "transport"), example=("require",),
+           needs=("--tls", "127.0.0.1:5097", "--cert", "@cert", "--key", "@key")),
+    Option("external_address", ("--external-address",), "trunks[].external_address",
+           "NAT: the address peers reach this bridge at (Contact, Via sent-by, SDP c=/o=).", metavar="IP",
+           example=("203.0.113.9",)),
+    Option("nat", ("--nat",), "trunks[].nat",
+           "NAT mode: symmetric RTP (send to where the caller's RTP comes from) and in-dialog requests to the "
+           "address the INVITE came from.", is_flag=True, example=()),
+    Option("rtp_source", ("--rtp-source",), "trunks[].rtp_source",
+           "Without --nat, whose RTP a call takes: learn (the SDP's address, or else the first source sending "
+           "4 packets in sequence, then only that one: Asterisk's strictrtp) or strict (only the SDP's "
+           "address).", type=click.Choice(SOURCE_POLICIES), default="learn", show_default=True,
+           example=("strict",)),
+    # [inbound]
+    Option("drop_unknown", ("--drop-unknown",), "inbound.drop_unknown",
+           "Send nothing at all to a source outside --allow.", is_flag=True, needs=("--allow", "10.0.0.0/8")),
+    Option("allow_any", ("--allow-any",), "inbound.allow_any",
+           "Start off loopback with no --allow and no --inbound-auth: anyone who reaches the port can open "
+           "paid provider sessions (warned loudly).", is_flag=True),
+    Option("invite_rate", ("--invite-rate",), "inbound.invite_rate_per_s",
+           "INVITEs per second from one source before 503 with Retry-After (burst 10; 0: no limit). Default: 5 "
+           "off loopback, no limit on a loopback --sip.", type=click.FloatRange(min=0), metavar="N",
+           example=("2.5",)),
+    Option("options_rate", ("--options-rate",), "inbound.options_rate_per_s",
+           "Out-of-dialog OPTIONS per second from one source before they are dropped unanswered (burst 20; 0: "
+           "no limit). Default: 10 off loopback, no limit on a loopback --sip.", type=click.FloatRange(min=0),
+           metavar="N", example=("0",)),
+    Option("server_header", ("--server-header",), "inbound.server_header",
+           "The product name sent as Server / User-Agent. Default: none at all (a scanner learns nothing).",
+           metavar="TEXT", example=("Acme Voice",)),
+    Option("realm", ("--realm",), "inbound.realm",
+           "The inbound digest realm. Default: the address the bridge advertises (no product name).",
+           metavar="TEXT", example=("acme",)),
+    # [rollover]
+    Option("session_cap_ms", ("--session-cap-ms",), "rollover.session_cap_ms",
+           "How long the provider lets one connection last (default: the provider's: OpenAI 60 min, xAI 30 min, "
+           "Gemini 10 min). The rollover ages are 55/60, 58/60 and 59.5/60 of it unless given below.",
+           type=int, metavar="MS", example=("1200000",)),
+    Option("rollover_after_ms", ("--rollover-after-ms",), "rollover.after_ms",
+           "Connection age after which the caller's first end of speech opens the next connection.",
+           type=int, metavar="MS", example=("3000000",)),
+    Option("rollover_deadline_ms", ("--rollover-deadline-ms",), "rollover.deadline_ms",
+           "Connection age at which the next connection opens whatever is being said.", type=int,
+           metavar="MS", example=("3400000",)),
+    Option("rollover_hard_stop_ms", ("--rollover-hard-stop-ms",), "rollover.hard_stop_ms",
+           "Connection age by which the next connection must have opened, or the call ends with a goodbye.",
+           type=int, metavar="MS", example=("3550000",)),
+    Option("rollover_overlap_ms", ("--rollover-overlap-ms",), "rollover.overlap_ms",
+           "Least time both connections hear the caller (default 3000).", type=int, metavar="MS",
+           example=("5000",)),
+    Option("no_rollover", ("--no-rollover",), "rollover.enabled",
+           "Never open a next connection: the call ends at the cap.", is_flag=True,
+           file_values=lambda v: {"enabled": not v}),
+    # [recovery]
+    Option("reservoir_bytes", ("--reservoir-bytes",), "recovery.reservoir_bytes",
+           "Reservoir capacity in bytes of the provider's output format (default: the provider's own).",
+           type=int, example=("32000",)),
+    Option("residence_ms", ("--residence-ms",), "recovery.residence_ms",
+           "Reservoir residence deadline (default: the provider's).", type=int, example=("2500",)),
+    Option("failure_message", ("--failure-message",), "recovery.failure_message",
+           "WAV (8 kHz mono 16-bit) the caller hears when a session fails, before the BYE (default: three "
+           "short beeps).", type=click.Path(exists=True, dir_okay=False), example=("@wav",)),
+    # [telephony]
+    Option("end_call_tool", ("--end-call-tool",), "telephony.end_call_tool",
+           "Offer the model `end_call` (a goodbye, then BYE).", is_flag=True),
+    Option("transfer_targets", ("--transfer-target",), "telephony.transfer_targets",
+           "Offer the model `transfer_call` to this destination (SIP REFER; repeatable).", multiple=True,
+           metavar="NAME=sip:URI", file_values=_transfer_targets, example=("desk=sip:desk@pbx.example.com",)),
+    Option("send_dtmf_tool", ("--send-dtmf-tool",), "telephony.send_dtmf_tool",
+           "Offer the model `send_dtmf` (RFC 4733 digits).", is_flag=True),
+    Option("dtmf_to_model", ("--dtmf-to-model",), "telephony.dtmf_to_model",
+           "Tell the model which keys the caller presses.", is_flag=True),
+    Option("max_call_duration", ("--max-call-duration",), "telephony.max_call_duration_s",
+           "End every call after S seconds: the model says a short goodbye, then BYE."
+           + _LIMIT_HELP.format(default=DEFAULT_MAX_CALL_DURATION_S), type=SecondsOrOff(), metavar="S|off",
+           example=("120",)),
+    Option("rtp_timeout", ("--rtp-timeout",), "telephony.rtp_timeout_s",
+           "End a call (BYE) when the caller sent no RTP for S seconds while not on hold, so a lost BYE cannot "
+           "keep a call and its provider connection open." + _LIMIT_HELP.format(default=DEFAULT_RTP_TIMEOUT_S),
+           type=SecondsOrOff(), metavar="S|off", example=("20",)),
+    Option("hold_timeout", ("--hold-timeout",), "telephony.hold_timeout_s",
+           "End a call (BYE) that has been on hold for S seconds (no RTP is expected while held)."
+           + f" 0 or off: no limit. Default: {DEFAULT_HOLD_TIMEOUT_S:g} s.", type=SecondsOrOff(),
+           metavar="S|off",
+           example=("600",)),
+    Option("session_expires", ("--session-expires",), "telephony.session_expires_s",
+           "RFC 4028 session timer asked of every caller and offered on calls placed, in seconds (at least 90); "
+           "0: none asked (a peer's request is still honoured).", type=click.IntRange(min=0), default=1800,
+           show_default=True, metavar="S", example=("900",)),
+    # [webhook]
+    Option("webhook_url", ("--webhook",), "webhook.url",
+           "POST each tool call / delegation to this http(s) URL and give its answer to the model. Requests "
+           f"are signed with the shared secret in the environment variable {SECRET_ENV} (required).",
+           metavar="URL", example=("http://127.0.0.1:9/jobs",), needs=("@env", f"{SECRET_ENV}=s3cret-s3cret")),
+    Option("webhook_timeout", ("--webhook-timeout",), "webhook.timeout_s",
+           "The application's time to answer one webhook request (connection attempts included).", type=float,
+           default=10.0, show_default=True, metavar="SECONDS", example=("3",),
+           needs=("--webhook", "http://127.0.0.1:9/jobs", "@env", f"{SECRET_ENV}=s3cret-s3cret")),
+    Option("webhook_ca", ("--webhook-ca",), "webhook.ca",
+           "CA certificate(s) to trust for an https:// --webhook URL (default: the system's).",
+           type=click.Path(exists=True, dir_okay=False), metavar="FILE", example=("@cert",),
+           needs=("--webhook", "https://127.0.0.1:9/jobs", "@env", f"{SECRET_ENV}=s3cret-s3cret")),
+    # [logging], [recording], [drain]
+    Option("log_level", ("--log-level",), "logging.level", "",
+           type=click.Choice(["debug", "info", "warning", "error"]), default="info", show_default=True,
+           example=("debug",)),
+    Option("log_format", ("--log-format",), "logging.format",
+           "json: one object per line (time, level, logger, message, event, call_id); secrets redacted.",
+           type=click.Choice(["text", "json"]), default="text", show_default=True, example=("json",)),
+    Option("cdr", ("--cdr",), "logging.cdr",
+           "Append one JSON line per finished call (the call record, bridge/records.py) to FILE.",
+           type=click.Path(dir_okay=False, writable=True), metavar="FILE", example=("@dir/calls.jsonl",)),
+    Option("record", ("--record",), "recording.dir",
+           "Record every call as a stereo WAV in DIR: left the caller, right what was sent to the carrier.",
+           type=click.Path(file_okay=False, exists=True, writable=True), metavar="DIR", example=("@dir",)),
+    Option("drain_timeout", ("--drain-timeout",), "drain.timeout_s",
+           "SIGTERM or POST /drain: refuse new calls (503), let live calls finish for up to S seconds, then a "
+           "goodbye from the model and BYE for the rest, and exit; a second SIGTERM or SIGINT ends at once.",
+           type=click.FloatRange(min=0), default=DEFAULT_DRAIN_S, show_default=True, metavar="S",
+           example=("0",)),
+)  # fmt: skip
+
+# `serve`'s click parameter names → their row; an option without a row is an error (`apply_options`)
+CLI_OPTIONS: Mapping[str, Option] = MappingProxyType({o.name: o for o in OPTIONS})
 _NOT_CONFIG = frozenset({"config"})  # `serve --config FILE` itself
+
+
+def click_options(names: Sequence[str] | None = None) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator giving a click command the table's options (`names`, or every row), in table order."""
+    rows = [o for o in OPTIONS if names is None or o.name in names]
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        params = getattr(command, "__click_params__", [])
+        params.extend(row.click_option() for row in reversed(rows))
+        command.__click_params__ = params  # type: ignore[attr-defined]
+        return command
+
+    return decorate
+
+
+def options_reference() -> str:
+    """The table as docs/configuration.md lists it (a Markdown table, one row per option)."""
+
+    def kind(o: Option) -> str:
+        t = o.type
+        if o.is_flag:
+            out = "switch"
+        elif isinstance(t, click.Choice):
+            out = " \\| ".join(str(c) for c in t.choices)
+        elif isinstance(t, SecondsOrOff):
+            out = "seconds \\| off"
+        elif isinstance(t, click.Path):
+            out = "directory" if not t.file_okay else "file"
+        elif isinstance(t, click.IntRange | click.FloatRange) or t in (int, float):
+            out = "integer" if isinstance(t, click.IntRange) or t is int else "number"
+            low = getattr(t, "min", None)
+            out += f" >= {low}" if low is not None else ""
+        else:
+            out = (o.metavar or "text").replace("|", "\\|")
+        return out + " (repeatable)" if o.multiple else out
+
+    lines = ["| flag | file key | value | default | what it does |", "|---|---|---|---|---|"]
+    for o in OPTIONS:
+        default = "" if o.default is None or o.is_flag else f"`{o.default}`"
+        flags = ", ".join(f"`{f}`" for f in o.flags)
+        what = " ".join(o.help.split()).replace("|", "\\|")
+        lines.append(f"| {flags} | `{o.key}` | {kind(o)} | {default} | {what} |")
+    return "\n".join(lines) + "\n"
 
 
 def given_options(ctx: object) -> dict[str, object]:
     """The `serve` options the user gave on the command line or through click's environment variables, not
     click's defaults: `ctx` is the click.Context (`click.get_current_context()`)."""
-    import click
     from click.core import ParameterSource
 
     assert isinstance(ctx, click.Context)
@@ -1321,52 +1857,70 @@ def given_options(ctx: object) -> dict[str, object]:
 
 
 def apply_options(config: BridgeConfig, given: Mapping[str, object]) -> BridgeConfig:
-    """`config` with the command line's options laid over it (each one given wins over the file). Values
-    arrive as click parsed them. ConfigError ("command line: --option: ...") for a value the file would have
-    refused, or for an option this function does not know."""
-    problems: list[str] = []
+    """`config` with the command line's options laid over it (each one given wins over the file's key). Each
+    value becomes its row's file keys and goes through the file's own reader, so it is checked and converted
+    as the file's would be. ConfigError ("command line: --option: ...") for a value the file would have
+    refused, or for an option the table does not know."""
     unknown = sorted(set(given) - set(CLI_OPTIONS))
     if unknown:
         raise ConfigError(
-            [
-                f"command line: {_flag(n)}: no configuration key for this option (bridge.config.CLI_OPTIONS)"
-                for n in unknown
-            ]
-        )
+            [f"command line: --{n.replace('_', '-')}: no configuration key for this option (bridge.config.OPTIONS)"
+             for n in unknown]
+        )  # fmt: skip
+    problems: list[str] = []
     sections: dict[str, dict[str, Any]] = {}
-
-    def put(section: str, key: str, value: object) -> None:
-        sections.setdefault(section, {})[key] = value
-
+    providers: dict[str, Any] = {}
+    trunk: dict[str, Any] = {}
+    registrars: tuple[str, ...] | None = None
     for name, value in given.items():
-        if value is None or value == ():
+        row = CLI_OPTIONS[name]
+        if value is None or value == () or value is False:
             continue
+        r = _Reader(f"command line: {row.flag}", Path.cwd(), paths=False)
         try:
-            _apply_one(name, value, put)
+            doc = dict(row.values(value))
         except ValueError as exc:
-            problems.append(f"command line: {_flag(name)}: {exc}")
+            problems.append(f"command line: {row.flag}: {exc}")
+            continue
+        if not doc:
+            continue
+        if row.table == "trunks":
+            if name == "register":
+                for uri in _strs(value):
+                    _trunks(r, [{"name": "cli", "registrar": uri}])
+                registrars = _strs(value)
+            else:
+                parsed = _trunks(r, [{"name": "cli", **doc}])[0]
+                trunk.update(_set_fields(row, parsed))
+        elif row.table == "providers":
+            parsed_p = _providers(r, {"openai-realtime": doc})
+            if parsed_p:
+                providers.update(_set_fields(row, parsed_p[0]))
+        else:
+            section = _SECTION_READERS[row.table](r, doc)
+            sections.setdefault(row.table, {}).update(_set_fields(row, section))
+        problems += r.problems
     if problems:
         raise ConfigError(problems)
     out = config
     for section, values in sections.items():
-        if section in ("providers", "trunks"):
-            continue
-        out = replace(out, **{section: replace(getattr(out, section), **values)})
-    out = _apply_providers(out, sections.get("providers", {}), problems)
-    out = _apply_trunks(out, sections.get("trunks", {}), problems)
+        if section == "recording":
+            out = replace(out, recording=Recording(values["dir"]))
+        else:
+            out = replace(out, **{section: replace(getattr(out, section), **values)})
+    out = _apply_providers(out, providers, problems)
+    out = _apply_trunks(out, trunk, registrars, problems)
     if problems:
         raise ConfigError(problems)
     return out
 
 
-def _flag(name: str) -> str:
-    return {
-        "sip_addr": "--sip",
-        "http_addr": "--http",
-        "webhook_url": "--webhook",
-        "transfer_targets": "--transfer-target",
-        "tls_key": "--key",
-    }.get(name, "--" + name.replace("_", "-"))
+def _set_fields(row: Option, parsed: object) -> dict[str, Any]:
+    """The schema fields `row`'s key sets, from the dataclass the reader made of the row's keys."""
+    if isinstance(parsed, str | type(None)):  # [recording] dir: the reader returns the value itself
+        return {"dir": parsed}
+    names = row.fields or (row.file_key,)
+    return {n: getattr(parsed, n) for n in names}
 
 
 def _problem(parse: Callable[[str], str]) -> Callable[[str], str | None]:
@@ -1382,136 +1936,77 @@ def _problem(parse: Callable[[str], str]) -> Callable[[str], str | None]:
     return check
 
 
-def _str(value: object) -> str:
-    if not isinstance(value, str):
-        raise ValueError(f"expected a string; got {_describe(value)}")
-    return value
+def _recording(r: _Reader, t: dict[str, object]) -> str | None:
+    return _recording_dir(r, t)
 
 
-def _int(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ValueError(f"expected an integer; got {_describe(value)}")
-    return value
+_SECTION_READERS: Mapping[str, Callable[[_Reader, dict[str, object]], Any]] = {
+    "listeners": _listeners,
+    "engine": _engine,
+    "defaults": _defaults,
+    "inbound": _inbound,
+    "rollover": _rollover,
+    "recovery": _recovery,
+    "telephony": _telephony,
+    "webhook": _webhook,
+    "logging": _logging,
+    "recording": _recording,
+    "drain": _drain,
+}
 
 
 def _strs(value: object) -> tuple[str, ...]:
     items = value if isinstance(value, tuple | list) else (value,)
-    return tuple(_str(v) for v in items)
-
-
-def _apply_one(name: str, value: object, put: Callable[[str, str, object], None]) -> None:
-    target = CLI_OPTIONS[name].split(".")
-    section, key = target[0].removesuffix("[]"), target[-1]
-    if name in ("sip_addr", "sip_tcp", "tls", "http_addr"):
-        put(section, key, parse_address(_str(value), {"tls": 5061, "http_addr": 8080}.get(name, 5060)))
-    elif name == "rtp_port":
-        low, _ = parse_port_range(_int(value))
-        put("engine", "rtp_port_low", low)
-    elif name == "rtp_ports":
-        low, high = parse_port_range(_str(value))
-        put("engine", "rtp_port_low", low)
-        put("engine", "rtp_port_high", high)
-    elif name == "session_expires":
-        if 0 < _int(value) < 90:
-            raise ValueError(f"expected 0 or an integer >= 90 (RFC 4028 Min-SE); got {_describe(value)}")
-        put(section, key, value)
-    elif name == "engine":
-        if _str(value) not in ENGINES:
-            raise ValueError(f"expected one of {', '.join(ENGINES)}; got {_describe(value)}")
-        put(section, key, value)
-    elif name == "provider":
-        if _str(value) not in PROVIDER_NAMES:
-            raise ValueError(f"expected one of {', '.join(PROVIDER_NAMES)}; got {_describe(value)}")
-        put(section, key, value)
-    elif name == "http_token_env":
-        if not _ENV_NAME.fullmatch(_str(value)):
-            raise ValueError("expected the NAME of an environment variable; the value is not shown")
-        put(section, key, value)
-    elif name == "webrtc_address":
-        put(section, key, parse_webrtc_address(_str(value)))
-    elif name == "stun":
-        put(section, key, parse_stun_url(_str(value)))
-    elif name == "no_rollover":
-        if value is True:
-            put("rollover", "enabled", False)
-    elif name == "transfer_targets":
-        put(section, key, tuple(parse_transfer_target(s) for s in _strs(value)))
-    elif name == "failure_message":
-        problem = _check_wav(_str(value))
-        if problem is not None:
-            raise ValueError(problem)
-        put(section, key, value)
-    elif name in ("register", "allow"):
-        items = _strs(value)
-        if name == "allow":
-            for v in items:
-                ipaddress.ip_network(v, strict=True)
-        else:
-            for v in items:
-                problem = _check_sip_uri(v)
-                if problem:
-                    raise ValueError(problem)
-        put("trunks", key, items)
-    elif name in ("server_header", "realm"):
-        if not HEADER_TEXT.fullmatch(_str(value)):
-            raise ValueError(f"expected printable ASCII, 1-128 chars; got {_describe(value)}")
-        put(section, key, value)
-    elif name == "external_address":
-        ipaddress.ip_address(_str(value))
-        put("trunks", key, value)
-    elif section in ("providers", "trunks"):
-        put(section, key, value)
-    else:
-        put(section, key, value)
+    return tuple(str(v) for v in items)
 
 
 def _apply_providers(config: BridgeConfig, values: dict[str, Any], problems: list[str]) -> BridgeConfig:
-    """--provider-url / --provider-ca apply to the provider the command line or [defaults] chose."""
+    """--provider-url / --provider-ca / --provider-append-ms apply to the provider the command line or
+    [defaults] chose; --provider-append-ms alone also to the default one (echo, or openai-live when its key
+    is set: both take it)."""
     if not values:
         return config
-    name = config.defaults.provider
-    if name is None or name == ECHO:
-        problems.append(
-            f"command line: --provider-url/--provider-ca: need --provider (or [defaults] provider) "
-            f"naming one of {', '.join(KINDS)}"
-        )
-        return config
-    current = config.provider(name)
-    updated = replace(current, **values)
-    if updated.ca is not None and name != "gemini-live" and "ca" in values:
+    names = [config.defaults.provider] if config.defaults.provider is not None else []
+    if config.defaults.provider in (None, ECHO):
+        if not set(values) <= {"append_ms"}:
+            problems.append(
+                f"command line: --provider-url/--provider-ca: need --provider (or [defaults] provider) "
+                f"naming one of {', '.join(KINDS)}"
+            )
+            return config
+        names = names or [ECHO, "openai-live"]
+    if "ca" in values and names != ["gemini-live"]:
         problems.append("command line: --provider-ca: applies to --provider gemini-live")
-    others = tuple(p for p in config.providers if p.name != name)
-    return replace(config, providers=(*others, updated))
+    updated = tuple(replace(config.provider(name), **values) for name in names)
+    others = tuple(p for p in config.providers if p.name not in names)
+    return replace(config, providers=(*others, *updated))
 
 
-def _apply_trunks(config: BridgeConfig, values: dict[str, Any], problems: list[str]) -> BridgeConfig:
+def _apply_trunks(
+    config: BridgeConfig, values: dict[str, Any], registrars: tuple[str, ...] | None, problems: list[str]
+) -> BridgeConfig:
     """Trunk options on the command line: with no trunk in the file they make one (one per --register); with
     exactly one they override its fields; with several they are refused (say which trunk: edit the file)."""
-    if not values:
+    if not values and registrars is None:
         return config
     if len(config.trunks) > 1:
+        given = sorted({*values, *(["registrar"] if registrars is not None else [])})
+        flags = {o.fields[0] if o.fields else o.file_key: o.flag for o in OPTIONS if o.table == "trunks"}
         problems.append(
             "command line: "
-            + ", ".join(_flag(k) for k in sorted(values))
+            + ", ".join(flags.get(k, k) for k in given)
             + f": the file has {len(config.trunks)} trunks ({', '.join(t.name for t in config.trunks)});"
             " set these in the file, per trunk"
         )
         return config
     base = config.trunks[0] if config.trunks else Trunk(name="cli")
-    registrars = values.pop("registrar", None)
-    fields_: dict[str, Any] = dict(values)
-    if "srtp" in fields_ and fields_["srtp"] != "off" and base.transport != "tls":
-        fields_["transport"] = "tls"
     if registrars is None:
-        return replace(config, trunks=(replace(base, **fields_),))
-    assert isinstance(registrars, tuple)
+        return replace(config, trunks=(replace(base, **values),))
     if config.trunks and len(registrars) > 1:
         problems.append("command line: --register: given more than once over a file with a trunk")
         return config
     made = tuple(
-        replace(
-            base, name=base.name if len(registrars) == 1 else f"{base.name}-{i}", registrar=uri, **fields_
-        )
+        replace(base, name=base.name if len(registrars) == 1 else f"{base.name}-{i}", registrar=uri, **values)
         for i, uri in enumerate(registrars)
     )
     return replace(config, trunks=made)

@@ -8,8 +8,10 @@ configuration, chosen by `choose_trunk`:
 2. else the trunk whose registrar's host is the target's host, or whose `allow` networks hold the target's
    address (a carrier's SBC is usually both the registrar and an allowed source);
 3. else, for a bare number only, the first trunk with a registrar (the account calls go out on);
-4. else none: the call goes direct to the target's host, with no credentials of the file's. A URI whose host
-   is no trunk's never gets a trunk's digest answer: a host that challenged it could guess the password offline
+4. else the trunk with no address of its own (neither registrar nor `allow`: the command line's `--auth-user`
+   is one), whose credentials were given for whatever it calls;
+5. else none: the call goes direct to the target's host, with no credentials at all. A URI whose host is no
+   trunk's never gets an addressed trunk's digest answer: a host that challenged it could guess the password offline
    from the response (RFC 3261 §22.4 leaves the realm check to the UAC; we check the host).
 
 The chosen trunk's digest user and password answer the 401/407 of the INVITE (RFC 3261 §22.2: the native
@@ -110,7 +112,8 @@ def choose_trunk(trunks: Sequence[T], target: str, name: str | None = None) -> T
         for trunk in trunks:
             if _inside(host, trunk.allow):
                 return trunk
-        return None
+        # a trunk with no address of its own (the command line's --auth-user) answers whoever it calls
+        return next((t for t in trunks if t.registrar is None and not t.allow), None)
     return next((t for t in trunks if t.registrar is not None), None)
 
 

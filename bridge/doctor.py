@@ -4,6 +4,8 @@ Checks, in order (each line `ok`, `warn` or `FAIL`, the check's name and what wa
 
 - **config**: the file loads (every problem on its own line, as `config check` prints them);
 - **ports**: the SIP address is free for UDP and TCP, the HTTP listener's for TCP, the first RTP port pair for UDP;
+- **call limits**: what ends a call (maximum duration, RTP timeout, hold limit: the defaults filled in) and
+  session timers, and every key `serve` would refuse to start with (bridge.config.deployment_problems);
 - **keys**: every environment variable the configuration needs (provider keys of the default provider and of
   each route's, trunk passwords, the HTTP token, the webhook secret) is set — by name only: a value is never
   printed, and every line is scrubbed of the values of the keys it read, whatever an error message said;
@@ -37,9 +39,13 @@ import click
 from bridge.config import (
     CLI_OPTIONS,
     ECHO,
+    LIMITING_ENGINES,
     BridgeConfig,
     ConfigError,
     apply_options,
+    call_limits,
+    click_options,
+    deployment_problems,
     environment_problems,
     given_options,
     load,
@@ -51,6 +57,12 @@ from sip.engine import ENGINES, EngineError, load_engine
 from sip.uri import parse_uri
 
 Status = Literal["ok", "warn", "fail"]
+# serve's options doctor takes (as serve spells and applies them)
+_AS_SERVE = (
+    "sip_addr", "sip_tcp", "tls", "cert", "tls_key", "http_addr", "rtp_port", "rtp_ports", "engine", "max_calls",
+    "provider", "provider_url", "provider_ca", "register", "srtp", "max_call_duration", "rtp_timeout",
+    "hold_timeout",
+)  # fmt: skip
 DEFAULT_TIMEOUT_S = 5.0
 FDS_PER_CALL = 4  # an RTP and an RTCP socket, the provider's WebSocket, a spare for a recovery's replacement
 FDS_BASE = 64  # listeners, the loop, logs
@@ -115,7 +127,9 @@ def check_ports(config: BridgeConfig) -> list[Finding]:
     lis, engine = config.listeners, config.engine
     wanted: list[tuple[str, int, str, int]] = []  # (what, kind, host, port)
     host, port = lis.sip_udp
-    wanted += [("sip udp", socket.SOCK_DGRAM, host, port), ("sip tcp", socket.SOCK_STREAM, host, port)]
+    wanted.append(("sip udp", socket.SOCK_DGRAM, host, port))
+    if lis.tcp:
+        wanted.append(("sip tcp", socket.SOCK_STREAM, host, port))
     if lis.sip_tls is not None:
         wanted.append(("sip tls", socket.SOCK_STREAM, *lis.sip_tls))
     if lis.http is not None:
@@ -151,6 +165,34 @@ def check_keys(config: BridgeConfig, environ: Mapping[str, str]) -> list[Finding
     for variable, path in missing.items():
         if variable not in provider_vars:
             out.append(Finding(f"secret {path}", "fail", f"${variable} is not set"))
+    return out
+
+
+def check_limits(config: BridgeConfig) -> list[Finding]:
+    """The call limits every call gets (bridge.config.call_limits: the defaults filled in) and what the
+    configuration asks for that `serve` would refuse (bridge.config.deployment_problems)."""
+    out = [Finding("config", "fail", p) for p in deployment_problems(config)]
+    limits = call_limits(config)
+    unlimited = limits.max_call_duration_s is None and limits.rtp_timeout_s is None
+    if config.engine.name not in LIMITING_ENGINES:
+        detail = (
+            f"{limits.describe()} (the {config.engine.name} engine cannot end calls on the duration or the RTP "
+            "timeout)"
+        )
+        out.append(Finding("call limits", "warn", detail))
+    else:
+        out.append(Finding("call limits", "warn" if unlimited else "ok", limits.describe()))
+    expires = config.telephony.session_expires_s
+    out.append(
+        Finding(
+            "session timers",
+            "ok" if expires else "warn",
+            f"RFC 4028 {expires} s asked of every caller and offered on calls placed (the bridge refreshes "
+            "when the caller cannot)"
+            if expires
+            else "RFC 4028 off: none asked (a caller's own request is still honoured)",
+        )
+    )
     return out
 
 
@@ -346,6 +388,7 @@ async def run_checks(
     if not loaded:
         return findings
     findings += check_ports(config)
+    findings += check_limits(config)
     findings += check_keys(config, env)
     for name in providers_in_use(config, env):
         findings += await check_provider(name, config, env, timeout_s)
@@ -371,17 +414,7 @@ def report(findings: Iterable[Finding], secret_values: Iterable[str]) -> tuple[l
 @click.option(
     "--config", "config_path", default=None, metavar="FILE", help="The configuration `serve` would use."
 )
-@click.option("--sip", "sip_addr", default=None, metavar="HOST:PORT", help="SIP address (as `serve --sip`).")
-@click.option(
-    "--http", "http_addr", default=None, metavar="HOST:PORT", help="HTTP listener (as `serve --http`)."
-)
-@click.option("--rtp-port", type=int, default=None, help="First RTP port (as `serve --rtp-port`).")
-@click.option("--engine", type=click.Choice(list(ENGINES)), default=None, help="SIP engine (as `serve`).")
-@click.option("--max-calls", type=click.IntRange(min=1), default=None, help="Concurrent calls (as `serve`).")
-@click.option("--provider", type=click.Choice([ECHO, *KINDS]), default=None, help="Provider (as `serve`).")
-@click.option("--provider-url", default=None, help="The provider's WebSocket URL (as `serve`).")
-@click.option("--provider-ca", default=None, help="CA file for a wss:// provider URL (as `serve`).")
-@click.option("--register", multiple=True, metavar="SIP:USER@HOST", help="A registrar to probe (as `serve`).")
+@click_options(_AS_SERVE)  # the rows of serve's options table (bridge.config.OPTIONS): same flags and keys
 @click.option(
     "--timeout", "timeout_s", type=click.FloatRange(min=0.1), default=DEFAULT_TIMEOUT_S, show_default=True
 )
@@ -391,8 +424,6 @@ def doctor_command(config_path: str | None, timeout_s: float, **_: object) -> No
     One line per check; exit status 1 when any check failed. Options as `serve`'s override the file."""
     ctx = click.get_current_context()
     given = {k: v for k, v in given_options(ctx).items() if k in CLI_OPTIONS}
-    if "sip_addr" in given:
-        given["sip_addr"] = str(given["sip_addr"])
     problems: list[str] = []
     config = BridgeConfig(source=config_path)
     try:

@@ -1,8 +1,10 @@
-"""Operations wiring (issue 15): `serve --config FILE`, `parlora-bridge config check FILE` and per-route call setup.
+"""Operations wiring: `serve` (with or without `--config FILE`), `parlora-bridge config check FILE` and
+per-route call setup.
 
-bridge/config.py reads and checks the file; this module turns the checked `BridgeConfig` into the
-`ServerConfig` the server runs with and into the application that gives each call its route's instructions,
-voice, tools and greeting. A thin shell: it reads the environment, files and the click context, never a socket.
+bridge/config.py reads and checks the file and lays the command line over it; this module turns the merged
+`BridgeConfig` into the `ServerConfig` the server runs with (`server_config`: the one path, for `serve` with and
+without a file and for `call`) and into the application that gives each call its route's instructions, voice,
+tools and greeting. A thin shell: it reads the environment, files and the click context, never a socket.
 
 Choices (the brief was silent): an inbound call that matches no route when the file has inbound routes is
 refused with 404 (`CallRefused`); a call the bridge places gets an outbound route (the one its request names,
@@ -10,8 +12,14 @@ or the first matching the dialled number) and [defaults] when none matches, neve
 (bridge/config.py, "Directions"); it goes out on a trunk of the file (bridge/dialing.py); a route's `provider`
 connects that route's calls to it (bridge/plans.py), with its own key, URL, CA and rollover options from the
 file's [providers.NAME], checked at start like the default's; a route's (or [defaults]') `language` that its
-provider cannot carry refuses the start (`language_problems`). Keys of the file that `serve` cannot honour
-yet are named in one warning at start, never silently dropped.
+provider cannot carry refuses the start (`language_problems`). Every key is acted on; what cannot be honoured
+refuses to start (`bridge.config.deployment_problems`).
+
+Trunks are identities (sip/trunks.py): each `[[trunks]]` becomes the engine's `Trunk` (`trunk_policies`), whose
+allowlist, digest, SRTP, NAT, RTP source, external address and registration apply to its own requests alone;
+a file with one trunk (or the command line's trunk) is also the global policy, for requests that match none.
+A registering trunk's password is optional (a registrar may not challenge; a challenge without it fails,
+logged).
 """
 
 from __future__ import annotations
@@ -21,8 +29,8 @@ import os
 import ssl
 import sys
 import wave
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -30,19 +38,21 @@ import click
 
 from bridge.api import ECHO_LOCAL_KEY, Application, CallRefused, CallSetup, LiveCall, Server, ServerConfig
 from bridge.config import (
-    CLI_OPTIONS,
     ECHO,
     BridgeConfig,
     ConfigError,
     ProviderConfig,
     Route,
     apply_options,
+    call_limits,
+    deployment_problems,
     environment_problems,
-    given_options,
     load,
+    missing_files,
     named_route,
     select_route,
 )
+from bridge.config import Trunk as TrunkSection
 from bridge.delegations import JobRequest
 from bridge.dialing import DialTrunk
 from bridge.jsonlog import CALLS as LOG_CALLS
@@ -60,7 +70,6 @@ from sip.trunks import Trunk, TrunkTable
 log = logging.getLogger("parlora")
 
 LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
-DEFAULT_DRAIN_S = 300.0  # issue 15: `serve --drain-timeout`'s default and the config file's [drain] timeout_s
 
 
 # --- BridgeConfig -> ServerConfig ------------------------------------------------------------------------------
@@ -71,30 +80,15 @@ def _read_message(path: str) -> bytes:
         return wav.readframes(wav.getnframes())
 
 
-def unwired_keys(config: BridgeConfig) -> list[str]:
-    """Keys set in the file that `serve` does not act on yet (warned at start, so nothing is silently dropped)."""
-    out: list[str] = []
-    lis, tel = config.listeners, config.telephony
-    if lis.sip_tcp is not None:
-        out.append("listeners.sip_tcp")
-    if lis.sip_tls is not None:
-        out.append("listeners.sip_tls")
-    if config.engine.rtp_port_high is not None:
-        out.append("engine.rtp_ports (upper bound)")
-    if tel.max_call_duration_s is not None:
-        out.append("telephony.max_call_duration_s")
-    if tel.rtp_timeout_s is not None:
-        out.append("telephony.rtp_timeout_s")
-    for i, trunk in enumerate(config.trunks):
-        if trunk.transport != "udp" or trunk.srtp != "off":
-            out.append(f"trunks[{i}].transport/srtp")
-    return out
-
-
-def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerConfig:
-    """The `ServerConfig` of a checked configuration; ConfigError for what only the environment can refuse
-    (a missing variable, an HTTP listener off loopback without a token, inconsistent rollover ages)."""
-    problems = [str(p) for p in environment_problems(config, environ)]
+def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: bool = True) -> ServerConfig:
+    """The `ServerConfig` of a checked configuration (the file, the command line over it, or both); ConfigError
+    for what it asks that cannot be honoured (`deployment_problems`; `inbound` False: `call`, which answers
+    none) and what only the environment can refuse (a missing variable or file, an HTTP listener off loopback
+    without a token, inconsistent rollover ages)."""
+    problems = [
+        str(p) for p in environment_problems(config, environ) if not _optional_password(config.trunks, p.path)
+    ]
+    problems += deployment_problems(config, inbound=inbound) + missing_files(config)
     provider = config.default_provider(environ)
     pc = config.provider(provider)
     key = ECHO_LOCAL_KEY if provider == ECHO else (environ.get(pc.key_env, "") if pc.key_env else "")
@@ -131,13 +125,26 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
         )
     if problems:
         raise ConfigError([f"{config.source or 'command line'}: {p}" for p in problems])
+    limits = call_limits(config)
     return ServerConfig(
         provider=provider,
         key=key,
         provider_url=pc.url,
         provider_options=extra,
+        model=pc.model,
+        voice=pc.voice,
         sip=lis.sip_udp,
         rtp_port=config.engine.rtp_port_low,
+        rtp_port_high=config.engine.rtp_port_high,
+        sip_tcp=lis.tcp,
+        tls=lis.sip_tls,
+        cert=lis.tls_cert,
+        tls_key=lis.tls_key,
+        tls_ca=lis.tls_ca,
+        max_call_duration_s=limits.max_call_duration_s,
+        rtp_timeout_s=limits.rtp_timeout_s,
+        hold_timeout_s=limits.hold_timeout_s,
+        session_expires_s=config.telephony.session_expires_s,
         max_calls=config.engine.max_calls,
         engine=config.engine.name,
         turn_detection=config.defaults.turn_detection,
@@ -152,8 +159,6 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
         else None,
         rollover=rollover,
         telephony=config.telephony_options(),
-        hold_timeout_s=config.telephony.hold_timeout_s or None,
-        session_expires_s=config.telephony.session_expires_s,
         trunks=trunks,  # each trunk's allowlist, digest, SRTP, NAT and registration: sip/trunks.py
         drop_unknown=config.inbound.drop_unknown,
         allow_any=config.inbound.allow_any,
@@ -166,13 +171,14 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str]) -> ServerCon
         cdr=config.logging.cdr,  # bridge/records.py: one JSON line per finished call
         record_dir=config.recording.dir,  # bridge/recording.py: a stereo WAV per call
         dial_trunks=dial_trunks(config, environ),
+        blocked_user_agents=config.inbound.blocked_user_agents,
         **_one_trunk_global(trunks),
     )
 
 
 def _one_trunk_global(trunks: tuple[Trunk, ...]) -> dict[str, Any]:
     """One trunk is also the global policy, as `serve`'s flags are (nothing can leak to another trunk): a
-    request it does not match gets its allowlist and digest, a call its NAT, RTP source and address. Its
+    request it does not match gets its allowlist, digest and SRTP, a call its NAT, RTP source and address. Its
     registrar is kept once, as the trunk's binding (sip.native.registration_plan)."""
     if len(trunks) != 1:
         return {}
@@ -184,6 +190,8 @@ def _one_trunk_global(trunks: tuple[Trunk, ...]) -> dict[str, Any]:
         "auth_user": t.auth_user,
         "register_password": t.register_password,
         "register_keepalive_s": t.register_keepalive_s,
+        "register_expires_s": t.register_expires_s,
+        "srtp": t.srtp,
         "external_address": t.external_address,
         "nat": t.nat,
         "rtp_source": t.rtp_source,
@@ -246,6 +254,15 @@ def language_problems(config: BridgeConfig, default: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _optional_password(trunks: Sequence[TrunkSection], path: str) -> bool:
+    """A registering trunk without an auth_user may do without its password (the registrar may not challenge;
+    the AoR's user is the digest user when it does): not a reason to refuse the start."""
+    for i, trunk in enumerate(trunks):
+        if path == f"trunks[{i}].password_env":
+            return trunk.auth_user is None
+    return False
+
+
 def _adapter_options(pc: ProviderConfig) -> tuple[tuple[str, object], ...]:
     extra: tuple[tuple[str, object], ...] = ()
     if pc.ca is not None:
@@ -269,7 +286,7 @@ def route_providers(
         except ValueError as exc:
             problems.append(f"rollover ({name}): {exc}")
             rollover = None
-        out.append(ProviderEndpoint(name, key, pc.url, _adapter_options(pc), rollover))
+        out.append(ProviderEndpoint(name, key, pc.url, _adapter_options(pc), rollover, pc.model, pc.voice))
     return tuple(out)
 
 
@@ -372,77 +389,64 @@ def _refuse(problems: tuple[str, ...] | list[str]) -> NoReturn:
     sys.exit(2)
 
 
-def configured(path: str, environ: Mapping[str, str]) -> tuple[BridgeConfig, ServerConfig]:
-    """`serve --config FILE`: the file with the command line's given options over it, and its ServerConfig;
-    exits 2 with one line per problem (file, key path, what was expected) when it cannot be used."""
-    try:
-        config = apply_options(load(path), given_options(click.get_current_context()))
-        return config, server_config(config, environ)
-    except ConfigError as exc:
-        _refuse(exc.problems)
+@dataclass(frozen=True, slots=True)
+class Built:
+    """What `serve` runs: the merged configuration, the server's, and the application's webhook (if any)."""
+
+    config: BridgeConfig
+    server: ServerConfig
+    webhook: WebhookConfig | None
 
 
-def serve_file(
-    path: str,
+def build(
+    path: str | None, given: Mapping[str, object], environ: Mapping[str, str], *, inbound: bool = True
+) -> Built:
+    """The one path of `serve` (and `call`): the file (or an empty configuration) with the command line's
+    given options over it, its ServerConfig and webhook. ConfigError with one line per problem."""
+    config = apply_options(load(path) if path else BridgeConfig(), given)
+    server = server_config(config, environ, inbound=inbound)
+    webhook = None
+    if config.webhook.url is not None:
+        try:
+            webhook = WebhookConfig.from_options(
+                config.webhook.url,
+                timeout_s=config.webhook.timeout_s,
+                ca_file=config.webhook.ca,
+                environ=environ,
+            )
+        except ValueError as exc:
+            raise ConfigError([f"{config.source or 'command line'}: webhook.url: {exc}"]) from None
+    return Built(config, server, webhook)
+
+
+def serve_config(
+    path: str | None,
+    given: Mapping[str, object],
     *,
     setup_logging: Callable[[str], None],
     webhook_application: Callable[[WebhookConfig], Application],
     run: Callable[[Server], int],
 ) -> int:
-    """The body of `serve --config FILE`: build, warn about what is not wired, run."""
-    config, sc = configured(path, os.environ)
+    """The body of `serve`: build (exit 2 with one line per problem when it cannot), set up logging, run."""
+    try:
+        built = build(path, given, os.environ)
+    except ConfigError as exc:
+        _refuse(exc.problems)
+    config, sc = built.config, built.server
     setup_logging(config.logging.level)
     if config.logging.format == "json":
         use_json_logs()
-    unwired = unwired_keys(config)
-    if unwired:
-        log.warning("config %s: not acted on yet by serve: %s", path, ", ".join(unwired))
+    log.info("call limits: %s", call_limits(config).describe())
     for ep in sc.route_providers:  # issue 15: a provider per route (bridge/plans.py)
         routes = [r.name for r in config.routes if r.provider == ep.name]
         log.info("provider %s for route(s) %s at %s", ep.name, ", ".join(routes), ep.url or "its endpoint")
-    return run(Server(_routed(config, path, webhook_application), sc))
-
-
-def _routed(
-    config: BridgeConfig, path: str, webhook_application: Callable[[WebhookConfig], Application]
-) -> RoutedApplication:
-    """The file's routes over its webhook application (or `serve`'s default one)."""
     application: Application = Application()
-    if config.webhook.url is not None:
-        try:
-            webhook = WebhookConfig.from_options(
-                config.webhook.url, timeout_s=config.webhook.timeout_s, ca_file=config.webhook.ca
-            )
-        except ValueError as exc:
-            _refuse([f"{path}: webhook.url: {exc}"])
-        application = webhook_application(webhook)
-    return RoutedApplication(application, config)
-
-
-def call_server(
-    path: str,
-    sip: tuple[str, int],
-    *,
-    setup_logging: Callable[[str], None],
-    webhook_application: Callable[[WebhookConfig], Application],
-) -> Server:
-    """`call --config FILE`: a server for the one call `call` places, with the file's providers, outbound routes,
-    trunks and webhook (the command line's options over them), listening where `call --sip` says. It keeps no
-    listener of the file's (a `serve` of the same file may hold them), registers nowhere (that would move the
-    trunk's binding away from the running `serve`) and takes one call."""
-    environ = os.environ
-    try:
-        given = {k: v for k, v in given_options(click.get_current_context()).items() if k in CLI_OPTIONS}
-        given.pop("sip_addr", None)
-        config = apply_options(load(path), given)
-        sc = server_config(config, environ)
-    except ConfigError as exc:
-        _refuse(exc.problems)
-    setup_logging(config.logging.level)
-    if config.logging.format == "json":
-        use_json_logs()
-    sc = replace(sc, sip=sip, http=None, register=(), max_calls=1, engine="native", browser_channel=False)
-    return Server(_routed(config, path, webhook_application), sc)
+    if built.webhook is not None:
+        log.info(
+            "application webhook: POST %s (timeout %g s)", built.webhook.display_url, built.webhook.timeout_s
+        )
+        application = webhook_application(built.webhook)
+    return run(Server(RoutedApplication(application, config), sc))
 
 
 @click.group("config")
@@ -460,8 +464,11 @@ def config_check(path: Path) -> None:
         for line in exc.problems:
             click.echo(f"error: {line}", err=True)
         sys.exit(1)
-    for problem in environment_problems(config, os.environ):
+    refused = deployment_problems(config)
+    for line in refused:
+        click.echo(f"error: {path}: {line}", err=True)
+    if refused:
+        sys.exit(1)
+    for problem in [*map(str, environment_problems(config, os.environ)), *missing_files(config)]:
         click.echo(f"warning: {path}: {problem}", err=True)
-    for key in unwired_keys(config):
-        click.echo(f"note: {path}: {key}: not acted on yet by serve", err=True)
     click.echo(f"{path}: ok ({len(config.routes)} routes, {len(config.trunks)} trunks)")

@@ -38,6 +38,8 @@ class ProviderEndpoint:
     url: str | None = None
     options: tuple[tuple[str, Any], ...] = ()
     rollover: RolloverOptions | None | str = "default"
+    model: str | None = None  # [providers.NAME] model and voice: this provider's, where a call names none
+    voice: str | None = None
 
 
 def provider_plan(config: ServerConfig) -> Plan:
@@ -54,9 +56,8 @@ def provider_plan(config: ServerConfig) -> Plan:
             f"provider {kind.name} cannot switch turn detection off (turn detection 'client' "
             "needs openai-realtime or xai)"
         )
-    choice = ProviderChoice(
-        kind, key, config.provider_url, SessionSettings(), config.limits, config.provider_options
-    )
+    settings = SessionSettings(model=config.model, voice=config.voice)  # the provider's own (a call's win)
+    choice = ProviderChoice(kind, key, config.provider_url, settings, config.limits, config.provider_options)
     rollover = config.rollover
     options = (
         RolloverOptions.for_cap(kind.session_cap_ms) if isinstance(rollover, str) else rollover
@@ -82,6 +83,8 @@ class ProviderPlans:
                     provider_url=ep.url,
                     provider_options=ep.options,
                     rollover=ep.rollover,
+                    model=ep.model,
+                    voice=ep.voice,
                 )
             )
         self._route_echo = any(ep.name == ECHO and ep.url is None for ep in config.route_providers)

@@ -29,7 +29,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from sip.auth import Credentials, DigestServer
 from sip.leg import CallLeg
-from sip.policy import BindCheck, InboundPolicy, PolicyConfig, check_bind
+from sip.policy import DEFAULT_SCANNERS, BindCheck, InboundPolicy, PolicyConfig, check_bind
 from sip.trunks import Trunk
 
 OnCall = Callable[[CallLeg], None]
@@ -43,6 +43,8 @@ class EngineConfig:
     host: str = "127.0.0.1"
     port: int = 5060
     rtp_port: int = 4000  # first local RTP port; each call takes the next free pair
+    rtp_port_high: int | None = None  # the range's last port (None: the engine's own pool size from rtp_port)
+    tcp: bool = True  # the native engine: SIP over TCP on (host, port) too
     max_calls: int | None = None
     # The Server / User-Agent field (None: none at all) and the digest realm of inbound authentication (None:
     # `digest_realm`'s default). Both say nothing about the product by default: a scanner (svmap, svwar)
@@ -69,6 +71,7 @@ class EngineConfig:
     auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)
     register_password: str | None = None  # never logged
     register_expires_s: int = 3600
+    scanner_user_agents: tuple[str, ...] = DEFAULT_SCANNERS  # sip/policy.py's blocklist (dropped, unanswered)
     register_keepalive_s: float | None = 30.0  # OPTIONS to each registrar this often while registered
     # Issue 14, NAT: the address peers reach us at (Contact, Via sent-by, SDP c=/o=), None: the bound one
     external_address: str | None = None

@@ -715,6 +715,7 @@ def build_policy(
             invite_burst=config.invite_burst,
             options_rate_per_s=options_rate(config),
             options_burst=config.options_burst,
+            scanner_user_agents=config.scanner_user_agents,
         ),
         auth=auth,
         trunks=TrunkTable(config.trunks, registrar_addresses),
@@ -880,7 +881,7 @@ class NativeUserAgent:
             raise EngineStartError(f"cannot listen on udp {config.host}:{config.port}: {exc}") from exc
         host, port = udp.local
         tcp_note = ""
-        if self._tcp:
+        if self._tcp and config.tcp:
             try:
                 await transports.listen_tcp(host, port)
                 tcp_note = " and tcp"
@@ -908,7 +909,11 @@ class NativeUserAgent:
                 raise EngineStartError(f"--tls-ca: {exc}") from exc
         self.tls_port = tls_port
         try:
-            self._pool = PortPool(config.rtp_port, min(65535, config.rtp_port + 2 * self._rtp_ports))
+            last = config.rtp_port_high  # a pair (p, p + 1) each, both within the range
+            self._pool = PortPool(
+                config.rtp_port,
+                last if last is not None else min(65535, config.rtp_port + 2 * self._rtp_ports),
+            )
         except ValueError as exc:
             await transports.close()
             raise EngineStartError(str(exc)) from exc

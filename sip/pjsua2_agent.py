@@ -411,6 +411,7 @@ def unsupported_options(config: EngineConfig) -> list[str]:
         "--srtp": config.srtp != "off",
         "--max-call-duration": config.max_call_duration_s is not None,
         "--rtp-timeout": config.rtp_timeout_s is not None,
+        "--rtp-ports": config.rtp_port_high is not None,
     }
     for t in config.trunks:  # a trunk's policy (sip/trunks.py): pjsua2 has no per-request policy to apply it
         given |= {

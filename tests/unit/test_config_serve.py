@@ -373,7 +373,7 @@ def test_trunk_edge_options_over_the_file_reach_the_server(tmp_path: Path, captu
 
 
 def test_cdr_recording_and_keepalive_from_the_file_reach_the_server(tmp_path: Path) -> None:
-    from bridge.ops import server_config, unwired_keys
+    from bridge.ops import server_config
 
     (tmp_path / "wav").mkdir()
     text = GOOD + '[logging]\ncdr = "calls.jsonl"\n[recording]\ndir = "wav"\n'
@@ -382,7 +382,6 @@ def test_cdr_recording_and_keepalive_from_the_file_reach_the_server(tmp_path: Pa
     sc = server_config(config, {"PARLORA_SIP_PASSWORD": "pw-1234"})
     assert Path(sc.cdr or "").name == "calls.jsonl" and Path(sc.record_dir or "").name == "wav"
     assert sc.register_keepalive_s == 12
-    assert not {"logging.cdr", "recording.dir"} & set(unwired_keys(config))
 
 
 def test_the_routed_application_passes_every_application_callback_on() -> None:
@@ -449,7 +448,7 @@ def test_hold_limit_and_session_timer_from_flag_file_and_default_reach_the_engin
         (None, 0),
     ]
     bad = CliRunner().invoke(cli.main, ["serve", "--provider", "echo", "--session-expires", "30"])
-    assert bad.exit_code == 2 and "at least 90" in bad.output
+    assert bad.exit_code == 2 and "--session-expires: expected 0 or an integer >= 90" in bad.output
 
 
 def test_webrtc_address_and_stun_by_flag_and_by_file_key_give_the_same_server(
@@ -505,6 +504,197 @@ def test_webrtc_address_and_stun_that_cannot_be_honoured_refuse_to_start(
     result = CliRunner().invoke(cli.main, ["serve", "--provider", "echo", "--stun", "stun:x"])
     assert (
         result.exit_code == 2
-        and "--webrtc-address and --stun apply to the console's Talk button" in result.output
+        and "listeners.webrtc_address, stun: apply to the console's Talk button: set listeners.http"
+        in result.output
     )
     assert not captured
+
+
+# --- every key acted on; what cannot be honoured refuses to start; the defaults -------------------------------
+
+
+def _serve(args: list[str], captured: list[Server], env: dict[str, str] | None = None) -> tuple[int, str]:
+    captured.clear()
+    result = CliRunner().invoke(cli.main, ["serve", *args], env=env)
+    return result.exit_code, result.output
+
+
+def test_calls_are_bounded_by_default_and_each_limit_switches_off(captured: list[Server]) -> None:
+    assert _serve([], captured)[0] == 0
+    c = captured[0].config
+    assert (c.max_call_duration_s, c.rtp_timeout_s, c.hold_timeout_s) == (14400.0, 60.0, 7200.0)
+    off = ["--max-call-duration", "off", "--rtp-timeout", "0", "--hold-timeout", "off"]
+    assert _serve(off, captured)[0] == 0
+    c = captured[0].config
+    assert (c.max_call_duration_s, c.rtp_timeout_s, c.hold_timeout_s) == (None, None, None)
+    status, output = _serve(["--rtp-timeout", "0.5"], captured)
+    assert status == 2 and 'or 0 or "off"' in output
+
+
+def test_the_pjsua2_engine_has_no_limits_by_default_and_refuses_one_given(
+    tmp_path: Path, captured: list[Server]
+) -> None:
+    assert _serve(["--engine", "pjsua2"], captured)[0] == 0
+    c = captured[0].config
+    assert (c.max_call_duration_s, c.rtp_timeout_s, c.hold_timeout_s) == (
+        None,
+        None,
+        7200.0,
+    )  # it keeps holds
+    status, output = _serve(["--engine", "pjsua2", "--rtp-timeout", "30"], captured)
+    assert status == 2 and not captured
+    assert "telephony.rtp_timeout_s: the pjsua2 engine cannot end calls on it" in output
+    path = _file(
+        tmp_path, '[engine]\nname = "pjsua2"\nrtp_ports = "20000-20099"\n[listeners]\nsip_tcp = "off"\n'
+    )
+    status, output = _serve(["--config", str(path)], captured)
+    assert status == 2 and "engine.rtp_ports: an upper bound (20099) is not supported on the pjsua2" in output
+
+
+def _example(tmp_path: Path) -> Path:
+    """deploy/example.toml with its TLS files present (its relative paths, next to the copy)."""
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "support.md").write_text("You answer the support line.")
+    (tmp_path / "tls").mkdir()
+    (tmp_path / "tls" / "bridge.pem").write_text("cert")
+    (tmp_path / "tls" / "bridge.key").write_text("key")
+    path = tmp_path / "example.toml"
+    path.write_text(EXAMPLE.read_text())
+    return path
+
+
+EXAMPLE_ENV = {
+    "OPENAI_API_KEY": "sk-1",
+    "GEMINI_API_KEY": "g-1",
+    "PARLORA_SIP_PASSWORD": "pw-1",
+    "PARLORA_CARRIER_PASSWORD": "pw-2",
+    "PARLORA_HTTP_TOKEN": "tok-1",
+    "PARLORA_WEBHOOK_SECRET": "whsec-123456",
+}
+
+
+def test_the_example_gets_tls_srtp_and_its_limits(tmp_path: Path, captured: list[Server]) -> None:
+    # before: a warning, and plain SIP and RTP on the carrier trunk that asks for TLS and SRTP
+    status, output = _serve(["--config", str(_example(tmp_path))], captured, EXAMPLE_ENV)
+    assert status == 0, output
+    c = captured[0].config
+    assert c.tls == ("0.0.0.0", 5061) and Path(c.cert or "").name == "bridge.pem"
+    assert Path(c.tls_key or "").name == "bridge.key" and c.sip_tcp
+    # SRTP required on the carrier's calls (over TLS); the office PBX's stay plain (sip/trunks.py)
+    assert {t.name: t.srtp for t in c.trunks} == {"office-pbx": "off", "carrier": "required"}
+    assert c.srtp == "off"  # what matches neither trunk is refused by their allowlists anyway
+    assert (c.max_call_duration_s, c.rtp_timeout_s, c.hold_timeout_s) == (7200.0, 30.0, 3600.0)
+    assert (c.rtp_port, c.rtp_port_high) == (10000, 10999)
+
+
+def test_srtp_require_alone_refuses_calls_not_over_tls(tmp_path: Path, captured: list[Server]) -> None:
+    from providers.fakes.gemini_live import ensure_cert
+
+    cert, key, _ = ensure_cert(None, None, str(tmp_path))
+    args = ["--tls", "127.0.0.1:5061", "--cert", cert, "--key", key, "--srtp", "require"]
+    assert _serve(args, captured)[0] == 0
+    assert captured[0].config.srtp == "required"  # the command line's one trunk is the global policy
+
+
+def test_what_cannot_be_honoured_refuses_to_start_naming_the_key(
+    tmp_path: Path, captured: list[Server]
+) -> None:
+    example = _example(tmp_path)
+    text = example.read_text()
+    no_tls = text.replace('sip_tls = "0.0.0.0:5061"', "").replace('tls_cert = "tls/bridge.pem"', "")
+    no_tls = no_tls.replace('tls_key = "tls/bridge.key"', "")
+    example.write_text(no_tls)
+    status, output = _serve(["--config", str(example)], captured, EXAMPLE_ENV)
+    assert status == 2 and not captured
+    assert 'trunks[1].transport: "tls" needs a TLS listener: listeners.sip_tls' in output
+    # a certificate file named but absent: refused at start (config check only warns: another machine)
+    example.write_text(text)
+    (tmp_path / "tls" / "bridge.key").unlink()
+    status, output = _serve(["--config", str(example)], captured, EXAMPLE_ENV)
+    assert status == 2 and "listeners.tls_key: no file at" in output
+    checked = CliRunner().invoke(cli.main, ["config", "check", str(example)], env=EXAMPLE_ENV)
+    assert checked.exit_code == 0 and "warning:" in checked.output and "listeners.tls_key" in checked.output
+    # TCP answers on the UDP address; another one cannot be honoured
+    status, output = _serve(
+        ["--config", str(_file(tmp_path, '[listeners]\nsip_tcp = "127.0.0.1:5099"\n'))], captured
+    )
+    assert (
+        status == 2 and "listeners.sip_tcp: 127.0.0.1:5099: the native engine answers SIP over TCP" in output
+    )
+    status, output = _serve(["--sip-tcp", "off"], captured)
+    assert status == 0 and captured[0].config.sip_tcp is False
+    # SRTP from the command line makes a TLS trunk, which needs the TLS listener
+    status, output = _serve(["--srtp", "offer"], captured)
+    assert status == 2 and 'trunks[0].transport: "tls" needs a TLS listener' in output
+    # the RTP range has room for max_calls
+    status, output = _serve(["--rtp-ports", "20000-20009", "--max-calls", "10"], captured)
+    assert status == 2 and "engine.rtp_ports: 20000-20009 has room for 5 calls" in output
+    assert _serve(["--rtp-ports", "20000-20019", "--max-calls", "10"], captured)[0] == 0
+    assert (captured[0].config.rtp_port, captured[0].config.rtp_port_high) == (20000, 20019)
+
+
+def test_doctor_shows_the_call_limits() -> None:
+    from bridge.config import BridgeConfig, Engine, Telephony
+    from bridge.doctor import check_limits
+
+    found = {f.check: f for f in check_limits(BridgeConfig())}
+    assert found["call limits"].status == "ok"
+    assert found["call limits"].detail == "max call duration 14400 s, RTP timeout 60 s, on hold 7200 s"
+    assert "RFC 4028" in found["session timers"].detail
+    off = BridgeConfig(telephony=Telephony(max_call_duration_s=0.0, rtp_timeout_s=0.0, hold_timeout_s=0.0))
+    found = {f.check: f for f in check_limits(off)}
+    assert found["call limits"].status == "warn" and found["call limits"].detail.count("off") == 3
+    pjsua2 = {f.check: f for f in check_limits(BridgeConfig(engine=Engine(name="pjsua2")))}
+    assert "cannot end calls" in pjsua2["call limits"].detail
+
+
+def test_the_scanner_blocklist_and_the_registration_interval_reach_the_engine(
+    tmp_path: Path, captured: list[Server]
+) -> None:
+    # two more keys the file took and nothing applied (the engine kept its own list and 3600 s)
+    from bridge.api import _engine_config
+    from sip.native import build_policy
+
+    text = '[inbound]\nblocked_user_agents = ["evil-dialer"]\n'
+    text += '[[trunks]]\nname = "pbx"\nregistrar = "sip:b@127.0.0.1:5090"\nregister_expires_s = 120\n'
+    status, output = _serve(["--config", str(_file(tmp_path, text))], captured)
+    assert status == 0, output
+    engine = _engine_config(captured[0].config)
+    assert engine.register_expires_s == 120 and engine.scanner_user_agents == ("evil-dialer",)
+    assert build_policy(engine).config.scanner_user_agents == ("evil-dialer",)
+    status, output = _serve(
+        ["--config", str(_file(tmp_path, text + '[engine]\nname = "pjsua2"\n'))], captured
+    )
+    assert status == 2 and "inbound.blocked_user_agents: the pjsua2 engine has no inbound policy" in output
+
+
+def test_a_providers_model_and_voice_reach_its_sessions(tmp_path: Path, captured: list[Server]) -> None:
+    # [providers.NAME] model and voice were read and never used: each provider's sessions now ask for them
+    from bridge.api import call_settings
+    from bridge.plans import ProviderPlans
+    from providers.base import SessionSettings
+
+    text = (
+        '[defaults]\nprovider = "xai"\n[providers.xai]\nkey_env = "X_KEY"\nmodel = "grok-voice-2"\nvoice = "Ara"\n'
+        '[providers.openai-realtime]\nkey_env = "O_KEY"\nvoice = "marin"\n'
+        '[[routes]]\nname = "sales"\nnumber = "1"\nprovider = "openai-realtime"\n[[routes]]\nname = "rest"\n'
+    )
+    status, output = _serve(
+        ["--config", str(_file(tmp_path, text))], captured, {"X_KEY": "x-1", "O_KEY": "o-1"}
+    )
+    assert status == 0, output
+    plans = ProviderPlans(captured[0].config)
+    default, routed = plans.for_call(None)[0].settings, plans.for_call("openai-realtime")[0].settings
+    assert (default.model, default.voice) == ("grok-voice-2", "Ara")
+    assert (routed.model, routed.voice) == (None, "marin")
+    mine = call_settings(SessionSettings(voice="cedar"), routed)  # a route's or the application's voice wins
+    assert (mine.voice, mine.model) == ("cedar", None)
+    assert call_settings(SessionSettings(), default).model == "grok-voice-2"
+
+
+def test_provider_append_ms_alone_applies_to_the_default_provider(captured: list[Server]) -> None:
+    assert _serve(["--provider-append-ms", "100"], captured)[0] == 0
+    assert dict(captured[0].config.provider_options)["append_ms"] == 100  # echo
+    assert _serve(["--provider-append-ms", "60"], captured, {"OPENAI_API_KEY": "sk-9"})[0] == 0
+    assert captured[0].config.provider == "openai-live"
+    assert dict(captured[0].config.provider_options)["append_ms"] == 60

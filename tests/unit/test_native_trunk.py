@@ -486,6 +486,62 @@ async def test_without_limits_a_silent_call_stays_up(engine_factory) -> None:  #
     assert agent.active_calls == 1
 
 
+def _reinvite(ok: bytes, port: int, peer: Peer, cseq: int, direction: str) -> bytes:
+    """The caller's re-INVITE in the dialog of `ok`: a=sendonly holds the call, a=sendrecv resumes it."""
+    body = SDP.replace("1 1 IN", f"1 {cseq} IN") + f"a={direction}\r\n"
+    return (
+        f"INVITE sip:bridge@127.0.0.1:{port} SIP/2.0\r\n"
+        f"Via: SIP/2.0/UDP {peer.address[0]}:{peer.address[1]};branch=z9hG4bK-re-{cseq}\r\n"
+        f"From: <sip:caller@127.0.0.1>;tag=f7\r\n{_to_of(ok)}\r\n"
+        f"Call-ID: t14-7@127.0.0.1\r\nCSeq: {cseq} INVITE\r\nMax-Forwards: 70\r\n"
+        f"Contact: <sip:caller@{peer.address[0]}:{peer.address[1]}>\r\n"
+        f"Content-Type: application/sdp\r\nContent-Length: {len(body)}\r\n\r\n{body}"
+    ).encode()
+
+
+async def _reinvited(agent: NativeUserAgent, ok: bytes, peer: Peer, cseq: int, direction: str) -> None:
+    peer.sock.sendto(_reinvite(ok, agent.local[1], peer, cseq, direction), agent.local)
+    answer = await peer.final()
+    assert answer is not None and answer.startswith(b"SIP/2.0 200"), answer
+    peer.sock.sendto(
+        _ack_for(answer, agent.local[1], peer).replace(b"1 ACK", f"{cseq} ACK".encode()), agent.local
+    )
+
+
+async def test_hold_timeout_ends_a_call_held_too_long_and_the_rtp_timeout_waits_meanwhile(
+    engine_factory,
+) -> None:  # type: ignore[no-untyped-def]
+    agent, calls = await engine_factory(rtp_timeout_s=0.4, hold_timeout_s=1.2)
+    peer = Peer("127.0.0.1")
+    ok = await _answered(agent, calls, peer)
+    peer.sock.sendto(_ack_for(ok, agent.local[1], peer), agent.local)
+    await _reinvited(agent, ok, peer, 2, "sendonly")  # on hold at once: no RTP is expected from here
+    held_at = asyncio.get_running_loop().time()
+    bye = await _bye_within(peer, 3.0)
+    assert bye is not None, "no BYE after --hold-timeout"
+    assert asyncio.get_running_loop().time() - held_at >= 1.0  # not the RTP timeout's 0.4 s
+    assert agent.sip_status()["limit_hangups"] == {"hold_timeout": 1}
+
+
+async def test_a_call_resumed_after_a_hold_longer_than_the_rtp_timeout_is_not_ended_at_the_resume(
+    engine_factory,
+) -> None:  # type: ignore[no-untyped-def]
+    # The RTP timeout is suspended on hold; at the resume it starts again, or every call held longer than
+    # the timeout (a minute, by default) was hung up the moment it came back, before its first packet.
+    agent, calls = await engine_factory(rtp_timeout_s=0.8)
+    peer = Peer("127.0.0.1")
+    ok = await _answered(agent, calls, peer)
+    peer.sock.sendto(_ack_for(ok, agent.local[1], peer), agent.local)
+    await _reinvited(agent, ok, peer, 2, "sendonly")
+    assert await _bye_within(peer, 1.2) is None  # held longer than the RTP timeout: still up
+    await _reinvited(agent, ok, peer, 3, "sendrecv")
+    resumed_at = asyncio.get_running_loop().time()
+    assert await _bye_within(peer, 0.5) is None, "BYE at the resume"
+    bye = await _bye_within(peer, 2.0)  # no RTP after the resume either: the timeout, counted from it
+    assert bye is not None and asyncio.get_running_loop().time() - resumed_at >= 0.7
+    assert agent.sip_status()["limit_hangups"] == {"rtp_timeout": 1}
+
+
 # --- serve's bind check ---
 
 

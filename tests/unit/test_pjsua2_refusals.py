@@ -30,6 +30,7 @@ REFUSED = [
     ({"srtp": "required"}, "--srtp"),
     ({"max_call_duration_s": 60.0}, "--max-call-duration"),
     ({"rtp_timeout_s": 30.0}, "--rtp-timeout"),
+    ({"rtp_port_high": 4999}, "--rtp-ports"),
 ]
 
 
