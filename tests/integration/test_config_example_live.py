@@ -4,8 +4,10 @@ and webhook on loopback), starts, and each section does what its comments say:
 
 - [listeners]: SIP over UDP, TCP and TLS (a TLS OPTIONS is answered over the handshake);
 - [engine]: the RTP port range's both bounds (the start line names them) and max_calls;
-- [[trunks]] carrier, `transport = "tls"`, `srtp = "require"`: its INVITEs are digest-challenged, and one over
-  TLS that offers no SRTP (plain RTP/AVP, no a=crypto) gets 488; the office PBX's call over UDP stays plain;
+- [[trunks]] as identities: the carrier (from its own address, 127.0.0.3 here), `transport = "tls"`,
+  `srtp = "require"`: its INVITEs are digest-challenged for its user, and one over TLS that offers no SRTP
+  (plain RTP/AVP, no a=crypto) gets 488; the office PBX (127.0.0.1) is not challenged and its call over UDP
+  stays plain;
 - [inbound] + the trunks' allowlists: a source outside them gets 403;
 - [[routes]]: the called number picks the route (sales, support);
 - [telephony]: the limits are applied (the start line), a call is ended at `max_call_duration_s` (set small);
@@ -54,7 +56,8 @@ def _example(tmp_path: Path, sip: int, tls: int, http: int, rtp: int, dead: int)
         ('provider = "openai-realtime"', 'provider = "echo"'),  # no provider off this machine
         ('provider = "gemini-live"', 'provider = "echo"'),
         ("pbx.example.com:5060", f"127.0.0.1:{dead}"),  # a registrar that never answers
-        ('allow = ["192.0.2.0/24"]', 'allow = ["127.0.0.1/32"]'),
+        ('allow = ["192.0.2.0/24"]', 'allow = ["127.0.0.1/32"]'),  # the office PBX
+        ('allow = ["198.51.100.0/24", "2001:db8::/32"]', 'allow = ["127.0.0.3/32"]'),  # the carrier
         ('url = "https://app.example.com/parlora"', f'url = "http://127.0.0.1:{dead}/parlora"'),
         ("max_call_duration_s = 7200", "max_call_duration_s = 2"),
     ):
@@ -139,17 +142,21 @@ def _to_tag(response: Response) -> str:
     return f";tag={match.group(1)}" if match else ""
 
 
-def _invite(ch: Channel, number: str, call_id: str, *, headers: str = "") -> tuple[Response, str, str]:
-    """INVITE `number` with a plain RTP/AVP offer, answering the digest challenge with the carrier's account;
-    the final response to the authorised INVITE, its branch and the URI."""
+def _invite(
+    ch: Channel, number: str, call_id: str, *, headers: str = "", challenged: bool = False
+) -> tuple[Response, str, str]:
+    """INVITE `number` with a plain RTP/AVP offer; `challenged`: the INVITE must be digest-challenged, and the
+    carrier's account answers it. The final response to the (authorised) INVITE, its branch and the URI."""
     scheme = "sips" if ch.transport == "TLS" else "sip"
     uri = f"{scheme}:{number}@127.0.0.1:{ch.bridge[1]}"
     body = SDP_PLAIN.format(port=peers.free_udp_port())
     ch.send(_request(ch, "INVITE", uri, call_id, 1, f"{call_id}-1", body=body, extra=headers))
-    challenge = ch.final()
-    assert challenge.status == 401, challenge  # the carrier trunk's inbound_auth_user: every INVITE
-    ch.send(_request(ch, "ACK", uri, call_id, 1, f"{call_id}-1", to_tag=_to_tag(challenge)))
-    answer = DigestClient(Credentials(*CARRIER)).respond(challenge, "INVITE", uri)
+    first = ch.final()
+    if not challenged:
+        return first, f"{call_id}-1", uri
+    assert first.status == 401, first  # the carrier trunk's inbound_auth_user, for its own requests
+    ch.send(_request(ch, "ACK", uri, call_id, 1, f"{call_id}-1", to_tag=_to_tag(first)))
+    answer = DigestClient(Credentials(*CARRIER)).respond(first, "INVITE", uri)
     assert isinstance(answer, AuthAnswer)
     auth = "".join(f"{name}: {value}\n" for name, value in answer.headers)
     ch.send(_request(ch, "INVITE", uri, call_id, 2, f"{call_id}-2", body=body, extra=headers + auth))
@@ -181,18 +188,19 @@ def test_the_example_file_runs_as_a_deployment(tmp_path: Path) -> None:
 
         # [listeners] sip_tls: a TLS handshake with the certificate of the file, and OPTIONS answered over it
         context = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
-        raw = socket.create_connection(("127.0.0.1", tls), timeout=WAIT_S)
+        raw = socket.create_connection(("127.0.0.1", tls), timeout=WAIT_S, source_address=("127.0.0.3", 0))
         with context.wrap_socket(raw, server_hostname="localhost") as tls_sock:
             assert tls_sock.version() in ("TLSv1.2", "TLSv1.3")
             ch = Channel(tls_sock, ("127.0.0.1", tls), "TLS")
             ch.send(_request(ch, "OPTIONS", f"sips:bridge@127.0.0.1:{tls}", "ex-opt", 1, "opt-1"))
             assert ch.final().status == 200
             # the carrier trunk: transport tls, srtp require: an offer without a=crypto is refused
-            final, branch, uri = _invite(ch, "+493012345678", "ex-tls-plain")
+            final, branch, uri = _invite(ch, "+493012345678", "ex-tls-plain", challenged=True)
             assert final.status == 488, final
             ch.send(_request(ch, "ACK", uri, "ex-tls-plain", 2, branch, to_tag=_to_tag(final)))
 
-        # over UDP (the office PBX's transport) a plain call is taken, and the route follows the number
+        # the office PBX over UDP: not challenged (it has no credentials), a plain call is taken, and the route
+        # follows the number
         udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         udp.bind(("127.0.0.1", 0))
         with udp:
@@ -218,15 +226,14 @@ def test_the_example_file_runs_as_a_deployment(tmp_path: Path) -> None:
             ch.send(_request(ch, "BYE", uri, "ex-udp-support", 3, "bye-support", to_tag=_to_tag(final)))
 
         # [inbound] + the trunks' allowlists: a source outside them gets 403 (drop_unknown = false)
-        if _bindable("127.0.0.2"):
-            outsider = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-            outsider.bind(("127.0.0.2", 0))
-            with outsider:
-                ch = Channel(outsider, ("127.0.0.1", sip), "UDP")
-                uri = f"sip:+493012345678@127.0.0.1:{sip}"
-                body = SDP_PLAIN.format(port=40000)
-                ch.send(_request(ch, "INVITE", uri, "ex-outsider", 1, "out-1", body=body))
-                assert ch.final().status == 403
+        outsider = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        outsider.bind(("127.0.0.2", 0))
+        with outsider:
+            ch = Channel(outsider, ("127.0.0.1", sip), "UDP")
+            uri = f"sip:+493012345678@127.0.0.1:{sip}"
+            body = SDP_PLAIN.format(port=40000)
+            ch.send(_request(ch, "INVITE", uri, "ex-outsider", 1, "out-1", body=body))
+            assert ch.final().status == 403
 
         # [logging] format = "json": every line the bridge wrote is a JSON object
         lines = [line for line in bridge.stderr.splitlines() if line.strip()]
@@ -243,15 +250,6 @@ def _echo_headers(request: Request) -> str:
         for name in ("Via", "From", "To", "Call-ID", "CSeq")
         for value in request.headers.get_all(name)
     )
-
-
-def _bindable(host: str) -> bool:
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.bind((host, 0))
-        return True
-    except OSError:
-        return False
 
 
 pytestmark = pytest.mark.integration
