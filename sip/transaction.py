@@ -109,34 +109,70 @@ class Timed:
 
 class Scheduler:
     """Deadlines of many `Timed` objects in one heap with lazy deletion: O(log n) per change, and
-    `next_deadline()` is the heap's top (one process, hundreds of calls, no timer per call)."""
+    `next_deadline()` is the heap's top (one process, hundreds of calls, no timer per call).
 
-    __slots__ = ("_heap", "_seq")
+    A re-armed or disarmed object leaves its old entry behind (stale). Stale entries are never more than the
+    live ones: when they would be, the heap is rebuilt from the live entries alone (O(n), amortised O(1) per
+    change). So an object that ended early (a transaction ACKed long before its Timer H, one evicted from a
+    full table) is not held by the heap until its old deadline, and a heap with nothing armed is empty."""
+
+    __slots__ = ("_heap", "_seq", "_live")
 
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, Timed]] = []
         self._seq = itertools.count()
+        self._live = 0  # objects armed (each has exactly one live entry)
 
     def update(self, obj: Timed) -> None:
         """(Re)arm `obj` at `obj.deadline` (None: disarm). Call after every change of the deadline; a call
         with the deadline unchanged pushes nothing (a retransmission flood does not grow the heap)."""
         if obj.deadline is not None and obj._sched_seq != -1 and obj._sched_when == obj.deadline:
             return
-        seq = next(self._seq)
-        obj._sched_seq = seq
-        obj._sched_when = obj.deadline
+        was_armed = obj._sched_seq != -1
         if obj.deadline is not None:
+            seq = next(self._seq)
+            obj._sched_seq = seq
+            obj._sched_when = obj.deadline
             heapq.heappush(self._heap, (obj.deadline, seq, obj))
+            self._live += not was_armed
         else:
             obj._sched_seq = -1
+            obj._sched_when = None
+            self._live -= was_armed
+        if len(self._heap) > 2 * self._live:
+            self._compact()
+
+    def _compact(self) -> None:
+        heap: list[tuple[int, int, Timed]] = []
+        for entry in self._heap:
+            if self._is_live(entry):
+                heap.append(entry)
+            else:
+                self._drop(entry)
+        heapq.heapify(heap)
+        self._heap = heap
+        self._live = len(heap)
+
+    @staticmethod
+    def _is_live(entry: tuple[int, int, Timed]) -> bool:
+        when, seq, obj = entry
+        return obj._sched_seq == seq and obj.deadline == when
+
+    def _drop(self, entry: tuple[int, int, Timed]) -> None:
+        """A popped entry: if it was its object's live one (its deadline changed without `update`), the
+        object counts as disarmed (the next `update` arms it again)."""
+        obj = entry[2]
+        if obj._sched_seq == entry[1]:
+            obj._sched_seq = -1
+            obj._sched_when = None
+            self._live -= 1
 
     def next_deadline(self) -> int | None:
         heap = self._heap
         while heap:
-            when, seq, obj = heap[0]
-            if obj._sched_seq == seq and obj.deadline == when:
-                return when
-            heapq.heappop(heap)
+            if self._is_live(heap[0]):
+                return heap[0][0]
+            self._drop(heapq.heappop(heap))
         return None
 
     def pop_due(self, now: int) -> list[Timed]:
@@ -144,13 +180,14 @@ class Scheduler:
         due: list[Timed] = []
         heap = self._heap
         while heap and heap[0][0] <= now:
-            when, seq, obj = heapq.heappop(heap)
-            if obj._sched_seq == seq and obj.deadline == when:
-                obj._sched_seq = -1
-                due.append(obj)
+            entry = heapq.heappop(heap)
+            if self._is_live(entry):
+                due.append(entry[2])
+            self._drop(entry)
         return due
 
     def __len__(self) -> int:
+        """Entries in the heap, stale ones included (at most twice the armed objects)."""
         return len(self._heap)
 
 
