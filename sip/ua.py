@@ -1994,7 +1994,7 @@ class UserAgent:
             self._stop_2xx(c)
         r = self._layer.retransmit_2xx(data, tx.destination, tx.transport, now)
         c.retransmitter = r
-        c.ack_cseq, _ = parse_cseq(tx.request.headers.get("CSeq") or "")
+        c.ack_cseq, _ = parse_cseq(response.headers.get("CSeq") or "")  # the INVITE's (the request is gone)
         self._by_retransmitter[r] = c
 
     def _stop_2xx(self, c: _Call) -> None:
