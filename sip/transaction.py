@@ -723,15 +723,39 @@ def _headers(items: list[tuple[str, str]]) -> Headers:
 # --- the layer ---
 
 
+DEFAULT_MAX_LINGERING = 8192
+"""Server transactions kept after their final response only to absorb retransmissions, before the oldest is
+forgotten. Each lingers 64·T1 (32 s) over UDP, so this is 256 requests a second sustained (a bridge's own
+traffic at 300 calls, keep-alives, BYEs and session refreshes, is tens a second) and ~11 MB at most (~1.3 KB
+each, measured through the UA)."""
+
+_LINGERING = (State.COMPLETED, State.CONFIRMED)
+
+
 class TransactionLayer:
-    """All transactions of one UA (see the module docstring for the loop)."""
+    """All transactions of one UA (see the module docstring for the loop).
 
-    __slots__ = ("timers", "_server", "_client", "_sched", "_out")
+    Under a flood the server transactions that have sent their final response and only answer retransmissions
+    (non-INVITE Completed; INVITE Completed or Confirmed after a non-2xx, absorbing the ACK) are bounded by
+    `max_lingering`: beyond it the oldest of them is ended at once and counted in `evicted`. It was the nearest to its own end; a retransmission of
+    its request is then taken as a new request (an OPTIONS answered again, an INVITE refused again), which is
+    what a stateless UAS does (§8.2.7). Transactions still waiting for the TU's answer, and 2xx-answered
+    INVITEs (Accepted, which belong to calls, bounded by `max_calls`), are never evicted."""
 
-    def __init__(self, timers: TimerConfig | None = None) -> None:
+    __slots__ = ("timers", "max_lingering", "evicted", "_server", "_client", "_lingering", "_sched", "_out")
+
+    def __init__(
+        self, timers: TimerConfig | None = None, *, max_lingering: int = DEFAULT_MAX_LINGERING
+    ) -> None:
+        if max_lingering < 1:
+            raise ValueError("max_lingering must be at least 1")
         self.timers = timers or TimerConfig()
+        self.max_lingering = max_lingering
+        self.evicted = 0
         self._server: dict[TransactionKey, ServerTransaction] = {}
         self._client: dict[TransactionKey, ClientTransaction] = {}
+        # the lingering server transactions, oldest first (all wait the same 64·T1, or T4 once ACKed)
+        self._lingering: dict[ServerTransaction, None] = {}
         self._sched = Scheduler()
         self._out = _Outbox()
 
@@ -767,14 +791,34 @@ class TransactionLayer:
             obj.fire(now)
             self._settle(obj)
 
+    @property
+    def lingering(self) -> int:
+        """Server transactions that sent their final response and only absorb retransmissions now."""
+        return len(self._lingering)
+
     def _settle(self, obj: Timed) -> None:
         if isinstance(obj, Transaction) and obj.terminated:
             table: dict[TransactionKey, ServerTransaction] | dict[TransactionKey, ClientTransaction]
             table = self._server if isinstance(obj, ServerTransaction) else self._client
             if table.get(obj.key) is obj:
                 del table[obj.key]
+            if isinstance(obj, ServerTransaction):
+                self._lingering.pop(obj, None)
             obj.deadline = None
+        elif isinstance(obj, ServerTransaction) and obj.state in _LINGERING and obj not in self._lingering:
+            self._lingering[obj] = None
+            if len(self._lingering) > self.max_lingering:
+                self._evict_oldest()
         self._sched.update(obj)
+
+    def _evict_oldest(self) -> None:
+        oldest = next(iter(self._lingering))
+        del self._lingering[oldest]
+        oldest._terminate()
+        if self._server.get(oldest.key) is oldest:
+            del self._server[oldest.key]
+        self._sched.update(oldest)
+        self.evicted += 1
 
     # server side
 

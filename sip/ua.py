@@ -65,7 +65,7 @@ responses_unmatched, max_forwards_zero, method_405, method_501, refused_<status>
 invite_503_draining, invite_503_max_calls, options_503_draining, session_interval_422, bad_sdp_400,
 malformed_400, invite_488, offer_488_<cause> (sip.sdp.OfferCause), reoffer_488, glare_491, reinvite_500, cseq_out_of_order_500, no_dialog,
 cancel_481, cancel_too_late, refer_refused, refer_unsubscribed, notify_481, notify_489, notify_bad_sipfrag, info_bad_dtmf,
-session_expired, timer_b, timer_f, timer_h, internal_errors.
+session_expired, timer_b, timer_f, timer_h, transactions_evicted, internal_errors.
 
 Inbound policy (issue 14): `UserAgent(policy=sip.policy.InboundPolicy(...))` is asked about every request
 without a To tag except ACK, before any check of the core's own: `Refuse` and `Challenge` are answered
@@ -146,6 +146,7 @@ from sip.sdp import (
 from sip.sdp import answer as sdp_answer
 from sip.sdp import offer as sdp_offer
 from sip.transaction import (
+    DEFAULT_MAX_LINGERING,
     AckTimeout,
     ClientTransaction,
     ResponseReceived,
@@ -217,6 +218,9 @@ class UaConfig:
     never be answered gets 488 before any 180 and never becomes an `IncomingCall`.
     `send_to_source`: send in-dialog requests to the address the INVITE came from instead of the route set /
     remote target (a caller behind NAT with a private Contact); off by default (RFC 3261 behaviour).
+    `max_lingering_transactions`: server transactions kept after their final response only to absorb
+    retransmissions, beyond which the oldest is forgotten (`sip.transaction.TransactionLayer`; counted in
+    `stats["transactions_evicted"]`).
     """
 
     host: str = "127.0.0.1"
@@ -234,6 +238,7 @@ class UaConfig:
     codecs: tuple[str, ...] = ("PCMU", "PCMA")
     srtp: SrtpPolicy = "off"
     crypto_suites: tuple[str, ...] = DEFAULT_CRYPTO_SUITES
+    max_lingering_transactions: int = DEFAULT_MAX_LINGERING
 
 
 @dataclass(frozen=True, slots=True)
@@ -645,7 +650,10 @@ class UserAgent:
         self.config = config or UaConfig()
         self.policy = policy  # None: every source is accepted (sip.policy builds one)
         self._rng = rng or random.SystemRandom()
-        self._layer = TransactionLayer(self.config.timers)
+        self._layer = TransactionLayer(
+            self.config.timers, max_lingering=self.config.max_lingering_transactions
+        )
+        self._evictions_logged = (0, -1)  # (evicted count, when) at the last log line about them
         self._sched = Scheduler()
         self._events: list[UaEvent] = []
         self._calls: dict[str, _Call] = {}
@@ -1860,7 +1868,9 @@ class UserAgent:
             self.stats["responses_unmatched"] += 1
 
     def _after_layer(self, now: int) -> None:
-        """Act on what the transaction layer reported (responses, timeouts)."""
+        """Act on what the transaction layer reported (responses, timeouts, evictions)."""
+        if self._layer.evicted != self.stats["transactions_evicted"]:
+            self._note_evictions(now)
         for event in self._layer.events():
             if isinstance(event, (ResponseReceived, TransactionTimeout)) and self._route_own(event, now):
                 continue
@@ -1874,6 +1884,20 @@ class UserAgent:
                     self.stats["timer_h"] += 1  # our non-2xx final was never ACKed
             elif isinstance(event, AckTimeout):
                 self._on_ack_timeout(event.retransmitter, now)
+
+    def _note_evictions(self, now: int) -> None:
+        """Count the transactions the full table forgot; one log line a minute at most while it goes on."""
+        evicted = self._layer.evicted
+        self.stats["transactions_evicted"] = evicted
+        logged, at = self._evictions_logged
+        if at < 0 or now - at >= 60 * 1_000_000_000:
+            log.warning(
+                "SIP transaction table full (%d answered requests kept for their retransmissions): the "
+                "oldest forgotten, %d since the last line (a request flood?)",
+                self._layer.lingering,
+                evicted - logged,
+            )
+            self._evictions_logged = (evicted, now)
 
     def _on_client_response(self, tx: ClientTransaction, response: Response | None, now: int) -> None:
         """A final response to one of our requests (None: Timer B/F fired, taken as 408)."""

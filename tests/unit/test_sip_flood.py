@@ -1,7 +1,7 @@
 """What a request flood leaves behind in the SIP core, on virtual time: the transaction table and the timer
-heap are empty once the RFC 3261 timers have run out, and each request the core keeps for its
-retransmissions costs little (the response's bytes, not the parsed request). tests/bench/flood.py measures
-the same on a live `serve` (RSS beside the counts)."""
+heap are empty once the RFC 3261 timers have run out, the table stays bounded while the flood goes on, and
+each request the core keeps for its retransmissions costs little (the response's bytes, not the parsed
+request). tests/bench/flood.py measures the same on a live `serve` (RSS beside the counts)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import gc
 import tracemalloc
 
 from sip.message import Request, make_response, parse
-from sip.transaction import Scheduler, ServerTransaction, TransactionLayer
+from sip.transaction import Scheduler, ServerTransaction, State, TransactionLayer
 from sip.ua import UaConfig, UserAgent
 
 MS = 1_000_000
@@ -131,6 +131,55 @@ def test_the_timer_heap_never_holds_more_stale_entries_than_live_ones() -> None:
         assert tx.terminated
         assert len(layer._sched) <= 2 * live_entries(layer._sched)
     assert len(layer) == 0 and len(layer._sched) == 0
+
+
+def test_the_table_stays_bounded_under_a_flood_oldest_first_and_counted() -> None:
+    layer = TransactionLayer(max_lingering=100)
+    n = 1000
+    for i in range(n):
+        now = i * MS
+        req = request("OPTIONS", i, via_host=f"192.0.2.{10 + i % 4}:5060")  # a few sources
+        tx = layer.server_non_invite(req, SOURCE, "udp", now)
+        layer.respond(tx, make_response(req, 200, to_tag="ours"), now)
+        assert len(layer) <= 100 and layer.lingering <= 100
+        assert len(layer._sched) <= 2 * 100
+    assert layer.evicted == n - 100
+    layer.transmits()
+    newest = request("OPTIONS", n - 1, via_host=f"192.0.2.{10 + (n - 1) % 4}:5060")
+    assert layer.absorb(newest, n * MS) and len(layer.transmits()) == 1  # still answered from the table
+    assert layer.match(request("OPTIONS", 0)) is None  # the oldest was forgotten
+    run(layer, n * MS + 64 * T1)
+    assert len(layer) == 0 and len(layer._sched) == 0
+
+
+def test_transactions_waiting_for_the_answer_and_accepted_invites_are_never_evicted() -> None:
+    layer = TransactionLayer(max_lingering=10)
+    waiting = layer.server_non_invite(request("BYE", 10_000), SOURCE, "udp", 0)
+    call = request("INVITE", 10_001)
+    accepted = layer.server_invite(call, SOURCE, "udp", 0)
+    layer.respond(accepted, make_response(call, 200, to_tag="ours"), 0)
+    for i in range(100):
+        req = request("OPTIONS", i)
+        tx = layer.server_non_invite(req, SOURCE, "udp", i * MS)
+        layer.respond(tx, make_response(req, 200, to_tag="ours"), i * MS)
+    assert layer.evicted == 90
+    assert not waiting.terminated and layer.match(request("BYE", 10_000)) is waiting
+    assert accepted.state is State.ACCEPTED and layer.match(call) is accepted
+
+
+def test_the_ua_counts_what_its_full_table_forgot_and_its_timers_end_the_rest() -> None:
+    ua = UserAgent(UaConfig(host="192.0.2.1", max_lingering_transactions=50))
+    for i in range(500):
+        ua.receive(wire("OPTIONS", i), SOURCE, "udp", i * MS)
+        assert len(ua.transmits()) == 1
+        assert ua.transactions <= 50
+    assert ua.stats["transactions_evicted"] == 450
+    for _ in range(100):
+        deadline = ua.next_deadline()
+        if deadline is None:
+            break
+        ua.handle_timer(deadline)
+    assert ua.transactions == 0 and ua.next_deadline() is None and len(ua._layer._sched) == 0
 
 
 def test_a_request_kept_for_its_retransmissions_costs_its_response_bytes_not_its_parse() -> None:
