@@ -23,6 +23,10 @@ Choices (RFC 3261 leaves them open):
 - Timer C is a proxy timer and is not implemented. Timer B/F/H still run on reliable transports (they are
   timeouts, not retransmissions); A, E and G (retransmissions) run only on unreliable ones, and D, I, J, K
   are zero on reliable ones (§17.1.1.2, §17.1.2.2, §17.2.1, §17.2.2).
+- A non-INVITE server transaction the TU has not answered within 64·T1 is ended silently (not in RFC 3261,
+  which expects the TU to answer; by then the client's Timer F has ended its side). The TU answers every
+  non-INVITE request at once, so only a fault in it can leave one unanswered, and such a transaction had no
+  deadline: it stayed for ever.
 - The 2xx retransmission of §13.3.1.4 runs on every transport, as the RFC says ("independent of whatever
   transport protocols are used"): a hop further on may be UDP.
 - Matching (§17.1.3, §17.2.3): by the top Via's branch and sent-by and the CSeq method (ACK matches the
@@ -334,7 +338,7 @@ class Transaction(Timed):
         return self.state is State.TERMINATED
 
     def timer(self, name: str) -> int | None:
-        """When timer `name` ("A".."M") fires, or None if it is not running."""
+        """When timer `name` ("A".."M", or "unanswered") fires, or None if it is not running."""
         return self._timers.get(name)
 
     def _set(self, name: str, when: int) -> None:
@@ -646,6 +650,7 @@ class ServerNonInviteTransaction(ServerTransaction):
 
     def start(self, now: int) -> None:
         self.state = State.TRYING
+        self._set("unanswered", now + self._cfg.timeout)  # see the module docstring
 
     def respond(self, response: Response, now: int) -> bool:
         if self.state not in (State.TRYING, State.PROCEEDING):
@@ -655,6 +660,7 @@ class ServerNonInviteTransaction(ServerTransaction):
             self.state = State.PROCEEDING
             return True
         self.state = State.COMPLETED
+        self._clear("unanswered")
         if self.reliable:
             self._terminate()
         else:
@@ -667,7 +673,7 @@ class ServerNonInviteTransaction(ServerTransaction):
         return True
 
     def _on_timer(self, name: str, now: int) -> None:
-        if name == "J":
+        if name == "J" or (name == "unanswered" and self.state in (State.TRYING, State.PROCEEDING)):
             self._terminate()
 
 
@@ -860,6 +866,7 @@ class TransactionLayer:
         tx = ServerNonInviteTransaction(key, request, destination, transport, self.timers, self._out)
         tx.start(now)
         self._server[key] = tx
+        self._sched.update(tx)
         return tx
 
     def respond(self, tx: ServerTransaction, response: Response, now: int) -> bool:

@@ -203,3 +203,20 @@ def test_a_request_kept_for_its_retransmissions_costs_its_response_bytes_not_its
         tracemalloc.stop()
     assert ua.transactions == n + 1
     assert per_transaction < 2000, per_transaction
+
+
+def test_a_request_the_tu_never_answers_is_forgotten_after_64_t1() -> None:
+    """Only a fault in the TU leaves a request unanswered; its transaction had no deadline and stayed for
+    ever. After 64·T1 (the client's Timer F has ended its side) it is gone; an answered one is unaffected."""
+    layer = TransactionLayer()
+    forgotten = layer.server_non_invite(request("UPDATE", 1), SOURCE, "udp", 0)
+    provisional = layer.server_non_invite(request("BYE", 2), SOURCE, "udp", 0)
+    layer.respond(provisional, make_response(provisional.request, 100), 0)
+    answered_late = layer.server_non_invite(request("INFO", 3), SOURCE, "udp", 0)
+    layer.respond(answered_late, make_response(answered_late.request, 200, to_tag="ours"), 31 * S)
+    layer.transmits()
+    run(layer, 64 * T1)
+    assert forgotten.terminated and provisional.terminated and not answered_late.terminated
+    assert len(layer) == 1 and layer.transmits() == []  # ended silently
+    run(layer, 31 * S + 64 * T1)
+    assert len(layer) == 0 and len(layer._sched) == 0
