@@ -3,7 +3,7 @@ limit there), flooded from a few sources with out-of-dialog OPTIONS, INVITEs it 
 transactions and RSS after the RFC 3261 timers of the last request have run out, against a baseline.
 
     .venv/bin/python tests/bench/flood.py              # 20,000 OPTIONS, 2,000 INVITEs, 2,000 garbage; ~3 min
-    .venv/bin/python tests/bench/flood.py --quick      # 3,000 OPTIONS, 300 INVITEs, 300 garbage; ~1.5 min
+    .venv/bin/python tests/bench/flood.py --quick      # 3,000 OPTIONS, 300 INVITEs, 300 garbage; ~1.7 min
     .venv/bin/python tests/bench/flood.py --options 13000 --rate 2000 --output tests/bench/results/x.json
 
 `serve` runs the embedded echo provider on the native engine bound to 127.0.0.1, with `--max-calls 2`: the
@@ -16,17 +16,23 @@ or dropped). The flood comes from `--sources` loopback addresses (127.0.0.1, .2,
 second in all.
 
 Figures, from `GET /sip` (`held.transactions`, `counters`) and `/proc/PID/status` (VmRSS):
-- baseline: after a small warm-up (a few of each kind, so imports and caches are in place) whose
-  transactions have ended; `transactions_idle` is the count before it (0);
+- baseline: after a small warm-up (50 OPTIONS and 20 garbage datagrams, so imports and caches are in place)
+  whose transactions have ended; `transactions_idle` is the count before it (0);
 - peak: the most transactions and RSS sampled (every 0.25 s) during the flood and until they settle;
 - after: once the transactions are back to the idle count (polled, bounded by `--settle-max`), RSS sampled
   for `--rss-window` seconds more (the bridge trims the C heap once a minute, bridge/heap.py: the full
   window covers one trim) and the last sample taken.
 
 `ok` (exit 0) when the transactions are back to the idle count and RSS after is below baseline +
-`--rss-slack` MB (default 10 MB: the run-to-run spread of RSS after a flood measured here, beside
-the interpreter's arenas that one live object keeps from being returned; see tests/bench/README.md). The
-transaction count is asserted in CI too (tests/integration/test_flood_settles.py); RSS only here.
+`--rss-slack` MB (default 10). RSS does not come all the way back, and cannot: the interpreter returns an arena
+of its small-object heap only when every block in it is free, and the few objects the bridge allocates for
+good during a flood (its counters' new values, a buffer that grew) pin the arenas the flood's transactions
+were in. What stays is bounded by what the flood could make it hold: the SIP core keeps at most 4,096 answered
+requests (sip/transaction.py `DEFAULT_MAX_LINGERING`), and measured here that peak was +9.6 MB and +8.3 MB
+stayed (tests/bench/results/flood-after-cap4096.json; on 9ba3cfd, no bound and ~6 KB a request: 12,482
+held, +80.9 MB at the peak, +65.3 MB stayed, flood-before-9ba3cfd.json). The slack is that measured figure
+and a margin. The transaction count is asserted in CI too (tests/integration/
+test_flood_settles.py); RSS only here.
 """
 
 from __future__ import annotations
@@ -261,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--invites", type=int, help="INVITEs never ACKed (default 2,000; quick 300)")
     parser.add_argument("--garbage", type=int, help="unparseable datagrams (default 2,000; quick 300)")
     parser.add_argument("--sources", type=int, default=4, help="loopback addresses flooding (127.0.0.1 on)")
-    parser.add_argument("--rate", type=float, default=2000.0, help="datagrams per second, all sources")
+    parser.add_argument("--rate", type=float, default=1000.0, help="datagrams per second, all sources")
     parser.add_argument("--max-calls", type=int, default=2, help="serve --max-calls")
     parser.add_argument("--rss-slack", type=float, default=10.0, help="MB above baseline still ok")
     parser.add_argument("--rss-window", type=float, help="seconds RSS is watched after the settle")
