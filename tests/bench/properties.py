@@ -10,6 +10,10 @@ examples of 60 steps (`--quick`, under a minute) or the long profile (5,000 of 1
     .venv/bin/python tests/bench/properties.py --quick
     .venv/bin/python tests/bench/properties.py                    # the long profile
     .venv/bin/python tests/bench/properties.py --examples 50000   # overnight
+    .venv/bin/python tests/bench/properties.py --quick --seed 7   # one history set again
+
+A failing case is kept in hypothesis's example database (.hypothesis/, in the working directory) and is tried
+first on the next run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import sys
 import traceback
 from pathlib import Path
 
+import hypothesis.core
 from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
@@ -31,6 +36,7 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="200 examples of 60 steps")
     parser.add_argument("--examples", type=int, default=None, help="examples (default: the profile's)")
     parser.add_argument("--steps", type=int, default=None, help="steps per example (default: the profile's)")
+    parser.add_argument("--seed", type=int, default=None, help="hypothesis's seed (default: a random one)")
     args = parser.parse_args()
     profile = machine.PROFILE if args.quick else machine.LONG
     if args.examples is not None:
@@ -41,6 +47,8 @@ def main() -> int:
         f"session properties: {profile.max_examples} examples of {profile.stateful_step_count} steps",
         flush=True,
     )
+    if args.seed is not None:
+        hypothesis.core.global_force_seed = args.seed  # what pytest's --hypothesis-seed sets
     try:
         machine.run_the_machine(profile, 40 if args.quick else 300)
     except AssertionError:

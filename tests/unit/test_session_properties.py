@@ -10,7 +10,8 @@ The provider is modelled faithfully, because a false alarm here costs more than 
 - a connection hears only the caller frames the core sent it (`SendAudio`), and its clock counts them (the
   `at_ms` of its speech events is its audio position, as Realtime's `audio_start_ms`);
 - its server VAD ends a segment after 200 ms of silence it heard, or at a `CommitInput`, and transcribes it
-  (`<uN>` stands for any text of the caller's utterance N, whole or a tail); a connection whose input stops
+  (`<uN:a-b>` stands for the words of the frames a to b of the caller's utterance N that it heard: two texts
+  of one utterance are the same words only where their frames overlap); a connection whose input stops
   in mid-segment without a commit keeps the segment open (no silence ever comes) and says nothing of it
   (GPT-Live, which captions as it hears, sends the caption of what it heard);
 - its events leave in order (one WebSocket) and reach the core within `LATENCY_MS` unless a step delivers
@@ -21,8 +22,9 @@ The provider is modelled faithfully, because a false alarm here costs more than 
   frame the media clock pulls is traced to the event that brought it.
 
 Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
-- S1 every caller utterance reaches the application (a final caller `Transcript`) at most once, checked after
-  every step; and, at the quiet settle of `teardown`, at least once unless it lies in a reported input
+- S1 every caller utterance reaches the application (a final caller `Transcript`) at most once — no frame of
+  it in two texts (an utterance cut in two by a repair's reported gap is two stretches of words, each told
+  once) — checked after every step; and, at the quiet settle of `teardown`, at least once unless it lies in a reported input
   `audio_discontinuity` (HR8), or every connection that heard it lost it by a fault the bridge repaired with a
   recovery (the old floor, quarantined: HR2, the replacement asks the caller to repeat, HR7), by a failed
   transcription, by going half-open, or closed by a rollover before its speech-start reached the core (RO2 is
@@ -111,7 +113,7 @@ SETTLE_TICKS = 200  # teardown: 4 s of silence, past every wait of the scaled op
 SPEECH = speech_frame()
 SILENCE = bytes(320)
 MARK = 0xA5  # the first byte of each 20 ms of assistant audio the fake providers send
-UTTERANCE = re.compile(r"<u(\d+)>")
+UTTERANCE = re.compile(r"<u(\d+):(\d+)-(\d+)>")  # utterance, its first and last frame in the text
 RECOVERY_CAUSES_OF_MEDIA = ("output_overflow", "output_stale", "provider_silent")
 
 
@@ -144,8 +146,9 @@ class FakeConnection:
     frames: int = 0  # caller frames received: its audio clock, 20 ms each
     got_frame: bool = False  # it received the caller frame of this tick
     segment: list[int] = field(default_factory=list)  # the caller utterances its VAD's open segment holds
+    spans: dict[int, list[int]] = field(default_factory=dict)  # of each, the first and last frame it heard
+    uncaptioned_spans: dict[int, list[int]] = field(default_factory=dict)  # GPT-Live: not in a fragment yet
     segment_start_ms: int = 0
-    captioned: int = 0  # GPT-Live: utterances of the segment already in a caption fragment
     caption_from_ms: int = 0
     uncaptioned: int = 0  # frames of speech heard since the last fragment
     speech_end_ms: int = 0  # its audio position after the last speech it heard
@@ -229,6 +232,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.leg_ended = False
         self.ended = False  # EndSession
         self.emitted: dict[int, int] = {}  # utterance -> final caller transcripts naming it
+        self.told: dict[int, set[int]] = {}  # utterance -> its frames a final caller transcript named
         self.input_discontinuities: list[int] = []  # when each input audio_discontinuity was reported (ns)
         self.dispatched: dict[int, list[str]] = {}  # utterance -> job ids dispatched for it
         self.jobs: list[str] = []
@@ -339,11 +343,20 @@ class SessionMachine(RuleBasedStateMachine):
     def _notice(self, notice: object) -> None:
         if isinstance(notice, Transcript) and notice.role == "caller" and notice.final:
             self.log.append(f"{self.now // MS} ms: caller text {notice.text!r}")
-            for uid in set(map(int, UTTERANCE.findall(notice.text))):
+            named: dict[int, set[int]] = {}
+            for uid, first, last in UTTERANCE.findall(notice.text):
+                named.setdefault(int(uid), set()).update(range(int(first), int(last) + 1))
+            for uid, frames in named.items():
                 self.emitted[uid] = self.emitted.get(uid, 0) + 1
+                twice = sorted(frames & self.told.setdefault(uid, set()))
                 self._require(
-                    self.emitted[uid] == 1, "S1", f"utterance <u{uid}> reached the application twice"
+                    not twice,
+                    "S1",
+                    f"utterance <u{uid}> reached the application twice (its frames {twice[0]}-{twice[-1]})"
+                    if twice
+                    else "",
                 )
+                self.told[uid] |= frames
         elif isinstance(notice, AudioDiscontinuity) and notice.direction == "input":
             self.input_discontinuities.append(self.now)
         elif isinstance(notice, RecoveryChanged):
@@ -378,7 +391,7 @@ class SessionMachine(RuleBasedStateMachine):
         conn.outbox.clear()
         conn.lost = conn.lost or why
         conn.heard += conn.segment  # what it was hearing is lost with it
-        conn.segment = []
+        conn.segment, conn.spans, conn.uncaptioned_spans = [], {}, {}
 
     def _send(self, conn: FakeConnection, event: ProviderEvent) -> None:
         if not conn.closed and not conn.silent:
@@ -390,7 +403,7 @@ class SessionMachine(RuleBasedStateMachine):
         known_floor = conn.token == core.floor
         known = known_floor or conn.token in core.listeners
         if isinstance(event, InputTranscript) and (event.final or not self.profile.final_transcripts):
-            for uid in map(int, UTTERANCE.findall(event.text)):
+            for uid in {int(label[0]) for label in UTTERANCE.findall(event.text)}:
                 if known:
                     self.utterances[uid].texted_by.add(conn.token)
         elif isinstance(event, AudioReceived):
@@ -473,9 +486,11 @@ class SessionMachine(RuleBasedStateMachine):
                     if not conn.cut:
                         conn.cut, conn.cut_unseen = True, conn.item(conn.segment[0]) not in conn.seen
                 elif speaking:
+                    assert utterance is not None
                     conn.quiet, conn.speech_end_ms = 0, conn.frames * 20
-                    if self.speaking not in conn.segment:
-                        conn.segment.append(self.speaking)  # type: ignore[arg-type]
+                    if utterance.uid not in conn.segment:
+                        conn.segment.append(utterance.uid)
+                    self._heard_frame(conn, utterance)
                     conn.uncaptioned += 1
                     if not self.profile.caps.server_vad and conn.uncaptioned >= VAD_SILENCE_FRAMES:
                         self._caption(conn)  # GPT-Live captions what it hears as it hears it
@@ -484,21 +499,37 @@ class SessionMachine(RuleBasedStateMachine):
                     if conn.quiet >= VAD_SILENCE_FRAMES:
                         self._segment_over(conn)
             elif speaking:
-                assert self.speaking is not None
-                conn.segment, conn.quiet = [self.speaking], 0
+                assert utterance is not None
+                conn.segment, conn.quiet, conn.spans, conn.uncaptioned_spans = [utterance.uid], 0, {}, {}
+                self._heard_frame(conn, utterance)
                 conn.segment_start_ms, conn.speech_end_ms = (conn.frames - 1) * 20, conn.frames * 20
-                conn.captioned, conn.caption_from_ms, conn.uncaptioned = 0, conn.segment_start_ms, 1
+                conn.caption_from_ms, conn.uncaptioned = conn.segment_start_ms, 1
                 if self.profile.caps.server_vad:
                     self._send(
                         conn, SpeechStarted(conn.token, conn.segment_start_ms, conn.item(conn.segment[0]))
                     )
+
+    @staticmethod
+    def _heard_frame(conn: FakeConnection, utterance: Utterance) -> None:
+        """The connection heard this tick's frame of the caller's utterance (its `frames - 1`th)."""
+        frame = utterance.frames - 1
+        for spans in (conn.spans, conn.uncaptioned_spans):
+            spans.setdefault(utterance.uid, [frame, frame])[1] = frame
+
+    @staticmethod
+    def _label(spans: dict[int, list[int]]) -> str:
+        """`<uN:a-b>`: text of the frames a to b of the caller's utterance N (whatever the words are: a provider
+        transcribes what it heard, so two connections' texts of one utterance are the same words only where they
+        heard the same frames)."""
+        return " ".join(f"<u{uid}:{first}-{last}>" for uid, (first, last) in spans.items())
 
     def _segment_over(self, conn: FakeConnection) -> None:
         """The VAD's segment is over (a silence, or a commit): the speech events and the transcript of it,
         `<uN>` for each caller utterance in it."""
         segment, conn.segment, conn.cut = conn.segment, [], False
         conn.heard += segment
-        item, end, text = conn.item(segment[0]), conn.speech_end_ms, " ".join(f"<u{n}>" for n in segment)
+        item, end, text = conn.item(segment[0]), conn.speech_end_ms, self._label(conn.spans)
+        conn.spans = {}
         if self.profile.caps.speech_end_events:
             self._send(conn, SpeechStopped(conn.token, end, item))
         if conn.fail_next:
@@ -513,13 +544,12 @@ class SessionMachine(RuleBasedStateMachine):
             conn.segment = []
 
     def _caption(self, conn: FakeConnection) -> None:
-        """GPT-Live: a timed caption fragment of what the connection heard since the last one (each utterance's
-        `<uN>` in one fragment only)."""
-        new = conn.segment[conn.captioned :]
-        text = " ".join(f"<u{n}>" for n in new) or "..."
+        """GPT-Live: a timed caption fragment of what the connection heard since the last one."""
+        text = self._label(conn.uncaptioned_spans) or "..."
+        conn.uncaptioned_spans = {}
         start, end = conn.caption_from_ms, conn.speech_end_ms
         self._send(conn, InputTranscript(conn.token, text, None, start, end, final=False))
-        conn.captioned, conn.caption_from_ms, conn.uncaptioned = len(conn.segment), end, 0
+        conn.caption_from_ms, conn.uncaptioned = end, 0
 
     def _pulled(self, frame: OutboundFrame | None) -> None:
         """S3: a transmitted frame came from the floor of its time, and after the latest clear."""
@@ -656,7 +686,7 @@ class SessionMachine(RuleBasedStateMachine):
     def provider_interim_text(self, index: int) -> None:
         conn = self._pick(index)
         if conn is not None and conn.segment:
-            text = " ".join(f"<u{n}>" for n in conn.segment) + " so far"
+            text = self._label(conn.spans) + " so far"
             self._send(conn, InputTranscript(conn.token, text, conn.item(conn.segment[0])))
 
     @precondition(lambda self: self.live and self.profile.items)
@@ -1067,3 +1097,19 @@ def test_s1_a_recovery_right_after_a_rollover_emits_the_floors_last_caption_grou
     machine.caller_talks(55)
     machine.connection_drops(0)
     machine.teardown()
+
+
+def test_s1_an_utterance_cut_in_two_by_a_repair_is_told_as_two_stretches() -> None:
+    """GPT-Live: the caller talks through two connection losses. The first connection's captions of the start
+    are emitted at the first recovery, the frames while the replacement connects are reported (HR8), and the
+    replacement's captions of the rest are emitted at the second: two texts of one utterance, of frames that
+    do not overlap — different words, each told once (the machine counted them as one utterance told twice)."""
+    machine = SessionMachine()
+    machine.start(GPT_LIVE_LIKE, True, 500)
+    machine.caller_talks(70)
+    machine.connection_drops(0)
+    machine.caller_talks(40)
+    machine.connection_drops(0)
+    machine.teardown()
+    assert machine.emitted == {1: 2}
+    assert machine.input_discontinuities
