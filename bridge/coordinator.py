@@ -515,7 +515,7 @@ class SessionCoordinator:
             if change.source == "local_vad":
                 if not self.ending.ended:
                     self.recovery.expect_answer(now)
-                self.captions.turn_over(now)
+                self.captions.turn_over(now, self.timeline.ms(now))
                 self.rollover.local_turn(False, now)
                 self.rollover.turn_committed(now)  # RO5, client commits: the bridge's own turn
 

@@ -521,7 +521,7 @@ class RolloverController:
         seed: Seed | None = None,
         stats: RolloverStats | None = None,
         responses: bool = False,
-        last_words: Callable[[str], tuple[int, int, str] | None] | None = None,
+        last_words: Callable[[str], list[tuple[int, int, str]]] | None = None,
     ) -> None:
         self.options = options or RolloverOptions()
         self._responses = responses  # the provider ends each response with ResponseDone (`response_done`)
@@ -534,7 +534,7 @@ class RolloverController:
         self._rollover_id: str | None = None
         self._allocate = allocate or _counter(first_connection_id)  # the session's registry names them (RO7)
         self._seed = seed or (lambda: (NO_SNAPSHOT, None))  # what the next connection is seeded with (RO8)
-        self._last_words = last_words or (lambda _cid: None)  # a closing connection's text not in yet
+        self._last_words = last_words or (lambda _cid: [])  # a closing connection's text not in yet
         self._boundary = False  # the caller ended an utterance since after_ms (RO1)
         self._overlap_end = _NEVER
         self._stop_ns = _NEVER  # when the old one stopped input (draining) or the refused one did (ending)
@@ -784,7 +784,7 @@ class RolloverController:
             return True
         if now < close_by and (self._texts.waiting() or (old.answering and now < self._drain_by(old))):
             return False  # the old one's text may still come (RO3), or the rest of its response (S2)
-        if (words := self._last_words(old.id)) is not None:  # (GPT-Live: its caption group, S1)
+        for words in self._last_words(old.id):  # (GPT-Live: its caption groups, S1)
             self._texts.transcript(old.id, *words, True, now)
         self._actions += self._conns.pop(old.id).close("rollover")  # issue 17: forgotten (then ignored)
         self._texts.settle(old.id)
@@ -914,12 +914,12 @@ class RolloverLink:
             if confirmed_ns is not None:
                 self.controller.connection_confirmed(floor, confirmed_ns)
 
-    def _last_words(self, cid: str) -> tuple[int, int, str] | None:
-        """S1: the caption fragments of the caller's last turn that a connection about to be closed sent (GPT-Live
+    def _last_words(self, cid: str) -> list[tuple[int, int, str]]:
+        """S1: the caption fragments of the caller's last turns that a connection about to be closed sent (GPT-Live
         groups them until `caption_close_ms` after the turn, which may be later than its close): its text of
-        that utterance, settled (RO3) before it is closed instead of dropped with it."""
-        group = self._captions.close_one(token_of(cid))
-        return (group[2], group[3], group[1]) if group is not None and group[1] else None
+        each turn's utterance, settled (RO3) before it is closed instead of dropped with it."""
+        groups = self._captions.close_one(token_of(cid))
+        return [(start, end, text) for _, text, start, end in groups if text]
 
     def stop(self) -> None:
         """No rollover in progress any more: only the floor hears the caller."""

@@ -22,6 +22,7 @@ start, seconds early once the caller's audio had come short for a while.
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
 
 from bridge.commands import Outbox, Transcript
@@ -32,6 +33,7 @@ _FRAME_MS = 20
 ORIGINS_KEPT = 32  # issue 17: connections whose clock origin is kept (the most recently used ones)
 MARKS_KEPT = 64  # issue 17: stretches of continuous caller audio kept (old ones merged, `_thin`)
 GAP_MS = 100  # a forwarded frame this much later than its stretch's audio says starts a new stretch
+TURN_ENDS_KEPT = 8  # caller turn ends kept to split caption groups at (turns whose fragments may still wait)
 
 
 class Timeline:
@@ -131,6 +133,12 @@ class Captions:
     sends caller captions as timed fragments and never a final one: the fragments of one caller turn (by the
     local detector) are grouped per connection and closed `close_ms` after the turn. Recent final caller text
     is kept (bounded) for the seed of a further connection (HR7).
+
+    A group never spans the end of a caller turn (S1, RO3): a fragment of one turn can arrive after the next
+    turn began (a provider's captions lag its audio), and the groups close together `close_ms` after the later
+    turn; each fragment belongs to the turn whose end comes after its start, and each turn's fragments are
+    one utterance. (Merged, a rollover's next connection's text of an old turn's last words and of the new turn
+    matched the old connection's text of the old turn, and the new turn was dropped as its duplicate.)
     """
 
     def __init__(self, out: Outbox, *, close_ms: int, fragments: bool) -> None:
@@ -142,6 +150,9 @@ class Captions:
         self.told_to_ms = 0  # the end of the latest caller utterance emitted (S1: what is accounted for)
         self._fragments: dict[int, list[tuple[str, int, int]]] = {}
         self._due: int | None = None
+        self._turn_ends: deque[int] = deque(
+            maxlen=TURN_ENDS_KEPT
+        )  # session ms of the latest caller turns' ends
 
     def new_epoch(self) -> None:
         self.epoch += 1
@@ -170,8 +181,11 @@ class Captions:
             self._due = now + self._close_ns  # a late fragment
         return True
 
-    def turn_over(self, now: int) -> None:
+    def turn_over(self, now: int, at_ms: int | None = None) -> None:
+        """The caller's turn ended (at session time `at_ms`, where known: the fragments are split there)."""
         self._due = now + self._close_ns
+        if at_ms is not None:
+            self._turn_ends.append(at_ms)
 
     def due(self, now: int) -> bool:
         return self._due is not None and now >= self._due
@@ -180,14 +194,21 @@ class Captions:
         """Each connection's fragments of the last caller turn as one utterance: (token, text, start, end)."""
         self._due = None
         fragments, self._fragments = self._fragments, {}
-        return [_group(token, parts) for token, parts in fragments.items()]
+        return [group for token, parts in fragments.items() for group in self._groups(token, parts)]
 
-    def close_one(self, token: int) -> tuple[int, str, int, int] | None:
-        """One connection's group now (it is being closed: what it heard is not dropped with it, S1)."""
+    def close_one(self, token: int) -> list[tuple[int, str, int, int]]:
+        """One connection's groups now (it is being closed: what it heard is not dropped with it, S1)."""
         parts = self._fragments.pop(token, None)
         if not self._fragments:
             self._due = None
-        return _group(token, parts) if parts else None
+        return self._groups(token, parts) if parts else []
+
+    def _groups(self, token: int, parts: list[tuple[str, int, int]]) -> list[tuple[int, str, int, int]]:
+        """A connection's fragments as one utterance per caller turn, the earliest first."""
+        turns: dict[int, list[tuple[str, int, int]]] = {}
+        for part in parts:
+            turns.setdefault(bisect_right(self._turn_ends, part[1]), []).append(part)
+        return [_group(token, turns[turn]) for turn in sorted(turns)]
 
     def next_deadline(self) -> int | None:
         return self._due

@@ -1113,3 +1113,22 @@ def test_s1_an_utterance_cut_in_two_by_a_repair_is_told_as_two_stretches() -> No
     machine.teardown()
     assert machine.emitted == {1: 2}
     assert machine.input_discontinuities
+
+
+def test_s1_gpt_live_a_late_caption_of_one_turn_does_not_carry_the_next_turn_away() -> None:
+    """GPT-Live, the next connection opens at the deadline in mid-<u2> and hears its last 40 ms; the old one
+    stops hearing the caller as <u3> begins, 460 ms after <u2> (less than `match_slack_ms`). The next one's
+    caption of <u2>'s tail arrives after the caller's turn ended and was grouped with its caption of <u3>, one
+    text matched to the old connection's <u2> (RO3) and dropped as its duplicate: <u3> was lost."""
+    machine = SessionMachine()
+    machine.start(GPT_LIVE_LIKE, True, 500)
+    machine.caller_pauses(19)
+    machine.caller_talks(49)  # <u1>
+    machine.caller_pauses(44)
+    machine.media_clock_stalls(119)
+    machine.caller_pauses(41)
+    machine.caller_talks(45)  # <u2>, 5.44 s to 6.34 s: the next connection opens at 6 s, hears from 6.3 s
+    machine.caller_pauses(23)
+    machine.caller_talks(3)  # <u3>, from 6.8 s
+    machine.teardown()
+    assert machine.emitted == {1: 1, 2: 1, 3: 1}

@@ -140,3 +140,17 @@ def test_hr11_a_hold_stays_exact_when_the_audio_map_is_thinned() -> None:
         end = feed(timeline, end + 200, 25)
     assert timeline.rebase(1, 3_000, 0) == 3_020
     assert timeline.rebase(1, 7_000, 0) == 17_020
+
+
+def test_s1_a_late_fragment_of_one_turn_is_not_grouped_with_the_next_turn() -> None:
+    """A provider's caption of a turn's last words can arrive after the next turn began; the groups close
+    together, one per turn (each fragment belongs to the turn whose end comes after its start)."""
+    out, timeline = Outbox(), Timeline(0)
+    timeline.connection_started(1, 0)
+    captions = Captions(out, close_ms=1_000, fragments=True)
+    captions.fragment(InputTranscript(1, "two ", start_ms=100, end_ms=300), timeline, 0, speaking=True)
+    captions.turn_over(800 * MS, 800)
+    captions.fragment(InputTranscript(1, "nights", start_ms=300, end_ms=500), timeline, 0, speaking=False)
+    captions.fragment(InputTranscript(1, "please", start_ms=900, end_ms=1_100), timeline, 0, speaking=True)
+    captions.turn_over(1_300 * MS, 1_300)
+    assert captions.close() == [(1, "two nights", 100, 500), (1, "please", 900, 1_100)]
