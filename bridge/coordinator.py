@@ -39,6 +39,7 @@ Hold and ringing (S7) are states of the line, not media conditions: they never s
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +74,7 @@ from rtp.audio import FRAME_MS, AudioFormat
 
 # S1: a floor connection that sent nothing for this long before a fault may not have heard the caller at all.
 UNHEARD_SILENCE_MS = 1_000
+UNTOLD_TURNS_KEPT = 8  # S1: the caller's latest turn starts kept, to find the earliest whose text is not in
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,7 @@ class SessionCoordinator:
             client_commits=self.client_turns,
             jobs=self.delegations,
             responses=caps.response_events,
+            unheard=self._closed_unheard,
         )
         self.ending = CallEnding(self.out, self.output, o.telephony, o.closing_message)
         self.telephony = TelephonyTools(self.out, o.telephony, self.delegations, self.ending)
@@ -158,7 +161,9 @@ class SessionCoordinator:
         # S1 at a recovery: when the floor last sent anything, and the start of the caller's earliest turn whose
         # text has not been emitted (session ms; None: every turn is accounted for).
         self._floor_seen = now
-        self._untold_from: int | None = None
+        self._turn_starts: deque[int] = deque(
+            maxlen=UNTOLD_TURNS_KEPT
+        )  # session ms, the latest turns' starts
         self.rollover.start()
 
     @property
@@ -494,8 +499,13 @@ class SessionCoordinator:
         the connection that reported it, when not the floor: in a rollover's hand-over the next connection alone
         hears the caller, and its speech start is a barge-in on the floor's output, S3)."""
         if isinstance(change, CallerStarted):
-            if self._untold_from is None or self._untold_from <= self.captions.told_to_ms:
-                self._untold_from = self.timeline.ms(now)  # (the earliest turn not told yet, S1)
+            source = self.token if token is None else token
+            heard = change.heard_ns
+            self._turn_starts.append(  # S1: where the caller's words begin (its text accounts for them)
+                self.timeline.ms(heard)
+                if heard is not None
+                else self.timeline.rebase(source, change.provider_ms, now)
+            )
             if change.barge and (change.source == "local_vad" or not self.barge.suppressed):
                 self._barge_in(now, change.source)
             if not self.recovery.reconnecting:  # after a repair, this opens the first fresh interval (HR10)
@@ -560,13 +570,29 @@ class SessionCoordinator:
         Its text can no longer come (its events are inert, HR2), and the replacement hears only what follows
         (HR8, whose own discontinuity counts the frames discarded while it connects)."""
         at, told = self.timeline.ms(now), self.captions.told_to_ms
-        start = self._untold_from if self._untold_from is not None and self._untold_from > told else None
+        start = self._untold(told)
         if now - self._floor_seen >= UNHEARD_SILENCE_MS * 1_000_000:
             silent = max(told, self.timeline.ms(self._floor_seen))
             start = silent if start is None else min(start, silent)
-        self._untold_from = None
+        self._turn_starts.clear()
         if start is not None and (frames := (at - start) // FRAME_MS) > 0:
             self.out.notices.append(AudioDiscontinuity("input", frames, "recovery_unheard", at))
+
+    def _closed_unheard(self, until_ms: int, now: int) -> None:
+        """S1: a rollover closed its old connection (its close-by age: a provider's goAway may leave no time),
+        and its text of a caller turn begun before the next connection heard the caller (`until_ms`) has not
+        come: the stretch from that turn's start to `until_ms` is reported in one input `audio_discontinuity`
+        with cause `rollover_unheard` (its `at_ms` is the stretch's end). What followed, the next one heard."""
+        start = self._untold(self.captions.told_to_ms)
+        if start is not None and (frames := (until_ms - start) // FRAME_MS) > 0:
+            self.out.notices.append(AudioDiscontinuity("input", frames, "rollover_unheard", until_ms))
+            kept = [at for at in self._turn_starts if at >= until_ms]  # (the next connection heard those)
+            self._turn_starts.clear()
+            self._turn_starts.extend(kept)
+
+    def _untold(self, told_ms: int) -> int | None:
+        """The start of the caller's earliest recent turn that began after the text told so far ended."""
+        return min((at for at in self._turn_starts if at > told_ms), default=None)
 
     def _end(self, reason: str, now: int, *, failed: bool = False, goodbye: bool = False) -> None:
         if self.ending.end(reason, now, failed=failed, goodbye=goodbye):

@@ -58,6 +58,10 @@ Seams with recovery and barge-in (DESIGN §14 S1, S3):
   the stretch begins at a pause of the caller, and a speech start the lost one reported in it would already
   have moved the floor to it (next rule), so at most the first moments of an utterance are lost, whose rest
   the old connection hears. Lost after TakeFloor, the next connection is the floor: a recovery, as any.
+- The old connection closed at its close-by age (a goAway can leave no time at all) before its text of a
+  caller turn it alone heard has come: the stretch from that turn's start to the instant the next connection
+  began to hear the caller is reported as one input `audio_discontinuity`, cause `rollover_unheard` (S1; the
+  coordinator knows the turns and what was told). Waiting longer is not possible: the provider ends it.
 - Barge-in in the hand-over: the next connection's speech start, while it alone hears the caller, is a
   barge-in on the floor's output (clear, truncate, suppression: the session routes it as the floor's own), and
   the old connection's answer is over: the floor moves to the connection hearing the caller at once, so its
@@ -551,6 +555,12 @@ class RolloverController:
     def audio_targets(self) -> tuple[str, ...]:
         return self._conns.receiving()
 
+    def shared_from(self, close: CloseTransport) -> int | None:
+        """When (session ms) the next connection began to hear the caller, if `close` closes the old one of
+        the latest hand-over: what the caller said before then, only the old connection heard."""
+        hand = self._texts.hand
+        return hand.shared_from_ms if hand is not None and close.connection_id == hand.old else None
+
     def confirmed_ns(self, connection_id: str) -> int | None:
         """When that connection's session configuration was confirmed (its age counts from then)."""
         return conn.confirmed_ns if (conn := self._conns.get(connection_id)) is not None else None
@@ -873,8 +883,10 @@ class RolloverLink:
         client_commits: bool,
         jobs: Delegations | None = None,
         responses: bool = False,
+        unheard: Callable[[int, int], None] | None = None,
     ) -> None:
         self._out, self._connections, self._timeline, self._captions = out, connections, timeline, captions
+        self._unheard = unheard  # S1: told what a closed old connection alone heard, up to (session ms), now
         self._jobs = jobs
         self.ended = False  # the caller hung up or the session ended: nothing more is opened (S6)
         self._turns, self._seed = turns, seed
@@ -1172,8 +1184,9 @@ class RolloverLink:
 
     def route(self, now: int) -> str | None:
         """Carry the controller's decisions to where they belong; returns a refusal's reason (RO6)."""
-        actions = self.controller.actions() if self.controller is not None else []
-        at, refused = self._timeline.ms(now), None
+        if (ctl := self.controller) is None:
+            return None
+        actions, at, refused = ctl.actions(), self._timeline.ms(now), None
         for action in actions:
             token = 0 if isinstance(action, EndSession) else token_of(action.connection_id)
             if self.ended and isinstance(action, (ApproveRollover, AuthorizeConnection, OpenRollover)):
@@ -1202,6 +1215,8 @@ class RolloverLink:
                 self._out.notices.append(RolloverChanged("floor", action.connection_id, f"token {token}", at))
             elif isinstance(action, CloseTransport):
                 if token != self._connections.floor:
+                    if self._unheard is not None and (heard := ctl.shared_from(action)) is not None:
+                        self._unheard(heard, now)  # S1: what only it heard, and it never said, is told
                     self._out.commands.append(action)
                     self._connections.drop(token)
                     self._utterances.pop(token, None)

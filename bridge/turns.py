@@ -28,6 +28,7 @@ class CallerStarted:
     source: str  # "provider" or "local_vad"
     provider_ms: int | None  # the provider's time of the start (None: now)
     barge: bool  # this start interrupts the assistant (the authoritative source of starts)
+    heard_ns: int | None = None  # the local detector's: when the first voiced frame of the turn arrived
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +61,7 @@ class TurnTracker:
         if isinstance(change, VoiceStarted):
             self.local_turn = (at_ms, at_ms)
             # A local start still opens a fresh caller interval (HR10) where the provider reports starts too.
-            return CallerStarted("local_vad", None, barge=not self.provider_starts)
+            return CallerStarted("local_vad", None, barge=not self.provider_starts, heard_ns=change.at)
         if isinstance(change, VoiceStopped):
             self.local_turn = (self.local_turn[0], at_ms)
             return CallerStopped("local_vad") if not self.provider_ends else None

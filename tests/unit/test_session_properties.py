@@ -234,6 +234,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.emitted: dict[int, int] = {}  # utterance -> final caller transcripts naming it
         self.told: dict[int, set[int]] = {}  # utterance -> its frames a final caller transcript named
         self.input_discontinuities: list[int] = []  # when each input audio_discontinuity was reported (ns)
+        self.unheard: list[tuple[int, int]] = []  # the stretch of each (session ms: its end is its `at_ms`)
         self.dispatched: dict[int, list[str]] = {}  # utterance -> job ids dispatched for it
         self.jobs: list[str] = []
         self.superseded: set[str] = set()
@@ -359,6 +360,8 @@ class SessionMachine(RuleBasedStateMachine):
                 self.told[uid] |= frames
         elif isinstance(notice, AudioDiscontinuity) and notice.direction == "input":
             self.input_discontinuities.append(self.now)
+            self.unheard.append((notice.at_ms - notice.amount * 20, notice.at_ms))
+            self.log.append(f"{self.now // MS} ms: {notice!r}")
         elif isinstance(notice, RecoveryChanged):
             self.log.append(f"{self.now // MS} ms: {notice!r}")
             if notice.stage == "reconnecting":
@@ -908,6 +911,11 @@ class SessionMachine(RuleBasedStateMachine):
         # with it in a fault that the recovery reports and repairs (HR2, HR7: the caller is asked to repeat); a
         # closed old connection whose speech-start had not reached the core (RO2 judged on what it knew).
         excused = {"transcription-failed", "silent", "recovery-floor", "died-floor", "rollover-close-unseen"}
+        began = u.began_ns // MS  # (the session's timeline starts at 0)
+        if any(start <= began < end for start, end in self.unheard):
+            excused |= {
+                "rollover-close"
+            }  # closed with its text not in, and the stretch it alone heard reported
         self._require(
             bool(u.hearers) and set(hearers.values()) <= excused,
             "S1",
@@ -1132,3 +1140,19 @@ def test_s1_gpt_live_a_late_caption_of_one_turn_does_not_carry_the_next_turn_awa
     machine.caller_talks(3)  # <u3>, from 6.8 s
     machine.teardown()
     assert machine.emitted == {1: 1, 2: 1, 3: 1}
+
+
+def test_s1_an_old_connection_closed_by_a_go_away_with_its_text_on_the_way_is_told() -> None:
+    """GPT-Live: a goAway squeezes the rollover; the next connection opens at the caller's first pause and
+    hears them from 660 ms. <u2> (380-420 ms) only the old one heard; a goAway with no time left closes it at
+    once, its caption of <u2> still on the way: lost, and nothing told the application."""
+    machine = SessionMachine()
+    machine.start(GPT_LIVE_LIKE, True, 500)
+    machine.provider_goes_away(0, 3_000)
+    machine.caller_talks(3)  # <u1>
+    machine.caller_breathes(15)
+    machine.caller_talks(3)  # <u2>
+    machine.provider_goes_away(0, 0)
+    machine.teardown()
+    assert machine.emitted == {1: 1}
+    assert machine.unheard == [(380, 660)]
