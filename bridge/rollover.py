@@ -1206,6 +1206,8 @@ class RolloverLink:
             elif isinstance(action, StartInput):
                 self._connections.start_input(token)
             elif isinstance(action, StopInput):
+                if token == self._connections.floor:
+                    self._captions.boundary(at)  # S1: the next one's captions from now on are its own
                 if token == self._connections.floor and self._jobs is not None:
                     self._jobs.stopped_hearing(at)  # S2: utterances from now on are the next one's
                 self._connections.stop_input(token)

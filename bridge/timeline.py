@@ -33,7 +33,7 @@ _FRAME_MS = 20
 ORIGINS_KEPT = 32  # issue 17: connections whose clock origin is kept (the most recently used ones)
 MARKS_KEPT = 64  # issue 17: stretches of continuous caller audio kept (old ones merged, `_thin`)
 GAP_MS = 100  # a forwarded frame this much later than its stretch's audio says starts a new stretch
-TURN_ENDS_KEPT = 8  # caller turn ends kept to split caption groups at (turns whose fragments may still wait)
+BOUNDS_KEPT = 8  # turn ends and hand-overs kept to split caption groups at (whose fragments may still wait)
 
 
 class Timeline:
@@ -138,7 +138,11 @@ class Captions:
     turn began (a provider's captions lag its audio), and the groups close together `close_ms` after the later
     turn; each fragment belongs to the turn whose end comes after its start, and each turn's fragments are
     one utterance. (Merged, a rollover's next connection's text of an old turn's last words and of the new turn
-    matched the old connection's text of the old turn, and the new turn was dropped as its duplicate.)
+    matched the old connection's text of the old turn, and the new turn was dropped as its duplicate.) Nor does
+    a group span the instant a rollover's old connection stopped hearing the caller (`boundary`): the next
+    connection's words before it the old one heard too (RO3 matches them), those after are its own, however
+    short the caller's pause there (the local detector's turn may go on through it). A fragment that straddles
+    the instant goes with its start (at most one fragment's words of the caller talking through a hard stop).
     """
 
     def __init__(self, out: Outbox, *, close_ms: int, fragments: bool) -> None:
@@ -150,9 +154,7 @@ class Captions:
         self.told_to_ms = 0  # the end of the latest caller utterance emitted (S1: what is accounted for)
         self._fragments: dict[int, list[tuple[str, int, int]]] = {}
         self._due: int | None = None
-        self._turn_ends: deque[int] = deque(
-            maxlen=TURN_ENDS_KEPT
-        )  # session ms of the latest caller turns' ends
+        self._bounds: deque[int] = deque(maxlen=BOUNDS_KEPT)  # session ms: the latest turns' ends, hand-overs
 
     def new_epoch(self) -> None:
         self.epoch += 1
@@ -185,7 +187,13 @@ class Captions:
         """The caller's turn ended (at session time `at_ms`, where known: the fragments are split there)."""
         self._due = now + self._close_ns
         if at_ms is not None:
-            self._turn_ends.append(at_ms)
+            self.boundary(at_ms)
+
+    def boundary(self, at_ms: int) -> None:
+        """No group spans this instant (session ms): a caller turn ended, or a rollover's old connection stopped
+        hearing the caller."""
+        if not self._bounds or at_ms >= self._bounds[-1]:
+            self._bounds.append(at_ms)
 
     def due(self, now: int) -> bool:
         return self._due is not None and now >= self._due
@@ -207,7 +215,7 @@ class Captions:
         """A connection's fragments as one utterance per caller turn, the earliest first."""
         turns: dict[int, list[tuple[str, int, int]]] = {}
         for part in parts:
-            turns.setdefault(bisect_right(self._turn_ends, part[1]), []).append(part)
+            turns.setdefault(bisect_right(self._bounds, part[1]), []).append(part)
         return [_group(token, turns[turn]) for turn in sorted(turns)]
 
     def next_deadline(self) -> int | None:

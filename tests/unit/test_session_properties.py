@@ -1156,3 +1156,19 @@ def test_s1_an_old_connection_closed_by_a_go_away_with_its_text_on_the_way_is_to
     machine.teardown()
     assert machine.emitted == {1: 1}
     assert machine.unheard == [(380, 660)]
+
+
+def test_s1_gpt_live_words_after_the_old_connection_stopped_hearing_are_the_next_ones() -> None:
+    """GPT-Live: the caller talks through the deadline; the next connection opens and hears the end of <u2>;
+    the old one stops hearing at its hard stop (7 s) as <u3> begins, 280 ms after <u2> — within the local
+    detector's hangover, so one caller turn. The next one's captions of <u2>'s end and of <u3> were one group,
+    matched to the old one's <u2> (RO3) and dropped as its duplicate: <u3> was lost."""
+    machine = SessionMachine()
+    machine.start(GPT_LIVE_LIKE, True, 500)
+    machine.caller_talks(89)  # <u1>
+    machine.caller_breathes(14)
+    machine.caller_talks(233)  # <u2>, 2.06 s to 6.72 s
+    machine.caller_breathes(14)
+    machine.caller_talks(3)  # <u3>, at 7 s
+    machine.teardown()
+    assert machine.emitted == {1: 1, 2: 1, 3: 1}
