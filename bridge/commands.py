@@ -210,6 +210,16 @@ class EmitInterim:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class EmitUntold:
+    """Caller speech (session ms) in no text told: the only text of it, a connection's, was dropped as the
+    duplicate of the other connection's, which covers less (RO3; S1: reported as an input discontinuity)."""
+
+    connection_id: str
+    start_ms: int
+    end_ms: int
+
+
 RolloverAction = (
     ApproveRollover
     | AuthorizeConnection
@@ -221,6 +231,7 @@ RolloverAction = (
     | CloseTransport
     | EmitUtterance
     | EmitInterim
+    | EmitUntold
     | EndSession
 )
 

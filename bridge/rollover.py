@@ -35,6 +35,14 @@ Choices where the rules are silent:
   nearest utterance only the other connection reported (the largest overlap first); two utterances closer than
   the slack stay two, so the second is never dropped as a duplicate of the first. The old connection's
   utterances over before the new one started hearing the caller are its alone, matched to nothing.
+- RO3 against S1, a caller talking through the hard stop: the old connection's text (committed there, RO2) is
+  of the utterance's start, the new one's of everything it heard, from its opening to the end. The seed emits
+  the old one's once; the new one's words after the old one's end are then in no text (Realtime gives no
+  word times to cut it by), and emitting both repeats the overlap. The stretch only the dropped text covered
+  is reported as an input `audio_discontinuity`, cause `rollover_untold`, where longer than `match_slack_ms`
+  (RO3's own tolerance for two connections' times of the same words). GPT-Live's timed captions are cut at
+  the instant the old connection stopped hearing (bridge/timeline.py `Captions`): the new one's words after it
+  are its own text, told.
 - RO4 "began while the old one was open" means: began before the old connection stopped receiving audio.
 - `session_expiring` (Gemini goAway, OpenAI expires_at) squeezes what is left of the schedule (after -> cap)
   into the time left: approval at once, open at the next end of speech or at 60 % of the time left, hard stop
@@ -86,6 +94,7 @@ from bridge.commands import (
     CloseTransport,
     CommitInput,
     EmitInterim,
+    EmitUntold,
     EmitUtterance,
     EndSession,
     OpenRollover,
@@ -120,6 +129,10 @@ Seed = Callable[[], tuple[RecoverySnapshot, str | None]]
 
 _NS_PER_MS = 1_000_000
 _NEVER = 1 << 62  # an instant that never comes (ns)
+# S1: a stretch of caller speech only a dropped duplicate's text covered is reported when longer than this and
+# than `match_slack_ms` (two connections' times of one utterance differ by their VAD's padding, a caption
+# fragment is 200 ms: RO3 counts spans within the slack as the same words).
+UNTOLD_MIN_MS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,6 +283,7 @@ class _Utterance:
     old: tuple[int, int] | None = None  # its span as the old connection transcribed it
     new: tuple[int, int] | None = None  # as the new one did
     emitted: bool = False  # its text reached the application, from either connection
+    told: tuple[int, int] | None = None  # the span of the text that did
     old_failed: bool = False  # the old one's transcription failed or was empty
     pending: _Pending | None = None  # the new one's text, waiting for the old one's
 
@@ -340,7 +354,7 @@ class Handover:
         for u in pool:
             mine, theirs = getattr(u, side), getattr(u, other)
             if mine is not None:
-                if span[0] <= mine[1] and mine[0] <= span[1]:
+                if span == mine or (span[0] < mine[1] and mine[0] < span[1]):
                     return u  # one connection's utterances never overlap each other: this is it again
             elif theirs is not None and self.same(span, theirs):
                 overlap = min(span[1], theirs[1]) - max(span[0], theirs[0])
@@ -371,21 +385,26 @@ class Handover:
             if text is not None:
                 self._emit(EmitUtterance(self.old, start_ms, end_ms, text))
             return
+        if u is not None and u.new is None:
+            u.new = span  # (as the previous rollover's new connection: its later texts are not this one)
         u = u or self._utterance(span, "old", self.utterances)
         if u.emitted:
             self._stats.duplicates_dropped += text is not None
+            if text is not None:
+                self._untold(self.old, span, u.told)
             return
         if text is None:
             u.old_failed = True
             if u.pending is not None:
                 self.fallback(u.pending)
             return
-        u.emitted = True
+        u.emitted, u.told = True, span
         self._emit(EmitUtterance(self.old, start_ms, end_ms, text))
         if (p := u.pending) is not None:
             self.pending.remove(p)
             u.pending = None
             self._stats.duplicates_dropped += 1
+            self._untold(self.new, (p.start_ms, p.end_ms), span)
 
     def new_shared(self, start_ms: int, end_ms: int, text: str, now: int, *, old_closed: bool) -> None:
         """The new connection's final text of an utterance the old one heard too (RO3)."""
@@ -394,15 +413,29 @@ class Handover:
         u = self._utterance((start_ms, end_ms), "new", self.utterances)
         if u.emitted or u.pending is not None:
             self._stats.duplicates_dropped += 1
+            if u.emitted:
+                self._untold(self.new, (start_ms, end_ms), u.told)
             return
         u.pending = _Pending(start_ms, end_ms, text, now + self._options.transcript_wait_ms * _NS_PER_MS, u)
         self.pending.append(u.pending)
         if u.old_failed or old_closed:  # the old one failed, was empty, or can no longer answer
             self.fallback(u.pending)
 
+    def _untold(self, connection_id: str, dropped: tuple[int, int], told: tuple[int, int] | None) -> None:
+        """S1: a text dropped as the duplicate of one told that covers less of the caller's speech (the old
+        connection committed at its hard stop in mid-utterance, RO2, or stopped hearing as it began, transcribes
+        only its start; the next one opened in mid-utterance only its end): what only the dropped text covered
+        is in no text — reported, stretch by stretch, where longer than the slack (and `UNTOLD_MIN_MS`)."""
+        if told is None:
+            return
+        least = max(self._options.match_slack_ms, UNTOLD_MIN_MS)
+        for start, end in ((dropped[0], min(dropped[1], told[0])), (max(dropped[0], told[1]), dropped[1])):
+            if end - start > least:
+                self._emit(EmitUntold(connection_id, start, end))
+
     def fallback(self, p: _Pending) -> None:
         self.pending.remove(p)
-        p.utterance.pending, p.utterance.emitted = None, True
+        p.utterance.pending, p.utterance.emitted, p.utterance.told = None, True, (p.start_ms, p.end_ms)
         self._stats.fallbacks += 1
         self._emit(EmitUtterance(self.new, p.start_ms, p.end_ms, p.text))
 
@@ -729,7 +762,7 @@ class RolloverController:
         inert from now on. The next connection's texts still waiting for the old one's are emitted (RO3: the
         old one's never arrives); returns them (the rest of this controller's decisions go with it)."""
         self._texts.flush()
-        return [a for a in self.actions() if isinstance(a, EmitUtterance)]
+        return [a for a in self.actions() if isinstance(a, (EmitUtterance, EmitUntold))]
 
     # --- rules -----------------------------------------------------------------------------------------------
     def _advance(self, now: int) -> None:
@@ -955,10 +988,18 @@ class RolloverLink:
         during the hand-over is reported (`_lost_alone`)."""
         if self.controller is not None:
             for emit in self.controller.abandon():
-                assert isinstance(emit, EmitUtterance)
-                self._captions.caller(emit.text, emit.start_ms, True, emit.end_ms)
+                if isinstance(emit, EmitUtterance):
+                    self._captions.caller(emit.text, emit.start_ms, True, emit.end_ms)
+                elif isinstance(emit, EmitUntold):
+                    self._untold(emit)
         self._lost_alone(now)
         self.stop()
+
+    def _untold(self, action: EmitUntold) -> None:
+        """S1: caller speech in no text told (RO3's choice of the text that covers less), one input
+        `audio_discontinuity` of its 20 ms frames, cause `rollover_untold`, at its end."""
+        frames = (action.end_ms - action.start_ms) // FRAME_MS
+        self._out.notices.append(AudioDiscontinuity("input", frames, "rollover_untold", action.end_ms))
 
     def _lost_alone(self, now: int) -> None:
         """S1 (HR8 style): the caller audio only the next connection heard — from when the old one stopped
@@ -1223,6 +1264,8 @@ class RolloverLink:
                     self._connections.drop(token)
                     self._utterances.pop(token, None)
                 self._out.notices.append(RolloverChanged("closed", action.connection_id, action.reason, at))
+            elif isinstance(action, EmitUntold):
+                self._untold(action)
             elif isinstance(action, (EmitUtterance, EmitInterim)):
                 final = isinstance(action, EmitUtterance)  # issue 15: with its end, for the application
                 self._captions.caller(action.text, action.start_ms, final, action.end_ms)

@@ -178,6 +178,7 @@ class Utterance:
     discarded_at: int | None = None  # the first of its frames no connection received (ns)
     texted_by: set[int] = field(default_factory=set)  # connections whose text of it reached the core
     began_ns: int = 0
+    frame_ms: list[int] = field(default_factory=list)  # when each of its frames came (session ms)
 
 
 class SessionMachine(RuleBasedStateMachine):
@@ -475,6 +476,7 @@ class SessionMachine(RuleBasedStateMachine):
         utterance = self.utterances.get(self.speaking) if self.speaking is not None else None
         if utterance is not None:
             utterance.frames += 1
+            utterance.frame_ms.append(self.now // MS)
             hearers = [c.token for c in self.conns.values() if c.got_frame]
             utterance.hearers.update(hearers)
             if not hearers and not self.ended and utterance.discarded_at is None:
@@ -548,11 +550,13 @@ class SessionMachine(RuleBasedStateMachine):
             conn.segment = []
 
     def _caption(self, conn: FakeConnection) -> None:
-        """GPT-Live: a timed caption fragment of what the connection heard since the last one."""
-        text = self._label(conn.uncaptioned_spans) or "..."
+        """GPT-Live: a timed caption fragment of what the connection heard since the last one (none when it
+        heard no more speech: a provider sends no empty caption)."""
+        text = self._label(conn.uncaptioned_spans)
         conn.uncaptioned_spans = {}
         start, end = conn.caption_from_ms, conn.speech_end_ms
-        self._send(conn, InputTranscript(conn.token, text, None, start, end, final=False))
+        if text:
+            self._send(conn, InputTranscript(conn.token, text, None, start, end, final=False))
         conn.caption_from_ms, conn.uncaptioned = end, 0
 
     def _pulled(self, frame: OutboundFrame | None) -> None:
@@ -885,6 +889,46 @@ class SessionMachine(RuleBasedStateMachine):
             return
         for utterance in self.utterances.values():
             self._check_reached(utterance)
+            self._check_whole(utterance)
+
+    def _check_whole(self, u: Utterance) -> None:
+        """S1, stretch by stretch: an utterance every hearer transcribed, none lost by a fault, reaches the
+        application whole — every stretch of it longer than `match_slack_ms` (RO3 counts two connections' spans
+        within it as the same words) and than 200 ms (a caption fragment: no provider's text is finer) in a text
+        told, or in a stretch reported unheard. (A caller talking through a rollover's hard stop: RO2 cuts the old
+        connection's text there, the next connection's is of the rest.)"""
+        if not u.ended or u.discarded_at is not None or not u.hearers:
+            return
+        for token in u.hearers:
+            conn = self.conns[token]
+            if (
+                token not in u.texted_by
+                or u.uid in conn.failed
+                or conn.lost not in (None, "closed", "rollover-close")
+            ):
+                return
+        told = self.told.get(u.uid, set())
+        missing = [
+            i
+            for i, at in enumerate(u.frame_ms)
+            if i not in told and not any(start - 20 <= at <= end for start, end in self.unheard)
+        ]
+        runs: list[list[int]] = []
+        for i in missing:
+            if runs and runs[-1][1] == i - 1:
+                runs[-1][1] = i
+            else:
+                runs.append([i, i])
+        slack = self.core.rollover.options.match_slack_ms if self.core.rollover.options else 0
+        least = (
+            max(slack, VAD_SILENCE_FRAMES * 20) + 40
+        )  # (RO3's slack; frames against the bridge's ms: 40 ms)
+        lost = [(first, last) for first, last in runs if (last - first + 1) * 20 > least]
+        self._require(
+            not lost,
+            "S1",
+            f"<u{u.uid}>'s frames {lost} reached the application in no text and were not reported unheard",
+        )
 
     def _check_reached(self, u: Utterance) -> None:
         if self.emitted.get(u.uid) or not u.ended:
@@ -1110,7 +1154,7 @@ def test_s1_a_recovery_right_after_a_rollover_emits_the_floors_last_caption_grou
     machine.caller_talks(55)
     machine.connection_drops(0)
     machine.teardown()
-    assert machine.emitted == {1: 1}  # (what the bridge held is told, not only reported)
+    assert machine.emitted == {1: 2}  # the old one's text, and the new one's of what followed its stop
 
 
 def test_s1_an_utterance_cut_in_two_by_a_repair_is_told_as_two_stretches() -> None:
@@ -1194,3 +1238,18 @@ def test_s1_an_utterance_in_a_reported_unheard_stretch_is_accounted_for() -> Non
     machine.connection_drops(0)
     machine.teardown()
     assert not machine.emitted and machine.unheard[0] == (760, 6320)
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)
+def test_s1_a_caller_talking_through_hard_stops_loses_no_stretch_silently(profile: Profile) -> None:
+    """The caller talks for 20 s without a pause: each connection opens at its deadline in mid-utterance and is
+    committed at its hard stop (RO2), so each transcribes a part of the one utterance, overlapping the next one's
+    by the overlap. RO3 emitted the old connection's text and dropped the next one's as its duplicate — with it
+    the stretch only the next one heard, seconds of speech, in no text and not reported."""
+    machine = SessionMachine()
+    machine.start(profile, True, 500)
+    machine.caller_talks(1_000)
+    machine.caller_pauses(30)
+    machine.teardown()
+    assert len([c for c in machine.conns.values() if c.kind == "rollover"]) >= 3
+    assert machine.told[1] >= set(range(0, 300))  # the start, from the first connection
