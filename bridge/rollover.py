@@ -433,6 +433,10 @@ class Handover:
             if end - start > least:
                 self._emit(EmitUntold(connection_id, start, end))
 
+    def adopt(self, emit: Callable[[Action], None]) -> None:
+        """Its decisions go to another controller from now on (`RolloverController.carry`)."""
+        self._emit = emit
+
     def fallback(self, p: _Pending) -> None:
         self.pending.remove(p)
         p.utterance.pending, p.utterance.emitted, p.utterance.told = None, True, (p.start_ms, p.end_ms)
@@ -600,6 +604,19 @@ class RolloverController:
 
     def speaker(self) -> str:
         return self._current
+
+    @property
+    def texts(self) -> CallerTexts:
+        return self._texts
+
+    def carry(self, texts: CallerTexts) -> None:
+        """A previous controller's caller texts, whose latest hand-over's old connection is this one's current:
+        that connection was the new one of the rollover before (its texts of utterances emitted then are still
+        their duplicates, RO3, S1), and the failed next connection's texts still waiting for it still wait."""
+        hand = texts.hand
+        if hand is not None and hand.old == self._current:
+            hand.adopt(self._emit)
+            self._texts.hand = hand
 
     def status(self) -> dict[str, object]:  # status()["rollover"]
         return {
@@ -938,9 +955,11 @@ class RolloverLink:
         """A controller whose current connection is the floor (at the start of the call, after a repair, after
         a failed next connection). The spans the floor's speech events gave its utterances are kept: the
         transcript of one under way carries no times of its own (Realtime, xAI), and without its span it was
-        stamped 0 ms of the session's timeline (HR11)."""
+        stamped 0 ms of the session's timeline (HR11). After a failed next connection, the hand-over the floor
+        was the old connection of goes on settling its texts (`RolloverController.carry`)."""
         token = self._connections.floor
         heard = self._utterances.get(token)
+        before = self.controller.texts if self.controller is not None else None
         self.stop()
         if heard is not None:
             self._utterances[token] = heard
@@ -956,6 +975,8 @@ class RolloverLink:
                 responses=self._responses,
                 last_words=self._last_words,
             )
+            if before is not None:
+                self.controller.carry(before)
             if confirmed_ns is not None:
                 self.controller.connection_confirmed(floor, confirmed_ns)
 

@@ -1253,3 +1253,25 @@ def test_s1_a_caller_talking_through_hard_stops_loses_no_stretch_silently(profil
     machine.teardown()
     assert len([c for c in machine.conns.values() if c.kind == "rollover"]) >= 3
     assert machine.told[1] >= set(range(0, 300))  # the start, from the first connection
+
+
+def test_s1_a_failed_next_connection_keeps_what_the_rollover_before_it_told() -> None:
+    """GPT-Live with goAways: the first rollover hands over to conn-2 as <u2> is heard by both, and emits the
+    old connection's text of it at its close; conn-2's own goAway opens the next rollover in the same instant,
+    and its connection fails to open. The controller started afresh forgot the first hand-over, and conn-2's
+    caption group of <u2>, closed later, was emitted again."""
+    machine = SessionMachine()
+    machine.start(GPT_LIVE_LIKE, True, 500)
+    machine.caller_holds(70)
+    machine.caller_pauses(112)
+    machine.caller_talks(3)  # <u1>
+    machine.caller_pauses(11)
+    machine.provider_goes_away(0, 1_500)
+    machine.caller_pauses(19)
+    machine.provider_goes_away(1, 1_500)
+    machine.caller_pauses(22)
+    machine.caller_talks(16)  # <u2>, heard by conn-1 and conn-2
+    machine.caller_pauses(24)
+    machine.connection_fails_to_open(0)  # conn-3
+    machine.teardown()
+    assert machine.emitted == {1: 1, 2: 1}
