@@ -41,8 +41,9 @@ Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
 - SE5 (barge-in, whatever else is going on): once the caller has spoken `BARGE_IN_MS` while some connection
   hears them, nothing the floor sent before they began is still transmitted.
 
-tests/bench/properties.py runs the machine (`run_the_machine`) over many call histories; each case it found is
-a regression test below, run by CI.
+CI runs the machine on its `--quick` budget (`test_s1_to_s7_hold_over_the_machines_call_histories`, the same
+histories every run); tests/bench/properties.py runs it over new ones (`--seed`, `--examples`); each case it
+found is a regression test below.
 """
 
 from __future__ import annotations
@@ -985,6 +986,16 @@ def run_the_machine(profile: settings, shrink_seconds: int) -> None:
         run_state_machine_as_test(SessionMachine, settings=profile)
     finally:
         engine.MAX_SHRINKING_SECONDS = saved
+
+
+CI = settings(PROFILE, derandomize=True, database=None)  # the same 200 call histories on every run
+
+
+def test_s1_to_s7_hold_over_the_machines_call_histories() -> None:
+    """The machine itself, on CI's budget (`--quick`: 200 call histories of 60 steps, about 10 s here). The
+    histories are the same on every run — a red build names a change of the code, never a new draw —
+    and tests/bench/properties.py explores new ones (`--seed`, `--examples`); each case it finds is kept below."""
+    run_the_machine(CI, 40)
 
 
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)
