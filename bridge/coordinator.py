@@ -158,12 +158,10 @@ class SessionCoordinator:
         # (a frame that changed no turn and made no room decide moves the output's deadline alone).
         self._others_due: int | None = None
         self._others_known = False
-        # S1 at a recovery: when the floor last sent anything, and the start of the caller's earliest turn whose
-        # text has not been emitted (session ms; None: every turn is accounted for).
+        # S1 at a recovery or a rollover's close: when the floor last sent anything, and where the caller's latest
+        # turns began (session ms; the earliest after the text told so far is the first not accounted for).
         self._floor_seen = now
-        self._turn_starts: deque[int] = deque(
-            maxlen=UNTOLD_TURNS_KEPT
-        )  # session ms, the latest turns' starts
+        self._turn_starts: deque[int] = deque(maxlen=UNTOLD_TURNS_KEPT)
         self.rollover.start()
 
     @property

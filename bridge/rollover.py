@@ -1246,9 +1246,9 @@ class RolloverLink:
 
     def route(self, now: int) -> str | None:
         """Carry the controller's decisions to where they belong; returns a refusal's reason (RO6)."""
-        if (ctl := self.controller) is None:
-            return None
-        actions, at, refused = ctl.actions(), self._timeline.ms(now), None
+        ctl = self.controller
+        actions = ctl.actions() if ctl is not None else []
+        at, refused = self._timeline.ms(now), None
         for action in actions:
             token = 0 if isinstance(action, EndSession) else token_of(action.connection_id)
             if self.ended and isinstance(action, (ApproveRollover, AuthorizeConnection, OpenRollover)):
@@ -1279,7 +1279,8 @@ class RolloverLink:
                 self._out.notices.append(RolloverChanged("floor", action.connection_id, f"token {token}", at))
             elif isinstance(action, CloseTransport):
                 if token != self._connections.floor:
-                    if self._unheard is not None and (heard := ctl.shared_from(action)) is not None:
+                    heard = ctl.shared_from(action) if ctl is not None else None
+                    if self._unheard is not None and heard is not None:
                         self._unheard(heard, now)  # S1: what only it heard, and it never said, is told
                     self._out.commands.append(action)
                     self._connections.drop(token)
