@@ -459,10 +459,13 @@ class CallerTexts:
     def begin(self, old: str, new: str) -> None:
         """A rollover opens `new`: from now on both may transcribe the same utterances. `old` was the previous
         rollover's new connection: what was emitted then stays known, so that its late text of an utterance
-        it shared with its own predecessor is not emitted a second time (RO3)."""
+        it shared with its own predecessor is not emitted a second time (RO3); after a failed rollover of the
+        same old connection, what it kept of that predecessor's stays known the same way."""
         hand, prev = Handover(old, new, self._options, self._stats, self._emit), self.hand
         if prev is not None and prev.new == old:
             hand.before = prev.utterances
+        elif prev is not None and prev.old == old:
+            hand.before = prev.before
         self.hand = hand
 
     def start_sharing(self, at_ms: int) -> None:

@@ -1286,3 +1286,22 @@ def test_s1_a_failed_next_connection_keeps_what_the_rollover_before_it_told() ->
     machine.connection_fails_to_open(0)  # conn-3
     machine.teardown()
     assert machine.emitted == {1: 1, 2: 1}
+
+
+def test_s1_a_rollover_after_a_failed_one_still_knows_the_texts_told_before() -> None:
+    """Realtime with goAways: conn-2's text of <u2>, which the first rollover emitted from conn-1, is late; the
+    next rollover's connection fails to open, and the one after it (conn-2 to conn-4) began with nothing known
+    of the first, so conn-2's late text of <u2> was emitted again."""
+    machine = SessionMachine()
+    machine.start(REALTIME_LIKE, True, 500)
+    machine.caller_talks(3)  # <u1>
+    machine.connection_expires(0, 3_000)
+    machine.caller_pauses(41)
+    machine.provider_goes_away(1, 3_000)
+    machine.caller_talks(3)  # <u2>
+    machine.caller_holds(10)
+    machine.caller_holds(78)
+    machine.connection_fails_to_open(0)  # conn-3
+    machine.provider_goes_away(0, 1_500)
+    machine.teardown()
+    assert machine.emitted == {1: 1, 2: 1}
