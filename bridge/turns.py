@@ -16,7 +16,7 @@ with `now`, transitions out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bridge.vad import VadOptions, VoiceActivityDetector, VoiceStarted, VoiceStopped
 from providers.base import Capabilities
@@ -28,7 +28,8 @@ class CallerStarted:
     source: str  # "provider" or "local_vad"
     provider_ms: int | None  # the provider's time of the start (None: now)
     barge: bool  # this start interrupts the assistant (the authoritative source of starts)
-    heard_ns: int | None = None  # the local detector's: when the first voiced frame of the turn arrived
+    # the local detector's: when the first voiced frame of the turn arrived (a fact beside the change, not of it)
+    heard_ns: int | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
