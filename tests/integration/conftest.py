@@ -69,7 +69,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _peers_installed() -> None:
     missing = [
-        tool for tool in ("baresip", "sipp", "sox", "espeak-ng", "tshark") if shutil.which(tool) is None
+        tool
+        for tool in ("baresip", "sipp", "sox", "espeak-ng", "tshark", "chromium", "chromedriver", "svmap")
+        if shutil.which(tool) is None
     ]
     if missing:
         pytest.fail(f"integration peers missing: {', '.join(missing)} (bash tests/run.sh installs them)")

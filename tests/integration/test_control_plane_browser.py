@@ -30,13 +30,8 @@ from typing import Any
 
 import peers
 import pytest
-from test_browser_channel import CHROMEDRIVER, CHROMIUM, chromium, wait_until
+from test_browser_channel import chromium, wait_until
 from test_ops_live import _stream_in_background
-
-pytestmark = pytest.mark.skipif(
-    not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()),
-    reason="chromium and chromium-driver are not installed (tests/run.sh installs them)",
-)
 
 ROUTES = ("/calls", "/drain", "/calls/call-1/hangup", "/talk")
 

@@ -35,17 +35,12 @@ import numpy as np
 import peers
 import pytest
 from conftest import BRIDGE, _clean_env
-from test_browser_channel import CHROMEDRIVER, CHROMIUM, chromium, wait_until
+from test_browser_channel import chromium, wait_until
 
 INNER = "PARLORA_TALK_NETNS"
 BRIDGE_HOST, BROWSER_HOST = "192.0.2.1", "192.0.2.2"
 TOKEN = "talk-from-afar-token"
 HERE = Path(__file__).resolve().parent
-
-pytestmark = pytest.mark.skipif(
-    not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()),
-    reason="chromium and chromium-driver are not installed (tests/run.sh installs them)",
-)
 
 
 def test_talk_from_another_host_in_network_namespaces() -> None:
