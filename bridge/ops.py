@@ -109,7 +109,8 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
     routed = route_providers(config, provider, environ, problems)
     problems += language_problems(config, provider)
     for name in (provider, *(ep.name for ep in routed)):
-        if config.defaults.turn_detection == "client" and name != ECHO and not KINDS[name].client_commits():
+        # echo is the embedded GPT-Live fake: no client commits either
+        if config.defaults.turn_detection == "client" and not KINDS[_kind(name)].client_commits():
             problems.append(
                 f"defaults.turn_detection: client needs openai-realtime or xai; a provider in use is {name}"
             )
@@ -235,6 +236,11 @@ def dial_trunks(config: BridgeConfig, environ: Mapping[str, str]) -> tuple[DialT
     )
 
 
+def _kind(provider: str) -> str:
+    """The protocol of `provider`: the embedded echo speaks GPT-Live's."""
+    return "openai-live" if provider == ECHO else provider
+
+
 def language_problems(config: BridgeConfig, default: str) -> list[str]:
     """Each language (of [defaults] and of every route) that the provider its calls reach cannot carry
     (providers/language.py): refused at start rather than dropped."""
@@ -248,7 +254,7 @@ def language_problems(config: BridgeConfig, default: str) -> list[str]:
         if language is None:
             continue
         try:
-            KINDS["openai-live" if provider == ECHO else provider].check_language(language)
+            KINDS[_kind(provider)].check_language(language)
         except ValueError as exc:
             out.append(f"{where}: {provider}: {exc}")
     return list(dict.fromkeys(out))

@@ -497,4 +497,5 @@ def test_turn_detection_client_is_refused_at_start_for_providers_without_client_
         text=True,
         timeout=30,
     )
-    assert done.returncode == 2 and "--turn-detection client needs a provider" in done.stderr, done.stderr
+    wanted = f"defaults.turn_detection: client needs openai-realtime or xai; a provider in use is {protocol}"
+    assert done.returncode == 2 and wanted in done.stderr, done.stderr
