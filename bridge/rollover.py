@@ -43,6 +43,13 @@ Choices where the rules are silent:
   (RO3's own tolerance for two connections' times of the same words). GPT-Live's timed captions are cut at
   the instant the old connection stopped hearing (bridge/timeline.py `Captions`): the new one's words after it
   are its own text, told.
+- A final text (or its failure) of the utterance under way on a connection whose speech stop never came (lost
+  to a corrupted frame, with the commit) means the provider committed it: the utterance is over. Its span
+  ends when that text arrives (a little after the words: RO3 matches within the slack and the largest
+  overlap first), and it is that connection's end of speech, so no RO2 commit of the silence after it is
+  sent at the hard stop. Left open, its span was [start, start]: it matched no text of the next connection,
+  and both were emitted. Only where the provider reports speech starts and stops (Realtime, xAI, server turn
+  detection); Gemini's untimed captions and GPT-Live's timed caption groups keep their spans.
 - RO4 "began while the old one was open" means: began before the old connection stopped receiving audio.
 - `session_expiring` (Gemini goAway, OpenAI expires_at) squeezes what is left of the schedule (after -> cap)
   into the time left: approval at once, open at the next end of speech or at 60 % of the time left, hard stop
@@ -706,6 +713,13 @@ class RolloverController:
                 self._boundary = True
         self._advance(now)
 
+    def committed(self, connection_id: str, at_ms: int, now: int) -> None:
+        """The provider committed the utterance under way by itself (its final text came) but its speech stop
+        was lost: that is the stop, or the hard stop would commit the silence after it (RO2)."""
+        conn = self._conns.get(connection_id)
+        if conn is not None and not conn.closed and conn.in_speech:
+            self.speech_stopped(connection_id, at_ms, now)
+
     def flush(self, now: int) -> None:
         """Client commits: the application committed the input buffer (an utterance boundary, RO5)."""
         self._now = max(self._now, now)
@@ -1068,6 +1082,18 @@ class RolloverLink:
             if span[0] == span[1] <= at_ms:
                 span[1] = at_ms
 
+    def _committed(self, ctl: RolloverController, token: int, span: list[int], now: int) -> None:
+        """A final text (or its failure) of the utterance under way, whose speech stop never came (lost to a
+        fault): the provider committed it, so it is over. Its span ends now, and this is the connection's end of
+        speech (`RolloverController.committed`). Only where the provider reports speech starts and stops
+        (Realtime, xAI): elsewhere an untimed caption's start = end is by design."""
+        spans = self._utterances.get(token, {})
+        if not self._turns.provider_ends or span[0] != span[1] or spans.get(None) != span:
+            return  # not the speech start under way: its stop came, or a later utterance has begun
+        at = max(span[0], self._timeline.ms(now))
+        span[1] = spans[None][1] = at  # the item's and the connection's last utterance's
+        ctl.committed(connection_id(token), at, now)
+
     def observe(self, event: ProviderEvent, now: int) -> None:
         """Feed what the controller watches, from the floor or a listener."""
         ctl, token = self.controller, event.token
@@ -1084,9 +1110,12 @@ class RolloverLink:
             start = rebase(token, event.start_ms, now) if event.start_ms is not None else None
             end = rebase(token, event.end_ms, now) if event.end_ms is not None else None
             span = self._span(token, event.item_id, start, end, now)
+            if event.final:
+                self._committed(ctl, token, span, now)
             ctl.transcript(cid, span[0], span[1], event.text, event.final, now)
         elif isinstance(event, InputTranscriptFailed):
             span = self._span(token, event.item_id, None, None, now)
+            self._committed(ctl, token, span, now)
             ctl.transcript_failed(cid, span[0], span[1], now)
         elif isinstance(event, SessionExpiring):
             ctl.session_expiring(cid, event.time_left_ms, now)

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from test_rollover_session import SCALED, ClientCommitCall, RolloverCall
-from test_session_engine import GPT_LIVE_CAPS, Call, pcmu_tone, speech_frame
+from test_session_engine import GPT_LIVE_CAPS, MS, TICK, Call, pcmu_tone, speech_frame
 
-from bridge.commands import EmitUtterance
+from bridge.commands import CommitInput, EmitUtterance, OpenRollover
 from bridge.coordinator import AudioDiscontinuity, BargedIn, OpenReplacement, Transcript
 from bridge.rollover import Handover, RolloverOptions, RolloverStats
 from providers.events import (
@@ -407,3 +407,24 @@ def test_s1_nothing_is_reported_when_every_turn_was_told_and_the_floor_was_alive
     call.tick(count=10)
     call.provider(SessionClosed(1, "connection_lost", finalized=False))
     assert _caller_finals(call) == ["hello"] and _input_gaps(call, "recovery_unheard") == []
+
+
+def test_s1_ro3_an_old_texts_final_without_its_speech_stop_closes_its_span_and_matches_the_new_one() -> None:
+    """The old connection's speech stop (and commit) is lost to a corrupted frame, its final text comes: the
+    provider committed the utterance, which is over. Its span ends there (not at its start: it then matched
+    nothing, and the new connection's text of the same words, heard 2 s later from its opening in mid-speech,
+    was emitted too), and that is its end of speech: no hard-stop commit of the silence after it (RO2)."""
+    call = RolloverCall(LONG)
+    for _ in range(3):
+        call.turn(talk_ms=1_000, pause_ms=200)  # no end of speech after after_ms: it opens at deadline_ms
+    undo = filtered(call, lambda e: None if isinstance(e, SpeechStopped) and e.token == 1 else e)
+    call.utterance += 1
+    call.step(True, (8_000 * MS - call.now) // TICK)  # the caller talks through deadline_ms (6 s)
+    [opening] = [c for c in call.commands if isinstance(c, OpenRollover)]
+    spans = call.core.rollover._utterances[opening.token].values()
+    assert spans and min(start for start, _ in spans) >= 6_000  # it heard from its opening, in mid-speech
+    call.step(False)  # both final texts come; only the new one's speech stop
+    undo()
+    call.step(False, (15_000 * MS - call.now) // TICK)  # past the hard stop (14 s)
+    assert not [c for c in call.commands if isinstance(c, CommitInput) and c.token == 1]
+    assert finals(call) == heard(call)  # each utterance once (S1)
