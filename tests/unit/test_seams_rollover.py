@@ -428,3 +428,27 @@ def test_s1_ro3_an_old_texts_final_without_its_speech_stop_closes_its_span_and_m
     call.step(False, (15_000 * MS - call.now) // TICK)  # past the hard stop (14 s)
     assert not [c for c in call.commands if isinstance(c, CommitInput) and c.token == 1]
     assert finals(call) == heard(call)  # each utterance once (S1)
+
+
+def test_ro2_an_old_texts_failure_without_its_speech_stop_is_its_end_of_speech() -> None:
+    """The same lost speech stop, and the old connection's transcription of the utterance fails: the provider
+    committed it all the same, so no hard-stop commit of the silence after it; the new one's text stands (RO3)."""
+    call = RolloverCall(LONG)
+    for _ in range(3):
+        call.turn(talk_ms=1_000, pause_ms=200)
+
+    def stop_lost_text_failed(e: ProviderEvent) -> ProviderEvent | None:
+        if isinstance(e, SpeechStopped) and e.token == 1:
+            return None
+        if isinstance(e, InputTranscript) and e.token == 1:
+            return InputTranscriptFailed(1, e.item_id, "transcription failed")
+        return e
+
+    undo = filtered(call, stop_lost_text_failed)
+    call.utterance += 1
+    call.step(True, (8_000 * MS - call.now) // TICK)
+    call.step(False)
+    undo()
+    call.step(False, (15_000 * MS - call.now) // TICK)
+    assert not [c for c in call.commands if isinstance(c, CommitInput) and c.token == 1]
+    assert finals(call) == heard(call)
