@@ -234,7 +234,7 @@ class SessionCoordinator:
         elif isinstance(event, ev.SessionStarted):
             self.state = "ready"
             self.timeline.connection_started(event.token, now)
-            if self.recovery.replacement_ready(event.token, now, self.timeline.ms(now)):
+            if self.recovery.replacement_ready(event.token, now, self.timeline.ms(now), self.timeline.fed_ms):
                 self.rollover.start(now)  # the repaired connection's age counts from now
         elif isinstance(event, ev.SessionClosed):
             if event.finalized:
@@ -471,11 +471,12 @@ class SessionCoordinator:
         return acted
 
     def _audio(self, event: ev.AudioReceived, now: int) -> None:
-        if (
-            self.recovery.reconnecting
-            or self.barge.drop(event.audio)
-            or self.rollover.begun_as_listener(event)
-        ):
+        recovery = self.recovery
+        if recovery.reconnecting:
+            return
+        if recovery.active is not None:  # the replacement answers: the caller's next start is fresh (HR10)
+            recovery.replacement_spoke()
+        if self.barge.drop(event.audio) or self.rollover.begun_as_listener(event):
             return  # the caller is speaking: this output is interrupted (or it is a listener's, RO8)
         if self.on_hold:  # S7: nobody hears it; not stored, so it cannot overflow or go stale
             self.hold_dropped_bytes += len(event.audio)
@@ -498,23 +499,22 @@ class SessionCoordinator:
         hears the caller, and its speech start is a barge-in on the floor's output, S3)."""
         if isinstance(change, CallerStarted):
             source = self.token if token is None else token
-            heard = change.heard_ns
-            self._turn_starts.append(  # S1: where the caller's words begin (its text accounts for them)
-                self.timeline.ms(heard)
-                if heard is not None
-                else self.timeline.rebase(source, change.provider_ms, now)
-            )
+            heard, at = change.heard_ns, self.timeline.rebase(source, change.provider_ms, now)
+            # S1: where the caller's words begin (its text accounts for them)
+            self._turn_starts.append(self.timeline.ms(heard) if heard is not None else at)
             if change.barge and (change.source == "local_vad" or not self.barge.suppressed):
                 self._barge_in(now, change.source)
-            if not self.recovery.reconnecting:  # after a repair, this opens the first fresh interval (HR10)
-                self.recovery.caller_started()
-                at = self.timeline.rebase(self.token if token is None else token, change.provider_ms, now)
+            # After a repair, a fresh start opens the first fresh interval (HR10); a tail's does not
+            # (bridge/recovery.py: a replacement's own start of a turn under way at its ready instant).
+            stamped = change.provider_ms is not None and heard is None
+            if self.recovery.caller_started(at, self.timeline.fed_ms if stamped else None):
                 self.delegations.caller_started(self.token, at)
-                if self.delegations.echoes:  # S2: the next connection's own work begins with it
-                    self.delegations.caller_heard(True, self.timeline.ms(now))
+            if not self.recovery.reconnecting and self.delegations.echoes:  # S2: the next one's own work
+                self.delegations.caller_heard(True, self.timeline.ms(now))
             if change.source == "local_vad" and change.barge:
                 self.rollover.local_turn(True, now)  # without server VAD, the local detector marks utterances
         elif isinstance(change, CallerStopped):
+            self.recovery.caller_ended()
             if (ended := self.barge.turn_over(self.timeline.ms(now))) is not None:
                 self.out.notices.append(ended)
             if self.delegations.echoes:

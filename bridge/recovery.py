@@ -30,6 +30,31 @@ A recovery during a rollover quarantines its next connection with the floor and 
 recovery (no promotion of the next one); before the replacement is seeded, the next connection's caller text
 still waiting for the old one's is emitted, and what it alone heard in the hand-over is reported as an input
 discontinuity (S1; the rule and its reasons are in bridge/rollover.py, "Seams").
+
+A tail is not a fresh turn (HR7, HR10, HR13). The replacement hears only what follows its ready instant
+(HR8): a caller still speaking then is finishing the sentence the lost connection heard the start of, which
+HR7's notice asks them to repeat. Only the caller's first turn that begins after the replacement is ready
+opens HR10's fresh interval and completes the repair. The local detector hears every frame, so its turn under
+way simply goes on (no new start); a server-VAD provider's replacement, though, reports a speech start of its
+own at the first audio it hears. That start is the tail's, not a fresh one, when the caller's turn was under
+way at the ready instant:
+- a caller start with no end since (by any source) came before it, and the replacement has sent no audio
+  yet; or
+- the replacement stamps it (Realtime's `audio_start_ms`), once it has been sent caller audio, at or within
+  `TAIL_FRAMES` frames of the ready instant: speech from its first audio on, begun before it was ready, its
+  beginning heard by the lost connection or discarded while the replacement connected (HR8), even where no
+  start was reported before. A start with no time of its own (Gemini's; the local detector's, whose turn goes
+  on) says nothing of when the speech began and is judged by the open start alone.
+Where the rules are silent, the choice: a post-repair tail is not a new request. A tool call the model makes
+for it stays held (HR10), and at the caller's next, fresh turn it is not run and the model is told to ask
+again (`NOT_RUN_STALE`): the caller's words were cut, the request may be incomplete, and the start of the
+sentence went to the lost connection, which may already have asked for it (S2: one request, one job). The
+tail's end neither completes the repair nor arms the silence watchdog (`expect_answer`). Once the replacement
+has sent audio (the recovery notice), the caller's next start answers it and is fresh, even where the lost
+connection never reported the end of the caller's turn (a caller who fell silent while the replacement
+connected: nobody heard that end). The cost: a caller who begins a new sentence so soon after the ready
+instant that the provider stamps it at its first audio (Realtime's stamp includes its prefix padding, about
+300 ms) is taken for a tail and asked to repeat.
 """
 
 from __future__ import annotations
@@ -54,10 +79,12 @@ from bridge.delegations import Delegations, seed_facts
 from bridge.reservoir import MediaCondition, OutputOverflow, OutputPath
 from bridge.timeline import Captions
 from providers.base import Capabilities, SessionSettings
+from rtp.audio import FRAME_MS
 
 __all__ = ["RECOVERY_NOTICE", "RecoveryController", "RecoverySnapshot", "Stage", "seeded_settings"]
 
 _NS_PER_MS = 1_000_000
+TAIL_FRAMES = 2  # a replacement's stamped speech start this close to its ready instant began before it
 SEEDED_HISTORY = 20  # messages of the application's history a further connection is seeded with (HR7)
 
 RECOVERY_BUDGET_MS = 5_000
@@ -107,6 +134,9 @@ class Recovery:
     discarded_frames: int = 0  # caller frames discarded while no connection could take them (HR8)
     dropped_bytes: int = 0  # output dropped when the old transport was quarantined (HR2)
     fresh_speech: bool = False  # the caller began to speak after the replacement was ready
+    ready_ms: int | None = None  # when the replacement was ready (session ms)
+    ready_fed_ms: int = 0  # the caller audio forwarded by then (bridge/timeline.py `fed_ms`)
+    under_way: bool = False  # the caller's turn was under way at that instant and has not ended since
 
     def status(self) -> dict[str, object]:
         return {
@@ -166,10 +196,23 @@ class OutputRecovery:
         self.stats.discarded_frames += active.discarded_frames
         return active
 
-    def caller_started(self) -> None:
-        """The caller began to speak; once the replacement is ready, this is fresh speech."""
-        if self.active is not None and self.active.stage is Stage.AWAITING_USER:
-            self.active.fresh_speech = True
+    def caller_started(self, at_ms: int, open_before: bool, fed_ms: int | None) -> bool:
+        """The caller began to speak at `at_ms` (`open_before`: a start with no end since came before it;
+        `fed_ms`: the caller audio forwarded so far, for a start the provider stamped; None: unstamped). Once
+        the replacement is ready this is fresh speech, unless it is the tail of a turn under way at the ready
+        instant (the module's docstring); True when the start is fresh (or no repair waits for one)."""
+        active = self.active
+        if active is None or active.stage is not Stage.AWAITING_USER or active.fresh_speech:
+            return True
+        heard = fed_ms is not None and fed_ms > active.ready_fed_ms  # stamped, after audio reached it
+        ready = active.ready_ms
+        if (open_before and active.under_way) or (
+            heard and ready is not None and at_ms <= ready + TAIL_FRAMES * FRAME_MS
+        ):
+            active.under_way = True  # its end is the tail's
+            return False
+        active.fresh_speech = True
+        return True
 
     def caller_spoke(self, now: int) -> Recovery | None:
         """A caller turn that began after the replacement was ready has ended: the voice path is repaired."""
@@ -259,6 +302,7 @@ class RecoveryController:
         self._answer_within_ms = answer_within_ms
         self._answer_due: int | None = None  # the silent-provider watchdog's deadline (half-open detection)
         self._paused = False  # S7: the line is held or ringing; the watchdog is off
+        self._caller_open = False  # a caller start with no end since, by any source (a tail's test)
 
     @property
     def reconnecting(self) -> bool:
@@ -326,10 +370,14 @@ class RecoveryController:
         self._out.notices.append(Reseeded(token, "recovery"))
         self._open(active)
 
-    def replacement_ready(self, token: int, now: int, at_ms: int) -> bool:
+    def replacement_ready(self, token: int, now: int, at_ms: int, fed_ms: int) -> bool:
+        """The replacement is ready at `at_ms`, the caller audio forwarded so far `fed_ms` (HR11's map): it
+        hears the caller from the next frame on."""
         recovery = self.state.replacement_ready(token, now)
         if recovery is None:
             return False
+        recovery.ready_ms, recovery.ready_fed_ms = at_ms, fed_ms
+        recovery.under_way = self._caller_open  # a tail of it is not fresh speech (the module's docstring)
         # HR8: everything the caller said while no connection could hear it, counted once.
         self._out.notices.append(
             AudioDiscontinuity("input", recovery.discarded_frames, "voice_transport_recovery", at_ms)
@@ -346,9 +394,25 @@ class RecoveryController:
         self.state.active.discarded_frames += 1
         return True
 
-    def caller_started(self) -> None:
-        if not self.state.reconnecting:
-            self.state.caller_started()
+    def caller_started(self, at_ms: int, fed_ms: int | None) -> bool:
+        """A caller start (any source; `at_ms` rebased, HR11; `fed_ms`: the caller audio forwarded so far, for
+        a start the provider stamped; None for one it did not, or the local detector's). True when it opens
+        the fresh caller interval (HR10, HR13): never while reconnecting, nor for the tail of a turn under way
+        at the replacement's ready instant."""
+        open_before, self._caller_open = self._caller_open, True
+        return not self.state.reconnecting and self.state.caller_started(at_ms, open_before, fed_ms)
+
+    def caller_ended(self) -> None:
+        """The caller's turn ended (a speech end, by any source): a tail under way is over."""
+        self._caller_open = False
+        if self.state.active is not None:
+            self.state.active.under_way = False
+
+    def replacement_spoke(self) -> None:
+        """The replacement sent audio (its notice, HR7; played or not: a caller still suppressed drops it)
+        while the repair waits for the caller: the caller's next start answers it."""
+        if self.state.active is not None and not self.state.reconnecting:
+            self.state.active.under_way = False
 
     def caller_stopped(self, now: int) -> None:
         """A caller turn ended: after the repair, fresh speech completes it (HR13); the watchdog is armed."""

@@ -534,6 +534,64 @@ def test_hr13_a_turn_that_began_before_the_repair_does_not_complete_it() -> None
     assert recovery_notices(call) == ["reconnecting", "awaiting_user", "done"]
 
 
+def tail_after_a_repair(call: Call, *, reported_before: bool) -> None:
+    """The caller is speaking when the connection drops (`reported_before`: its server VAD had reported the
+    start) and still speaks when the replacement is ready; the replacement reports a speech start of its own at
+    the first audio it hears (Realtime's audio_start_ms 0), transcribes the tail and asks for a tool."""
+    if reported_before:
+        call.provider(SpeechStarted(1, 40))
+    call.tick(speech_frame(), count=10)
+    call.provider(SessionClosed(1, "connection lost", False))
+    call.tick(speech_frame(), count=3)  # discarded while the replacement connects (HR8)
+    call.provider(SessionStarted(2, "sess_2", None))
+    call.tick(speech_frame())  # its first frame
+    call.provider(SpeechStarted(2, 0))
+    call.tick(speech_frame(), count=10)
+    call.provider(SpeechStopped(2, 220))
+    call.provider(ToolCallRequested(2, "call_tail", "lookup_order", '{"order_id": "4"}'))
+
+
+def test_hr13_a_server_vad_replacement_s_own_start_of_a_turn_under_way_is_not_fresh_work() -> None:
+    """The server-VAD twin of the local detector's case: a turn that began before the repair, whose tail the
+    replacement reports as a speech start of its own at its first frame, neither opens the fresh caller interval
+    (HR10: its call is held, then not run, and the model is told to ask again, HR7) nor completes the repair."""
+    for reported_before in (True, False):
+        call = Call()
+        tail_after_a_repair(call, reported_before=reported_before)
+        assert not commands_of(call, DispatchJob) and not commands_of(call, DeliverResult)  # held (HR10)
+        assert recovery_notices(call) == ["reconnecting", "awaiting_user"]  # the tail is not fresh speech
+        call.tick(count=25)
+        call.provider(SpeechStarted(2))  # the caller's fresh turn
+        [stale] = commands_of(call, DeliverResult)
+        assert stale.call_id == "call_tail" and "not run" in stale.output
+        assert not commands_of(call, DispatchJob)
+        call.tick(speech_frame(), count=10)
+        call.provider(SpeechStopped(2))
+        assert recovery_notices(call) == ["reconnecting", "awaiting_user", "done"]
+        call.provider(ToolCallRequested(2, "call_fresh", "lookup_order", '{"order_id": "4"}'))
+        assert [c.request.name for c in commands_of(call, DispatchJob)] == ["lookup_order"]  # fresh work
+
+
+def test_hr13_a_turn_left_open_by_the_lost_connection_does_not_hold_back_the_callers_fresh_turn() -> None:
+    """The lost connection never reported the end of the caller's turn (the caller fell silent while the
+    replacement connected); the replacement says its notice, and the caller's next start answers it: fresh."""
+    call = Call()
+    call.provider(SpeechStarted(1, 40))
+    call.tick(speech_frame(), count=10)
+    call.provider(SessionClosed(1, "connection lost", False))
+    call.tick(count=10)
+    call.provider(SessionStarted(2, "sess_2", None))
+    call.tick(count=5)
+    call.provider(AudioReceived(2, pcmu_tone(300), PCMU_8K, "notice"))  # "sorry, there was an audio problem"
+    call.tick(count=20)
+    call.provider(SpeechStarted(2, 500))
+    call.tick(speech_frame(), count=10)
+    call.provider(SpeechStopped(2, 700))
+    assert recovery_notices(call) == ["reconnecting", "awaiting_user", "done"]
+    call.provider(ToolCallRequested(2, "call_fresh", "lookup_order", '{"order_id": "4"}'))
+    assert len(commands_of(call, DispatchJob)) == 1
+
+
 def test_hr9_a_call_made_in_the_fresh_interval_is_answered_at_once() -> None:
     call = Call()
     repaired(call)

@@ -78,10 +78,11 @@ def the_old_connections_text_withheld(call: RolloverCall) -> Iterator[None]:
         call.core.provider_event = heard  # type: ignore[method-assign]
 
 
-def shared_request_answered_by_both(call: RolloverCall, *, hard_stop: bool) -> int:
+def shared_request_answered_by_both(call: RolloverCall, *, hard_stop: bool, talking_on: bool = False) -> int:
     """The caller asks for a table while both connections hear them; the old one's reply is a tool call whose
     `ResponseDone` moves the floor; then the next connection's own call for the same request arrives (its
-    response began while it was a listener). Returns the next connection's token."""
+    response began while it was a listener). Returns the next connection's token. `talking_on`: the caller
+    does not stop (the old one's hard-stop commit took the first part of the sentence)."""
     opening = call.talk_until_a_rollover_opens()
     call.utterance += 1
     if hard_stop:  # RO2: the caller talks through the hard stop; the old one's buffer is committed
@@ -90,7 +91,7 @@ def shared_request_answered_by_both(call: RolloverCall, *, hard_stop: bool) -> i
         call.step(True, 10)
     else:
         call.step(True, 50)
-    call.step(False)  # both connections' end of speech: each answers the request
+    call.step(talking_on)  # both connections' end of speech (or more of it): each answers the request
     assert call.core.token == 1 and opening.token in call.core.connections.listeners
     ask(call, 1, "call_old")
     done(call, 1)  # the old one's reply ends in the tool call: it has nothing left to play
@@ -123,6 +124,35 @@ def test_s2_a_request_both_connections_heard_dispatches_one_job_after_the_hard_s
     assert dispatched(call) == ["job-1"]
     [answer] = answers(call, "call_new")
     assert answer.token == new and "previous connection" in answer.output
+
+
+def test_s2_the_tail_a_replacement_hears_of_the_shared_request_dispatches_no_second_job() -> None:
+    """The caller talks through the old connection's hard stop, whose commit of the first part of the sentence
+    is answered with a tool call: one job. The floor moves to the next connection, which is lost while the
+    same sentence goes on; the replacement, ready mid-sentence, reports a speech start at its first frame,
+    hears the tail and asks for the tool again. A tail is not a fresh turn (HR10, HR13: bridge/recovery.py):
+    its call is held, then not run and the model told to ask again at the caller's next turn (HR7) — the
+    caller's one request dispatched one job."""
+    call = RolloverCall()
+    new = shared_request_answered_by_both(call, hard_stop=True, talking_on=True)
+    assert dispatched(call) == ["job-1"]
+    call.step(True, 5)  # the sentence goes on
+    call.core.provider_event(SessionClosed(new, "connection lost", finalized=False), call.now)
+    call._carry_out()
+    [replacement] = [c for c in call.commands if isinstance(c, OpenReplacement)]
+    call.step(True, 10)  # discarded while the replacement connects (HR8)
+    call.open = {replacement.token}
+    call.core.provider_event(SessionStarted(replacement.token, "sess_r"), call.now)
+    call._carry_out()
+    call.step(True, 10)  # its speech start at its first frame, then the tail
+    call.step(False)  # its end of speech
+    ask(call, replacement.token, "call_tail")
+    assert dispatched(call) == ["job-1"] and not answers(call, "call_tail")  # held (HR10)
+    call.step(False, 25)
+    call.turn()  # the caller's next, fresh turn: the tail's call is not run, the model is told to ask again
+    [stale] = answers(call, "call_tail")
+    assert stale.token == replacement.token and "not run" in stale.output
+    assert dispatched(call) == ["job-1"]
 
 
 def test_s2_the_next_connections_calls_are_work_again_from_the_callers_first_utterance_after_the_old_one_stopped_hearing() -> (
