@@ -19,7 +19,10 @@ Around a recovery:
   superseded and its result is never announced. Speakable application updates wait the same way.
 - Calls that arrive while the voice path is being repaired wait for the first fresh caller interval, bounded
   by `max_pending_delegations` (HR10); those stamped before that interval began are not dispatched as new
-  work, and the model is told so.
+  work, and the model is told so. The interval opens with a turn that begins after the replacement is ready:
+  the tail of a turn under way then, which the replacement hears, is not a new request, even when the
+  replacement reports a speech start of its own for it (the rule is bridge/recovery.py's, which the
+  coordinator asks before `caller_started`).
 
 S8, uncertain work is told: the application hears, as one `WorkUncertain` notice carrying each request (job
 id, tool, bounded arguments) and what is known of its outcome, of

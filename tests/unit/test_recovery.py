@@ -572,6 +572,29 @@ def test_hr13_a_server_vad_replacement_s_own_start_of_a_turn_under_way_is_not_fr
         assert [c.request.name for c in commands_of(call, DispatchJob)] == ["lookup_order"]  # fresh work
 
 
+def test_hr13_an_unstamped_speech_start_of_the_replacement_in_a_turn_the_local_detector_still_hears_is_not_fresh() -> (
+    None
+):
+    """Gemini: its speech start has no time, and the local detector (which ends its turns) hears every frame:
+    the replacement's start inside the turn under way at its ready instant is the tail's, not fresh work."""
+    call = Call(caps=GEMINI)
+    call.tick(speech_frame(), count=10)  # the local detector's turn begins
+    call.provider(SpeechStarted(1))
+    call.provider(SessionClosed(1, "connection lost", False))
+    call.tick(speech_frame(), count=3)
+    call.provider(SessionStarted(2, "sess_2", None))
+    call.tick(speech_frame(), count=8)
+    call.provider(SpeechStarted(2))  # reported well after its first audio: no time of its own
+    call.tick(speech_frame(), count=5)
+    call.tick(count=25)  # the local detector ends the turn
+    call.provider(ToolCallRequested(2, "call_tail", "lookup_order", '{"order_id": "4"}'))
+    assert not commands_of(call, DispatchJob) and not commands_of(call, DeliverResult)  # held (HR10)
+    assert recovery_notices(call) == ["reconnecting", "awaiting_user"]
+    call.tick(speech_frame(), count=10)  # the caller's fresh turn
+    [stale] = commands_of(call, DeliverResult)
+    assert stale.call_id == "call_tail" and "not run" in stale.output
+
+
 def test_hr13_a_turn_left_open_by_the_lost_connection_does_not_hold_back_the_callers_fresh_turn() -> None:
     """The lost connection never reported the end of the caller's turn (the caller fell silent while the
     replacement connected); the replacement says its notice, and the caller's next start answers it: fresh."""
