@@ -38,23 +38,25 @@ opens HR10's fresh interval and completes the repair. The local detector hears e
 way simply goes on (no new start); a server-VAD provider's replacement, though, reports a speech start of its
 own at the first audio it hears. That start is the tail's, not a fresh one, when the caller's turn was under
 way at the ready instant:
-- a caller start with no end since (by any source) came before it, and the replacement has sent no audio
-  yet; or
-- the replacement stamps it (Realtime's `audio_start_ms`), once it has been sent caller audio, at or within
-  `TAIL_FRAMES` frames of the ready instant: speech from its first audio on, begun before it was ready, its
-  beginning heard by the lost connection or discarded while the replacement connected (HR8), even where no
-  start was reported before. A start with no time of its own (Gemini's; the local detector's, whose turn goes
-  on) says nothing of when the speech began and is judged by the open start alone.
+- a start the replacement stamps (Realtime's `audio_start_ms`) once it has been sent caller audio: the stamp
+  decides. At or within `TAIL_FRAMES` frames of the ready instant, the speech ran from its first audio on and
+  began before it was ready (heard by the lost connection, or discarded while the replacement connected, HR8),
+  even where no start was reported before; later, the replacement heard silence first, and the start is fresh
+  whatever the lost connection last reported (a caller who fell silent while the replacement connected:
+  nobody heard that end).
+- a start with no time of its own (Gemini's, xAI's where it sends none): it says nothing of when the speech
+  began. It is the tail's when a caller start with no end since (by any source: the local detector, where it
+  runs, hears every frame) came before it and the replacement has sent no audio yet.
 Where the rules are silent, the choice: a post-repair tail is not a new request. A tool call the model makes
 for it stays held (HR10), and at the caller's next, fresh turn it is not run and the model is told to ask
 again (`NOT_RUN_STALE`): the caller's words were cut, the request may be incomplete, and the start of the
 sentence went to the lost connection, which may already have asked for it (S2: one request, one job). The
 tail's end neither completes the repair nor arms the silence watchdog (`expect_answer`). Once the replacement
-has sent audio (the recovery notice), the caller's next start answers it and is fresh, even where the lost
-connection never reported the end of the caller's turn (a caller who fell silent while the replacement
-connected: nobody heard that end). The cost: a caller who begins a new sentence so soon after the ready
-instant that the provider stamps it at its first audio (Realtime's stamp includes its prefix padding, about
-300 ms) is taken for a tail and asked to repeat.
+has sent audio (the recovery notice), the caller's next start answers it and is fresh. The costs: a caller who
+begins a new sentence so soon after the ready instant that the provider stamps it at its first audio
+(Realtime's stamp includes its prefix padding, about 300 ms) is taken for a tail and asked to repeat; so is,
+with a provider that stamps nothing and no local detector, a caller who fell silent while the replacement
+connected and speaks again before it said anything (the lost connection's open start is all there is).
 """
 
 from __future__ import annotations
@@ -204,11 +206,14 @@ class OutputRecovery:
         active = self.active
         if active is None or active.stage is not Stage.AWAITING_USER or active.fresh_speech:
             return True
-        heard = fed_ms is not None and fed_ms > active.ready_fed_ms  # stamped, after audio reached it
         ready = active.ready_ms
-        if (open_before and active.under_way) or (
-            heard and ready is not None and at_ms <= ready + TAIL_FRAMES * FRAME_MS
-        ):
+        if fed_ms is not None and fed_ms > active.ready_fed_ms and ready is not None:
+            tail = (
+                at_ms <= ready + TAIL_FRAMES * FRAME_MS
+            )  # stamped after audio reached it: the stamp decides
+        else:
+            tail = open_before and active.under_way
+        if tail:
             active.under_way = True  # its end is the tail's
             return False
         active.fresh_speech = True

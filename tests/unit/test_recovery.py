@@ -596,23 +596,26 @@ def test_hr13_an_unstamped_speech_start_of_the_replacement_in_a_turn_the_local_d
 
 
 def test_hr13_a_turn_left_open_by_the_lost_connection_does_not_hold_back_the_callers_fresh_turn() -> None:
-    """The lost connection never reported the end of the caller's turn (the caller fell silent while the
-    replacement connected); the replacement says its notice, and the caller's next start answers it: fresh."""
-    call = Call()
-    call.provider(SpeechStarted(1, 40))
-    call.tick(speech_frame(), count=10)
-    call.provider(SessionClosed(1, "connection lost", False))
-    call.tick(count=10)
-    call.provider(SessionStarted(2, "sess_2", None))
-    call.tick(count=5)
-    call.provider(AudioReceived(2, pcmu_tone(300), PCMU_8K, "notice"))  # "sorry, there was an audio problem"
-    call.tick(count=20)
-    call.provider(SpeechStarted(2, 500))
-    call.tick(speech_frame(), count=10)
-    call.provider(SpeechStopped(2, 700))
-    assert recovery_notices(call) == ["reconnecting", "awaiting_user", "done"]
-    call.provider(ToolCallRequested(2, "call_fresh", "lookup_order", '{"order_id": "4"}'))
-    assert len(commands_of(call, DispatchJob)) == 1
+    """The caller fell silent while the replacement connected (the lost connection never reported that end).
+    Their next start is fresh when the replacement stamps it well after its first audio (it heard silence
+    first), or, with no time of its own, once the replacement has said something (its notice, HR7)."""
+    for stamped in (True, False):
+        call = Call()
+        call.provider(SpeechStarted(1, 40))
+        call.tick(speech_frame(), count=10)
+        call.provider(SessionClosed(1, "connection lost", False))
+        call.tick(count=10)
+        call.provider(SessionStarted(2, "sess_2", None))
+        call.tick(count=5)
+        if not stamped:
+            call.provider(AudioReceived(2, pcmu_tone(300), PCMU_8K, "notice"))  # "there was an audio problem"
+        call.tick(count=25)
+        call.provider(SpeechStarted(2, 560 if stamped else None))
+        call.tick(speech_frame(), count=10)
+        call.provider(SpeechStopped(2))
+        assert recovery_notices(call) == ["reconnecting", "awaiting_user", "done"]
+        call.provider(ToolCallRequested(2, "call_fresh", "lookup_order", '{"order_id": "4"}'))
+        assert len(commands_of(call, DispatchJob)) == 1
 
 
 def test_hr9_a_call_made_in_the_fresh_interval_is_answered_at_once() -> None:
