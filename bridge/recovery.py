@@ -53,7 +53,8 @@ again (`NOT_RUN_STALE`): the caller's words were cut, the request may be incompl
 sentence went to the lost connection, which may already have asked for it (S2: one request, one job). The
 tail's end neither completes the repair nor arms the silence watchdog (`expect_answer`). Once the replacement
 has sent audio (the recovery notice), the caller's next start with no time of its own answers it and is
-fresh (whether suppression let the caller hear it or not: it was not speaking to a turn under way). The costs: a caller who
+fresh (played, or dropped by a suppression the lost connection's turn left: the model spoke to a silent
+line, no sentence was under way). The costs: a caller who
 begins a new sentence so soon after the ready instant that the provider stamps it at its first audio
 (Realtime's stamp includes its prefix padding, about 300 ms) is taken for a tail and asked to repeat; so is,
 with a provider that stamps nothing and no local detector, a caller who fell silent while the replacement
