@@ -141,6 +141,7 @@ class Utterance:
     end_ms: int | None
     heard_ms: int = 0  # assistant: audio of it transmitted to the carrier (ledger frames x 20 ms)
     cut: Cut | None = None  # assistant: the barge-in that cut it
+    text_cut_chars: int = 0  # characters of the provider's text past MAX_TEXT_CHARS, not carried
 
     @property
     def interrupted(self) -> bool:
@@ -156,6 +157,8 @@ class Utterance:
             "start_ms": self.start_ms,
             "end_ms": self.end_ms,
         }
+        if self.text_cut_chars:
+            body["text_cut_chars"] = self.text_cut_chars
         if self.role == "assistant":
             cut = self.cut
             body["heard_ms"] = self.heard_ms
@@ -166,6 +169,13 @@ class Utterance:
                 else {"at_ms": cut.at_ms, "source": cut.source, "items": [list(i) for i in cut.items]}
             )
         return body
+
+
+def bounded_text(text: str) -> tuple[str, int]:
+    """`text` stripped and cut at MAX_TEXT_CHARS, and how many characters the cut dropped."""
+    text = text.strip()
+    over = len(text) - MAX_TEXT_CHARS
+    return (text[:MAX_TEXT_CHARS], over) if over > 0 else (text, 0)
 
 
 def arguments_json(text: str) -> object:
@@ -405,6 +415,9 @@ AppEvent = CallStarted | Utterance | UncertainWork | CallEnded
 # --- the builder ---
 
 KEPT = 64  # issue 17: connections, recoveries and rollovers kept by name in a call's record (the last ones)
+MAX_TEXT_CHARS = 8_192  # an utterance's text as records, events and webhooks carry it: about nine minutes of
+# speech at 150 words a minute, far past any turn a provider transcribes; a longer text (a corrupt or hostile
+# frame once sent 64 KiB as one caller transcript) is cut here, and the cut counted in `text_cut_chars`
 CLAIMED_ITEMS = 64  # ledger items remembered as given to an utterance (as many as the carrier ledger times)
 OPENING = 8  # rollover connections remembered as opening (one at a time; a recovery may abandon one)
 
@@ -464,6 +477,8 @@ class _Assistant:
     parts: list[str] = field(default_factory=list)
     final_text: str | None = None
     items: dict[str, None] = field(default_factory=dict)  # ledger items, in order
+    chars: int = 0  # the length of `parts` joined
+    dropped: int = 0  # characters of fragments that came past MAX_TEXT_CHARS
 
 
 class RecordBuilder:
@@ -512,15 +527,17 @@ class RecordBuilder:
         out: list[AppEvent] = []
         if isinstance(notice, Transcript):
             if notice.role == "caller":
-                if notice.final and notice.text.strip():
+                text, cut_chars = bounded_text(notice.text)
+                if notice.final and text:
                     out.append(
                         Utterance(
                             self.call.call_id,
                             self._next(),
                             "caller",
-                            notice.text.strip(),
+                            text,
                             notice.at_ms,
                             notice.end_ms,
+                            text_cut_chars=cut_chars,
                         )
                     )
             else:
@@ -554,8 +571,11 @@ class RecordBuilder:
         current.last_text_ns = now
         if notice.final:
             current.final_text = notice.text
-        else:
+        elif current.chars < MAX_TEXT_CHARS:
             current.parts.append(notice.text)
+            current.chars += len(notice.text)
+        else:  # past the bound only counted: a stream of fragments cannot grow the open utterance without end
+            current.dropped += len(notice.text)
 
     def _barged_in(self, notice: BargedIn, now: int, out: list[AppEvent]) -> None:
         self.barge_ins += 1
@@ -613,14 +633,17 @@ class RecordBuilder:
         progress = [p for item in current.items if (p := self._ledger.progress(item)) is not None]
         self._claimed.update(dict.fromkeys(current.items))
         _trim(self._claimed, CLAIMED_ITEMS)
-        text = current.final_text if current.final_text is not None else "".join(current.parts)
+        final = current.final_text
+        text, cut_chars = bounded_text(final if final is not None else "".join(current.parts))
+        cut_chars += current.dropped if final is None else 0
         if progress:
             start: int | None = self._ms(min(p.first_ns for p in progress))
             end: int | None = self._ms(max(p.last_ns for p in progress) + FRAME_NS)
         else:
             start = end = None
         heard = sum(p.frames for p in progress) * FRAME_MS
-        return Utterance(self.call.call_id, self._next(), "assistant", text.strip(), start, end, heard, cut)
+        call_id = self.call.call_id
+        return Utterance(call_id, self._next(), "assistant", text, start, end, heard, cut, cut_chars)
 
     # --- the end ---
 

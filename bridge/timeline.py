@@ -163,7 +163,12 @@ class Captions:
         return tuple(self._caller_text)
 
     def caller(self, text: str, at_ms: int, final: bool, end_ms: int | None = None) -> None:
-        """A caller transcript for the application: emitted once, whichever connection heard it (RO3)."""
+        """A caller transcript for the application: emitted once, whichever connection heard it (RO3). An end
+        equal to the start is a turn whose end nothing reported (a caption with no times of its own while the
+        turn was under way, as Gemini's at a rollover's hard stop, RO2): the application is told its end is not
+        known, not a span of no length that ends where it began (HR11)."""
+        if end_ms == at_ms:
+            end_ms = None
         self._out.notices.append(Transcript("caller", text, at_ms, final, self.epoch, end_ms))
         if final and text.strip():
             self._caller_text.append(text.strip()[:500])

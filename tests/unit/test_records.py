@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from bridge.commands import BargedIn, RecoveryChanged, RolloverChanged, Transcript
-from bridge.records import CallInfo, CallOutcome, RecordBuilder, Utterance
+from bridge.records import MAX_TEXT_CHARS, CallInfo, CallOutcome, RecordBuilder, Utterance
 from bridge.usage import UsageMeter
 from providers.events import SessionClosed, UsageUpdated
 from rtp.ledger import CarrierLedger
@@ -62,6 +62,27 @@ def test_a_caller_utterance_has_its_text_start_and_end() -> None:
         "start_ms": 900,
         "end_ms": 2400,
     }
+
+
+def test_a_caller_text_past_the_bound_reaches_the_application_cut_and_the_cut_counted() -> None:
+    b = builder(CarrierLedger())
+    huge = "x" * (64 * 1024)  # a corrupt frame once carried 64 KiB as one caller transcript
+    [u] = b.notice(Transcript("caller", f" {huge} ", 900, True, 0, 2400), at(3400))
+    assert isinstance(u, Utterance)
+    assert u.text == huge[:MAX_TEXT_CHARS]
+    assert u.to_json()["text_cut_chars"] == len(huge) - MAX_TEXT_CHARS
+    assert len(json.dumps(u.to_json())) < MAX_TEXT_CHARS + 400
+
+
+def test_an_assistant_reply_streamed_past_the_bound_is_cut_and_counted() -> None:
+    ledger = CarrierLedger()
+    b = builder(ledger, quiet_ms=600)
+    for i in range(100):  # 100 fragments of 1,000 characters: 100,000 in all
+        b.notice(Transcript("assistant", "y" * 1_000, 1000 + i, False), at(1000 + i))
+    [u] = b.handle_timer(at(1099 + 600))
+    assert isinstance(u, Utterance)
+    assert u.text == "y" * MAX_TEXT_CHARS
+    assert u.text_cut_chars == 100_000 - MAX_TEXT_CHARS
 
 
 def test_an_assistant_utterance_is_timed_by_the_ledger_and_closes_when_its_audio_is_over() -> None:

@@ -154,3 +154,18 @@ def test_s1_a_late_fragment_of_one_turn_is_not_grouped_with_the_next_turn() -> N
     captions.fragment(InputTranscript(1, "please", start_ms=900, end_ms=1_100), timeline, 0, speaking=True)
     captions.turn_over(1_300 * MS, 1_300)
     assert captions.close() == [(1, "two nights", 100, 500), (1, "please", 900, 1_100)]
+
+
+def test_hr11_an_utterance_whose_end_nothing_reported_is_told_with_no_end_not_a_span_of_no_length() -> None:
+    """Gemini's old connection's untimed text of a turn under way at a rollover's hard stop takes the turn's
+    start as its end too (RO2 matching needs that): the application is told the end is not known. A campaign
+    saw 46 such utterances stamped as ending where they began, 1.5 to 4.5 s before the caller stopped."""
+    out = Outbox()
+    captions = Captions(out, close_ms=1_000, fragments=False)
+    captions.caller("the old connection's text of the long one", 2_605, True, 2_605)
+    captions.caller("a timed one", 8_000, True, 9_500)
+    assert out.notices == [
+        Transcript("caller", "the old connection's text of the long one", 2_605, True, 0, None),
+        Transcript("caller", "a timed one", 8_000, True, 0, 9_500),
+    ]
+    assert captions.told_to_ms == 9_500
