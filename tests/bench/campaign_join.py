@@ -28,7 +28,11 @@ Jobs are counted per caller request (S2): each job the application received is t
 call id of the job) to the fake's tool call, the utterance that tool call answered and so its k; a k with two
 jobs or more is `tool_duplicated` (unexplained), a job a fake made for a text input (the application's context,
 which the campaign's script never answers with a tool) is `tool_for_context` (unexplained), and a request
-heard once with no job is `tool_not_run` (listed, not failed: HR9/HR10 and a lost connection may withhold it).
+heard with no job is `tool_not_run` (listed, not failed: HR9/HR10 and a lost connection may withhold it), or
+`tool_split_by_discontinuity` when a reported input discontinuity cut it (HR8: the part heard after a repair is
+the tail of a request the lost connection began, never a new one, so its tool call is withheld), and a request
+never heard at all is `tool_for_lost_utterance` (its utterance is listed with its own class). Every request is
+in exactly one of these.
 Every flagged case is listed with its call, provider, the connections that heard it, its time, the nearest
 rollover and recovery, the faults that fired on the call's connections from 10 s before it to 5 s after, and
 the connections that closed within 5 s of it.
@@ -213,12 +217,13 @@ class CallView:
 
 
 def _anchor(u: Mapping[str, Any], started_at: float) -> float:
-    """Where an application utterance ended on the session timeline: its end, else its start, else when the
-    application received it."""
-    for key in ("end_ms", "start_ms"):
-        if isinstance(u.get(key), int | float):
-            return float(u[key])
-    return (float(u["t"]) - started_at) * 1000.0
+    """Where an application utterance ended on the session timeline: its end, else (the bridge knew no end:
+    an untimed caption of a turn under way) when the application received it, else its start."""
+    if isinstance(u.get("end_ms"), int | float):
+        return float(u["end_ms"])
+    if isinstance(u.get("t"), int | float):
+        return (float(u["t"]) - started_at) * 1000.0
+    return float(u["start_ms"])
 
 
 def join_call(
@@ -343,9 +348,10 @@ def join_call(
         }
 
     flagged: list[dict[str, Any]] = []
+    cut_k: dict[int, list[tuple[int, int, str]]] = {}
     for k in ks:
         start, end = phase + k * loop_ms - speech_ms, phase + k * loop_ms
-        cut = [g for g in gaps if g[0] < end and g[1] > start]
+        cut = cut_k[k] = [g for g in gaps if g[0] < end and g[1] > start]
         got = by_k.get(k, [])
         if len(got) == 1:
             kind = "once"
@@ -421,14 +427,23 @@ def join_call(
             flagged.append(context(k, "tool_duplicated", explained=False, jobs=runs, asked_on=asked))
         elif runs:
             job_classes["tool_once"] += 1
-        elif len(by_k.get(k, [])) == 1:
-            job_classes["tool_not_run"] += 1
+        else:
+            got = len(by_k.get(k, []))
+            kind = (
+                "tool_for_lost_utterance"
+                if not got
+                else "tool_split_by_discontinuity"
+                if cut_k[k]
+                else "tool_not_run"
+            )
+            job_classes[kind] += 1
             held = [
                 {"job": job, "requested_ms": st[0], "state": st[1], "detail": st[2]}
                 for job, st in (job_states or {}).items()
                 if k_of(st[0]) == k and st[1] != "delivered"
             ]
-            flagged.append(context(k, "tool_not_run", explained=True, bridge_jobs=held))
+            if kind != "tool_for_lost_utterance":  # that utterance is listed already, with its class
+                flagged.append(context(k, kind, explained=True, bridge_jobs=held))
     return classes, job_classes, flagged
 
 
@@ -478,7 +493,15 @@ def join(
         },
         "tool_requests": {
             k: jobs[k]
-            for k in ("tool_once", "tool_duplicated", "tool_for_context", "tool_not_run", "traced_by_time")
+            for k in (
+                "tool_once",
+                "tool_duplicated",
+                "tool_for_context",
+                "tool_not_run",
+                "tool_split_by_discontinuity",
+                "tool_for_lost_utterance",
+                "traced_by_time",
+            )
         },
         "unexplained": unexplained,
         "flagged": flagged,

@@ -72,7 +72,12 @@ def test_each_loop_the_caller_spoke_is_one_case() -> None:
     dup = next(f for f in flagged if f["kind"] == "duplicated")
     assert [e["seq"] for e in dup["emitted"]] == [2, 3] and dup["call"] == "call-1"
     assert abs(dup["at_ms"] - said(1)) <= 300  # the phase is the median of what was heard, jitter and all
-    assert jobs == {"tool_not_run": 3}  # loops 0, 5 and 6 came once and asked for nothing
+    # loops 0, 5 and 6 came once and asked for nothing, 1 twice; 2 was cut by a reported discontinuity; 3 and 4
+    # never came: every request is in one class
+    assert jobs == {"tool_not_run": 4, "tool_split_by_discontinuity": 1, "tool_for_lost_utterance": 2}
+    tools = {f["utterance"]: f["kind"] for f in flagged if f["kind"].startswith("tool")}
+    assert tools == {0: "tool_not_run", 1: "tool_not_run", 2: "tool_split_by_discontinuity", 5: "tool_not_run",
+                     6: "tool_not_run"}  # fmt: skip
 
 
 def test_a_call_that_ended_early_counts_only_what_it_could_hear() -> None:
