@@ -10,7 +10,7 @@ Headless Chromium (a fake microphone playing a spoken WAV) opens http://192.0.2.
 signs in with the token (a request without it gets 401), clicks Talk, and hears the echo provider speak its
 own utterance back (the remote track's level and inbound bytes); the bridge counts the caller's frames in and
 the echo's frames out when the call ends. A page needs a secure context for its microphone: a real
-deployment serves the console over HTTPS from another host (README); the test marks the bridge's plain-HTTP
+deployment serves the console over HTTPS from another host (docs/console.md); the test marks the bridge's plain-HTTP
 origin as secure with Chromium's flag for that.
 
 On the bridge's own host, a stock Chromium (without the flag that makes it offer 127.0.0.1, which
