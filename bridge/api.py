@@ -48,7 +48,6 @@ from bridge.session import CallSession, CallSummary
 from bridge.telephony import (
     TIME_LIMIT_NOTE,
     TelephonyOptions,
-    TimeLimitedLeg,
     time_limit_grace_s,
     tool_specs,
 )
@@ -56,16 +55,16 @@ from providers.base import Provider, SessionSettings, ToolSpec
 from providers.limits import LimitOverrides
 from sip.engine import (
     DEFAULT_ENGINE,
-    Dialer,
     EngineConfig,
     EngineError,
     EngineStartError,
     SipEngine,
-    SipStatus,
     check_listen,
     create_engine,
+    offers_dial,
+    offers_status,
 )
-from sip.leg import CallIdentity, CallLeg
+from sip.leg import CallIdentity, CallLeg, offers_time_limit
 from sip.policy import DEFAULT_SCANNERS
 from sip.trunks import Trunk
 
@@ -467,7 +466,7 @@ class Server:
         agent = self._agent
         if agent is None:
             raise EngineError("the SIP engine is not running")
-        if not isinstance(agent, Dialer):
+        if not offers_dial(agent):
             raise EngineError(f"placing calls is not supported on the {self.config.engine} engine")
         self.application.check_outbound(to, route)
         via = choose_trunk(self.config.dial_trunks, to, trunk)
@@ -496,7 +495,7 @@ class Server:
     def _sip_status(self) -> dict[str, Any]:
         """GET /sip (issue 14): the engine's listener and inbound-policy counters, where it reports them."""
         agent = self._agent
-        if isinstance(agent, SipStatus):
+        if offers_status(agent):
             return agent.sip_status()
         return {"engine": self.config.engine, "running": agent is not None}
 
@@ -636,7 +635,7 @@ def _goodbye_at_time_limit(leg: CallLeg, call: LiveCall, options: TelephonyOptio
     """--max-call-duration (issue 14), where the engine enforces it: at the limit the model is asked for a
     short goodbye and the call is hung up once it has been played (`LiveCall.say_goodbye`, the CallEnding
     mechanism of end_call); a call that is not live any more is hung up at once."""
-    if not isinstance(leg, TimeLimitedLeg):
+    if not offers_time_limit(leg):
         return
 
     def time_up(reason: str) -> None:

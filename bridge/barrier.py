@@ -9,18 +9,23 @@ carrier are out of its clear scope (HR4): they stay in the carrier ledger as wha
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol
 
 from bridge.commands import BargedIn, Truncate, TurnEnded
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame
+from sip.leg import LegFeatures
 
 if TYPE_CHECKING:
     from bridge.reservoir import OutputPath
 
 
 class Channel(Protocol):
-    """Where frames for the caller wait (the call leg's playout): the session's view of the carrier."""
+    """Where frames for the caller wait (the call leg's playout): the session's view of the carrier. Its
+    `features` are the leg's (`sip.leg.LegFeatures`): a channel that keeps its own cushion declares it."""
+
+    @property
+    def features(self) -> LegFeatures: ...
 
     @property
     def depth(self) -> int: ...
@@ -31,16 +36,6 @@ class Channel(Protocol):
     def enqueue(self, frames: list[OutboundFrame]) -> None: ...
 
     def clear(self, epoch: int) -> ClearResult: ...
-
-
-@runtime_checkable
-class CushionedChannel(Protocol):
-    """A channel that keeps its own playback cushion (the browser's adaptive 120-200 ms, DESIGN §5): how many
-    20 ms frames the session may keep queued there now. Read on every top-up, so the cushion can follow the
-    channel's jitter. A channel without it (the RTP carrier) gets the pacer's lead (`CARRIER_LEAD_FRAMES`)."""
-
-    @property
-    def cushion_frames(self) -> int: ...
 
 
 class PlaybackBarrier:

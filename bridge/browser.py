@@ -57,6 +57,7 @@ from sip.leg import (
     CallIdentity,
     FrameReceived,
     LegEvent,
+    LegFeatures,
     MediaStarted,
     PlayoutLeg,
     TransferProgress,
@@ -178,6 +179,8 @@ def negotiated_codec(answer_sdp: str) -> str:
 class BrowserLeg(PlayoutLeg):
     """One browser call as a `CallLeg`. Built by `BrowserChannel.answer`; `attach()` wires the peer."""
 
+    features = LegFeatures(cushion=True)  # its adaptive 120-200 ms cushion (`cushion_frames`)
+
     def __init__(self, identity: CallIdentity, clock: Callable[[], int] = time.monotonic_ns) -> None:
         super().__init__()
         self._identity = identity
@@ -202,7 +205,7 @@ class BrowserLeg(PlayoutLeg):
 
     @property
     def cushion_frames(self) -> int:
-        """`bridge.barrier.CushionedChannel`: the adaptive target (120-200 ms), read on every top-up."""
+        """`sip.leg.CushionedChannel`: the adaptive target (120-200 ms), read on every top-up."""
         return -(-self.cushion.target_ms // FRAME_MS)
 
     async def events(self) -> AsyncIterator[LegEvent]:

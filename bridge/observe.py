@@ -2,21 +2,22 @@
 
 `CallObserver` turns what the server already knows — a call's start and `CallSummary`, its refusal, the
 session's notices (recoveries, rollovers, discontinuities, jobs) and, at the end of a call, the leg's RTP
-counters (`QosSource`) — into `BridgeMetrics` updates. Nothing here runs per media frame: notices are a few per
-call, the RTP figures are taken once, at the end of the call. `http_extra` answers the three extra GET paths of
-the HTTP listener (bridge/http.py).
+counters (`sip.leg.QosSource`, where the leg declares `LegFeatures.qos`) — into `BridgeMetrics` updates.
+Nothing here runs per media frame: notices are a few per call, the RTP figures are taken once, at the end of
+the call. `http_extra` answers the three extra GET paths of the HTTP listener (bridge/http.py).
 
 SIP responses: `sip_responses_sent_total` counts the final response each call got from the bridge's side (200
-for an answered call, the refusal status otherwise, 503 when the provider was unavailable before answering) and,
-at each scrape, the engine's own refusals (`EngineCounters.stats()`: the native engine's counters named with a
-status, e.g. `invite_503_draining`, `method_405`, `policy_403`). The same scrape turns the engine's refusal
-counters and its inbound policy's (`GET /sip`) into `refusals_total{reason}` (draining, max_calls,
-no_common_codec, unanswerable_offer; not_allowed, rate_limited, options_rate_limited, blocked_user_agent,
-auth_failed, auth_banned), its digest failures and bans (sip/guard.py) into `sip_auth_failures_total` and
-`sip_bans_total{scope}`, the SIP it could not take into `sip_messages_rejected_total{reason}`, what it holds now
-(`EngineHeld.counts()`) into
-`engine_held{resource}`, and its registrations (`GET /sip`'s list) into `registrations{trunk,state}`.
-Counters move by the delta since the last scrape, so a scrape every few seconds costs nothing per call.
+for an answered call, the refusal status otherwise, 503 when the provider was unavailable before answering)
+and, at each scrape, the engine's own refusals (`sip.engine.EngineCounters.stats()`: the native engine's
+counters named with a status, e.g. `invite_503_draining`, `method_405`, `policy_403`). The same scrape turns
+the engine's refusal counters and its inbound policy's (`GET /sip`) into `refusals_total{reason}` (draining,
+max_calls, no_common_codec, unanswerable_offer; not_allowed, rate_limited, options_rate_limited,
+blocked_user_agent, auth_failed, auth_banned), its digest failures and bans (sip/guard.py) into
+`sip_auth_failures_total` and `sip_bans_total{scope}`, the SIP it could not take into
+`sip_messages_rejected_total{reason}`, what it holds now (`sip.engine.EngineHeld.counts()`) into
+`engine_held{resource}`, and its registrations (`GET /sip`'s list) into `registrations{trunk,state}`. Each
+report is read only where the engine declares it (`sip.engine.EngineFeatures`). Counters move by the delta
+since the last scrape, so a scrape every few seconds costs nothing per call.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Protocol, get_args, runtime_checkable
+from typing import get_args
 
 from bridge.commands import AudioDiscontinuity, RecoveryChanged, RolloverChanged
 from bridge.delegations import JobChanged
@@ -42,8 +43,8 @@ from bridge.metrics import (
 )
 from bridge.session import CallSummary
 from rtp.clock import LATE_CAUSES
-from sip.engine import SipStatus
-from sip.leg import CallIdentity, QosSource
+from sip.engine import SipEngine, offers_counters, offers_held, offers_status
+from sip.leg import CallLeg, offers_qos
 
 DEFAULT_ROUTE = "default"  # the route label of a call no config route chose
 PROVIDER_UNAVAILABLE = "provider unavailable"
@@ -101,28 +102,6 @@ _REGISTRATION_STATES: dict[str, RegistrationState] = {
 }
 
 
-@runtime_checkable
-class _Identified(Protocol):
-    """A call leg, as far as the observer reads it: which call it is (sip.leg.CallLeg)."""
-
-    @property
-    def identity(self) -> CallIdentity: ...
-
-
-@runtime_checkable
-class EngineCounters(Protocol):
-    """An engine whose core keeps counters of what it refused and dropped (the native engine's `stats()`)."""
-
-    def stats(self) -> dict[str, int]: ...
-
-
-@runtime_checkable
-class EngineHeld(Protocol):
-    """An engine that counts what it holds right now (the native engine's `counts()`)."""
-
-    def counts(self) -> dict[str, int]: ...
-
-
 class _Deltas:
     """Monotonic counters read whole at each scrape -> what they grew by since the last one."""
 
@@ -159,7 +138,7 @@ class CallObserver:
     def call_started(self, route: str | None) -> None:
         self.metrics.call_started(route or DEFAULT_ROUTE)
 
-    def call_ended(self, route: str | None, summary: CallSummary | None, leg: object) -> None:
+    def call_ended(self, route: str | None, summary: CallSummary | None, leg: CallLeg) -> None:
         """The call `call_started` counted is over: its outcome, its final response and its RTP counters."""
         outcome: CallOutcome = "completed"
         if summary is None:
@@ -173,7 +152,7 @@ class CallObserver:
         else:
             self.metrics.sip_response_sent(200)
         self.metrics.call_ended(route or DEFAULT_ROUTE, outcome)
-        if isinstance(leg, QosSource):
+        if offers_qos(leg):
             qos = leg.qos()
             if qos is not None:
                 self.metrics.rtp(
@@ -187,11 +166,7 @@ class CallObserver:
                 if qos.one_way_audio is not None:  # rtp/stream.py: no usable caller RTP, and why
                     self.metrics.one_way_audio(qos.one_way_audio)
         # Issue 17: the call's jobs still timed are forgotten with it, whether or not it had a summary.
-        call_id = summary.call_id if summary is not None else None
-        if call_id is None and isinstance(leg, _Identified):
-            call_id = leg.identity.call_id
-        if call_id is not None:
-            self._job_started_ms.pop(call_id, None)
+        self._job_started_ms.pop(summary.call_id if summary is not None else leg.identity.call_id, None)
 
     # --- the session's notices (a few per call) ---
 
@@ -240,9 +215,9 @@ class CallObserver:
 
     # --- what the engine counts itself, read at each scrape ---
 
-    def scrape(self, engine: object) -> None:
+    def scrape(self, engine: SipEngine | None) -> None:
         """Bring the engine's refusal counters, responses by code and registrations into the metrics."""
-        if isinstance(engine, EngineCounters):
+        if offers_counters(engine):
             stats = engine.stats()
             grown_all = self._engine.grown(stats)
             self.metrics.pacing_ticks(
@@ -270,10 +245,10 @@ class CallObserver:
                     self.metrics.sip_response_sent(int(m.group(1)), grown)
                 if _SIP_REJECTED.match(name):
                     self.metrics.sip_rejected("internal_error" if name == "internal_errors" else name, grown)
-        if isinstance(engine, EngineHeld):
+        if offers_held(engine):
             self.metrics.engine_held(engine.counts())
         self.metrics.heap(heap_figures())  # issue 17: a leak against fragmentation
-        if isinstance(engine, SipStatus):
+        if offers_status(engine):
             status = engine.sip_status()
             policy = status.get("policy")
             counters = policy.get("counters") if isinstance(policy, dict) else None
@@ -296,7 +271,7 @@ class CallObserver:
     # --- the HTTP listener's extra paths ---
 
     def http_extra(
-        self, ready: Callable[[], tuple[bool, str]], engine: Callable[[], object] = lambda: None
+        self, ready: Callable[[], tuple[bool, str]], engine: Callable[[], SipEngine | None] = lambda: None
     ) -> Callable[[str], HttpAnswer | None]:
         """`GET /metrics` (after a `scrape` of `engine()`), `/healthz` (alive) and `/readyz` (`ready()`:
         listening, not draining, registered where configured)."""

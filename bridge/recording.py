@@ -26,11 +26,11 @@ import wave
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, ClassVar
 
 import numpy as np
 
-from bridge.barrier import Channel, CushionedChannel
+from bridge.barrier import Channel
 from bridge.records import (
     RECORD_NOTICES,
     AppEvent,
@@ -45,7 +45,7 @@ from rtp.audio import FRAME_MS
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame
 from rtp.rtcp import QoS
-from sip.leg import CallIdentity, QosSource
+from sip.leg import CallIdentity, CushionedChannel, LegFeatures, QosSource, offers_cushion, offers_qos
 
 log = logging.getLogger("parlora.records")
 
@@ -374,6 +374,8 @@ def recording_path(directory: str | Path, call_id: str, wall: float | None = Non
 class TeeChannel:
     """A `Channel` over the leg that keeps a reference to every frame queued for the caller."""
 
+    features: ClassVar[LegFeatures] = LegFeatures()  # what the output path asks of it: the cushion, RTP QoS
+
     def __init__(self, inner: Channel, sent: deque[OutboundFrame]) -> None:
         self._inner = inner
         self._sent = sent
@@ -394,6 +396,8 @@ class TeeChannel:
 
 
 class _CushionedTee(TeeChannel):
+    features = LegFeatures(cushion=True)
+
     def __init__(self, inner: CushionedChannel, sent: deque[OutboundFrame]) -> None:
         super().__init__(inner, sent)  # type: ignore[arg-type]  # a cushioned leg is a Channel too
         self._cushioned = inner
@@ -404,9 +408,11 @@ class _CushionedTee(TeeChannel):
 
 
 class _QosTee(TeeChannel):
-    def __init__(self, inner: Channel, sent: deque[OutboundFrame], qos: QosSource) -> None:
-        super().__init__(inner, sent)
-        self._qos = qos
+    features = LegFeatures(qos=True)
+
+    def __init__(self, inner: QosSource, sent: deque[OutboundFrame]) -> None:
+        super().__init__(inner, sent)  # type: ignore[arg-type]  # a leg with QoS is a Channel too
+        self._qos = inner
 
     def qos(self) -> QoS | None:
         return self._qos.qos()
@@ -416,11 +422,11 @@ class _QosTee(TeeChannel):
 
 
 def tee_channel(leg: Channel, sent: deque[OutboundFrame]) -> Channel:
-    """The tee with the same optional capabilities as the leg (a cushion, RTP QoS: bridge/status.py)."""
-    if isinstance(leg, CushionedChannel):
+    """The tee with the same optional features as the leg declares (a cushion, RTP QoS: bridge/status.py)."""
+    if offers_cushion(leg):
         return _CushionedTee(leg, sent)
-    if isinstance(leg, QosSource):
-        return _QosTee(leg, sent, leg)
+    if offers_qos(leg):
+        return _QosTee(leg, sent)
     return TeeChannel(leg, sent)
 
 

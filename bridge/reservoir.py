@@ -30,11 +30,12 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from bridge.barrier import Channel, CushionedChannel, PlaybackBarrier
+from bridge.barrier import Channel, PlaybackBarrier
 from bridge.framing import CarrierConverter, ItemFramer
 from providers.limits import AudioLimits
 from rtp.audio import FRAME_MS, PCMU_8K, AudioFormat
 from rtp.playout import OutboundFrame
+from sip.leg import offers_cushion
 
 _NS_PER_MS = 1_000_000
 TICK_NS = FRAME_MS * _NS_PER_MS
@@ -221,9 +222,7 @@ class OutputPath:
         self._lead = (
             lead_frames  # the carrier's; a channel with its own cushion says how many on every top-up
         )
-        self._cushion = (
-            channel if isinstance(channel, CushionedChannel) else None
-        )  # (checked once, not per frame)
+        self._cushion = channel if offers_cushion(channel) else None  # (asked once, not per frame)
         self._quiet_ns = item_quiet_ms * _NS_PER_MS
         self._ready: list[OutboundFrame] = []  # framed output waiting for room in the cushion
         self._next_tick: int | None = None

@@ -11,7 +11,8 @@ caller BYE closes the provider session (waiting briefly for its final usage); a 
 protocol error hangs up the call with the reason logged.
 
 The leg's media events go to the core (S7, bridge/coordinator.py): MediaHeld and MediaResumed put the call on
-hold and take it off; a call the bridge placed (`sip.leg.DialledLeg`) rings until its MediaStarted.
+hold and take it off; a call the bridge placed (`sip.leg.DialledLeg`, declared `LegFeatures.dialled`) rings
+until its MediaStarted.
 """
 
 from __future__ import annotations
@@ -35,14 +36,14 @@ from providers.events import ProviderEvent, SessionStarted, bounded
 from sip.leg import (
     CallEnded,
     CallLeg,
-    DialledLeg,
     DtmfReceived,
     FrameReceived,
-    FrameSinkLeg,
     MediaHeld,
     MediaResumed,
     MediaStarted,
     TransferProgress,
+    offers_dialled,
+    offers_frame_sink,
 )
 
 log = logging.getLogger("parlora.session")
@@ -201,13 +202,13 @@ class CallerFrames:
 
     def attach(self, leg: CallLeg, core: SessionCoordinator) -> None:
         self.core = core
-        if isinstance(leg, FrameSinkLeg):
+        if offers_frame_sink(leg):
             leg.set_frame_sink(self)
 
     def detach(self, leg: CallLeg) -> None:
         self.core = None
         self.cancel()
-        if isinstance(leg, FrameSinkLeg):
+        if offers_frame_sink(leg):
             leg.set_frame_sink(None)
 
     def feed(self, core: SessionCoordinator, frame: FrameReceived, now: int) -> None:
@@ -657,7 +658,7 @@ class CallSession:
             now = self._clock()
             self.coordinator.provider_event(started, now)
             self._connection_started(self.coordinator, started, now)
-            if isinstance(self.leg, DialledLeg) and self.leg.outbound:
+            if offers_dialled(self.leg) and self.leg.outbound:
                 self.coordinator.ring(now)  # S7: the greeting waits for the callee's answer
             self.leg.answer()
             del first  # issue 17: a closed first connection is freed, not held to the call's end

@@ -1,23 +1,24 @@
 """What `status()` and `GET /calls/{id}` show of one session core (SE7, HR13, DESIGN §9).
 
 The assembly of the view, apart from the rules: each part reports its own figures; this module only puts
-them together, and adds the call leg's RTP figures when the leg runs the stream itself (`sip.leg.QosSource`,
-the native engine).
+them together, and adds the call leg's RTP figures when the leg runs the stream itself (it declares
+`sip.leg.LegFeatures.qos`: the native engine).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sip.leg import QosSource
+from sip.leg import offers_qos
 
 if TYPE_CHECKING:
+    from bridge.barrier import Channel
     from bridge.coordinator import SessionCoordinator
 
 
-def leg_qos(channel: object) -> dict[str, object]:
+def leg_qos(channel: Channel) -> dict[str, object]:
     """The leg's jitter, loss, RTT and packets in/out, when the leg provides them (else nothing)."""
-    if not isinstance(channel, QosSource):
+    if not offers_qos(channel):
         return {}
     qos = channel.qos()
     return {"rtp": None if qos is None else qos.as_dict(), "media": channel.media_counters()}

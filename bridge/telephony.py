@@ -20,9 +20,7 @@ BYE the bridge sent waits `drain_ms` for the leg to end. All of them are core de
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 from bridge.commands import EndSession, HangUp, Outbox, RequestClose, SendDtmf, TransferCall
 from bridge.delegations import Delegations, DispatchJob, JobRequest
@@ -123,16 +121,6 @@ TIME_LIMIT_NOTE = (
     "This call has reached its time limit. Tell the caller so and say a short goodbye now; the call ends "
     "when you finish."
 )
-
-
-@runtime_checkable
-class TimeLimitedLeg(Protocol):
-    """A call leg whose engine enforces --max-call-duration and lets the session say goodbye first (issue 14;
-    the native engine's `NativeLeg`): at the limit the engine calls `handler(reason)` instead of sending BYE,
-    the session asks the model for a goodbye and hangs up once it has been played (`CallEnding`, as for
-    end_call), and the engine sends the BYE itself if the call is still up `grace_s` later."""
-
-    def on_time_limit(self, handler: Callable[[str], object], grace_s: float) -> None: ...
 
 
 def time_limit_grace_s(options: TelephonyOptions) -> float:

@@ -25,7 +25,7 @@ import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Literal, Protocol, runtime_checkable
+from typing import Literal, Protocol, TypeGuard
 
 from sip.auth import Credentials, DigestServer
 from sip.leg import CallLeg
@@ -116,8 +116,31 @@ class EngineStartError(EngineError):
     """The engine could not start listening (bad address, port in use, ...)."""
 
 
+@dataclass(frozen=True, slots=True)
+class EngineFeatures:
+    """What an engine offers beyond `SipEngine`, declared by its class instead of tested with isinstance (as
+    `providers.base.Capabilities` declares what a provider protocol offers). All off by default; an engine
+    that declares one has the methods of its protocol below, and the bridge asks the declaration (`offers_*`).
+
+    `status`: it reports its listener and inbound-policy counters for `GET /sip` (`SipStatus`).
+    `counters`: its core counts what it refused and dropped, for `/metrics` (`EngineCounters`).
+    `held`: it counts what it holds right now, for `/metrics` (`EngineHeld`).
+    `dial`: it places calls (`Dialer`).
+    """
+
+    status: bool = False
+    counters: bool = False
+    held: bool = False
+    dial: bool = False
+
+
 class SipEngine(Protocol):
     """A running SIP user agent that answers incoming calls as `CallLeg`s (see the module docstring)."""
+
+    @property
+    def features(self) -> EngineFeatures:
+        """What the engine offers beyond this contract (`EngineFeatures`)."""
+        ...
 
     @property
     def max_calls(self) -> int:
@@ -145,19 +168,18 @@ class SipEngine(Protocol):
         ...
 
 
-@runtime_checkable
 class SipStatus(Protocol):
-    """An engine that reports its listener and inbound-policy counters for the status (`GET /sip`)."""
+    """`EngineFeatures.status`: an engine that reports its listener and inbound-policy counters for the status
+    (`GET /sip`)."""
 
     def sip_status(self) -> dict[str, object]: ...
 
 
-@runtime_checkable
 class Dialer(Protocol):
-    """An engine that places calls (issue 14): the leg's events are an inbound call's once answered, or end
-    with `CallEnded(status_code=...)` (486 busy, 408 no answer, ...). 401/407 are answered with `auth_user` and
-    `password`; `password=None` means the registration's credentials, `password=""` none at all. The leg's
-    `identity.direction` is "outbound"."""
+    """`EngineFeatures.dial`: an engine that places calls: the leg's events are an inbound call's once
+    answered, or end with `CallEnded(status_code=...)` (486 busy, 408 no answer, ...). 401/407 are answered
+    with `auth_user` and `password`; `password=None` means the registration's credentials, `password=""` none
+    at all. The leg's `identity.direction` is "outbound"."""
 
     async def dial(
         self,
@@ -168,6 +190,40 @@ class Dialer(Protocol):
         auth_user: str | None = None,
         password: str | None = None,
     ) -> CallLeg: ...
+
+
+class EngineCounters(Protocol):
+    """`EngineFeatures.counters`: an engine whose core keeps counters of what it refused and dropped (the
+    native engine's `stats()`)."""
+
+    def stats(self) -> dict[str, int]: ...
+
+
+class EngineHeld(Protocol):
+    """`EngineFeatures.held`: an engine that counts what it holds right now (the native engine's
+    `counts()`)."""
+
+    def counts(self) -> dict[str, int]: ...
+
+
+def offers_status(engine: SipEngine | None) -> TypeGuard[SipStatus]:
+    """The engine declares `EngineFeatures.status` (None: no engine running)."""
+    return engine is not None and engine.features.status
+
+
+def offers_counters(engine: SipEngine | None) -> TypeGuard[EngineCounters]:
+    """The engine declares `EngineFeatures.counters` (None: no engine running)."""
+    return engine is not None and engine.features.counters
+
+
+def offers_held(engine: SipEngine | None) -> TypeGuard[EngineHeld]:
+    """The engine declares `EngineFeatures.held` (None: no engine running)."""
+    return engine is not None and engine.features.held
+
+
+def offers_dial(engine: SipEngine | None) -> TypeGuard[Dialer]:
+    """The engine declares `EngineFeatures.dial` (None: no engine running)."""
+    return engine is not None and engine.features.dial
 
 
 class EngineFactory(Protocol):

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import ClassVar, Literal, Protocol, TypeGuard
 
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame, Playout
@@ -116,6 +116,11 @@ class CallLeg(Protocol):
     def identity(self) -> CallIdentity: ...
 
     @property
+    def features(self) -> LegFeatures:
+        """What the leg offers beyond this contract (`LegFeatures`, below)."""
+        ...
+
+    @property
     def ledger(self) -> CarrierLedger:
         """Which frames of which item have left, and when."""
         ...
@@ -182,12 +187,38 @@ FrameSink = Callable[[FrameReceived], None]
 """Takes one caller frame inside the engine's media tick (see `FrameSinkLeg`)."""
 
 
-@runtime_checkable
+@dataclass(frozen=True, slots=True)
+class LegFeatures:
+    """What a leg offers beyond `CallLeg`, declared by its class instead of tested with isinstance (as
+    `providers.base.Capabilities` declares what a provider protocol offers). All off by default; a leg that
+    declares one has the methods of its protocol below, and the bridge asks the declaration (`offers_*`).
+
+    `frame_sink`: caller frames can go to a synchronous sink from the engine's media tick (`FrameSinkLeg`).
+    `dialled`: the engine places calls, and `outbound` says whether this one was placed (`DialledLeg`).
+    `qos`: the engine runs the RTP stream and reports its RTCP figures and counters (`QosSource`).
+    `time_limit`: the engine enforces --max-call-duration and lets the session say goodbye (`TimeLimitedLeg`).
+    `cushion`: the channel keeps its own playback cushion, read on every top-up (`CushionedChannel`).
+    """
+
+    frame_sink: bool = False
+    dialled: bool = False
+    qos: bool = False
+    time_limit: bool = False
+    cushion: bool = False
+
+
+class Featured(Protocol):
+    """A leg, or a channel over one (bridge/recording.py's tee), as far as its declaration goes."""
+
+    @property
+    def features(self) -> LegFeatures: ...
+
+
 class FrameSinkLeg(Protocol):
-    """An optional capability of a leg whose engine runs the media clock itself (the native engine): caller
-    frames go straight to a synchronous sink from the media tick instead of through `events()` (issue 13:
-    fewer loop hops per frame). Check it with `isinstance(leg, FrameSinkLeg)`; legs without it (pjsua2, the
-    browser, test fakes) deliver every frame as a `FrameReceived` event.
+    """`LegFeatures.frame_sink`: a leg whose engine runs the media clock itself (the native engine): caller
+    frames go straight to a synchronous sink from the media tick instead of through `events()` (fewer loop
+    hops per frame). Legs without it (pjsua2, the browser, test fakes) deliver every frame as a
+    `FrameReceived` event.
 
     - With a sink set, a frame is handed to it only while no leg event is queued in `events()`; otherwise it
       is queued behind them as a `FrameReceived`, so a frame never overtakes an earlier event (CallEnded,
@@ -198,21 +229,18 @@ class FrameSinkLeg(Protocol):
     def set_frame_sink(self, sink: FrameSink | None) -> None: ...
 
 
-@runtime_checkable
 class DialledLeg(Protocol):
-    """An optional capability of a leg whose engine places calls (the native engine's `dial`): `outbound` is
+    """`LegFeatures.dialled`: a leg whose engine places calls (the native engine's `dial`): `outbound` is
     true for a call the bridge placed. Such a call rings until the callee answers, which its `MediaStarted`
-    reports (`CallLeg.answer` does nothing for it); a leg without this capability was answered by `answer()`.
-    Check it with `isinstance(leg, DialledLeg)`."""
+    reports (`CallLeg.answer` does nothing for it); a leg without this feature was answered by `answer()`."""
 
     @property
     def outbound(self) -> bool: ...
 
 
-@runtime_checkable
 class QosSource(Protocol):
-    """An optional capability of a leg whose engine runs the RTP stream itself (the native engine): RTCP
-    figures and the stream's counters for `status()["qos"]`. Check it with `isinstance(leg, QosSource)`."""
+    """`LegFeatures.qos`: a leg whose engine runs the RTP stream itself (the native engine): RTCP figures and
+    the stream's counters for `status()["qos"]`."""
 
     def qos(self) -> QoS | None:
         """Jitter, loss, RTT and packet counts (None before the media started)."""
@@ -223,12 +251,60 @@ class QosSource(Protocol):
         ...
 
 
+class TimeLimitedLeg(Protocol):
+    """`LegFeatures.time_limit`: a leg whose engine enforces --max-call-duration and lets the session say
+    goodbye first (the native engine's `NativeLeg`): at the limit the engine calls `handler(reason)` instead
+    of sending BYE, the session asks the model for a goodbye and hangs up once it has been played
+    (`CallEnding`, as for end_call), and the engine sends the BYE itself if the call is still up `grace_s`
+    later."""
+
+    def on_time_limit(self, handler: Callable[[str], object], grace_s: float) -> None: ...
+
+
+class CushionedChannel(Protocol):
+    """`LegFeatures.cushion`: a channel that keeps its own playback cushion (the browser's adaptive
+    120-200 ms, DESIGN §5): how many 20 ms frames the session may keep queued there now. Read on every top-up,
+    so the cushion can follow the channel's jitter. A channel without it (the RTP carrier) gets the pacer's
+    lead (bridge/cushion.py `CARRIER_LEAD_FRAMES`)."""
+
+    @property
+    def cushion_frames(self) -> int: ...
+
+
+def offers_frame_sink(leg: Featured) -> TypeGuard[FrameSinkLeg]:
+    """The leg declares `LegFeatures.frame_sink`."""
+    return leg.features.frame_sink
+
+
+def offers_dialled(leg: Featured) -> TypeGuard[DialledLeg]:
+    """The leg declares `LegFeatures.dialled`."""
+    return leg.features.dialled
+
+
+def offers_qos(leg: Featured) -> TypeGuard[QosSource]:
+    """The leg declares `LegFeatures.qos`."""
+    return leg.features.qos
+
+
+def offers_time_limit(leg: Featured) -> TypeGuard[TimeLimitedLeg]:
+    """The leg declares `LegFeatures.time_limit`."""
+    return leg.features.time_limit
+
+
+def offers_cushion(leg: Featured) -> TypeGuard[CushionedChannel]:
+    """The channel declares `LegFeatures.cushion`."""
+    return leg.features.cushion
+
+
 class PlayoutLeg:
     """The outbound half of `CallLeg` over one `rtp.playout.Playout`: `ledger`, `depth`, `enqueue`, `clear`.
 
     Every engine's leg (and a test's fake leg) inherits it, so the playout rules live in one place: the
     engine's media clock calls `self.playout.pull(now)` once per 20 ms tick, and whatever that returns is
-    transmitted (recorded in the ledger). `clear` is confirmed synchronously (see `CallLeg.clear`)."""
+    transmitted (recorded in the ledger). `clear` is confirmed synchronously (see `CallLeg.clear`). It
+    declares no `LegFeatures`; each engine's leg declares its own."""
+
+    features: ClassVar[LegFeatures] = LegFeatures()
 
     def __init__(self, playout: Playout | None = None) -> None:
         self.playout = playout if playout is not None else Playout(CarrierLedger())

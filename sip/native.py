@@ -60,7 +60,7 @@ from rtp.stream import ARRIVAL_WINDOW_MS, PCMU, RtpStream, StreamConfig
 from sip import sdp
 from sip import ua as core
 from sip.auth import Credentials, DigestServer
-from sip.engine import EngineConfig, EngineStartError, OnCall, digest_realm
+from sip.engine import EngineConfig, EngineFeatures, EngineStartError, OnCall, digest_realm
 from sip.identity import call_identity
 from sip.leg import (
     CallEnded,
@@ -69,6 +69,7 @@ from sip.leg import (
     FrameReceived,
     FrameSink,
     LegEvent,
+    LegFeatures,
     MediaHeld,
     MediaResumed,
     MediaStarted,
@@ -291,6 +292,8 @@ class _CallMedia:
 class NativeLeg(PlayoutLeg):
     """One incoming call on the native engine (implements `sip.leg.CallLeg`). Lives on the asyncio loop."""
 
+    features = LegFeatures(frame_sink=True, dialled=True, qos=True, time_limit=True)
+
     def __init__(
         self,
         agent: NativeUserAgent,
@@ -500,7 +503,7 @@ class NativeLeg(PlayoutLeg):
             self.media.on_rtcp(data, source, now)
 
     def on_time_limit(self, handler: Callable[[str], object], grace_s: float) -> None:
-        """--max-call-duration (issue 14; `bridge.telephony.TimeLimitedLeg`): at the limit, `handler(reason)`
+        """--max-call-duration (issue 14; `sip.leg.TimeLimitedLeg`): at the limit, `handler(reason)`
         instead of a BYE at once (the session lets the model say goodbye, then hangs up); if the call is still
         up `grace_s` later, the BYE goes out all the same."""
         self._time_limit, self._time_limit_grace_s = handler, grace_s
@@ -785,6 +788,8 @@ def _reason_phrase(reason: str) -> str:
 
 class NativeUserAgent:
     """The native SIP engine (implements `sip.engine.SipEngine`); see the module docstring."""
+
+    features = EngineFeatures(status=True, counters=True, held=True, dial=True)
 
     def __init__(
         self,

@@ -48,7 +48,7 @@ import pjsua2 as pj  # type: ignore[import-untyped, import-not-found, unused-ign
 
 from rtp import probe as _probe
 from rtp.audio import PCM16_FRAME_BYTES
-from sip.engine import ENGINES, EngineConfig, EngineStartError, OnCall
+from sip.engine import ENGINES, EngineConfig, EngineFeatures, EngineStartError, OnCall
 from sip.identity import call_identity, parse_head
 from sip.leg import (
     CallEnded,
@@ -56,6 +56,7 @@ from sip.leg import (
     DtmfReceived,
     FrameReceived,
     LegEvent,
+    LegFeatures,
     MediaHeld,
     MediaResumed,
     MediaStarted,
@@ -92,6 +93,8 @@ class Pjsua2Leg(PlayoutLeg):
 
     Created on the pjsua thread, used from the asyncio loop; only `_post` crosses from other threads.
     """
+
+    features = LegFeatures()  # none beyond `CallLeg`: caller frames come as events, pjmedia runs the RTP
 
     def __init__(self, agent: Pjsua2UserAgent, key: int, identity: CallIdentity) -> None:
         super().__init__()
@@ -429,6 +432,8 @@ def unsupported_options(config: EngineConfig) -> list[str]:
 class Pjsua2UserAgent:
     """Runs pjsua2 on its own thread and hands each incoming call to `on_call` on the asyncio loop that ran
     `start()` (implements `sip.engine.SipEngine`; built through `sip.engine.create_engine("pjsua2", ...)`)."""
+
+    features = EngineFeatures()  # none: no GET /sip report, no refusal counters, no placing calls
 
     def __init__(self, config: EngineConfig, on_call: OnCall, *, pjsip_log_level: int = 2) -> None:
         """`pjsip_log_level`: pjsip's own log lines go to `logging` at DEBUG (level 1, errors, at WARNING).

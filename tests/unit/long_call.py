@@ -47,6 +47,7 @@ from providers.limits import OPENAI_REALTIME
 from rtp.audio import PCMU_8K
 from rtp.g711 import ulaw_encode
 from rtp.playout import Playout
+from sip.leg import PlayoutLeg
 
 CALL_ID = "call-long"
 
@@ -87,7 +88,7 @@ class LongCall:
             limits=OPENAI_REALTIME.for_format(PCMU_8K),
             output_format=PCMU_8K,
             capabilities=REALTIME,
-            channel=self.playout,
+            channel=PlayoutLeg(self.playout),
             now=0,
             options=CoordinatorOptions(rollover=rollover_every(rollover_s)),
         )

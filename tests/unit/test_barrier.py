@@ -11,11 +11,14 @@ from bridge.reservoir import TICK_NS, OutputPath
 from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K
 from rtp.playout import Playout
+from sip.leg import PlayoutLeg
 
 
 def test_hr4_barge_in_truncates_to_the_ledger_and_suppresses_until_the_turn_ends() -> None:
     playout = Playout()
-    out = OutputPath(AudioLimits(16_000, 3_000), PCMU_8K, playout, lead_frames=2, item_quiet_ms=300)
+    out = OutputPath(
+        AudioLimits(16_000, 3_000), PCMU_8K, PlayoutLeg(playout), lead_frames=2, item_quiet_ms=300
+    )
     barge = BargeIn(out, truncate=True)
     out.push(pcmu_tone(1_000), "item_a", 0)
     for i in range(1, 6):  # five frames leave

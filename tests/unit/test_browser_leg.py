@@ -217,15 +217,15 @@ async def test_a_peer_that_never_completes_ice_is_cleaned_up() -> None:
 
 
 def test_the_sessions_cushion_follows_the_browser_legs_adaptive_target() -> None:
-    """bridge.barrier.CushionedChannel: the output path reads `cushion_frames` at each top-up (120-200 ms)."""
-    from bridge.barrier import CushionedChannel
+    """sip.leg.CushionedChannel: the output path reads `cushion_frames` at each top-up (120-200 ms)."""
     from bridge.reservoir import OutputPath
     from providers.limits import AudioLimits
     from rtp.audio import PCMU_8K
+    from sip.leg import offers_cushion
 
     now = [0]
     leg = BrowserLeg(identity(), clock=lambda: now[0])
-    assert isinstance(leg, CushionedChannel) and leg.cushion_frames == 6  # the 120 ms floor
+    assert offers_cushion(leg) and leg.cushion_frames == 6  # the 120 ms floor
     out = OutputPath(AudioLimits(16_000, 3_000), PCMU_8K, leg, lead_frames=2, item_quiet_ms=300)
     out.push(bytes(160 * 40), "reply-1", 0)  # 800 ms received
     assert leg.depth == 6

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from bridge.metrics import BridgeMetrics
 from bridge.observe import CallObserver
 from rtp.clock import FRAME_NS, LATE_CAUSES, MediaClockShell
+from sip.engine import EngineFeatures
 
 MS = 1_000_000
 T0 = 1_000_000_000
@@ -314,6 +315,8 @@ def test_one_summary_line_a_minute_at_most(caplog: pytest.LogCaptureFixture) -> 
 
 def test_the_metrics_count_late_ticks_by_cause_from_the_engines_counters() -> None:
     class Engine:
+        features = EngineFeatures(counters=True)
+
         def __init__(self) -> None:
             self.counters: dict[str, int] = {}
 

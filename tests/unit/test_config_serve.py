@@ -23,7 +23,7 @@ from bridge.jsonlog import JsonFormatter, secret_values
 from bridge.observe import CallObserver
 from bridge.ops import RoutedApplication
 from bridge.session import CallSummary
-from sip.leg import CallIdentity
+from sip.leg import CallIdentity, PlayoutLeg
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "example.toml"
 
@@ -242,7 +242,7 @@ def test_observer_counts_calls_refusals_and_notices() -> None:
     sink("call-1", JobChanged("job-1", "lookup", "running", "", 1000))
     sink("call-1", JobChanged("job-1", "lookup", "delivered", "", 1500))
     summary = CallSummary("call-1", 3.0, 150, 140, "caller", "200 OK", None)
-    obs.call_ended("sales", summary, object())
+    obs.call_ended("sales", summary, PlayoutLeg())  # a leg that declares nothing
     assert len(sink_seen) == 5  # the console still sees every notice
     assert _value(obs, "parlora_calls_active", route="sales") == 0
     assert _value(obs, "parlora_calls_total", route="sales", outcome="completed") == 1
@@ -262,7 +262,7 @@ def test_provider_unavailable_is_a_failed_call_answered_503() -> None:
     obs = CallObserver()
     obs.call_started(None)
     obs.call_ended(
-        None, CallSummary("c", 0.1, 0, 0, "bridge", "provider unavailable: refused", None), object()
+        None, CallSummary("c", 0.1, 0, 0, "bridge", "provider unavailable: refused", None), PlayoutLeg()
     )
     assert _value(obs, "parlora_calls_total", route="default", outcome="failed") == 1
     assert _value(obs, "parlora_sip_responses_sent_total", code="503") == 1

@@ -23,6 +23,7 @@ from sip.engine import (
     ENGINES,
     EngineConfig,
     EngineFactory,
+    EngineFeatures,
     EngineSpec,
     EngineStartError,
     EngineUnavailable,
@@ -32,7 +33,7 @@ from sip.engine import (
     engine_spec,
     load_engine,
 )
-from sip.leg import CallIdentity, CallLeg
+from sip.leg import CallIdentity, CallLeg, LegFeatures
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,6 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 class FakeEngine:
     """An engine as the protocol asks: built from (config, on_call), hands legs to on_call, drains."""
 
+    features = EngineFeatures()  # nothing beyond the protocol
     instances: list[FakeEngine] = []
 
     def __init__(self, config: EngineConfig, on_call: OnCall) -> None:
@@ -398,3 +400,42 @@ def test_native_is_the_default_engine_and_needs_no_extra() -> None:
     assert DEFAULT_ENGINE == "native"
     assert ENGINES[DEFAULT_ENGINE].extra is None and ENGINES[DEFAULT_ENGINE].cap is None
     assert load_engine(DEFAULT_ENGINE).__name__ == "NativeUserAgent"  # type: ignore[attr-defined]
+
+
+# What each declared feature promises: the members of its protocol (sip/leg.py, sip/engine.py).
+_LEG_MEMBERS = {
+    "frame_sink": ("set_frame_sink",),
+    "dialled": ("outbound",),
+    "qos": ("qos", "media_counters"),
+    "time_limit": ("on_time_limit",),
+    "cushion": ("cushion_frames",),
+}
+_ENGINE_MEMBERS = {"status": ("sip_status",), "counters": ("stats",), "held": ("counts",), "dial": ("dial",)}
+
+
+def _has(cls: type, name: str) -> bool:
+    """A method or property of the class, or an attribute its `__init__` sets (NativeLeg's `outbound`)."""
+    return hasattr(cls, name) or name in cls.__init__.__code__.co_names
+
+
+def _legs_and_engines() -> list[type]:
+    from bridge.browser import BrowserLeg
+    from sip.native import NativeLeg, NativeUserAgent
+
+    classes: list[type] = [NativeLeg, NativeUserAgent, BrowserLeg]
+    try:
+        from sip.pjsua2_agent import Pjsua2Leg, Pjsua2UserAgent
+    except ImportError:  # the optional extra is not installed
+        return classes
+    return [*classes, Pjsua2Leg, Pjsua2UserAgent]
+
+
+@pytest.mark.parametrize("cls", _legs_and_engines(), ids=lambda cls: cls.__name__)
+def test_every_leg_and_engine_declares_exactly_what_it_has(cls: type) -> None:
+    """The bridge asks `LegFeatures` / `EngineFeatures`, never the object: a feature an engine's class has
+    and does not declare is never used, and one it declares and lacks fails mid-call."""
+    features = cls.features  # type: ignore[attr-defined]
+    members = _LEG_MEMBERS if isinstance(features, LegFeatures) else _ENGINE_MEMBERS
+    assert isinstance(features, LegFeatures | EngineFeatures)
+    for feature, names in members.items():
+        assert getattr(features, feature) == all(_has(cls, n) for n in names), (cls.__name__, feature)

@@ -25,7 +25,7 @@ from bridge.timeline import ORIGINS_KEPT, Timeline
 from bridge.usage import TRANSPORTS_KEPT, UsageMeter
 from providers.events import SessionClosed, UsageUpdated
 from rtp.ledger import CarrierLedger
-from sip.leg import CallIdentity
+from sip.leg import CallIdentity, LegFeatures
 
 OPTIONS = DelegationOptions()
 
@@ -169,7 +169,12 @@ def test_hr12_usage_folds_old_transports_and_the_totals_stay_exact() -> None:
 
 
 class _Leg:
+    features = LegFeatures()
     identity = CallIdentity("call-9", "sip-9", "sip:a@x", "sip:b@y", "1001", "127.0.0.1:5060")
+
+
+class _OtherLeg(_Leg):
+    identity = CallIdentity("call-8", "sip-8", "sip:a@x", "sip:b@y", "1001", "127.0.0.1:5060")
 
 
 def test_the_metrics_observer_forgets_a_calls_job_timers_with_the_call() -> None:
@@ -177,7 +182,7 @@ def test_the_metrics_observer_forgets_a_calls_job_timers_with_the_call() -> None
     for n in range(500):  # jobs that run and never reach an outcome the observer times
         observer.notice("call-9", JobChanged(f"job-{n}", "lookup", "running", "", n))
     assert len(observer._job_started_ms["call-9"]) == JOBS_TIMED
-    observer.call_ended(None, None, CALL.playout)  # no summary, no identity: it cannot tell which call
+    observer.call_ended(None, None, _OtherLeg())  # no summary, another call's leg: not this call's timers
     assert "call-9" in observer._job_started_ms
     observer.call_ended(None, None, _Leg())  # the session failed (no summary): its leg says which call
     assert not observer._job_started_ms

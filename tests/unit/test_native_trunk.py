@@ -437,16 +437,16 @@ async def test_max_call_duration_ends_a_live_call_with_bye(engine_factory) -> No
 
 
 async def test_max_call_duration_asks_for_a_goodbye_first_then_the_backstop_byes(engine_factory) -> None:  # type: ignore[no-untyped-def]
-    # bridge.telephony.TimeLimitedLeg: the session is told (it lets the model say goodbye, then hangs up);
+    # sip.leg.TimeLimitedLeg: the session is told (it lets the model say goodbye, then hangs up);
     # a session that never hangs up gets the engine's BYE `grace_s` later
-    from bridge.telephony import TimeLimitedLeg
+    from sip.leg import offers_time_limit
 
     agent, calls = await engine_factory(max_call_duration_s=1.0, rtp_timeout_s=30.0)
     peer = Peer("127.0.0.1")
     ok = await _answered(agent, calls, peer)
     told: list[tuple[float, str]] = []
     leg = calls[0]
-    assert isinstance(leg, TimeLimitedLeg)
+    assert offers_time_limit(leg)
     loop = asyncio.get_running_loop()
     leg.on_time_limit(lambda reason: told.append((loop.time(), reason)), 0.8)
     peer.sock.sendto(_ack_for(ok, agent.local[1], peer), agent.local)

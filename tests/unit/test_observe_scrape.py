@@ -13,6 +13,7 @@ from bridge.metrics import BridgeMetrics
 from bridge.observe import CallObserver
 from bridge.session import ProviderLinks
 from providers.events import SessionStarted
+from sip.engine import EngineFeatures
 
 
 def _value(m: BridgeMetrics, name: str, **labels: str) -> float:
@@ -25,6 +26,8 @@ def _value(m: BridgeMetrics, name: str, **labels: str) -> float:
 
 class _Engine:
     """The native engine's two reports, as plain data."""
+
+    features = EngineFeatures(status=True, counters=True)
 
     def __init__(self) -> None:
         self.counters: dict[str, int] = {}
@@ -102,6 +105,8 @@ def test_digest_failures_and_bans_reach_their_metrics() -> None:
 
 
 class _HoldingEngine(_Engine):
+    features = EngineFeatures(status=True, counters=True, held=True)
+
     def __init__(self) -> None:
         super().__init__()
         self.held: dict[str, int] = {}
@@ -167,11 +172,32 @@ def test_the_media_clock_lateness_buckets_become_the_pacing_histogram() -> None:
         assert _value(m, "parlora_sip_responses_sent_total", code=code) == 0
 
 
+class _Plain:
+    """An engine that declares nothing beyond `SipEngine` (as pjsua2 does)."""
+
+    features = EngineFeatures()
+
+
 def test_an_engine_without_counters_is_left_alone() -> None:
     obs = CallObserver()
     obs.scrape(None)
-    obs.scrape(object())
+    obs.scrape(_Plain())
     assert _value(obs.metrics, "parlora_refusals_total", reason="draining") == 0
+
+
+def test_the_scrape_reads_what_the_engine_declares_not_what_it_happens_to_have() -> None:
+    """`sip.engine.EngineFeatures`: counters and a status an engine does not declare are not read."""
+    obs, engine = CallObserver(), _Engine()
+    engine.features = EngineFeatures()  # type: ignore[misc]  # the methods are there, the declaration is not
+    engine.counters = {"invite_503_draining": 2}
+    engine.policy = {"scanner": 1}
+    obs.scrape(engine)
+    assert _value(obs.metrics, "parlora_refusals_total", reason="draining") == 0
+    assert _value(obs.metrics, "parlora_refusals_total", reason="blocked_user_agent") == 0
+    engine.features = EngineFeatures(status=True, counters=True)  # type: ignore[misc]
+    obs.scrape(engine)
+    assert _value(obs.metrics, "parlora_refusals_total", reason="draining") == 2
+    assert _value(obs.metrics, "parlora_refusals_total", reason="blocked_user_agent") == 1
 
 
 def test_each_scrape_reports_the_heap_live_data_apart_from_fragmentation() -> None:

@@ -14,6 +14,7 @@ from bridge.api import Application, CallRefused, CallSetup, Server, ServerConfig
 from bridge.config import ConfigError, load, select_route
 from bridge.dialing import DialTrunk, choose_trunk, dial_target
 from bridge.ops import RoutedApplication, server_config
+from sip.engine import EngineFeatures
 from sip.identity import call_identity
 from sip.leg import CallIdentity
 
@@ -249,6 +250,8 @@ def test_a_number_is_dialled_at_its_trunks_registrar() -> None:
 
 class _Dialer:
     """A native-engine stand-in that records what `Server.dial` asked of it."""
+
+    features = EngineFeatures(dial=True)
 
     def __init__(self) -> None:
         self.asked: list[dict[str, Any]] = []

@@ -16,6 +16,7 @@ from rtp.audio import PCM16_8K, PCMU_8K
 from rtp.g711 import ulaw_decode, ulaw_encode
 from rtp.ledger import CarrierLedger
 from rtp.playout import Playout
+from sip.leg import PlayoutLeg
 
 RTP_HEADER = 12
 AWKWARD = bytes([0x7F, 0xFF, 0x00, 0x80, 0x7E]) * 32  # 160 bytes: 20 ms of µ-law
@@ -41,7 +42,9 @@ def test_a_closing_message_or_pcm_output_carries_no_pcmu() -> None:
     framer.start("final-message", 1)
     assert [f.pcmu for f in framer.add(bytes(640)) + framer.finish()] == [None, None]
     playout = Playout()
-    out = OutputPath(AudioLimits(96_000, 3_000), PCM16_8K, playout, lead_frames=2, item_quiet_ms=300)
+    out = OutputPath(
+        AudioLimits(96_000, 3_000), PCM16_8K, PlayoutLeg(playout), lead_frames=2, item_quiet_ms=300
+    )
     out.push(bytes(16 * 40), "item-1", 0)
     assert playout.depth == 2 and [f.pcmu for f in (playout.take(), playout.take()) if f] == [None, None]
 
@@ -51,7 +54,9 @@ def test_0x7f_from_the_provider_is_the_native_rtp_payload_byte_for_byte() -> Non
     media, leg = _call_media(clock)  # a PCMU call on the native engine (sip/native.py _CallMedia)
     leg.playout = Playout(CarrierLedger())
     media._playout = leg.playout
-    out = OutputPath(AudioLimits(16_000, 3_000), PCMU_8K, leg.playout, lead_frames=2, item_quiet_ms=300)
+    out = OutputPath(
+        AudioLimits(16_000, 3_000), PCMU_8K, PlayoutLeg(leg.playout), lead_frames=2, item_quiet_ms=300
+    )
     out.push(AWKWARD + AWKWARD[::-1], "item-1", clock.now)  # the provider's 40 ms of µ-law
     for _ in range(2):
         media.on_slots(clock.now, 1, 0)

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from bridge.barrier import CushionedChannel
 from bridge.commands import Transcript
 from bridge.recording import (
     FRAME_BYTES,
@@ -32,7 +31,7 @@ from bridge.records import AppEvent, CallEnded, CallInfo, CallOutcome, CallStart
 from rtp.ledger import CarrierLedger
 from rtp.playout import OutboundFrame
 from rtp.rtcp import QoS
-from sip.leg import PlayoutLeg, QosSource
+from sip.leg import LegFeatures, PlayoutLeg, offers_cushion, offers_qos
 
 MS = 1_000_000
 T0 = 7_000 * MS
@@ -111,6 +110,8 @@ def test_interleave_puts_left_first() -> None:
 
 
 class _QosLeg(PlayoutLeg):
+    features = LegFeatures(qos=True)
+
     def qos(self) -> QoS | None:
         return None
 
@@ -119,6 +120,8 @@ class _QosLeg(PlayoutLeg):
 
 
 class _CushionLeg(PlayoutLeg):
+    features = LegFeatures(cushion=True)
+
     @property
     def cushion_frames(self) -> int:
         return 8
@@ -127,11 +130,11 @@ class _CushionLeg(PlayoutLeg):
 def test_the_tee_keeps_the_leg_s_capabilities() -> None:
     sent: deque[OutboundFrame] = deque()
     plain = tee_channel(PlayoutLeg(), sent)
-    assert isinstance(plain, TeeChannel) and not isinstance(plain, QosSource | CushionedChannel)
+    assert isinstance(plain, TeeChannel) and not (offers_qos(plain) or offers_cushion(plain))
     qos = tee_channel(_QosLeg(), sent)
-    assert isinstance(qos, QosSource) and qos.media_counters() == {"late": 3}
+    assert offers_qos(qos) and qos.media_counters() == {"late": 3}
     cushioned = tee_channel(_CushionLeg(), sent)
-    assert isinstance(cushioned, CushionedChannel) and cushioned.cushion_frames == 8
+    assert offers_cushion(cushioned) and cushioned.cushion_frames == 8
 
 
 async def test_the_wav_file_has_two_channels_at_8_khz_16_bit(tmp_path: Path) -> None:

@@ -255,13 +255,14 @@ def test_the_coordinator_s_caller_transcript_carries_its_end_on_the_session_time
     from providers.limits import OPENAI_REALTIME
     from rtp.audio import PCMU_8K
     from rtp.playout import Playout
+    from sip.leg import PlayoutLeg
 
     caps = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=True)
     core = SessionCoordinator(
         limits=OPENAI_REALTIME.for_format(PCMU_8K),
         output_format=PCMU_8K,
         capabilities=caps,
-        channel=Playout(),
+        channel=PlayoutLeg(Playout()),
         now=0,
     )
     core.provider_event(SessionStarted(1, "sess", None), 2_000 * MS)  # this connection's clock starts at 2 s

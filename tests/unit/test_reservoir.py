@@ -9,11 +9,14 @@ from bridge.reservoir import FRAME_LATE_NS, TICK_NS, OutputPath
 from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K
 from rtp.playout import Playout
+from sip.leg import PlayoutLeg
 
 
 def path() -> tuple[OutputPath, Playout]:
     playout = Playout()
-    return OutputPath(AudioLimits(16_000, 3_000), PCMU_8K, playout, lead_frames=2, item_quiet_ms=300), playout
+    return OutputPath(
+        AudioLimits(16_000, 3_000), PCMU_8K, PlayoutLeg(playout), lead_frames=2, item_quiet_ms=300
+    ), playout
 
 
 def test_se3_unnamed_output_items_end_after_a_quiet_pause() -> None:

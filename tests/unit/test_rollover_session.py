@@ -36,6 +36,7 @@ from providers.events import (
 from providers.limits import OPENAI_REALTIME
 from rtp.audio import PCMU_8K
 from rtp.playout import Playout
+from sip.leg import PlayoutLeg
 
 SCALED = RolloverOptions(
     after_ms=4_000,
@@ -59,7 +60,7 @@ class RolloverCall:
             limits=OPENAI_REALTIME.for_format(PCMU_8K),
             output_format=PCMU_8K,
             capabilities=capabilities,
-            channel=self.playout,
+            channel=PlayoutLeg(self.playout),
             now=0,
             options=CoordinatorOptions(rollover=rollover),
         )
@@ -228,7 +229,7 @@ class ClientCommitCall:
             limits=OPENAI_REALTIME.for_format(PCMU_8K),
             output_format=PCMU_8K,
             capabilities=CLIENT_CAPS,
-            channel=self.playout,
+            channel=PlayoutLeg(self.playout),
             now=0,
             options=CoordinatorOptions(rollover=options),
             settings=SessionSettings(turn_detection="client"),

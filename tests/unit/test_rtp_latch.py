@@ -15,6 +15,7 @@ from rtp.packet import Drop, build
 from rtp.playout import Playout
 from rtp.rtcp import QoS
 from rtp.stream import ARRIVAL_WINDOW_MS, PCMU, RtpStream, StreamConfig
+from sip.leg import CallIdentity, LegFeatures
 from sip.sdp import NegotiatedMedia
 
 MS = 1_000_000
@@ -364,6 +365,9 @@ def test_the_record_and_the_metric_say_one_way_audio_with_its_cause() -> None:
 
 
 class _QosLeg:
+    features = LegFeatures(qos=True)
+    identity = CallIdentity("call-7", "x@h", "sip:a@h", "sip:b@h", "b", "127.0.0.1")
+
     def __init__(self, stream: RtpStream) -> None:
         self._stream = stream
 

@@ -44,7 +44,7 @@ from providers.events import (
 from providers.limits import GEMINI_LIVE, GPT_LIVE, OPENAI_REALTIME, AudioLimits, LimitProfile
 from rtp.audio import PCMU_8K
 from rtp.g711 import ulaw_decode
-from sip.leg import CallEnded, MediaHeld, MediaResumed, MediaStarted
+from sip.leg import CallEnded, LegFeatures, MediaHeld, MediaResumed, MediaStarted
 
 event_loop_policy = virtual_time.policy_fixture()  # the shell tests run on virtual time
 
@@ -266,6 +266,7 @@ class TextProvider(FakeProvider):
 
 
 class DialledFakeLeg(FakeLeg):
+    features = LegFeatures(dialled=True)
     outbound = True  # sip.leg.DialledLeg: a call the bridge placed rings until MediaStarted
 
 

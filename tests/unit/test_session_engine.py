@@ -46,6 +46,7 @@ from providers.openai_live import LiveConfig, OpenAILiveAdapter
 from rtp.audio import PCM16_24K, PCMU_8K
 from rtp.g711 import ulaw_decode, ulaw_encode
 from rtp.playout import OutboundFrame, Playout
+from sip.leg import PlayoutLeg
 
 MS = 1_000_000
 TICK = 20 * MS
@@ -65,7 +66,7 @@ class Call:
             limits=limits or OPENAI_REALTIME.for_format(PCMU_8K),
             output_format=PCMU_8K,
             capabilities=caps,
-            channel=self.playout,
+            channel=PlayoutLeg(self.playout),
             now=0,
             options=CoordinatorOptions(**options),  # type: ignore[arg-type]
         )

@@ -18,13 +18,23 @@ from bridge.barrier import Channel
 from bridge.session import BACKSTOP_NS, MAX_QUEUED_FRAMES, TIMER_SLACK_NS, CallerFrames, CallSession, _Wake
 from providers.events import AudioReceived, SessionClosed, SessionStarted
 from rtp.audio import PCMU_8K
-from sip.leg import CallEnded, FrameReceived, FrameSink, FrameSinkLeg, MediaHeld, MediaStarted
+from sip.leg import (
+    CallEnded,
+    FrameReceived,
+    FrameSink,
+    LegFeatures,
+    MediaHeld,
+    MediaStarted,
+    offers_frame_sink,
+)
 
 event_loop_policy = virtual_time.policy_fixture()
 
 
 class SinkLeg(FakeLeg):
-    """A fake leg with the capability, delivering frames the way the native leg's media tick does."""
+    """A fake leg with the feature, delivering frames the way the native leg's media tick does."""
+
+    features = LegFeatures(frame_sink=True)
 
     def __init__(self) -> None:
         super().__init__()
@@ -56,7 +66,7 @@ def _frame(i: int) -> FrameReceived:
 
 async def test_frames_through_the_sink_reach_the_provider_without_the_leg_queue() -> None:
     leg, provider = SinkLeg(), FakeProvider()
-    assert isinstance(leg, FrameSinkLeg) and not isinstance(FakeLeg(), FrameSinkLeg)
+    assert offers_frame_sink(leg) and not offers_frame_sink(FakeLeg())
     task = asyncio.create_task(session(leg, provider).run())
     await _attached(leg)
     for i in range(5):

@@ -106,6 +106,7 @@ from providers.limits import GPT_LIVE, OPENAI_REALTIME
 from providers.limits import AudioLimits as ProviderLimits
 from rtp.audio import PCMU_8K
 from rtp.playout import ClearResult, OutboundFrame, Playout
+from sip.leg import PlayoutLeg
 
 VAD_SILENCE_FRAMES = 10  # a provider's VAD ends an utterance after 200 ms of silence (Realtime allows it)
 LATENCY_MS = 300  # a provider's event reaches the core this long after it was sent, at most
@@ -222,7 +223,7 @@ class SessionMachine(RuleBasedStateMachine):
             limits=profile.limits.for_format(PCMU_8K),
             output_format=PCMU_8K,
             capabilities=profile.caps,
-            channel=self.playout,
+            channel=PlayoutLeg(self.playout),
             now=0,
             options=CoordinatorOptions(rollover=replace(SCALED, match_slack_ms=slack)),
         )

@@ -1,5 +1,5 @@
-"""`status()["qos"]` carries the leg's RTP figures when the leg provides them (sip.leg.QosSource), and the
-playback cushion follows a channel that declares its own (bridge.barrier.CushionedChannel)."""
+"""`status()["qos"]` carries the leg's RTP figures when the leg declares them (sip.leg.QosSource), and the
+playback cushion follows a channel that declares its own (sip.leg.CushionedChannel)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,8 @@ from providers.base import Capabilities
 from providers.events import AudioReceived, SessionStarted
 from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K
-from rtp.playout import Playout
 from rtp.rtcp import QoS
-from sip.leg import PlayoutLeg, QosSource
+from sip.leg import LegFeatures, PlayoutLeg, offers_qos
 
 CAPS = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=True)
 QOS = QoS(
@@ -32,6 +31,8 @@ QOS = QoS(
 
 class RtpLeg(PlayoutLeg):
     """A leg whose engine runs the RTP stream (as sip/native.py's NativeLeg does)."""
+
+    features = LegFeatures(qos=True)
 
     def __init__(self, qos: QoS | None) -> None:
         super().__init__()
@@ -58,7 +59,7 @@ def core(channel: object) -> SessionCoordinator:
 
 def test_the_native_legs_rtp_figures_are_in_status_qos() -> None:
     leg = RtpLeg(QOS)
-    assert isinstance(leg, QosSource)
+    assert offers_qos(leg)
     qos = core(leg).status(0)["qos"]
     assert qos["rtp"]["jitter_ms"] == 3.5 and qos["rtp"]["rtt_ms"] == 41.0
     assert qos["rtp"]["packets_lost"] == 2 and qos["rtp"]["loss_fraction"] == 0.01
@@ -69,13 +70,25 @@ def test_the_native_legs_rtp_figures_are_in_status_qos() -> None:
 
 def test_before_the_media_started_rtp_is_none_and_a_plain_channel_adds_nothing() -> None:
     assert core(RtpLeg(None)).status(0)["qos"]["rtp"] is None
-    plain = Playout()
-    assert not isinstance(plain, QosSource) and leg_qos(plain) == {}
+    plain = PlayoutLeg()
+    assert not offers_qos(plain) and leg_qos(plain) == {}
     assert "rtp" not in core(plain).status(0)["qos"]
+
+
+def test_rtp_figures_a_leg_does_not_declare_are_not_read() -> None:
+    """`sip.leg.LegFeatures.qos` decides, not the presence of `qos()`."""
+
+    class UndeclaredLeg(RtpLeg):
+        features = LegFeatures()
+
+    assert leg_qos(UndeclaredLeg(QOS)) == {}
+    assert "rtp" not in core(UndeclaredLeg(QOS)).status(0)["qos"]
 
 
 class AdaptiveLeg(PlayoutLeg):
     """A channel with its own cushion (as bridge/browser.py's BrowserLeg)."""
+
+    features = LegFeatures(cushion=True)
 
     def __init__(self) -> None:
         super().__init__()

@@ -1,25 +1,29 @@
-"""--max-call-duration (issue 14) goes through the goodbye: where the engine enforces the limit (a
-`TimeLimitedLeg`), the server asks the model for a goodbye and ends the call once it has been played, the
-CallEnding mechanism of end_call, with the limit as the reason; the engine's own BYE is only the backstop."""
+"""--max-call-duration (issue 14) goes through the goodbye: where the engine enforces the limit (a leg that
+declares `sip.leg.LegFeatures.time_limit`), the server asks the model for a goodbye and ends the call once it
+has been played, the CallEnding mechanism of end_call, with the limit as the reason; the engine's own BYE is
+only the backstop."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from test_session_engine import Call, pcmu_tone
 
 from bridge.api import _goodbye_at_time_limit
 from bridge.commands import HangUp
-from bridge.telephony import TIME_LIMIT_NOTE, TelephonyOptions, TimeLimitedLeg, time_limit_grace_s
+from bridge.telephony import TIME_LIMIT_NOTE, TelephonyOptions, time_limit_grace_s
 from providers.events import AudioReceived
 from rtp.audio import PCMU_8K
+from sip.leg import LegFeatures, PlayoutLeg, offers_time_limit
 
 REASON = "the call reached --max-call-duration (60 s)"
 
 
 @dataclass
 class LimitLeg:
+    features: ClassVar[LegFeatures] = LegFeatures(time_limit=True)
     handler: Callable[[str], object] | None = None
     grace_s: float = 0.0
 
@@ -43,7 +47,7 @@ class StubCall:
 
 def test_the_leg_is_told_to_ask_for_a_goodbye_with_the_goodbye_timeout_as_grace() -> None:
     leg, call = LimitLeg(), StubCall()
-    assert isinstance(leg, TimeLimitedLeg)
+    assert offers_time_limit(leg)
     options = TelephonyOptions(goodbye_timeout_ms=4_000)
     _goodbye_at_time_limit(leg, call, options)  # type: ignore[arg-type]
     assert leg.grace_s == time_limit_grace_s(options) == 6.0
@@ -62,8 +66,20 @@ def test_a_call_that_cannot_say_goodbye_any_more_is_hung_up_at_once() -> None:
 
 def test_a_leg_without_the_hook_is_left_alone() -> None:
     call = StubCall()
-    _goodbye_at_time_limit(object(), call, TelephonyOptions())  # type: ignore[arg-type]
+    _goodbye_at_time_limit(PlayoutLeg(), call, TelephonyOptions())  # type: ignore[arg-type]
     assert call.goodbyes == [] and call.hangups == []
+
+
+def test_a_leg_that_does_not_declare_the_time_limit_is_not_asked_even_with_the_method() -> None:
+    """`sip.leg.LegFeatures.time_limit` decides, not the presence of `on_time_limit`."""
+
+    @dataclass
+    class UndeclaredLeg(LimitLeg):
+        features: ClassVar[LegFeatures] = LegFeatures()
+
+    leg = UndeclaredLeg()
+    _goodbye_at_time_limit(leg, StubCall(), TelephonyOptions())  # type: ignore[arg-type]
+    assert leg.handler is None
 
 
 def test_the_goodbye_is_played_before_the_bye_which_names_the_limit() -> None:
