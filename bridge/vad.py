@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from rtp.audio import FRAME_MS
 
 with warnings.catch_warnings():
-    # audioop is deprecated (gone in 3.13, where `audioop-lts` replaces it), but this runs on every caller
-    # frame of every call and audioop.rms is 0.1 µs against numpy's several: pjsua2 pins us below 3.13.
+    # The standard library's audioop is deprecated in 3.11 and 3.12 and gone from 3.13, where the
+    # `audioop-lts` package (the same C code) provides it; this runs on every caller frame of every call, and
+    # audioop.rms is 0.24 µs a 20 ms frame against numpy's 2.7 (measured on 3.11).
     warnings.simplefilter("ignore", DeprecationWarning)
     import audioop
 

@@ -1,5 +1,6 @@
 """G.711 must be bit-exact: the bridge passes provider PCMU to the caller unchanged through decode/encode."""
 
+import math
 import struct
 import warnings
 
@@ -9,13 +10,14 @@ from rtp.g711 import alaw_decode, alaw_encode, table_codecs, ulaw_decode, ulaw_e
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    import audioop  # CPython's implementation of the ITU-T reference (Sun g711.c); removed in 3.13
+    import audioop  # CPython's C module (Sun g711.c); from 3.13 on the audioop-lts package of the same code
 
 ALL_SAMPLES = struct.pack("<65536h", *range(-32768, 32768))
 ALL_CODES = bytes(range(256))
 
 
-TABLES = table_codecs()  # the numpy implementation, used where audioop is missing (3.13 and later)
+# The tables built from the algorithm: on 3.13 they hold audioop-lts to the answers 3.11's audioop gives.
+TABLES = table_codecs()
 
 
 def test_ulaw_encode_matches_reference_for_every_sample() -> None:
@@ -70,3 +72,13 @@ def test_odd_pcm_length_is_a_clear_error(name: str) -> None:
     for encode in ({"ulaw_encode": ulaw_encode, "alaw_encode": alaw_encode}[name], TABLES[name]):
         with pytest.raises(ValueError, match="even byte count"):
             encode(b"\x00\x01\x02")
+
+
+def test_rms_is_the_floored_root_mean_square() -> None:
+    """The frame level (bridge/vad.py, the echo fake) is audioop.rms: on 3.13 the audioop-lts package's."""
+    frames = [bytes(320), struct.pack("<160h", *([-32768] * 160)), struct.pack("<160h", *([32767] * 160))]
+    frames += [ALL_SAMPLES[i : i + 320] for i in range(0, len(ALL_SAMPLES), 320 * 37)]
+    frames += [struct.pack("<160h", *([k] * 159 + [k + 1])) for k in (1, 181, 1036, 23170)]
+    for frame in frames:
+        samples = struct.unpack(f"<{len(frame) // 2}h", frame)
+        assert audioop.rms(frame, 2) == math.isqrt(sum(s * s for s in samples) // len(samples))
