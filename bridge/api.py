@@ -89,7 +89,7 @@ class CallSetup:
     language: str | None = None  # BCP 47 ("de-DE"): each provider takes it in its own field (SessionSettings)
 
 
-class CallRefused(Exception):  # noqa: N818 - a refusal the application means, not an error
+class CallRefused(Exception):  # a refusal the application means, not an error
     """Raised by `Application.setup` to refuse the call with a SIP status (e.g. 404: no route for the number)."""
 
     def __init__(self, status: int, reason: str) -> None:

@@ -8,7 +8,6 @@ each adapter the benchmark's wire tap (rtp/probe.py): providers never import the
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
 from typing import Any
@@ -127,6 +126,3 @@ class ProviderChoice:
         limits = merge_limits(cls.audio_limits(self.kind.output_format), self.overrides)
         adapter: Provider = cls(self.key, self.settings, limits=limits, url=self.url, token=token, **extra)
         return adapter
-
-
-ConnectionFactory = Callable[[int], Provider]

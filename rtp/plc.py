@@ -49,10 +49,6 @@ class Concealer:
         self._synthetic = _GAIN * 0.0  # the current loss's concealment signal, gain applied
         self.frames_concealed = 0
 
-    @property
-    def in_loss(self) -> bool:
-        return self._lost > 0
-
     def reset(self) -> None:
         """Forget the history (new SSRC): the next loss conceals from silence."""
         self._h0 = self._h1 = self._h2 = SILENCE_FRAME

@@ -47,7 +47,7 @@ def contact_uri(value: str) -> str:
 def _uri_of(value: str) -> SipUri | None:
     try:
         return parse_uri(contact_uri(value))
-    except Exception:  # noqa: BLE001 - a route we cannot read cannot be followed
+    except Exception:  # a route we cannot read cannot be followed
         return None
 
 
@@ -164,7 +164,7 @@ class Dialog:
             return None
         try:
             number, _ = parse_cseq(request.headers.get("CSeq") or "")
-        except Exception:  # noqa: BLE001 - the parser vets CSeq; treat an unreadable one as out of order
+        except Exception:  # the parser vets CSeq; treat an unreadable one as out of order
             return 500
         if self.remote_seq is not None and number < self.remote_seq:
             return 500
@@ -179,7 +179,7 @@ class Dialog:
         if contact:
             try:
                 self.remote_target = contact_uri(contact)
-            except Exception:  # noqa: BLE001 - keep the old target rather than lose the dialog
+            except Exception:  # keep the old target rather than lose the dialog
                 pass
 
     # --- our requests (§12.2.1.1) ---

@@ -259,7 +259,7 @@ ENGINES: Mapping[str, EngineSpec] = MappingProxyType(
             extra=None,
             default_max_calls=200,
             limits="no cap of its own: --max-calls (default 200), then 503 with Retry-After",
-        ),  # noqa: E501
+        ),
     }
 )
 DEFAULT_ENGINE = "native"  # DESIGN §11: native by default, pjsua2 the optional extra (parlora-bridge[pjsua2])

@@ -158,7 +158,7 @@ class _MediaPort(pj.AudioMediaPort):  # type: ignore[misc]  # pjsua2 ships no ty
         self._playout = leg.playout
         self._seq = 0
 
-    def onFrameRequested(self, frame: pj.MediaFrame) -> None:  # noqa: N802 (pjsua2 name)
+    def onFrameRequested(self, frame: pj.MediaFrame) -> None:  # pjsua2 name
         try:
             now = time.monotonic_ns()
             out = self._playout.pull(now)
@@ -175,7 +175,7 @@ class _MediaPort(pj.AudioMediaPort):  # type: ignore[misc]  # pjsua2 ships no ty
         except Exception:  # pitfall 4: never let an exception reach SWIG's director
             log.exception("onFrameRequested failed")
 
-    def onFrameReceived(self, frame: pj.MediaFrame) -> None:  # noqa: N802
+    def onFrameReceived(self, frame: pj.MediaFrame) -> None:
         try:
             if frame.size != PCM16_FRAME_BYTES:
                 return  # size 0 / type NONE during hold
@@ -202,7 +202,7 @@ class _Call(pj.Call):  # type: ignore[misc]
         self.held_since = 0  # monotonic ns of the caller's hold (sip/limits.py's hold limit), when `held`
         self.transfer = TransferTracker(int(agent.config.transfer_timeout_s * 1e9))  # blind transfer rules
 
-    def onCallState(self, prm: pj.OnCallStateParam) -> None:  # noqa: N802
+    def onCallState(self, prm: pj.OnCallStateParam) -> None:
         try:
             ci = self.getInfo()
             if ci.state == pj.PJSIP_INV_STATE_DISCONNECTED:
@@ -212,7 +212,7 @@ class _Call(pj.Call):  # type: ignore[misc]
         except Exception:
             log.exception("onCallState failed")
 
-    def onCallMediaState(self, prm: pj.OnCallMediaStateParam) -> None:  # noqa: N802
+    def onCallMediaState(self, prm: pj.OnCallMediaStateParam) -> None:
         try:
             ci = self.getInfo()  # keep ci alive: getInfo().media would dangle (pitfall 5)
             for mi in ci.media:
@@ -244,7 +244,7 @@ class _Call(pj.Call):  # type: ignore[misc]
             self.held = False
             self.leg._post(MediaResumed())
 
-    def onDtmfDigit(self, prm: pj.OnDtmfDigitParam) -> None:  # noqa: N802
+    def onDtmfDigit(self, prm: pj.OnDtmfDigitParam) -> None:
         try:
             if self.leg is not None:
                 self.leg._post(DtmfReceived(prm.digit))
@@ -305,7 +305,7 @@ class _Call(pj.Call):  # type: ignore[misc]
             return
         log.info("%s: blind transfer to %s (REFER sent)", self.leg.identity.call_id, target)
 
-    def onCallTransferStatus(self, prm: pj.OnCallTransferStatusParam) -> None:  # noqa: N802
+    def onCallTransferStatus(self, prm: pj.OnCallTransferStatusParam) -> None:
         """pjsua reports, in order: (100, "Accepted") when the REFER got its 2xx, then each NOTIFY's sipfrag
         status, with finalNotify on the one that terminates the subscription; or the REFER's error response
         (finalNotify set); or 500 when the subscription ended without a message (timer, transport).
@@ -326,7 +326,7 @@ class _Call(pj.Call):  # type: ignore[misc]
         except Exception:
             log.exception("onCallTransferStatus failed")
 
-    def onCallTransferRequest(self, prm: pj.OnCallTransferRequestParam) -> None:  # noqa: N802
+    def onCallTransferRequest(self, prm: pj.OnCallTransferRequestParam) -> None:
         """The caller sent us a REFER. pjsua would accept it and dial `dstUri` from this bridge (toll fraud
         by any caller): refuse it."""
         try:
@@ -360,7 +360,7 @@ class _Account(pj.Account):  # type: ignore[misc]
         super().__init__()
         self._agent = agent
 
-    def onIncomingCall(self, prm: pj.OnIncomingCallParam) -> None:  # noqa: N802
+    def onIncomingCall(self, prm: pj.OnIncomingCallParam) -> None:
         try:
             self._agent._on_incoming(self, prm)
         except Exception:

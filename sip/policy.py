@@ -238,7 +238,7 @@ class InboundPolicy:
     def decide(self, request: Request, source: tuple[str, int], now: int) -> Decision:
         try:
             return self._decide(request, source, now)
-        except Exception:  # noqa: BLE001 - peer input never raises; refuse rather than let it through
+        except Exception:  # peer input never raises; refuse rather than let it through
             self.counters["internal_error"] += 1
             return Drop("policy error")
 

@@ -210,7 +210,7 @@ def _tag(value: str | None) -> str:
         return ""
     try:
         return parse_name_addr(value).tag or ""
-    except Exception:  # noqa: BLE001 - a malformed From/To only makes the key worse, never an error
+    except Exception:  # a malformed From/To only makes the key worse, never an error
         return ""
 
 
@@ -224,7 +224,7 @@ def server_key(request: Request, method: str | None = None) -> TransactionKey | 
     try:
         via = parse_via(via_value)
         number, cseq_method = parse_cseq(cseq_value)
-    except Exception:  # noqa: BLE001 - unmatchable, the TU treats it as new (and the parser vetted it)
+    except Exception:  # unmatchable, the TU treats it as new (and the parser vetted it)
         return None
     kind = method or ("INVITE" if cseq_method == "ACK" else cseq_method)
     branch = via.branch or ""
@@ -253,7 +253,7 @@ def client_key(message: Request | Response) -> TransactionKey | None:
     try:
         branch = parse_via(via_value).branch
         _, method = parse_cseq(cseq_value)
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     if not branch:
         return None
@@ -772,14 +772,6 @@ class TransactionLayer:
     def __len__(self) -> int:
         """Live transactions (server + client)."""
         return len(self._server) + len(self._client)
-
-    @property
-    def server_count(self) -> int:
-        return len(self._server)
-
-    @property
-    def client_count(self) -> int:
-        return len(self._client)
 
     # output
 

@@ -437,13 +437,3 @@ class DeadlineTimer:
         # The loop may wake a hair early against the injected clock: the core never sees time before its
         # own deadline (aioquic's max(timer_at, now)).
         self._on_due(now if deadline is None else max(now, deadline))
-
-
-def install_uvloop() -> bool:
-    """Use uvloop for new event loops when it is installed (optional: the stdlib loop works, slower)."""
-    try:
-        import uvloop  # type: ignore[import-not-found,unused-ignore]  # optional: not installed everywhere
-    except ImportError:
-        return False
-    asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
-    return True

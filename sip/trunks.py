@@ -174,7 +174,7 @@ class TrunkTable:
         if self._by_user:
             try:
                 users = _digest_users(request)
-            except Exception:  # noqa: BLE001 - peer input never raises
+            except Exception:  # peer input never raises
                 users = []
             for user in users:
                 by_user = self._by_user.get(user)

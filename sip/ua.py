@@ -731,7 +731,7 @@ class UserAgent:
             else:
                 self._on_response(message, now)
             self._after_layer(now)
-        except Exception:  # noqa: BLE001 - peer input never raises out of the core
+        except Exception:  # peer input never raises out of the core
             self.stats["internal_errors"] += 1
             log.exception("SIP core failed on a message from %s:%s", *source)
 
@@ -753,7 +753,7 @@ class UserAgent:
                     registration.handle_timer(now)
                     self._pump_registration(registration, now)
             self._after_layer(now)
-        except Exception:  # noqa: BLE001
+        except Exception:
             self.stats["internal_errors"] += 1
             log.exception("SIP core failed in handle_timer")
 

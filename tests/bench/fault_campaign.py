@@ -675,11 +675,11 @@ class Application:
     def __init__(self, path: Path) -> None:
         self.events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115  (closed by stop())
+        self._file = open(path, "a", encoding="utf-8")  # closed by stop()
         app = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802  (http.server's name)
+            def do_POST(self) -> None:  # http.server's name
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 try:
                     data = json.loads(body)
@@ -693,7 +693,7 @@ class Application:
                 self.end_headers()
                 self.wfile.write(answer)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)

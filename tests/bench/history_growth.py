@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
-from long_call import LongCall  # noqa: E402
+from long_call import LongCall
 
 
 def main() -> int:

@@ -743,7 +743,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         result["alive_at_end"] = bridge.running()
         final, _ = engine_counters(http)
         result["engine_counters_at_end"] = final
-    except Exception as exc:  # noqa: BLE001 (reported in the JSON; `ok` is false)
+    except Exception as exc:  # reported in the JSON; `ok` is false
         result["error"] = repr(exc)
     finally:
         rc = None

@@ -30,7 +30,7 @@ from hypothesis import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
-import test_session_properties as machine  # noqa: E402 - the unit tests' folder, put on the path above
+import test_session_properties as machine  # the unit tests' folder, put on the path above
 
 
 def main() -> int:

@@ -24,13 +24,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bridge.coordinator import SessionCoordinator  # noqa: E402
-from bridge.recording import CallRecording  # noqa: E402
-from providers.base import Capabilities  # noqa: E402
-from providers.events import AudioReceived, SessionStarted  # noqa: E402
-from providers.limits import OPENAI_REALTIME  # noqa: E402
-from rtp.audio import PCMU_8K  # noqa: E402
-from sip.leg import PlayoutLeg  # noqa: E402
+from bridge.coordinator import SessionCoordinator
+from bridge.recording import CallRecording
+from providers.base import Capabilities
+from providers.events import AudioReceived, SessionStarted
+from providers.limits import OPENAI_REALTIME
+from rtp.audio import PCMU_8K
+from sip.leg import PlayoutLeg
 
 MS = 1_000_000
 TICK = 20 * MS

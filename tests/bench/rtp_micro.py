@@ -24,13 +24,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rtp.g711 import ulaw_encode  # noqa: E402
-from rtp.jitter import JitterBuffer, fast_ulaw_decode  # noqa: E402
-from rtp.latch import SourceLatch  # noqa: E402
-from rtp.packet import build, pack_into, parse  # noqa: E402
-from rtp.plc import Concealer  # noqa: E402
-from rtp.rtcp import ReceiverStats  # noqa: E402
-from rtp.stream import RtpStream, StreamConfig  # noqa: E402
+from rtp.g711 import ulaw_encode
+from rtp.jitter import JitterBuffer, fast_ulaw_decode
+from rtp.latch import SourceLatch
+from rtp.packet import build, pack_into, parse
+from rtp.plc import Concealer
+from rtp.rtcp import ReceiverStats
+from rtp.stream import RtpStream, StreamConfig
 
 MS = 1_000_000
 ADDR = ("127.0.0.1", 40000)

@@ -370,7 +370,7 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
                 f"http://127.0.0.1:{fake_port}/_fault?spec={FAULT}", timeout=2.0
             ) as r:
                 r.read()
-        except Exception as exc:  # noqa: BLE001 (reported, not fatal)
+        except Exception as exc:  # reported, not fatal
             notes.append(f"could not inject {FAULT}: {exc}")
         last: dict[str, dict[str, Any]] = {}
         deadline = t_fault + cfg.recovery_budget_s
@@ -822,7 +822,7 @@ def main() -> int:
                 print(f"step: {engine}, {n} call(s)...", flush=True)
                 try:
                     rows.append(run_step(n, cfg, speech, engine_work))
-                except Exception as exc:  # noqa: BLE001 (one failed step still reports the others)
+                except Exception as exc:  # one failed step still reports the others
                     rows.append(
                         {k: None for k in KEYS}
                         | {"engine": engine, "calls": n, "notes": [f"step failed: {exc!r}"]}

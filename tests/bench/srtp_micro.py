@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from rtp.packet import build  # noqa: E402
-from rtp.srtp import SUITES, SrtpContext  # noqa: E402
+from rtp.packet import build
+from rtp.srtp import SUITES, SrtpContext
 
 CALLS = 300
 PACKETS_PER_S = 50

@@ -86,7 +86,7 @@ class Port(pj.AudioMediaPort):  # type: ignore[misc]
         self._last_rx_ns = 0
         self.lock = threading.Lock()
 
-    def onFrameRequested(self, frame: Any) -> None:  # noqa: N802 (pjsua2's name); clock thread
+    def onFrameRequested(self, frame: Any) -> None:  # pjsua2's name; clock thread
         try:
             if self.sent_t0_ns is None:
                 self.sent_t0_ns = time.monotonic_ns()
@@ -98,10 +98,10 @@ class Port(pj.AudioMediaPort):  # type: ignore[misc]
             frame.buf = pj.ByteVector(chunk)
             frame.size = FRAME_BYTES
             self.frames_sent += 1
-        except Exception as exc:  # noqa: BLE001 (pitfall 4: never let it reach SWIG)
+        except Exception as exc:  # pitfall 4: never let it reach SWIG
             print(f"onFrameRequested: {exc!r}", file=sys.stderr)
 
-    def onFrameReceived(self, frame: Any) -> None:  # noqa: N802; clock thread
+    def onFrameReceived(self, frame: Any) -> None:  # clock thread
         try:
             now = time.monotonic_ns()
             data = frame_bytes(frame) if frame.size else b""
@@ -119,7 +119,7 @@ class Port(pj.AudioMediaPort):  # type: ignore[misc]
                     self.frames_audio += 1
                 else:  # during a hold pjmedia hands size-0 frames (pitfall 10)
                     self.rx.append(bytes(FRAME_BYTES))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             print(f"onFrameReceived: {exc!r}", file=sys.stderr)
 
 
@@ -139,7 +139,7 @@ class Caller(pj.Call):  # type: ignore[misc]
         self.tsx: list[tuple[str, int]] = []
         self.errors: list[str] = []
 
-    def onCallState(self, prm: Any) -> None:  # noqa: N802; main thread
+    def onCallState(self, prm: Any) -> None:  # main thread
         try:
             ci = self.getInfo()
             self.state = ci.state
@@ -156,10 +156,10 @@ class Caller(pj.Call):  # type: ignore[misc]
                 self.disconnect_reason = ci.lastReason
                 if self.invite_status is None:
                     self.invite_status = ci.lastStatusCode
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.errors.append(f"onCallState: {exc!r}")
 
-    def onCallTsxState(self, prm: Any) -> None:  # noqa: N802; main thread
+    def onCallTsxState(self, prm: Any) -> None:  # main thread
         try:
             event = prm.e.body.tsxState
             tsx = event.tsx
@@ -172,10 +172,10 @@ class Caller(pj.Call):  # type: ignore[misc]
                 and (event.prevState not in final)
             ):
                 self.tsx.append((str(tsx.method), int(tsx.statusCode)))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.errors.append(f"onCallTsxState: {exc!r}")
 
-    def onCallMediaState(self, prm: Any) -> None:  # noqa: N802; main thread
+    def onCallMediaState(self, prm: Any) -> None:  # main thread
         try:
             ci = self.getInfo()  # keep `ci`: getInfo().media would dangle (pitfall 5)
             for mi in ci.media:
@@ -196,7 +196,7 @@ class Caller(pj.Call):  # type: ignore[misc]
                         self.port.createPort("caller", fmt)
                     am.startTransmit(self.port)  # idempotent: re-done after every re-INVITE (pitfall 10)
                     self.port.startTransmit(am)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             self.errors.append(f"onCallMediaState: {exc!r}")
 
 

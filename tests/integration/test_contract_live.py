@@ -332,7 +332,7 @@ class SlowApplication(ThreadingHTTPServer):
 class _SlowHandler(BaseHTTPRequestHandler):
     server: SlowApplication
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:  # http.server's naming
         body = self.rfile.read(int(self.headers["Content-Length"]))
         payload = self.server.answer({k.lower(): v for k, v in self.headers.items()}, body)
         self.send_response(200)
@@ -341,7 +341,7 @@ class _SlowHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

@@ -49,7 +49,7 @@ class _App(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: _App
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:  # http.server's naming
         body = self.rfile.read(int(self.headers["Content-Length"]))
         stamp = self.headers.get("X-Parlora-Timestamp", "")
         key = SECRETS["PARLORA_WEBHOOK_SECRET"].encode()
@@ -67,7 +67,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

@@ -73,7 +73,7 @@ class Application(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: Application
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+    def do_POST(self) -> None:  # http.server's naming
         body = self.rfile.read(int(self.headers["Content-Length"]))
         payload = self.server.answer({k.lower(): v for k, v in self.headers.items()}, body)
         self.send_response(200)
@@ -82,7 +82,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 

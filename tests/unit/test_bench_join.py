@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import campaign_join as cj  # noqa: E402
+import campaign_join as cj
 
 ROOT = Path(__file__).resolve().parents[2]
 LOOP, SPEECH = 5_000, 3_000

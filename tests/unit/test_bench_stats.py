@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-import stats  # noqa: E402
+import stats
 
-from rtp.g711 import ulaw_decode  # noqa: E402
+from rtp.g711 import ulaw_decode
 
 MS = 1_000_000
 

@@ -193,7 +193,7 @@ def test_the_sdks_mixed_spelling_and_all_snake_case_are_accepted() -> None:
     }
     h = Harness()
     assert h.send(sdk)[0] == {"setupComplete": {}}
-    assert h.conn._interrupts is False  # noqa: SLF001 - the snake_case inner key was read
+    assert h.conn._interrupts is False  # the snake_case inner key was read
     snake = {
         "setup": {
             "model": MODEL,
@@ -207,7 +207,7 @@ def test_the_sdks_mixed_spelling_and_all_snake_case_are_accepted() -> None:
     }
     h2 = Harness()
     assert h2.send(snake)[0] == {"setupComplete": {}}
-    assert h2.conn._vad is not None and h2.conn._vad.manual  # noqa: SLF001
+    assert h2.conn._vad is not None and h2.conn._vad.manual
 
 
 @pytest.mark.parametrize(

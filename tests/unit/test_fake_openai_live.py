@@ -29,7 +29,7 @@ MS = 1_000_000
 S = 1_000_000_000
 
 
-def LiveFakeOptions(**options: Any) -> _LiveFakeOptions:  # noqa: N802
+def LiveFakeOptions(**options: Any) -> _LiveFakeOptions:
     """These tests time replies from t0 exactly: no initial lead unless a test asks for one."""
     options.setdefault("lead_ms", 0)
     return _LiveFakeOptions(**options)

@@ -13,9 +13,9 @@ import pytest
 
 pytest.importorskip("pjsua2")  # the optional extra (parlora-bridge[pjsua2]); the suite installs it
 
-from bridge.api import Application, Server, ServerConfig  # noqa: E402
-from sip.engine import EngineConfig, EngineStartError  # noqa: E402
-from sip.pjsua2_agent import Pjsua2UserAgent, unsupported_options  # noqa: E402
+from bridge.api import Application, Server, ServerConfig
+from sip.engine import EngineConfig, EngineStartError
+from sip.pjsua2_agent import Pjsua2UserAgent, unsupported_options
 
 REFUSED = [
     ({"allow": ("10.0.0.0/8",)}, "--allow"),
