@@ -9,15 +9,12 @@ carrier are out of its clear scope (HR4): they stay in the carrier ledger as wha
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from bridge.commands import BargedIn, Truncate, TurnEnded
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame
 from sip.leg import LegFeatures
-
-if TYPE_CHECKING:
-    from bridge.reservoir import OutputPath
 
 
 class Channel(Protocol):
@@ -61,12 +58,21 @@ class PlaybackBarrier:
         return self.confirmed_epoch == self.epoch
 
 
+class Clearable(Protocol):
+    """What a barge-in clears (bridge/reservoir.py `OutputPath`): the queued output, through its barrier."""
+
+    barrier: PlaybackBarrier
+    channel: Channel
+
+    def clear(self) -> tuple[int, list[str]]: ...
+
+
 class BargeIn:
     """Barge-in and user suppression (SE4, SE5 output side, HR4): the caller starting to speak clears every
     unplayed frame through the barrier, tells the provider what the caller heard — read from the carrier
     ledger, never from elapsed time — and suppresses assistant output until the caller's turn ends."""
 
-    def __init__(self, output: OutputPath, *, truncate: bool) -> None:
+    def __init__(self, output: Clearable, *, truncate: bool) -> None:
         self._output = output
         self._truncate = truncate
         self.suppressed = False

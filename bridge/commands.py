@@ -12,14 +12,10 @@ to the captions); the rest reach the shell through `SessionCoordinator.commands(
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from bridge.connections import token_of
 from bridge.delegations import DelegationCommand, DelegationNotice
 from providers.events import ProviderError
-
-if TYPE_CHECKING:
-    from bridge.reservoir import MediaCondition
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +250,28 @@ Command = (
 )
 
 # --- notices for the log and the metrics (facts) ---
+
+
+# The output path's media conditions (HR1), detected by bridge/reservoir.py.
+@dataclass(frozen=True, slots=True)
+class OutputOverflow:
+    """`output_overflow`: `dropped_bytes` did not fit (capacity `capacity_bytes`, `depth_bytes` stored)."""
+
+    dropped_bytes: int
+    depth_bytes: int
+    capacity_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class OutputStale:
+    """`output_stale`: the oldest unplayed audio is `age_ms` old (deadline `residence_ms`)."""
+
+    age_ms: int
+    residence_ms: int
+    depth_bytes: int
+
+
+MediaCondition = OutputOverflow | OutputStale
 
 
 @dataclass(frozen=True, slots=True)

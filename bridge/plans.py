@@ -13,14 +13,12 @@ without a URL, and `embed(url)` points every echo plan at it.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from bridge.providers import KINDS, ProviderChoice
 from bridge.rollover import RolloverOptions
 from providers.base import SessionSettings
-
-if TYPE_CHECKING:
-    from bridge.api import ServerConfig
+from providers.limits import LimitOverrides
 
 ECHO = "echo"
 ECHO_LOCAL_KEY = "echo-local"  # the embedded fake accepts any bearer token; this one is not a secret
@@ -42,12 +40,37 @@ class ProviderEndpoint:
     voice: str | None = None
 
 
-def provider_plan(config: ServerConfig) -> Plan:
-    """The provider of `config` and the rollover options scaled from its cap; ValueError for a key that is
-    missing or a turn mode the provider cannot do."""
-    embedded = config.provider == ECHO
-    kind = KINDS["openai-live" if embedded else config.provider]
-    key = ECHO_LOCAL_KEY if embedded else config.key
+class PlanSource(Protocol):
+    """What the plans read of the server's configuration (bridge/api.py `ServerConfig`)."""
+
+    @property
+    def provider(self) -> str: ...
+    @property
+    def key(self) -> str | None: ...
+    @property
+    def provider_url(self) -> str | None: ...
+    @property
+    def provider_options(self) -> tuple[tuple[str, Any], ...]: ...
+    @property
+    def rollover(self) -> RolloverOptions | None | str: ...
+    @property
+    def model(self) -> str | None: ...
+    @property
+    def voice(self) -> str | None: ...
+    @property
+    def limits(self) -> LimitOverrides | None: ...
+    @property
+    def turn_detection(self) -> str: ...
+    @property
+    def route_providers(self) -> tuple[ProviderEndpoint, ...]: ...
+
+
+def provider_plan(ep: ProviderEndpoint, config: PlanSource) -> Plan:
+    """The plan of provider `ep` (with the server's limits and turn mode) and the rollover options scaled from
+    its cap; ValueError for a key that is missing or a turn mode the provider cannot do."""
+    embedded = ep.name == ECHO
+    kind = KINDS["openai-live" if embedded else ep.name]
+    key = ECHO_LOCAL_KEY if embedded else ep.key
     if key is None:
         raise ValueError(f"provider {kind.name} needs an API key")
     client_turns = config.turn_detection == "client"
@@ -56,9 +79,9 @@ def provider_plan(config: ServerConfig) -> Plan:
             f"provider {kind.name} cannot switch turn detection off (turn detection 'client' "
             "needs openai-realtime or xai)"
         )
-    settings = SessionSettings(model=config.model, voice=config.voice)  # the provider's own (a call's win)
-    choice = ProviderChoice(kind, key, config.provider_url, settings, config.limits, config.provider_options)
-    rollover = config.rollover
+    settings = SessionSettings(model=ep.model, voice=ep.voice)  # the provider's own (a call's win)
+    choice = ProviderChoice(kind, key, ep.url, settings, config.limits, ep.options)
+    rollover = ep.rollover
     options = (
         RolloverOptions.for_cap(kind.session_cap_ms) if isinstance(rollover, str) else rollover
     )  # "default"
@@ -70,23 +93,14 @@ def provider_plan(config: ServerConfig) -> Plan:
 class ProviderPlans:
     """The default plan and one per route provider (see the module docstring)."""
 
-    def __init__(self, config: ServerConfig) -> None:
-        self.default = provider_plan(config)
+    def __init__(self, config: PlanSource) -> None:
+        c = config
+        own = ProviderEndpoint(
+            c.provider, c.key, c.provider_url, c.provider_options, c.rollover, c.model, c.voice
+        )
+        self.default = provider_plan(own, config)
         self._default_echo = config.provider == ECHO and config.provider_url is None
-        self._named: dict[str, Plan] = {}
-        for ep in config.route_providers:
-            self._named[ep.name] = provider_plan(
-                replace(
-                    config,
-                    provider=ep.name,
-                    key=ep.key,
-                    provider_url=ep.url,
-                    provider_options=ep.options,
-                    rollover=ep.rollover,
-                    model=ep.model,
-                    voice=ep.voice,
-                )
-            )
+        self._named = {ep.name: provider_plan(ep, config) for ep in config.route_providers}
         self._route_echo = any(ep.name == ECHO and ep.url is None for ep in config.route_providers)
 
     @property

@@ -28,9 +28,13 @@ Sans-I/O: every call takes `now` (monotonic ns); `next_deadline()` says when sta
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
 
 from bridge.barrier import Channel, PlaybackBarrier
+
+# re-exported: the media conditions this path detects (HR1)
+from bridge.commands import MediaCondition as MediaCondition
+from bridge.commands import OutputOverflow as OutputOverflow
+from bridge.commands import OutputStale as OutputStale
 from bridge.framing import CarrierConverter, ItemFramer
 from providers.limits import AudioLimits
 from rtp.audio import FRAME_MS, PCMU_8K, AudioFormat
@@ -44,27 +48,6 @@ TICK_NS = FRAME_MS * _NS_PER_MS
 # session's loop woke for every frame while output played (issue 13: 0.5 wake-ups a frame, each a task step,
 # a timer and a queue get), and the frame went through the inbox behind it.
 FRAME_LATE_NS = TICK_NS // 2
-
-
-@dataclass(frozen=True, slots=True)
-class OutputOverflow:
-    """`output_overflow`: `dropped_bytes` did not fit (capacity `capacity_bytes`, `depth_bytes` stored)."""
-
-    dropped_bytes: int
-    depth_bytes: int
-    capacity_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class OutputStale:
-    """`output_stale`: the oldest unplayed audio is `age_ms` old (deadline `residence_ms`)."""
-
-    age_ms: int
-    residence_ms: int
-    depth_bytes: int
-
-
-MediaCondition = OutputOverflow | OutputStale
 
 
 class GenerationReservoir:

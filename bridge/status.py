@@ -7,13 +7,39 @@ them together, and adds the call leg's RTP figures when the leg runs the stream 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from bridge.barrier import BargeIn, Channel
+from bridge.connections import Connections
+from bridge.delegations import Delegations
+from bridge.recovery import RecoveryController
+from bridge.reservoir import OutputPath
+from bridge.rollover import RolloverLink
+from bridge.telephony import CallEnding
+from bridge.timeline import Timeline
+from bridge.usage import UsageMeter
 from sip.leg import offers_qos
 
-if TYPE_CHECKING:
-    from bridge.barrier import Channel
-    from bridge.coordinator import SessionCoordinator
+
+class SessionParts(Protocol):
+    """What the view reads of a session core (bridge/coordinator.py `SessionCoordinator`)."""
+
+    state: str
+    frames_in: int
+    timeline: Timeline
+    connections: Connections
+    output: OutputPath
+    barge: BargeIn
+    recovery: RecoveryController
+    rollover: RolloverLink
+    delegations: Delegations
+    ending: CallEnding
+    usage: UsageMeter
+
+    @property
+    def token(self) -> int: ...
+    @property
+    def line(self) -> str: ...
 
 
 def leg_qos(channel: Channel) -> dict[str, object]:
@@ -24,7 +50,7 @@ def leg_qos(channel: Channel) -> dict[str, object]:
     return {"rtp": None if qos is None else qos.as_dict(), "media": channel.media_counters()}
 
 
-def session_status(core: SessionCoordinator, now: int) -> dict[str, Any]:
+def session_status(core: SessionParts, now: int) -> dict[str, Any]:
     """The session's state (`connecting`/`ready`/`closing`/`closed`/`failed`) and every part's figures."""
     return {
         "state": "closed" if core.ending.leg_ended else core.state,
