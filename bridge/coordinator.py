@@ -15,66 +15,35 @@ Where each rule lives (DESIGN §2):
 - bridge/telephony.py `TelephonyTools` and `CallEnding`: DL6, and one way to say goodbye, then BYE.
 - bridge/timeline.py `Timeline` and `Captions`: SE6, HR11.  bridge/usage.py `UsageMeter`: HR12.
 
-Hold and ringing (S7) are states of the line, not media conditions: they never start a recovery.
-- `hold` (the leg's MediaHeld): the assistant stops at what the caller heard — everything unplayed is cleared
-  through the barrier, as a barge-in would (`BargedIn` with source "hold"), the provider is told the
-  truncation point where it can take one and asked to stop its response. While held, the floor's audio is
-  dropped, not stored (nobody hears it, and the caller is not to come back to the middle of a sentence spoken
-  into the hold); the reservoir's clocks are paused and the silence watchdog is off (bridge/recovery.py).
-  Caller frames that still come while held (music on hold, where an engine passes it; the native engine
-  passes none) are counted and not forwarded: the provider hears nothing — no silence is made up and sent,
-  which a provider would bill as input audio; the timeline keeps the gap (bridge/timeline.py). Results and
-  application updates wait for the resume (the ledger's hand-over gate), so what the caller is told is heard.
-- `resume` (MediaResumed): the conversation goes on — no recovery, no notice, no apology; what waited is
-  delivered, and the model answers the caller's next words. Items whose audio was dropped during the hold are
-  truncated at 0 ms where the provider takes truncations.
-- A recovery under way when the hold begins goes on (its 5 s budget still applies) and completes with the
-  caller's first fresh turn after the resume; a connection lost during the hold is repaired as at any time.
-  A rollover goes on by its own timeline: with output cut, the old connection is drained and the floor moves.
-  A hang-up while held ends the session as any hang-up.
-- `ring` (an outbound call not answered yet): what the model says is stored, paused, and plays when the
-  callee answers (`answered`, the leg's MediaStarted); speakable updates — the route's greeting — are held
-  until then, so the greeting is spoken to the callee, not to the ringing line.
+
+Hold and ringing (S7) are states of the line, not media conditions: they never start a recovery; what each
+does is told in bridge/reservoir.py `Line`.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from bridge.barrier import BargeIn, Channel
 from bridge.commands import *  # noqa: F403 - the vocabulary, re-exported for the shell and the tests
-from bridge.commands import (
-    AudioDiscontinuity,
-    BargedIn,
-    CancelResponse,
-    Command,
-    Notice,
-    Outbox,
-    SendAudio,
-    Truncate,
-)
+from bridge.commands import AudioDiscontinuity, Command, Notice, Outbox, SendAudio
 from bridge.connections import Connections, Role
 from bridge.cushion import CARRIER_LEAD_FRAMES
 from bridge.delegations import DelegationOptions, Delegations
 from bridge.recovery import RecoveryController, seeds
-from bridge.reservoir import OutputPath
+from bridge.reservoir import Line, OutputPath
 from bridge.rollover import RolloverLink, RolloverOptions
 from bridge.status import session_status
 from bridge.telephony import CallEnding, TelephonyOptions, TelephonyTools
-from bridge.timeline import Captions, Timeline
+from bridge.timeline import Captions, Deadlines, Timeline, Unheard
 from bridge.turns import CallerStarted, CallerStopped, TurnChange, TurnTracker
 from bridge.usage import UsageMeter
 from bridge.vad import VadOptions
 from providers import events as ev
 from providers.base import Capabilities, SessionSettings
 from providers.limits import AudioLimits
-from rtp.audio import FRAME_MS, AudioFormat
-
-# S1: a floor connection that sent nothing for this long before a fault may not have heard the caller at all.
-UNHEARD_SILENCE_MS = 1_000
-UNTOLD_TURNS_KEPT = 8  # S1: the caller's latest turn starts kept, to find the earliest whose text is not in
+from rtp.audio import AudioFormat
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,9 +84,11 @@ class SessionCoordinator:
             limits, output_format, channel, lead_frames=o.lead_frames, item_quiet_ms=o.item_quiet_ms
         )
         self.barge = BargeIn(self.output, truncate=caps.truncate)
+        self.call_line = Line(self.output, self.out, truncate=caps.truncate, token=token)  # S7
         self.turns = TurnTracker(caps, o.vad, client_turns=self.client_turns)
         self.delegations = Delegations(o.delegations)
         self.captions = Captions(self.out, close_ms=o.caption_close_ms, fragments=not caps.server_vad)
+        self.unheard = Unheard(self.out, self.timeline, self.captions, now)  # S1
         seed, next_seed = seeds(self.connections, self.captions, self.delegations, caps)  # HR7, RO8
         self.recovery = RecoveryController(
             self.out,
@@ -139,29 +110,14 @@ class SessionCoordinator:
             client_commits=self.client_turns,
             jobs=self.delegations,
             responses=caps.response_events,
-            unheard=self._closed_unheard,
+            unheard=self.unheard.rollover_closed,
         )
         self.ending = CallEnding(self.out, self.output, o.telephony, o.closing_message)
         self.telephony = TelephonyTools(self.out, o.telephony, self.delegations, self.ending)
         self.usage = UsageMeter()
+        self.deadlines = Deadlines(self.output.next_deadline, self._rooms_deadlines)
         self.state = "connecting"
         self.frames_in = 0
-        self.on_hold = False  # S7: the caller holds the call (`hold`)
-        self.unanswered = False  # S7: an outbound call still rings (`ring`)
-        self._paused = False  # either: nothing can play, nothing is forwarded (a flag test per caller frame)
-        self.hold_dropped_bytes = 0  # the floor's audio dropped while held
-        # The floor's items whose audio came while held: True, truncated at 0 ms on resume (a truncation goes
-        # to the floor); False, cut at the hold itself. Another floor since (a rollover, a repair): forgotten.
-        self._unheard: dict[str, bool] = {}
-        self._unheard_token = token
-        # Issue 13: the soonest deadline of every room but the output, kept while only plain caller frames come
-        # (a frame that changed no turn and made no room decide moves the output's deadline alone).
-        self._others_due: int | None = None
-        self._others_known = False
-        # S1 at a recovery or a rollover's close: when the floor last sent anything, and where the caller's latest
-        # turns began (session ms; the earliest after the text told so far is the first not accounted for).
-        self._floor_seen = now
-        self._turn_starts: deque[int] = deque(maxlen=UNTOLD_TURNS_KEPT)
         self.rollover.start()
 
     @property
@@ -170,9 +126,9 @@ class SessionCoordinator:
 
     def caller_frame(self, pcm: bytes, now: int) -> None:
         """One 20 ms caller frame: forwarded to the provider; it also marks a media-clock tick."""
-        known = self._others_known
         self.frames_in += 1
-        if self._paused:  # S7: held (music on hold, if an engine passes it): the provider hears nothing
+        # S7: held (music on hold, if an engine passes it): the provider hears nothing
+        if self.call_line.paused:
             return
         if not self.recovery.discard_frame() and not self.ending.ended:  # HR8 while reconnecting
             commands = self.out.commands
@@ -183,16 +139,14 @@ class SessionCoordinator:
         change = self.turns.frame(pcm, now, self.timeline.ms(now))
         if change is not None:
             self._turn(change, now)
-        if self._settle(now) or change is not None:
-            known = False
-        self._others_known = known
+        self._settle(now, moved=change is not None)
 
     def provider_event(self, event: ev.ProviderEvent, now: int) -> None:
         if isinstance(event, (ev.UsageUpdated, ev.SessionClosed)):
             self.usage.observe(event)  # usage of any transport counts, also a quarantined one (HR12)
         role = self.connections.classify(event.token)  # another token is inert (HR2, HR5)
         if self.delegations.echoes and role is not Role.STALE:  # S2: a rollover's next connection
-            self._echo(event, now)
+            self.rollover.echo(event, now)
         if role is Role.LISTENER:
             if self.connections.handing_over and isinstance(event, (ev.SpeechStarted, ev.SpeechStopped)):
                 self._turn(self.turns.provider(event), now, event.token)  # S3: it alone hears the caller
@@ -209,7 +163,7 @@ class SessionCoordinator:
             self.recovery.alive()
             self.rollover.observe(event, now)
             self._floor_event(event, now)
-            self._floor_seen = now  # (after: a close that begins a recovery is no sign of hearing)
+            self.unheard.floor_seen = now  # (after: a close that begins a recovery is no sign of hearing)
         self._settle(now)
 
     def _floor_event(self, event: ev.ProviderEvent, now: int) -> None:
@@ -262,19 +216,6 @@ class SessionCoordinator:
             return
         at, stamped = self.timeline.rebase(e.token, e.at_ms, now), e.at_ms is not None  # HR11
         self.delegations.call_requested(e.token, e.call_id, e.name, e.arguments, e.kind, at, stamped=stamped)
-
-    def _echo(self, event: ev.ProviderEvent, now: int) -> None:
-        """S2: what the ledger watches of a rollover's next connection until its own work begins
-        (bridge/delegations.py): the caller's utterances it hears (when reported), and its responses."""
-        jobs, token = self.delegations, event.token
-        if isinstance(event, ev.SpeechStarted):
-            jobs.caller_heard(True, self.timeline.ms(now))
-        elif isinstance(event, (ev.SpeechStopped, ev.AudioReceived, ev.OutputTranscript)):
-            jobs.echo_output(token)  # (after an end of speech, the server's turn detection answers)
-            if isinstance(event, ev.SpeechStopped):
-                jobs.caller_heard(False, self.timeline.ms(now))
-        elif isinstance(event, ev.ResponseDone):
-            jobs.echo_response_done(token)
 
     def job_answered(self, job_id: str, output: str, now: int) -> bool:
         """The application answered a dispatched job; False when the job no longer takes an answer."""
@@ -329,49 +270,36 @@ class SessionCoordinator:
 
     def call_ended(self, now: int) -> None:
         """The call leg is gone: a connection lost from now on is the session closing, not a fault."""
-        self._others_known = False
         self.ending.call_ended(self.token, now, reconnecting=self.recovery.reconnecting)
         self.rollover.end("call_ended", now)  # S6: nothing more is opened, authorised or funded
         self._ending(now)
         self.delegations.end_check(self.timeline.ms(now), self.ending.finished(now))
+        self.deadlines.moved()
 
-    # --- the line: hold and ringing (S7) ---
+    # --- the line: hold and ringing (S7, bridge/reservoir.py `Line`) ---
 
     def hold(self, now: int) -> None:
         """The caller put the call on hold: the assistant stops at what the caller heard; nothing recovers."""
-        if self.on_hold or self.ending.ended:
-            return
-        self.on_hold = True
-        cleared_ms, heard = self.output.cut()
-        if cleared_ms or heard:
-            self.out.notices.append(BargedIn(self.timeline.ms(now), "hold", cleared_ms, tuple(heard)))
-        if not self.recovery.reconnecting:  # (a replacement being opened has said nothing yet)
-            self.out.commands.append(CancelResponse(self.token))  # first: a truncation then sticks
-        if self.capabilities.truncate:
-            self.out.commands.extend(Truncate(item, ms) for item, ms in heard)
-        self._unheard, self._unheard_token = {item: False for item, _ in heard}, self.token
-        self._line(now)
+        if not self.call_line.on_hold and not self.ending.ended:
+            self.call_line.hold(self.token, self.timeline.ms(now), cancel=not self.recovery.reconnecting)
+            self._line(now)
 
     def resume(self, now: int) -> None:
         """The caller took the call off hold: the conversation goes on."""
-        if not self.on_hold:
-            return
-        self.on_hold = False
-        if self.capabilities.truncate and not self.ending.ended and self._unheard_token == self.token:
-            self.out.commands.extend(Truncate(item, 0) for item, unheard in self._unheard.items() if unheard)
-        self._unheard = {}
-        self._line(now)
+        if self.call_line.on_hold:
+            self.call_line.resume(self.token, truncate=not self.ending.ended)
+            self._line(now)
 
     def ring(self, now: int) -> None:
         """An outbound call rings: nothing plays until the callee answers (`answered`)."""
-        if not self.unanswered and not self.ending.ended:
-            self.unanswered = True
+        if not self.call_line.unanswered and not self.ending.ended:
+            self.call_line.unanswered = True
             self._line(now)
 
     def answered(self, now: int) -> None:
         """The callee answered (media started): what waited plays, the held greeting goes to the model."""
-        if self.unanswered:
-            self.unanswered = False
+        if self.call_line.unanswered:
+            self.call_line.unanswered = False
             if dropped := self._line(now):  # what the model said beyond the capacity while it rang
                 self.out.notices.append(
                     AudioDiscontinuity("output", dropped, "ringing", self.timeline.ms(now))
@@ -379,22 +307,24 @@ class SessionCoordinator:
 
     @property
     def line(self) -> str:
-        return "held" if self.on_hold else "ringing" if self.unanswered else "up"
+        return self.call_line.state
+
+    @property
+    def on_hold(self) -> bool:
+        return self.call_line.on_hold
+
+    @property
+    def hold_dropped_bytes(self) -> int:  # the floor's audio dropped while held
+        return self.call_line.dropped_bytes
 
     def _line(self, now: int) -> int:
         """Pause or resume what plays, the watchdog and the ledger's gate after a change of the line; returns
         the bytes of output that did not fit while paused."""
-        paused, dropped = self.on_hold or self.unanswered, 0
-        if paused != self._paused:
-            self._paused = paused
-            if paused:
-                self.output.pause(now)
-                self.recovery.pause()
-            else:
-                dropped = self.output.resume(now)
-                self.recovery.resume()
+        dropped = self.call_line.settle(now)
+        if dropped is not None:
+            (self.recovery.pause if self.call_line.paused else self.recovery.resume)()
         self._settle(now)
-        return dropped
+        return dropped or 0
 
     def handle_timer(self, now: int) -> None:
         at = self.timeline.ms(now)
@@ -413,21 +343,19 @@ class SessionCoordinator:
         self._settle(now)
 
     def next_deadline(self) -> int | None:
-        due, others = self.output.next_deadline(), self._others_due
-        if not self._others_known:  # the earliest of the other rooms' (no list made)
-            others = None
-            for t in (
-                self.recovery.next_deadline(),
-                self.timeline.instant(self.delegations.deadline_ms()),
-                self.timeline.instant(self.delegations.ending_due_ms),  # S8: the grace of running jobs
-                self.ending.next_deadline(),
-                self.rollover.next_deadline(),
-                self.captions.next_deadline(),
-            ):
-                if t is not None and (others is None or t < others):
-                    others = t
-            self._others_due, self._others_known = others, True
-        return others if due is None or (others is not None and others < due) else due
+        return self.deadlines.soonest()
+
+    def _rooms_deadlines(self) -> tuple[int | None, ...]:
+        """Every room's next deadline but the output's (`Deadlines` asks again after an input that moved one)."""
+        timeline, jobs = self.timeline, self.delegations
+        return (
+            self.recovery.next_deadline(),
+            timeline.instant(jobs.deadline_ms()),
+            timeline.instant(jobs.ending_due_ms),  # S8: the grace of running jobs
+            self.ending.next_deadline(),
+            self.rollover.next_deadline(),
+            self.captions.next_deadline(),
+        )
 
     def finished(self, now: int) -> bool:
         """The close and drain windows are over and the uncertain work was told (S8): the shell may stop."""
@@ -442,33 +370,32 @@ class SessionCoordinator:
         mine, jobs = self.out.take_notices(), self.delegations.notices()
         return [*mine, *jobs] if jobs else mine
 
-    def _settle(self, now: int) -> bool:
+    def _settle(self, now: int, *, moved: bool = True) -> None:
         """After every input: the output fed, the drain checked, rollover decisions and jobs routed (each a
-        test of a flag or a list where nothing of theirs changed: issue 13). True when a room other than the
-        output acted (its deadline may have moved: `next_deadline` reads them all again)."""
-        self._others_known = False
-        output, rollover = self.output, self.rollover
+        test of a flag or a list where nothing of theirs changed). The other rooms' deadlines are asked again
+        (`Deadlines.moved`) after any input but a caller frame that changed no turn and made no room act."""
+        output, rollover, jobs = self.output, self.rollover, self.delegations
         output.feed(now)
-        acted = False
         if rollover.speaker_busy and output.drained(now):
             rollover.speaker_drained(now)
-            acted = True
+            moved = True
         if rollover.deciding:
-            acted = True
+            moved = True
             if (refused := rollover.route(now)) is not None:
                 self._end(f"rollover not possible: {refused}", now, goodbye=True)
             self._gone(now)
-        gate = self.connections.handing_over or self._paused  # RO8; S7: told only what can be heard
-        if self.delegations.handover != gate:  # (a bool test per frame)
-            self.delegations.floor(self.token, gate, self.timeline.ms(now))
-            acted = True
-        if self.delegations.waiting():  # DL6: jobs to the tools or the shell
+        gate = self.connections.handing_over or self.call_line.paused  # RO8; S7: told only what can be heard
+        if jobs.handover != gate:  # (a bool test per frame)
+            jobs.floor(self.token, gate, self.timeline.ms(now))
+            moved = True
+        if jobs.waiting():  # DL6: jobs to the tools or the shell
             self.telephony.route(self.token, self.timeline.ms(now), now)
-            acted = True
-        if self.delegations.ending_due_ms is not None:  # S8: the session is ending (never during a call)
-            self.delegations.end_check(self.timeline.ms(now), self.ending.finished(now))
-            acted = True
-        return acted
+            moved = True
+        if jobs.ending_due_ms is not None:  # S8: the session is ending (never during a call)
+            jobs.end_check(self.timeline.ms(now), self.ending.finished(now))
+            moved = True
+        if moved:
+            self.deadlines.moved()
 
     def _audio(self, event: ev.AudioReceived, now: int) -> None:
         recovery = self.recovery
@@ -478,12 +405,8 @@ class SessionCoordinator:
             recovery.replacement_spoke()
         if self.barge.drop(event.audio) or self.rollover.begun_as_listener(event):
             return  # the caller is speaking: this output is interrupted (or it is a listener's, RO8)
-        if self.on_hold:  # S7: nobody hears it; not stored, so it cannot overflow or go stale
-            self.hold_dropped_bytes += len(event.audio)
-            if event.token != self._unheard_token:
-                self._unheard, self._unheard_token = {}, event.token
-            if event.item_id is not None and event.item_id not in self._unheard:
-                self._unheard[event.item_id] = True
+        if self.call_line.on_hold:  # S7: nobody hears it; not stored, so it cannot overflow or go stale
+            self.call_line.held_audio(event.audio, event.item_id, event.token)
             return
         self.ending.assistant_audio()
         self.rollover.speaker_output(now)
@@ -501,7 +424,7 @@ class SessionCoordinator:
             source = self.token if token is None else token
             heard, at = change.heard_ns, self.timeline.rebase(source, change.provider_ms, now)
             # S1: where the caller's words begin (its text accounts for them)
-            self._turn_starts.append(self.timeline.ms(heard) if heard is not None else at)
+            self.unheard.turn_started(self.timeline.ms(heard) if heard is not None else at)
             if change.barge and (change.source == "local_vad" or not self.barge.suppressed):
                 self._barge_in(now, change.source)
             # After a repair, a fresh start opens the first fresh interval (HR10); a tail's does not
@@ -552,45 +475,13 @@ class SessionCoordinator:
         is not lost silently (S1). The caption fragments `old` sent of the caller's last turn (GPT-Live groups
         them until the turn is over) are its text and are emitted; any rollover is abandoned (what its next
         connection held for the application is emitted first); what the caller said that no text accounts for
-        is reported (`_report_unheard`). Then captions start a fresh epoch (HR11)."""
+        is reported (`Unheard.recovery`). Then captions start a fresh epoch (HR11)."""
         for token, text, start, end in self.captions.close():
             if token == old and text and not self.rollover.last_text(token, text, start, end, now):
                 self.captions.caller(text, start, True, end)
         self.rollover.abandon(now)
-        self._report_unheard(now)
+        self.unheard.recovery(now)
         self.captions.new_epoch()
-
-    def _report_unheard(self, now: int) -> None:
-        """S1: the caller audio the quarantined floor connection was sent and no emitted text accounts for —
-        from the caller's earliest turn not told yet, or, where the connection had gone silent (half-open, a
-        stall: it may have heard nothing at all, and without a local detector nobody knows whether the caller
-        spoke), from its last sign of life — in one input `audio_discontinuity` with cause `recovery_unheard`.
-        Its text can no longer come (its events are inert, HR2), and the replacement hears only what follows
-        (HR8, whose own discontinuity counts the frames discarded while it connects)."""
-        at, told = self.timeline.ms(now), self.captions.told_to_ms
-        start = self._untold(told)
-        if now - self._floor_seen >= UNHEARD_SILENCE_MS * 1_000_000:
-            silent = max(told, self.timeline.ms(self._floor_seen))
-            start = silent if start is None else min(start, silent)
-        self._turn_starts.clear()
-        if start is not None and (frames := (at - start) // FRAME_MS) > 0:
-            self.out.notices.append(AudioDiscontinuity("input", frames, "recovery_unheard", at))
-
-    def _closed_unheard(self, until_ms: int, now: int) -> None:
-        """S1: a rollover closed its old connection (its close-by age: a provider's goAway may leave no time),
-        and its text of a caller turn begun before the next connection heard the caller (`until_ms`) has not
-        come: the stretch from that turn's start to `until_ms` is reported in one input `audio_discontinuity`
-        with cause `rollover_unheard` (its `at_ms` is the stretch's end). What followed, the next one heard."""
-        start = self._untold(self.captions.told_to_ms)
-        if start is not None and (frames := (until_ms - start) // FRAME_MS) > 0:
-            self.out.notices.append(AudioDiscontinuity("input", frames, "rollover_unheard", until_ms))
-            kept = [at for at in self._turn_starts if at >= until_ms]  # (the next connection heard those)
-            self._turn_starts.clear()
-            self._turn_starts.extend(kept)
-
-    def _untold(self, told_ms: int) -> int | None:
-        """The start of the caller's earliest recent turn that began after the text told so far ended."""
-        return min((at for at in self._turn_starts if at > told_ms), default=None)
 
     def _end(self, reason: str, now: int, *, failed: bool = False, goodbye: bool = False) -> None:
         if self.ending.end(reason, now, failed=failed, goodbye=goodbye):

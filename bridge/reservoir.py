@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import deque
 
 from bridge.barrier import Channel, PlaybackBarrier
+from bridge.commands import BargedIn, CancelResponse, Outbox, Truncate
 
 # re-exported: the media conditions this path detects (HR1)
 from bridge.commands import MediaCondition as MediaCondition
@@ -369,3 +370,85 @@ class OutputPath:
                 "paused_dropped_bytes": r.paused_dropped_bytes,
             },
         }
+
+
+class Line:
+    """The line the output plays to (S7): hold and ringing are states of the line, not media conditions — they
+    never start a recovery.
+
+    - `hold` (the leg's MediaHeld): the assistant stops at what the caller heard — everything unplayed is cleared
+      through the barrier, as a barge-in would (`BargedIn` with source "hold"), the provider is told the
+      truncation point where it can take one and asked to stop its response. While held, the floor's audio is
+      dropped, not stored (nobody hears it, and the caller is not to come back to the middle of a sentence
+      spoken into the hold); the reservoir's clocks are paused and the silence watchdog is off
+      (bridge/recovery.py). Caller frames that still come while held (music on hold, where an engine passes
+      it; the native engine passes none) are counted and not forwarded: the provider hears nothing — no
+      silence is made up and sent, which a provider would bill as input audio; the timeline keeps the gap
+      (bridge/timeline.py). Results and application updates wait for the resume (the ledger's hand-over
+      gate), so what the caller is told is heard.
+    - `resume` (MediaResumed): the conversation goes on — no recovery, no notice, no apology; what waited is
+      delivered, and the model answers the caller's next words. Items whose audio was dropped during the hold
+      are truncated at 0 ms where the provider takes truncations.
+    - A recovery under way when the hold begins goes on (its 5 s budget still applies) and completes with the
+      caller's first fresh turn after the resume; a connection lost during the hold is repaired as at any
+      time. A rollover goes on by its own timeline: with output cut, the old connection is drained and the
+      floor moves. A hang-up while held ends the session as any hang-up.
+    - `ring` (an outbound call not answered yet): what the model says is stored, paused, and plays when the
+      callee answers (`answered`, the leg's MediaStarted); speakable updates — the route's greeting — are held
+      until then, so the greeting is spoken to the callee, not to the ringing line.
+    """
+
+    def __init__(self, output: OutputPath, out: Outbox, *, truncate: bool, token: int) -> None:
+        self._output, self._out, self._truncate = output, out, truncate
+        self.on_hold = False  # the caller holds the call (`hold`)
+        self.unanswered = False  # an outbound call still rings (`ring`)
+        self.paused = False  # either: nothing can play, nothing is forwarded (a flag test per caller frame)
+        self.dropped_bytes = 0  # the floor's audio dropped while held
+        # The floor's items whose audio came while held: True, truncated at 0 ms on resume (a truncation goes
+        # to the floor); False, cut at the hold itself. Another floor since (a rollover, a repair): forgotten.
+        self._unheard: dict[str, bool] = {}
+        self._unheard_token = token
+
+    @property
+    def state(self) -> str:
+        return "held" if self.on_hold else "ringing" if self.unanswered else "up"
+
+    def hold(self, token: int, at_ms: int, *, cancel: bool) -> None:
+        """The caller put the call on hold: the assistant stops at what the caller heard (`cancel`: the floor
+        has a response to stop; a replacement being opened has said nothing yet)."""
+        self.on_hold = True
+        cleared_ms, heard = self._output.cut()
+        if cleared_ms or heard:
+            self._out.notices.append(BargedIn(at_ms, "hold", cleared_ms, tuple(heard)))
+        if cancel:
+            self._out.commands.append(CancelResponse(token))  # first: a truncation then sticks
+        if self._truncate:
+            self._out.commands.extend(Truncate(item, ms) for item, ms in heard)
+        self._unheard, self._unheard_token = {item: False for item, _ in heard}, token
+
+    def held_audio(self, audio: bytes, item_id: str | None, token: int) -> None:
+        """The floor's audio while held: nobody hears it; not stored, so it cannot overflow or go stale."""
+        self.dropped_bytes += len(audio)
+        if token != self._unheard_token:
+            self._unheard, self._unheard_token = {}, token
+        if item_id is not None and item_id not in self._unheard:
+            self._unheard[item_id] = True
+
+    def resume(self, token: int, *, truncate: bool) -> None:
+        """The caller took the call off hold (`truncate`: the session goes on, so unheard items are cut)."""
+        self.on_hold = False
+        if self._truncate and truncate and self._unheard_token == token:
+            self._out.commands.extend(Truncate(item, 0) for item, unheard in self._unheard.items() if unheard)
+        self._unheard = {}
+
+    def settle(self, now: int) -> int | None:
+        """After a change of the line: pause or resume what plays. None when that did not change; else the bytes
+        of output that did not fit while paused (0 on pausing)."""
+        paused = self.on_hold or self.unanswered
+        if paused == self.paused:
+            return None
+        self.paused = paused
+        if paused:
+            self._output.pause(now)
+            return 0
+        return self._output.resume(now)

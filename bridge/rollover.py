@@ -122,6 +122,7 @@ from providers.events import (
     AudioReceived,
     InputTranscript,
     InputTranscriptFailed,
+    OutputTranscript,
     ProviderEvent,
     ResponseDone,
     SessionClosed,
@@ -1125,6 +1126,21 @@ class RolloverLink:
             if token != self._connections.floor:
                 self._timeline.connection_started(token, now)
             ctl.connection_confirmed(cid, now)
+
+    def echo(self, event: ProviderEvent, now: int) -> None:
+        """S2: what the ledger watches of a rollover's next connection until its own work begins
+        (bridge/delegations.py): the caller's utterances it hears (when reported), and its responses."""
+        jobs, token = self._jobs, event.token
+        if jobs is None:
+            return
+        if isinstance(event, SpeechStarted):
+            jobs.caller_heard(True, self._timeline.ms(now))
+        elif isinstance(event, (SpeechStopped, AudioReceived, OutputTranscript)):
+            jobs.echo_output(token)  # (after an end of speech, the server's turn detection answers)
+            if isinstance(event, SpeechStopped):
+                jobs.caller_heard(False, self._timeline.ms(now))
+        elif isinstance(event, ResponseDone):
+            jobs.echo_response_done(token)
 
     def listener_event(self, event: ProviderEvent, now: int) -> None:
         if isinstance(event, AudioReceived):

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
+from collections.abc import Callable, Iterable
 
-from bridge.commands import Outbox, Transcript
+from bridge.commands import AudioDiscontinuity, Outbox, Transcript
 from providers.events import InputTranscript, ProviderEvent
 
 _NS_PER_MS = 1_000_000
@@ -34,6 +35,9 @@ ORIGINS_KEPT = 32  # issue 17: connections whose clock origin is kept (the most 
 MARKS_KEPT = 64  # issue 17: stretches of continuous caller audio kept (old ones merged, `_thin`)
 GAP_MS = 100  # a forwarded frame this much later than its stretch's audio says starts a new stretch
 BOUNDS_KEPT = 8  # turn ends and hand-overs kept to split caption groups at (whose fragments may still wait)
+# S1: a floor connection that sent nothing for this long before a fault may not have heard the caller at all.
+UNHEARD_SILENCE_MS = 1_000
+UNTOLD_TURNS_KEPT = 8  # S1: the caller's latest turn starts kept, to find the earliest whose text is not in
 
 
 class Timeline:
@@ -225,6 +229,79 @@ class Captions:
 
     def next_deadline(self) -> int | None:
         return self._due
+
+
+class Unheard:
+    """S1: what the caller said that a connection was sent and no emitted text accounts for, told when that
+    connection can no longer say it. Keeps where the caller's latest turns began (session ms; the earliest
+    after the text told so far, `Captions.told_to_ms`, is the first not accounted for) and when the floor
+    last sent anything (`floor_seen`)."""
+
+    def __init__(self, out: Outbox, timeline: Timeline, captions: Captions, now: int) -> None:
+        self._out, self._timeline, self._captions = out, timeline, captions
+        self.floor_seen = now
+        self._turn_starts: deque[int] = deque(maxlen=UNTOLD_TURNS_KEPT)
+
+    def turn_started(self, at_ms: int) -> None:
+        self._turn_starts.append(at_ms)
+
+    def recovery(self, now: int) -> None:
+        """S1: the caller audio the quarantined floor connection was sent and no emitted text accounts for —
+        from the caller's earliest turn not told yet, or, where the connection had gone silent (half-open, a
+        stall: it may have heard nothing at all, and without a local detector nobody knows whether the caller
+        spoke), from its last sign of life — in one input `audio_discontinuity` with cause `recovery_unheard`.
+        Its text can no longer come (its events are inert, HR2), and the replacement hears only what follows
+        (HR8, whose own discontinuity counts the frames discarded while it connects)."""
+        at, told = self._timeline.ms(now), self._captions.told_to_ms
+        start = self._untold(told)
+        if now - self.floor_seen >= UNHEARD_SILENCE_MS * _NS_PER_MS:
+            silent = max(told, self._timeline.ms(self.floor_seen))
+            start = silent if start is None else min(start, silent)
+        self._turn_starts.clear()
+        if start is not None and (frames := (at - start) // _FRAME_MS) > 0:
+            self._out.notices.append(AudioDiscontinuity("input", frames, "recovery_unheard", at))
+
+    def rollover_closed(self, until_ms: int, now: int) -> None:
+        """S1: a rollover closed its old connection (its close-by age: a provider's goAway may leave no time),
+        and its text of a caller turn begun before the next connection heard the caller (`until_ms`) has not
+        come: the stretch from that turn's start to `until_ms` is reported in one input `audio_discontinuity`
+        with cause `rollover_unheard` (its `at_ms` is the stretch's end). What followed, the next one heard."""
+        start = self._untold(self._captions.told_to_ms)
+        if start is not None and (frames := (until_ms - start) // _FRAME_MS) > 0:
+            self._out.notices.append(AudioDiscontinuity("input", frames, "rollover_unheard", until_ms))
+            kept = [at for at in self._turn_starts if at >= until_ms]  # (the next connection heard those)
+            self._turn_starts.clear()
+            self._turn_starts.extend(kept)
+
+    def _untold(self, told_ms: int) -> int | None:
+        """The start of the caller's earliest recent turn that began after the text told so far ended."""
+        return min((at for at in self._turn_starts if at > told_ms), default=None)
+
+
+class Deadlines:
+    """The soonest of a session's deadlines (monotonic ns). `hot` is asked every time: the output path's, which
+    every caller frame moves. `rooms` (every other room's) are asked again only after an input that may have
+    moved one (`moved`); a caller frame that changed no turn and made no room act does not."""
+
+    __slots__ = ("_hot", "_rooms", "_known", "_due")
+
+    def __init__(self, hot: Callable[[], int | None], rooms: Callable[[], Iterable[int | None]]) -> None:
+        self._hot, self._rooms = hot, rooms
+        self._known = False
+        self._due: int | None = None
+
+    def moved(self) -> None:
+        self._known = False
+
+    def soonest(self) -> int | None:
+        if not self._known:
+            self._due, self._known = soonest(self._rooms()), True
+        due, rooms = self._hot(), self._due
+        return rooms if due is None or (rooms is not None and rooms < due) else due
+
+
+def soonest(times: Iterable[int | None]) -> int | None:
+    return min((t for t in times if t is not None), default=None)
 
 
 def _group(token: int, parts: list[tuple[str, int, int]]) -> tuple[int, str, int, int]:
