@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from bridge.commands import BargedIn, Truncate, TurnEnded
+from bridge.commands import BargedIn, Outbox, Truncate, TurnEnded
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame
 from sip.leg import LegFeatures
@@ -92,6 +92,12 @@ class BargeIn:
         heard = [(item, ledger.transmitted_ms(item)) for item in items]  # HR4: what left is out of scope
         truncates = [Truncate(item, ms) for item, ms in heard] if self._truncate else []
         return BargedIn(at_ms, source, cleared_ms, tuple(heard), last_ms), truncates
+
+    def cut_in(self, out: Outbox, now: int, at_ms: int, source: str) -> None:
+        """`interrupt`, its truncations to the provider and its notice to the log."""
+        notice, truncates = self.interrupt(now, at_ms, source)
+        out.commands.extend(truncates)
+        out.notices.append(notice)
 
     def drop(self, audio: bytes) -> bool:
         """Output that arrives while the caller speaks is interrupted: dropped and counted."""

@@ -13,15 +13,15 @@ Where each rule lives (DESIGN §2):
 - bridge/rollover.py `RolloverController` and `RolloverLink`: RO1-RO9.
 - bridge/delegations.py `Delegations`: the job ledger, HR6, HR9, HR10, DL1, DL2.
 - bridge/telephony.py `TelephonyTools` and `CallEnding`: DL6, and one way to say goodbye, then BYE.
-- bridge/timeline.py `Timeline` and `Captions`: SE6, HR11.  bridge/usage.py `UsageMeter`: HR12.
+- bridge/timeline.py `Timeline` and `Captions`: SE6, HR11; `Unheard`: S1; `Deadlines`: the soonest deadline.
+- bridge/reservoir.py `Line`: hold and ringing (S7).  bridge/usage.py `UsageMeter`: HR12.
 
-
-Hold and ringing (S7) are states of the line, not media conditions: they never start a recovery; what each
-does is told in bridge/reservoir.py `Line`.
+Hold and ringing (S7) are states of the line, not media conditions: they never start a recovery.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +61,8 @@ class CoordinatorOptions:
 class SessionCoordinator:
     """One call's session core. The shell feeds it and carries out what it pulls."""
 
+    next_deadline: Callable[[], int | None]
+
     def __init__(
         self,
         *,
@@ -77,45 +79,40 @@ class SessionCoordinator:
         self.capabilities = caps = capabilities
         # RO5: turn detection off where the protocol allows it; the bridge's own VAD turns are committed.
         self.client_turns = (settings or SessionSettings()).turn_detection == "client" and caps.client_commits
-        self.out = Outbox()
-        self.timeline = Timeline(now)
-        self.connections = Connections(token)
-        self.output = OutputPath(
+        out = self.out = Outbox()
+        timeline = self.timeline = Timeline(now)
+        conns = self.connections = Connections(token)
+        output = self.output = OutputPath(
             limits, output_format, channel, lead_frames=o.lead_frames, item_quiet_ms=o.item_quiet_ms
         )
-        self.barge = BargeIn(self.output, truncate=caps.truncate)
-        self.call_line = Line(self.output, self.out, truncate=caps.truncate, token=token)  # S7
+        self.barge = BargeIn(output, truncate=caps.truncate)
         self.turns = TurnTracker(caps, o.vad, client_turns=self.client_turns)
-        self.delegations = Delegations(o.delegations)
-        self.captions = Captions(self.out, close_ms=o.caption_close_ms, fragments=not caps.server_vad)
-        self.unheard = Unheard(self.out, self.timeline, self.captions, now)  # S1
-        seed, next_seed = seeds(self.connections, self.captions, self.delegations, caps)  # HR7, RO8
+        jobs = self.delegations = Delegations(o.delegations)
+        captions = self.captions = Captions(out, close_ms=o.caption_close_ms, fragments=not caps.server_vad)
+        self.unheard = Unheard(out, timeline, captions, now)  # S1
+        seed, next_seed = seeds(conns, captions, jobs, caps)  # HR7, RO8
         self.recovery = RecoveryController(
-            self.out,
-            self.connections,
-            self.output,
-            self.delegations,
-            seed,
-            self._afresh,
-            answer_within_ms=caps.answer_within_ms,
+            out, conns, output, jobs, seed, self._afresh, answer_within_ms=caps.answer_within_ms
         )
         self.rollover = RolloverLink(
-            self.out,
-            self.connections,
-            self.timeline,
-            self.captions,
+            out,
+            conns,
+            timeline,
+            captions,
             self.turns,
             o.rollover,
             next_seed,
             client_commits=self.client_turns,
-            jobs=self.delegations,
+            jobs=jobs,
             responses=caps.response_events,
             unheard=self.unheard.rollover_closed,
         )
-        self.ending = CallEnding(self.out, self.output, o.telephony, o.closing_message)
-        self.telephony = TelephonyTools(self.out, o.telephony, self.delegations, self.ending)
+        self.call_line = Line(output, out, self.recovery, truncate=caps.truncate, token=token)  # S7
+        self.ending = CallEnding(out, output, o.telephony, o.closing_message)
+        self.telephony = TelephonyTools(out, o.telephony, jobs, self.ending)
         self.usage = UsageMeter()
-        self.deadlines = Deadlines(self.output.next_deadline, self._rooms_deadlines)
+        self.deadlines = Deadlines(output.next_deadline, self._rooms_deadlines)
+        self.next_deadline = self.deadlines.soonest  # when `handle_timer` is due (monotonic ns; None: never)
         self.state = "connecting"
         self.frames_in = 0
         self.rollover.start()
@@ -127,8 +124,9 @@ class SessionCoordinator:
     def caller_frame(self, pcm: bytes, now: int) -> None:
         """One 20 ms caller frame: forwarded to the provider; it also marks a media-clock tick."""
         self.frames_in += 1
-        # S7: held (music on hold, if an engine passes it): the provider hears nothing
-        if self.call_line.paused:
+        if (
+            self.call_line.paused
+        ):  # S7: held (music on hold, if an engine passes it): the provider hears nothing
             return
         if not self.recovery.discard_frame() and not self.ending.ended:  # HR8 while reconnecting
             commands = self.out.commands
@@ -139,7 +137,7 @@ class SessionCoordinator:
         change = self.turns.frame(pcm, now, self.timeline.ms(now))
         if change is not None:
             self._turn(change, now)
-        self._settle(now, moved=change is not None)
+        self._settle(now, change is not None)
 
     def provider_event(self, event: ev.ProviderEvent, now: int) -> None:
         if isinstance(event, (ev.UsageUpdated, ev.SessionClosed)):
@@ -152,13 +150,8 @@ class SessionCoordinator:
                 self._turn(self.turns.provider(event), now, event.token)  # S3: it alone hears the caller
             if isinstance(event, ev.ToolCallRequested):  # S2: the ledger's rule; never left unanswered
                 self._call(event, now)
-            elif isinstance(event, ev.ResponseDone) and self.delegations.records:
-                self.delegations.acknowledged(event.token)  # HR6: not unknown when it closes (S8)
-                self.rollover.listener_event(event, now)
-            elif not self.captions.fragment(event, self.timeline, now, speaking=self.turns.speaking):
-                self.rollover.listener_event(event, now)
-                if isinstance(event, ev.SessionClosed):
-                    self._gone(now)
+            else:
+                self.rollover.listener(event, now, speaking=self.turns.speaking)
         elif role is Role.FLOOR:
             self.recovery.alive()
             self.rollover.observe(event, now)
@@ -170,21 +163,13 @@ class SessionCoordinator:
         if isinstance(event, ev.AudioReceived):
             self._audio(event, now)
         elif isinstance(event, ev.OutputInterrupted):
-            self._barge_in(now, "provider")
+            self.barge.cut_in(self.out, now, self.timeline.ms(now), "provider")
         elif isinstance(event, (ev.SpeechStarted, ev.SpeechStopped)):
             self._turn(self.turns.provider(event), now)
-        elif isinstance(event, ev.InputTranscript) and not self.captions.fragment(
-            event, self.timeline, now, speaking=self.turns.speaking
-        ):
-            if self.rollover.controller is None:
-                start, end = self.timeline.span(event.token, event.start_ms, event.end_ms, now)
-                self.captions.caller(event.text, start, event.final, end)
-            if event.final and event.text.strip():
+        elif isinstance(event, (ev.InputTranscript, ev.OutputTranscript)):
+            emit, speaking = self.rollover.controller is None, self.turns.speaking
+            if self.captions.transcript(event, self.timeline, now, speaking=speaking, emit=emit):
                 self._turn_over(now)
-        elif isinstance(event, ev.OutputTranscript):
-            self.captions.assistant(
-                event.text, self.timeline.rebase(event.token, event.start_ms, now), event.final
-            )
         elif isinstance(event, ev.SessionStarted):
             self.state = "ready"
             self.timeline.connection_started(event.token, now)
@@ -205,17 +190,16 @@ class SessionCoordinator:
             self._call(event, now)
         elif isinstance(event, ev.ToolCallCancelled):
             self.delegations.call_cancelled(event.call_ids, self.timeline.ms(now))
-        elif isinstance(event, ev.ResponseDone) and self.delegations.response_ended(
-            event.token, self.timeline.ms(now)
-        ):
-            self.rollover.tool_turn_done(now)
+        elif isinstance(event, ev.ResponseDone):
+            self.rollover.floor_response_done(event.token, now)
 
     def _call(self, e: ev.ToolCallRequested, now: int) -> None:
         """A call from the floor or a listener: a job, or answered from the ledger (DL1, HR10, S2)."""
-        if self.delegations.ended:  # S8: nothing is dispatched after the session ended
-            return
-        at, stamped = self.timeline.rebase(e.token, e.at_ms, now), e.at_ms is not None  # HR11
-        self.delegations.call_requested(e.token, e.call_id, e.name, e.arguments, e.kind, at, stamped=stamped)
+        if not self.delegations.ended:  # S8: nothing is dispatched after the session ended
+            at, stamped = self.timeline.rebase(e.token, e.at_ms, now), e.at_ms is not None  # HR11
+            self.delegations.call_requested(
+                e.token, e.call_id, e.name, e.arguments, e.kind, at, stamped=stamped
+            )
 
     def job_answered(self, job_id: str, output: str, now: int) -> bool:
         """The application answered a dispatched job; False when the job no longer takes an answer."""
@@ -280,34 +264,30 @@ class SessionCoordinator:
 
     def hold(self, now: int) -> None:
         """The caller put the call on hold: the assistant stops at what the caller heard; nothing recovers."""
-        if not self.call_line.on_hold and not self.ending.ended:
-            self.call_line.hold(self.token, self.timeline.ms(now), cancel=not self.recovery.reconnecting)
-            self._line(now)
+        cancel = not self.recovery.reconnecting  # (a replacement being opened has said nothing yet)
+        if not self.ending.ended and self.call_line.hold(
+            self.token, now, self.timeline.ms(now), cancel=cancel
+        ):
+            self._settle(now)
 
     def resume(self, now: int) -> None:
         """The caller took the call off hold: the conversation goes on."""
-        if self.call_line.on_hold:
-            self.call_line.resume(self.token, truncate=not self.ending.ended)
-            self._line(now)
+        if self.call_line.resume(self.token, now, truncate=not self.ending.ended):
+            self._settle(now)
 
     def ring(self, now: int) -> None:
         """An outbound call rings: nothing plays until the callee answers (`answered`)."""
-        if not self.call_line.unanswered and not self.ending.ended:
-            self.call_line.unanswered = True
-            self._line(now)
+        if not self.ending.ended and self.call_line.ring(now):
+            self._settle(now)
 
     def answered(self, now: int) -> None:
         """The callee answered (media started): what waited plays, the held greeting goes to the model."""
-        if self.call_line.unanswered:
-            self.call_line.unanswered = False
-            if dropped := self._line(now):  # what the model said beyond the capacity while it rang
+        if (dropped := self.call_line.answer(now)) is not None:
+            self._settle(now)
+            if dropped:  # what the model said beyond the capacity while it rang
                 self.out.notices.append(
                     AudioDiscontinuity("output", dropped, "ringing", self.timeline.ms(now))
                 )
-
-    @property
-    def line(self) -> str:
-        return self.call_line.state
 
     @property
     def on_hold(self) -> bool:
@@ -316,15 +296,6 @@ class SessionCoordinator:
     @property
     def hold_dropped_bytes(self) -> int:  # the floor's audio dropped while held
         return self.call_line.dropped_bytes
-
-    def _line(self, now: int) -> int:
-        """Pause or resume what plays, the watchdog and the ledger's gate after a change of the line; returns
-        the bytes of output that did not fit while paused."""
-        dropped = self.call_line.settle(now)
-        if dropped is not None:
-            (self.recovery.pause if self.call_line.paused else self.recovery.resume)()
-        self._settle(now)
-        return dropped or 0
 
     def handle_timer(self, now: int) -> None:
         at = self.timeline.ms(now)
@@ -342,16 +313,13 @@ class SessionCoordinator:
                 self._end(reason, now)
         self._settle(now)
 
-    def next_deadline(self) -> int | None:
-        return self.deadlines.soonest()
-
     def _rooms_deadlines(self) -> tuple[int | None, ...]:
-        """Every room's next deadline but the output's (`Deadlines` asks again after an input that moved one)."""
+        """Every room's next deadline but the output's (S8: the jobs' grace at the end of the session, too)."""
         timeline, jobs = self.timeline, self.delegations
         return (
             self.recovery.next_deadline(),
             timeline.instant(jobs.deadline_ms()),
-            timeline.instant(jobs.ending_due_ms),  # S8: the grace of running jobs
+            timeline.instant(jobs.ending_due_ms),
             self.ending.next_deadline(),
             self.rollover.next_deadline(),
             self.captions.next_deadline(),
@@ -370,7 +338,7 @@ class SessionCoordinator:
         mine, jobs = self.out.take_notices(), self.delegations.notices()
         return [*mine, *jobs] if jobs else mine
 
-    def _settle(self, now: int, *, moved: bool = True) -> None:
+    def _settle(self, now: int, moved: bool = True) -> None:
         """After every input: the output fed, the drain checked, rollover decisions and jobs routed (each a
         test of a flag or a list where nothing of theirs changed). The other rooms' deadlines are asked again
         (`Deadlines.moved`) after any input but a caller frame that changed no turn and made no room act."""
@@ -383,7 +351,7 @@ class SessionCoordinator:
             moved = True
             if (refused := rollover.route(now)) is not None:
                 self._end(f"rollover not possible: {refused}", now, goodbye=True)
-            self._gone(now)
+            rollover.gone(now)
         gate = self.connections.handing_over or self.call_line.paused  # RO8; S7: told only what can be heard
         if jobs.handover != gate:  # (a bool test per frame)
             jobs.floor(self.token, gate, self.timeline.ms(now))
@@ -398,15 +366,13 @@ class SessionCoordinator:
             self.deadlines.moved()
 
     def _audio(self, event: ev.AudioReceived, now: int) -> None:
-        recovery = self.recovery
-        if recovery.reconnecting:
-            return
-        if recovery.active is not None:  # the replacement answers: the caller's next start is fresh (HR10)
-            recovery.replacement_spoke()
-        if self.barge.drop(event.audio) or self.rollover.begun_as_listener(event):
-            return  # the caller is speaking: this output is interrupted (or it is a listener's, RO8)
-        if self.call_line.on_hold:  # S7: nobody hears it; not stored, so it cannot overflow or go stale
-            self.call_line.held_audio(event.audio, event.item_id, event.token)
+        if (
+            not self.recovery.floor_audio()
+            or self.barge.drop(event.audio)
+            or self.rollover.begun_as_listener(event)
+        ):
+            return  # reconnecting; the caller is speaking: this output is interrupted (or a listener's, RO8)
+        if self.call_line.held(event.audio, event.item_id, event.token):  # S7: nobody hears it
             return
         self.ending.assistant_audio()
         self.rollover.speaker_output(now)
@@ -426,39 +392,31 @@ class SessionCoordinator:
             # S1: where the caller's words begin (its text accounts for them)
             self.unheard.turn_started(self.timeline.ms(heard) if heard is not None else at)
             if change.barge and (change.source == "local_vad" or not self.barge.suppressed):
-                self._barge_in(now, change.source)
+                self.barge.cut_in(self.out, now, self.timeline.ms(now), change.source)
             # After a repair, a fresh start opens the first fresh interval (HR10); a tail's does not
             # (bridge/recovery.py: a replacement's own start of a turn under way at its ready instant).
             stamped = change.provider_ms is not None and heard is None
             if self.recovery.caller_started(at, self.timeline.fed_ms if stamped else None):
                 self.delegations.caller_started(self.token, at)
-            if not self.recovery.reconnecting and self.delegations.echoes:  # S2: the next one's own work
-                self.delegations.caller_heard(True, self.timeline.ms(now))
+            if not self.recovery.reconnecting:
+                self.rollover.caller_heard(True, now)  # S2: the next one's own work
             if change.source == "local_vad" and change.barge:
                 self.rollover.local_turn(True, now)  # without server VAD, the local detector marks utterances
         elif isinstance(change, CallerStopped):
             self.recovery.caller_ended()
             if (ended := self.barge.turn_over(self.timeline.ms(now))) is not None:
                 self.out.notices.append(ended)
-            if self.delegations.echoes:
-                self.delegations.caller_heard(False, self.timeline.ms(now))
+            self.rollover.caller_heard(False, now)
             self._turn_over(now)
             if change.source == "local_vad":
                 if not self.ending.ended:
                     self.recovery.expect_answer(now)
-                self.captions.turn_over(now, self.timeline.ms(now))
-                self.rollover.local_turn(False, now)
-                self.rollover.turn_committed(now)  # RO5, client commits: the bridge's own turn
+                self.rollover.local_turn_over(now)
 
     def _turn_over(self, now: int) -> None:
         """The caller's turn is over: delegations' fresh interval ends; after a repair, it is complete."""
         self.delegations.caller_turn_ended(self.timeline.ms(now))
         self.recovery.caller_stopped(now)
-
-    def _barge_in(self, now: int, source: str) -> None:
-        notice, truncates = self.barge.interrupt(now, self.timeline.ms(now), source)
-        self.out.commands.extend(truncates)
-        self.out.notices.append(notice)
 
     def _close_captions(self, now: int) -> None:
         for token, text, start, end in self.captions.close():
@@ -472,14 +430,9 @@ class SessionCoordinator:
 
     def _afresh(self, old: int, now: int) -> None:
         """A replacement is being opened for the floor connection `old`, now quarantined: what the caller said
-        is not lost silently (S1). The caption fragments `old` sent of the caller's last turn (GPT-Live groups
-        them until the turn is over) are its text and are emitted; any rollover is abandoned (what its next
-        connection held for the application is emitted first); what the caller said that no text accounts for
-        is reported (`Unheard.recovery`). Then captions start a fresh epoch (HR11)."""
-        for token, text, start, end in self.captions.close():
-            if token == old and text and not self.rollover.last_text(token, text, start, end, now):
-                self.captions.caller(text, start, True, end)
-        self.rollover.abandon(now)
+        is not lost silently (S1: `RolloverLink.lost`, `Unheard.recovery`). Then captions start a fresh epoch
+        (HR11)."""
+        self.rollover.lost(old, now)
         self.unheard.recovery(now)
         self.captions.new_epoch()
 
@@ -488,11 +441,6 @@ class SessionCoordinator:
             self.state = "failed" if failed else "closing"
             self.rollover.end("session_ended", now)  # S6
             self._ending(now)
-
-    def _gone(self, now: int) -> None:
-        """HR6, S8: commands on a connection the rollover closed or dropped, never taken in, are unknown."""
-        if self.delegations.records:
-            self.delegations.connections_gone(self.connections.known, self.timeline.ms(now))
 
     def _ending(self, now: int) -> None:
         """S8: the leg or the session ended: running jobs get their grace, bounded by the close window."""

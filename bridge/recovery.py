@@ -415,6 +415,15 @@ class RecoveryController:
         if self.state.active is not None:
             self.state.active.under_way = False
 
+    def floor_audio(self) -> bool:
+        """The floor sent audio: False while reconnecting (nothing reaches the caller until the replacement is
+        ready); a ready replacement's answers the repair (`replacement_spoke`: the caller's next start is
+        fresh, HR10)."""
+        if self.state.reconnecting:
+            return False
+        self.replacement_spoke()
+        return True
+
     def replacement_spoke(self) -> None:
         """The replacement sent audio (its notice, HR7; played or not: a caller still suppressed drops it)
         while the repair waits for the caller: the caller's next start answers it."""

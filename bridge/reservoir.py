@@ -28,6 +28,7 @@ Sans-I/O: every call takes `now` (monotonic ns); `next_deadline()` says when sta
 from __future__ import annotations
 
 from collections import deque
+from typing import Protocol
 
 from bridge.barrier import Channel, PlaybackBarrier
 from bridge.commands import BargedIn, CancelResponse, Outbox, Truncate
@@ -372,6 +373,14 @@ class OutputPath:
         }
 
 
+class Watchdog(Protocol):
+    """The silence watchdog (bridge/recovery.py `RecoveryController`): off while nothing can play."""
+
+    def pause(self) -> None: ...
+
+    def resume(self) -> None: ...
+
+
 class Line:
     """The line the output plays to (S7): hold and ringing are states of the line, not media conditions — they
     never start a recovery.
@@ -398,8 +407,10 @@ class Line:
       until then, so the greeting is spoken to the callee, not to the ringing line.
     """
 
-    def __init__(self, output: OutputPath, out: Outbox, *, truncate: bool, token: int) -> None:
-        self._output, self._out, self._truncate = output, out, truncate
+    def __init__(
+        self, output: OutputPath, out: Outbox, watchdog: Watchdog, *, truncate: bool, token: int
+    ) -> None:
+        self._output, self._out, self._watchdog, self._truncate = output, out, watchdog, truncate
         self.on_hold = False  # the caller holds the call (`hold`)
         self.unanswered = False  # an outbound call still rings (`ring`)
         self.paused = False  # either: nothing can play, nothing is forwarded (a flag test per caller frame)
@@ -413,9 +424,11 @@ class Line:
     def state(self) -> str:
         return "held" if self.on_hold else "ringing" if self.unanswered else "up"
 
-    def hold(self, token: int, at_ms: int, *, cancel: bool) -> None:
+    def hold(self, token: int, now: int, at_ms: int, *, cancel: bool) -> bool:
         """The caller put the call on hold: the assistant stops at what the caller heard (`cancel`: the floor
-        has a response to stop; a replacement being opened has said nothing yet)."""
+        has a response to stop; a replacement being opened has said nothing yet). False when already held."""
+        if self.on_hold:
+            return False
         self.on_hold = True
         cleared_ms, heard = self._output.cut()
         if cleared_ms or heard:
@@ -425,30 +438,60 @@ class Line:
         if self._truncate:
             self._out.commands.extend(Truncate(item, ms) for item, ms in heard)
         self._unheard, self._unheard_token = {item: False for item, _ in heard}, token
+        self._settle(now)
+        return True
 
-    def held_audio(self, audio: bytes, item_id: str | None, token: int) -> None:
-        """The floor's audio while held: nobody hears it; not stored, so it cannot overflow or go stale."""
+    def held(self, audio: bytes, item_id: str | None, token: int) -> bool:
+        """The floor's audio while held is dropped and counted: nobody hears it; not stored, so it cannot
+        overflow or go stale. False when the call is not held."""
+        if not self.on_hold:
+            return False
         self.dropped_bytes += len(audio)
         if token != self._unheard_token:
             self._unheard, self._unheard_token = {}, token
         if item_id is not None and item_id not in self._unheard:
             self._unheard[item_id] = True
+        return True
 
-    def resume(self, token: int, *, truncate: bool) -> None:
-        """The caller took the call off hold (`truncate`: the session goes on, so unheard items are cut)."""
+    def resume(self, token: int, now: int, *, truncate: bool) -> bool:
+        """The caller took the call off hold (`truncate`: the session goes on, so unheard items are cut).
+        False when it was not held."""
+        if not self.on_hold:
+            return False
         self.on_hold = False
         if self._truncate and truncate and self._unheard_token == token:
             self._out.commands.extend(Truncate(item, 0) for item, unheard in self._unheard.items() if unheard)
         self._unheard = {}
+        self._settle(now)
+        return True
 
-    def settle(self, now: int) -> int | None:
-        """After a change of the line: pause or resume what plays. None when that did not change; else the bytes
-        of output that did not fit while paused (0 on pausing)."""
+    def ring(self, now: int) -> bool:
+        """An outbound call rings (False when it already did)."""
+        if self.unanswered:
+            return False
+        self.unanswered = True
+        self._settle(now)
+        return True
+
+    def answer(self, now: int) -> int | None:
+        """The callee answered: None when the call did not ring, else the bytes of output that did not fit
+        while it rang."""
+        if not self.unanswered:
+            return None
+        self.unanswered = False
+        return self._settle(now)
+
+    def _settle(self, now: int) -> int:
+        """After a change of the line: pause or resume what plays and the silence watchdog; returns the bytes
+        of output that did not fit while paused (0 on pausing, or when nothing changed)."""
         paused = self.on_hold or self.unanswered
         if paused == self.paused:
-            return None
+            return 0
         self.paused = paused
         if paused:
             self._output.pause(now)
+            self._watchdog.pause()
             return 0
-        return self._output.resume(now)
+        dropped = self._output.resume(now)
+        self._watchdog.resume()
+        return dropped

@@ -1020,6 +1020,16 @@ class RolloverLink:
         self.controller.transcript(connection_id(token), start_ms, end_ms, text, True, now)
         return True
 
+    def lost(self, old: int, now: int) -> None:
+        """A replacement is being opened for the floor connection `old`, now quarantined: the caption fragments
+        `old` sent of the caller's last turn (GPT-Live groups them until the turn is over) are its text and are
+        emitted (S1); then any rollover is abandoned (what its next connection held for the application is
+        emitted first)."""
+        for token, text, start, end in self._captions.close():
+            if token == old and text and not self.last_text(token, text, start, end, now):
+                self._captions.caller(text, start, True, end)
+        self.abandon(now)
+
     def abandon(self, now: int) -> None:
         """A recovery abandons any rollover in progress (the replacement starts afresh) and quarantines its
         healthy next connection with the floor. What that one held is not lost with it (S1): its text of an
@@ -1127,6 +1137,36 @@ class RolloverLink:
                 self._timeline.connection_started(token, now)
             ctl.connection_confirmed(cid, now)
 
+    def caller_heard(self, started: bool, now: int) -> None:
+        """S2: a caller turn began or ended while a rollover's next connection's own work is not settled yet."""
+        if self._jobs is not None and self._jobs.echoes:
+            self._jobs.caller_heard(started, self._timeline.ms(now))
+
+    def local_turn_over(self, now: int) -> None:
+        """The local detector ended the caller's turn: caption fragments are split there and closed after
+        it; the utterance is marked (RO3) and, with client commits, it is the bridge's own turn (RO5)."""
+        self._captions.turn_over(now, self._timeline.ms(now))
+        self.local_turn(False, now)
+        self.turn_committed(now)
+
+    def listener(self, event: ProviderEvent, now: int, *, speaking: bool) -> None:
+        """An event of a connection that listens and does not hold the floor (its speech events and calls are
+        routed by the coordinator): what the controller watches, caption fragments kept, and a response
+        done acknowledging the commands it was sent (HR6: not unknown when it closes, S8)."""
+        jobs = self._jobs
+        if isinstance(event, ResponseDone) and jobs is not None and jobs.records:
+            jobs.acknowledged(event.token)
+            self.listener_event(event, now)
+        elif not self._captions.fragment(event, self._timeline, now, speaking=speaking):
+            self.listener_event(event, now)
+            if isinstance(event, SessionClosed):
+                self.gone(now)
+
+    def gone(self, now: int) -> None:
+        """HR6, S8: commands on a connection the rollover closed or dropped, never taken in, are unknown."""
+        if self._jobs is not None and self._jobs.records:
+            self._jobs.connections_gone(self._connections.known, self._timeline.ms(now))
+
     def echo(self, event: ProviderEvent, now: int) -> None:
         """S2: what the ledger watches of a rollover's next connection until its own work begins
         (bridge/delegations.py): the caller's utterances it hears (when reported), and its responses."""
@@ -1212,6 +1252,12 @@ class RolloverLink:
         if self.controller is not None and self.speaker_busy:
             self.speaker_busy = False
             self.controller.items_finished(connection_id(self._connections.floor), now)
+
+    def floor_response_done(self, token: int, now: int) -> None:
+        """The floor finished a response (the ledger: it took in what it was sent); one that ended in a tool
+        call holds no items (`tool_turn_done`)."""
+        if self._jobs is not None and self._jobs.response_ended(token, self._timeline.ms(now)):
+            self.tool_turn_done(now)
 
     def tool_turn_done(self, now: int) -> None:
         """The floor's response ended in a tool call with nothing left to play: it holds no items, for the

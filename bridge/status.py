@@ -13,7 +13,7 @@ from bridge.barrier import BargeIn, Channel
 from bridge.connections import Connections
 from bridge.delegations import Delegations
 from bridge.recovery import RecoveryController
-from bridge.reservoir import OutputPath
+from bridge.reservoir import Line, OutputPath
 from bridge.rollover import RolloverLink
 from bridge.telephony import CallEnding
 from bridge.timeline import Timeline
@@ -35,11 +35,10 @@ class SessionParts(Protocol):
     delegations: Delegations
     ending: CallEnding
     usage: UsageMeter
+    call_line: Line
 
     @property
     def token(self) -> int: ...
-    @property
-    def line(self) -> str: ...
 
 
 def leg_qos(channel: Channel) -> dict[str, object]:
@@ -55,7 +54,7 @@ def session_status(core: SessionParts, now: int) -> dict[str, Any]:
     return {
         "state": "closed" if core.ending.leg_ended else core.state,
         "session_ms": core.timeline.ms(now),
-        "line": core.line,  # S7: "up", "held" or "ringing"
+        "line": core.call_line.state,  # S7: "up", "held" or "ringing"
         "transport_token": core.token,
         "output_recovery": core.recovery.state.status(),
         "rollover": core.rollover.status(),

@@ -27,7 +27,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 
 from bridge.commands import AudioDiscontinuity, Outbox, Transcript
-from providers.events import InputTranscript, ProviderEvent
+from providers.events import InputTranscript, OutputTranscript, ProviderEvent
 
 _NS_PER_MS = 1_000_000
 _FRAME_MS = 20
@@ -181,6 +181,28 @@ class Captions:
     def assistant(self, text: str, at_ms: int, final: bool) -> None:
         self._out.notices.append(Transcript("assistant", text, at_ms, final, self.epoch))
 
+    def transcript(
+        self,
+        event: InputTranscript | OutputTranscript,
+        timeline: Timeline,
+        now: int,
+        *,
+        speaking: bool,
+        emit: bool,
+    ) -> bool:
+        """A transcript of the connection holding the floor: an assistant caption is emitted; a caller one is
+        kept (a timed fragment) or emitted (`emit`: no rollover controller decides which connection's text is
+        emitted, RO3). True for a final caller text: the caller's turn is over."""
+        if isinstance(event, OutputTranscript):
+            self.assistant(event.text, timeline.rebase(event.token, event.start_ms, now), event.final)
+            return False
+        if self.fragment(event, timeline, now, speaking=speaking):
+            return False
+        if emit:
+            start, end = timeline.span(event.token, event.start_ms, event.end_ms, now)
+            self.caller(event.text, start, event.final, end)
+        return event.final and bool(event.text.strip())
+
     def fragment(self, event: ProviderEvent, timeline: Timeline, now: int, *, speaking: bool) -> bool:
         """A timed caption fragment is kept until the caller's turn is over; False for anything else."""
         if not isinstance(event, InputTranscript) or event.final or not self._grouped:
@@ -301,7 +323,11 @@ class Deadlines:
 
 
 def soonest(times: Iterable[int | None]) -> int | None:
-    return min((t for t in times if t is not None), default=None)
+    due = None
+    for t in times:  # (a loop: cheaper than min over a generator, asked after most timer ticks)
+        if t is not None and (due is None or t < due):
+            due = t
+    return due
 
 
 def _group(token: int, parts: list[tuple[str, int, int]]) -> tuple[int, str, int, int]:
