@@ -1,8 +1,9 @@
 """The layers of DESIGN §2 and §3, read from the source with `ast` (nothing is imported).
 
 - The sans-I/O cores import no asyncio, socket, threading, time, selectors or subprocess (§3.1): the bridge's
-  session rooms by name; every module of sip/, rtp/ and providers/ by rule, except the shells named below, so
-  a new core module is covered the day it is written.
+  session rooms by name; every module of sip/, rtp/ and providers/ by rule, except the shells named below and
+  modules named as shells (`*_shell`, an `asyncio` package), so a new core module is covered the day it is
+  written.
 - Dependencies flow one way (§2): `bridge` uses `sip`, `rtp`, `providers`; `sip` and `rtp` never import
   `bridge` or `providers`; `rtp` never imports `sip`; `providers` uses only `rtp`'s audio primitives; `bridge`
   never imports a SIP engine (§11); a bridge room imports no bridge shell (no import running back up).
@@ -106,7 +107,10 @@ def project() -> dict[str, set[str]]:
 
 
 def core(name: str) -> bool:
+    """A sans-I/O core: not a named shell, nor a module that says it is one (`*_shell`, an `asyncio` package)."""
     top = name.split(".")[0]
+    if name.endswith("_shell") or ".asyncio" in name:
+        return False
     if top == "bridge":
         return name in BRIDGE_ROOMS or name.startswith("bridge.engine.")
     if top == "sip":
