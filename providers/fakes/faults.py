@@ -23,8 +23,9 @@ Kinds and what the fakes must do:
 - `mutate[:N]`        corrupt the next N outgoing frames (default 1) by the mutations of `MUTATIONS` in
                       turn, from the first (`mutate_frame`; a new one replaces one pending): truncated JSON,
                       an unknown event name, not an object, nesting deeper than any parser takes, an error
-                      event with a huge code and message, huge strings, a lone surrogate escape, every leaf
-                      of the wrong type. Only the last, on an audio frame, makes it invalid audio (HR1:
+                      event with a huge code and message, huge strings (an id-like leaf keeps its value after
+                      the huge string, so two corrupted frames never share an item id), a lone surrogate
+                      escape, every leaf of the wrong type. Only the last, on an audio frame, makes it invalid audio (HR1:
                       fatal), so `mutate:7` is survivable; the others are unparseable or unknown events
                       (protocol errors the session survives), an error event, or valid (if noisy) audio
 
@@ -248,7 +249,7 @@ def mutate_frame(frame: str, n: int) -> str:
         huge = huge_string(n)
         out = {"type": "error", "error": {"type": "server_error", "code": huge[:4096], "message": huge}}
     elif kind == "huge_strings":
-        out = _leaves(event, lambda v: huge_string(n) if isinstance(v, str) else v)
+        out = _leaves(event, lambda key, v: _huge(n, key, v))
     elif kind == "lone_surrogate":
         # a lone surrogate (U+D800) in every string: json.dumps writes it as the escape \ud800, valid JSON
         # that no UTF-8 text can carry once decoded
@@ -258,11 +259,28 @@ def mutate_frame(frame: str, n: int) -> str:
     return json.dumps(out, separators=(",", ":"))
 
 
-def _with_surrogate(value: Any) -> Any:
+def _id_like(key: str | None) -> bool:
+    """A member that names something (an item, event, response, call, delegation, session or handle), in any
+    vendor's spelling: `id`, `ids`, `*_id` (OpenAI family), `*Id` and `newHandle` (Gemini)."""
+    return key is not None and (
+        key in ("id", "ids", "newHandle") or key.endswith("_id") or key.endswith("Id")
+    )
+
+
+def _huge(n: int, key: str | None, value: Any) -> Any:
+    """The huge_strings leaf: a text is `huge_string(n)` exactly (what a test looks for in a log); an id keeps
+    its value after it, so that two corrupted frames carry two ids as their originals did (the same huge id
+    in two frames made one item of two)."""
+    if not isinstance(value, str):
+        return value
+    return huge_string(n) + value if _id_like(key) else huge_string(n)
+
+
+def _with_surrogate(key: str | None, value: Any) -> Any:
     return value[: len(value) // 2] + "\ud800" + value[len(value) // 2 :] if isinstance(value, str) else value
 
 
-def _wrong_type(value: Any) -> Any:
+def _wrong_type(key: str | None, value: Any) -> Any:
     if isinstance(value, bool) or value is None:
         return "true"
     if isinstance(value, str):
@@ -272,13 +290,14 @@ def _wrong_type(value: Any) -> Any:
     return value
 
 
-def _leaves(value: Any, change: Callable[[Any], Any]) -> Any:
-    """`value` with `change` applied to every leaf (containers kept; the `type` member left alone)."""
+def _leaves(value: Any, change: Callable[[str | None, Any], Any], key: str | None = None) -> Any:
+    """`value` with `change(key, leaf)` applied to every leaf, `key` the member it stands in (a list's items
+    stand in the list's); containers kept, the `type` member left alone."""
     if isinstance(value, dict):
-        return {k: v if k in _KEEP else _leaves(v, change) for k, v in value.items()}
+        return {k: v if k in _KEEP else _leaves(v, change, k) for k, v in value.items()}
     if isinstance(value, list):
-        return [_leaves(v, change) for v in value]
-    return change(value)
+        return [_leaves(v, change, key) for v in value]
+    return change(key, value)
 
 
 class Mutator:

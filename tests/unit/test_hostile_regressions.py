@@ -267,6 +267,31 @@ def test_each_mutation_corrupts_a_real_frame_as_it_says() -> None:
     assert wrong["type"] == "response.output_audio.delta" and wrong["delta"] == 12345
 
 
+def test_huge_strings_keep_two_corrupted_frames_ids_apart_and_their_texts_the_huge_string() -> None:
+    """Two frames of two items corrupted by huge_strings (on two connections or two faults: the same n) carry
+    two item ids, as their originals did; their texts stay the exact huge string a log search looks for."""
+    n = MUTATIONS.index("huge_strings")
+    frames = [
+        {
+            "type": "response.output_audio_transcript.delta",
+            "event_id": f"event_{k}",
+            "response_id": f"resp_{k}",
+            "item_id": f"item_{k}",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": "hello ",
+        }
+        for k in (1, 2)
+    ]
+    first, second = (_loads(mutate_frame(json.dumps(f), n)) for f in frames)
+    for key in ("item_id", "event_id", "response_id"):
+        assert first[key] != second[key]
+        assert first[key].startswith(huge_string(n)) and second[key].startswith(huge_string(n))
+    assert first["delta"] == second["delta"] == huge_string(n)
+    cancel = _loads(mutate_frame(json.dumps({"toolCallCancellation": {"ids": ["fc_1", "fc_2"]}}), n))
+    assert cancel["toolCallCancellation"]["ids"] == [huge_string(n) + "fc_1", huge_string(n) + "fc_2"]
+
+
 def test_the_mutator_corrupts_as_many_frames_as_asked_each_fault_from_the_first_mutation() -> None:
     m = Mutator()
     assert m(AUDIO) == AUDIO
