@@ -90,9 +90,19 @@ from typing import Any
 
 import numpy as np
 
-from providers.fakes.client_errors import TYPE_NAMES, ClientError, json_type
 from providers.fakes.echo import EchoModel, EchoOptions, Utterance, UtteranceDetected
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule, Mutator
+from providers.fakes.schema import (
+    Bool,
+    ClientError,
+    Int,
+    ListOf,
+    Nullable,
+    Obj,
+    Str,
+    members,
+    validate,
+)
 from providers.fakes.script import Script, ToolCallScript, Turn
 from providers.fakes.server import (
     ClientFrameRecord,
@@ -231,50 +241,19 @@ _UNMODELLED = frozenset(
 )
 
 
-def _expect(value: Any, kind: type, path: str) -> None:
-    ok = isinstance(value, kind) and not (kind is int and isinstance(value, bool))
-    if not ok:
-        raise ClientError(
-            "invalid_type",
-            f"Invalid type for '{path}': expected {TYPE_NAMES[kind]}, but got {json_type(value)} instead.",
-            path,
-        )
-
-
-def _object(
-    value: Any, path: str, allowed: frozenset[str] | set[str], required: tuple[str, ...] = ()
-) -> dict[str, Any]:
-    _expect(value, dict, path)
-    prefix = f"{path}." if path else ""
-    for key in value:
-        if key not in allowed:
-            raise ClientError("unknown_parameter", f"Unknown parameter: '{prefix}{key}'.", prefix + key)
-    for key in required:
-        if key not in value:
-            message = f"Missing required parameter: '{prefix}{key}'."
-            raise ClientError("missing_required_parameter", message, prefix + key)
-    result: dict[str, Any] = value
-    return result
-
-
-def _optional_str(obj: dict[str, Any], key: str, path: str) -> None:
-    if obj.get(key) is not None:
-        _expect(obj[key], str, f"{path}.{key}")
-
-
 def _validate_audio(audio: Any) -> dict[str, Any]:
     """Resolve `session.audio` to the format and voice the session will use."""
-    _object(audio, "session.audio", {"format", "output"})
+    validate(members({"format", "output"}), audio, "session.audio")
     fmt = audio.get("format", _DEFAULT_FORMAT)
-    _object(fmt, "session.audio.format", {"type", "rate"}, ("type", "rate"))
-    _expect(fmt["type"], str, "session.audio.format.type")
+    validate(members({"type", "rate"}, ("type", "rate")), fmt, "session.audio.format")
+    validate(Str(), fmt["type"], "session.audio.format.type")
     if fmt["type"] not in _FORMAT_TYPES:
         raise ClientError(
             "invalid_value",
             f"Invalid value: '{fmt['type']}'. Supported values are: 'audio/pcm', 'audio/pcmu', and 'audio/pcma'.",
             "session.audio.format.type",
         )
-    _expect(fmt["rate"], int, "session.audio.format.rate")
+    validate(Int(), fmt["rate"], "session.audio.format.rate")
     if (fmt["type"], fmt["rate"]) not in _FORMATS:
         supported = "16000 or 24000" if fmt["type"] == "audio/pcm" else "8000"
         raise ClientError(
@@ -284,13 +263,14 @@ def _validate_audio(audio: Any) -> dict[str, Any]:
         )
     voice: Any = None
     if "output" in audio:
-        output = _object(audio["output"], "session.audio.output", {"voice"})
+        output = audio["output"]
+        validate(members({"voice"}), output, "session.audio.output")
         voice = output.get("voice")
         if isinstance(voice, dict):
-            _object(voice, "session.audio.output.voice", {"id"}, ("id",))
-            _expect(voice["id"], str, "session.audio.output.voice.id")
+            validate(members({"id"}, ("id",)), voice, "session.audio.output.voice")
+            validate(Str(), voice["id"], "session.audio.output.voice.id")
         elif voice is not None:
-            _expect(voice, str, "session.audio.output.voice")
+            validate(Str(), voice, "session.audio.output.voice")
             if not voice:
                 message = "Invalid value: ''. Voice must not be empty."
                 raise ClientError("invalid_value", message, "session.audio.output.voice")
@@ -300,7 +280,7 @@ def _validate_audio(audio: Any) -> dict[str, Any]:
 def _validate_delegation(delegation: Any) -> dict[str, Any]:
     if delegation is None:
         return {"type": "client", "acknowledgement_delay_ms": 0}
-    _expect(delegation, dict, "session.delegation")
+    validate(Obj(open=True), delegation, "session.delegation")
     if "type" not in delegation:
         message = "Missing required parameter: 'session.delegation.type'."
         raise ClientError("missing_required_parameter", message, "session.delegation.type")
@@ -314,9 +294,9 @@ def _validate_delegation(delegation: Any) -> dict[str, Any]:
             f"Invalid value: {json.dumps(kind)}. Supported values are: 'client', 'responses', and 'decisions'.",
             "session.delegation.type",
         )
-    _object(delegation, "session.delegation", {"type", "acknowledgement_delay_ms"})
+    validate(members({"type", "acknowledgement_delay_ms"}), delegation, "session.delegation")
     delay = delegation.get("acknowledgement_delay_ms", 0)
-    _expect(delay, int, "session.delegation.acknowledgement_delay_ms")
+    validate(Int(), delay, "session.delegation.acknowledgement_delay_ms")
     if delay < 0:
         message = f"Invalid value: {delay}. Must be >= 0."
         raise ClientError("invalid_value", message, "session.delegation.acknowledgement_delay_ms")
@@ -337,25 +317,24 @@ class _SessionConfig:
 
 def _validate_session(session: Any) -> _SessionConfig:
     """SessionConfigParam, strictly: unknown keys anywhere we look are rejected, like the real service."""
-    _object(session, "session", _SESSION_KEYS, ("model",))
-    _expect(session["model"], str, "session.model")
+    validate(members(_SESSION_KEYS, ("model",)), session, "session")
+    validate(Str(), session["model"], "session.model")
     if not session["model"]:
         raise ClientError(
             "invalid_value", "Invalid value: ''. 'session.model' must not be empty.", "session.model"
         )
-    _optional_str(session, "instructions", "session")
-    _optional_str(session, "safety_identifier", "session")
+    for key in ("instructions", "safety_identifier"):
+        validate(Nullable(Str()), session.get(key), f"session.{key}")
     if "store" in session:
-        _expect(session["store"], bool, "session.store")
+        validate(Bool(), session["store"], "session.store")
     if "client" in session:
-        client = _object(session["client"], "session.client", {"data_channel"}, ("data_channel",))
+        client = session["client"]
+        validate(members({"data_channel"}, ("data_channel",)), client, "session.client")
         allowed = {"allowed_client_events", "allowed_server_events"}
-        _object(client["data_channel"], "session.client.data_channel", allowed)
+        validate(members(allowed), client["data_channel"], "session.client.data_channel")
     for key in ("input", "triggers"):
         if key in session:
-            _expect(session[key], list, f"session.{key}")
-            for i, item in enumerate(session[key]):
-                _expect(item, dict, f"session.{key}[{i}]")
+            validate(ListOf(Obj(open=True)), session[key], f"session.{key}")
     audio = _validate_audio(session.get("audio", {}))
     return _SessionConfig(
         model=session["model"],
@@ -737,9 +716,9 @@ class LiveFakeConnection:
         if "type" not in event:
             raise ClientError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
         kind = event["type"]
-        _expect(kind, str, "type")
+        validate(Str(), kind, "type")
         if "event_id" in event and event["event_id"] is not None:
-            _expect(event["event_id"], str, "event_id")
+            validate(Str(), event["event_id"], "event_id")
         if kind == "session.start":
             self._on_session_start(event, now)
         elif kind == "session.input_audio.append":
@@ -750,7 +729,7 @@ class LiveFakeConnection:
             self._on_context_append(event, kind, now)
         elif kind == "session.close":
             self._require_started()
-            _object(event, "", {"type", "event_id"})
+            validate(members({"type", "event_id"}), event, "")
             self._finish("close_requested", now, event.get("event_id"))
         elif kind in _UNMODELLED:
             self._require_started()
@@ -771,7 +750,7 @@ class LiveFakeConnection:
     def _on_session_start(self, event: dict[str, Any], now: int) -> None:
         if self._config is not None:
             raise ClientError("session_already_started", "The session has already started.")
-        _object(event, "", {"type", "event_id", "session"}, ("session",))
+        validate(members({"type", "event_id", "session"}, ("session",)), event, "")
         self._config = _validate_session(event["session"])
         self._start_event_id = event.get("event_id")
         for fault in self._armed:
@@ -832,8 +811,8 @@ class LiveFakeConnection:
         self._emit(started)
 
     def _on_audio_append(self, event: dict[str, Any], now: int) -> None:
-        _object(event, "", _APPEND_KEYS, ("audio",))
-        _expect(event["audio"], str, "audio")
+        validate(members(_APPEND_KEYS, ("audio",)), event, "")
+        validate(Str(), event["audio"], "audio")
         self._append_audio(event["audio"], now)
 
     def _append_audio(self, audio: str, now: int) -> None:
@@ -856,12 +835,14 @@ class LiveFakeConnection:
 
     def _on_context_append(self, event: dict[str, Any], kind: str, now: int) -> None:
         """`session.commentary.append` / `session.thinking.append` (CommentaryAppendEventParam and its twin)."""
-        _object(event, "", {"type", "event_id", "content", "delegation_id"}, ("content", "delegation_id"))
-        _expect(event["content"], str, "content")
+        validate(
+            members({"type", "event_id", "content", "delegation_id"}, ("content", "delegation_id")), event, ""
+        )
+        validate(Str(), event["content"], "content")
         delegation_id = event["delegation_id"]
         delegation: DelegationRecord | None = None
         if delegation_id is not None:
-            _expect(delegation_id, str, "delegation_id")
+            validate(Str(), delegation_id, "delegation_id")
             delegation = self.delegations.get(delegation_id)
             if delegation is None:
                 message = (

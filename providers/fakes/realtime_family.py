@@ -46,9 +46,19 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
-from providers.fakes.client_errors import ClientError, json_type
 from providers.fakes.echo import EchoModel, EchoOptions, UtteranceDetected, UtteranceStarted
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule, Mutator
+from providers.fakes.schema import (
+    ClientError,
+    Int,
+    Obj,
+    Str,
+    Tagged,
+    invalid_value,
+    members,
+    merge,
+    validate,
+)
 from providers.fakes.script import Script, ToolCallScript, Turn
 from providers.fakes.server import (
     Authorize,
@@ -66,17 +76,6 @@ from rtp.audio import AudioFormat, Encoding
 from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 
 __all__ = [
-    "Obj",
-    "Str",
-    "Int",
-    "Num",
-    "Bool",
-    "Nullable",
-    "ListOf",
-    "AnyOf",
-    "Tagged",
-    "Anything",
-    "Spec",
     "Dialect",
     "RealtimeFakeOptions",
     "RealtimeFamilyConnection",
@@ -93,192 +92,6 @@ _MIN_COMMIT_MS = 100  # §1.9: a commit needs at least 100 ms of audio
 _GARBAGE = '{"type":"response.output_audio.delta","event_id":"event_'  # garbage_json: cut-off JSON
 _INVALID_B64 = "!!not*base64!!"  # invalid_audio: not decodable as base64
 _EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 700, "auto": 700, "high": 400}  # semantic_vad stand-in
-
-# -- declarative schemas (each dialect describes its session and items with these) ---------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Obj:
-    """A JSON object with known `fields`. `merge`: a session.update deep-merges into it (else replaces it);
-    `defaults` are filled in whenever the object is set anew."""
-
-    fields: Mapping[str, Spec]
-    required: tuple[str, ...] = ()
-    merge: bool = False
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class Str:
-    choices: tuple[str, ...] | None = None
-    nonempty: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Int:
-    lo: int | None = None
-    hi: int | None = None
-    choices: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Num:
-    lo: float | None = None
-    hi: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Bool:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class Nullable:
-    inner: Spec
-
-
-@dataclass(frozen=True, slots=True)
-class ListOf:
-    item: Spec
-
-
-@dataclass(frozen=True, slots=True)
-class AnyOf:
-    """The first option whose JSON type fits the value decides (e.g. a voice name or `{"id": ...}`)."""
-
-    options: tuple[Spec, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Tagged:
-    """An object discriminated by its `type` (or `key`) field; each variant lists that field too."""
-
-    variants: Mapping[str, Obj]
-    key: str = "type"
-
-
-@dataclass(frozen=True, slots=True)
-class Anything:
-    pass
-
-
-Spec = Obj | Str | Int | Num | Bool | Nullable | ListOf | AnyOf | Tagged | Anything
-
-
-def _fits(spec: Spec, value: Any) -> bool:
-    """Does the JSON type of `value` fit `spec` (without looking inside)?"""
-    if isinstance(spec, Anything):
-        return True
-    if isinstance(spec, Nullable):
-        return value is None or _fits(spec.inner, value)
-    if isinstance(spec, (Obj, Tagged)):
-        return isinstance(value, dict)
-    if isinstance(spec, Str):
-        return isinstance(value, str)
-    if isinstance(spec, Bool):
-        return isinstance(value, bool)
-    if isinstance(spec, Int):
-        return isinstance(value, int) and not isinstance(value, bool)
-    if isinstance(spec, Num):
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if isinstance(spec, ListOf):
-        return isinstance(value, list)
-    return any(_fits(o, value) for o in spec.options)
-
-
-_EXPECTED = {
-    Obj: "an object",
-    Tagged: "an object",
-    Str: "a string",
-    Bool: "a boolean",
-    Int: "an integer",
-    Num: "a number",
-    ListOf: "an array",
-}
-
-
-def _invalid_value(value: Any, path: str, detail: str) -> ClientError:
-    return ClientError("invalid_value", f"Invalid value: {json.dumps(value)}. {detail}", path)
-
-
-def validate(spec: Spec, value: Any, path: str) -> None:
-    """Check `value` against `spec`; raise `ClientError` naming the dotted `path` of the first problem."""
-    if isinstance(spec, Anything):
-        return
-    if isinstance(spec, Nullable):
-        if value is not None:
-            validate(spec.inner, value, path)
-        return
-    if isinstance(spec, AnyOf):
-        for option in spec.options:
-            if _fits(option, value):
-                validate(option, value, path)
-                return
-        raise ClientError("invalid_type", f"Invalid type for '{path}': got {json_type(value)}.", path)
-    if not _fits(spec, value):
-        expected = _EXPECTED[type(spec)]
-        message = f"Invalid type for '{path}': expected {expected}, but got {json_type(value)} instead."
-        raise ClientError("invalid_type", message, path)
-    if isinstance(spec, Tagged):
-        if spec.key not in value:
-            message = f"Missing required parameter: '{path}.{spec.key}'."
-            raise ClientError("missing_required_parameter", message, f"{path}.{spec.key}")
-        tag = value[spec.key]
-        if tag not in spec.variants:
-            supported = ", ".join(f"'{v}'" for v in spec.variants)
-            raise _invalid_value(tag, f"{path}.{spec.key}", f"Supported values are: {supported}.")
-        validate(spec.variants[tag], value, path)
-    elif isinstance(spec, Obj):
-        for key, item in value.items():
-            sub = f"{path}.{key}" if path else key
-            if key not in spec.fields:
-                raise ClientError("unknown_parameter", f"Unknown parameter: '{sub}'.", sub)
-            validate(spec.fields[key], item, sub)
-        for key in spec.required:
-            if key not in value:
-                sub = f"{path}.{key}" if path else key
-                raise ClientError("missing_required_parameter", f"Missing required parameter: '{sub}'.", sub)
-    elif isinstance(spec, ListOf):
-        for i, item in enumerate(value):
-            validate(spec.item, item, f"{path}[{i}]")
-    elif isinstance(spec, Str):
-        if spec.choices is not None and value not in spec.choices:
-            supported = ", ".join(f"'{c}'" for c in spec.choices)
-            raise _invalid_value(value, path, f"Supported values are: {supported}.")
-        if spec.nonempty and not value:
-            raise _invalid_value(value, path, "Expected a non-empty string.")
-    elif isinstance(spec, (Int, Num)):
-        if isinstance(spec, Int) and spec.choices is not None and value not in spec.choices:
-            supported = ", ".join(str(c) for c in spec.choices)
-            raise _invalid_value(value, path, f"Supported values are: {supported}.")
-        if spec.lo is not None and value < spec.lo:
-            raise _invalid_value(value, path, f"Expected a value >= {spec.lo}.")
-        if spec.hi is not None and value > spec.hi:
-            raise _invalid_value(value, path, f"Expected a value <= {spec.hi}.")
-
-
-def _with_defaults(spec: Spec, value: Any) -> Any:
-    """A fresh copy of a newly set value, its object's `defaults` filled in."""
-    value = copy.deepcopy(value)
-    if isinstance(spec, Nullable):
-        spec = spec.inner
-    if isinstance(spec, Tagged) and isinstance(value, dict):
-        spec = spec.variants[value[spec.key]]
-    if isinstance(spec, Obj) and isinstance(value, dict):
-        for key, default in spec.defaults.items():
-            value.setdefault(key, copy.deepcopy(default))
-    return value
-
-
-def merge(spec: Spec, current: Any, update: Any) -> Any:
-    """`update` (already validated) applied to `current`: deep-merged where the schema says so, else replaced."""
-    inner = spec.inner if isinstance(spec, Nullable) else spec
-    if isinstance(inner, Obj) and inner.merge and isinstance(current, dict) and isinstance(update, dict):
-        result = dict(current)
-        for key, value in update.items():
-            result[key] = merge(inner.fields[key], current.get(key), value)
-        return result
-    return _with_defaults(spec, update)
 
 
 def _get(obj: Any, path: Sequence[str]) -> Any:
@@ -882,9 +695,9 @@ class RealtimeFamilyConnection:
         entry = _CLIENT_EVENTS.get(kind)
         if entry is None:
             supported = ", ".join(f"'{k}'" for k in _CLIENT_EVENTS)
-            raise _invalid_value(kind, "type", f"Supported values are: {supported}.")
+            raise invalid_value(kind, "type", f"Supported values are: {supported}.")
         handler, allowed, required = entry
-        validate(Obj({k: Anything() for k in ("type", "event_id", *allowed)}, required), event, "")
+        validate(members(("type", "event_id", *allowed), required), event, "")
         if kind in self.dialect.unsupported_events:
             raise ClientError("unsupported_event", f"The event type '{kind}' is not supported.", "type")
         handler(self, event, now)
@@ -906,7 +719,7 @@ class RealtimeFamilyConnection:
         audio = event["audio"]
         validate(Str(), audio, "audio")
         if len(audio) > _MAX_APPEND_B64:
-            raise _invalid_value(f"<{len(audio)} chars>", "audio", "Audio is larger than 15 MiB of base64.")
+            raise invalid_value(f"<{len(audio)} chars>", "audio", "Audio is larger than 15 MiB of base64.")
         try:
             raw = base64.b64decode(audio, validate=True)
         except (binascii.Error, ValueError):
@@ -1009,7 +822,7 @@ class RealtimeFamilyConnection:
         if item.get("type") != "message" or item.get("role") != "assistant":
             raise ClientError("invalid_value", "Only assistant messages can be truncated.", "item_id")
         if index != 0:
-            raise _invalid_value(index, "content_index", "The item has one content part (index 0).")
+            raise invalid_value(index, "content_index", "The item has one content part (index 0).")
         if end > entry.audio_ms:
             message = f"Audio content of {math.floor(entry.audio_ms)}ms is shorter than {end}ms"
             raise ClientError("invalid_value", message, "audio_end_ms")

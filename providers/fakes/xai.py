@@ -32,21 +32,8 @@ from typing import Any
 from websockets.http11 import Request
 
 from providers.fakes.faults import Fault
-from providers.fakes.realtime_family import (
-    AnyOf,
-    Anything,
-    Bool,
-    Dialect,
-    Int,
-    ListOf,
-    Nullable,
-    Num,
-    Obj,
-    RealtimeFakeOptions,
-    Str,
-    Tagged,
-    make_server,
-)
+from providers.fakes.realtime_family import Dialect, RealtimeFakeOptions, make_server
+from providers.fakes.schema import AnyOf, Anything, Bool, Int, ListOf, Nullable, Num, Obj, Str, Tagged
 from providers.fakes.script import Script
 from providers.fakes.server import FakeServer, bearer_authorize
 
