@@ -88,6 +88,7 @@ from providers.fakes.server import (
     IdSource,
     SequentialIds,
     frame_kind,
+    serving,
 )
 from rtp.resample import Resampler
 
@@ -1368,18 +1369,4 @@ def server(
     )
 
 
-async def serve(
-    host: str = "127.0.0.1",
-    port: int = 0,
-    *,
-    options: GeminiFakeOptions | None = None,
-    faults: Sequence[Fault] = (),
-    record_path: str | None = None,
-    script: Script | None = None,
-    cert: str | None = None,
-    key: str | None = None,
-) -> GeminiFakeServer:
-    """Start a fake Gemini Live server on wss; `port=0` picks a free port (see `.port`, `.url`, `.base_url`)."""
-    fake = server(options, faults=faults, record_path=record_path, script=script, cert=cert, key=key)
-    await fake.start(host, port)
-    return fake
+serve = serving(server)

@@ -115,6 +115,7 @@ from providers.fakes.server import (
     bearer_authorize,
     exact_member,
     frame_kind,
+    serving,
     shorten_audio,
 )
 from rtp.audio import PCM16_16K, PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat
@@ -1111,17 +1112,6 @@ def server(
     )
 
 
-async def serve(
-    host: str = "127.0.0.1",
-    port: int = 0,
-    *,
-    options: LiveFakeOptions | None = None,
-    faults: Sequence[Fault] = (),
-    script: Script | None = None,
-    record_path: str | None = None,
-) -> FakeServer:
-    """Start a fake GPT-Live server; `port=0` picks a free port (see `.port` / `.url`)."""
-    return await server(options, faults=faults, script=script, record_path=record_path).start(host, port)
-
+serve = serving(server)
 
 LiveFakeServer = FakeServer

@@ -19,14 +19,11 @@ Choices where the real service is not documented (all deliberate, all in one pla
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from providers.fakes.faults import Fault
-from providers.fakes.realtime_family import Dialect, RealtimeFakeOptions, make_server
+from providers.fakes.realtime_family import Dialect, RealtimeFakeOptions, dialect_server
 from providers.fakes.schema import AnyOf, Anything, Bool, Int, ListOf, Nullable, Num, Obj, Str, Tagged
-from providers.fakes.script import Script
-from providers.fakes.server import FakeServer, bearer_authorize
+from providers.fakes.server import bearer_authorize, serving
 
 __all__ = ["DIALECT", "RealtimeFakeOptions", "server", "serve", "session_length_text"]
 
@@ -330,32 +327,5 @@ DIALECT = Dialect(
 )
 
 
-def server(
-    options: RealtimeFakeOptions | None = None,
-    *,
-    faults: Sequence[Fault] = (),
-    record_path: str | None = None,
-    script: Script | None = None,
-) -> FakeServer:
-    """An OpenAI Realtime fake (not yet listening: `await server(...).start(host, port)`)."""
-    return make_server(
-        DIALECT,
-        authorize=bearer_authorize,
-        options=options,
-        faults=faults,
-        record_path=record_path,
-        script=script,
-    )
-
-
-async def serve(
-    host: str = "127.0.0.1",
-    port: int = 0,
-    *,
-    options: RealtimeFakeOptions | None = None,
-    faults: Sequence[Fault] = (),
-    record_path: str | None = None,
-    script: Script | None = None,
-) -> FakeServer:
-    """Start an OpenAI Realtime fake; `port=0` picks a free port (see `.port` / `.url`)."""
-    return await server(options, faults=faults, record_path=record_path, script=script).start(host, port)
+server = dialect_server(DIALECT, bearer_authorize)
+serve = serving(server)

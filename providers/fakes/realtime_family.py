@@ -80,7 +80,7 @@ __all__ = [
     "RealtimeFakeOptions",
     "RealtimeFamilyConnection",
     "connection_factory",
-    "make_server",
+    "dialect_server",
     "accepts_path",
     "threshold_dbfs",
 ]
@@ -1423,25 +1423,28 @@ def connection_factory(
     return factory
 
 
-def make_server(
-    dialect: Dialect,
-    *,
-    authorize: Authorize,
-    options: RealtimeFakeOptions | None = None,
-    faults: Sequence[Fault] = (),
-    record_path: str | None = None,
-    script: Script | None = None,
-) -> FakeServer:
-    """A Realtime-family fake at `/v1/realtime` (any path ending in `/realtime`); not yet listening."""
-    return FakeServer(
-        dialect.name,
-        connection_factory(dialect, options, script),
-        path="/v1/realtime",
-        accepts_path=accepts_path,
-        authorize=authorize,
-        faults=faults,
-        record_path=record_path,
-    )
+def dialect_server(dialect: Dialect, authorize: Authorize) -> Callable[..., FakeServer]:
+    """A dialect module's `server(options=None, *, faults=(), record_path=None, script=None)`."""
+
+    def server(
+        options: RealtimeFakeOptions | None = None,
+        *,
+        faults: Sequence[Fault] = (),
+        record_path: str | None = None,
+        script: Script | None = None,
+    ) -> FakeServer:
+        return FakeServer(
+            dialect.name,
+            connection_factory(dialect, options, script),
+            path="/v1/realtime",  # any path ending in `/realtime`
+            accepts_path=accepts_path,
+            authorize=authorize,
+            faults=faults,
+            record_path=record_path,
+        )
+
+    server.__doc__ = f"A {dialect.name} fake (not yet listening: `await server(...).start(host, port)`)."
+    return server
 
 
 def accepts_path(path: str) -> bool:

@@ -49,11 +49,11 @@ import secrets
 import ssl as ssl_module
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from types import TracebackType
-from typing import IO, Any, Protocol, cast
+from typing import IO, Any, Protocol, Self, TypeVar, cast
 from urllib.parse import parse_qs, urlsplit
 
 from websockets.frames import OP_BINARY, OP_CONT, OP_PONG, OP_TEXT, CloseCode, Frame
@@ -235,7 +235,7 @@ class FakeServer:
         self.host = "127.0.0.1"
         self.port = 0
 
-    async def start(self, host: str, port: int) -> FakeServer:
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> Self:
         if self._record_path is not None:
             self._record = open(self._record_path, "a", encoding="utf-8")
         loop = asyncio.get_running_loop()
@@ -323,7 +323,7 @@ class FakeServer:
             self._notes.close()
             self._notes = None
 
-    async def __aenter__(self) -> FakeServer:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(
@@ -872,3 +872,17 @@ def bearer_authorize(request: Request) -> HTTPStatus | None:
     if scheme.lower() != "bearer" or not token.strip():
         return HTTPStatus.UNAUTHORIZED
     return None
+
+
+_Server = TypeVar("_Server", bound=FakeServer)
+
+
+def serving(server: Callable[..., _Server]) -> Callable[..., Awaitable[_Server]]:
+    """A fake module's `serve(host="127.0.0.1", port=0, **arguments of its server())`: the fake started and
+    listening (port 0 picks a free port: see `.port` / `.url`)."""
+
+    async def serve(host: str = "127.0.0.1", port: int = 0, *args: Any, **kwargs: Any) -> _Server:
+        return await server(*args, **kwargs).start(host, port)
+
+    serve.__doc__ = f"Start the fake of `server()` on host:port and return it. {server.__doc__ or ''}"
+    return serve

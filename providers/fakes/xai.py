@@ -25,17 +25,14 @@ Guesses (the real behaviour is not documented), all deliberate:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from http import HTTPStatus
 from typing import Any
 
 from websockets.http11 import Request
 
-from providers.fakes.faults import Fault
-from providers.fakes.realtime_family import Dialect, RealtimeFakeOptions, make_server
+from providers.fakes.realtime_family import Dialect, RealtimeFakeOptions, dialect_server
 from providers.fakes.schema import AnyOf, Anything, Bool, Int, ListOf, Nullable, Num, Obj, Str, Tagged
-from providers.fakes.script import Script
-from providers.fakes.server import FakeServer, bearer_authorize
+from providers.fakes.server import bearer_authorize, serving
 
 __all__ = ["DIALECT", "PCM_RATES", "RealtimeFakeOptions", "authorize", "server", "serve"]
 
@@ -273,27 +270,5 @@ def authorize(request: Request) -> HTTPStatus | None:
     return bearer_authorize(request)
 
 
-def server(
-    options: RealtimeFakeOptions | None = None,
-    *,
-    faults: Sequence[Fault] = (),
-    record_path: str | None = None,
-    script: Script | None = None,
-) -> FakeServer:
-    """An xAI Voice Agent fake (not yet listening: `await server(...).start(host, port)`)."""
-    return make_server(
-        DIALECT, authorize=authorize, options=options, faults=faults, record_path=record_path, script=script
-    )
-
-
-async def serve(
-    host: str = "127.0.0.1",
-    port: int = 0,
-    *,
-    options: RealtimeFakeOptions | None = None,
-    faults: Sequence[Fault] = (),
-    record_path: str | None = None,
-    script: Script | None = None,
-) -> FakeServer:
-    """Start an xAI Voice Agent fake; `port=0` picks a free port (see `.port` / `.url`)."""
-    return await server(options, faults=faults, record_path=record_path, script=script).start(host, port)
+server = dialect_server(DIALECT, authorize)
+serve = serving(server)
