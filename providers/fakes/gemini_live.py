@@ -77,17 +77,14 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
-from providers.fakes.faults import Fault, FaultKind, FaultSchedule, Mutator
+from providers.fakes.connection import FakeCore, parse_client
+from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.script import Script, Turn
 from providers.fakes.server import (
-    ClientFrameRecord,
     CloseRequest,
     ConnectionContext,
-    ConnectionRecord,
     FakeServer,
     IdSource,
-    SequentialIds,
-    frame_kind,
     serving,
 )
 from rtp.resample import Resampler
@@ -489,7 +486,7 @@ class _Reply:
 # -- the sans-I/O core --------------------------------------------------------------------------------------
 
 
-class GeminiFakeConnection:
+class GeminiFakeConnection(FakeCore):
     """One Gemini Live connection, server side, with the scripted model behind it."""
 
     def __init__(
@@ -506,22 +503,14 @@ class GeminiFakeConnection:
         sessions: GeminiSessions | None = None,
     ) -> None:
         self.options = opts = options or GeminiFakeOptions()
-        self.record = ConnectionRecord(index)
-        self.last_frame: ClientFrameRecord | None = None
+        super().__init__(index, ids, opts.record_client_frames)
         self.index = index
         self.api_version = api_version
         self.script = script or Script()
         self.sessions = sessions if sessions is not None else GeminiSessions()
-        self._ids: IdSource = ids or SequentialIds()
         self._created = self._last_now = now
         self._initial_faults = list(faults)
         self._faults: FaultSchedule | None = None
-        self._out: list[str] = []
-        self._held: list[str] = []
-        self._mutate = Mutator()  # the `mutate` fault: the next frames go out corrupted
-        self._close: CloseRequest | None = None
-        self._closing = False
-        self._half_open = False
         self._reject_at: int | None = None
         self._reject: _Reject | None = None
         if not api_key:
@@ -548,7 +537,6 @@ class GeminiFakeConnection:
         self._in_rate = 0
         self._in_resampler: Resampler | None = None
         self._carry = b""
-        self._audio_bytes: int | None = None
 
     @classmethod
     def from_context(
@@ -586,20 +574,12 @@ class GeminiFakeConnection:
     def receive_message(self, data: str | bytes, now: int) -> None:
         """Handle one client frame. Never raises for bad peer input (it becomes a close)."""
         self._last_now = max(self._last_now, now)
-        frame: dict[str, Any] | None = None
-        raw: str | None = None
         self._audio_bytes = None
+        frame, raw, is_json = parse_client(data)
         try:
-            try:
-                text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
-                parsed = json.loads(text)
-            except (UnicodeDecodeError, ValueError, RecursionError):
-                raw = data if isinstance(data, str) else data.decode("utf-8", "replace")
-                raise _Reject(1007, "Invalid JSON payload received. Unexpected token.") from None
-            if not isinstance(parsed, dict):
-                raw = text
-                raise _Reject(1007, "Invalid JSON payload received. Expected an object.")
-            frame = parsed
+            if frame is None:
+                detail = "Expected an object." if is_json else "Unexpected token."
+                raise _Reject(1007, f"Invalid JSON payload received. {detail}")
             if self._reject is not None:
                 raise self._reject
             if not self._closing:
@@ -614,9 +594,7 @@ class GeminiFakeConnection:
             if not self._closing:
                 self._close_with(CloseRequest(exc.code, exc.reason))
         finally:
-            self.last_frame = ClientFrameRecord(now, frame, raw, self._audio_bytes)
-            if self.options.record_client_frames:
-                self.record.client_frames.append(self.last_frame)
+            self._received(now, frame, raw)
 
     def handle_timer(self, now: int) -> None:
         """Run everything due at or before `now`."""
@@ -658,16 +636,7 @@ class GeminiFakeConnection:
                 return {key: {**body, "audio": audio}}
         return frame
 
-    # -- outputs --------------------------------------------------------------------------------------------
-
-    def frames_to_send(self) -> list[str]:
-        out, self._out = self._out, []
-        self.record.server_frames += len(out)
-        return out
-
-    def close_to_send(self) -> CloseRequest | None:
-        req, self._close = self._close, None
-        return req
+    # -- outputs (the frames and the close: connection.py) ----------------------------------------------------
 
     def next_deadline(self) -> int | None:
         if self._closing or self._half_open:
@@ -688,15 +657,6 @@ class GeminiFakeConnection:
             candidates.append(reply.done_at if reply.generated else reply.next_due)
         due = [t for t in candidates if t is not None]
         return min(due) if due else None
-
-    @property
-    def half_open(self) -> bool:
-        """The shell stops reading and writing once this is true (a vanished peer)."""
-        return self._half_open
-
-    @property
-    def closed(self) -> bool:
-        return self._closing
 
     @property
     def replying(self) -> bool:
@@ -806,7 +766,7 @@ class GeminiFakeConnection:
         slow = [f for f in self._initial_faults if f.kind is FaultKind.SLOW_HANDSHAKE]
         delay = int((slow[-1].value or 0) * _NS_PER_MS) if slow else 0
         for f in slow:
-            self.record.faults.append(str(f))
+            self._note_fault(f)
         self._setup_complete_at = now + delay
         life = opts.connection_lifetime_ms * _NS_PER_MS
         self._close_at = self._created + life
@@ -1174,11 +1134,11 @@ class GeminiFakeConnection:
         if self._faults is None:
             return
         for fault in self._faults.due(now):
-            self.record.faults.append(str(fault))
+            self._note_fault(fault)
             kind = fault.kind
             if kind is FaultKind.HALF_OPEN:
                 self._half_open = True
-                self._held.clear()
+                self._drop_held()
             elif kind is FaultKind.CLOSE:
                 self._emit({"goAway": {"timeLeft": "0s"}})
                 self._release()
@@ -1186,7 +1146,7 @@ class GeminiFakeConnection:
             elif kind is FaultKind.ABRUPT_CLOSE:
                 self._close_with(CloseRequest(1006, abrupt=True))
             elif kind is FaultKind.GARBAGE_JSON:
-                self._emit_raw("}{ this is not JSON")
+                self._send("}{ this is not JSON")
             elif kind is FaultKind.INVALID_AUDIO:
                 self._emit(
                     {
@@ -1209,30 +1169,16 @@ class GeminiFakeConnection:
             if self._closing:
                 return
 
-    # -- the funnels ----------------------------------------------------------------------------------------
+    # -- the funnels (connection.py) ------------------------------------------------------------------------
 
-    def _emit(self, message: dict[str, Any]) -> None:
-        self._emit_raw(json.dumps(message, separators=(",", ":")))
-
-    def _emit_raw(self, text: str) -> None:
-        """Every outbound frame passes here: held during a stall or a slow handshake, dropped when half-open."""
-        if self._half_open or self._closing:
-            return
-        if self._mutate.left:
-            self.record.note(None, "mutated", of=frame_kind(text))
-        self._held.append(self._mutate(text))
+    def _holding(self) -> bool:
+        """Every frame waits for the end of the driver call (`_tick`), which releases them unless a stall or
+        the slow handshake holds them; a call that closes first sends none of them."""
+        return True
 
     def _release(self) -> None:
         if self._setup_complete_at is None and not self._half_open:
-            self._out.extend(self._held)
-            self._held.clear()
-
-    def _close_with(self, request: CloseRequest) -> None:
-        if self._half_open and not request.abrupt:
-            return  # a half-open connection says nothing more, not even a close
-        self._closing = True
-        self._close = request
-        self.record.close_code = request.code
+            super()._release()
 
 
 # -- TLS ----------------------------------------------------------------------------------------------------

@@ -90,8 +90,9 @@ from typing import Any
 
 import numpy as np
 
+from providers.fakes.connection import FakeCore, parse_client
 from providers.fakes.echo import EchoModel, EchoOptions, Utterance, UtteranceDetected
-from providers.fakes.faults import Fault, FaultKind, FaultSchedule, Mutator
+from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.schema import (
     Bool,
     ClientError,
@@ -114,9 +115,7 @@ from providers.fakes.server import (
     SequentialIds,
     bearer_authorize,
     exact_member,
-    frame_kind,
     serving,
-    shorten_audio,
 )
 from rtp.audio import PCM16_16K, PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat
 from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
@@ -143,6 +142,7 @@ _GARBAGE_FRAME = '{"type":"session.output_audio.delta","delta":"AAAA'  # a trunc
 _APPEND_HEAD = '{"type":"session.input_audio.append","audio":"'
 _DELTA_HEAD = '{"type":"session.output_audio.delta","delta":"'
 _STRING_TAIL = '"}'
+_NOT_JSON = "The client event is not valid JSON."
 _BAD_BASE64 = "@@not base64@@"  # rejected by strict decoding, and by lenient decoding (9 data characters)
 
 # -- options and records ------------------------------------------------------------------------------------
@@ -396,12 +396,14 @@ class _Playout:
 # -- the sans-I/O core --------------------------------------------------------------------------------------
 
 
-class LiveFakeConnection:
+class LiveFakeConnection(FakeCore):
     """One GPT-Live WebSocket connection, server side, with the scripted model and the faults behind it.
 
     `unix_time` is the wall clock (seconds) at `now`; it only feeds `expires_at`, so the core stays clock-free.
     `faults` are armed when `session.start` arrives (their @AFTER_MS counts from then); `index` is 0-based.
     """
+
+    append_type = "session.input_audio.append"
 
     def __init__(
         self,
@@ -414,13 +416,9 @@ class LiveFakeConnection:
         faults: Sequence[Fault] = (),
     ) -> None:
         self.options = options or LiveFakeOptions()
-        self.record = ConnectionRecord(index)
-        self._ids: IdSource = ids or SequentialIds()
+        super().__init__(index, ids, self.options.record_client_frames)
         self._created_now = now
         self._unix_time = unix_time
-        self._out: list[str] = []
-        self._close: CloseRequest | None = None
-        self._closing = False
         self._config: _SessionConfig | None = None
         self._start_event_id: str | None = None
         self._announce_at: int | None = None  # when session.started is due (slow_handshake)
@@ -434,7 +432,6 @@ class LiveFakeConnection:
         self._next_usage: int | None = None
         self._expires: int | None = None
         self._utterance_no = 0
-        self._audio_bytes: int | None = None
         # the speaker
         self._replies: deque[_Reply] = deque()
         self._playout: _Playout | None = None
@@ -450,18 +447,9 @@ class LiveFakeConnection:
         self._schedule = FaultSchedule([], index + 1, now)
         self._armed = tuple(f for f in faults if f.kind is not FaultKind.REFUSE)  # added at session.start
         self._speed = 1.0
-        self._stall_until: int | None = None
-        self._held: list[str] = []  # frames a stall holds back
-        self._mutate = Mutator()  # the `mutate` fault: the next frames go out corrupted
-        self._half_open = False
+        self._stall_until: int | None = None  # while set, frames are held (connection.py)
         self._duplicate = False
         self._slow_handshake_ms = 0.0
-        self.suppressed = 0
-        """Frames not sent because the connection is half-open."""
-        self._last_frame: ClientFrameRecord | None = None
-        # Without `record_client_frames`, the last frame's fields until someone asks for it (a frozen dataclass
-        # a frame, 50 a second a call, that nobody reads, is a cost worth skipping).
-        self._last_fields: tuple[int, dict[str, Any] | None, str | None, int | None] | None = None
         self._next_due: int | None = None  # next_deadline(), as the last driver left it (none yet)
 
     # -- drivers --------------------------------------------------------------------------------------------
@@ -470,35 +458,26 @@ class LiveFakeConnection:
         """Handle one client WebSocket message. Never raises for bad peer input."""
         if self._next_due is not None and self._next_due <= now:  # before it, _advance would do nothing
             self._advance(now)
-        frame: dict[str, Any] | None = None
         raw: str | None = None
         self._audio_bytes = None
         answering = not self._closing and not self._half_open
+        audio = exact_member(data, _APPEND_HEAD, _STRING_TAIL) if isinstance(data, str) else None
+        frame: dict[str, Any] | None = None
         try:
-            try:
-                text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
-                audio = exact_member(text, _APPEND_HEAD, _STRING_TAIL)
-                if audio is not None:  # what json.loads gives, without parsing
-                    parsed: Any = {"type": "session.input_audio.append", "audio": audio}
-                    if answering and self._resource is not None:
-                        # An append of a started session, whose shape _dispatch and _on_audio_append would check:
-                        # a string type and audio, no other key. Straight to the audio.
-                        frame = parsed
-                        self._append_audio(audio, now)
-                        return
-                else:
-                    parsed = json.loads(text)
-            except (UnicodeDecodeError, ValueError, RecursionError):
-                raw = data if isinstance(data, str) else data.decode("utf-8", "replace")
-                if answering:
-                    raise ClientError("invalid_json", "The client event is not valid JSON.") from None
-                return
-            if not isinstance(parsed, dict):
-                raw = text
-                if answering:
-                    raise ClientError("invalid_json", "A client event must be a JSON object.")
-                return
-            frame = parsed
+            if audio is not None:  # what json.loads gives, without parsing
+                frame = {"type": "session.input_audio.append", "audio": audio}
+                if answering and self._resource is not None:
+                    # An append of a started session, whose shape _dispatch and _on_audio_append would check:
+                    # a string type and audio, no other key. Straight to the audio.
+                    self._append_audio(audio, now)
+                    return
+            else:
+                frame, raw, is_json = parse_client(data)
+                if frame is None:
+                    if answering:
+                        message = "A client event must be a JSON object." if is_json else _NOT_JSON
+                        raise ClientError("invalid_json", message)
+                    return
             if answering:
                 self._dispatch(frame, now)
         except ClientError as exc:
@@ -510,11 +489,7 @@ class LiveFakeConnection:
                 client_event_id if isinstance(client_event_id, str) else None,
             )
         finally:
-            if self.options.record_client_frames:
-                self._last_frame = ClientFrameRecord(now, frame, raw, self._audio_bytes)
-                self.record.client_frames.append(self._last_frame)
-            else:
-                self._last_frame, self._last_fields = None, (now, frame, raw, self._audio_bytes)
+            self._received(now, frame, raw)
             self._next_due = self._compute_deadline()
 
     def handle_timer(self, now: int) -> None:
@@ -523,9 +498,7 @@ class LiveFakeConnection:
         self._next_due = self._compute_deadline()
 
     def connection_lost(self, code: int | None, now: int | None = None) -> None:
-        """The socket is gone (either side closed it); stop all timers."""
-        self._closing = True
-        self.record.close_code = code
+        super().connection_lost(code, now)
         self._next_due = None
 
     def inject(self, fault: Fault, now: int) -> None:
@@ -534,22 +507,7 @@ class LiveFakeConnection:
             self._schedule.add(fault, now)
             self._next_due = self._compute_deadline()
 
-    def recorded(self, frame: dict[str, Any]) -> dict[str, Any]:
-        """The frame for the record file: an audio payload as its decoded length plus the base64."""
-        nbytes = self.last_frame.audio_bytes if self.last_frame is not None else None
-        return shorten_audio(frame, "session.input_audio.append", nbytes)
-
     # -- outputs --------------------------------------------------------------------------------------------
-
-    def frames_to_send(self) -> list[str]:
-        out, self._out = self._out, []
-        self.record.server_frames += len(out)
-        return out
-
-    def close_to_send(self) -> CloseRequest | None:
-        """The close the shell must perform after sending the frames, handed out once."""
-        req, self._close = self._close, None
-        return req
 
     def next_deadline(self) -> int | None:
         return self._next_due
@@ -572,24 +530,9 @@ class LiveFakeConnection:
         return due
 
     @property
-    def last_frame(self) -> ClientFrameRecord | None:
-        """The client frame most recently received (also when `record_client_frames` is off)."""
-        if self._last_frame is None and self._last_fields is not None:
-            self._last_frame, self._last_fields = ClientFrameRecord(*self._last_fields), None
-        return self._last_frame
-
-    @property
     def started(self) -> bool:
         """`session.started` has been sent."""
         return self._resource is not None
-
-    @property
-    def closed(self) -> bool:
-        return self._closing
-
-    @property
-    def half_open(self) -> bool:
-        return self._half_open
 
     @property
     def audio_format(self) -> AudioFormat | None:
@@ -663,7 +606,7 @@ class LiveFakeConnection:
             self._end_stall()
 
     def _fire(self, fault: Fault, now: int) -> None:
-        self.record.faults.append(str(fault))
+        self._note_fault(fault)
         kind = fault.kind
         if self._half_open and kind is not FaultKind.ABRUPT_CLOSE:
             return  # a wedged connection sends nothing, whatever else goes wrong
@@ -674,8 +617,7 @@ class LiveFakeConnection:
         elif kind is FaultKind.HALF_OPEN:
             self._half_open = True
             self._stall_until = None
-            self.suppressed += len(self._held)
-            self._held.clear()
+            self._drop_held()
         elif kind is FaultKind.CLOSE:
             if self._resource is not None:
                 self._finish("expired", now, None)
@@ -708,8 +650,7 @@ class LiveFakeConnection:
 
     def _end_stall(self) -> None:
         self._stall_until = None
-        held, self._held = self._held, []
-        self._out += held
+        self._release()
 
     # -- client events --------------------------------------------------------------------------------------
 
@@ -1054,27 +995,8 @@ class LiveFakeConnection:
             event["client_event_id"] = request["event_id"]
         return event
 
-    def _emit(self, event: dict[str, Any]) -> None:
-        self._send(json.dumps(event, separators=(",", ":")))
-
-    def _send(self, text: str) -> None:
-        """The single outbound funnel: half-open drops, a stall holds, otherwise out it goes."""
-        if self._half_open:
-            self.suppressed += 1
-            return
-        if self._mutate.left:
-            self.record.note(None, "mutated", of=frame_kind(text))
-        text = self._mutate(text)
-        if self._stall_until is not None:
-            self._held.append(text)
-        else:
-            self._out.append(text)
-
-    def _close_with(self, request: CloseRequest) -> None:
-        """The single close funnel."""
-        self._closing = True
-        self._close = request
-        self.record.close_code = request.code
+    def _holding(self) -> bool:
+        return self._stall_until is not None
 
 
 # -- the shell ----------------------------------------------------------------------------------------------

@@ -46,8 +46,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
+from providers.fakes.connection import FakeCore, parse_client
 from providers.fakes.echo import EchoModel, EchoOptions, UtteranceDetected, UtteranceStarted
-from providers.fakes.faults import Fault, FaultKind, FaultSchedule, Mutator
+from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.schema import (
     ClientError,
     Int,
@@ -62,15 +63,10 @@ from providers.fakes.schema import (
 from providers.fakes.script import Script, ToolCallScript, Turn
 from providers.fakes.server import (
     Authorize,
-    ClientFrameRecord,
     CloseRequest,
     ConnectionContext,
-    ConnectionRecord,
     FakeServer,
     IdSource,
-    SequentialIds,
-    frame_kind,
-    shorten_audio,
 )
 from rtp.audio import AudioFormat, Encoding
 from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
@@ -91,6 +87,8 @@ _MAX_APPEND_B64 = 15 * 2**20  # providers.md §1.4: up to 15 MiB of base64 per a
 _MIN_COMMIT_MS = 100  # §1.9: a commit needs at least 100 ms of audio
 _GARBAGE = '{"type":"response.output_audio.delta","event_id":"event_'  # garbage_json: cut-off JSON
 _INVALID_B64 = "!!not*base64!!"  # invalid_audio: not decodable as base64
+_NOT_JSON = "The client event is not valid JSON."
+_NOT_AN_OBJECT = "A client event must be a JSON object."
 _EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 700, "auto": 700, "high": 400}  # semantic_vad stand-in
 
 
@@ -313,8 +311,10 @@ class _PendingTool:
 # -- the core ------------------------------------------------------------------------------------------------
 
 
-class RealtimeFamilyConnection:
+class RealtimeFamilyConnection(FakeCore):
     """One Realtime-family WebSocket connection, server side (see the module docstring)."""
+
+    append_type = "input_audio_buffer.append"
 
     def __init__(
         self,
@@ -332,23 +332,14 @@ class RealtimeFamilyConnection:
     ) -> None:
         self.dialect = d = dialect
         self.options = opts = options or RealtimeFakeOptions()
+        super().__init__(index, ids, opts.record_client_frames)
         self.script = script or Script()
-        self.record = ConnectionRecord(index)
-        self.last_frame: ClientFrameRecord | None = None
-        self._ids: IdSource = ids or SequentialIds()
         self._created_now = now
         self._unix_time = unix_time
         self._now = now
-        self._out: list[str] = []
-        self._held: list[str] = []  # frames kept back by a stall
-        self._close: CloseRequest | None = None
-        self._closing = False
-        self._half_open = False
         self._corrupt_audio = False
-        self._mutate = Mutator()  # the `mutate` fault: the next frames go out corrupted
         self._schedule = FaultSchedule(list(faults), index + 1, now)
         self._fired = 0
-        self._audio_bytes: int | None = None
 
         length = opts.session_length_ms or d.session_length_ms
         self._length_ms = length
@@ -394,26 +385,13 @@ class RealtimeFamilyConnection:
         """Handle one client WebSocket message. Never raises for bad peer input."""
         self._now = now
         self._faults(now)
-        frame: dict[str, Any] | None = None
-        raw: str | None = None
         self._audio_bytes = None
+        frame, raw, is_json = parse_client(data)
         try:
-            try:
-                text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
-                parsed = json.loads(text)
-            except (UnicodeDecodeError, ValueError, RecursionError):
-                raw = data if isinstance(data, str) else data.decode("utf-8", "replace")
-                if not self._closing:
-                    raise ClientError("invalid_json", "The client event is not valid JSON.") from None
-                return
-            if not isinstance(parsed, dict):
-                raw = text
-                if not self._closing:
-                    raise ClientError("invalid_json", "A client event must be a JSON object.")
-                return
-            frame = parsed
             if self._closing:
                 return
+            if frame is None:
+                raise ClientError("invalid_json", _NOT_AN_OBJECT if is_json else _NOT_JSON)
             if self._handshake_at is not None:
                 self._early.append((frame, now))
                 if frame.get("type") == "input_audio_buffer.append" and isinstance(frame.get("audio"), str):
@@ -423,9 +401,7 @@ class RealtimeFamilyConnection:
         except ClientError as exc:
             self._client_error(exc, frame)
         finally:
-            self.last_frame = ClientFrameRecord(now, frame, raw, self._audio_bytes)
-            if self.options.record_client_frames:
-                self.record.client_frames.append(self.last_frame)
+            self._received(now, frame, raw)
 
     def handle_timer(self, now: int) -> None:
         """Run everything due at or before `now`."""
@@ -454,11 +430,6 @@ class RealtimeFamilyConnection:
         self._pump(now)
         self._flush_held(now)
 
-    def connection_lost(self, code: int | None, now: int | None = None) -> None:
-        """The socket is gone (either side closed it); stop all timers."""
-        self._closing = True
-        self.record.close_code = code
-
     def inject(self, fault: Fault, now: int) -> None:
         """Apply a fault at runtime; its AFTER_MS counts from `now` (see providers/fakes/faults.py)."""
         self._now = now
@@ -468,21 +439,7 @@ class RealtimeFamilyConnection:
         self._faults(now)
         self._flush_held(now)
 
-    def recorded(self, frame: dict[str, Any]) -> dict[str, Any]:
-        """The frame for the record file: an audio payload as its decoded length plus the base64."""
-        nbytes = self.last_frame.audio_bytes if self.last_frame is not None else None
-        return shorten_audio(frame, "input_audio_buffer.append", nbytes)
-
     # -- outputs --------------------------------------------------------------------------------------------
-
-    def frames_to_send(self) -> list[str]:
-        out, self._out = self._out, []
-        self.record.server_frames += len(out)
-        return out
-
-    def close_to_send(self) -> CloseRequest | None:
-        req, self._close = self._close, None
-        return req
 
     def next_deadline(self) -> int | None:
         if self._closing or self._half_open:
@@ -507,15 +464,6 @@ class RealtimeFamilyConnection:
         return copy.deepcopy(self._session)
 
     @property
-    def half_open(self) -> bool:
-        """The shell stops reading and writing once this is true (a vanished peer)."""
-        return self._half_open
-
-    @property
-    def closed(self) -> bool:
-        return self._closing
-
-    @property
     def input_ms(self) -> float:
         """Input audio received so far, in ms (from bytes)."""
         return self._input_ms
@@ -531,7 +479,7 @@ class RealtimeFamilyConnection:
         while self._fired < len(self._schedule.fired):
             fault = self._schedule.fired[self._fired]
             self._fired += 1
-            self.record.faults.append(str(fault))
+            self._note_fault(fault)
             self._on_fault(fault, now)
 
     def _on_fault(self, fault: Fault, now: int) -> None:
@@ -539,13 +487,13 @@ class RealtimeFamilyConnection:
         if kind is FaultKind.HALF_OPEN:
             self._half_open = True
             self._out.clear()
-            self._held.clear()
+            self._drop_held()
         elif kind is FaultKind.CLOSE:
             self._expire()
         elif kind is FaultKind.ABRUPT_CLOSE:
             self._close_with(CloseRequest(1006, abrupt=True))
         elif kind is FaultKind.GARBAGE_JSON:
-            self._emit_raw(_GARBAGE)
+            self._send(_GARBAGE)
         elif kind is FaultKind.INVALID_AUDIO:
             self._corrupt_audio = True
         elif kind is FaultKind.MUTATE:
@@ -564,38 +512,18 @@ class RealtimeFamilyConnection:
 
     def _flush_held(self, now: int) -> None:
         if self._held and not self._stalled(now):
-            self._out += self._held
-            self._held = []
+            self._release()
 
-    # -- funnels --------------------------------------------------------------------------------------------
+    # -- funnels (connection.py) ----------------------------------------------------------------------------
 
-    def _emit(self, event: dict[str, Any]) -> None:
-        self._emit_raw(json.dumps(event, separators=(",", ":")))
-
-    def _emit_raw(self, frame: str) -> None:
-        """The single outbound funnel: half_open drops, a stall holds back."""
-        if self._half_open or self._closing:
-            return
-        if self._mutate.left:
-            self.record.note(None, "mutated", of=frame_kind(frame))
-        frame = self._mutate(frame)
-        if self._stalled(self._now):
-            self._held.append(frame)
-            return
-        if self._held:
-            self._out += self._held
-            self._held = []
-        self._out.append(frame)
+    def _holding(self) -> bool:
+        return self._stalled(self._now)
 
     def _close_with(self, request: CloseRequest) -> None:
-        """The single close funnel (a stall's frames go out first; half_open never closes)."""
-        if self._half_open or self._close is not None or self._closing:
-            return
-        self._out += self._held
-        self._held = []
-        self._closing = True
-        self._close = request
-        self.record.close_code = request.code
+        """A stall's frames go out before the close (half-open: nothing goes out)."""
+        if not self._closing and not self._half_open:
+            self._release()
+        super()._close_with(request)
 
     def _event(self, kind: str, **fields: Any) -> None:
         self._emit({"type": kind, "event_id": self._ids.new("event"), **fields})
