@@ -35,10 +35,14 @@ import math
 import sys
 import warnings
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
+
+from rtp.audio import Encoding
+from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 
 _audioop: ModuleType | None = None
 if sys.byteorder == "little":  # audioop reads native samples; ours are little-endian
@@ -59,10 +63,39 @@ __all__ = [
     "EchoFinished",
     "EchoEvent",
     "EchoModel",
+    "codec",
+    "mean_square",
+    "voiced_windows",
 ]
 
 _NS_PER_MS = 1_000_000
 _FULL_SCALE = 32768.0
+
+
+_CODECS: dict[Encoding, tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]] = {
+    Encoding.PCMU: (ulaw_decode, ulaw_encode),
+    Encoding.PCMA: (alaw_decode, alaw_encode),
+}
+
+
+def codec(encoding: Encoding) -> tuple[Callable[[bytes], bytes], Callable[[bytes], bytes]]:
+    """(to PCM16LE, from PCM16LE) for a client's encoding (`bytes` both ways for PCM16 itself)."""
+    return _CODECS.get(encoding, (bytes, bytes))
+
+
+def mean_square(dbfs: float) -> float:
+    """The mean square of a window at `dbfs` (full scale 32768): the energy detector compares mean squares, so
+    the test per window needs no sqrt or log."""
+    return (_FULL_SCALE * 10 ** (dbfs / 20)) ** 2
+
+
+def voiced_windows(pcm: bytes, window: int, threshold: float) -> list[bool]:
+    """The energy detector every fake's VAD runs: for each whole `window` (samples) of PCM16LE, whether its mean
+    square exceeds `threshold` (see `mean_square`); a partial last window is left out."""
+    n = len(pcm) // (2 * window)
+    x = np.frombuffer(pcm, dtype="<i2", count=n * window).astype(np.float64).reshape(n, window)
+    voiced: list[bool] = (np.einsum("ij,ij->i", x, x) / window > threshold).tolist()
+    return voiced
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,8 +241,7 @@ class EchoModel:
         self._min_voiced = rate * opts.min_utterance_ms // 1000
         self._pad = rate * opts.pad_ms // 1000
         self._max_span = rate * opts.max_utterance_ms // 1000
-        # Compare mean squares, not dBFS, so the per-window test needs no sqrt or log.
-        self._threshold_ms = (_FULL_SCALE * 10 ** (opts.threshold_dbfs / 20)) ** 2
+        self._threshold_ms = mean_square(opts.threshold_dbfs)
         self._threshold_rms = math.sqrt(self._threshold_ms)
         self._chunk_bytes = max(1, rate * opts.chunk_ms // 1000) * sample_width
         self._chunk_ns = opts.chunk_ms * _NS_PER_MS
@@ -252,14 +284,9 @@ class EchoModel:
         n = len(self._pending) // (2 * self._window)
         if n:
             cut = n * 2 * self._window
-            x = (
-                np.frombuffer(bytes(self._pending[:cut]), dtype="<i2")
-                .astype(np.float64)
-                .reshape(n, self._window)
-            )
+            voiced = voiced_windows(bytes(self._pending[:cut]), self._window, self._threshold_ms)
             del self._pending[:cut]
-            voiced = np.einsum("ij,ij->i", x, x) / self._window > self._threshold_ms
-            for v in voiced.tolist():
+            for v in voiced:
                 self._analyse_window(v, now)
         self._trim()
         self._pump(now)

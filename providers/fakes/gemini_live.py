@@ -78,6 +78,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from providers.fakes.connection import FakeCore, parse_client
+from providers.fakes.echo import mean_square, voiced_windows
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.script import Script, Turn
 from providers.fakes.server import (
@@ -353,6 +354,12 @@ def _words(text: str) -> list[str]:
     return re.findall(r"\s*\S+", text) or [text]
 
 
+def _audio_message(data: str) -> dict[str, Any]:
+    """A model turn's audio chunk (`data`: the base64 of 24 kHz PCM16)."""
+    inline = {"mimeType": f"audio/pcm;rate={_OUT_RATE}", "data": data}
+    return {"serverContent": {"modelTurn": {"parts": [{"inlineData": inline}]}}}
+
+
 def _tone(ms: int, hz: float) -> bytes:
     n = _OUT_RATE * ms // 1000
     t = np.arange(n) / _OUT_RATE
@@ -406,9 +413,7 @@ class _Vad:
         cut = n * step
         block = bytes(self._pending[:cut])
         del self._pending[:cut]
-        x = np.frombuffer(block, dtype="<i2").astype(np.float64).reshape(n, _WINDOW)
-        voiced = (np.einsum("ij,ij->i", x, x) / _WINDOW > self.c.threshold).tolist()
-        for i, v in enumerate(voiced):
+        for i, v in enumerate(voiced_windows(block, _WINDOW, self.c.threshold)):
             self._window(block[i * step : (i + 1) * step], v, out)
         return out
 
@@ -728,10 +733,9 @@ class GeminiFakeConnection(FakeCore):
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (start_ms, hangover_ms)
         ):
             raise _Reject(1007, INVALID_ARGUMENT)
-        threshold = (32768.0 * 10 ** (opts.threshold_dbfs / 20)) ** 2
         self._vad = _Vad(
             _VadConfig(
-                threshold,
+                mean_square(opts.threshold_dbfs),
                 max(1, math.ceil(start_ms / 20)),
                 _IN_RATE * hangover_ms // 1000,
                 _IN_RATE * opts.min_utterance_ms // 1000,
@@ -1008,22 +1012,7 @@ class GeminiFakeConnection(FakeCore):
             if reply.sent < len(reply.audio):
                 data = reply.audio[reply.sent : reply.sent + chunk]
                 reply.sent += len(data)
-                self._emit(
-                    {
-                        "serverContent": {
-                            "modelTurn": {
-                                "parts": [
-                                    {
-                                        "inlineData": {
-                                            "mimeType": f"audio/pcm;rate={_OUT_RATE}",
-                                            "data": base64.b64encode(data).decode("ascii"),
-                                        }
-                                    }
-                                ]
-                            }
-                        }
-                    }
-                )
+                self._emit(_audio_message(base64.b64encode(data).decode("ascii")))
                 self._transcribe_upto(reply, math.ceil(len(reply.words) * reply.sent / len(reply.audio)))
                 fault = self._faults.active(FaultKind.BURST, now)
                 speed = fault.value if fault is not None and fault.value else self.options.burst_factor
@@ -1148,22 +1137,7 @@ class GeminiFakeConnection(FakeCore):
             elif kind is FaultKind.GARBAGE_JSON:
                 self._send("}{ this is not JSON")
             elif kind is FaultKind.INVALID_AUDIO:
-                self._emit(
-                    {
-                        "serverContent": {
-                            "modelTurn": {
-                                "parts": [
-                                    {
-                                        "inlineData": {
-                                            "mimeType": f"audio/pcm;rate={_OUT_RATE}",
-                                            "data": "!!not*base64!!",
-                                        }
-                                    }
-                                ]
-                            }
-                        }
-                    }
-                )
+                self._emit(_audio_message("!!not*base64!!"))  # invalid_audio: not base64
             elif kind is FaultKind.MUTATE:
                 self._mutate.arm(fault)
             if self._closing:

@@ -91,7 +91,7 @@ from typing import Any
 import numpy as np
 
 from providers.fakes.connection import FakeCore, parse_client
-from providers.fakes.echo import EchoModel, EchoOptions, Utterance, UtteranceDetected
+from providers.fakes.echo import EchoModel, EchoOptions, Utterance, UtteranceDetected, codec
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.schema import (
     Bool,
@@ -118,7 +118,6 @@ from providers.fakes.server import (
     serving,
 )
 from rtp.audio import PCM16_16K, PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat
-from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 
 __all__ = [
     "LiveFakeOptions",
@@ -716,8 +715,7 @@ class LiveFakeConnection(FakeCore):
         self._announce_at = None
         self._started_at = now
         self._echo = EchoModel(config.fmt.rate, config.fmt.sample_width, _detector_options(self.options))
-        self._decode = {PCMU_8K: ulaw_decode, PCMA_8K: alaw_decode}.get(config.fmt, bytes)
-        self._encode = {PCMU_8K: ulaw_encode, PCMA_8K: alaw_encode}.get(config.fmt, bytes)
+        self._decode, self._encode = codec(config.fmt.encoding)
         self._chunk_bytes = max(1, config.fmt.rate * self.options.chunk_ms // 1000) * config.fmt.sample_width
         self._pcm16 = config.fmt.sample_width == 2
         self._next_usage = now + self.options.usage_interval_ms * _NS_PER_MS

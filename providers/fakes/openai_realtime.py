@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from providers.fakes.realtime_family import Dialect, RealtimeFakeOptions, dialect_server
+from providers.fakes.realtime_family import Dialect, RealtimeFakeOptions, dialect_server, item_variants
 from providers.fakes.schema import AnyOf, Anything, Bool, Int, ListOf, Nullable, Num, Obj, Str, Tagged
 from providers.fakes.server import bearer_authorize, serving
 
@@ -221,25 +221,7 @@ _CONTENT = Obj(
         "detail": Str(choices=("auto", "low", "high")),
     }
 )
-ITEM = Tagged(
-    {
-        "message": Obj(
-            {
-                **_ITEM_COMMON,
-                "role": Str(choices=("user", "assistant", "system")),
-                "content": ListOf(_CONTENT),
-            },
-            required=("role", "content"),
-        ),
-        "function_call": Obj(
-            {**_ITEM_COMMON, "name": Str(nonempty=True), "arguments": Str(), "call_id": Str()},
-            required=("name", "arguments"),
-        ),
-        "function_call_output": Obj(
-            {**_ITEM_COMMON, "call_id": Str(nonempty=True), "output": Str()}, required=("call_id", "output")
-        ),
-    }
-)
+ITEM = Tagged(item_variants(_ITEM_COMMON, _CONTENT))
 
 
 def _new_session(model: str, session_id: str, expires_at: int) -> dict[str, Any]:

@@ -47,12 +47,22 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from providers.fakes.connection import FakeCore, parse_client
-from providers.fakes.echo import EchoModel, EchoOptions, UtteranceDetected, UtteranceStarted
+from providers.fakes.echo import (
+    EchoModel,
+    EchoOptions,
+    UtteranceDetected,
+    UtteranceStarted,
+    codec,
+    mean_square,
+    voiced_windows,
+)
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.schema import (
     ClientError,
     Int,
+    ListOf,
     Obj,
+    Spec,
     Str,
     Tagged,
     invalid_value,
@@ -69,7 +79,6 @@ from providers.fakes.server import (
     IdSource,
 )
 from rtp.audio import AudioFormat, Encoding
-from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
 
 __all__ = [
     "Dialect",
@@ -77,6 +86,7 @@ __all__ = [
     "RealtimeFamilyConnection",
     "connection_factory",
     "dialect_server",
+    "item_variants",
     "accepts_path",
     "threshold_dbfs",
 ]
@@ -98,6 +108,24 @@ def _get(obj: Any, path: Sequence[str]) -> Any:
             return None
         obj = obj.get(key)
     return obj
+
+
+def item_variants(common: Mapping[str, Spec], content: Spec) -> dict[str, Obj]:
+    """The `conversation.item.create` items both dialects take (a message, a function call, its output), over
+    the dialect's `common` item members (type, id, object, status) and its message `content` part."""
+    return {
+        "message": Obj(
+            {**common, "role": Str(choices=("user", "assistant", "system")), "content": ListOf(content)},
+            required=("role", "content"),
+        ),
+        "function_call": Obj(
+            {**common, "name": Str(nonempty=True), "arguments": Str(), "call_id": Str()},
+            required=("name", "arguments"),
+        ),
+        "function_call_output": Obj(
+            {**common, "call_id": Str(nonempty=True), "output": Str()}, required=("call_id", "output")
+        ),
+    }
 
 
 # -- the dialect ----------------------------------------------------------------------------------------------
@@ -224,19 +252,7 @@ def _format(fmt: Mapping[str, Any]) -> AudioFormat:
 
 
 def _decode(fmt: AudioFormat, raw: bytes) -> bytes:
-    if fmt.encoding is Encoding.PCMU:
-        return ulaw_decode(raw)
-    if fmt.encoding is Encoding.PCMA:
-        return alaw_decode(raw)
-    return raw
-
-
-def _encode(fmt: AudioFormat, pcm: bytes) -> bytes:
-    if fmt.encoding is Encoding.PCMU:
-        return ulaw_encode(pcm)
-    if fmt.encoding is Encoding.PCMA:
-        return alaw_encode(pcm)
-    return pcm
+    return codec(fmt.encoding)[0](raw)
 
 
 def _ms(fmt: AudioFormat, nbytes: int) -> float:
@@ -244,13 +260,8 @@ def _ms(fmt: AudioFormat, nbytes: int) -> float:
 
 
 def _has_speech(fmt: AudioFormat, raw: bytes, dbfs: float, window_ms: int) -> bool:
-    pcm = np.frombuffer(_decode(fmt, raw[: len(raw) - len(raw) % fmt.sample_width]), dtype="<i2")
-    n = max(1, fmt.rate * window_ms // 1000)
-    k = len(pcm) // n
-    if k == 0:
-        return False
-    x = pcm[: k * n].astype(np.float64).reshape(k, n)
-    return bool(np.any(np.einsum("ij,ij->i", x, x) / n > (32768.0 * 10 ** (dbfs / 20)) ** 2))
+    pcm = _decode(fmt, raw[: len(raw) - len(raw) % fmt.sample_width])
+    return any(voiced_windows(pcm, max(1, fmt.rate * window_ms // 1000), mean_square(dbfs)))
 
 
 # -- conversation state --------------------------------------------------------------------------------------
@@ -1037,7 +1048,7 @@ class RealtimeFamilyConnection(FakeCore):
         n = int(round(fmt.rate * ms / 1000))
         t = np.arange(n) / fmt.rate
         x = self.options.tone_amplitude * np.sin(2 * np.pi * freq * t) if freq > 0 else np.zeros(n)
-        return _encode(fmt, (x * 32767).astype("<i2").tobytes())
+        return codec(fmt.encoding)[1]((x * 32767).astype("<i2").tobytes())
 
     def _open_message(self, r: _Response) -> None:
         r.item_id = self._ids.new(self.dialect.item_prefix)

@@ -30,7 +30,7 @@ from typing import Any
 
 from websockets.http11 import Request
 
-from providers.fakes.realtime_family import Dialect, RealtimeFakeOptions, dialect_server
+from providers.fakes.realtime_family import Dialect, RealtimeFakeOptions, dialect_server, item_variants
 from providers.fakes.schema import AnyOf, Anything, Bool, Int, ListOf, Nullable, Num, Obj, Str, Tagged
 from providers.fakes.server import bearer_authorize, serving
 
@@ -158,32 +158,17 @@ RESPONSE = Obj(
 )
 
 _ITEM_COMMON = {"type": _TYPE, "id": Str(nonempty=True), "object": Str(), "status": Str()}
+_CONTENT = Obj(
+    {
+        "type": Str(choices=("input_text", "input_audio", "output_text", "output_audio")),
+        "text": Str(),
+        "audio": Str(),
+        "transcript": Nullable(Str()),
+    }
+)
 ITEM = Tagged(
     {
-        "message": Obj(
-            {
-                **_ITEM_COMMON,
-                "role": Str(choices=("user", "assistant", "system")),
-                "content": ListOf(
-                    Obj(
-                        {
-                            "type": Str(choices=("input_text", "input_audio", "output_text", "output_audio")),
-                            "text": Str(),
-                            "audio": Str(),
-                            "transcript": Nullable(Str()),
-                        }
-                    )
-                ),
-            },
-            required=("role", "content"),
-        ),
-        "function_call": Obj(
-            {**_ITEM_COMMON, "name": Str(nonempty=True), "arguments": Str(), "call_id": Str()},
-            required=("name", "arguments"),
-        ),
-        "function_call_output": Obj(
-            {**_ITEM_COMMON, "call_id": Str(nonempty=True), "output": Str()}, required=("call_id", "output")
-        ),
+        **item_variants(_ITEM_COMMON, _CONTENT),
         "force_message": Obj(
             {
                 "type": _TYPE,
