@@ -268,44 +268,14 @@ def _expiry_message(ms: int) -> str:
     return f"Your session hit the maximum duration of {session_length_text(ms)}."
 
 
-DIALECT = Dialect(
+DIALECT = Dialect(  # every other switch: the GA protocol's default (realtime_family.Dialect)
     name="openai_realtime",
     default_model="gpt-realtime-2",
     session_schema=SESSION,
     response_schema=RESPONSE,
     item_schema=ITEM,
     new_session=_new_session,
-    voice_path=("audio", "output", "voice"),
-    turn_detection_path=("audio", "input", "turn_detection"),
-    input_format_path=("audio", "input", "format"),
-    output_format_path=("audio", "output", "format"),
-    transcription_path=("audio", "input", "transcription"),
-    modalities_path=("output_modalities",),
-    response_modalities_key="output_modalities",
-    text_alongside_audio=False,
-    text_delta_type="response.output_text.delta",
-    text_done_type="response.output_text.done",
-    item_prefix="item",
-    item_done_events=True,
-    rate_limits=True,
-    transcription_events="deltas",
-    snapshot_model=None,
-    function_call_events="streamed",
-    usage="tokens",
-    rich_response=True,
-    unsupported_events=frozenset(),
-    commit_creates_response=False,
-    commit_ignores_silence=False,
-    drops_repeat_response_create=False,
-    honours_create_response=True,
-    voice_locked_after_audio=True,
-    idle_timeout=True,
-    ping_interval_ms=None,
-    session_length_ms=60 * 60 * 1000,
-    expiry_error=True,
-    expiry_close_code=1001,
     expiry_message=_expiry_message,
-    beta_header_rejected=True,
 )
 
 

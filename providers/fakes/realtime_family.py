@@ -133,7 +133,8 @@ def item_variants(common: Mapping[str, Spec], content: Spec) -> dict[str, Obj]:
 
 @dataclass(frozen=True, slots=True)
 class Dialect:
-    """Everything the OpenAI Realtime GA and xAI Voice Agent fakes do differently (providers.md §3.6)."""
+    """Everything the OpenAI Realtime GA and xAI Voice Agent fakes do differently (providers.md §3.6). Where a
+    switch has a default, it is the GA protocol's (the reference the clone lists its differences from)."""
 
     name: str
     default_model: str
@@ -145,55 +146,55 @@ class Dialect:
     """The `item` of `conversation.item.create`."""
     new_session: Callable[[str, str, int], dict[str, Any]]
     """(model, session id, expires_at unix s) -> the full default session of `session.created`."""
-    voice_path: tuple[str, ...]
-    turn_detection_path: tuple[str, ...]
-    input_format_path: tuple[str, ...]
-    output_format_path: tuple[str, ...]
-    transcription_path: tuple[str, ...]
-    modalities_path: tuple[str, ...] | None
-    """Where the session says which output modalities it wants (None: audio always)."""
-    response_modalities_key: str
-    """The key in `response.create.response` that overrides the modalities."""
-    text_alongside_audio: bool
-    """True: text cannot replace audio; a text modality adds text deltas to the audio (xAI)."""
-    text_delta_type: str
-    text_done_type: str | None
-    item_prefix: str
-    item_done_events: bool
-    """`conversation.item.done` after `conversation.item.added` (OpenAI; xAI never sends it)."""
-    rate_limits: bool
-    """`rate_limits.updated` after `response.created`."""
-    transcription_events: Literal["deltas", "snapshots"]
-    snapshot_model: str | None
-    """With `snapshots`, only this transcription model sends `.updated` snapshots before `.completed`."""
-    function_call_events: Literal["streamed", "at_done"]
-    """`streamed`: item added, argument deltas, done (OpenAI); `at_done`: `arguments.done` + item done just
-    before `response.done`, after any audio (xAI)."""
-    usage: Literal["tokens", "audio_seconds"]
-    rich_response: bool
-    """Response objects carry conversation_id, output_modalities, audio, max_output_tokens, metadata."""
-    unsupported_events: frozenset[str]
-    """Client event types answered with an `error` (code `unsupported_event`)."""
-    commit_creates_response: bool
-    """A manual `input_audio_buffer.commit` is answered at once, without `response.create` (xAI)."""
-    commit_ignores_silence: bool
-    """... unless the committed audio holds no speech (xAI)."""
-    drops_repeat_response_create: bool
-    """A `response.create` with nothing new since the last answer is silently dropped (xAI)."""
-    honours_create_response: bool
-    """False: auto-responds even when `turn_detection.create_response` is false (xAI echoes it, ignores it)."""
-    voice_locked_after_audio: bool
-    idle_timeout: bool
-    """`turn_detection.idle_timeout_ms` -> `input_audio_buffer.timeout_triggered` (OpenAI server_vad)."""
-    ping_interval_ms: int | None
-    """Periodic `{"type":"ping","timestamp":ms}` keepalive (xAI)."""
-    session_length_ms: int
-    expiry_error: bool
-    """At the session cap: an `error` `session_expired` before the close."""
-    expiry_close_code: int
     expiry_message: Callable[[int], str]
     """Session length in ms -> the error message / close reason at the cap."""
-    beta_header_rejected: bool
+    voice_path: tuple[str, ...] = ("audio", "output", "voice")
+    turn_detection_path: tuple[str, ...] = ("audio", "input", "turn_detection")
+    input_format_path: tuple[str, ...] = ("audio", "input", "format")
+    output_format_path: tuple[str, ...] = ("audio", "output", "format")
+    transcription_path: tuple[str, ...] = ("audio", "input", "transcription")
+    modalities_path: tuple[str, ...] | None = ("output_modalities",)
+    """Where the session says which output modalities it wants (None: audio always)."""
+    response_modalities_key: str = "output_modalities"
+    """The key in `response.create.response` that overrides the modalities."""
+    text_alongside_audio: bool = False
+    """True: text cannot replace audio; a text modality adds text deltas to the audio (xAI)."""
+    text_delta_type: str = "response.output_text.delta"
+    text_done_type: str | None = "response.output_text.done"
+    item_prefix: str = "item"
+    item_done_events: bool = True
+    """`conversation.item.done` after `conversation.item.added` (OpenAI; xAI never sends it)."""
+    rate_limits: bool = True
+    """`rate_limits.updated` after `response.created`."""
+    transcription_events: Literal["deltas", "snapshots"] = "deltas"
+    snapshot_model: str | None = None
+    """With `snapshots`, only this transcription model sends `.updated` snapshots before `.completed`."""
+    function_call_events: Literal["streamed", "at_done"] = "streamed"
+    """`streamed`: item added, argument deltas, done (OpenAI); `at_done`: `arguments.done` + item done just
+    before `response.done`, after any audio (xAI)."""
+    usage: Literal["tokens", "audio_seconds"] = "tokens"
+    rich_response: bool = True
+    """Response objects carry conversation_id, output_modalities, audio, max_output_tokens, metadata."""
+    unsupported_events: frozenset[str] = frozenset()
+    """Client event types answered with an `error` (code `unsupported_event`)."""
+    commit_creates_response: bool = False
+    """A manual `input_audio_buffer.commit` is answered at once, without `response.create` (xAI)."""
+    commit_ignores_silence: bool = False
+    """... unless the committed audio holds no speech (xAI)."""
+    drops_repeat_response_create: bool = False
+    """A `response.create` with nothing new since the last answer is silently dropped (xAI)."""
+    honours_create_response: bool = True
+    """False: auto-responds even when `turn_detection.create_response` is false (xAI echoes it, ignores it)."""
+    voice_locked_after_audio: bool = True
+    idle_timeout: bool = True
+    """`turn_detection.idle_timeout_ms` -> `input_audio_buffer.timeout_triggered` (OpenAI server_vad)."""
+    ping_interval_ms: int | None = None
+    """Periodic `{"type":"ping","timestamp":ms}` keepalive (xAI)."""
+    session_length_ms: int = 60 * 60 * 1000
+    expiry_error: bool = True
+    """At the session cap: an `error` `session_expired` before the close."""
+    expiry_close_code: int = 1001
+    beta_header_rejected: bool = True
     """An `OpenAI-Beta` header gets `error` `beta_api_shape_disabled` and close 4000."""
 
 

@@ -203,7 +203,7 @@ def _expiry_message(ms: int) -> str:
     return f"Session expired: maximum session duration of {minutes:g} minutes reached."
 
 
-DIALECT = Dialect(
+DIALECT = Dialect(  # what differs from the GA protocol (realtime_family.Dialect's defaults)
     name="xai",
     default_model="grok-voice-think-fast-1.0",
     session_schema=SESSION,
@@ -212,9 +212,6 @@ DIALECT = Dialect(
     new_session=_new_session,
     voice_path=("voice",),
     turn_detection_path=("turn_detection",),
-    input_format_path=("audio", "input", "format"),
-    output_format_path=("audio", "output", "format"),
-    transcription_path=("audio", "input", "transcription"),
     modalities_path=None,
     response_modalities_key="modalities",
     text_alongside_audio=True,
