@@ -268,15 +268,8 @@ def _expiry_message(ms: int) -> str:
     return f"Your session hit the maximum duration of {session_length_text(ms)}."
 
 
-DIALECT = Dialect(  # every other switch: the GA protocol's default (realtime_family.Dialect)
-    name="openai_realtime",
-    default_model="gpt-realtime-2",
-    session_schema=SESSION,
-    response_schema=RESPONSE,
-    item_schema=ITEM,
-    new_session=_new_session,
-    expiry_message=_expiry_message,
-)
+# every switch the GA protocol's, as realtime_family.Dialect's defaults say
+DIALECT = Dialect("openai_realtime", "gpt-realtime-2", SESSION, RESPONSE, ITEM, _new_session, _expiry_message)
 
 
 server = dialect_server(DIALECT, bearer_authorize)

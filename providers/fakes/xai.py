@@ -204,12 +204,13 @@ def _expiry_message(ms: int) -> str:
 
 
 DIALECT = Dialect(  # what differs from the GA protocol (realtime_family.Dialect's defaults)
-    name="xai",
-    default_model="grok-voice-think-fast-1.0",
-    session_schema=SESSION,
-    response_schema=RESPONSE,
-    item_schema=ITEM,
-    new_session=_new_session,
+    "xai",
+    "grok-voice-think-fast-1.0",
+    SESSION,
+    RESPONSE,
+    ITEM,
+    _new_session,
+    _expiry_message,
     voice_path=("voice",),
     turn_detection_path=("turn_detection",),
     modalities_path=None,
@@ -236,7 +237,6 @@ DIALECT = Dialect(  # what differs from the GA protocol (realtime_family.Dialect
     session_length_ms=30 * 60 * 1000,
     expiry_error=False,
     expiry_close_code=1000,
-    expiry_message=_expiry_message,
     beta_header_rejected=False,
 )
 
