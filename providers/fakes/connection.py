@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from providers.fakes.faults import Fault, Mutator
+from providers.fakes.faults import Fault, FaultKind, Mutator
 from providers.fakes.server import (
     ClientFrameRecord,
     CloseRequest,
@@ -95,6 +95,34 @@ class FakeCore:
 
     def _note_fault(self, fault: Fault) -> None:
         self.record.faults.append(str(fault))
+
+    # -- faults (providers/fakes/faults.py) -----------------------------------------------------------------
+
+    garbage = "}{"
+    """What `garbage_json` sends: a frame of the vendor's that is not JSON."""
+
+    def _fault(self, fault: Fault, now: int) -> None:
+        """A fault fired: noted, and what every fake does alike done here (`half_open`, `abrupt_close`,
+        `garbage_json`, `mutate`); the vendor's kinds, and its own part of `half_open`, in `_on_fault`. A
+        half-open connection sends nothing more, whatever else goes wrong: only `abrupt_close` still acts."""
+        self._note_fault(fault)
+        kind = fault.kind
+        if self._half_open and kind is not FaultKind.ABRUPT_CLOSE:
+            return
+        if kind is FaultKind.ABRUPT_CLOSE:
+            self._close_with(CloseRequest(1006, abrupt=True))
+        elif kind is FaultKind.GARBAGE_JSON:
+            self._send(self.garbage)
+        elif kind is FaultKind.MUTATE:
+            self._mutate.arm(fault)
+        else:
+            if kind is FaultKind.HALF_OPEN:
+                self._half_open = True
+                self._drop_held()
+            self._on_fault(fault, now)
+
+    def _on_fault(self, fault: Fault, now: int) -> None:
+        """The vendor's part of a fault (its `close`, `invalid_audio`, `slow_handshake`, ...)."""
 
     # -- outputs --------------------------------------------------------------------------------------------
 

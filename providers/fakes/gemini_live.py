@@ -494,6 +494,8 @@ class _Reply:
 class GeminiFakeConnection(FakeCore):
     """One Gemini Live connection, server side, with the scripted model behind it."""
 
+    garbage = "}{ this is not JSON"
+
     def __init__(
         self,
         options: GeminiFakeOptions | None = None,
@@ -1123,25 +1125,17 @@ class GeminiFakeConnection(FakeCore):
         if self._faults is None:
             return
         for fault in self._faults.due(now):
-            self._note_fault(fault)
-            kind = fault.kind
-            if kind is FaultKind.HALF_OPEN:
-                self._half_open = True
-                self._drop_held()
-            elif kind is FaultKind.CLOSE:
-                self._emit({"goAway": {"timeLeft": "0s"}})
-                self._release()
-                self._close_with(CloseRequest(1011, DEADLINE_EXPIRED))
-            elif kind is FaultKind.ABRUPT_CLOSE:
-                self._close_with(CloseRequest(1006, abrupt=True))
-            elif kind is FaultKind.GARBAGE_JSON:
-                self._send("}{ this is not JSON")
-            elif kind is FaultKind.INVALID_AUDIO:
-                self._emit(_audio_message("!!not*base64!!"))  # invalid_audio: not base64
-            elif kind is FaultKind.MUTATE:
-                self._mutate.arm(fault)
+            self._fault(fault, now)
             if self._closing:
                 return
+
+    def _on_fault(self, fault: Fault, now: int) -> None:
+        if fault.kind is FaultKind.CLOSE:
+            self._emit({"goAway": {"timeLeft": "0s"}})
+            self._release()
+            self._close_with(CloseRequest(1011, DEADLINE_EXPIRED))
+        elif fault.kind is FaultKind.INVALID_AUDIO:
+            self._emit(_audio_message("!!not*base64!!"))  # not base64
 
     # -- the funnels (connection.py) ------------------------------------------------------------------------
 

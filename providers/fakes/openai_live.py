@@ -403,6 +403,7 @@ class LiveFakeConnection(FakeCore):
     """
 
     append_type = "session.input_audio.append"
+    garbage = _GARBAGE_FRAME
 
     def __init__(
         self,
@@ -597,43 +598,31 @@ class LiveFakeConnection(FakeCore):
     def _faults_at(self, now: int) -> None:
         """Fire what the schedule has due at `now`, then end a stall whose time is up."""
         for fault in self._schedule.due(now):
-            self._fire(fault, now)
+            self._fault(fault, now)
             if self._closing:
                 return
         self._schedule.active(FaultKind.STALL, now)  # lets the schedule forget a stall that has ended
         if self._stall_until is not None and now >= self._stall_until:
             self._end_stall()
 
-    def _fire(self, fault: Fault, now: int) -> None:
-        self._note_fault(fault)
+    def _on_fault(self, fault: Fault, now: int) -> None:
         kind = fault.kind
-        if self._half_open and kind is not FaultKind.ABRUPT_CLOSE:
-            return  # a wedged connection sends nothing, whatever else goes wrong
         if kind is FaultKind.BURST:
             self._set_speed(fault.value if fault.value and fault.value > 0 else 1.0, now)
         elif kind is FaultKind.STALL:
             self._stall_until = self._schedule.stall_ends()
         elif kind is FaultKind.HALF_OPEN:
-            self._half_open = True
             self._stall_until = None
-            self._drop_held()
         elif kind is FaultKind.CLOSE:
             if self._resource is not None:
                 self._finish("expired", now, None)
             else:
                 self._close_with(CloseRequest(1000))
-        elif kind is FaultKind.ABRUPT_CLOSE:
-            self._held.clear()
-            self._close_with(CloseRequest(1006, abrupt=True))
-        elif kind is FaultKind.GARBAGE_JSON:
-            self._send(_GARBAGE_FRAME)
         elif kind is FaultKind.INVALID_AUDIO:
             # No event_id on the primary WebSocket (OutputAudioDeltaEvent).
             self._emit({"type": "session.output_audio.delta", "delta": _BAD_BASE64})
         elif kind is FaultKind.DUPLICATE_TOOL_CALL:
             self._duplicate = True
-        elif kind is FaultKind.MUTATE:
-            self._mutate.arm(fault)
         elif kind is FaultKind.SLOW_HANDSHAKE:
             if self._resource is None and self._announce_at is None:  # only a start not yet answered
                 self._slow_handshake_ms = fault.value or 0.0
@@ -700,13 +689,13 @@ class LiveFakeConnection(FakeCore):
         fired = self._schedule.due(now)
         for fault in fired:  # a slow handshake must be known before session.started can be sent
             if fault.kind is FaultKind.SLOW_HANDSHAKE:
-                self._fire(fault, now)
+                self._fault(fault, now)
         self._announce_at = now + int(self._slow_handshake_ms * _NS_PER_MS)
         if self._slow_handshake_ms <= 0:
             self._announce(now)
         for fault in fired:
             if fault.kind is not FaultKind.SLOW_HANDSHAKE and not self._closing:
-                self._fire(fault, now)
+                self._fault(fault, now)
 
     def _announce(self, now: int) -> None:
         """The session starts: send `session.started` and start its clocks."""

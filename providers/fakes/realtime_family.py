@@ -327,6 +327,7 @@ class RealtimeFamilyConnection(FakeCore):
     """One Realtime-family WebSocket connection, server side (see the module docstring)."""
 
     append_type = "input_audio_buffer.append"
+    garbage = _GARBAGE
 
     def __init__(
         self,
@@ -491,25 +492,16 @@ class RealtimeFamilyConnection(FakeCore):
         while self._fired < len(self._schedule.fired):
             fault = self._schedule.fired[self._fired]
             self._fired += 1
-            self._note_fault(fault)
-            self._on_fault(fault, now)
+            self._fault(fault, now)
 
     def _on_fault(self, fault: Fault, now: int) -> None:
         kind = fault.kind
         if kind is FaultKind.HALF_OPEN:
-            self._half_open = True
             self._out.clear()
-            self._drop_held()
         elif kind is FaultKind.CLOSE:
             self._expire()
-        elif kind is FaultKind.ABRUPT_CLOSE:
-            self._close_with(CloseRequest(1006, abrupt=True))
-        elif kind is FaultKind.GARBAGE_JSON:
-            self._send(_GARBAGE)
         elif kind is FaultKind.INVALID_AUDIO:
             self._corrupt_audio = True
-        elif kind is FaultKind.MUTATE:
-            self._mutate.arm(fault)
         elif kind is FaultKind.SLOW_HANDSHAKE and self._handshake_at is not None:
             delay = int((fault.value or 0) * _NS_PER_MS)
             self._handshake_at = max(self._handshake_at, now + delay)
@@ -532,10 +524,10 @@ class RealtimeFamilyConnection(FakeCore):
         return self._stalled(self._now)
 
     def _close_with(self, request: CloseRequest) -> None:
-        """A stall's frames go out before the close (half-open: nothing goes out)."""
+        """A stall's frames go out before the close; a half-open connection does not even drop TCP."""
         if not self._closing and not self._half_open:
             self._release()
-        super()._close_with(request)
+            super()._close_with(request)
 
     def _event(self, kind: str, **fields: Any) -> None:
         self._emit({"type": kind, "event_id": self._ids.new("event"), **fields})
