@@ -28,8 +28,9 @@ The model behind it (deterministic, on bytes and `now` only):
 * Output audio goes out faster than real time: chunks of `chunk_ms`, chunk k+1 due `chunk_ms / speed` after
   chunk k (`speed` default 4x; a `burst:F` fault makes it F). Transcript deltas (one per word) ride along.
 
-Faults (faults.py) act at two funnels: every outbound frame goes through `_emit`, every close through
-`_close_with`. Fired faults are appended to `record.faults` as spec strings.
+Faults (faults.py) act at the funnels of the connection base (connection.py): every outbound frame goes through
+`_send`, every close through `_close_with`, every fired fault through `_fault` (appended to `record.faults` as
+its spec string); a stall holds frames here until it ends.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ the TCP connection is dropped), 1001 to every open connection when the server st
 raises. A client frame is never fed to a core that asked to close or once the close handshake has begun.
 Unlike it, a slow reader gets no back-pressure: the fake writes on, as a paced provider does.
 
-A connection core provides:
+A connection core (a subclass of providers/fakes/connection.py `FakeCore`, or anything alike) provides:
 - `record: ConnectionRecord`, `last_frame: ClientFrameRecord | None`;
 - `receive_message(data, now)`, `handle_timer(now)`, `connection_lost(code, now)`, `inject(fault, now)`;
 - `frames_to_send() -> list[str]`, `close_to_send() -> CloseRequest | None`, `next_deadline() -> int | None`;
