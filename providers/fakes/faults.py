@@ -194,10 +194,14 @@ class FaultSchedule:
             deadlines.append(stall_end)
         return min(deadlines) if deadlines else None
 
-    def speed(self, now: int) -> float:
-        """How many times faster than real time output should go now (1.0 without a burst fault)."""
+    def speed(self, now: int, normal: float = 1.0) -> float:
+        """How many times faster than real time output should go now (`normal` without a burst fault)."""
         burst = self.active(FaultKind.BURST, now)
-        return burst.value if burst is not None and burst.value else 1.0
+        return burst.value if burst is not None and burst.value else normal
+
+    def stalled(self, now: int) -> bool:
+        """A stall holds the output at `now`."""
+        return self.active(FaultKind.STALL, now) is not None
 
 
 # --- `mutate`: corrupted copies of real outgoing frames -----------------------------------------------------

@@ -1016,8 +1016,7 @@ class GeminiFakeConnection(FakeCore):
                 reply.sent += len(data)
                 self._emit(_audio_message(base64.b64encode(data).decode("ascii")))
                 self._transcribe_upto(reply, math.ceil(len(reply.words) * reply.sent / len(reply.audio)))
-                fault = self._faults.active(FaultKind.BURST, now)
-                speed = fault.value if fault is not None and fault.value else self.options.burst_factor
+                speed = self._faults.speed(now, self.options.burst_factor)
                 reply.next_due += int(len(data) / 2 / _OUT_RATE * 1e9 / speed)
             if reply.sent >= len(reply.audio):
                 self._transcribe_upto(reply, len(reply.words))
@@ -1119,7 +1118,7 @@ class GeminiFakeConnection(FakeCore):
             self._release()
 
     def _stalled(self, now: int) -> bool:
-        return self._faults is not None and self._faults.active(FaultKind.STALL, now) is not None
+        return self._faults is not None and self._faults.stalled(now)
 
     def _fire_faults(self, now: int) -> None:
         if self._faults is None:

@@ -508,21 +508,14 @@ class RealtimeFamilyConnection(FakeCore):
             self._handshake_at = max(self._handshake_at, now + delay)
         # BURST, STALL and DUPLICATE_TOOL_CALL are states, asked for where they act.
 
-    def _stalled(self, now: int) -> bool:
-        return self._schedule.active(FaultKind.STALL, now) is not None
-
-    def _speed(self, now: int) -> float:
-        burst = self._schedule.active(FaultKind.BURST, now)
-        return burst.value if burst is not None and burst.value else self.options.speed
-
     def _flush_held(self, now: int) -> None:
-        if self._held and not self._stalled(now):
+        if self._held and not self._schedule.stalled(now):
             self._release()
 
     # -- funnels (connection.py) ----------------------------------------------------------------------------
 
     def _holding(self) -> bool:
-        return self._stalled(self._now)
+        return self._schedule.stalled(self._now)
 
     def _close_with(self, request: CloseRequest) -> None:
         """A stall's frames go out before the close; a half-open connection does not even drop TCP."""
@@ -1116,7 +1109,7 @@ class RealtimeFamilyConnection(FakeCore):
                     if "text" in r.modalities and self.dialect.text_alongside_audio:
                         self._event(self.dialect.text_delta_type, **common, delta=delta)
                 r.words.append(word)
-            r.next_at += int(chunk.ns / self._speed(now))
+            r.next_at += int(chunk.ns / self._schedule.speed(now, self.options.speed))
             if r.sent == len(r.chunks):
                 self._finish(r, "completed", None, now)
 
