@@ -22,6 +22,7 @@ import json
 from typing import Any
 
 from providers.fakes.faults import Fault, FaultKind, Mutator
+from providers.fakes.script import Turn, label
 from providers.fakes.server import (
     ClientFrameRecord,
     CloseRequest,
@@ -92,6 +93,27 @@ class FakeCore:
             return frame
         nbytes = self.last_frame.audio_bytes if self.last_frame is not None else None
         return shorten_audio(frame, self.append_type, nbytes)
+
+    # -- the notes (server.py: what a harness joins with what the bridge emitted) -----------------------------
+
+    def _heard(self, now: int, item: str, n: int, seconds: float, ms: float) -> str:
+        """The model took caller utterance `n` (`item` its id, `ms` long): noted as `heard`, with the transcript
+        it gets (returned)."""
+        text = label("utterance", n, seconds)
+        self.record.note(now, "heard", item=item, n=n, text=text, audio_ms=round(ms))
+        return text
+
+    def _answers(
+        self, now: int, turn: Turn, source: str | None, kind: str | None, call_id: str | None = None
+    ) -> None:
+        """The model answers input `source` (of `kind` audio, text or None) with `turn`: noted as the
+        `tool_call` it made (by `call_id`) or the `response` it began."""
+        answers = {"for": source, "input": kind}
+        if call_id is None:
+            self.record.note(now, "response", reply=turn.reply, **answers)
+        else:
+            assert turn.tool_call is not None
+            self.record.note(now, "tool_call", call_id=call_id, name=turn.tool_call.name, **answers)
 
     def _note_fault(self, fault: Fault) -> None:
         self.record.faults.append(str(fault))

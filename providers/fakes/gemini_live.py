@@ -80,7 +80,7 @@ import numpy as np
 from providers.fakes.connection import FakeCore, parse_client
 from providers.fakes.echo import mean_square, voiced_windows
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
-from providers.fakes.script import Script, Turn
+from providers.fakes.script import Script, Turn, label
 from providers.fakes.server import (
     CloseRequest,
     ConnectionContext,
@@ -932,15 +932,8 @@ class GeminiFakeConnection(FakeCore):
         self.session.turns += 1
         self.session.context_audio += math.ceil(len(utterance) / 2 / _IN_RATE * _TOKENS_PER_AUDIO_S)
         number = self.session.turns
-        text = f"[utterance {number}, {len(utterance) / 2 / _IN_RATE:.1f} s]"
-        self.record.note(
-            now,
-            "heard",
-            item=str(number),
-            n=number,
-            text=text,
-            audio_ms=round(len(utterance) / 2 / _IN_RATE * 1000),
-        )
+        seconds = len(utterance) / 2 / _IN_RATE
+        text = self._heard(now, str(number), number, seconds, seconds * 1000)
         if self._transcribe_in:
             words = _words(text)
             for i, word in enumerate(words):
@@ -969,15 +962,14 @@ class GeminiFakeConnection(FakeCore):
             return
         self._reply = reply
         call = reply.script.tool_call
+        kind = "audio" if reply.utterance is not None else "text"
         if call is None:
-            answers = {"for": str(reply.number), "input": "audio" if reply.utterance is not None else "text"}
-            self.record.note(now, "response", reply=reply.script.reply, **answers)
+            self._answers(now, reply.script, str(reply.number), kind)
             self._generate(reply, now)
             return
         call_id = self._ids.new("fc")
         reply.calls[call_id] = call.name
-        answers = {"for": str(reply.number), "input": "audio" if reply.utterance is not None else "text"}
-        self.record.note(now, "tool_call", call_id=call_id, name=call.name, **answers)
+        self._answers(now, reply.script, str(reply.number), kind, call_id)
         message = {
             "toolCall": {"functionCalls": [{"id": call_id, "name": call.name, "args": dict(call.arguments)}]}
         }
@@ -990,13 +982,13 @@ class GeminiFakeConnection(FakeCore):
         if turn.reply == "echo" and reply.utterance is not None:
             up = Resampler(_IN_RATE, _OUT_RATE)
             reply.audio = up.process(reply.utterance) + up.flush()
-            transcript = turn.transcript or f"[echo {reply.number}, {len(reply.audio) / 2 / _OUT_RATE:.1f} s]"
+            transcript = turn.transcript or label("echo", reply.number, len(reply.audio) / 2 / _OUT_RATE)
         elif turn.reply == "silence":
             reply.audio = bytes(_OUT_RATE * turn.duration_ms // 1000 * 2)
             transcript = turn.transcript or ""
         else:
             reply.audio = _tone(turn.duration_ms, turn.frequency_hz)
-            placeholder = f"[tone {reply.number}, {turn.duration_ms / 1000:.1f} s]"
+            placeholder = label("tone", reply.number, turn.duration_ms / 1000)
             transcript = turn.transcript or (
                 reply.text if turn.reply == "echo" and reply.text else placeholder
             )

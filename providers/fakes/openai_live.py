@@ -104,7 +104,7 @@ from providers.fakes.schema import (
     members,
     validate,
 )
-from providers.fakes.script import Script, ToolCallScript, Turn
+from providers.fakes.script import Script, ToolCallScript, Turn, label
 from providers.fakes.server import (
     ClientFrameRecord,
     CloseRequest,
@@ -812,7 +812,7 @@ class LiveFakeConnection(FakeCore):
     def _on_utterance(self, u: Utterance, now: int) -> None:
         self._utterance_no += 1
         number = self._utterance_no
-        text = f"[utterance {number}, {u.duration_ms / 1000:.1f} s]"
+        text = label("utterance", number, u.duration_ms / 1000)
         self._emit(
             {
                 "type": "session.input_transcript.delta",
@@ -822,7 +822,7 @@ class LiveFakeConnection(FakeCore):
                 "end_ms": u.end_ms,
             }
         )
-        self.record.note(now, "heard", item=str(number), n=number, text=text, audio_ms=round(u.duration_ms))
+        self._heard(now, str(number), number, u.duration_ms / 1000, u.duration_ms)
         if len(self._replies) >= self.options.max_queued:
             self.dropped += 1
             return
@@ -833,14 +833,7 @@ class LiveFakeConnection(FakeCore):
             self.delegations[delegation_id] = DelegationRecord(delegation_id, number, turn.tool_call, now)
             reply.ready_at, reply.delegation_id = None, delegation_id
             deliveries = 2 if self._duplicate else 1
-            self.record.note(
-                now,
-                "tool_call",
-                call_id=delegation_id,
-                name=turn.tool_call.name,
-                input="audio",
-                **{"for": str(number)},
-            )
+            self._answers(now, turn, str(number), "audio", delegation_id)
             for _ in range(deliveries):
                 # GPT-Live delegations carry no task text: the tool's name and arguments stay in the fake.
                 self._emit(
@@ -852,7 +845,7 @@ class LiveFakeConnection(FakeCore):
                     }
                 )
         else:
-            self.record.note(now, "response", reply=turn.reply, input="audio", **{"for": str(number)})
+            self._answers(now, turn, str(number), "audio")
         self._replies.append(reply)
 
     def _speaker_deadline(self) -> int | None:
@@ -915,7 +908,7 @@ class LiveFakeConnection(FakeCore):
         self._out_end_ms = start_ms + math.ceil(duration_ms)
         text = turn.transcript
         if text is None and turn.reply != "silence":
-            text = f"[{turn.reply} {reply.number}, {duration_ms / 1000:.1f} s]"
+            text = label(turn.reply, reply.number, duration_ms / 1000)
         if text is not None:
             self._emit(
                 {

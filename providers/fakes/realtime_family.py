@@ -71,7 +71,7 @@ from providers.fakes.schema import (
     merge,
     validate,
 )
-from providers.fakes.script import Script, ToolCallScript, Turn
+from providers.fakes.script import Script, ToolCallScript, Turn, label
 from providers.fakes.server import (
     Authorize,
     CloseRequest,
@@ -876,14 +876,7 @@ class RealtimeFamilyConnection(FakeCore):
         }
         self._add_item(item)
         self._transcribe(source)
-        self.record.note(
-            now,
-            "heard",
-            item=source.item_id,
-            n=source.index,
-            text=_heard_text(source),
-            audio_ms=round(source.ms),
-        )
+        self._heard(now, source.item_id, source.index, source.ms / 1000, source.ms)
         self._unanswered = source
         if respond and self._response is None:
             self._answer(now, {})
@@ -893,7 +886,7 @@ class RealtimeFamilyConnection(FakeCore):
         config = _get(self._session, d.transcription_path)
         if not isinstance(config, dict):
             return
-        text = _heard_text(source)
+        text = label("utterance", source.index, source.ms / 1000)
         words = text.split(" ")
         if d.transcription_events == "deltas":
             for i, word in enumerate(words):
@@ -938,19 +931,15 @@ class RealtimeFamilyConnection(FakeCore):
         self._turn_no += 1
         turn = self.script.turn(self._turn_no)
         caller = source if source is not None and source.audio is not None else None
-        answers = {
-            "for": source.item_id if source is not None else None,
-            "input": None if source is None else "audio" if caller is not None else "text",
-        }
+        item = source.item_id if source is not None else None
+        kind = None if source is None else "audio" if caller is not None else "text"
         if turn.tool_call is not None and (caller is not None or not self.script.tools_answer_callers):
             self._call_tool(turn, caller, now, params)
             assert self._pending_tool is not None
-            self.record.note(
-                now, "tool_call", call_id=self._pending_tool.call_id, name=turn.tool_call.name, **answers
-            )
+            self._answers(now, turn, item, kind, self._pending_tool.call_id)
         else:  # with `tools_answer_callers`, a text (the application's context) is spoken, not a call
             self._speak(turn, caller, self._turn_no, now, params)
-            self.record.note(now, "response", reply=turn.reply, **answers)
+            self._answers(now, turn, item, kind)
 
     def _new_response(self, now: int, params: dict[str, Any], *, interruptible: bool = True) -> _Response:
         d = self.dialect
@@ -1023,13 +1012,13 @@ class RealtimeFamilyConnection(FakeCore):
                 audio = source.audio
             else:
                 audio = self._tone(fmt, ms, turn.frequency_hz)
-            label = f"[echo {turn_no}, {ms / 1000:.1f} s]"
+            text = label("echo", turn_no, ms / 1000)
         else:
             ms = float(turn.duration_ms)
             kind = "silence" if turn.reply == "silence" else "tone"
             audio = self._tone(fmt, ms, 0.0 if kind == "silence" else turn.frequency_hz)
-            label = f"[{kind} {turn_no}, {ms / 1000:.1f} s]"
-        return audio, turn.transcript if turn.transcript is not None else label
+            text = label(kind, turn_no, ms / 1000)
+        return audio, turn.transcript if turn.transcript is not None else text
 
     def _tone(self, fmt: AudioFormat, ms: float, freq: float) -> bytes:
         n = int(round(fmt.rate * ms / 1000))
@@ -1279,11 +1268,6 @@ class RealtimeFamilyConnection(FakeCore):
             "output_token_details": {"grok_tokens": out_audio + out_text},
             "billable_audio_seconds": round(self._input_total_ms / 1000, 3),
         }
-
-
-def _heard_text(source: _Input) -> str:
-    """The transcript the fake model gives a committed caller utterance."""
-    return f"[utterance {source.index}, {source.ms / 1000:.1f} s]"
 
 
 def _b64_length(text: str) -> int | None:

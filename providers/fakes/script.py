@@ -69,6 +69,12 @@ class Script:
         return self.then
 
 
+def label(kind: str, n: int, seconds: float) -> str:
+    """The placeholder text of the fake model: what it heard (`[utterance 2, 0.6 s]`) or said (`[echo 2, 0.6 s]`,
+    `[tone 3, 1.0 s]`) when the script gives no transcript."""
+    return f"[{kind} {n}, {seconds:.1f} s]"
+
+
 def _turn(data: dict[str, Any]) -> Turn:
     call = data.get("tool_call")
     tool = ToolCallScript(str(call["name"]), dict(call.get("arguments") or {})) if call else None
