@@ -63,6 +63,7 @@ __all__ = [
     "EchoFinished",
     "EchoEvent",
     "EchoModel",
+    "MediaClock",
     "codec",
     "mean_square",
     "voiced_windows",
@@ -213,9 +214,32 @@ EchoEvent = UtteranceStarted | UtteranceDetected | EchoStarted | EchoAudio | Ech
 
 
 @dataclass(slots=True)
+class MediaClock:
+    """The pacing of one reply: `m` ns of its audio may be out at `due(m)`. The clock reads `at_m` at `at_t` and
+    runs at `speed` (1: real time); `rebase` changes the speed at `now`, so that what was already due keeps its
+    time. A reply that starts at t0 with `lead` ns allowed out at once: `MediaClock(t0, lead)`."""
+
+    at_t: int
+    at_m: float
+    speed: float = 1.0
+
+    def due(self, m: int) -> int:
+        if m <= self.at_m:
+            return self.at_t
+        return self.at_t + math.ceil((m - self.at_m) / self.speed)
+
+    def rebase(self, now: int, speed: float) -> None:
+        if now > self.at_t:
+            self.at_m += (now - self.at_t) * self.speed
+            self.at_t = now
+        self.speed = speed
+
+
+@dataclass(slots=True)
 class _Playout:
     utterance: Utterance
     t0: int
+    clock: MediaClock
     started: bool = False
     sent: int = 0
     n: int = 0
@@ -383,7 +407,7 @@ class EchoModel:
         if not self.options.speak:
             return
         if self._current is None:
-            self._current = _Playout(u, now)
+            self._current = _Playout(u, now, MediaClock(now, self._lead_ns))
         elif len(self._queue) < self.options.max_queued:
             self._queue.append((u, now))
         else:
@@ -400,7 +424,7 @@ class EchoModel:
     # -- playback -------------------------------------------------------------------------------------------
 
     def _due(self, p: _Playout) -> int:
-        return max(p.t0, p.t0 + p.n * self._chunk_ns - self._lead_ns)
+        return p.clock.due(p.n * self._chunk_ns)  # max(t0, t0 + n·chunk - lead)
 
     def _pump(self, now: int) -> None:
         while (p := self._current) is not None:
@@ -425,4 +449,5 @@ class EchoModel:
             self._current = None
             if self._queue:
                 nxt, detected_at = self._queue.popleft()
-                self._current = _Playout(nxt, max(played_until, detected_at))
+                t0 = max(played_until, detected_at)
+                self._current = _Playout(nxt, t0, MediaClock(t0, self._lead_ns))

@@ -91,7 +91,7 @@ from typing import Any
 import numpy as np
 
 from providers.fakes.connection import FakeCore, parse_client
-from providers.fakes.echo import EchoModel, EchoOptions, Utterance, UtteranceDetected, codec
+from providers.fakes.echo import EchoModel, EchoOptions, MediaClock, Utterance, UtteranceDetected, codec
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.schema import (
     Bool,
@@ -379,15 +379,13 @@ class _Reply:
 
 @dataclass(slots=True)
 class _Playout:
-    """A reply being spoken. Its media clock (ns of audio allowed out) is `anchor_m` at `anchor_t` and runs at
-    `speed`; a burst re-anchors it, so the chunks already due keep their times."""
+    """A reply being spoken on its media clock (echo.py; a burst rebases it, so the chunks already due keep their
+    times)."""
 
     reply: _Reply
     length: int  # bytes in the session's format
     length_ns: int
-    anchor_t: int
-    anchor_m: float
-    speed: float
+    clock: MediaClock
     n: int = 0
     sent: int = 0
 
@@ -630,10 +628,7 @@ class LiveFakeConnection(FakeCore):
     def _set_speed(self, speed: float, now: int) -> None:
         p = self._playout
         if p is not None:
-            if now > p.anchor_t:
-                p.anchor_m += (now - p.anchor_t) * p.speed
-                p.anchor_t = now
-            p.speed = speed
+            p.clock.rebase(now, speed)
         self._speed = speed
 
     def _end_stall(self) -> None:
@@ -857,10 +852,7 @@ class LiveFakeConnection(FakeCore):
 
     def _due(self, p: _Playout) -> int:
         """When chunk `p.n` is due: the media clock reaches n·chunk_ms."""
-        need = p.n * self._chunk_ns
-        if need <= p.anchor_m:
-            return p.anchor_t
-        return p.anchor_t + math.ceil((need - p.anchor_m) / p.speed)
+        return p.clock.due(p.n * self._chunk_ns)
 
     def _speak(self, now: int) -> None:
         """Hand out every reply chunk due at or before `now`, starting queued replies in order."""
@@ -888,8 +880,7 @@ class LiveFakeConnection(FakeCore):
                 )
                 p.sent = end
                 p.n += 1
-            remaining = self._lead_ns + p.length_ns - p.anchor_m
-            self._free_at = p.anchor_t + max(0, math.ceil(remaining / p.speed))
+            self._free_at = p.clock.due(self._lead_ns + p.length_ns)  # its media clock reached its end
             self._playout = None
 
     def _start(self, reply: _Reply, t0: int) -> _Playout:
@@ -920,7 +911,7 @@ class LiveFakeConnection(FakeCore):
                 }
             )
         length_ns = length * _NS_PER_S // (fmt.rate * fmt.sample_width)
-        return _Playout(reply, length, length_ns, t0, float(self._lead_ns), self._speed)
+        return _Playout(reply, length, length_ns, MediaClock(t0, float(self._lead_ns), self._speed))
 
     def _audio(self, reply: _Reply, start: int, end: int) -> bytes:
         """Bytes [start, end) of a reply in the session's format."""
