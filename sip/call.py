@@ -17,16 +17,16 @@ INVITE we sent (CONFIRMED at once). What it does (RFC 3261 §12-§15; RFC 3264, 
   `SessionExpired`, `CallEnded(408)`; we refresh (UPDATE when the peer allows it, else re-INVITE with our
   unchanged SDP) when we are the refresher; a refresh answered 408/481 → BYE (408) and `CallEnded`.
 - OPTIONS in the dialog → 200 (a live call's keep-alive must not fail because we drain).
-- INFO application/dtmf-relay (or application/dtmf) → 200 and `DtmfReceived`; other INFO bodies → 400; our
-  digits go out one INFO at a time (`send_info_dtmf`).
+- INFO application/dtmf-relay (or application/dtmf) → 200 and `DtmfReceived` (no digit in it → 400); ours go
+  out one INFO at a time (`send_info_dtmf`).
 - REFER from the peer → 403 and `ReferRefused` (a caller must not make the bridge dial out); our `refer` →
   `ReferResponse`; NOTIFY for its implicit subscription → 200 and `ReferNotify` (the sipfrag's status); other
   NOTIFYs → 481 or 489.
 - a 481 to one of our requests (not BYE, not the un-SUBSCRIBE) means the peer lost the dialog: `CallEnded(481)`.
 
-`IN_DIALOG` is the method table the router dispatches a peer's in-dialog request through (after the dialog's
-CSeq check); `on_ack`, `on_response` (our requests' responses, by transaction) and `on_ack_timeout` are the
-other inputs. When the call ends it tells the router once (`UaContext.call_ended`), which forgets its indexes.
+Inputs: `IN_DIALOG`, the method table the router dispatches a peer's in-dialog request through (after the
+dialog's CSeq check); `on_ack`; `on_response` (our requests'); `on_ack_timeout`; `fire`. When the call ends it
+tells the router once (`UaContext.call_ended`), which forgets its routes.
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ from sip.uabase import (
     UaContext,
     content_type,
     media_key,
+    next_hop,
     parse_dtmf_info,
     parse_sdp_or_none,
     parse_sipfrag,
@@ -624,12 +625,8 @@ class Call(Timed):
         )
 
     def _next_hop(self) -> tuple[tuple[str, int], str]:
-        if (self.send_to_source or self.no_contact) and not self.dialog.route_set:
-            return self.source, self.transport
-        destination, transport = self.dialog.next_hop()
-        if not destination[0]:
-            return self.source, self.transport
-        return destination, transport.lower()
+        to_source = self.send_to_source or self.no_contact
+        return next_hop(self.dialog, self.source, self.transport, to_fallback=to_source)
 
     def _contact_headers(self) -> tuple[tuple[str, str], ...]:
         return (("Contact", self.dialog.local_contact), ("Allow", ALLOW))

@@ -32,7 +32,7 @@ from sip.sdp import LocalMedia, NegotiatedMedia, SessionDescription, accept_answ
 from sip.sdp import offer as sdp_offer
 from sip.sessiontimer import min_se, offered_timer, session_expires, session_expires_or_none
 from sip.transaction import ClientTransaction, Timed
-from sip.uabase import ALLOW, SECOND, SUPPORTED, UaContext, content_type, parse_sdp_or_none, tag_of
+from sip.uabase import ALLOW, SECOND, SUPPORTED, UaContext, content_type, next_hop, parse_sdp_or_none, tag_of
 from sip.uaevents import CallConfirmed, CallEnded, CallProgress
 from sip.uri import parse_uri
 
@@ -304,7 +304,8 @@ class OutboundCall(Timed):
             self._ctx.stats["malformed_2xx"] += 1
             return
         number, _ = parse_cseq(tx.request.headers.get("CSeq") or "1 INVITE")
-        destination, transport = self._dialog_hop(dialog)
+        to_source = self._ctx.config.send_to_source
+        destination, transport = next_hop(dialog, self.destination, self.transport, to_fallback=to_source)
         data = serialize(dialog.ack(number, via=self._ctx.via(transport)))
         self.ack[remote_tag] = (data, destination, transport)
         self._ctx.layer.send_stateless(data, destination, transport)
@@ -343,14 +344,6 @@ class OutboundCall(Timed):
         self._ctx.stats["calls_out_answered"] += 1
         self._ctx.events.append(CallConfirmed(self.id, media))
         c.start_session_timer(now)
-
-    def _dialog_hop(self, dialog: Dialog) -> tuple[tuple[str, int], str]:
-        if self._ctx.config.send_to_source and not dialog.route_set:
-            return self.destination, self.transport
-        destination, transport = dialog.next_hop()
-        if not destination[0]:
-            return self.destination, self.transport
-        return destination, transport.lower()
 
     def _outbound_end(self, reason: str, status: int, *, by_remote: bool) -> None:
         if self.ended:

@@ -28,8 +28,7 @@ What the router answers by itself (the application sees only call events):
 - a new INVITE: 100 Trying at once (by its transaction), `IncomingCall`; then the application's `ring`,
   `answer` or `reject` (`sip.call`). The core has no ring timeout: the application answers, rejects or hangs
   up every call it is given. Each call's events end with exactly one `CallEnded` or `CallCancelled`. 503 with
-  Retry-After while draining or at `max_calls`; 482 for a merged request (§8.2.2.2); a Session-Expires below
-  our Min-SE → 422 with Min-SE (RFC 4028).
+  Retry-After while draining or at `max_calls`; 482 for a merged request (§8.2.2.2).
   An INVITE that can never be answered gets 488 at once, before any 180, and never becomes an `IncomingCall`
   (nothing is paid for it: no provider connection, no RTP port): its offer fails `sip.sdp.check_offer` against
   `UaConfig.codecs`/`srtp`/`crypto_suites` (one reason phrase per cause, with a Warning, RFC 3261 §20.43:
@@ -41,14 +40,11 @@ What the router answers by itself (the application sees only call events):
   always 200 (a live call's keep-alive must not fail because we drain).
 - INFO of a type other than application/dtmf-relay or application/dtmf → 415.
 - REFER out of a dialog → 403 (a caller must not make the bridge dial out); in a dialog too (`sip.call`).
-- Methods: we allow INVITE ACK CANCEL BYE OPTIONS INFO UPDATE REFER NOTIFY. A method of RFC 3261 or a standard
-  extension that we do not do (REGISTER, SUBSCRIBE, PUBLISH, MESSAGE, PRACK) → 405 with Allow; a method no RFC
-  we know defines → 501 with Allow (§8.2.1: 405 is for methods the UAS recognises).
-- Checks, in this order: Max-Forwards 0 → 483 (the project's rule; RFC 4475 "zeromf" would have an endpoint
-  process it); method (405/501); the checks of `sip.message.check_request` (416, 400 bare branch, 420 with
-  Unsupported, 415 with Accept); then the method's own. A message the parser refused with a partial request
-  gets the parser's status and reason (400 "Bad CSeq header", 513, 505); one it refused without → dropped
-  and counted. An unparseable datagram, a stray response, an unmatched ACK are counted in `stats` and dropped.
+- Methods: we allow INVITE ACK CANCEL BYE OPTIONS INFO UPDATE REFER NOTIFY. The generic checks of every request
+  (483, 405/501 with Allow, 416, 400, 420, 415) and a new INVITE's own (400, 422, 488) are `sip.incoming`'s, in
+  its order; then the method's own. A message the parser refused with a partial request gets the parser's
+  status and reason (400 "Bad CSeq header", 513, 505); one it refused without → dropped and counted. An
+  unparseable datagram, a stray response, an unmatched ACK are counted in `stats` and dropped.
 - Server / User-Agent: none unless `UaConfig.user_agent` names a product (a scanner such as svmap reads it to
   pick its exploits; by default we name nothing).
 - Via: a request's top Via gets `received` and, when it asked with `rport`, `rport` filled (§18.2.1, RFC 3581);
@@ -97,23 +93,22 @@ from typing import Protocol
 from sip.auth import Credentials
 from sip.call import Call, Stage
 from sip.dialog import Dialog, DialogId
+from sip.incoming import Refusal, precheck, vet_invite
 from sip.message import (
     Message,
     ParseError,
     Request,
     Response,
-    check_request,
     make_response,
     parse,
-    parse_name_addr,
     parse_via,
     serialize,
 )
 from sip.outbound import OutboundCall
 from sip.policy import Accept, Challenge, Decision, Drop, Refuse
 from sip.register import Registration, RegistrationStatus
-from sip.sdp import OFFER_REFUSALS, LocalMedia, OfferRefusal, SessionDescription, check_offer, sdes_policy
-from sip.sessiontimer import min_se, session_expires
+from sip.registrations import Registrations
+from sip.sdp import LocalMedia
 from sip.transaction import (
     AckTimeout,
     ClientTransaction,
@@ -125,16 +120,11 @@ from sip.transaction import (
     is_reliable,
     server_key,
 )
-from sip.trunks import Trunk
 from sip.uabase import (
     ALLOW,
     ALLOWED,
-    DTMF_TYPES,
-    KNOWN_NOT_ALLOWED,
-    SUPPORTED_OPTIONS,
     UaContext,
     parse_dtmf_info,
-    parse_sdp_or_none,
     parse_sipfrag,
     tag_of,
 )
@@ -231,9 +221,7 @@ class UserAgent:
         self._by_ist: dict[ServerInviteTransaction, Call] = {}
         self._initial: dict[tuple[str, str, str], Call] = {}
         self._outbound: dict[str, OutboundCall] = {}
-        # registrations we carry (add_registration) and their REGISTER transactions
-        self._registrations: list[Registration] = []
-        self._reg_tx: dict[ClientTransaction, Registration] = {}
+        self._registrations = Registrations(self._ctx)  # the registrations we carry (add_registration)
 
     # --- output ---
 
@@ -250,9 +238,8 @@ class UserAgent:
         """The soonest of the transactions' deadlines, the per-call objects' own and the registrations'."""
         layer = self._layer.next_deadline()
         calls = self._ctx.sched.next_deadline()
-        times = [t for t in (layer, calls) if t is not None]
-        times.extend(d for d in (r.next_deadline() for r in self._registrations) if d is not None)
-        return min(times) if times else None
+        registrations = self._registrations.next_deadline()
+        return min((t for t in (layer, calls, registrations) if t is not None), default=None)
 
     @property
     def active_calls(self) -> int:
@@ -305,11 +292,7 @@ class UserAgent:
             for obj in self._ctx.sched.pop_due(now):
                 obj.fire(now)
                 self._ctx.sched.update(obj)
-            for registration in self._registrations:
-                deadline = registration.next_deadline()
-                if deadline is not None and deadline <= now:
-                    registration.handle_timer(now)
-                    self._pump_registration(registration, now)
+            self._registrations.handle_timer(now)
             self._after_layer(now)
         except Exception:
             self.stats["internal_errors"] += 1
@@ -416,35 +399,25 @@ class UserAgent:
         self._after_layer(now)
         return True
 
+    # --- registrations (RFC 3261 §10, sip.register; carried by sip.registrations) ---
+
     def add_registration(self, registration: Registration, now: int) -> None:
         """Carry `registration` over this UA's transactions: its REGISTERs go out now and as it asks, its
         responses and timeouts come back to it, its timers are part of `next_deadline`."""
-        self._registrations.append(registration)
-        registration.start(now)
-        self._pump_registration(registration, now)
+        self._registrations.add(registration, now)
 
     def registrations(self, now: int) -> list[RegistrationStatus]:
         """The status of every registration (for `GET /registrations` or the status endpoint)."""
-        return [r.status(now) for r in self._registrations]
+        return self._registrations.status(now)
 
     def unregister_all(self, now: int) -> int:
         """Shutdown: REGISTER with Expires: 0 for every binding; how many went out (wait until
         `registrations_done`, or a grace period, before closing the sockets)."""
-        sent = 0
-        for registration in self._registrations:
-            if registration.stop(now):
-                sent += 1
-            self._pump_registration(registration, now)
-        return sent
+        return self._registrations.stop_all(now)
 
     @property
     def registrations_done(self) -> bool:
-        return all(r.done for r in self._registrations)
-
-    def _pump_registration(self, registration: Registration, now: int) -> None:
-        for out in registration.requests():
-            tx = self._layer.send_request(out.request, out.destination, out.transport.lower(), now)
-            self._reg_tx[tx] = registration
+        return self._registrations.done
 
     # --- requests: admit, stamp, route ---
 
@@ -516,38 +489,17 @@ class UserAgent:
         return None
 
     def _precheck(self, request: Request, transport: str, destination: tuple[str, int], now: int) -> int:
-        """Answer a request that fails a generic check; the status sent, or 0."""
-        method = request.method
-        mf = request.headers.get("Max-Forwards")
-        if mf is not None and mf.strip().isdigit() and int(mf) == 0:
-            return self._ctx.refuse(request, 483, transport, destination, now, "max_forwards_zero")
-        if method not in ALLOWED:
-            status = 405 if method in KNOWN_NOT_ALLOWED else 501
-            return self._ctx.refuse(
-                request, status, transport, destination, now, f"method_{status}", (("Allow", ALLOW),)
-            )
-        accepted: tuple[str, ...]
-        if method in ("INVITE", "UPDATE"):
-            accepted = ("application/sdp",)
-        elif method == "INFO":
-            accepted = DTMF_TYPES
-        elif method == "NOTIFY":
-            accepted = ("message/sipfrag",)
-        else:
-            accepted = ("application/sdp", "message/sipfrag", *DTMF_TYPES)
-        rejection = check_request(request, supported_options=SUPPORTED_OPTIONS, accepted_types=accepted)
-        if rejection is not None:
-            return self._ctx.refuse(
-                request,
-                rejection.status,
-                transport,
-                destination,
-                now,
-                f"refused_{rejection.status}",
-                rejection.headers,
-                rejection.reason,
-            )
-        return 0
+        """Answer a request that fails a generic check (`sip.incoming.precheck`); the status sent, or 0."""
+        refusal = precheck(request)
+        return self._refuse(request, refusal, transport, destination, now) if refusal is not None else 0
+
+    def _refuse(
+        self, request: Request, refusal: Refusal, transport: str, destination: tuple[str, int], now: int
+    ) -> int:
+        r = refusal
+        return self._ctx.refuse(
+            request, r.status, transport, destination, now, r.counter, r.headers, r.reason
+        )
 
     def _on_parse_error(self, error: ParseError, source: tuple[str, int], transport: str, now: int) -> None:
         partial = error.partial
@@ -659,59 +611,18 @@ class UserAgent:
                 request, 503, transport, destination, now, "invite_503_max_calls", retry, "Too Many Calls"
             )
             return
-        try:
-            expires, _ = session_expires(request)
-            min_se(request)
-        except ValueError as exc:
-            self._ctx.refuse(request, 400, transport, destination, now, "malformed_400", reason=str(exc))
-            return
-        if expires is not None and expires < self.config.min_se_s:
-            self._ctx.refuse(
-                request,
-                422,
-                transport,
-                destination,
-                now,
-                "session_interval_422",
-                (("Min-SE", str(self.config.min_se_s)),),
-            )
-            return
-        offer: SessionDescription | None = None
-        if request.body:
-            offer = parse_sdp_or_none(request.body)
-            if offer is None:
-                self._ctx.refuse(
-                    request, 400, transport, destination, now, "bad_sdp_400", reason="Bad SDP body"
+        vetted = vet_invite(request, self.config, transport, trunk, self._ctx.host_port(transport))
+        if isinstance(vetted, Refusal):
+            self._refuse(request, vetted, transport, destination, now)
+            if vetted.offer is not None:  # nothing is paid for a call that can never be answered
+                log.warning(
+                    "refused an INVITE from %s:%d%s with 488 %s (%s)",
+                    source[0],
+                    source[1],
+                    f" (trunk {trunk.name})" if trunk is not None else "",
+                    vetted.offer.reason,
+                    vetted.offer.text,
                 )
-                return
-        refusal = self._offer_refusal(offer, transport, trunk)
-        if refusal is not None:  # nothing is paid for a call that can never be answered: no 180, no call
-            self._ctx.refuse(
-                request,
-                488,
-                transport,
-                destination,
-                now,
-                f"offer_488_{refusal.cause}",
-                (("Warning", refusal.warning_header(self._ctx.host_port(transport))),),
-                refusal.reason,
-            )
-            log.warning(
-                "refused an INVITE from %s:%d%s with 488 %s (%s)",
-                source[0],
-                source[1],
-                f" (trunk {trunk.name})" if trunk is not None else "",
-                refusal.reason,
-                refusal.text,
-            )
-            return
-        try:
-            from_value = parse_name_addr(h.get("From") or "")
-            to_value = parse_name_addr(h.get("To") or "")
-        except ValueError:
-            self._ctx.refuse(
-                request, 400, transport, destination, now, "malformed_400", reason="Bad From or To header"
-            )
             return
         local_tag = self._ctx.new_tag()
         host = trunk.external_address if trunk is not None else None  # the trunk's address, else ours
@@ -733,7 +644,7 @@ class UserAgent:
         c = Call(self._ctx, call, request, ist, dialog, source, transport)
         c.host = host
         c.send_to_source = trunk.nat if trunk is not None else self.config.send_to_source
-        c.offer = offer
+        c.offer = vetted.offer
         c.remote_body = request.body
         self._calls[call] = c
         self._dialogs[dialog.id] = c
@@ -745,35 +656,17 @@ class UserAgent:
                 call=call,
                 sip_call_id=call_id,
                 request_uri=request.uri,
-                from_uri=from_value.uri,
-                from_display=from_value.display,
-                to_uri=to_value.uri,
+                from_uri=vetted.from_value.uri,
+                from_display=vetted.from_value.display,
+                to_uri=vetted.to_value.uri,
                 source=source,
                 transport=transport,
                 headers=h.items(),
-                offer=offer,
+                offer=vetted.offer,
                 auth_user=auth_user,
                 trunk=trunk,
             )
         )
-
-    def _offer_refusal(
-        self, offer: SessionDescription | None, transport: str, trunk: Trunk | None
-    ) -> OfferRefusal | None:
-        """Why a new INVITE can never be answered (SRTP required, by its trunk or else `UaConfig.srtp`, over a
-        transport that may not carry keys, or an offer `answer` would refuse), or None. An INVITE without SDP is checked when the ACK brings the
-        answer (RFC 3264 gives no way to refuse there: `CallConfirmed(media=None)`, and the shell hangs up)."""
-        config = self.config
-        srtp = trunk.srtp if trunk is not None else config.srtp
-        policy = sdes_policy(srtp, transport)
-        if policy is None:
-            return OFFER_REFUSALS["tls_required"]
-        if offer is None:
-            return None
-        refusal = check_offer(offer, codecs=config.codecs, srtp=policy, crypto_suites=config.crypto_suites)
-        if refusal is not None and refusal.cause == "srtp_off" and srtp != "off":
-            return OFFER_REFUSALS["srtp_needs_tls"]  # SRTP is on, but not over this transport
-        return refusal
 
     def _on_cancel(self, request: Request, destination: tuple[str, int], transport: str, now: int) -> None:
         ist = self._layer.invite_for_cancel(request)
@@ -836,38 +729,23 @@ class UserAgent:
             self._note_evictions(now)
         for event in self._layer.events():
             if isinstance(event, ResponseReceived):
-                self._route_response(event.transaction, event.response, now)
+                owner = self._ctx.owners.get(event.transaction)
+                if owner is not None:
+                    owner.on_response(event.transaction, event.response, now)
             elif isinstance(event, TransactionTimeout):
                 tx = event.transaction
                 if not isinstance(tx, ClientTransaction):
                     self.stats["timer_h"] += 1  # our non-2xx final was never ACKed
                     continue
-                if tx not in self._reg_tx:
+                owner = self._ctx.owners.get(tx)
+                if not isinstance(owner, Registrations):  # they count their own timeouts
                     self.stats[f"timer_{event.timer.lower()}"] += 1
-                self._route_response(tx, None, now)
+                if owner is not None:
+                    owner.on_response(tx, None, now)
             elif isinstance(event, AckTimeout):
                 c = self._ctx.acks_awaited.pop(event.retransmitter, None)
                 if c is not None:
                     c.on_ack_timeout(event.retransmitter, now)
-
-    def _route_response(self, tx: ClientTransaction, response: Response | None, now: int) -> None:
-        """A response to one of our requests (None: it timed out) to the registration, outbound call or call
-        that sent it; nothing when none does any more."""
-        registration = self._reg_tx.get(tx)
-        if registration is not None:
-            if response is None:
-                del self._reg_tx[tx]
-                method = tx.request.method  # REGISTER, or the registrar keepalive's OPTIONS
-                self.stats["register_timeout" if method == "REGISTER" else "keepalive_timeout"] += 1
-                registration.request_failed(now, "timeout", method=method)
-            elif response.status >= 200:
-                del self._reg_tx[tx]
-                registration.receive_response(response, now)
-            self._pump_registration(registration, now)
-            return
-        owner = self._ctx.owners.get(tx)
-        if owner is not None:
-            owner.on_response(tx, response, now)
 
     def _note_evictions(self, now: int) -> None:
         """Count the transactions the full table forgot; one log line a minute at most while it goes on."""

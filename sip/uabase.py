@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from sip.dialog import Dialog
 from sip.message import Message, Request, Response, make_response, parse_name_addr
 from sip.sdp import NegotiatedMedia, SdpError, SessionDescription, parse_sdp
 from sip.transaction import ClientTransaction, Retransmit2xx, Scheduler, ServerTransaction, TransactionLayer
@@ -169,6 +170,20 @@ class UaContext:
         self.stats[counter] += 1
         self.reply(request, status, transport, destination, now, reason=reason, headers=headers)
         return status
+
+
+def next_hop(
+    dialog: Dialog, fallback: tuple[str, int], transport: str, *, to_fallback: bool
+) -> tuple[tuple[str, int], str]:
+    """Where an in-dialog request goes, and over what: §8.1.2 (`Dialog.next_hop`), but to `fallback` (where
+    the dialog's INVITE came from, or went to) over `transport` when `to_fallback` (NAT: `send_to_source`, or
+    a peer without Contact) and there is no route set, or when the dialog names no SIP host."""
+    if to_fallback and not dialog.route_set:
+        return fallback, transport
+    destination, hop_transport = dialog.next_hop()
+    if not destination[0]:
+        return fallback, transport
+    return destination, hop_transport.lower()
 
 
 # --- reading what peers send ---
