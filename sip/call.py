@@ -550,9 +550,8 @@ class Call(Timed):
     def _send_refresh(self, now: int) -> None:
         if self.our_offer is not None or self.interval_s is None:
             return
-        for old in [
-            tx for tx in self.our_acks if tx.terminated
-        ]:  # earlier refreshes' 2xx can no longer repeat
+        # earlier refreshes' 2xx can no longer repeat
+        for old in [tx for tx in self.our_acks if tx.terminated]:
             del self.our_acks[old]
             self._untrack(old)
         headers = (
@@ -611,9 +610,8 @@ class Call(Timed):
         )
         if not self.info_queue or not sending:
             self.info_tx = None
-            if (
-                self.stage is Stage.ENDING and self.bye_after_info is not None
-            ):  # the last digit is out: now the BYE
+            # the last digit is out: now the BYE
+            if self.stage is Stage.ENDING and self.bye_after_info is not None:
                 reason, self.bye_after_info = self.bye_after_info, None
                 self._send_bye(now)
                 self._end(reason, 200, by_remote=False, event=False)
@@ -634,7 +632,7 @@ class Call(Timed):
     def _establishing_headers(self) -> tuple[tuple[str, str], ...]:
         """Contact and Allow, and the INVITE's Record-Route fields as they came, in order: a response that
         establishes the dialog (our 180 and 200) copies them (RFC 3261 §12.1.1), so the caller's ACK, BYE
-        and re-INVITEs cross every proxy that record-routed (issue 14)."""
+        and re-INVITEs cross every proxy that record-routed."""
         routes = tuple(("Record-Route", value) for value in self.invite.headers.get_fields("Record-Route"))
         return self._contact_headers() + routes
 
@@ -755,9 +753,8 @@ class Call(Timed):
             self._stop_2xx()
         r = self._ctx.layer.retransmit_2xx(data, tx.destination, tx.transport, now)
         self.retransmitter = r
-        self.ack_cseq, _ = parse_cseq(
-            response.headers.get("CSeq") or ""
-        )  # the INVITE's (the request is gone)
+        # the INVITE's CSeq (the request is gone)
+        self.ack_cseq, _ = parse_cseq(response.headers.get("CSeq") or "")
         self._ctx.acks_awaited[r] = self
 
     def _stop_2xx(self) -> None:
@@ -783,7 +780,7 @@ class Call(Timed):
             self._ctx.events.append(CallEnded(self.id, reason, status, by_remote))
 
     def _untrack(self, tx: ClientTransaction) -> None:
-        del self.pending[tx]
+        self.pending.pop(tx, None)
         self._ctx.owners.pop(tx, None)
 
 

@@ -98,7 +98,7 @@ class OutboundCall(Timed):
         headers: tuple[tuple[str, str], ...] = (),
         ring_timeout_s: float | None = None,
     ) -> OutboundCall:
-        """Place a call to `target` (a sip:/sips: URI) with our SDP offer from `local`; returns it (the router keeps it by `call`, its call id).
+        """Place a call to `target` (a sip:/sips: URI) with our SDP offer from `local`, known as `call`.
 
         Events: `CallProgress` for each 1xx above 100 (with early media when a 183 carries an answer), then
         `CallConfirmed(media)` once a 2xx came and our ACK went out (the call is up, as an answered inbound
@@ -185,9 +185,8 @@ class OutboundCall(Timed):
         tx = self._ctx.layer.send_request(cancel, self.destination, self.transport, now)
         self._ctx.owners[tx] = self
         self.cancel_sent = True
-        self.give_up_at = (
-            now + self._ctx.config.timers.timeout
-        )  # §9.1: no final 64·T1 after the CANCEL → over
+        # §9.1: no final 64·T1 after the CANCEL → over
+        self.give_up_at = now + self._ctx.config.timers.timeout
         self.rearm()
         self._ctx.stats["cancel_sent"] += 1
 

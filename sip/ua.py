@@ -88,22 +88,13 @@ import logging
 import random
 from collections import Counter
 from collections.abc import Callable
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from sip.auth import Credentials
 from sip.call import Call, Stage
 from sip.dialog import Dialog, DialogId
 from sip.incoming import Refusal, precheck, vet_invite
-from sip.message import (
-    Message,
-    ParseError,
-    Request,
-    Response,
-    make_response,
-    parse,
-    parse_via,
-    serialize,
-)
+from sip.message import Message, ParseError, Request, Response, make_response, parse, parse_via, serialize
 from sip.outbound import OutboundCall
 from sip.policy import Accept, Challenge, Decision, Drop, Refuse
 from sip.register import Registration, RegistrationStatus
@@ -120,14 +111,7 @@ from sip.transaction import (
     is_reliable,
     server_key,
 )
-from sip.uabase import (
-    ALLOW,
-    ALLOWED,
-    UaContext,
-    parse_dtmf_info,
-    parse_sipfrag,
-    tag_of,
-)
+from sip.uabase import ALLOW, ALLOWED, UaContext, parse_dtmf_info, parse_sipfrag, tag_of
 from sip.uaevents import (
     CallAnswered,
     CallCancelled,
@@ -188,7 +172,8 @@ Handler = Callable[["UserAgent", Request, tuple[str, int], str, tuple[str, int],
 class UserAgent:
     """All calls of one process: the router (see the module docstring)."""
 
-    OUT_OF_DIALOG: dict[str, Handler]  # method → handler of a request without a To tag (end of module)
+    # method → handler of a request without a To tag (filled in at the end of the module)
+    OUT_OF_DIALOG: ClassVar[dict[str, Handler]]
 
     def __init__(
         self,
@@ -596,9 +581,8 @@ class UserAgent:
             if server_key(request) == merged.server_tx.key:  # a late retransmission (its transaction is gone)
                 self.stats["retransmissions_late"] += 1
                 return
-            self._ctx.refuse(
-                request, 482, transport, destination, now, "merged_482"
-            )  # another branch: a fork
+            # another branch: a fork
+            self._ctx.refuse(request, 482, transport, destination, now, "merged_482")
             return
         retry = (("Retry-After", str(self.config.retry_after_s)),)
         if self.draining:
@@ -676,9 +660,8 @@ class UserAgent:
             return
         c = self._by_ist.get(ist)
         to_tag = c.dialog.id.local_tag if c is not None else (ist.to_tag or self._ctx.new_tag())
-        self._ctx.reply(
-            request, 200, transport, destination, now, to_tag=to_tag
-        )  # the INVITE's To tag (§9.2)
+        # with the INVITE's To tag (§9.2)
+        self._ctx.reply(request, 200, transport, destination, now, to_tag=to_tag)
         if ist.final_sent:
             self.stats["cancel_too_late"] += 1
             return

@@ -44,8 +44,8 @@ class TransactionOwner(Protocol):
 
 
 class UaContext:
-    """The shared services of one user agent (see the module docstring). `owners` says which per-call object
-    sent each client transaction still routed; `acks_awaited` which call each 2xx retransmitter belongs to.
+    """The shared services of one user agent (see the module docstring). `owners` says which object (a call, an
+    outbound call, the registrations) sent each client transaction still routed; `acks_awaited` which call each 2xx retransmitter belongs to.
     `call_ended` and `outbound_settled` are the router's: a call that ended, an outbound call that got its
     final response (its `call` is the answered call, or None), each said once."""
 

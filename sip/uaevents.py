@@ -42,7 +42,7 @@ class UaConfig:
     session_expires_s: int = 1800
     min_se_s: int = 90
     send_to_source: bool = False
-    tls_port: int | None = None  # our TLS listener's port (issue 14): Via and Contact of TLS requests/dialogs
+    tls_port: int | None = None  # our TLS listener's port: Via and Contact of TLS requests/dialogs
     codecs: tuple[str, ...] = ("PCMU", "PCMA")
     srtp: SrtpPolicy = "off"
     crypto_suites: tuple[str, ...] = DEFAULT_CRYPTO_SUITES
@@ -64,7 +64,7 @@ class IncomingCall:
     transport: str
     headers: tuple[tuple[str, str], ...]
     offer: SessionDescription | None
-    auth_user: str | None = None  # the user the inbound policy's digest check authenticated (issue 14)
+    auth_user: str | None = None  # the user the inbound policy's digest check authenticated
     trunk: Trunk | None = None  # the trunk the policy matched the INVITE to (sip/trunks.py), None: none
 
 
