@@ -12,11 +12,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_sip_rfc4475 import CORPUS as RFC4475_CORPUS
 
+from sip.call import Call
 from sip.leg import TransferProgress
 from sip.message import Message, Request, Response, parse, parse_via
 from sip.sdp import LocalMedia
 from sip.transfer import DialogStage, EndTransferredCall, TransferTracker
 from sip.ua import (
+    ALLOWED,
     CallAnswered,
     CallCancelled,
     CallConfirmed,
@@ -1311,3 +1313,10 @@ def test_an_invite_without_contact_is_served_and_our_bye_goes_to_its_source() ->
     caller.ua.bye(incoming.call, 2 * S)
     (bye,) = requests(caller.collect(), "BYE")
     assert bye.uri == "sip:alice@example.com" and caller.destinations[-1] == CALLER
+
+
+def test_every_method_we_allow_is_routed_by_a_method_table() -> None:
+    # the router answers ACK and CANCEL itself; every other method we allow has a handler in a dialog (the
+    # call's table), and the ones served out of a dialog have one in the router's (the rest get 481 there)
+    assert set(Call.IN_DIALOG) | {"ACK", "CANCEL"} == set(ALLOWED)
+    assert set(UserAgent.OUT_OF_DIALOG) == {"INVITE", "OPTIONS", "REFER"}
