@@ -481,10 +481,8 @@ class UserAgent:
     def _refuse(
         self, request: Request, refusal: Refusal, transport: str, destination: tuple[str, int], now: int
     ) -> int:
-        r = refusal
-        return self._ctx.refuse(
-            request, r.status, transport, destination, now, r.counter, r.headers, r.reason
-        )
+        status, counter, headers, reason = refusal.status, refusal.counter, refusal.headers, refusal.reason
+        return self._ctx.refuse(request, status, transport, destination, now, counter, headers, reason)
 
     def _on_parse_error(self, error: ParseError, source: tuple[str, int], transport: str, now: int) -> None:
         partial = error.partial
@@ -681,9 +679,11 @@ class UserAgent:
             self.stats["no_dialog"] += 1
             self._ctx.reply(request, 481, transport, destination, now)
             return
-        if c.dialog.check_request(request) is not None:  # §12.2.2
+        status = c.dialog.check_request(request)  # §12.2.2
+        if status is not None:
+            counter = "cseq_out_of_order_500"
             self._ctx.refuse(
-                request, 500, transport, destination, now, "cseq_out_of_order_500", reason="CSeq out of order"
+                request, status, transport, destination, now, counter, reason="CSeq out of order"
             )
             return
         handler = Call.IN_DIALOG.get(request.method)
