@@ -13,17 +13,13 @@ from __future__ import annotations
 import random
 from collections import Counter
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from sip.dialog import Dialog
 from sip.message import Message, Request, Response, make_response, parse_name_addr
 from sip.sdp import NegotiatedMedia, SdpError, SessionDescription, parse_sdp
 from sip.transaction import ClientTransaction, Retransmit2xx, Scheduler, ServerTransaction, TransactionLayer
 from sip.uaevents import UaConfig, UaEvent
-
-if TYPE_CHECKING:
-    from sip.call import Call
-    from sip.outbound import OutboundCall
 
 ALLOWED = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY")
 ALLOW = ", ".join(ALLOWED)
@@ -41,6 +37,13 @@ class TransactionOwner(Protocol):
     """What sent a client transaction and takes its responses (None: it timed out, Timer B/F)."""
 
     def on_response(self, tx: ClientTransaction, response: Response | None, now: int) -> None: ...
+
+
+class AckWaiter(Protocol):
+    """The call a 2xx retransmitter belongs to, told when its ACK never came (RFC 3261 §13.3.1.4). The per-call
+    objects are named here only by what the router asks of them, so this module imports neither of theirs."""
+
+    def on_ack_timeout(self, retransmitter: Retransmit2xx, now: int) -> None: ...
 
 
 class UaContext:
@@ -69,8 +72,8 @@ class UaContext:
         rng: random.Random,
         stats: Counter[str],
         *,
-        call_ended: Callable[[Call], None],
-        outbound_settled: Callable[[OutboundCall], None],
+        call_ended: Callable[[Any], None],  # given the `sip.call.Call` that ended
+        outbound_settled: Callable[[Any], None],  # given the `sip.outbound.OutboundCall` answered
     ) -> None:
         self.config = config
         self.layer = layer
@@ -79,7 +82,7 @@ class UaContext:
         self.events: list[UaEvent] = []
         self.rng = rng
         self.owners: dict[ClientTransaction, TransactionOwner] = {}
-        self.acks_awaited: dict[Retransmit2xx, Call] = {}
+        self.acks_awaited: dict[Retransmit2xx, AckWaiter] = {}
         self.call_ended = call_ended
         self.outbound_settled = outbound_settled
 
