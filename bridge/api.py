@@ -83,9 +83,9 @@ class CallSetup:
     voice: str | None = None
     tools: tuple[ToolSpec, ...] = ()
     history: tuple[tuple[str, str], ...] = ()  # (role, text) before the caller speaks
-    greeting: str | None = None  # issue 15: asked of the model as soon as the call is answered (speaks first)
-    route: str | None = None  # issue 15: the config route that chose this setup (logs, metrics)
-    provider: str | None = None  # issue 15: the route's provider (one of ServerConfig.route_providers)
+    greeting: str | None = None  # asked of the model as soon as the call is answered (speaks first)
+    route: str | None = None  # the config route that chose this setup (logs, metrics)
+    provider: str | None = None  # the route's provider (one of ServerConfig.route_providers)
     language: str | None = None  # BCP 47 ("de-DE"): each provider takes it in its own field (SessionSettings)
 
 
@@ -127,7 +127,7 @@ class LiveCall:
         self._session.leg.hangup(reason)
 
     def say_goodbye(self, note: str, reason: str) -> bool:
-        """Issue 15, the drain timeout: the model is asked for a short goodbye (`note`), then BYE once it has
+        """The drain timeout: the model is asked for a short goodbye (`note`), then BYE once it has
         been played (or after the goodbye timeout); False when the call is not live (then hang it up)."""
         core = self._session.coordinator
         if core is None or core.ending.ended or not self._session.push_update(note, speak=True):
@@ -165,7 +165,7 @@ class Application:
     async def ended(self, call: LiveCall, summary: CallSummary) -> None:
         """The call is over."""
 
-    # issue 15: the call's events, in order (bridge/records.py); each handler has 10 s, a failure is logged
+    # The call's events, in order (bridge/records.py); each handler has 10 s, a failure is logged
     async def call_started(self, call: LiveCall, event: CallStarted) -> None:
         """The call's session begins (before it is answered)."""
 
@@ -219,7 +219,7 @@ class ServerConfig:
     # "client": the provider's turn detection off, the engine commits each caller turn (RO5; only providers
     # whose capabilities have client_commits: openai-realtime, xai).
     turn_detection: Literal["server", "client"] = "server"
-    # issue 14, the trunk edge: who may call (sip/policy.py, through sip.engine.EngineConfig)
+    # The trunk edge: who may call (sip/policy.py, through sip.engine.EngineConfig)
     allow: tuple[str, ...] = ()  # CIDR allowlist; a source outside it gets 403 (or nothing: drop_unknown)
     drop_unknown: bool = False
     inbound_auth: tuple[str, str] | None = None  # (user, password) for a digest challenge; never logged
@@ -235,10 +235,10 @@ class ServerConfig:
     register_expires_s: int = 3600  # the registration interval asked for
     blocked_user_agents: tuple[str, ...] = DEFAULT_SCANNERS  # User-Agent substrings dropped (sip/policy.py)
     external_address: str | None = None  # NAT: the address peers reach us at
-    drain_timeout_s: float = 0.0  # issue 15: SIGTERM lets live calls finish this long (0: hang up at once)
-    cdr: str | None = None  # issue 15: one JSON line per finished call appended to this file
-    record_dir: str | None = None  # issue 15: a stereo WAV per call in this directory
-    route_providers: tuple[ProviderEndpoint, ...] = ()  # issue 15: providers config routes name (plans.py)
+    drain_timeout_s: float = 0.0  # SIGTERM lets live calls finish this long (0: hang up at once)
+    cdr: str | None = None  # one JSON line per finished call appended to this file
+    record_dir: str | None = None  # a stereo WAV per call in this directory
+    route_providers: tuple[ProviderEndpoint, ...] = ()  # providers config routes name (plans.py)
     # The trunks calls placed with `dial` go out on, with their credentials (bridge/dialing.py); empty: every
     # call goes direct, challenges answered with the registration's credentials.
     dial_trunks: tuple[DialTrunk, ...] = ()
@@ -275,14 +275,14 @@ class Server:
         self._fake: Any = None
         self._status: StatusServer | None = None
         self.console = ConsoleFeed()
-        self.observer = CallObserver()  # issue 15: /metrics (bridge/observe.py)
-        self.draining = False  # issue 15: /readyz
-        self.shutdown = ShutdownSignals()  # issue 15: SIGTERM and POST /drain (bridge/drain.py)
-        self.calls_changed = asyncio.Event()  # issue 15: a call ended (the drain waits on it)
-        self.records = RecordKeeper(config.cdr, config.record_dir)  # issue 15: events, --cdr, --record
+        self.observer = CallObserver()  # /metrics (bridge/observe.py)
+        self.draining = False  # /readyz
+        self.shutdown = ShutdownSignals()  # SIGTERM and POST /drain (bridge/drain.py)
+        self.calls_changed = asyncio.Event()  # a call ended (the drain waits on it)
+        self.records = RecordKeeper(config.cdr, config.record_dir)  # events, --cdr, --record
         self._browser: BrowserChannel | None = None  # imported (aiortc) only when the HTTP listener is on
         self._console_poll: asyncio.Task[None] | None = None
-        self._plans = ProviderPlans(config)  # issue 15: the default provider and each config route's
+        self._plans = ProviderPlans(config)  # the default provider and each config route's
 
     async def start(self) -> None:
         """Start the provider fake (echo), the status endpoint and the SIP engine; EngineError (e.g.
@@ -303,7 +303,7 @@ class Server:
             self._fake = await live_fake.serve(
                 "127.0.0.1", 0, options=live_fake.LiveFakeOptions(record_client_frames=False)
             )
-            self._fake.keep_records = False  # nor a record per finished call (issue 17: churn)
+            self._fake.keep_records = False  # nor a record per finished call (churn)
             self._plans.embed(self._fake.url)
             log.info("provider: echo (embedded GPT-Live fake at %s)", self._fake.url)
         if (default := self._plans.default[0]).key != ECHO_LOCAL_KEY:
@@ -346,7 +346,7 @@ class Server:
             sip=self._sip_status,
             dial=self._dial_from_http,
             extra=extra,
-            drain=http_drain(self, self.shutdown),  # issue 15: POST /drain
+            drain=http_drain(self, self.shutdown),  # POST /drain
             registry=self.observer.metrics.registry,  # parlora_http_refused_total on /metrics
         )
         self._status = await status.start(*address)
@@ -391,7 +391,7 @@ class Server:
     async def run(self) -> int:
         """Start, serve until SIGINT or SIGTERM, stop; the process exit status. The first SIGTERM drains for
         `config.drain_timeout_s` first (bridge/drain.py); SIGINT or a second SIGTERM stops at once."""
-        signals = self.shutdown.install(asyncio.get_running_loop())  # issue 15: SIGTERM drains (drain.py)
+        signals = self.shutdown.install(asyncio.get_running_loop())  # SIGTERM drains (drain.py)
         try:
             await self.start()
         except EngineError as exc:
@@ -401,7 +401,7 @@ class Server:
             return 2
         await signals.requested.wait()
         why = await drain(self, signals, self.config.drain_timeout_s, self.calls_changed)
-        if why == "drain timeout":  # issue 15: the rest get a goodbye from the model, then BYE
+        if why == "drain timeout":  # the rest get a goodbye from the model, then BYE
             await say_goodbye(self.calls, signals, self.calls_changed)
         log.info("stopping (%s; %d live calls hung up)", why, self.live_calls())
         if not await self.stop():
@@ -435,7 +435,7 @@ class Server:
         return len(self.calls)
 
     def _ready(self) -> tuple[bool, str]:
-        """GET /readyz (issue 15): the SIP engine listening, not draining, and registered where configured."""
+        """GET /readyz: the SIP engine listening, not draining, and registered where configured."""
         if self._agent is None:
             return False, "not listening"
         if self.draining:
@@ -455,7 +455,7 @@ class Server:
         trunk: str | None = None,
         route: str | None = None,
     ) -> str:
-        """Place a call to `to` (sip:USER@HOST[:PORT], or a number to dial through a trunk; issue 14) and run
+        """Place a call to `to` (sip:USER@HOST[:PORT], or a number to dial through a trunk) and run
         the same session engine on it: the provider connection opens while the callee's phone rings. It goes
         out on `trunk` or the one `bridge.dialing.choose_trunk` picks from `config.dial_trunks`, whose
         credentials answer its challenges; the application sets it up with `setup_outbound` (`route`: the one
@@ -489,11 +489,11 @@ class Server:
     async def _dial_from_http(
         self, to: str, from_uri: str | None, trunk: str | None = None, route: str | None = None
     ) -> str:
-        """POST /calls {"to": "sip:...", "from": "sip:...", "trunk": NAME, "route": NAME} (issue 14)."""
+        """POST /calls {"to": "sip:...", "from": "sip:...", "trunk": NAME, "route": NAME}."""
         return await self.dial(to, from_uri=from_uri, trunk=trunk, route=route)
 
     def _sip_status(self) -> dict[str, Any]:
-        """GET /sip (issue 14): the engine's listener and inbound-policy counters, where it reports them."""
+        """GET /sip: the engine's listener and inbound-policy counters, where it reports them."""
         agent = self._agent
         if offers_status(agent):
             return agent.sip_status()
@@ -537,7 +537,7 @@ class Server:
     def _on_call(self, leg: CallLeg, *, lead_frames: int | None = None, route: str | None = None) -> None:
         """Run one call (a SIP engine's leg, or a browser's with its larger cushion in `lead_frames`; `route`:
         the one an outbound call's request named)."""
-        LOG_CALLS.open(leg.identity.call_id, leg.identity.sip_call_id)  # issue 15: JSON log lines' context
+        LOG_CALLS.open(leg.identity.call_id, leg.identity.sip_call_id)  # JSON log lines' context
         task: asyncio.Task[object] = asyncio.create_task(
             self._run_call(leg, lead_frames, route), name=leg.identity.call_id
         )
@@ -556,7 +556,7 @@ class Server:
                 setup = await app.setup_outbound(identity, route)
             else:
                 setup = await app.setup(identity)
-        except CallRefused as refused:  # issue 15: e.g. no config route for the called number (404)
+        except CallRefused as refused:  # e.g. no config route for the called number (404)
             log.info("call %s: refused %d: %s", identity.call_id, refused.status, refused.reason)
             leg.hangup(refused.reason, status=refused.status)
             self.observer.call_refused(None, refused.status)
@@ -564,9 +564,9 @@ class Server:
         except Exception:
             log.exception("call %s: the application's setup failed; answering 500", identity.call_id)
             leg.hangup("application setup failed", status=500)
-            self.observer.call_refused(None, 500)  # issue 15
+            self.observer.call_refused(None, 500)
             return
-        plan, rollover = self._plans.for_call(setup.provider)  # issue 15: the route's provider
+        plan, rollover = self._plans.for_call(setup.provider)  # the route's provider
         telephony, settings = (
             self.config.telephony,
             call_settings(_settings(self.config, setup), plan.settings),
@@ -577,7 +577,7 @@ class Server:
             return replace(choice, settings=seeded).connect(token)
 
         holder: list[LiveCall] = []
-        records = self.records.call(identity, setup.route, _provider_name(plan), _to(app, holder))  # issue 15
+        records = self.records.call(identity, setup.route, _provider_name(plan), _to(app, holder))
         session = CallSession(
             leg,
             choice.connect(token=1),
@@ -593,18 +593,18 @@ class Server:
             telephony_options=telephony,
             dtmf_handler=lambda digit: app.dtmf(holder[0], digit),
             notice_sink=self.observer.tee(records.sink(self.console.notice)),
-            media_tap=records.tap,  # issue 15: --record
+            media_tap=records.tap,  # --record
         )
-        session.links.on_connected = self.observer.metrics.provider_connected  # issue 15: connect time
+        session.links.on_connected = self.observer.metrics.provider_connected  # connect time
         call = LiveCall(identity, session)
         holder.append(call)
-        _goodbye_at_time_limit(leg, call, telephony)  # issue 14: --max-call-duration says goodbye first
+        _goodbye_at_time_limit(leg, call, telephony)  # --max-call-duration says goodbye first
         self.calls[identity.call_id] = call
         self._sessions[identity.call_id] = session
         self.observer.call_started(setup.route)
         summary: CallSummary | None = None
-        records.begin(session.started_ns, leg.ledger)  # issue 15: call_started
-        if setup.greeting:  # issue 15: the model speaks first (bridge/greeting.py)
+        records.begin(session.started_ns, leg.ledger)  # call_started
+        if setup.greeting:  # the model speaks first (bridge/greeting.py)
             self._on_call_task(greet(call, setup.greeting), f"{identity.call_id}-greeting")
         try:
             summary = await session.run()
@@ -622,7 +622,7 @@ class Server:
 
 
 def _call_done(tasks: set[asyncio.Task[object]]) -> Callable[[asyncio.Task[object]], None]:
-    """A call's task ended: forget it, and its JSON log context (issue 15; the task is named by the call id)."""
+    """A call's task ended: forget it, and its JSON log context (the task is named by the call id)."""
 
     def done(task: asyncio.Task[object]) -> None:
         tasks.discard(task)
@@ -632,7 +632,7 @@ def _call_done(tasks: set[asyncio.Task[object]]) -> Callable[[asyncio.Task[objec
 
 
 def _goodbye_at_time_limit(leg: CallLeg, call: LiveCall, options: TelephonyOptions) -> None:
-    """--max-call-duration (issue 14), where the engine enforces it: at the limit the model is asked for a
+    """--max-call-duration, where the engine enforces it: at the limit the model is asked for a
     short goodbye and the call is hung up once it has been played (`LiveCall.say_goodbye`, the CallEnding
     mechanism of end_call); a call that is not live any more is hung up at once."""
     if not offers_time_limit(leg):
@@ -646,7 +646,7 @@ def _goodbye_at_time_limit(leg: CallLeg, call: LiveCall, options: TelephonyOptio
 
 
 def outbound_outcome(server: Server, call_id: str) -> dict[str, Any] | None:
-    """How a call placed with `Server.dial` ended (issue 14), as `GET /sip`'s "outbound" reports it: outcome
+    """How a call placed with `Server.dial` ended, as `GET /sip`'s "outbound" reports it: outcome
     ("answered", "busy", "no answer", "cancelled", "failed"), SIP status and reason; None if not recorded."""
     outbound = server._sip_status().get("outbound") or []
     return next((o for o in reversed(outbound) if o.get("call") == call_id), None)
@@ -675,7 +675,7 @@ def _provider_name(plan: ProviderChoice) -> str:
 
 
 def _to(app: Application, holder: list[LiveCall]) -> Callable[[AppEvent], Coroutine[Any, Any, None]]:
-    """Issue 15: each of a call's events to the application's handler for it."""
+    """Each of a call's events to the application's handler for it."""
 
     async def deliver(event: AppEvent) -> None:
         call = holder[0]

@@ -115,7 +115,7 @@ def serve(config: str | None, **_options: Any) -> None:
     )
 
 
-# --- issue 14: `call`, one outbound call through the native engine ---
+# `call`: one outbound call through the native engine.
 # serve's options that `call` takes as they are (the same click.Option objects: one definition each)
 _CALL_SHARED = frozenset(
     {
@@ -277,10 +277,7 @@ async def place_call(
     return 0 if outcome["outcome"] == "answered" else 1
 
 
-# --- end issue 14 ---
-
-
-# --- issue 13: the process around the loop ---
+# The process around the loop: the event loop, malloc and the heap (bridge/heap.py).
 EVENT_LOOP_ENV = "PARLORA_EVENT_LOOP"  # auto (uvloop when installed) | uvloop | asyncio
 T = TypeVar("T")
 
@@ -321,9 +318,6 @@ async def _serving(server: Server) -> int:
             heap.stop()
 
 
-# --- end issue 13 ---
-
-
 class WebhookApplication(Application):
     """`serve --webhook`: every job is POSTed to the application (DL4, bridge/webhook.py)."""
 
@@ -333,7 +327,7 @@ class WebhookApplication(Application):
     async def job(self, call: LiveCall, job: JobRequest) -> str:
         return await webhook_handler(self._config, call.info)(job)
 
-    # issue 15: the call's events, POSTed to the same URL (bridge/webhook.py "Events")
+    # The call's events, POSTed to the same URL (bridge/webhook.py "Events")
     async def call_started(self, call: LiveCall, event: CallStarted) -> None:
         await WebhookClient(self._config).deliver_event(event, call.call_id)
 
@@ -347,8 +341,8 @@ class WebhookApplication(Application):
         await WebhookClient(self._config).deliver_event(CallEnded(record), call.call_id)
 
 
-main.add_command(config_group)  # issue 15: `parlora-bridge config check FILE` (bridge/ops.py)
-main.add_command(doctor_command)  # issue 15: `parlora-bridge doctor` (bridge/doctor.py)
+main.add_command(config_group)  # `parlora-bridge config check FILE` (bridge/ops.py)
+main.add_command(doctor_command)  # `parlora-bridge doctor` (bridge/doctor.py)
 
 
 @main.command("fake-provider")
@@ -419,7 +413,7 @@ def fake_provider(
         raise click.UsageError(str(exc)) from None
     if handle_ttl_ms is not None and protocol != "gemini-live":
         raise click.UsageError("--handle-ttl-ms applies to --protocol gemini-live")
-    _run_on_loop(  # uvloop, as serve runs on (issue 13: the bench's echo fake serves up to 300 calls)
+    _run_on_loop(  # uvloop, as serve runs on (the bench's echo fake serves up to 300 calls)
         _fake_provider(
             protocol,
             host,

@@ -383,7 +383,7 @@ class Outbox:
         return commands
 
     def take_notices(self) -> list[Notice]:
-        """As `take_commands` (the shell takes both after every input: issue 13, no list made for nothing)."""
+        """As `take_commands` (the shell takes both after every input: no list is made for nothing)."""
         notices = self.notices
         if notices:
             self.notices = []

@@ -124,7 +124,7 @@ from sip.policy import DEFAULT_SCANNERS
 ECHO = "echo"
 PROVIDER_NAMES: tuple[str, ...] = (*KINDS, ECHO)
 TELEPHONY_TOOLS = frozenset({"end_call", "transfer_call", "send_dtmf"})
-DEFAULT_SIP_PASSWORD_ENV = "PARLORA_SIP_PASSWORD"  # issue 14's name for the registration password
+DEFAULT_SIP_PASSWORD_ENV = "PARLORA_SIP_PASSWORD"  # the registration password's variable
 DEFAULT_INBOUND_PASSWORD_ENV = "PARLORA_INBOUND_PASSWORD"  # as `serve --inbound-auth` (bridge/cli.py)
 DEFAULT_DRAIN_S = 300.0  # [drain] timeout_s, `serve --drain-timeout`
 # Call limits (module docstring, "Defaults"): what a call gets where neither the file nor the command line says
@@ -205,7 +205,7 @@ class Trunk:
     auth_user: str | None = None
     password_env: str = DEFAULT_SIP_PASSWORD_ENV
     register_expires_s: int = 3600
-    register_keepalive_s: float = 30.0  # OPTIONS to the registrar this often while registered (issue 14)
+    register_keepalive_s: float = 30.0  # OPTIONS to the registrar this often while registered
     allow: tuple[str, ...] = ()  # CIDRs whose INVITEs are accepted
     inbound_auth_user: str | None = None  # digest-challenge INVITEs from this trunk
     inbound_password_env: str = DEFAULT_INBOUND_PASSWORD_ENV

@@ -283,7 +283,7 @@ class DelegationOptions:
     max_command_records: int = 32  # outstanding commands and queued updates, at most (DL2, HR6)
     max_facts: int = 10  # task facts and verified results kept for a re-seed (HR7)
     results_hold_ms: int = 3_000  # after the caller's fresh turn, results wait at most this long (HR9)
-    # Issue 17: finished jobs are kept (and redeliveries of them answered from the ledger, DL1) while they are
+    # Bounded: finished jobs are kept (and redeliveries of them answered from the ledger, DL1) while they are
     # among the last `keep_finished` or finished less than `keep_finished_ms` ago; never more than
     # `max_finished`. Pending jobs are always kept (DL2 bounds them).
     keep_finished: int = 64
@@ -308,7 +308,7 @@ class DelegationStats:
 
 
 class JobLedger:
-    """Every job of the call by job id and by each provider call id that named it (DL1), bounded (issue 17):
+    """Every job of the call by job id and by each provider call id that named it (DL1), bounded:
     pending jobs are all kept; a finished job is forgotten — with every call id that named it — only once it
     is neither among the last `keep_finished` finished jobs nor finished within `keep_finished_ms`, or when
     more than `max_finished` are kept. A redelivery comes after a reconnect, seconds after the call, so the
@@ -373,7 +373,7 @@ class Delegations:
     def __init__(self, options: DelegationOptions | None = None) -> None:
         self.options = options or DelegationOptions()
         self.ledger = JobLedger(self.options)
-        self.jobs = self.ledger.jobs  # the jobs kept (issue 17: pending ones and a window of finished ones)
+        self.jobs = self.ledger.jobs  # the jobs kept (bounded: pending ones and a window of finished ones)
         self._by_call = self.ledger.by_call
         self.records: list[CommandRecord] = []  # outstanding only
         self.updates: list[tuple[str, bool]] = []  # speakable/silent application updates waiting (HR9)
@@ -692,7 +692,7 @@ class Delegations:
     # --- outputs ---
 
     def waiting(self) -> bool:
-        """Commands wait for `commands()` (the coordinator asks on every input; issue 13)."""
+        """Commands wait for `commands()` (the coordinator asks on every input, so this is a cheap test)."""
         return bool(self._commands)
 
     def commands(self) -> list[DelegationCommand]:
@@ -818,7 +818,7 @@ class Delegations:
 
     def _changed(self, job: Job, state: JobState, detail: str, at_ms: int) -> None:
         job.state = state
-        self.ledger.moved(job, at_ms)  # issue 17: the window of finished jobs (DL1)
+        self.ledger.moved(job, at_ms)  # the bounded window of finished jobs (DL1)
         self.stats.by_state[state.value] += 1
         self._notices.append(JobChanged(job.job_id, job.request.name, state.value, detail, at_ms))
 

@@ -1,4 +1,4 @@
-"""`parlora-bridge doctor` (issue 15): can `serve` run here, with this configuration? One line per check.
+"""`parlora-bridge doctor`: can `serve` run here, with this configuration? One line per check.
 
 Checks, in order (each line `ok`, `warn` or `FAIL`, the check's name and what was found):
 

@@ -1,4 +1,4 @@
-"""Graceful drain on SIGTERM and `POST /drain` (issue 15; DESIGN §11 behind a load balancer).
+"""Graceful drain on SIGTERM and `POST /drain` (DESIGN §11 behind a load balancer).
 
 The first SIGTERM (or `POST /drain` on the HTTP listener, the same drain for an orchestrator that cannot send
 signals) drains: the engine refuses new INVITEs and OPTIONS with 503 (`SipEngine.drain()`) and `/readyz` says

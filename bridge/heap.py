@@ -1,4 +1,4 @@
-"""The process's heap around the loop (issues 13 and 17): glibc malloc tuned at start, the start-up heap frozen
+"""The process's heap around the loop: glibc malloc tuned at start, the start-up heap frozen
 for the cyclic collector, and the C heap's free pages given back to the system once a minute.
 
 Why the trim. A call's provider traffic is a churn of 1–4 KiB blocks (JSON messages, base64 audio, socket

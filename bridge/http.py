@@ -175,9 +175,9 @@ def route(
 ) -> tuple[int, Any]:
     """The status code and JSON body for a GET of `path`."""
     path = path.split("?", 1)[0].rstrip("/") or "/"
-    if path == "/sip" and sip is not None:  # issue 14: listener, inbound policy and its refusal counters
+    if path == "/sip" and sip is not None:  # listener, inbound policy and its refusal counters
         return 200, sip()
-    if path == "/registrations" and sip is not None:  # issue 14: state, expiry and last error of each binding
+    if path == "/registrations" and sip is not None:  # state, expiry and last error of each binding
         return 200, {"registrations": sip().get("registrations", [])}
     if path == "/calls":
         return 200, {"calls": [status() for status in calls.values()]}
@@ -209,10 +209,10 @@ class StatusServer:
         registry: CollectorRegistry | None = None,
     ) -> None:
         self._source = source
-        self._sip = sip  # GET /sip (issue 14)
+        self._sip = sip  # GET /sip
         self._dial = dial  # POST /calls {"to", "from", "trunk", "route"}: (to, from, trunk, route)
-        self._extra = extra  # issue 15: GET /metrics, /healthz, /readyz (bridge/observe.py): path -> answer
-        self._drain = drain  # issue 15: POST /drain (bridge/drain.py http_drain)
+        self._extra = extra  # GET /metrics, /healthz, /readyz (bridge/observe.py): path -> answer
+        self._drain = drain  # POST /drain (bridge/drain.py http_drain)
         self._console = console
         self._token = token
         self._server: asyncio.Server | None = None
@@ -280,14 +280,14 @@ class StatusServer:
                             and self._drain is not None
                             and _path(request) == "/drain"
                         ):
-                            await self._start_drain(conn, writer, request)  # issue 15
+                            await self._start_drain(conn, writer, request)
                             break
                         if (
                             self._dial is not None
                             and request.method == b"POST"
                             and urlsplit(request.target.decode("ascii", "replace")).path == "/calls"
                         ):
-                            await self._place_call(conn, writer, request, bytes(body))  # issue 14
+                            await self._place_call(conn, writer, request, bytes(body))
                             break
                         await self._answer(conn, writer, request)
                         break
@@ -305,7 +305,7 @@ class StatusServer:
             await self._send(conn, writer, 405, {"error": "only GET"})
             return
         if self._extra is not None and (extra := self._extra(request.target.decode("ascii", "replace"))):
-            await self._send(conn, writer, extra[0], extra[1], content_type=extra[2])  # issue 15
+            await self._send(conn, writer, extra[0], extra[1], content_type=extra[2])  # /metrics and probes
             return
         status, body = route(request.target.decode("ascii", "replace"), self._source(), self._sip)
         await self._send(conn, writer, status, body)
@@ -365,8 +365,8 @@ class StatusServer:
     async def _place_call(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, body: bytes
     ) -> None:
-        """POST /calls {"to": "sip:USER@HOST", "from", "trunk", "route": optional}: 202 with the call id (issue
-        14). `trunk` names the [[trunks]] entry it goes out on, `route` an outbound route (bridge/dialing.py,
+        """POST /calls {"to": "sip:USER@HOST", "from", "trunk", "route": optional}: 202 with the call id.
+        `trunk` names the [[trunks]] entry it goes out on, `route` an outbound route (bridge/dialing.py,
         bridge/config.py); an unknown one is a 400 and nothing is sent."""
         assert self._dial is not None
         if not await self._control(conn, writer, request, takes_body=True):

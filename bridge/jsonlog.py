@@ -1,4 +1,4 @@
-"""`serve --log-format json` (issue 15): one JSON object per line, secrets never written.
+"""`serve --log-format json`: one JSON object per line, secrets never written.
 
 Each line has `time` (UTC, ISO 8601 with milliseconds), `level`, `logger`, `message`, `event` (the message's
 template: the same for every line of one kind, so a log system can group on it) and `call_id` when the line

@@ -25,7 +25,7 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
                                                  (fed by an engine that reports lateness samples: none yet)
     pacing_ticks_total{outcome}                  the media clock's 20 ms slots: served, skipped, late
     pacing_max_lateness_seconds                  the media clock's worst lateness since start
-    media_clock_late_ticks_total{cause}          its phase ticks later than 5 ms by what held them (issue 17):
+    media_clock_late_ticks_total{cause}          its phase ticks later than 5 ms by what held them:
                                                  own, gc, loop, unscheduled (rtp/clock.py's docstring)
     provider_connect_seconds{provider}           WebSocket open to session confirmed
     recoveries_total{cause,outcome}, recovery_duration_seconds{cause}   HR1-HR5
@@ -41,7 +41,7 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
                                                  malformed_NNN (answered NNN), internal_error (dropped)
     engine_held{resource}                        what the engine holds now: calls, transactions, RTP ports,
                                                  media channels, TCP connections, tasks (read at each scrape)
-    heap{figure}                                 the process heap at each scrape (bridge/heap.py, issue 17):
+    heap{figure}                                 the process heap at each scrape (bridge/heap.py):
                                                  malloc_in_use, malloc_free, malloc_mmapped (bytes),
                                                  python_blocks (the interpreter's allocated blocks)
 """

@@ -1,4 +1,4 @@
-"""What the server reports to Prometheus and the probes (issue 15): `/metrics`, `/healthz`, `/readyz`.
+"""What the server reports to Prometheus and the probes: `/metrics`, `/healthz`, `/readyz`.
 
 `CallObserver` turns what the server already knows — a call's start and `CallSummary`, its refusal, the
 session's notices (recoveries, rollovers, discontinuities, jobs) and, at the end of a call, the leg's RTP
@@ -66,7 +66,7 @@ _JOB_OUTCOMES: dict[str, JobOutcome] = {
 }
 
 HttpAnswer = tuple[int, bytes, str]  # status, body, content type
-JOBS_TIMED = 64  # issue 17: a call's jobs timed at once, at most (a pending job is one of DL2's few)
+JOBS_TIMED = 64  # bounded: a call's jobs timed at once, at most (a pending job is one of DL2's few)
 
 # The engine's counter names (sip/ua.py `stats`, sip/policy.py) -> the refusal reason they count.
 _ENGINE_REFUSALS: dict[str, RefusalReason] = {
@@ -165,7 +165,7 @@ class CallObserver:
                 self.metrics.jitter([qos.jitter_ms / 1000.0])
                 if qos.one_way_audio is not None:  # rtp/stream.py: no usable caller RTP, and why
                     self.metrics.one_way_audio(qos.one_way_audio)
-        # Issue 17: the call's jobs still timed are forgotten with it, whether or not it had a summary.
+        # Bounded: the call's jobs still timed are forgotten with it, whether or not it had a summary.
         self._job_started_ms.pop(summary.call_id if summary is not None else leg.identity.call_id, None)
 
     # --- the session's notices (a few per call) ---
@@ -232,7 +232,7 @@ class CallObserver:
                     if name.startswith("clock_lateness_bucket_")
                 }
             )
-            # issue 17: the late ticks by what held them (rtp/clock.py)
+            # the late ticks by what held them (rtp/clock.py)
             self.metrics.media_clock_late({c: grown_all.get(f"clock_late_ticks_{c}", 0) for c in LATE_CAUSES})
             if "clock_max_lateness_us" in stats:
                 self.metrics.pacing_max_lateness(stats["clock_max_lateness_us"] / 1e6)
@@ -247,7 +247,7 @@ class CallObserver:
                     self.metrics.sip_rejected("internal_error" if name == "internal_errors" else name, grown)
         if offers_held(engine):
             self.metrics.engine_held(engine.counts())
-        self.metrics.heap(heap_figures())  # issue 17: a leak against fragmentation
+        self.metrics.heap(heap_figures())  # a leak against fragmentation
         if offers_status(engine):
             status = engine.sip_status()
             policy = status.get("policy")

@@ -345,7 +345,7 @@ class RoutedApplication(Application):
                 greeting=base.greeting or d.greeting,
                 language=base.language or d.language,
             )
-        LOG_CALLS.route(call.call_id, route.name)  # issue 15: JSON log lines carry it from here on
+        LOG_CALLS.route(call.call_id, route.name)  # JSON log lines carry it from here on
         log.info("call %s: route %s", call.call_id, route.name)
         return CallSetup(
             instructions=route.instructions or base.instructions or d.instructions,
@@ -443,7 +443,7 @@ def serve_config(
     if config.logging.format == "json":
         use_json_logs()
     log.info("call limits: %s", call_limits(config).describe())
-    for ep in sc.route_providers:  # issue 15: a provider per route (bridge/plans.py)
+    for ep in sc.route_providers:  # a provider per route (bridge/plans.py)
         routes = [r.name for r in config.routes if r.provider == ep.name]
         log.info("provider %s for route(s) %s at %s", ep.name, ", ".join(routes), ep.url or "its endpoint")
     application: Application = Application()

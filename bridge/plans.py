@@ -1,4 +1,4 @@
-"""Which provider each call connects to (issue 15: a provider per config route).
+"""Which provider each call connects to: a provider per config route.
 
 `ProviderPlans` holds the server's default plan — the provider, key, URL and adapter options of `ServerConfig`
 with the rollover options scaled from that provider's cap — and one plan per `ProviderEndpoint` a config route

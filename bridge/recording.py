@@ -1,4 +1,4 @@
-"""The shells around a call's records (issue 15): events to the application, `--cdr FILE`, `--record DIR`.
+"""The shells around a call's records: events to the application, `--cdr FILE`, `--record DIR`.
 
 `CallReporter` — one per call — queues the session's notices (bridge/records.py `RECORD_NOTICES`, a few per
 call) with the time they were made, feeds them to the `RecordBuilder` in a task of its own and hands each

@@ -1,4 +1,4 @@
-"""Application events and the call record (issue 15): what the application, the webhook and the CDR are told.
+"""Application events and the call record: what the application, the webhook and the CDR are told.
 
 `RecordBuilder` is a sans-I/O core fed the session's existing notices (bridge/commands.py: `Transcript`,
 `BargedIn`, `RecoveryChanged`, `RolloverChanged`; bridge/delegations.py: `WorkUncertain`) with `now`, and
@@ -299,7 +299,7 @@ class CallRecord:
     utterances: int
     barge_ins: int
     recording: str | None = None
-    # Issue 17: a long call's record keeps the last `KEPT` connections, recoveries and rollovers (the tuples
+    # Bounded: a long call's record keeps the last `KEPT` connections, recoveries and rollovers (the tuples
     # above) and counts every one: None means "the tuple is all of them".
     connections_total: int | None = None
     recoveries_total: int | None = None
@@ -394,7 +394,7 @@ def _total(total: int | None, kept: tuple[object, ...]) -> int:
 
 
 def _counted(body: dict[str, Any], kept: int, total: int | None) -> dict[str, Any]:
-    """A CDR list that kept only the last of `total` (issue 17): `omitted` says how many of the oldest its
+    """A CDR list that kept only the last of `total` (bounded): `omitted` says how many of the oldest its
     items leave out (absent when they are all there)."""
     if total is not None and total > kept:
         body["omitted"] = total - kept
@@ -414,7 +414,7 @@ AppEvent = CallStarted | Utterance | UncertainWork | CallEnded
 
 # --- the builder ---
 
-KEPT = 64  # issue 17: connections, recoveries and rollovers kept by name in a call's record (the last ones)
+KEPT = 64  # bounded: connections, recoveries and rollovers kept by name in a call's record (the last ones)
 MAX_TEXT_CHARS = 8_192  # an utterance's text as records, events and webhooks carry it: about nine minutes of
 # speech at 150 words a minute, far past any turn a provider transcribes; a longer text (a corrupt or hostile
 # frame once sent 64 KiB as one caller transcript) is cut here, and the cut counted in `text_cut_chars`
@@ -424,7 +424,7 @@ OPENING = 8  # rollover connections remembered as opening (one at a time; a reco
 
 class CallHistory:
     """What the record lists of a call's connections, recoveries and rollovers: the last `KEPT` of each by
-    name, and a count of every one (issue 17: a three-hour call with faults lists a bounded tail, its totals
+    name, and a count of every one (a three-hour call with faults lists a bounded tail, its totals
     stay exact). Notices about a connection come while it lives, so an id that left the tail never returns."""
 
     def __init__(self, first: str) -> None:
@@ -622,7 +622,7 @@ class RecordBuilder:
     def _scan(self, current: _Assistant, until: int) -> None:
         """Give the ledger items transmitted since the last look (and by `until`) to the open utterance."""
         seen, claimed = self._seen_ns, self._claimed
-        for item in self._ledger.items_between(seen, until):  # (not the bounded entries: issue 17)
+        for item in self._ledger.items_between(seen, until):  # (not the entries, which are bounded)
             if item not in claimed and item != FINAL_MESSAGE_ITEM:
                 current.items.setdefault(item, None)
         if (last := self._ledger.last()) is not None:

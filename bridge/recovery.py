@@ -272,7 +272,7 @@ def seeds(
     """The seeds of a recovery's replacement and of a rollover's next connection. The replacement opens once the
     old connection is gone, so it resumes by the handle where the provider has resumption; the next one opens
     beside the old one, which is still open, so it resumes only where the provider honours a handle then
-    (Gemini rejects it: issue 17's campaign lost two calls to RO6's hard stop while a refused attempt and the
+    (Gemini rejects it: the fault campaign lost two calls to RO6's hard stop while a refused attempt and the
     reseeded one after it took two handshakes)."""
     return (
         seed_from(connections, captions, delegations, resumption=caps.resumption),

@@ -47,7 +47,7 @@ _NS_PER_MS = 1_000_000
 TICK_NS = FRAME_MS * _NS_PER_MS
 # How late a caller frame (the media tick that tops the cushion up) may come before the cushion's own timer
 # does it instead. Without it the timer, due a tick after the last frame, raced the next frame and won: the
-# session's loop woke for every frame while output played (issue 13: 0.5 wake-ups a frame, each a task step,
+# session's loop woke for every frame while output played (measured: 0.5 wake-ups a frame, each a task step,
 # a timer and a queue get), and the frame went through the inbox behind it.
 FRAME_LATE_NS = TICK_NS // 2
 
@@ -87,7 +87,7 @@ class GenerationReservoir:
     def pull(self, nbytes: int) -> tuple[bytes, str | None]:
         """Up to `nbytes` of the oldest audio, with the item id it belongs to (a pull never spans items)."""
         chunks = self._chunks
-        if chunks:  # most pulls: the oldest chunk holds them whole (a slice of it, no buffer; issue 13)
+        if chunks:  # most pulls: the oldest chunk holds them whole (a slice of it, no buffer)
             _, chunk, head_item = chunks[0]
             start = self._head_offset
             end = start + nbytes
@@ -258,7 +258,7 @@ class OutputPath:
         """Top the cushion up from the reservoir: to `lead_frames`, or to what the channel's cushion asks."""
         ready = self._ready
         if self.paused or (not ready and self.framer.item_id is None and not self.reservoir.depth_bytes):
-            self._next_tick = None  # nothing received waits (most caller frames of a call: issue 13)
+            self._next_tick = None  # nothing received waits (most caller frames of a call)
             return
         lead = self._cushion.cushion_frames if self._cushion is not None else self._lead
         room = lead - self.channel.depth

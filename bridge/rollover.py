@@ -864,7 +864,7 @@ class RolloverController:
             return False  # the old one's text may still come (RO3), or the rest of its response (S2)
         for words in self._last_words(old.id):  # (GPT-Live: its caption groups, S1)
             self._texts.transcript(old.id, *words, True, now)
-        self._actions += self._conns.pop(old.id).close("rollover")  # issue 17: forgotten (then ignored)
+        self._actions += self._conns.pop(old.id).close("rollover")  # forgotten (then ignored), not kept
         self._texts.settle(old.id)
         self._next, self._boundary, self._stop_ns = None, False, _NEVER
         self.stats.rollovers += 1
@@ -1335,7 +1335,7 @@ class RolloverLink:
 
     @property
     def deciding(self) -> bool:
-        """The controller has decisions for `route` (most inputs: none; issue 13)."""
+        """The controller has decisions for `route` (most inputs: none, so the coordinator skips `route`)."""
         return self.controller is not None and bool(self.controller._actions)
 
     def route(self, now: int) -> str | None:
@@ -1383,7 +1383,7 @@ class RolloverLink:
             elif isinstance(action, EmitUntold):
                 self._untold(action)
             elif isinstance(action, (EmitUtterance, EmitInterim)):
-                final = isinstance(action, EmitUtterance)  # issue 15: with its end, for the application
+                final = isinstance(action, EmitUtterance)  # with its end, for the application
                 self._captions.caller(action.text, action.start_ms, final, action.end_ms)
             elif isinstance(action, EndSession):
                 self._out.notices.append(

@@ -50,10 +50,10 @@ log = logging.getLogger("parlora.session")
 
 _LEG_DRAIN_TIMEOUT_S = 5.0  # before the session starts: how long a refused call waits for the leg to end
 _HOOK_TIMEOUT_S = 10.0
-MAX_QUEUED_FRAMES = 25  # 500 ms of caller audio waiting for a session loop that is behind (issue 13)
+MAX_QUEUED_FRAMES = 25  # 500 ms of caller audio waiting for a session loop that is behind, then shed
 BACKSTOP_NS = 100_000_000  # while frames come, the timer waits this long after the latest one (CallerFrames)
 TIMER_SLACK_NS = 1_000_000  # the timer is armed this long after its deadline (uvloop: whole milliseconds)
-_LOGGED_URI_CHARS = 256  # a From/To URI as the log shows it: the caller chooses its length (issue 17)
+_LOGGED_URI_CHARS = 256  # a From/To URI as the log shows it: the caller chooses its length
 
 
 def failure_tone() -> bytes:
@@ -137,7 +137,7 @@ class _Wake:
 
 
 class CallerFrames:
-    """Issue 13: the caller's frames from the leg's media tick straight into the coordinator, its commands
+    """The caller's frames from the leg's media tick straight into the coordinator, its commands
     carried out there and then (`sip.leg.FrameSinkLeg`), instead of the leg's queue, a pump task and the inbox;
     and the session's one loop timer.
 
@@ -146,7 +146,7 @@ class CallerFrames:
     is due when a frame comes is handled first, there and then, as the loop would have. Nothing raises into
     the media tick: a failure is counted (`errors`) and logged once.
 
-    The timer (issue 13): one `loop.call_at` per session, re-armed only when the core's next deadline comes
+    The timer: one `loop.call_at` per session, re-armed only when the core's next deadline comes
     sooner than the one it waits for. Its callback reads the core's deadline again and wakes the session's
     loop (`_Wake`) only when something is due; otherwise it re-arms, at the deadline, or, while the media tick
     brings frames (which handle whatever falls due), `BACKSTOP_NS` after the latest frame. The deadline the
@@ -268,7 +268,7 @@ class CallerFrames:
 
     def _forward(self, core: SessionCoordinator, frame: FrameReceived, now: int) -> None:
         if self._tap is not None:
-            self._tap.caller(frame.pcm, now)  # issue 15: --record
+            self._tap.caller(frame.pcm, now)  # --record
         core.caller_frame(frame.pcm, now)
 
     def provider_event(self, event: ProviderEvent) -> None:
@@ -325,7 +325,7 @@ class CallerFrames:
 
 
 class _Tasks(dict[str, "asyncio.Task[None]"]):
-    """A session's own tasks by name (the pumps, jobs, hooks, closes). Issue 17: a finished one is forgotten at
+    """A session's own tasks by name (the pumps, jobs, hooks, closes). Bounded: a finished one is forgotten at
     once, its failure logged, so that a long call's thousands of jobs and rollovers do not pile up here."""
 
     def spawn(self, name: str, coro: Any, task_name: str) -> None:
@@ -452,9 +452,9 @@ class ProviderLinks:
         self._call_id, self._inbox, self._hooks = call_id, inbox, hooks
         self._spawn, self._cancel, self._floor = spawn, cancel, floor
         self._reconnect, self._settings = reconnect, settings
-        # Issue 15: each connection's open-to-session-confirmed seconds, by provider name (the server's metrics).
+        # Each connection's open-to-session-confirmed seconds, by provider name (the server's metrics).
         self.on_connected: Callable[[str, float], None] | None = None
-        self.sink: Callable[[ProviderEvent], None] | None = None  # issue 13: CallerFrames.provider_event
+        self.sink: Callable[[ProviderEvent], None] | None = None  # CallerFrames.provider_event
 
     async def timed_connect(self, provider: Provider) -> SessionStarted:
         """`provider.connect()`, its duration (wall clock: a metric, never a rule) given to `on_connected`."""
@@ -521,8 +521,8 @@ class ProviderLinks:
         await self.read(provider)
 
     async def read(self, provider: Provider) -> None:
-        """A connection's events into the session: from its socket's callback where it can (issue 13), else
-        through the inbox by a reader task."""
+        """A connection's events into the session: from its socket's callback where it can (no loop step),
+        else through the inbox by a reader task."""
         if self.sink is not None and isinstance(provider, DeliversEvents):
             provider.deliver_to(self.sink)
         else:
@@ -560,7 +560,7 @@ class CallSession:
         media_tap: MediaTap | None = None,
     ) -> None:
         self.leg = leg
-        self._tap = media_tap  # issue 15: --record
+        self._tap = media_tap  # --record
         self._settings = settings or SessionSettings()
         options = options or CoordinatorOptions()
         self._options = replace(
@@ -593,7 +593,7 @@ class CallSession:
             reconnect=reconnect,
             settings=self._settings,
         )
-        self.links.sink = self._frames.provider_event  # issue 13: events straight from the socket
+        self.links.sink = self._frames.provider_event  # events straight from the socket
         self.providers = self.links.providers  # by transport token
         self._carriers: dict[type, Callable[[Any], None]] = {
             **self.links.carriers(),
@@ -639,7 +639,7 @@ class CallSession:
         try:
             if not await self._hooks.authorized(f"conn-{first.token}"):
                 raise ProviderUnavailable(f"connection {self.call_id}/conn-{first.token} not authorised")
-            started = await self.links.timed_connect(first)  # issue 15: provider connect time (/metrics)
+            started = await self.links.timed_connect(first)  # provider connect time (/metrics)
         except ProviderUnavailable as exc:
             # Not answered yet: the caller gets 503 rather than a call that cannot talk.
             self._hangup("bridge", f"provider unavailable: {exc}")
@@ -661,7 +661,7 @@ class CallSession:
             if offers_dialled(self.leg) and self.leg.outbound:
                 self.coordinator.ring(now)  # S7: the greeting waits for the callee's answer
             self.leg.answer()
-            del first  # issue 17: a closed first connection is freed, not held to the call's end
+            del first  # bounded: a closed first connection is freed, not held to the call's end
             await self._bridge(self.coordinator)
         summary = self._summary()
         log.info("%s", summary)

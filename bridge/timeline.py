@@ -8,7 +8,7 @@ onto the session's (SE6, HR11). Frames are stamped from the monotonic clock the 
 A provider's clock counts the caller audio it was sent, not the time that passed (providers.md: "derived
 from bytes, not wall clock"). The two part whenever audio was not sent: the caller was on hold, HR8 discarded
 it during a repair, or the session's loop fell behind and shed frames. So the timeline keeps the *audio map*
-(issue 17): each caller frame forwarded to the connections is counted (`fed`), and a *mark* is kept where the
+(bounded): each caller frame forwarded to the connections is counted (`fed`), and a *mark* is kept where the
 forwarded audio restarted after such a gap, as (audio position, session time minus audio position). A
 connection is registered with the audio position at which its clock began (`connection_started`), and a
 provider time p on it is the audio position origin + p, on the session timeline through the mark that holds
@@ -31,8 +31,8 @@ from providers.events import InputTranscript, OutputTranscript, ProviderEvent
 
 _NS_PER_MS = 1_000_000
 _FRAME_MS = 20
-ORIGINS_KEPT = 32  # issue 17: connections whose clock origin is kept (the most recently used ones)
-MARKS_KEPT = 64  # issue 17: stretches of continuous caller audio kept (old ones merged, `_thin`)
+ORIGINS_KEPT = 32  # bounded: connections whose clock origin is kept (the most recently used ones)
+MARKS_KEPT = 64  # bounded: stretches of continuous caller audio kept (old ones merged, `_thin`)
 GAP_MS = 100  # a forwarded frame this much later than its stretch's audio says starts a new stretch
 BOUNDS_KEPT = 8  # turn ends and hand-overs kept to split caption groups at (whose fragments may still wait)
 # S1: a floor connection that sent nothing for this long before a fault may not have heard the caller at all.
@@ -78,7 +78,7 @@ class Timeline:
 
     def _thin(self) -> None:
         """One stretch too many: merge the one whose step (the audio missing before it) weighs least against
-        its age into the one before it. Issue 17: a live connection may still stamp audio older than the newest
+        its age into the one before it. A live connection may still stamp audio older than the newest
         `MARKS_KEPT` stretches (the start of a long utterance, after the caller's audio came short for a while:
         a stretch every 100 ms), and dropping the oldest mapped such a time through the connection's start,
         seconds early (campaign seed 756114676: three utterances logged before the one logged before them).
@@ -94,7 +94,7 @@ class Timeline:
 
     def connection_started(self, token: int, now_ns: int) -> None:
         """A connection's clock starts now (its session was confirmed), at the audio forwarded next.
-        Issue 17: only the `ORIGINS_KEPT` most recently used are kept. The live ones — the floor, a rollover's
+        Bounded: only the `ORIGINS_KEPT` most recently used are kept. The live ones — the floor, a rollover's
         one or two listeners — are among them: every rebase keeps its connection's origin fresh, and the rest
         are gone, their events inert (HR2)."""
         origins = self._origins

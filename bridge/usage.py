@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from providers.events import SessionClosed, UsageUpdated
 
-TRANSPORTS_KEPT = 16  # issue 17: transports whose latest usage is kept apart; older ones are folded in
+TRANSPORTS_KEPT = 16  # bounded: transports whose latest usage is kept apart; older ones are folded in
 
 
 @dataclass(slots=True)
@@ -29,7 +29,7 @@ class UsageMeter:
             int, float
         ] = {}  # latest cumulative audio seconds of each recent transport
         self._unfinalized = False  # some transport ended without the provider finalising its usage
-        # Issue 17: the oldest transports' latest audio seconds, summed once more than TRANSPORTS_KEPT have
+        # Bounded: the oldest transports' latest audio seconds, summed once more than TRANSPORTS_KEPT have
         # reported (tokens only grow: the oldest is long closed). A report from a folded transport would count
         # it twice, so it is ignored and counted in `late_reports`.
         self._folded_seconds = 0.0

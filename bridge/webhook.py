@@ -71,7 +71,7 @@ byte of the request has been written, the bridge NEVER sends it again — not af
 close after sending, nor for any HTTP status (a 503 included): the application may have acted on it. The model
 is told that the outcome is unknown, and the application reconciles.
 
-Events (issue 15) — the same URL also gets one POST per event of each call, in order, one at a time per
+Events — the same URL also gets one POST per event of each call, in order, one at a time per
 call: `call_started`, each `utterance` (caller or assistant), each `work_uncertain` and `call_ended` with the
 call record. They are signed, timed out and retried exactly as jobs; their body has an `"event"` member (a
 job's never does) and they carry the header `X-Parlora-Event: <event>`; the Idempotency-Key ends in
@@ -271,7 +271,7 @@ def idempotency_key(instance_id: str, call_id: str, job_id: str) -> str:
 
 
 def event_body(event: AppEvent) -> tuple[str, bytes]:
-    """Issue 15: an event's name and JSON body (ASCII, as a job's: see the module docstring)."""
+    """An event's name and JSON body (ASCII, as a job's: see the module docstring)."""
     body = event.to_json()
     return str(body["event"]), json.dumps(body, separators=(",", ":")).encode("ascii")
 
@@ -364,7 +364,7 @@ class WebhookClient:
         return await self._post(request_body(request, identity), key, tag)
 
     async def deliver_event(self, event: AppEvent, call_id: str) -> WebhookResult:
-        """Issue 15: one of the call's events, one POST, on the same rules as a job (its answer is only
+        """One of the call's events, one POST, on the same rules as a job (its answer is only
         logged). Never raises, except CancelledError."""
         name, body = event_body(event)
         key = idempotency_key(self.config.instance_id, call_id, event_key(event))
