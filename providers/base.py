@@ -153,7 +153,7 @@ class Provider(Protocol):
 
 @runtime_checkable
 class DeliversEvents(Protocol):
-    """Issue 13: a provider that can hand each event to a sink as its socket's callback parses it, instead of
+    """A provider that can hand each event to a sink as its socket's callback parses it, instead of
     through `events()` (no reader task, no queue, no loop iteration per event)."""
 
     def deliver_to(self, sink: Callable[[ProviderEvent], None]) -> None:

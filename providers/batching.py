@@ -1,4 +1,4 @@
-"""Caller audio gathered into fewer, larger provider appends (issue 13: `serve --provider-append-ms`).
+"""Caller audio gathered into fewer, larger provider appends (`serve --provider-append-ms`).
 
 Each caller frame is 20 ms. Sending each one as its own append is the lowest latency and the default; at 300
 calls the per-frame JSON, base64, WebSocket framing and TLS record cost most of the provider path, and

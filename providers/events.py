@@ -21,7 +21,7 @@ TEXT_LIMIT = 200  # characters of a provider's own words (error code and message
 def bounded(text: object, limit: int = TEXT_LIMIT) -> str:
     """`str(text)`, cut to `limit` characters (and "..."). A provider's error code and message and its close
     reason go into the log and the call's end reason; a broken or hostile peer can make them any size
-    (issue 17: nothing is logged raw beyond a bounded prefix)."""
+    (nothing is logged raw beyond a bounded prefix)."""
     value = str(text)
     return value if len(value) <= limit else value[:limit] + "..."
 

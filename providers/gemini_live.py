@@ -391,7 +391,7 @@ class GeminiClientProtocol:
 
     def _audio(self, blob: dict[str, Any], raw: str | bytes) -> ProviderEvent | None:
         mime = blob.get("mimeType", "")
-        if not isinstance(mime, str):  # a broken part is a counted protocol error, not skipped (issue 17)
+        if not isinstance(mime, str):  # a broken part is a counted protocol error, not skipped
             return self._error("invalid_event", "inlineData.mimeType is not a string", raw, fatal=False)
         mime = mime.replace(" ", "").lower()
         if not mime.startswith("audio/"):

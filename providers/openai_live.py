@@ -212,7 +212,7 @@ class LiveClientProtocol:
             return [
                 SessionClosed(
                     self.token,
-                    bounded(event.get("reason", "unknown")),  # the provider's words: bounded (issue 17)
+                    bounded(event.get("reason", "unknown")),  # the provider's words: bounded
                     True,
                     None if seconds is None else float(seconds),
                 )

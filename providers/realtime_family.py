@@ -684,7 +684,7 @@ class RealtimeAdapter:
 def _handlers(
     dialect: Dialect,
 ) -> dict[str, Callable[[RealtimeClientProtocol, dict[str, Any]], list[ProviderEvent]]]:
-    """The server events a core handles, by type, for its dialect. Issue 17: a table of bound methods in each
+    """The server events a core handles, by type, for its dialect. A table of bound methods in each
     core made every core a cycle, freed only by a full collection (100 cores and 2,100 methods of garbage
     every 2.5 minutes at 100 calls); plain functions, shared by every core of a dialect, make none."""
     partial = f"conversation.item.input_audio_transcription.{dialect.input_transcript_partial}"

@@ -10,11 +10,11 @@ closing handshakes, close codes), driven from this plain `asyncio.Protocol` (`lo
 the TLS context for wss). It is given whole units only: the upgrade response alone, then whole frames; a final
 text or binary frame of an open connection (the provider's audio, tens a second) is taken here instead
 (`frame_extent`: a fifth of the protocol's parser), every other frame goes to the protocol, and from a frame
-it would refuse on sight (masked, too long) on, everything does. That is the cheap way (issue 13, "Where the time goes": the asyncio API cost 24-30
-points of a core at 300 calls): no writer task and no keepalive task. A caller-audio frame with nothing
+it would refuse on sight (masked, too long) on, everything does. That is the cheap way (measured: the
+asyncio API cost 24-30 points of a core at 300 calls): no writer task and no keepalive task. A caller-audio frame with nothing
 queued ahead of it is written to the transport in the call that sends it; control frames (and audio behind
 them) queued during one loop iteration leave together at its end in one transport write; a received message
-waits in a queue until `events()` takes it. Or, once the engine called `deliver_to(sink)` (issue 13), each
+waits in a queue until `events()` takes it. Or, once the engine called `deliver_to(sink)`, each
 message's events go to the sink in the socket's own callback, as it is parsed: no reader task, no queue, and
 no loop iteration between the socket and the session. The end is the same `SessionClosed` either way.
 
@@ -346,7 +346,7 @@ class WebSocketShell(asyncio.Protocol):
 
     def send_audio_frame(self, frame: str | bytes) -> None:
         """Send one caller-audio frame; never blocks. With nothing queued ahead of it the frame is written to
-        the transport at once, in this call (issue 13: a frame waits for no loop iteration, so inbound latency
+        the transport at once, in this call (a frame waits for no loop iteration, so inbound latency
         is the path's own work); otherwise it queues behind what waits (order kept) and leaves with it."""
         if not self._outbox and self._running and not self._writing_paused:
             self._write_audio_now(frame)
@@ -381,7 +381,7 @@ class WebSocketShell(asyncio.Protocol):
         yield self._ended()
 
     def deliver_to(self, sink: Callable[[ProviderEvent], None]) -> None:
-        """Issue 13: from now on each event goes to `sink` as its message is parsed, in the socket's callback
+        """From now on each event goes to `sink` as its message is parsed, in the socket's callback
         (`events()` must not be read then). What came before is delivered first, in order; the last event is
         a `SessionClosed`, as `events()` ends with. The sink must not raise."""
         assert self._proto is not None, "connect() first"
@@ -408,7 +408,7 @@ class WebSocketShell(asyncio.Protocol):
             self._delivered_end = True
             sink(self._ended())
         if self._delivered_end:
-            # Issue 17: nothing follows the end. A sink that holds its adapter (Gemini's labels the end) made
+            # Nothing follows the end. A sink that holds its adapter (Gemini's labels the end) made
             # the shell a cycle, so a closed connection, its TLS objects and resampler waited for a full
             # collection: ~60 of them every 2.5 minutes at 100 calls, tens of MB of C heap.
             self._sink = None
@@ -654,7 +654,7 @@ class WebSocketShell(asyncio.Protocol):
             self._timer = None
         if self._lost is not None and not self._lost.done():
             self._lost.set_result(None)
-        self._transport = None  # issue 17: gone; the transport and this protocol no longer hold each other
+        self._transport = None  # gone; the transport and this protocol no longer hold each other
         if self._sink is not None:
             self._deliver()
         self._wake()

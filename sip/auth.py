@@ -16,8 +16,8 @@ Client (`DigestClient`): given a 401/407 to a request, `respond(...)` returns th
 retried request (`AuthAnswer`) or why it must not retry (`AuthRefused`, e.g. "bad credentials"). It keeps the
 last challenge per realm, so that `authorization(...)` can answer pre-emptively (RFC 3261 §22.3: the next
 REGISTER refresh carries credentials with nc+1), counts nc per nonce, picks a fresh cnonce each time, and on
-stale=true retries with the new nonce without asking for credentials again. Give-up rule (the "one retry per
-challenge" of issue 14): a challenge that repeats the nonce we just answered, without stale=true, means the
+stale=true retries with the new nonce without asking for credentials again. Give-up rule (one retry per
+challenge): a challenge that repeats the nonce we just answered, without stale=true, means the
 credentials were refused; so does a second consecutive non-stale challenge after an answered one (servers
 such as Asterisk issue a new nonce with every 401), so a wrong password costs at most two round trips.
 

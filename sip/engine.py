@@ -54,7 +54,7 @@ class EngineConfig:
     # A transfer with no report (REFER response or NOTIFY) for this long ends with a final 408 (sip/transfer.py).
     transfer_timeout_s: float = 30.0
     retry_after_s: int = 30  # Retry-After on a 503 while draining or full
-    # Issue 14, inbound policy (sip/policy.py), asked about every out-of-dialog request before anything else:
+    # Inbound policy (sip/policy.py), asked about every out-of-dialog request before anything else:
     allow: tuple[str, ...] = ()  # CIDR allowlist (empty: every source); outside it → 403, or dropped
     drop_unknown: bool = False  # a source outside the allowlist gets no answer at all
     inbound_auth: tuple[str, str] | None = None  # (user, password): inbound requests must pass a digest
@@ -62,18 +62,18 @@ class EngineConfig:
     # loopback bind (every source is local there: tests and the bench place hundreds of calls from one address)
     invite_rate_per_s: float | None = None
     invite_burst: int = 10
-    # per-source out-of-dialog OPTIONS beyond this are dropped silently (issue 17's floods); 0: no limit;
-    # None: 10/s (burst 20) off loopback, none on a loopback bind
+    # per-source out-of-dialog OPTIONS beyond this are dropped silently (under a flood an answer costs as much
+    # as a 200); 0: no limit; None: 10/s (burst 20) off loopback, none on a loopback bind
     options_rate_per_s: float | None = None
     options_burst: int = 20
-    # Issue 14, registration (sip/register.py): one binding per address-of-record sip:USER@HOST[:PORT]
+    # Registration (sip/register.py): one binding per address-of-record sip:USER@HOST[:PORT]
     register: tuple[str, ...] = ()
     auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)
     register_password: str | None = None  # never logged
     register_expires_s: int = 3600
     scanner_user_agents: tuple[str, ...] = DEFAULT_SCANNERS  # sip/policy.py's blocklist (dropped, unanswered)
     register_keepalive_s: float | None = 30.0  # OPTIONS to each registrar this often while registered
-    # Issue 14, NAT: the address peers reach us at (Contact, Via sent-by, SDP c=/o=), None: the bound one
+    # NAT: the address peers reach us at (Contact, Via sent-by, SDP c=/o=), None: the bound one
     external_address: str | None = None
     # NAT mode: symmetric RTP (rtp/latch.py latches each call to the first valid packet's source; we send there) and
     # in-dialog requests to the address the INVITE came from (a caller behind NAT with a private Contact)
@@ -81,14 +81,14 @@ class EngineConfig:
     # Without NAT mode, whose RTP a call takes (rtp/latch.py): "learn" the caller's source (Asterisk's strictrtp
     # with learning: the signalled address, or the first source sending 4 packets in sequence) or "strict"
     rtp_source: Literal["learn", "strict"] = "learn"
-    # Issue 14, TLS (sip/tls.py) and SRTP (SDES, rtp/srtp.py): a TLS listener at tls (host, port) with
+    # TLS (sip/tls.py) and SRTP (SDES, rtp/srtp.py): a TLS listener at tls (host, port) with
     # cert/tls_key; tls_ca for outbound TLS; srtp "off" | "optional" | "required" (keys only over TLS)
     tls: tuple[str, int] | None = None
     cert: str | None = None
     tls_key: str | None = None
     tls_ca: str | None = None
     srtp: Literal["off", "optional", "required"] = "off"
-    # Issue 14, call limits: BYE after this long (None: no limit); BYE when no caller RTP came for this long
+    # Call limits: BYE after this long (None: no limit); BYE when no caller RTP came for this long
     # (None: never; a call on hold is exempt), so a lost BYE cannot leave a call and its provider open
     max_call_duration_s: float | None = None
     rtp_timeout_s: float | None = None
@@ -266,8 +266,8 @@ DEFAULT_ENGINE = "native"  # DESIGN §11: native by default, pjsua2 the optional
 
 
 def check_listen(config: EngineConfig, *, allow_any: bool = False) -> BindCheck:
-    """Whether an engine may listen on `config.host` with the inbound policy `config` gives (issue 14,
-    `sip.policy.check_bind`): loopback always; any other address only with `allow` and/or `inbound_auth`, or
+    """Whether an engine may listen on `config.host` with the inbound policy `config` gives
+    (`sip.policy.check_bind`): loopback always; any other address only with `allow` and/or `inbound_auth`, or
     with `allow_any` (then `warning` says so, to be logged loudly)."""
     auth = None
     if config.inbound_auth is not None:

@@ -1160,7 +1160,8 @@ def check_request(
     the bare magic cookie (400, RFC 4475 badbranch), Require (420 with Unsupported; never for ACK or CANCEL),
     the body's Content-Type (415 with Accept) and, for an INVITE, an Accept that excludes SDP (406). None means
     "go ahead". Max-Forwards 0 is not a UAS error (RFC 4475 §3.3.11 zeromf: an endpoint processes the request);
-    a proxy answers 483, and so does this check with `reject_zero_max_forwards` (issue 13 asks for 483)."""
+    a proxy answers 483, and so does this check with `reject_zero_max_forwards` (the user agent's rule,
+    sip/ua.py)."""
     method = request.method
     if allowed_methods is not None:
         allowed = tuple(allowed_methods)

@@ -394,7 +394,7 @@ class _LogWriter(pj.LogWriter):  # type: ignore[misc]
 
 
 def unsupported_options(config: EngineConfig) -> list[str]:
-    """The options (as `serve` spells them) in `config` that this engine cannot honour: issue 14's trunk edge
+    """The options (as `serve` spells them) in `config` that this engine cannot honour: the trunk edge
     (inbound policy, registration, NAT, TLS, SRTP, call limits) is built on the native engine only, and an
     option silently ignored would leave an operator believing a trunk is protected, registered or encrypted
     when it is not. Placing calls is refused where it is asked for (`Server.dial`: no `Dialer` here)."""
@@ -441,8 +441,8 @@ class Pjsua2UserAgent:
         refused = unsupported_options(config)
         if refused:
             raise EngineStartError(
-                f"{', '.join(refused)}: not supported on the pjsua2 engine (the trunk edge of issue 14 is the "
-                "native engine's: use --engine native)"
+                f"{', '.join(refused)}: not supported on the pjsua2 engine (the trunk edge is the native "
+                "engine's: use --engine native)"
             )
         wanted = WHEEL_MAX_CALLS if config.max_calls is None else config.max_calls
         if wanted < 1:

@@ -1,4 +1,4 @@
-"""Inbound policy (issue 14's toll-fraud defences), sans-I/O: what happens to an out-of-dialog request before
+"""Inbound policy (the toll-fraud defences), sans-I/O: what happens to an out-of-dialog request before
 anything else does. `sip.ua.UserAgent(policy=InboundPolicy(...))` asks it about every request without a To
 tag except ACK, before its own checks, so a refused source never causes an `IncomingCall` (hence never a
 provider connection or an application callback) and learns nothing about us.
@@ -13,7 +13,7 @@ The checks, in order (the first that refuses decides; each refusal is counted in
    `invite_rate_per_s`) → 503 with Retry-After (the seconds until a token is back). The table of sources is
    bounded (`max_sources`, least recently seen evicted).
    Out-of-dialog OPTIONS have a bucket of their own (`options_rate_per_s`, `options_burst`): beyond it they
-   are dropped silently, because under a flood an answer of any kind costs as much as a 200 (issue 17); a
+   are dropped silently, because under a flood an answer of any kind costs as much as a 200; a
    load balancer's probe, a few a minute, never comes near it.
 4. A method the bridge does not serve (not in `served`, the methods `sip.ua` answers: REGISTER, SUBSCRIBE,
    MESSAGE, PUBLISH, anything unknown) is let through to the user agent, which refuses it (405 or 501 with

@@ -35,7 +35,7 @@ Behaviour:
 - `stop(now)`: REGISTER with Expires: 0 (and Contact ;expires=0) when a binding may exist → "unregistering",
   then "unregistered" at its final response or failure. No binding → "unregistered" at once.
 
-Keepalive (issue 14, `keepalive_s`): while registered, an OPTIONS to the registrar every `keepalive_s`
+Keepalive (`keepalive_s`): while registered, an OPTIONS to the registrar every `keepalive_s`
 (`Keepalive`): any final response, even 404 or 405, says the registrar (and the NAT path to it) is alive;
 `keepalive_failures` unanswered in a row make it "unreachable" and the binding is refreshed at once (a NAT
 binding or a registrar that lost us); the count, last status and round trip are in `status().keepalive`.
@@ -140,7 +140,7 @@ class KeepaliveStatus:
 
 
 class Keepalive:
-    """OPTIONS pings towards a registrar, sans-I/O (issue 14): `arm(now)` schedules the next one `interval`
+    """OPTIONS pings towards a registrar, sans-I/O: `arm(now)` schedules the next one `interval`
     later, `handle_timer(now)` sends it (`requests()`), its final response (`receive_response`) or its
     timeout (`request_failed`) re-arms the next. Only one probe is out at a time."""
 
@@ -309,7 +309,7 @@ class Registration:
         self._attempt: _Attempt | None = None
         self._b = _Binding()
         self._refresh_at: int | None = None
-        self.keepalive: Keepalive | None = None  # issue 14: OPTIONS while registered
+        self.keepalive: Keepalive | None = None  # OPTIONS while registered
         if config.keepalive_s:
             self.keepalive = Keepalive(
                 config,

@@ -471,8 +471,8 @@ class SessionDescription:
 def _usable_connection(description: SessionDescription, media: MediaDescription) -> Connection | None:
     """The peer's connection for an m= line if RTP can be sent there: an IP address of its address type. A
     host name is not (RFC 4566 allows one): the media path sends with `sendto` on every 20 ms slot and never
-    resolves names, and a name there made it look one up on every slot (issue 17: `c=IN IP4 1<27.0.0.2` from
-    a mutated offer was taken)."""
+    resolves names, and a name there made it look one up on every slot (the hostile-input bench: `c=IN IP4
+    1<27.0.0.2` from a mutated offer was taken)."""
     connection = description.connection_for(media)
     if connection is None:
         return None

@@ -284,8 +284,7 @@ class SipTransports:
             log.info("no %s transport: message to %s dropped", kind, destination)
         except (OSError, RuntimeError, ValueError) as exc:
             # ValueError: uvloop's for a destination that is no IP address (a Contact naming a host: names
-            # are not resolved here). The destination is the peer's choosing: logged as a bounded prefix
-            # (issue 17).
+            # are not resolved here). The destination is the peer's choosing: logged as a bounded prefix.
             log.info("sending to %.200s over %s failed: %.200s", destination, kind, exc)
         self.send_errors += 1
         return False
