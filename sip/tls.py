@@ -16,8 +16,9 @@ Listener: `await TlsListener.start(transports, host, port, context)` accepts TLS
 StreamFramer, CRLF keep-alive pongs, closing on a framing error: unchanged) under asyncio's TLS layer, its ref
 of kind "tls" so the core sees the transport as "tls" (Via ``SIP/2.0/TLS``, §26.2.1 checks). The connections
 join the transports' own table, so `SipTransports.stats()` and `close()` cover them; `TlsListener.close()`
-closes the listening socket. Until `SipTransports.send` knows "tls" (see `send` below and the lead's
-report), `TlsListener.send(data, destination)` writes a message to the TLS connection with that peer.
+closes the listening socket. `SipTransports.send` sends over kind "tls" as over TCP (reusing the peer's
+connection, else opening one with `SipTransports.tls_client`); `TlsListener.send(data, destination)` writes a
+message only to an open TLS connection with that peer.
 
 Addresses: `tls_contact` and `tls_via` build our Contact and Via for TLS; `contact_for(request_uri, ...)`
 gives a ``sips:`` Contact when the request was for a ``sips:`` URI (RFC 3261 §12.1.1: it MUST then be sips)
@@ -157,8 +158,7 @@ class TlsListener:
 
     def send(self, data: bytes, destination: Address) -> bool:
         """Write one message on the TLS connection with `destination` (the one its request came on, §18.2.2);
-        False when there is none (a TLS client connection of ours is `SipTransports`' job once it knows
-        "tls")."""
+        False when there is none (a TLS client connection of ours is `SipTransports.send`'s job)."""
         conn = self.connection_to(destination)
         if conn is None:
             self._transports.send_errors += 1
