@@ -188,7 +188,7 @@ QUICK: dict[str, float] = {
     "deadline": 9_000,
     "stop": 14_000,
 }
-# The long run (issue 17): 100 calls held for 30 minutes with faults every 2 s and rollovers every ~30 s; no
+# The long run: 100 calls held for 30 minutes with faults every 2 s and rollovers every ~30 s; no
 # capture (100 calls x 50 packets/s x 30 min is 9 million packets): the media clock's own lateness histogram,
 # scraped from /metrics at each sample, gives the p99 over time instead.
 LONG: dict[str, float] = {
@@ -584,7 +584,7 @@ def sample_figures(samples: Sequence[Sample]) -> dict[str, Any]:
         "rss_growth_mb_per_hour": slope,
         # the curve, not only its slope: a bound filling levels off, a leak does not
         "rss_mb_by_sample": [s.rss_mb for s in samples],
-        # issue 17: live data apart from fragmentation (bridge/heap.py): a leak grows the first two, a
+        # live data apart from fragmentation (bridge/heap.py): a leak grows the first two, a
         # fragmenting heap the third (which the bridge's trim once a minute gives back)
         "heap_by_sample": {
             "malloc_in_use_mb": [round(s.heap.get("malloc_in_use", 0) / 1e6, 2) for s in samples],
@@ -599,7 +599,7 @@ def sample_figures(samples: Sequence[Sample]) -> dict[str, Any]:
         "pacing_p99_ms_worst_interval": max((v for v in p99 if v is not None), default=None),
         "bridge_cpu_pct_by_interval": cpu,  # of one core (100 = a whole core)
         "host_load_by_sample": [s.load for s in samples],
-        # issue 17: the media clock's late ticks by cause in each interval (beside its pacing p99)
+        # the media clock's late ticks by cause in each interval (beside its pacing p99)
         "late_by_cause_by_interval": [
             {c: int(b.late.get(c, 0) - a.late.get(c, 0)) for c in LATE_CAUSES} for a, b in pairs
         ],
@@ -948,7 +948,7 @@ def run(plan: Plan, work: Path, logs: Path | None = None) -> dict[str, Any]:
         metrics = _get(f"http://127.0.0.1:{http}/metrics", None)
         (work / "metrics.txt").write_text(metrics)
         final = parse_sample(0.0, 0.0, 0, 0.0, 0.0, metrics, _get(f"http://127.0.0.1:{http}/sip", None))
-        result["late_ticks"] = late_figures(None, final) | {  # issue 17: the whole run's, by cause
+        result["late_ticks"] = late_figures(None, final) | {  # the whole run's, by cause
             "max_us_by_cause": {c: final.clock.get(f"late_max_us_{c}", 0) for c in LATE_CAUSES},
             "gc_max_us_by_gen": [final.clock.get(f"gc_max_us_gen{g}", 0) for g in range(3)],
             "gc_max_cpu_us_by_gen": [final.clock.get(f"gc_max_cpu_us_gen{g}", 0) for g in range(3)],

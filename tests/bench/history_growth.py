@@ -1,4 +1,4 @@
-"""Issue 17: what one long call keeps in memory, measured with tracemalloc on virtual time.
+"""What one long call keeps in memory, measured with tracemalloc on virtual time.
 
 Drives tests/unit/long_call.py's `LongCall` (the session engine's in-process pieces, no sockets, no sleeps:
 a turn every 10 s with a tool call, a rollover every 30 s, a recovery every 37 turns) and takes a tracemalloc

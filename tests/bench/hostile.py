@@ -1,4 +1,4 @@
-"""Hostile input on the wire (issue 17): mutated and random SIP at the SIP port, random and mutated RTP/RTCP
+"""Hostile input on the wire: mutated and random SIP at the SIP port, random and mutated RTP/RTCP
 into a live call's media ports, mutated provider frames from the fake, all at ONE `serve` (native engine,
 the openai-realtime fake), inside a private network namespace. Then a normal call, and the log is read.
 

@@ -7,10 +7,10 @@
   step can say how much of the bridge's CPU went to the collector.
 - `--gc-freeze-after S`: S seconds after start (the server is listening, no call yet), `gc.collect()` then
   `gc.freeze()`: everything alive then (modules, classes, the server's own objects) moves to the permanent
-  generation, which no later collection walks (issue 13, "Where the time goes").
+  generation, which no later collection walks.
 
 - `PARLORA_BENCH_GC_CENSUS=FILE` in the environment (`run.py --bridge-env`): on SIGUSR1 the objects the
-  collector tracks are counted by type into FILE (what a full collection walks; issue 17's long pauses).
+  collector tracks are counted by type into FILE (what a full collection walks: the cause of its long pauses).
 
 Nothing here is part of the product; `serve` itself is unchanged.
 """

@@ -1,5 +1,6 @@
-"""The provider WebSocket shell as it was before issue 13 (the websockets asyncio client API and a writer task),
-kept verbatim only so that tests/bench/provider_micro.py can measure old against new. The bridge never uses it."""
+"""The provider WebSocket shell as it was before the sans-I/O one (the websockets asyncio client API and a
+writer task), kept verbatim only so that tests/bench/provider_micro.py can measure old against new. The bridge
+never uses it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Provider-path micro-benchmark (issue 13): what one provider WebSocket costs the bridge process, per call.
+"""Provider-path micro-benchmark: what one provider WebSocket costs the bridge process, per call.
 
 N fake sessions run through the real GPT-Live adapter (`providers.openai_live.OpenAILiveAdapter`) against the
 echo fake in its own process (`parlora-bridge fake-provider`): every session sends 20 ms of caller audio on one
@@ -77,7 +77,7 @@ class Variant:
 VARIANTS = {
     v.name: v
     for v in (
-        Variant("before", shell="old", json="stdlib", loop="asyncio"),  # the bridge before issue 13
+        Variant("before", shell="old", json="stdlib", loop="asyncio"),  # the old shell, stdlib JSON, asyncio
         Variant("new-shell", json="stdlib", loop="asyncio"),  # + the sans-I/O shell
         Variant("+orjson", loop="asyncio"),  # + orjson
         Variant("+malloc", loop="asyncio", malloc="tuned"),  # + mallopt (matters on the stdlib loop only)
@@ -105,7 +105,7 @@ def _frames() -> list[bytes]:
 
 
 def _use_stdlib_json() -> None:
-    """The adapters' JSON as before issue 13: json.dumps for every frame (audio appends too), json.loads."""
+    """The adapters' JSON before orjson: json.dumps for every frame (audio appends too), json.loads."""
     import base64
 
     import providers.openai_live as live

@@ -1,4 +1,4 @@
-"""Micro-benchmark of `--record`'s cost per 20 ms frame (issue 15): ns per frame, best of 5 runs.
+"""Micro-benchmark of `--record`'s cost per 20 ms frame: ns per frame, best of 5 runs.
 
     .venv/bin/python tests/bench/recording_micro.py [--n 20000] [--json]
 

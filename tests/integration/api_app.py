@@ -68,7 +68,7 @@ class Shop(bridge.Application):
     async def ended(self, call, summary):  # type: ignore[no-untyped-def]
         say(event="ended", by=summary.ended_by, reason=summary.reason)
 
-    # issue 15: the call's events
+    # The call's events
     async def call_started(self, call, event):  # type: ignore[no-untyped-def]
         assert isinstance(event, CallStarted)
         say(event="call_started", call_id=event.call.call_id, called=event.call.called)

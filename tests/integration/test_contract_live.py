@@ -1,5 +1,5 @@
-"""Issue 12's contract holes on live calls: `serve` with SIPp callers against each provider's fake as its own
-process, every connection age time-scaled to seconds.
+"""The rollover and resumption contracts on live calls: `serve` with SIPp callers against each provider's
+fake as its own process, every connection age time-scaled to seconds.
 
 - RO2: at the hard stop the old connection's buffer is committed (Realtime `input_audio_buffer.commit`, Gemini
   `audioStreamEnd`), and the utterance the caller was still speaking is transcribed by the old connection and

@@ -1,4 +1,4 @@
-"""Issue 15, `parlora-bridge doctor` against the local fakes and a bridge on loopback (no outside network):
+"""`parlora-bridge doctor` against the local fakes and a bridge on loopback (no outside network):
 one line per check, exit 1 on a failure, keys named and never printed."""
 
 from __future__ import annotations

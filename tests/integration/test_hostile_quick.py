@@ -1,4 +1,4 @@
-"""CI's quick form of tests/bench/hostile.py (issue 17, hostile input on the wire): about 3 s of mutated and
+"""CI's quick form of tests/bench/hostile.py (hostile input on the wire): about 3 s of mutated and
 random SIP from 127.0.0.2, 4 s of random and mutated RTP/RTCP into a live SIPp call's ports, a second call whose
 fake connection sends `mutate:7`d frames (all survivable: that call must go on), then a normal call, all at one
 `serve`, inside `unshare --net`. It runs the harness as its own process and asserts on the JSON it prints

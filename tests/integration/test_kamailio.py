@@ -14,7 +14,7 @@ which logs the Contact of the bridge that answered each call).
    the INVITE timeout (A is then marked inactive, and stays so: its probes go unanswered).
 4. Record-Route: the caller's 200 carries the proxy's Record-Route (sip/ua.py copies the INVITE's, RFC 3261
    §12.1.1), so in-dialog requests (ACK, BYE) cross the proxy and its load counting sees the call end.
-5. 407 (issue 14): `parlora-bridge call` through a Kamailio that challenges INVITEs for proxy authentication
+5. 407: `parlora-bridge call` through a Kamailio that challenges INVITEs for proxy authentication
    (its auth module, plain password, no database: AUTH_PROXY) to a SIPp callee behind it: the INVITE is sent
    again with Proxy-Authorization, Kamailio verifies it and relays, the callee answers and hangs up.
 
@@ -256,7 +256,7 @@ def test_kamailio_stays_in_the_dialog_by_record_route(
     assert len(routes) == 1 and f"<sip:127.0.0.1:{proxy.port};lr" in routes[0], routes
 
 
-# --- issue 14: 407 from a real proxy to `parlora-bridge call` ---
+# 407 from a real proxy to `parlora-bridge call`.
 
 # A trunk's edge proxy that challenges INVITEs (auth module: pv_proxy_authenticate with a plain password, no
 # database) and relays the authenticated ones to the callee (SIPp uas_answer_bye); logs "AUTHORIZED <user>".

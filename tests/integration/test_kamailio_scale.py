@@ -1,5 +1,5 @@
-"""Issue 15, scale-out with Kamailio (deploy/kamailio/): its dispatcher in front of three `parlora-bridge serve`
-on loopback, as the issue's CI test asks.
+"""Scale-out with Kamailio (deploy/kamailio/): its dispatcher in front of three `parlora-bridge serve`
+on loopback, as CI runs it.
 
 1. Spread: 20 calls at once go through the proxy, least-load routing (algorithm 10) spreads them over the three
    bridges; all are answered and closed.

@@ -151,7 +151,7 @@ def test_native_pcmu_from_the_provider_is_the_callers_rtp_payload_byte_for_byte(
 def test_native_bye_from_the_bridge_on_sigterm_and_everything_released(
     start_bridge, tmp_path: Path, transport: str
 ) -> None:
-    bridge = start_bridge(*NATIVE, "--provider", "echo", "--drain-timeout", "0")  # issue 15: hang up at once
+    bridge = start_bridge(*NATIVE, "--provider", "echo", "--drain-timeout", "0")  # no drain: hang up at once
     extra = ["-t", "t1"] if transport == "tcp" else []
     with ThreadPoolExecutor(max_workers=1) as pool:
         run = pool.submit(

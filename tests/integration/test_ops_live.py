@@ -1,4 +1,4 @@
-"""Issue 15 live: `serve --config FILE` on loopback answers SIPp calls by the file's routes (the command line's
+"""Live: `serve --config FILE` on loopback answers SIPp calls by the file's routes (the command line's
 --sip/--rtp-port over the file's listeners), and refuses a number no route matches with 404."""
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def test_json_logs_parse_and_never_carry_the_provider_key(
     assert all({"time", "level", "logger", "message", "event"} <= line.keys() for line in lines)
     ended = [line for line in lines if line["message"].startswith("call call-1 ended after")]
     assert len(ended) == 1 and ended[0]["call_id"] == "call-1"
-    # The SIP Call-ID (SIPp's: N-PID@ADDRESS) and the config route ride along once known (issue 15).
+    # The SIP Call-ID (SIPp's: N-PID@ADDRESS) and the config route ride along once known.
     assert ended[0]["route"] == "lobby" and "@127.0.0.1" in ended[0]["sip_call_id"], ended[0]
     about = [line for line in lines if line.get("call_id") == "call-1"]
     assert about and all(line["sip_call_id"] == ended[0]["sip_call_id"] for line in about), about

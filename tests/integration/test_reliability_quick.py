@@ -1,4 +1,4 @@
-"""CI's quick forms of the reliability harnesses of tests/bench/ (issue 17): each runs the harness's `--quick`
+"""CI's quick forms of the reliability harnesses of tests/bench/: each runs the harness's `--quick`
 command as its own process and asserts on the JSON it prints. The full forms are run by hand
 (tests/bench/README.md).
 

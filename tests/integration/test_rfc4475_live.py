@@ -9,7 +9,7 @@ normal SIPp call. It prints the message → response table (the closing note quo
 - native: `valid/` requests get a final response (the one RFC 4475 names where it names one), the two
   responses in `valid/` get none (a UAS absorbs a stray response); no `invalid/` message gets a 2xx (inv2543
   excepted: RFC 4475 §3.4.1 calls it a legal RFC 2543 request, accepted for backward compatibility), and
-  those for which the RFC (or issue 13) names a status get it; the process is alive after the corpus and the
+  those for which the RFC (or the UA's rule) names a status get it; the process is alive after the corpus and the
   fuzzing, and the call is answered.
 - pjsua2: the same run, judged on robustness only (alive, no traceback, the call answered): its answers are
   pjsip's, not ours to change; the table shows them.
@@ -43,7 +43,7 @@ FUZZ = 300
 # answers come within milliseconds; the table was the same at 1.0 s) instead of 1.5 s.
 WAIT_S = {"native": 1.5, "pjsua2": 0.5}
 
-# Statuses RFC 4475 names (or issue 13 fixes where the RFC leaves a choice), by message.
+# Statuses RFC 4475 names (or the project's rule where the RFC leaves a choice), by message.
 VALID_STATUS: dict[str, set[int]] = {
     "esc02": {405, 501},  # §3.1.1.5: RE%47IST%45R is an unknown method, not REGISTER
     "intmeth": {405, 501},  # §3.1.1.2: an unusual but legal, unknown method
@@ -58,7 +58,7 @@ INVALID_STATUS: dict[str, set[int]] = {
     "novelsc": {416},  # Request-URI scheme soap.beep
     "unkscm": {416},  # Request-URI scheme nobodyKnowsThisScheme
     "invut": {415},  # Content-Type application/unknownformat
-    "zeromf": {483},  # Max-Forwards 0: issue 13 (RFC 4475 §3.3.? lets an endpoint answer as usual)
+    "zeromf": {483},  # Max-Forwards 0: the UA's rule (RFC 4475 §3.3.11 lets an endpoint answer as usual)
     "clerr": {400},
     "ncl": {400},
     "mcl01": {400},

@@ -1,4 +1,4 @@
-"""Issue 17, secrets: a whole run's logs, call record, status JSON and /metrics contain none of the secrets it was
+"""Secrets: a whole run's logs, call record, status JSON and /metrics contain none of the secrets it was
 given — the provider's API key, the SIP registration password, the webhook's signing secret, the HTTP token.
 
 One `serve` at debug level (the most it ever writes) registers at a challenging SIPp registrar (digest with

@@ -137,7 +137,7 @@ def test_unreachable_provider_gets_the_caller_a_503(start_bridge, tmp_path: Path
 def test_sigterm_hangs_up_every_call_and_exits_zero(
     start_bridge, bridge_engine: str, utterance, tmp_path: Path
 ) -> None:
-    bridge = start_bridge("--provider", "echo", "--drain-timeout", "0")  # issue 15: no drain, hang up at once
+    bridge = start_bridge("--provider", "echo", "--drain-timeout", "0")  # no drain, hang up at once
     with peers.BaresipCaller(tmp_path / "baresip", utterance.path) as caller:
         caller.start(bridge.sip_port)
         bridge.wait_for(r"call call-1 media: PCMU/8000")

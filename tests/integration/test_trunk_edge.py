@@ -1,4 +1,4 @@
-"""Issue 14's trunk edge on `serve` (native engine), with real peers on loopback.
+"""The trunk edge on `serve` (native engine), with real peers on loopback.
 
 - A caller from 127.0.0.2 with `--allow 127.0.0.1/32` gets 403 (SIPp's uac_busy logs REJECTED ... 403); the
   fake provider records no connection and the bridge logs no session; `GET /sip` counts the refusal. The same
@@ -371,7 +371,7 @@ def test_max_call_duration_says_goodbye_then_ends_the_call(start_fake, start_bri
     print(f"BYE after {took:.1f} s")
 
 
-# --- `parlora-bridge call` (issue 14): one outbound call from the command line ---
+# `parlora-bridge call`: one outbound call from the command line.
 
 
 def _log_time(log: str, pattern: str) -> float:

@@ -1,4 +1,4 @@
-"""`serve --tls --srtp required` (issue 14) with baresip over SIP/TLS and SDES-SRTP (`mediaenc=srtp-mand`):
+"""`serve --tls --srtp required` with baresip over SIP/TLS and SDES-SRTP (`mediaenc=srtp-mand`):
 the call is set up over TLS, the media is SRTP both ways (baresip with srtp-mand neither sends nor accepts
 plain RTP), the bridge's RTP on the wire is not the plain PCMU that baresip decodes from it, and the caller
 hears the echo. A plain RTP/AVP offer under `--srtp required` is refused 488. Outbound the same way:
@@ -99,7 +99,7 @@ def test_serve_srtp_required_refuses_a_plain_offer_with_488(
     assert result.close_reason is not None and "488" in result.close_reason, result.close_reason
 
 
-# --- issue 14: outbound SRTP, `parlora-bridge call` to baresip over TLS ---
+# Outbound SRTP: `parlora-bridge call` to baresip over TLS.
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ class Application(ThreadingHTTPServer):
         self.requests: list[
             tuple[dict[str, str], bytes, bool, float]
         ] = []  # headers, body, signature ok, when
-        self.events: list[tuple[dict[str, str], dict, bool]] = []  # issue 15: headers, body, signature ok
+        self.events: list[tuple[dict[str, str], dict, bool]] = []  # events: headers, body, signature ok
         self.lock = threading.Lock()
 
     def answer(self, headers: dict[str, str], body: bytes) -> bytes:
@@ -51,7 +51,7 @@ class Application(ThreadingHTTPServer):
             "sha256=" + hmac.new(SECRET.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
         )
         valid = hmac.compare_digest(headers.get("x-parlora-signature", ""), expected)
-        if "x-parlora-event" in headers:  # issue 15: the call's events come to the same URL
+        if "x-parlora-event" in headers:  # the call's events come to the same URL
             with self.lock:
                 self.events.append((headers, json.loads(body), valid))
             return b"{}"

@@ -1,4 +1,4 @@
-"""A long call on virtual time, for issue 17 ("memory flat for weeks"): the session engine's in-process pieces
+"""A long call on virtual time, for "memory flat for weeks": the session engine's in-process pieces
 (the coordinator with a real `Playout`, the record builder over its carrier ledger, the server's metrics
 observer and console feed) driven through turns, tool calls, rollovers and recoveries, with no sockets and no
 sleeps. tests/unit/test_history_bounds.py asserts that what each piece keeps stays bounded;

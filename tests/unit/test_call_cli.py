@@ -1,4 +1,4 @@
-"""`parlora-bridge call` (issue 14): serve's provider and trunk options, the same click.Option objects, build
+"""`parlora-bridge call`: serve's provider and trunk options, the same click.Option objects, build
 the server the call is placed through (native engine, one call slot, the digest user and password)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 17, "RTP never stops": every late tick of the media clock gets a cause (rtp/clock.py).
+"""RTP never stops: every late tick of the media clock gets a cause (rtp/clock.py).
 
 On virtual time: the wall clock, the CPU clock and the collector's stamps are all injected, the loop is a
 stand-in that never runs its timer, and every tick is a `run_due(now)` call. With 10 phases 2 ms apart, slot n of

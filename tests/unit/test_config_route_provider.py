@@ -1,4 +1,4 @@
-"""Issue 15, a provider per config route: `serve --config` gives each route's provider its own plan (key from
+"""A provider per config route: `serve --config` gives each route's provider its own plan (key from
 the variable the file names, URL, rollover scaled from that provider's cap) and each call the plan of its route
 (bridge/ops.py, bridge/plans.py)."""
 

@@ -386,7 +386,7 @@ def test_cdr_recording_and_keepalive_from_the_file_reach_the_server(tmp_path: Pa
 
 def test_the_routed_application_passes_every_application_callback_on() -> None:
     # A callback it does not override would go to the base class's no-op: under `serve --config`, the webhook
-    # or the Python application would silently miss it (the events of issue 15 did, once).
+    # or the Python application would silently miss it (the call's events did, once).
     callbacks = {
         name
         for name, value in vars(Application).items()

@@ -1,4 +1,4 @@
-"""Issue 15, `parlora-bridge doctor`'s offline pieces (bridge/doctor.py): lines, exit status, scrubbing, ports,
+"""`parlora-bridge doctor`'s offline pieces (bridge/doctor.py): lines, exit status, scrubbing, ports,
 keys by name, the OPTIONS probe's request. The network checks run against the fakes in
 tests/integration/test_doctor.py."""
 

@@ -1,4 +1,4 @@
-"""Issue 15, the drain's pieces (bridge/drain.py): POST /drain is a first SIGTERM, and the drain timeout's
+"""The drain's pieces (bridge/drain.py): POST /drain is a first SIGTERM, and the drain timeout's
 goodbye. Loop-level tests on a fresh event loop: nothing here sleeps on wall time but for bounded waits on events
 the test sets itself."""
 

@@ -267,7 +267,7 @@ async def test_a_new_connection_resumes_with_the_handle() -> None:
         assert fake.connections[1].session_id == fake.connections[0].session_id
 
 
-# -- issue 12: commit_input (audioStreamEnd) and resumption from SessionSettings.resume_handle ----------------
+# -- commit_input (audioStreamEnd, RO2) and resumption from SessionSettings.resume_handle --------------------
 
 
 async def test_ro2_commit_input_ends_the_callers_activity_so_it_is_transcribed_and_answered() -> None:

@@ -453,7 +453,7 @@ def test_adapter_declares_itself_and_needs_limits() -> None:
     assert adapter.shell.url.startswith("wss://generativelanguage.googleapis.com/ws/")
 
 
-# -- issue 12: commit_input, the resume handle from SessionSettings ------------------------------------------
+# -- commit_input (RO2), the resume handle from SessionSettings --------------------------------------------
 
 
 def test_ro2_commit_input_is_audio_stream_end_after_audio_only() -> None:

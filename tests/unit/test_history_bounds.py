@@ -1,4 +1,4 @@
-"""Issue 17, "memory flat for weeks": what one call keeps stays bounded however long the call lasts.
+"""Memory flat for weeks: what one call keeps stays bounded however long the call lasts.
 
 A long call on virtual time (tests/unit/long_call.py: a turn every 10 s with a tool call, a rollover every
 30 s, a recovery now and then) and each piece of per-call history it exercises: the job ledger, the call
@@ -240,6 +240,6 @@ def test_the_carrier_ledger_keeps_ten_seconds_of_entries_and_every_items_progres
     ledger = CarrierLedger()
     for i in range(3_000):  # a minute of assistant audio in 30 items of 2 s
         ledger.record(f"out-{i // 100}", (i % 100) * 20, 1, i * 20 * MS)
-    assert len(ledger.entries()) == 500  # what a full collection walks per call (issue 17)
+    assert len(ledger.entries()) == 500  # what a full collection walks per call
     assert ledger.frames_transmitted == 3_000
     assert ledger.transmitted_ms("out-0") == 2_000 and ledger.items_between(0, 60_000 * MS)[0] == "out-0"

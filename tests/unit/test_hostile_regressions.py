@@ -1,4 +1,4 @@
-"""What tests/bench/hostile.py found on the wire (issue 17), each pinned here on the core that owns it, and
+"""What tests/bench/hostile.py found on the wire, each pinned here on the core that owns it, and
 the fakes' `mutate` fault it injects.
 
 Found and fixed:

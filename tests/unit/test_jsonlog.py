@@ -1,4 +1,4 @@
-"""Issue 15, `--log-format json` (bridge/jsonlog.py): each call's SIP Call-ID and route ride along its lines."""
+"""`--log-format json` (bridge/jsonlog.py): each call's SIP Call-ID and route ride along its lines."""
 
 from __future__ import annotations
 

@@ -295,7 +295,7 @@ async def test_rtp_socket_pairs_bind_rtp_even_rtcp_odd_and_close_back_to_zero() 
 
 
 def test_read_rtp_reads_one_waiting_datagram_at_the_time_the_kernel_received_it() -> None:
-    """Issue 13: the media clock reads RTP in its tick, one datagram a call, oldest first; each is stamped with
+    """The media clock reads RTP in its tick, one datagram a call, oldest first; each is stamped with
     its kernel receive time on the caller's clock (`now` less its age on the wall clock), so a datagram read a
     tick late keeps its arrival time. Nothing waiting: False at once (no exception escapes); RTCP is not read."""
     loop = asyncio.new_event_loop()
@@ -562,7 +562,7 @@ def test_the_ledger_records_a_frame_when_sendto_has_returned_and_never_a_failed_
 
 
 def test_the_frames_of_slots_a_late_clock_skipped_still_reach_the_session() -> None:
-    """Issue 17: a 200 ms stall (the clock serves 2 slots late and skips 8) while the caller's packets keep
+    """A 200 ms stall (the clock serves 2 slots late and skips 8) while the caller's packets keep
     coming: every packet's frame is handed to the session, the skipped slots' one extra a slot afterwards,
     and none is dropped by the jitter buffer's ceiling or shrink."""
     from rtp.packet import build
@@ -596,10 +596,10 @@ def test_the_frames_of_slots_a_late_clock_skipped_still_reach_the_session() -> N
 async def test_a_late_tick_reads_the_packets_of_the_stall_before_it_serves_its_slots_so_none_is_concealed() -> (
     None
 ):
-    """Issue 17: the caller's packets keep coming while the clock stalls 200 ms. The late tick reads them out of
+    """The caller's packets keep coming while the clock stalls 200 ms. The late tick reads them out of
     the socket before it serves its 2 slots, so those slots play the caller's audio, and the 8 skipped slots'
-    frames follow one extra a tick: every frame is the caller's own, none concealed, none dropped. Issue 13:
-    the media clock reads every call's RTP in its tick (one poll of the phase, then a datagram a call), so an
+    frames follow one extra a tick: every frame is the caller's own, none concealed, none dropped. The
+    media clock reads every call's RTP in its tick (one poll of the phase, then a datagram a call), so an
     on-time tick reads its packet the same way; through a real socket pair and the real clock here."""
     from rtp.jitter import fast_ulaw_decode
     from rtp.packet import build
@@ -673,7 +673,7 @@ def test_media_address_is_the_bound_one_or_the_route_to_the_caller_never_the_wil
 
 
 async def test_media_clock_phases_spread_the_channels_each_served_once_per_period_on_its_grid() -> None:
-    """Issue 13 (inbound latency): with G phases no more than ceil(N/G) channels are served at one instant;
+    """Inbound latency: with G phases no more than ceil(N/G) channels are served at one instant;
     each channel is served once per period on absolute deadlines t0 + k·period/G + n·period; one timer."""
     loop = asyncio.get_running_loop()
     clock = VirtualClock()
@@ -758,7 +758,7 @@ def test_media_clock_on_uvloop_wakes_once_per_slot_instead_of_spinning_to_the_de
 
 
 def test_a_caller_frame_is_handed_on_in_the_slot_it_becomes_playable_before_that_slots_send() -> None:
-    """Issue 13 (inbound latency): the frame leaves the jitter buffer and reaches the leg's sink within the one
+    """Inbound latency: the frame leaves the jitter buffer and reaches the leg's sink within the one
     `on_slots` call of its slot, ahead of the slot's outbound work; nothing holds it for a later tick."""
     from rtp.jitter import fast_ulaw_decode
     from rtp.packet import build

@@ -1,4 +1,4 @@
-"""Issue 14's trunk edge on the native engine, on loopback: the inbound policy answers before anything else
+"""The trunk edge on the native engine, on loopback: the inbound policy answers before anything else
 (a refused source never becomes a `CallLeg`, so never a provider connection or an application callback), and
 its counters show in `sip_status()`.
 
@@ -378,7 +378,7 @@ async def test_dial_a_busy_callee_ends_with_486(engine_factory) -> None:  # type
 
 
 async def test_dial_keeps_sdes_keys_off_a_call_that_is_not_over_tls(engine_factory) -> None:  # type: ignore[no-untyped-def]
-    # issue 14: outbound SRTP follows the inbound rule, keys only over TLS (sip.tls.sdes_policy)
+    # Outbound SRTP follows the inbound rule, keys only over TLS (sip.tls.sdes_policy)
     agent, _ = await engine_factory(srtp="optional")
     callee = Peer("127.0.0.1")
     leg = await agent.dial(f"sip:callee@127.0.0.1:{callee.address[1]}")

@@ -1,4 +1,4 @@
-"""Issue 15: what `/metrics` takes from the engine at each scrape (bridge/observe.py `CallObserver.scrape`) and
+"""What `/metrics` takes from the engine at each scrape (bridge/observe.py `CallObserver.scrape`) and
 the provider connect time the session reports (bridge/session.py `ProviderLinks.timed_connect`)."""
 
 from __future__ import annotations
@@ -201,7 +201,7 @@ def test_the_scrape_reads_what_the_engine_declares_not_what_it_happens_to_have()
 
 
 def test_each_scrape_reports_the_heap_live_data_apart_from_fragmentation() -> None:
-    """Issue 17: a leak shows in malloc_in_use and python_blocks, fragmentation in malloc_free."""
+    """A leak shows in malloc_in_use and python_blocks, fragmentation in malloc_free."""
     obs = CallObserver()
     obs.scrape(None)
     before = _value(obs.metrics, "parlora_heap", figure="python_blocks")

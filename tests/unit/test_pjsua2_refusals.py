@@ -1,4 +1,4 @@
-"""Issue 14 on `--engine pjsua2`: every trunk-edge option that engine cannot honour is refused at start with
+"""On `--engine pjsua2`: every trunk-edge option that engine cannot honour is refused at start with
 "not supported on the pjsua2 engine", never silently ignored (an operator would believe a trunk registered,
 protected or encrypted when it is not); placing a call on it is refused the same way."""
 

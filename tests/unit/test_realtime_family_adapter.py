@@ -441,7 +441,7 @@ async def test_a_slow_handshake_within_the_connect_timeout_still_starts(family: 
         await provider.close()
 
 
-# -- commits (issue 12): RO2's commit at the hard stop, RO5's client turn detection -------------------------------
+# -- commits: RO2's commit at the hard stop, RO5's client turn detection -------------------------------
 
 
 @FAMILIES

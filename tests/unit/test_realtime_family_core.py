@@ -1039,7 +1039,7 @@ def test_openai_usage_without_token_counts_is_no_usage() -> None:
     assert feed(c, done) == [ResponseDone(7, "r")]
 
 
-# -- commits and client turn detection (issue 12: RO2 at the hard stop, RO5) ---------------------------------
+# -- commits and client turn detection (RO2 at the hard stop, RO5) -------------------------------------------
 
 
 def _turn_detection(dialect: Dialect, update: dict[str, Any]) -> Any:
@@ -1222,7 +1222,7 @@ def test_ro2_a_refused_commit_is_not_awaited_so_the_next_vad_commit_still_counts
 
 @pytest.mark.parametrize("dialect", [OPENAI, XAI])
 def test_a_core_is_freed_by_reference_counting(dialect: Dialect) -> None:
-    """Issue 17: each core kept a table of its own bound methods, so every core was a cycle and a closed
+    """Each core kept a table of its own bound methods, so every core was a cycle and a closed
     connection's core waited for a full collection (100 of them every 2.5 minutes at 100 calls)."""
     c = started(dialect)
     feed(c, {"type": "response.created", "response": {"id": "r1"}})  # through the handler table

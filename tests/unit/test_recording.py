@@ -1,4 +1,4 @@
-"""Issue 15: `--record` and `--cdr` and the per-call event pump (bridge/recording.py).
+"""`--record` and `--cdr` and the per-call event pump (bridge/recording.py).
 
 The recording is driven on virtual time through a real playout and ledger (sip.leg.PlayoutLeg): the test is
 the media clock (take, then transmitted), so "exactly what was transmitted" is checked frame by frame,

@@ -1,4 +1,4 @@
-"""Issue 15: the call's events and record (bridge/records.py) on virtual time, against a real carrier ledger.
+"""The call's events and record (bridge/records.py) on virtual time, against a real carrier ledger.
 
 The ledger is filled the way the media clock fills it (one entry per 20 ms frame handed to the carrier); the
 builder is fed the notices the coordinator makes. Nothing here sleeps.
@@ -111,7 +111,7 @@ def test_an_assistant_utterance_is_timed_by_the_ledger_and_closes_when_its_audio
 
 
 def test_a_long_reply_keeps_every_item_when_the_ledgers_entries_have_moved_on() -> None:
-    ledger = CarrierLedger(max_entries=20)  # issue 17: entries are bounded (GC), the per-item summary is not
+    ledger = CarrierLedger(max_entries=20)  # entries are bounded (GC), the per-item summary is not
     b = builder(ledger, quiet_ms=600)
     b.notice(Transcript("assistant", "A long answer, ", 1000, False), at(1000))
     transmit(ledger, "out-1", 1020, 100)  # 2 s of it, then 2 s of the next item, with no text between

@@ -286,7 +286,7 @@ async def test_hr5_the_shell_opens_one_replacement_and_the_call_stays_up() -> No
 
 
 async def test_a_replaced_connection_is_freed_while_the_call_goes_on() -> None:
-    """Issue 17: once the first connection is replaced and closed, the session holds nothing of it. It used to
+    """Once the first connection is replaced and closed, the session holds nothing of it. It used to
     keep the first adapter (its shell, core and socket buffers) to the call's end: one closed connection a
     call, in a live bridge's census."""
     leg, first = FakeLeg(), ReplacementProvider(1)

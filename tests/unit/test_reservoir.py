@@ -58,7 +58,7 @@ def test_se2_a_clear_reports_every_interrupted_item() -> None:
 
 
 def test_se3_the_cushion_timer_waits_for_a_late_caller_frame_and_keeps_a_hold_fed() -> None:
-    """Issue 13: while caller frames come every 20 ms they top the cushion up, so the timer is due only once the
+    """While caller frames come every 20 ms they top the cushion up, so the timer is due only once the
     next one is `FRAME_LATE_NS` late (it raced the frame and woke the session's loop for every frame when it was
     due a tick after the last one); when frames stop (a hold), it tops up every 20 ms and nothing underruns."""
     out, playout = path()

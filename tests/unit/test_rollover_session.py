@@ -195,7 +195,7 @@ def test_ro1_an_announced_expiry_sooner_than_the_cap_drives_the_rollover_early()
 def test_ro8_the_next_connection_resumes_by_handle_only_where_the_provider_honours_one_beside_the_open_one() -> (
     None
 ):
-    """Issue 17: Gemini rejects a resumption handle while the connection that issued it is open, which a
+    """Gemini rejects a resumption handle while the connection that issued it is open, which a
     rollover's next connection always is; asking anyway cost a refused handshake and a reseeded one, and the
     campaign lost two calls to RO6's hard stop. The next connection is reseeded at once (RO8) unless the
     provider resumes beside an open connection; a recovery's replacement still resumes (the old one is gone)."""
@@ -425,7 +425,7 @@ def test_ro3_the_old_connection_lost_while_its_text_is_awaited_lets_the_new_ones
 
 
 def test_plain_caller_frames_reuse_the_rooms_deadlines_and_the_deadline_is_never_stale() -> None:
-    """Issue 13: a caller frame that changed no turn and made no room act moves only the output's deadline, so
+    """A caller frame that changed no turn and made no room act moves only the output's deadline, so
     `next_deadline` keeps the other rooms' soonest one; any other input, or a frame after which a room acted,
     reads them again. Checked against every room read afresh after every input of a call with turns the local
     detector finds (GPT-Live: a caller frame ends a turn), rollovers and the provider's announced end."""

@@ -407,7 +407,7 @@ def late_clock(
 
 
 def test_a_backlog_a_late_clock_left_is_delivered_not_dropped() -> None:
-    """Issue 17: the frames of the 8 slots a late clock skipped all reach the session, one extra a tick (a frame
+    """The frames of the 8 slots a late clock skipped all reach the session, one extra a tick (a frame
     early is harmless for a provider's socket), and the delay is back at the floor 8 ticks later. What is lost
     is at most the two slots caught up at the wake-up: their packets were not read yet, so they were concealed
     and held the cursor (as before), and those two frames of delay are taken back by the shrink or the ceiling."""

@@ -331,7 +331,7 @@ def test_se6_transcripts_are_stamped_on_the_session_timeline() -> None:
 
 
 def test_se6_hr11_a_transcript_after_a_hold_is_stamped_where_the_caller_said_it() -> None:
-    """The provider's times count the audio it heard (issue 17). 5 s of frames, a 10 s hold with no media,
+    """The provider's times count the audio it heard. 5 s of frames, a 10 s hold with no media,
     then 2 s more: what it stamps 5,500 ms is half a second after the resume, at 15,520 ms of the session."""
     call = Call()
     call.tick(count=250)

@@ -1,4 +1,4 @@
-"""Issue 13: caller frames from a leg's media tick go straight into the session (`sip.leg.FrameSinkLeg`).
+"""Caller frames from a leg's media tick go straight into the session (`sip.leg.FrameSinkLeg`).
 
 The sink keeps the order with the leg's other events (a frame never overtakes a queued CallEnded or hold),
 never raises into the media tick (a failure is counted and logged once), and a leg without the capability
@@ -197,7 +197,7 @@ def test_a_due_timer_is_handled_first_in_the_media_tick_and_a_frame_queues_befor
 
 
 async def test_the_timer_wakes_the_loop_only_when_something_is_due_and_waits_behind_the_media_tick() -> None:
-    """Issue 13: one re-armed loop timer per session. A deadline that every frame moves on (the cushion's while
+    """One re-armed loop timer per session. A deadline that every frame moves on (the cushion's while
     output plays) never wakes the loop: while frames come, the timer waits `BACKSTOP_NS` behind the latest;
     once they stop, it wakes the loop at the deadline (the old loop waited on each deadline with
     asyncio.timeout and woke 13 times a second per call for nothing)."""
@@ -305,7 +305,7 @@ async def _delivering(provider: SinkProvider) -> None:
 
 
 async def test_provider_events_through_the_sink_reach_the_coordinator_in_the_sockets_callback() -> None:
-    """Issue 13: no reader task and no inbox: the audio is in the leg's playout before the push returns, and
+    """No reader task and no inbox: the audio is in the leg's playout before the push returns, and
     the provider's close ends the call through the same sink."""
     from providers.base import DeliversEvents
 

@@ -302,7 +302,7 @@ def test_no_password_in_the_registration_or_its_status() -> None:
         assert password not in text
 
 
-# --- the registrar keepalive (issue 14): OPTIONS while registered, on virtual time ---
+# The registrar keepalive: OPTIONS while registered, on virtual time.
 
 KEEPALIVE = RegistrationConfig(
     aor=AOR, contact="sip:1001@203.0.113.5:5060", via_host="203.0.113.5", keepalive_s=20, keepalive_failures=3

@@ -56,8 +56,8 @@ goes to the transaction layer, which drops it for want of a matching client tran
 | multi01    | 3.3.8      | several single-value headers                   | 400      |                                          |
 | mcl01      | 3.3.9      | several Content-Length headers                 | 400      |                                          |
 | bcast      | 3.3.10     | 200 with a broadcast Via                       | response | no matching transaction                  |
-| zeromf     | 3.3.11     | Max-Forwards 0                                 | accept   | an endpoint processes it (483 if the     |
-|            |            |                                                |          | lead keeps issue 13's rule, see below)   |
+| zeromf     | 3.3.11     | Max-Forwards 0                                 | accept   | an endpoint processes it (483 under the  |
+|            |            |                                                |          | UA's rule, see below)                    |
 | cparam01   | 3.3.12     | Contact parameter on an addr-spec              | 405      | the parameter belongs to the header      |
 | cparam02   | 3.3.13     | URI parameter inside <>                        | 405      | the parameter belongs to the URI         |
 | regescrt   | 3.3.14     | escaped header in a Contact URI                | 405      | parses; REGISTER                         |
@@ -66,7 +66,8 @@ goes to the transaction layer, which drops it for want of a matching client tran
 | test       | (none)     | a loose INVITE from the archive, not in RFC    | drop     | no SIP version, a header line without : |
 
 No message of the corpus gets a 2xx except those the RFC calls valid (and inv2543/zeromf, which it says to
-process). With ``check_request(..., reject_zero_max_forwards=True)`` zeromf gets 483 instead (issue 13).
+process). With ``check_request(..., reject_zero_max_forwards=True)`` zeromf gets 483 instead (the
+user agent's rule, sip/ua.py).
 """
 
 from __future__ import annotations

@@ -333,7 +333,7 @@ def test_a_second_2xx_from_a_fork_is_acked_and_hung_up() -> None:
 
 
 def test_407_from_a_proxy_then_the_callee_answers_and_a_repeated_challenge_fails_with_407() -> None:
-    # issue 14: a trunk's proxy challenges (407); the retry carries Proxy-Authorization, the callee answers
+    # A trunk's proxy challenges (407); the retry carries Proxy-Authorization, the callee answers
     server = DigestServer("proxy.example", [Credentials("acct", "pw")], secret=b"p" * 32, proxy=True)
     callee, call, invite = start(credentials=Credentials("acct", "pw"))
     ack, retry = callee.reply(invite, 407, 50 * MS, headers=server.challenge(0))
@@ -360,7 +360,7 @@ SRTP_ANSWER = ANSWER_SDP.replace("RTP/AVP 0 101", "RTP/SAVP 0 101") + (
 
 
 def test_an_outbound_srtp_offer_carries_sdes_keys_and_the_answer_agrees_them() -> None:
-    # issue 14: `call --srtp offer` over TLS (the shell only asks for SRTP on a TLS call: sip.tls.sdes_policy)
+    # `call --srtp offer` over TLS (the shell only asks for SRTP on a TLS call: sip.tls.sdes_policy)
     local = LocalMedia(address="192.0.2.1", port=30000, session_id=77, srtp="optional")
     ua = UserAgent(UaConfig(host="192.0.2.1", port=5060, tls_port=5061), rng=random.Random(4))
     callee = Callee(ua)

@@ -1,4 +1,4 @@
-"""--max-call-duration (issue 14) goes through the goodbye: where the engine enforces the limit (a leg that
+"""--max-call-duration goes through the goodbye: where the engine enforces the limit (a leg that
 declares `sip.leg.LegFeatures.time_limit`), the server asks the model for a goodbye and ends the call once it
 has been played, the CallEnding mechanism of end_call, with the limit as the reason; the engine's own BYE is
 only the backstop."""

@@ -40,7 +40,7 @@ def feed(timeline: Timeline, start_ms: int, frames: int, *, every_ms: int = 20) 
 
 
 def test_hr11_after_a_hold_provider_times_map_through_the_audio_the_connection_heard() -> None:
-    """Issue 17: a provider counts the caller audio it was sent. 5 s of audio, a 10 s hold (no frames), 5 s
+    """A provider counts the caller audio it was sent. 5 s of audio, a 10 s hold (no frames), 5 s
     more: its 7,000 ms is 2 s after the resume, at 17,000 ms of the session (it was stamped 7,000 before)."""
     timeline = Timeline(0)
     timeline.connection_started(1, 0)
@@ -94,7 +94,7 @@ def test_hr11_a_connection_started_mid_call_counts_from_its_own_first_audio() ->
 
 
 def test_the_audio_map_stays_bounded() -> None:
-    """Issue 17: a call with a gap every second keeps only the newest `MARKS_KEPT` stretches."""
+    """A call with a gap every second keeps only the newest `MARKS_KEPT` stretches."""
     from bridge.timeline import MARKS_KEPT
 
     timeline = Timeline(0)
@@ -107,7 +107,7 @@ def test_the_audio_map_stays_bounded() -> None:
 
 
 def test_hr11_a_long_utterance_after_caller_audio_came_short_keeps_its_start() -> None:
-    """Issue 17 (fault campaign, seed 756114676, call-42): the caller's audio reached the connection at half
+    """Found by the fault campaign (seed 756114676, call-42): the caller's audio reached the connection at half
     rate for half a minute, so a new stretch began every ~100 ms of lag, and a long utterance's start was older
     than the newest `MARKS_KEPT` of them. It was rebased through the connection's start, 6 s early, and logged
     before the utterance logged before it. Its start stays within a stretch's step of the truth, and later audio

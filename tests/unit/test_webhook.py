@@ -470,7 +470,7 @@ def test_serve_refuses_a_webhook_without_its_secret(tmp_path: Path, monkeypatch:
     assert SECRET_ENV in runner.invoke(main, ["serve", "--help"]).output
 
 
-# --- issue 15: the call's events ---
+# The call's events.
 
 
 async def test_events_are_posted_signed_with_their_name_and_a_key_per_event(apps) -> None:

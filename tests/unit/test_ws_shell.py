@@ -412,7 +412,7 @@ async def test_long_frames_and_many_in_one_iteration_arrive_intact(
 async def test_a_caller_frame_with_nothing_ahead_of_it_is_written_in_the_call_that_sends_it(
     server: tuple[str, asyncio.Queue[Peer]],
 ) -> None:
-    """Issue 13 (inbound latency): the frame waits for no loop iteration; behind a queued control frame it
+    """Inbound latency: the frame waits for no loop iteration; behind a queued control frame it
     keeps its place and leaves with it."""
     shell, core, peer = await opened(*server)
     transport = shell._transport
@@ -439,7 +439,7 @@ async def test_a_caller_frame_with_nothing_ahead_of_it_is_written_in_the_call_th
 async def test_deliver_to_hands_each_event_over_in_the_sockets_callback_and_the_end_once(
     server: tuple[str, asyncio.Queue[Peer]],
 ) -> None:
-    """Issue 13: with a sink, `events()` is not read. A message received before goes first; each later one
+    """With a sink, `events()` is not read. A message received before goes first; each later one
     reaches the sink in the protocol's `data_received` (outside any task: nothing woke for it); the socket's
     end is one SessionClosed, the same as `events()` ends with."""
     shell, core, peer = await opened(*server)
@@ -472,7 +472,7 @@ async def test_deliver_to_hands_each_event_over_in_the_sockets_callback_and_the_
 async def test_a_closed_connection_is_freed_by_reference_counting_though_its_sink_holds_its_owner(
     server: tuple[str, asyncio.Queue[Peer]],
 ) -> None:
-    """Issue 17: Gemini's sink is a closure over its adapter, which holds the shell, so the shell was a cycle:
+    """Gemini's sink is a closure over its adapter, which holds the shell, so the shell was a cycle:
     each closed connection (its TLS objects and resampler too) waited for a full collection, tens of MB of C
     heap at 100 calls. Now the sink goes with the end, and the transport with the connection: with the
     collector off, nothing of the shell outlives the last reference to its owner."""
@@ -506,7 +506,7 @@ class Owner:
         self.seen.append(event)
 
 
-# --- issue 13: whole units to the protocol, the provider's data frames taken by the shell ---
+# Whole units to the protocol, the provider's data frames taken by the shell.
 
 
 class _Transport:
