@@ -19,8 +19,8 @@ with the beep as its own event as the hosted AMDs report it):
   `voice_margin_db`. The floor follows quiet frames down at once and up by `floor_rise_db_per_s`. A voiced
   stretch counts as speech only once its level has moved by `speech_swing_db` (syllables rise and fall by
   10-30 dB; a steady noise moves by 1-2 dB between 20 ms frames): a stretch that stays level for
-  `steady_noise_ms` is a noise, whose level becomes the floor. Tonal frames (below) are neither voice nor
-  floor.
+  `steady_noise_ms` is a noise, whose level becomes the floor. Tonal frames (below) never move the floor
+  and never start a word, but continue one under way (a vowel can be as pure as a tone).
 - **Words and the greeting.** Voiced stretches separated by `word_gap_ms` or more of non-voice are words;
   the greeting runs from the first word's start to the last word's end.
 - **human**: a greeting of at most `human_greeting_ms` followed by `after_greeting_silence_ms` of silence (a
@@ -30,7 +30,8 @@ with the beep as its own event as the hosted AMDs report it):
 - **machine**: a greeting that reaches `machine_greeting_ms`, or `machine_words` words (a recorded greeting
   runs on with short pauses; a person stops and waits for an answer).
 - **beep**: a tone (one Goertzel bin of `beep_frequencies_hz` holds `beep_tonality` of the frame's energy,
-  the frequency steady within `beep_drift_hz` from frame to frame) of at least `beep_min_ms`, reported when
+  the frequency steady within `beep_drift_hz` and the level within `beep_level_step_db` from frame to
+  frame) of at least `beep_min_ms`, reported when
   it ends (the mailbox records from then on). A tone before any other verdict is the verdict `beep` (a
   mailbox with no greeting, or one shorter than the cadence rules need); after a `machine` verdict it is an
   `AmdBeep` event. Dual tones (ringback 440+480 Hz, 400+450 Hz) split their energy and are not a beep.
@@ -86,7 +87,7 @@ class AmdOptions:
     human_greeting_ms: int = 1500
     after_greeting_silence_ms: int = 800
     #: a greeting between `human_greeting_ms` and `machine_greeting_ms` needs this much silence to be human.
-    after_long_greeting_silence_ms: int = 1200
+    after_long_greeting_silence_ms: int = 1000
     #: a greeting that reaches this length is a `machine` (recorded greetings run 5-30 s).
     machine_greeting_ms: int = 2500
     #: this many words (voiced stretches) before a pause of `after_greeting_silence_ms`: `machine`.
@@ -110,6 +111,10 @@ class AmdOptions:
     beep_tonality: float = 0.65
     beep_min_ms: int = 140
     beep_drift_hz: int = 60
+    #: a beep's level is flat (±0.1 dB from frame to frame, µ-law included); a tonal vowel's moves by 4-15 dB
+    #: (espeak-ng's high female voices at slow speeds put 80-95 % of a vowel's energy in its 400 Hz
+    #: fundamental). The first step is free: the first frame may hold only part of the tone.
+    beep_level_step_db: float = 2.0
     beep_frequencies_hz: tuple[int, ...] = field(default_factory=_default_beep_frequencies)
     #: after `machine`, how long to wait for the beep; a greeting followed by this much silence and no tone
     #: ends with `AmdNoBeep`.
@@ -226,6 +231,7 @@ class AnsweringMachineDetector:
         # the tone under way
         self._tone_frames = 0
         self._tone_hz = 0
+        self._tone_level = 0.0
         self._tone_sum_hz = 0
         self._tone_last = 0
         self._beep_deadline: int | None = None
@@ -307,23 +313,31 @@ class AnsweringMachineDetector:
             tonality, hz = self._bank.tonality()
             if tonality >= o.beep_tonality:
                 event = None
-                if self._tone_frames and abs(hz - self._tone_hz) > o.beep_drift_hz:  # another tone
+                if self._tone_frames and (
+                    abs(hz - self._tone_hz) > o.beep_drift_hz
+                    or (self._tone_frames > 1 and abs(level - self._tone_level) > o.beep_level_step_db)
+                ):  # another tone, or not a steady one
                     event = self._tone_ended(now) if self._tone_frames * FRAME_MS >= o.beep_min_ms else None
                     self._tone_frames = self._tone_sum_hz = 0
                 if not self.done:
                     self._tone_frames += 1
                     self._tone_hz = hz
+                    self._tone_level = level
                     self._tone_sum_hz += hz
                     self._tone_last = now
-                    self._voice(False, level, now, tonal=True)
+                    # a tonal frame continues a word under way (a sung vowel), never starts one
+                    voiced = self._run_frames > 0 and self._gap_frames == 0 and self._is_voice(level)
+                    event = self._voice(voiced, level, now, tonal=True)
                 return event
         if self._tone_frames:
             if self._tone_frames * FRAME_MS >= o.beep_min_ms:
                 return self._tone_ended(now)
             self._tone_frames = 0
             self._tone_sum_hz = 0
-        voiced = level > o.min_voice_dbfs and level > self._floor + o.voice_margin_db
-        return self._voice(voiced, level, now, tonal=False)
+        return self._voice(self._is_voice(level), level, now, tonal=False)
+
+    def _is_voice(self, level: float) -> bool:
+        return level > self.options.min_voice_dbfs and level > self._floor + self.options.voice_margin_db
 
     def _voice(self, voiced: bool, level: float, now: int, *, tonal: bool) -> AmdEvent | None:
         o = self.options

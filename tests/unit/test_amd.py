@@ -119,8 +119,8 @@ def test_a_medium_greeting_needs_the_longer_silence_to_be_human() -> None:
     run = Run().feed(quiet(200) + speech(2000) + quiet(3000))
     v = run.verdict
     assert v.kind == "human"
-    assert v.trailing_silence_ms == 1200
-    assert 3350 <= run.ms(v) <= 3450
+    assert v.trailing_silence_ms == 1000
+    assert 3150 <= run.ms(v) <= 3250
 
 
 def test_a_long_greeting_is_a_machine_when_it_reaches_the_machine_length() -> None:
@@ -213,6 +213,15 @@ def test_after_a_machine_verdict_the_beep_is_its_own_event() -> None:
     assert beep.tone_ms == 400
     assert run.ms(beep) == 200 + 4000 + 500 + 400
     assert run.det.done
+
+
+def test_a_machine_verdict_reached_during_a_tone_that_continues_the_greeting_is_reported() -> None:
+    # no gap between the greeting and the tone: the tone's frames continue the greeting past the machine
+    # length, then end as a beep
+    run = Run().feed(quiet(200) + speech(2400) + tone(600, 1000) + quiet(3000))
+    assert [type(e) for e in run.events] == [AmdVerdict, AmdBeep]
+    assert run.verdict.kind == "machine"
+    assert run.ms(run.verdict) < 200 + 2400 + 600
 
 
 def test_a_greeting_ending_without_a_tone_ends_with_no_beep() -> None:
