@@ -1,7 +1,7 @@
 """Answering-machine detection (AMD) on the callee's first seconds of an outbound call.
 
 Sans-I/O: the shell feeds the callee's 8 kHz 16-bit mono PCM, one 20 ms frame at a time (`frame(pcm, now)`,
-`now` in monotonic ns), tells the answer (`answered(now)`) and runs `handle_timer(now)` at
+`now` in monotonic ns, when the frame was received: the end of its 20 ms of audio), tells the answer (`answered(now)`) and runs `handle_timer(now)` at
 `next_deadline()`. Out comes exactly one `AmdVerdict` — `human`, `machine`, `beep`, `silence` or
 `unknown` — within `total_ms` of the answer, and after a `machine` verdict exactly one of `AmdBeep` (the
 mailbox's tone has ended: leave the message now) or `AmdNoBeep` (the greeting ended without one, or none came
@@ -36,7 +36,8 @@ with the beep as its own event as the hosted AMDs report it):
   mailbox with no greeting, or one shorter than the cadence rules need); after a `machine` verdict it is an
   `AmdBeep` event. Dual tones (ringback 440+480 Hz, 400+450 Hz) split their energy and are not a beep.
 - **silence**: no voice at all for `initial_silence_ms` after the answer (frames or none: a peer that sends
-  nothing during silence, RFC 3389-style, is timed by the clock).
+  nothing during silence, RFC 3389-style, is timed by the clock). A voiced stretch under way at that moment
+  is given the time to prove itself a word or a noise (at most `steady_noise_ms`).
 - **unknown**: none of the above by `total_ms` after the answer.
 
 Where the rules are silent, the choice is the one that costs the caller least: a greeting of middling length
@@ -101,13 +102,16 @@ class AmdOptions:
     #: telephone speech, -10 to -30 dBFS, and above a quiet line, -55 to -70).
     min_voice_dbfs: float = -45.0
     voice_margin_db: float = 10.0
+    #: the floor before the first frame (a quiet line), and how fast it follows a line that gets noisier
+    #: (a slow rise: a floor that chased every syllable's tail would cut words short).
     floor_start_dbfs: float = -65.0
     floor_rise_db_per_s: float = 3.0
     #: a voiced stretch is speech once its level has moved this much; level this long without: a noise.
     speech_swing_db: float = 6.0
     steady_noise_ms: int = 300
-    #: beep: the share of the frame's (windowed) energy in one Goertzel bin (a pure tone: 0.72-1.0; speech
-    #: and noise: under 0.5; a dual tone: about 0.5), for at least `beep_min_ms` of consecutive frames.
+    #: beep: the share of the frame's (windowed) energy in one Goertzel bin (a pure tone: 0.72-1.0; noise,
+    #: dual tones and most speech: under 0.5, though a pure vowel reaches 0.9: `beep_level_step_db`), for at
+    #: least `beep_min_ms` of consecutive frames whose frequency moves by at most `beep_drift_hz`.
     beep_tonality: float = 0.65
     beep_min_ms: int = 140
     beep_drift_hz: int = 60
@@ -120,6 +124,32 @@ class AmdOptions:
     #: ends with `AmdNoBeep`.
     beep_wait_ms: int = 30_000
     message_end_silence_ms: int = 2000
+
+    def __post_init__(self) -> None:
+        durations = {
+            name: getattr(self, name)
+            for name in (
+                "total_ms",
+                "initial_silence_ms",
+                "human_greeting_ms",
+                "after_greeting_silence_ms",
+                "after_long_greeting_silence_ms",
+                "machine_greeting_ms",
+                "word_gap_ms",
+                "beep_min_ms",
+                "beep_wait_ms",
+                "message_end_silence_ms",
+            )
+        }
+        bad = [f"{name}={value}" for name, value in durations.items() if value <= 0]
+        if self.machine_words < 1:
+            bad.append(f"machine_words={self.machine_words}")
+        if not self.beep_frequencies_hz or not all(
+            0 < hz < SAMPLE_RATE // 2 for hz in self.beep_frequencies_hz
+        ):
+            bad.append(f"beep_frequencies_hz={self.beep_frequencies_hz}")
+        if bad:
+            raise ValueError("AMD options out of range: " + ", ".join(bad))
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +306,7 @@ class AnsweringMachineDetector:
         if tone_end is not None:  # a tone under way decides when it ends
             return min(deadline, tone_end)
         if self._first_word is None:
-            return min(deadline, self._answered + o.initial_silence_ms * _MS)
+            return min(deadline, self._silence_deadline())
         if self._words_done():
             return min(deadline, self._last_voice_end + self._human_silence_ms() * _MS)
         return deadline
@@ -292,7 +322,7 @@ class AnsweringMachineDetector:
         if self.verdict is not None:
             return self._end(AmdNoBeep(now, self._no_beep_reason(now), self._since(now)))
         assert self._answered is not None
-        if self._first_word is None and now >= self._answered + o.initial_silence_ms * _MS:
+        if self._first_word is None and now >= self._silence_deadline():
             return self._decide("silence", now, f"no voice for {o.initial_silence_ms} ms after the answer")
         if self._first_word is not None and self._words_done():
             silence = self._silence_ms(now)
@@ -343,7 +373,7 @@ class AnsweringMachineDetector:
         o = self.options
         if voiced:
             if self._run_frames == 0:
-                self._run_start = now
+                self._run_start = now - FRAME_MS * _MS  # the frame's first sample
                 self._run_min = self._run_max = level
                 self._run_is_speech = False
             else:
@@ -364,7 +394,7 @@ class AnsweringMachineDetector:
                     return None
             if self._run_is_speech:
                 self._speech_ms += FRAME_MS
-                self._last_voice_end = now + FRAME_MS * _MS
+                self._last_voice_end = now
                 return self._cadence(now)
             return None
         if not tonal:
@@ -440,6 +470,16 @@ class AnsweringMachineDetector:
         if self._beep_deadline is not None and now >= self._beep_deadline:
             return f"no tone within {self.options.beep_wait_ms} ms of the verdict"
         return f"the greeting ended in {self._silence_ms(now)} ms of silence without a tone"
+
+    def _silence_deadline(self) -> int:
+        """The initial silence's end; a voiced stretch under way then is given the time to prove a word."""
+        assert self._answered is not None
+        o = self.options
+        deadline = self._answered + o.initial_silence_ms * _MS
+        if self._run_frames and self._gap_frames == 0:
+            wait = max(o.min_word_ms, o.steady_noise_ms) + FRAME_MS
+            deadline = max(deadline, self._run_start + wait * _MS)
+        return deadline
 
     def _words_done(self) -> bool:
         """No word under way: the last voiced stretch has ended."""

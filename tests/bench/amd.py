@@ -316,6 +316,7 @@ def run_call(call: Call, options: AmdOptions) -> Outcome:
     n = 0
     tail = frames(np.zeros(FRAME * 50 * 40, dtype=np.int16) + 1)  # the line after the recording, up to 40 s
     for f in frames(call.audio) + tail:
+        now += 20 * MS  # a frame is received when its 20 ms of audio are complete
         deadline = det.next_deadline()
         while deadline is not None and deadline <= now:
             event = det.handle_timer(deadline)
@@ -328,7 +329,6 @@ def run_call(call: Call, options: AmdOptions) -> Outcome:
         spent += time.perf_counter_ns() - c
         n += 1
         verdict, after = _note(event, verdict, after)
-        now += 20 * MS
     assert verdict is not None, call.label
     return Outcome(verdict, after, spent / max(n, 1), n)
 

@@ -78,12 +78,13 @@ class Run:
             deadline = self.det.next_deadline()
 
     def feed(self, frames: list[bytes]) -> Run:
+        """Each frame is received when its 20 ms of audio are complete."""
         for f in frames:
+            self.now += 20 * MS
             self.timers(self.now)
             event = self.det.frame(f, self.now)
             if event is not None:
                 self.events.append(event)
-            self.now += 20 * MS
         return self
 
     def idle(self, ms: int) -> Run:
@@ -151,6 +152,14 @@ def test_no_voice_is_silence_at_the_initial_silence_budget() -> None:
     assert v.words == 0
 
 
+def test_a_word_starting_just_before_the_initial_silence_ends_is_heard() -> None:
+    # its first 100 ms straddle the 2,500 ms mark: not yet a word when the initial silence ends
+    run = Run().feed(quiet(2440) + speech(600) + quiet(3000))
+    v = run.verdict
+    assert v.kind == "human"
+    assert 2440 <= v.initial_silence_ms <= 2460
+
+
 def test_silence_is_decided_by_the_clock_when_no_frames_come() -> None:
     run = Run().idle(10_000)
     assert run.verdict.kind == "silence"
@@ -188,7 +197,7 @@ def test_a_tone_alone_is_a_beep_reported_when_it_ends(hz: int) -> None:
     assert v.kind == "beep"
     assert abs(v.tone_hz - hz) <= 30
     assert v.tone_ms == 500
-    assert run.ms(v) == 900  # the first frame after the tone
+    assert run.ms(v) == 920  # the first frame after the tone, received at its end
 
 
 def test_a_tone_shorter_than_the_beep_minimum_is_no_beep() -> None:
@@ -200,7 +209,7 @@ def test_a_tone_whose_frames_stop_ends_by_the_clock() -> None:
     run = Run().feed(quiet(400) + tone(300, 1000)).idle(1000)
     v = run.verdict
     assert v.kind == "beep"
-    assert run.ms(v) == 400 + 280 + 60  # the last tone frame, then three frame times with none
+    assert run.ms(v) == 400 + 300 + 60  # the last tone frame, then three frame times with none
 
 
 def test_after_a_machine_verdict_the_beep_is_its_own_event() -> None:
@@ -211,7 +220,7 @@ def test_after_a_machine_verdict_the_beep_is_its_own_event() -> None:
     assert isinstance(beep, AmdBeep)
     assert abs(beep.tone_hz - 850) <= 30
     assert beep.tone_ms == 400
-    assert run.ms(beep) == 200 + 4000 + 500 + 400
+    assert run.ms(beep) == 200 + 4000 + 500 + 400 + 20
     assert run.det.done
 
 
@@ -342,3 +351,17 @@ def test_any_frames_give_exactly_one_verdict_within_the_budget(
         assert after == []
     assert run.det.done
     assert run.det.next_deadline() is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"total_ms": 0},
+        {"beep_frequencies_hz": ()},
+        {"beep_frequencies_hz": (1000, 4000)},
+        {"machine_words": 0},
+    ],
+)
+def test_options_out_of_range_are_refused(bad: dict[str, object]) -> None:
+    with pytest.raises(ValueError, match="AMD options out of range"):
+        AmdOptions(**bad)  # type: ignore[arg-type]
