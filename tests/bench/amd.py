@@ -2,9 +2,10 @@
 confusion matrix), time to verdict from the answer, the beep after a machine verdict, and the detector's
 cost per frame.
 
-    .venv/bin/python tests/bench/amd.py --quick     # 2 voices x 2 speeds, about 150 calls, ~30 s
-    .venv/bin/python tests/bench/amd.py             # 6 voices x 3 speeds x 2 levels, about 1,000 calls
+    .venv/bin/python tests/bench/amd.py --quick     # 2 voices x 2 speeds, 135 calls, ~10 s
+    .venv/bin/python tests/bench/amd.py             # 6 voices x 3 speeds x 2 levels, 1,046 calls, ~2.5 min
     .venv/bin/python tests/bench/amd.py --keep DIR  # keep the generated audio (8 kHz PCM16 .raw) in DIR
+    .venv/bin/python tests/bench/amd.py --quick --set machine_greeting_ms=2200 --wrong   # try other options
 
 The corpus is synthesised into a temporary directory and deleted (no audio is committed): espeak-ng speaks
 recorded-style greetings of several lengths and human answers ("hello?", "yes, hello, who is this?") in
