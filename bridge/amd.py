@@ -206,6 +206,9 @@ class _Bank:
         self.k = len(frequencies)
         self._samples = np.zeros(FRAME_SAMPLES, dtype=np.float32)
         self._windowed = np.zeros(FRAME_SAMPLES, dtype=np.float32)
+        self._parts = np.zeros(2 * self.k, dtype=np.float32)
+        self._power = np.zeros(self.k, dtype=np.float32)
+        self._cos, self._sin = self._parts[: self.k], self._parts[self.k :]
         self._norm = 1.0
         # calibrate: a pure tone on a bin has tonality 1
         tone = 10000 * np.sin(2 * np.pi * 1000 * n / SAMPLE_RATE)
@@ -223,9 +226,9 @@ class _Bank:
         total = float(windowed @ windowed)
         if total <= 0.0:
             return 0.0, 0
-        parts = windowed @ self.matrix
-        parts *= parts
-        power = parts[: self.k] + parts[self.k :]
+        parts = np.matmul(windowed, self.matrix, out=self._parts)  # no allocation per frame
+        np.multiply(parts, parts, out=parts)
+        power = np.add(self._cos, self._sin, out=self._power)
         best = int(power.argmax())
         return float(power[best]) * self._norm / total, self.frequencies[best]
 

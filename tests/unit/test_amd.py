@@ -200,6 +200,16 @@ def test_a_tone_alone_is_a_beep_reported_when_it_ends(hz: int) -> None:
     assert run.ms(v) == 920  # the first frame after the tone, received at its end
 
 
+def test_a_tone_that_changes_frequency_ends_there() -> None:
+    # a two-tone beep: the first tone is a beep of its own, reported when the second starts
+    run = Run().feed(quiet(400) + tone(300, 1000) + tone(300, 1400) + quiet(3000))
+    v = run.verdict
+    assert v.kind == "beep"
+    assert abs(v.tone_hz - 1000) <= 30
+    assert v.tone_ms == 300
+    assert run.ms(v) == 720
+
+
 def test_a_tone_shorter_than_the_beep_minimum_is_no_beep() -> None:
     run = Run().feed(quiet(400) + tone(100, 1000) + quiet(3000))
     assert run.verdict.kind != "beep"
