@@ -60,7 +60,8 @@ MS = 1_000_000
 MACHINE_TEXTS = [
     "Hi, you've reached John. Leave a message.",
     "Hi, you've reached John Smith. I can't take your call right now, please leave a message after the tone.",
-    "Hello, this is Maria. Sorry I missed your call. Please leave your name and number and I will call you back.",
+    "Hello, this is Maria. Sorry I missed your call. "
+    "Please leave your name and number and I will call you back.",
     "You have reached the voicemail of five five five, zero one two three. The person you are calling is not "
     "available. Please leave a message after the tone.",
     "Thank you for calling Acme Dental. Our office is currently closed. Our hours are Monday to Friday, "
@@ -465,8 +466,8 @@ def table(result: dict[str, Any]) -> str:
     for cls, row in result["classes"].items():
         cells = " | ".join(str(row["verdicts"][k]) for k in kinds)
         lines.append(
-            f"| {cls} ({row['expected']}) | {row['calls']} | {cells} | {row['accuracy_pct']} % | {row['usable_pct']} % | "
-            f"{row['ttv_p50_ms']} / {row['ttv_p99_ms']} |"
+            f"| {cls} ({row['expected']}) | {row['calls']} | {cells} | {row['accuracy_pct']} % | "
+            f"{row['usable_pct']} % | {row['ttv_p50_ms']} / {row['ttv_p99_ms']} |"
         )
     return "\n".join(lines)
 
@@ -507,8 +508,9 @@ def main() -> int:
     }
     print(table(result))
     print(
-        f"\n{result['calls']} calls, accuracy {result['accuracy_pct']} % (usable {result['usable_pct']} %); time to verdict p50 {result['ttv_all_p50_ms']}"
-        f" / p99 {result['ttv_all_p99_ms']} ms; beep after machine: {result['beep_after_machine']}; "
+        f"\n{result['calls']} calls, accuracy {result['accuracy_pct']} % (usable {result['usable_pct']} %); "
+        f"time to verdict p50 {result['ttv_all_p50_ms']} / p99 {result['ttv_all_p99_ms']} ms; "
+        f"beep after machine: {result['beep_after_machine']}; "
         f"{result['frame_us_p50']} µs a frame (p50 of the calls' means, p99 {result['frame_us_p99']}); "
         f"CPU per frame, best of 5: {result['frame_cost_us']} µs"
     )
