@@ -49,9 +49,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bridge.amd import AmdBeep, AmdNoBeep, AmdOptions, AmdVerdict, AnsweringMachineDetector  # noqa: E402
-from rtp.g711 import ulaw_decode, ulaw_encode  # noqa: E402
-from tests.bench.stats import percentile  # noqa: E402
+from bridge.amd import AmdBeep, AmdNoBeep, AmdOptions, AmdVerdict, AnsweringMachineDetector
+from rtp.g711 import ulaw_decode, ulaw_encode
+from tests.bench.stats import percentile
 
 RATE = 8000
 FRAME = 160
