@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,6 +36,7 @@ from bridge.dialing import DialTrunk, choose_trunk, dial_target
 from bridge.drain import ShutdownSignals, drain, http_drain, say_goodbye
 from bridge.greeting import greet
 from bridge.http import StatusServer
+from bridge.idempotency import DialKeys, Dialled
 from bridge.jsonlog import CALLS as LOG_CALLS
 from bridge.observe import CallObserver
 from bridge.plans import ECHO_LOCAL_KEY as ECHO_LOCAL_KEY  # re-exported: the embedded fake's key
@@ -65,6 +66,7 @@ from sip.engine import (
     offers_status,
 )
 from sip.leg import CallIdentity, CallLeg, offers_time_limit
+from sip.outbound import check_headers
 from sip.policy import DEFAULT_SCANNERS
 from sip.trunks import Trunk
 
@@ -190,6 +192,18 @@ class Application:
         return True
 
 
+@dataclass(frozen=True, slots=True)
+class DialRequest:
+    """What a dial asks for; equal requests are what an Idempotency-Key may repeat (bridge/idempotency.py)."""
+
+    to: str
+    from_uri: str | None
+    ring_timeout_s: float | None
+    trunk: str | None
+    route: str | None
+    headers: tuple[tuple[str, str], ...]  # checked (sip/outbound.py check_headers)
+
+
 @dataclass(frozen=True)
 class ServerConfig:
     """Where to answer calls and which provider to bridge them to."""
@@ -283,6 +297,7 @@ class Server:
         self._browser: BrowserChannel | None = None  # imported (aiortc) only when the HTTP listener is on
         self._console_poll: asyncio.Task[None] | None = None
         self._plans = ProviderPlans(config)  # the default provider and each config route's
+        self.dial_keys = DialKeys()  # Idempotency-Key of POST /calls and dial(key=): one key, one call
 
     async def start(self) -> None:
         """Start the provider fake (echo), the status endpoint and the SIP engine; EngineError (e.g.
@@ -454,6 +469,8 @@ class Server:
         ring_timeout_s: float | None = 60.0,
         trunk: str | None = None,
         route: str | None = None,
+        key: str | None = None,
+        headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
     ) -> str:
         """Place a call to `to` (sip:USER@HOST[:PORT], or a number to dial through a trunk) and run
         the same session engine on it: the provider connection opens while the callee's phone rings. It goes
@@ -462,7 +479,35 @@ class Server:
         named, None to choose by the dialled number). Returns the call id; busy / no answer / failed end the
         call with that SIP status (in the log and `GET /sip`'s "outbound"). ValueError for a bad URI or an
         unknown trunk or route (nothing is sent), EngineError when the engine cannot place calls or is not
-        running."""
+        running.
+
+        `key` (an Idempotency-Key, bridge/idempotency.py): a repeat returns the first call's id and places
+        nothing (waiting for the first while it is being placed); the same key with other arguments is
+        `KeyReused` (a ValueError). `headers` go on the INVITE (X-*, P-Asserted-Identity, Identity, ...:
+        sip/outbound.py `check_headers` says which and why); one that breaks those rules is a ValueError and
+        nothing is sent."""
+        request = DialRequest(to, from_uri, ring_timeout_s, trunk, route, check_headers(headers))
+        return (await self._dial(request, key)).call_id
+
+    async def _dial(self, request: DialRequest, key: str | None) -> Dialled:
+        """`dial`, telling whether the call id is an earlier call's (a repeated key)."""
+        if key is None:
+            return Dialled(await self._place(request))
+        dialled = await self.dial_keys.once(key, request, time.monotonic_ns(), lambda: self._place(request))
+        if dialled.replayed:
+            self.observer.metrics.idempotent_replay()
+            log.info("call %s: a repeated Idempotency-Key, no second call", dialled.call_id)
+        return dialled
+
+    async def _place(self, request: DialRequest) -> str:
+        to, from_uri, ring_timeout_s, trunk, route, headers = (
+            request.to,
+            request.from_uri,
+            request.ring_timeout_s,
+            request.trunk,
+            request.route,
+            request.headers,
+        )
         agent = self._agent
         if agent is None:
             raise EngineError("the SIP engine is not running")
@@ -479,6 +524,7 @@ class Server:
             ring_timeout_s=ring_timeout_s,
             auth_user=auth_user,
             password=password,
+            **({"headers": headers} if headers else {}),  # an engine without headers is called as before
         )
         log.info(
             "call %s: to %s via %s", leg.identity.call_id, target, f"trunk {via.name}" if via else "no trunk"
@@ -487,10 +533,18 @@ class Server:
         return leg.identity.call_id
 
     async def _dial_from_http(
-        self, to: str, from_uri: str | None, trunk: str | None = None, route: str | None = None
-    ) -> str:
-        """POST /calls {"to": "sip:...", "from": "sip:...", "trunk": NAME, "route": NAME}."""
-        return await self.dial(to, from_uri=from_uri, trunk=trunk, route=route)
+        self,
+        to: str,
+        from_uri: str | None,
+        trunk: str | None = None,
+        route: str | None = None,
+        *,
+        key: str | None = None,
+        headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+    ) -> Dialled:
+        """POST /calls {"to": "sip:...", "from": "sip:...", "trunk": NAME, "route": NAME, "headers": {...}}
+        with its Idempotency-Key."""
+        return await self._dial(DialRequest(to, from_uri, 60.0, trunk, route, check_headers(headers)), key)
 
     def _sip_status(self) -> dict[str, Any]:
         """GET /sip: the engine's listener and inbound-policy counters, where it reports them."""

@@ -60,6 +60,7 @@ import h11
 from prometheus_client import CollectorRegistry, Counter
 
 from bridge.console import ConsoleHooks, static_file
+from bridge.idempotency import Dialled, KeyReused, check_key
 
 log = logging.getLogger("parlora.http")
 
@@ -203,14 +204,15 @@ class StatusServer:
         console: ConsoleHooks | None = None,
         token: str | None = None,
         sip: Callable[[], dict[str, Any]] | None = None,
-        dial: Callable[[str, str | None, str | None, str | None], Awaitable[str]] | None = None,
+        dial: Callable[..., Awaitable[str | Dialled]] | None = None,
         extra: Callable[[str], tuple[int, bytes, str] | None] | None = None,
         drain: Callable[[], dict[str, Any]] | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
         self._source = source
         self._sip = sip  # GET /sip
-        self._dial = dial  # POST /calls {"to", "from", "trunk", "route"}: (to, from, trunk, route)
+        # POST /calls {"to", "from", "trunk", "route", "headers"}: (to, from, trunk, route, key=, headers=)
+        self._dial = dial
         self._extra = extra  # GET /metrics, /healthz, /readyz (bridge/observe.py): path -> answer
         self._drain = drain  # POST /drain (bridge/drain.py http_drain)
         self._console = console
@@ -365,29 +367,54 @@ class StatusServer:
     async def _place_call(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, request: h11.Request, body: bytes
     ) -> None:
-        """POST /calls {"to": "sip:USER@HOST", "from", "trunk", "route": optional}: 202 with the call id.
-        `trunk` names the [[trunks]] entry it goes out on, `route` an outbound route (bridge/dialing.py,
-        bridge/config.py); an unknown one is a 400 and nothing is sent."""
+        """POST /calls {"to": "sip:USER@HOST", "from", "trunk", "route", "headers": optional}: 202 with the call
+        id. `trunk` names the [[trunks]] entry it goes out on, `route` an outbound route (bridge/dialing.py,
+        bridge/config.py); an unknown one is a 400 and nothing is sent. `headers` ({"X-Campaign": "7"}) go on
+        the INVITE (sip/outbound.py `check_headers`: a refused one is a 400, nothing is sent).
+
+        `Idempotency-Key: KEY` (bridge/idempotency.py): a repeat of the request gets the first call's answer
+        with 200 instead of 202 and places nothing; the key with a different request is 422; a key that is not
+        1-255 printable ASCII characters is 400."""
         assert self._dial is not None
         if not await self._control(conn, writer, request, takes_body=True):
             return
         try:
+            keys = _headers(request, b"idempotency-key")
+            if len(keys) > 1:
+                raise ValueError("one Idempotency-Key header, not several")
+            key = check_key(keys[0]) if keys else None
             spec = json.loads(body or b"{}")
             if not isinstance(spec, dict):
                 spec = {}
             to, origin, trunk, route = (spec.get(k) for k in ("to", "from", "trunk", "route"))
+            headers = spec.get("headers") or {}
             if not isinstance(to, str) or not all(
                 v is None or isinstance(v, str) for v in (origin, trunk, route)
             ):
                 raise ValueError(
-                    'expected {"to": "sip:USER@HOST[:PORT]", "from": "sip:...", "trunk": NAME, "route": NAME}'
-                    " (all but to optional)"
+                    'expected {"to": "sip:USER@HOST[:PORT]", "from": "sip:...", "trunk": NAME, "route": NAME,'
+                    ' "headers": {NAME: VALUE}} (all but to optional)'
                 )
-            call_id = await self._dial(to, origin, trunk, route)
+            if not isinstance(headers, dict):
+                raise ValueError('"headers": an object of header name to value')
+            extra: dict[str, Any] = {}
+            if key is not None:
+                extra["key"] = key
+            if headers:
+                extra["headers"] = headers
+            dialled = await self._dial(to, origin, trunk, route, **extra)
+        except KeyReused as exc:
+            await self._send(conn, writer, 422, {"error": str(exc)})
+            return
         except (ValueError, RuntimeError, OSError) as exc:
             await self._send(conn, writer, 400, {"error": str(exc)})
             return
-        await self._send(conn, writer, 202, {"call": call_id, "to": to})
+        if isinstance(dialled, Dialled):
+            status = 200 if dialled.replayed else 202
+            call_id = dialled.call_id
+        else:
+            status, call_id = 202, dialled
+        await self._send(conn, writer, status, {"call": call_id, "to": to})
 
     def _authorised(self, request: h11.Request) -> bool:
         """The token in `Authorization: Bearer`, or the console's session cookie; never from the URL."""

@@ -229,6 +229,11 @@ class BridgeMetrics:
             ["scope"],
             registry=r,
         )
+        self._idempotent_replays = Counter(
+            f"{PREFIX}_idempotent_replays",
+            "Dials answered with an earlier call for a repeated Idempotency-Key (no second call placed).",
+            registry=r,
+        )
         self._sip_rejected = Counter(
             f"{PREFIX}_sip_messages_rejected",
             "SIP messages the engine could not take (unparseable, malformed_NNN, internal_error).",
@@ -280,6 +285,9 @@ class BridgeMetrics:
 
     def bans(self, scope: BanScope, count: int = 1) -> None:
         self._bans.labels(scope=scope).inc(count)
+
+    def idempotent_replay(self) -> None:
+        self._idempotent_replays.inc()
 
     def sip_rejected(self, reason: str, count: int = 1) -> None:
         """`reason` is the engine's counter name: `unparseable`, `malformed_NNN` or `internal_error`."""

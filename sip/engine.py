@@ -179,7 +179,8 @@ class Dialer(Protocol):
     """`EngineFeatures.dial`: an engine that places calls: the leg's events are an inbound call's once
     answered, or end with `CallEnded(status_code=...)` (486 busy, 408 no answer, ...). 401/407 are answered
     with `auth_user` and `password`; `password=None` means the registration's credentials, `password=""` none
-    at all. The leg's `identity.direction` is "outbound"."""
+    at all. `headers`: the application's on the INVITE (`sip.outbound.check_headers`; ValueError, nothing
+    sent). The leg's `identity.direction` is "outbound"."""
 
     async def dial(
         self,
@@ -189,6 +190,7 @@ class Dialer(Protocol):
         ring_timeout_s: float | None = 60.0,
         auth_user: str | None = None,
         password: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> CallLeg: ...
 
 

@@ -1007,6 +1007,7 @@ class NativeUserAgent:
         ring_timeout_s: float | None = 60.0,
         auth_user: str | None = None,
         password: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> NativeLeg:
         """Place a call (issue 14): INVITE with our offer to `target` (sip:USER@HOST[:PORT]); the leg's events
         are those of an inbound call (MediaStarted once the callee answered, CallEnded with the SIP status when
@@ -1063,6 +1064,7 @@ class NativeUserAgent:
                 from_uri=from_uri,
                 credentials=credentials,
                 destination=destination,
+                headers=headers,
                 ring_timeout_s=ring_timeout_s,
             )
         except Exception:
