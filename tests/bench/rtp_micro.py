@@ -5,7 +5,9 @@
 What runs 50 times a second per call at 300 calls (15,000 times a second per direction) is measured here:
 RTP parse, RTP pack_into, a jitter-buffer push + pop (with G.711 decode), the stream's whole inbound path
 (receive + pull_frame; also with a learned source, rtp/latch.py) and outbound path (next_packet), the source
-latch's per-packet check, and the receiver statistics update. PLC concealment
+latch's per-packet check, the receiver statistics update, and one call's whole media slot as the native engine
+runs it (sip/native.py's media shell over the rtp cores: a caller datagram in, the slot's frame handed on, an
+assistant frame taken from the Playout, sent, and recorded in the carrier ledger; the socket is a stand-in). PLC concealment
 runs only on loss and is measured per concealed frame. Figures are CPU time of this process; run on an idle
 machine. `--json` prints one JSON object instead of the table.
 """
@@ -21,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -49,6 +52,71 @@ def best(fn: Callable[[int], None], n: int, runs: int = 5) -> float:
 def speech(k: int) -> bytes:
     s = [int(6000 * math.sin(2 * math.pi * 180 * (160 * k + i) / 8000)) for i in range(160)]
     return ulaw_encode(struct.pack("<160h", *s))
+
+
+class _Sockets:
+    """The send side of rtp.endpoint.RtpSocketPair: every send succeeds at once."""
+
+    rtp_fileno = -1
+    on_rtp: object = None
+
+    def send_rtp(self, data: object, destination: object) -> bool:
+        return True
+
+    def send_rtcp(self, data: object, destination: object) -> bool:
+        return True
+
+
+class _Leg:
+    """What the native engine's media shell uses of its NativeLeg; caller frames go nowhere."""
+
+    def __init__(self) -> None:
+        from collections import Counter
+
+        from rtp.ledger import CarrierLedger
+        from rtp.playout import Playout
+
+        self.call = "bench"
+        self.sockets = _Sockets()
+        self.playout = Playout(CarrierLedger())
+        self.now = 0
+        self.agent = SimpleNamespace(clock=lambda: self.now, one_way_audio=Counter(), limit_hangups=Counter())
+
+    def _post(self, event: object) -> None:
+        pass
+
+    def _stream_timer(self, now: int) -> None:
+        pass
+
+
+def call_slot_loop(inbound: list[bytes]) -> Callable[[int], None]:
+    """One call's media slot through the native engine's shell (sip/native.py `_CallMedia`), with an assistant
+    frame queued each slot (the Playout's enqueue is counted too) and a caller datagram read before it."""
+    from rtp.playout import OutboundFrame
+    from rtp.stream import PCMU
+    from sip.native import _CallMedia
+    from sip.sdp import NegotiatedMedia
+
+    frames = [OutboundFrame(bytes(320), 1, "item", 20 * k, ulaw_encode(bytes(320))) for k in range(1000)]
+
+    def loop(count: int) -> None:
+        leg = _Leg()
+        negotiated = NegotiatedMedia("PCMU", PCMU, 101, ADDR[0], ADDR[1], "sendrecv", "sendrecv")
+        stream = RtpStream(
+            StreamConfig(ssrc=0xB, initial_seq=1, initial_timestamp=0, cname="b", remote=ADDR),
+            rand=lambda: 0.5,
+        )
+        media = _CallMedia(leg, stream, negotiated)  # type: ignore[arg-type]
+        media.set_limits(0, 3600.0, 30.0, 7200.0)
+        enqueue = leg.playout.enqueue
+        for i in range(count):
+            now = i * 20 * MS
+            leg.now = now
+            media.on_rtp(inbound[i], ADDR, now)
+            enqueue((frames[i % 1000],))
+            media.on_slots(now + 10 * MS, 1, 0)
+
+    return loop
 
 
 def main() -> None:
@@ -130,6 +198,8 @@ def main() -> None:
             s.next_packet(payload, i * 20 * MS)
 
     results["stream outbound: next_packet"] = best(outbound_loop, n)
+
+    results["call media slot: datagram in, frame on, frame out + ledger"] = best(call_slot_loop(inbound), n)
 
     def conceal_loop(count: int) -> None:
         c = Concealer()
