@@ -268,7 +268,7 @@ class ServerConfig:
     # Call limits (None: none). `serve` fills in its defaults (bridge.config.call_limits); this API does not.
     max_call_duration_s: float | None = None  # BYE after this long
     rtp_timeout_s: float | None = None  # BYE when the caller sent no RTP for this long (not while held)
-    hold_timeout_s: float | None = None  # BYE when the caller held the call this long (sip/limits.py)
+    hold_timeout_s: float | None = None  # BYE when the caller held the call this long (rtp/limits.py)
     session_expires_s: int = 1800  # RFC 4028 interval asked and offered (sip/ua.py); 0: none
     # Trunks as identities (sip/trunks.py): each inbound request is matched to its trunk, whose allowlist,
     # digest, SRTP, NAT, RTP source and external address apply to it alone; each trunk with a registrar keeps

@@ -1341,7 +1341,7 @@ class CallLimits:
         )
 
 
-# Engines that end calls on these limits (sip/native.py `_CallMedia`); pjsua2 has none of them and refuses them
+# Engines that end calls on these limits (rtp/media.py `CallMedia`, driven by sip/native.py); pjsua2 has none of them and refuses them
 LIMITING_ENGINES = frozenset({"native"})
 
 
@@ -1359,7 +1359,7 @@ def call_limits(config: BridgeConfig) -> CallLimits:
     return CallLimits(
         resolve(t.max_call_duration_s, DEFAULT_MAX_CALL_DURATION_S),
         resolve(t.rtp_timeout_s, DEFAULT_RTP_TIMEOUT_S),
-        # every engine keeps the hold limit (sip/limits.py; pjsua2 from its poll loop)
+        # every engine keeps the hold limit (rtp/limits.py; pjsua2 from its poll loop)
         DEFAULT_HOLD_TIMEOUT_S if t.hold_timeout_s is None else (t.hold_timeout_s or None),
     )
 

@@ -1,6 +1,7 @@
 """One call's media core: RTP and RTCP in, 20 ms frames and digits out; frames in, RTP datagrams out.
 
-Sans-I/O. The shell owns the socket(s) and the process-wide media clock (rtp.pacer) and drives a stream so:
+Sans-I/O. The call's media core (rtp.media `CallMedia`, which adds SRTP, the Playout, the limits and the
+one-way-audio window) drives a stream so, for the engine's shell that owns the sockets and the media clock:
 
     on every datagram:      event = stream.receive(data, source, now)   # None, a DtmfDigit or RtcpReceived
                             (a second socket for RTCP, without rtcp-mux: stream.receive_rtcp(...))
@@ -9,9 +10,9 @@ Sans-I/O. The shell owns the socket(s) and the process-wide media clock (rtp.pac
                             dgram = stream.next_packet(payload_or_None, now)       # memoryview | None
                             sendto(dgram, stream.destination); then the ledger records the frame
     for skipped slots:      stream.skip(slots)   # outbound time moves on; nothing is sent for them
-                            (inbound: pull_frame once per skipped slot too and hand those frames on,
-                            or the caller's audio reaches the session that many frames later until the
-                            jitter buffer sheds the excess, one frame a second)
+                            (inbound: stream.jitter.skip(slots, now), then one owed frame a tick from
+                            jitter.pop_backlog, or the caller's audio reaches the session that many frames
+                            later until the jitter buffer sheds the excess, one frame a second)
     at next_deadline():     for item in stream.handle_timer(now): bytes -> send to rtcp_destination,
                                                                    DtmfDigit -> DtmfReceived
     at hang-up:             stream.goodbye(now) -> the RTCP BYE datagram
@@ -116,6 +117,11 @@ class RtcpReceived:
 class RtpStream:
     """The media core of one call (one RTP session, one remote source, G.711 at 8 kHz)."""
 
+    pull_frame: Callable[[int], PlayoutFrame | None]
+    """`pull_frame(now)`: this slot's inbound frame (None until the caller's first packet), once per clock slot.
+    The jitter buffer's `pop` itself, with no call in between (rtp.media `CallMedia.pull_frame` runs it 50 times
+    a second per call)."""
+
     def __init__(self, config: StreamConfig, rand: Callable[[], float]) -> None:
         if config.payload_type not in (PCMU, PCMA):
             raise ValueError("payload_type must be 0 (PCMU) or 8 (PCMA)")
@@ -139,6 +145,7 @@ class RtpStream:
             max_ms=config.jitter_max_ms,
             silence_byte=self._silence[0],
         )
+        self.pull_frame = self.jitter.pop
         self.rtcp = RtcpSession(
             config.ssrc, config.cname, rand, wallclock_offset_ns=config.wallclock_offset_ns
         )
@@ -266,10 +273,6 @@ class RtpStream:
             self._rtcp_source = source
         bye = next((p for p in packets if isinstance(p, Goodbye)), None)
         return RtcpReceived(tuple(packets), bye)
-
-    def pull_frame(self, now: int) -> PlayoutFrame | None:
-        """This slot's inbound frame (None until the caller's first packet): call once per clock slot."""
-        return self.jitter.pop(now)
 
     def _start(self, now: int) -> None:
         """First packet either way: the RTCP schedule begins."""

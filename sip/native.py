@@ -51,12 +51,12 @@ from rtp import probe as _probe
 from rtp.clock import MEDIA_PHASES, MediaClockShell
 from rtp.dtmf import DtmfDigit
 from rtp.endpoint import PortPool, PortsExhausted, RtpSocketPair
-from rtp.g711 import alaw_encode, ulaw_encode
 from rtp.ledger import CarrierLedger
+from rtp.media import CallMedia, LimitReached
 from rtp.playout import Playout
 from rtp.rtcp import QoS
 from rtp.srtp import SrtpContext
-from rtp.stream import ARRIVAL_WINDOW_MS, PCMU, RtpStream, StreamConfig
+from rtp.stream import ARRIVAL_WINDOW_MS, OneWayAudio, RtpStream, StreamConfig
 from sip import sdp
 from sip import ua as core
 from sip.auth import Credentials, DigestServer
@@ -76,7 +76,6 @@ from sip.leg import (
     PlayoutLeg,
     TransferProgress,
 )
-from sip.limits import CallLimits
 from sip.message import StreamFramer
 from sip.policy import InboundPolicy, PolicyConfig, check_bind
 from sip.register import Registration, RegistrationConfig
@@ -99,194 +98,133 @@ EARLY_READ_MAX = 64  # datagrams that came before the answer, read and counted a
 STOP_GRACE_S = 2.0  # how long stop() waits for the answers to its BYEs and final responses
 TCP_LINGER_S = 0.2  # then how long TCP connections stay open for the peers to finish
 _MAX_FLUSH_ROUNDS = 16
-_NEVER = 1 << 62  # a deadline that never comes (an int: the media tick compares it with `now`)
 Clock = Callable[[], int]
 
 
 class _CallMedia:
-    """One answered call's media: its RTP stream core, its socket pair and its Playout, served by the clock."""
+    """One answered call's media shell: its core (rtp.media `CallMedia`: stream, SRTP, Playout, limits) driven by
+    the media clock and the call's socket pair; caller frames and digits to the leg, datagrams to the sockets."""
 
     def __init__(self, leg: NativeLeg, stream: RtpStream, negotiated: sdp.NegotiatedMedia) -> None:
         self._leg = leg
-        self.stream = stream
         self._sockets = leg.sockets
-        self._playout = leg.playout
         self._clock = leg.agent.clock
-        self._encode = ulaw_encode if negotiated.payload_type == PCMU else alaw_encode
-        self.sends = negotiated.sends
-        self.receives = negotiated.receives
-        self.held = negotiated.held
         self.telephone_event = negotiated.telephone_event is not None
         self.codec = negotiated.codec
-        self.frames_out = 0
-        self.frames_in = 0
-        self.frames_unsent = 0  # taken from the Playout but sendto failed: never in the ledger
-        # call limits (`set_limits`, sip/limits.py): their soonest deadline on the engine's clock, compared once
-        # per slot; `last_rtp` is when the stream last took a caller packet
-        self.last_rtp = 0
-        self.limits = CallLimits(0)
-        # the one-way-audio check: when nothing usable came this long after the media started (or resumed),
-        # one log line says why (rtp.stream.arrival_problem); one comparison per slot until then
-        self.arrival_at = _NEVER
-        keys = negotiated.srtp  # SDES agreed (issue 14): every packet either way is SRTP/SRTCP
-        self.srtp = SrtpContext(keys.suite, keys.local_key, keys.remote_key) if keys is not None else None
+        keys = negotiated.srtp  # SDES agreed: every packet either way is SRTP/SRTCP
+        self.core = CallMedia(
+            stream,
+            leg.playout,
+            srtp=SrtpContext(keys.suite, keys.local_key, keys.remote_key) if keys is not None else None,
+            sends=negotiated.sends,
+            receives=negotiated.receives,
+            held=negotiated.held,
+        )
+        self.stream = stream
+        self.srtp = self.core.srtp
         leg.sockets.on_rtp = self.on_rtp  # the clock reads 50 datagrams a second per call: straight here
 
+    # the core's figures, read by the leg's status and its CallEnded
+    frames_in = property(lambda self: self.core.frames_in)
+    frames_out = property(lambda self: self.core.frames_out)
+    frames_unsent = property(lambda self: self.core.frames_unsent)
+    receives = property(lambda self: self.core.receives)
+    held = property(lambda self: self.core.held)
+
     def update(self, negotiated: sdp.NegotiatedMedia) -> None:
-        """A re-INVITE/UPDATE changed the stream: direction, hold, remote address."""
-        self.sends = negotiated.sends
-        self.receives = negotiated.receives
-        self.held = negotiated.held
-        now = self._clock()
-        self.stream.signal((negotiated.remote_address, negotiated.remote_port), now=now)
-        if self.receives and not self.held and self.arrival_at == _NEVER:
-            self.watch_arrival(now)  # resumed before any usable RTP came: the window starts again
-        self.limits.media_changed(now, self.held or not self.receives)  # hold limit; RTP timeout from resume
+        """A re-INVITE/UPDATE changed the stream: direction, hold, remote address, SRTP keys."""
+        self.core.update(
+            self._clock(),
+            sends=negotiated.sends,
+            receives=negotiated.receives,
+            held=negotiated.held,
+            remote=(negotiated.remote_address, negotiated.remote_port),
+        )
         keys = negotiated.srtp
         if self.srtp is not None and keys is not None:  # a re-key on re-INVITE
             self.srtp.rekey(suite_name=keys.suite, local_key=keys.local_key, remote_key=keys.remote_key)
 
+    def set_limits(self, now: int, *limits: float | None) -> None:
+        """--max-call-duration, --rtp-timeout, --hold-timeout and the goodbye's grace from `now` (rtp/limits.py)."""
+        self.core.set_limits(now, *limits)
+
+    def watch_arrival(self, now: int) -> None:
+        self.core.watch_arrival(now)
+
     def rtp_reader(self) -> tuple[int, Callable[[int, int], bool]]:
         """The clock reads this call's RTP in its tick, before the slots (rtp.clock `ReadingChannel`): after a
-        stall too, so the slots it catches up find the packets that came meanwhile (issue 17)."""
+        stall too, so the slots it catches up find the packets that came meanwhile."""
         return self._sockets.rtp_fileno, self._sockets.read_rtp
 
     def on_slots(self, now: int, due: int, skipped: int) -> None:
-        stream = self.stream
-        if now >= self.arrival_at:
-            self._check_arrival(now)
-        if now >= self.limits.deadline:  # (one comparison per slot: a limit is rarely near)
-            self._check_limits(now)
+        """The media clock's tick (rtp.clock): each due slot hands the caller's frame on, then sends ours."""
+        core = self.core
         if skipped:
-            stream.skip(skipped)
-            # issue 17: their inbound frames are owed, delivered one a tick from the next one on
-            stream.jitter.skip(skipped, now)
-        listening = self.receives and not self.held
+            core.skip(skipped, now)
         for _ in range(due):
-            frame = stream.jitter.pop(now)  # (RtpStream.pull_frame)
-            if frame is not None and listening:
-                self.frames_in += 1
+            frame = core.pull_frame(now)
+            if frame is not None:
                 self._leg._post(FrameReceived(frame.pcm, frame.seq, frame.arrival_ns))
                 if _probe.ENABLED:  # benchmark instrumentation (PARLORA_PROBE); one test when off
                     _probe.media_in(self._leg.identity.call_id, now, frame.pcm)
-            if not self.sends:  # on hold (we are recvonly / inactive): RTP time goes on, nothing is sent
-                stream.skip(1)
-                continue
-            out = self._playout.take() if stream.wants_audio(now) else None
-            payload = None
-            if out is not None:  # a PCMU call sends the provider's own µ-law as it came (bit-exact)
-                pcmu = out.pcmu if self._encode is ulaw_encode else None
-                payload = pcmu if pcmu is not None else self._encode(out.pcm)
-            packet = stream.next_packet(payload, now)
-            destination = stream.destination
-            datagram: bytes | bytearray | memoryview | None = packet
-            if packet is not None and self.srtp is not None:
-                datagram = self.srtp.protect(packet)  # SDES agreed: SRTP on the wire (issue 14)
-            if (
-                datagram is not None
-                and destination is not None
-                and self._sockets.send_rtp(datagram, destination)
-            ):
-                if out is not None:
-                    # handed to the kernel: transmitted, at the time sendto returned (DESIGN §11, HR4)
-                    sent_ns = self._clock()
-                    self._playout.transmitted(out, sent_ns)
-                    self.frames_out += 1
-                    if _probe.ENABLED:
-                        _probe.media_out(self._leg.identity.call_id, sent_ns, out.pcm)
-            elif out is not None:
-                self.frames_unsent += 1
-        if due and listening and stream.jitter.owed:  # issue 17: the frames of skipped slots, one a tick
-            frame = stream.jitter.pop_backlog(now)
+            datagram = core.pull_datagram(now)
+            if datagram is not None:
+                if self._sockets.send_rtp(datagram, core.to):
+                    out = core.out
+                    if out is not None:  # handed to the kernel: transmitted when sendto returned
+                        sent_ns = self._clock()
+                        core.sent(sent_ns)
+                        if _probe.ENABLED:
+                            _probe.media_out(self._leg.identity.call_id, sent_ns, out.pcm)
+                else:
+                    core.unsent()
+        if core.owing and due:  # a late clock's skipped slots: their frames, one more a tick
+            frame = core.pull_backlog(now)
             if frame is not None:
-                self.frames_in += 1
                 self._leg._post(FrameReceived(frame.pcm, frame.seq, frame.arrival_ns))
-        deadline = stream.next_deadline()
-        if deadline is not None and deadline <= now:
-            self._leg._stream_timer(now)
+        if core.next_deadline() <= now:
+            self.on_timer(now)
 
-    def watch_arrival(self, now: int) -> None:
-        """Check, ARRIVAL_WINDOW_MS from `now`, that usable RTP came (unless it has, or the call was judged)."""
-        if self.stream.packets_in == 0 and self.stream.one_way_audio is None:
-            self.arrival_at = now + ARRIVAL_WINDOW_MS * 1_000_000
-
-    def _check_arrival(self, now: int) -> None:
-        """The window is over: nothing to say if usable RTP came or the caller is not meant to send (on hold:
-        the window starts again on resume); else the call's one line saying why, its mark and its count."""
-        self.arrival_at = _NEVER
-        if not self.receives or self.held:
-            return
-        stream = self.stream
-        srtp = self.srtp
-        problem = stream.arrival_problem(srtp.auth_failures if srtp is not None else 0)
-        if problem is None:
-            return
-        stream.one_way_audio = problem
-        self._leg.agent.one_way_audio[problem.cause] += 1
-        log.warning(
-            "%s: one-way audio (%s): no usable RTP from the caller %g s after the media started: %s",
-            self._leg.call,
-            problem.cause,
-            ARRIVAL_WINDOW_MS / 1000,
-            problem.detail,
-        )
-
-    def set_limits(
-        self,
-        now: int,
-        max_call_duration_s: float | None,
-        rtp_timeout_s: float | None,
-        hold_timeout_s: float | None = None,
-    ) -> None:
-        """--max-call-duration, --rtp-timeout and --hold-timeout from `now` (the media start counts as a caller
-        packet; a call whose caller sends nothing by its SDP is held from the start): sip/limits.py."""
-        self.last_rtp = now
-        self.limits = CallLimits(
-            now,
-            max_call_duration_s=max_call_duration_s,
-            rtp_timeout_s=rtp_timeout_s,
-            hold_timeout_s=hold_timeout_s,
-            silent=self.held or not self.receives,
-        )
-
-    def _check_limits(self, now: int) -> None:
-        """A limit reached (sip/limits.py): BYE, once, from the loop (not from the clock's iteration over the
-        calls)."""
-        why = self.limits.check(now, self.last_rtp)
-        if why is None:
-            return
-        self._leg.agent.limit_hangups[why] += 1
-        asyncio.get_running_loop().call_soon(self._leg._limit_reached, why)
+    def on_timer(self, now: int) -> None:
+        """The core's deadline: RTCP out, digits whose end was lost, a limit, the one-way-audio diagnosis."""
+        leg = self._leg
+        for item in self.core.handle_timer(now):
+            if type(item) is bytes:
+                destination = self.stream.rtcp_destination
+                if destination is not None:
+                    self._sockets.send_rtcp(item, destination)
+            elif isinstance(item, DtmfDigit):
+                leg._post(DtmfReceived(item.digit))
+            elif isinstance(item, LimitReached):
+                if item.action != "backstop":
+                    leg.agent.limit_hangups[item.action] += 1
+                # the BYE from the loop, not from the clock's iteration over the calls
+                asyncio.get_running_loop().call_soon(leg._limit_reached, item.action)
+            elif isinstance(item, OneWayAudio):
+                leg.agent.one_way_audio[item.cause] += 1
+                log.warning(
+                    "%s: one-way audio (%s): no usable RTP from the caller %g s after the media started: %s",
+                    leg.call,
+                    item.cause,
+                    ARRIVAL_WINDOW_MS / 1000,
+                    item.detail,
+                )
 
     def on_rtp(self, data: bytes, source: tuple[str, int], now: int) -> None:
-        stream = self.stream
-        if self.srtp is not None:
-            plain = self.srtp.unprotect(data)  # a failed tag is counted in the context and dropped
-            if plain is None:
-                return
-            data = plain
-        # --rtp-timeout counts a caller packet the stream took: datagrams from another source, or malformed
-        # ones, do not keep a dead call alive (issue 17)
-        taken = stream.packets_in
-        event = stream.receive(data, source, now)
-        if stream.packets_in != taken:
-            self.last_rtp = now
-        if isinstance(event, DtmfDigit):
-            self._leg._post(DtmfReceived(event.digit))
-            deadline = stream.next_deadline()
-            if deadline is not None and deadline <= now:  # a second digit ended by the same packet: now
-                self._leg._stream_timer(now)
+        digit = self.core.receive(data, source, now)
+        if digit is not None:
+            self._leg._post(DtmfReceived(digit.digit))
+            if self.core.next_deadline() <= now:  # a second digit ended by the same packet: now
+                self.on_timer(now)
 
     def on_rtcp(self, data: bytes, source: tuple[str, int], now: int) -> None:
-        if self.srtp is not None:
-            plain = self.srtp.unprotect_rtcp(data)
-            if plain is None:
-                return
-            data = plain
-        self.stream.receive_rtcp(data, source, now)
+        self.core.receive_rtcp(data, source, now)
 
-    def rtcp_out(self, data: bytes) -> bytes:
-        return self.srtp.protect_rtcp(data) if self.srtp is not None else data
+    def goodbye(self, now: int) -> None:
+        """The RTCP BYE as the call ends (RFC 3550 §6.6)."""
+        destination = self.stream.rtcp_destination
+        if destination is not None:
+            self._sockets.send_rtcp(self.core.goodbye(now), destination)
 
 
 class NativeLeg(PlayoutLeg):
@@ -334,10 +272,10 @@ class NativeLeg(PlayoutLeg):
         self.hangup_requested = False
         self.hangup_reason = ""
         self._session_id = agent.rng.getrandbits(31)
-        # --max-call-duration (issue 14): who says goodbye first, and the BYE that follows if nobody does
+        # --max-call-duration (issue 14): who says goodbye first; the BYE that follows if nobody does is the
+        # limits core's backstop (rtp/limits.py)
         self._time_limit: Callable[[str], object] | None = None
         self._time_limit_grace_s = 0.0
-        self._backstop: asyncio.TimerHandle | None = None
 
     # --- CallLeg ---
 
@@ -476,7 +414,13 @@ class NativeLeg(PlayoutLeg):
         )
         self.media = _CallMedia(self, stream, negotiated)
         config = agent.config
-        self.media.set_limits(now, config.max_call_duration_s, config.rtp_timeout_s, config.hold_timeout_s)
+        self.media.set_limits(
+            now,
+            config.max_call_duration_s,
+            config.rtp_timeout_s,
+            config.hold_timeout_s,
+            self._time_limit_grace_s if self._time_limit is not None else None,
+        )
         if self.media.receives and not self.media.held:
             self.media.watch_arrival(now)
         agent.media_clock.add(self.media)
@@ -505,21 +449,26 @@ class NativeLeg(PlayoutLeg):
     def on_time_limit(self, handler: Callable[[str], object], grace_s: float) -> None:
         """--max-call-duration (issue 14; `sip.leg.TimeLimitedLeg`): at the limit, `handler(reason)`
         instead of a BYE at once (the session lets the model say goodbye, then hangs up); if the call is still
-        up `grace_s` later, the BYE goes out all the same."""
+        up `grace_s` later, the BYE goes out all the same (the backstop, rtp/limits.py)."""
         self._time_limit, self._time_limit_grace_s = handler, grace_s
+        if self.media is not None:
+            self.media.core.limits.goodbye(grace_s)
 
     def _limit_reached(self, why: str) -> None:
+        """A limit of rtp/limits.py: BYE, or the goodbye first; "backstop": no BYE came after the goodbye."""
         config = self.agent.config
         if self.ended or self.hangup_requested:
+            return
+        if why == "backstop":
+            grace = self._time_limit_grace_s
+            log.warning("%s: no BYE %g s after the goodbye was asked for; BYE", self.call, grace)
+            self.hangup(f"the call reached --max-call-duration ({config.max_call_duration_s:g} s)")
             return
         if why == "max_call_duration":
             reason = f"the call reached --max-call-duration ({config.max_call_duration_s:g} s)"
             if self._time_limit is not None:
                 grace = self._time_limit_grace_s
                 log.warning("%s: %s; goodbye, then BYE (at the latest in %g s)", self.call, reason, grace)
-                self._backstop = asyncio.get_running_loop().call_later(
-                    self._time_limit_grace_s, self._backstop_bye, reason
-                )
                 try:
                     self._time_limit(reason)
                 except Exception:  # the session's failure must not keep the call up: the backstop BYEs
@@ -531,25 +480,6 @@ class NativeLeg(PlayoutLeg):
             reason = f"no RTP from the caller for {config.rtp_timeout_s:g} s (--rtp-timeout)"
         log.warning("%s: %s; BYE", self.call, reason)
         self.hangup(reason)
-
-    def _backstop_bye(self, reason: str) -> None:
-        self._backstop = None
-        if not self.ended and not self.hangup_requested:
-            grace = self._time_limit_grace_s
-            log.warning("%s: no BYE %g s after the goodbye was asked for; BYE", self.call, grace)
-            self.hangup(reason)
-
-    def _stream_timer(self, now: int) -> None:
-        media = self.media
-        if media is None:
-            return
-        for item in media.stream.handle_timer(now):
-            if isinstance(item, DtmfDigit):
-                self._post(DtmfReceived(item.digit))
-            else:
-                destination = media.stream.rtcp_destination
-                if destination is not None:
-                    self.sockets.send_rtcp(media.rtcp_out(item), destination)
 
     def _transfer_outputs(self, outputs: list[TransferOutput], now: int) -> None:
         for out in outputs:
@@ -576,9 +506,6 @@ class NativeLeg(PlayoutLeg):
         if self.ended:
             return
         self.ended = True
-        if self._backstop is not None:
-            self._backstop.cancel()
-            self._backstop = None
         self._transfer_outputs(self.transfer_tracker.call_ended(now), now)
         media = self.media
         frames_in = media.frames_in if media is not None else 0
@@ -599,11 +526,7 @@ class NativeLeg(PlayoutLeg):
         media = self.media
         if media is not None:
             self.agent.media_clock.remove(media)
-            destination = media.stream.rtcp_destination
-            if destination is not None:
-                self.sockets.send_rtcp(
-                    media.rtcp_out(media.stream.goodbye(now)), destination
-                )  # RFC 3550 §6.6
+            media.goodbye(now)
         self.sockets.close()
 
 

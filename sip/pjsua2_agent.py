@@ -199,7 +199,7 @@ class _Call(pj.Call):  # type: ignore[misc]
         self.media_format = pj.MediaFormatAudio()
         self.media_format.init(pj.PJMEDIA_FORMAT_PCM, 8000, 1, 20000, 16)
         self.held = False
-        self.held_since = 0  # monotonic ns of the caller's hold (sip/limits.py's hold limit), when `held`
+        self.held_since = 0  # monotonic ns of the caller's hold (rtp/limits.py's hold limit), when `held`
         self.transfer = TransferTracker(int(agent.config.transfer_timeout_s * 1e9))  # blind transfer rules
 
     def onCallState(self, prm: pj.OnCallStateParam) -> None:
@@ -713,7 +713,7 @@ class Pjsua2UserAgent:
                 self._end_held(call)
 
     def _end_held(self, call: _Call) -> None:
-        """--hold-timeout (sip/limits.py's rule): a call the caller held this long in one stretch gets a BYE."""
+        """--hold-timeout (rtp/limits.py's rule): a call the caller held this long in one stretch gets a BYE."""
         leg = call.leg
         call.held = False  # asked once
         if leg is None or leg.hangup_requested:

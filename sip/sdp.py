@@ -34,7 +34,7 @@ Offer/answer, audio only, codecs PCMU (PT 0), PCMA (PT 8) and telephone-event/80
   keys (302, sip.ua names it), SRTP required and an RTP/AVP offer (302), a=crypto lines none of which we
   can run (306: unknown suite, MKI, bad key), a c= that is no IP address (301), no PCMU/PCMA (305: G.729
   only). A stream offered sendonly, recvonly or inactive (or c=0.0.0.0) is answerable: a call may start on
-  hold (a PBX parking it, RFC 3725 third-party call control), and the hold limit (sip.limits) bounds it.
+  hold (a PBX parking it, RFC 3725 third-party call control), and the hold limit (rtp.limits) bounds it.
   `sdes_policy(policy, transport)` is the SRTP policy for a call's signalling transport (keys only over TLS).
 - `negotiate(local_sdp, remote_sdp) -> NegotiatedMedia | None`: what was agreed (codec and PT to send, the
   telephone-event PT, where to send, our direction, the remote's hold state), whichever side offered.

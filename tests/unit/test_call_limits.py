@@ -1,4 +1,4 @@
-"""The limits that end a call nobody ends (sip/limits.py), on virtual time: the hold limit, and the RTP
+"""The limits that end a call nobody ends (rtp/limits.py), on virtual time: the hold limit, and the RTP
 inactivity timeout suspended while held and counted again from the resume; then the same through the native
 engine's media shell (`_CallMedia`), which compares its deadline once per slot."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from test_native_shell import VirtualClock, _call_media
 
-from sip.limits import NEVER, CallLimits
+from rtp.limits import NEVER, CallLimits
 from sip.sdp import NegotiatedMedia
 
 S = 1_000_000_000

@@ -53,7 +53,7 @@ def test_0x7f_from_the_provider_is_the_native_rtp_payload_byte_for_byte() -> Non
     clock = VirtualClock()
     media, leg = _call_media(clock)  # a PCMU call on the native engine (sip/native.py _CallMedia)
     leg.playout = Playout(CarrierLedger())
-    media._playout = leg.playout
+    media.core.playout = leg.playout
     out = OutputPath(
         AudioLimits(16_000, 3_000), PCMU_8K, PlayoutLeg(leg.playout), lead_frames=2, item_quiet_ms=300
     )
