@@ -104,3 +104,16 @@ async def test_the_media_shell_ends_a_call_held_past_the_hold_limit() -> None:
     assert reached == []
     await _slot(media, clock, t0 + 101 * S)
     assert reached == ["hold_timeout"] and media._leg.agent.limit_hangups == {"hold_timeout": 1}
+
+
+async def test_the_media_shell_asks_for_the_backstop_bye_on_the_engine_s_clock_the_goodbye_s_grace_later() -> None:
+    media, clock, reached = _media()
+    t0 = clock.now
+    media.set_limits(t0, 60.0, None, None, 2.0)  # the session says the goodbye itself, 2 s of grace
+    await _slot(media, clock, t0 + 60 * S)
+    assert reached == ["max_call_duration"]
+    await _slot(media, clock, t0 + 62 * S - 20_000_000)
+    assert reached == ["max_call_duration"]
+    await _slot(media, clock, t0 + 62 * S)
+    assert reached == ["max_call_duration", "backstop"]
+    assert media._leg.agent.limit_hangups == {"max_call_duration": 1}  # the backstop is no second limit
