@@ -106,7 +106,9 @@ async def test_the_media_shell_ends_a_call_held_past_the_hold_limit() -> None:
     assert reached == ["hold_timeout"] and media._leg.agent.limit_hangups == {"hold_timeout": 1}
 
 
-async def test_the_media_shell_asks_for_the_backstop_bye_on_the_engine_s_clock_the_goodbye_s_grace_later() -> None:
+async def test_the_media_shell_asks_for_the_backstop_bye_on_the_engine_s_clock_the_goodbye_s_grace_later() -> (
+    None
+):
     media, clock, reached = _media()
     t0 = clock.now
     media.set_limits(t0, 60.0, None, None, 2.0)  # the session says the goodbye itself, 2 s of grace

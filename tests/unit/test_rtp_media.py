@@ -31,7 +31,9 @@ def _frame(k: int, pcmu: bytes | None = None) -> OutboundFrame:
     return OutboundFrame(bytes([k]) * 320, 1, "item", 20 * k, pcmu)
 
 
-def test_a_slot_hands_the_caller_frame_on_and_sends_the_playout_frame_which_the_ledger_gets_after_the_send() -> None:
+def test_a_slot_hands_the_caller_frame_on_and_sends_the_playout_frame_which_the_ledger_gets_after_the_send() -> (
+    None
+):
     media = _media()
     voice = bytes(range(160))
     media.receive(build(0, True, 1, 0, 0xA, voice), CALLER, 0)
@@ -109,7 +111,9 @@ def test_the_backstop_byes_the_goodbye_s_grace_after_the_maximum_duration_once()
     assert limits.check(65 * S, last_rtp=59 * S) is None
     assert limits.check(66 * S, last_rtp=59 * S) == "backstop"
     assert limits.deadline == NEVER and limits.check(100 * S, last_rtp=59 * S) is None
-    at_once = CallLimits(0, max_call_duration_s=60)  # no goodbye asked for: the BYE at the limit, nothing after
+    at_once = CallLimits(
+        0, max_call_duration_s=60
+    )  # no goodbye asked for: the BYE at the limit, nothing after
     assert at_once.check(60 * S, last_rtp=0) == "max_call_duration" and at_once.deadline == NEVER
 
 
