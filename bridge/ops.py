@@ -180,7 +180,7 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
 def _one_trunk_global(trunks: tuple[Trunk, ...]) -> dict[str, Any]:
     """One trunk is also the global policy, as `serve`'s flags are (nothing can leak to another trunk): a
     request it does not match gets its allowlist, digest and SRTP, a call its NAT, RTP source and address. Its
-    registrar is kept once, as the trunk's binding (sip.native.registration_plan)."""
+    registrar is kept once, as the trunk's binding (sip.native_plan.registration_plan)."""
     if len(trunks) != 1:
         return {}
     t = trunks[0]

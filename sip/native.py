@@ -12,13 +12,14 @@ Shells and who owns what:
   stamped with the kernel's receive time; what came before the answer is read and counted as the media
   starts), RTCP by a loop reader.
 - `rtp.clock.MediaClockShell`: ONE timer for every call on absolute deadlines (the `rtp.pacer` core), the
-  calls spread over `MEDIA_PHASES` phases 2 ms apart (issue 13: inbound latency). Each slot, every answered
-  call (`_CallMedia.on_slots`) pulls one inbound frame from its jitter buffer (`FrameReceived`, handed to the
-  session's frame sink in the tick when it set one: `sip.leg.FrameSinkLeg`), and one more while it owes
-  the frames of slots a late clock skipped (so the provider hears every word), takes one
-  frame from its Playout (`Playout.take`: epochs, clear) and sends it with `sendto`; only once `sendto` has
-  returned is the frame recorded in the carrier ledger (`Playout.transmitted`, with the time it returned; a
-  failed send is counted, never recorded) (DESIGN §3.2, §11, HR4).
+  calls spread over `MEDIA_PHASES` phases 2 ms apart (issue 13: inbound latency). Each tick, every answered
+  call's `_CallMedia.on_slots` drives its media core (`rtp.media.CallMedia`, sans-I/O: the stream, SRTP, the
+  Playout, the call limits): per slot it pulls the caller's frame (`FrameReceived`, handed to the session's
+  frame sink in the tick when it set one: `sip.leg.FrameSinkLeg`) and the slot's datagram, sends it with
+  `sendto`, and only once `sendto` has returned tells the core, which records the frame in the carrier ledger
+  (a failed send is counted, never recorded) (DESIGN §3.2, §11, HR4); a late clock's skipped slots are paid one
+  frame a tick; at the core's deadline, RTCP, lost digit ends, the call limits (rtp/limits.py: the BYE, or the
+  goodbye and its backstop BYE) and the one-way-audio line.
 
 Call flow: INVITE → 100 (the core) and 180 at once → `on_call(leg)` → `leg.answer()` sends the 200 with the SDP
 answer and starts the media (`MediaStarted`). BYE either way, CANCEL → 487, re-INVITE hold/resume →
@@ -45,7 +46,7 @@ import socket
 import time
 from collections import Counter, deque
 from collections.abc import AsyncIterator, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from rtp import probe as _probe
 from rtp.clock import MEDIA_PHASES, MediaClockShell
@@ -59,8 +60,8 @@ from rtp.srtp import SrtpContext
 from rtp.stream import ARRIVAL_WINDOW_MS, OneWayAudio, RtpStream, StreamConfig
 from sip import sdp
 from sip import ua as core
-from sip.auth import Credentials, DigestServer
-from sip.engine import EngineConfig, EngineFeatures, EngineStartError, OnCall, digest_realm
+from sip.auth import Credentials
+from sip.engine import EngineConfig, EngineFeatures, EngineStartError, OnCall
 from sip.identity import call_identity
 from sip.leg import (
     CallEnded,
@@ -77,23 +78,20 @@ from sip.leg import (
     TransferProgress,
 )
 from sip.message import StreamFramer
-from sip.policy import InboundPolicy, PolicyConfig, check_bind
-from sip.register import Registration, RegistrationConfig
+from sip.native_plan import build_policy, describe_policy, invite_rate, options_rate, registration_plan
+from sip.policy import InboundPolicy
+from sip.register import Registration
 from sip.telephony import validate_dtmf_digits, validate_transfer_target
 from sip.tls import client_context, sdes_policy, server_context
 from sip.transaction import TimerConfig
 from sip.transfer import DialogStage, EndTransferredCall, SendRefer, TransferOutput, TransferTracker
 from sip.transport import DeadlineTimer, Inbound, SipTransports, TransportRef
-from sip.trunks import Trunk, TrunkTable
+from sip.trunks import Trunk
 from sip.uri import parse_uri
 
 log = logging.getLogger("parlora.sip")
 
 DEFAULT_MAX_CALLS = 200
-DEFAULT_INVITE_RATE = 5.0  # INVITEs per second per source off loopback (issue 14), then 503
-DEFAULT_OPTIONS_RATE = (
-    10.0  # out-of-dialog OPTIONS per second per source off loopback (issue 17), then dropped
-)
 EARLY_READ_MAX = 64  # datagrams that came before the answer, read and counted as the media starts
 STOP_GRACE_S = 2.0  # how long stop() waits for the answers to its BYEs and final responses
 TCP_LINGER_S = 0.2  # then how long TCP connections stay open for the peers to finish
@@ -544,157 +542,6 @@ def media_address(bound: str, peer: str) -> str:
             return str(probe.getsockname()[0])
     except OSError:
         return bound
-
-
-@dataclass(frozen=True, slots=True)
-class Binding:
-    """One registration to keep (RFC 3261 §10): the AoR, whose credentials, its expiry and keep-alive, the
-    address to advertise (None: the local one towards the registrar), and the trunk it belongs to."""
-
-    aor: str
-    credentials: Credentials | None = None
-    expires_s: int = 3600
-    keepalive_s: float | None = 30.0
-    external_address: str | None = None
-    trunk: str | None = None
-
-    def registration(
-        self, destination: tuple[str, int], ours: str, port: int, user_agent: str | None, rng: random.Random
-    ) -> Registration:
-        """The `Registration` core of this binding, sending to `destination`, advertising `ours`:`port`."""
-        user = parse_uri(self.aor).user
-        shown = f"[{ours}]" if ":" in ours else ours
-        return Registration(
-            RegistrationConfig(
-                aor=self.aor,
-                contact=f"sip:{user}@{shown}:{port}",
-                via_host=ours,
-                via_port=port,
-                destination=destination,
-                expires_s=self.expires_s,
-                keepalive_s=self.keepalive_s or None,  # issue 14: OPTIONS keepalive
-                user_agent=user_agent,
-            ),
-            credentials=self.credentials,
-            rng=rng,
-        )
-
-
-def registration_plan(config: EngineConfig) -> list[Binding]:
-    """The bindings the engine keeps: one per `register` AoR with the engine's credentials (`auth_user`,
-    `register_password`), then one per trunk with a registrar, with that trunk's own credentials, expiry,
-    keep-alive and external address (an AoR that is both is kept once, as the trunk's). ValueError for an AoR
-    that is not sip:USER@HOST[:PORT]."""
-    out: list[Binding] = []
-    trunk_aors = {t.registrar for t in config.trunks}
-    wanted: list[tuple[str, str | None, str | None, int, float | None, str | None, str | None]] = [
-        (
-            aor,
-            config.auth_user,
-            config.register_password,
-            config.register_expires_s,
-            config.register_keepalive_s,
-            config.external_address,
-            None,
-        )
-        for aor in config.register
-        if aor not in trunk_aors
-    ]
-    wanted += [
-        (
-            t.registrar,
-            t.auth_user,
-            t.register_password,
-            t.register_expires_s,
-            t.register_keepalive_s,
-            t.external_address,
-            t.name,
-        )
-        for t in config.trunks
-        if t.registrar is not None
-    ]
-    for aor, user, password, expires, keepalive, external, trunk in wanted:
-        uri = parse_uri(aor)
-        if uri.scheme not in ("sip", "sips") or not uri.user:
-            raise ValueError(f"expected sip:USER@HOST[:PORT], got {aor!r}")
-        credentials = Credentials(user or uri.user, password) if password is not None else None
-        out.append(Binding(aor, credentials, expires, keepalive, external, trunk))
-    return out
-
-
-def build_policy(
-    config: EngineConfig, registrar_addresses: dict[str, tuple[str, ...]] | None = None
-) -> InboundPolicy:
-    """The inbound policy (sip/policy.py) the engine's core asks first about every out-of-dialog request
-    (issue 14): the allowlist, the per-source INVITE rate, the scanner blocklist and, with `inbound_auth`, a
-    digest challenge (401, SHA-256 and MD5) with the configured user's password; each trunk's allowlist and
-    digest for the requests matched to it (`registrar_addresses`: trunk name → its registrar's addresses)."""
-    auth = None
-    if config.inbound_auth is not None:
-        user, password = config.inbound_auth
-        auth = DigestServer(digest_realm(config), [Credentials(user, password)])
-    return InboundPolicy(
-        PolicyConfig(
-            allow=config.allow,
-            drop_unknown=config.drop_unknown,
-            invite_rate_per_s=invite_rate(config),
-            invite_burst=config.invite_burst,
-            options_rate_per_s=options_rate(config),
-            options_burst=config.options_burst,
-            scanner_user_agents=config.scanner_user_agents,
-        ),
-        auth=auth,
-        trunks=TrunkTable(config.trunks, registrar_addresses),
-        realm=digest_realm(config),
-    )
-
-
-def invite_rate(config: EngineConfig) -> float:
-    """The per-source INVITE rate in force: the configured one, else 5/s off loopback and none on it."""
-    if config.invite_rate_per_s is not None:
-        return config.invite_rate_per_s
-    return 0.0 if check_bind(config.host, None).ok else DEFAULT_INVITE_RATE
-
-
-def options_rate(config: EngineConfig) -> float:
-    """The per-source OPTIONS rate in force: the configured one, else 10/s off loopback and none on it."""
-    if config.options_rate_per_s is not None:
-        return config.options_rate_per_s
-    return 0.0 if check_bind(config.host, None).ok else DEFAULT_OPTIONS_RATE
-
-
-def describe_policy(config: EngineConfig) -> str:
-    """One log line: who may call."""
-    parts = [f"allow {', '.join(config.allow)}" if config.allow else "every source"]
-    if config.allow:
-        parts.append("others dropped" if config.drop_unknown else "others 403")
-    if config.inbound_auth is not None:
-        parts.append(
-            f"digest user {config.inbound_auth[0]!r} (realm {digest_realm(config)!r}; 5 failures in 60 s ban the "
-            "source 10 min, doubling)"
-        )
-    rate = invite_rate(config)
-    if rate > 0:
-        parts.append(f"INVITE rate {rate:g}/s per source (burst {config.invite_burst})")
-    if (rate := options_rate(config)) > 0:
-        parts.append(f"OPTIONS rate {rate:g}/s per source (burst {config.options_burst}), then dropped")
-    parts.append("scanner User-Agents dropped")
-    for trunk in config.trunks:
-        sources = [
-            *trunk.allow,
-            *([f"registrar {parse_uri(trunk.registrar).host}"] if trunk.registrar else []),
-        ]
-        user = trunk.inbound_user
-        known = ", ".join(sources) or (
-            "its digest user only" if user is not None else "nothing: never matched"
-        )
-        parts.append(
-            f"trunk {trunk.name}: from {known}, "
-            + (f"digest user {user!r}" if user is not None else "not challenged")
-            + f", srtp {trunk.srtp}, nat {'on' if trunk.nat else 'off'}"
-            + (f", external address {trunk.external_address}" if trunk.external_address else "")
-        )
-    return "; ".join(parts)
 
 
 def _printable(text: str, limit: int = 200) -> str:
