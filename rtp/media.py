@@ -30,8 +30,8 @@ own µ-law as it came (bit-exact, DESIGN §5), and the frame enters the carrier 
 (DESIGN §3.2, §11, HR4); on hold (we are recvonly / inactive) RTP time goes on and nothing is sent.
 
 The limits (rtp.limits) and the one-way-audio window (rtp.stream `arrival_problem`, ARRIVAL_WINDOW_MS after the
-media started or resumed) are deadlines in `next_deadline()`, beside the stream's RTCP and DTMF ones: the
-engine compares one integer per tick. The slot path allocates nothing of its own (the jitter buffer's frame and
+media started or resumed) are deadlines in `next_deadline()`, beside the stream's RTCP and DTMF ones: one
+call and one comparison a tick. The slot path allocates nothing of its own (the jitter buffer's frame and
 SRTP's output aside), logs nothing and takes no lock but the Playout's.
 """
 
