@@ -128,6 +128,7 @@ class _CallMedia:
     frames_unsent = property(lambda self: self.core.frames_unsent)
     receives = property(lambda self: self.core.receives)
     held = property(lambda self: self.core.held)
+    last_rtp = property(lambda self: self.core.last_rtp)
 
     def update(self, negotiated: sdp.NegotiatedMedia) -> None:
         """A re-INVITE/UPDATE changed the stream: direction, hold, remote address, SRTP keys."""
