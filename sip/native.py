@@ -181,7 +181,8 @@ class _CallMedia:
             frame = core.pull_backlog(now)
             if frame is not None:
                 self._leg._post(FrameReceived(frame.pcm, frame.seq, frame.arrival_ns))
-        if core.next_deadline() <= now:
+        deadline = core.stream.next_deadline()  # next_deadline() asked without its frame (rtp.media)
+        if now >= core.wake_at or (deadline is not None and deadline <= now):
             self.on_timer(now)
 
     def on_timer(self, now: int) -> None:
