@@ -14,7 +14,6 @@ redelivers the last tool call on it (it must be answered from the ledger, never 
 from __future__ import annotations
 
 import numpy as np
-from test_session_engine import MS, REALTIME, TICK
 
 from bridge.commands import (
     ApproveRollover,
@@ -48,6 +47,7 @@ from rtp.audio import PCMU_8K
 from rtp.g711 import ulaw_encode
 from rtp.playout import Playout
 from sip.leg import PlayoutLeg
+from tests.support.session_engine import MS, REALTIME, TICK
 
 CALL_ID = "call-long"
 

@@ -3,8 +3,6 @@ is what the provider is told the caller heard."""
 
 from __future__ import annotations
 
-from test_session_engine import pcmu_tone
-
 from bridge.barrier import BargeIn
 from bridge.commands import Truncate, TurnEnded
 from bridge.reservoir import TICK_NS, OutputPath
@@ -12,6 +10,7 @@ from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K
 from rtp.playout import Playout
 from sip.leg import PlayoutLeg
+from tests.support.session_engine import pcmu_tone
 
 
 def test_hr4_barge_in_truncates_to_the_ledger_and_suppresses_until_the_turn_ends() -> None:

@@ -8,10 +8,9 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from test_native_shell import VirtualClock, _call_media
-
 from rtp.limits import NEVER, CallLimits
 from sip.sdp import NegotiatedMedia
+from tests.support.native_shell import VirtualClock, _call_media
 
 S = 1_000_000_000
 

@@ -6,8 +6,6 @@ import asyncio
 import json
 
 import virtual_time
-from test_session import FakeLeg, FakeProvider
-from test_session_engine import Call
 
 from bridge.delegations import (
     DelegationOptions,
@@ -29,6 +27,9 @@ from providers.events import (
     ToolCallRequested,
 )
 from sip.leg import CallEnded
+from tests.support.delegations import ToolProvider
+from tests.support.session import FakeLeg
+from tests.support.session_engine import Call
 
 event_loop_policy = virtual_time.policy_fixture()  # the shell tests run on virtual time
 
@@ -121,19 +122,6 @@ def test_ro8_results_wait_while_the_floor_is_handed_over_and_go_to_the_connectio
     assert "shipped" in contexts[0].text and "job-1" in contexts[0].text
     assert not ledger.response_ended(2, 40)  # nothing pending any more
     assert not any("still running" in f for f in seed_facts(ledger))
-
-
-class ToolProvider(FakeProvider):
-    """The in-memory provider, recording the tool results it is given."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.results: list[tuple[str, str]] = []
-        self.answered = asyncio.Event()
-
-    def send_tool_result(self, call_id: str, name: str, output: str) -> None:
-        self.results.append((call_id, output))
-        self.answered.set()
 
 
 async def test_dl1_the_shell_runs_the_handler_once_for_a_call_delivered_twice() -> None:

@@ -34,7 +34,6 @@ from typing import Any
 
 import orjson
 import pytest
-from test_session import FakeLeg, FakeProvider
 
 from bridge.session import CallSession
 from providers import openai_realtime
@@ -62,6 +61,7 @@ from sip.leg import CallEnded
 from sip.message import StreamFramer
 from sip.sdp import LocalMedia, answer, parse_sdp
 from sip.transport import SipTransports
+from tests.support.session import FakeLeg, FakeProvider
 
 MS = 1_000_000
 CALLER = ("127.0.0.1", 40000)
@@ -219,7 +219,7 @@ def test_an_offer_with_an_ip_address_of_its_type_is_answered(address: str, addrt
 
 
 def test_rtp_timeout_is_reset_by_a_caller_packet_only_never_by_hostile_datagrams() -> None:
-    from test_native_shell import VirtualClock, _call_media
+    from tests.support.native_shell import VirtualClock, _call_media
 
     clock = VirtualClock()
     media, _leg = _call_media(clock)  # the caller is 127.0.0.1:40000

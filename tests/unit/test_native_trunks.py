@@ -13,8 +13,6 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-from test_native_shell import can_bind
-from test_native_trunk import WAIT_S, Peer, Registrar, _to_of, engine_factory, invite
 
 from bridge.api import _engine_config
 from bridge.config import load
@@ -25,6 +23,8 @@ from sip.leg import CallLeg
 from sip.message import Response, make_response, parse
 from sip.native import registration_plan
 from sip.trunks import Trunk
+from tests.support.native_shell import can_bind
+from tests.support.native_trunk import WAIT_S, Peer, Registrar, _to_of, engine_factory, invite
 
 __all__ = ["engine_factory"]  # the fixture, shared with test_native_trunk
 

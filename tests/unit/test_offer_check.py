@@ -7,11 +7,11 @@ from __future__ import annotations
 import base64
 
 import pytest
-from test_sip_ua import LOCAL, MS, Caller, new_ua, offer_sdp, statuses
 
 from sip.message import Response
 from sip.sdp import OFFER_REFUSALS, LocalMedia, OfferCause, answer, check_offer, parse_sdp
 from sip.ua import IncomingCall
+from tests.support.sip_ua import LOCAL, MS, Caller, new_ua, offer_sdp, statuses
 
 KEY = base64.b64encode(bytes(range(30))).decode()
 HEAD = "v=0\r\no=alice 1 1 IN IP4 192.0.2.10\r\ns=-\r\nc=IN IP4 192.0.2.10\r\nt=0 0\r\n"

@@ -7,8 +7,6 @@ those.
 
 from __future__ import annotations
 
-from test_native_shell import VirtualClock, _call_media
-
 from bridge.framing import ItemFramer
 from bridge.reservoir import OutputPath
 from providers.limits import AudioLimits
@@ -17,6 +15,7 @@ from rtp.g711 import ulaw_decode, ulaw_encode
 from rtp.ledger import CarrierLedger
 from rtp.playout import Playout
 from sip.leg import PlayoutLeg
+from tests.support.native_shell import VirtualClock, _call_media
 
 RTP_HEADER = 12
 AWKWARD = bytes([0x7F, 0xFF, 0x00, 0x80, 0x7E]) * 32  # 160 bytes: 20 ms of µ-law

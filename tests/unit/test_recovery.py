@@ -11,8 +11,6 @@ import gc
 import weakref
 
 import virtual_time
-from test_session import FakeLeg, FakeProvider
-from test_session_engine import GPT_LIVE_CAPS, MS, TICK, Call, pcmu_tone, speech_frame
 
 from bridge.commands import Reseeded
 from bridge.coordinator import (
@@ -20,7 +18,6 @@ from bridge.coordinator import (
     CloseTransport,
     EndSession,
     OpenReplacement,
-    RecoveryChanged,
     SendAudio,
     Transcript,
 )
@@ -48,16 +45,16 @@ from providers.events import (
     ToolCallRequested,
     UsageUpdated,
 )
-from providers.gemini_live import GeminiLiveAdapter
 from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K
 from sip.leg import CallEnded
+from tests.support.recovery import GEMINI, answer, commands_of, recovery_notices, repaired
+from tests.support.session import FakeLeg, FakeProvider
+from tests.support.session_engine import GPT_LIVE_CAPS, MS, TICK, Call, pcmu_tone, speech_frame
 
 event_loop_policy = virtual_time.policy_fixture()  # the shell tests run on virtual time
 
 GPT_LIVE_LIMITS = AudioLimits(16_000, 3_000)
-# Gemini's: resumption, and the silence watchdog (its pings are too slow to find a half-open socket)
-GEMINI = GeminiLiveAdapter.capabilities
 
 
 def overflowing_call() -> Call:
@@ -67,10 +64,6 @@ def overflowing_call() -> Call:
     call.tick(count=5)
     call.provider(AudioReceived(1, pcmu_tone(1_500), PCMU_8K, "item_a"))  # 2.5 s waiting > 2 s capacity
     return call
-
-
-def recovery_notices(call: Call) -> list[str]:
-    return [n.stage for n in call.notices if isinstance(n, RecoveryChanged)]
 
 
 def test_hr1_overflow_and_staleness_are_recoverable_and_invalid_audio_is_fatal() -> None:
@@ -330,30 +323,8 @@ async def test_hr5_closing_during_a_recovery_finishes_within_its_deadline() -> N
 # --- HR6, HR9, HR10: the job ledger through a recovery (bridge/delegations.py) ---------------------------------
 
 
-def commands_of(call: Call, kind: type) -> list:
-    found = [c for c in call.commands if isinstance(c, kind)]
-    call.commands = [c for c in call.commands if not isinstance(c, kind)]
-    return found
-
-
-def answer(call: Call, job_id: str, output: str) -> bool:
-    """The application answers a job (the shell's `_JobAnswered`)."""
-    accepted = call.core.job_answered(job_id, output, call.now)
-    call._drain()
-    return accepted
-
-
 def jobs_in(call: Call, state: str) -> list[str]:
     return [n.job_id for n in call.notices if isinstance(n, JobChanged) and n.state == state]
-
-
-def repaired(call: Call) -> None:
-    """The connection drops without a proper end, then the replacement (token 2) comes up."""
-    call.provider(SessionClosed(call.core.token, "connection lost", False))
-    assert recovery_notices(call)[-1] == "reconnecting"
-    call.tick(count=3)
-    call.provider(SessionStarted(call.core.token, "sess_2", None))
-    assert call.core.status(call.now)["output_recovery"]["stage"] == "awaiting_user"
 
 
 def test_hr6_a_command_interrupted_before_acknowledgement_is_unknown_and_not_replayed() -> None:

@@ -3,13 +3,12 @@ message and the clear."""
 
 from __future__ import annotations
 
-from test_session_engine import MS, pcmu_tone
-
 from bridge.reservoir import FRAME_LATE_NS, TICK_NS, OutputPath
 from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K
 from rtp.playout import Playout
 from sip.leg import PlayoutLeg
+from tests.support.session_engine import MS, pcmu_tone
 
 
 def path() -> tuple[OutputPath, Playout]:

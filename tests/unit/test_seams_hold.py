@@ -15,10 +15,6 @@ from collections.abc import Callable
 
 import pytest
 import virtual_time
-from test_recovery import GEMINI, answer, commands_of, recovery_notices
-from test_rollover_session import RolloverCall
-from test_session import FakeLeg, FakeProvider, session
-from test_session_engine import GPT_LIVE_CAPS, MS, REALTIME, TICK, Call, pcmu_tone, speech_frame
 
 from bridge.commands import (
     AudioDiscontinuity,
@@ -45,6 +41,10 @@ from providers.limits import GEMINI_LIVE, GPT_LIVE, OPENAI_REALTIME, AudioLimits
 from rtp.audio import PCMU_8K
 from rtp.g711 import ulaw_decode
 from sip.leg import CallEnded, LegFeatures, MediaHeld, MediaResumed, MediaStarted
+from tests.support.recovery import GEMINI, answer, commands_of, recovery_notices
+from tests.support.rollover_session import RolloverCall
+from tests.support.session import FakeLeg, FakeProvider, session
+from tests.support.session_engine import GPT_LIVE_CAPS, MS, REALTIME, TICK, Call, pcmu_tone, speech_frame
 
 event_loop_policy = virtual_time.policy_fixture()  # the shell tests run on virtual time
 

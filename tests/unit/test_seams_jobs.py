@@ -13,9 +13,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from test_rollover_session import SCALED, RolloverCall
-from test_session_engine import GPT_LIVE_CAPS, REALTIME, TICK, pcmu_tone
-
 from bridge.coordinator import (
     ApproveRollover,
     AuthorizeConnection,
@@ -39,6 +36,8 @@ from providers.events import (
     ToolCallRequested,
 )
 from rtp.audio import PCMU_8K
+from tests.support.rollover_session import SCALED, RolloverCall
+from tests.support.session_engine import GPT_LIVE_CAPS, REALTIME, TICK, pcmu_tone
 
 BOOK = ("book_table", '{"party": 4, "time": "19:30"}')
 

@@ -10,9 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from test_rollover_session import SCALED, ClientCommitCall, RolloverCall
-from test_session_engine import GPT_LIVE_CAPS, MS, TICK, Call, pcmu_tone, speech_frame
-
 from bridge.commands import CommitInput, EmitUtterance, OpenRollover
 from bridge.coordinator import AudioDiscontinuity, BargedIn, OpenReplacement, Transcript
 from bridge.rollover import Handover, RolloverOptions, RolloverStats
@@ -26,6 +23,8 @@ from providers.events import (
     SpeechStopped,
 )
 from rtp.audio import PCMU_8K
+from tests.support.rollover_session import SCALED, ClientCommitCall, RolloverCall
+from tests.support.session_engine import GPT_LIVE_CAPS, MS, TICK, Call, pcmu_tone, speech_frame
 
 LONG = replace(SCALED, transcript_wait_ms=2_000, hard_stop_ms=14_000, cap_ms=16_000)
 

@@ -18,11 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import virtual_time
-from test_recovery import commands_of, repaired
-from test_rollover_session import SCALED, RolloverCall
-from test_session import FakeLeg, FakeProvider, session
-from test_session_engine import MS, REALTIME, Call, pcmu_tone
-from test_webhook import ENV, SECRET, App, json_answer
 
 from bridge.api import Application, _to
 from bridge.commands import CloseTransport
@@ -54,6 +49,11 @@ from providers.events import AudioReceived, ResponseDone, SessionClosed, ToolCal
 from rtp.audio import PCMU_8K
 from rtp.ledger import CarrierLedger
 from sip.leg import CallEnded as LegEnded
+from tests.support.recovery import commands_of, repaired
+from tests.support.rollover_session import SCALED, RolloverCall
+from tests.support.session import FakeLeg, FakeProvider, session
+from tests.support.session_engine import MS, REALTIME, Call, pcmu_tone
+from tests.support.webhook import ENV, SECRET, App, json_answer
 
 event_loop_policy = virtual_time.policy_fixture()  # the shell tests run on virtual time
 

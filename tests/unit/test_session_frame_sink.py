@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import virtual_time
-from test_session import FakeLeg, FakeProvider, pcm_frame, session
 
 from bridge.barrier import Channel
 from bridge.session import BACKSTOP_NS, MAX_QUEUED_FRAMES, TIMER_SLACK_NS, CallerFrames, CallSession, _Wake
@@ -27,6 +26,7 @@ from sip.leg import (
     MediaStarted,
     offers_frame_sink,
 )
+from tests.support.session import FakeLeg, FakeProvider, pcm_frame, session
 
 event_loop_policy = virtual_time.policy_fixture()
 

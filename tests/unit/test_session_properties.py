@@ -65,8 +65,6 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from test_rollover_session import SCALED
-from test_session_engine import GPT_LIVE_CAPS, MS, REALTIME, TICK, speech_frame
 
 from bridge.coordinator import (
     ApproveRollover,
@@ -107,6 +105,8 @@ from providers.limits import AudioLimits as ProviderLimits
 from rtp.audio import PCMU_8K
 from rtp.playout import ClearResult, OutboundFrame, Playout
 from sip.leg import PlayoutLeg
+from tests.support.rollover_session import SCALED
+from tests.support.session_engine import GPT_LIVE_CAPS, MS, REALTIME, TICK, speech_frame
 
 VAD_SILENCE_FRAMES = 10  # a provider's VAD ends an utterance after 200 ms of silence (Realtime allows it)
 LATENCY_MS = 300  # a provider's event reaches the core this long after it was sent, at most

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import random
 
-from test_sip_ua import MS, Caller, S, answered_call, distinct, new_ua, offer_sdp
-from test_sip_uac import LOCAL as UAC_LOCAL
-from test_sip_uac import TARGET, Callee
-
 from sip.message import Request, Response
 from sip.ua import CallEnded, SessionExpired, UaConfig, UserAgent
+from tests.support.sip_ua import MS, Caller, S, answered_call, distinct, new_ua, offer_sdp
+from tests.support.sip_uac import LOCAL as UAC_LOCAL
+from tests.support.sip_uac import TARGET, Callee
 
 
 def _ok(caller: Caller) -> Response:

@@ -21,6 +21,7 @@ from sip.policy import (
     parse_networks,
 )
 from sip.ua import IncomingCall, UaConfig, UserAgent
+from tests.support.sip_policy import run
 
 S = 1_000_000_000
 TRUNK = ("203.0.113.7", 5060)
@@ -50,14 +51,6 @@ def request(data: bytes) -> Request:
     message = parse(data)
     assert isinstance(message, Request)
     return message
-
-
-def run(
-    ua: UserAgent, data: bytes, source: tuple[str, int], now: int = 0
-) -> tuple[list[Response], list[object]]:
-    ua.receive(data, source, "udp", now)
-    sent = [parse(t.data) for t in ua.transmits()]
-    return [m for m in sent if isinstance(m, Response)], list(ua.events())
 
 
 # --- the policy alone ---

@@ -72,9 +72,6 @@ user agent's rule, sip/ua.py).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 import pytest
 
 from sip.message import (
@@ -92,12 +89,8 @@ from sip.message import (
 )
 from sip.sdp import LocalMedia, answer, parse_sdp
 from sip.uri import parse_uri, uri_scheme
+from tests.support.sip_rfc4475 import CORPUS
 
-# shared/ beside the repository (CI's copy beside its clone), else the workplace's copy
-_BESIDE = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "rfc4475"
-CORPUS = Path(
-    os.environ.get("PARLORA_RFC4475_DIR", _BESIDE if _BESIDE.is_dir() else "/work/shared/corpus/rfc4475")
-)
 BRIDGE_METHODS = ("INVITE", "ACK", "BYE", "CANCEL", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY")
 LOCAL = LocalMedia("192.0.2.99", 40000, 1)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_sip_policy import run
 
 from bridge.api import _engine_config
 from bridge.config import ConfigError, load
@@ -23,6 +22,7 @@ from sip.policy import Accept, Challenge, Refuse
 from sip.sdp import LocalMedia
 from sip.trunks import Trunk, TrunkTable, match
 from sip.ua import IncomingCall, UaConfig, UserAgent
+from tests.support.sip_policy import run
 
 S = 1_000_000_000
 PBX = ("10.20.0.5", 5060)

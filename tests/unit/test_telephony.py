@@ -7,8 +7,6 @@ import asyncio
 import json
 
 import virtual_time
-from test_delegations import ToolProvider
-from test_session import FakeLeg
 
 from bridge.delegations import DeliverResult
 from bridge.session import CallSession
@@ -16,6 +14,8 @@ from bridge.telephony import TelephonyOptions, tool_specs
 from providers.events import AudioReceived, SessionClosed, ToolCallRequested
 from rtp.audio import PCMU_8K
 from sip.leg import CallEnded, DtmfReceived, TransferProgress
+from tests.support.delegations import ToolProvider
+from tests.support.session import FakeLeg
 
 event_loop_policy = virtual_time.policy_fixture()  # the shell tests run on virtual time
 
@@ -144,9 +144,8 @@ async def test_dl6_the_caller_s_keys_reach_the_application_and_the_model() -> No
 
 
 def test_dl6_a_failed_session_plays_the_closing_message_then_hangs_up_on_a_core_deadline() -> None:
-    from test_session_engine import Call
-
     from bridge.commands import EndSession, HangUp
+    from tests.support.session_engine import Call
 
     message = bytes(320) * 25  # 500 ms
     call = Call(closing_message=message)
@@ -169,9 +168,8 @@ def test_dl6_a_failed_session_plays_the_closing_message_then_hangs_up_on_a_core_
 
 
 def test_dl6_end_call_waits_for_the_goodbye_to_be_played_then_hangs_up() -> None:
-    from test_session_engine import Call, pcmu_tone
-
     from bridge.commands import HangUp
+    from tests.support.session_engine import Call, pcmu_tone
 
     call = Call(telephony=OPTIONS)
     call.provider(ToolCallRequested(1, "call_e", "end_call", "{}"))

@@ -9,14 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from test_session_engine import Call, pcmu_tone
-
 from bridge.api import _goodbye_at_time_limit
 from bridge.commands import HangUp
 from bridge.telephony import TIME_LIMIT_NOTE, TelephonyOptions, time_limit_grace_s
 from providers.events import AudioReceived
 from rtp.audio import PCMU_8K
 from sip.leg import LegFeatures, PlayoutLeg, offers_time_limit
+from tests.support.session_engine import Call, pcmu_tone
 
 REASON = "the call reached --max-call-duration (60 s)"
 

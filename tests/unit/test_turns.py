@@ -3,12 +3,11 @@ capabilities — never by `answer_within_ms`, which is only the silent-provider 
 
 from __future__ import annotations
 
-from test_session_engine import TICK, speech_frame
-
 from bridge.turns import CallerStarted, CallerStopped, TurnTracker
 from bridge.vad import VadOptions
 from providers.base import Capabilities
 from providers.events import SpeechStarted, SpeechStopped
+from tests.support.session_engine import TICK, speech_frame
 
 GPT_LIVE = Capabilities(server_vad=False, speech_end_events=False, timed_captions=True, truncate=False)
 GEMINI = Capabilities(server_vad=True, speech_end_events=False, timed_captions=False, truncate=False)

@@ -1,0 +1,1 @@
+"""Harnesses the tests share: fakes, virtual-time calls, peers' drivers and their constants."""
