@@ -1,6 +1,6 @@
 """What one long call keeps in memory, measured with tracemalloc on virtual time.
 
-Drives tests/unit/long_call.py's `LongCall` (the session engine's in-process pieces, no sockets, no sleeps:
+Drives tests/support/long_call.py's `LongCall` (the session engine's in-process pieces, no sockets, no sleeps:
 a turn every 10 s with a tool call, a rollover every 30 s, a recovery every 37 turns) and takes a tracemalloc
 snapshot at simulated 30, 60 and 120 minutes (after a 5-minute warm-up). Prints the top growers between 30 and
 120 minutes by source line, in bytes per simulated hour, and the total growth per hour of each interval (the
@@ -19,9 +19,9 @@ import sys
 import tracemalloc
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: tests.support
 
-from long_call import LongCall
+from tests.support.long_call import LongCall
 
 
 def main() -> int:

@@ -3,8 +3,6 @@
 import asyncio
 from collections.abc import AsyncIterator
 
-import virtual_time
-
 from bridge.session import CallSession
 from providers.base import Capabilities, ProviderUnavailable
 from providers.events import ProviderEvent, SessionClosed, SessionStarted
@@ -12,6 +10,7 @@ from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K, AudioFormat
 from rtp.g711 import ulaw_decode
 from sip.leg import CallEnded, CallIdentity, LegEvent, PlayoutLeg
+from tests.support import virtual_time
 
 
 class FakeLeg(PlayoutLeg):

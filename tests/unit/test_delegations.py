@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 
-import virtual_time
-
 from bridge.delegations import (
     DelegationOptions,
     Delegations,
@@ -27,6 +25,7 @@ from providers.events import (
     ToolCallRequested,
 )
 from sip.leg import CallEnded
+from tests.support import virtual_time
 from tests.support.delegations import ToolProvider
 from tests.support.session import FakeLeg
 from tests.support.session_engine import Call

@@ -8,9 +8,9 @@ import os
 import sys
 
 import pytest
-import virtual_time
 
 from bridge.heap import PRELOAD, HeapTrim, freeze_start_up_heap, malloc_trim
+from tests.support import virtual_time
 
 event_loop_policy = virtual_time.policy_fixture()
 

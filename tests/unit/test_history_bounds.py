@@ -1,6 +1,6 @@
 """Memory flat for weeks: what one call keeps stays bounded however long the call lasts.
 
-A long call on virtual time (tests/unit/long_call.py: a turn every 10 s with a tool call, a rollover every
+A long call on virtual time (tests/support/long_call.py: a turn every 10 s with a tool call, a rollover every
 30 s, a recovery now and then) and each piece of per-call history it exercises: the job ledger, the call
 record's connections, recoveries and rollovers, the timeline's clock origins, the usage meter's transports,
 the metrics observer's job timers, the rollover chain. Each stays under its bound while the totals that status,
@@ -15,7 +15,6 @@ import json
 import logging
 
 import pytest
-from long_call import CALL_ID, MS, LongCall
 
 from bridge.delegations import DelegationOptions, Delegations, DeliverResult, DispatchJob, JobChanged
 from bridge.observe import JOBS_TIMED, CallObserver
@@ -26,6 +25,7 @@ from bridge.usage import TRANSPORTS_KEPT, UsageMeter
 from providers.events import SessionClosed, UsageUpdated
 from rtp.ledger import CarrierLedger
 from sip.leg import CallIdentity, LegFeatures
+from tests.support.long_call import CALL_ID, MS, LongCall
 
 OPTIONS = DelegationOptions()
 

@@ -10,8 +10,6 @@ import asyncio
 import gc
 import weakref
 
-import virtual_time
-
 from bridge.commands import Reseeded
 from bridge.coordinator import (
     AudioDiscontinuity,
@@ -48,6 +46,7 @@ from providers.events import (
 from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K
 from sip.leg import CallEnded
+from tests.support import virtual_time
 from tests.support.recovery import GEMINI, answer, commands_of, recovery_notices, repaired
 from tests.support.session import FakeLeg, FakeProvider
 from tests.support.session_engine import GPT_LIVE_CAPS, MS, TICK, Call, pcmu_tone, speech_frame

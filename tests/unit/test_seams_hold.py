@@ -14,7 +14,6 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
-import virtual_time
 
 from bridge.commands import (
     AudioDiscontinuity,
@@ -41,6 +40,7 @@ from providers.limits import GEMINI_LIVE, GPT_LIVE, OPENAI_REALTIME, AudioLimits
 from rtp.audio import PCMU_8K
 from rtp.g711 import ulaw_decode
 from sip.leg import CallEnded, LegFeatures, MediaHeld, MediaResumed, MediaStarted
+from tests.support import virtual_time
 from tests.support.recovery import GEMINI, answer, commands_of, recovery_notices
 from tests.support.rollover_session import RolloverCall
 from tests.support.session import FakeLeg, FakeProvider, session

@@ -17,8 +17,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import virtual_time
-
 from bridge.api import Application, _to
 from bridge.commands import CloseTransport
 from bridge.delegations import (
@@ -49,6 +47,7 @@ from providers.events import AudioReceived, ResponseDone, SessionClosed, ToolCal
 from rtp.audio import PCMU_8K
 from rtp.ledger import CarrierLedger
 from sip.leg import CallEnded as LegEnded
+from tests.support import virtual_time
 from tests.support.recovery import commands_of, repaired
 from tests.support.rollover_session import SCALED, RolloverCall
 from tests.support.session import FakeLeg, FakeProvider, session

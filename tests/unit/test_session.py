@@ -7,12 +7,11 @@ clock only moves when every task waits, and the session reads that clock).
 import asyncio
 import time
 
-import virtual_time
-
 from providers.events import AudioReceived, ProviderError, SessionClosed
 from rtp.audio import PCMU_8K
 from rtp.g711 import ulaw_decode
 from sip.leg import CallEnded, FrameReceived, MediaStarted
+from tests.support import virtual_time
 from tests.support.session import FakeLeg, FakeProvider, pcm_frame, session
 
 event_loop_policy = virtual_time.policy_fixture()

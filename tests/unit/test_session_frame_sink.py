@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-import virtual_time
 
 from bridge.barrier import Channel
 from bridge.session import BACKSTOP_NS, MAX_QUEUED_FRAMES, TIMER_SLACK_NS, CallerFrames, CallSession, _Wake
@@ -26,6 +25,7 @@ from sip.leg import (
     MediaStarted,
     offers_frame_sink,
 )
+from tests.support import virtual_time
 from tests.support.session import FakeLeg, FakeProvider, pcm_frame, session
 
 event_loop_policy = virtual_time.policy_fixture()

@@ -6,14 +6,13 @@ from __future__ import annotations
 import asyncio
 import json
 
-import virtual_time
-
 from bridge.delegations import DeliverResult
 from bridge.session import CallSession
 from bridge.telephony import TelephonyOptions, tool_specs
 from providers.events import AudioReceived, SessionClosed, ToolCallRequested
 from rtp.audio import PCMU_8K
 from sip.leg import CallEnded, DtmfReceived, TransferProgress
+from tests.support import virtual_time
 from tests.support.delegations import ToolProvider
 from tests.support.session import FakeLeg
 
