@@ -18,7 +18,8 @@ from pathlib import Path
 
 import peers
 import pytest
-from test_browser_channel import chromium, wait_until
+
+from tests.support.browser_channel import chromium, wait_until
 
 
 def _fault(fake_url: str, spec: str) -> None:

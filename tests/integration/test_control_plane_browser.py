@@ -30,8 +30,9 @@ from typing import Any
 
 import peers
 import pytest
-from test_browser_channel import chromium, wait_until
-from test_ops_live import _stream_in_background
+
+from tests.support.browser_channel import chromium, wait_until
+from tests.support.ops_live import _stream_in_background
 
 ROUTES = ("/calls", "/drain", "/calls/call-1/hangup", "/talk")
 

@@ -17,12 +17,12 @@ from collections.abc import Callable
 
 import peers
 import pytest
-from test_native_engine import _wait_until
 
 from sip.engine import EngineConfig
 from sip.leg import CallLeg
 from sip.native import NativeUserAgent
 from sip.transaction import TimerConfig
+from tests.support.native_engine import _wait_until
 
 pytestmark = pytest.mark.serial  # it floods
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_reliability_quick import run_quick
+
+from tests.support.reliability_quick import run_quick
 
 # every reason rtp.packet / rtp.rtcp / the stream can drop a packet for that the harness sends on purpose
 RTP_REASONS = (

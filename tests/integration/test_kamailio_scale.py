@@ -25,7 +25,8 @@ from collections import Counter
 from pathlib import Path
 
 import peers
-from test_kamailio import NATIVE, Kamailio, _calls, kamailio  # noqa: F401 - kamailio is a fixture
+
+from tests.support.kamailio import NATIVE, Kamailio, _calls, kamailio  # noqa: F401 - kamailio is a fixture
 
 CALLS = 20
 

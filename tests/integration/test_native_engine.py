@@ -20,7 +20,6 @@ import json
 import re
 import shutil
 import socket
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -28,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import peers
 import pytest
-from test_telephony_sip import TARGET, LegDriver
 
 from rtp.g711 import ulaw_decode
 from rtp.playout import OutboundFrame
@@ -36,6 +34,8 @@ from sip.engine import EngineConfig, create_engine
 from sip.leg import CallEnded, CallLeg, FrameReceived, MediaStarted
 from sip.native import NativeLeg, NativeUserAgent
 from sip.transaction import TimerConfig
+from tests.support.native_engine import _wait_until
+from tests.support.telephony_sip import TARGET, LegDriver
 
 NATIVE = ("--engine", "native")
 
@@ -342,15 +342,6 @@ def test_native_call_over_tcp(start_bridge, utterance_ul, tmp_path: Path) -> Non
 
 
 # --- the engine in this process: counts back to zero ---
-
-
-async def _wait_until(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.02)  # polling a condition, bounded; not an assertion on time
-    return True
 
 
 async def test_native_engine_counts_go_back_to_zero_after_calls(utterance_ul, tmp_path: Path) -> None:

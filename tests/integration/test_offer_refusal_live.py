@@ -10,7 +10,8 @@ import urllib.request
 from pathlib import Path
 
 import peers
-from test_trunk_edge import _frames
+
+from tests.support.trunk_edge import _frames
 
 
 def _metrics(port: int) -> str:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import peers
 
+from tests.support.ops_live import _stream_in_background
+
 CONFIG = """
 [listeners]
 sip_udp = "127.0.0.1:9"          # overridden by the test's --sip: a call here would never arrive
@@ -110,21 +112,6 @@ def test_metrics_move_during_and_after_a_live_call(start_bridge, utterance, tmp_
     assert _sample(after, 'parlora_sip_responses_sent_total{code="200"}') >= 1
     assert _sample(after, 'parlora_rtp_packets_total{direction="in"}') > 100  # 4 s of 20 ms packets
     assert _sample(after, 'parlora_rtp_packets_total{direction="out"}') > 0
-
-
-def _stream_in_background(
-    pool: concurrent.futures.ThreadPoolExecutor, bridge, utterance, workdir: Path, seconds: float
-) -> concurrent.futures.Future[peers.SippResult]:
-    workdir.mkdir()
-    peers.make_ulaw(utterance.path, workdir / "speech.ul")
-    return pool.submit(
-        peers.run_sipp,
-        "uac_stream",
-        bridge.sip_port,
-        workdir=workdir,
-        timeout=seconds + 30,
-        extra_args=["-d", str(int(seconds * 1000))],
-    )
 
 
 def test_json_logs_parse_and_never_carry_the_provider_key(

@@ -11,7 +11,8 @@ import re
 from pathlib import Path
 
 import peers
-from test_trunk_edge import _call, _callee, _post, _wait_json
+
+from tests.support.trunk_edge import _call, _callee, _post, _wait_json
 
 CONFIG = """
 [listeners]

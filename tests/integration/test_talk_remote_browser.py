@@ -35,7 +35,8 @@ import numpy as np
 import peers
 import pytest
 from conftest import BRIDGE, _clean_env
-from test_browser_channel import chromium, wait_until
+
+from tests.support.browser_channel import chromium, wait_until
 
 INNER = "PARLORA_TALK_NETNS"
 BRIDGE_HOST, BROWSER_HOST = "192.0.2.1", "192.0.2.2"

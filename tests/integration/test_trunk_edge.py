@@ -17,8 +17,6 @@ import json
 import re
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from datetime import datetime
 from pathlib import Path
 
@@ -26,15 +24,7 @@ import peers
 import pytest
 from conftest import BRIDGE, _clean_env
 
-
-def _get(port: int, path: str) -> dict[str, object]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
-        body: dict[str, object] = json.loads(answer.read())
-        return body
-
-
-def _frames(record: Path) -> int:
-    return len(record.read_text().splitlines()) if record.exists() else 0
+from tests.support.trunk_edge import SCENARIOS, _call, _callee, _frames, _get, _post, _wait_json
 
 
 @pytest.mark.skipif(not peers.second_loopback_usable(), reason="127.0.0.2 is not usable")
@@ -93,9 +83,6 @@ def test_serve_off_loopback_with_no_policy_refuses_to_start(tmp_path: Path) -> N
     assert done.returncode == 2, done.stderr[-2000:]
     assert "refusing to listen on 0.0.0.0" in done.stderr and "--allow-any" in done.stderr
     assert "listening on udp" not in done.stderr
-
-
-SCENARIOS = Path(__file__).parent / "scenarios"
 
 
 def test_serve_registers_with_digest_at_a_sipp_registrar_and_unregisters_on_shutdown(
@@ -227,65 +214,6 @@ def test_serve_with_a_wrong_sip_password_reports_the_failure(start_bridge, tmp_p
     assert "BADAUTH" in logs.read_text(errors="replace")
 
 
-def _post(port: int, path: str, body: dict[str, object]) -> tuple[int, dict[str, object]]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}{path}",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
-def _callee(scenario: str, tmp_path: Path, *extra: str) -> tuple[peers.ManagedProcess, int, Path]:
-    port = peers.free_udp_port()
-    media = peers.free_rtp_port()
-    logs = tmp_path / f"{scenario}.log"
-    proc = peers.ManagedProcess(
-        [
-            "sipp",
-            "-sf",
-            str(SCENARIOS / f"{scenario}.xml"),
-            "-i",
-            "127.0.0.1",
-            "-mi",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-mp",
-            str(media),
-            "-m",
-            "1",
-            "-nostdin",
-            "-trace_logs",
-            "-log_file",
-            str(logs),
-            "-trace_msg",
-            "-message_file",
-            str(tmp_path / f"{scenario}-messages.log"),
-            "-timeout",
-            "40s",
-            *extra,
-        ],
-        cwd=tmp_path,
-        name=f"sipp-{scenario}",
-    )
-    return proc, port, logs
-
-
-def _wait_json(port: int, path: str, predicate, timeout: float = 15.0) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        body = _get(port, path)
-        if predicate(body) or time.monotonic() > deadline:
-            return body
-        time.sleep(0.1)
-
-
 def test_post_calls_places_a_call_that_a_sipp_callee_answers_and_hears_the_provider(
     start_fake, start_bridge, tmp_path: Path
 ) -> None:
@@ -379,11 +307,6 @@ def _log_time(log: str, pattern: str) -> float:
     match = re.search(rf"^(\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{{3}}) .*{pattern}", log, re.MULTILINE)
     assert match, f"no log line {pattern!r}"
     return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S").timestamp() + int(match.group(2)) / 1000
-
-
-def _call(tmp_path: Path, target: str, *args: str, env: dict[str, str] | None = None) -> peers.ManagedProcess:
-    argv = [*BRIDGE, "call", target, "--rtp-port", str(peers.free_rtp_port()), *args, "--log-level", "info"]
-    return peers.ManagedProcess(argv, cwd=tmp_path, env=_clean_env(env), name="parlora-bridge-call")
 
 
 def test_call_answers_a_401_challenge_rings_with_the_provider_open_and_the_callee_hears_it(

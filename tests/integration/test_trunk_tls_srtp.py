@@ -18,9 +18,9 @@ import numpy as np
 import peers
 import pytest
 from conftest import BRIDGE, _clean_env
-from test_tls_srtp_peer import _baresip, make_pki
 
 from rtp.g711 import ulaw_decode
+from tests.support.tls_srtp_peer import _baresip, make_pki
 
 CALL_TIMEOUT_S = 40.0
 
