@@ -10,7 +10,7 @@ on loopback, as CI runs it.
 3. A killed bridge: C is killed (SIGKILL, no goodbye to anyone); new calls still all succeed, on B, those first
    tried on C after the INVITE timeout, and C leaves rotation.
 
-The helpers (Kamailio on a generated loopback copy of the recipe, SIPp through it) are test_kamailio.py's.
+The helpers (Kamailio on a generated loopback copy of the recipe, SIPp through it) are tests/support/kamailio.py's.
 Every wait is bounded and waits for a state.
 """
 
@@ -63,7 +63,7 @@ def _wait_live(bridges, total: int, timeout: float) -> list[int]:
 
 def test_kamailio_spreads_20_calls_drains_one_bridge_and_survives_a_killed_one(
     start_bridge,
-    kamailio: list[Kamailio],  # noqa: F811 - the fixture imported from test_kamailio
+    kamailio: list[Kamailio],  # noqa: F811 - the fixture imported from tests/support/kamailio.py
     tmp_path: Path,
 ) -> None:
     http_a = peers.free_udp_port(also_tcp=True)

@@ -14,7 +14,7 @@ deployment serves the console over HTTPS from another host (docs/console.md); th
 origin as secure with Chromium's flag for that.
 
 On the bridge's own host, a stock Chromium (without the flag that makes it offer 127.0.0.1, which
-test_browser_channel.py gives) offers its interface addresses only; its checks reach the bridge's loopback
+tests/support/browser_channel.py gives) offers its interface addresses only; its checks reach the bridge's loopback
 candidate from them, and the call echoes too.
 """
 

@@ -26,7 +26,7 @@ from sip.trunks import Trunk
 from tests.support.native_shell import can_bind
 from tests.support.native_trunk import WAIT_S, Peer, Registrar, _to_of, engine_factory, invite
 
-__all__ = ["engine_factory"]  # the fixture, shared with test_native_trunk
+__all__ = ["engine_factory"]  # the fixture, from the shared harness, as in test_native_trunk
 
 pytestmark = pytest.mark.skipif(
     not (can_bind("127.0.0.2") and can_bind("127.0.0.3") and can_bind("127.0.0.4")),

@@ -4,7 +4,7 @@ On hold the carrier takes no frames and brings none; an outbound call's line tak
 answers. Before S7 the reservoir filled meanwhile and `output_overflow`/`output_stale` (or the silence
 watchdog) started a paid recovery whose replacement greeted the returning caller with "there was an audio
 problem, please repeat"; an outbound greeting was spoken into the ringing line. The coordinator is driven as
-in test_session_engine.py (`Call`: a real Playout, the media clock played by the test; `advance`: time passes
+in tests/support/session_engine.py (`Call`: a real Playout, the media clock played by the test; `advance`: time passes
 with no media clock, as on hold or while ringing); the last tests drive the shell with the leg's events.
 """
 

@@ -1,7 +1,7 @@
 """DESIGN §14 S1-S7: the session core's promises as properties, over every interleaving hypothesis can find.
 
 A `RuleBasedStateMachine` drives one `SessionCoordinator` (rollover on, with the scaled ages of
-tests/unit/test_rollover_session.py) and a real `Playout` on virtual time, as `RolloverCall` does, with every
+tests/support/rollover_session.py) and a real `Playout` on virtual time, as `RolloverCall` does, with every
 kind of step interleaved: the caller's speech and pauses, each connection's events, faults, the rollover's
 questions and their answers, the application's answers and updates, hold and ringing, and hang-up. The
 cases it found are kept below as plain regression tests, each failing on the promise it names.

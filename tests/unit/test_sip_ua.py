@@ -1029,7 +1029,7 @@ def test_a_rejection_never_acked_ends_with_timer_h() -> None:
 
 # --- the RFC 4475 torture messages, end to end through the core ---
 
-_CORPUS = RFC4475_CORPUS  # one place finds it (test_sip_rfc4475.py)
+_CORPUS = RFC4475_CORPUS  # one place finds it (tests/support/sip_rfc4475.py)
 # What the core sends for each message (None: dropped and counted). valid/: accepted and answered as this UA
 # answers such a request; invalid/: never a 2xx, never a call — except inv2543, an RFC 2543-style INVITE the
 # parser accepts (RFC 4475 §3.4.1 asks RFC 3261 elements to accept it; this corpus files it as invalid).
