@@ -10,8 +10,6 @@ import random
 from typing import Any
 
 import pytest
-from test_sip_uac import LOCAL as UAC_LOCAL
-from test_sip_uac import TARGET, Callee
 
 from bridge.api import Application, Server, ServerConfig
 from bridge.http import StatusServer
@@ -21,6 +19,8 @@ from sip.identity import call_identity
 from sip.message import Request, serialize
 from sip.outbound import check_headers
 from sip.ua import UaConfig, UserAgent
+from tests.support.sip_uac import LOCAL as UAC_LOCAL
+from tests.support.sip_uac import TARGET, Callee
 
 
 class _Dialer:
