@@ -13,6 +13,16 @@ protocol error hangs up the call with the reason logged.
 The leg's media events go to the core (S7, bridge/coordinator.py): MediaHeld and MediaResumed put the call on
 hold and take it off; a call the bridge placed (`sip.leg.DialledLeg`, declared `LegFeatures.dialled`) rings
 until its MediaStarted.
+
+Answering-machine detection (`CallSession(amd=AmdOptions(...))`, outbound calls only: bridge/amd.py): the
+detector is armed at the callee's answer (MediaStarted, never at early media), hears the callee's frames and
+runs its deadlines on a timer of its own; the coordinator is told of the answer only at the release, so the
+model's first words (the greeting, the first response) stay held until then. The release, where the
+application gives no other answer: `human`, `silence` and `unknown` at the verdict (a person waits for a
+voice: a wrong `human` costs a message, a wrong `machine` the call); `machine` at the mailbox's beep (or when
+none came: `AmdNoBeep`), so the message is left after the tone; a `beep` verdict at once (the tone has
+ended). Each event goes to the notice sink (the call record, the CDR, the application's events). Frames of
+an inbound call, or after the detector is done, cost one flag test (`CallerFrames.amd is None`).
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from bridge import commands as cmd
+from bridge.amd import AmdBeep, AmdEvent, AmdNoBeep, AmdOptions, AmdVerdict, AnsweringMachineDetector
 from bridge.barrier import Channel
 from bridge.coordinator import CoordinatorOptions, SessionCoordinator
 from bridge.delegations import DeliverResult, DispatchJob, JobRequest, SendContext
@@ -170,6 +181,7 @@ class CallerFrames:
         "_loop",
         "_handle",
         "_handle_at",
+        "amd",
         "core",
         "due",
         "frame_ns",
@@ -193,6 +205,7 @@ class CallerFrames:
         self._handle: asyncio.TimerHandle | None = None
         self._handle_at = 0  # the deadline the timer is armed for (on the injected clock)
         self.core: SessionCoordinator | None = None  # set while the session's loop runs
+        self.amd: AmdGate | None = None  # an outbound call's machine detection, until it is done
         self.due: int | None = None  # the core's next deadline as last read (None: none)
         self.frame_ns: int | None = None  # the latest frame through the sink: the media tick is running
         self.errors = 0
@@ -269,6 +282,8 @@ class CallerFrames:
     def _forward(self, core: SessionCoordinator, frame: FrameReceived, now: int) -> None:
         if self._tap is not None:
             self._tap.caller(frame.pcm, now)  # --record
+        if self.amd is not None:
+            self.amd.frame(frame.pcm, now)
         core.caller_frame(frame.pcm, now)
 
     def provider_event(self, event: ProviderEvent) -> None:
@@ -322,6 +337,77 @@ class CallerFrames:
                 log.exception(
                     "call %s: a caller frame failed in the frame sink (counted from now on)", self._call_id
                 )
+
+
+class _AmdDue:
+    """The machine detector's deadline has come (its timer, through the inbox)."""
+
+
+class AmdGate:
+    """An outbound call's machine detection: the detector, its timer and the release of the held greeting
+    (module docstring). Sans-I/O but for the timer, which puts an `_AmdDue` in the session's inbox."""
+
+    __slots__ = ("detector", "events", "released", "_inbox", "_clock", "_handle", "_release", "_report")
+
+    def __init__(
+        self,
+        options: AmdOptions,
+        inbox: asyncio.Queue[object],
+        clock: Callable[[], int],
+        release: Callable[[int], None],
+        report: Callable[[AmdEvent], None],
+    ) -> None:
+        self.detector = AnsweringMachineDetector(options)
+        self.events: list[AmdEvent] = []
+        self.released = False
+        self._inbox, self._clock, self._release, self._report = inbox, clock, release, report
+        self._handle: asyncio.TimerHandle | None = None
+
+    def answered(self, now: int) -> None:
+        self.detector.answered(now)
+        self._arm(now)
+
+    def frame(self, pcm: bytes, now: int) -> None:
+        if (event := self.detector.frame(pcm, now)) is not None:
+            self._event(event, now)
+
+    def due(self) -> None:
+        now = self._clock()
+        if (event := self.detector.handle_timer(now)) is not None:
+            self._event(event, now)
+        else:
+            self._arm(now)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _event(self, event: AmdEvent, now: int) -> None:
+        self.events.append(event)
+        self._report(event)
+        if isinstance(event, AmdVerdict):
+            if event.kind != "machine":
+                self._release_at(now)
+        elif isinstance(event, AmdBeep | AmdNoBeep):
+            self._release_at(now)
+        self._arm(now)
+
+    def _release_at(self, now: int) -> None:
+        if not self.released:
+            self.released = True
+            self._release(now)
+
+    def _arm(self, now: int) -> None:
+        self.cancel()
+        due = self.detector.next_deadline()
+        if due is None:
+            return
+        loop = asyncio.get_running_loop()
+        inbox = self._inbox
+        self._handle = loop.call_at(
+            loop.time() + (due - now + TIMER_SLACK_NS) / 1e9, lambda: inbox.put_nowait(_AmdDue())
+        )
 
 
 class _Tasks(dict[str, "asyncio.Task[None]"]):
@@ -558,8 +644,10 @@ class CallSession:
         dtmf_handler: DtmfHandler | None = None,
         notice_sink: Callable[[str, object], None] | None = None,
         media_tap: MediaTap | None = None,
+        amd: AmdOptions | None = None,
     ) -> None:
         self.leg = leg
+        self._amd_options = amd  # outbound calls only (an inbound call never runs AMD)
         self._tap = media_tap  # --record
         self._settings = settings or SessionSettings()
         options = options or CoordinatorOptions()
@@ -582,6 +670,7 @@ class CallSession:
         self._frames = CallerFrames(leg.identity.call_id, self._inbox, clock, media_tap, self._carry_out)
         self._end_reason = ""
         self._ended_by = ""
+        self._amd_gate: AmdGate | None = None
         self.links = ProviderLinks(
             provider,
             call_id=leg.identity.call_id,
@@ -660,6 +749,11 @@ class CallSession:
             self._connection_started(self.coordinator, started, now)
             if offers_dialled(self.leg) and self.leg.outbound:
                 self.coordinator.ring(now)  # S7: the greeting waits for the callee's answer
+                if self._amd_options is not None:
+                    core = self.coordinator
+                    self._frames.amd = self._amd_gate = AmdGate(
+                        self._amd_options, self._inbox, self._clock, core.answered, self._amd_event
+                    )
             self.leg.answer()
             del first  # bounded: a closed first connection is freed, not held to the call's end
             await self._bridge(self.coordinator)
@@ -685,6 +779,8 @@ class CallSession:
                     self._handle(inbox.get_nowait() if inbox.qsize() else await inbox.get())
                 self._carry_out(core)
         finally:
+            if (gate := self._frames.amd) is not None:
+                gate.cancel()
             self._frames.detach(self.leg)
             for task in self._tasks.values():
                 task.cancel()
@@ -736,8 +832,13 @@ class CallSession:
                 core.hold(now)
             elif isinstance(item, MediaResumed):
                 core.resume(now)
+            elif (gate := self._frames.amd) is not None:
+                gate.answered(now)  # the greeting waits for the verdict (the gate tells the core)
             else:
                 core.answered(now)
+        elif isinstance(item, _AmdDue):
+            if (gate := self._frames.amd) is not None:
+                gate.due()
         elif isinstance(item, _ConnectFailed):
             item.report(core, now)
         elif isinstance(item, _Approved):
@@ -766,6 +867,33 @@ class CallSession:
             log_notice(self.call_id, notice)
             if self._notice_sink is not None:
                 self._notice_sink(self.call_id, notice)
+
+    @property
+    def amd_events(self) -> list[AmdEvent]:
+        """The machine detector's events so far (the verdict first), empty without AMD."""
+        return [] if self._amd_gate is None else list(self._amd_gate.events)
+
+    def _amd_event(self, event: AmdEvent) -> None:
+        if isinstance(event, AmdVerdict):
+            log.info(
+                "call %s AMD verdict %s after %d ms: %s",
+                self.call_id,
+                event.kind,
+                event.since_answer_ms,
+                event.reason,
+            )
+        else:
+            log.info(
+                "call %s AMD %s after %d ms: %s",
+                self.call_id,
+                type(event).__name__,
+                event.since_answer_ms,
+                event.reason,
+            )
+        if self._notice_sink is not None:
+            self._notice_sink(self.call_id, event)
+        if self._amd_gate is not None and self._amd_gate.detector.done:
+            self._frames.amd = None  # the frames pay one flag test from now on
 
     def _session_ended(self, command: cmd.EndSession) -> None:
         if self._ended is None and (command.failed or command.goodbye):

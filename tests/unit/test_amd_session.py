@@ -1,0 +1,96 @@
+"""Machine detection in the session shell on virtual time: an outbound call's first words wait for the
+detector's verdict (bridge/session.py `AmdGate`), a machine's wait for its beep, a person's go at once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import virtual_time
+from test_amd import quiet, speech, tone
+from test_seams_hold import DialledFakeLeg, TextProvider, wait_for
+from test_session import FakeLeg, session
+
+from bridge.amd import AmdBeep, AmdOptions, AmdVerdict
+from sip.leg import CallEnded, FrameReceived, MediaStarted
+
+event_loop_policy = virtual_time.policy_fixture()
+
+
+async def play(leg: FakeLeg, frames: list[bytes]) -> None:
+    """The callee's frames, one every 20 ms as the media tick brings them."""
+    for i, pcm in enumerate(frames):
+        leg.queue.put_nowait(FrameReceived(pcm, i, i))
+        await asyncio.sleep(0.02)
+
+
+async def answered_call(
+    amd: AmdOptions | None,
+) -> tuple[DialledFakeLeg, TextProvider, object, asyncio.Task[object], list[object]]:
+    leg, provider, notices = DialledFakeLeg(), TextProvider(), []
+    call = session(leg, provider, amd=amd, notice_sink=lambda _id, n: notices.append(n))
+    task: asyncio.Task[object] = asyncio.create_task(call.run())  # type: ignore[arg-type]
+    await wait_for(lambda: call.coordinator is not None)
+    assert call.push_update("Greet the callee.")
+    leg.queue.put_nowait(MediaStarted("PCMU/8000"))  # the callee answered
+    await asyncio.sleep(0.01)
+    return leg, provider, call, task, notices
+
+
+async def hang_up(leg: FakeLeg, task: asyncio.Task[object]) -> None:
+    leg.queue.put_nowait(CallEnded("bye", 200, True, 0, 0))
+    await asyncio.wait_for(task, 5)
+
+
+async def test_the_greeting_waits_for_a_human_verdict_and_goes_at_once() -> None:
+    leg, provider, call, task, notices = await answered_call(AmdOptions())
+    assert provider.texts == [] and call.status()["line"] == "ringing"  # type: ignore[attr-defined]
+    await play(leg, speech(500))  # "hello?"
+    assert provider.texts == []  # a greeting alone decides nothing: held
+    await play(leg, quiet(600))
+    assert provider.texts == []  # 600 ms of silence: not yet the 800 ms a person waits
+    await play(leg, quiet(300))
+    verdicts = [n for n in notices if isinstance(n, AmdVerdict)]
+    assert [v.kind for v in verdicts] == ["human"] and provider.texts == ["Greet the callee."]
+    assert call.amd_events == verdicts  # type: ignore[attr-defined]
+    await hang_up(leg, task)
+
+
+async def test_a_silent_callee_is_timed_by_the_clock_then_greeted() -> None:
+    leg, provider, call, task, notices = await answered_call(AmdOptions())
+    await asyncio.sleep(2.0)  # no frames at all (RFC 3389 peer): the detector's own timer decides
+    assert provider.texts == []
+    await asyncio.sleep(0.6)
+    assert [n.kind for n in notices if isinstance(n, AmdVerdict)] == ["silence"]
+    assert provider.texts == ["Greet the callee."]
+    await hang_up(leg, task)
+
+
+async def test_a_machine_verdict_holds_the_greeting_until_the_beep() -> None:
+    leg, provider, call, task, notices = await answered_call(AmdOptions())
+    await play(leg, speech(3000))  # a recorded greeting runs on
+    assert [n.kind for n in notices if isinstance(n, AmdVerdict)] == ["machine"]
+    assert provider.texts == []  # the message waits for the tone
+    await play(leg, quiet(200) + tone(300, 1000))
+    assert provider.texts == []  # the tone is still on: the mailbox records only after it
+    await play(leg, quiet(100))
+    assert [type(n) for n in notices if isinstance(n, AmdVerdict | AmdBeep)] == [AmdVerdict, AmdBeep]
+    assert provider.texts == ["Greet the callee."]
+    await hang_up(leg, task)
+
+
+async def test_without_amd_the_greeting_goes_at_the_answer() -> None:
+    leg, provider, call, task, notices = await answered_call(None)
+    await wait_for(lambda: provider.texts != [])
+    assert provider.texts == ["Greet the callee."] and call.amd_events == []  # type: ignore[attr-defined]
+    await hang_up(leg, task)
+
+
+async def test_an_inbound_call_never_runs_amd() -> None:
+    leg, provider = FakeLeg(), TextProvider()
+    call = session(leg, provider, amd=AmdOptions())
+    task: asyncio.Task[object] = asyncio.create_task(call.run())  # type: ignore[arg-type]
+    leg.queue.put_nowait(MediaStarted("PCMU/8000"))
+    await wait_for(lambda: call.coordinator is not None)
+    await play(leg, speech(3000))
+    assert call.amd_events == []
+    await hang_up(leg, task)
