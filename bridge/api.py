@@ -29,6 +29,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
+from bridge.amd import AmdOptions
 from bridge.console import ConsoleFeed, ConsoleHooks, poll_status
 from bridge.coordinator import CoordinatorOptions
 from bridge.delegations import JobRequest
@@ -250,6 +251,7 @@ class ServerConfig:
     blocked_user_agents: tuple[str, ...] = DEFAULT_SCANNERS  # User-Agent substrings dropped (sip/policy.py)
     external_address: str | None = None  # NAT: the address peers reach us at
     drain_timeout_s: float = 0.0  # SIGTERM lets live calls finish this long (0: hang up at once)
+    amd: bool = False  # answering-machine detection on the calls `dial` places (bridge/amd.py)
     cdr: str | None = None  # one JSON line per finished call appended to this file
     record_dir: str | None = None  # a stereo WAV per call in this directory
     route_providers: tuple[ProviderEndpoint, ...] = ()  # providers config routes name (plans.py)
@@ -648,6 +650,7 @@ class Server:
             dtmf_handler=lambda digit: app.dtmf(holder[0], digit),
             notice_sink=self.observer.tee(records.sink(self.console.notice)),
             media_tap=records.tap,  # --record
+            amd=AmdOptions() if self.config.amd and identity.direction == "outbound" else None,
         )
         session.links.on_connected = self.observer.metrics.provider_connected  # connect time
         call = LiveCall(identity, session)

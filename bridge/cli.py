@@ -126,7 +126,7 @@ _CALL_SHARED = frozenset(
         "dtmf_to_model", "provider_append_ms", "rtp_port", "rtp_ports", "allow", "drop_unknown",
         "invite_rate", "options_rate", "inbound_auth", "allow_any", "external_address", "nat", "rtp_source",
         "tls", "cert", "tls_key", "tls_ca", "srtp", "max_call_duration", "rtp_timeout", "hold_timeout",
-        "session_expires", "server_header", "realm", "log_level", "log_format",
+        "session_expires", "server_header", "realm", "log_level", "log_format", "amd",
     }
 )  # fmt: skip
 # serve's options that `call` takes with its own default and words

@@ -24,6 +24,7 @@ shows each one with a comment:
     [logging]     level, format (text | json), cdr (a file: one JSON line per finished call)
     [recording]   dir (a stereo WAV per call)
     [drain]       timeout_s
+    [outbound]    amd (answering-machine detection on calls placed: bridge/amd.py, bridge/session.py)
 
 Rules:
 - A bad file is refused with every problem at once, one line each: the file, the key path and what was
@@ -339,6 +340,11 @@ class Drain:
 
 
 @dataclass(frozen=True, slots=True)
+class Outbound:
+    amd: bool = False  # answering-machine detection on calls placed; the greeting waits for its verdict
+
+
+@dataclass(frozen=True, slots=True)
 class BridgeConfig:
     source: str | None = None  # the file it was read from (None: command line only)
     listeners: Listeners = field(default_factory=Listeners)
@@ -355,6 +361,7 @@ class BridgeConfig:
     logging: Logging = field(default_factory=Logging)
     recording: Recording = field(default_factory=Recording)
     drain: Drain = field(default_factory=Drain)
+    outbound: Outbound = field(default_factory=Outbound)
 
     def provider(self, name: str) -> ProviderConfig:
         """The configuration of provider `name`: the file's section, or the defaults (its usual key variable)."""
@@ -861,6 +868,7 @@ _SECTIONS = (
     "logging",
     "recording",
     "drain",
+    "outbound",
 )
 
 
@@ -884,6 +892,7 @@ def parse(data: Mapping[str, object], *, label: str = "<config>", base: Path | N
         logging=_logging(r, r.table(data, "logging", "")),
         recording=Recording(_recording_dir(r, r.table(data, "recording", ""))),
         drain=_drain(r, r.table(data, "drain", "")),
+        outbound=_outbound(r, r.table(data, "outbound", "")),
     )
     _cross_checks(r, config)
     if r.problems:
@@ -1794,6 +1803,11 @@ OPTIONS: tuple[Option, ...] = (
            "goodbye from the model and BYE for the rest, and exit; a second SIGTERM or SIGINT ends at once.",
            type=click.FloatRange(min=0), default=DEFAULT_DRAIN_S, show_default=True, metavar="S",
            example=("0",)),
+    # [outbound]
+    Option("amd", ("--amd",), "outbound.amd",
+           "Answering-machine detection on calls placed: the model's first words wait for the verdict (human, "
+           "machine, beep, silence, unknown; at most 4 s after the answer), a machine's until its beep. Native "
+           "engine only.", is_flag=True),
 )  # fmt: skip
 
 # `serve`'s click parameter names → their row; an option without a row is an error (`apply_options`)
@@ -1938,6 +1952,11 @@ def _problem(parse: Callable[[str], str]) -> Callable[[str], str | None]:
     return check
 
 
+def _outbound(r: _Reader, t: dict[str, object]) -> Outbound:
+    r.keys(t, "outbound", ["amd"])
+    return Outbound(amd=r.boolean(t, "amd", "outbound", False))
+
+
 def _recording(r: _Reader, t: dict[str, object]) -> str | None:
     return _recording_dir(r, t)
 
@@ -1954,6 +1973,7 @@ _SECTION_READERS: Mapping[str, Callable[[_Reader, dict[str, object]], Any]] = {
     "logging": _logging,
     "recording": _recording,
     "drain": _drain,
+    "outbound": _outbound,
 }
 
 

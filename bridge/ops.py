@@ -124,6 +124,11 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
             "engine.name: pjsua2 cannot tell one trunk's requests from another's (it has no per-request "
             f"policy), and trunks {', '.join(t.name for t in trunks)} differ: use the native engine"
         )
+    if config.engine.name == "pjsua2" and config.outbound.amd:
+        problems.append(
+            "outbound.amd: the pjsua2 engine places no calls and gives no callee frames to a detector: use "
+            "the native engine"
+        )
     if problems:
         raise ConfigError([f"{config.source or 'command line'}: {p}" for p in problems])
     limits = call_limits(config)
@@ -168,6 +173,7 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
         server_header=config.inbound.server_header,
         realm=config.inbound.realm,
         drain_timeout_s=config.drain.timeout_s,
+        amd=config.outbound.amd,
         route_providers=routed,
         cdr=config.logging.cdr,  # bridge/records.py: one JSON line per finished call
         record_dir=config.recording.dir,  # bridge/recording.py: a stereo WAV per call

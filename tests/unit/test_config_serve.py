@@ -698,3 +698,18 @@ def test_provider_append_ms_alone_applies_to_the_default_provider(captured: list
     assert _serve(["--provider-append-ms", "60"], captured, {"OPENAI_API_KEY": "sk-9"})[0] == 0
     assert captured[0].config.provider == "openai-live"
     assert dict(captured[0].config.provider_options)["append_ms"] == 60
+
+
+def test_amd_is_off_by_default_on_by_flag_or_file_and_refused_on_pjsua2(
+    tmp_path: Path, captured: list[Server]
+) -> None:
+    assert _serve([], captured)[0] == 0 and captured[0].config.amd is False
+    captured.clear()
+    assert _serve(["--amd"], captured)[0] == 0 and captured[0].config.amd is True
+    captured.clear()
+    path = _file(tmp_path, "[outbound]\namd = true\n")
+    assert _serve(["--config", str(path)], captured)[0] == 0 and captured[0].config.amd is True
+    captured.clear()
+    status, output = _serve(["--engine", "pjsua2", "--amd"], captured)
+    assert status == 2 and not captured
+    assert "outbound.amd: the pjsua2 engine places no calls" in output
