@@ -44,7 +44,7 @@ from bridge.plans import ECHO_LOCAL_KEY as ECHO_LOCAL_KEY  # re-exported: the em
 from bridge.plans import ProviderEndpoint, ProviderPlans
 from bridge.providers import ProviderChoice
 from bridge.recording import RecordKeeper
-from bridge.records import AppEvent, CallRecord, CallStarted, UncertainWork, Utterance
+from bridge.records import AmdResult, AppEvent, CallRecord, CallStarted, UncertainWork, Utterance
 from bridge.rollover import RolloverOptions
 from bridge.session import CallSession, CallSummary
 from bridge.telephony import (
@@ -180,6 +180,12 @@ class Application:
         before it acknowledged it (`unknown`), a job still running when the session ended, after a 2 s grace
         (`cut_off`: its handler was cancelled), an answer never given to the model (`not_delivered`) — each
         with its request (job id, tool, arguments). Reconcile before doing it again; never replayed."""
+
+    async def amd_result(self, call: LiveCall, event: AmdResult) -> None:
+        """An outbound call's answering-machine detection (`[outbound] amd`): the verdict, then for a machine
+        its beep or none. Informational: the session has already released the greeting by the default
+        policy (bridge/session.py) — at once for a person, silence or unknown, after the beep for a machine;
+        to hang up on a machine, call `call.hang_up(...)` here."""
 
     async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
         """The call is over: its record (also the `--cdr` line); called before `ended`."""
@@ -742,6 +748,8 @@ def _to(app: Application, holder: list[LiveCall]) -> Callable[[AppEvent], Corout
             await app.utterance(call, event)
         elif isinstance(event, UncertainWork):
             await app.work_uncertain(call, event)
+        elif isinstance(event, AmdResult):
+            await app.amd_result(call, event)
         else:
             await app.call_ended(call, event.record)
 

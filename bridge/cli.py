@@ -33,7 +33,7 @@ from bridge.doctor import doctor_command
 from bridge.heap import HeapTrim, freeze_start_up_heap, malloc_trim, tune_malloc
 from bridge.jsonlog import use_json_logs
 from bridge.ops import RoutedApplication, build, config_group, serve_config, server_config
-from bridge.records import CallEnded, CallRecord, CallStarted, UncertainWork, Utterance
+from bridge.records import AmdResult, CallEnded, CallRecord, CallStarted, UncertainWork, Utterance
 from bridge.webhook import WebhookClient, WebhookConfig, webhook_handler
 from providers.fakes.faults import Fault, parse_fault
 from providers.fakes.script import Script, load_script
@@ -335,6 +335,9 @@ class WebhookApplication(Application):
         await WebhookClient(self._config).deliver_event(utterance, call.call_id)
 
     async def work_uncertain(self, call: LiveCall, event: UncertainWork) -> None:  # S8
+        await WebhookClient(self._config).deliver_event(event, call.call_id)
+
+    async def amd_result(self, call: LiveCall, event: AmdResult) -> None:
         await WebhookClient(self._config).deliver_event(event, call.call_id)
 
     async def call_ended(self, call: LiveCall, record: CallRecord) -> None:

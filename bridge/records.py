@@ -15,6 +15,9 @@ events in order:
   (bridge/delegations.py): each request (job id, tool, bounded arguments) with what is known of its outcome —
   `unknown` (sent on a connection lost before it acknowledged it, HR6), `cut_off` (still running when the
   session ended, after the grace) or `not_delivered` (answered, never given to the model).
+- `AmdResult`: an outbound call's answering-machine detection (bridge/amd.py, on by `[outbound] amd`): the
+  verdict (`human`, `machine`, `beep`, `silence`, `unknown`) with its reason and the ms from the answer, then
+  for a machine the beep (`beep`) or its absence (`no_beep`). The record keeps both (`amd`).
 - `CallEnded`: the `CallRecord` — duration, who hung up and why, SIP status, provider and connections used,
   recoveries and rollovers, the uncertain work, QoS (`status()["qos"]`) and usage with `complete` (HR12,
   bridge/usage.py).
@@ -35,6 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from bridge.amd import AmdBeep, AmdNoBeep, AmdVerdict
 from bridge.commands import BargedIn, RecoveryChanged, RolloverChanged, Transcript
 from bridge.connections import connection_id
 from bridge.delegations import UncertainItem, WorkUncertain
@@ -49,7 +53,16 @@ FINAL_MESSAGE_ITEM = (
     "final-message"  # bridge/reservoir.py: the closing message, not an utterance of the model
 )
 
-RECORD_NOTICES = (Transcript, BargedIn, RecoveryChanged, RolloverChanged, WorkUncertain)
+RECORD_NOTICES = (
+    Transcript,
+    BargedIn,
+    RecoveryChanged,
+    RolloverChanged,
+    WorkUncertain,
+    AmdVerdict,
+    AmdBeep,
+    AmdNoBeep,
+)
 """The notice types the builder reads (a shell may drop every other notice before queueing it)."""
 
 
@@ -225,6 +238,28 @@ class UncertainWork:
 
 
 @dataclass(frozen=True, slots=True)
+class AmdResult:
+    """Answering-machine detection on an outbound call: `kind` "verdict" (then `verdict` is the detector's),
+    "beep" or "no_beep" (after a machine); `since_answer_ms` from the callee's answer."""
+
+    call_id: str
+    kind: Literal["verdict", "beep", "no_beep"]
+    verdict: str
+    reason: str
+    since_answer_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event": "amd",
+            "call_id": self.call_id,
+            "kind": self.kind,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "since_answer_ms": self.since_answer_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class UncertainEntry:
     """One piece of uncertain work as the call record lists it."""
 
@@ -310,6 +345,7 @@ class CallRecord:
     # No usable RTP from the caller a few seconds into the media: the cause (rtp/stream.py ONE_WAY_CAUSES),
     # read from the leg's RTP figures (qos["rtp"]["one_way_audio"]); None when audio came (or no figures)
     one_way_audio: str | None = None
+    amd: tuple[AmdResult, ...] = ()  # an outbound call's machine detection: the verdict, then the beep
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -382,11 +418,18 @@ class CallRecord:
             "barge_ins": self.barge_ins,
             "recording": self.recording,
             "one_way_audio": self.one_way_audio,
+            **({"amd": [_amd_json(a) for a in self.amd]} if self.amd else {}),
         }
 
     def cdr_line(self) -> str:
         """One line of `--cdr FILE`: the record as compact JSON (no newline inside)."""
         return json.dumps(self.to_json(), separators=(",", ":"), default=str)
+
+
+def _amd_json(result: AmdResult) -> dict[str, Any]:
+    body = result.to_json()
+    del body["event"], body["call_id"]
+    return body
 
 
 def _total(total: int | None, kept: tuple[object, ...]) -> int:
@@ -409,7 +452,7 @@ class CallEnded:
         return {"event": "call_ended", "call_id": self.record.call.call_id, "record": self.record.to_json()}
 
 
-AppEvent = CallStarted | Utterance | UncertainWork | CallEnded
+AppEvent = CallStarted | Utterance | UncertainWork | AmdResult | CallEnded
 
 
 # --- the builder ---
@@ -509,6 +552,7 @@ class RecordBuilder:
         self.uncertain: deque[UncertainEntry] = deque(maxlen=KEPT)  # S8
         self.uncertain_total = 0
         self._uncertain_seq = 0
+        self.amd: list[AmdResult] = []  # at most a verdict and a beep (or its absence)
 
     def started(self) -> CallStarted:
         return CallStarted(self.call, self._started_at)
@@ -552,6 +596,16 @@ class RecordBuilder:
             self._rollover(notice)
         elif isinstance(notice, WorkUncertain):
             out.append(self._uncertain(notice))
+        elif isinstance(notice, AmdVerdict | AmdBeep | AmdNoBeep):
+            if isinstance(notice, AmdVerdict):
+                kind: Literal["verdict", "beep", "no_beep"] = "verdict"
+                verdict: str = notice.kind
+            else:
+                kind = "beep" if isinstance(notice, AmdBeep) else "no_beep"
+                verdict = self.amd[0].verdict if self.amd else "machine"
+            result = AmdResult(self.call.call_id, kind, verdict, notice.reason, notice.since_answer_ms)
+            self.amd.append(result)
+            out.append(result)
         return out
 
     def _uncertain(self, notice: WorkUncertain) -> UncertainWork:
@@ -692,6 +746,7 @@ class RecordBuilder:
             uncertain=tuple(self.uncertain),
             uncertain_total=self.uncertain_total,
             one_way_audio=_one_way_audio(qos),
+            amd=tuple(self.amd),
         )
         return out, record
 

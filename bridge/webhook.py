@@ -127,7 +127,7 @@ from urllib.parse import urlsplit
 import h11
 
 from bridge.delegations import JobRequest
-from bridge.records import AppEvent, CallStarted, UncertainWork, Utterance, arguments_json
+from bridge.records import AmdResult, AppEvent, CallStarted, UncertainWork, Utterance, arguments_json
 from bridge.session import JobHandler
 from sip.leg import CallIdentity
 
@@ -278,7 +278,9 @@ def event_body(event: AppEvent) -> tuple[str, bytes]:
 
 def event_key(event: AppEvent) -> str:
     """The last part of an event's Idempotency-Key: `call_started`, `utterance-<seq>`, `work_uncertain-<seq>`,
-    `call_ended`."""
+    `amd-<kind>` (`amd-verdict`, `amd-beep`, `amd-no_beep`), `call_ended`."""
+    if isinstance(event, AmdResult):
+        return f"amd-{event.kind}"
     if isinstance(event, Utterance):
         return f"utterance-{event.seq}"
     if isinstance(event, UncertainWork):

@@ -4,13 +4,18 @@ detector's verdict (bridge/session.py `AmdGate`), a machine's wait for its beep,
 from __future__ import annotations
 
 import asyncio
+import json
 
 import virtual_time
 from test_amd import quiet, speech, tone
+from test_records import builder, outcome
 from test_seams_hold import DialledFakeLeg, TextProvider, wait_for
 from test_session import FakeLeg, session
 
 from bridge.amd import AmdBeep, AmdOptions, AmdVerdict
+from bridge.records import RECORD_NOTICES, AmdResult
+from bridge.webhook import event_key
+from rtp.ledger import CarrierLedger
 from sip.leg import CallEnded, FrameReceived, MediaStarted
 
 event_loop_policy = virtual_time.policy_fixture()
@@ -94,3 +99,19 @@ async def test_an_inbound_call_never_runs_amd() -> None:
     await play(leg, speech(3000))
     assert call.amd_events == []
     await hang_up(leg, task)
+
+
+async def test_the_verdict_and_the_beep_are_application_events_and_in_the_record_and_cdr() -> None:
+    leg, provider, call, task, notices = await answered_call(AmdOptions())
+    await play(leg, speech(3000) + quiet(200) + tone(300, 1000) + quiet(100))
+    await hang_up(leg, task)
+    records = builder(CarrierLedger())
+    events = [e for n in notices if isinstance(n, RECORD_NOTICES) for e in records.notice(n, 0)]
+    amd = [e for e in events if isinstance(e, AmdResult)]
+    assert [(e.kind, e.verdict) for e in amd] == [("verdict", "machine"), ("beep", "machine")]
+    assert 2400 <= amd[0].since_answer_ms < amd[1].since_answer_ms <= 4000
+    assert amd[0].to_json()["event"] == "amd" and [event_key(e) for e in amd] == ["amd-verdict", "amd-beep"]
+    _, record = records.finish(outcome(), 0)
+    cdr = json.loads(record.cdr_line())["amd"]
+    assert [(a["kind"], a["verdict"]) for a in cdr] == [("verdict", "machine"), ("beep", "machine")]
+    assert "amd" not in builder(CarrierLedger()).finish(outcome(), 0)[1].to_json()  # no AMD: no key
