@@ -29,7 +29,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from bridge.amd import AmdOptions
+from bridge.amd import AmdBeep, AmdEvent, AmdOptions, AmdVerdict
 from bridge.console import ConsoleFeed, ConsoleHooks, poll_status
 from bridge.coordinator import CoordinatorOptions
 from bridge.delegations import JobRequest
@@ -75,6 +75,7 @@ if TYPE_CHECKING:
     from bridge.browser import BrowserChannel
 
 log = logging.getLogger("parlora")
+_KEPT_AMD_LINES = 64  # calls whose AMD line `Server.amd_line` keeps after they end
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +302,8 @@ class Server:
         self.draining = False  # /readyz
         self.shutdown = ShutdownSignals()  # SIGTERM and POST /drain (bridge/drain.py)
         self.calls_changed = asyncio.Event()  # a call ended (the drain waits on it)
+        # the AMD line of the last calls placed with it (`amd_line`; bounded: the oldest go first)
+        self._amd_lines: dict[str, str] = {}
         self.records = RecordKeeper(config.cdr, config.record_dir)  # events, --cdr, --record
         self._browser: BrowserChannel | None = None  # imported (aiortc) only when the HTTP listener is on
         self._console_poll: asyncio.Task[None] | None = None
@@ -590,6 +593,15 @@ class Server:
             await self._fake.close()
             self._fake = None
 
+    def amd_line(self, call_id: str) -> str | None:
+        """The machine detection of a call placed with AMD on (`amd_line`), once it has ended; else None."""
+        return self._amd_lines.get(call_id)
+
+    def _keep_amd_line(self, call_id: str, line: str) -> None:
+        self._amd_lines[call_id] = line
+        while len(self._amd_lines) > _KEPT_AMD_LINES:
+            del self._amd_lines[next(iter(self._amd_lines))]
+
     def drain(self) -> None:
         """Refuse new calls (503) while live calls finish (DESIGN §11: graceful drain behind a load balancer)."""
         if self._agent is not None:
@@ -678,10 +690,25 @@ class Server:
                 log.exception("call %s: the application's ended() failed", identity.call_id)
         finally:
             await records.end(summary, session.status(), answered=session.coordinator is not None)  # once
+            if amd_events := session.amd_events:
+                self._keep_amd_line(identity.call_id, amd_line(amd_events))
             self.calls.pop(identity.call_id, None)
             self._sessions.pop(identity.call_id, None)
             self.observer.call_ended(setup.route, summary, leg)
             self.calls_changed.set()
+
+
+def amd_line(events: list[AmdEvent]) -> str:
+    """What `call` prints of a call's machine detection: "AMD machine after 2510 ms (a greeting of ...);
+    beep after 3400 ms"."""
+    parts = []
+    for event in events:
+        if isinstance(event, AmdVerdict):
+            parts.append(f"AMD {event.kind} after {event.since_answer_ms} ms ({event.reason})")
+        else:
+            name = "beep" if isinstance(event, AmdBeep) else "no beep"
+            parts.append(f"{name} after {event.since_answer_ms} ms ({event.reason})")
+    return "; ".join(parts)
 
 
 def _call_done(tasks: set[asyncio.Task[object]]) -> Callable[[asyncio.Task[object]], None]:

@@ -264,6 +264,7 @@ async def place_call(
         for task in (ended, stop):
             task.cancel()
         outcome = outbound_outcome(server, call_id)  # (the engine's record: read before it stops)
+        amd = server.amd_line(call_id)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -274,6 +275,8 @@ async def place_call(
     click.echo(
         f"{call_id}: call to {target}: {outcome['outcome']} (SIP {outcome['status']}: {outcome['reason']})"
     )
+    if amd is not None:  # --amd
+        click.echo(f"{call_id}: {amd}")
     return 0 if outcome["outcome"] == "answered" else 1
 
 

@@ -13,6 +13,7 @@ from test_seams_hold import DialledFakeLeg, TextProvider, wait_for
 from test_session import FakeLeg, session
 
 from bridge.amd import AmdBeep, AmdOptions, AmdVerdict
+from bridge.api import Application, Server, ServerConfig, amd_line
 from bridge.records import RECORD_NOTICES, AmdResult
 from bridge.webhook import event_key
 from rtp.ledger import CarrierLedger
@@ -115,3 +116,15 @@ async def test_the_verdict_and_the_beep_are_application_events_and_in_the_record
     cdr = json.loads(record.cdr_line())["amd"]
     assert [(a["kind"], a["verdict"]) for a in cdr] == [("verdict", "machine"), ("beep", "machine")]
     assert "amd" not in builder(CarrierLedger()).finish(outcome(), 0)[1].to_json()  # no AMD: no key
+
+
+async def test_call_prints_the_verdict_line_kept_by_the_server_for_the_call() -> None:
+    leg, provider, call, task, notices = await answered_call(AmdOptions())
+    await play(leg, speech(3000) + quiet(200) + tone(300, 1000) + quiet(100))
+    await hang_up(leg, task)
+    line = amd_line(call.amd_events)  # type: ignore[attr-defined]
+    assert line.startswith("AMD machine after ") and "; beep after " in line
+    server = Server(Application(), ServerConfig())
+    for i in range(70):
+        server._keep_amd_line(f"call-{i}", line)
+    assert server.amd_line("call-69") == line and server.amd_line("call-0") is None  # bounded
