@@ -91,6 +91,7 @@ class CallSetup:
     route: str | None = None  # the config route that chose this setup (logs, metrics)
     provider: str | None = None  # the route's provider (one of ServerConfig.route_providers)
     language: str | None = None  # BCP 47 ("de-DE"): each provider takes it in its own field (SessionSettings)
+    amd: bool | None = None  # an outbound call's machine detection (None: ServerConfig.amd)
 
 
 class CallRefused(Exception):  # a refusal the application means, not an error
@@ -668,7 +669,7 @@ class Server:
             dtmf_handler=lambda digit: app.dtmf(holder[0], digit),
             notice_sink=self.observer.tee(records.sink(self.console.notice)),
             media_tap=records.tap,  # --record
-            amd=AmdOptions() if self.config.amd and identity.direction == "outbound" else None,
+            amd=AmdOptions() if identity.direction == "outbound" and _amd(setup, self.config) else None,
         )
         session.links.on_connected = self.observer.metrics.provider_connected  # connect time
         call = LiveCall(identity, session)
@@ -696,6 +697,11 @@ class Server:
             self._sessions.pop(identity.call_id, None)
             self.observer.call_ended(setup.route, summary, leg)
             self.calls_changed.set()
+
+
+def _amd(setup: CallSetup, config: ServerConfig) -> bool:
+    """An outbound call's machine detection: its route's (`amd`), else the server's (`[outbound] amd`)."""
+    return config.amd if setup.amd is None else setup.amd
 
 
 def amd_line(events: list[AmdEvent]) -> str:

@@ -15,7 +15,7 @@ shows each one with a comment:
                   server_header, realm
     [[routes]]    name*, direction (inbound | outbound), number | pattern, header = {name, value}, provider,
                   instructions | instructions_file, tools = [{name, description, parameters}], greeting,
-                  language, voice
+                  language, voice, amd (outbound routes: overrides [outbound] amd)
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
     [recovery]    reservoir_bytes, residence_ms, failure_message (a WAV, 8 kHz mono 16-bit)
     [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, transfer_targets = {NAME = "sip:URI"},
@@ -265,6 +265,7 @@ class Route:
     greeting: str | None = None
     language: str | None = None
     voice: str | None = None
+    amd: bool | None = None  # an outbound route's machine detection (None: [outbound] amd)
     _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     def matches(self, called: str, headers: Sequence[tuple[str, str]]) -> bool:
@@ -1101,6 +1102,7 @@ _ROUTE_KEYS = [
     "greeting",
     "language",
     "voice",
+    "amd",
 ]
 
 
@@ -1164,6 +1166,12 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
         direction = r.choice(t, "direction", p, DIRECTIONS, "inbound")
         if direction == "outbound" and header is not None:
             r.fail(f"{p}.header", "an outbound route has no header to match: the bridge writes the INVITE")
+        amd = r.boolean(t, "amd", p, False) if "amd" in t else None
+        if direction != "outbound" and amd is not None:
+            r.fail(
+                f"{p}.amd",
+                "answering-machine detection is for outbound routes: an inbound call never runs it",
+            )
         route = Route(
             name=name or f"route-{i}",
             direction="outbound" if direction == "outbound" else "inbound",
@@ -1176,6 +1184,7 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
             greeting=r.string(t, "greeting", p),
             language=r.string(t, "language", p, regex=_LANGUAGE, what='a language tag like "en" or "de-DE"'),
             voice=r.string(t, "voice", p),
+            amd=amd,
             _regex=regex,
         )
         if any(o.name == route.name for o in out):

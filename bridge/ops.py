@@ -59,7 +59,7 @@ from bridge.jsonlog import CALLS as LOG_CALLS
 from bridge.jsonlog import use_json_logs
 from bridge.plans import ProviderEndpoint
 from bridge.providers import KINDS
-from bridge.records import CallRecord, CallStarted, UncertainWork, Utterance
+from bridge.records import AmdResult, CallRecord, CallStarted, UncertainWork, Utterance
 from bridge.rollover import RolloverOptions
 from bridge.session import CallSummary
 from bridge.webhook import WebhookConfig
@@ -124,7 +124,7 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
             "engine.name: pjsua2 cannot tell one trunk's requests from another's (it has no per-request "
             f"policy), and trunks {', '.join(t.name for t in trunks)} differ: use the native engine"
         )
-    if config.engine.name == "pjsua2" and config.outbound.amd:
+    if config.engine.name == "pjsua2" and (config.outbound.amd or any(r.amd for r in config.routes)):
         problems.append(
             "outbound.amd: the pjsua2 engine places no calls and gives no callee frames to a detector: use "
             "the native engine"
@@ -350,6 +350,7 @@ class RoutedApplication(Application):
                 history=base.history,
                 greeting=base.greeting or d.greeting,
                 language=base.language or d.language,
+                amd=base.amd,
             )
         LOG_CALLS.route(call.call_id, route.name)  # JSON log lines carry it from here on
         log.info("call %s: route %s", call.call_id, route.name)
@@ -362,6 +363,7 @@ class RoutedApplication(Application):
             route=route.name,
             provider=route.provider,  # None: the default provider (bridge/plans.py)
             language=route.language or base.language or d.language,
+            amd=route.amd if route.amd is not None else base.amd,
         )
 
     async def job(self, call: LiveCall, job: JobRequest) -> str:
@@ -378,6 +380,9 @@ class RoutedApplication(Application):
 
     async def work_uncertain(self, call: LiveCall, event: UncertainWork) -> None:
         await self._inner.work_uncertain(call, event)
+
+    async def amd_result(self, call: LiveCall, event: AmdResult) -> None:
+        await self._inner.amd_result(call, event)
 
     async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
         await self._inner.call_ended(call, record)

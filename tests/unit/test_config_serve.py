@@ -713,3 +713,21 @@ def test_amd_is_off_by_default_on_by_flag_or_file_and_refused_on_pjsua2(
     status, output = _serve(["--engine", "pjsua2", "--amd"], captured)
     assert status == 2 and not captured
     assert "outbound.amd: the pjsua2 engine places no calls" in output
+
+
+def test_an_outbound_route_turns_amd_on_or_off_and_an_inbound_one_cannot(
+    tmp_path: Path, captured: list[Server]
+) -> None:
+    routes = (
+        '[[routes]]\nname = "mailboxes"\ndirection = "outbound"\nnumber = "555"\namd = true\n'
+        '[[routes]]\nname = "people"\ndirection = "outbound"\nnumber = "556"\namd = false\n'
+        '[[routes]]\nname = "rest"\ndirection = "outbound"\n'
+    )
+    app = RoutedApplication(Application(), load(_file(tmp_path, "[outbound]\namd = true\n" + routes)))
+    amd = [asyncio.run(app.setup_outbound(_identity(n), None)).amd for n in ("555", "556", "777")]
+    assert amd == [True, False, None]  # None: the server's [outbound] amd
+    status, output = _serve(["--engine", "pjsua2", "--config", str(_file(tmp_path, routes))], captured)
+    assert status == 2 and "outbound.amd: the pjsua2 engine places no calls" in output
+    inbound = '[[routes]]\nname = "desk"\nnumber = "100"\namd = true\n'
+    status, output = _serve(["--config", str(_file(tmp_path, inbound))], captured)
+    assert status == 2 and "routes[0].amd: answering-machine detection is for outbound routes" in output
