@@ -378,3 +378,43 @@ def test_call_with_a_bad_target_is_a_usage_error(tmp_path: Path) -> None:
         timeout=30,
     )
     assert done.returncode == 2 and "expected sip:NUMBER@HOST[:PORT]" in done.stderr, done.stderr
+
+
+def test_amd_holds_the_greeting_of_a_call_to_a_voicemail_until_its_beep(
+    start_fake, start_bridge, tmp_path: Path
+) -> None:
+    # A recorded greeting (espeak-ng, several sentences) then a 1 kHz beep, made here, never committed.
+    words = tmp_path / "words.wav"
+    peers.make_utterance(
+        words,
+        "Hello, you have reached the voicemail of Alex Morgan. I cannot take your call right now. "
+        "Please leave your name, your number and a short message after the tone, and I will call you back.",
+        lead_silence_s=0.3,
+        tail_silence_s=0.5,
+    )
+    beep = tmp_path / "beep.wav"
+    subprocess.run(["sox", "-n", "-r", "8000", "-c", "1", "-b", "16", str(beep), "synth", "0.4", "sine", "1000",
+                    "vol", "0.3"], check=True, timeout=30)  # fmt: skip
+    greeting = tmp_path / "greeting.wav"
+    subprocess.run(["sox", str(words), str(beep), str(greeting), "pad", "0", "2"], check=True, timeout=30)
+    peers.make_ulaw(greeting, tmp_path / "greeting.ul")
+    fake = start_fake()
+    callee, port, logs = _callee("uas_voicemail", tmp_path, "-set", "talk_ms", "14000")
+    try:
+        http_port = peers.free_udp_port(also_tcp=True)
+        bridge = start_bridge(
+            *fake.bridge_args("openai-live"),
+            "--http",
+            f"127.0.0.1:{http_port}",
+            "--amd",
+            env={"OPENAI_API_KEY": "sk-test"},
+        )
+        status, body = _post(http_port, "/calls", {"to": f"sip:callee@127.0.0.1:{port}"})
+        assert status == 202, body
+        call = body["call"]
+        bridge.wait_for(rf"{call} AMD verdict machine after \d+ ms", timeout=20)
+        bridge.wait_for(rf"{call} AMD AmdBeep after \d+ ms", timeout=20)
+        assert callee.wait(30) is not None, "the callee's call did not finish"
+    finally:
+        callee.stop(term_timeout=3.0)
+    assert "ANSWERED" in logs.read_text(errors="replace")
