@@ -44,6 +44,7 @@ from bridge.connections import connection_id
 from bridge.delegations import UncertainItem, WorkUncertain
 from rtp.audio import FRAME_MS
 from rtp.ledger import ItemProgress, LedgerEntry
+from sip.attestation import ABSENT, Attestation, attestation_of
 from sip.leg import CallIdentity
 
 _NS_PER_MS = 1_000_000
@@ -95,6 +96,8 @@ class CallInfo:
     route: str | None
     provider: str
     trunk: str | None = None  # the trunk the call came in on (sip/trunks.py); None: none matched
+    # STIR/SHAKEN as the carrier gave it (sip/attestation.py): verstat, the PASSporT's level, never verified
+    attestation: Attestation = ABSENT
 
     @classmethod
     def of(cls, identity: CallIdentity, *, route: str | None, provider: str) -> CallInfo:
@@ -108,6 +111,9 @@ class CallInfo:
             route,
             provider,
             identity.trunk,
+            attestation_of(identity.from_uri, identity.headers)
+            if identity.direction == "inbound"
+            else ABSENT,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -121,6 +127,7 @@ class CallInfo:
             "route": self.route,
             "provider": self.provider,
             "trunk": self.trunk,
+            "attestation": self.attestation.to_json(),
         }
 
 

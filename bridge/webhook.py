@@ -79,7 +79,8 @@ job's never does) and they carry the header `X-Parlora-Event: <event>`; the Idem
 is fine). Bodies (bridge/records.py):
 
     {"event": "call_started", "call": {"call_id", "sip_call_id", "from", "to", "called", "source", "route",
-     "provider"}, "started_at": <unix s>}
+     "provider", "trunk", "attestation": {"verstat", "level", "orig_tn", "dest_tn", "origid", "iat",
+     "signed", "verified", "reason"}}, "started_at": <unix s>}
     {"event": "utterance", "call_id": "call-1", "seq": 2, "role": "assistant", "text": "...",
      "start_ms": 5120, "end_ms": 7480,      # session timeline; the assistant's from the carrier ledger
      "heard_ms": 2360,                      # assistant: audio of it transmitted to the caller

@@ -1,0 +1,179 @@
+"""Caller-ID attestation (sip/attestation.py): verstat and the Identity header's PASSporT read from an INVITE,
+carried into the call record."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+import pytest
+
+from bridge.records import CallInfo, CallStarted
+from sip.attestation import MAX_IDENTITY, Attestation, attestation_of, parse_identity, uri_verstat
+from sip.identity import call_identity
+from sip.leg import CallIdentity
+
+
+def _b64(value: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+
+def _passport(payload: object, header: object | None = None) -> str:
+    """An RFC 8224 Identity value: a SHAKEN PASSporT with a dummy signature (never verified)."""
+    header = header or {
+        "alg": "ES256",
+        "typ": "passport",
+        "ppt": "shaken",
+        "x5u": "https://cert.example/c.pem",
+    }
+    sig = base64.urlsafe_b64encode(b"\x00" * 64).decode().rstrip("=")
+    return f"{_b64(header)}.{_b64(payload)}.{sig};info=<https://cert.example/c.pem>;alg=ES256;ppt=shaken"
+
+
+SHAKEN = {
+    "attest": "A",
+    "dest": {"tn": ["15557654321"]},
+    "iat": 1765100000,
+    "orig": {"tn": "15551234567"},
+    "origid": "123e4567-e89b-12d3-a456-426655440000",
+}
+
+
+# --- verstat ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("<sip:+15551234567@carrier;user=phone;verstat=TN-Validation-Passed>;tag=1", "passed"),
+        ('"Bob" <sip:+15551234567@carrier;verstat=TN-Validation-Failed;user=phone>', "failed"),
+        ("<sip:+15551234567@carrier;user=phone;VERSTAT=no-tn-validation>", "none"),
+        ("<tel:+15551234567;verstat=TN-Validation-Passed>", "passed"),
+        ("sip:+15551234567@carrier;verstat=TN-Validation-Failed", "failed"),
+        ("<sip:+15551234567@carrier;user=phone>;verstat=TN-Validation-Passed", "absent"),  # a header param
+        ("<sip:+15551234567@carrier;verstat=Something-Else>", "absent"),
+        ("<sip:+15551234567@carrier>", "absent"),
+        ("", "absent"),
+    ],
+)
+def test_each_verstat_form_is_read_from_the_uri(value: str, expected: str) -> None:
+    assert uri_verstat(value) == expected
+
+
+def test_p_asserted_identity_wins_over_from() -> None:
+    headers = (
+        ("From", "<sip:+15551234567@carrier;verstat=TN-Validation-Passed>;tag=a"),
+        (
+            "P-Asserted-Identity",
+            "<sip:+15551234567@carrier;user=phone>, <tel:+15551234567;verstat=TN-Validation-Failed>",
+        ),
+    )
+    assert attestation_of("sip:+15551234567@carrier", headers).verstat == "failed"
+    assert attestation_of("sip:x@carrier", headers[:1]).verstat == "passed"
+    # no From header among the fields: the engine's From URI
+    assert attestation_of("sip:x@carrier;verstat=No-TN-Validation", ()).verstat == "none"
+
+
+# --- the Identity header --------------------------------------------------------------------------------------------
+
+
+def test_a_shaken_passport_is_decoded_without_verification() -> None:
+    got = attestation_of("sip:+15551234567@carrier", (("Identity", _passport(SHAKEN)),))
+    assert got == Attestation(
+        verstat="absent",
+        level="A",
+        orig_tn="15551234567",
+        dest_tn="15557654321",
+        origid="123e4567-e89b-12d3-a456-426655440000",
+        iat=1765100000,
+        signed=True,
+        verified=False,
+    )
+
+
+def test_the_compact_form_and_verstat_together() -> None:
+    headers = (
+        ("f", "<sip:+15551234567@carrier;verstat=TN-Validation-Passed>;tag=9"),
+        ("y", _passport({**SHAKEN, "attest": "C"})),
+    )
+    got = attestation_of("", headers)
+    assert (got.verstat, got.level, got.signed, got.verified) == ("passed", "C", True, False)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("not-a-jwt;info=<x>", "identity_not_jws"),
+        ("a.b", "identity_not_jws"),
+        ("!!!.???.sig;info=<x>", "identity_bad_base64"),
+        (f"{_b64('x')[:-2]}@@.{_b64({})}.sig", "identity_bad_base64"),
+        (f"{base64.urlsafe_b64encode(b'{nope').decode()}.{_b64({})}.sig", "identity_bad_json"),
+        (f"{_b64({'alg': 'ES256'})}.{_b64([1, 2])}.sig", "identity_not_jws"),
+        (
+            f"{_b64({'alg': 'ES256'})}.{base64.urlsafe_b64encode(b'[' * 5000).decode()}.sig",
+            "identity_bad_json",
+        ),
+    ],
+)
+def test_garbage_gives_no_level_and_a_reason(value: str, reason: str) -> None:
+    got = parse_identity(value)
+    assert (got.level, got.signed, got.reason) == (None, True, reason)
+
+
+def test_hostile_claims_are_dropped_or_cut() -> None:
+    payload = {"attest": "Z", "orig": {"tn": 5}, "dest": "nope", "iat": True, "origid": "u" * 1000}
+    got = parse_identity(_passport(payload))
+    assert (got.level, got.orig_tn, got.dest_tn, got.iat, got.reason) == (None, None, None, None, "")
+    assert got.origid == "u" * 64
+
+
+def test_an_oversize_identity_header_is_ignored() -> None:
+    padded = _passport({**SHAKEN, "pad": "x" * MAX_IDENTITY})
+    got = attestation_of("sip:a@b;verstat=TN-Validation-Passed", (("Identity", padded),))
+    assert (got.verstat, got.level, got.orig_tn, got.signed, got.reason) == (
+        "passed",
+        None,
+        None,
+        True,
+        "identity_oversize",
+    )
+
+
+# --- the record -----------------------------------------------------------------------------------------------------
+
+
+def _inbound(headers: tuple[tuple[str, str], ...]) -> CallIdentity:
+    return call_identity(
+        "call-1",
+        request_uri="sip:4930100@127.0.0.1",
+        from_uri="sip:+15551234567@carrier",
+        to_uri="sip:4930100@127.0.0.1",
+        sip_call_id="abc",
+        source="127.0.0.1:5062",
+        headers=headers,
+    )
+
+
+def test_the_attestation_is_in_the_call_record_and_call_started() -> None:
+    identity = _inbound(
+        (
+            ("From", "<sip:+15551234567@carrier;user=phone;verstat=TN-Validation-Passed>;tag=1"),
+            ("Identity", _passport(SHAKEN)),
+        )
+    )
+    info = CallInfo.of(identity, route="reception", provider="echo")
+    assert (info.attestation.verstat, info.attestation.level) == ("passed", "A")
+    started = CallStarted(info, 0.0).to_json()
+    assert started["call"]["attestation"] == {
+        "verstat": "passed",
+        "level": "A",
+        "orig_tn": "15551234567",
+        "dest_tn": "15557654321",
+        "origid": "123e4567-e89b-12d3-a456-426655440000",
+        "iat": 1765100000,
+        "signed": True,
+        "verified": False,
+        "reason": "",
+    }
+    unsigned = CallInfo.of(_inbound(()), route=None, provider="echo").to_json()["attestation"]
+    assert (unsigned["verstat"], unsigned["signed"]) == ("absent", False)
