@@ -55,6 +55,7 @@ from bridge.telephony import (
 )
 from providers.base import Provider, SessionSettings, ToolSpec
 from providers.limits import LimitOverrides
+from sip.attestation import attestation_of
 from sip.engine import (
     DEFAULT_ENGINE,
     EngineConfig,
@@ -251,6 +252,8 @@ class ServerConfig:
     options_rate_per_s: float | None = None  # per source, then dropped; None: 10/s off loopback, none on it
     server_header: str | None = None  # Server / User-Agent field; None: none (a scanner reads nothing)
     realm: str | None = None  # inbound digest realm; None: the advertised address (sip.engine.digest_realm)
+    # an inbound call whose carrier says verstat=TN-Validation-Failed → 608 Rejected (sip/attestation.py)
+    refuse_failed_attestation: bool = False
     register: tuple[str, ...] = ()  # sip:USER@HOST[:PORT] bindings to keep (RFC 3261 §10)
     auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)
     register_password: str | None = None  # never logged
@@ -626,6 +629,15 @@ class Server:
 
     async def _run_call(self, leg: CallLeg, lead_frames: int | None = None, route: str | None = None) -> None:
         app, identity = self.application, leg.identity
+        if (
+            self.config.refuse_failed_attestation
+            and identity.direction == "inbound"
+            and attestation_of(identity.from_uri, identity.headers).verstat == "failed"
+        ):  # before the application and any provider: the policy of sip/attestation.py
+            log.info("call %s: refused 608: caller ID failed STIR/SHAKEN verification", identity.call_id)
+            leg.hangup("Rejected", status=608)
+            self.observer.call_refused(None, 608)
+            return
         try:
             if identity.direction == "outbound":
                 setup = await app.setup_outbound(identity, route)

@@ -12,7 +12,7 @@ shows each one with a comment:
                   allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address, nat,
                   rtp_source (learn | strict)
     [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents,
-                  server_header, realm
+                  server_header, realm, refuse_failed_attestation
     [[routes]]    name*, direction (inbound | outbound), number | pattern, header = {name, value}, provider,
                   instructions | instructions_file, tools = [{name, description, parameters}], greeting,
                   language, voice, amd (outbound routes: overrides [outbound] amd)
@@ -236,6 +236,7 @@ class Inbound:
     realm: str | None = (
         None  # the inbound digest realm; default: the advertised address (sip.engine.digest_realm)
     )
+    refuse_failed_attestation: bool = False  # verstat=TN-Validation-Failed → 608 (sip/attestation.py)
 
 
 # a SIP header value we may send as it is: printable ASCII, no CR/LF (RFC 3261 §25.1 TEXT-UTF8 kept to ASCII)
@@ -1086,6 +1087,7 @@ def _inbound(r: _Reader, t: dict[str, object]) -> Inbound:
         blocked_user_agents=r.string_list(t, "blocked_user_agents", p, DEFAULT_BLOCKED_USER_AGENTS),
         server_header=r.string(t, "server_header", p, regex=HEADER_TEXT, what="printable ASCII, 1-128 chars"),
         realm=r.string(t, "realm", p, regex=HEADER_TEXT, what="printable ASCII, 1-128 chars"),
+        refuse_failed_attestation=r.boolean(t, "refuse_failed_attestation", p, False),
     )
 
 
@@ -1708,6 +1710,9 @@ OPTIONS: tuple[Option, ...] = (
     # [inbound]
     Option("drop_unknown", ("--drop-unknown",), "inbound.drop_unknown",
            "Send nothing at all to a source outside --allow.", is_flag=True, needs=("--allow", "10.0.0.0/8")),
+    Option("refuse_failed_attestation", ("--refuse-failed-attestation",), "inbound.refuse_failed_attestation",
+           "Refuse an inbound call whose carrier says its caller ID failed STIR/SHAKEN verification "
+           "(verstat=TN-Validation-Failed) with 608 Rejected (RFC 8688).", is_flag=True),
     Option("allow_any", ("--allow-any",), "inbound.allow_any",
            "Start off loopback with no --allow and no --inbound-auth: anyone who reaches the port can open "
            "paid provider sessions (warned loudly).", is_flag=True),

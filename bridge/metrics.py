@@ -73,6 +73,7 @@ RefusalReason = Literal[
     "max_calls",  # at --max-calls (503)
     "draining",  # SIGTERM / POST /drain (503)
     "no_route",  # no route for the called number (404)
+    "attestation_failed",  # the carrier's verstat said the caller ID failed STIR/SHAKEN (608, an option)
     "unauthorized",  # the application's authorize hook said no
     "no_common_codec",  # 488: an offer without PCMU/PCMA (before the 180, or at the answer)
     "unanswerable_offer",  # 488 before the 180: any other offer no answer could accept (sip.sdp.OfferCause)

@@ -134,6 +134,8 @@ class CallObserver:
         self.metrics.call_refused(route or DEFAULT_ROUTE)
         if status == 404:
             self.metrics.refused("no_route")
+        elif status == 608:
+            self.metrics.refused("attestation_failed")
 
     def call_started(self, route: str | None) -> None:
         self.metrics.call_started(route or DEFAULT_ROUTE)

@@ -172,6 +172,7 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
         options_rate_per_s=config.inbound.options_rate_per_s,
         server_header=config.inbound.server_header,
         realm=config.inbound.realm,
+        refuse_failed_attestation=config.inbound.refuse_failed_attestation,
         drain_timeout_s=config.drain.timeout_s,
         amd=config.outbound.amd,
         route_providers=routed,

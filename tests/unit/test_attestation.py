@@ -1,13 +1,15 @@
 """Caller-ID attestation (sip/attestation.py): verstat and the Identity header's PASSporT read from an INVITE,
-carried into the call record."""
+carried into the call record, and the policy that refuses a failed attestation with 608."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 
 import pytest
 
+from bridge.api import Application, CallRefused, CallSetup, Server, ServerConfig
 from bridge.records import CallInfo, CallStarted
 from sip.attestation import MAX_IDENTITY, Attestation, attestation_of, parse_identity, uri_verstat
 from sip.identity import call_identity
@@ -177,3 +179,49 @@ def test_the_attestation_is_in_the_call_record_and_call_started() -> None:
     }
     unsigned = CallInfo.of(_inbound(()), route=None, provider="echo").to_json()["attestation"]
     assert (unsigned["verstat"], unsigned["signed"]) == ("absent", False)
+
+
+# --- the policy -----------------------------------------------------------------------------------------------------
+
+
+class _Leg:
+    def __init__(self, identity: CallIdentity) -> None:
+        self.identity = identity
+        self.hung: list[int | None] = []
+
+    def hangup(self, reason: str, status: int | None = None) -> None:
+        self.hung.append(status)
+
+
+class _Recorder(Application):
+    def __init__(self) -> None:
+        self.setups = 0
+
+    async def setup(self, call: CallIdentity) -> CallSetup:
+        self.setups += 1
+        raise CallRefused(404, "stop here")
+
+
+FAILED = (("P-Asserted-Identity", "<sip:+15551234567@carrier;user=phone;verstat=TN-Validation-Failed>"),)
+PASSED = (("P-Asserted-Identity", "<sip:+15551234567@carrier;user=phone;verstat=TN-Validation-Passed>"),)
+
+
+def _call(config: ServerConfig, headers: tuple[tuple[str, str], ...]) -> tuple[list[int | None], int, float]:
+    """The statuses the leg was hung up with, the application's setups, the `attestation_failed` refusals."""
+    app, leg = _Recorder(), _Leg(_inbound(headers))
+    server = Server(app, config)
+    asyncio.run(server._run_call(leg))  # type: ignore[arg-type]
+    metrics = server.observer.metrics.registry
+    refusals = metrics.get_sample_value("parlora_refusals_total", {"reason": "attestation_failed"}) or 0.0
+    return leg.hung, app.setups, refusals
+
+
+def test_a_failed_attestation_is_refused_with_608_when_the_option_is_on() -> None:
+    on = ServerConfig(refuse_failed_attestation=True)
+    assert _call(on, FAILED) == ([608], 0, 1.0)  # never reaches the application
+    assert _call(on, PASSED) == ([404], 1, 0.0)
+    assert _call(on, ()) == ([404], 1, 0.0)  # unsigned calls are not refused
+
+
+def test_a_failed_attestation_passes_when_the_option_is_off() -> None:
+    assert _call(ServerConfig(), FAILED) == ([404], 1, 0.0)
