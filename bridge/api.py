@@ -629,11 +629,17 @@ class Server:
 
     async def _run_call(self, leg: CallLeg, lead_frames: int | None = None, route: str | None = None) -> None:
         app, identity = self.application, leg.identity
+        attestation = (
+            attestation_of(identity.from_uri, identity.headers) if identity.direction == "inbound" else None
+        )
+        if attestation is not None and attestation.reason:
+            self.observer.metrics.identity_ignored(attestation.reason)
         if (
             self.config.refuse_failed_attestation
-            and identity.direction == "inbound"
-            and attestation_of(identity.from_uri, identity.headers).verstat == "failed"
-        ):  # before the application and any provider: the policy of sip/attestation.py
+            and attestation is not None
+            and attestation.verstat == "failed"
+        ):
+            # before the application and any provider: the policy of sip/attestation.py
             log.info("call %s: refused 608: caller ID failed STIR/SHAKEN verification", identity.call_id)
             leg.hangup("Rejected", status=608)
             self.observer.call_refused(None, 608)

@@ -16,6 +16,8 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
     calls_total{route,outcome}                   finished calls by outcome
     sip_responses_sent_total{code}               final and provisional responses the bridge sent
     refusals_total{reason}                       calls / requests refused before any provider connection
+    identity_ignored_total{reason}               inbound Identity headers (STIR/SHAKEN) that gave nothing:
+                                                 sip/attestation.py IGNORED_REASONS (oversize, bad base64, ...)
     rtp_packets_total{direction}                 RTP packets received (in) and sent (out)
     rtp_packets_lost_total, rtp_packets_late_total, rtp_frames_concealed_total
     rtp_jitter_seconds                           the caller stream's interarrival jitter (RFC 3550), sampled
@@ -56,6 +58,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from rtp.clock import LATE_CAUSES, LATENESS_BOUNDS_US
 from rtp.stream import ONE_WAY_CAUSES
+from sip.attestation import IgnoredReason
 
 # The classic text format every Prometheus version scrapes; every name here is a legacy-valid one, so the body
 # is the same as the 1.0.0 text format's.
@@ -126,6 +129,12 @@ class BridgeMetrics:
         self._refusals = Counter(
             f"{PREFIX}_refusals",
             "Calls and requests refused before any provider connection, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self._identity_ignored = Counter(
+            f"{PREFIX}_identity_ignored",
+            "Inbound Identity headers (STIR/SHAKEN) that could not be read, by reason.",
             ["reason"],
             registry=r,
         )
@@ -280,6 +289,9 @@ class BridgeMetrics:
 
     def refused(self, reason: RefusalReason, count: int = 1) -> None:
         self._refusals.labels(reason=reason).inc(count)
+
+    def identity_ignored(self, reason: IgnoredReason) -> None:
+        self._identity_ignored.labels(reason=reason).inc()
 
     def auth_failures(self, count: int = 1) -> None:
         self._auth_failures.inc(count)

@@ -11,18 +11,23 @@ Two signals, both from the terminating carrier or its verification service:
   needs the certificate at `info`, fetched over the network, and the STI-CA trust anchors, which the bridge
   has neither of; the carrier's `verstat` is its verdict and the one the policy acts on.
 
-Policy (`[inbound] refuse_failed_attestation`, off by default; applied by `bridge.api.Server`
-before the application, any route or provider): a call whose verstat is "failed" is refused with 608 Rejected (RFC 8688), not
-403: 608 says an analytics verdict on the call refused it, so the originating network can tell the caller
+Policy (`[inbound] refuse_failed_attestation`, off by default; applied by `bridge.api.Server` before the
+application, any route or provider): a call whose verstat is "failed" is refused with 608 Rejected (RFC 8688),
+not 403: 608 says an analytics verdict on the call refused it, so the originating network can tell the caller
 (and a legitimate caller wrongly flagged knows to seek redress), where 403 reads as "this trunk or user may not
-call here" and sends the carrier's engineers looking at credentials and allowlists. The 608 carries no
-Call-Info jCard (RFC 8688 §3.2 SHOULD): the bridge has no redress contact to put there. "none" and "absent"
-are never refused: most carriers still deliver calls unsigned, and refusing them would refuse most callers.
+call here" and sends the carrier's engineers looking at credentials and allowlists. The 608 carries no Call-Info
+jCard (RFC 8688 §3.2 SHOULD): the bridge has no redress contact to put there. "none" and "absent" are never
+refused: most carriers still deliver calls unsigned, and refusing them would refuse most callers.
 
 Hostile input never raises: an Identity header over `MAX_IDENTITY` characters is ignored (`reason`
 "identity_oversize"), bad base64 or JSON or a payload that is not an object gives no level with a `reason`
 ("identity_bad_base64", "identity_bad_json", "identity_not_jws"); strings kept from the payload are cut at
-`MAX_FIELD` characters and a non-string where a string belongs is dropped.
+`MAX_FIELD` characters and a non-string where a string belongs is dropped. The Server counts each reason
+in `parlora_identity_ignored_total{reason}` (bridge/metrics.py).
+
+Trust: anyone who reaches the port can write `verstat=TN-Validation-Passed` or an Identity header; the fields
+are only as good as the trunk that delivered them (an allowlisted carrier's). That is why the policy only ever
+refuses on "failed" (forging it harms only the forger) and never admits on "passed".
 """
 
 from __future__ import annotations
@@ -31,10 +36,14 @@ import base64
 import binascii
 import json
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Verstat = Literal["passed", "failed", "none", "absent"]
 Level = Literal["A", "B", "C"]
+IgnoredReason = Literal[
+    "identity_oversize", "identity_bad_base64", "identity_bad_json", "identity_not_jws", "unreadable"
+]
+IGNORED_REASONS: tuple[IgnoredReason, ...] = get_args(IgnoredReason)
 
 MAX_IDENTITY = 8192  # characters of one Identity header; a SHAKEN PASSporT is ~600
 MAX_FIELD = 64  # characters kept of each string of the payload (a TN, an origid UUID)
@@ -60,7 +69,7 @@ class Attestation:
     iat: int | None = None
     signed: bool = False
     verified: bool = False  # never: no certificate fetch, no trust anchors (module docstring)
-    reason: str = ""
+    reason: IgnoredReason | Literal[""] = ""
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -225,3 +225,12 @@ def test_a_failed_attestation_is_refused_with_608_when_the_option_is_on() -> Non
 
 def test_a_failed_attestation_passes_when_the_option_is_off() -> None:
     assert _call(ServerConfig(), FAILED) == ([404], 1, 0.0)
+
+
+def test_an_oversize_identity_header_is_counted() -> None:
+    padded = _passport({**SHAKEN, "pad": "x" * MAX_IDENTITY})
+    leg = _Leg(_inbound((*PASSED, ("Identity", padded))))
+    server = Server(_Recorder(), ServerConfig())
+    asyncio.run(server._run_call(leg))  # type: ignore[arg-type]
+    registry = server.observer.metrics.registry
+    assert registry.get_sample_value("parlora_identity_ignored_total", {"reason": "identity_oversize"}) == 1.0
