@@ -13,7 +13,8 @@ shows each one with a comment:
                   rtp_source (learn | strict)
     [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents,
                   server_header, realm, refuse_failed_attestation
-    [[routes]]    name*, direction (inbound | outbound), number | pattern, header = {name, value}, provider,
+    [[routes]]    name*, direction (inbound | outbound), number | pattern, header = {name, value}, attestation
+                  (passed | failed | none | absent), provider,
                   instructions | instructions_file, tools = [{name, description, parameters}], greeting,
                   language, voice, amd (outbound routes: overrides [outbound] amd)
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
@@ -43,7 +44,9 @@ Rules:
 Routes: the first route in file order that matches the call wins. A route matches when its number matches
 the called number (the Request-URI user) and its header, if it has one, is present with that value (header
 names case-insensitive, value exact); a route without number and pattern matches every number (a catch-all:
-it must be the last route without a header, or the routes after it could never match). `number` is compared
+it must be the last route without a header, or the routes after it could never match). An inbound route with
+`attestation` matches only calls whose carrier verstat (sip/attestation.py: passed, failed, none, absent) is
+that one, e.g. a route for "failed" that screens the caller instead of refusing. `number` is compared
 exactly. `pattern` uses Asterisk's dialplan syntax, which telephony engineers already read:
 
     _         starts every pattern
@@ -119,6 +122,7 @@ from providers.base import ToolSpec
 from providers.batching import APPEND_MS_CHOICES, DEFAULT_APPEND_MS
 from providers.limits import LimitOverrides
 from rtp.latch import SOURCE_POLICIES, SourcePolicy
+from sip.attestation import VERSTATS, Verstat, attestation_of
 from sip.engine import DEFAULT_ENGINE, ENGINES
 from sip.policy import DEFAULT_SCANNERS
 
@@ -260,6 +264,7 @@ class Route:
     number: str | None = None  # exact called number
     pattern: str | None = None  # Asterisk-style (see the module docstring)
     header: HeaderMatch | None = None
+    attestation: Verstat | None = None  # the carrier's verstat (sip/attestation.py); None: any
     provider: str | None = None  # None: [defaults] provider
     instructions: str | None = None
     tools: tuple[ToolSpec, ...] = ()
@@ -280,11 +285,15 @@ class Route:
             wanted = self.header.name.lower()
             if not any(k.lower() == wanted and v.strip() == self.header.value for k, v in headers):
                 return False
+        if self.attestation is not None and attestation_of("", tuple(headers)).verstat != self.attestation:
+            return False
         return True
 
     @property
     def catch_all(self) -> bool:
-        return self.number is None and self.pattern is None and self.header is None
+        return (
+            self.number is None and self.pattern is None and self.header is None and self.attestation is None
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -1097,6 +1106,7 @@ _ROUTE_KEYS = [
     "number",
     "pattern",
     "header",
+    "attestation",
     "provider",
     "instructions",
     "instructions_file",
@@ -1174,12 +1184,16 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
                 f"{p}.amd",
                 "answering-machine detection is for outbound routes: an inbound call never runs it",
             )
+        attestation = r.choice(t, "attestation", p, VERSTATS, None)
+        if direction == "outbound" and attestation is not None:
+            r.fail(f"{p}.attestation", "an outbound route has no caller attestation to match")
         route = Route(
             name=name or f"route-{i}",
             direction="outbound" if direction == "outbound" else "inbound",
             number=number,
             pattern=pattern,
             header=header,
+            attestation=next((v for v in VERSTATS if v == attestation), None),
             provider=r.choice(t, "provider", p, PROVIDER_NAMES, None),
             instructions=r.instructions(t, p),
             tools=_tools(r, t, p),

@@ -39,6 +39,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 Verstat = Literal["passed", "failed", "none", "absent"]
+VERSTATS: tuple[Verstat, ...] = get_args(Verstat)
 Level = Literal["A", "B", "C"]
 IgnoredReason = Literal[
     "identity_oversize", "identity_bad_base64", "identity_bad_json", "identity_not_jws", "unreadable"

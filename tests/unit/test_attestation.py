@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+from pathlib import Path
 
 import pytest
 
 from bridge.api import Application, CallRefused, CallSetup, Server, ServerConfig
+from bridge.config import ConfigError, load, select_route
 from bridge.records import CallInfo, CallStarted
 from sip.attestation import MAX_IDENTITY, Attestation, attestation_of, parse_identity, uri_verstat
 from sip.identity import call_identity
@@ -234,3 +236,31 @@ def test_an_oversize_identity_header_is_counted() -> None:
     asyncio.run(server._run_call(leg))  # type: ignore[arg-type]
     registry = server.observer.metrics.registry
     assert registry.get_sample_value("parlora_identity_ignored_total", {"reason": "identity_oversize"}) == 1.0
+
+
+# --- routes -----------------------------------------------------------------------------------------------------
+
+
+ROUTES = """
+[[routes]]
+name = "screening"
+attestation = "failed"
+instructions = "Ask who is calling before anything else."
+
+[[routes]]
+name = "reception"
+"""
+
+
+def test_an_inbound_route_may_match_on_the_attestation(tmp_path: Path) -> None:
+    path = tmp_path / "bridge.toml"
+    path.write_text(ROUTES)
+    routes = load(path).routes
+    chosen = [select_route(routes, "4930100", h) for h in (FAILED, PASSED, ())]
+    assert [r.name if r is not None else None for r in chosen] == ["screening", "reception", "reception"]
+    path.write_text(ROUTES.replace('"failed"', '"bogus"'))
+    with pytest.raises(ConfigError, match=r"routes\[0\]\.attestation: expected one of passed, failed, none"):
+        load(path)
+    path.write_text('[[routes]]\nname = "out"\ndirection = "outbound"\nattestation = "passed"\n')
+    with pytest.raises(ConfigError, match="outbound route has no caller attestation"):
+        load(path)
