@@ -6,18 +6,17 @@ from __future__ import annotations
 import asyncio
 import json
 
-import virtual_time
-from test_amd import quiet, speech, tone
-from test_records import builder, outcome
-from test_seams_hold import DialledFakeLeg, TextProvider, wait_for
-from test_session import FakeLeg, session
-
 from bridge.amd import AmdBeep, AmdOptions, AmdVerdict
 from bridge.api import Application, Server, ServerConfig, amd_line
 from bridge.records import RECORD_NOTICES, AmdResult
 from bridge.webhook import event_key
 from rtp.ledger import CarrierLedger
 from sip.leg import CallEnded, FrameReceived, MediaStarted
+from tests.support import virtual_time
+from tests.support.amd import quiet, speech, tone
+from tests.support.records import builder, outcome
+from tests.support.seams_hold import DialledFakeLeg, TextProvider, wait_for
+from tests.support.session import FakeLeg, session
 
 event_loop_policy = virtual_time.policy_fixture()
 

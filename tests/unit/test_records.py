@@ -9,20 +9,11 @@ from __future__ import annotations
 import json
 
 from bridge.commands import BargedIn, RecoveryChanged, RolloverChanged, Transcript
-from bridge.records import MAX_TEXT_CHARS, CallInfo, CallOutcome, RecordBuilder, Utterance
+from bridge.records import MAX_TEXT_CHARS, CallInfo, Utterance
 from bridge.usage import UsageMeter
 from providers.events import SessionClosed, UsageUpdated
 from rtp.ledger import CarrierLedger
-
-MS = 1_000_000
-T0 = 5_000 * MS  # the session's start on the monotonic clock
-INFO = CallInfo(
-    "call-1", "abc@127.0.0.1", "<sip:alice@127.0.0.1>", "<sip:bot@127.0.0.1>", "bot", "x", None, "echo"
-)
-
-
-def builder(ledger: CarrierLedger, **kw: int) -> RecordBuilder:
-    return RecordBuilder(INFO, ledger=ledger, start_ns=T0, started_at=1_700_000_000.0, **kw)
+from tests.support.records import INFO, MS, T0, builder, outcome
 
 
 def transmit(ledger: CarrierLedger, item: str, from_ms: int, frames: int, *, epoch: int = 0) -> None:
@@ -34,10 +25,6 @@ def transmit(ledger: CarrierLedger, item: str, from_ms: int, frames: int, *, epo
 
 def at(ms: int) -> int:
     return T0 + ms * MS
-
-
-def outcome(status: dict[str, object] | None = None) -> CallOutcome:
-    return CallOutcome(12.5, "caller", "200 OK", 200, status or {}, 600, 150)
 
 
 def test_call_started_names_the_call() -> None:

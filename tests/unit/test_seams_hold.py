@@ -11,7 +11,6 @@ with no media clock, as on hold or while ringing); the last tests drive the shel
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 import pytest
 
@@ -39,10 +38,11 @@ from providers.events import (
 from providers.limits import GEMINI_LIVE, GPT_LIVE, OPENAI_REALTIME, AudioLimits, LimitProfile
 from rtp.audio import PCMU_8K
 from rtp.g711 import ulaw_decode
-from sip.leg import CallEnded, LegFeatures, MediaHeld, MediaResumed, MediaStarted
+from sip.leg import CallEnded, MediaHeld, MediaResumed, MediaStarted
 from tests.support import virtual_time
 from tests.support.recovery import GEMINI, answer, commands_of, recovery_notices
 from tests.support.rollover_session import RolloverCall
+from tests.support.seams_hold import DialledFakeLeg, TextProvider, wait_for
 from tests.support.session import FakeLeg, FakeProvider, session
 from tests.support.session_engine import GPT_LIVE_CAPS, MS, REALTIME, TICK, Call, pcmu_tone, speech_frame
 
@@ -254,27 +254,6 @@ def test_s7_the_reservoir_s_residence_clocks_stop_while_paused_and_filling_it_is
 
 
 # --- the shell: the leg's media events reach the core -------------------------------------------------------
-
-
-class TextProvider(FakeProvider):
-    def __init__(self) -> None:
-        super().__init__()
-        self.texts: list[str] = []
-
-    def send_text(self, text: str, *, speak: bool = False) -> None:
-        self.texts.append(text)
-
-
-class DialledFakeLeg(FakeLeg):
-    features = LegFeatures(dialled=True)
-    outbound = True  # sip.leg.DialledLeg: a call the bridge placed rings until MediaStarted
-
-
-async def wait_for(condition: Callable[[], bool], steps: int = 200) -> None:
-    for _ in range(steps):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
 
 
 async def test_s7_the_shell_holds_and_resumes_the_call_on_the_leg_s_media_events() -> None:
