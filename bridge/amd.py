@@ -62,12 +62,13 @@ from typing import Literal
 import numpy as np
 
 from rtp.audio import FRAME_MS, FRAME_SAMPLES, PCM16_FRAME_BYTES, SAMPLE_RATE
+from rtp.units import NS_PER_MS
 
 VerdictKind = Literal["human", "machine", "beep", "silence", "unknown"]
 
-_MS = 1_000_000
 _FULL_SCALE_ENERGY = 32768.0 * 32768.0 * FRAME_SAMPLES
-_TONE_END_NS = 3 * FRAME_MS * _MS  # a tone whose frames stopped (a peer silent between packets) has ended
+# a tone whose frames stopped (a peer silent between packets) has ended
+_TONE_END_NS = 3 * FRAME_MS * NS_PER_MS
 
 
 def _default_beep_frequencies() -> tuple[int, ...]:
@@ -305,15 +306,15 @@ class AnsweringMachineDetector:
             if tone_end is not None:
                 return _earlier(deadline, tone_end)
             if self._words_done():
-                deadline = _earlier(deadline, self._last_voice_end + o.message_end_silence_ms * _MS)
+                deadline = _earlier(deadline, self._last_voice_end + o.message_end_silence_ms * NS_PER_MS)
             return deadline
-        deadline = self._answered + o.total_ms * _MS
+        deadline = self._answered + o.total_ms * NS_PER_MS
         if tone_end is not None:  # a tone under way decides when it ends
             return min(deadline, tone_end)
         if self._first_word is None:
             return min(deadline, self._silence_deadline())
         if self._words_done():
-            return min(deadline, self._last_voice_end + self._human_silence_ms() * _MS)
+            return min(deadline, self._last_voice_end + self._human_silence_ms() * NS_PER_MS)
         return deadline
 
     def handle_timer(self, now: int) -> AmdEvent | None:
@@ -335,7 +336,7 @@ class AnsweringMachineDetector:
                 return self._decide(
                     "human", now, f"a greeting of {self._greeting_ms()} ms, then {silence} ms of silence"
                 )
-        if now >= self._answered + o.total_ms * _MS:
+        if now >= self._answered + o.total_ms * NS_PER_MS:
             return self._decide("unknown", now, f"no rule decided within {o.total_ms} ms of the answer")
         return None
 
@@ -378,7 +379,7 @@ class AnsweringMachineDetector:
         o = self.options
         if voiced:
             if self._run_frames == 0:
-                self._run_start = now - FRAME_MS * _MS  # the frame's first sample
+                self._run_start = now - FRAME_MS * NS_PER_MS  # the frame's first sample
                 self._run_min = self._run_max = level
                 self._run_is_speech = False
             else:
@@ -450,7 +451,9 @@ class AnsweringMachineDetector:
             at_ns=now,
             reason=reason,
             since_answer_ms=self._since(now),
-            initial_silence_ms=(first - self._answered) // _MS if first is not None else self._since(now),
+            initial_silence_ms=(first - self._answered) // NS_PER_MS
+            if first is not None
+            else self._since(now),
             greeting_ms=self._greeting_ms(),
             speech_ms=self._speech_ms,
             words=self._words,
@@ -462,7 +465,7 @@ class AnsweringMachineDetector:
         )
         self.verdict = verdict
         if kind == "machine":
-            self._beep_deadline = now + self.options.beep_wait_ms * _MS
+            self._beep_deadline = now + self.options.beep_wait_ms * NS_PER_MS
         else:
             self.done = True
         return verdict
@@ -480,10 +483,10 @@ class AnsweringMachineDetector:
         """The initial silence's end; a voiced stretch under way then is given the time to prove a word."""
         assert self._answered is not None
         o = self.options
-        deadline = self._answered + o.initial_silence_ms * _MS
+        deadline = self._answered + o.initial_silence_ms * NS_PER_MS
         if self._run_frames and self._gap_frames == 0:
             wait = max(o.min_word_ms, o.steady_noise_ms) + FRAME_MS
-            deadline = max(deadline, self._run_start + wait * _MS)
+            deadline = max(deadline, self._run_start + wait * NS_PER_MS)
         return deadline
 
     def _words_done(self) -> bool:
@@ -499,14 +502,14 @@ class AnsweringMachineDetector:
     def _greeting_ms(self) -> int:
         if self._first_word is None:
             return 0
-        return max(0, (self._last_voice_end - self._first_word) // _MS)
+        return max(0, (self._last_voice_end - self._first_word) // NS_PER_MS)
 
     def _silence_ms(self, now: int) -> int:
-        return max(0, (now - self._last_voice_end) // _MS)
+        return max(0, (now - self._last_voice_end) // NS_PER_MS)
 
     def _since(self, now: int) -> int:
         assert self._answered is not None
-        return (now - self._answered) // _MS
+        return (now - self._answered) // NS_PER_MS
 
     @staticmethod
     def _level(energy: float) -> float:

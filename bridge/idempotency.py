@@ -30,7 +30,8 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Hashable
 from dataclasses import dataclass, field
 
-SECOND = 1_000_000_000
+from rtp.units import NS_PER_S
+
 KEY_TTL_S = 24 * 3600
 MAX_KEYS = 10_000
 MAX_KEY_CHARS = 255
@@ -66,7 +67,7 @@ class DialKeys:
     """The keys seen in the last `ttl_s`, at most `max_keys`, least recently used forgotten first."""
 
     def __init__(self, *, ttl_s: float = KEY_TTL_S, max_keys: int = MAX_KEYS) -> None:
-        self._ttl = int(ttl_s * SECOND)
+        self._ttl = int(ttl_s * NS_PER_S)
         self._max = max_keys
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self.replays = 0

@@ -45,12 +45,12 @@ from rtp.audio import FRAME_MS
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame
 from rtp.rtcp import QoS
+from rtp.units import NS_PER_MS
 from sip.leg import CallIdentity, CushionedChannel, LegFeatures, QosSource, offers_cushion, offers_qos
 
 log = logging.getLogger("parlora.records")
 
-_NS_PER_MS = 1_000_000
-FRAME_NS = FRAME_MS * _NS_PER_MS
+FRAME_NS = FRAME_MS * NS_PER_MS
 FRAME_BYTES = 320  # 20 ms of 8 kHz PCM16
 SILENCE = bytes(FRAME_BYTES)
 RATE = 8000

@@ -44,11 +44,11 @@ from bridge.connections import connection_id
 from bridge.delegations import UncertainItem, WorkUncertain
 from rtp.audio import FRAME_MS
 from rtp.ledger import ItemProgress, LedgerEntry
+from rtp.units import NS_PER_MS
 from sip.attestation import ABSENT, Attestation, attestation_of
 from sip.leg import CallIdentity
 
-_NS_PER_MS = 1_000_000
-FRAME_NS = FRAME_MS * _NS_PER_MS
+FRAME_NS = FRAME_MS * NS_PER_MS
 
 FINAL_MESSAGE_ITEM = (
     "final-message"  # bridge/reservoir.py: the closing message, not an utterance of the model
@@ -549,7 +549,7 @@ class RecordBuilder:
         self._ledger = ledger
         self._start_ns = start_ns
         self._started_at = started_at
-        self._quiet_ns = quiet_ms * _NS_PER_MS
+        self._quiet_ns = quiet_ms * NS_PER_MS
         self._seen_ns = start_ns - 1  # ledger entries up to here have been given to an utterance
         self._claimed: dict[str, None] = {}  # ledger items already given to an utterance (the last ones)
         self._open: _Assistant | None = None
@@ -565,7 +565,7 @@ class RecordBuilder:
         return CallStarted(self.call, self._started_at)
 
     def _ms(self, ns: int) -> int:
-        return (ns - self._start_ns) // _NS_PER_MS
+        return (ns - self._start_ns) // NS_PER_MS
 
     def _next(self) -> int:
         self._seq += 1

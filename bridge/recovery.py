@@ -84,10 +84,10 @@ from bridge.reservoir import MediaCondition, OutputOverflow, OutputPath
 from bridge.timeline import Captions
 from providers.base import Capabilities, SessionSettings
 from rtp.audio import FRAME_MS
+from rtp.units import NS_PER_MS
 
 __all__ = ["RECOVERY_NOTICE", "RecoveryController", "RecoverySnapshot", "Stage", "seeded_settings"]
 
-_NS_PER_MS = 1_000_000
 TAIL_FRAMES = 2  # a replacement's stamped speech start this close to its ready instant began before it
 SEEDED_HISTORY = 20  # messages of the application's history a further connection is seeded with (HR7)
 
@@ -168,7 +168,7 @@ class OutputRecovery:
     """At most one recovery at a time, with its deadline."""
 
     def __init__(self, budget_ms: int = RECOVERY_BUDGET_MS) -> None:
-        self.budget_ns = budget_ms * _NS_PER_MS
+        self.budget_ns = budget_ms * NS_PER_MS
         self.active: Recovery | None = None
         self.stats = RecoveryStats()
 
@@ -196,7 +196,7 @@ class OutputRecovery:
         if active is None or active.token != token or active.stage is not Stage.RECONNECTING:
             return None
         active.stage = Stage.AWAITING_USER
-        self.stats.reconnect_ms.append((now - active.started_ns) // _NS_PER_MS)
+        self.stats.reconnect_ms.append((now - active.started_ns) // NS_PER_MS)
         self.stats.discarded_frames += active.discarded_frames
         return active
 
@@ -228,7 +228,7 @@ class OutputRecovery:
             return None
         self.active = None
         self.stats.completed += 1
-        self.stats.durations_ms.append((now - active.started_ns) // _NS_PER_MS)
+        self.stats.durations_ms.append((now - active.started_ns) // NS_PER_MS)
         return active
 
     def deadline(self) -> int | None:
@@ -324,7 +324,7 @@ class RecoveryController:
         return self.state.stats
 
     def _changed(self, recovery: Recovery, stage: str, now: int) -> None:
-        elapsed = (now - recovery.started_ns) // _NS_PER_MS
+        elapsed = (now - recovery.started_ns) // NS_PER_MS
         self._out.notices.append(RecoveryChanged(recovery.token, recovery.cause, stage, elapsed))
 
     def condition(self, condition: MediaCondition, now: int, at_ms: int) -> bool:
@@ -445,7 +445,7 @@ class RecoveryController:
         next whole turn, and its replacement again: one every turn for the rest of the call.)"""
         limit = self._answer_within_ms
         if limit is not None and self._answer_due is None and self.state.active is None and not self._paused:
-            self._answer_due = now + limit * _NS_PER_MS  # (a later turn never postpones an armed watchdog)
+            self._answer_due = now + limit * NS_PER_MS  # (a later turn never postpones an armed watchdog)
 
     def pause(self) -> None:
         """S7: the line is held or ringing: the silence watchdog is disarmed and stays off until `resume`; the

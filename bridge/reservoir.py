@@ -41,10 +41,10 @@ from bridge.framing import CarrierConverter, ItemFramer
 from providers.limits import AudioLimits
 from rtp.audio import FRAME_MS, PCMU_8K, AudioFormat
 from rtp.playout import OutboundFrame
+from rtp.units import NS_PER_MS
 from sip.leg import offers_cushion
 
-_NS_PER_MS = 1_000_000
-TICK_NS = FRAME_MS * _NS_PER_MS
+TICK_NS = FRAME_MS * NS_PER_MS
 # How late a caller frame (the media tick that tops the cushion up) may come before the cushion's own timer
 # does it instead. Without it the timer, due a tick after the last frame, raced the next frame and won: the
 # session's loop woke for every frame while output played (measured: 0.5 wake-ups a frame, each a task step,
@@ -152,13 +152,13 @@ class GenerationReservoir:
         if not self._chunks:
             return None
         at = now if self.paused_at is None else min(now, self.paused_at)
-        return (at - self._chunks[0][0]) // _NS_PER_MS
+        return (at - self._chunks[0][0]) // NS_PER_MS
 
     def next_deadline(self) -> int | None:
         """When the oldest audio goes stale (None when empty, already reported or paused)."""
         if not self._chunks or self._stale_reported or self.paused_at is not None:
             return None
-        return self._chunks[0][0] + self.limits.residence_ms * _NS_PER_MS + 1
+        return self._chunks[0][0] + self.limits.residence_ms * NS_PER_MS + 1
 
     def item_ids(self) -> list[str | None]:
         """The items with audio waiting, oldest first."""
@@ -208,7 +208,7 @@ class OutputPath:
             lead_frames  # the carrier's; a channel with its own cushion says how many on every top-up
         )
         self._cushion = channel if offers_cushion(channel) else None  # (asked once, not per frame)
-        self._quiet_ns = item_quiet_ms * _NS_PER_MS
+        self._quiet_ns = item_quiet_ms * NS_PER_MS
         self._ready: list[OutboundFrame] = []  # framed output waiting for room in the cushion
         self._next_tick: int | None = None
         self._items = 0

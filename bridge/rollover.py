@@ -132,10 +132,10 @@ from providers.events import (
     SpeechStopped,
 )
 from rtp.audio import FRAME_MS
+from rtp.units import NS_PER_MS
 
 Seed = Callable[[], tuple[RecoverySnapshot, str | None]]
 
-_NS_PER_MS = 1_000_000
 _NEVER = 1 << 62  # an instant that never comes (ns)
 # S1: a stretch of caller speech only a dropped duplicate's text covered is reported when longer than this and
 # than `match_slack_ms` (two connections' times of one utterance differ by their VAD's padding, a caption
@@ -237,7 +237,7 @@ class _Conn:
 
     def expire(self, time_left_ms: int, now: int) -> None:
         """The provider ends this connection in `time_left_ms` (Gemini goAway): its cap is now + time left."""
-        cap_at = now + max(0, time_left_ms) * _NS_PER_MS
+        cap_at = now + max(0, time_left_ms) * NS_PER_MS
         if self.cap_at is None or cap_at < self.cap_at:
             self.cap_at, self.expiring_ns = cap_at, now
 
@@ -249,7 +249,7 @@ class _Conn:
             return self._ages[1]
         marks = (o.after_ms, o.deadline_ms, o.hard_stop_ms, (o.hard_stop_ms + o.cap_ms) // 2)
         base = self.confirmed_ns
-        at = [_NEVER if base is None else base + m * _NS_PER_MS for m in marks]
+        at = [_NEVER if base is None else base + m * NS_PER_MS for m in marks]
         if self.cap_at is not None:  # squeeze what is left of the schedule (after -> cap) into the time left
             left, span = self.cap_at - self.expiring_ns, o.cap_ms - o.after_ms
             at = [
@@ -280,7 +280,7 @@ class _Chain(dict[str, _Conn]):
 
     def ages_ms(self, now: int) -> dict[str, int]:
         live = [c for c in self.values() if not c.closed and c.confirmed_ns is not None]
-        return {c.id: (now - (c.confirmed_ns or 0)) // _NS_PER_MS for c in live}
+        return {c.id: (now - (c.confirmed_ns or 0)) // NS_PER_MS for c in live}
 
 
 @dataclass(slots=True, eq=False)
@@ -424,7 +424,7 @@ class Handover:
             if u.emitted:
                 self._untold(self.new, (start_ms, end_ms), u.told)
             return
-        u.pending = _Pending(start_ms, end_ms, text, now + self._options.transcript_wait_ms * _NS_PER_MS, u)
+        u.pending = _Pending(start_ms, end_ms, text, now + self._options.transcript_wait_ms * NS_PER_MS, u)
         self.pending.append(u.pending)
         if u.old_failed or old_closed:  # the old one failed, was empty, or can no longer answer
             self.fallback(u.pending)
@@ -691,8 +691,8 @@ class RolloverController:
                 self.stage = RolloverStage.ARMED  # open but passive until the switch (RO5)
             else:
                 self._actions += conn.start_input()
-                self._texts.start_sharing((now - self.start_ns) // _NS_PER_MS)
-                self._overlap_end = now + self.options.overlap_ms * _NS_PER_MS
+                self._texts.start_sharing((now - self.start_ns) // NS_PER_MS)
+                self._overlap_end = now + self.options.overlap_ms * NS_PER_MS
                 self.stage = RolloverStage.OVERLAP
         self._advance(now)
 
@@ -832,7 +832,7 @@ class RolloverController:
                 cur.answering = self._responses
             self._actions += cur.stop_input()
             self._stop_ns = now
-            self._texts.stop_sharing((now - self.start_ns) // _NS_PER_MS)
+            self._texts.stop_sharing((now - self.start_ns) // NS_PER_MS)
             self.stage = RolloverStage.DRAINING
         elif st is RolloverStage.DRAINING and hand is not None:
             return self._drain(hand, now)
@@ -892,8 +892,8 @@ class RolloverController:
             old.busy = True
         self._actions += old.stop_input()
         self._actions += new.start_input()
-        self._texts.start_sharing((now - self.start_ns) // _NS_PER_MS)
-        self._texts.stop_sharing((now - self.start_ns) // _NS_PER_MS)
+        self._texts.start_sharing((now - self.start_ns) // NS_PER_MS)
+        self._texts.stop_sharing((now - self.start_ns) // NS_PER_MS)
         self._stop_ns = now
         self.stage = RolloverStage.DRAINING
 
@@ -908,7 +908,7 @@ class RolloverController:
     # --- helpers ---------------------------------------------------------------------------------------------
     def _drain_by(self, conn: _Conn) -> int:
         """When a connection that stopped input gives up the floor even if it still holds items."""
-        return min(self._stop_ns + self.options.drain_ms * _NS_PER_MS, conn.ages(self.options)[3])
+        return min(self._stop_ns + self.options.drain_ms * NS_PER_MS, conn.ages(self.options)[3])
 
     def _late(self, stage: RolloverStage, same: bool, now: int) -> bool:
         """RO6: an answer to a question already settled (a late one) opens nothing; it is counted."""

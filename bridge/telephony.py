@@ -26,9 +26,8 @@ from bridge.commands import EndSession, HangUp, Outbox, RequestClose, SendDtmf, 
 from bridge.delegations import Delegations, DispatchJob, JobRequest
 from bridge.reservoir import TICK_NS, OutputPath
 from providers.base import ToolSpec
+from rtp.units import NS_PER_MS
 from sip.telephony import DTMF_DIGITS, MAX_DTMF_DIGITS
-
-_NS_PER_MS = 1_000_000
 
 END_CALL = "end_call"
 TRANSFER_CALL = "transfer_call"
@@ -216,7 +215,7 @@ class CallEnding:
         session ends and the call is hung up (`reason`: why, when it is not the model's end_call: a drain)."""
         if self._goodbye is None and not self.ended:
             self._goodbye_reason = reason or END_CALL_REASON
-            self._goodbye = (now + TICK_NS, now + self._options.goodbye_timeout_ms * _NS_PER_MS)
+            self._goodbye = (now + TICK_NS, now + self._options.goodbye_timeout_ms * NS_PER_MS)
             self._goodbye_spoken = False
 
     def assistant_audio(self) -> None:
@@ -235,7 +234,7 @@ class CallEnding:
             return True
         if failed or goodbye:  # HR5 (a failed repair), RO6 (a refused rollover): a clean goodbye, then BYE
             ms = self._output.play_final_message(self._message)
-            self._hangup = (now + (ms + 100) * _NS_PER_MS, reason)
+            self._hangup = (now + (ms + 100) * NS_PER_MS, reason)
         else:
             self._hang_up(reason, now)
         return True
@@ -243,7 +242,7 @@ class CallEnding:
     def _hang_up(self, reason: str, now: int) -> None:
         self._hangup = None
         self._out.commands.append(HangUp(reason))
-        self._drain_due = now + self._options.drain_ms * _NS_PER_MS
+        self._drain_due = now + self._options.drain_ms * NS_PER_MS
 
     def call_ended(self, floor: int, now: int, *, reconnecting: bool) -> None:
         """The call leg is gone: ask the provider for its final usage (HR12), within `close_ms`."""
@@ -251,7 +250,7 @@ class CallEnding:
         self._hangup = self._goodbye = None
         if not self.ended and not reconnecting:
             self._out.commands.append(RequestClose(floor))
-            self._close_due = now + self._options.close_ms * _NS_PER_MS
+            self._close_due = now + self._options.close_ms * NS_PER_MS
         else:
             self._close_due = (
                 now  # (while reconnecting there is no session whose final usage could be waited for)

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable
 
 from bridge.commands import AudioDiscontinuity, Outbox, Transcript
 from providers.events import InputTranscript, OutputTranscript, ProviderEvent
+from rtp.units import NS_PER_MS
 
-_NS_PER_MS = 1_000_000
 _FRAME_MS = 20
 ORIGINS_KEPT = 32  # bounded: connections whose clock origin is kept (the most recently used ones)
 MARKS_KEPT = 64  # bounded: stretches of continuous caller audio kept (old ones merged, `_thin`)
@@ -50,17 +50,17 @@ class Timeline:
 
     def instant(self, at_ms: int | None) -> int | None:
         """A time on the session timeline as a monotonic instant (ns); None stays None."""
-        return None if at_ms is None else self.start_ns + at_ms * _NS_PER_MS
+        return None if at_ms is None else self.start_ns + at_ms * NS_PER_MS
 
     def ms(self, now_ns: int) -> int:
         """Session time of a monotonic instant."""
-        return (now_ns - self.start_ns) // _NS_PER_MS
+        return (now_ns - self.start_ns) // NS_PER_MS
 
     def fed(self, now_ns: int) -> None:
         """One 20 ms caller frame was forwarded to the connections now (every caller frame: no allocation but
         at the start of a stretch)."""
         fed = self.fed_ms
-        offset = (now_ns - self.start_ns) // _NS_PER_MS - fed
+        offset = (now_ns - self.start_ns) // NS_PER_MS - fed
         self.fed_ms = fed + _FRAME_MS
         marks = self._marks
         if not marks:
@@ -152,7 +152,7 @@ class Captions:
     def __init__(self, out: Outbox, *, close_ms: int, fragments: bool) -> None:
         self._out = out
         self._grouped = fragments  # caller captions arrive as timed fragments (no server VAD: GPT-Live)
-        self._close_ns = close_ms * _NS_PER_MS
+        self._close_ns = close_ms * NS_PER_MS
         self.epoch = 0
         self._caller_text: deque[str] = deque(maxlen=5)
         self.told_to_ms = 0  # the end of the latest caller utterance emitted (S1: what is accounted for)
@@ -276,7 +276,7 @@ class Unheard:
         (HR8, whose own discontinuity counts the frames discarded while it connects)."""
         at, told = self._timeline.ms(now), self._captions.told_to_ms
         start = self._untold(told)
-        if now - self.floor_seen >= UNHEARD_SILENCE_MS * _NS_PER_MS:
+        if now - self.floor_seen >= UNHEARD_SILENCE_MS * NS_PER_MS:
             silent = max(told, self._timeline.ms(self.floor_seen))
             start = silent if start is None else min(start, silent)
         self._turn_starts.clear()

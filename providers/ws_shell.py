@@ -73,6 +73,7 @@ from websockets.uri import parse_uri
 from providers.base import ProviderUnavailable
 from providers.events import AudioReceived, ProviderError, ProviderEvent, SessionClosed, SessionStarted
 from rtp.audio import AudioFormat
+from rtp.units import NS_PER_S
 
 
 class ClientCore(Protocol):
@@ -93,7 +94,6 @@ WRITE_HIGH_WATER = 2**15  # transport write buffer (bytes) above which frames wa
 READ_HIGH_WATER = 16  # received messages waiting for events() above which the socket is not read
 READ_LOW_WATER = 4  # ... and at or below which it is read again
 MAX_RESPONSE_BYTES = 2**16  # the upgrade response's head; longer, the protocol judges it
-_NS = 1_000_000_000
 
 
 class WireTap(Protocol):
@@ -180,9 +180,9 @@ class Keepalive:
     """
 
     def __init__(self, interval_s: float | None, timeout_s: float | None, close_timeout_s: float) -> None:
-        self._interval = None if interval_s is None else int(interval_s * _NS)
-        self._timeout = None if timeout_s is None else int(timeout_s * _NS)
-        self._close_timeout = int(close_timeout_s * _NS)
+        self._interval = None if interval_s is None else int(interval_s * NS_PER_S)
+        self._timeout = None if timeout_s is None else int(timeout_s * NS_PER_S)
+        self._close_timeout = int(close_timeout_s * NS_PER_S)
         self.ping_due: int | None = None
         self.pong_due: int | None = None
         self.close_due: int | None = None
@@ -808,7 +808,7 @@ class WebSocketShell(asyncio.Protocol):
 
     def _now(self) -> int:
         assert self._loop is not None
-        return int(self._loop.time() * _NS)
+        return int(self._loop.time() * NS_PER_S)
 
     def _closing(self) -> None:
         if self._loop is None:
@@ -826,7 +826,7 @@ class WebSocketShell(asyncio.Protocol):
                 return
             self._timer.cancel()
         self._timer_at = due
-        self._timer = self._loop.call_at(due / _NS, self._on_timer)
+        self._timer = self._loop.call_at(due / NS_PER_S, self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -28,12 +28,12 @@ from collections import deque
 from dataclasses import dataclass
 
 from rtp.packet import Drop
+from rtp.units import NS_PER_MS
 
 __all__ = ["DtmfDigit", "DtmfReceiver", "DtmfPacket", "DtmfSender", "DIGITS", "event_code"]
 
 DIGITS = "0123456789*#ABCD"  # event codes 0..15 (§3.2)
 _EVENT = struct.Struct("!BBH")
-_MS = 1_000_000
 
 
 def event_code(digit: str) -> int:
@@ -60,7 +60,7 @@ class DtmfReceiver:
 
     def __init__(self, clock_rate: int = 8000, end_timeout_ms: int = 400) -> None:
         self._rate = clock_rate
-        self._timeout = end_timeout_ms * _MS
+        self._timeout = end_timeout_ms * NS_PER_MS
         self._stale = 10 * clock_rate  # further back than 10 s: a restarted sender, not a stale packet
         self._ts: int | None = None  # current event's timestamp
         self._latest: int | None = None  # timestamp of the newest event seen (current or reported)
@@ -156,7 +156,7 @@ class DtmfSender:
         self._units_per_ms = clock_rate // 1000
         self._duration = duration_ms
         self._update = update_ms
-        self._gap = gap_ms * _MS
+        self._gap = gap_ms * NS_PER_MS
         self._volume = volume
         self._end_packets = end_packets
         self._queue: deque[int] = deque()
@@ -190,11 +190,11 @@ class DtmfSender:
             units = min(off + self._update, self._duration) * self._units_per_ms
             payload = _EVENT.pack(code, (0x80 if end else 0) | self._volume, units)
             packet = DtmfPacket(payload, i == 0, timestamp)
-            self._plan.append((now + off * _MS, packet))
+            self._plan.append((now + off * NS_PER_MS, packet))
             if end:
                 for _ in range(self._end_packets - 1):  # repeats: one per following tick
                     self._plan.append((0, packet))
-        self._not_before = now + (self._duration * _MS) + self._gap
+        self._not_before = now + (self._duration * NS_PER_MS) + self._gap
         self.digits_sent += 1
 
     def poll(self, now: int, timestamp: int) -> DtmfPacket | None:

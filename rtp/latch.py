@@ -48,6 +48,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from rtp.units import NS_PER_MS
+
 __all__ = ["Address", "SourceLatch", "SourcePolicy", "SOURCE_POLICIES", "PROBATION"]
 
 Address = tuple[str, int]
@@ -55,7 +57,6 @@ SourcePolicy = Literal["learn", "strict"]
 SOURCE_POLICIES: tuple[SourcePolicy, ...] = ("learn", "strict")
 PROBATION = 4  # consecutive packets a source other than the signalled one sends before it is taken (Asterisk)
 RELEARN_MS = 5000  # learning re-opened by a re-INVITE while a learned source is latched (Asterisk's timeout)
-_MS = 1_000_000
 
 
 class SourceLatch:
@@ -99,8 +100,8 @@ class SourceLatch:
         self.nat = nat
         self.learn = policy == "learn"
         self.probation = max(1, probation)
-        self._relatch_ns = relatch_after_ms * _MS
-        self._relearn_ns = relearn_ms * _MS
+        self._relatch_ns = relatch_after_ms * NS_PER_MS
+        self._relearn_ns = relearn_ms * NS_PER_MS
         self._latched: Address | None = None
         self._ssrc = -1
         self._last_ns = 0

@@ -28,16 +28,17 @@ from __future__ import annotations
 
 from typing import Literal
 
+from rtp.units import NS_PER_S
+
 __all__ = ["NEVER", "Action", "CallLimits", "Limit"]
 
 Limit = Literal["max_call_duration", "rtp_timeout", "hold_timeout"]
 Action = Literal["max_call_duration", "rtp_timeout", "hold_timeout", "backstop"]
 NEVER = 1 << 62  # a deadline that never comes (an int: the media tick compares it with `now`)
-_S = 1_000_000_000
 
 
 def _ns(seconds: float | None) -> int | None:
-    return int(seconds * _S) if seconds else None
+    return int(seconds * NS_PER_S) if seconds else None
 
 
 class CallLimits:
@@ -82,7 +83,7 @@ class CallLimits:
     def goodbye(self, grace_s: float | None) -> None:
         """At the maximum duration, ask for a goodbye and BYE `grace_s` later if the call is still up (None: BYE
         at once). Takes effect for a limit not reached yet."""
-        self._grace_ns = int(grace_s * _S) if grace_s is not None else None
+        self._grace_ns = int(grace_s * NS_PER_S) if grace_s is not None else None
 
     @property
     def held(self) -> bool:

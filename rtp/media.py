@@ -47,10 +47,9 @@ from rtp.limits import NEVER, Action, CallLimits
 from rtp.playout import OutboundFrame, Playout
 from rtp.srtp import SrtpContext
 from rtp.stream import ARRIVAL_WINDOW_MS, PCMU, OneWayAudio, RtpStream
+from rtp.units import NS_PER_MS
 
 __all__ = ["CallMedia", "LimitReached", "TimerItem"]
-
-_MS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +147,7 @@ class CallMedia:
         """Check, ARRIVAL_WINDOW_MS from `now`, that usable RTP came (unless it has, or the call was judged)."""
         stream = self.stream
         if stream.packets_in == 0 and stream.one_way_audio is None:
-            self._arrival_at = now + ARRIVAL_WINDOW_MS * _MS
+            self._arrival_at = now + ARRIVAL_WINDOW_MS * NS_PER_MS
             self._rewake()
 
     def update(self, now: int, *, sends: bool, receives: bool, held: bool, remote: Address | None) -> None:

@@ -46,6 +46,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from rtp.units import NS_PER_S
 from sip.message import Response
 
 __all__ = [
@@ -69,9 +70,6 @@ __all__ = [
 ]
 
 MAX_FIELD = 8192  # longest challenge or Authorization field we read (peer input is bounded)
-_SECOND = 1_000_000_000
-
-# canonical name → hash; the order is our preference (strongest first)
 _HASHES: dict[str, Callable[[bytes], hashlib._Hash]] = {
     "SHA-256": hashlib.sha256,
     "SHA-256-SESS": hashlib.sha256,
@@ -571,7 +569,7 @@ class DigestServer:
         self.algorithms = tuple(_canonical_algorithm(a) for a in algorithms)
         if not self.algorithms:
             raise ValueError("DigestServer needs at least one algorithm")
-        self.nonce_ttl = nonce_ttl_s * _SECOND
+        self.nonce_ttl = nonce_ttl_s * NS_PER_S
         self._users = {c.username: c.password for c in users}
         self._random = random_bytes
         self._secret = secret if secret is not None else random_bytes(32)

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import ClassVar
 
+from rtp.units import NS_PER_S
 from sip.dialog import Dialog
 from sip.message import Request, Response, make_response, parse_cseq, serialize
 from sip.sdp import LocalMedia, NegotiatedMedia, SessionDescription, accept_answer, serialize_sdp
@@ -45,7 +46,6 @@ from sip.transaction import ClientTransaction, Retransmit2xx, ServerInviteTransa
 from sip.uabase import (
     ALLOW,
     DTMF_SIGNALS,
-    SECOND,
     SUPPORTED,
     UaContext,
     content_type,
@@ -572,7 +572,7 @@ class Call(Timed):
                 purpose="INVITE",
             )
         # until the answer: the session must not expire on our side (we are the refresher)
-        self.expire_at = now + self.interval_s * SECOND
+        self.expire_at = now + self.interval_s * NS_PER_S
         self.rearm()
 
     # --- our requests ---
@@ -704,7 +704,7 @@ class Call(Timed):
             self.start_session_timer(now)
             return
         if status == 491:  # glare: we do not own the Call-ID, so retry after 0-2 s (§14.1)
-            self.retry_at = now + self._ctx.rng.randrange(0, 2 * SECOND)
+            self.retry_at = now + self._ctx.rng.randrange(0, 2 * NS_PER_S)
         elif status == 422 and response is not None:
             try:
                 self.interval_s = max(self.interval_s or 0, min_se(response) or 0)

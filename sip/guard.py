@@ -46,10 +46,11 @@ from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from rtp.units import NS_PER_S
+
 __all__ = ["AuthGuard", "GuardConfig", "Hold"]
 
 log = logging.getLogger("parlora.sip")
-_SECOND = 1_000_000_000
 MAX_USER = 64  # characters of a username kept (peer input)
 
 Hold = Literal["banned", "backoff", "user_banned"]
@@ -112,9 +113,9 @@ class AuthGuard:
 
     def __init__(self, config: GuardConfig | None = None) -> None:
         self.config = c = config or GuardConfig()
-        self._window = int(c.window_s * _SECOND)
-        self._remember = int(c.remember_s * _SECOND)
-        self._trust_ns = int(c.trust_s * _SECOND)
+        self._window = int(c.window_s * NS_PER_S)
+        self._remember = int(c.remember_s * NS_PER_S)
+        self._trust_ns = int(c.trust_s * NS_PER_S)
         self._sources = _Ledger("source", c.ban_after, c.backoff_after)
         self._users = _Ledger("user", c.user_ban_after, 0)
         self._trusted: OrderedDict[str, int] = OrderedDict()  # "source user" → last success
@@ -201,7 +202,7 @@ class AuthGuard:
             count.next_check = 0
         elif ledger.backoff_after and n >= ledger.backoff_after:
             wait = c.backoff_s * 2 ** (n - ledger.backoff_after)
-            count.next_check = now + int(wait * _SECOND)
+            count.next_check = now + int(wait * NS_PER_S)
 
     def _ban(self, ledger: _Ledger, key: str, source: str, user: str | None, n: int, now: int) -> None:
         c = self.config
@@ -211,7 +212,7 @@ class AuthGuard:
         ledger.bans.move_to_end(key)
         _bounded(ledger.bans, c.max_entries)
         seconds = min(c.max_ban_s, c.ban_s * 2**ban.level)
-        ban.until = now + int(seconds * _SECOND)
+        ban.until = now + int(seconds * NS_PER_S)
         ban.at = now
         ban.level += 1
         self.bans[ledger.scope] += 1

@@ -43,6 +43,7 @@ what the application passes on to the trunk, so they are checked, never silently
 
 from __future__ import annotations
 
+from rtp.units import NS_PER_S
 from sip.auth import AuthAnswer, Credentials, DigestClient
 from sip.call import Call, Stage
 from sip.dialog import Dialog
@@ -51,7 +52,7 @@ from sip.sdp import LocalMedia, NegotiatedMedia, SessionDescription, accept_answ
 from sip.sdp import offer as sdp_offer
 from sip.sessiontimer import min_se, offered_timer, session_expires, session_expires_or_none
 from sip.transaction import ClientTransaction, Timed
-from sip.uabase import ALLOW, SECOND, SUPPORTED, UaContext, content_type, next_hop, parse_sdp_or_none, tag_of
+from sip.uabase import ALLOW, SUPPORTED, UaContext, content_type, next_hop, parse_sdp_or_none, tag_of
 from sip.uaevents import CallConfirmed, CallEnded, CallProgress
 from sip.uri import parse_uri
 
@@ -212,7 +213,7 @@ class OutboundCall(Timed):
         auth = DigestClient(credentials, rng=ctx.rng) if credentials is not None else None
         o = cls(ctx, call, invite, local, offer_sdp, destination, tp, auth)
         if ring_timeout_s is not None:
-            o.ring_at = now + int(ring_timeout_s * SECOND)
+            o.ring_at = now + int(ring_timeout_s * NS_PER_S)
         ctx.stats["calls_out"] += 1
         o._send_invite(now)
         o.rearm()

@@ -55,6 +55,7 @@ from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
+from rtp.units import NS_PER_S
 from sip.auth import AuthMissing, AuthOk, AuthStale, Credentials, DigestServer, parse_authorization
 from sip.guard import AuthGuard
 from sip.message import Request
@@ -75,8 +76,6 @@ __all__ = [
     "parse_networks",
 ]
 
-_SECOND = 1_000_000_000
-# User-Agent substrings of SIP scanners and war-dialling tools, matched case-insensitively
 DEFAULT_SCANNERS = (
     "friendly-scanner",
     "sipvicious",
@@ -313,7 +312,7 @@ class InboundPolicy:
                 buckets.popitem(last=False)
         else:
             buckets.move_to_end(host)
-            elapsed = max(0, now - bucket.at) / _SECOND
+            elapsed = max(0, now - bucket.at) / NS_PER_S
             bucket.tokens = min(burst, bucket.tokens + elapsed * rate)
             bucket.at = now
         if bucket.tokens >= 1.0:

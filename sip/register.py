@@ -52,6 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from rtp.units import NS_PER_S
 from sip.auth import AuthAnswer, Credentials, DigestClient
 from sip.message import Headers, Request, Response, parse_name_addr
 from sip.uri import parse_uri
@@ -66,7 +67,6 @@ __all__ = [
     "RegistrationStatus",
 ]
 
-_SECOND = 1_000_000_000
 RegistrationState = Literal["idle", "registering", "registered", "failed", "unregistering", "unregistered"]
 
 
@@ -157,7 +157,7 @@ class Keepalive:
         next_cseq: Callable[[], int],
     ) -> None:
         assert config.keepalive_s is not None and config.keepalive_s > 0
-        self.interval_ns = int(config.keepalive_s * _SECOND)
+        self.interval_ns = int(config.keepalive_s * NS_PER_S)
         self._config = config
         self._registrar = registrar
         self._destination = destination
@@ -244,7 +244,7 @@ class Keepalive:
 
     def status(self) -> KeepaliveStatus:
         return KeepaliveStatus(
-            interval_s=self.interval_ns / _SECOND,
+            interval_s=self.interval_ns / NS_PER_S,
             state=self._state,
             sent=self._sent,
             answered=self._answered,
@@ -383,7 +383,7 @@ class Registration:
             aor=self.config.aor,
             state=self._state,
             expires_at=b.expires_at,
-            expires_in_s=max(0.0, (b.expires_at - now) / _SECOND) if b.expires_at is not None else None,
+            expires_in_s=max(0.0, (b.expires_at - now) / NS_PER_S) if b.expires_at is not None else None,
             last_error=b.last_error,
             last_status=b.last_status,
             failures=b.failures,
@@ -528,13 +528,13 @@ class Registration:
             self._fail("the registrar granted no expiry", now, status=response.status)
             return
         b.granted_s = granted
-        b.expires_at = now + granted * _SECOND
+        b.expires_at = now + granted * NS_PER_S
         b.failures = 0
         b.last_error = None
         b.last_status = response.status
         b.next_at = None
-        refresh_in = min(granted * _SECOND // 2, (granted - self.config.refresh_margin_s) * _SECOND)
-        self._refresh_at = now + max(_SECOND, refresh_in)
+        refresh_in = min(granted * NS_PER_S // 2, (granted - self.config.refresh_margin_s) * NS_PER_S)
+        self._refresh_at = now + max(NS_PER_S, refresh_in)
         self._state = "registered"
         if self.keepalive is not None:
             self.keepalive.arm(now)
@@ -596,7 +596,7 @@ class Registration:
         delay *= 1.0 - c.backoff_jitter * self._rng.random()
         if retry_after_s is not None:
             delay = max(delay, min(float(retry_after_s), c.backoff_max_s))
-        b.next_at = now + max(1, int(delay * _SECOND))
+        b.next_at = now + max(1, int(delay * NS_PER_S))
         if b.expires_at is not None and b.expires_at <= now:
             b.expires_at = None
 

@@ -13,8 +13,9 @@ rules it follows.
 
 from __future__ import annotations
 
+from rtp.units import NS_PER_S
 from sip.message import Message
-from sip.uabase import SECOND, SUPPORTED, has_option
+from sip.uabase import SUPPORTED, has_option
 
 
 def supports_timer(message: Message) -> bool:
@@ -113,7 +114,7 @@ def timer_deadlines(now: int, interval_s: int | None, we_refresh: bool) -> tuple
     the peer's refresh must have come by the interval less min(32 s, interval/3)."""
     if interval_s is None:
         return None, None
-    interval = interval_s * SECOND
+    interval = interval_s * NS_PER_S
     if we_refresh:
         return now + interval // 2, None
-    return None, now + interval - min(32 * SECOND, interval // 3)
+    return None, now + interval - min(32 * NS_PER_S, interval // 3)

@@ -44,6 +44,7 @@ import itertools
 from dataclasses import dataclass
 from enum import Enum
 
+from rtp.units import NS_PER_MS
 from sip.message import (
     Headers,
     Request,
@@ -57,7 +58,6 @@ from sip.message import (
 
 MAGIC_COOKIE = "z9hG4bK"  # RFC 3261 §8.1.1.7
 RELIABLE_TRANSPORTS = frozenset({"TCP", "TLS", "SCTP", "WS", "WSS"})
-_MS = 1_000_000
 
 
 def is_reliable(transport: str) -> bool:
@@ -69,9 +69,9 @@ def is_reliable(transport: str) -> bool:
 class TimerConfig:
     """RFC 3261 §17.1.1.1 / Table 4 base values, in nanoseconds (defaults: T1 500 ms, T2 4 s, T4 5 s)."""
 
-    t1: int = 500 * _MS
-    t2: int = 4000 * _MS
-    t4: int = 5000 * _MS
+    t1: int = 500 * NS_PER_MS
+    t2: int = 4000 * NS_PER_MS
+    t4: int = 5000 * NS_PER_MS
 
     @property
     def timeout(self) -> int:
@@ -81,7 +81,7 @@ class TimerConfig:
     @property
     def timer_d(self) -> int:
         """Timer D on unreliable transports: "at least 32 s" (§17.1.1.2)."""
-        return max(32_000 * _MS, self.timeout)
+        return max(32_000 * NS_PER_MS, self.timeout)
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,6 @@ KNOWN_NOT_ALLOWED = frozenset({"REGISTER", "SUBSCRIBE", "PUBLISH", "MESSAGE", "P
 SUPPORTED_OPTIONS = ("timer",)
 SUPPORTED = ", ".join(SUPPORTED_OPTIONS)
 DTMF_TYPES = ("application/dtmf-relay", "application/dtmf")
-SECOND = 1_000_000_000
 DTMF_SIGNALS = {str(i): str(i) for i in range(10)} | {"*": "*", "#": "#", "10": "*", "11": "#"}
 DTMF_SIGNALS |= {c: c for c in "ABCD"} | {str(12 + i): c for i, c in enumerate("ABCD")}
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from rtp.audio import Encoding
 from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
+from rtp.units import NS_PER_MS
 
 _audioop: ModuleType | None = None
 if sys.byteorder == "little":  # audioop reads native samples; ours are little-endian
@@ -69,7 +70,6 @@ __all__ = [
     "voiced_windows",
 ]
 
-_NS_PER_MS = 1_000_000
 _FULL_SCALE = 32768.0
 
 
@@ -268,8 +268,8 @@ class EchoModel:
         self._threshold_ms = mean_square(opts.threshold_dbfs)
         self._threshold_rms = math.sqrt(self._threshold_ms)
         self._chunk_bytes = max(1, rate * opts.chunk_ms // 1000) * sample_width
-        self._chunk_ns = opts.chunk_ms * _NS_PER_MS
-        self._lead_ns = opts.lead_ms * _NS_PER_MS
+        self._chunk_ns = opts.chunk_ms * NS_PER_MS
+        self._lead_ns = opts.lead_ms * NS_PER_MS
 
         self._received = 0  # samples received
         self._analysed = 0  # samples covered by complete windows

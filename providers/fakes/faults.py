@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-_NS_PER_MS = 1_000_000
+from rtp.units import NS_PER_MS
 
 
 class FaultKind(enum.Enum):
@@ -137,7 +137,7 @@ class FaultSchedule:
         if not fault.applies_to(self.connection):
             return
         base = self._start if from_start else now
-        self._pending.append((base + fault.after_ms * _NS_PER_MS, fault))
+        self._pending.append((base + fault.after_ms * NS_PER_MS, fault))
         self._pending.sort(key=lambda item: item[0])
 
     def due(self, now: int) -> list[Fault]:
@@ -162,7 +162,7 @@ class FaultSchedule:
         if entry is None:
             return None
         at, fault = entry
-        if kind is FaultKind.STALL and fault.value is not None and now >= at + int(fault.value * _NS_PER_MS):
+        if kind is FaultKind.STALL and fault.value is not None and now >= at + int(fault.value * NS_PER_MS):
             del self._states[kind]
             return None
         return fault
@@ -183,7 +183,7 @@ class FaultSchedule:
         entry = self._states.get(FaultKind.STALL)
         if entry is None or entry[1].value is None:
             return None
-        return entry[0] + int(entry[1].value * _NS_PER_MS)
+        return entry[0] + int(entry[1].value * NS_PER_MS)
 
     def next_deadline(self) -> int | None:
         if not self._pending and not self._states:  # no fault at all: the common case, asked every frame

@@ -89,6 +89,7 @@ from providers.fakes.server import (
     serving,
 )
 from rtp.resample import Resampler
+from rtp.units import NS_PER_MS
 
 __all__ = [
     "ALLOWED_SERVER_KEYS",
@@ -103,7 +104,6 @@ __all__ = [
     "serve",
 ]
 
-_NS_PER_MS = 1_000_000
 _IN_RATE = 16_000
 _OUT_RATE = 24_000
 _WINDOW = _IN_RATE * 20 // 1000  # samples per VAD window
@@ -770,15 +770,15 @@ class GeminiFakeConnection(FakeCore):
             [f for f in self._initial_faults if f.kind is not FaultKind.SLOW_HANDSHAKE], self.index + 1, now
         )
         slow = [f for f in self._initial_faults if f.kind is FaultKind.SLOW_HANDSHAKE]
-        delay = int((slow[-1].value or 0) * _NS_PER_MS) if slow else 0
+        delay = int((slow[-1].value or 0) * NS_PER_MS) if slow else 0
         for f in slow:
             self._note_fault(f)
         self._setup_complete_at = now + delay
-        life = opts.connection_lifetime_ms * _NS_PER_MS
+        life = opts.connection_lifetime_ms * NS_PER_MS
         self._close_at = self._created + life
-        self._go_away_at = max(now, self._close_at - opts.go_away_ms * _NS_PER_MS)
+        self._go_away_at = max(now, self._close_at - opts.go_away_ms * NS_PER_MS)
         if self._compression is None:
-            self._cap_at = self.session.started + opts.session_cap_ms * _NS_PER_MS
+            self._cap_at = self.session.started + opts.session_cap_ms * NS_PER_MS
         if self._resumption:
             self._next_update = now  # the first update follows setupComplete
         self._fire_faults(now)
@@ -808,7 +808,7 @@ class GeminiFakeConnection(FakeCore):
             if session.holder is not None:
                 raise _Reject(1011, INTERNAL_ERROR)  # the old socket still holds the session
             ended = max(snap.issued, session.released or snap.issued)
-            if now - ended > self.options.handle_ttl_ms * _NS_PER_MS:
+            if now - ended > self.options.handle_ttl_ms * NS_PER_MS:
                 raise _Reject(1007, INVALID_ARGUMENT)  # expired
             session.turns, session.context_text, session.context_audio = (
                 snap.turns,
@@ -993,7 +993,7 @@ class GeminiFakeConnection(FakeCore):
                 reply.text if turn.reply == "echo" and reply.text else placeholder
             )
         reply.words = _words(transcript) if transcript else []
-        reply.t0 = reply.next_due = now + self.options.response_latency_ms * _NS_PER_MS
+        reply.t0 = reply.next_due = now + self.options.response_latency_ms * NS_PER_MS
 
     def _pump(self, now: int) -> None:
         """Send what is due of the open turn; then generationComplete, then turnComplete."""
@@ -1081,7 +1081,7 @@ class GeminiFakeConnection(FakeCore):
             self.sessions.issue(handle, self.session, now)
             self.record.handles.append(handle)
             self._emit({"sessionResumptionUpdate": {"newHandle": handle, "resumable": True}})
-        self._next_update = now + self.options.resumption_update_ms * _NS_PER_MS
+        self._next_update = now + self.options.resumption_update_ms * NS_PER_MS
 
     # -- timers and faults ----------------------------------------------------------------------------------
 
@@ -1102,7 +1102,7 @@ class GeminiFakeConnection(FakeCore):
         if self._go_away_at is not None and now >= self._go_away_at:
             left = (self._close_at or now) - now
             self._go_away_at = None
-            self._emit({"goAway": {"timeLeft": _duration(left // _NS_PER_MS)}})
+            self._emit({"goAway": {"timeLeft": _duration(left // NS_PER_MS)}})
         self._pump(now)
         if self._next_update is not None and now >= self._next_update:
             self._update_resumption(now)

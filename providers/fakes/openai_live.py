@@ -118,6 +118,7 @@ from providers.fakes.server import (
     serving,
 )
 from rtp.audio import PCM16_16K, PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat
+from rtp.units import NS_PER_MS, NS_PER_S
 
 __all__ = [
     "LiveFakeOptions",
@@ -133,8 +134,6 @@ __all__ = [
     "server",
 ]
 
-_NS_PER_MS = 1_000_000
-_NS_PER_S = 1_000_000_000
 _TONE_AMPLITUDE = 0.3  # of full scale: about -10 dBFS peak, clearly voiced, far from clipping
 _GARBAGE_FRAME = '{"type":"session.output_audio.delta","delta":"AAAA'  # a truncated frame: not JSON
 # The hot frames, as json.dumps(..., separators=(",", ":")) writes them and the bridge's adapter sends them.
@@ -435,8 +434,8 @@ class LiveFakeConnection(FakeCore):
         self._playout: _Playout | None = None
         self._free_at = 0  # when the last reply's media clock reached its end
         self._out_end_ms = 0  # where the last output transcript ended on the input timeline
-        self._chunk_ns = self.options.chunk_ms * _NS_PER_MS
-        self._lead_ns = self.options.lead_ms * _NS_PER_MS
+        self._chunk_ns = self.options.chunk_ms * NS_PER_MS
+        self._lead_ns = self.options.lead_ms * NS_PER_MS
         self._chunk_bytes = 1
         self.delegations: dict[str, DelegationRecord] = {}
         self.dropped = 0
@@ -581,7 +580,7 @@ class LiveFakeConnection(FakeCore):
                     "usage": self._usage(now),
                 }
             )
-            interval = self.options.usage_interval_ms * _NS_PER_MS
+            interval = self.options.usage_interval_ms * NS_PER_MS
             k = (now - self._started_at) // interval + 1
             self._next_usage = self._started_at + k * interval
 
@@ -685,7 +684,7 @@ class LiveFakeConnection(FakeCore):
         for fault in fired:  # a slow handshake must be known before session.started can be sent
             if fault.kind is FaultKind.SLOW_HANDSHAKE:
                 self._fault(fault, now)
-        self._announce_at = now + int(self._slow_handshake_ms * _NS_PER_MS)
+        self._announce_at = now + int(self._slow_handshake_ms * NS_PER_MS)
         if self._slow_handshake_ms <= 0:
             self._announce(now)
         for fault in fired:
@@ -702,12 +701,12 @@ class LiveFakeConnection(FakeCore):
         self._decode, self._encode = codec(config.fmt.encoding)
         self._chunk_bytes = max(1, config.fmt.rate * self.options.chunk_ms // 1000) * config.fmt.sample_width
         self._pcm16 = config.fmt.sample_width == 2
-        self._next_usage = now + self.options.usage_interval_ms * _NS_PER_MS
-        self._expires = now + self.options.session_length_ms * _NS_PER_MS
+        self._next_usage = now + self.options.usage_interval_ms * NS_PER_MS
+        self._expires = now + self.options.session_length_ms * NS_PER_MS
         session_id = self._ids.new("sess")
         self.record.session_id = session_id
         expires_at = (
-            self._unix_time + (now - self._created_now) // _NS_PER_S + self.options.session_length_ms // 1000
+            self._unix_time + (now - self._created_now) // NS_PER_S + self.options.session_length_ms // 1000
         )
         resource: dict[str, Any] = {
             "id": session_id,
@@ -910,7 +909,7 @@ class LiveFakeConnection(FakeCore):
                     "end_ms": self._out_end_ms,
                 }
             )
-        length_ns = length * _NS_PER_S // (fmt.rate * fmt.sample_width)
+        length_ns = length * NS_PER_S // (fmt.rate * fmt.sample_width)
         return _Playout(reply, length, length_ns, MediaClock(t0, float(self._lead_ns), self._speed))
 
     def _audio(self, reply: _Reply, start: int, end: int) -> bytes:
@@ -927,7 +926,7 @@ class LiveFakeConnection(FakeCore):
     # -- server events --------------------------------------------------------------------------------------
 
     def _usage(self, now: int) -> dict[str, float]:
-        return {"seconds": float((now - self._started_at) // _NS_PER_S)}
+        return {"seconds": float((now - self._started_at) // NS_PER_S)}
 
     def _finish(self, reason: str, now: int, client_event_id: str | None) -> None:
         assert self._resource is not None

@@ -80,6 +80,7 @@ from providers.fakes.server import (
     IdSource,
 )
 from rtp.audio import AudioFormat, Encoding
+from rtp.units import NS_PER_MS
 
 __all__ = [
     "Dialect",
@@ -92,8 +93,6 @@ __all__ = [
     "threshold_dbfs",
 ]
 
-_NS_PER_MS = 1_000_000
-_NS_PER_S = 1_000_000_000
 _MAX_APPEND_B64 = 15 * 2**20  # providers.md §1.4: up to 15 MiB of base64 per append
 _MIN_COMMIT_MS = 100  # §1.9: a commit needs at least 100 ms of audio
 _GARBAGE = '{"type":"response.output_audio.delta","event_id":"event_'  # garbage_json: cut-off JSON
@@ -357,9 +356,9 @@ class RealtimeFamilyConnection(FakeCore):
 
         length = opts.session_length_ms or d.session_length_ms
         self._length_ms = length
-        self._expires: int | None = now + length * _NS_PER_MS
+        self._expires: int | None = now + length * NS_PER_MS
         interval = d.ping_interval_ms if opts.ping_interval_ms is None else opts.ping_interval_ms
-        self._ping_ns = interval * _NS_PER_MS if interval else None
+        self._ping_ns = interval * NS_PER_MS if interval else None
         self._next_ping = now + self._ping_ns if self._ping_ns else None
 
         session_id = self._ids.new("sess")
@@ -436,7 +435,7 @@ class RealtimeFamilyConnection(FakeCore):
             self._expire()
             return
         while self._next_ping is not None and self._ping_ns and now >= self._next_ping:
-            stamp = self._unix_time * 1000 + (self._next_ping - self._created_now) // _NS_PER_MS
+            stamp = self._unix_time * 1000 + (self._next_ping - self._created_now) // NS_PER_MS
             self._emit({"type": "ping", "timestamp": stamp})
             self._next_ping += self._ping_ns
         if self._idle_at is not None and now >= self._idle_at:
@@ -504,7 +503,7 @@ class RealtimeFamilyConnection(FakeCore):
         elif kind is FaultKind.INVALID_AUDIO:
             self._corrupt_audio = True
         elif kind is FaultKind.SLOW_HANDSHAKE and self._handshake_at is not None:
-            delay = int((fault.value or 0) * _NS_PER_MS)
+            delay = int((fault.value or 0) * NS_PER_MS)
             self._handshake_at = max(self._handshake_at, now + delay)
         # BURST, STALL and DUPLICATE_TOOL_CALL are states, asked for where they act.
 
@@ -1066,11 +1065,11 @@ class RealtimeFamilyConnection(FakeCore):
                 _Chunk(
                     p,
                     words[len(words) * i // n : len(words) * (i + 1) // n],
-                    int(_ms(fmt, len(p)) * _NS_PER_MS),
+                    int(_ms(fmt, len(p)) * NS_PER_MS),
                 )
                 for i, p in enumerate(pieces)
             ]
-        r.next_at = now + self.options.response_latency_ms * _NS_PER_MS
+        r.next_at = now + self.options.response_latency_ms * NS_PER_MS
 
     def _pump(self, now: int) -> None:
         """Send every chunk of the active response that is due at `now`; finish it after the last."""
@@ -1147,8 +1146,8 @@ class RealtimeFamilyConnection(FakeCore):
         idle = td.get("idle_timeout_ms")
         if not self.dialect.idle_timeout or td.get("type") != "server_vad" or not idle:
             return
-        played_out = (r.first_at if r.first_at is not None else now) + int(r.audio_ms * _NS_PER_MS)
-        self._idle_at = max(now, played_out) + int(idle) * _NS_PER_MS
+        played_out = (r.first_at if r.first_at is not None else now) + int(r.audio_ms * NS_PER_MS)
+        self._idle_at = max(now, played_out) + int(idle) * NS_PER_MS
 
     def _previous_of(self, item_id: str) -> str | None:
         previous = None

@@ -64,8 +64,7 @@ from websockets.speedups import apply_mask
 
 from providers.fakes.faults import Fault, FaultKind, parse_fault
 from providers.ws_shell import Keepalive, KeepaliveAction, frame_extent
-
-_NS_PER_S = 1_000_000_000
+from rtp.units import NS_PER_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,7 +271,7 @@ class FakeServer:
             line = {"conn": record.index, "session": record.session_id, **note}
             if line["t_ns"] is None:
                 line["t_ns"] = now
-            line["unix"] = round(unix - (mono - int(line["t_ns"])) / _NS_PER_S, 4)
+            line["unix"] = round(unix - (mono - int(line["t_ns"])) / NS_PER_S, 4)
             notes.write(json.dumps(line, separators=(",", ":")) + "\n")
         notes.flush()
 
@@ -790,7 +789,7 @@ class _Socket(asyncio.Protocol):
                 return
             self._timer.cancel()
         self._timer_at = due
-        self._timer = self._loop.call_later(max(0.0, (due - time.monotonic_ns()) / _NS_PER_S), self._on_timer)
+        self._timer = self._loop.call_later(max(0.0, (due - time.monotonic_ns()) / NS_PER_S), self._on_timer)
 
     def _on_timer(self) -> None:
         self._timer = None

@@ -51,12 +51,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bridge.amd import AmdBeep, AmdNoBeep, AmdOptions, AmdVerdict, AnsweringMachineDetector
 from rtp.g711 import ulaw_decode, ulaw_encode
+from rtp.units import NS_PER_MS as MS
 from tests.bench.stats import percentile
 
 RATE = 8000
 FRAME = 160
-MS = 1_000_000
-
 MACHINE_TEXTS = [
     "Hi, you've reached John. Leave a message.",
     "Hi, you've reached John Smith. I can't take your call right now, please leave a message after the tone.",

@@ -30,9 +30,9 @@ from providers.base import Capabilities
 from providers.events import AudioReceived, SessionStarted
 from providers.limits import OPENAI_REALTIME
 from rtp.audio import PCMU_8K
+from rtp.units import NS_PER_MS as MS
 from sip.leg import PlayoutLeg
 
-MS = 1_000_000
 TICK = 20 * MS
 CAPS = Capabilities(server_vad=True, speech_end_events=True, timed_captions=True, truncate=True)
 CALLER = bytes(range(256)) + bytes(64)  # 320 bytes of "speech"

@@ -34,8 +34,8 @@ from rtp.packet import build, pack_into, parse
 from rtp.plc import Concealer
 from rtp.rtcp import ReceiverStats
 from rtp.stream import RtpStream, StreamConfig
+from rtp.units import NS_PER_MS as MS
 
-MS = 1_000_000
 ADDR = ("127.0.0.1", 40000)
 
 

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-NS_PER_MS = 1_000_000
+from rtp.units import NS_PER_MS
+
 FRAME_SAMPLES = 160  # 20 ms at 8 kHz
 PCM_FRAME_BYTES = 2 * FRAME_SAMPLES
 SILENT_KEYS = frozenset({zlib.crc32(bytes(PCM_FRAME_BYTES))})  # digital silence: identical everywhere

@@ -18,6 +18,7 @@ from collections.abc import Callable
 import peers
 import pytest
 
+from rtp.units import NS_PER_MS as MS
 from sip.engine import EngineConfig
 from sip.leg import CallLeg
 from sip.native import NativeUserAgent
@@ -26,7 +27,6 @@ from tests.support.native_engine import _wait_until
 
 pytestmark = pytest.mark.serial  # it floods
 
-MS = 1_000_000
 SOURCES = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
 
 

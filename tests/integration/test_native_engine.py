@@ -30,6 +30,7 @@ import pytest
 
 from rtp.g711 import ulaw_decode
 from rtp.playout import OutboundFrame
+from rtp.units import NS_PER_MS as MS
 from sip.engine import EngineConfig, create_engine
 from sip.leg import CallEnded, CallLeg, FrameReceived, MediaStarted
 from sip.native import NativeLeg, NativeUserAgent
@@ -38,9 +39,6 @@ from tests.support.native_engine import _wait_until
 from tests.support.telephony_sip import TARGET, LegDriver
 
 NATIVE = ("--engine", "native")
-
-
-MS = 1_000_000
 
 
 def _media_port(bridge, call_id: str = "call-1") -> int:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from bridge.records import CallInfo, CallOutcome, RecordBuilder
 from rtp.ledger import CarrierLedger
-
-MS = 1_000_000
-
+from rtp.units import NS_PER_MS as MS
 
 T0 = 5_000 * MS  # the session's start on the monotonic clock
 

@@ -18,10 +18,8 @@ from providers.limits import (
 from rtp.audio import PCMU_8K
 from rtp.g711 import ulaw_encode
 from rtp.playout import OutboundFrame, Playout
+from rtp.units import NS_PER_MS as MS
 from sip.leg import PlayoutLeg
-
-MS = 1_000_000
-
 
 TICK = 20 * MS
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rtp.units import NS_PER_MS as MS
 from sip.message import Message, Request, Response, parse
 from sip.sdp import LocalMedia
 from sip.ua import (
@@ -12,9 +13,6 @@ from sip.ua import (
     UaEvent,
     UserAgent,
 )
-
-MS = 1_000_000
-
 
 S = 1000 * MS
 

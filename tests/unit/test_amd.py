@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridge.amd import AmdBeep, AmdEvent, AmdNoBeep, AmdOptions, AmdVerdict, AnsweringMachineDetector
+from rtp.units import NS_PER_MS as MS
 from tests.support.amd import RATE, _amp, _pcm, noise, quiet, speech, tone
 
-MS = 1_000_000
 T0 = 5_000_000_000
 
 

@@ -15,8 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 import stats
 
 from rtp.g711 import ulaw_decode
-
-MS = 1_000_000
+from rtp.units import NS_PER_MS as MS
 
 
 def test_percentile_interpolates_between_ranks_like_numpy() -> None:

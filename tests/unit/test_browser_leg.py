@@ -21,9 +21,9 @@ from bridge.browser import (
 )
 from bridge.cushion import AdaptiveCushion
 from rtp.playout import OutboundFrame, Playout
+from rtp.units import NS_PER_MS as MS
 from sip.leg import CallEnded, CallIdentity, FrameReceived, TransferProgress
 
-MS = 1_000_000
 TICK = 20 * MS
 
 

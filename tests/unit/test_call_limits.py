@@ -9,10 +9,9 @@ from collections import Counter
 from typing import Any
 
 from rtp.limits import NEVER, CallLimits
+from rtp.units import NS_PER_S as S
 from sip.sdp import NegotiatedMedia
 from tests.support.native_shell import VirtualClock, _call_media
-
-S = 1_000_000_000
 
 
 def test_a_call_held_longer_than_the_hold_limit_is_ended() -> None:

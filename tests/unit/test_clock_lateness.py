@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from bridge.metrics import BridgeMetrics
 from bridge.observe import CallObserver
 from rtp.clock import FRAME_NS, LATE_CAUSES, MediaClockShell
+from rtp.units import NS_PER_MS as MS
 from sip.engine import EngineFeatures
 
-MS = 1_000_000
 T0 = 1_000_000_000
 
 

@@ -17,8 +17,8 @@ from providers.fakes.echo import (
     UtteranceDetected,
 )
 from rtp.g711 import ulaw_decode, ulaw_encode
+from rtp.units import NS_PER_MS as MS
 
-MS = 1_000_000
 RATE = 8000
 
 

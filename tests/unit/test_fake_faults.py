@@ -14,9 +14,9 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule, parse_fault
 from providers.fakes.openai_live import serve
+from rtp.units import NS_PER_MS as MS
+from rtp.units import NS_PER_S as S
 
-MS = 1_000_000
-S = 1_000_000_000
 AUTH = {"Authorization": "Bearer sk-test"}
 START = json.dumps({"type": "session.start", "session": {"model": "gpt-live-1"}})
 

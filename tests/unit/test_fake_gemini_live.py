@@ -26,9 +26,9 @@ from providers.fakes.gemini_live import (
 )
 from providers.fakes.script import Script, ToolCallScript, Turn
 from providers.fakes.server import CloseRequest, SequentialIds
+from rtp.units import NS_PER_MS as MS
+from rtp.units import NS_PER_S as S
 
-MS = 1_000_000
-S = 1_000_000_000
 MODEL = "models/gemini-3.1-flash-live-preview"
 FAST = GeminiFakeOptions(response_latency_ms=0)
 

@@ -24,9 +24,8 @@ from providers.fakes.openai_live import CloseRequest, LiveFakeConnection, Sequen
 from providers.fakes.openai_live import LiveFakeOptions as _LiveFakeOptions
 from providers.fakes.script import ECHO, Script, ToolCallScript, Turn
 from rtp.g711 import alaw_decode, alaw_encode, ulaw_decode, ulaw_encode
-
-MS = 1_000_000
-S = 1_000_000_000
+from rtp.units import NS_PER_MS as MS
+from rtp.units import NS_PER_S as S
 
 
 def LiveFakeOptions(**options: Any) -> _LiveFakeOptions:

@@ -22,8 +22,8 @@ from providers.fakes.script import Script, ToolCallScript, Turn
 from providers.fakes.server import SequentialIds
 from providers.fakes.xai import DIALECT as XAI
 from rtp.g711 import ulaw_decode, ulaw_encode
+from rtp.units import NS_PER_MS as MS
 
-MS = 1_000_000
 UNIX = 1_800_000_000
 PCMU = {"type": "audio/pcmu"}
 

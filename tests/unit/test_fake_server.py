@@ -27,8 +27,7 @@ from providers.fakes.server import (
     FakeServer,
     server_text_frame,
 )
-
-MS = 1_000_000
+from rtp.units import NS_PER_MS as MS
 
 
 class ScriptedCore:

@@ -1,8 +1,7 @@
 """Asking whether a lasting fault is active never swallows a one-shot fault that is also due."""
 
 from providers.fakes.faults import FaultKind, FaultSchedule, parse_fault
-
-MS = 1_000_000
+from rtp.units import NS_PER_MS as MS
 
 
 def test_active_does_not_swallow_one_shot_faults_and_due_reports_each_fault_once() -> None:

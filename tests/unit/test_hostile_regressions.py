@@ -57,13 +57,13 @@ from providers.openai_live import LiveClientProtocol, LiveConfig
 from providers.realtime_family import RAW_LOG_LIMIT, RealtimeClientProtocol
 from rtp.packet import build
 from rtp.stream import RtpStream, StreamConfig
+from rtp.units import NS_PER_MS as MS
 from sip.leg import CallEnded
 from sip.message import StreamFramer
 from sip.sdp import LocalMedia, answer, parse_sdp
 from sip.transport import SipTransports
 from tests.support.session import FakeLeg, FakeProvider
 
-MS = 1_000_000
 CALLER = ("127.0.0.1", 40000)
 HUGE = "x" * 65_536
 

@@ -59,7 +59,8 @@ RTP_SHELLS = frozenset(
 PROVIDER_SHELLS = frozenset({"providers.ws_shell", "providers.gemini_live", "providers.realtime_family"})
 PROVIDER_SHELL_PACKAGES = ("providers.fakes",)
 SIP_ENGINES = SIP_SHELLS | {"sip.native", "sip.pjsua2"}  # `bridge` reaches an engine only through sip.engine
-PROVIDERS_MAY_USE_RTP = ("rtp.audio", "rtp.g711", "rtp.resample")  # audio formats, G.711, resampling
+# audio formats, G.711, resampling, the units of time
+PROVIDERS_MAY_USE_RTP = ("rtp.audio", "rtp.g711", "rtp.resample", "rtp.units")
 
 
 def modules(root: Path = ROOT) -> dict[str, Path]:

@@ -2,8 +2,7 @@
 
 from rtp.ledger import CarrierLedger
 from rtp.playout import OutboundFrame, Playout
-
-MS = 1_000_000
+from rtp.units import NS_PER_MS as MS
 
 
 def frames(item: str, count: int, epoch: int = 0, first_offset: int = 0) -> list[OutboundFrame]:

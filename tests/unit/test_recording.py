@@ -31,9 +31,9 @@ from bridge.records import AppEvent, CallEnded, CallInfo, CallOutcome, CallStart
 from rtp.ledger import CarrierLedger
 from rtp.playout import OutboundFrame
 from rtp.rtcp import QoS
+from rtp.units import NS_PER_MS as MS
 from sip.leg import LegFeatures, PlayoutLeg, offers_cushion, offers_qos
 
-MS = 1_000_000
 T0 = 7_000 * MS
 INFO = CallInfo("call-1", "abc@h", "<sip:a@h>", "<sip:b@h>", "b", "127.0.0.1:5070", None, "echo")
 

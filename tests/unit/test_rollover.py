@@ -25,8 +25,8 @@ from bridge.commands import (
     TakeFloor,
 )
 from bridge.rollover import RolloverController, RolloverOptions
+from rtp.units import NS_PER_MS as MS
 
-MS = 1_000_000
 S = 1_000 * MS
 OPTS = RolloverOptions()
 AFTER, DEADLINE, HARD = OPTS.after_ms * MS, OPTS.deadline_ms * MS, OPTS.hard_stop_ms * MS

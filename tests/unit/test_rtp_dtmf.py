@@ -9,8 +9,7 @@ import pytest
 
 from rtp.dtmf import DtmfDigit, DtmfReceiver, DtmfSender, event_code
 from rtp.packet import Drop
-
-MS = 1_000_000
+from rtp.units import NS_PER_MS as MS
 
 
 def ev(code: int, end: bool, duration: int, volume: int = 10) -> bytes:

@@ -14,8 +14,8 @@ from rtp.g711 import ulaw_decode, ulaw_encode
 from rtp.jitter import FrameKind, JitterBuffer, PlayoutFrame
 from rtp.packet import Drop
 from rtp.plc import SILENCE_FRAME
+from rtp.units import NS_PER_MS as MS
 
-MS = 1_000_000
 SSRC = 0x1234
 
 

@@ -15,10 +15,10 @@ from rtp.packet import Drop, build
 from rtp.playout import Playout
 from rtp.rtcp import QoS
 from rtp.stream import ARRIVAL_WINDOW_MS, PCMU, RtpStream, StreamConfig
+from rtp.units import NS_PER_MS as MS
 from sip.leg import CallIdentity, LegFeatures
 from sip.sdp import NegotiatedMedia
 
-MS = 1_000_000
 SDP = ("192.0.2.10", 4000)
 NATTED = ("198.51.100.7", 31000)
 OTHER = ("203.0.113.9", 5000)

@@ -11,9 +11,9 @@ from rtp.media import CallMedia, LimitReached
 from rtp.packet import build, parse
 from rtp.playout import OutboundFrame, Playout
 from rtp.stream import PCMA, RtpStream, StreamConfig
+from rtp.units import NS_PER_MS as MS
+from rtp.units import NS_PER_S as S
 
-S = 1_000_000_000
-MS = 1_000_000
 CALLER = ("192.0.2.2", 4000)
 
 

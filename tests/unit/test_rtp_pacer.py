@@ -3,8 +3,7 @@
 import pytest
 
 from rtp.pacer import MediaClock, Tick
-
-MS = 1_000_000
+from rtp.units import NS_PER_MS as MS
 
 
 def test_deadlines_are_absolute_and_do_not_drift_with_wake_up_latency() -> None:

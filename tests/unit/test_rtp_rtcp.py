@@ -23,9 +23,9 @@ from rtp.rtcp import (
     ntp_from_ns,
     parse_compound,
 )
+from rtp.units import NS_PER_MS as MS
+from rtp.units import NS_PER_S as S
 
-MS = 1_000_000
-S = 1_000_000_000
 US, THEM = 0x11111111, 0x22222222
 
 

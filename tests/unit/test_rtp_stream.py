@@ -13,8 +13,8 @@ from rtp.jitter import FrameKind
 from rtp.packet import Drop, RtpPacket, build, parse
 from rtp.rtcp import Goodbye, ReceiverReport, SenderReport, parse_compound
 from rtp.stream import RtcpReceived, RtpStream, StreamConfig
+from rtp.units import NS_PER_MS as MS
 
-MS = 1_000_000
 A_ADDR = ("127.0.0.1", 40000)
 B_ADDR = ("127.0.0.1", 50000)
 

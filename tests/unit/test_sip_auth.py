@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rtp.units import NS_PER_S as S
 from sip.auth import (
     AuthAnswer,
     AuthFailed,
@@ -27,7 +28,6 @@ from sip.auth import (
 )
 from sip.message import Headers, Response
 
-S = 1_000_000_000
 URI = "sip:pbx.example.com"
 
 

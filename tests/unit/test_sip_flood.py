@@ -8,11 +8,11 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
+from rtp.units import NS_PER_MS as MS
 from sip.message import Request, make_response, parse
 from sip.transaction import Scheduler, ServerTransaction, State, TransactionLayer
 from sip.ua import UaConfig, UserAgent
 
-MS = 1_000_000
 S = 1000 * MS
 T1 = 500 * MS
 SOURCE = ("192.0.2.10", 5060)

@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from rtp.units import NS_PER_S as S
 from sip.auth import Credentials, DigestServer, digest
 from sip.engine import EngineConfig, digest_realm
 from sip.guard import AuthGuard, GuardConfig
@@ -18,7 +19,6 @@ from sip.policy import SERVED_METHODS, Accept, Challenge, Drop, InboundPolicy
 from sip.register import Registration, RegistrationConfig
 from sip.ua import ALLOWED, UaConfig, UserAgent
 
-S = 1_000_000_000
 GUESSER = ("198.51.100.66", 5070)
 OTHER = ("198.51.100.67", 5070)
 URI = "sip:+15551234@bridge.example"

@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from rtp.units import NS_PER_S as S
 from sip.auth import AuthAnswer, Credentials, DigestClient, DigestServer
 from sip.message import Headers, Request, Response, parse
 from sip.policy import (
@@ -23,7 +24,6 @@ from sip.policy import (
 from sip.ua import IncomingCall, UaConfig, UserAgent
 from tests.support.sip_policy import run
 
-S = 1_000_000_000
 TRUNK = ("203.0.113.7", 5060)
 STRANGER = ("198.51.100.99", 5060)
 

@@ -7,12 +7,12 @@ import random
 
 import pytest
 
+from rtp.units import NS_PER_S as S
 from sip.auth import AuthOk, Credentials, DigestServer
 from sip.message import Request, Response, make_response, parse, serialize
 from sip.register import Registration, RegistrationConfig
 from sip.ua import UaConfig, UserAgent
 
-S = 1_000_000_000
 AOR = "sip:1001@pbx.example.com"
 CONFIG = RegistrationConfig(aor=AOR, contact="sip:1001@203.0.113.5:5060", via_host="203.0.113.5")
 

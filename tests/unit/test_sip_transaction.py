@@ -3,6 +3,7 @@ ACK for non-2xx, Timer H, the §13.3.1.4 2xx retransmission, matching (RFC 3261 
 
 from __future__ import annotations
 
+from rtp.units import NS_PER_MS as MS
 from sip.message import Request, Response, make_response, parse
 from sip.transaction import (
     AckTimeout,
@@ -18,7 +19,6 @@ from sip.transaction import (
     Transmit,
 )
 
-MS = 1_000_000
 S = 1000 * MS
 PEER = ("192.0.2.10", 5060)
 

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rtp.units import NS_PER_S as S
 from sip.leg import TransferProgress
 from sip.transfer import (
     DEFAULT_TRANSFER_TIMEOUT_NS,
@@ -21,7 +22,6 @@ from sip.transfer import (
     TransferTracker,
 )
 
-S = 1_000_000_000
 TARGET = "sip:desk@127.0.0.1:5999"
 OTHER = "sip:ops@127.0.0.1:5999"
 

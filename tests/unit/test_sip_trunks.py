@@ -14,6 +14,7 @@ import pytest
 from bridge.api import _engine_config
 from bridge.config import ConfigError, load
 from bridge.ops import server_config
+from rtp.units import NS_PER_S as S
 from sip.auth import AuthAnswer, Credentials, DigestClient
 from sip.engine import EngineConfig, check_listen
 from sip.message import Headers, Request, Response, make_response, parse, serialize
@@ -24,7 +25,6 @@ from sip.trunks import Trunk, TrunkTable, match
 from sip.ua import IncomingCall, UaConfig, UserAgent
 from tests.support.sip_policy import run
 
-S = 1_000_000_000
 PBX = ("10.20.0.5", 5060)
 CARRIER = ("203.0.113.9", 5060)
 STRANGER = ("198.18.0.1", 5060)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import random
 
+from rtp.units import NS_PER_MS as MS
 from sip.auth import AuthOk, Credentials, DigestServer
 from sip.message import Headers, Request, Response, parse_via, serialize
 from sip.sdp import LocalMedia
 from sip.ua import CallConfirmed, CallEnded, CallProgress, UaConfig, UserAgent
 from tests.support.sip_uac import ANSWER_SDP, LOCAL, TARGET, Callee
 
-MS = 1_000_000
 S = 1000 * MS
 
 

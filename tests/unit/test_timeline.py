@@ -6,8 +6,7 @@ from __future__ import annotations
 from bridge.commands import Outbox, Transcript
 from bridge.timeline import Captions, Timeline
 from providers.events import InputTranscript
-
-MS = 1_000_000
+from rtp.units import NS_PER_MS as MS
 
 
 def test_hr11_fragments_group_per_connection_and_a_new_epoch_never_merges_old_ones() -> None:

@@ -21,8 +21,8 @@ import providers.ws_shell as ws_shell
 from providers.base import ProviderUnavailable, SessionSettings
 from providers.events import OutputTranscript, ProviderEvent, SessionClosed, SessionStarted
 from providers.ws_shell import MAX_PENDING_AUDIO, Keepalive, KeepaliveAction, WebSocketShell
+from rtp.units import NS_PER_S as S
 
-S = 1_000_000_000
 log = logging.getLogger("test_ws_shell")
 
 
