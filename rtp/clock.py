@@ -12,17 +12,18 @@ A channel serves a slot by taking the next frame from its Playout, sending it wi
 the carrier ledger once `sendto` has returned, and pulling one inbound frame from its jitter buffer
 (`sip.native`). A channel that raises is logged and removed; the others go on.
 
-Inbound RTP is read here too, in the tick, not by a loop reader per socket (issue 13): a channel that has an
-RTP socket (`ReadingChannel`) is registered in its phase's `select.epoll`, and just before a phase's slots are
-served one `poll(0)` finds whose datagrams are waiting, each of those channels reads one (`read_rtp`, stamped
-with the time the kernel received it, so arrival times do not depend on when they are read), and the poll is
-repeated until nothing is waiting (at most `READ_ROUNDS` datagrams a channel a tick). A loop reader woke the
-loop and ran a callback for every packet, 50 a second per call, on cold caches; here a phase's packets cost
-two system calls besides their reads, and the stream's state is warm for the slot that follows.
+Inbound RTP is read here too, in the tick, not by a loop reader per socket (one poll a phase instead of a loop
+wake-up a packet): a channel that has an RTP socket (`ReadingChannel`) is registered in its phase's
+`select.epoll`, and just before a phase's slots are served one `poll(0)` finds whose datagrams are waiting,
+each of those channels reads one (`read_rtp`, stamped with the time the kernel received it, so arrival times
+do not depend on when they are read), and the poll is repeated until nothing is waiting (at most `READ_ROUNDS`
+datagrams a channel a tick). A loop reader woke the loop and ran a callback for every packet, 50 a second per
+call, on cold caches; here a phase's packets cost two system calls besides their reads, and the stream's state
+is warm for the slot that follows.
 
 The clock starts with its first channel and stops with the last, so an idle process has no timer at all.
 
-Phases (issue 13, inbound latency): with `phases=G` the period is cut into G evenly spaced phases, phase k's
+Phases (inbound latency): with `phases=G` the period is cut into G evenly spaced phases, phase k's
 slot n due at t0 + k·period/G + n·period, and each channel joins the phase that has the fewest channels. A
 frame's way from the jitter buffer to the provider's socket takes a few loop iterations (the session's
 queues), and in each of them every channel served at the same instant does its share first: with one phase
@@ -31,8 +32,9 @@ calls). G phases cut that queue G-fold. Each channel is still served once per pe
 (its own phase's), so its RTP interval is unchanged; the cost is up to G wake-ups per period instead of one,
 and still ONE loop timer at any time (armed at the soonest phase), never a timer per call.
 
-Late ticks get a cause (issue 17, "RTP never stops"). A tick later than `late_threshold_ns` (5 ms) is split
-into what held it, and counted under the cause that held it longest (`late_ticks_<cause>` in `stats()`):
+Late ticks get a cause, so that a late packet can be traced to what held the clock. A tick later than
+`late_threshold_ns` (5 ms) is split into what held it, and counted under the cause that held it longest
+(`late_ticks_<cause>` in `stats()`):
 
 - `own`: the clock's previous run was still serving channels at this tick's deadline (its wall time, less what
   a collection and the kernel took of it, scaled to the part past the deadline);
@@ -69,7 +71,7 @@ log = logging.getLogger("parlora.rtp.clock")
 
 FRAME_NS = FRAME_MS * 1_000_000
 TIMER_SLACK_NS = 1_000_000  # the loop timer is armed this long after a deadline (uvloop: whole ms; see _arm)
-MEDIA_PHASES = 10  # what the native engine runs: phases 2 ms apart (issue 13; tests/bench/README.md)
+MEDIA_PHASES = 10  # what the native engine runs: phases 2 ms apart (tests/bench/README.md)
 Clock = Callable[[], int]
 RtpReader = Callable[[int, int], bool]
 """Reads one waiting datagram at `now` (the second: the wall clock's ns then, for the kernel's receive time);
@@ -79,7 +81,7 @@ False when none was waiting."""
 # the bound before and at most this one; not cumulative) and `lateness_bucket_inf`.
 LATENESS_BOUNDS_US = (200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 40_000)
 _LATENESS_BOUNDS_NS = tuple(us * 1_000 for us in LATENESS_BOUNDS_US)
-# Late-tick causes (issue 17), in the order of the shell's per-cause lists; `stats()` names them.
+# Late-tick causes, in the order of the shell's per-cause lists; `stats()` names them.
 LATE_CAUSES = ("own", "gc", "loop", "unscheduled")
 _OWN, _GC, _LOOP, _UNSCHEDULED = range(4)
 LATE_THRESHOLD_NS = 5_000_000  # a phase tick later than this is late and gets a cause
@@ -214,7 +216,7 @@ class MediaClockShell:
         self._lateness = [0] * (len(LATENESS_BOUNDS_US) + 1)  # ticks per lateness bucket
         self._next_due: int | None = None  # the soonest phase deadline (kept by add, run_due and _retire)
         self._changes = 0  # phases started or retired (run_due re-reads the soonest deadline after one)
-        # late-tick attribution (issue 17; the module's docstring)
+        # late-tick attribution (the module's docstring)
         self._cpu = cpu_clock
         self.late_threshold_ns = late_threshold_ns
         self.severe_threshold_ns = severe_threshold_ns
@@ -397,7 +399,7 @@ class MediaClockShell:
         }
 
     def late_stats(self) -> dict[str, int]:
-        """The late ticks' causes (issue 17): `late_ticks_<cause>` (phase ticks later than the threshold),
+        """The late ticks' causes: `late_ticks_<cause>` (phase ticks later than the threshold),
         `late_ticks_20ms_<cause>` (of them, later than the severe threshold), `late_max_us_<cause>`,
         `late_spent_ms_<cause>` (the late time each cause explains, summed over every late run, whichever
         cause won), `late_ticks_gc_gen<N>` (gc-caused ticks by the highest generation collected), the

@@ -5,7 +5,7 @@ non-blocking UDP sockets watched with `loop.add_reader` (no transport objects, n
 the kernel), trying the pool's next pair when a port is taken by someone else. Opening is synchronous, so a
 call's media address is known the moment its INVITE is accepted.
 
-Inbound RTP is read by the media clock in its tick (`read_rtp`, issue 13: `rtp.clock` polls the sockets of a
+Inbound RTP is read by the media clock in its tick (`read_rtp`: `rtp.clock` polls the sockets of a
 phase once and reads what is waiting), each datagram stamped with the time the kernel received it
 (SO_TIMESTAMPNS), so that arrival times do not depend on when the datagram was read. RTCP (a report every few
 seconds) is read one datagram per loop wake-up. Either goes to its callback with the time; outbound datagrams

@@ -23,13 +23,13 @@ How it works (all in units of 20 ms *slots*: RTP timestamp / 160, unwrapped past
   frame is dropped to bring the delay down: the first quiet (< -30 dBFS) or missing one within 2 s, else
   whichever is next then. A late packet makes the next tick hold one frame if the buffer is below the
   target. Above 200 ms the oldest frames are discarded (`overflows`).
-- Slots the media clock skipped are owed (`skip`, issue 17). A clock that wakes late serves only its newest
-  slots and skips the rest, while the caller's packets for them kept coming. Without them the caller's audio
-  to the provider falls behind the call by every skipped slot (the buffer later takes the extra frames out
-  of the caller's words, by shrink or ceiling). `pop_backlog` gives one owed frame per tick from the next one
-  on (by then the loop has read the stall's packets), exactly as that slot's `pop` would have: so the
-  session gets one frame per slot, served or skipped. These frames go to a provider's socket, not a
-  loudspeaker, so a frame early costs nothing.
+- Slots the media clock skipped are owed (`skip`): a late slot is not a lost frame. A clock that wakes late
+  serves only its newest slots and skips the rest, while the caller's packets for them kept coming. Without
+  them the caller's audio to the provider falls behind the call by every skipped slot (the buffer later takes
+  the extra frames out of the caller's words, by shrink or ceiling). `pop_backlog` gives one owed frame per
+  tick from the next one on (by then the loop has read the stall's packets), exactly as that slot's `pop`
+  would have: so the session gets one frame per slot, served or skipped. These frames go to a provider's
+  socket, not a loudspeaker, so a frame early costs nothing.
 - A timestamp far outside the window (a jump after silence suppression, a restarted sender) resyncs the
   cursor onto the new packet; an SSRC change resets the buffer (and the concealment history).
 - Before the first packet `pop` returns None; afterwards it returns a frame every tick, AUDIO, CONCEALED or

@@ -45,7 +45,7 @@ class CarrierLedger:
     """Bounded record of transmitted frames plus a per-item summary that is never trimmed by the bound."""
 
     def __init__(self, max_entries: int = 500, max_items: int = 64) -> None:
-        # Issue 17: 10 s of entries (the recording reads the new ones once a second). Each is an object the
+        # Bounded: 10 s of entries (the recording reads the new ones once a second). Each is an object the
         # garbage collector walks in a full collection: at 3,000 a call, 100 calls held 300,000 of them, and
         # every full collection paused the media clock for that long. What was heard per item is `progress`,
         # for the last 64 items (a reply each: minutes of a call; the record reads an item as its reply ends).

@@ -210,7 +210,7 @@ class RtpStream:
             return None
         pt = p.pt
         if p.ssrc != self._in_ssrc:
-            # A packet the call cannot use never switches its source (issue 17): one of a payload type not
+            # A packet the call cannot use never switches its source: one of a payload type not
             # negotiated, or a telephone-event of a malformed length, is dropped before the receiver
             # statistics and the digit receiver are reset for a new SSRC.
             if pt != self._pt and pt != self._dtmf_pt and pt != COMFORT_NOISE:

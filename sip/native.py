@@ -12,7 +12,7 @@ Shells and who owns what:
   stamped with the kernel's receive time; what came before the answer is read and counted as the media
   starts), RTCP by a loop reader.
 - `rtp.clock.MediaClockShell`: ONE timer for every call on absolute deadlines (the `rtp.pacer` core), the
-  calls spread over `MEDIA_PHASES` phases 2 ms apart (issue 13: inbound latency). Each tick, every answered
+  calls spread over `MEDIA_PHASES` phases 2 ms apart (inbound latency: a frame waits at most 2 ms for its phase). Each tick, every answered
   call's `_CallMedia.on_slots` drives its media core (`rtp.media.CallMedia`, sans-I/O: the stream, SRTP, the
   Playout, the call limits): per slot it pulls the caller's frame (`FrameReceived`, handed to the session's
   frame sink in the tick when it set one: `sip.leg.FrameSinkLeg`) and the slot's datagram, sends it with
@@ -248,7 +248,7 @@ class NativeLeg(PlayoutLeg):
         self.agent = agent
         self.call = call
         self._identity = identity
-        # an outbound call (`NativeUserAgent.dial`, issue 14) has no IncomingCall: `peer` is where it goes
+        # an outbound call (`NativeUserAgent.dial`) has no IncomingCall: `peer` is where it goes
         self.outbound = incoming is None
         self.offer = incoming.offer if incoming is not None else None
         self.transport = incoming.transport if incoming is not None else transport
@@ -260,7 +260,7 @@ class NativeLeg(PlayoutLeg):
         self.srtp_policy: sdp.SrtpPolicy = sdes_policy(self.policy.srtp, self.transport) or "off"
         self.progress: list[int] = []  # outbound: the 1xx statuses seen (180, 183)
         self.early_media = 0  # outbound: 1xx with an SDP answer (early media, played to nobody: counted)
-        # behind NAT the SDP names the external address (issue 14), else the one the RTP socket is bound to
+        # behind NAT the SDP names the external address, else the one the RTP socket is bound to
         self.media_address = self.policy.external_address or media_address(sockets.host, source[0])
         self.media: _CallMedia | None = None
         self.transfer_tracker = TransferTracker(int(agent.config.transfer_timeout_s * 1e9))
@@ -272,7 +272,7 @@ class NativeLeg(PlayoutLeg):
         self.hangup_requested = False
         self.hangup_reason = ""
         self._session_id = agent.rng.getrandbits(31)
-        # --max-call-duration (issue 14): who says goodbye first; the BYE that follows if nobody does is the
+        # --max-call-duration: who says goodbye first; the BYE that follows if nobody does is the
         # limits core's backstop (rtp/limits.py)
         self._time_limit: Callable[[str], object] | None = None
         self._time_limit_grace_s = 0.0
@@ -447,7 +447,7 @@ class NativeLeg(PlayoutLeg):
             self.media.on_rtcp(data, source, now)
 
     def on_time_limit(self, handler: Callable[[str], object], grace_s: float) -> None:
-        """--max-call-duration (issue 14; `sip.leg.TimeLimitedLeg`): at the limit, `handler(reason)`
+        """--max-call-duration (`sip.leg.TimeLimitedLeg`): at the limit, `handler(reason)`
         instead of a BYE at once (the session lets the model say goodbye, then hangs up); if the call is still
         up `grace_s` later, the BYE goes out all the same (the backstop, rtp/limits.py)."""
         self._time_limit, self._time_limit_grace_s = handler, grace_s
@@ -598,9 +598,9 @@ class NativeUserAgent:
         self._activity: asyncio.Event | None = None
         self._rejected_seen = 0
         self.local: tuple[str, int] | None = None
-        self.policy: InboundPolicy | None = None  # built by start() from the config (issue 14)
+        self.policy: InboundPolicy | None = None  # built by start() from the config
         self._reg_seen: dict[str, tuple[str, str | None, int, str | None]] = {}
-        self.tls_port: int | None = None  # the TLS listener's port once started (issue 14)
+        self.tls_port: int | None = None  # the TLS listener's port once started
         self.limit_hangups: Counter[str] = Counter()  # calls ended by max_call_duration / rtp_timeout
         self.one_way_audio: Counter[str] = Counter()  # calls with no usable caller RTP, by cause (rtp.stream)
         self.outbound_results: deque[dict[str, object]] = deque(
@@ -706,7 +706,7 @@ class NativeUserAgent:
         self._ua = core.UserAgent(
             policy=self.policy,
             config=core.UaConfig(
-                host=config.external_address or host,  # Via sent-by and Contact (issue 14, NAT)
+                host=config.external_address or host,  # Via sent-by and Contact (behind NAT: the public one)
                 port=port,
                 send_to_source=config.nat,
                 tls_port=tls_port,
@@ -720,7 +720,7 @@ class NativeUserAgent:
             rng=random.Random(self.rng.getrandbits(64)),
         )
         self._timer = DeadlineTimer(loop, self.clock, self._on_timer)
-        # issue 13: phases for inbound latency
+        # phases: each call's slot 2 ms from the next call's, for inbound latency
         self._media_clock = MediaClockShell(loop, self.clock, phases=MEDIA_PHASES)
         log.info("inbound policy: %s", describe_policy(config))
         log.info(
@@ -781,7 +781,7 @@ class NativeUserAgent:
         password: str | None = None,
         headers: tuple[tuple[str, str], ...] = (),
     ) -> NativeLeg:
-        """Place a call (issue 14): INVITE with our offer to `target` (sip:USER@HOST[:PORT]); the leg's events
+        """Place a call: INVITE with our offer to `target` (sip:USER@HOST[:PORT]); the leg's events
         are those of an inbound call (MediaStarted once the callee answered, CallEnded with the SIP status when
         it was busy (486), not answered (408 after `ring_timeout_s`) or failed). 401/407 are answered with
         `auth_user`/`password` (default: the registration credentials; `password=""`: none). ValueError for a bad target;
@@ -792,7 +792,7 @@ class NativeUserAgent:
         uri = parse_uri(target)
         if uri.scheme not in ("sip", "sips"):
             raise ValueError(f"expected a sip: URI, got {target!r}")
-        # the transport as sip.ua's dial chooses it; SDES keys only over TLS (issue 14, as inbound)
+        # the transport as sip.ua's dial chooses it; SDES keys only over TLS (as inbound)
         transport = (uri.transport or ("tls" if uri.scheme == "sips" else "udp")).lower()
         srtp = sdes_policy(self.config.srtp, transport)
         if srtp is None:
@@ -881,7 +881,7 @@ class NativeUserAgent:
                     if st.next_attempt_at is not None
                     else None
                 ),
-                "keepalive": asdict(st.keepalive) if st.keepalive is not None else None,  # issue 14
+                "keepalive": asdict(st.keepalive) if st.keepalive is not None else None,
             }
             for st in ua.registrations(now)
         ]
@@ -1184,7 +1184,7 @@ class NativeUserAgent:
         if isinstance(event, core.CallAnswered):
             if event.media is not None:  # else our 200 carried the offer: the ACK brings the answer
                 leg._start_media(event.media, now)
-        elif isinstance(event, core.CallProgress):  # a call we placed rings (issue 14)
+        elif isinstance(event, core.CallProgress):  # a call we placed rings
             leg.progress.append(event.status)
             if event.early_media is not None:
                 leg.early_media += 1  # early media is played to nobody, but counted

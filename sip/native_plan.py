@@ -15,10 +15,8 @@ from sip.register import Registration, RegistrationConfig
 from sip.trunks import TrunkTable
 from sip.uri import parse_uri
 
-DEFAULT_INVITE_RATE = 5.0  # INVITEs per second per source off loopback (issue 14), then 503
-DEFAULT_OPTIONS_RATE = (
-    10.0  # out-of-dialog OPTIONS per second per source off loopback (issue 17), then dropped
-)
+DEFAULT_INVITE_RATE = 5.0  # INVITEs per second per source off loopback, then 503
+DEFAULT_OPTIONS_RATE = 10.0  # out-of-dialog OPTIONS per second per source off loopback, then dropped
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +45,7 @@ class Binding:
                 via_port=port,
                 destination=destination,
                 expires_s=self.expires_s,
-                keepalive_s=self.keepalive_s or None,  # issue 14: OPTIONS keepalive
+                keepalive_s=self.keepalive_s or None,  # the OPTIONS keepalive to the registrar
                 user_agent=user_agent,
             ),
             credentials=self.credentials,
@@ -100,8 +98,8 @@ def registration_plan(config: EngineConfig) -> list[Binding]:
 def build_policy(
     config: EngineConfig, registrar_addresses: dict[str, tuple[str, ...]] | None = None
 ) -> InboundPolicy:
-    """The inbound policy (sip/policy.py) the engine's core asks first about every out-of-dialog request
-    (issue 14): the allowlist, the per-source INVITE rate, the scanner blocklist and, with `inbound_auth`, a
+    """The inbound policy (sip/policy.py) the engine's core asks first about every out-of-dialog request: the
+    allowlist, the per-source INVITE rate, the scanner blocklist and, with `inbound_auth`, a
     digest challenge (401, SHA-256 and MD5) with the configured user's password; each trunk's allowlist and
     digest for the requests matched to it (`registrar_addresses`: trunk name → its registrar's addresses)."""
     auth = None
