@@ -33,6 +33,8 @@ from bridge.amd import AmdBeep, AmdEvent, AmdOptions, AmdVerdict
 from bridge.console import ConsoleFeed, ConsoleHooks, poll_status
 from bridge.coordinator import CoordinatorOptions
 from bridge.delegations import JobRequest
+from bridge.dial_limits import DialLimits
+from bridge.dial_queue import DialQueue
 from bridge.dialing import DialTrunk, choose_trunk, dial_target
 from bridge.drain import ShutdownSignals, drain, http_drain, say_goodbye
 from bridge.greeting import greet
@@ -313,6 +315,11 @@ class Server:
         self._console_poll: asyncio.Task[None] | None = None
         self._plans = ProviderPlans(config)  # the default provider and each config route's
         self.dial_keys = DialKeys()  # Idempotency-Key of POST /calls and dial(key=): one key, one call
+        # each trunk's calls per second and at once: a dial over either waits in order (bridge/dial_limits.py)
+        self.dial_queue = DialQueue(
+            DialLimits({t.name: t.limits for t in config.dial_trunks}), count=self.observer.metrics.dial
+        )
+        self._dial_tickets: dict[str, int] = {}  # a placed call's ticket there, until its task starts
 
     async def start(self) -> None:
         """Start the provider fake (echo), the status endpoint and the SIP engine; EngineError (e.g.
@@ -533,17 +540,23 @@ class Server:
         target = dial_target(to, via)
         # no trunk: no credentials ("" — never the engine's own, which are a trunk's)
         auth_user, password = via.credentials if via is not None else (None, "")
-        leg = await agent.dial(
-            target,
-            from_uri=from_uri or (via.identity if via is not None else None),
-            ring_timeout_s=ring_timeout_s,
-            auth_user=auth_user,
-            password=password,
-            **({"headers": headers} if headers else {}),  # an engine without headers is called as before
-        )
+        ticket = await self.dial_queue.admit(via.name if via is not None else None)  # DialRefused
+        try:
+            leg = await agent.dial(
+                target,
+                from_uri=from_uri or (via.identity if via is not None else None),
+                ring_timeout_s=ring_timeout_s,
+                auth_user=auth_user,
+                password=password,
+                **({"headers": headers} if headers else {}),  # an engine without headers is called as before
+            )
+        except BaseException:
+            self.dial_queue.ended(ticket)  # its line and its place go to the next dial
+            raise
         log.info(
             "call %s: to %s via %s", leg.identity.call_id, target, f"trunk {via.name}" if via else "no trunk"
         )
+        self._dial_tickets[leg.identity.call_id] = ticket  # freed when the call's task ends (`_on_call`)
         self._on_call(leg, route=route)
         return leg.identity.call_id
 
@@ -614,13 +627,17 @@ class Server:
 
     def _on_call(self, leg: CallLeg, *, lead_frames: int | None = None, route: str | None = None) -> None:
         """Run one call (a SIP engine's leg, or a browser's with its larger cushion in `lead_frames`; `route`:
-        the one an outbound call's request named)."""
+        the one an outbound call's request named). A call placed through a trunk's limits frees its place there
+        when it ends."""
         LOG_CALLS.open(leg.identity.call_id, leg.identity.sip_call_id)  # JSON log lines' context
         task: asyncio.Task[object] = asyncio.create_task(
             self._run_call(leg, lead_frames, route), name=leg.identity.call_id
         )
         self._tasks.add(task)
         task.add_done_callback(_call_done(self._tasks))
+        if (ticket := self._dial_tickets.pop(leg.identity.call_id, None)) is not None:
+            queue = self.dial_queue
+            task.add_done_callback(lambda _: queue.ended(ticket))
 
     def _on_call_task(self, coro: Coroutine[Any, Any, object], name: str) -> None:
         task: asyncio.Task[object] = asyncio.create_task(coro, name=name)

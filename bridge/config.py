@@ -10,13 +10,14 @@ shows each one with a comment:
     [providers.NAME]  (NAME one of openai-live, openai-realtime, gemini-live, xai) key_env, model, voice, url, ca
     [[trunks]]    name*, registrar, auth_user, password_env, register_expires_s, register_keepalive_s,
                   allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address, nat,
-                  rtp_source (learn | strict)
+                  rtp_source (learn | strict), cps, max_calls
     [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents,
                   server_header, realm, refuse_failed_attestation
     [[routes]]    name*, direction (inbound | outbound), number | pattern, header = {name, value}, attestation
                   (passed | failed | none | absent), provider,
                   instructions | instructions_file, tools = [{name, description, parameters}], greeting,
-                  language, voice, amd (outbound routes: overrides [outbound] amd)
+                  language, voice, amd (outbound routes: overrides [outbound] amd), calling_hours and timezone
+                  (outbound routes: "mon-fri 09:00-20:00" in an IANA zone)
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
     [recovery]    reservoir_bytes, residence_ms, failure_message (a WAV, 8 kHz mono 16-bit)
     [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, transfer_targets = {NAME = "sip:URI"},
@@ -113,6 +114,7 @@ from typing import Any, Literal, TypeVar
 
 import click
 
+from bridge.calling_hours import CallingHours, parse_calling_hours
 from bridge.console import parse_stun_url, parse_webrtc_address
 from bridge.providers import KINDS
 from bridge.rollover import RolloverOptions
@@ -221,6 +223,8 @@ class Trunk:
     rtp_source: SourcePolicy = (
         "learn"  # without NAT mode: learn the caller's RTP source, or "strict" (rtp/latch.py)
     )
+    cps: float | None = None  # calls placed through it per second (bridge/dial_limits.py); None: no limit
+    max_calls: int | None = None  # calls placed through it at once, ringing ones too; None: no limit
 
     @property
     def needs_password(self) -> bool:
@@ -272,6 +276,7 @@ class Route:
     language: str | None = None
     voice: str | None = None
     amd: bool | None = None  # an outbound route's machine detection (None: [outbound] amd)
+    calling_hours: CallingHours | None = None  # an outbound route's window (bridge/calling_hours.py)
     _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     def matches(self, called: str, headers: Sequence[tuple[str, str]]) -> bool:
@@ -1073,6 +1078,8 @@ def _trunks(r: _Reader, items: list[dict[str, object]]) -> tuple[Trunk, ...]:
             rtp_source="strict"
             if r.choice(t, "rtp_source", p, SOURCE_POLICIES, "learn") == "strict"
             else "learn",
+            cps=r.number(t, "cps", p, lo=0.0, default=None),
+            max_calls=r.integer(t, "max_calls", p, lo=1),
         )
         if trunk.registrar is not None and trunk.auth_user is None and "password_env" in t:
             r.fail(f"{p}.password_env", "a password without auth_user is never used")
@@ -1115,7 +1122,32 @@ _ROUTE_KEYS = [
     "language",
     "voice",
     "amd",
+    "calling_hours",
+    "timezone",
 ]
+
+
+def _calling_hours(r: _Reader, t: dict[str, object], p: str, direction: str | None) -> CallingHours | None:
+    """An outbound route's `calling_hours` in its `timezone` (bridge/calling_hours.py), both or neither."""
+    text, zone = r.string(t, "calling_hours", p), r.string(t, "timezone", p)
+    if text is None and zone is None:
+        return None
+    if direction != "outbound":
+        r.fail(
+            f"{p}.calling_hours",
+            "a calling window is for outbound routes: the bridge does not choose when it is called",
+        )
+        return None
+    if text is None or zone is None:
+        r.fail(
+            f"{p}.{'timezone' if zone is None else 'calling_hours'}", "calling_hours and timezone go together"
+        )
+        return None
+    try:
+        return parse_calling_hours(text, zone)
+    except ValueError as exc:
+        r.fail(f"{p}.calling_hours", str(exc))
+        return None
 
 
 def _tools(r: _Reader, t: dict[str, object], p: str) -> tuple[ToolSpec, ...]:
@@ -1187,6 +1219,7 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
         attestation = r.choice(t, "attestation", p, VERSTATS, None)
         if direction == "outbound" and attestation is not None:
             r.fail(f"{p}.attestation", "an outbound route has no caller attestation to match")
+        hours = _calling_hours(r, t, p, direction)
         route = Route(
             name=name or f"route-{i}",
             direction="outbound" if direction == "outbound" else "inbound",
@@ -1201,6 +1234,7 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
             language=r.string(t, "language", p, regex=_LANGUAGE, what='a language tag like "en" or "de-DE"'),
             voice=r.string(t, "voice", p),
             amd=amd,
+            calling_hours=hours,
             _regex=regex,
         )
         if any(o.name == route.name for o in out):

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from bridge.dial_limits import TrunkLimits
 from sip.uri import parse_uri
 
 
@@ -60,6 +61,7 @@ class DialTrunk:
     allow: tuple[str, ...] = ()  # CIDRs: the trunk's own addresses
     auth_user: str | None = None  # digest user (default: the registrar's user)
     password: str | None = field(default=None, repr=False)  # never logged
+    limits: TrunkLimits = TrunkLimits()  # calls per second and at once through it (bridge/dial_limits.py)
 
     @property
     def credentials(self) -> tuple[str | None, str]:

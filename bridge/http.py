@@ -59,7 +59,9 @@ from urllib.parse import parse_qs, urlsplit
 import h11
 from prometheus_client import CollectorRegistry, Counter
 
+from bridge.calling_hours import OutsideCallingHours
 from bridge.console import ConsoleHooks, static_file
+from bridge.dial_queue import DialRefused
 from bridge.idempotency import Dialled, KeyReused, check_key
 
 log = logging.getLogger("parlora.http")
@@ -405,6 +407,13 @@ class StatusServer:
             dialled = await self._dial(to, origin, trunk, route, **extra)
         except KeyReused as exc:
             await self._send(conn, writer, 422, {"error": str(exc)})
+            return
+        except OutsideCallingHours as exc:  # nothing was sent: the route's window (bridge/calling_hours.py)
+            opens = exc.opens.isoformat(timespec="minutes") if exc.opens is not None else None
+            await self._send(conn, writer, 403, {"error": str(exc), "opens": opens})
+            return
+        except DialRefused as exc:  # nothing was sent: the trunk's limits (bridge/dial_limits.py)
+            await self._send(conn, writer, 503, {"error": str(exc), "reason": exc.refused.reason})
             return
         except (ValueError, RuntimeError, OSError) as exc:
             await self._send(conn, writer, 400, {"error": str(exc)})

@@ -16,6 +16,8 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
     calls_total{route,outcome}                   finished calls by outcome
     sip_responses_sent_total{code}               final and provisional responses the bridge sent
     refusals_total{reason}                       calls / requests refused before any provider connection
+    dials_total{trunk,outcome}                   dials placed by the bridge: started, queued, refused_queue_full,
+                                                 refused_queue_timeout (a trunk's limits: bridge/dial_limits.py)
     identity_ignored_total{reason}               inbound Identity headers (STIR/SHAKEN) that gave nothing:
                                                  sip/attestation.py IGNORED_REASONS (oversize, bad base64, ...)
     rtp_packets_total{direction}                 RTP packets received (in) and sent (out)
@@ -239,6 +241,13 @@ class BridgeMetrics:
             ["scope"],
             registry=r,
         )
+        self._dials = Counter(
+            f"{PREFIX}_dials",
+            "Dials by what a trunk's limits made of them (bridge/dial_limits.py): started, queued, "
+            "refused_queue_full, refused_queue_timeout.",
+            ["trunk", "outcome"],
+            registry=r,
+        )
         self._idempotent_replays = Counter(
             f"{PREFIX}_idempotent_replays",
             "Dials answered with an earlier call for a repeated Idempotency-Key (no second call placed).",
@@ -298,6 +307,9 @@ class BridgeMetrics:
 
     def bans(self, scope: BanScope, count: int = 1) -> None:
         self._bans.labels(scope=scope).inc(count)
+
+    def dial(self, trunk: str | None, outcome: str) -> None:
+        self._dials.labels(trunk=trunk or "", outcome=outcome).inc()
 
     def idempotent_replay(self) -> None:
         self._idempotent_replays.inc()

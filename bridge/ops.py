@@ -31,12 +31,14 @@ import sys
 import wave
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
 import click
 
 from bridge.api import ECHO_LOCAL_KEY, Application, CallRefused, CallSetup, LiveCall, Server, ServerConfig
+from bridge.calling_hours import OutsideCallingHours
 from bridge.config import (
     ECHO,
     BridgeConfig,
@@ -54,6 +56,7 @@ from bridge.config import (
 )
 from bridge.config import Trunk as TrunkSection
 from bridge.delegations import JobRequest
+from bridge.dial_limits import TrunkLimits
 from bridge.dialing import DialTrunk
 from bridge.jsonlog import CALLS as LOG_CALLS
 from bridge.jsonlog import use_json_logs
@@ -64,6 +67,7 @@ from bridge.rollover import RolloverOptions
 from bridge.session import CallSummary
 from bridge.webhook import WebhookConfig
 from providers.batching import DEFAULT_APPEND_MS
+from sip.identity import request_user
 from sip.leg import CallIdentity
 from sip.trunks import Trunk, TrunkTable
 
@@ -238,6 +242,7 @@ def dial_trunks(config: BridgeConfig, environ: Mapping[str, str]) -> tuple[DialT
             t.allow,
             t.auth_user,
             environ.get(t.password_env) or None if t.needs_password else None,
+            TrunkLimits(cps=t.cps, max_calls=t.max_calls),
         )
         for t in config.trunks
     )
@@ -303,6 +308,12 @@ def route_providers(
     return tuple(out)
 
 
+def dialled_user(target: str) -> str:
+    """The number a dial's target names: a bare number as it is (the trunk's), else the URI's user part, as an
+    outbound route matches the call it places (`RoutedApplication.setup_outbound`)."""
+    return request_user(target) if ":" in target else target.strip()
+
+
 # --- per-call setup from the routes -----------------------------------------------------------------------------
 
 
@@ -313,9 +324,15 @@ class RoutedApplication(Application):
     404); a placed call's is the outbound route its request named, or the first outbound route matching the
     dialled number, or none ([defaults])."""
 
-    def __init__(self, inner: Application, config: BridgeConfig) -> None:
+    def __init__(
+        self,
+        inner: Application,
+        config: BridgeConfig,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         self._inner = inner
         self._config = config
+        self._now = now  # the wall clock a route's calling window is read on
 
     async def setup(self, call: CallIdentity) -> CallSetup:
         base = await self._inner.setup(call)
@@ -326,8 +343,19 @@ class RoutedApplication(Application):
         return self._setup(call, base, route)
 
     def check_outbound(self, target: str, route: str | None) -> None:
-        if route is not None:
-            named_route(self._config.routes, route, "outbound")  # ValueError: unknown, or an inbound route
+        """The named route must be an outbound one; the route the call goes out on (named, or the first
+        matching the dialled number) must be inside its calling window (OutsideCallingHours); then the wrapped
+        application's own check (a do-not-call list, say)."""
+        routes = self._config.routes
+        chosen = (
+            named_route(routes, route, "outbound")  # ValueError: unknown, or an inbound route
+            if route is not None
+            else select_route(routes, dialled_user(target), (), "outbound")
+        )
+        if chosen is not None and (hours := chosen.calling_hours) is not None:
+            now = self._now()
+            if not hours.allows(now):
+                raise OutsideCallingHours(chosen.name, hours, hours.opens_after(now))
         self._inner.check_outbound(target, None)
 
     async def setup_outbound(self, call: CallIdentity, route: str | None) -> CallSetup:
