@@ -307,9 +307,9 @@ def test_one_summary_line_a_minute_at_most(caplog: pytest.LogCaptureFixture) -> 
     for slot in range(2, 40):  # a tick 8 ms late every period for 0.76 s
         tick(clocks, media, deadline(slot) + 8 * MS)
     assert late(media) == only("unscheduled", 38)
-    assert len([r for r in caplog.records if "phase ticks late" in r.message]) == 1
+    assert len([r for r in caplog.records if "phase ticks late" in r.getMessage()]) == 1
     tick(clocks, media, clocks.wall + 61_000 * MS)
-    lines = [r.message for r in caplog.records if "phase ticks late" in r.message]
+    lines = [r.getMessage() for r in caplog.records if "phase ticks late" in r.getMessage()]
     assert len(lines) == 2 and "by unscheduled" in lines[-1]
 
 
