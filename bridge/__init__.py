@@ -1,6 +1,6 @@
 """parlora-bridge: phone calls to realtime speech-to-speech AI.
 
-The embedding API (bridge/api.py) is available from the package: `bridge.Server`, `bridge.ServerConfig`,
+The embedding API (bridge/server/api.py) is available from the package: `bridge.Server`, `bridge.ServerConfig`,
 `bridge.Application`, `bridge.CallSetup`, `bridge.LiveCall`, with `bridge.JobRequest` and `bridge.ToolSpec`.
 It is imported on first use, so the session engine's modules load without the SIP engine.
 """
@@ -10,15 +10,15 @@ from __future__ import annotations
 from typing import Any
 
 _EXPORTS = {
-    "Server": "bridge.api",
-    "ServerConfig": "bridge.api",
-    "Application": "bridge.api",
-    "CallSetup": "bridge.api",
-    "LiveCall": "bridge.api",
-    "JobRequest": "bridge.delegations",
+    "Server": "bridge.server.api",
+    "ServerConfig": "bridge.server.api",
+    "Application": "bridge.server.api",
+    "CallSetup": "bridge.server.api",
+    "LiveCall": "bridge.server.api",
+    "JobRequest": "bridge.engine.delegations",
     "ToolSpec": "providers.base",
-    "TelephonyOptions": "bridge.telephony",
-    "RolloverOptions": "bridge.rollover",
+    "TelephonyOptions": "bridge.engine.telephony",
+    "RolloverOptions": "bridge.engine.rollover",
 }
 
 

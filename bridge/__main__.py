@@ -1,5 +1,5 @@
 """`python -m bridge` is `parlora-bridge`."""
 
-from bridge.cli import main
+from bridge.cli.commands import main
 
 main()

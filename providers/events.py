@@ -6,7 +6,7 @@ output from an old token is inert.
 
 Times (`*_ms`) are milliseconds on the provider's own session timeline when the provider gives them (audio
 offsets for OpenAI-family VAD events, session-relative ms for GPT-Live), or None. The session engine rebases
-them onto its logical timeline (bridge/timeline.py); adapters never guess.
+them onto its logical timeline (bridge/engine/timeline.py); adapters never guess.
 """
 
 from __future__ import annotations

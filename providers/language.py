@@ -10,7 +10,7 @@ line in the instructions where it has none for the model's own speech (the adapt
 - `speak_line`: "Speak German (de-DE)." appended to the instructions, for the model's spoken language.
 
 A language a protocol cannot carry raises ValueError with what it takes instead: the bridge refuses to start
-with it (bridge/ops.py) rather than drop it, and an adapter refuses to be built with it.
+with it (bridge/cli/ops.py) rather than drop it, and an adapter refuses to be built with it.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ are the same pair):
 - `hold_timeout_s`: the call ends when it stays held (the RTP timeout suspended) for this long in one
   stretch: a caller that put the bridge on hold and vanished (its BYE lost) does not keep a paid provider
   connection for ever. A call that starts held (an initial offer that is inactive) is held from the start.
-- the goodbye (`goodbye_grace_s`, set when the session asked to say it itself, `bridge.telephony.TimeLimitedLeg`):
+- the goodbye (`goodbye_grace_s`, set when the session asked to say it itself, `bridge.engine.telephony.TimeLimitedLeg`):
   at the maximum duration the shell asks the session for a goodbye instead of hanging up at once; if the call is
   still up `goodbye_grace_s` later, `check` says "backstop" and the shell sends the BYE all the same (a session
   that failed or hung must not keep the call up). The RTP and hold limits never wait for a goodbye: nobody is

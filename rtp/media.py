@@ -3,7 +3,7 @@
 `CallMedia` owns the call's `RtpStream` (rtp.stream), its SRTP context (rtp.srtp), the Playout the session fills
 (rtp.playout), the call's limits (rtp.limits) and the one-way-audio window. It reads no clock and touches no
 socket: datagrams and `now` in; frames, datagrams and the next deadline out, each pulled by the shell
-(sip/native.py `_CallMedia`, which owns the socket pair and the session's queue):
+(sip/native/agent.py `_CallMedia`, which owns the socket pair and the session's queue):
 
     on an RTP datagram:   digit = media.receive(data, source, now)     # SRTP, the stream; DtmfDigit | None
     on an RTCP datagram:  media.receive_rtcp(data, source, now)

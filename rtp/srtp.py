@@ -18,7 +18,7 @@ long, unknown SSRC for the inbound template) in `errors`. `protect` raises `Srtp
 
 Suites (`SUITES`, the RFC 4568 §6.2 / RFC 7714 §14.2 names): AES_CM_128_HMAC_SHA1_80, AES_CM_128_HMAC_SHA1_32,
 AEAD_AES_128_GCM and AEAD_AES_256_GCM. pylibsrtp 1.0.0 has no MKI and no key-derivation-rate setting, so the
-SDP layer declines offers that need them (sip.sdp).
+SDP layer declines offers that need them (sip.core.sdp).
 
 Cost (tests/bench/srtp_micro.py prints it): a few microseconds per 172-byte packet each way, most of it the
 binding's per-call copy into its buffer; the media path runs it 50 times a second per call and direction.

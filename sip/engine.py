@@ -27,10 +27,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, Protocol, TypeGuard
 
-from sip.auth import Credentials, DigestServer
+from sip.core.auth import Credentials, DigestServer
+from sip.core.policy import DEFAULT_SCANNERS, BindCheck, InboundPolicy, PolicyConfig, check_bind
+from sip.core.trunks import Trunk
 from sip.leg import CallLeg
-from sip.policy import DEFAULT_SCANNERS, BindCheck, InboundPolicy, PolicyConfig, check_bind
-from sip.trunks import Trunk
 
 OnCall = Callable[[CallLeg], None]
 
@@ -51,10 +51,10 @@ class EngineConfig:
     # fingerprints what a server names itself, and a product name tells it which exploits and defaults to try.
     server_header: str | None = None
     realm: str | None = None
-    # A transfer with no report (REFER response or NOTIFY) for this long ends with a final 408 (sip/transfer.py).
+    # A transfer with no report (REFER response or NOTIFY) for this long ends with a final 408 (sip/core/transfer.py).
     transfer_timeout_s: float = 30.0
     retry_after_s: int = 30  # Retry-After on a 503 while draining or full
-    # Inbound policy (sip/policy.py), asked about every out-of-dialog request before anything else:
+    # Inbound policy (sip/core/policy.py), asked about every out-of-dialog request before anything else:
     allow: tuple[str, ...] = ()  # CIDR allowlist (empty: every source); outside it → 403, or dropped
     drop_unknown: bool = False  # a source outside the allowlist gets no answer at all
     inbound_auth: tuple[str, str] | None = None  # (user, password): inbound requests must pass a digest
@@ -66,12 +66,14 @@ class EngineConfig:
     # as a 200); 0: no limit; None: 10/s (burst 20) off loopback, none on a loopback bind
     options_rate_per_s: float | None = None
     options_burst: int = 20
-    # Registration (sip/register.py): one binding per address-of-record sip:USER@HOST[:PORT]
+    # Registration (sip/core/register.py): one binding per address-of-record sip:USER@HOST[:PORT]
     register: tuple[str, ...] = ()
     auth_user: str | None = None  # digest user for REGISTER (default: the AoR's user)
     register_password: str | None = None  # never logged
     register_expires_s: int = 3600
-    scanner_user_agents: tuple[str, ...] = DEFAULT_SCANNERS  # sip/policy.py's blocklist (dropped, unanswered)
+    scanner_user_agents: tuple[str, ...] = (
+        DEFAULT_SCANNERS  # sip/core/policy.py's blocklist (dropped, unanswered)
+    )
     register_keepalive_s: float | None = 30.0  # OPTIONS to each registrar this often while registered
     # NAT: the address peers reach us at (Contact, Via sent-by, SDP c=/o=), None: the bound one
     external_address: str | None = None
@@ -81,7 +83,7 @@ class EngineConfig:
     # Without NAT mode, whose RTP a call takes (rtp/latch.py): "learn" the caller's source (Asterisk's strictrtp
     # with learning: the signalled address, or the first source sending 4 packets in sequence) or "strict"
     rtp_source: Literal["learn", "strict"] = "learn"
-    # TLS (sip/tls.py) and SRTP (SDES, rtp/srtp.py): a TLS listener at tls (host, port) with
+    # TLS (sip/native/tls.py) and SRTP (SDES, rtp/srtp.py): a TLS listener at tls (host, port) with
     # cert/tls_key; tls_ca for outbound TLS; srtp "off" | "optional" | "required" (keys only over TLS)
     tls: tuple[str, int] | None = None
     cert: str | None = None
@@ -97,7 +99,7 @@ class EngineConfig:
     # calls answered and offered on calls placed; 0: none asked for (a peer's request is still honoured).
     hold_timeout_s: float | None = 7200.0
     session_expires_s: int = 1800
-    # Trunks as identities (sip/trunks.py): each inbound request is matched to its trunk, whose allowlist,
+    # Trunks as identities (sip/core/trunks.py): each inbound request is matched to its trunk, whose allowlist,
     # inbound digest, SRTP, NAT, RTP source and external address apply to it and its call alone (the fields
     # above are the global policy, for requests of no trunk); each trunk with a registrar keeps its own
     # binding with its own credentials, beside the `register` AoRs above
@@ -179,7 +181,7 @@ class Dialer(Protocol):
     """`EngineFeatures.dial`: an engine that places calls: the leg's events are an inbound call's once
     answered, or end with `CallEnded(status_code=...)` (486 busy, 408 no answer, ...). 401/407 are answered
     with `auth_user` and `password`; `password=None` means the registration's credentials, `password=""` none
-    at all. `headers`: the application's on the INVITE (`sip.outbound.check_headers`; ValueError, nothing
+    at all. `headers`: the application's on the INVITE (`sip.core.outbound.check_headers`; ValueError, nothing
     sent). The leg's `identity.direction` is "outbound"."""
 
     async def dial(
@@ -250,14 +252,14 @@ class EngineSpec:
 ENGINES: Mapping[str, EngineSpec] = MappingProxyType(
     {
         "pjsua2": EngineSpec(
-            "sip.pjsua2_agent:Pjsua2UserAgent",
+            "sip.pjsua2.agent:Pjsua2UserAgent",
             extra="pjsua2",
             default_max_calls=4,
             limits="4 calls per process, compiled into the pjsua2-python wheel (PJSUA_MAX_CALLS)",
             cap=4,
         ),
         "native": EngineSpec(
-            "sip.native:NativeUserAgent",
+            "sip.native.agent:NativeUserAgent",
             extra=None,
             default_max_calls=200,
             limits="no cap of its own: --max-calls (default 200), then 503 with Retry-After",
@@ -269,7 +271,7 @@ DEFAULT_ENGINE = "native"  # DESIGN §11: native by default, pjsua2 the optional
 
 def check_listen(config: EngineConfig, *, allow_any: bool = False) -> BindCheck:
     """Whether an engine may listen on `config.host` with the inbound policy `config` gives
-    (`sip.policy.check_bind`): loopback always; any other address only with `allow` and/or `inbound_auth`, or
+    (`sip.core.policy.check_bind`): loopback always; any other address only with `allow` and/or `inbound_auth`, or
     with `allow_any` (then `warning` says so, to be logged loudly)."""
     auth = None
     if config.inbound_auth is not None:

@@ -5,7 +5,7 @@ today, a native asyncio engine later). Inbound audio arrives as 20 ms frames of 
 time; leg events say what happened to the call. Outbound audio goes through the leg's `Playout` (epochs,
 barrier, carrier ledger), which the engine's media clock drains: `PlayoutLeg` implements that half of the
 contract once for every engine. Engines are built through `sip.engine`; the SIP rules they share live in
-`sip.identity`, `sip.telephony` and `sip.transfer`.
+`sip.core.identity`, `sip.core.telephony` and `sip.core.transfer`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class CallIdentity:
     # "outbound" for a call this bridge placed (`Dialer.dial`), set by the engine and never read from the
     # peer's headers, so a caller cannot claim it and be routed as an outbound call.
     direction: Literal["inbound", "outbound"] = "inbound"
-    trunk: str | None = None  # the trunk the INVITE was matched to (sip/trunks.py); None: none
+    trunk: str | None = None  # the trunk the INVITE was matched to (sip/core/trunks.py); None: none
 
     def header(self, name: str) -> str | None:
         """First value of a SIP header, case-insensitively."""
@@ -142,7 +142,7 @@ class CallLeg(Protocol):
         """Drop every queued frame older than `epoch`; transmitted frames are out of scope (HR4).
 
         The clear is confirmed synchronously: when it returns, no frame older than `epoch` can be transmitted
-        any more, and the result's `transmitted_ms` is final for each item it names. `bridge.barrier`'s
+        any more, and the result's `transmitted_ms` is final for each item it names. `bridge.engine.barrier`'s
         playback-epoch barrier relies on this (it never waits for a confirmation); `PlayoutLeg` provides it
         over `rtp.playout.Playout`, whose lock orders the clear against the media clock's pull."""
         ...
@@ -208,7 +208,7 @@ class LegFeatures:
 
 
 class Featured(Protocol):
-    """A leg, or a channel over one (bridge/recording.py's tee), as far as its declaration goes."""
+    """A leg, or a channel over one (bridge/server/recording.py's tee), as far as its declaration goes."""
 
     @property
     def features(self) -> LegFeatures: ...
@@ -265,7 +265,7 @@ class CushionedChannel(Protocol):
     """`LegFeatures.cushion`: a channel that keeps its own playback cushion (the browser's adaptive
     120-200 ms, DESIGN §5): how many 20 ms frames the session may keep queued there now. Read on every top-up,
     so the cushion can follow the channel's jitter. A channel without it (the RTP carrier) gets the pacer's
-    lead (bridge/cushion.py `CARRIER_LEAD_FRAMES`)."""
+    lead (bridge/engine/cushion.py `CARRIER_LEAD_FRAMES`)."""
 
     @property
     def cushion_frames(self) -> int: ...

@@ -1,4 +1,4 @@
-"""Answering-machine detection (bridge/amd.py) on a corpus made here, at run time: accuracy per class (a
+"""Answering-machine detection (bridge/engine/amd.py) on a corpus made here, at run time: accuracy per class (a
 confusion matrix), time to verdict from the answer, the beep after a machine verdict, and the detector's
 cost per frame.
 
@@ -49,7 +49,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bridge.amd import AmdBeep, AmdNoBeep, AmdOptions, AmdVerdict, AnsweringMachineDetector
+from bridge.engine.amd import AmdBeep, AmdNoBeep, AmdOptions, AmdVerdict, AnsweringMachineDetector
 from rtp.g711 import ulaw_decode, ulaw_encode
 from rtp.units import NS_PER_MS as MS
 from tests.bench.stats import percentile

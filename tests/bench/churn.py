@@ -14,7 +14,7 @@ the RFC 3261 timers of the last transactions run out (`--settle`, default 33 s f
 again. At exit the engine logs what it still held (`native engine stopped: calls …, transactions …, rtp_ports
 …, tasks …`), which the harness parses.
 
-What `serve` does not expose while running (sip/native.py `counts()` has them, no endpoint serves them):
+What `serve` does not expose while running (sip/native/agent.py `counts()` has them, no endpoint serves them):
 transactions, RTP ports in use, asyncio tasks. Those figures come from the stop line only.
 
 Prints one JSON object (and writes it to --output); tests/bench/README.md says what each figure means.
@@ -61,7 +61,7 @@ def held(pid: int, http: int) -> dict[str, Any]:
     sip = http_json(http, "/sip")
     calls = http_json(http, "/calls")
     with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5) as response:  # loopback only
-        heap = {  # bridge/heap.py: glibc's bytes in use, free and mmapped in MB; the interpreter's blocks in k
+        heap = {  # bridge/server/heap.py: glibc's bytes in use, free and mmapped in MB; the interpreter's blocks in k
             figure: round(float(value) / (1e3 if figure == "python_blocks" else 2**20), 2)
             for figure, value in _HEAP.findall(response.read().decode())
         }

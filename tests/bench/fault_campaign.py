@@ -8,7 +8,7 @@ a tool call on every turn, every fault kind the fakes inject, and rollovers. Run
 
 One fake per protocol (openai-live, openai-realtime, gemini-live over TLS, xai), each its own process with a
 script that calls `lookup_order` before answering every caller utterance. One `serve --config` routes the
-called numbers 1001-1004 to them (bridge/config.py routes). Four SIPp processes (one per number) stream a
+called numbers 1001-1004 to them (bridge/cli/config.py routes). Four SIPp processes (one per number) stream a
 looping utterance. An injector picks a fake (weighted by its calls), asks it which connections are open
 (`GET /_connections`) and injects a fault into one (`GET /_fault?spec=N/KIND`); `refuse` and `slow_handshake`
 target the next connection the fake will accept, and an `abrupt_close` of an open one follows so that the next
@@ -131,7 +131,7 @@ WEBHOOK_SECRET = "campaign-secret"
 # that one loop is one caller utterance.
 SENTENCE = "Where is my order number forty two and when will it arrive at my house please"
 
-# The end reasons a rule declares fatal (bridge/coordinator.py, bridge/recovery.py, bridge/rollover.py).
+# The end reasons a rule declares fatal (bridge/engine/coordinator.py, bridge/engine/recovery.py, bridge/engine/rollover.py).
 FATAL_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"^protocol error"), "HR1: invalid provider audio is a fatal protocol error"),
     (re.compile(r"^the replacement connection failed"), "HR5: a dead replacement connection is fatal"),
@@ -454,7 +454,7 @@ class Sample:
     # and per CPU the jiffies busy, stolen by the hypervisor and in all (/proc/stat)
     runq_wait_ns: int = 0
     cpus: dict[str, tuple[int, int, int]] = field(default_factory=dict)
-    heap: dict[str, float] = field(default_factory=dict)  # parlora_heap by figure (bridge/heap.py)
+    heap: dict[str, float] = field(default_factory=dict)  # parlora_heap by figure (bridge/server/heap.py)
 
 
 def read_schedstat_wait_ns(text: str) -> int:
@@ -584,7 +584,7 @@ def sample_figures(samples: Sequence[Sample]) -> dict[str, Any]:
         "rss_growth_mb_per_hour": slope,
         # the curve, not only its slope: a bound filling levels off, a leak does not
         "rss_mb_by_sample": [s.rss_mb for s in samples],
-        # live data apart from fragmentation (bridge/heap.py): a leak grows the first two, a
+        # live data apart from fragmentation (bridge/server/heap.py): a leak grows the first two, a
         # fragmenting heap the third (which the bridge's trim once a minute gives back)
         "heap_by_sample": {
             "malloc_in_use_mb": [round(s.heap.get("malloc_in_use", 0) / 1e6, 2) for s in samples],
@@ -669,7 +669,7 @@ class FakeRun:
 
 
 class Application:
-    """The application, as the bridge's webhook (bridge/webhook.py): every POST kept (`t` when it came, unix s,
+    """The application, as the bridge's webhook (bridge/server/webhook.py): every POST kept (`t` when it came, unix s,
     and its JSON body) and written to `path` as a line; a job is answered at once."""
 
     def __init__(self, path: Path) -> None:
@@ -896,7 +896,7 @@ def run(plan: Plan, work: Path, logs: Path | None = None) -> dict[str, Any]:
             "--session-expires",
             "0",
         ]
-        # rollover ages on the command line: the file takes no cap under a minute (bridge/config.py)
+        # rollover ages on the command line: the file takes no cap under a minute (bridge/cli/config.py)
         argv += [
             "--session-cap-ms",
             str(plan.session_cap_ms),

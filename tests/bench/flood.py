@@ -20,7 +20,7 @@ Figures, from `GET /sip` (`held.transactions`, `counters`) and `/proc/PID/status
   whose transactions have ended; `transactions_idle` is the count before it (0);
 - peak: the most transactions and RSS sampled (every 0.25 s) during the flood and until they settle;
 - after: once the transactions are back to the idle count (polled, bounded by `--settle-max`), RSS sampled
-  for `--rss-window` seconds more (the bridge trims the C heap once a minute, bridge/heap.py: the full
+  for `--rss-window` seconds more (the bridge trims the C heap once a minute, bridge/server/heap.py: the full
   window covers one trim) and the last sample taken.
 
 `ok` (exit 0) when the transactions are back to the idle count and RSS after is below baseline +
@@ -28,7 +28,7 @@ Figures, from `GET /sip` (`held.transactions`, `counters`) and `/proc/PID/status
 of its small-object heap only when every block in it is free, and the few objects the bridge allocates for
 good during a flood (its counters' new values, a buffer that grew) pin the arenas the flood's transactions
 were in. What stays is bounded by what the flood could make it hold: the SIP core keeps at most 4,096 answered
-requests (sip/transaction.py `DEFAULT_MAX_LINGERING`), and measured here that peak was +9.6 MB and +8.3 MB
+requests (sip/core/transaction.py `DEFAULT_MAX_LINGERING`), and measured here that peak was +9.6 MB and +8.3 MB
 stayed (tests/bench/results/flood-full.json; on 9ba3cfd, no bound and ~6 KB a request: 12,482
 held, +80.9 MB at the peak, +65.3 MB stayed, tests/bench/README.md). The slack is that measured figure
 and a margin. The transaction count is asserted in CI too (tests/integration/
@@ -78,7 +78,7 @@ _HEAP = re.compile(r'^parlora_heap\{figure="(\w+)"\} (\S+)$', re.MULTILINE)
 
 
 def heap(http: int) -> dict[str, float]:
-    """bridge/heap.py's figures from /metrics: glibc's bytes in use, free in its heap and mmapped (MB), and
+    """bridge/server/heap.py's figures from /metrics: glibc's bytes in use, free in its heap and mmapped (MB), and
     the interpreter's allocated blocks (thousands)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5) as response:  # loopback only
         text = response.read().decode()
@@ -229,7 +229,9 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         stop.set()
         sampler.join(2)
         result["peak"] = dict(peak)
-        time.sleep(args.rss_window)  # RSS after the heap trim had its chance (bridge/heap.py), not a check
+        time.sleep(
+            args.rss_window
+        )  # RSS after the heap trim had its chance (bridge/server/heap.py), not a check
         status = sip_status(http)
         result["transactions_after"] = int(status["held"]["transactions"])
         result["rss_after_mb"] = rss_mb(bridge.pid)

@@ -1,6 +1,6 @@
 """A longer fuzzing campaign of the SIP, SDP, RTP and RTCP parsers than CI runs.
 
-CI runs each hypothesis property of tests/unit/test_sip_fuzz.py and tests/unit/test_rtp_fuzz.py with 200
+CI runs each hypothesis property of tests/unit/sip/test_sip_fuzz.py and tests/unit/rtp/test_rtp_fuzz.py with 200
 examples; this runs the same properties with as many as asked (default 20,000 each) and exits with pytest's
 status, so a campaign that finds a crash fails and prints the shrunk input.
 
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PROPERTIES = ("tests/unit/test_sip_fuzz.py", "tests/unit/test_rtp_fuzz.py")
+PROPERTIES = ("tests/unit/sip/test_sip_fuzz.py", "tests/unit/rtp/test_rtp_fuzz.py")
 
 
 def main() -> int:

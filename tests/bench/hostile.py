@@ -16,7 +16,7 @@ a. SIP, from 127.0.0.2 (serve's `--invite-rate` holds how many mutated INVITEs b
    messages and well-formed INVITE/OPTIONS/BYE/REGISTER "captures" (as SIPp and the flood harness send them),
    mutated by tests/integration/rfc4475_sender.py's `mutate`; random bytes; random bytes behind a SIP start
    line; captures carrying a 4 KiB random marker in From and User-Agent. The harness runs the engine's own
-   parser (sip.message.parse, sip.ua's keep-alive rule) on every message it sends, so it knows exactly how
+   parser (sip.core.message.parse, sip.core.ua's keep-alive rule) on every message it sends, so it knows exactly how
    many the engine must reject: `unparseable + malformed_*` must grow by that number (each rejected message
    counted once), and `transport_datagrams_in` by the number sent. Datagrams the namespace's kernel dropped
    (UDP RcvbufErrors in /proc/net/snmp: the socket's buffer full under load) never reached the engine and
@@ -86,8 +86,8 @@ from rfc4475_sender import Sniffer, mutate, normal_call, only_loopback  # noqa: 
 from providers.fakes.faults import MUTATIONS, huge_string  # noqa: E402
 from rtp import packet as rtp_packet  # noqa: E402
 from rtp import rtcp as rtp_rtcp  # noqa: E402
-from sip.message import ParseError, parse  # noqa: E402
-from sip.ua import UaConfig  # noqa: E402
+from sip.core.message import ParseError, parse  # noqa: E402
+from sip.core.ua import UaConfig  # noqa: E402
 
 _beside = ROOT.parent / "shared" / "corpus" / "rfc4475"
 CORPUS = Path(
@@ -198,7 +198,7 @@ def captures(target: tuple[str, int], source: tuple[str, int], tag: str, mark: s
 
 
 def expected_fate(data: bytes, max_size: int) -> str:
-    """What sip.ua.UserAgent.receive does with `data`: `keepalive`, `rejected` (the parser refuses it: counted
+    """What sip.core.ua.UserAgent.receive does with `data`: `keepalive`, `rejected` (the parser refuses it: counted
     in unparseable or malformed_NNN) or `parsed`."""
     if len(data) <= 4 and not data.strip(b"\r\n"):
         return "keepalive"

@@ -1,5 +1,5 @@
 """The session core's stateful property test (DESIGN §14 S1-S7): the machine of
-tests/unit/test_session_properties.py over many drawn call histories — caller speech and pauses, each
+tests/unit/bridge/test_session_properties.py over many drawn call histories — caller speech and pauses, each
 connection's events, faults, the rollover timeline, hold and ringing, barge-in, jobs, hang-up — checking every
 promise after every step. Exits 1 with the shrunk step sequence of the first broken promise it finds, 0 when
 none broke.

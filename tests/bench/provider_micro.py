@@ -13,7 +13,7 @@ before anything is imported or connected:
 - json: `orjson` or `stdlib` (the adapters' JSON as it was: json.dumps / json.loads);
 - loop: `uvloop` or `asyncio`;
 - append: caller audio per append, 20 (every frame) or 100 ms;
-- malloc: `default` or `tuned` (bridge.heap.tune_malloc: glibc's mmap threshold above the loop's 256 KiB
+- malloc: `default` or `tuned` (bridge.server.heap.tune_malloc: glibc's mmap threshold above the loop's 256 KiB
   receive buffer); gc: `freeze` runs gc.freeze() once the sessions are up.
 
     .venv/bin/python tests/bench/provider_micro.py                   # the whole table, 50 and 200 sessions
@@ -218,7 +218,7 @@ async def _worker(args: argparse.Namespace) -> dict[str, Any]:
 
 def worker_main(args: argparse.Namespace) -> None:
     if args.malloc == "tuned":
-        from bridge.heap import tune_malloc
+        from bridge.server.heap import tune_malloc
 
         assert tune_malloc(), "mallopt unavailable"
     if args.loop == "uvloop":

@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bridge.coordinator import SessionCoordinator
-from bridge.recording import CallRecording
+from bridge.engine.coordinator import SessionCoordinator
+from bridge.server.recording import CallRecording
 from providers.base import Capabilities
 from providers.events import AudioReceived, SessionStarted
 from providers.limits import OPENAI_REALTIME

@@ -1,6 +1,6 @@
 """Pure helpers of the benchmark (tests/bench/run.py): percentiles, packet timing, pcap/RTP parsing, the
 probe's content matching and log parsing. No processes, no clocks: everything here is unit-tested
-(tests/unit/test_bench_stats.py).
+(tests/unit/bench/test_bench_stats.py).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ import ssl
 import sys
 
 import bridge
-from bridge.records import CallRecord, CallStarted, Utterance
-from bridge.telephony import TelephonyOptions
+from bridge.engine.telephony import TelephonyOptions
+from bridge.server.records import CallRecord, CallStarted, Utterance
 
 LOOKUP = bridge.ToolSpec(
     "lookup_order",

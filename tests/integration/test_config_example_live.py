@@ -29,8 +29,8 @@ import peers
 import pytest
 
 from providers.fakes.gemini_live import ensure_cert
-from sip.auth import AuthAnswer, Credentials, DigestClient
-from sip.message import Request, Response, parse
+from sip.core.auth import AuthAnswer, Credentials, DigestClient
+from sip.core.message import Request, Response, parse
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "example.toml"
 BRIDGE = [sys.executable, "-m", "bridge"]

@@ -19,10 +19,10 @@ import peers
 import pytest
 
 from rtp.units import NS_PER_MS as MS
+from sip.core.transaction import TimerConfig
 from sip.engine import EngineConfig
 from sip.leg import CallLeg
-from sip.native import NativeUserAgent
-from sip.transaction import TimerConfig
+from sip.native.agent import NativeUserAgent
 from tests.support.native_engine import _wait_until
 
 pytestmark = pytest.mark.serial  # it floods

@@ -1,4 +1,4 @@
-"""An attacker's first tools against a live `serve` guarded by digest alone (sip/guard.py), live: Debian's
+"""An attacker's first tools against a live `serve` guarded by digest alone (sip/core/guard.py), live: Debian's
 sipvicious (`svmap`, `svwar`, `svcrack`) in compact mode (`-c`: no User-Agent, so the scanner blocklist does
 not see them), against user 1001 with the weak password "letmein", inside a private network namespace
 (`unshare --net`, loopback up) so that nothing the tools or the bridge send can leave the machine.

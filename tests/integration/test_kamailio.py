@@ -12,7 +12,7 @@ which logs the Contact of the bridge that answered each call).
    answered, by both bridges, none refused.
 3. A stopped bridge: A is stopped; new calls sent at once still all succeed, on B, those first tried on A after
    the INVITE timeout (A is then marked inactive, and stays so: its probes go unanswered).
-4. Record-Route: the caller's 200 carries the proxy's Record-Route (sip/ua.py copies the INVITE's, RFC 3261
+4. Record-Route: the caller's 200 carries the proxy's Record-Route (sip/core/ua.py copies the INVITE's, RFC 3261
    §12.1.1), so in-dialog requests (ACK, BYE) cross the proxy and its load counting sees the call end.
 5. 407: `parlora-bridge call` through a Kamailio that challenges INVITEs for proxy authentication
    (its auth module, plain password, no database: AUTH_PROXY) to a SIPp callee behind it: the INVITE is sent

@@ -1,4 +1,4 @@
-"""The native SIP engine (`serve --engine native`, sip/native.py) against real peers on loopback.
+"""The native SIP engine (`serve --engine native`, sip/native/agent.py) against real peers on loopback.
 
 - `serve --engine native` with the embedded echo provider: a SIPp caller streams an utterance and hears it
   back (read off the wire with tshark); BYE from the caller, BYE from the bridge (SIGTERM); CANCEL before the
@@ -31,10 +31,10 @@ import pytest
 from rtp.g711 import ulaw_decode
 from rtp.playout import OutboundFrame
 from rtp.units import NS_PER_MS as MS
+from sip.core.transaction import TimerConfig
 from sip.engine import EngineConfig, create_engine
 from sip.leg import CallEnded, CallLeg, FrameReceived, MediaStarted
-from sip.native import NativeLeg, NativeUserAgent
-from sip.transaction import TimerConfig
+from sip.native.agent import NativeLeg, NativeUserAgent
 from tests.support.native_engine import _wait_until
 from tests.support.telephony_sip import TARGET, LegDriver
 

@@ -120,8 +120,8 @@ def test_churn_quick_cancelled_calls_are_counted_as_cancelled_in_metrics(churn: 
 
 
 def test_a_recovery_after_a_lost_connection_is_counted_in_metrics() -> None:
-    from bridge.commands import RecoveryChanged
-    from bridge.observe import CallObserver
+    from bridge.engine.commands import RecoveryChanged
+    from bridge.server.observe import CallObserver
 
     observer = CallObserver()
     observer.notice(

@@ -66,7 +66,7 @@ INVALID_STATUS: dict[str, set[int]] = {
 BACKWARD_COMPATIBLE = {"inv2543"}  # §3.4.1: legal RFC 2543 syntax; a 2xx is right
 
 # What the native engine answers on the wire must be what its sans-I/O core decides for the same bytes: the
-# table of tests/unit/test_sip_rfc4475.py ("accept" is 200 here: an INVITE is answered by the echo session;
+# table of tests/unit/sip/test_sip_rfc4475.py ("accept" is 200 here: an INVITE is answered by the echo session;
 # wsinv carries a To tag of no dialog: 481). None: dropped, nothing sent.
 NATIVE_FINAL: dict[str, int | None] = {
     "wsinv": 481, "intmeth": 501, "esc01": 200, "escnull": 405, "esc02": 501, "lwsdisp": 200, "longreq": 200,

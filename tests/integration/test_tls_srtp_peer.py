@@ -1,11 +1,11 @@
 """baresip over SIP/TLS with SDES-SRTP (``mediaenc=srtp-mand``) against a tiny TLS+SRTP echo UAS assembled here
-from the sans-I/O cores: sip.ua's UserAgent, sip.tls's listener (the TCP shell's connection class under TLS),
-sip.sdp's SDES offer/answer (policy "required") and rtp.srtp (pylibsrtp).
+from the sans-I/O cores: sip.core.ua's UserAgent, sip.native.tls's listener (the TCP shell's connection class under TLS),
+sip.core.sdp's SDES offer/answer (policy "required") and rtp.srtp (pylibsrtp).
 
 What it proves, on loopback: baresip calls ``sip:bridge@127.0.0.1:PORT;transport=tls`` (our certificate: a
 self-signed pair made here, given to it as ``sip_cafile``; measured: baresip 1.0.0 completes the handshake even
 with a CA that did not sign it, so it does not verify the server; our own client side does, see
-tests/unit/test_sip_tls.py); the INVITE, ACK and BYE arrive over TLS and are answered over it; the SDP answer carries our own key for the first suite in baresip's order; every RTP packet on the wire is
+tests/unit/sip/test_sip_tls.py); the INVITE, ACK and BYE arrive over TLS and are answered over it; the SDP answer carries our own key for the first suite in baresip's order; every RTP packet on the wire is
 SRTP (it authenticates with baresip's key, and its payload is not the plain PCMU that comes out of it); our
 echo, re-protected with our key, is decrypted by baresip and heard (the utterance correlates in its recording).
 A plain RTP/AVP offer is refused 488 by the same UAS ("required").
@@ -28,11 +28,11 @@ import pytest
 
 from rtp.packet import build, is_rtcp, parse
 from rtp.srtp import SrtpContext
-from sip import ua as core
-from sip.message import StreamFramer
-from sip.sdp import LocalMedia, NegotiatedMedia, SrtpPolicy
-from sip.tls import TlsListener, sdes_policy, server_context
-from sip.transport import DeadlineTimer, Inbound, SipTransports, TransportRef
+from sip.core import ua as core
+from sip.core.message import StreamFramer
+from sip.core.sdp import LocalMedia, NegotiatedMedia, SrtpPolicy
+from sip.native.tls import TlsListener, sdes_policy, server_context
+from sip.native.transport import DeadlineTimer, Inbound, SipTransports, TransportRef
 from tests.support.tls_srtp_peer import LOOPBACK, _baresip, make_pki
 
 CALL_TIMEOUT_S = 40.0
@@ -74,7 +74,7 @@ class TlsSrtpEchoUas:
             self.transports, LOOPBACK, 0, server_context(self._cert, self._key)
         )
         port = self.listener.local[1]
-        # the core checks each offer against the SRTP policy when the INVITE arrives (sip.sdp.check_offer)
+        # the core checks each offer against the SRTP policy when the INVITE arrives (sip.core.sdp.check_offer)
         config = core.UaConfig(host=LOOPBACK, port=port, srtp=self._srtp)
         self.ua = core.UserAgent(config, rng=random.Random(7))
         self.timer = DeadlineTimer(self.loop, self.clock, self._on_timer)
@@ -110,7 +110,7 @@ class TlsSrtpEchoUas:
                     self.transports.send(tx.data, tx.destination, tx.transport)
             if self.ending_status is None and any(
                 n.startswith("offer_488_") and v for n, v in self.ua.stats.items()
-            ):  # the core refused the INVITE with 488 before it became a call (sip.sdp.check_offer)
+            ):  # the core refused the INVITE with 488 before it became a call (sip.core.sdp.check_offer)
                 self.ending_status = 488
                 self.ended.set()
             events = self.ua.events()

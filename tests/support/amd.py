@@ -1,4 +1,4 @@
-"""Harness moved unchanged from tests/unit/test_amd.py: FRAME, RATE, _amp, _pcm, noise, quiet, speech, tone."""
+"""Harness moved unchanged from tests/unit/bridge/test_amd.py: FRAME, RATE, _amp, _pcm, noise, quiet, speech, tone."""
 
 from __future__ import annotations
 

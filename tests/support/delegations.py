@@ -1,4 +1,4 @@
-"""Harness moved unchanged from tests/unit/test_delegations.py: ToolProvider."""
+"""Harness moved unchanged from tests/unit/bridge/test_delegations.py: ToolProvider."""
 
 from __future__ import annotations
 

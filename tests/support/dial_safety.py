@@ -1,4 +1,4 @@
-"""Harness moved unchanged from tests/unit/test_dial_safety.py: _Dialer, _post, _server."""
+"""Harness moved unchanged from tests/unit/sip/test_dial_safety.py: _Dialer, _post, _server."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import asyncio
 import json
 from typing import Any
 
-from bridge.api import Application, Server, ServerConfig
+from bridge.server.api import Application, Server, ServerConfig
+from sip.core.identity import call_identity
 from sip.engine import EngineFeatures
-from sip.identity import call_identity
 
 
 class _Dialer:

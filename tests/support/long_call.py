@@ -1,7 +1,7 @@
 """A long call on virtual time, for "memory flat for weeks": the session engine's in-process pieces
 (the coordinator with a real `Playout`, the record builder over its carrier ledger, the server's metrics
 observer and console feed) driven through turns, tool calls, rollovers and recoveries, with no sockets and no
-sleeps. tests/unit/test_history_bounds.py asserts that what each piece keeps stays bounded;
+sleeps. tests/unit/bridge/test_history_bounds.py asserts that what each piece keeps stays bounded;
 tests/bench/history_growth.py measures it with tracemalloc over simulated hours.
 
 One turn (`turn()`, `turn_s` seconds): the caller speaks, every connection hearing them reports speech
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bridge.commands import (
+from bridge.engine.commands import (
     ApproveRollover,
     AuthorizeConnection,
     CloseTransport,
@@ -23,12 +23,12 @@ from bridge.commands import (
     OpenRollover,
     SendAudio,
 )
-from bridge.console import ConsoleFeed
-from bridge.coordinator import CoordinatorOptions, SessionCoordinator
-from bridge.delegations import DeliverResult, DispatchJob
-from bridge.observe import CallObserver
-from bridge.records import CallInfo, RecordBuilder
-from bridge.rollover import RolloverOptions
+from bridge.engine.coordinator import CoordinatorOptions, SessionCoordinator
+from bridge.engine.delegations import DeliverResult, DispatchJob
+from bridge.engine.rollover import RolloverOptions
+from bridge.server.console import ConsoleFeed
+from bridge.server.observe import CallObserver
+from bridge.server.records import CallInfo, RecordBuilder
 from providers.events import (
     AudioReceived,
     InputTranscript,

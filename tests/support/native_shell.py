@@ -1,4 +1,4 @@
-"""Harness moved unchanged from tests/unit/test_native_shell.py: VirtualClock, _FakeLeg, _FakeSockets, _call_media, can_bind."""
+"""Harness moved unchanged from tests/unit/sip/test_native_shell.py: VirtualClock, _FakeLeg, _FakeSockets, _call_media, can_bind."""
 
 from __future__ import annotations
 
@@ -70,8 +70,8 @@ class _FakeLeg:
 
 def _call_media(clock: VirtualClock) -> tuple[Any, _FakeLeg]:
     from rtp.stream import PCMU, RtpStream, StreamConfig
-    from sip.native import _CallMedia
-    from sip.sdp import NegotiatedMedia
+    from sip.core.sdp import NegotiatedMedia
+    from sip.native.agent import _CallMedia
 
     negotiated = NegotiatedMedia("PCMU", PCMU, 101, "127.0.0.1", 40000, "sendrecv", "sendrecv")
     stream = RtpStream(

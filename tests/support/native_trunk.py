@@ -1,4 +1,4 @@
-"""Harness moved unchanged from tests/unit/test_native_trunk.py: Peer, Registrar, SDP, WAIT_S, _to_of, engine_factory, invite."""
+"""Harness moved unchanged from tests/unit/sip/test_native_trunk.py: Peer, Registrar, SDP, WAIT_S, _to_of, engine_factory, invite."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sip.auth import AuthOk, Credentials, DigestServer
+from sip.core.auth import AuthOk, Credentials, DigestServer
+from sip.core.message import Request, make_response, parse, serialize
 from sip.engine import EngineConfig
 from sip.leg import CallLeg
-from sip.message import Request, make_response, parse, serialize
-from sip.native import NativeUserAgent
+from sip.native.agent import NativeUserAgent
 
 WAIT_S = 3.0
 
@@ -92,7 +92,7 @@ def _to_of(response: bytes) -> str:
 
 
 class Registrar:
-    """A UDP registrar on loopback that challenges with digest (sip.auth.DigestServer) and verifies."""
+    """A UDP registrar on loopback that challenges with digest (sip.core.auth.DigestServer) and verifies."""
 
     def __init__(self, user: str, password: str) -> None:
         self.peer = Peer("127.0.0.1")

@@ -1,8 +1,8 @@
-"""Harness moved unchanged from tests/unit/test_records.py: INFO, MS, T0, builder, outcome."""
+"""Harness moved unchanged from tests/unit/bridge/test_records.py: INFO, MS, T0, builder, outcome."""
 
 from __future__ import annotations
 
-from bridge.records import CallInfo, CallOutcome, RecordBuilder
+from bridge.server.records import CallInfo, CallOutcome, RecordBuilder
 from rtp.ledger import CarrierLedger
 from rtp.units import NS_PER_MS as MS
 

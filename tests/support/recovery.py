@@ -1,8 +1,8 @@
-"""Harness moved unchanged from tests/unit/test_recovery.py: GEMINI, answer, commands_of, recovery_notices, repaired."""
+"""Harness moved unchanged from tests/unit/bridge/test_recovery.py: GEMINI, answer, commands_of, recovery_notices, repaired."""
 
 from __future__ import annotations
 
-from bridge.coordinator import RecoveryChanged
+from bridge.engine.coordinator import RecoveryChanged
 from providers.events import (
     SessionClosed,
     SessionStarted,

@@ -1,8 +1,8 @@
-"""Harness moved unchanged from tests/unit/test_rollover_session.py: CLIENT_CAPS, ClientCommitCall, RolloverCall, SCALED."""
+"""Harness moved unchanged from tests/unit/bridge/test_rollover_session.py: CLIENT_CAPS, ClientCommitCall, RolloverCall, SCALED."""
 
 from __future__ import annotations
 
-from bridge.coordinator import (
+from bridge.engine.coordinator import (
     ApproveRollover,
     AuthorizeConnection,
     CloseTransport,
@@ -12,7 +12,7 @@ from bridge.coordinator import (
     SendAudio,
     SessionCoordinator,
 )
-from bridge.rollover import RolloverOptions
+from bridge.engine.rollover import RolloverOptions
 from providers.base import Capabilities, SessionSettings
 from providers.events import (
     InputTranscript,

@@ -1,4 +1,4 @@
-"""Harness moved unchanged from tests/unit/test_seams_hold.py: DialledFakeLeg, TextProvider, wait_for."""
+"""Harness moved unchanged from tests/unit/bridge/test_seams_hold.py: DialledFakeLeg, TextProvider, wait_for."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""Harness moved unchanged from tests/unit/test_session.py: FakeLeg, FakeProvider, pcm_frame, session."""
+"""Harness moved unchanged from tests/unit/bridge/test_session.py: FakeLeg, FakeProvider, pcm_frame, session."""
 
 import asyncio
 from collections.abc import AsyncIterator
 
-from bridge.session import CallSession
+from bridge.server.session import CallSession
 from providers.base import Capabilities, ProviderUnavailable
 from providers.events import ProviderEvent, SessionClosed, SessionStarted
 from providers.limits import AudioLimits

@@ -1,10 +1,10 @@
-"""Harness moved unchanged from tests/unit/test_session_engine.py: Call, GPT_LIVE_CAPS, MS, REALTIME, TICK, pcmu_tone, speech_frame."""
+"""Harness moved unchanged from tests/unit/bridge/test_session_engine.py: Call, GPT_LIVE_CAPS, MS, REALTIME, TICK, pcmu_tone, speech_frame."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from bridge.coordinator import (
+from bridge.engine.coordinator import (
     CoordinatorOptions,
     SendAudio,
     SessionCoordinator,

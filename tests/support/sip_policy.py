@@ -1,9 +1,9 @@
-"""Harness moved unchanged from tests/unit/test_sip_policy.py: run."""
+"""Harness moved unchanged from tests/unit/sip/test_sip_policy.py: run."""
 
 from __future__ import annotations
 
-from sip.message import Response, parse
-from sip.ua import UserAgent
+from sip.core.message import Response, parse
+from sip.core.ua import UserAgent
 
 
 def run(

@@ -1,4 +1,4 @@
-"""Harness moved unchanged from tests/unit/test_sip_rfc4475.py: CORPUS, _BESIDE."""
+"""Harness moved unchanged from tests/unit/sip/test_sip_rfc4475.py: CORPUS, _BESIDE."""
 
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
-"""Harness moved unchanged from tests/unit/test_sip_ua.py: CALLER, Caller, LOCAL, MS, OFFER, S, _to_tag, answered_call, distinct, new_ua, offer_sdp, sip, statuses."""
+"""Harness moved unchanged from tests/unit/sip/test_sip_ua.py: CALLER, Caller, LOCAL, MS, OFFER, S, _to_tag, answered_call, distinct, new_ua, offer_sdp, sip, statuses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
 from rtp.units import NS_PER_MS as MS
-from sip.message import Message, Request, Response, parse
-from sip.sdp import LocalMedia
-from sip.ua import (
+from sip.core.message import Message, Request, Response, parse
+from sip.core.sdp import LocalMedia
+from sip.core.ua import (
     IncomingCall,
     UaConfig,
     UaEvent,

@@ -1,12 +1,12 @@
-"""Harness moved unchanged from tests/unit/test_sip_uac.py: ANSWER_SDP, Callee, LOCAL, TARGET, TRUNK."""
+"""Harness moved unchanged from tests/unit/sip/test_sip_uac.py: ANSWER_SDP, Callee, LOCAL, TARGET, TRUNK."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from sip.message import Message, Request, make_response, parse, serialize
-from sip.sdp import LocalMedia
-from sip.ua import CallEnded, UaEvent, UserAgent
+from sip.core.message import Message, Request, make_response, parse, serialize
+from sip.core.sdp import LocalMedia
+from sip.core.ua import CallEnded, UaEvent, UserAgent
 
 TRUNK = ("198.51.100.20", 5060)
 

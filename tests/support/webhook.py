@@ -1,4 +1,4 @@
-"""Harness moved unchanged from tests/unit/test_webhook.py: Answer, App, ENV, Received, SECRET, json_answer."""
+"""Harness moved unchanged from tests/unit/bridge/test_webhook.py: Answer, App, ENV, Received, SECRET, json_answer."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import h11
 
-from bridge.webhook import SECRET_ENV
+from bridge.server.webhook import SECRET_ENV
 
 SECRET = "s3cret-webhook-key-never-logged"
 

@@ -1,0 +1,771 @@
+"""Application events and the call record: what the application, the webhook and the CDR are told.
+
+`RecordBuilder` is a sans-I/O core fed the session's existing notices (bridge/engine/commands.py: `Transcript`,
+`BargedIn`, `RecoveryChanged`, `RolloverChanged`; bridge/engine/delegations.py: `WorkUncertain`) with `now`, and
+reading the carrier ledger (rtp/ledger.py) for what was actually transmitted to the caller. It returns the
+events in order:
+
+- `CallStarted`: once, when the call's session begins (identity, route, provider).
+- `Utterance`: each caller utterance (its final transcript; start and end on the session timeline) and each
+  assistant utterance. An assistant utterance is timed by the ledger, never by the model's text: its start and
+  end are when its first and last frames were handed to the carrier, and `heard_ms` is how much of it left.
+  When the caller barged in, `cut` says when (session ms) and how far each interrupted item had been
+  transmitted at that moment (`BargedIn.heard`, read from the ledger by bridge/engine/barrier.py).
+- `UncertainWork` (S8): work whose outcome became uncertain, from the job ledger's `WorkUncertain` notice
+  (bridge/engine/delegations.py): each request (job id, tool, bounded arguments) with what is known of its outcome —
+  `unknown` (sent on a connection lost before it acknowledged it, HR6), `cut_off` (still running when the
+  session ended, after the grace) or `not_delivered` (answered, never given to the model).
+- `AmdResult`: an outbound call's answering-machine detection (bridge/engine/amd.py, on by `[outbound] amd`): the
+  verdict (`human`, `machine`, `beep`, `silence`, `unknown`) with its reason and the ms from the answer, then
+  for a machine the beep (`beep`) or its absence (`no_beep`). The record keeps both (`amd`).
+- `CallEnded`: the `CallRecord` — duration, who hung up and why, SIP status, provider and connections used,
+  recoveries and rollovers, the uncertain work, QoS (`status()["qos"]`) and usage with `complete` (HR12,
+  bridge/engine/usage.py).
+
+An assistant utterance opens with its first transcript (or with the first frame a barge-in cuts) and closes
+when the caller barges in, or once nothing of it has been transmitted for `quiet_ms` (the timer: the builder
+has `next_deadline()` and `handle_timer(now)`), or at the end of the call. Each ledger item belongs to one
+utterance.
+
+Every event has `to_json()`: the webhook's body and, for the record, the CDR line (`CallRecord.cdr_line`).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from bridge.engine.amd import AmdBeep, AmdNoBeep, AmdVerdict
+from bridge.engine.commands import BargedIn, RecoveryChanged, RolloverChanged, Transcript
+from bridge.engine.connections import connection_id
+from bridge.engine.delegations import UncertainItem, WorkUncertain
+from rtp.audio import FRAME_MS
+from rtp.ledger import ItemProgress, LedgerEntry
+from rtp.units import NS_PER_MS
+from sip.core.attestation import ABSENT, Attestation, attestation_of
+from sip.leg import CallIdentity
+
+FRAME_NS = FRAME_MS * NS_PER_MS
+
+FINAL_MESSAGE_ITEM = (
+    "final-message"  # bridge/engine/reservoir.py: the closing message, not an utterance of the model
+)
+
+RECORD_NOTICES = (
+    Transcript,
+    BargedIn,
+    RecoveryChanged,
+    RolloverChanged,
+    WorkUncertain,
+    AmdVerdict,
+    AmdBeep,
+    AmdNoBeep,
+)
+"""The notice types the builder reads (a shell may drop every other notice before queueing it)."""
+
+
+class LedgerView(Protocol):
+    """What the builder reads of the carrier ledger (rtp.ledger.CarrierLedger)."""
+
+    @property
+    def frames_transmitted(self) -> int: ...
+
+    def items_between(self, after_ns: int, until_ns: int) -> list[str]: ...
+
+    def last(self) -> LedgerEntry | None: ...
+
+    def progress(self, item_id: str) -> ItemProgress | None: ...
+
+
+# --- the events ---
+
+
+@dataclass(frozen=True, slots=True)
+class CallInfo:
+    """Who called whom: the call's identity as the SIP engine reported it, its route and provider."""
+
+    call_id: str
+    sip_call_id: str
+    from_uri: str
+    to_uri: str
+    called: str
+    source: str
+    route: str | None
+    provider: str
+    trunk: str | None = None  # the trunk the call came in on (sip/core/trunks.py); None: none matched
+    # STIR/SHAKEN as the carrier gave it (sip/core/attestation.py): verstat, the PASSporT's level, never verified
+    attestation: Attestation = ABSENT
+
+    @classmethod
+    def of(cls, identity: CallIdentity, *, route: str | None, provider: str) -> CallInfo:
+        return cls(
+            identity.call_id,
+            identity.sip_call_id,
+            identity.from_uri,
+            identity.to_uri,
+            identity.request_user,
+            identity.source,
+            route,
+            provider,
+            identity.trunk,
+            attestation_of(identity.from_uri, identity.headers)
+            if identity.direction == "inbound"
+            else ABSENT,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "call_id": self.call_id,
+            "sip_call_id": self.sip_call_id,
+            "from": self.from_uri,
+            "to": self.to_uri,
+            "called": self.called,
+            "source": self.source,
+            "route": self.route,
+            "provider": self.provider,
+            "trunk": self.trunk,
+            "attestation": self.attestation.to_json(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CallStarted:
+    call: CallInfo
+    started_at: float  # unix time (s) the session began
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": "call_started", "call": self.call.to_json(), "started_at": self.started_at}
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """An assistant utterance the caller interrupted: when, and what had been transmitted by then."""
+
+    at_ms: int  # the barge-in, on the session timeline
+    source: str  # "provider" (its speech-started / interrupted event) or "local_vad"
+    items: tuple[tuple[str, int], ...]  # each interrupted item and the ms of it transmitted (the ledger)
+
+
+@dataclass(frozen=True, slots=True)
+class Utterance:
+    """One caller or assistant utterance. Times are ms on the session timeline (None: not known)."""
+
+    call_id: str
+    seq: int  # 1, 2, ... in the order the utterances were complete
+    role: Literal["caller", "assistant"]
+    text: str
+    start_ms: int | None
+    end_ms: int | None
+    heard_ms: int = 0  # assistant: audio of it transmitted to the carrier (ledger frames x 20 ms)
+    cut: Cut | None = None  # assistant: the barge-in that cut it
+    text_cut_chars: int = 0  # characters of the provider's text past MAX_TEXT_CHARS, not carried
+
+    @property
+    def interrupted(self) -> bool:
+        return self.cut is not None
+
+    def to_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "event": "utterance",
+            "call_id": self.call_id,
+            "seq": self.seq,
+            "role": self.role,
+            "text": self.text,
+            "start_ms": self.start_ms,
+            "end_ms": self.end_ms,
+        }
+        if self.text_cut_chars:
+            body["text_cut_chars"] = self.text_cut_chars
+        if self.role == "assistant":
+            cut = self.cut
+            body["heard_ms"] = self.heard_ms
+            body["interrupted"] = cut is not None
+            body["cut"] = (
+                None
+                if cut is None
+                else {"at_ms": cut.at_ms, "source": cut.source, "items": [list(i) for i in cut.items]}
+            )
+        return body
+
+
+def bounded_text(text: str) -> tuple[str, int]:
+    """`text` stripped and cut at MAX_TEXT_CHARS, and how many characters the cut dropped."""
+    text = text.strip()
+    over = len(text) - MAX_TEXT_CHARS
+    return (text[:MAX_TEXT_CHARS], over) if over > 0 else (text, 0)
+
+
+def arguments_json(text: str) -> object:
+    """A job's arguments as the application is shown them: the JSON object parsed from the model's text, or,
+    when that text is not a JSON object (or was cut), the raw text."""
+    try:
+        parsed = json.loads(text)
+    except (ValueError, TypeError):
+        parsed = None
+    return parsed if isinstance(parsed, dict) else text
+
+
+def uncertain_json(item: UncertainItem) -> dict[str, Any]:
+    """One piece of uncertain work (S8): the request and what is known of its outcome."""
+    return {
+        "job_id": item.job_id,
+        "name": item.name,
+        "kind": item.kind,
+        "arguments": arguments_json(item.arguments) if item.job_id is not None else item.arguments,
+        "arguments_truncated": item.truncated,
+        "requested_at_ms": item.requested_at_ms,
+        "outcome": item.outcome,
+        "detail": item.detail,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class UncertainWork:
+    """S8: work whose outcome became uncertain — commands a lost connection never acknowledged
+    (`cause` "connection_lost"), jobs cut off and answers never delivered at the end ("session_ended")."""
+
+    call_id: str
+    seq: int  # 1, 2, ... within the call (the webhook's Idempotency-Key ends in work_uncertain-<seq>)
+    cause: str
+    at_ms: int  # on the session timeline
+    items: tuple[UncertainItem, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event": "work_uncertain",
+            "call_id": self.call_id,
+            "seq": self.seq,
+            "cause": self.cause,
+            "at_ms": self.at_ms,
+            "items": [uncertain_json(i) for i in self.items],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class AmdResult:
+    """Answering-machine detection on an outbound call: `kind` "verdict" (then `verdict` is the detector's),
+    "beep" or "no_beep" (after a machine); `since_answer_ms` from the callee's answer."""
+
+    call_id: str
+    kind: Literal["verdict", "beep", "no_beep"]
+    verdict: str
+    reason: str
+    since_answer_ms: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event": "amd",
+            "call_id": self.call_id,
+            "kind": self.kind,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            "since_answer_ms": self.since_answer_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class UncertainEntry:
+    """One piece of uncertain work as the call record lists it."""
+
+    cause: str
+    at_ms: int
+    item: UncertainItem
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryEntry:
+    connection_id: str  # the replacement connection
+    cause: str
+    outcome: Literal["recovered", "failed", "interrupted", "unfinished"]
+    duration_ms: int | None  # from the condition to the outcome (None: the call ended first)
+
+
+@dataclass(frozen=True, slots=True)
+class RolloverEntry:
+    connection_id: str  # the next connection (for a refusal: the one that could not be replaced)
+    outcome: Literal["completed", "failed", "refused", "unfinished"]
+    at_ms: int  # the outcome (or, unfinished, the opening) on the session timeline
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRecord:
+    audio_seconds: float | None
+    input_tokens: int
+    output_tokens: int
+    complete: bool  # every connection's usage was finalised by the provider (HR12)
+
+    @classmethod
+    def of(cls, usage: Mapping[str, Any]) -> UsageRecord:
+        seconds = usage.get("audio_seconds")
+        return cls(
+            float(seconds) if isinstance(seconds, int | float) else None,
+            int(usage.get("input_tokens") or 0),
+            int(usage.get("output_tokens") or 0),
+            bool(usage.get("complete", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """What the shell knows at the end of a call (bridge/server/session.py `CallSummary` and the final status)."""
+
+    duration_s: float
+    ended_by: str  # "caller", "bridge", "provider" or "unknown"
+    reason: str
+    sip_status: int  # 200 for an answered call, else the final response the caller got
+    status: Mapping[str, Any]  # the session's final status(): its "qos" and "usage"
+    frames_in: int
+    frames_out: int
+    recording: str | None = None  # the WAV file (`--record`)
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    call: CallInfo
+    started_at: float  # unix s
+    duration_s: float
+    ended_by: str
+    reason: str
+    sip_status: int
+    connections: tuple[str, ...]  # every provider connection opened, in order ("conn-1", ...)
+    recoveries: tuple[RecoveryEntry, ...]
+    rollovers: tuple[RolloverEntry, ...]
+    qos: Mapping[str, Any]
+    usage: UsageRecord
+    frames_in: int
+    frames_out: int  # frames transmitted to the carrier (the ledger)
+    utterances: int
+    barge_ins: int
+    recording: str | None = None
+    # Bounded: a long call's record keeps the last `KEPT` connections, recoveries and rollovers (the tuples
+    # above) and counts every one: None means "the tuple is all of them".
+    connections_total: int | None = None
+    recoveries_total: int | None = None
+    rollovers_total: int | None = None
+    rollovers_completed: int | None = None
+    uncertain: tuple[UncertainEntry, ...] = ()  # S8: the last `KEPT` pieces of uncertain work
+    uncertain_total: int | None = None
+    # No usable RTP from the caller a few seconds into the media: the cause (rtp/stream.py ONE_WAY_CAUSES),
+    # read from the leg's RTP figures (qos["rtp"]["one_way_audio"]); None when audio came (or no figures)
+    one_way_audio: str | None = None
+    amd: tuple[AmdResult, ...] = ()  # an outbound call's machine detection: the verdict, then the beep
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "call": self.call.to_json(),
+            "started_at": self.started_at,
+            "duration_s": round(self.duration_s, 3),
+            "ended_by": self.ended_by,
+            "reason": self.reason,
+            "sip_status": self.sip_status,
+            "provider": self.call.provider,
+            "connections": _counted(
+                {"count": _total(self.connections_total, self.connections), "ids": list(self.connections)},
+                len(self.connections),
+                self.connections_total,
+            ),
+            "recoveries": _counted(
+                {
+                    "count": _total(self.recoveries_total, self.recoveries),
+                    "items": [
+                        {
+                            "connection_id": r.connection_id,
+                            "cause": r.cause,
+                            "outcome": r.outcome,
+                            "duration_ms": r.duration_ms,
+                        }
+                        for r in self.recoveries
+                    ],
+                },
+                len(self.recoveries),
+                self.recoveries_total,
+            ),
+            "rollovers": _counted(
+                {
+                    "count": sum(1 for r in self.rollovers if r.outcome == "completed")
+                    if self.rollovers_completed is None
+                    else self.rollovers_completed,
+                    "items": [
+                        {
+                            "connection_id": r.connection_id,
+                            "outcome": r.outcome,
+                            "at_ms": r.at_ms,
+                            "detail": r.detail,
+                        }
+                        for r in self.rollovers
+                    ],
+                },
+                len(self.rollovers),
+                self.rollovers_total,
+            ),
+            "uncertain": _counted(
+                {
+                    "count": _total(self.uncertain_total, self.uncertain),
+                    "items": [
+                        {"cause": u.cause, "at_ms": u.at_ms, **uncertain_json(u.item)} for u in self.uncertain
+                    ],
+                },
+                len(self.uncertain),
+                self.uncertain_total,
+            ),
+            "qos": dict(self.qos),
+            "usage": {
+                "audio_seconds": self.usage.audio_seconds,
+                "input_tokens": self.usage.input_tokens,
+                "output_tokens": self.usage.output_tokens,
+                "complete": self.usage.complete,
+            },
+            "frames_in": self.frames_in,
+            "frames_out": self.frames_out,
+            "utterances": self.utterances,
+            "barge_ins": self.barge_ins,
+            "recording": self.recording,
+            "one_way_audio": self.one_way_audio,
+            **({"amd": [_amd_json(a) for a in self.amd]} if self.amd else {}),
+        }
+
+    def cdr_line(self) -> str:
+        """One line of `--cdr FILE`: the record as compact JSON (no newline inside)."""
+        return json.dumps(self.to_json(), separators=(",", ":"), default=str)
+
+
+def _amd_json(result: AmdResult) -> dict[str, Any]:
+    body = result.to_json()
+    del body["event"], body["call_id"]
+    return body
+
+
+def _total(total: int | None, kept: tuple[object, ...]) -> int:
+    return len(kept) if total is None else max(total, len(kept))
+
+
+def _counted(body: dict[str, Any], kept: int, total: int | None) -> dict[str, Any]:
+    """A CDR list that kept only the last of `total` (bounded): `omitted` says how many of the oldest its
+    items leave out (absent when they are all there)."""
+    if total is not None and total > kept:
+        body["omitted"] = total - kept
+    return body
+
+
+@dataclass(frozen=True, slots=True)
+class CallEnded:
+    record: CallRecord
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": "call_ended", "call_id": self.record.call.call_id, "record": self.record.to_json()}
+
+
+AppEvent = CallStarted | Utterance | UncertainWork | AmdResult | CallEnded
+
+
+# --- the builder ---
+
+KEPT = 64  # bounded: connections, recoveries and rollovers kept by name in a call's record (the last ones)
+MAX_TEXT_CHARS = 8_192  # an utterance's text as records, events and webhooks carry it: about nine minutes of
+# speech at 150 words a minute, far past any turn a provider transcribes; a longer text (a corrupt or hostile
+# frame once sent 64 KiB as one caller transcript) is cut here, and the cut counted in `text_cut_chars`
+CLAIMED_ITEMS = 64  # ledger items remembered as given to an utterance (as many as the carrier ledger times)
+OPENING = 8  # rollover connections remembered as opening (one at a time; a recovery may abandon one)
+
+
+class CallHistory:
+    """What the record lists of a call's connections, recoveries and rollovers: the last `KEPT` of each by
+    name, and a count of every one (a three-hour call with faults lists a bounded tail, its totals
+    stay exact). Notices about a connection come while it lives, so an id that left the tail never returns."""
+
+    def __init__(self, first: str) -> None:
+        self.connections: dict[str, None] = {first: None}
+        self.connections_total = 1
+        self.recoveries: dict[int, tuple[str, str, int]] = {}  # token -> (cause, stage, elapsed)
+        self.recoveries_total = 0
+        self.rollovers: deque[RolloverEntry] = deque(maxlen=KEPT)
+        self.rollovers_total = 0
+        self.rollovers_completed = 0
+        self.opening: dict[str, int] = {}  # rollover connections opening -> at_ms
+
+    def connection(self, cid: str) -> None:
+        if cid not in self.connections:
+            self.connections[cid] = None
+            self.connections_total += 1
+            _trim(self.connections, KEPT)
+
+    def recovery(self, token: int, cause: str, stage: str, elapsed_ms: int) -> None:
+        if token not in self.recoveries:
+            self.recoveries_total += 1
+        self.recoveries[token] = (cause, stage, elapsed_ms)
+        _trim(self.recoveries, KEPT)
+
+    def rollover(self, entry: RolloverEntry) -> None:
+        self.opening.pop(entry.connection_id, None)
+        self.rollovers.append(entry)
+        self.rollovers_total += 1
+        self.rollovers_completed += entry.outcome == "completed"
+
+    def opened(self, cid: str, at_ms: int) -> None:
+        self.connection(cid)
+        self.opening[cid] = at_ms
+        while len(self.opening) > OPENING:  # abandoned by a recovery: it never ended as a rollover
+            old = next(iter(self.opening))
+            self.rollover(RolloverEntry(old, "unfinished", self.opening[old]))
+
+
+def _trim(kept: dict[Any, Any], limit: int) -> None:
+    while len(kept) > limit:
+        del kept[next(iter(kept))]
+
+
+@dataclass(slots=True)
+class _Assistant:
+    """The assistant utterance being heard now."""
+
+    opened_ms: int
+    last_text_ns: int
+    parts: list[str] = field(default_factory=list)
+    final_text: str | None = None
+    items: dict[str, None] = field(default_factory=dict)  # ledger items, in order
+    chars: int = 0  # the length of `parts` joined
+    dropped: int = 0  # characters of fragments that came past MAX_TEXT_CHARS
+
+
+class RecordBuilder:
+    """One call's events and record (see the module docstring). Feed `notice(n, now)`; call `handle_timer`
+    at `next_deadline()`; `finish(outcome, now)` gives the last events and the record."""
+
+    def __init__(
+        self,
+        call: CallInfo,
+        *,
+        ledger: LedgerView,
+        start_ns: int,
+        started_at: float,
+        first_token: int = 1,
+        quiet_ms: int = 600,
+    ) -> None:
+        self.call = call
+        self._ledger = ledger
+        self._start_ns = start_ns
+        self._started_at = started_at
+        self._quiet_ns = quiet_ms * NS_PER_MS
+        self._seen_ns = start_ns - 1  # ledger entries up to here have been given to an utterance
+        self._claimed: dict[str, None] = {}  # ledger items already given to an utterance (the last ones)
+        self._open: _Assistant | None = None
+        self._seq = 0
+        self.barge_ins = 0
+        self.history = CallHistory(connection_id(first_token))
+        self.uncertain: deque[UncertainEntry] = deque(maxlen=KEPT)  # S8
+        self.uncertain_total = 0
+        self._uncertain_seq = 0
+        self.amd: list[AmdResult] = []  # at most a verdict and a beep (or its absence)
+
+    def started(self) -> CallStarted:
+        return CallStarted(self.call, self._started_at)
+
+    def _ms(self, ns: int) -> int:
+        return (ns - self._start_ns) // NS_PER_MS
+
+    def _next(self) -> int:
+        self._seq += 1
+        return self._seq
+
+    # --- inputs ---
+
+    def notice(self, notice: object, now: int) -> list[AppEvent]:
+        """One of the session's notices; anything the builder does not read is ignored."""
+        out: list[AppEvent] = []
+        if isinstance(notice, Transcript):
+            if notice.role == "caller":
+                text, cut_chars = bounded_text(notice.text)
+                if notice.final and text:
+                    out.append(
+                        Utterance(
+                            self.call.call_id,
+                            self._next(),
+                            "caller",
+                            text,
+                            notice.at_ms,
+                            notice.end_ms,
+                            text_cut_chars=cut_chars,
+                        )
+                    )
+            else:
+                self._assistant_text(notice, now, out)
+        elif isinstance(notice, BargedIn):
+            self._barged_in(notice, now, out)
+        elif isinstance(notice, RecoveryChanged):
+            self.history.connection(connection_id(notice.token))
+            if notice.stage not in ("awaiting_user",):
+                self.history.recovery(notice.token, notice.cause, notice.stage, notice.elapsed_ms)
+        elif isinstance(notice, RolloverChanged):
+            self._rollover(notice)
+        elif isinstance(notice, WorkUncertain):
+            out.append(self._uncertain(notice))
+        elif isinstance(notice, AmdVerdict | AmdBeep | AmdNoBeep):
+            if isinstance(notice, AmdVerdict):
+                kind: Literal["verdict", "beep", "no_beep"] = "verdict"
+                verdict: str = notice.kind
+            else:
+                kind = "beep" if isinstance(notice, AmdBeep) else "no_beep"
+                verdict = self.amd[0].verdict if self.amd else "machine"
+            result = AmdResult(self.call.call_id, kind, verdict, notice.reason, notice.since_answer_ms)
+            self.amd.append(result)
+            out.append(result)
+        return out
+
+    def _uncertain(self, notice: WorkUncertain) -> UncertainWork:
+        self._uncertain_seq += 1
+        self.uncertain_total += len(notice.items)
+        self.uncertain.extend(UncertainEntry(notice.cause, notice.at_ms, i) for i in notice.items)
+        return UncertainWork(self.call.call_id, self._uncertain_seq, notice.cause, notice.at_ms, notice.items)
+
+    def _assistant_text(self, notice: Transcript, now: int, out: list[AppEvent]) -> None:
+        current = self._open
+        if current is not None and current.final_text is not None:  # a new reply after a final transcript
+            self._scan(current, now)
+            out.append(self._close(current, None))
+            current = None
+        if current is None:
+            current = self._open = _Assistant(notice.at_ms, now)
+        current.last_text_ns = now
+        if notice.final:
+            current.final_text = notice.text
+        elif current.chars < MAX_TEXT_CHARS:
+            current.parts.append(notice.text)
+            current.chars += len(notice.text)
+        else:  # past the bound only counted: a stream of fragments cannot grow the open utterance without end
+            current.dropped += len(notice.text)
+
+    def _barged_in(self, notice: BargedIn, now: int, out: list[AppEvent]) -> None:
+        self.barge_ins += 1
+        if not notice.cleared_ms and not notice.heard:
+            return  # nothing was playing: nothing was cut
+        current = self._open or _Assistant(notice.at_ms, now)
+        self._scan(current, now)
+        for item, _ in notice.heard:
+            if item not in self._claimed:
+                current.items.setdefault(item, None)
+        out.append(self._close(current, Cut(notice.at_ms, notice.source, notice.heard)))
+
+    def _rollover(self, notice: RolloverChanged) -> None:
+        cid = notice.connection_id
+        if notice.what == "opening":
+            self.history.opened(cid, notice.at_ms)
+        elif notice.what == "floor":
+            self.history.rollover(RolloverEntry(cid, "completed", notice.at_ms, notice.detail))
+        elif notice.what in ("failed", "refused"):
+            outcome: Literal["failed", "refused"] = "failed" if notice.what == "failed" else "refused"
+            self.history.rollover(RolloverEntry(cid, outcome, notice.at_ms, notice.detail))
+
+    # --- the timer: an assistant utterance whose audio is over ---
+
+    def next_deadline(self) -> int | None:
+        current = self._open
+        if current is None:
+            return None
+        return max(current.last_text_ns, self._last_frame_ns(current)) + self._quiet_ns
+
+    def handle_timer(self, now: int) -> list[AppEvent]:
+        current = self._open
+        if current is None:
+            return []
+        self._scan(current, now)
+        if now < max(current.last_text_ns, self._last_frame_ns(current)) + self._quiet_ns:
+            return []
+        return [self._close(current, None)]
+
+    def _last_frame_ns(self, current: _Assistant) -> int:
+        ends = [p.last_ns for item in current.items if (p := self._ledger.progress(item)) is not None]
+        return max(ends, default=0)
+
+    def _scan(self, current: _Assistant, until: int) -> None:
+        """Give the ledger items transmitted since the last look (and by `until`) to the open utterance."""
+        seen, claimed = self._seen_ns, self._claimed
+        for item in self._ledger.items_between(seen, until):  # (not the entries, which are bounded)
+            if item not in claimed and item != FINAL_MESSAGE_ITEM:
+                current.items.setdefault(item, None)
+        if (last := self._ledger.last()) is not None:
+            self._seen_ns = max(seen, min(until, last.transmitted_ns))
+
+    def _close(self, current: _Assistant, cut: Cut | None) -> Utterance:
+        self._open = None
+        progress = [p for item in current.items if (p := self._ledger.progress(item)) is not None]
+        self._claimed.update(dict.fromkeys(current.items))
+        _trim(self._claimed, CLAIMED_ITEMS)
+        final = current.final_text
+        text, cut_chars = bounded_text(final if final is not None else "".join(current.parts))
+        cut_chars += current.dropped if final is None else 0
+        if progress:
+            start: int | None = self._ms(min(p.first_ns for p in progress))
+            end: int | None = self._ms(max(p.last_ns for p in progress) + FRAME_NS)
+        else:
+            start = end = None
+        heard = sum(p.frames for p in progress) * FRAME_MS
+        call_id = self.call.call_id
+        return Utterance(call_id, self._next(), "assistant", text, start, end, heard, cut, cut_chars)
+
+    # --- the end ---
+
+    def finish(self, outcome: CallOutcome, now: int) -> tuple[list[AppEvent], CallRecord]:
+        """The call is over: the open utterance (if any) and the record. Call it once."""
+        out: list[AppEvent] = []
+        if self._open is not None:
+            self._scan(self._open, now)
+            out.append(self._close(self._open, None))
+        history = self.history
+        recoveries = tuple(
+            RecoveryEntry(
+                connection_id(token),
+                cause,
+                _RECOVERY_OUTCOMES.get(stage, "unfinished"),
+                elapsed if stage in _RECOVERY_OUTCOMES else None,
+            )
+            for token, (cause, stage, elapsed) in history.recoveries.items()
+        )
+        for cid, at in list(history.opening.items()):
+            history.rollover(RolloverEntry(cid, "unfinished", at))
+        status = outcome.status
+        qos = status.get("qos")
+        usage = status.get("usage")
+        record = CallRecord(
+            call=self.call,
+            started_at=self._started_at,
+            duration_s=outcome.duration_s,
+            ended_by=outcome.ended_by,
+            reason=outcome.reason,
+            sip_status=outcome.sip_status,
+            connections=tuple(history.connections),
+            recoveries=recoveries,
+            rollovers=tuple(history.rollovers),
+            qos=dict(qos) if isinstance(qos, Mapping) else {},
+            usage=UsageRecord.of(usage if isinstance(usage, Mapping) else {}),
+            frames_in=outcome.frames_in,
+            frames_out=outcome.frames_out,
+            utterances=self._seq,
+            barge_ins=self.barge_ins,
+            recording=outcome.recording,
+            connections_total=history.connections_total,
+            recoveries_total=history.recoveries_total,
+            rollovers_total=history.rollovers_total,
+            rollovers_completed=history.rollovers_completed,
+            uncertain=tuple(self.uncertain),
+            uncertain_total=self.uncertain_total,
+            one_way_audio=_one_way_audio(qos),
+            amd=tuple(self.amd),
+        )
+        return out, record
+
+
+def _one_way_audio(qos: object) -> str | None:
+    rtp = qos.get("rtp") if isinstance(qos, Mapping) else None
+    cause = rtp.get("one_way_audio") if isinstance(rtp, Mapping) else None
+    return cause if isinstance(cause, str) else None
+
+
+_RECOVERY_OUTCOMES: dict[str, Literal["recovered", "failed", "interrupted"]] = {
+    "done": "recovered",
+    "failed": "failed",
+    "interrupted": "interrupted",
+}

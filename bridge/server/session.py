@@ -1,0 +1,993 @@
+"""One call's session shell: the call leg and its provider connections around a `SessionCoordinator`.
+
+The shell only moves things, on its one injected clock: caller frames, provider events and the answers of the
+application's hooks go into the coordinator with `now`; the commands it pulls go to the provider, the leg or
+the application; its notices go to the log (bridge/server/log.py); its one timer is re-armed after every input. Every
+rule — the goodbye before a BYE, the close and drain windows — is a deadline of the core, never a sleep here.
+
+The call rings (180) while the provider session starts and is answered (200) once it has; a provider that
+cannot be reached gets the caller a 503 instead of a silent call. The session ends when either side does: a
+caller BYE closes the provider session (waiting briefly for its final usage); a provider close or a fatal
+protocol error hangs up the call with the reason logged.
+
+The leg's media events go to the core (S7, bridge/engine/coordinator.py): MediaHeld and MediaResumed put the call on
+hold and take it off; a call the bridge placed (`sip.leg.DialledLeg`, declared `LegFeatures.dialled`) rings
+until its MediaStarted.
+
+Answering-machine detection (`CallSession(amd=AmdOptions(...))`, outbound calls only: bridge/engine/amd.py): the
+detector is armed at the callee's answer (MediaStarted, never at early media), hears the callee's frames and
+runs its deadlines on a timer of its own; the coordinator is told of the answer only at the release, so the
+model's first words (the greeting, the first response) stay held until then. The release, where the
+application gives no other answer: `human`, `silence` and `unknown` at the verdict (a person waits for a
+voice: a wrong `human` costs a message, a wrong `machine` the call); `machine` at the mailbox's beep (or when
+none came: `AmdNoBeep`), so the message is left after the tone; a `beep` verdict at once (the tone has
+ended). Each event goes to the notice sink (the call record, the CDR, the application's events). Frames of
+an inbound call, or after the detector is done, cost one flag test (`CallerFrames.amd is None`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from bridge.engine import commands as cmd
+from bridge.engine.amd import AmdBeep, AmdEvent, AmdNoBeep, AmdOptions, AmdVerdict, AnsweringMachineDetector
+from bridge.engine.barrier import Channel
+from bridge.engine.coordinator import CoordinatorOptions, SessionCoordinator
+from bridge.engine.delegations import DeliverResult, DispatchJob, JobRequest, SendContext
+from bridge.engine.recovery import seeded_settings
+from bridge.engine.telephony import TelephonyOptions
+from bridge.server.log import log_notice
+from providers.base import DeliversEvents, Provider, ProviderUnavailable, ResumptionRejected, SessionSettings
+from providers.events import ProviderEvent, SessionStarted, bounded
+from sip.leg import (
+    CallEnded,
+    CallLeg,
+    DtmfReceived,
+    FrameReceived,
+    MediaHeld,
+    MediaResumed,
+    MediaStarted,
+    TransferProgress,
+    offers_dialled,
+    offers_frame_sink,
+)
+
+log = logging.getLogger("parlora.session")
+
+_LEG_DRAIN_TIMEOUT_S = 5.0  # before the session starts: how long a refused call waits for the leg to end
+_HOOK_TIMEOUT_S = 10.0
+MAX_QUEUED_FRAMES = 25  # 500 ms of caller audio waiting for a session loop that is behind, then shed
+BACKSTOP_NS = 100_000_000  # while frames come, the timer waits this long after the latest one (CallerFrames)
+TIMER_SLACK_NS = 1_000_000  # the timer is armed this long after its deadline (uvloop: whole milliseconds)
+_LOGGED_URI_CHARS = 256  # a From/To URI as the log shows it: the caller chooses its length
+
+
+def failure_tone() -> bytes:
+    """The default closing message when a session fails: three short beeps (8 kHz PCM16)."""
+    import numpy as np
+
+    t = np.arange(1600) / 8000  # 200 ms
+    beep = (6000 * np.sin(2 * np.pi * 440 * t)).astype("<i2").tobytes()
+    return (beep + bytes(1600)) * 3
+
+
+JobHandler = Callable[[JobRequest], Awaitable[str]]
+"""The application's answer to a tool call or delegation: the output text (JSON or plain) for the model."""
+
+ApproveHook = Callable[[str], Awaitable[bool]]
+"""Called with the rollover id before a rollover opens the next connection; False or an exception refuses."""
+
+AuthorizeHook = Callable[[str], Awaitable[bool]]
+"""`connection_hooks.authorize`: called with a connection id ("<call id>/conn-N") before every connection is
+opened — the first, rollovers and recovery replacements (RO7). False refuses that connection."""
+
+DtmfHandler = Callable[[str], Awaitable[None]]
+
+Spawn = Callable[[str, Coroutine[Any, Any, None]], None]
+"""Run a coroutine as one of the session's named tasks (cancelled when the session ends)."""
+
+
+class MediaTap(Protocol):
+    """`--record` (bridge/server/recording.py `CallRecording`): sees the caller's frames and the channel the core
+    plays to. Per frame it may only keep a reference; everything else happens off the media path."""
+
+    def channel(self, leg: Channel, start_ns: int) -> Channel: ...
+
+    def caller(self, pcm: bytes, now: int) -> None: ...
+
+
+async def _allow(_: str) -> bool:
+    return True
+
+
+# --- what the shell's tasks report into the inbox ---
+
+
+@dataclass(frozen=True, slots=True)
+class _ConnectFailed:
+    token: int
+    reason: str
+    rollover: bool  # a rollover's next connection (else a recovery replacement)
+    resumption: bool = False  # the provider refused the resumption handle
+
+    def report(self, core: SessionCoordinator, now: int) -> None:
+        if self.resumption:
+            core.resumption_rejected(self.token, now)
+        elif self.rollover:
+            core.rollover_failed(self.token, self.reason, now)
+        else:
+            core.replacement_failed(self.token, self.reason, now)
+
+
+@dataclass(frozen=True, slots=True)
+class _JobAnswered:
+    job_id: str
+    output: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Approved:
+    rollover_id: str
+    approved: bool | None
+    error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Authorized:
+    connection_id: str
+    ok: bool
+
+
+class _Wake:
+    """Something outside the loop changed the coordinator (an application push): carry out its commands."""
+
+
+class CallerFrames:
+    """The caller's frames from the leg's media tick straight into the coordinator, its commands
+    carried out there and then (`sip.leg.FrameSinkLeg`), instead of the leg's queue, a pump task and the inbox;
+    and the session's one loop timer.
+
+    Order: a frame goes through the inbox like any input while the inbox holds anything (a CallEnded, a hold,
+    a provider event); the leg queues it itself while one of its own events waits. A timer of the core that
+    is due when a frame comes is handled first, there and then, as the loop would have. Nothing raises into
+    the media tick: a failure is counted (`errors`) and logged once.
+
+    The timer: one `loop.call_at` per session, re-armed only when the core's next deadline comes
+    sooner than the one it waits for. Its callback reads the core's deadline again and wakes the session's
+    loop (`_Wake`) only when something is due; otherwise it re-arms, at the deadline, or, while the media tick
+    brings frames (which handle whatever falls due), `BACKSTOP_NS` after the latest frame. The deadline the
+    cushion keeps while output plays moves with every frame: waiting on it with `asyncio.timeout` woke the
+    session's task 13 times a second per call for nothing (a task step, an exception, a future each time).
+
+    Overload sheds, it does not grow: while the session's loop is behind, at most `MAX_QUEUED_FRAMES` of the
+    caller's frames wait in the inbox; a frame beyond that is dropped and counted (`shed`), so the audio the
+    provider hears lags the caller by a bounded amount instead of by however far the process fell behind.
+
+    A provider's events come the same way (`provider_event`, from its socket's callback: providers.base
+    DeliversEvents), by the same rule, except that a `SessionStarted` always goes through the inbox (the loop
+    reads its expiry), and an event after which the core is finished wakes the loop. They are never shed."""
+
+    __slots__ = (
+        "_call_id",
+        "_inbox",
+        "_clock",
+        "_tap",
+        "_carry_out",
+        "_loop",
+        "_handle",
+        "_handle_at",
+        "amd",
+        "core",
+        "due",
+        "frame_ns",
+        "errors",
+        "queued",
+        "shed",
+        "timer_wakeups",
+    )
+
+    def __init__(
+        self,
+        call_id: str,
+        inbox: asyncio.Queue[object],
+        clock: Callable[[], int],
+        tap: MediaTap | None,
+        carry_out: Callable[[SessionCoordinator], None],
+    ) -> None:
+        self._call_id, self._inbox, self._clock, self._tap = call_id, inbox, clock, tap
+        self._carry_out = carry_out
+        self._loop: asyncio.AbstractEventLoop | None = None  # the session's, taken at the first arm
+        self._handle: asyncio.TimerHandle | None = None
+        self._handle_at = 0  # the deadline the timer is armed for (on the injected clock)
+        self.core: SessionCoordinator | None = None  # set while the session's loop runs
+        self.amd: AmdGate | None = None  # an outbound call's machine detection, until it is done
+        self.due: int | None = None  # the core's next deadline as last read (None: none)
+        self.frame_ns: int | None = None  # the latest frame through the sink: the media tick is running
+        self.errors = 0
+        self.queued = 0  # caller frames this sink put in the inbox, not yet fed
+        self.shed = 0
+        self.timer_wakeups = 0  # timer callbacks (each a re-arm, or a wake of the loop when something is due)
+
+    def attach(self, leg: CallLeg, core: SessionCoordinator) -> None:
+        self.core = core
+        if offers_frame_sink(leg):
+            leg.set_frame_sink(self)
+
+    def detach(self, leg: CallLeg) -> None:
+        self.core = None
+        self.cancel()
+        if offers_frame_sink(leg):
+            leg.set_frame_sink(None)
+
+    def feed(self, core: SessionCoordinator, frame: FrameReceived, now: int) -> None:
+        """A caller frame from the inbox (queued here, or by the leg's own queue and pump)."""
+        if self.queued:
+            self.queued -= 1
+        self._forward(core, frame, now)
+
+    def counters(self) -> dict[str, int]:
+        return {"queued": self.queued, "shed": self.shed, "errors": self.errors}
+
+    # -- the timer ---------------------------------------------------------------------------------------------
+
+    def settled(self, core: SessionCoordinator, now: int) -> None:
+        """After an input: read the core's next deadline and keep the timer at or before it, or, while the media
+        tick brings frames (each handles what is due), at or before `BACKSTOP_NS` after the latest one."""
+        self._keep(core.next_deadline(), now)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _keep(self, due: int | None, now: int) -> None:
+        self.due = due
+        if due is None:
+            return
+        frame = self.frame_ns
+        if frame is not None and now - frame < BACKSTOP_NS and due < frame + BACKSTOP_NS:
+            due = frame + BACKSTOP_NS
+        if self._handle is not None:
+            if self._handle_at <= due:
+                return
+            self._handle.cancel()
+        loop = self._loop
+        if loop is None:
+            loop = self._loop = asyncio.get_running_loop()
+        self._handle_at = due
+        # (+ the slack: uvloop's timers count whole milliseconds and would fire up to 1 ms early, then spin)
+        self._handle = loop.call_at(loop.time() + (due - now + TIMER_SLACK_NS) / 1e9, self._fired)
+
+    def _fired(self) -> None:
+        self._handle = None
+        self.timer_wakeups += 1
+        core = self.core
+        if core is None:
+            return
+        now = self._clock()
+        due = core.next_deadline()
+        if (due is not None and due <= now) or core.finished(now):
+            self.due = due
+            self._inbox.put_nowait(_Wake())  # the loop handles the timer (and anything queued behind it)
+        else:
+            self._keep(due, now)
+
+    # -- inputs --------------------------------------------------------------------------------------------------
+
+    def _forward(self, core: SessionCoordinator, frame: FrameReceived, now: int) -> None:
+        if self._tap is not None:
+            self._tap.caller(frame.pcm, now)  # --record
+        if self.amd is not None:
+            self.amd.frame(frame.pcm, now)
+        core.caller_frame(frame.pcm, now)
+
+    def provider_event(self, event: ProviderEvent) -> None:
+        inbox, core = self._inbox, self.core
+        if core is None or inbox.qsize() or isinstance(event, SessionStarted):
+            inbox.put_nowait(event)
+            return
+        try:
+            now = self._clock()
+            due = self.due
+            if due is not None and due <= now:  # a due timer first, as the loop would
+                core.handle_timer(now)
+            core.provider_event(event, now)
+            self._carry_out(core)
+            if core.finished(now):
+                inbox.put_nowait(_Wake())
+            else:
+                self.settled(core, now)
+        except Exception:  # never into the socket's callback
+            self.errors += 1
+            if self.errors == 1:
+                log.exception(
+                    "call %s: a provider event failed in the sink (counted from now on)", self._call_id
+                )
+
+    def __call__(self, frame: FrameReceived) -> None:
+        inbox, core = self._inbox, self.core
+        if core is None or inbox.qsize():
+            if self.queued >= MAX_QUEUED_FRAMES:  # the loop is behind by that much already: shed this one
+                self.shed += 1
+                if self.shed == 1:
+                    log.warning("call %s: the session is behind; caller frames shed (counted)", self._call_id)
+                return
+            self.queued += 1
+            inbox.put_nowait(frame)  # behind what is queued
+            return
+        try:
+            now = self.frame_ns = self._clock()
+            due = self.due
+            if due is not None and due <= now:  # a due timer first, as the loop would
+                core.handle_timer(now)
+            self._forward(core, frame, now)
+            self._carry_out(core)
+            if core.finished(now):
+                inbox.put_nowait(_Wake())
+            else:
+                self.settled(core, now)
+        except Exception:  # never into the media tick
+            self.errors += 1
+            if self.errors == 1:
+                log.exception(
+                    "call %s: a caller frame failed in the frame sink (counted from now on)", self._call_id
+                )
+
+
+class _AmdDue:
+    """The machine detector's deadline has come (its timer, through the inbox)."""
+
+
+class AmdGate:
+    """An outbound call's machine detection: the detector, its timer and the release of the held greeting
+    (module docstring). Sans-I/O but for the timer, which puts an `_AmdDue` in the session's inbox."""
+
+    __slots__ = ("detector", "events", "released", "_inbox", "_clock", "_handle", "_release", "_report")
+
+    def __init__(
+        self,
+        options: AmdOptions,
+        inbox: asyncio.Queue[object],
+        clock: Callable[[], int],
+        release: Callable[[int], None],
+        report: Callable[[AmdEvent], None],
+    ) -> None:
+        self.detector = AnsweringMachineDetector(options)
+        self.events: list[AmdEvent] = []
+        self.released = False
+        self._inbox, self._clock, self._release, self._report = inbox, clock, release, report
+        self._handle: asyncio.TimerHandle | None = None
+
+    def answered(self, now: int) -> None:
+        self.detector.answered(now)
+        self._arm(now)
+
+    def frame(self, pcm: bytes, now: int) -> None:
+        if (event := self.detector.frame(pcm, now)) is not None:
+            self._event(event, now)
+
+    def due(self) -> None:
+        now = self._clock()
+        if (event := self.detector.handle_timer(now)) is not None:
+            self._event(event, now)
+        else:
+            self._arm(now)
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    def _event(self, event: AmdEvent, now: int) -> None:
+        self.events.append(event)
+        self._report(event)
+        if isinstance(event, AmdVerdict):
+            if event.kind != "machine":
+                self._release_at(now)
+        elif isinstance(event, AmdBeep | AmdNoBeep):
+            self._release_at(now)
+        self._arm(now)
+
+    def _release_at(self, now: int) -> None:
+        if not self.released:
+            self.released = True
+            self._release(now)
+
+    def _arm(self, now: int) -> None:
+        self.cancel()
+        due = self.detector.next_deadline()
+        if due is None:
+            return
+        loop = asyncio.get_running_loop()
+        inbox = self._inbox
+        self._handle = loop.call_at(
+            loop.time() + (due - now + TIMER_SLACK_NS) / 1e9, lambda: inbox.put_nowait(_AmdDue())
+        )
+
+
+class _Tasks(dict[str, "asyncio.Task[None]"]):
+    """A session's own tasks by name (the pumps, jobs, hooks, closes). Bounded: a finished one is forgotten at
+    once, its failure logged, so that a long call's thousands of jobs and rollovers do not pile up here."""
+
+    def spawn(self, name: str, coro: Any, task_name: str) -> None:
+        task = self[name] = asyncio.create_task(coro, name=task_name)
+        task.add_done_callback(lambda done: self._finished(name, done))
+
+    def _finished(self, name: str, task: asyncio.Task[None]) -> None:
+        if self.get(name) is task:  # (not a later task under the same name)
+            del self[name]
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("task %s failed: %s", task.get_name(), bounded(repr(exc)))
+
+
+@dataclass(frozen=True, slots=True)
+class CallSummary:
+    """What the end-of-call log line says."""
+
+    call_id: str
+    duration_s: float
+    frames_in: int
+    frames_out: int
+    ended_by: str  # "caller", "bridge" or "provider"
+    reason: str
+    usage_seconds: float | None
+
+    def __str__(self) -> str:
+        usage = "unknown" if self.usage_seconds is None else f"{self.usage_seconds:g} s"
+        return (
+            f"call {self.call_id} ended after {self.duration_s:.2f} s by {self.ended_by} ({self.reason}): "
+            f"frames in {self.frames_in}, out {self.frames_out}, provider usage {usage}"
+        )
+
+
+class ApplicationHooks:
+    """The application's side of one call: its job handler and its rollover and funding hooks, each run as a
+    task whose answer goes back to the session's inbox. A failing or silent hook refuses; it never crashes
+    the call."""
+
+    def __init__(
+        self,
+        call_id: str,
+        inbox: asyncio.Queue[object],
+        *,
+        job_handler: JobHandler | None,
+        approve: ApproveHook | None,
+        authorize: AuthorizeHook | None,
+    ) -> None:
+        self._call_id, self._inbox = call_id, inbox
+        self._job_handler = job_handler
+        self._approve = approve or _allow
+        self._authorize = authorize or _allow
+
+    async def authorized(self, connection_id: str) -> bool:
+        """RO7: every connection is authorised by its id ("<call id>/conn-N") before it is opened."""
+        key = f"{self._call_id}/{connection_id}"
+        try:
+            return bool(await asyncio.wait_for(self._authorize(key), _HOOK_TIMEOUT_S))
+        except Exception as exc:  # a failing hook refuses, it never crashes the call
+            log.warning("call %s authorize(%s) failed: %r", self._call_id, key, exc)
+            return False
+
+    async def ask_approval(self, rollover_id: str) -> None:
+        try:
+            approved: bool | None = bool(await self._approve(f"{self._call_id}/{rollover_id}"))
+            error = None
+        except Exception as exc:  # RO6: an exception is a refusal
+            approved, error = False, repr(exc)
+        self._inbox.put_nowait(_Approved(rollover_id, approved, error))
+
+    async def ask_authorization(self, connection_id: str) -> None:
+        self._inbox.put_nowait(_Authorized(connection_id, await self.authorized(connection_id)))
+
+    async def run_job(self, request: JobRequest) -> None:
+        """The application's handler runs once for this job; its answer comes back through the inbox."""
+        if self._job_handler is None:
+            output = '{"error": "no application handler is configured for tools"}'
+        else:
+            try:
+                output = await self._job_handler(request)
+            except Exception as exc:  # the application's failure is the model's answer, not the call's end
+                log.warning(
+                    "call %s %s (%s) failed in the application: %r",
+                    self._call_id,
+                    request.job_id,
+                    request.name,
+                    exc,
+                )
+                output = '{"error": "the application could not complete this request"}'
+        self._inbox.put_nowait(_JobAnswered(request.job_id, output))
+
+    def carriers(self, spawn: Spawn) -> dict[type, Callable[[Any], None]]:
+        """The coordinator's commands that ask the application: each runs as a task of the session."""
+        return {
+            DispatchJob: lambda c: spawn(c.request.job_id, self.run_job(c.request)),
+            cmd.ApproveRollover: lambda c: spawn(
+                f"approve-{c.rollover_id}", self.ask_approval(c.rollover_id)
+            ),
+            cmd.AuthorizeConnection: lambda c: spawn(
+                f"authorize-{c.connection_id}", self.ask_authorization(c.connection_id)
+            ),
+        }
+
+
+class ProviderLinks:
+    """The session's provider connections by transport token: opening a further one (HR5, RO8), closing one,
+    and carrying the coordinator's provider commands to the connection each names. A connection that is gone
+    takes no command: its commands are dropped here."""
+
+    def __init__(
+        self,
+        first: Provider,
+        *,
+        call_id: str,
+        inbox: asyncio.Queue[object],
+        hooks: ApplicationHooks,
+        spawn: Spawn,
+        cancel: Callable[[str], None],
+        floor: Callable[[], int],
+        reconnect: Callable[[int, SessionSettings], Provider] | None,
+        settings: SessionSettings,
+    ) -> None:
+        self.first_token, self.name = first.token, first.name  # (not the connection: it goes when it closes)
+        self.providers: dict[int, Provider] = {first.token: first}  # by transport token
+        self._call_id, self._inbox, self._hooks = call_id, inbox, hooks
+        self._spawn, self._cancel, self._floor = spawn, cancel, floor
+        self._reconnect, self._settings = reconnect, settings
+        # Each connection's open-to-session-confirmed seconds, by provider name (the server's metrics).
+        self.on_connected: Callable[[str, float], None] | None = None
+        self.sink: Callable[[ProviderEvent], None] | None = None  # CallerFrames.provider_event
+
+    async def timed_connect(self, provider: Provider) -> SessionStarted:
+        """`provider.connect()`, its duration (wall clock: a metric, never a rule) given to `on_connected`."""
+        begun = time.monotonic()
+        started = await provider.connect()
+        if self.on_connected is not None:
+            self.on_connected(provider.name, time.monotonic() - begun)
+        return started
+
+    def carriers(self) -> dict[type, Callable[[Any], None]]:
+        return {
+            cmd.SendAudio: self._send_audio,
+            cmd.Truncate: lambda c: self._on(self._floor(), lambda p: p.truncate(c.item_id, c.audio_end_ms)),
+            cmd.CancelResponse: lambda c: self._on(c.token, lambda p: p.cancel_response()),
+            cmd.OpenReplacement: self.open,
+            cmd.OpenRollover: self.open,
+            cmd.CloseTransport: self.close,
+            cmd.CommitInput: lambda c: self._on(c.token, lambda p: p.commit_input()),
+            cmd.RequestClose: lambda c: self._on(c.token, lambda p: p.request_close()),
+            DeliverResult: lambda c: self._on(
+                c.token, lambda p: p.send_tool_result(c.call_id, c.name, c.output)
+            ),
+            SendContext: lambda c: self._on(c.token, lambda p: p.send_text(c.text, speak=c.speak)),
+        }
+
+    def _send_audio(self, command: cmd.SendAudio) -> None:  # every caller frame: no closure made
+        if (provider := self.providers.get(command.token)) is not None:
+            provider.send_audio(command.pcm16_8k)
+
+    def _on(self, token: int, act: Callable[[Provider], None]) -> None:
+        if (provider := self.providers.get(token)) is not None:
+            act(provider)
+
+    def open(self, command: cmd.OpenReplacement | cmd.OpenRollover) -> None:
+        """HR5/RO8: a passive further connection with a fresh handshake, seeded as the core says (HR7); it
+        carries no caller audio until the core makes it a target."""
+        rollover, token = isinstance(command, cmd.OpenRollover), command.token
+        if self._reconnect is None:
+            self._inbox.put_nowait(_ConnectFailed(token, "no way to open another connection", rollover))
+            return
+        self.close(cmd.CloseTransport(command.connection_id))  # (a reseeded retry replaces its first attempt)
+        settings = seeded_settings(
+            self._settings, command.snapshot, notice=not rollover, resume_handle=command.resume_handle
+        )
+        provider = self._reconnect(token, settings)
+        self.providers[token] = provider
+        self._spawn(f"provider-{token}", self._connect(provider, rollover))
+
+    async def _connect(self, provider: Provider, rollover: bool) -> None:
+        """Open a further connection (a recovery replacement, or a rollover's next one, which was authorised
+        before it was asked for) and feed its events to the inbox; a failure is reported."""
+        token = provider.token
+        try:
+            if not rollover and not await self._hooks.authorized(f"conn-{token}"):
+                raise ProviderUnavailable(f"connection {self._call_id}/conn-{token} not authorised")
+            started = await self.timed_connect(provider)
+        except ResumptionRejected as exc:
+            self._inbox.put_nowait(_ConnectFailed(token, str(exc), rollover, resumption=True))
+            return
+        except ProviderUnavailable as exc:
+            self._inbox.put_nowait(_ConnectFailed(token, str(exc), rollover))
+            return
+        self._inbox.put_nowait(started)
+        await self.read(provider)
+
+    async def read(self, provider: Provider) -> None:
+        """A connection's events into the session: from its socket's callback where it can (no loop step),
+        else through the inbox by a reader task."""
+        if self.sink is not None and isinstance(provider, DeliversEvents):
+            provider.deliver_to(self.sink)
+        else:
+            await _pump(provider.events(), self._inbox)
+
+    def close(self, command: cmd.CloseTransport) -> None:
+        token = command.token
+        self._cancel(f"provider-{token}")
+        if (provider := self.providers.pop(token, None)) is not None:
+            self._spawn(f"close-{token}-{id(provider)}", provider.close(timeout=1.0))
+
+    async def close_all(self) -> None:
+        await asyncio.gather(*(p.close(timeout=1.0) for p in self.providers.values()), return_exceptions=True)
+
+
+class CallSession:
+    """Runs one call to completion. `run()` returns when the call leg has ended."""
+
+    def __init__(
+        self,
+        leg: CallLeg,
+        provider: Provider,
+        *,
+        clock: Callable[[], int] = time.monotonic_ns,
+        options: CoordinatorOptions | None = None,
+        reconnect: Callable[[int, SessionSettings], Provider] | None = None,
+        settings: SessionSettings | None = None,
+        failure_message: bytes | None = None,
+        job_handler: JobHandler | None = None,
+        approve: ApproveHook | None = None,
+        authorize: AuthorizeHook | None = None,
+        telephony_options: TelephonyOptions | None = None,
+        dtmf_handler: DtmfHandler | None = None,
+        notice_sink: Callable[[str, object], None] | None = None,
+        media_tap: MediaTap | None = None,
+        amd: AmdOptions | None = None,
+    ) -> None:
+        self.leg = leg
+        self._amd_options = amd  # outbound calls only (an inbound call never runs AMD)
+        self._tap = media_tap  # --record
+        self._settings = settings or SessionSettings()
+        options = options or CoordinatorOptions()
+        self._options = replace(
+            options,
+            telephony=telephony_options or options.telephony,
+            closing_message=failure_message if failure_message is not None else failure_tone(),
+        )
+        self._dtmf_handler = dtmf_handler
+        self._notice_sink = notice_sink  # e.g. the console feed (bridge/server/console.py ConsoleFeed.notice)
+        self._tasks = _Tasks()
+        self._clock = clock
+        self.started_ns = clock()
+        self.coordinator: SessionCoordinator | None = None
+        self._inbox: asyncio.Queue[object] = asyncio.Queue()
+        self._hooks = ApplicationHooks(
+            leg.identity.call_id, self._inbox, job_handler=job_handler, approve=approve, authorize=authorize
+        )
+        self._ended: CallEnded | None = None
+        self._frames = CallerFrames(leg.identity.call_id, self._inbox, clock, media_tap, self._carry_out)
+        self._end_reason = ""
+        self._ended_by = ""
+        self._amd_gate: AmdGate | None = None
+        self.links = ProviderLinks(
+            provider,
+            call_id=leg.identity.call_id,
+            inbox=self._inbox,
+            hooks=self._hooks,
+            spawn=self._spawn,
+            cancel=self._cancel,
+            floor=lambda: self.coordinator.token if self.coordinator is not None else self.links.first_token,
+            reconnect=reconnect,
+            settings=self._settings,
+        )
+        self.links.sink = self._frames.provider_event  # events straight from the socket
+        self.providers = self.links.providers  # by transport token
+        self._carriers: dict[type, Callable[[Any], None]] = {
+            **self.links.carriers(),
+            **self._hooks.carriers(self._spawn),
+            cmd.EndSession: self._session_ended,
+            cmd.HangUp: lambda c: self._hangup("provider", c.reason),
+            cmd.TransferCall: self._transfer,
+            cmd.SendDtmf: self._send_dtmf,
+        }
+
+    @property
+    def call_id(self) -> str:
+        return self.leg.identity.call_id
+
+    def status(self) -> dict[str, Any]:
+        """`status()` of the session (SE7): identity, state and the coordinator's view."""
+        ident, now = self.leg.identity, self._clock()
+        body: dict[str, Any] = {
+            "call_id": ident.call_id,
+            "from": ident.from_uri,
+            "to": ident.to_uri,
+            "called": ident.request_user,
+            "source": ident.source,
+            "provider": self.links.name,
+            "duration_ms": (now - self.started_ns) // 1_000_000,
+        }
+        if self.coordinator is None:
+            body["state"] = "closed" if self._ended else "connecting"
+        else:
+            body.update(self.coordinator.status(now))
+        return body | {"caller_frames": self._frames.counters()}
+
+    async def run(self) -> CallSummary:
+        ident = self.leg.identity
+        log.info(
+            "call %s started: from %s to %s (source %s)",
+            ident.call_id,
+            bounded(ident.from_uri, _LOGGED_URI_CHARS),  # status and the CDR keep them whole
+            bounded(ident.to_uri, _LOGGED_URI_CHARS),
+            ident.source,
+        )
+        first = self.providers[self.links.first_token]
+        try:
+            if not await self._hooks.authorized(f"conn-{first.token}"):
+                raise ProviderUnavailable(f"connection {self.call_id}/conn-{first.token} not authorised")
+            started = await self.links.timed_connect(first)  # provider connect time (/metrics)
+        except ProviderUnavailable as exc:
+            # Not answered yet: the caller gets 503 rather than a call that cannot talk.
+            self._hangup("bridge", f"provider unavailable: {exc}")
+            self._ended = await _leg_end(self.leg)
+        else:
+            self.coordinator = SessionCoordinator(
+                limits=first.limits,
+                output_format=first.output_format,
+                capabilities=first.capabilities,
+                channel=self.leg if self._tap is None else self._tap.channel(self.leg, self.started_ns),
+                now=self.started_ns,
+                token=first.token,
+                options=self._options,
+                settings=self._settings,
+            )
+            now = self._clock()
+            self.coordinator.provider_event(started, now)
+            self._connection_started(self.coordinator, started, now)
+            if offers_dialled(self.leg) and self.leg.outbound:
+                self.coordinator.ring(now)  # S7: the greeting waits for the callee's answer
+                if self._amd_options is not None:
+                    core = self.coordinator
+                    self._frames.amd = self._amd_gate = AmdGate(
+                        self._amd_options, self._inbox, self._clock, core.answered, self._amd_event
+                    )
+            self.leg.answer()
+            del first  # bounded: a closed first connection is freed, not held to the call's end
+            await self._bridge(self.coordinator)
+        summary = self._summary()
+        log.info("%s", summary)
+        return summary
+
+    async def _bridge(self, core: SessionCoordinator) -> None:
+        self._frames.attach(self.leg, core)  # before the pump: no frame is left behind in the leg's queue
+        self._spawn("leg", _pump(self.leg.events(), self._inbox))
+        first = self.links.first_token
+        self._spawn(f"provider-{first}", self.links.read(self.providers[first]))
+        frames, inbox = self._frames, self._inbox
+        try:
+            while not core.finished(now := self._clock()):
+                deadline = core.next_deadline()
+                if deadline is not None and deadline <= now:
+                    core.handle_timer(now)  # a due timer first, then one queued input: neither starves
+                    if not inbox.empty():
+                        self._handle(inbox.get_nowait())
+                else:
+                    frames.settled(core, now)  # the one timer: its callback wakes this loop when one is due
+                    self._handle(inbox.get_nowait() if inbox.qsize() else await inbox.get())
+                self._carry_out(core)
+        finally:
+            if (gate := self._frames.amd) is not None:
+                gate.cancel()
+            self._frames.detach(self.leg)
+            for task in self._tasks.values():
+                task.cancel()
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+            await self.links.close_all()
+
+    def _spawn(self, name: str, coro: Any) -> None:  # a coroutine (the DTMF handler's is an Awaitable)
+        self._tasks.spawn(name, coro, f"{self.call_id}-{name}")
+
+    def _cancel(self, name: str) -> None:
+        if (task := self._tasks.pop(name, None)) is not None:
+            task.cancel()
+
+    def _handle(self, item: object) -> None:
+        """Feed one input to the coordinator."""
+        core, now = self.coordinator, self._clock()
+        assert core is not None
+        if isinstance(item, FrameReceived):
+            self._frames.feed(core, item, now)
+        elif isinstance(item, CallEnded):
+            self._ended = item
+            core.call_ended(now)
+            if item.by_remote:
+                self._ended_by, self._end_reason = "caller", f"{item.status_code} {item.reason}"
+            elif not self._ended_by:
+                self._ended_by, self._end_reason = "bridge", item.reason
+        elif isinstance(item, DtmfReceived):
+            log.info("call %s caller pressed %s", self.call_id, item.digit)
+            if self._dtmf_handler is not None:
+                self._spawn(f"dtmf-{core.frames_in}-{item.digit}", self._dtmf_handler(item.digit))
+            core.caller_pressed(item.digit, now)
+        elif isinstance(item, TransferProgress):
+            log.info(
+                "call %s transfer to %s: %d %s%s",
+                self.call_id,
+                item.target,
+                item.status_code,
+                item.reason,
+                " (final)" if item.final else "",
+            )
+            core.transfer_progress(item.status_code, item.reason, item.final, now)
+        elif isinstance(item, (MediaStarted, MediaHeld, MediaResumed)):
+            log.info(
+                "call %s media: %s", self.call_id, item.codec if isinstance(item, MediaStarted) else item
+            )
+            # S7: hold is not a media condition (the assistant stops at what was heard, and goes on after the
+            # resume); MediaStarted answers a call the bridge placed (for an inbound call: nothing to do)
+            if isinstance(item, MediaHeld):
+                core.hold(now)
+            elif isinstance(item, MediaResumed):
+                core.resume(now)
+            elif (gate := self._frames.amd) is not None:
+                gate.answered(now)  # the greeting waits for the verdict (the gate tells the core)
+            else:
+                core.answered(now)
+        elif isinstance(item, _AmdDue):
+            if (gate := self._frames.amd) is not None:
+                gate.due()
+        elif isinstance(item, _ConnectFailed):
+            item.report(core, now)
+        elif isinstance(item, _Approved):
+            core.rollover_approved(item.rollover_id, item.approved, item.error, now)
+        elif isinstance(item, _Authorized):
+            core.connection_authorized(item.connection_id, item.ok, now)
+        elif isinstance(item, _JobAnswered):
+            if not core.job_answered(item.job_id, item.output, now):
+                log.info(
+                    "call %s %s answered after it was withdrawn or superseded: not delivered",
+                    self.call_id,
+                    item.job_id,
+                )
+        elif item is not None and not isinstance(
+            item, _Wake
+        ):  # a provider event (an ended reader sends None)
+            core.provider_event(item, now)  # type: ignore[arg-type]
+            if isinstance(item, SessionStarted):
+                self._connection_started(core, item, now)
+
+    def _carry_out(self, core: SessionCoordinator) -> None:
+        """Synchronous: each command goes to the provider, the leg or a task for the application."""
+        for command in core.commands():
+            self._carriers[type(command)](command)
+        for notice in core.notices():
+            log_notice(self.call_id, notice)
+            if self._notice_sink is not None:
+                self._notice_sink(self.call_id, notice)
+
+    @property
+    def amd_events(self) -> list[AmdEvent]:
+        """The machine detector's events so far (the verdict first), empty without AMD."""
+        return [] if self._amd_gate is None else list(self._amd_gate.events)
+
+    def _amd_event(self, event: AmdEvent) -> None:
+        if isinstance(event, AmdVerdict):
+            log.info(
+                "call %s AMD verdict %s after %d ms: %s",
+                self.call_id,
+                event.kind,
+                event.since_answer_ms,
+                event.reason,
+            )
+        else:
+            log.info(
+                "call %s AMD %s after %d ms: %s",
+                self.call_id,
+                type(event).__name__,
+                event.since_answer_ms,
+                event.reason,
+            )
+        if self._notice_sink is not None:
+            self._notice_sink(self.call_id, event)
+        if self._amd_gate is not None and self._amd_gate.detector.done:
+            self._frames.amd = None  # the frames pay one flag test from now on
+
+    def _session_ended(self, command: cmd.EndSession) -> None:
+        if self._ended is None and (command.failed or command.goodbye):
+            log.log(
+                logging.ERROR if command.failed else logging.WARNING,
+                "call %s %s: %s; playing the closing message, then hanging up",
+                self.call_id,
+                "failed" if command.failed else "ends",
+                command.reason,
+            )
+
+    def _transfer(self, command: cmd.TransferCall) -> None:
+        log.info("call %s transferring to %s", self.call_id, command.target)
+        self.leg.transfer(command.target)
+
+    def _send_dtmf(self, command: cmd.SendDtmf) -> None:
+        try:
+            self.leg.send_dtmf(command.digits)
+        except ValueError as exc:  # the engine's own limits (the core checked the digits)
+            log.warning(
+                "call %s send_dtmf(%r) for %s failed: %s", self.call_id, command.digits, command.job_id, exc
+            )
+
+    def _connection_started(self, core: SessionCoordinator, started: SessionStarted, now: int) -> None:
+        """One line a connection, the first included, with the provider's session id (a bench joins the two)."""
+        sid, at_ms = started.session_id or "-", core.timeline.ms(now)
+        log.info(
+            "call %s conn-%d provider session %s started at %d ms", self.call_id, started.token, sid, at_ms
+        )
+        self._expires(started)
+
+    def _expires(self, started: SessionStarted) -> None:
+        """`expires_at` (unix seconds) as time left, from the wall clock: the one place it is read."""
+        if self.coordinator is not None and started.expires_at:
+            left_ms = int((started.expires_at - time.time()) * 1000)
+            self.coordinator.connection_expires(started.token, left_ms, self._clock())
+
+    # --- the application's pushes into a live call (DL3) ---
+
+    def push_update(self, text: str, *, speak: bool = True) -> bool:
+        """A speakable update (or silent context) for the model; held during a recovery until the caller has
+        spoken again (HR9). False when the call is not live or the limit on command records is reached."""
+        if self.coordinator is None or self.coordinator.ending.ended:
+            return False
+        accepted = self.coordinator.push_update(text, speak=speak, now=self._clock())
+        self._inbox.put_nowait(_Wake())
+        return accepted
+
+    def push_fact(self, text: str) -> None:
+        """A task fact or verified result: kept for the seed of any later connection (HR7), never spoken."""
+        if self.coordinator is not None:
+            self.coordinator.delegations.push_fact(text)
+
+    def push_result(self, job_id: str, output: str) -> bool:
+        """A (new revision of a) result for a job, e.g. when the application finishes work later."""
+        if self.coordinator is None:
+            return False
+        accepted = self.coordinator.job_answered(job_id, output, self._clock())
+        self._inbox.put_nowait(_Wake())
+        return accepted
+
+    def _hangup(self, by: str, reason: str) -> None:
+        if self._ended is None and not self._ended_by:
+            self._ended_by, self._end_reason = by, reason
+            log.warning("call %s: %s; hanging up", self.call_id, reason)
+            self.leg.hangup(reason[:100])
+
+    def _summary(self) -> CallSummary:
+        ended, core = self._ended, self.coordinator
+        return CallSummary(
+            call_id=self.call_id,
+            duration_s=(self._clock() - self.started_ns) / 1e9,
+            frames_in=core.frames_in if core is not None else 0,
+            frames_out=self.leg.ledger.frames_transmitted,
+            ended_by=self._ended_by or "unknown",
+            reason=self._end_reason or (f"{ended.status_code} {ended.reason}" if ended else "unknown"),
+            usage_seconds=core.usage.totals.audio_seconds if core is not None else None,
+        )
+
+
+async def _leg_end(leg: CallLeg) -> CallEnded | None:
+    """A call refused before its session started: wait (bounded) for the leg to report its end."""
+    ended = None
+    try:
+        async with asyncio.timeout(_LEG_DRAIN_TIMEOUT_S):
+            async for event in leg.events():
+                if isinstance(event, CallEnded):
+                    ended = event
+    except TimeoutError:
+        pass
+    return ended
+
+
+async def _pump(source: AsyncIterator[Any], inbox: asyncio.Queue[Any]) -> None:
+    async for item in source:
+        inbox.put_nowait(item)
+    inbox.put_nowait(None)
