@@ -254,7 +254,7 @@ def static_file(path: str) -> tuple[bytes, str] | None:
     if entry is None:
         return None
     name, ctype = entry
-    return resources.files("bridge").joinpath("console", name).read_bytes(), ctype
+    return resources.files("bridge.server").joinpath("console", name).read_bytes(), ctype
 
 
 # What aiortc can use of a STUN URL (RFC 7064): `stun:HOST[:PORT]`; `stuns:` (TLS) and IPv6 literals it would

@@ -254,7 +254,7 @@ def test_connections_are_traced_by_session_id_and_a_resumed_session_in_order() -
 def test_the_bridge_log_is_read_as_the_session_writes_it() -> None:
     """The connection line is the one bridge/server/session.py logs (its format string, filled in)."""
     fmt = "call %s conn-%d provider session %s started at %d ms"
-    assert f'"{fmt}"' in (ROOT / "bridge" / "session.py").read_text()
+    assert f'"{fmt}"' in (ROOT / "bridge" / "server" / "session.py").read_text()
     lines = [
         "INFO parlora.session: " + fmt % ("call-7", 3, "sess_x", 12_345),
         "WARNING parlora.session: call call-7 audio_discontinuity input: 75 caller frames dropped "

@@ -400,7 +400,7 @@ def test_every_cli_option_of_serve_has_a_configuration_key() -> None:
 
 # --- the deploy/ recipes: docker-compose.yml and the Asterisk and Kamailio files it and the README name ---
 
-REPO = EXAMPLE.parents[2]
+REPO = EXAMPLE.parents[1]
 
 
 def _ini_sections(path: Path) -> list[tuple[str, dict[str, str]]]:

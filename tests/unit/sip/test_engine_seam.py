@@ -277,7 +277,11 @@ async def test_server_run_logs_the_engine_error_and_exits_2(
 
 
 def _engine_modules() -> set[str]:
-    return {spec.target.partition(":")[0] for spec in ENGINES.values()} | {"pjsua2", "sip.native", "sip.pjsua2"}
+    return {spec.target.partition(":")[0] for spec in ENGINES.values()} | {
+        "pjsua2",
+        "sip.native",
+        "sip.pjsua2",
+    }
 
 
 def _engine_imports(paths: list[Path]) -> list[str]:
