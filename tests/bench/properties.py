@@ -28,7 +28,7 @@ from pathlib import Path
 import hypothesis.core
 from hypothesis import settings
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "bridge"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: the tests' tests.support
 
 import test_session_properties as machine  # the unit tests' folder, put on the path above
