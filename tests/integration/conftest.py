@@ -24,8 +24,10 @@ CONTRACT_ENGINES = ("native", "pjsua2")
 
 
 # tests/run.sh runs the suite on two workers (pytest-xdist), then these modules alone, one test at a time:
-# each loads the machine enough (tens of calls, floods, mutated SIP at 800 a second, Chromium) to stretch the
-# RTP gaps a test beside it asserts on (a pjsua2 rollover saw 152 ms beside them, 60 ms allowed).
+# each loads the machine enough (tens of calls, floods, mutated SIP at 800 a second, Chromium) to stall the
+# bridges of the tests beside it (a pjsua2 rollover saw 152 ms RTP gaps beside them) and their floods' own
+# rate figures. The live tests assert RTP continuity by sequence numbers and timestamps (peers.rtp_continuity),
+# never by arrival gaps: those are measured in tests/bench/.
 SERIAL_MODULES = frozenset(
     {
         "test_reliability_quick.py",
@@ -224,6 +226,33 @@ class Capture:
             60,
         )
         return [float(line) for line in out.stdout.split() if line]
+
+    def rtp_headers(self, port: int) -> list[tuple[int, int, int]]:
+        """(sequence number, timestamp, SSRC) of the RTP packets sent from `port`, in capture order."""
+        out = peers._run_bounded(
+            [
+                "tshark",
+                "-r",
+                str(self.path),
+                "-d",
+                f"udp.port=={port},rtp",
+                "-Y",
+                f"rtp && udp.srcport=={port}",
+                "-T",
+                "fields",
+                "-E",
+                "separator=,",
+                "-e",
+                "rtp.seq",
+                "-e",
+                "rtp.timestamp",
+                "-e",
+                "rtp.ssrc",
+            ],
+            60,
+        )
+        rows = [line.split(",") for line in out.stdout.split() if line]
+        return [(int(seq), int(ts), int(ssrc, 0)) for seq, ts, ssrc in rows]
 
     def rtp_payloads(self, port: int) -> list[bytes]:
         """Payloads of the RTP packets sent from `port`, in capture order."""

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import itertools
 import os
 import re
 import shutil
@@ -54,6 +55,8 @@ DEFAULT_TEXT = "Hello bridge. This is a test of the audio path. One, two, three,
 
 __all__ = [
     "LOOPBACK",
+    "RtpContinuity",
+    "rtp_continuity",
     "inner_only",
     "rerun_in_netns",
     "SAMPLE_RATE",
@@ -775,6 +778,38 @@ def _moving_mean_square(samples: np.ndarray, window: int) -> np.ndarray:
         return np.zeros(0)
     c = np.concatenate([[0.0], np.cumsum(x * x)])
     return (c[window:] - c[:-window]) / window
+
+
+@dataclass(frozen=True)
+class RtpContinuity:
+    """What one RTP stream's headers say of its continuity (RFC 3550 §5.1), read without arrival times."""
+
+    packets: int
+    ssrcs: int  # distinct SSRCs: one for a stream that never restarted
+    seq_breaks: (
+        int  # steps of the sequence number other than +1 (mod 2^16): packets lost, reordered or resent
+    )
+    odd_steps: int  # timestamp steps that are not a positive whole number of frames
+    skipped_frames: int  # frames the timestamps step over: slots the sender's media clock gave up (counted)
+
+    @property
+    def skipped_share(self) -> float:
+        return self.skipped_frames / max(1, self.packets + self.skipped_frames)
+
+
+def rtp_continuity(headers: Sequence[tuple[int, int, int]], frame: int = 160) -> RtpContinuity:
+    """Continuity of a stream from its (seq, timestamp, SSRC) headers: consecutive sequence numbers and
+    timestamps one frame apart, except where the sender skipped slots after a stall (the media clock serves at
+    most two late slots and advances the timestamps over older ones: rtp/pacer.py)."""
+    seq_breaks = odd_steps = skipped = 0
+    for (s0, t0, _), (s1, t1, _) in itertools.pairwise(headers):
+        seq_breaks += (s1 - s0) % 65536 != 1
+        step = (t1 - t0) % (1 << 32)
+        if step == 0 or step % frame:
+            odd_steps += 1
+        else:
+            skipped += step // frame - 1
+    return RtpContinuity(len(headers), len({h[2] for h in headers}), seq_breaks, odd_steps, skipped)
 
 
 def heard_in_pieces(speech: np.ndarray, received: np.ndarray, pieces: int = 4) -> list[tuple[float, int]]:

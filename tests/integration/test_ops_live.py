@@ -299,4 +299,6 @@ def test_a_crash_prints_every_threads_python_stack(start_bridge) -> None:
     assert bridge.proc.wait(timeout=10) == -signal.SIGSEGV
     bridge.proc.stop()  # joins the readers: all of stderr is in
     assert "Fatal Python error: Segmentation fault" in bridge.log, bridge.log[-2000:]
-    assert re.search(r'File ".*bridge/cli/commands\.py", line \d+ in _run_server', bridge.log), bridge.log[-2000:]
+    assert re.search(r'File ".*bridge/cli/commands\.py", line \d+ in _run_server', bridge.log), bridge.log[
+        -2000:
+    ]

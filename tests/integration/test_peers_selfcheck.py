@@ -131,3 +131,16 @@ def test_read_wav_extensible_format(tmp_path) -> None:
     (tmp_path / "x.wav").write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
     rate, b = peers.read_wav(tmp_path / "x.wav")
     assert rate == 8000 and np.array_equal(a, b)
+
+
+def test_rtp_continuity_reads_sequence_timestamps_and_sources() -> None:
+    """A clean stream, one that skipped two slots after a stall, one with a lost packet and one restarted."""
+    clean = [((65534 + i) % 65536, (2**32 - 320 + 160 * i) % 2**32, 7) for i in range(6)]  # both wrap
+    assert peers.rtp_continuity(clean) == peers.RtpContinuity(6, 1, 0, 0, 0)
+    skipped = [(i, 160 * i + (320 if i >= 3 else 0), 7) for i in range(6)]
+    assert peers.rtp_continuity(skipped) == peers.RtpContinuity(6, 1, 0, 0, 2)
+    lost = [(i, 160 * i, 7) for i in (0, 1, 3, 4)]
+    assert peers.rtp_continuity(lost) == peers.RtpContinuity(4, 1, 1, 0, 1)
+    restarted = [(i, 160 * i, 7) for i in range(3)] + [(900, 55, 8), (901, 215, 8)]
+    result = peers.rtp_continuity(restarted)
+    assert (result.ssrcs, result.seq_breaks, result.odd_steps) == (2, 1, 1)

@@ -131,16 +131,21 @@ def test_recovery_keeps_the_call_up(
         r"audio_discontinuity input: (\d+) caller frames dropped \(voice_transport_recovery\)", log
     )
     assert len(inputs) == 1, log[-3000:]  # counted once
-    largest_gap_ms = 1000 * float(np.max(np.diff(cap.packet_times(bridge.rtp_port))))
+    largest_gap_ms = 1000 * float(np.max(np.diff(cap.packet_times(bridge.rtp_port))))  # told, not asserted
+    rtp = peers.rtp_continuity(cap.rtp_headers(bridge.rtp_port))
     pieces = peers.heard_in_pieces(second.speech, result.received, pieces=4)
     print(
         f"{protocol} {fault}: replacement ready {stages[1][1]} ms after the condition, voice path repaired "
         f"{stages[2][1]} ms after it (when the caller spoke again); {inputs[0]} caller frames discarded; "
-        f"largest RTP gap at the caller {largest_gap_ms:.1f} ms; recovered echo {[round(p, 3) for p, _ in pieces]}, "
+        f"largest RTP gap at the caller {largest_gap_ms:.1f} ms ({rtp}); recovered echo {[round(p, 3) for p, _ in pieces]}, "
         f"its end {(result.received.size - pieces[-1][1] - second.speech.size // 4) / RATE:.2f} s before the "
         f"recording's"
     )
-    assert largest_gap_ms <= 60  # the caller's RTP never stopped
+    # The caller's RTP never stopped: one stream, every packet in sequence, its timestamps one frame apart but for
+    # slots the media clock gave up after a stall of the machine (arrival timing is the bench's: tests/bench/).
+    # A pause for the recovery would skip a reconnect's worth of frames (350 ms and more: 17 frames and more).
+    assert (rtp.ssrcs, rtp.seq_breaks, rtp.odd_steps) == (1, 0, 0), rtp
+    assert rtp.packets > 200 and rtp.skipped_share <= 0.02, rtp
     assert int(stages[1][1]) <= 5_000
     assert (
         sum(p >= 0.9 for p, _ in pieces) >= 3 and pieces[0][1] > second_start

@@ -117,7 +117,8 @@ def test_five_rollovers_keep_the_call_and_deliver_each_utterance_once(
         -3000:
     ]  # rollover, not recovery
     times = [float(t) for t in cap.packet_times(bridge.rtp_port)]
-    largest_gap_ms = 1000 * float(np.max(np.diff(times)))
+    largest_gap_ms = 1000 * float(np.max(np.diff(times)))  # told, not asserted
+    rtp = peers.rtp_continuity(cap.rtp_headers(bridge.rtp_port))
     # Each caller utterance once: one a period, none twice (two within half a period would be a duplicate).
     heard = [int(ms) for ms in re.findall(r"call call-1 caller utterance at (\d+) ms", log)]
     gaps = np.diff(heard) / 1000
@@ -125,11 +126,13 @@ def test_five_rollovers_keep_the_call_and_deliver_each_utterance_once(
     bursts = _bursts(cap.rtp_payloads(bridge.rtp_port))
     starts = [first * 0.02 for first, _ in bursts]
     print(
-        f"{protocol}: {len(floors)} rollovers; largest RTP gap {largest_gap_ms:.1f} ms; {len(heard)} utterances "
+        f"{protocol}: {len(floors)} rollovers; largest RTP gap {largest_gap_ms:.1f} ms ({rtp}); {len(heard)} utterances "
         f"emitted of about {spoken} spoken (period {period_s:.2f} s, gaps {np.round(gaps, 2).tolist()}); "
         f"{len(bursts)} assistant replies played"
     )
-    assert largest_gap_ms <= 60
+    # One stream, never stopped by a rollover: see test_recovery_live.py (arrival timing is the bench's).
+    assert (rtp.ssrcs, rtp.seq_breaks, rtp.odd_steps) == (1, 0, 0), rtp
+    assert rtp.packets > 200 and rtp.skipped_share <= 0.02, rtp
     assert spoken - 2 <= len(heard) <= spoken + 1, heard
     assert gaps.size and gaps.min() >= period_s / 2, heard  # nothing emitted twice
     assert gaps.max() <= period_s * 1.5 + 0.5, heard  # nothing lost in between
