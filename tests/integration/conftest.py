@@ -227,8 +227,8 @@ class Capture:
         )
         return [float(line) for line in out.stdout.split() if line]
 
-    def rtp_headers(self, port: int) -> list[tuple[int, int, int]]:
-        """(sequence number, timestamp, SSRC) of the RTP packets sent from `port`, in capture order."""
+    def _rtp_fields(self, port: int, *fields: str) -> list[list[str]]:
+        """The given fields of each RTP packet sent from `port`, in capture order."""
         out = peers._run_bounded(
             [
                 "tshark",
@@ -238,41 +238,22 @@ class Capture:
                 f"udp.port=={port},rtp",
                 "-Y",
                 f"rtp && udp.srcport=={port}",
-                "-T",
-                "fields",
-                "-E",
-                "separator=,",
-                "-e",
-                "rtp.seq",
-                "-e",
-                "rtp.timestamp",
-                "-e",
-                "rtp.ssrc",
-            ],
+            ]
+            + ["-T", "fields", "-E", "separator=,", *(arg for f in fields for arg in ("-e", f))],
             60,
         )
-        rows = [line.split(",") for line in out.stdout.split() if line]
+        return [line.split(",") for line in out.stdout.split() if line]
+
+    def rtp_headers(self, port: int) -> list[tuple[int, int, int]]:
+        """(sequence number, timestamp, SSRC) of the RTP packets sent from `port`, in capture order."""
+        rows = self._rtp_fields(port, "rtp.seq", "rtp.timestamp", "rtp.ssrc")
         return [(int(seq), int(ts), int(ssrc, 0)) for seq, ts, ssrc in rows]
 
     def rtp_payloads(self, port: int) -> list[bytes]:
         """Payloads of the RTP packets sent from `port`, in capture order."""
-        out = peers._run_bounded(
-            [
-                "tshark",
-                "-r",
-                str(self.path),
-                "-d",
-                f"udp.port=={port},rtp",
-                "-Y",
-                f"rtp && udp.srcport=={port}",
-                "-T",
-                "fields",
-                "-e",
-                "rtp.payload",
-            ],
-            60,
-        )
-        return [bytes.fromhex(line.replace(":", "")) for line in out.stdout.split() if line]
+        return [
+            bytes.fromhex(payload.replace(":", "")) for (payload,) in self._rtp_fields(port, "rtp.payload")
+        ]
 
 
 @pytest.fixture
