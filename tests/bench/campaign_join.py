@@ -2,16 +2,24 @@
 connection heard and answered (the fakes' notes), and what the application received (the webhook's events and
 jobs), told case by case.
 
-The caller (SIPp) loops one sentence: every `loop_ms` it says it once, so utterance k of a call ends at
-`phase + k * loop_ms` on the call's session timeline, `phase` unknown (when SIPp began to stream) and found here
-as the circular median of the times the fakes heard the call's utterances (their clock, mapped onto the session
-timeline through the application's `call_started` time; the application's own times when the fakes heard too
-little). Each utterance a fake heard belongs to the k whose sentence its audio overlaps most (a buffer RO2's
-hard stop committed mid-sentence, or a tail heard after a repair, has one true edge), and so does each
-application utterance, through the fake's utterance with its transcript nearest in time within 0.8 loop (else
-by its own span or end time). An application utterance more than 1.5 s from when the fake heard it is also
-listed as `stamped_off` (HR11: the bridge rebased it wrong; counted apart, not a loss). Every k the caller spoke
-while the call could hear it (wholly after its first connection was up, and at least `settle_ms` before the
+The caller (SIPp) loops one sentence: every `loop_ms` it says it once, so utterance k of a call ends about
+`loop_ms` after utterance k-1 on the call's session timeline. Where each one ended is read from the audio the
+fakes received: each utterance a fake heard ends when the fake took it (its note's time, the fakes' clock mapped
+onto the session timeline through the application's `call_started` time), and the whole sentences among them
+(at least half a sentence of audio) are the call's `Grid`: numbered in order, each loop's end the median of its
+neighbours' (so that a SIPp stream late or starved by its host, which stretches the caller's loops by up to a
+few seconds over a long call, moves the grid with it instead of shifting k; one phase for the whole call did).
+With too few heard, the application's own times stand in. Each utterance a fake heard is the audio its
+connection received since the one before it, so it belongs to the first k whose sentence had not ended
+(`COMMIT_SLACK_MS` before) when the fake took it: a buffer RO2's hard stop or the floor's move committed holds
+the start of the sentence under way (or only the pause before it), a tail heard after a repair ends with its
+sentence. Each application utterance belongs to the k of the fake's utterance with its transcript nearest in time
+(to when the application received it, or to the end the bridge gave it) within 0.8 loop; a text no fake gave is
+a transcript `mutate` corrupted: that of the heard utterance whose text it ends with (a corrupted caption the
+bridge joined to the next one's), else of the nearest whose transcript frame it hit (else the k whose sentence
+its own span overlaps most, or by its end time). An application utterance more than 1.5 s from when the fake heard it is
+also listed as `stamped_off` (HR11: the bridge rebased it wrong; counted apart, not a loss). Every k the caller
+spoke while the call could hear it (wholly after its first connection was up, and at least `settle_ms` before the
 call ended; with a capture, only when 90 % of its RTP packets reached the bridge's port: a starved SIPp sends
 short, `not_on_the_wire`) is one case:
 
@@ -61,6 +69,8 @@ RECOVERY = re.compile(
 JOB = re.compile(r"call (call-\d+) (job-\d+) \((\w+)\) (\w+) at (\d+) ms: (.*)")
 FRAME_MS = 20
 TEXT_REACH = 0.8  # a transcript names the fake's utterance with that text heard within this many loops of it
+COMMIT_SLACK_MS = 1_000  # a whole sentence is taken up to this long after the end the grid gives it (the
+# grid is the median of when the fakes took whole sentences; the pause after a sentence is 2.3 s)
 STAMP_MS = 1_500  # an application utterance this far from when the fake heard it is `stamped_off` (HR11)
 ON_THE_WIRE = 0.9  # a sentence counts as said when this share of its packets reached the bridge's port
 NEAR_MS = 5_000  # closes this near a case, and faults up to this long after it, are listed with it
@@ -73,6 +83,19 @@ TRANSCRIPT_FRAMES = (
     "inputTranscription",
 )  # a fake's caller-transcript frames
 UNEXPLAINED = ("duplicated", "lost_unexplained")
+# each flagged case's rule: the one that explains it, or (unexplained kinds) the one it breaks
+RULES = {
+    "split_by_discontinuity": "HR8: a reported input discontinuity cut the sentence, each side heard on its own",
+    "lost_in_discontinuity": "HR8: inside a reported input discontinuity",
+    "lost_to_corrupt_frame": "mutate fault: its transcript frame was corrupted (provider error invalid_event)",
+    "stamped_off": "HR11: stamped over 1.5 s from when the fake took it (listed; the sentence did arrive)",
+    "tool_not_run": "HR9/HR10/S2: heard once, no job (held, withheld or handled by the previous connection)",
+    "tool_split_by_discontinuity": "HR8/HR10: the tail a replacement heard after a repair is no new request",
+    "duplicated": "S1/RO3 broken: received twice with no reported discontinuity",
+    "lost_unexplained": "S1 broken: never received, nothing reported",
+    "tool_duplicated": "S2 broken: one caller request, two jobs or more",
+    "tool_for_context": "S2 broken: a job for a text input (the script never asks on one)",
+}
 
 
 @dataclass(frozen=True)
@@ -185,6 +208,79 @@ def attribute(
     return out
 
 
+class Grid:
+    """Where each loop's sentence ended on a call's session timeline, followed along the call.
+
+    Built from the ends of whole sentences (the fakes' `heard` times): the first ones are numbered from the
+    circular median of their times, each later one by how far it lies from the loops before it (the median of
+    the last `WINDOW` ends' phases), so that a stream whose loops stretch (SIPp late or starved by its host)
+    keeps its numbering. A loop's end is the median of its own ends (a host that stalls SIPp for a second moves
+    its loops at once: the loops around do not say where this one ended), else the median phase of the ends
+    numbered within `WINDOW` loops of it."""
+
+    WINDOW = (
+        5  # loops either side whose ends set a loop's phase (the stretch over 10 loops is well under one)
+    )
+
+    def __init__(self, ends: Sequence[float], loop_ms: int) -> None:
+        self.loop = loop_ms
+        times = sorted(ends)
+        head = times[: 2 * self.WINDOW + 1]
+        phase = circular_median(head, loop_ms) if head else 0.0
+        self.ks: list[int] = []
+        self.phases: list[float] = []  # each end's `at - k * loop`, in the order of `ks` (non-decreasing)
+        self.times: list[float] = []
+        for at in times:
+            k = round((at - phase) / loop_ms)
+            self.ks.append(k)
+            self.phases.append(at - k * loop_ms)
+            self.times.append(at)
+            recent = sorted(self.phases[-self.WINDOW :])
+            phase = recent[len(recent) // 2]
+        order = sorted(range(len(self.ks)), key=lambda i: (self.ks[i], self.times[i]))
+        self.ks = [self.ks[i] for i in order]
+        self.phases = [self.phases[i] for i in order]
+        self.times = [self.times[i] for i in order]
+        by_time = sorted(range(len(self.times)), key=lambda i: self.times[i])
+        self._sorted_times = [self.times[i] for i in by_time]
+        self._sorted_ks = [self.ks[i] for i in by_time]
+        self._ends: dict[int, float] = {}
+
+    def end(self, k: int) -> float:
+        """Where loop k's sentence ended."""
+        if k not in self._ends:
+            self._ends[k] = self._end(k)
+        return self._ends[k]
+
+    def _end(self, k: int) -> float:
+        if not self.ks:
+            return float(k * self.loop)
+        lo, hi = bisect_left(self.ks, k), bisect_left(self.ks, k + 1)
+        if lo < hi:  # heard whole: where that was (a host that stalls the callers moves them all at once)
+            own = sorted(self.phases[lo:hi])
+            return own[(len(own) - 1) // 2] + k * self.loop
+        lo = bisect_left(self.ks, k - self.WINDOW)
+        hi = bisect_left(self.ks, k + self.WINDOW + 1)
+        if lo == hi:  # no whole sentence near: the nearest one's phase
+            i = min(max(lo, 0), len(self.ks) - 1)
+            if lo > 0 and (lo == len(self.ks) or k - self.ks[lo - 1] < self.ks[lo] - k):
+                i = lo - 1
+            return self.phases[i] + k * self.loop
+        near = sorted(self.phases[lo:hi])
+        return near[len(near) // 2] + k * self.loop
+
+    def k(self, at: float) -> int:
+        """The loop whose sentence ended nearest `at`."""
+        if not self.ks:
+            return round(at / self.loop)
+        times = self._sorted_times
+        j = min(bisect_left(times, at), len(times) - 1)
+        if j > 0 and abs(times[j - 1] - at) < abs(times[j] - at):
+            j -= 1
+        guess = self._sorted_ks[j] + round((at - times[j]) / self.loop)
+        return min(range(guess - 1, guess + 2), key=lambda k: abs(self.end(k) - at))
+
+
 def circular_median(values: Sequence[float], period: float) -> float:
     """The value (mod period) with the least total circular distance to `values` (searched among them)."""
     if not values:
@@ -246,34 +342,67 @@ def join_call(
 
     emitted = [(_anchor(u, view.started_at), u) for u in view.utterances]
     heard = [(session_ms(float(h["unix"])), token, c, h) for token, c in conns.items() for h in c.heard]
-    # the fakes' clock is the truth of when a sentence was heard; the application's times are the bridge's
-    phase = circular_median([a for a, *_ in heard] if len(heard) >= 3 else [a for a, _ in emitted], loop_ms)
-
-    def k_of(at: float) -> int:
-        return round((at - phase) / loop_ms)
+    # the fakes' clock is the truth of when a sentence was heard, and a whole sentence's end is a true end: at
+    # least half a sentence of audio, taken at least 3/4 of a loop after the connection's utterance before it
+    # (what the floor's move or RO2's hard stop commits a few seconds after a sentence is a fragment, however
+    # much of the pause it holds); the application's times are the bridge's
+    previous: dict[int, float] = {}
+    whole = []
+    for at, token, _, h in sorted(heard, key=lambda e: e[0]):
+        before = previous.get(token)
+        if float(h.get("audio_ms") or 0) >= speech_ms / 4 and (
+            before is None or at - before >= 0.75 * loop_ms
+        ):
+            whole.append(at)
+        previous[token] = at
+    ends = (
+        whole if len(whole) >= 3 else [a for a, *_ in heard] if len(heard) >= 3 else [a for a, _ in emitted]
+    )
+    grid = Grid(ends, loop_ms)
+    end_of, k_of = grid.end, grid.k
 
     def k_of_span(start: float, end: float) -> int:
-        """The loop whose sentence the span overlaps most: a buffer committed before the sentence ended (RO2's
-        hard stop) or a tail heard after a repair has only one true edge. No overlap: the nearest end."""
+        """The loop whose sentence the span overlaps most (an application utterance no fake's text names: its
+        times are the bridge's, of the speech it was told). No overlap: the nearest end."""
         best, most = k_of(end), 0.0
         for k in range(k_of(start) - 1, k_of(end) + 2):
-            overlap = min(end, phase + k * loop_ms) - max(start, phase + k * loop_ms - speech_ms)
+            overlap = min(end, end_of(k)) - max(start, end_of(k) - speech_ms)
             if overlap > most:
                 best, most = k, overlap
         return best
 
-    heard_at = [
-        (at, token, c, h, k_of_span(at - float(h.get("audio_ms") or 0), at)) for at, token, c, h in heard
-    ]
+    def k_of_commit(at: float) -> int:
+        """The loop of an utterance a fake took at `at`: the first whose sentence had not ended by then (each
+        is the audio its connection received since its previous one, not the sentence already taken)."""
+        k = k_of(at) - 1
+        for _ in range(3):  # k_of(at) is the nearest end: the first one not over is at most two on
+            if end_of(k) >= at - COMMIT_SLACK_MS:
+                break
+            k += 1
+        return k
+
+    heard_at = [(at, token, c, h, k_of_commit(at)) for at, token, c, h in heard]
     by_text: dict[str, list[tuple[float, int]]] = defaultdict(list)
-    for at, _, _, h, k in heard_at:
+    garbled: list[tuple[float, int]] = []  # heard utterances whose transcript frame `mutate` corrupted
+    for at, _, c, h, k in heard_at:
         by_text[str(h.get("text"))].append((at, k))
+        if any(abs(t - float(h["unix"])) <= 0.1 for t in c.corrupted):
+            garbled.append((at, k))
     by_k: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
     stamped: list[tuple[int, float, float, Mapping[str, Any]]] = []
     for at, u in emitted:
-        # the transcript the bridge passed on names the utterance a fake heard: the nearest one with that text
-        match = min(by_text.get(str(u.get("text")), []), key=lambda h: abs(h[0] - at), default=None)
-        if match is not None and abs(match[0] - at) > TEXT_REACH * loop_ms:
+        # the transcript the bridge passed on names the utterance a fake heard: the nearest one with that text,
+        # to when the application received it (the transcript left the fake when it was heard) or to the end
+        # the bridge gave it (a mutated frame or a wrong stamp moves the one, a held text the other)
+        got_at = session_ms(float(u["t"])) if isinstance(u.get("t"), int | float) else at
+        text = str(u.get("text"))
+        named = by_text.get(text)
+        if named is None:  # a text no fake gave: `mutate` corrupted it on its way
+            # a corrupted caption the bridge kept and joined to the next one's text (Gemini's untimed chunks):
+            # the utterance that text ends with; else one whose transcript frame `mutate` hit
+            named = [h for t, hs in by_text.items() if text.endswith(t) for h in hs] or garbled
+        match = min(named, key=lambda h: min(abs(h[0] - at), abs(h[0] - got_at)), default=None)
+        if match is not None and min(abs(match[0] - at), abs(match[0] - got_at)) > TEXT_REACH * loop_ms:
             match = None  # another loop's same text (a connection not traced heard this one): by time
         start, end = u.get("start_ms"), u.get("end_ms")
         if match is not None:
@@ -304,13 +433,13 @@ def join_call(
     faults = [(session_ms(float(f["unix"])), token, c, f) for token, c in conns.items() for f in c.faults]
     lo = (first_ms if first_ms is not None else 0) + speech_ms  # all of it said after the call could hear
     hi = view.end_ms - settle_ms
-    ks = [k for k in range(k_of(lo), k_of(hi) + 1) if lo <= phase + k * loop_ms <= hi]
+    ks = [k for k in range(k_of(lo) - 1, k_of(hi) + 2) if lo <= end_of(k) <= hi]
     classes: Counter[str] = Counter()
     if view.caller_packets is not None:  # a sentence whose audio never reached the bridge was not said to it
         wire, t0 = view.caller_packets, view.started_at
 
         def on_wire(k: int) -> int:
-            end = t0 + (phase + k * loop_ms) / 1000
+            end = t0 + end_of(k) / 1000
             return bisect_left(wire, end) - bisect_left(wire, end - speech_ms / 1000)
 
         said = [k for k in ks if on_wire(k) >= ON_THE_WIRE * speech_ms / FRAME_MS]
@@ -319,9 +448,10 @@ def join_call(
         ks = said
 
     def context(k: int, kind: str, **more: Any) -> dict[str, Any]:
-        end = phase + k * loop_ms
+        end = end_of(k)
         return {
             "kind": kind,
+            "rule": RULES.get(kind),
             "call": view.call,
             "provider": view.provider,
             "utterance": k,
@@ -350,7 +480,7 @@ def join_call(
     flagged: list[dict[str, Any]] = []
     cut_k: dict[int, list[tuple[int, int, str]]] = {}
     for k in ks:
-        start, end = phase + k * loop_ms - speech_ms, phase + k * loop_ms
+        start, end = end_of(k) - speech_ms, end_of(k)
         cut = cut_k[k] = [g for g in gaps if g[0] < end and g[1] > start]
         got = by_k.get(k, [])
         if len(got) == 1:

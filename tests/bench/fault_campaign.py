@@ -5,6 +5,7 @@ a tool call on every turn, every fault kind the fakes inject, and rollovers. Run
     .venv/bin/python tests/bench/fault_campaign.py            # 100 calls, 1,000 faults, rollovers every ~30 s
     .venv/bin/python tests/bench/fault_campaign.py --quick    # 8 calls, 100 faults: about a minute
     .venv/bin/python tests/bench/fault_campaign.py --calls 20 --faults 300 --seed 7 --keep
+    .venv/bin/python tests/bench/fault_campaign.py --rejoin /tmp/parlora-campaign-7 --base r.json --output r2.json
 
 One fake per protocol (openai-live, openai-realtime, gemini-live over TLS, xai), each its own process with a
 script that calls `lookup_order` before answering every caller utterance. One `serve --config` routes the
@@ -24,7 +25,8 @@ case but `once`, traced to its call, connection and faults: tests/bench/campaign
 load. The application is a webhook here (each job and each event the bridge POSTs is kept), and the fakes
 keep notes of what each connection heard and answered (`fake-provider --notes`). The bridge's log, the notes,
 the application's events and the injections are kept in `--logs` (default: the temporary directory's
-`parlora-campaign-SEED`). tests/bench/README.md says what each figure means. Exit status 0 when nothing was
+`parlora-campaign-SEED`); `--rejoin DIR` starts nothing and joins such a directory again (with `--base` the
+run's own JSON, whose other figures it keeps). tests/bench/README.md says what each figure means. Exit status 0 when nothing was
 lost without a rule, no tool ran twice and no case is unexplained, 1 otherwise.
 """
 
@@ -404,6 +406,74 @@ def cases(
     )
 
 
+def result_ok(result: dict[str, Any]) -> bool:
+    """Nothing lost without a rule or to a survivable fault, no tool run twice, nothing unexplained."""
+    return all(
+        result.get(k, 1) == 0
+        for k in (
+            "calls_lost_unexplained",
+            "calls_lost_to_survivable_faults",
+            "tool_runs_duplicated",
+            "unexplained",
+        )
+    )
+
+
+UNEXPLAINED_KINDS = ("duplicated", "lost_unexplained", "tool_duplicated", "tool_for_context")
+
+
+def trim_flagged(result: dict[str, Any]) -> dict[str, Any]:
+    """The result with `flagged` cut to the cases of the unexplained kinds (each still listed, also once a rule
+    explains it) and every kind counted in `flagged_by_kind`: a long run flags thousands of cases by rule."""
+    flagged = result.get("flagged", [])
+    return result | {
+        "flagged_by_kind": dict(Counter(f["kind"] for f in flagged)),
+        "flagged": [f for f in flagged if f["kind"] in UNEXPLAINED_KINDS],
+        "note": "flagged trimmed to the cases of the unexplained kinds; all are counted by kind",
+    }
+
+
+def loop_of(logs: Path) -> int:
+    """The caller's loop (ms) of a kept run: its `speech.ul` (kept since `--rejoin` exists), else the sentence
+    made again as the run made it (espeak-ng and sox give the same length)."""
+    kept = logs / "speech.ul"
+    if kept.exists():
+        return len(kept.read_bytes()) // 8
+    with tempfile.TemporaryDirectory(prefix="parlora-rejoin-") as tmp:
+        speech = peers.make_utterance(
+            Path(tmp) / "speech.wav", SENTENCE, lead_silence_s=LEAD_S, tail_silence_s=TAIL_S, ulaw=True
+        )
+        assert speech.ulaw_path is not None  # ulaw=True
+        return len(speech.ulaw_path.read_bytes()) // 8
+
+
+def rejoin(logs: Path, base: dict[str, Any] | None = None, loop_ms: int | None = None) -> dict[str, Any]:
+    """The figures of a kept run (`--logs`) worked out again from its files, nothing started: the lost calls,
+    recoveries, rollovers and tool runs from the bridge's log, and the join (`utterances`, `tool_requests`,
+    `unexplained`, `flagged`) of the log, the application's events and the fakes' notes. `base`: the run's own
+    JSON, whose other figures (plan, faults injected, samples over time, metrics) are kept as they were."""
+    lines = (logs / "bridge.log").read_text(encoding="utf-8", errors="replace").splitlines()
+    f = read_log(lines)
+    events = [
+        json.loads(line)
+        for line in (logs / "application.jsonl").read_text(encoding="utf-8").splitlines()
+        if line.strip()
+    ]
+    ports = stats.native_media_ports(lines)
+    answered = len(ports)  # the first `call-N media:` line of each call: answered
+    loop = loop_ms if loop_ms is not None else loop_of(logs)
+    speech_ms = campaign_join.speech_span_ms(int(LEAD_S * 1000), loop, int(TAIL_S * 1000))
+    pcap = logs / "rtp.pcap"
+    wire = caller_packets(stats.read_pcap(pcap), ports) if pcap.exists() else None
+    result = dict(base or {})
+    expected = int(result.get("plan", {}).get("calls") or len(f.calls))
+    result.update(figures(f, answered=answered, expected=expected))
+    result.update(cases(lines, f, events, logs, loop, speech_ms, wire))
+    result["rejoined"] = {"logs": str(logs), "loop_ms": loop, "speech_ms": speech_ms}
+    result["ok"] = result_ok(result)
+    return result
+
+
 def caller_packets(packets: Iterable[stats.Packet], ports: dict[int, str]) -> dict[str, list[float]]:
     """When each of the caller's RTP packets reached each call's port (capture time, unix s), sorted."""
     out: dict[str, list[float]] = defaultdict(list)
@@ -433,7 +503,7 @@ def keep_logs(work: Path, logs: Path) -> None:
     the injections."""
     logs.mkdir(parents=True, exist_ok=True)
     for path in work.iterdir():
-        if path.name in ("bridge.log", "faults.txt", "application.jsonl") or path.name.endswith(
+        if path.name in ("bridge.log", "faults.txt", "application.jsonl", "speech.ul") or path.name.endswith(
             ".notes.jsonl"
         ):
             shutil.copy2(path, logs / path.name)
@@ -999,15 +1069,7 @@ def run(plan: Plan, work: Path, logs: Path | None = None) -> dict[str, Any]:
             result["logs"] = str(logs)
     result["seconds"] = round(time.monotonic() - t_start, 1)
     result["load_after"] = [round(x, 2) for x in os.getloadavg()]
-    result["ok"] = all(
-        result.get(k, 1) == 0
-        for k in (
-            "calls_lost_unexplained",
-            "calls_lost_to_survivable_faults",
-            "tool_runs_duplicated",
-            "unexplained",
-        )
-    )
+    result["ok"] = result_ok(result)
     return result
 
 
@@ -1090,7 +1152,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="more environment for the bridge (repeatable), e.g. PYTHONPATH=DIR for a sitecustomize.py that "
         "sets gc thresholds",
     )
+    parser.add_argument(
+        "--rejoin",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="start nothing: join the kept logs in DIR (a run's --logs) again and print the figures",
+    )
+    parser.add_argument(
+        "--base",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with --rejoin: the run's own JSON, whose other figures (plan, samples, metrics) are kept",
+    )
+    parser.add_argument(
+        "--loop-ms", type=int, default=None, help="with --rejoin: the caller's loop (default: DIR/speech.ul)"
+    )
+    parser.add_argument(
+        "--trim-flagged",
+        action="store_true",
+        help="list in `flagged` only the cases of the unexplained kinds (all counted in `flagged_by_kind`)",
+    )
     args = parser.parse_args(argv)
+    if args.rejoin is not None:
+        base = json.loads(args.base.read_text()) if args.base is not None else None
+        result = rejoin(args.rejoin, base, args.loop_ms)
+        if args.trim_flagged:
+            result = trim_flagged(result)
+        text = json.dumps(result, indent=2, sort_keys=True)
+        print(text)
+        if args.output:
+            args.output.write_text(text + "\n")
+        return 0 if result["ok"] else 1
     bridge_env = parse_bridge_env(args.bridge_env, parser)
     try:
         pin = parse_pin(args.pin, os.cpu_count() or 1) if args.pin else None
@@ -1120,9 +1214,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         flush=True,
     )
     logs = args.logs or Path(tempfile.gettempdir()) / f"parlora-campaign-{plan.seed}"
-    return run_in_scratch(
-        lambda work: run(plan, work, logs), "parlora-campaign-", keep=args.keep, output=args.output
-    )
+
+    def run_it(work: Path) -> dict[str, Any]:
+        result = run(plan, work, logs)
+        return trim_flagged(result) if args.trim_flagged else result
+
+    return run_in_scratch(run_it, "parlora-campaign-", keep=args.keep, output=args.output)
 
 
 if __name__ == "__main__":

@@ -289,3 +289,141 @@ def test_join_sums_the_calls_and_counts_what_is_unexplained() -> None:
     lost1 = next(f for f in r["flagged"] if f["utterance"] == 1 and f["kind"] == "lost_unexplained")
     assert lost1["heard_by"] == [{"conn": "conn-1", "fake": "openai-realtime#0", "session": "sess_a",
                                   "text": "x", "at_ms": said(1)}]  # fmt: skip
+
+
+# call-96 of the long run on 887d30b (xAI, loop 6,277 ms, sentence 3,977 ms), its session times: the old
+# connection (conn-36) heard the caller's sentences whole, then, when the floor moved to the next connection
+# (conn-37) 2.1 s after its last one, the first 1.9 s of audio since it (the pause and the next sentence's
+# start). RO3: that text stands for the next sentence, whose whole text from conn-37 was not emitted, and S2:
+# conn-37's tool call for it was answered "handled by the previous connection" (job-213), never dispatched.
+CALL_96_LOOP, CALL_96_SPEECH = 6_277, 3_977
+CALL_96_OLD = [(1_091_084, 733), (1_097_597, 4_286), (1_103_609, 4_106), (1_110_023, 4_026), (1_116_323, 3_986),
+               (1_122_793, 3_686), (1_124_922, 1_920)]  # fmt: skip
+CALL_96_NEW = [(1_129_315, 3_906), (1_135_714, 3_346), (1_141_380, 4_186)]
+# (seq, text, start_ms, end_ms, when the application received it) of the caller's utterances
+CALL_96_EMITTED = [
+    (459, "[utterance 2, 4.3 s]", 1_092_615, 1_097_550, 1_097_870),
+    (461, "[utterance 3, 4.1 s]", 1_098_913, 1_103_601, 1_103_930),
+    (463, "[utterance 4, 4.0 s]", 1_105_139, 1_110_023, 1_110_364),
+    (465, "[utterance 5, 4.0 s]", 1_111_480, 1_116_284, 1_116_686),
+    (467, "[utterance 6, 3.7 s]", 1_117_795, 1_122_755, 1_123_063),
+    (469, "[utterance 7, 1.9 s]", 1_124_069, 1_124_898, 1_125_173),
+    (472, "[utterance 2, 3.3 s]", 1_130_367, 1_135_639, 1_135_970),
+]
+
+
+def call_96_connections() -> dict[int, cj.FakeConn]:
+    conns = {36: cj.FakeConn("xai", 857, "s36"), 37: cj.FakeConn("xai", 881, "s37")}
+    for token, heard in ((36, CALL_96_OLD), (37, CALL_96_NEW)):
+        for n, (at, audio) in enumerate(heard, 1):
+            text = f"[utterance {n}, {audio / 1000:.1f} s]"
+            conns[token].heard.append(note("heard", at, item=f"i{token}_{n}", n=n, text=text, audio_ms=audio))
+            conns[token].tool_calls.append(
+                note("tool_call", at, call_id=f"c{token}_{n}", input="audio", **{"for": f"i{token}_{n}"})
+            )
+    return conns
+
+
+def test_what_a_connection_took_after_a_sentence_belongs_to_the_next_one() -> None:
+    """The old connection's last utterance is the 1.9 s it received after it had taken sentence k whole (the
+    audio since its previous utterance): it is sentence k+1's, which the application received once (that text)
+    and whose request ran once (job-212). One phase for the call put its span, which ends 60 ms before where
+    that phase had k+1 begin, into sentence k: k "duplicated" with two jobs, k+1 "lost"."""
+    emitted = [
+        {"seq": seq, "role": "caller", "text": text, "start_ms": start, "end_ms": end, "t": T0 + got / 1000}
+        for seq, text, start, end, got in CALL_96_EMITTED
+    ]
+    jobs = [{"job_id": f"job-{n}"} for n in (207, 208, 209, 210, 211, 212, 214)]
+    calls = {f"job-{n}": f"c36_{i}" for n, i in zip((207, 208, 209, 210, 211, 212), range(2, 8), strict=True)}
+    held = {"job-213": [1_129_389, "handled_before", "the previous connection handled this request (S2)"]}
+    classes, counted, flagged = cj.join_call(
+        view(emitted, jobs, end_ms=1_140_500), call_96_connections(), [], calls | {"job-214": "c37_2"}, [],
+        held, loop_ms=CALL_96_LOOP, speech_ms=CALL_96_SPEECH, first_ms=1_089_885,
+    )  # fmt: skip
+    assert classes == {"once": 7}
+    assert counted == {"tool_once": 7}
+    assert flagged == []
+
+
+def test_a_transcript_stamped_at_its_speech_start_is_found_by_when_it_came() -> None:
+    """call-40 of the same run (openai-realtime): `mutate` corrupted conn-38's speech stop for its utterance 4,
+    so the bridge stamped that text at its speech start (start = end = 1,186,175 ms), 5.1 s before the fake
+    took it, but it reached the application 0.4 s after the fake took it. It is that sentence's, once (and
+    listed as stamped off, HR11); by its stamp alone it fell beyond the text's reach and into the sentence
+    before: that one "duplicated", its own "lost"."""
+    conn = cj.FakeConn("openai-realtime", 864, "s38")
+    for n, (at, audio) in enumerate(
+        [(1_172_708, 2_680), (1_178_639, 3_120), (1_185_046, 3_020), (1_191_305, 3_020), (1_197_539, 2_960),
+         (1_202_012, 2_040)], 1,
+    ):  # fmt: skip
+        conn.heard.append(note("heard", at, item=f"i{n}", n=n, text=f"[utterance {n}, {audio / 1000:.1f} s]"))
+        conn.heard[-1]["audio_ms"] = audio
+    emitted = [
+        {"seq": seq, "role": "caller", "text": text, "start_ms": start, "end_ms": end, "t": T0 + got / 1000}
+        for seq, text, start, end, got in [
+            (390, "[utterance 2, 3.1 s]", 1_173_756, 1_178_657, 1_178_993),
+            (392, "[utterance 3, 3.0 s]", 1_179_913, 1_184_997, 1_185_399),
+            (394, "[utterance 4, 3.0 s]", 1_186_175, 1_186_175, 1_191_743),
+            (397, "[utterance 5, 3.0 s]", 1_192_247, 1_197_498, 1_197_855),
+        ]
+    ]
+    classes, _, flagged = cj.join_call(
+        view(emitted, end_ms=1_200_500), {38: conn}, [], {}, loop_ms=CALL_96_LOOP, speech_ms=CALL_96_SPEECH,
+        first_ms=1_174_000,
+    )  # fmt: skip
+    assert classes == {"once": 4, "stamped_off": 1}
+    [stamp] = [f for f in flagged if f["kind"] == "stamped_off"]
+    assert stamp["emitted"][0]["seq"] == 394 and stamp["off_ms"] == 1_186_175 - 1_191_305
+
+
+def test_a_stream_that_falls_behind_keeps_its_numbering() -> None:
+    """SIPp starved by its host sends each loop 40 ms late: over 200 loops the sentences end 8 s after where
+    one phase for the call puts them. Each sentence was heard and received once: 200 cases, all once (with
+    one phase, those of either end of the call fell a loop off: duplicated beside lost)."""
+    conn = cj.FakeConn("xai", 1, "s")
+    emitted = []
+    for k in range(200):
+        at = said(0) + k * (LOOP + 40)
+        conn.heard.append(note("heard", at, item=f"i{k}", text=f"[u {k}]", audio_ms=SPEECH))
+        emitted.append({"seq": k, "role": "caller", "text": f"[u {k}]", "start_ms": at - SPEECH, "end_ms": at,
+                        "t": T0 + at / 1000 + 0.3})  # fmt: skip
+    classes, _, _ = cj.join_call(
+        view(emitted, end_ms=said(0) + 199 * (LOOP + 40) + 3_000), {1: conn}, [], {}, loop_ms=LOOP,
+        speech_ms=SPEECH, first_ms=0,
+    )  # fmt: skip
+    assert classes == {"once": 200}
+
+
+def test_a_corrupted_caption_joined_to_the_next_text_is_that_text() -> None:
+    """call-58 of the same run (Gemini): `mutate` corrupted the caption chunks of conn-36's utterance 6 (a
+    64 Ki-character string among them) so its text never ended; the bridge joined its next text, the 1.7 s the
+    old connection took when the floor moved, to it: the application received the garbage ending in
+    "[utterance 7, 1.7 s]" once, for the next sentence, whose whole text from conn-37 stood down (RO3).
+    Sentence 6 is lost to the corrupt frame. Not found by its text, it was put by its stamp (1.6 s before the
+    fake took it) into sentence 6: that one "once", the next "lost"."""
+    old, new = cj.FakeConn("gemini-live", 1334, "S36"), cj.FakeConn("gemini-live", 1370, "S37")
+    for conn, first, heard in (
+        (old, 3, [(1_090_789, 3_560), (1_096_946, 3_680), (1_103_340, 3_760), (1_109_760, 3_620), (1_113_360, 1_720)]),
+        (new, 2, [(1_116_107, 3_720), (1_122_321, 3_480)]),
+    ):  # fmt: skip
+        for n, (at, audio) in enumerate(heard, first):
+            text = f"[utterance {n}, {audio / 1000:.1f} s]"
+            conn.heard.append(note("heard", at, item=str(n), n=n, text=text, audio_ms=audio))
+    old.corrupted = [T0 + 1_109_760 / 1000]  # its inputTranscription frames of utterance 6
+    emitted = [
+        {"seq": seq, "role": "caller", "text": text, "start_ms": start, "end_ms": end, "t": T0 + got / 1000}
+        for seq, text, start, end, got in [
+            (502, "[utterance 3, 3.6 s]", 1_086_595, 1_090_492, 1_091_032),
+            (504, "[utterance 4, 3.7 s]", 1_092_815, 1_096_721, 1_097_110),
+            (506, "[utterance 5, 3.8 s]", 1_099_226, 1_103_116, 1_103_592),
+            (509, "jfuHmTdAhLNpzm8t" * 4_096 + "[utterance 7, 1.7 s]", 1_111_739, 1_111_739, 1_113_567),
+            (514, "[utterance 3, 3.5 s]", 1_118_013, 1_122_035, 1_122_669),
+        ]
+    ]
+    classes, _, flagged = cj.join_call(
+        view(emitted, end_ms=1_125_500), {36: old, 37: new}, [], {}, loop_ms=CALL_96_LOOP,
+        speech_ms=CALL_96_SPEECH, first_ms=1_085_000,
+    )  # fmt: skip
+    assert classes == {"once": 5, "lost_to_corrupt_frame": 1, "stamped_off": 1}
+    [lost] = [f for f in flagged if f["kind"] == "lost_to_corrupt_frame"]
+    assert [h["text"] for h in lost["heard_by"]] == ["[utterance 6, 3.6 s]"]
