@@ -6,9 +6,10 @@ The caller (SIPp) loops one sentence: every `loop_ms` it says it once, so uttera
 `loop_ms` after utterance k-1 on the call's session timeline. Where each one ended is read from the audio the
 fakes received: each utterance a fake heard ends when the fake took it (its note's time, the fakes' clock mapped
 onto the session timeline through the application's `call_started` time), and the whole sentences among them
-(at least half a sentence of audio) are the call's `Grid`: numbered in order, each loop's end the median of its
-neighbours' (so that a SIPp stream late or starved by its host, which stretches the caller's loops by up to a
-few seconds over a long call, moves the grid with it instead of shifting k; one phase for the whole call did).
+(a quarter to one sentence of audio, taken 3/4 loop or more after the connection's previous one) are the call's
+`Grid`: numbered in order, each loop's end where its own whole sentences were taken, else the median of its
+neighbours' (a SIPp stream late or starved by its host stretches the caller's loops, and a host stall has the
+fakes take a sentence a second late: the grid follows instead of shifting k, which one phase per call did).
 With too few heard, the application's own times stand in. Each utterance a fake heard is the audio its
 connection received since the one before it, so it belongs to the first k whose sentence had not ended
 (`COMMIT_SLACK_MS` before) when the fake took it: a buffer RO2's hard stop or the floor's move committed holds
@@ -17,11 +18,11 @@ sentence. Each application utterance belongs to the k of the fake's utterance wi
 (to when the application received it, or to the end the bridge gave it) within 0.8 loop; a text no fake gave is
 a transcript `mutate` corrupted: that of the heard utterance whose text it ends with (a corrupted caption the
 bridge joined to the next one's), else of the nearest whose transcript frame it hit (else the k whose sentence
-its own span overlaps most, or by its end time). An application utterance more than 1.5 s from when the fake heard it is
-also listed as `stamped_off` (HR11: the bridge rebased it wrong; counted apart, not a loss). Every k the caller
-spoke while the call could hear it (wholly after its first connection was up, and at least `settle_ms` before the
-call ended; with a capture, only when 90 % of its RTP packets reached the bridge's port: a starved SIPp sends
-short, `not_on_the_wire`) is one case:
+its own span overlaps most, or by its end time). An application utterance more than 1.5 s from when the fake
+heard it is also listed as `stamped_off` (HR11: the bridge rebased it wrong; counted apart, not a loss). Every
+k the caller spoke while the call could hear it (wholly after its first connection was up, and at least
+`settle_ms` before the call ended; with a capture, only when 90 % of its RTP packets reached the bridge's port:
+a starved SIPp sends short, `not_on_the_wire`) is one case:
 
 - `once`: the application received it exactly once (S1);
 - `split_by_discontinuity`: more than once, and a reported input `audio_discontinuity` (HR8) overlaps it: the
@@ -214,13 +215,11 @@ class Grid:
     Built from the ends of whole sentences (the fakes' `heard` times): the first ones are numbered from the
     circular median of their times, each later one by how far it lies from the loops before it (the median of
     the last `WINDOW` ends' phases), so that a stream whose loops stretch (SIPp late or starved by its host)
-    keeps its numbering. A loop's end is the median of its own ends (a host that stalls SIPp for a second moves
-    its loops at once: the loops around do not say where this one ended), else the median phase of the ends
-    numbered within `WINDOW` loops of it."""
+    keeps its numbering. A loop's end is the (lower) median of its own ends (a host stall can have the fakes take
+    one sentence a second late: the loops around do not say where this one ended), else the median phase of the
+    ends numbered within `WINDOW` loops of it."""
 
-    WINDOW = (
-        5  # loops either side whose ends set a loop's phase (the stretch over 10 loops is well under one)
-    )
+    WINDOW = 5  # loops either side whose ends set a loop's phase (a stream stretches far less in 10)
 
     def __init__(self, ends: Sequence[float], loop_ms: int) -> None:
         self.loop = loop_ms
@@ -256,7 +255,7 @@ class Grid:
         if not self.ks:
             return float(k * self.loop)
         lo, hi = bisect_left(self.ks, k), bisect_left(self.ks, k + 1)
-        if lo < hi:  # heard whole: where that was (a host that stalls the callers moves them all at once)
+        if lo < hi:  # heard whole: where that was (a host stall can make it a second late, this loop alone)
             own = sorted(self.phases[lo:hi])
             return own[(len(own) - 1) // 2] + k * self.loop
         lo = bisect_left(self.ks, k - self.WINDOW)
@@ -343,16 +342,16 @@ def join_call(
     emitted = [(_anchor(u, view.started_at), u) for u in view.utterances]
     heard = [(session_ms(float(h["unix"])), token, c, h) for token, c in conns.items() for h in c.heard]
     # the fakes' clock is the truth of when a sentence was heard, and a whole sentence's end is a true end: at
-    # least half a sentence of audio, taken at least 3/4 of a loop after the connection's utterance before it
-    # (what the floor's move or RO2's hard stop commits a few seconds after a sentence is a fragment, however
-    # much of the pause it holds); the application's times are the bridge's
+    # least a quarter of a sentence of audio (a starved call's fake gets a fraction of the frames) and no more
+    # than a sentence, taken at least 3/4 of a loop after the connection's utterance before it (what RO2's hard
+    # stop commits mid-sentence holds all the audio since that one, the pause too, and what it commits a few
+    # seconds after a sentence is a fragment); the application's times are the bridge's
     previous: dict[int, float] = {}
     whole = []
+    most = speech_ms + (loop_ms - speech_ms) / 4  # a buffer committed by force holds the pause before, too
     for at, token, _, h in sorted(heard, key=lambda e: e[0]):
-        before = previous.get(token)
-        if float(h.get("audio_ms") or 0) >= speech_ms / 4 and (
-            before is None or at - before >= 0.75 * loop_ms
-        ):
+        before, audio = previous.get(token), float(h.get("audio_ms") or 0)
+        if speech_ms / 4 <= audio <= most and (before is None or at - before >= 0.75 * loop_ms):
             whole.append(at)
         previous[token] = at
     ends = (

@@ -419,17 +419,21 @@ def result_ok(result: dict[str, Any]) -> bool:
     )
 
 
-UNEXPLAINED_KINDS = ("duplicated", "lost_unexplained", "tool_duplicated", "tool_for_context")
+BULK_KINDS = (
+    "tool_not_run",
+    "tool_split_by_discontinuity",
+)  # requests withheld by rule: thousands a long run
 
 
 def trim_flagged(result: dict[str, Any]) -> dict[str, Any]:
-    """The result with `flagged` cut to the cases of the unexplained kinds (each still listed, also once a rule
-    explains it) and every kind counted in `flagged_by_kind`: a long run flags thousands of cases by rule."""
+    """The result with `flagged` cut to the sentences' cases and the requests of the unexplained kinds (each
+    with its rule), and every kind counted in `flagged_by_kind`: a long run withholds thousands of requests by
+    rule (HR8, HR10, S2), each listed by a run that is not trimmed."""
     flagged = result.get("flagged", [])
     return result | {
         "flagged_by_kind": dict(Counter(f["kind"] for f in flagged)),
-        "flagged": [f for f in flagged if f["kind"] in UNEXPLAINED_KINDS],
-        "note": "flagged trimmed to the cases of the unexplained kinds; all are counted by kind",
+        "flagged": [f for f in flagged if f["kind"] not in BULK_KINDS],
+        "note": f"flagged lists every case but {', '.join(BULK_KINDS)}; all are counted by kind",
     }
 
 
@@ -466,6 +470,10 @@ def rejoin(logs: Path, base: dict[str, Any] | None = None, loop_ms: int | None =
     pcap = logs / "rtp.pcap"
     wire = caller_packets(stats.read_pcap(pcap), ports) if pcap.exists() else None
     result = dict(base or {})
+    if base is not None:  # what the run's own join said, beside this one
+        result["joined_before"] = {
+            k: base[k] for k in ("utterances", "tool_requests", "unexplained") if k in base
+        }
     expected = int(result.get("plan", {}).get("calls") or len(f.calls))
     result.update(figures(f, answered=answered, expected=expected))
     result.update(cases(lines, f, events, logs, loop, speech_ms, wire))
@@ -1172,7 +1180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--trim-flagged",
         action="store_true",
-        help="list in `flagged` only the cases of the unexplained kinds (all counted in `flagged_by_kind`)",
+        help="list in `flagged` every case but the requests withheld by rule (all counted in `flagged_by_kind`)",
     )
     args = parser.parse_args(argv)
     if args.rejoin is not None:
