@@ -37,7 +37,8 @@ from typing import ClassVar
 
 from rtp.units import NS_PER_S
 from sip.core.dialog import Dialog
-from sip.core.message import Request, Response, make_response, parse_cseq, serialize
+from sip.core.headers import parse_cseq
+from sip.core.message import Request, Response, make_response, serialize
 from sip.core.sdp import LocalMedia, NegotiatedMedia, SessionDescription, accept_answer, serialize_sdp
 from sip.core.sdp import answer as sdp_answer
 from sip.core.sdp import offer as sdp_offer

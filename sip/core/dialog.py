@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sip.core.message import Headers, Request, Response, parse_cseq, parse_name_addr
+from sip.core.headers import Headers, parse_cseq, parse_name_addr
+from sip.core.message import Request, Response
 from sip.core.uri import SipUri, parse_uri
 
 TARGET_REFRESH = frozenset({"INVITE", "UPDATE"})  # the methods whose Contact replaces the remote target

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sip.core.message import NameAddr, Request, check_request, parse_name_addr
+from sip.core.headers import NameAddr, parse_name_addr
+from sip.core.message import Request, check_request
 from sip.core.sdp import OFFER_REFUSALS, OfferRefusal, SessionDescription, check_offer, sdes_policy
 from sip.core.sessiontimer import min_se, session_expires
 from sip.core.trunks import Trunk

@@ -47,7 +47,8 @@ from rtp.units import NS_PER_S
 from sip.core.auth import AuthAnswer, Credentials, DigestClient
 from sip.core.call import Call, Stage
 from sip.core.dialog import Dialog
-from sip.core.message import Headers, Request, Response, parse_cseq, serialize
+from sip.core.headers import Headers, parse_cseq
+from sip.core.message import Request, Response, serialize
 from sip.core.sdp import LocalMedia, NegotiatedMedia, SessionDescription, accept_answer, serialize_sdp
 from sip.core.sdp import offer as sdp_offer
 from sip.core.sessiontimer import min_se, offered_timer, session_expires, session_expires_or_none

@@ -54,7 +54,8 @@ from typing import Literal
 
 from rtp.units import NS_PER_S
 from sip.core.auth import AuthAnswer, Credentials, DigestClient
-from sip.core.message import Headers, Request, Response, parse_name_addr
+from sip.core.headers import Headers, parse_name_addr
+from sip.core.message import Request, Response
 from sip.core.uri import parse_uri
 
 __all__ = [

@@ -45,16 +45,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from rtp.units import NS_PER_MS
-from sip.core.message import (
-    Headers,
-    Request,
-    Response,
-    make_response,
-    parse_cseq,
-    parse_name_addr,
-    parse_via,
-    serialize,
-)
+from sip.core.headers import Headers, parse_cseq, parse_name_addr, parse_via
+from sip.core.message import Request, Response, make_response, serialize
 
 MAGIC_COOKIE = "z9hG4bK"  # RFC 3261 §8.1.1.7
 RELIABLE_TRANSPORTS = frozenset({"TCP", "TLS", "SCTP", "WS", "WSS"})

@@ -93,17 +93,9 @@ from typing import ClassVar, Protocol
 from sip.core.auth import Credentials
 from sip.core.call import Call, Stage
 from sip.core.dialog import Dialog, DialogId
+from sip.core.headers import parse_via
 from sip.core.incoming import Refusal, precheck, vet_invite
-from sip.core.message import (
-    Message,
-    ParseError,
-    Request,
-    Response,
-    make_response,
-    parse,
-    parse_via,
-    serialize,
-)
+from sip.core.message import Message, ParseError, Request, Response, make_response, parse, serialize
 from sip.core.outbound import OutboundCall
 from sip.core.policy import Accept, Challenge, Decision, Drop, Refuse
 from sip.core.register import Registration, RegistrationStatus

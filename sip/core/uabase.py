@@ -16,7 +16,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from sip.core.dialog import Dialog
-from sip.core.message import Message, Request, Response, make_response, parse_name_addr
+from sip.core.headers import parse_name_addr
+from sip.core.message import Message, Request, Response, make_response
 from sip.core.sdp import NegotiatedMedia, SdpError, SessionDescription, parse_sdp
 from sip.core.transaction import (
     ClientTransaction,

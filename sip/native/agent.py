@@ -61,8 +61,8 @@ from rtp.stream import ARRIVAL_WINDOW_MS, OneWayAudio, RtpStream, StreamConfig
 from sip.core import sdp
 from sip.core import ua as core
 from sip.core.auth import Credentials
+from sip.core.framing import StreamFramer
 from sip.core.identity import call_identity
-from sip.core.message import StreamFramer
 from sip.core.native_plan import build_policy, describe_policy, invite_rate, options_rate, registration_plan
 from sip.core.policy import InboundPolicy
 from sip.core.register import Registration

@@ -29,7 +29,7 @@ import pytest
 from rtp.packet import build, is_rtcp, parse
 from rtp.srtp import SrtpContext
 from sip.core import ua as core
-from sip.core.message import StreamFramer
+from sip.core.framing import StreamFramer
 from sip.core.sdp import LocalMedia, NegotiatedMedia, SrtpPolicy
 from sip.native.tls import TlsListener, sdes_policy, server_context
 from sip.native.transport import DeadlineTimer, Inbound, SipTransports, TransportRef

@@ -58,7 +58,7 @@ from providers.realtime_family import RAW_LOG_LIMIT, RealtimeClientProtocol
 from rtp.packet import build
 from rtp.stream import RtpStream, StreamConfig
 from rtp.units import NS_PER_MS as MS
-from sip.core.message import StreamFramer
+from sip.core.framing import StreamFramer
 from sip.core.sdp import LocalMedia, answer, parse_sdp
 from sip.leg import CallEnded
 from sip.native.transport import SipTransports

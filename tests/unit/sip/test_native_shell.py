@@ -15,7 +15,8 @@ import pytest
 from rtp.clock import FRAME_NS, MediaClockShell
 from rtp.dtmf import DtmfDigit
 from rtp.endpoint import PortPool, PortsExhausted, RtpSocketPair
-from sip.core.message import ParseError, Request, StreamFramer, serialize
+from sip.core.framing import StreamFramer
+from sip.core.message import ParseError, Request, serialize
 from sip.native.transport import DeadlineTimer, Inbound, SipTransports, TransportRef
 from tests.support.native_shell import VirtualClock, _call_media, _FakeLeg, _FakeSockets, can_bind
 

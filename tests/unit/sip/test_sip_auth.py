@@ -26,7 +26,8 @@ from sip.core.auth import (
     parse_challenge,
     parse_challenges,
 )
-from sip.core.message import Headers, Response
+from sip.core.headers import Headers
+from sip.core.message import Response
 
 URI = "sip:pbx.example.com"
 

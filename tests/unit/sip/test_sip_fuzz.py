@@ -12,19 +12,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sip.core.message import (
-    Headers,
-    ParseError,
-    Request,
-    Response,
-    StreamFramer,
-    make_response,
-    parse,
-    parse_cseq,
-    parse_name_addr,
-    parse_via,
-    serialize,
-)
+from sip.core.framing import StreamFramer
+from sip.core.headers import Headers, parse_cseq, parse_name_addr, parse_via
+from sip.core.message import ParseError, Request, Response, make_response, parse, serialize
 from sip.core.sdp import LocalMedia, SdpError, answer, hold_state, offer, parse_sdp, serialize_sdp
 from sip.core.uri import SipUri, parse_uri
 

@@ -1,4 +1,5 @@
-"""sip.core.message: Headers, parse, serialize, StreamFramer, the header value helpers, make_response, check_request."""
+"""sip.core.message, sip.core.headers and sip.core.framing: Headers, parse, serialize, StreamFramer, the header value
+helpers, make_response, check_request."""
 
 from __future__ import annotations
 
@@ -6,22 +7,16 @@ import dataclasses
 
 import pytest
 
+from sip.core.framing import StreamFramer, is_keepalive
+from sip.core.headers import Headers, NameAddr, Via, parse_cseq, parse_name_addr, parse_via
 from sip.core.message import (
     MAX_MESSAGE_SIZE,
-    Headers,
-    NameAddr,
     ParseError,
     Request,
     Response,
-    StreamFramer,
-    Via,
     check_request,
-    is_keepalive,
     make_response,
     parse,
-    parse_cseq,
-    parse_name_addr,
-    parse_via,
     reason_phrase,
     serialize,
 )

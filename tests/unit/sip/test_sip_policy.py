@@ -9,7 +9,8 @@ import pytest
 
 from rtp.units import NS_PER_S as S
 from sip.core.auth import AuthAnswer, Credentials, DigestClient, DigestServer
-from sip.core.message import Headers, Request, Response, parse
+from sip.core.headers import Headers
+from sip.core.message import Request, Response, parse
 from sip.core.policy import (
     Accept,
     BindCheck,

@@ -18,7 +18,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from sip.core.message import ParseError, Request, Response, StreamFramer, make_response, parse, serialize
+from sip.core.framing import StreamFramer
+from sip.core.message import ParseError, Request, Response, make_response, parse, serialize
 from sip.core.uri import parse_uri
 from sip.native.tls import (
     TlsConfigError,

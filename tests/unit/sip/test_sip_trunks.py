@@ -16,7 +16,8 @@ from bridge.cli.ops import server_config
 from bridge.server.api import _engine_config
 from rtp.units import NS_PER_S as S
 from sip.core.auth import AuthAnswer, Credentials, DigestClient
-from sip.core.message import Headers, Request, Response, make_response, parse, serialize
+from sip.core.headers import Headers
+from sip.core.message import Request, Response, make_response, parse, serialize
 from sip.core.policy import Accept, Challenge, Refuse
 from sip.core.sdp import LocalMedia
 from sip.core.trunks import Trunk, TrunkTable, match

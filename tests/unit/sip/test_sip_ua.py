@@ -12,7 +12,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sip.core.call import Call
-from sip.core.message import Message, Request, Response, parse_via
+from sip.core.headers import parse_via
+from sip.core.message import Message, Request, Response
 from sip.core.transfer import DialogStage, EndTransferredCall, TransferTracker
 from sip.core.ua import (
     ALLOWED,

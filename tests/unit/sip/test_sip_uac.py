@@ -7,7 +7,8 @@ import random
 
 from rtp.units import NS_PER_MS as MS
 from sip.core.auth import AuthOk, Credentials, DigestServer
-from sip.core.message import Headers, Request, Response, parse_via, serialize
+from sip.core.headers import Headers, parse_via
+from sip.core.message import Request, Response, serialize
 from sip.core.sdp import LocalMedia
 from sip.core.ua import CallConfirmed, CallEnded, CallProgress, UaConfig, UserAgent
 from tests.support.sip_uac import ANSWER_SDP, LOCAL, TARGET, Callee
