@@ -42,8 +42,9 @@ from sip.core.message import Request, Response, make_response, serialize
 from sip.core.sdp import LocalMedia, NegotiatedMedia, SessionDescription, accept_answer, serialize_sdp
 from sip.core.sdp import answer as sdp_answer
 from sip.core.sdp import offer as sdp_offer
+from sip.core.server_transaction import ServerInviteTransaction
 from sip.core.sessiontimer import answer_timer, check_refresh, min_se, session_expires, timer_deadlines
-from sip.core.transaction import ClientTransaction, Retransmit2xx, ServerInviteTransaction, Timed
+from sip.core.transaction import ClientTransaction, Retransmit2xx, Timed
 from sip.core.uabase import (
     ALLOW,
     DTMF_SIGNALS,

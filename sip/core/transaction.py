@@ -1,32 +1,22 @@
-"""RFC 3261 §17 transactions, sans-I/O: the four state machines, timers A-M on an injected clock, matching.
+"""RFC 3261 §17 transactions, sans-I/O: what the four state machines share, and the timers. No I/O, no clock.
 
-The transaction user (the UA core, `sip.core.ua`) drives one `TransactionLayer`:
-
-- peer requests: `layer.absorb(request, now)` first. It is True when a transaction took the request (a
-  retransmission answered with the last response, an ACK for a non-2xx final): the TU does nothing more.
-  Otherwise the TU creates a server transaction (`server_invite` / `server_non_invite`) and answers through
-  it with `tx.respond(response, now)`; an ACK for a 2xx is never absorbed (it is the TU's, §13.3.1.4).
-- peer responses: `layer.receive_response(response, now)` (False: no client transaction matched; drop it).
-- TU requests: `layer.send_request(request, destination, transport, now)` returns the client transaction.
-- 2xx reliability, which RFC 3261 gives the UAS core (§13.3.1.4): `layer.retransmit_2xx(...)` keeps sending a
-  2xx (T1 doubling to T2) until `stop()`, or reports `AckTimeout` after 64·T1.
-- time: `layer.next_deadline()` and `layer.handle_timer(now)`.
-- output, pulled: `layer.transmits()` (datagrams, frozen `Transmit`) and `layer.events()` (`ResponseReceived`,
-  `TransactionTimeout`, `AckTimeout`). Both drain.
+- `TimerConfig`: T1, T2 and T4 (Table 4) and the timeouts derived from them; `Timed` and `Scheduler`: one
+  deadline per object, every object of a UA in one heap (transactions, the 2xx retransmitter, calls).
+- `Transaction`, `ClientTransaction` and `ServerTransaction`: the key, the state, the named timers (several may
+  run; `deadline` is the soonest) and the `Outbox` the machines write to. The machines themselves are in
+  sip.core.client_transaction (§17.1) and sip.core.server_transaction (§17.2); the layer that holds them, and
+  that the transaction user drives, is sip.core.transaction_layer.
+- `Retransmit2xx`: the 2xx retransmission that RFC 3261 gives the UAS core (§13.3.1.4), on the same scheduler.
+- What comes out: `Transmit` (one message for the shell to send) and the events for the transaction user,
+  `ResponseReceived`, `TransactionTimeout` and `AckTimeout`.
 
 Choices (RFC 3261 leaves them open):
-- 100 Trying is sent by the INVITE server transaction at once, not after 200 ms: the TU needs no timer per
-  call, and a retransmitted INVITE is answered with the 100 from the start.
 - INVITE transactions use RFC 6026's "Accepted" state after a 2xx (Timer L server side, Timer M client side,
   both 64·T1): retransmitted INVITEs are absorbed while the UAS core resends the 2xx, and a retransmitted 2xx
   reaches the UAC core so that it sends its ACK again.
 - Timer C is a proxy timer and is not implemented. Timer B/F/H still run on reliable transports (they are
   timeouts, not retransmissions); A, E and G (retransmissions) run only on unreliable ones, and D, I, J, K
   are zero on reliable ones (§17.1.1.2, §17.1.2.2, §17.2.1, §17.2.2).
-- A non-INVITE server transaction the TU has not answered within 64·T1 is ended silently (not in RFC 3261,
-  which expects the TU to answer; by then the client's Timer F has ended its side). The TU answers every
-  non-INVITE request at once, so only a fault in it can leave one unanswered, and such a transaction had no
-  deadline: it stayed for ever.
 - The 2xx retransmission of §13.3.1.4 runs on every transport, as the RFC says ("independent of whatever
   transport protocols are used"): a hop further on may be UDP.
 - Matching (§17.1.3, §17.2.3): by the top Via's branch and sent-by and the CSeq method (ACK matches the
@@ -45,8 +35,8 @@ from dataclasses import dataclass
 from enum import Enum
 
 from rtp.units import NS_PER_MS
-from sip.core.headers import Headers, parse_cseq, parse_name_addr, parse_via
-from sip.core.message import Request, Response, make_response, serialize
+from sip.core.headers import parse_cseq, parse_name_addr, parse_via
+from sip.core.message import Request, Response, serialize
 
 MAGIC_COOKIE = "z9hG4bK"  # RFC 3261 §8.1.1.7
 RELIABLE_TRANSPORTS = frozenset({"TCP", "TLS", "SCTP", "WS", "WSS"})
@@ -192,12 +182,14 @@ class Scheduler:
 TransactionKey = tuple[str, ...]
 
 
-def _top_via(message: Request | Response) -> str | None:
+def top_via(message: Request | Response) -> str | None:
+    """The first Via value of a message, or None."""
     vias = message.headers.get_all("Via")
     return vias[0] if vias else None
 
 
-def _tag(value: str | None) -> str:
+def header_tag(value: str | None) -> str:
+    """The tag parameter of a From or To value, "" when it has none or cannot be read."""
     if value is None:
         return ""
     try:
@@ -209,7 +201,7 @@ def _tag(value: str | None) -> str:
 def server_key(request: Request, method: str | None = None) -> TransactionKey | None:
     """The §17.2.3 key of a request (None without a usable Via or CSeq). `method` overrides the CSeq method:
     ACK is matched as "INVITE"; pass "INVITE" for a CANCEL to find the transaction it cancels (§9.2)."""
-    via_value = _top_via(request)
+    via_value = top_via(request)
     cseq_value = request.headers.get("CSeq")
     if via_value is None or cseq_value is None:
         return None
@@ -228,7 +220,7 @@ def server_key(request: Request, method: str | None = None) -> TransactionKey | 
     return (
         "2543",
         str(request.uri),
-        _tag(request.headers.get("From")),
+        header_tag(request.headers.get("From")),
         request.headers.get("Call-ID") or "",
         str(number),
         " ".join(via_value.split()),
@@ -238,7 +230,7 @@ def server_key(request: Request, method: str | None = None) -> TransactionKey | 
 
 def client_key(message: Request | Response) -> TransactionKey | None:
     """§17.1.3: the branch of the top Via and the CSeq method (a response carries our request's Via)."""
-    via_value = _top_via(message)
+    via_value = top_via(message)
     cseq_value = message.headers.get("CSeq")
     if via_value is None or cseq_value is None:
         return None
@@ -291,7 +283,9 @@ class AckTimeout:
 TransactionEvent = ResponseReceived | TransactionTimeout | AckTimeout
 
 
-class _Outbox:
+class Outbox:
+    """What the transactions of one layer have to send and to report, until the layer drains it."""
+
     __slots__ = ("transmits", "events")
 
     def __init__(self) -> None:
@@ -299,7 +293,7 @@ class _Outbox:
         self.events: list[TransactionEvent] = []
 
 
-# --- the four state machines ---
+# --- what the machines share ---
 
 
 class Transaction(Timed):
@@ -313,7 +307,7 @@ class Transaction(Timed):
         destination: tuple[str, int],
         transport: str,
         cfg: TimerConfig,
-        out: _Outbox,
+        out: Outbox,
     ) -> None:
         super().__init__()
         self.key = key
@@ -373,7 +367,7 @@ class ClientTransaction(Transaction):
         destination: tuple[str, int],
         transport: str,
         cfg: TimerConfig,
-        out: _Outbox,
+        out: Outbox,
     ) -> None:
         super().__init__(key, destination, transport, cfg, out)
         self.request = request
@@ -382,134 +376,6 @@ class ClientTransaction(Transaction):
 
     def receive(self, response: Response, now: int) -> None:
         raise NotImplementedError
-
-
-class ClientInviteTransaction(ClientTransaction):
-    """§17.1.1 (with RFC 6026): Calling → Proceeding → Accepted | Completed → Terminated."""
-
-    __slots__ = ("ack",)
-
-    def __init__(
-        self,
-        key: TransactionKey,
-        request: Request,
-        destination: tuple[str, int],
-        transport: str,
-        cfg: TimerConfig,
-        out: _Outbox,
-    ) -> None:
-        super().__init__(key, request, destination, transport, cfg, out)
-        self.ack: bytes | None = None  # the ACK of a non-2xx final, resent for each retransmission of it
-
-    def start(self, now: int) -> None:
-        self.state = State.CALLING
-        self._send(self.data)
-        if not self.reliable:
-            self._set("A", now + self._interval)
-        self._set("B", now + self._cfg.timeout)
-
-    def receive(self, response: Response, now: int) -> None:
-        status = response.status
-        if self.state in (State.CALLING, State.PROCEEDING):
-            if status < 200:
-                self.state = State.PROCEEDING
-                self._clear("A", "B")  # §17.1.1.2: no timeout in Proceeding (Timer C is a proxy's)
-            elif status < 300:
-                self.state = State.ACCEPTED
-                self._clear("A", "B")
-                self._set("M", now + self._cfg.timeout)
-            else:
-                self.state = State.COMPLETED
-                self._clear("A", "B")
-                self.ack = serialize(self._build_ack(response))
-                self._send(self.ack)
-                if self.reliable:
-                    self._terminate()
-                else:
-                    self._set("D", now + self._cfg.timer_d)
-            self._out.events.append(ResponseReceived(self, response))
-        elif self.state is State.ACCEPTED:
-            if 200 <= status < 300:  # a retransmitted (or forked) 2xx: the TU ACKs it again
-                self._out.events.append(ResponseReceived(self, response))
-        elif self.state is State.COMPLETED and status >= 300 and self.ack is not None:
-            self._send(self.ack)  # §17.1.1.2: retransmitted final → ACK again, not reported
-
-    def _build_ack(self, response: Response) -> Request:
-        """§17.1.1.3: the ACK for a non-2xx final, in this transaction (same branch)."""
-        req = self.request.headers
-        headers: list[tuple[str, str]] = []
-        via = _top_via(self.request)
-        if via is not None:
-            headers.append(("Via", via))
-        headers.append(("Max-Forwards", "70"))
-        for name in ("From",):
-            value = req.get(name)
-            if value is not None:
-                headers.append((name, value))
-        to = response.headers.get("To") or req.get("To")
-        if to is not None:
-            headers.append(("To", to))
-        call_id = req.get("Call-ID")
-        if call_id is not None:
-            headers.append(("Call-ID", call_id))
-        number, _ = parse_cseq(req.get("CSeq") or "1 INVITE")
-        headers.append(("CSeq", f"{number} ACK"))
-        for route in req.get_all("Route"):
-            headers.append(("Route", route))
-        headers.append(("Content-Length", "0"))
-        return Request("ACK", self.request.uri, _headers(headers), b"")
-
-    def _on_timer(self, name: str, now: int) -> None:
-        if name == "A" and self.state is State.CALLING:
-            self._send(self.data)
-            self._interval *= 2  # Timer A doubles without the T2 cap (§17.1.1.2)
-            self._set("A", now + self._interval)
-        elif name == "B" and self.state is State.CALLING:
-            self._terminate()
-            self._out.events.append(TransactionTimeout(self, "B"))
-        elif name in ("D", "M"):
-            self._terminate()
-
-
-class ClientNonInviteTransaction(ClientTransaction):
-    """§17.1.2: Trying → Proceeding → Completed → Terminated."""
-
-    __slots__ = ()
-
-    def start(self, now: int) -> None:
-        self.state = State.TRYING
-        self._send(self.data)
-        if not self.reliable:
-            self._set("E", now + self._interval)
-        self._set("F", now + self._cfg.timeout)
-
-    def receive(self, response: Response, now: int) -> None:
-        if self.state not in (State.TRYING, State.PROCEEDING):
-            return  # Completed: retransmissions of the final are absorbed
-        if response.status < 200:
-            self.state = State.PROCEEDING
-        else:
-            self.state = State.COMPLETED
-            self._clear("E", "F")
-            if self.reliable:
-                self._terminate()
-            else:
-                self._set("K", now + self._cfg.t4)
-        self._out.events.append(ResponseReceived(self, response))
-
-    def _on_timer(self, name: str, now: int) -> None:
-        if name == "E" and self.state in (State.TRYING, State.PROCEEDING):
-            self._send(self.data)
-            if self.state is State.TRYING:
-                self._interval = min(2 * self._interval, self._cfg.t2)
-            else:
-                self._interval = self._cfg.t2
-            self._set("E", now + self._interval)
-        elif name == "F" and self.state in (State.TRYING, State.PROCEEDING):
-            self._terminate()
-            self._out.events.append(TransactionTimeout(self, "F"))
-        elif name == "K":
-            self._terminate()
 
 
 class ServerTransaction(Transaction):
@@ -529,7 +395,7 @@ class ServerTransaction(Transaction):
         destination: tuple[str, int],
         transport: str,
         cfg: TimerConfig,
-        out: _Outbox,
+        out: Outbox,
     ) -> None:
         super().__init__(key, destination, transport, cfg, out)
         self._request: Request | None = request
@@ -564,111 +430,6 @@ class ServerTransaction(Transaction):
         raise NotImplementedError
 
 
-class ServerInviteTransaction(ServerTransaction):
-    """§17.2.1 (with RFC 6026): Proceeding → Accepted | Completed → Confirmed → Terminated."""
-
-    __slots__ = ("to_tag",)
-
-    def __init__(
-        self,
-        key: TransactionKey,
-        request: Request,
-        destination: tuple[str, int],
-        transport: str,
-        cfg: TimerConfig,
-        out: _Outbox,
-    ) -> None:
-        super().__init__(key, request, destination, transport, cfg, out)
-        self.to_tag: str | None = None  # the tag of our responses (RFC 2543 ACK matching)
-
-    def start(self, now: int, *, trying: bool = True) -> None:
-        self.state = State.PROCEEDING
-        if trying:
-            self._store_and_send(make_response(self.request, 100))  # at once; see the module docstring
-
-    def respond(self, response: Response, now: int) -> bool:
-        if self.state is not State.PROCEEDING:
-            return False
-        self.to_tag = _tag(response.headers.get("To")) or self.to_tag
-        self._store_and_send(response)
-        status = response.status
-        if status < 200:
-            return True
-        if status < 300:
-            self.state = State.ACCEPTED
-            self._set("L", now + self._cfg.timeout)
-        else:
-            self.state = State.COMPLETED
-            if not self.reliable:
-                self._set("G", now + self._interval)
-            self._set("H", now + self._cfg.timeout)
-        return True
-
-    def retransmission(self, request: Request, now: int) -> bool:
-        if request.method == "ACK":
-            if self.key[0] == "2543" and self.to_tag and _tag(request.headers.get("To")) != self.to_tag:
-                return False
-            if self.state is State.COMPLETED:
-                self.state = State.CONFIRMED
-                self._clear("G", "H")
-                if self.reliable:
-                    self._terminate()
-                else:
-                    self._set("I", now + self._cfg.t4)
-                return True
-            if self.state is State.CONFIRMED:
-                return True
-            return False  # an ACK for a 2xx is the TU's (§13.3.1.4, RFC 6026 §8.6)
-        if self.state in (State.PROCEEDING, State.COMPLETED) and self.response_data is not None:
-            self._send(self.response_data)
-        return True  # Accepted: absorbed, the UAS core retransmits the 2xx itself
-
-    def _on_timer(self, name: str, now: int) -> None:
-        if name == "G" and self.state is State.COMPLETED and self.response_data is not None:
-            self._send(self.response_data)
-            self._interval = min(2 * self._interval, self._cfg.t2)
-            self._set("G", now + self._interval)
-        elif name == "H" and self.state is State.COMPLETED:
-            self._terminate()
-            self._out.events.append(TransactionTimeout(self, "H"))
-        elif name in ("I", "L"):
-            self._terminate()
-
-
-class ServerNonInviteTransaction(ServerTransaction):
-    """§17.2.2: Trying → Proceeding → Completed → Terminated."""
-
-    __slots__ = ()
-
-    def start(self, now: int) -> None:
-        self.state = State.TRYING
-        self._set("unanswered", now + self._cfg.timeout)  # see the module docstring
-
-    def respond(self, response: Response, now: int) -> bool:
-        if self.state not in (State.TRYING, State.PROCEEDING):
-            return False
-        self._store_and_send(response)
-        if response.status < 200:
-            self.state = State.PROCEEDING
-            return True
-        self.state = State.COMPLETED
-        self._clear("unanswered")
-        if self.reliable:
-            self._terminate()
-        else:
-            self._set("J", now + self._cfg.timeout)
-        return True
-
-    def retransmission(self, request: Request, now: int) -> bool:
-        if self.response_data is not None:
-            self._send(self.response_data)
-        return True
-
-    def _on_timer(self, name: str, now: int) -> None:
-        if name == "J" or (name == "unanswered" and self.state in (State.TRYING, State.PROCEEDING)):
-            self._terminate()
-
-
 class Retransmit2xx(Timed):
     """The UAS core's 2xx retransmission until the ACK (§13.3.1.4): interval T1, doubling to T2; after 64·T1
     `AckTimeout`. `stop()` when the ACK (or a BYE, or the dialog's end) arrives."""
@@ -682,7 +443,7 @@ class Retransmit2xx(Timed):
         transport: str,
         now: int,
         cfg: TimerConfig,
-        out: _Outbox,
+        out: Outbox,
     ) -> None:
         super().__init__()
         self.data = data
@@ -712,196 +473,3 @@ class Retransmit2xx(Timed):
         self._out.transmits.append(Transmit(self.data, self.destination, self.transport))
         self._interval = min(2 * self._interval, self._cfg.t2)
         self.deadline = min(now + self._interval, self._give_up)
-
-
-def _headers(items: list[tuple[str, str]]) -> Headers:
-    return Headers(items)
-
-
-# --- the layer ---
-
-
-DEFAULT_MAX_LINGERING = 4096
-"""Server transactions kept after their final response only to absorb retransmissions, before the oldest is
-forgotten. Each lingers 64·T1 (32 s) over UDP, so this is 128 requests a second sustained (a bridge's own
-traffic at 300 calls, keep-alives, BYEs, session refreshes, DTMF by INFO, is tens a second) and ~5.5 MB at
-most (~1.3 KB each, measured through the UA). What a flood costs stays there after it: the interpreter
-returns an arena of its small-object heap only when every block in it is free, and whatever the process
-allocates during the flood that outlives it (a counter's new key, a buffer that grew) pins the arenas the
-flood's transactions were in. Measured in one process: 8,192 flooded OPTIONS took +10.9 MB and gave it all back
-once ended; with one lasting object allocated every 500 requests, +8.2 MB stayed."""
-
-_LINGERING = (State.COMPLETED, State.CONFIRMED)
-
-
-class TransactionLayer:
-    """All transactions of one UA (see the module docstring for the loop).
-
-    Under a flood the server transactions that have sent their final response and only answer retransmissions
-    (non-INVITE Completed; INVITE Completed or Confirmed after a non-2xx, absorbing the ACK) are bounded by
-    `max_lingering`: beyond it the oldest of them is ended at once and counted in `evicted`. It was the nearest to its own end; a retransmission of
-    its request is then taken as a new request (an OPTIONS answered again, an INVITE refused again), which is
-    what a stateless UAS does (§8.2.7). Transactions still waiting for the TU's answer, and 2xx-answered
-    INVITEs (Accepted, which belong to calls, bounded by `max_calls`), are never evicted."""
-
-    __slots__ = ("timers", "max_lingering", "evicted", "_server", "_client", "_lingering", "_sched", "_out")
-
-    def __init__(
-        self, timers: TimerConfig | None = None, *, max_lingering: int = DEFAULT_MAX_LINGERING
-    ) -> None:
-        if max_lingering < 1:
-            raise ValueError("max_lingering must be at least 1")
-        self.timers = timers or TimerConfig()
-        self.max_lingering = max_lingering
-        self.evicted = 0
-        self._server: dict[TransactionKey, ServerTransaction] = {}
-        self._client: dict[TransactionKey, ClientTransaction] = {}
-        # the lingering server transactions, oldest first (all wait the same 64·T1, or T4 once ACKed)
-        self._lingering: dict[ServerTransaction, None] = {}
-        self._sched = Scheduler()
-        self._out = _Outbox()
-
-    def __len__(self) -> int:
-        """Live transactions (server + client)."""
-        return len(self._server) + len(self._client)
-
-    # output
-
-    def transmits(self) -> list[Transmit]:
-        out, self._out.transmits = self._out.transmits, []
-        return out
-
-    def events(self) -> list[TransactionEvent]:
-        out, self._out.events = self._out.events, []
-        return out
-
-    # time
-
-    def next_deadline(self) -> int | None:
-        return self._sched.next_deadline()
-
-    def handle_timer(self, now: int) -> None:
-        for obj in self._sched.pop_due(now):
-            obj.fire(now)
-            self._settle(obj)
-
-    @property
-    def lingering(self) -> int:
-        """Server transactions that sent their final response and only absorb retransmissions now."""
-        return len(self._lingering)
-
-    def _settle(self, obj: Timed) -> None:
-        if isinstance(obj, Transaction) and obj.terminated:
-            table: dict[TransactionKey, ServerTransaction] | dict[TransactionKey, ClientTransaction]
-            table = self._server if isinstance(obj, ServerTransaction) else self._client
-            if table.get(obj.key) is obj:
-                del table[obj.key]
-            if isinstance(obj, ServerTransaction):
-                self._lingering.pop(obj, None)
-            obj.deadline = None
-        elif isinstance(obj, ServerTransaction) and obj.state in _LINGERING and obj not in self._lingering:
-            self._lingering[obj] = None
-            if len(self._lingering) > self.max_lingering:
-                self._evict_oldest()
-        self._sched.update(obj)
-
-    def _evict_oldest(self) -> None:
-        oldest = next(iter(self._lingering))
-        del self._lingering[oldest]
-        oldest._terminate()
-        if self._server.get(oldest.key) is oldest:
-            del self._server[oldest.key]
-        self._sched.update(oldest)
-        self.evicted += 1
-
-    # server side
-
-    def match(self, request: Request) -> ServerTransaction | None:
-        key = server_key(request)
-        return self._server.get(key) if key is not None else None
-
-    def absorb(self, request: Request, now: int) -> bool:
-        """True when a server transaction took `request` (retransmission, ACK for a non-2xx final)."""
-        tx = self.match(request)
-        if tx is None:
-            return False
-        taken = tx.retransmission(request, now)
-        self._settle(tx)
-        return taken
-
-    def invite_for_cancel(self, cancel: Request) -> ServerInviteTransaction | None:
-        """The INVITE server transaction a CANCEL cancels (§9.2), or None (→ 481)."""
-        key = server_key(cancel, "INVITE")
-        tx = self._server.get(key) if key is not None else None
-        return tx if isinstance(tx, ServerInviteTransaction) else None
-
-    def server_invite(
-        self, request: Request, destination: tuple[str, int], transport: str, now: int, *, trying: bool = True
-    ) -> ServerInviteTransaction:
-        """A new INVITE server transaction; it sends 100 Trying now (unless `trying` is False: the TU answers
-        with a final response at once)."""
-        key = server_key(request) or ("none", str(id(request)))
-        tx = ServerInviteTransaction(key, request, destination, transport, self.timers, self._out)
-        tx.start(now, trying=trying)
-        self._server[key] = tx
-        self._sched.update(tx)
-        return tx
-
-    def server_non_invite(
-        self, request: Request, destination: tuple[str, int], transport: str, now: int
-    ) -> ServerNonInviteTransaction:
-        key = server_key(request) or ("none", str(id(request)))
-        tx = ServerNonInviteTransaction(key, request, destination, transport, self.timers, self._out)
-        tx.start(now)
-        self._server[key] = tx
-        self._sched.update(tx)
-        return tx
-
-    def respond(self, tx: ServerTransaction, response: Response, now: int) -> bool:
-        """`tx.respond` plus timer bookkeeping (use this rather than calling the transaction directly)."""
-        sent = tx.respond(response, now)
-        self._settle(tx)
-        return sent
-
-    def retransmit_2xx(
-        self, data: bytes, destination: tuple[str, int], transport: str, now: int
-    ) -> Retransmit2xx:
-        """Start the §13.3.1.4 retransmission of a 2xx already sent once (through its transaction)."""
-        r = Retransmit2xx(data, destination, transport, now, self.timers, self._out)
-        self._sched.update(r)
-        return r
-
-    def stop_2xx(self, retransmitter: Retransmit2xx) -> None:
-        retransmitter.stop()
-        self._sched.update(retransmitter)
-
-    # client side
-
-    def send_request(
-        self, request: Request, destination: tuple[str, int], transport: str, now: int
-    ) -> ClientTransaction:
-        """Send `request` (its top Via must carry a fresh branch) in a new client transaction. An ACK has no
-        transaction: send it with `send_stateless`."""
-        key = client_key(request) or ("none", str(id(request)))
-        tx: ClientInviteTransaction | ClientNonInviteTransaction
-        if request.method == "INVITE":
-            tx = ClientInviteTransaction(key, request, destination, transport, self.timers, self._out)
-        else:
-            tx = ClientNonInviteTransaction(key, request, destination, transport, self.timers, self._out)
-        tx.start(now)
-        self._client[key] = tx
-        self._settle(tx)
-        return tx
-
-    def send_stateless(self, data: bytes, destination: tuple[str, int], transport: str) -> None:
-        """Bytes outside any transaction (a 2xx ACK, a response to a request we keep no state for)."""
-        self._out.transmits.append(Transmit(data, destination, transport))
-
-    def receive_response(self, response: Response, now: int) -> bool:
-        key = client_key(response)
-        tx = self._client.get(key) if key is not None else None
-        if tx is None:
-            return False
-        tx.receive(response, now)
-        self._settle(tx)
-        return True

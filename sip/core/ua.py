@@ -101,17 +101,17 @@ from sip.core.policy import Accept, Challenge, Decision, Drop, Refuse
 from sip.core.register import Registration, RegistrationStatus
 from sip.core.registrations import Registrations
 from sip.core.sdp import LocalMedia
+from sip.core.server_transaction import ServerInviteTransaction
 from sip.core.transaction import (
     AckTimeout,
     ClientTransaction,
     ResponseReceived,
-    ServerInviteTransaction,
-    TransactionLayer,
     TransactionTimeout,
     Transmit,
     is_reliable,
     server_key,
 )
+from sip.core.transaction_layer import TransactionLayer
 from sip.core.uabase import ALLOW, ALLOWED, UaContext, parse_dtmf_info, parse_sipfrag, tag_of
 from sip.core.uaevents import (
     CallAnswered,

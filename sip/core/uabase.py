@@ -19,13 +19,8 @@ from sip.core.dialog import Dialog
 from sip.core.headers import parse_name_addr
 from sip.core.message import Message, Request, Response, make_response
 from sip.core.sdp import NegotiatedMedia, SdpError, SessionDescription, parse_sdp
-from sip.core.transaction import (
-    ClientTransaction,
-    Retransmit2xx,
-    Scheduler,
-    ServerTransaction,
-    TransactionLayer,
-)
+from sip.core.transaction import ClientTransaction, Retransmit2xx, Scheduler, ServerTransaction
+from sip.core.transaction_layer import TransactionLayer
 from sip.core.uaevents import UaConfig, UaEvent
 
 ALLOWED = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY")

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from sip.core.message import MAX_MESSAGE_SIZE
 from sip.core.sdp import DEFAULT_CRYPTO_SUITES, NegotiatedMedia, SessionDescription, SrtpPolicy
-from sip.core.transaction import DEFAULT_MAX_LINGERING, TimerConfig
+from sip.core.transaction import TimerConfig
+from sip.core.transaction_layer import DEFAULT_MAX_LINGERING
 from sip.core.trunks import Trunk
 
 
@@ -27,7 +28,7 @@ class UaConfig:
     `send_to_source`: send in-dialog requests to the address the INVITE came from instead of the route set /
     remote target (a caller behind NAT with a private Contact); off by default (RFC 3261 behaviour).
     `max_lingering_transactions`: server transactions kept after their final response only to absorb
-    retransmissions, beyond which the oldest is forgotten (`sip.core.transaction.TransactionLayer`; counted in
+    retransmissions, beyond which the oldest is forgotten (`sip.core.transaction_layer.TransactionLayer`; counted in
     `stats["transactions_evicted"]`).
     """
 

@@ -28,7 +28,7 @@ Figures, from `GET /sip` (`held.transactions`, `counters`) and `/proc/PID/status
 of its small-object heap only when every block in it is free, and the few objects the bridge allocates for
 good during a flood (its counters' new values, a buffer that grew) pin the arenas the flood's transactions
 were in. What stays is bounded by what the flood could make it hold: the SIP core keeps at most 4,096 answered
-requests (sip/core/transaction.py `DEFAULT_MAX_LINGERING`), and measured here that peak was +9.6 MB and +8.3 MB
+requests (sip/core/transaction_layer.py `DEFAULT_MAX_LINGERING`), and measured here that peak was +9.6 MB and +8.3 MB
 stayed (tests/bench/results/flood-full.json; on 9ba3cfd, no bound and ~6 KB a request: 12,482
 held, +80.9 MB at the peak, +65.3 MB stayed, tests/bench/README.md). The slack is that measured figure
 and a margin. The transaction count is asserted in CI too (tests/integration/

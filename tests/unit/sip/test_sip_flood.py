@@ -10,7 +10,8 @@ import tracemalloc
 
 from rtp.units import NS_PER_MS as MS
 from sip.core.message import Request, make_response, parse
-from sip.core.transaction import Scheduler, ServerTransaction, State, TransactionLayer
+from sip.core.transaction import Scheduler, ServerTransaction, State
+from sip.core.transaction_layer import TransactionLayer
 from sip.core.ua import UaConfig, UserAgent
 
 S = 1000 * MS

@@ -5,19 +5,19 @@ from __future__ import annotations
 
 from rtp.units import NS_PER_MS as MS
 from sip.core.message import Request, Response, make_response, parse
+from sip.core.server_transaction import ServerInviteTransaction
 from sip.core.transaction import (
     AckTimeout,
     ResponseReceived,
     Scheduler,
-    ServerInviteTransaction,
     State,
     Timed,
     TimerConfig,
     Transaction,
-    TransactionLayer,
     TransactionTimeout,
     Transmit,
 )
+from sip.core.transaction_layer import TransactionLayer
 
 S = 1000 * MS
 PEER = ("192.0.2.10", 5060)
