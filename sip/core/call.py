@@ -39,9 +39,10 @@ from rtp.units import NS_PER_S
 from sip.core.dialog import Dialog
 from sip.core.headers import parse_cseq
 from sip.core.message import Request, Response, make_response, serialize
-from sip.core.sdp import LocalMedia, NegotiatedMedia, SessionDescription, accept_answer, serialize_sdp
-from sip.core.sdp import answer as sdp_answer
-from sip.core.sdp import offer as sdp_offer
+from sip.core.offer_answer import LocalMedia, NegotiatedMedia, accept_answer
+from sip.core.offer_answer import answer as sdp_answer
+from sip.core.offer_answer import offer as sdp_offer
+from sip.core.sdp import SessionDescription, serialize_sdp
 from sip.core.server_transaction import ServerInviteTransaction
 from sip.core.sessiontimer import answer_timer, check_refresh, min_se, session_expires, timer_deadlines
 from sip.core.transaction import ClientTransaction, Retransmit2xx, Timed

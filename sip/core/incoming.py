@@ -18,7 +18,9 @@ from dataclasses import dataclass
 
 from sip.core.headers import NameAddr, parse_name_addr
 from sip.core.message import Request, check_request
-from sip.core.sdp import OFFER_REFUSALS, OfferRefusal, SessionDescription, check_offer, sdes_policy
+from sip.core.offer_answer import OFFER_REFUSALS, OfferRefusal, check_offer
+from sip.core.sdes import sdes_policy
+from sip.core.sdp import SessionDescription
 from sip.core.sessiontimer import min_se, session_expires
 from sip.core.trunks import Trunk
 from sip.core.uabase import (

@@ -49,8 +49,9 @@ from sip.core.call import Call, Stage
 from sip.core.dialog import Dialog
 from sip.core.headers import Headers, parse_cseq
 from sip.core.message import Request, Response, serialize
-from sip.core.sdp import LocalMedia, NegotiatedMedia, SessionDescription, accept_answer, serialize_sdp
-from sip.core.sdp import offer as sdp_offer
+from sip.core.offer_answer import LocalMedia, NegotiatedMedia, accept_answer
+from sip.core.offer_answer import offer as sdp_offer
+from sip.core.sdp import SessionDescription, serialize_sdp
 from sip.core.sessiontimer import min_se, offered_timer, session_expires, session_expires_or_none
 from sip.core.transaction import ClientTransaction, Timed
 from sip.core.uabase import ALLOW, SUPPORTED, UaContext, content_type, next_hop, parse_sdp_or_none, tag_of

@@ -30,9 +30,9 @@ What the router answers by itself (the application sees only call events):
   up every call it is given. Each call's events end with exactly one `CallEnded` or `CallCancelled`. 503 with
   Retry-After while draining or at `max_calls`; 482 for a merged request (§8.2.2.2).
   An INVITE that can never be answered gets 488 at once, before any 180, and never becomes an `IncomingCall`
-  (nothing is paid for it: no provider connection, no RTP port): its offer fails `sip.core.sdp.check_offer` against
+  (nothing is paid for it: no provider connection, no RTP port): its offer fails `sip.core.offer_answer.check_offer` against
   `UaConfig.codecs`/`srtp`/`crypto_suites` (one reason phrase per cause, with a Warning, RFC 3261 §20.43:
-  `sip.core.sdp.OFFER_REFUSALS`), or SRTP is required and the INVITE came over a transport that may not carry
+  `sip.core.offer_answer.OFFER_REFUSALS`), or SRTP is required and the INVITE came over a transport that may not carry
   keys ("SRTP Required Over TLS", with or without SDP). An INVITE without SDP (late offer) rings as before.
 - CANCEL → 200, and 487 to the INVITE if no final response was sent (`CallCancelled`); else only 200. 481 when
   it matches nothing.
@@ -55,7 +55,7 @@ Counters (`stats`, a Counter; every drop and refusal has one): calls, keepalives
 malformed_<status>, retransmissions_absorbed, retransmissions_late, ack_unmatched, ack_duplicate, ack_without_answer, ack_timeout,
 responses_unmatched, max_forwards_zero, method_405, method_501, refused_<status> (check_request), merged_482,
 invite_503_draining, invite_503_max_calls, options_503_draining, session_interval_422, bad_sdp_400,
-malformed_400, invite_488, offer_488_<cause> (sip.core.sdp.OfferCause), reoffer_488, glare_491, reinvite_500, cseq_out_of_order_500, no_dialog,
+malformed_400, invite_488, offer_488_<cause> (sip.core.offer_answer.OfferCause), reoffer_488, glare_491, reinvite_500, cseq_out_of_order_500, no_dialog,
 cancel_481, cancel_too_late, refer_refused, refer_unsubscribed, notify_481, notify_489, notify_bad_sipfrag, info_bad_dtmf,
 session_expired, timer_b, timer_f, timer_h, transactions_evicted, internal_errors.
 
@@ -96,11 +96,11 @@ from sip.core.dialog import Dialog, DialogId
 from sip.core.headers import parse_via
 from sip.core.incoming import Refusal, precheck, vet_invite
 from sip.core.message import Message, ParseError, Request, Response, make_response, parse, serialize
+from sip.core.offer_answer import LocalMedia
 from sip.core.outbound import OutboundCall
 from sip.core.policy import Accept, Challenge, Decision, Drop, Refuse
 from sip.core.register import Registration, RegistrationStatus
 from sip.core.registrations import Registrations
-from sip.core.sdp import LocalMedia
 from sip.core.server_transaction import ServerInviteTransaction
 from sip.core.transaction import (
     AckTimeout,

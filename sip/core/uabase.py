@@ -18,7 +18,8 @@ from typing import Any, Protocol
 from sip.core.dialog import Dialog
 from sip.core.headers import parse_name_addr
 from sip.core.message import Message, Request, Response, make_response
-from sip.core.sdp import NegotiatedMedia, SdpError, SessionDescription, parse_sdp
+from sip.core.offer_answer import NegotiatedMedia
+from sip.core.sdp import SdpError, SessionDescription, parse_sdp
 from sip.core.transaction import ClientTransaction, Retransmit2xx, Scheduler, ServerTransaction
 from sip.core.transaction_layer import TransactionLayer
 from sip.core.uaevents import UaConfig, UaEvent

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sip.core.message import MAX_MESSAGE_SIZE
-from sip.core.sdp import DEFAULT_CRYPTO_SUITES, NegotiatedMedia, SessionDescription, SrtpPolicy
+from sip.core.offer_answer import NegotiatedMedia
+from sip.core.sdes import DEFAULT_CRYPTO_SUITES, SrtpPolicy
+from sip.core.sdp import SessionDescription
 from sip.core.transaction import TimerConfig
 from sip.core.transaction_layer import DEFAULT_MAX_LINGERING
 from sip.core.trunks import Trunk
@@ -22,8 +24,8 @@ class UaConfig:
     and offer on the calls we place (as UAC); 0: we never ask for a session timer (one the peer asks for is
     still honoured: we say `Supported: timer`). `min_se_s`: the smallest interval we accept (§5: at least 90).
     `codecs`, `srtp`, `crypto_suites`: what the application's `LocalMedia` will accept (its codecs, the
-    configured SRTP policy before `sip.core.sdp.sdes_policy` applies the call's transport, its suites): a new
-    INVITE's offer is checked against them when it arrives (`sip.core.sdp.check_offer`), so an offer that can
+    configured SRTP policy before `sip.core.sdes.sdes_policy` applies the call's transport, its suites): a new
+    INVITE's offer is checked against them when it arrives (`sip.core.offer_answer.check_offer`), so an offer that can
     never be answered gets 488 before any 180 and never becomes an `IncomingCall`.
     `send_to_source`: send in-dialog requests to the address the INVITE came from instead of the route set /
     remote target (a caller behind NAT with a private Contact); off by default (RFC 3261 behaviour).

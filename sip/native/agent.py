@@ -58,14 +58,15 @@ from rtp.playout import Playout
 from rtp.rtcp import QoS
 from rtp.srtp import SrtpContext
 from rtp.stream import ARRIVAL_WINDOW_MS, OneWayAudio, RtpStream, StreamConfig
-from sip.core import sdp
 from sip.core import ua as core
 from sip.core.auth import Credentials
 from sip.core.framing import StreamFramer
 from sip.core.identity import call_identity
 from sip.core.native_plan import build_policy, describe_policy, invite_rate, options_rate, registration_plan
+from sip.core.offer_answer import LocalMedia, NegotiatedMedia
 from sip.core.policy import InboundPolicy
 from sip.core.register import Registration
+from sip.core.sdes import SrtpPolicy
 from sip.core.telephony import validate_dtmf_digits, validate_transfer_target
 from sip.core.transaction import TimerConfig
 from sip.core.transfer import DialogStage, EndTransferredCall, SendRefer, TransferOutput, TransferTracker
@@ -103,7 +104,7 @@ class _CallMedia:
     """One answered call's media shell: its core (rtp.media `CallMedia`: stream, SRTP, Playout, limits) driven by
     the media clock and the call's socket pair; caller frames and digits to the leg, datagrams to the sockets."""
 
-    def __init__(self, leg: NativeLeg, stream: RtpStream, negotiated: sdp.NegotiatedMedia) -> None:
+    def __init__(self, leg: NativeLeg, stream: RtpStream, negotiated: NegotiatedMedia) -> None:
         self._leg = leg
         self._sockets = leg.sockets
         self._clock = leg.agent.clock
@@ -130,7 +131,7 @@ class _CallMedia:
     held = property(lambda self: self.core.held)
     last_rtp = property(lambda self: self.core.last_rtp)
 
-    def update(self, negotiated: sdp.NegotiatedMedia) -> None:
+    def update(self, negotiated: NegotiatedMedia) -> None:
         """A re-INVITE/UPDATE changed the stream: direction, hold, remote address, SRTP keys."""
         self.core.update(
             self._clock(),
@@ -257,7 +258,7 @@ class NativeLeg(PlayoutLeg):
         # what this call gets: its trunk's policy, or the engine's own (sip/core/trunks.py)
         self.policy = policy if policy is not None else agent.global_policy
         # SDES keys only over TLS (sip.native.tls.sdes_policy): "off" elsewhere unless required (then refused earlier)
-        self.srtp_policy: sdp.SrtpPolicy = sdes_policy(self.policy.srtp, self.transport) or "off"
+        self.srtp_policy: SrtpPolicy = sdes_policy(self.policy.srtp, self.transport) or "off"
         self.progress: list[int] = []  # outbound: the 1xx statuses seen (180, 183)
         self.early_media = 0  # outbound: 1xx with an SDP answer (early media, played to nobody: counted)
         # behind NAT the SDP names the external address, else the one the RTP socket is bound to
@@ -297,7 +298,7 @@ class NativeLeg(PlayoutLeg):
             return
         agent = self.agent
         now = agent.clock()
-        local = sdp.LocalMedia(
+        local = LocalMedia(
             address=self.media_address,
             port=self.sockets.port,
             session_id=self._session_id,
@@ -390,7 +391,7 @@ class NativeLeg(PlayoutLeg):
         else:
             self._queue.put_nowait(event)
 
-    def _start_media(self, negotiated: sdp.NegotiatedMedia, now: int) -> None:
+    def _start_media(self, negotiated: NegotiatedMedia, now: int) -> None:
         if self.media is not None:
             return
         agent = self.agent
@@ -497,7 +498,7 @@ class NativeLeg(PlayoutLeg):
             elif isinstance(out, EndTransferredCall):
                 self.hangup(out.reason, 200)
 
-    def _on_media_change(self, negotiated: sdp.NegotiatedMedia, event: LegEvent | None) -> None:
+    def _on_media_change(self, negotiated: NegotiatedMedia, event: LegEvent | None) -> None:
         if self.media is not None:
             self.media.update(negotiated)
         if event is not None:
@@ -716,7 +717,7 @@ class NativeUserAgent:
                 max_calls=self._max_calls,
                 retry_after_s=config.retry_after_s,
                 timers=self._timers,
-                srtp=config.srtp,  # an offer no answer could accept gets 488 before the 180 (sip.core.sdp.check_offer)
+                srtp=config.srtp,  # an offer no answer could accept gets 488 before the 180 (sip.core.offer_answer.check_offer)
                 session_expires_s=config.session_expires_s,
             ),
             rng=random.Random(self.rng.getrandbits(64)),
@@ -827,7 +828,7 @@ class NativeUserAgent:
         now = self.clock()
         session_id = self.rng.getrandbits(31)
         ours = self.config.external_address or media_address(sockets.host, destination[0])
-        local = sdp.LocalMedia(
+        local = LocalMedia(
             address=ours, port=sockets.port, session_id=session_id, username="parlora", srtp=srtp
         )
         try:

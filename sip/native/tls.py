@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 
-from sip.core.sdp import SECURE_TRANSPORTS, sdes_policy
+from sip.core.sdes import SECURE_TRANSPORTS, sdes_policy
 from sip.native.transport import Address, SipTransports, TransportRef, _TcpConnection, family_of
 
 __all__ = [

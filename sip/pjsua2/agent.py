@@ -26,7 +26,7 @@ An offer no answer could accept never reaches `onIncomingCall`: pjsua negotiates
 (PCMU and PCMA only, set in `_run`) before it calls the application, and answers 488 itself, with no 180 and so
 no provider connection (measured with SIPp: a G.729-only offer gets "488 Not Acceptable Here" with "Warning:
 399 ... PJMEDIA_SDPNEG_NOANSCODEC", RTP/SAVP over UDP a bare 488). Its reason phrase is pjsip's one for every
-cause, not the native engine's one per cause (sip.core.sdp.OFFER_REFUSALS): the Python API has no hook before it.
+cause, not the native engine's one per cause (sip.core.offer_answer.OFFER_REFUSALS): the Python API has no hook before it.
 Session timers are pjsip's own (`_account_config`); --hold-timeout is kept from this thread's poll loop.
 """
 

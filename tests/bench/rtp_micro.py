@@ -94,7 +94,7 @@ def call_slot_loop(inbound: list[bytes]) -> Callable[[int], None]:
     frame queued each slot (the Playout's enqueue is counted too) and a caller datagram read before it."""
     from rtp.playout import OutboundFrame
     from rtp.stream import PCMU
-    from sip.core.sdp import NegotiatedMedia
+    from sip.core.offer_answer import NegotiatedMedia
     from sip.native.agent import _CallMedia
 
     frames = [OutboundFrame(bytes(320), 1, "item", 20 * k, ulaw_encode(bytes(320))) for k in range(1000)]

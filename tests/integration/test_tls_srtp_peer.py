@@ -1,6 +1,6 @@
 """baresip over SIP/TLS with SDES-SRTP (``mediaenc=srtp-mand``) against a tiny TLS+SRTP echo UAS assembled here
 from the sans-I/O cores: sip.core.ua's UserAgent, sip.native.tls's listener (the TCP shell's connection class under TLS),
-sip.core.sdp's SDES offer/answer (policy "required") and rtp.srtp (pylibsrtp).
+sip.core.offer_answer's SDES offer/answer (policy "required") and rtp.srtp (pylibsrtp).
 
 What it proves, on loopback: baresip calls ``sip:bridge@127.0.0.1:PORT;transport=tls`` (our certificate: a
 self-signed pair made here, given to it as ``sip_cafile``; measured: baresip 1.0.0 completes the handshake even
@@ -30,7 +30,8 @@ from rtp.packet import build, is_rtcp, parse
 from rtp.srtp import SrtpContext
 from sip.core import ua as core
 from sip.core.framing import StreamFramer
-from sip.core.sdp import LocalMedia, NegotiatedMedia, SrtpPolicy
+from sip.core.offer_answer import LocalMedia, NegotiatedMedia
+from sip.core.sdes import SrtpPolicy
 from sip.native.tls import TlsListener, sdes_policy, server_context
 from sip.native.transport import DeadlineTimer, Inbound, SipTransports, TransportRef
 from tests.support.tls_srtp_peer import LOOPBACK, _baresip, make_pki
@@ -74,7 +75,7 @@ class TlsSrtpEchoUas:
             self.transports, LOOPBACK, 0, server_context(self._cert, self._key)
         )
         port = self.listener.local[1]
-        # the core checks each offer against the SRTP policy when the INVITE arrives (sip.core.sdp.check_offer)
+        # the core checks each offer against the SRTP policy when the INVITE arrives (sip.core.offer_answer.check_offer)
         config = core.UaConfig(host=LOOPBACK, port=port, srtp=self._srtp)
         self.ua = core.UserAgent(config, rng=random.Random(7))
         self.timer = DeadlineTimer(self.loop, self.clock, self._on_timer)
@@ -108,9 +109,10 @@ class TlsSrtpEchoUas:
                     self.listener.send(tx.data, tx.destination)
                 else:
                     self.transports.send(tx.data, tx.destination, tx.transport)
-            if self.ending_status is None and any(
-                n.startswith("offer_488_") and v for n, v in self.ua.stats.items()
-            ):  # the core refused the INVITE with 488 before it became a call (sip.core.sdp.check_offer)
+            if (
+                self.ending_status is None
+                and any(n.startswith("offer_488_") and v for n, v in self.ua.stats.items())
+            ):  # the core refused the INVITE with 488 before it became a call (sip.core.offer_answer.check_offer)
                 self.ending_status = 488
                 self.ended.set()
             events = self.ua.events()

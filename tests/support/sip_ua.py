@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from rtp.units import NS_PER_MS as MS
 from sip.core.message import Message, Request, Response, parse
-from sip.core.sdp import LocalMedia
+from sip.core.offer_answer import LocalMedia
 from sip.core.ua import (
     IncomingCall,
     UaConfig,

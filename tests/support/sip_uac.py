@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from sip.core.message import Message, Request, make_response, parse, serialize
-from sip.core.sdp import LocalMedia
+from sip.core.offer_answer import LocalMedia
 from sip.core.ua import CallEnded, UaEvent, UserAgent
 
 TRUNK = ("198.51.100.20", 5060)

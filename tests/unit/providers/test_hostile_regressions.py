@@ -59,7 +59,8 @@ from rtp.packet import build
 from rtp.stream import RtpStream, StreamConfig
 from rtp.units import NS_PER_MS as MS
 from sip.core.framing import StreamFramer
-from sip.core.sdp import LocalMedia, answer, parse_sdp
+from sip.core.offer_answer import LocalMedia, answer
+from sip.core.sdp import parse_sdp
 from sip.leg import CallEnded
 from sip.native.transport import SipTransports
 from tests.support.session import FakeLeg, FakeProvider

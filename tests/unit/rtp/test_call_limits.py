@@ -10,7 +10,7 @@ from typing import Any
 
 from rtp.limits import NEVER, CallLimits
 from rtp.units import NS_PER_S as S
-from sip.core.sdp import NegotiatedMedia
+from sip.core.offer_answer import NegotiatedMedia
 from tests.support.native_shell import VirtualClock, _call_media
 
 

@@ -16,7 +16,7 @@ from rtp.playout import Playout
 from rtp.rtcp import QoS
 from rtp.stream import ARRIVAL_WINDOW_MS, PCMU, RtpStream, StreamConfig
 from rtp.units import NS_PER_MS as MS
-from sip.core.sdp import NegotiatedMedia
+from sip.core.offer_answer import NegotiatedMedia
 from sip.leg import CallIdentity, LegFeatures
 
 SDP = ("192.0.2.10", 4000)

@@ -1,4 +1,4 @@
-"""rtp.srtp: SRTP/SRTCP through pylibsrtp; failures counted, never raised; re-keying; SDES keys from sip.core.sdp."""
+"""rtp.srtp: SRTP/SRTCP through pylibsrtp; failures counted, never raised; re-keying; SDES keys from sip.core.offer_answer."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from rtp.packet import build, parse
 from rtp.srtp import SUITES, SrtpContext, SrtpError, suite
-from sip.core.sdp import LocalMedia, answer, offer
+from sip.core.offer_answer import LocalMedia, answer, offer
 
 A = bytes(range(1, 45))  # long enough for every suite; sliced per suite
 B = bytes(range(101, 145))
@@ -138,7 +138,7 @@ def test_counters_names() -> None:
 
 
 def test_keys_from_an_sdes_exchange_interoperate() -> None:
-    """sip.core.sdp's offer/answer feeds rtp.srtp on both sides; RTP parses after the round trip."""
+    """sip.core.offer_answer's offer/answer feeds rtp.srtp on both sides; RTP parses after the round trip."""
     caller = LocalMedia("192.0.2.1", 4000, 1, srtp="required")
     bridge = LocalMedia("192.0.2.2", 5000, 2, srtp="required")
     their_offer = offer(caller)

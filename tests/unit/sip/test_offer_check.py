@@ -1,6 +1,6 @@
 """An INVITE whose offer can never be answered is refused at once, sans-I/O: 488 with the cause's reason
 phrase and Warning, no 180, no `IncomingCall` (so the application, and the provider it would connect, never
-hear of it); `sip.core.sdp.check_offer` agrees with `answer` on every kind of offer."""
+hear of it); `sip.core.offer_answer.check_offer` agrees with `answer` on every kind of offer."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import base64
 import pytest
 
 from sip.core.message import Response
-from sip.core.sdp import OFFER_REFUSALS, LocalMedia, OfferCause, answer, check_offer, parse_sdp
+from sip.core.offer_answer import OFFER_REFUSALS, LocalMedia, OfferCause, answer, check_offer
+from sip.core.sdp import parse_sdp
 from sip.core.ua import IncomingCall
 from tests.support.sip_ua import LOCAL, MS, Caller, new_ua, offer_sdp, statuses
 

@@ -1,4 +1,4 @@
-"""sip.core.sdp: RFC 4566 parse/serialise and RFC 3264 offer/answer for PCMU, PCMA and telephone-event."""
+"""sip.core.sdp and sip.core.offer_answer: RFC 4566 parse/serialise and RFC 3264 offer/answer for PCMU, PCMA and telephone-event."""
 
 from __future__ import annotations
 
@@ -7,21 +7,16 @@ from dataclasses import replace
 import pytest
 
 from sip.core import sdp
+from sip.core.offer_answer import LocalMedia, NegotiatedMedia, accept_answer, answer, negotiate, offer
 from sip.core.sdp import (
     Codec,
     Connection,
-    LocalMedia,
     MediaDescription,
-    NegotiatedMedia,
     Origin,
     SdpError,
     SessionDescription,
-    accept_answer,
-    answer,
     hold_state,
     is_held,
-    negotiate,
-    offer,
     parse_sdp,
     serialize_sdp,
 )

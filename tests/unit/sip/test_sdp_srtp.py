@@ -1,4 +1,4 @@
-"""sip.core.sdp with SRTP: RFC 4568 a=crypto parse/serialise and SDES offer/answer (RTP/SAVP, RTP/SAVPF, best-effort
+"""sip.core.sdes and sip.core.offer_answer with SRTP: RFC 4568 a=crypto parse/serialise and SDES offer/answer (RTP/SAVP, RTP/SAVPF, best-effort
 RTP/AVP + a=crypto), the off / optional / required policy."""
 
 from __future__ import annotations
@@ -11,23 +11,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from sip.core.sdp import (
+from sip.core.offer_answer import LocalMedia, accept_answer, answer, negotiate, offer
+from sip.core.sdes import (
     DEFAULT_CRYPTO_SUITES,
     SRTP_KEY_LENGTHS,
     CryptoAttribute,
     CryptoKey,
-    LocalMedia,
-    MediaDescription,
-    SessionDescription,
     SrtpPolicy,
-    accept_answer,
-    answer,
-    negotiate,
-    offer,
     parse_crypto,
-    parse_sdp,
-    serialize_sdp,
 )
+from sip.core.sdp import MediaDescription, SessionDescription, parse_sdp, serialize_sdp
 
 THEIR_80 = bytes(range(30))
 THEIR_32 = bytes(range(100, 130))

@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from sip.core.framing import StreamFramer
 from sip.core.headers import Headers, parse_cseq, parse_name_addr, parse_via
 from sip.core.message import ParseError, Request, Response, make_response, parse, serialize
-from sip.core.sdp import LocalMedia, SdpError, answer, hold_state, offer, parse_sdp, serialize_sdp
+from sip.core.offer_answer import LocalMedia, answer, offer
+from sip.core.sdp import SdpError, hold_state, parse_sdp, serialize_sdp
 from sip.core.uri import SipUri, parse_uri
 
 EXAMPLES = int(os.environ.get("PARLORA_FUZZ_EXAMPLES", "200"))

@@ -1,4 +1,5 @@
-"""RFC 4475 (SIP torture test messages) against sip.core.message, sip.core.headers, sip.core.uri and sip.core.sdp.
+"""RFC 4475 (SIP torture test messages) against sip.core.message, sip.core.headers, sip.core.uri, sip.core.sdp and
+sip.core.offer_answer.
 
 The messages are read from ``/work/shared/corpus/rfc4475/{valid,invalid}/*.dat`` (from emiago/sipgo, BSD-2,
 see LICENSE.sipgo there; used as test data in place, not copied; ``PARLORA_RFC4475_DIR`` points elsewhere, and
@@ -76,7 +77,8 @@ import pytest
 
 from sip.core.headers import NameAddr, parse_cseq, parse_name_addr, parse_via
 from sip.core.message import ParseError, Request, Response, check_request, make_response, parse, serialize
-from sip.core.sdp import LocalMedia, answer, parse_sdp
+from sip.core.offer_answer import LocalMedia, answer
+from sip.core.sdp import parse_sdp
 from sip.core.uri import parse_uri, uri_scheme
 from tests.support.sip_rfc4475 import CORPUS
 

@@ -9,7 +9,7 @@ from rtp.units import NS_PER_MS as MS
 from sip.core.auth import AuthOk, Credentials, DigestServer
 from sip.core.headers import Headers, parse_via
 from sip.core.message import Request, Response, serialize
-from sip.core.sdp import LocalMedia
+from sip.core.offer_answer import LocalMedia
 from sip.core.ua import CallConfirmed, CallEnded, CallProgress, UaConfig, UserAgent
 from tests.support.sip_uac import ANSWER_SDP, LOCAL, TARGET, Callee
 
