@@ -10,7 +10,7 @@ core's `next_deadline()` and hands each tick to every channel:
 
 A channel serves a slot by taking the next frame from its Playout, sending it with `sendto`, recording it in
 the carrier ledger once `sendto` has returned, and pulling one inbound frame from its jitter buffer
-(`sip.native.agent`). A channel that raises is logged and removed; the others go on.
+(`sip.native.leg`). A channel that raises is logged and removed; the others go on.
 
 Inbound RTP is read here too, in the tick, not by a loop reader per socket (one poll a phase instead of a loop
 wake-up a packet): a channel that has an RTP socket (`ReadingChannel`) is registered in its phase's

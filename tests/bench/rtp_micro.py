@@ -6,7 +6,7 @@ What runs 50 times a second per call at 300 calls (15,000 times a second per dir
 RTP parse, RTP pack_into, a jitter-buffer push + pop (with G.711 decode), the stream's whole inbound path
 (receive + pull_frame; also with a learned source, rtp/latch.py) and outbound path (next_packet), the source
 latch's per-packet check, the receiver statistics update, and one call's whole media slot as the native engine
-runs it (sip/native/agent.py's media shell over the rtp cores: a caller datagram in, the slot's frame handed on, an
+runs it (sip/native/leg.py's media shell over the rtp cores: a caller datagram in, the slot's frame handed on, an
 assistant frame taken from the Playout, sent, and recorded in the carrier ledger; the socket is a stand-in). PLC concealment
 runs only on loss and is measured per concealed frame. Figures are CPU time of this process; run on an idle
 machine. `--json` prints one JSON object instead of the table.
@@ -90,12 +90,12 @@ class _Leg:
 
 
 def call_slot_loop(inbound: list[bytes]) -> Callable[[int], None]:
-    """One call's media slot through the native engine's shell (sip/native/agent.py `_CallMedia`), with an assistant
+    """One call's media slot through the native engine's shell (sip/native/leg.py `_CallMedia`), with an assistant
     frame queued each slot (the Playout's enqueue is counted too) and a caller datagram read before it."""
     from rtp.playout import OutboundFrame
     from rtp.stream import PCMU
     from sip.core.offer_answer import NegotiatedMedia
-    from sip.native.agent import _CallMedia
+    from sip.native.leg import _CallMedia
 
     frames = [OutboundFrame(bytes(320), 1, "item", 20 * k, ulaw_encode(bytes(320))) for k in range(1000)]
 

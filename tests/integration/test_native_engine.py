@@ -34,7 +34,8 @@ from rtp.units import NS_PER_MS as MS
 from sip.core.transaction import TimerConfig
 from sip.engine import EngineConfig, create_engine
 from sip.leg import CallEnded, CallLeg, FrameReceived, MediaStarted
-from sip.native.agent import NativeLeg, NativeUserAgent
+from sip.native.agent import NativeUserAgent
+from sip.native.leg import NativeLeg
 from tests.support.native_engine import _wait_until
 from tests.support.telephony_sip import TARGET, LegDriver
 

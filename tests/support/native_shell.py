@@ -71,7 +71,7 @@ class _FakeLeg:
 def _call_media(clock: VirtualClock) -> tuple[Any, _FakeLeg]:
     from rtp.stream import PCMU, RtpStream, StreamConfig
     from sip.core.offer_answer import NegotiatedMedia
-    from sip.native.agent import _CallMedia
+    from sip.native.leg import _CallMedia
 
     negotiated = NegotiatedMedia("PCMU", PCMU, 101, "127.0.0.1", 40000, "sendrecv", "sendrecv")
     stream = RtpStream(

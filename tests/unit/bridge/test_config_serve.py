@@ -654,7 +654,7 @@ def test_the_scanner_blocklist_and_the_registration_interval_reach_the_engine(
 ) -> None:
     # two more keys the file took and nothing applied (the engine kept its own list and 3600 s)
     from bridge.server.api import _engine_config
-    from sip.native.agent import build_policy
+    from sip.core.native_plan import build_policy
 
     text = '[inbound]\nblocked_user_agents = ["evil-dialer"]\n'
     text += '[[trunks]]\nname = "pbx"\nregistrar = "sip:b@127.0.0.1:5090"\nregister_expires_s = 120\n'

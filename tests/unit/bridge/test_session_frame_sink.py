@@ -52,7 +52,7 @@ class SinkLeg(FakeLeg):
         self.sink = sink
         self.sinks_set.append(sink is not None)
 
-    def tick(self, frame: FrameReceived) -> None:  # sip/native/agent.py NativeLeg._post
+    def tick(self, frame: FrameReceived) -> None:  # sip/native/leg.py NativeLeg._post
         if self.sink is not None and self.queue.empty():
             self.sink(frame)
         else:
@@ -258,7 +258,7 @@ def test_a_failing_core_is_counted_not_raised() -> None:
 
 
 async def test_the_native_leg_hands_a_frame_to_the_sink_only_while_no_event_waits() -> None:
-    from sip.native.agent import NativeLeg
+    from sip.native.leg import NativeLeg
 
     leg = object.__new__(NativeLeg)  # only the queue and the sink of the real leg: no engine behind it
     leg._queue, leg._sink = asyncio.Queue(), None

@@ -30,7 +30,7 @@ QOS = QoS(
 
 
 class RtpLeg(PlayoutLeg):
-    """A leg whose engine runs the RTP stream (as sip/native/agent.py's NativeLeg does)."""
+    """A leg whose engine runs the RTP stream (as sip/native/leg.py's NativeLeg does)."""
 
     features = LegFeatures(qos=True)
 

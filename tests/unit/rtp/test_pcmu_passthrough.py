@@ -50,7 +50,7 @@ def test_a_closing_message_or_pcm_output_carries_no_pcmu() -> None:
 
 def test_0x7f_from_the_provider_is_the_native_rtp_payload_byte_for_byte() -> None:
     clock = VirtualClock()
-    media, leg = _call_media(clock)  # a PCMU call on the native engine (sip/native/agent.py _CallMedia)
+    media, leg = _call_media(clock)  # a PCMU call on the native engine (sip/native/leg.py _CallMedia)
     leg.playout = Playout(CarrierLedger())
     media.core.playout = leg.playout
     out = OutputPath(

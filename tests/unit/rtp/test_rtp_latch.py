@@ -245,7 +245,7 @@ def test_the_stream_s_qos_carries_the_one_way_audio_cause_once_the_shell_set_it(
     assert stream.qos().one_way_audio == "no_rtp" and stream.qos().as_dict()["one_way_audio"] == "no_rtp"
 
 
-# --- the shell: one line, the count, the mark (sip/native/agent.py `_CallMedia`), on virtual time ---
+# --- the shell: one line, the count, the mark (sip/native/leg.py `_CallMedia`), on virtual time ---
 
 
 class _Clock:
@@ -285,7 +285,7 @@ class _Leg:
 def _media(
     policy: SourcePolicy, ours: str = "sendrecv", theirs: str = "sendrecv"
 ) -> tuple[Any, _Leg, _Clock]:
-    from sip.native.agent import _CallMedia
+    from sip.native.leg import _CallMedia
 
     clock = _Clock()
     leg = _Leg(clock)

@@ -424,7 +424,8 @@ def _has(cls: type, name: str) -> bool:
 
 def _legs_and_engines() -> list[type]:
     from bridge.server.browser import BrowserLeg
-    from sip.native.agent import NativeLeg, NativeUserAgent
+    from sip.native.agent import NativeUserAgent
+    from sip.native.leg import NativeLeg
 
     classes: list[type] = [NativeLeg, NativeUserAgent, BrowserLeg]
     try:

@@ -590,7 +590,7 @@ def test_a_second_digit_ended_by_the_same_packet_is_handed_over_with_the_first()
 
 
 def test_media_address_is_the_bound_one_or_the_route_to_the_caller_never_the_wildcard() -> None:
-    from sip.native.agent import media_address
+    from sip.native.leg import media_address
 
     assert media_address("127.0.0.1", "127.0.0.1") == "127.0.0.1"
     assert media_address("0.0.0.0", "127.0.0.1") == "127.0.0.1"  # c=0.0.0.0 would put the caller on hold

@@ -454,7 +454,7 @@ def test_check_listen_refuses_an_open_trunk_off_loopback_unless_allow_any() -> N
 
 
 def test_the_default_invite_rate_limit_is_off_on_loopback_and_5_per_s_elsewhere() -> None:
-    from sip.native.agent import invite_rate
+    from sip.core.native_plan import invite_rate
 
     assert invite_rate(EngineConfig(host="127.0.0.1")) == 0.0
     assert invite_rate(EngineConfig(host="0.0.0.0", allow=("192.0.2.0/24",))) == 5.0
@@ -463,7 +463,7 @@ def test_the_default_invite_rate_limit_is_off_on_loopback_and_5_per_s_elsewhere(
 
 
 def test_the_default_options_rate_limit_is_off_on_loopback_and_10_per_s_elsewhere() -> None:
-    from sip.native.agent import options_rate
+    from sip.core.native_plan import options_rate
 
     assert options_rate(EngineConfig(host="127.0.0.1")) == 0.0
     assert options_rate(EngineConfig(host="0.0.0.0", allow=("192.0.2.0/24",))) == 10.0

@@ -19,10 +19,10 @@ from bridge.cli.ops import server_config
 from bridge.server.api import _engine_config
 from sip.core.auth import AuthAnswer, AuthOk, Credentials, DigestClient, DigestServer
 from sip.core.message import Response, make_response, parse
+from sip.core.native_plan import registration_plan
 from sip.core.trunks import Trunk
 from sip.engine import EngineConfig
 from sip.leg import CallLeg
-from sip.native.agent import registration_plan
 from tests.support.native_shell import can_bind
 from tests.support.native_trunk import WAIT_S, Peer, Registrar, _to_of, engine_factory, invite
 

@@ -13,11 +13,11 @@ from rtp.units import NS_PER_S as S
 from sip.core.auth import Credentials, DigestServer, digest
 from sip.core.guard import AuthGuard, GuardConfig
 from sip.core.message import Request, Response, parse
+from sip.core.native_plan import build_policy
 from sip.core.policy import SERVED_METHODS, Accept, Challenge, Drop, InboundPolicy
 from sip.core.register import Registration, RegistrationConfig
 from sip.core.ua import ALLOWED, UaConfig, UserAgent
 from sip.engine import EngineConfig, digest_realm
-from sip.native.agent import build_policy
 
 GUESSER = ("198.51.100.66", 5070)
 OTHER = ("198.51.100.67", 5070)

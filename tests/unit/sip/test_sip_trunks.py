@@ -18,12 +18,12 @@ from rtp.units import NS_PER_S as S
 from sip.core.auth import AuthAnswer, Credentials, DigestClient
 from sip.core.headers import Headers
 from sip.core.message import Request, Response, make_response, parse, serialize
+from sip.core.native_plan import build_policy
 from sip.core.offer_answer import LocalMedia
 from sip.core.policy import Accept, Challenge, Refuse
 from sip.core.trunks import Trunk, TrunkTable, match
 from sip.core.ua import IncomingCall, UaConfig, UserAgent
 from sip.engine import EngineConfig, check_listen
-from sip.native.agent import build_policy
 from tests.support.sip_policy import run
 
 PBX = ("10.20.0.5", 5060)
