@@ -51,7 +51,17 @@ BRIDGE_ROOMS = frozenset(
 # Shells: the only modules of sip/ and rtp/ that may touch sockets, threads, the clock or the event loop.
 # The engines' packages: the only SIP modules that may touch sockets, threads, the clock or the event loop.
 SIP_SHELL_PACKAGES = ("sip.native", "sip.pjsua2")
-SIP_SHELLS = frozenset({"sip.native.agent", "sip.pjsua2.agent", "sip.native.tls", "sip.native.transport"})
+SIP_SHELLS = frozenset(
+    {
+        "sip.native.agent",
+        "sip.native.leg",
+        "sip.native.dialling",
+        "sip.native.trunking",
+        "sip.pjsua2.agent",
+        "sip.native.tls",
+        "sip.native.transport",
+    }
+)
 RTP_SHELLS = frozenset(
     {
         "rtp.clock",  # the process-wide media clock's timer
@@ -209,10 +219,17 @@ def test_the_named_modules_exist() -> None:
     assert sorted(n for n in named if n not in known) == []
     assert {
         "sip.core.message",
+        "sip.core.headers",
+        "sip.core.framing",
         "sip.core.transaction",
+        "sip.core.client_transaction",
+        "sip.core.server_transaction",
+        "sip.core.transaction_layer",
         "sip.core.dialog",
         "sip.core.ua",
         "sip.core.sdp",
+        "sip.core.sdes",
+        "sip.core.offer_answer",
         "sip.core.auth",
     } <= {m for m in known if core(m)}
     assert {"rtp.jitter", "rtp.packet", "providers.events"} <= {m for m in known if core(m)}
