@@ -7,8 +7,9 @@ values the stack reads. No I/O, no clock.
   for the others (WWW-Authenticate, Authorization, Date, From, ... and any header this module does not know).
 - Header values: `Via`/`parse_via` (§20.42), `NameAddr`/`parse_name_addr` (§20.10: From, To, Contact, Route,
   Record-Route, Refer-To, ...) and `parse_cseq` (§20.16).
-- The pieces of the §25 grammar that the message parser (sip.core.message) and the stream framer
-  (sip.core.framing) share: `TOKEN_RE`, `CSEQ_RE`, `LINE_BREAK_RE` and `bounded_int`.
+- The pieces of the §25 grammar that the message parser (sip.core.message) shares: `TOKEN_RE`, `CSEQ_RE` and
+  `LINE_BREAK_RE`; and `bounded_int`, the reader of a peer's digits that the stream framer (sip.core.framing)
+  and the SDP modules (sip.core.sdp, sip.core.sdes) use too.
 
 Header values are stored as received after unfolding (a CRLF followed by white space becomes one space, §7.3.1)
 and stripping; the helpers tolerate the LWS the grammar allows around ``/``, ``;``, ``=`` and ``:``.

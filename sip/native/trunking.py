@@ -10,6 +10,7 @@ import logging
 import random
 import socket
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict
 
 from sip.core import ua as core
@@ -117,7 +118,7 @@ class RegistrationLog:
 
 
 def policy_status(
-    config: EngineConfig, policy: InboundPolicy | None, stats: dict[str, int], trunk_calls: Counter[str]
+    config: EngineConfig, policy: InboundPolicy | None, stats: Mapping[str, int], trunk_calls: Counter[str]
 ) -> dict[str, object]:
     """The `policy` part of the engine's `sip_status()`: the inbound policy, its refusal counters, and each
     trunk's identity with the calls it brought."""
