@@ -27,6 +27,11 @@ Two opt-in extensions serve the Realtime-family fakes, whose server VAD reports 
 * `report_starts`: an `UtteranceStarted` event once an utterance has `min_utterance_ms` of voiced audio, i.e.
   exactly when it is certain to be reported by `UtteranceDetected` later (same `index`).
 * `speak=False`: detection only; no echo is queued or played, so only `Utterance*` events come out.
+
+Gemini's VAD is this detector too, with two more: `onset_ms`, an utterance begins only with that much
+consecutive voiced audio (its pre-roll is the `pad_ms` before that run), and `report_onsets`, its
+`UtteranceStarted` comes as soon as it begins (a barge-in), even if it then ends too short to be detected (the
+next one takes its index). `end_utterance(now)` ends the one in progress at once (the client's audio ended).
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ __all__ = [
     "EchoEvent",
     "EchoModel",
     "MediaClock",
+    "check_options",
     "codec",
     "mean_square",
     "voiced_windows",
@@ -84,6 +90,17 @@ def codec(encoding: Encoding) -> tuple[Callable[[bytes], bytes], Callable[[bytes
     return _CODECS.get(encoding, (bytes, bytes))
 
 
+def check_options(options: object, positive: tuple[str, ...], non_negative: tuple[str, ...] = ()) -> None:
+    """A fake's options checked when made: ValueError naming the first field that is not positive (or is
+    negative)."""
+    for name in positive:
+        if getattr(options, name) <= 0:
+            raise ValueError(f"{name} must be positive")
+    for name in non_negative:
+        if getattr(options, name) < 0:
+            raise ValueError(f"{name} must not be negative")
+
+
 def mean_square(dbfs: float) -> float:
     """The mean square of a window at `dbfs` (full scale 32768): the energy detector compares mean squares, so
     the test per window needs no sqrt or log."""
@@ -101,29 +118,32 @@ def voiced_windows(pcm: bytes, window: int, threshold: float) -> list[bool]:
 
 @dataclass(frozen=True, slots=True)
 class EchoOptions:
-    """Detection and playback knobs; the defaults suit telephone speech."""
+    """Detection and playback knobs, in three groups: how an utterance begins and is reported, what it spans,
+    how it is spoken back. The defaults suit telephone speech."""
 
     threshold_dbfs: float = -40.0
     window_ms: int = 20
-    hangover_ms: int = 400
+    onset_ms: int = 0
+    """Consecutive voiced audio that begins an utterance (0: its first voiced window)."""
     min_utterance_ms: int = 120
+    report_starts: bool = False
+    """Emit `UtteranceStarted` when an utterance becomes certain (see the module docstring)."""
+    report_onsets: bool = False
+    """Emit `UtteranceStarted` as soon as an utterance begins, before it is certain."""
+
+    hangover_ms: int = 400
     pad_ms: int = 60
     max_utterance_ms: int = 30_000
+
+    speak: bool = True
+    """Echo each utterance; False makes the model a detector only."""
     chunk_ms: int = 40
     lead_ms: int = 0
     max_queued: int = 32
-    report_starts: bool = False
-    """Emit `UtteranceStarted` when an utterance becomes certain (see the module docstring)."""
-    speak: bool = True
-    """Echo each utterance; False makes the model a detector only."""
 
     def __post_init__(self) -> None:
-        for name in ("window_ms", "chunk_ms", "max_utterance_ms", "max_queued"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
-        for name in ("hangover_ms", "min_utterance_ms", "pad_ms", "lead_ms"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must not be negative")
+        positive = ("window_ms", "chunk_ms", "max_utterance_ms", "max_queued")
+        check_options(self, positive, ("hangover_ms", "min_utterance_ms", "pad_ms", "lead_ms", "onset_ms"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,11 +187,9 @@ class UtteranceStarted:
     index: int
     rate: int
     voiced_start: int
+    voiced_start_ms: int
+    """The same in ms (floored)."""
     at: int
-
-    @property
-    def voiced_start_ms(self) -> int:
-        return self.voiced_start * 1000 // self.rate
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +282,7 @@ class EchoModel:
         self._hangover = rate * opts.hangover_ms // 1000
         self._min_voiced = rate * opts.min_utterance_ms // 1000
         self._pad = rate * opts.pad_ms // 1000
+        self._onset = max(1, -(-opts.onset_ms // opts.window_ms))  # in windows
         self._max_span = rate * opts.max_utterance_ms // 1000
         self._threshold_ms = mean_square(opts.threshold_dbfs)
         self._threshold_rms = math.sqrt(self._threshold_ms)
@@ -276,6 +295,7 @@ class EchoModel:
         self._pending = bytearray()  # PCM16 not yet in a complete window
         self._raw = bytearray()  # raw client bytes from sample _raw_start on
         self._raw_start = 0
+        self._run = 0  # voiced windows in a row before an utterance begins
         self._first_voiced: int | None = None
         self._last_voiced_end = 0
         self._voiced = 0
@@ -301,23 +321,26 @@ class EchoModel:
         if not self._pending and samples == self._window:
             # One whole window and nothing pending (a 20 ms frame, the common case).
             self._analyse_window(self._voiced_window(pcm), now)
-            self._trim()
-            self._pump(now)
-            return
-        self._pending += pcm
-        n = len(self._pending) // (2 * self._window)
-        if n:
-            cut = n * 2 * self._window
-            voiced = voiced_windows(bytes(self._pending[:cut]), self._window, self._threshold_ms)
-            del self._pending[:cut]
-            for v in voiced:
-                self._analyse_window(v, now)
+        else:
+            self._pending += pcm
+            if cut := len(self._pending) // (2 * self._window) * 2 * self._window:
+                voiced = voiced_windows(bytes(self._pending[:cut]), self._window, self._threshold_ms)
+                del self._pending[:cut]
+                for v in voiced:
+                    self._analyse_window(v, now)
         self._trim()
         self._pump(now)
 
     def handle_timer(self, now: int) -> None:
         """Hand out every echo chunk due at or before `now`."""
         self._pump(now)
+
+    def end_utterance(self, now: int) -> None:
+        """End the utterance in progress now, as its hangover would (the client said its audio ended)."""
+        if self._first_voiced is not None:
+            self._end_utterance(now)
+            self._trim()
+            self._pump(now)
 
     # -- outputs --------------------------------------------------------------------------------------------
 
@@ -370,8 +393,10 @@ class EchoModel:
         start = self._analysed
         end = self._analysed = start + self._window
         if self._first_voiced is None:
-            if voiced:
-                self._first_voiced, self._last_voiced_end, self._voiced = start, end, self._window
+            self._run = self._run + 1 if voiced else 0
+            if self._run >= self._onset:
+                self._voiced = self._run * self._window
+                self._first_voiced, self._last_voiced_end, self._run = end - self._voiced, end, 0
                 self._started = False
                 self._report_start(now)
             return
@@ -386,10 +411,16 @@ class EchoModel:
             self._end_utterance(now)
 
     def _report_start(self, now: int) -> None:
-        if self.options.report_starts and not self._started and self._voiced >= self._min_voiced:
+        opts = self.options
+        if not self._started and (
+            opts.report_onsets or opts.report_starts and self._voiced >= self._min_voiced
+        ):
             self._started = True
             assert self._first_voiced is not None
-            self._events.append(UtteranceStarted(self._count + 1, self.rate, self._first_voiced, now))
+            first = self._first_voiced
+            self._events.append(
+                UtteranceStarted(self._count + 1, self.rate, first, first * 1000 // self.rate, now)
+            )
 
     def _end_utterance(self, now: int) -> None:
         first = self._first_voiced
@@ -415,7 +446,9 @@ class EchoModel:
 
     def _trim(self) -> None:
         """Drop raw audio no future echo can need: anything before (utterance start or next window) - pad."""
-        anchor = self._analysed if self._first_voiced is None else self._first_voiced
+        anchor = (
+            self._analysed - self._run * self._window if self._first_voiced is None else self._first_voiced
+        )
         keep = max(anchor - self._pad, self._raw_start)
         if keep > self._raw_start:
             del self._raw[: (keep - self._raw_start) * self.sample_width]

@@ -18,10 +18,10 @@ from `x-goog-api-key`, `?key=` or `Authorization: Token`; none closes 1008 right
 The model (choices where the real service is undocumented, all deliberate):
 
 * Input audio `audio/pcm;rate=N` at any rate (16000 when the mime names none) is resampled to 16 kHz. An
-  energy VAD (20 ms windows over `threshold_dbfs`) starts speech after `speech_start_ms` of voiced audio
-  (`prefixPaddingMs` overrides) and ends it after `hangover_ms` of silence (`silenceDurationMs` overrides);
-  sensitivities are ignored. With `automaticActivityDetection.disabled`, `activityStart`/`activityEnd` delimit
-  turns instead (and are a 1007 otherwise).
+  energy VAD (the kit's, echo.py: 20 ms windows over `threshold_dbfs`) starts speech after `vad.onset_ms` (40)
+  of voiced audio (`prefixPaddingMs` overrides) and ends it after `vad.hangover_ms` (500) of silence
+  (`silenceDurationMs` overrides); sensitivities are ignored. With `automaticActivityDetection.disabled`,
+  `activityStart`/`activityEnd` delimit turns instead (and are a 1007 otherwise).
 * Each user turn (utterance, `realtimeInput.text`, or `clientContent` with `turnComplete`) gets the script's
   turn (providers/fakes/script.py). Echo speaks the utterance back, upsampled 16 -> 24 kHz; a text turn's echo
   is a tone of the turn's duration whose transcript is the text. Output starts `response_latency_ms` after the
@@ -78,7 +78,7 @@ from urllib.parse import parse_qs, urlsplit
 import numpy as np
 
 from providers.fakes.connection import FakeCore, parse_client
-from providers.fakes.echo import mean_square, voiced_windows
+from providers.fakes.echo import EchoModel, EchoOptions, UtteranceDetected, UtteranceStarted, check_options
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.script import Script, Turn, label
 from providers.fakes.server import (
@@ -106,7 +106,6 @@ __all__ = [
 
 _IN_RATE = 16_000
 _OUT_RATE = 24_000
-_WINDOW = _IN_RATE * 20 // 1000  # samples per VAD window
 _TOKENS_PER_AUDIO_S = 25
 _CONTEXT_LIMIT = 128_000
 
@@ -186,15 +185,7 @@ _GENERATION_KEYS = frozenset(
 )
 _SPEECH_KEYS = frozenset({"voiceConfig", "languageCode", "multiSpeakerVoiceConfig"})  # SpeechConfig
 _REALTIME_INPUT_KEYS = frozenset(
-    {
-        "audio",
-        "audioStreamEnd",
-        "activityStart",
-        "activityEnd",
-        "text",
-        "mediaChunks",
-        "video",
-    }
+    {"audio", "audioStreamEnd", "activityStart", "activityEnd", "text", "mediaChunks", "video"}
 )
 
 
@@ -205,12 +196,9 @@ _REALTIME_INPUT_KEYS = frozenset(
 class GeminiFakeOptions:
     """Everything tunable about the fake; times in ms."""
 
-    threshold_dbfs: float = -40.0
-    speech_start_ms: int = 40
-    hangover_ms: int = 500
-    min_utterance_ms: int = 120
-    pad_ms: int = 60
-    max_utterance_ms: int = 30_000
+    vad: EchoOptions = EchoOptions(onset_ms=40, hangover_ms=500)
+    """The energy VAD's knobs (the kit's, echo.py); `onset_ms` and `hangover_ms` are the defaults of the setup's
+    `prefixPaddingMs` and `silenceDurationMs`."""
     chunk_ms: int = 40
     burst_factor: float = 4.0
     response_latency_ms: int = 300
@@ -230,17 +218,8 @@ class GeminiFakeOptions:
     connection names the session it resumed)."""
 
     def __post_init__(self) -> None:
-        for name in (
-            "chunk_ms",
-            "connection_lifetime_ms",
-            "session_cap_ms",
-            "resumption_update_ms",
-            "handle_ttl_ms",
-        ):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
-        if self.burst_factor <= 0:
-            raise ValueError("burst_factor must be positive")
+        lives = ("connection_lifetime_ms", "session_cap_ms", "resumption_update_ms", "handle_ttl_ms")
+        check_options(self, ("chunk_ms", "burst_factor", *lives))
 
 
 @dataclass(slots=True)
@@ -317,6 +296,13 @@ def _obj(value: Any, where: str, known: frozenset[str] | None = None) -> dict[st
     return value
 
 
+def _member(
+    parent: dict[str, Any], key: str, where: str, known: frozenset[str] | None = None
+) -> dict[str, Any]:
+    """The object member `key` (camelCase) of `parent`, which is at `where`; `{}` when it is absent."""
+    return _obj(_get(parent, key, {}), f"{where}.{_snake(key)}", known)
+
+
 def _list(value: Any) -> list[Any]:
     if value is None:
         return []
@@ -370,100 +356,15 @@ def _tone(ms: int, hz: float) -> bytes:
 # -- voice activity -----------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _VadConfig:
-    threshold: float  # mean square
-    start_windows: int
-    hangover: int  # samples
-    min_voiced: int
-    pad_bytes: int
-    max_bytes: int
-
-
+@dataclass(slots=True)
 class _Vad:
-    """Energy VAD on 16 kHz PCM16 in 20 ms windows; positions count samples, never clocks.
+    """The kit's utterance detector (echo.py) on 16 kHz PCM (`GeminiFakeOptions.vad`, with the setup's onset and
+    hangover). With `manual` (automaticActivityDetection.disabled) the
+    client's activityStart/activityEnd delimit `speech` instead, whatever its energy."""
 
-    `feed` returns "start" when speech begins and an utterance (bytes, padded) when it ends; a too-short
-    burst ends as "discard". In manual mode the client's activityStart/activityEnd decide instead.
-    """
-
-    def __init__(self, config: _VadConfig, manual: bool) -> None:
-        self.c = config
-        self.manual = manual
-        self.speaking = False
-        self._pending = bytearray()
-        self._preroll = bytearray()
-        self._run = bytearray()  # voiced windows not yet confirmed as speech
-        self._speech = bytearray()
-        self._voiced = 0
-        self._silence = 0
-        self._last_voiced = 0
-
-    def feed(self, pcm: bytes) -> list[str | bytes]:
-        out: list[str | bytes] = []
-        if self.manual:
-            if self.speaking:
-                self._speech += pcm
-            return out
-        self._pending += pcm
-        step = 2 * _WINDOW
-        n = len(self._pending) // step
-        if not n:
-            return out
-        cut = n * step
-        block = bytes(self._pending[:cut])
-        del self._pending[:cut]
-        for i, v in enumerate(voiced_windows(block, _WINDOW, self.c.threshold)):
-            self._window(block[i * step : (i + 1) * step], v, out)
-        return out
-
-    def _window(self, w: bytes, voiced: bool, out: list[str | bytes]) -> None:
-        c = self.c
-        if not self.speaking:
-            if not voiced:
-                self._preroll += self._run + w
-                self._run.clear()
-                del self._preroll[: max(0, len(self._preroll) - c.pad_bytes)]
-                return
-            self._run += w
-            if len(self._run) // (2 * _WINDOW) < c.start_windows:
-                return
-            self.speaking = True
-            self._speech = self._preroll + self._run
-            self._voiced = len(self._run) // 2
-            self._last_voiced = len(self._speech)
-            self._silence = 0
-            self._preroll.clear()
-            self._run.clear()
-            out.append("start")
-            return
-        self._speech += w
-        if voiced:
-            self._voiced += _WINDOW
-            self._silence = 0
-            self._last_voiced = len(self._speech)
-        else:
-            self._silence += _WINDOW
-        if self._silence >= c.hangover or len(self._speech) >= c.max_bytes:
-            out.append(self.end())
-
-    def start(self) -> None:
-        """activityStart (manual mode)."""
-        self.speaking = True
-        self._speech = bytearray()
-
-    def end(self) -> str | bytes:
-        """End the current speech: the utterance, or "discard" when it was too short."""
-        self.speaking = False
-        audio = (
-            bytes(self._speech[: self._last_voiced + self.c.pad_bytes])
-            if not self.manual
-            else bytes(self._speech)
-        )
-        voiced = self._voiced if not self.manual else len(audio) // 2
-        self._speech = bytearray()
-        self._voiced = self._silence = self._last_voiced = 0
-        return audio if voiced >= self.c.min_voiced and audio else "discard"
+    detector: EchoModel
+    manual: bool
+    speech: bytearray | None = None  # manual: the audio since activityStart
 
 
 # -- turns --------------------------------------------------------------------------------------------------
@@ -518,12 +419,11 @@ class GeminiFakeConnection(FakeCore):
         self._created = self._last_now = now
         self._initial_faults = list(faults)
         self._faults: FaultSchedule | None = None
-        self._reject_at: int | None = None
-        self._reject: _Reject | None = None
+        self._reject: _Reject | None = None  # a bad key: the close right after the upgrade (at `now`)
         if not api_key:
-            self._reject_at, self._reject = now, _Reject(1008, NO_KEY)
+            self._reject = _Reject(1008, NO_KEY)
         elif opts.api_keys is not None and api_key not in opts.api_keys:
-            self._reject_at, self._reject = now, _Reject(1007, BAD_KEY)
+            self._reject = _Reject(1007, BAD_KEY)
         # After setup:
         self.setup: dict[str, Any] | None = None
         self.language_code: str | None = None  # setup's speechConfig.languageCode (BCP 47), if it gave one
@@ -608,7 +508,7 @@ class GeminiFakeConnection(FakeCore):
         self._last_now = max(self._last_now, now)
         if self._closing:
             return
-        if self._reject_at is not None and now >= self._reject_at and self._reject is not None:
+        if self._reject is not None and now >= self._created:
             self._close_with(CloseRequest(self._reject.code, self._reject.reason))
             return
         self._fire_faults(now)
@@ -648,8 +548,8 @@ class GeminiFakeConnection(FakeCore):
     def next_deadline(self) -> int | None:
         if self._closing or self._half_open:
             return None
-        if self._reject_at is not None:
-            return self._reject_at
+        if self._reject is not None:
+            return self._created
         candidates = [
             self._setup_complete_at,
             self._next_update,
@@ -706,21 +606,16 @@ class GeminiFakeConnection(FakeCore):
                 f"models/{name} is not found for API version {self.api_version}, "
                 "or is not supported for bidiGenerateContent.",
             )
-        generation = _obj(_get(setup, "generationConfig", {}), "setup.generation_config", _GENERATION_KEYS)
+        generation = _member(setup, "generationConfig", "setup", _GENERATION_KEYS)
         modalities = _get(generation, "responseModalities", ["AUDIO"])
         if modalities != ["AUDIO"]:
             raise _Reject(1007, INVALID_ARGUMENT)
-        speech = _obj(
-            _get(generation, "speechConfig", {}), "setup.generation_config.speech_config", _SPEECH_KEYS
-        )
+        speech = _member(generation, "speechConfig", "setup.generation_config", _SPEECH_KEYS)
         language = _get(speech, "languageCode")
         if language is not None and not isinstance(language, str):
             raise _Reject(1007, INVALID_ARGUMENT)
-        rt = _obj(_get(setup, "realtimeInputConfig", {}), "setup.realtime_input_config")
-        aad = _obj(
-            _get(rt, "automaticActivityDetection", {}),
-            "setup.realtime_input_config.automatic_activity_detection",
-        )
+        rt = _member(setup, "realtimeInputConfig", "setup")
+        aad = _member(rt, "automaticActivityDetection", "setup.realtime_input_config")
         handling = _get(rt, "activityHandling", "START_OF_ACTIVITY_INTERRUPTS")
         if handling not in (
             "START_OF_ACTIVITY_INTERRUPTS",
@@ -729,23 +624,16 @@ class GeminiFakeConnection(FakeCore):
         ):
             raise _Reject(1007, INVALID_ARGUMENT)
         self._interrupts = handling != "NO_INTERRUPTION"
-        start_ms = _get(aad, "prefixPaddingMs", opts.speech_start_ms)
-        hangover_ms = _get(aad, "silenceDurationMs", opts.hangover_ms)
+        start_ms = _get(aad, "prefixPaddingMs", opts.vad.onset_ms)
+        hangover_ms = _get(aad, "silenceDurationMs", opts.vad.hangover_ms)
         if not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (start_ms, hangover_ms)
         ):
             raise _Reject(1007, INVALID_ARGUMENT)
-        self._vad = _Vad(
-            _VadConfig(
-                mean_square(opts.threshold_dbfs),
-                max(1, math.ceil(start_ms / 20)),
-                _IN_RATE * hangover_ms // 1000,
-                _IN_RATE * opts.min_utterance_ms // 1000,
-                2 * _IN_RATE * opts.pad_ms // 1000,
-                2 * _IN_RATE * opts.max_utterance_ms // 1000,
-            ),
-            manual=bool(_get(aad, "disabled", False)),
+        detector = dataclasses.replace(
+            opts.vad, onset_ms=start_ms, hangover_ms=hangover_ms, report_onsets=True, speak=False
         )
+        self._vad = _Vad(EchoModel(_IN_RATE, 2, detector), manual=bool(_get(aad, "disabled", False)))
         instruction_tokens = self._setup_tokens(setup)
         self._transcribe_in = _get(setup, "inputAudioTranscription") is not None
         self._transcribe_out = _get(setup, "outputAudioTranscription") is not None
@@ -753,9 +641,7 @@ class GeminiFakeConnection(FakeCore):
         if compression is not None:
             compression = _obj(compression, "setup.context_window_compression")
             trigger = _int64(_get(compression, "triggerTokens", int(_CONTEXT_LIMIT * 0.8)))
-            window = _obj(
-                _get(compression, "slidingWindow", {}), "setup.context_window_compression.sliding_window"
-            )
+            window = _member(compression, "slidingWindow", "setup.context_window_compression")
             self._compression = (trigger, _int64(_get(window, "targetTokens", trigger // 2)))
         resumption = _get(setup, "sessionResumption")
         handle = None
@@ -832,16 +718,20 @@ class GeminiFakeConnection(FakeCore):
                 for blob in value:
                     self._on_audio(blob, now)
             elif kind == "audioStreamEnd":
-                if value is True and not self._vad.manual and self._vad.speaking:
-                    self._speech_ended(self._vad.end(), now)
+                if value is True and not self._vad.manual:
+                    self._vad.detector.end_utterance(now)
+                    self._detected(now)
             elif kind in ("activityStart", "activityEnd"):
-                if not self._vad.manual:
+                vad = self._vad
+                if not vad.manual:
                     raise _Reject(1007, INVALID_ARGUMENT)
-                if kind == "activityStart" and not self._vad.speaking:
-                    self._vad.start()
+                if kind == "activityStart" and vad.speech is None:
+                    vad.speech = bytearray()
                     self._speech_started(now)
-                elif kind == "activityEnd" and self._vad.speaking:
-                    self._speech_ended(self._vad.end(), now)
+                elif kind == "activityEnd" and vad.speech is not None:
+                    audio, vad.speech = bytes(vad.speech), None
+                    if audio and len(audio) // 2 >= _IN_RATE * self.options.vad.min_utterance_ms // 1000:
+                        self._speech_ended(audio, now)
             elif kind == "text":
                 if not isinstance(value, str):
                     raise _Reject(1007, INVALID_ARGUMENT)
@@ -874,11 +764,21 @@ class GeminiFakeConnection(FakeCore):
         pcm, self._carry = pcm[:whole], pcm[whole:]
         assert self._in_resampler is not None and self._vad is not None and self.session is not None
         pcm = self._in_resampler.process(pcm)
-        for event in self._vad.feed(pcm):
-            if event == "start":
+        if self._vad.manual:
+            if self._vad.speech is not None:
+                self._vad.speech += pcm
+            return
+        self._vad.detector.receive_audio(pcm, pcm, now)
+        self._detected(now)
+
+    def _detected(self, now: int) -> None:
+        """What the detector made of the audio: speech started (a barge-in), an utterance (a user turn)."""
+        assert self._vad is not None
+        while (event := self._vad.detector.next_event()) is not None:
+            if isinstance(event, UtteranceStarted):
                 self._speech_started(now)
-            else:
-                self._speech_ended(event, now)
+            elif isinstance(event, UtteranceDetected):
+                self._speech_ended(event.utterance.audio, now)
 
     def _on_client_content(self, body: dict[str, Any], now: int) -> None:
         assert self.session is not None
@@ -925,9 +825,7 @@ class GeminiFakeConnection(FakeCore):
         if self._reply is not None and self._interrupts:
             self._interrupt(now)
 
-    def _speech_ended(self, utterance: str | bytes, now: int) -> None:
-        if isinstance(utterance, str):
-            return  # too short to be a turn
+    def _speech_ended(self, utterance: bytes, now: int) -> None:
         assert self.session is not None
         self.session.turns += 1
         self.session.context_audio += math.ceil(len(utterance) / 2 / _IN_RATE * _TOKENS_PER_AUDIO_S)
@@ -1211,15 +1109,29 @@ def _default_cert() -> tuple[str, str]:
 
 
 class GeminiFakeServer(FakeServer):
-    """The shared fake shell over TLS, plus what a client needs to trust it."""
+    """The shared fake shell over TLS: the pair (`cert_path`, `key_path`) a client needs to trust it, and the
+    sessions its connections resume. `shell`: FakeServer's `faults` and `record_path`."""
 
     def __init__(
-        self, *args: Any, cert_path: str, key_path: str, sessions: GeminiSessions, **kwargs: Any
+        self, options: GeminiFakeOptions, script: Script | None, tls: tuple[str, str], **shell: Any
     ) -> None:
-        super().__init__(*args, **kwargs)
-        self.cert_path = cert_path
-        self.key_path = key_path
-        self.sessions = sessions
+        self.cert_path, self.key_path = tls
+        self.sessions = GeminiSessions()
+        context = ssl_module.SSLContext(ssl_module.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+
+        def connect(ctx: ConnectionContext) -> GeminiFakeConnection:
+            return GeminiFakeConnection.from_context(ctx, options, script, self.sessions)
+
+        super().__init__(
+            "gemini_live",
+            connect,
+            path=DEFAULT_PATH,
+            accepts_path=_accepts_path,
+            authorize=_authorize,
+            ssl=context,
+            **shell,
+        )
 
     def client_ssl_context(self) -> ssl_module.SSLContext:
         """A client context that trusts this fake's certificate (and nothing else)."""
@@ -1248,29 +1160,12 @@ def server(
     cert: str | None = None,
     key: str | None = None,
 ) -> GeminiFakeServer:
-    """A Gemini Live fake over TLS (not yet listening: `await server(...).start(host, port)`)."""
-    opts = options or GeminiFakeOptions()
+    """A Gemini Live fake over TLS (not yet listening: `await server(...).start(host, port)`): with the given
+    certificate and key, or a self-signed pair made once per process."""
     cert_path, key_path = (cert, key) if cert is not None or key is not None else _default_cert()
-    cert_path, key_path, _ = ensure_cert(cert_path, key_path, tempfile.gettempdir())
-    context = ssl_module.SSLContext(ssl_module.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(cert_path, key_path)
-    sessions = GeminiSessions()
-
-    def factory(ctx: ConnectionContext) -> GeminiFakeConnection:
-        return GeminiFakeConnection.from_context(ctx, opts, script, sessions)
-
+    tls = ensure_cert(cert_path, key_path, tempfile.gettempdir())[:2]
     return GeminiFakeServer(
-        "gemini_live",
-        factory,
-        path=DEFAULT_PATH,
-        accepts_path=_accepts_path,
-        authorize=_authorize,
-        faults=faults,
-        record_path=record_path,
-        ssl=context,
-        cert_path=cert_path,
-        key_path=key_path,
-        sessions=sessions,
+        options or GeminiFakeOptions(), script, tls, faults=faults, record_path=record_path
     )
 
 
