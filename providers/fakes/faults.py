@@ -126,9 +126,8 @@ class FaultSchedule:
         self._pending: list[tuple[int, Fault]] = []  # (due time, fault)
         self._states: dict[FaultKind, tuple[int, Fault]] = {}  # active lasting faults, with their start
         self.fired: list[Fault] = []
-        self._unreported: list[
-            Fault
-        ] = []  # lasting faults that `active()` switched on before `due()` said so
+        # lasting faults that `active()` switched on before `due()` said so
+        self._unreported: list[Fault] = []
         for fault in faults:
             self.add(fault, start, from_start=True)
 
@@ -149,23 +148,17 @@ class FaultSchedule:
                 self._states[fault.kind] = (at, fault)
             self.fired.append(fault)
             fired.append(fault)
-        self.active(
-            FaultKind.STALL, now
-        )  # a stall that has ended is dropped, so its end is no longer a deadline
+        self.active(FaultKind.STALL, now)  # a stall that has ended is dropped: its end is no deadline now
         return fired
 
     def active(self, kind: FaultKind, now: int) -> Fault | None:
         """The lasting fault of `kind` in force at `now` (a stall ends VALUE ms after it began). One-shot
         faults that are due stay pending for `due()`: asking about a state never swallows them."""
         self._promote_states(now)
-        entry = self._states.get(kind)
-        if entry is None:
-            return None
-        at, fault = entry
-        if kind is FaultKind.STALL and fault.value is not None and now >= at + int(fault.value * NS_PER_MS):
+        if kind is FaultKind.STALL and (end := self.stall_ends()) is not None and now >= end:
             del self._states[kind]
-            return None
-        return fault
+        entry = self._states.get(kind)
+        return entry[1] if entry is not None else None
 
     def _promote_states(self, now: int) -> None:
         keep = []
@@ -188,11 +181,8 @@ class FaultSchedule:
     def next_deadline(self) -> int | None:
         if not self._pending and not self._states:  # no fault at all: the common case, asked every frame
             return None
-        deadlines = [self._pending[0][0]] if self._pending else []
-        stall_end = self.stall_ends()
-        if stall_end is not None:
-            deadlines.append(stall_end)
-        return min(deadlines) if deadlines else None
+        first = self._pending[0][0] if self._pending else None
+        return min((t for t in (first, self.stall_ends()) if t is not None), default=None)
 
     def speed(self, now: int, normal: float = 1.0) -> float:
         """How many times faster than real time output should go now (`normal` without a burst fault)."""

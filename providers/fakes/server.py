@@ -30,14 +30,8 @@ the TCP connection is dropped), 1001 to every open connection when the server st
 raises. A client frame is never fed to a core that asked to close or once the close handshake has begun.
 Unlike it, a slow reader gets no back-pressure: the fake writes on, as a paced provider does.
 
-A connection core (a subclass of providers/fakes/connection.py `FakeCore`, or anything alike) provides:
-- `record: ConnectionRecord`, `last_frame: ClientFrameRecord | None`;
-- `receive_message(data, now)`, `handle_timer(now)`, `connection_lost(code, now)`, `inject(fault, now)`;
-- `frames_to_send() -> list[str]`, `close_to_send() -> CloseRequest | None`, `next_deadline() -> int | None`;
-- `recorded(frame) -> dict`: the frame as written to the record file (audio payloads shortened);
-- optionally `half_open: bool`: once true, the shell stops reading and writing on the socket (pings go
-  unanswered), as a peer whose network vanished would, until the client closes, the server stops, or 50 s
-  have passed (HALF_OPEN_LIMIT_S: then it drops the TCP connection, about when websockets' keepalive did).
+A connection core is a `FakeConnection`: a subclass of providers/fakes/connection.py `FakeCore`, or anything
+alike.
 """
 
 from __future__ import annotations
@@ -145,6 +139,12 @@ class ConnectionContext:
 
 
 class FakeConnection(Protocol):
+    """What the shell drives. `recorded(frame)` is the frame as written to the record file (audio payloads
+    shortened). Optionally `half_open: bool`: once true, the shell stops reading and writing on the socket
+    (pings go unanswered), as a peer whose network vanished would, until the client closes, the server stops,
+    or 50 s have passed (HALF_OPEN_LIMIT_S: then it drops the TCP connection, about when websockets' keepalive
+    did)."""
+
     record: ConnectionRecord
 
     @property
@@ -592,13 +592,7 @@ class _Socket(asyncio.Protocol):
             first = buffer[at]
             if (first == 0x81 or first == 0x82) and proto.state is OPEN and proto.cur_size is None:
                 payload = apply_mask(buffer[at + head : end], buffer[at + head - 4 : at + head])
-                message: str | bytes | None = payload
-                if first == 0x81:
-                    try:
-                        message = str(payload, "utf-8")
-                    except UnicodeDecodeError as exc:
-                        self._not_utf8(exc)
-                        message = None
+                message = self._text(payload) if first == 0x81 else payload
                 if message is not None and self._active:
                     self._feed(message)
             else:
