@@ -236,9 +236,7 @@ class _Session:
 @dataclass(frozen=True, slots=True)
 class _Snapshot:
     session: _Session
-    turns: int
-    context_text: int
-    context_audio: int
+    state: tuple[int, int, int]  # the session's turns, context_text and context_audio when issued
     issued: int
 
 
@@ -249,9 +247,8 @@ class GeminiSessions:
         self.handles: dict[str, _Snapshot] = {}
 
     def issue(self, handle: str, session: _Session, now: int) -> None:
-        self.handles[handle] = _Snapshot(
-            session, session.turns, session.context_text, session.context_audio, now
-        )
+        state = (session.turns, session.context_text, session.context_audio)
+        self.handles[handle] = _Snapshot(session, state, now)
 
 
 class _Reject(Exception):
@@ -696,11 +693,7 @@ class GeminiFakeConnection(FakeCore):
             ended = max(snap.issued, session.released or snap.issued)
             if now - ended > self.options.handle_ttl_ms * NS_PER_MS:
                 raise _Reject(1007, INVALID_ARGUMENT)  # expired
-            session.turns, session.context_text, session.context_audio = (
-                snap.turns,
-                snap.context_text,
-                snap.context_audio,
-            )
+            session.turns, session.context_text, session.context_audio = snap.state
             session.holder = self.index
             self.record.resumed_handle = handle
             return session
