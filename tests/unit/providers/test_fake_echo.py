@@ -15,6 +15,7 @@ from providers.fakes.echo import (
     EchoOptions,
     EchoStarted,
     UtteranceDetected,
+    UtteranceStarted,
 )
 from rtp.g711 import ulaw_decode, ulaw_encode
 from rtp.units import NS_PER_MS as MS
@@ -211,6 +212,27 @@ def test_queue_is_bounded() -> None:
     for _ in range(5):
         model.receive_audio(burst, ulaw_decode(burst), 0)  # all at now=0: nothing plays out
     assert model.queued == 1 and model.dropped == 3
+
+
+def test_an_onset_needs_a_run_of_voiced_windows_and_is_reported_at_once() -> None:
+    """Gemini's VAD (`onset_ms`, `report_onsets`): a lone voiced window begins nothing; a run of two begins an
+    utterance, reported at once even when it then ends too short to be detected (the next one takes its
+    index); `end_utterance` ends one now, its pre-roll the `pad_ms` before the run."""
+    model = EchoModel(RATE, 1, EchoOptions(onset_ms=40, report_onsets=True, speak=False))
+    d = Driver(model)
+    d.feed(ulaw(quiet(200), tone(20), quiet(600, seed=1)))
+    assert d.events == []
+    d.feed(ulaw(tone(60), quiet(600, seed=2)))  # begins, but 60 ms is under min_utterance_ms
+    assert [type(e) for e in d.events] == [UtteranceStarted] and d.events[0].index == 1
+    d.events.clear()
+    d.feed(ulaw(quiet(100, seed=3), tone(300)))
+    [started] = d.events
+    assert isinstance(started, UtteranceStarted) and (started.index, started.voiced_start_ms) == (1, 1580)
+    model.end_utterance(d.now)
+    [det] = list(iter(model.next_event, None))
+    assert isinstance(det, UtteranceDetected) and det.utterance.index == 1
+    u = det.utterance
+    assert (u.voiced_start, u.start, u.end) == (1580 * 8, 1520 * 8, 1880 * 8)
 
 
 def test_options_are_validated() -> None:
