@@ -643,6 +643,11 @@ class Delegations:
     def deadline_ms(self) -> int | None:
         return self._release_at_ms if self.held else None
 
+    def next_deadline_ms(self) -> int | None:
+        """The ledger's soonest deadline, session ms: the held results' release or the end's grace (S8)."""
+        due, ending = self.deadline_ms(), self.ending_due_ms
+        return ending if due is None or (ending is not None and ending < due) else due
+
     def handle_timer(self, token: int, at_ms: int) -> None:
         if self.held and self._release_at_ms is not None and at_ms >= self._release_at_ms:
             self._release(token, at_ms)

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from typing import Protocol
 
 from bridge.engine.commands import AudioDiscontinuity, Outbox, Transcript
 from providers.events import InputTranscript, OutputTranscript, ProviderEvent
@@ -300,15 +301,28 @@ class Unheard:
         return min((at for at in self._turn_starts if at > told_ms), default=None)
 
 
+class Room(Protocol):
+    """A room with deadlines of its own: the soonest, monotonic ns (None: none)."""
+
+    def next_deadline(self) -> int | None: ...
+
+
 class Deadlines:
-    """The soonest of a session's deadlines (monotonic ns). `hot` is asked every time: the output path's, which
-    every caller frame moves. `rooms` (every other room's) are asked again only after an input that may have
-    moved one (`moved`); a caller frame that changed no turn and made no room act does not."""
+    """The soonest of a session's deadlines (monotonic ns). `hot`'s is asked every time: the output path's, which
+    every caller frame moves. The other `rooms`' and the job ledger's (`ledger_ms`, session ms on `timeline`)
+    are asked again only after an input that may have moved one (`moved`); a caller frame that changed no turn
+    and made no room act does not."""
 
-    __slots__ = ("_hot", "_rooms", "_known", "_due")
+    __slots__ = ("_hot", "_rooms", "_timeline", "_ledger_ms", "_known", "_due")
 
-    def __init__(self, hot: Callable[[], int | None], rooms: Callable[[], Iterable[int | None]]) -> None:
-        self._hot, self._rooms = hot, rooms
+    def __init__(
+        self,
+        hot: Callable[[], int | None],
+        rooms: tuple[Room, ...],
+        timeline: Timeline,
+        ledger_ms: Callable[[], int | None],
+    ) -> None:
+        self._hot, self._rooms, self._timeline, self._ledger_ms = hot, rooms, timeline, ledger_ms
         self._known = False
         self._due: int | None = None
 
@@ -317,17 +331,13 @@ class Deadlines:
 
     def soonest(self) -> int | None:
         if not self._known:
-            self._due, self._known = soonest(self._rooms()), True
+            due = self._timeline.instant(self._ledger_ms())
+            for room in self._rooms:  # (a loop: asked after most timer ticks)
+                if (t := room.next_deadline()) is not None and (due is None or t < due):
+                    due = t
+            self._due, self._known = due, True
         due, rooms = self._hot(), self._due
         return rooms if due is None or (rooms is not None and rooms < due) else due
-
-
-def soonest(times: Iterable[int | None]) -> int | None:
-    due = None
-    for t in times:  # (a loop: cheaper than min over a generator, asked after most timer ticks)
-        if t is not None and (due is None or t < due):
-            due = t
-    return due
 
 
 def _group(token: int, parts: list[tuple[str, int, int]]) -> tuple[int, str, int, int]:

@@ -1,0 +1,134 @@
+"""One session's rooms, built and wired once: each room gets the collaborators it needs and nothing more.
+Which room is told what, and when, is bridge/engine/coordinator.py `SessionCoordinator` (these rooms and the
+routes between them).
+
+Where each rule lives (DESIGN §2):
+- reservoir.py `OutputPath`: the reservoir, the cushion, item boundaries, the final message (SE2, SE3);
+  `Line`: hold and ringing, states of the line that never start a recovery (S7).
+- barrier.py `BargeIn`: clears through the playback-epoch barrier, barge-in, suppression (SE4, SE5).
+- turns.py `TurnTracker`: the caller's turns, local VAD merged with provider speech events (SE5); caller.py
+  `CallerTurns`: each turn change and caption told to the rooms that keep one.
+- recovery.py `RecoveryController`: HR1-HR3, HR5, HR7, HR8, HR13 and the half-open watchdog.
+- connections.py `Connections`: tokens, connection ids, floor and listeners (principle 3, RO7).
+- rollover.py `RolloverController` and `RolloverLink`: RO1-RO9.
+- delegations.py `Delegations`: the job ledger, HR6, HR9, HR10, DL1, DL2.
+- telephony.py `TelephonyTools` and `CallEnding`: DL6, and one way to say goodbye, then BYE.
+- timeline.py `Timeline` and `Captions`: SE6, HR11; `Unheard`: S1; `Deadlines`: the soonest deadline.
+- usage.py `UsageMeter`: HR12. status.py: the `status()` view.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bridge.engine.barrier import BargeIn, Channel
+from bridge.engine.caller import CallerTurns
+from bridge.engine.commands import Outbox
+from bridge.engine.connections import Connections
+from bridge.engine.cushion import CARRIER_LEAD_FRAMES
+from bridge.engine.delegations import DelegationOptions, Delegations
+from bridge.engine.recovery import RecoveryController, seeds
+from bridge.engine.reservoir import Line, OutputPath
+from bridge.engine.rollover import RolloverLink, RolloverOptions
+from bridge.engine.telephony import CallEnding, TelephonyOptions, TelephonyTools
+from bridge.engine.timeline import Captions, Deadlines, Timeline, Unheard
+from bridge.engine.turns import TurnTracker
+from bridge.engine.usage import UsageMeter
+from bridge.engine.vad import VadOptions
+from providers.base import Capabilities, SessionSettings
+from providers.limits import AudioLimits
+from rtp.audio import AudioFormat
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorOptions:
+    lead_frames: int = CARRIER_LEAD_FRAMES  # the carrier cushion: frames waiting in the playout at most
+    item_quiet_ms: int = 300  # GPT-Live names no items: a pause this long ends one
+    caption_close_ms: int = 1_000  # GPT-Live: a caller turn's caption fragments are final this long after it
+    vad: VadOptions = field(default_factory=VadOptions)
+    delegations: DelegationOptions = field(default_factory=DelegationOptions)
+    rollover: RolloverOptions | None = None  # None: no rollover (the call ends at the provider's cap)
+    telephony: TelephonyOptions = field(default_factory=TelephonyOptions)
+    closing_message: bytes = b""  # what the caller hears before a failed or refused session's BYE
+
+
+class SessionRooms:
+    """One call's rooms, with the session's own figures (`state`, `frames_in`) and `next_deadline`."""
+
+    next_deadline: Callable[[], int | None]
+
+    def __init__(
+        self,
+        *,
+        limits: AudioLimits,
+        output_format: AudioFormat,
+        capabilities: Capabilities,
+        channel: Channel,
+        now: int,
+        token: int = 1,
+        options: CoordinatorOptions | None = None,
+        settings: SessionSettings | None = None,
+    ) -> None:
+        o = self.options = options or CoordinatorOptions()
+        self.capabilities = caps = capabilities
+        # RO5: turn detection off where the protocol allows it; the bridge's own VAD turns are committed.
+        self.client_turns = (settings or SessionSettings()).turn_detection == "client" and caps.client_commits
+        out = self.out = Outbox()
+        timeline = self.timeline = Timeline(now)
+        conns = self.connections = Connections(token)
+        output = self.output = OutputPath(
+            limits, output_format, channel, lead_frames=o.lead_frames, item_quiet_ms=o.item_quiet_ms
+        )
+        barge = self.barge = BargeIn(output, truncate=caps.truncate)
+        turns = self.turns = TurnTracker(caps, o.vad, client_turns=self.client_turns)
+        jobs = self.delegations = Delegations(o.delegations)
+        captions = self.captions = Captions(out, close_ms=o.caption_close_ms, fragments=not caps.server_vad)
+        unheard = self.unheard = Unheard(out, timeline, captions, now)  # S1
+        seed, next_seed = seeds(conns, captions, jobs, caps)  # HR7, RO8
+        recovery = self.recovery = RecoveryController(
+            out, conns, output, jobs, seed, self._afresh, answer_within_ms=caps.answer_within_ms
+        )
+        rollover = self.rollover = RolloverLink(
+            out,
+            conns,
+            timeline,
+            captions,
+            turns,
+            o.rollover,
+            next_seed,
+            client_commits=self.client_turns,
+            jobs=jobs,
+            responses=caps.response_events,
+            unheard=unheard.rollover_closed,
+        )
+        self.call_line = Line(output, out, recovery, truncate=caps.truncate, token=token)  # S7
+        ending = self.ending = CallEnding(out, output, o.telephony, o.closing_message)
+        self.telephony = TelephonyTools(out, o.telephony, jobs, ending)
+        self.usage = UsageMeter()
+        self.caller = CallerTurns(
+            out, conns, timeline, turns, captions, unheard, barge, recovery, jobs, rollover, ending
+        )
+        # The soonest of every room's deadlines (S8: the jobs' grace at the end of the session, too).
+        rooms = (recovery, ending, rollover, captions)
+        self.deadlines = Deadlines(output.next_deadline, rooms, timeline, jobs.next_deadline_ms)
+        self.next_deadline = self.deadlines.soonest  # when `handle_timer` is due (monotonic ns; None: never)
+        self.state = "connecting"  # then "ready", "closing" or "failed": the coordinator moves it
+        self.frames_in = 0
+        rollover.start()
+
+    def _afresh(self, old: int, now: int) -> None:
+        """A replacement starts afresh (`CallerTurns.afresh`; the recovery room is built before it)."""
+        self.caller.afresh(old, now)
+
+    @property
+    def token(self) -> int:  # the transport token of the connection holding the floor
+        return self.connections.floor
+
+    @property
+    def on_hold(self) -> bool:
+        return self.call_line.on_hold
+
+    @property
+    def hold_dropped_bytes(self) -> int:  # the floor's audio dropped while held
+        return self.call_line.dropped_bytes
