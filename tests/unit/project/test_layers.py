@@ -31,6 +31,8 @@ BRIDGE_ROOMS = frozenset(
     f"bridge.engine.{name}"
     for name in (
         "coordinator",
+        "rooms",
+        "caller",
         "reservoir",
         "barrier",
         "turns",
