@@ -1,7 +1,8 @@
 """parlora-bridge: phone calls to realtime speech-to-speech AI.
 
 The embedding API (bridge/server/api.py) is available from the package: `bridge.Server`, `bridge.ServerConfig`,
-`bridge.Application`, `bridge.CallSetup`, `bridge.LiveCall`, with `bridge.JobRequest` and `bridge.ToolSpec`.
+`bridge.Application`, `bridge.CallSetup`, `bridge.LiveCall`, with `bridge.JobRequest` and `bridge.ToolSpec`
+(and `bridge.DoNotCall`, `bridge.RetryPolicy`, `bridge.Disclosure` for placed calls and disclosures).
 It is imported on first use, so the session engine's modules load without the SIP engine.
 """
 
@@ -15,6 +16,9 @@ _EXPORTS = {
     "Application": "bridge.server.api",
     "CallSetup": "bridge.server.api",
     "LiveCall": "bridge.server.api",
+    "DoNotCall": "bridge.server.api",
+    "RetryPolicy": "bridge.engine.dial_retry",
+    "Disclosure": "bridge.engine.disclosure",
     "JobRequest": "bridge.engine.delegations",
     "ToolSpec": "providers.base",
     "TelephonyOptions": "bridge.engine.telephony",

@@ -17,7 +17,10 @@ shows each one with a comment:
                   (passed | failed | none | absent), provider,
                   instructions | instructions_file, tools = [{name, description, parameters}], greeting,
                   language, voice, amd (outbound routes: overrides [outbound] amd), calling_hours and timezone
-                  (outbound routes: "mon-fri 09:00-20:00" in an IANA zone)
+                  (outbound routes: "mon-fri 09:00-20:00" in an IANA zone), retry_attempts, retry_on,
+                  retry_delay_s (outbound routes: override [outbound]'s), disclosure (the AI disclosure, the call's
+                  first audio: a WAV file — a value ending in .wav — the bridge plays, or a line the model must say
+                  first: bridge/engine/disclosure.py)
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
     [recovery]    reservoir_bytes, residence_ms, failure_message (a WAV, 8 kHz mono 16-bit)
     [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, transfer_targets = {NAME = "sip:URI"},
@@ -26,7 +29,8 @@ shows each one with a comment:
     [logging]     level, format (text | json), cdr (a file: one JSON line per finished call)
     [recording]   dir (a stereo WAV per call)
     [drain]       timeout_s
-    [outbound]    amd (answering-machine detection on calls placed: bridge/engine/amd.py, bridge/server/session.py)
+    [outbound]    amd (answering-machine detection on calls placed: bridge/engine/amd.py, bridge/server/session.py),
+                  retry_attempts, retry_on, retry_delay_s (busy / no-answer retries: bridge/engine/dial_retry.py)
 
 Rules:
 - A bad file is refused with every problem at once, one line each: the file, the key path and what was
@@ -115,6 +119,7 @@ from typing import Any, Literal, TypeVar
 import click
 
 from bridge.engine.calling_hours import CallingHours, parse_calling_hours
+from bridge.engine.dial_retry import DEFAULT_RETRY_ON, MAX_ATTEMPTS, MAX_DELAY_S, RetryPolicy, parse_retry_on
 from bridge.engine.rollover import RolloverOptions
 from bridge.engine.telephony import TelephonyOptions
 from bridge.server.console import parse_stun_url, parse_webrtc_address
@@ -281,6 +286,12 @@ class Route:
     voice: str | None = None
     amd: bool | None = None  # an outbound route's machine detection (None: [outbound] amd)
     calling_hours: CallingHours | None = None  # an outbound route's window (bridge/engine/calling_hours.py)
+    # an outbound route's retry policy, each field over [outbound]'s (None: [outbound]'s; dial_retry.py)
+    retry_attempts: int | None = None
+    retry_on: frozenset[int] | None = None
+    retry_delay_s: float | None = None
+    disclosure: str | None = None  # a line the model must say first (bridge/engine/disclosure.py)
+    disclosure_wav: str | None = None  # or a recording the bridge plays first (a path)
     _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     def matches(self, called: str, headers: Sequence[tuple[str, str]]) -> bool:
@@ -362,6 +373,24 @@ class Drain:
 @dataclass(frozen=True, slots=True)
 class Outbound:
     amd: bool = False  # answering-machine detection on calls placed; the greeting waits for its verdict
+    # busy / no-answer retries of calls placed (bridge/engine/dial_retry.py): one attempt, no retry, by default
+    retry_attempts: int = 1
+    retry_on: frozenset[int] = DEFAULT_RETRY_ON
+    retry_delay_s: float = 300.0
+
+    def retry_policy(self, route: Route | None = None) -> RetryPolicy:
+        """The retry policy of calls placed on `route` (its fields over these), or of calls on none."""
+
+        def pick(own: T | None, default: T) -> T:
+            return default if own is None else own
+
+        if route is None:
+            return RetryPolicy(self.retry_attempts, self.retry_on, self.retry_delay_s)
+        return RetryPolicy(
+            pick(route.retry_attempts, self.retry_attempts),
+            pick(route.retry_on, self.retry_on),
+            pick(route.retry_delay_s, self.retry_delay_s),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -1128,7 +1157,50 @@ _ROUTE_KEYS = [
     "amd",
     "calling_hours",
     "timezone",
+    "retry_attempts",
+    "retry_on",
+    "retry_delay_s",
+    "disclosure",
 ]
+
+
+def _disclosure(r: _Reader, t: dict[str, object], p: str) -> tuple[str | None, str | None]:
+    """A route's `disclosure`: (a line of text, None), or (None, the path of a WAV) for a value ending in .wav."""
+    value = r.string(t, "disclosure", p, what="a line of text, or a WAV file (8 kHz mono 16-bit)")
+    if value is None or not value.lower().endswith(".wav"):
+        return value, None
+    path = r.file(t, "disclosure", p)
+    if path is not None and Path(path).is_file() and (problem := _check_wav(path)) is not None:
+        r.fail(f"{p}.disclosure", problem)
+        return None, None
+    return None, path
+
+
+def _retry_on(r: _Reader, t: dict[str, object], p: str) -> frozenset[int] | None:
+    """`retry_on`: "busy,no_answer" or statuses (bridge/engine/dial_retry.py), a string or an array of them."""
+    value = t.get("retry_on", _MISSING)
+    if value is _MISSING:
+        return None
+    parts = value if isinstance(value, list) else [value]
+    if not parts or not all(isinstance(v, str | int) and not isinstance(v, bool) for v in parts):
+        r.expect(f"{p}.retry_on", 'classes or statuses, e.g. "busy,no_answer" or [486, 408]', value)
+        return None
+    try:
+        return parse_retry_on(",".join(str(v) for v in parts))
+    except ValueError as exc:
+        r.fail(f"{p}.retry_on", str(exc))
+        return None
+
+
+def _retry_fields(
+    r: _Reader, t: dict[str, object], p: str
+) -> tuple[int | None, frozenset[int] | None, float | None]:
+    attempts = r.integer(t, "retry_attempts", p, lo=1, hi=MAX_ATTEMPTS)
+    delay = r.number(t, "retry_delay_s", p, lo=0.0, default=None)
+    if delay is not None and delay > MAX_DELAY_S:
+        r.fail(f"{p}.retry_delay_s", f"at most {MAX_DELAY_S:g} s (a retry an hour later is the longest wait)")
+        delay = None
+    return attempts, _retry_on(r, t, p), delay
 
 
 def _calling_hours(r: _Reader, t: dict[str, object], p: str, direction: str | None) -> CallingHours | None:
@@ -1224,6 +1296,13 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
         if direction == "outbound" and attestation is not None:
             r.fail(f"{p}.attestation", "an outbound route has no caller attestation to match")
         hours = _calling_hours(r, t, p, direction)
+        retry_attempts, retry_on, retry_delay = _retry_fields(r, t, p)
+        disclosure, disclosure_wav = _disclosure(r, t, p)
+        if direction != "outbound" and (retry_attempts, retry_on, retry_delay) != (None, None, None):
+            r.fail(
+                f"{p}.retry_attempts",
+                "retries are for outbound routes: the bridge does not call a caller back",
+            )
         route = Route(
             name=name or f"route-{i}",
             direction="outbound" if direction == "outbound" else "inbound",
@@ -1239,6 +1318,11 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
             voice=r.string(t, "voice", p),
             amd=amd,
             calling_hours=hours,
+            retry_attempts=retry_attempts,
+            retry_on=retry_on,
+            retry_delay_s=retry_delay,
+            disclosure=disclosure,
+            disclosure_wav=disclosure_wav,
             _regex=regex,
         )
         if any(o.name == route.name for o in out):
@@ -1874,6 +1958,21 @@ OPTIONS: tuple[Option, ...] = (
            "Answering-machine detection on calls placed: the model's first words wait for the verdict (human, "
            "machine, beep, silence, unknown; at most 4 s after the answer), a machine's until its beep. Native "
            "engine only.", is_flag=True),
+    Option("retry_attempts", ("--retry-attempts",), "outbound.retry_attempts",
+           "Attempts of each call placed, the first included (1: never retried). A busy or unanswered call "
+           "(--retry-on) is placed again after --retry-delay, each further wait doubled (at most 1 h); calling "
+           "hours, the do-not-call hook and the trunk's queue are checked again for each.",
+           type=click.IntRange(1, MAX_ATTEMPTS), default=1, show_default=True, metavar="N", example=("3",)),
+    Option("retry_on", ("--retry-on",), "outbound.retry_on",
+           "What a retry follows: busy (486, 600), no_answer (408, 480), unavailable (500, 502-504), or those "
+           "statuses, comma-separated. A decline (603), a wrong number or a cancel is never retried.",
+           default="busy,no_answer", show_default=True, metavar="LIST", example=("busy",),
+           needs=("--retry-attempts", "2")),
+    Option("retry_delay", ("--retry-delay",), "outbound.retry_delay_s",
+           "Seconds before the first retry of a call placed; each further retry waits twice as long (at most "
+           "3600).",
+           type=click.FloatRange(min=0, min_open=True, max=MAX_DELAY_S), default=300.0, show_default=True,
+           metavar="S", example=("60",), needs=("--retry-attempts", "2")),
 )  # fmt: skip
 
 # `serve`'s click parameter names → their row; an option without a row is an error (`apply_options`)
@@ -2019,8 +2118,15 @@ def _problem(parse: Callable[[str], str]) -> Callable[[str], str | None]:
 
 
 def _outbound(r: _Reader, t: dict[str, object]) -> Outbound:
-    r.keys(t, "outbound", ["amd"])
-    return Outbound(amd=r.boolean(t, "amd", "outbound", False))
+    r.keys(t, "outbound", ["amd", "retry_attempts", "retry_on", "retry_delay_s"])
+    attempts, retry_on, delay = _retry_fields(r, t, "outbound")
+    default = Outbound()
+    return Outbound(
+        amd=r.boolean(t, "amd", "outbound", False),
+        retry_attempts=default.retry_attempts if attempts is None else attempts,
+        retry_on=default.retry_on if retry_on is None else retry_on,
+        retry_delay_s=default.retry_delay_s if delay is None else delay,
+    )
 
 
 def _recording(r: _Reader, t: dict[str, object]) -> str | None:

@@ -56,6 +56,8 @@ from bridge.cli.config import Trunk as TrunkSection
 from bridge.engine.calling_hours import OutsideCallingHours
 from bridge.engine.delegations import JobRequest
 from bridge.engine.dial_limits import TrunkLimits
+from bridge.engine.dial_retry import RetryPolicy
+from bridge.engine.disclosure import Disclosure
 from bridge.engine.rollover import RolloverOptions
 from bridge.server.api import (
     ECHO_LOCAL_KEY,
@@ -187,6 +189,7 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
         refuse_failed_attestation=config.inbound.refuse_failed_attestation,
         drain_timeout_s=config.drain.timeout_s,
         amd=config.outbound.amd,
+        retry=config.outbound.retry_policy(),  # busy / no-answer retries (bridge/engine/dial_retry.py)
         route_providers=routed,
         cdr=config.logging.cdr,  # bridge/server/records.py: one JSON line per finished call
         record_dir=config.recording.dir,  # bridge/server/recording.py: a stereo WAV per call
@@ -341,6 +344,7 @@ class RoutedApplication(Application):
         self._inner = inner
         self._config = config
         self._now = now  # the wall clock a route's calling window is read on
+        self._recordings: dict[str, bytes] = {}  # routes' disclosure WAVs, read at their first call
 
     async def setup(self, call: CallIdentity) -> CallSetup:
         base = await self._inner.setup(call)
@@ -366,6 +370,16 @@ class RoutedApplication(Application):
                 raise OutsideCallingHours(chosen.name, hours, hours.opens_after(now))
         self._inner.check_outbound(target, None)
 
+    def retry_policy(self, target: str, route: str | None) -> RetryPolicy | None:
+        """The retry policy of the route the call goes out on (its fields over [outbound]'s), else [outbound]'s."""
+        routes = self._config.routes
+        chosen = (
+            named_route(routes, route, "outbound")
+            if route is not None
+            else select_route(routes, dialled_user(target), (), "outbound")
+        )
+        return self._config.outbound.retry_policy(chosen)
+
     async def setup_outbound(self, call: CallIdentity, route: str | None) -> CallSetup:
         base = await self._inner.setup_outbound(call, None)
         routes = self._config.routes
@@ -388,6 +402,7 @@ class RoutedApplication(Application):
                 greeting=base.greeting or d.greeting,
                 language=base.language or d.language,
                 amd=base.amd,
+                disclosure=base.disclosure,
             )
         LOG_CALLS.route(call.call_id, route.name)  # JSON log lines carry it from here on
         log.info("call %s: route %s", call.call_id, route.name)
@@ -401,7 +416,18 @@ class RoutedApplication(Application):
             provider=route.provider,  # None: the default provider (bridge/server/plans.py)
             language=route.language or base.language or d.language,
             amd=route.amd if route.amd is not None else base.amd,
+            disclosure=self._disclosure(route) or base.disclosure,
         )
+
+    def _disclosure(self, route: Route) -> Disclosure | None:
+        """A route's disclosure (bridge/engine/disclosure.py): its line, or its recording (read once)."""
+        if route.disclosure is not None:
+            return Disclosure(text=route.disclosure)
+        if route.disclosure_wav is None:
+            return None
+        if (audio := self._recordings.get(route.disclosure_wav)) is None:
+            audio = self._recordings[route.disclosure_wav] = _read_message(route.disclosure_wav)
+        return Disclosure(audio=audio)
 
     async def job(self, call: LiveCall, job: JobRequest) -> str:
         return await self._inner.job(call, job)

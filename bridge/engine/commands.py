@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from bridge.engine.connections import token_of
 from bridge.engine.delegations import DelegationCommand, DelegationNotice
+from bridge.engine.disclosure import DisclosureResult
 from providers.events import ProviderError
 
 
@@ -365,6 +366,7 @@ Notice = (
     | RolloverChanged
     | Reseeded
     | DelegationNotice
+    | DisclosureResult
 )
 
 

@@ -14,11 +14,10 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from bridge.engine.commands import *  # noqa: F403 - the vocabulary, re-exported for the shell and the tests
-from bridge.engine.commands import AudioDiscontinuity, Command, Notice, SendAudio
+from bridge.engine.commands import AudioDiscontinuity, SendAudio
 from bridge.engine.connections import Role
 from bridge.engine.rooms import CoordinatorOptions as CoordinatorOptions
 from bridge.engine.rooms import SessionRooms
-from bridge.engine.status import session_status
 from providers import events as ev
 
 
@@ -192,6 +191,9 @@ class SessionCoordinator(SessionRooms):
 
     def call_ended(self, now: int) -> None:
         """The call leg is gone: a connection lost from now on is the session closing, not a fault."""
+        self.disclosure.over(
+            "the call was never answered" if self.call_line.unanswered else "the call ended", now
+        )
         self.ending.call_ended(self.token, now, reconnecting=self.recovery.reconnecting)
         self.rollover.end("call_ended", now)  # S6: nothing more is opened, authorised or funded
         self._ending(now)
@@ -223,6 +225,10 @@ class SessionCoordinator(SessionRooms):
             self._settle(now)
             if lost:  # what the model said beyond the capacity while it rang
                 self.out.notices.append(AudioDiscontinuity("output", lost, "ringing", self.timeline.ms(now)))
+        if not self.ending.ended and self.disclosure.answered(
+            now
+        ):  # it plays first (bridge/engine/disclosure.py)
+            self.deadlines.moved()
 
     # --- the timer, the outputs, and what every input ends with ---
     def handle_timer(self, now: int) -> None:
@@ -246,22 +252,14 @@ class SessionCoordinator(SessionRooms):
         jobs = self.delegations
         return self.ending.finished(now) and (jobs.ended or jobs.ending_due_ms is None)
 
-    def commands(self) -> list[Command]:
-        return self.out.take_commands()
-
-    def notices(self) -> list[Notice]:
-        mine, jobs = self.out.take_notices(), self.delegations.notices()
-        return [*mine, *jobs] if jobs else mine
-
-    def status(self, now: int) -> dict[str, Any]:
-        """The session's state for `status()` and `GET /calls/{id}` (SE7, HR13): bridge/engine/status.py."""
-        return session_status(self, now)
-
     def _settle(self, now: int, moved: bool = True) -> None:
         """After every input: the output fed, the drain checked, rollover decisions and jobs routed (each a
         test of a flag or a list where nothing of theirs changed). The other rooms' deadlines are asked again
         (`Deadlines.moved`) after any input but a caller frame that changed no turn and made no room act."""
         output, rollover, jobs = self.output, self.rollover, self.delegations
+        if self.call_line.disclosing:
+            self.disclosure.check(now)
+            moved = True  # (its deadline: the ledger read again a frame later)
         output.feed(now)
         if rollover.speaker_busy and output.drained(now):
             rollover.speaker_drained(now)
@@ -271,7 +269,7 @@ class SessionCoordinator(SessionRooms):
             if (refused := rollover.route(now)) is not None:
                 self._end(f"rollover not possible: {refused}", now, goodbye=True)
             rollover.gone(now)
-        gate = self.connections.handing_over or self.call_line.paused  # RO8; S7: told only what can be heard
+        gate = self.connections.handing_over or self.call_line.gated  # RO8; S7: told only what can be heard
         if jobs.handover != gate:  # (a bool test per frame)
             jobs.floor(self.token, gate, self.timeline.ms(now))
             moved = True
@@ -289,6 +287,7 @@ class SessionCoordinator(SessionRooms):
 
     def _end(self, reason: str, now: int, *, failed: bool = False, goodbye: bool = False) -> None:
         if self.ending.end(reason, now, failed=failed, goodbye=goodbye):
+            self.disclosure.over(f"the session ended: {reason}", now)
             self.state = "failed" if failed else "closing"
             self.rollover.end("session_ended", now)  # S6
             self._ending(now)

@@ -218,6 +218,8 @@ class OutputPath:
         self._frame_ns: int | None = None  # the latest caller frame's tick (`count_underrun`)
         self.underruns = 0  # media ticks that found no frame ready in the middle of an item
         self.paused = False  # S7: the line is held or ringing (`pause`)
+        # the disclosure plays (bridge/engine/disclosure.py): a clear (a barge-in, a hold) leaves the channel alone
+        self.protected = False
 
     def _quiet(self, now: int) -> bool:
         """No audio for `item_quiet_ms` (or none yet): the item audio was arriving for is over."""
@@ -295,7 +297,9 @@ class OutputPath:
         return self.framer.add(tail) if tail and self.framer.item_id is not None else []
 
     def clear(self) -> tuple[int, list[str]]:
-        """Drop all unplayed output through the barrier; returns the ms dropped and the items it belonged to."""
+        """Drop all unplayed output through the barrier; returns the ms dropped and the items it belonged to.
+        While the disclosure plays (`protected`) the channel holds only it: the model's output is dropped, the
+        channel is not cleared."""
         items: dict[str, None] = {frame.item_id: None for frame in self._ready}
         if self.framer.item_id is not None:
             items[self.framer.item_id] = None
@@ -308,6 +312,8 @@ class OutputPath:
         self.framer.discard()
         self.converter.reset()
         self._item_id = None
+        if self.protected:
+            return dropped_ms + pending, list(items)
         result = self.barrier.clear()
         for item in result.transmitted_ms:
             items[item] = None
@@ -336,8 +342,19 @@ class OutputPath:
         self.feed(now)
         return dropped
 
+    def play_disclosure(self, pcm16_8k: bytes, item_id: str) -> int:
+        """Queue the disclosure recording for the caller ahead of anything of the model's (the line's output is
+        held meanwhile, `Line.disclose`), protected from clears; returns its length in frames."""
+        framer = ItemFramer()  # its own: the model's item being framed is not touched
+        framer.start(item_id, self.barrier.epoch)
+        frames = framer.add(pcm16_8k) + framer.finish()
+        self.channel.enqueue(frames)
+        self.protected = True
+        return len(frames)
+
     def play_final_message(self, pcm16_8k: bytes) -> int:
         """Clear all output and queue a closing message for the caller; returns its length in ms."""
+        self.protected = False  # the session ends: a disclosure still playing goes too
         self.clear()
         self.framer.start("final-message", self.barrier.epoch)
         frames = self.framer.add(pcm16_8k) + self.framer.finish()
@@ -413,6 +430,8 @@ class Line:
         self._output, self._out, self._watchdog, self._truncate = output, out, watchdog, truncate
         self.on_hold = False  # the caller holds the call (`hold`)
         self.unanswered = False  # an outbound call still rings (`ring`)
+        # the disclosure has not reached the carrier yet (`disclose`): the output is held, caller frames still go
+        self.disclosing = False
         self.paused = False  # either: nothing can play, nothing is forwarded (a flag test per caller frame)
         self.dropped_bytes = 0  # the floor's audio dropped while held
         # The floor's items whose audio came while held: True, truncated at 0 ms on resume (a truncation goes
@@ -465,6 +484,24 @@ class Line:
         self._settle(now)
         return True
 
+    @property
+    def gated(self) -> bool:
+        """Results and speakable updates wait: nothing of the model's can be heard now."""
+        return self.paused or self.disclosing
+
+    def disclose(self, now: int) -> None:
+        """The disclosure is to be the call's first audio: the model's output is held until `disclosed`."""
+        self.disclosing = True
+        self._settle(now)
+
+    def disclosed(self, now: int) -> int:
+        """The disclosure has reached the carrier (or never will): the model's output plays, unless the line is
+        held or rings. Returns the bytes of output that did not fit while it was held."""
+        if not self.disclosing:
+            return 0
+        self.disclosing = False
+        return self._settle(now)
+
     def ring(self, now: int) -> bool:
         """An outbound call rings (False when it already did)."""
         if self.unanswered:
@@ -483,15 +520,19 @@ class Line:
 
     def _settle(self, now: int) -> int:
         """After a change of the line: pause or resume what plays and the silence watchdog; returns the bytes
-        of output that did not fit while paused (0 on pausing, or when nothing changed)."""
+        of output that did not fit while paused (0 on pausing, or when nothing changed). The disclosure holds
+        the output only: the caller is heard and the watchdog runs."""
         paused = self.on_hold or self.unanswered
-        if paused == self.paused:
+        output = self._output
+        if paused != self.paused:
+            self.paused = paused
+            if paused:
+                output.pause(now)
+                self._watchdog.pause()
+            else:
+                self._watchdog.resume()
+        if paused or self.disclosing:
+            if not output.paused:
+                output.pause(now)
             return 0
-        self.paused = paused
-        if paused:
-            self._output.pause(now)
-            self._watchdog.pause()
-            return 0
-        dropped = self._output.resume(now)
-        self._watchdog.resume()
-        return dropped
+        return output.resume(now)

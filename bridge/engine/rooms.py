@@ -15,22 +15,26 @@ Where each rule lives (DESIGN §2):
 - telephony.py `TelephonyTools` and `CallEnding`: DL6, and one way to say goodbye, then BYE.
 - timeline.py `Timeline` and `Captions`: SE6, HR11; `Unheard`: S1; `Deadlines`: the soonest deadline.
 - usage.py `UsageMeter`: HR12. status.py: the `status()` view.
+- disclosure.py `DisclosureRoom`: a recorded disclosure is the call's first audio, timed by the ledger.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from bridge.engine.barrier import BargeIn, Channel
 from bridge.engine.caller import CallerTurns
-from bridge.engine.commands import Outbox
+from bridge.engine.commands import Command, Notice, Outbox
 from bridge.engine.connections import Connections
 from bridge.engine.cushion import CARRIER_LEAD_FRAMES
 from bridge.engine.delegations import DelegationOptions, Delegations
+from bridge.engine.disclosure import Disclosure, DisclosureGate, DisclosureRoom
 from bridge.engine.recovery import RecoveryController, seeds
 from bridge.engine.reservoir import Line, OutputPath
 from bridge.engine.rollover import RolloverLink, RolloverOptions
+from bridge.engine.status import session_status
 from bridge.engine.telephony import CallEnding, TelephonyOptions, TelephonyTools
 from bridge.engine.timeline import Captions, Deadlines, Timeline, Unheard
 from bridge.engine.turns import TurnTracker
@@ -51,6 +55,9 @@ class CoordinatorOptions:
     rollover: RolloverOptions | None = None  # None: no rollover (the call ends at the provider's cap)
     telephony: TelephonyOptions = field(default_factory=TelephonyOptions)
     closing_message: bytes = b""  # what the caller hears before a failed or refused session's BYE
+    disclosure: Disclosure | None = (
+        None  # played or said before the model is heard (bridge/engine/disclosure.py)
+    )
 
 
 class SessionRooms:
@@ -102,7 +109,10 @@ class SessionRooms:
             responses=caps.response_events,
             unheard=unheard.rollover_closed,
         )
-        self.call_line = Line(output, out, recovery, truncate=caps.truncate, token=token)  # S7
+        line = self.call_line = Line(output, out, recovery, truncate=caps.truncate, token=token)  # S7
+        recording = o.disclosure if o.disclosure is not None and o.disclosure.audio is not None else None
+        gate = DisclosureGate(recording) if recording is not None else None
+        disclosure = self.disclosure = DisclosureRoom(gate, output, line, out, timeline, now)
         ending = self.ending = CallEnding(out, output, o.telephony, o.closing_message)
         self.telephony = TelephonyTools(out, o.telephony, jobs, ending)
         self.usage = UsageMeter()
@@ -110,7 +120,7 @@ class SessionRooms:
             out, conns, timeline, turns, captions, unheard, barge, recovery, jobs, rollover, ending
         )
         # The soonest of every room's deadlines (S8: the jobs' grace at the end of the session, too).
-        rooms = (recovery, ending, rollover, captions)
+        rooms = (recovery, ending, rollover, captions, disclosure)
         self.deadlines = Deadlines(output.next_deadline, rooms, timeline, jobs.next_deadline_ms)
         self.next_deadline = self.deadlines.soonest  # when `handle_timer` is due (monotonic ns; None: never)
         self.state = "connecting"  # then "ready", "closing" or "failed": the coordinator moves it
@@ -120,6 +130,19 @@ class SessionRooms:
     def _afresh(self, old: int, now: int) -> None:
         """A replacement starts afresh (`CallerTurns.afresh`; the recovery room is built before it)."""
         self.caller.afresh(old, now)
+
+    def commands(self) -> list[Command]:
+        """What the shell carries out, in order (taken: each once)."""
+        return self.out.take_commands()
+
+    def notices(self) -> list[Notice]:
+        """Facts for the log, the application and the records, in order (taken: each once)."""
+        mine, jobs = self.out.take_notices(), self.delegations.notices()
+        return [*mine, *jobs] if jobs else mine
+
+    def status(self, now: int) -> dict[str, Any]:
+        """The session's state for `status()` and `GET /calls/{id}` (SE7, HR13): bridge/engine/status.py."""
+        return session_status(self, now)
 
     @property
     def token(self) -> int:  # the transport token of the connection holding the floor

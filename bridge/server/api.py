@@ -30,9 +30,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from bridge.engine.amd import AmdBeep, AmdEvent, AmdOptions, AmdVerdict
+from bridge.engine.calling_hours import OutsideCallingHours
 from bridge.engine.coordinator import CoordinatorOptions
 from bridge.engine.delegations import JobRequest
 from bridge.engine.dial_limits import DialLimits
+from bridge.engine.dial_retry import DialSeries, RetryPolicy
+from bridge.engine.disclosure import Disclosure, disclosure_instruction
 from bridge.engine.rollover import RolloverOptions
 from bridge.engine.telephony import (
     TIME_LIMIT_NOTE,
@@ -41,7 +44,8 @@ from bridge.engine.telephony import (
     tool_specs,
 )
 from bridge.server.console import ConsoleFeed, ConsoleHooks, poll_status
-from bridge.server.dial_queue import DialQueue
+from bridge.server.dial_queue import DialQueue, DialRefused
+from bridge.server.dial_series import SeriesRun
 from bridge.server.dialing import DialTrunk, choose_trunk, dial_target
 from bridge.server.drain import ShutdownSignals, drain, http_drain, say_goodbye
 from bridge.server.greeting import greet
@@ -53,7 +57,15 @@ from bridge.server.plans import ECHO_LOCAL_KEY as ECHO_LOCAL_KEY  # re-exported:
 from bridge.server.plans import ProviderEndpoint, ProviderPlans
 from bridge.server.providers import ProviderChoice
 from bridge.server.recording import RecordKeeper
-from bridge.server.records import AmdResult, AppEvent, CallRecord, CallStarted, UncertainWork, Utterance
+from bridge.server.records import (
+    AmdResult,
+    AppEvent,
+    CallRecord,
+    CallStarted,
+    DialRow,
+    UncertainWork,
+    Utterance,
+)
 from bridge.server.session import CallSession, CallSummary
 from providers.base import Provider, SessionSettings, ToolSpec
 from providers.limits import LimitOverrides
@@ -95,6 +107,9 @@ class CallSetup:
     provider: str | None = None  # the route's provider (one of ServerConfig.route_providers)
     language: str | None = None  # BCP 47 ("de-DE"): each provider takes it in its own field (SessionSettings)
     amd: bool | None = None  # an outbound call's machine detection (None: ServerConfig.amd)
+    # the AI disclosure, the call's first audio: a recording the bridge plays, or a line the model must say first
+    # (bridge/engine/disclosure.py); the call record says whether it reached the carrier
+    disclosure: Disclosure | None = None
 
 
 class CallRefused(Exception):  # a refusal the application means, not an error
@@ -103,6 +118,11 @@ class CallRefused(Exception):  # a refusal the application means, not an error
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
         self.status, self.reason = status, reason
+
+
+class DoNotCall(ValueError):
+    """Raised by `Application.check_outbound` for a number the application may not call (a do-not-call list):
+    nothing is sent, and the refusal is a row of the CDR (reason `do_not_call`)."""
 
 
 class LiveCall:
@@ -152,10 +172,16 @@ class Application:
         return CallSetup()
 
     def check_outbound(self, target: str, route: str | None) -> None:
-        """Before a call is placed (`Server.dial`): ValueError refuses it before anything is sent (`POST
-        /calls` answers 400 with the message), e.g. for a `route` this application does not have."""
+        """Before a call is placed (`Server.dial`), and again before each retry of it: ValueError refuses it
+        before anything is sent (`POST /calls` answers 400 with the message), e.g. for a `route` this
+        application does not have; `DoNotCall` for a number on a do-not-call list. Each refusal is a CDR row."""
         if route is not None:
             raise ValueError(f"route {route!r}: this application has no routes to name")
+
+    def retry_policy(self, target: str, route: str | None) -> RetryPolicy | None:
+        """A placed call's retry policy for busy and no answer (bridge/engine/dial_retry.py); None: the
+        server's (`ServerConfig.retry`, `[outbound]`)."""
+        return None
 
     async def setup_outbound(self, call: CallIdentity, route: str | None) -> CallSetup:
         """Per call this bridge placed, while the callee rings (`call.direction == "outbound"`; `route` is the
@@ -269,6 +295,8 @@ class ServerConfig:
     external_address: str | None = None  # NAT: the address peers reach us at
     drain_timeout_s: float = 0.0  # SIGTERM lets live calls finish this long (0: hang up at once)
     amd: bool = False  # answering-machine detection on the calls `dial` places (bridge/engine/amd.py)
+    # busy / no-answer retries of the calls `dial` places (bridge/engine/dial_retry.py); one attempt by default
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     cdr: str | None = None  # one JSON line per finished call appended to this file
     record_dir: str | None = None  # a stereo WAV per call in this directory
     route_providers: tuple[ProviderEndpoint, ...] = ()  # providers config routes name (plans.py)
@@ -324,6 +352,11 @@ class Server:
             DialLimits({t.name: t.limits for t in config.dial_trunks}), count=self.observer.metrics.dial
         )
         self._dial_tickets: dict[str, int] = {}  # a placed call's ticket there, until its task starts
+        # each placed call's attempt series by the call id of every attempt, until the series ends
+        self._series_of: dict[str, SeriesRun] = {}
+        self.dial_clock: Callable[[], int] = (
+            time.monotonic_ns
+        )  # the retry timers' clock (a test's virtual one)
 
     async def start(self) -> None:
         """Start the provider fake (echo), the status endpoint and the SIP engine; EngineError (e.g.
@@ -417,6 +450,8 @@ class Server:
     async def stop(self) -> bool:
         """Hang up every call, stop the SIP engine; True when it stopped cleanly."""
         clean = True
+        for run in set(self._series_of.values()):
+            run.cancel("stopped")
         if self._agent is not None:
             clean = await self._agent.stop()  # sessions see CallEnded
             self._agent = None
@@ -525,7 +560,9 @@ class Server:
             log.info("call %s: a repeated Idempotency-Key, no second call", dialled.call_id)
         return dialled
 
-    async def _place(self, request: DialRequest) -> str:
+    async def _place(self, request: DialRequest, run: SeriesRun | None = None) -> str:
+        """One attempt of a dial: the first (`run` None: its series begins here) or the next of `run`'s. Each is
+        checked as a first dial is; a refusal is a CDR row (and the series' end) before it is raised."""
         to, from_uri, ring_timeout_s, trunk, route, headers = (
             request.to,
             request.from_uri,
@@ -539,12 +576,26 @@ class Server:
             raise EngineError("the SIP engine is not running")
         if not offers_dial(agent):
             raise EngineError(f"placing calls is not supported on the {self.config.engine} engine")
-        self.application.check_outbound(to, route)
+        try:
+            self.application.check_outbound(to, route)
+        except OutsideCallingHours as exc:
+            await self._dial_refused(request, run, "calling_hours", str(exc), None)
+            raise
+        except ValueError as exc:  # the do-not-call hook, or a request the application refuses
+            why = "do_not_call" if isinstance(exc, DoNotCall) else "application"
+            await self._dial_refused(request, run, why, str(exc), None)
+            raise
+        policy = run.core.policy if run is not None else self.application.retry_policy(to, route)
         via = choose_trunk(self.config.dial_trunks, to, trunk)
         target = dial_target(to, via)
         # no trunk: no credentials ("" — never the engine's own, which are a trunk's)
         auth_user, password = via.credentials if via is not None else (None, "")
-        ticket = await self.dial_queue.admit(via.name if via is not None else None)  # DialRefused
+        trunk_name = via.name if via is not None else None
+        try:
+            ticket = await self.dial_queue.admit(trunk_name)
+        except DialRefused as exc:
+            await self._dial_refused(request, run, exc.refused.reason, str(exc), trunk_name)
+            raise
         try:
             leg = await agent.dial(
                 target,
@@ -560,9 +611,99 @@ class Server:
         log.info(
             "call %s: to %s via %s", leg.identity.call_id, target, f"trunk {via.name}" if via else "no trunk"
         )
-        self._dial_tickets[leg.identity.call_id] = ticket  # freed when the call's task ends (`_on_call`)
+        call_id = leg.identity.call_id
+        self._dial_tickets[call_id] = ticket  # freed when the call's task ends (`_on_call`)
+        if run is None:
+            core = DialSeries(policy or self.config.retry)
+            run = SeriesRun(
+                core, request, redial=self._redial, finished=self._series_finished, clock=self.dial_clock
+            )
+        elif run.core.attempts:
+            self.observer.metrics.dial_retry(run.core.attempts[-1].outcome or "failed")
+        run.core.placed(call_id)
+        self._series_of[call_id] = run  # the attempt's end goes to its series (`_run_call`, `_on_call`)
         self._on_call(leg, route=route)
-        return leg.identity.call_id
+        return call_id
+
+    async def _dial_refused(
+        self, request: DialRequest, run: SeriesRun | None, reason: str, detail: str, trunk: str | None
+    ) -> None:
+        """A dial refused before anything was sent: a CDR row with its reason, and its series' end."""
+        if reason not in ("queue_full", "queue_timeout"):  # (the queue counts its own refusals)
+            self.observer.metrics.dial(trunk, f"refused_{reason}")
+        body: dict[str, Any] = {
+            "to": request.to,
+            "route": request.route,
+            "trunk": trunk,
+            "reason": reason,
+            "detail": detail,
+        }
+        if run is not None:
+            body["series"], body["attempt"] = run.id, len(run.core.attempts) + 1
+        log.info("dial to %s refused (%s): %s", request.to, reason, detail)
+        await self.records.row(DialRow("dial_refused", time.time(), body))
+        if run is not None:
+            run.refused(reason, detail)
+
+    def _redial(self, run: SeriesRun) -> None:
+        """A series' next attempt is due: placed, unless the server is draining or stopped."""
+        if self.draining or self._agent is None:
+            run.cancel("draining" if self.draining else "stopped")
+            return
+        self._on_call_task(self._attempt_again(run), f"dial-{run.id}-{len(run.core.attempts) + 1}")
+
+    async def _attempt_again(self, run: SeriesRun) -> None:
+        try:
+            await self._place(run.request, run)
+        except (OutsideCallingHours, DialRefused, ValueError):
+            pass  # refused: a CDR row and the series' end (`_dial_refused`)
+        except Exception as exc:  # nothing was placed (the engine stopped, ...)
+            log.warning("dial %s: attempt %d failed: %s", run.id, len(run.core.attempts) + 1, exc)
+            run.refused("failed", str(exc))
+
+    def _series_finished(self, run: SeriesRun) -> None:
+        """A dial's series is over: forgotten, and a CDR row when it could have had more than one attempt."""
+        core, final = run.core, run.core.final
+        for attempt in core.attempts:
+            if attempt.call_id is not None and self._series_of.get(attempt.call_id) is run:
+                del self._series_of[attempt.call_id]
+        if final is None:
+            return
+        log.info(
+            "dial %s: %s after %d attempt(s) (%s)", run.id, final.outcome, len(core.attempts), final.reason
+        )
+        if core.policy.attempts > 1:
+            request = run.request
+            body = {"to": request.to, "route": request.route, **core.to_json()}
+            self._on_call_task(
+                self.records.row(DialRow("dial_series", time.time(), body)), f"dial-{run.id}-row"
+            )
+
+    def cancel_dial(self, call_id: str, reason: str = "cancelled by the application") -> bool:
+        """No further attempt of the dial whose series holds `call_id` (any attempt's id); an attempt still
+        ringing is hung up. False when no series holds it (a call not placed by `dial`, or one already over)."""
+        run = self._series_of.get(call_id)
+        if run is None:
+            return False
+        run.cancel(reason)
+        for attempt in run.core.attempts:
+            if (
+                attempt.call_id is not None
+                and attempt.outcome is None
+                and (live := self.calls.get(attempt.call_id))
+            ):
+                live.hang_up(reason)
+        return True
+
+    def _attempt_over(self, call_id: str, session: CallSession) -> dict[str, Any] | None:
+        """A placed call's attempt is over: its series decides (the next attempt, or the end); its record's line."""
+        run = self._series_of.get(call_id)
+        if run is None:
+            return None
+        ended = session.leg_ended
+        status = ended.status_code if ended is not None else 0
+        reason = ended.reason if ended is not None else "unknown"
+        return run.attempt_ended(call_id, status, session.answered_ns is not None, reason)
 
     async def _dial_from_http(
         self,
@@ -587,6 +728,8 @@ class Server:
 
     def _hangup(self, call_id: str) -> bool:
         """The console's hang-up button (POST /calls/{id}/hangup)."""
+        if self.cancel_dial(call_id, "hung up from the console"):  # a placed call: no further attempt either
+            return True
         call = self.calls.get(call_id)
         if call is None:
             return False
@@ -628,6 +771,8 @@ class Server:
         if self._agent is not None:
             self._agent.drain()
         self.draining = True
+        for run in set(self._series_of.values()):  # no dial is retried from now on
+            run.cancel("draining")
 
     def _on_call(self, leg: CallLeg, *, lead_frames: int | None = None, route: str | None = None) -> None:
         """Run one call (a SIP engine's leg, or a browser's with its larger cushion in `lead_frames`; `route`:
@@ -642,6 +787,9 @@ class Server:
         if (ticket := self._dial_tickets.pop(leg.identity.call_id, None)) is not None:
             queue = self.dial_queue
             task.add_done_callback(lambda _: queue.ended(ticket))
+        if (run := self._series_of.get(call_id := leg.identity.call_id)) is not None:
+            # an attempt whose task ended before its session did (refused by the application's setup): over
+            task.add_done_callback(lambda _: run.attempt_ended(call_id, 0, False, "ended before its session"))
 
     def _on_call_task(self, coro: Coroutine[Any, Any, object], name: str) -> None:
         task: asyncio.Task[object] = asyncio.create_task(coro, name=name)
@@ -664,6 +812,11 @@ class Server:
             log.info("call %s: refused 608: caller ID failed STIR/SHAKEN verification", identity.call_id)
             leg.hangup("Rejected", status=608)
             self.observer.call_refused(None, 608)
+            body = {"call_id": identity.call_id, "from": identity.from_uri, "to": identity.to_uri}
+            row = DialRow(
+                "call_refused", time.time(), {**body, "reason": "attestation_failed", "sip_status": 608}
+            )
+            await self.records.row(row)
             return
         try:
             if identity.direction == "outbound":
@@ -691,16 +844,18 @@ class Server:
             return replace(choice, settings=seeded).connect(token)
 
         holder: list[LiveCall] = []
-        records = self.records.call(identity, setup.route, _provider_name(plan), _to(app, holder))
+        records = self.records.call(
+            identity, setup.route, _provider_name(plan), _to(app, holder), setup.disclosure
+        )
         session = CallSession(
             leg,
             choice.connect(token=1),
             reconnect=reconnect,
             settings=settings,
             failure_message=self.config.failure_message,
-            options=CoordinatorOptions(rollover=rollover)
+            options=CoordinatorOptions(rollover=rollover, disclosure=setup.disclosure)
             if lead_frames is None
-            else CoordinatorOptions(rollover=rollover, lead_frames=lead_frames),
+            else CoordinatorOptions(rollover=rollover, lead_frames=lead_frames, disclosure=setup.disclosure),
             job_handler=lambda job: app.job(holder[0], job),
             approve=lambda rollover_id: app.approve_rollover(holder[0], rollover_id),
             authorize=app.authorize,
@@ -719,17 +874,21 @@ class Server:
         self.observer.call_started(setup.route)
         summary: CallSummary | None = None
         records.begin(session.started_ns, leg.ledger)  # call_started
-        if setup.greeting:  # the model speaks first (bridge/server/greeting.py)
-            self._on_call_task(greet(call, setup.greeting), f"{identity.call_id}-greeting")
+        if greeting := _first_words(setup):  # the model speaks first (bridge/server/greeting.py)
+            self._on_call_task(greet(call, greeting), f"{identity.call_id}-greeting")
         try:
             summary = await session.run()
-            await records.end(summary, session.status(), answered=session.coordinator is not None)
+            dial = self._attempt_over(identity.call_id, session)  # a placed call's series: retry or end
+            await records.end(summary, session.status(), answered=session.coordinator is not None, dial=dial)
             try:
                 await app.ended(call, summary)
             except Exception:
                 log.exception("call %s: the application's ended() failed", identity.call_id)
         finally:
-            await records.end(summary, session.status(), answered=session.coordinator is not None)  # once
+            dial = self._attempt_over(identity.call_id, session)
+            await records.end(
+                summary, session.status(), answered=session.coordinator is not None, dial=dial
+            )  # once
             if amd_events := session.amd_events:
                 self._keep_amd_line(identity.call_id, amd_line(amd_events))
             self.calls.pop(identity.call_id, None)
@@ -787,10 +946,24 @@ def outbound_outcome(server: Server, call_id: str) -> dict[str, Any] | None:
     return next((o for o in reversed(outbound) if o.get("call") == call_id), None)
 
 
+def _first_words(setup: CallSetup) -> str | None:
+    """What the model is asked to say as the call comes up: the greeting, after a disclosure line when the route
+    has one (bridge/engine/disclosure.py: the record checks that the first utterance said it)."""
+    line = setup.disclosure.text if setup.disclosure is not None else None
+    if line is None:
+        return setup.greeting
+    return disclosure_instruction(line) + (f" Then: {setup.greeting}" if setup.greeting else "")
+
+
 def _settings(config: ServerConfig, setup: CallSetup) -> SessionSettings:
-    """One call's session settings: its setup over the server's defaults, with the telephony tools."""
+    """One call's session settings: its setup over the server's defaults, with the telephony tools (and a
+    disclosure line's instruction: bridge/engine/disclosure.py)."""
+    instructions = setup.instructions or config.instructions
+    if setup.disclosure is not None and setup.disclosure.text is not None:
+        rule = disclosure_instruction(setup.disclosure.text)
+        instructions = f"{instructions}\n\n{rule}" if instructions else rule
     return SessionSettings(
-        instructions=setup.instructions or config.instructions,
+        instructions=instructions,
         voice=setup.voice,
         tools=setup.tools + tool_specs(config.telephony),
         history=setup.history,

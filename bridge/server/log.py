@@ -21,6 +21,7 @@ from bridge.engine.commands import (
     TurnEnded,
 )
 from bridge.engine.delegations import CommandsUnknown, JobChanged, WorkUncertain
+from bridge.engine.disclosure import DisclosureResult
 from bridge.engine.reservoir import OutputOverflow
 from providers.events import ProviderError
 
@@ -122,6 +123,13 @@ FORMATTERS: dict[type, Callable[[Any], Lines]] = {
     AudioDiscontinuity: _discontinuity,
     RolloverChanged: _rollover,
     RecoveryChanged: _recovery,
+    DisclosureResult: lambda n: [
+        (
+            logging.INFO if n.outcome == "delivered" else logging.WARNING,
+            "disclosure %s: %d of %s ms sent (%s)",
+            (n.outcome, n.transmitted_ms, n.length_ms, n.reason),
+        )
+    ],
     Reseeded: lambda n: [
         (
             logging.WARNING,

@@ -17,7 +17,10 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
     sip_responses_sent_total{code}               final and provisional responses the bridge sent
     refusals_total{reason}                       calls / requests refused before any provider connection
     dials_total{trunk,outcome}                   dials placed by the bridge: started, queued, refused_queue_full,
-                                                 refused_queue_timeout (a trunk's limits: bridge/engine/dial_limits.py)
+                                                 refused_queue_timeout (a trunk's limits: bridge/engine/dial_limits.py),
+                                                 refused_calling_hours, refused_do_not_call, refused_application
+    dial_retries_total{after}                    dials placed again after an attempt that was busy, no_answer or
+                                                 unavailable (bridge/engine/dial_retry.py)
     identity_ignored_total{reason}               inbound Identity headers (STIR/SHAKEN) that gave nothing:
                                                  sip/core/attestation.py IGNORED_REASONS (oversize, bad base64, ...)
     rtp_packets_total{direction}                 RTP packets received (in) and sent (out)
@@ -248,6 +251,13 @@ class BridgeMetrics:
             ["trunk", "outcome"],
             registry=r,
         )
+        self._dial_retries = Counter(
+            f"{PREFIX}_dial_retries",
+            "Dials placed again by their retry policy (bridge/engine/dial_retry.py), by the outcome of the attempt "
+            "before: busy, no_answer, unavailable.",
+            ["after"],
+            registry=r,
+        )
         self._idempotent_replays = Counter(
             f"{PREFIX}_idempotent_replays",
             "Dials answered with an earlier call for a repeated Idempotency-Key (no second call placed).",
@@ -310,6 +320,9 @@ class BridgeMetrics:
 
     def dial(self, trunk: str | None, outcome: str) -> None:
         self._dials.labels(trunk=trunk or "", outcome=outcome).inc()
+
+    def dial_retry(self, after: str) -> None:
+        self._dial_retries.labels(after=after).inc()
 
     def idempotent_replay(self) -> None:
         self._idempotent_replays.inc()

@@ -31,6 +31,7 @@ from typing import Any, BinaryIO, ClassVar
 import numpy as np
 
 from bridge.engine.barrier import Channel
+from bridge.engine.disclosure import Disclosure
 from bridge.server.records import (
     RECORD_NOTICES,
     AppEvent,
@@ -38,6 +39,7 @@ from bridge.server.records import (
     CallInfo,
     CallOutcome,
     CallRecord,
+    DialRow,
     RecordBuilder,
 )
 from bridge.server.session import CallSummary
@@ -75,11 +77,12 @@ class CdrWriter:
         with self._lock, self.path.open("a", encoding="utf-8") as out:
             out.write(line + "\n")
 
-    async def append(self, record: CallRecord) -> None:
+    async def append(self, record: CallRecord | DialRow) -> None:
+        label = record.call.call_id if isinstance(record, CallRecord) else record.label
         try:
             await asyncio.to_thread(self._write, record.cdr_line())
         except OSError as exc:
-            log.error("call %s: cannot append to the CDR file %s: %s", record.call.call_id, self.path, exc)
+            log.error("call %s: cannot append to the CDR file %s: %s", label, self.path, exc)
 
 
 class CallReporter:
@@ -440,17 +443,32 @@ class RecordKeeper:
         self.cdr = CdrWriter(cdr) if cdr else None
         self.record_dir = record_dir
 
-    def call(self, identity: CallIdentity, route: str | None, provider: str, deliver: Deliver) -> CallRecords:
-        """One call's records (`route` and `provider` as the call's setup chose them)."""
-        return CallRecords(self, CallInfo.of(identity, route=route, provider=provider), deliver)
+    def call(
+        self,
+        identity: CallIdentity,
+        route: str | None,
+        provider: str,
+        deliver: Deliver,
+        disclosure: Disclosure | None = None,
+    ) -> CallRecords:
+        """One call's records (`route`, `provider` and its `disclosure` as the call's setup chose them)."""
+        return CallRecords(self, CallInfo.of(identity, route=route, provider=provider), deliver, disclosure)
+
+    async def row(self, row: DialRow) -> None:
+        """A CDR row that is no call's record (a refusal, a dial series' end); nothing without `--cdr`."""
+        if self.cdr is not None:
+            await self.cdr.append(row)
 
 
 class CallRecords:
     """One call's events, record and recording: `sink` and `tap` go into its `CallSession`; `begin` when the
     session exists, `end` once it has run."""
 
-    def __init__(self, keeper: RecordKeeper, info: CallInfo, deliver: Deliver) -> None:
+    def __init__(
+        self, keeper: RecordKeeper, info: CallInfo, deliver: Deliver, disclosure: Disclosure | None = None
+    ) -> None:
         self._keeper, self.info, self._deliver = keeper, info, deliver
+        self._disclosure = disclosure
         self.tap = CallRecording() if keeper.record_dir else None
         self._reporter: CallReporter | None = None
         self._wav: WavWriter | None = None
@@ -467,7 +485,9 @@ class CallRecords:
         return both
 
     def begin(self, start_ns: int, ledger: CarrierLedger) -> None:
-        builder = RecordBuilder(self.info, ledger=ledger, start_ns=start_ns, started_at=time.time())
+        builder = RecordBuilder(
+            self.info, ledger=ledger, start_ns=start_ns, started_at=time.time(), disclosure=self._disclosure
+        )
         self._reporter = CallReporter(builder, self._deliver, cdr=self._keeper.cdr)
         self._reporter.start()
         if self.tap is not None and self._keeper.record_dir is not None:
@@ -475,7 +495,12 @@ class CallRecords:
             self._wav.start()
 
     async def end(
-        self, summary: CallSummary | None, status: Mapping[str, Any], *, answered: bool
+        self,
+        summary: CallSummary | None,
+        status: Mapping[str, Any],
+        *,
+        answered: bool,
+        dial: Mapping[str, Any] | None = None,
     ) -> CallRecord | None:
         """The WAV file closed, the CDR line, `call_ended` with the record to the application; once (a second
         call returns the same record; None before `begin`)."""
@@ -492,5 +517,6 @@ class CallRecords:
             frames_in=summary.frames_in if summary else 0,
             frames_out=summary.frames_out if summary else 0,
             recording=path,
+            dial=dial,
         )
         return await self._reporter.finish(outcome)

@@ -42,6 +42,7 @@ from bridge.engine.amd import AmdBeep, AmdNoBeep, AmdVerdict
 from bridge.engine.commands import BargedIn, RecoveryChanged, RolloverChanged, Transcript
 from bridge.engine.connections import connection_id
 from bridge.engine.delegations import UncertainItem, WorkUncertain
+from bridge.engine.disclosure import DISCLOSURE_ITEM, Disclosure, DisclosureResult, text_result
 from rtp.audio import FRAME_MS
 from rtp.ledger import ItemProgress, LedgerEntry
 from rtp.units import NS_PER_MS
@@ -63,6 +64,7 @@ RECORD_NOTICES = (
     AmdVerdict,
     AmdBeep,
     AmdNoBeep,
+    DisclosureResult,
 )
 """The notice types the builder reads (a shell may drop every other notice before queueing it)."""
 
@@ -321,6 +323,9 @@ class CallOutcome:
     frames_in: int
     frames_out: int
     recording: str | None = None  # the WAV file (`--record`)
+    dial: Mapping[str, Any] | None = (
+        None  # a placed call's attempt of its dial's series (bridge/engine/dial_retry.py)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,6 +358,12 @@ class CallRecord:
     # read from the leg's RTP figures (qos["rtp"]["one_way_audio"]); None when audio came (or no figures)
     one_way_audio: str | None = None
     amd: tuple[AmdResult, ...] = ()  # an outbound call's machine detection: the verdict, then the beep
+    # a call the bridge placed: which attempt of its dial it was, its outcome, and the next attempt or the series'
+    # end (bridge/engine/dial_retry.py)
+    dial: Mapping[str, Any] | None = None
+    # the route's disclosure: delivered (the ledger shows it reached the carrier), partial or not_delivered, and
+    # why (bridge/engine/disclosure.py); None: the route has none
+    disclosure: DisclosureResult | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -426,6 +437,8 @@ class CallRecord:
             "recording": self.recording,
             "one_way_audio": self.one_way_audio,
             **({"amd": [_amd_json(a) for a in self.amd]} if self.amd else {}),
+            **({"dial": dict(self.dial)} if self.dial is not None else {}),
+            **({"disclosure": self.disclosure.to_json()} if self.disclosure is not None else {}),
         }
 
     def cdr_line(self) -> str:
@@ -449,6 +462,28 @@ def _counted(body: dict[str, Any], kept: int, total: int | None) -> dict[str, An
     if total is not None and total > kept:
         body["omitted"] = total - kept
     return body
+
+
+@dataclass(frozen=True, slots=True)
+class DialRow:
+    """A CDR row that is no call's record: a dial refused before anything was sent (`kind` "dial_refused":
+    the trunk's queue, the route's calling hours, the application's do-not-call hook; an inbound call refused for
+    its failed attestation), or the end of a dial's attempt series (`kind` "dial_series", when it could have
+    more than one attempt). `body` is the rest of the row."""
+
+    kind: Literal["dial_refused", "dial_series", "call_refused"]
+    at: float  # unix s
+    body: Mapping[str, Any]
+
+    @property
+    def label(self) -> str:
+        return str(self.body.get("series") or self.body.get("to") or self.kind)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "at": self.at, **self.body}
+
+    def cdr_line(self) -> str:
+        return json.dumps(self.to_json(), separators=(",", ":"), default=str)
 
 
 @dataclass(frozen=True, slots=True)
@@ -544,8 +579,13 @@ class RecordBuilder:
         started_at: float,
         first_token: int = 1,
         quiet_ms: int = 600,
+        disclosure: Disclosure | None = None,
     ) -> None:
         self.call = call
+        self._disclosure = (
+            disclosure  # the route's: its outcome is `disclosure` (the gate's, or the first utterance's)
+        )
+        self.disclosure: DisclosureResult | None = None
         self._ledger = ledger
         self._start_ns = start_ns
         self._started_at = started_at
@@ -613,6 +653,8 @@ class RecordBuilder:
             result = AmdResult(self.call.call_id, kind, verdict, notice.reason, notice.since_answer_ms)
             self.amd.append(result)
             out.append(result)
+        elif isinstance(notice, DisclosureResult) and self.disclosure is None:
+            self.disclosure = notice
         return out
 
     def _uncertain(self, notice: WorkUncertain) -> UncertainWork:
@@ -684,7 +726,7 @@ class RecordBuilder:
         """Give the ledger items transmitted since the last look (and by `until`) to the open utterance."""
         seen, claimed = self._seen_ns, self._claimed
         for item in self._ledger.items_between(seen, until):  # (not the entries, which are bounded)
-            if item not in claimed and item != FINAL_MESSAGE_ITEM:
+            if item not in claimed and item != FINAL_MESSAGE_ITEM and item != DISCLOSURE_ITEM:
                 current.items.setdefault(item, None)
         if (last := self._ledger.last()) is not None:
             self._seen_ns = max(seen, min(until, last.transmitted_ns))
@@ -704,6 +746,12 @@ class RecordBuilder:
             start = end = None
         heard = sum(p.frames for p in progress) * FRAME_MS
         call_id = self.call.call_id
+        line = self._disclosure.text if self._disclosure is not None else None
+        if (
+            line is not None and self.disclosure is None
+        ):  # a line of text: the first assistant utterance says it
+            at_ms = start if start is not None else current.opened_ms
+            self.disclosure = text_result(line, text, cut is not None, heard, at_ms)
         return Utterance(call_id, self._next(), "assistant", text, start, end, heard, cut, cut_chars)
 
     # --- the end ---
@@ -754,8 +802,18 @@ class RecordBuilder:
             uncertain_total=self.uncertain_total,
             one_way_audio=_one_way_audio(qos),
             amd=tuple(self.amd),
+            dial=outcome.dial,
+            disclosure=self._disclosure_outcome(),
         )
         return out, record
+
+    def _disclosure_outcome(self) -> DisclosureResult | None:
+        """The route's disclosure at the end: its result, or not delivered when none came (the session never
+        started, or the model never spoke)."""
+        if self._disclosure is None or self.disclosure is not None:
+            return self.disclosure
+        why = "the call ended before it" if self._disclosure.kind == "audio" else "the model said nothing"
+        return DisclosureResult("not_delivered", self._disclosure.kind, why, 0, None, 0)
 
 
 def _one_way_audio(qos: object) -> str | None:

@@ -667,6 +667,7 @@ class CallSession:
             leg.identity.call_id, self._inbox, job_handler=job_handler, approve=approve, authorize=authorize
         )
         self._ended: CallEnded | None = None
+        self.answered_ns: int | None = None  # a placed call: when the callee answered (MediaStarted)
         self._frames = CallerFrames(leg.identity.call_id, self._inbox, clock, media_tap, self._carry_out)
         self._end_reason = ""
         self._ended_by = ""
@@ -755,6 +756,8 @@ class CallSession:
                         self._amd_options, self._inbox, self._clock, core.answered, self._amd_event
                     )
             self.leg.answer()
+            if not (offers_dialled(self.leg) and self.leg.outbound):
+                self.coordinator.answered(now)  # inbound: up now (a route's disclosure plays first)
             del first  # bounded: a closed first connection is freed, not held to the call's end
             await self._bridge(self.coordinator)
         summary = self._summary()
@@ -828,6 +831,8 @@ class CallSession:
             )
             # S7: hold is not a media condition (the assistant stops at what was heard, and goes on after the
             # resume); MediaStarted answers a call the bridge placed (for an inbound call: nothing to do)
+            if isinstance(item, MediaStarted) and self.answered_ns is None:
+                self.answered_ns = now
             if isinstance(item, MediaHeld):
                 core.hold(now)
             elif isinstance(item, MediaResumed):
@@ -867,6 +872,11 @@ class CallSession:
             log_notice(self.call_id, notice)
             if self._notice_sink is not None:
                 self._notice_sink(self.call_id, notice)
+
+    @property
+    def leg_ended(self) -> CallEnded | None:
+        """How the leg ended (its final status for a placed call that was never answered); None: not reported."""
+        return self._ended
 
     @property
     def amd_events(self) -> list[AmdEvent]:

@@ -40,6 +40,9 @@ Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
   the core has `hold`/`resume` and `ring`/`answered`).
 - SE5 (barge-in, whatever else is going on): once the caller has spoken `BARGE_IN_MS` while some connection
   hears them, nothing the floor sent before they began is still transmitted.
+- Disclosure (bridge/engine/disclosure.py; a recorded one, on the calls the machine gives one): no model audio
+  reaches the channel before every frame of the disclosure was transmitted, unless the call or the session
+  ended first (then the record says `partial` or `not_delivered`).
 
 CI runs the machine on its `--quick` budget (`test_s1_to_s7_hold_over_the_machines_call_histories`, the same
 histories every run); tests/bench/properties.py runs it over new ones (`--seed`, `--examples`); each case it
@@ -84,6 +87,7 @@ from bridge.engine.coordinator import (
     Transcript,
 )
 from bridge.engine.delegations import DeliverResult, DispatchJob, JobChanged, SendContext
+from bridge.engine.disclosure import DISCLOSURE_ITEM, Disclosure
 from providers.base import Capabilities
 from providers.events import (
     AudioReceived,
@@ -118,6 +122,7 @@ SILENCE = bytes(320)
 MARK = 0xA5  # the first byte of each 20 ms of assistant audio the fake providers send
 UTTERANCE = re.compile(r"<u(\d+):(\d+)-(\d+)>")  # utterance, its first and last frame in the text
 RECOVERY_CAUSES_OF_MEDIA = ("output_overflow", "output_stale", "provider_silent")
+DISCLOSURE = Disclosure(audio=b"\x10\x00" * 24_000)  # 3 s the bridge plays first: the caller talks over it
 
 
 @dataclass(frozen=True)
@@ -205,8 +210,16 @@ class SessionMachine(RuleBasedStateMachine):
         auto_answers=st.sampled_from([True, True, True, False]),  # unanswered questions end the call (RO6)
         slack=st.sampled_from([500, 0]),
         outbound=st.booleans(),
+        disclosure=st.booleans(),
     )
-    def start(self, profile: Profile, auto_answers: bool, slack: int, outbound: bool = False) -> None:
+    def start(
+        self,
+        profile: Profile,
+        auto_answers: bool,
+        slack: int,
+        outbound: bool = False,
+        disclosure: bool = False,
+    ) -> None:
         self.profile = profile
         self.auto_answers = auto_answers  # approve and authorize answered True at once, or by steps
         self.now = 0
@@ -225,8 +238,11 @@ class SessionMachine(RuleBasedStateMachine):
             capabilities=profile.caps,
             channel=PlayoutLeg(self.playout),
             now=0,
-            options=CoordinatorOptions(rollover=replace(SCALED, match_slack_ms=slack)),
+            options=CoordinatorOptions(
+                rollover=replace(SCALED, match_slack_ms=slack), disclosure=DISCLOSURE if disclosure else None
+            ),
         )
+        self.disclosure_sent = 0  # frames of the disclosure the media clock took
         self.conns: dict[int, FakeConnection] = {1: FakeConnection(1, "first")}
         self.utterances: dict[int, Utterance] = {}
         self.speaking: int | None = None  # the caller's utterance now
@@ -255,6 +271,8 @@ class SessionMachine(RuleBasedStateMachine):
         self.ringing = outbound and hasattr(self.core, "ring")  # an outbound call rings until answered (S7)
         if self.ringing:
             self._call(self.core.ring, self.now)
+        elif disclosure:
+            self._call(self.core.answered, self.now)  # an inbound call is up (the shell says so at its start)
 
     def _require(self, holds: bool, invariant: str, what: str) -> None:
         """One invariant's check (named after DESIGN §14)."""
@@ -562,9 +580,20 @@ class SessionMachine(RuleBasedStateMachine):
         conn.caption_from_ms, conn.uncaptioned = end, 0
 
     def _pulled(self, frame: OutboundFrame | None) -> None:
-        """S3: a transmitted frame came from the floor of its time, and after the latest clear."""
+        """S3: a transmitted frame came from the floor of its time, and after the latest clear. The disclosure: no
+        model audio before all of it."""
+        if frame is not None and frame.item_id == DISCLOSURE_ITEM:
+            self.disclosure_sent += 1
+            return
         if frame is None or frame.pcmu is None or frame.pcmu[0] != MARK:
             return  # silence, or the core's own closing message
+        gate = getattr(self.core, "disclosure", None)
+        if gate is not None and not (self.leg_ended or self.core.ending.ended):
+            self._require(
+                gate.frames > 0 and self.disclosure_sent >= gate.frames,
+                "DISCLOSURE",
+                f"model audio transmitted after {self.disclosure_sent} of the disclosure's {gate.frames} frames",
+            )
         serial = int.from_bytes(frame.pcmu[2:5], "big")
         token, floor, clears, arrived = self.chunks[serial]
         self._require(
