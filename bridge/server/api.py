@@ -45,6 +45,7 @@ from bridge.engine.telephony import (
 )
 from bridge.server.console import ConsoleFeed, ConsoleHooks, poll_status
 from bridge.server.dial_queue import DialQueue, DialRefused
+from bridge.server.dial_series import DoNotCall as DoNotCall  # re-exported: the application raises it
 from bridge.server.dial_series import SeriesRun
 from bridge.server.dialing import DialTrunk, choose_trunk, dial_target
 from bridge.server.drain import ShutdownSignals, drain, http_drain, say_goodbye
@@ -118,11 +119,6 @@ class CallRefused(Exception):  # a refusal the application means, not an error
     def __init__(self, status: int, reason: str) -> None:
         super().__init__(reason)
         self.status, self.reason = status, reason
-
-
-class DoNotCall(ValueError):
-    """Raised by `Application.check_outbound` for a number the application may not call (a do-not-call list):
-    nothing is sent, and the refusal is a row of the CDR (reason `do_not_call`)."""
 
 
 class LiveCall:

@@ -16,6 +16,11 @@ from rtp.units import NS_PER_S
 log = logging.getLogger("parlora")
 
 
+class DoNotCall(ValueError):
+    """Raised by `Application.check_outbound` for a number the application may not call (a do-not-call list):
+    nothing is sent, the refusal is a row of the CDR (reason `do_not_call`), `POST /calls` answers 403."""
+
+
 class SeriesRun:
     """One dial's series (`request`: what each attempt dials). `redial(run)` places its next attempt when it is
     due; `finished(run)` once, at its end."""

@@ -62,6 +62,7 @@ from prometheus_client import CollectorRegistry, Counter
 from bridge.engine.calling_hours import OutsideCallingHours
 from bridge.server.console import ConsoleHooks, static_file
 from bridge.server.dial_queue import DialRefused
+from bridge.server.dial_series import DoNotCall
 from bridge.server.idempotency import Dialled, KeyReused, check_key
 
 log = logging.getLogger("parlora.http")
@@ -413,6 +414,9 @@ class StatusServer:
         ) as exc:  # nothing was sent: the route's window (bridge/engine/calling_hours.py)
             opens = exc.opens.isoformat(timespec="minutes") if exc.opens is not None else None
             await self._send(conn, writer, 403, {"error": str(exc), "opens": opens})
+            return
+        except DoNotCall as exc:  # nothing was sent: the application's do-not-call hook
+            await self._send(conn, writer, 403, {"error": str(exc), "reason": "do_not_call"})
             return
         except DialRefused as exc:  # nothing was sent: the trunk's limits (bridge/engine/dial_limits.py)
             await self._send(conn, writer, 503, {"error": str(exc), "reason": exc.refused.reason})

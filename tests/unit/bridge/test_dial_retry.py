@@ -342,3 +342,24 @@ def test_outbound_and_a_routes_retry_policy_come_from_the_file_and_what_cannot_b
     problems = str(refused.value)
     assert "outbound.retry_on" in problems and "never retried" in problems
     assert "outbound.retry_attempts" in problems and "routes[0].retry_attempts" in problems
+
+
+def test_post_calls_to_a_number_on_the_do_not_call_list_answers_403_and_sends_nothing(tmp_path: Path) -> None:
+    from bridge.server.http import StatusServer
+    from tests.support.dial_safety import _post
+
+    class Dnc(Application):
+        def check_outbound(self, target: str, route: str | None) -> None:
+            raise DoNotCall(f"{target} is on the do-not-call list")
+
+    async def go() -> None:
+        server, dialer, _, _ = _server(Dnc(), cdr=tmp_path / "cdr.jsonl")
+        http = await StatusServer(lambda: {}, dial=server._dial_from_http).start("127.0.0.1", 0)
+        try:
+            status, answer = await _post(http.port, {"to": "sip:heidi@127.0.0.1"}, {})
+        finally:
+            await http.close()
+        assert status == 403 and answer["reason"] == "do_not_call" and dialer.asked == []
+        assert [r["reason"] for r in _rows(tmp_path / "cdr.jsonl")] == ["do_not_call"]
+
+    asyncio.run(go())
