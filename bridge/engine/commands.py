@@ -12,10 +12,10 @@ to the captions); the rest reach the shell through `SessionCoordinator.commands(
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from bridge.engine.connections import token_of
 from bridge.engine.delegations import DelegationCommand, DelegationNotice
-from bridge.engine.disclosure import DisclosureResult
 from providers.events import ProviderError
 
 
@@ -353,6 +353,31 @@ class Reseeded:
 
     token: int
     purpose: str
+
+
+Outcome = Literal["delivered", "partial", "not_delivered"]
+
+
+@dataclass(frozen=True, slots=True)
+class DisclosureResult:
+    """Whether the disclosure reached the carrier (a notice: the call record and the CDR keep it)."""
+
+    outcome: Outcome
+    kind: Literal["audio", "text"]
+    reason: str
+    transmitted_ms: int
+    length_ms: int | None  # the recording's length (None: a line of text)
+    at_ms: int  # on the session timeline
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "outcome": self.outcome,
+            "kind": self.kind,
+            "reason": self.reason,
+            "transmitted_ms": self.transmitted_ms,
+            "length_ms": self.length_ms,
+            "at_ms": self.at_ms,
+        }
 
 
 Notice = (

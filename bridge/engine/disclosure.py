@@ -31,7 +31,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from bridge.engine.commands import AudioDiscontinuity, Outbox
+from bridge.engine.commands import AudioDiscontinuity, DisclosureResult, Outbox, Outcome
 from bridge.engine.reservoir import Line, OutputPath
 from bridge.engine.timeline import Timeline
 from rtp.audio import FRAME_MS
@@ -40,8 +40,6 @@ from rtp.units import NS_PER_MS
 
 DISCLOSURE_ITEM = "disclosure"
 TICK_NS = FRAME_MS * NS_PER_MS
-
-Outcome = Literal["delivered", "partial", "not_delivered"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,28 +62,6 @@ class Disclosure:
     @property
     def kind(self) -> Literal["audio", "text"]:
         return "audio" if self.audio is not None else "text"
-
-
-@dataclass(frozen=True, slots=True)
-class DisclosureResult:
-    """Whether the disclosure reached the carrier (a notice: the call record and the CDR keep it)."""
-
-    outcome: Outcome
-    kind: Literal["audio", "text"]
-    reason: str
-    transmitted_ms: int
-    length_ms: int | None  # the recording's length (None: a line of text)
-    at_ms: int  # on the session timeline
-
-    def to_json(self) -> dict[str, object]:
-        return {
-            "outcome": self.outcome,
-            "kind": self.kind,
-            "reason": self.reason,
-            "transmitted_ms": self.transmitted_ms,
-            "length_ms": self.length_ms,
-            "at_ms": self.at_ms,
-        }
 
 
 class DisclosureGate:

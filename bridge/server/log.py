@@ -14,6 +14,7 @@ from bridge.engine.commands import (
     AudioDiscontinuity,
     BargedIn,
     ConditionDetected,
+    DisclosureResult,
     RecoveryChanged,
     Reseeded,
     RolloverChanged,
@@ -21,7 +22,6 @@ from bridge.engine.commands import (
     TurnEnded,
 )
 from bridge.engine.delegations import CommandsUnknown, JobChanged, WorkUncertain
-from bridge.engine.disclosure import DisclosureResult
 from bridge.engine.reservoir import OutputOverflow
 from providers.events import ProviderError
 

@@ -39,10 +39,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from bridge.engine.amd import AmdBeep, AmdNoBeep, AmdVerdict
-from bridge.engine.commands import BargedIn, RecoveryChanged, RolloverChanged, Transcript
+from bridge.engine.commands import BargedIn, DisclosureResult, RecoveryChanged, RolloverChanged, Transcript
 from bridge.engine.connections import connection_id
 from bridge.engine.delegations import UncertainItem, WorkUncertain
-from bridge.engine.disclosure import DISCLOSURE_ITEM, Disclosure, DisclosureResult, text_result
+from bridge.engine.disclosure import DISCLOSURE_ITEM, Disclosure, text_result
 from rtp.audio import FRAME_MS
 from rtp.ledger import ItemProgress, LedgerEntry
 from rtp.units import NS_PER_MS

@@ -10,15 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from bridge.engine.commands import AudioDiscontinuity, Transcript
+from bridge.engine.commands import AudioDiscontinuity, DisclosureResult, Transcript
 from bridge.engine.delegations import SendContext
-from bridge.engine.disclosure import (
-    DISCLOSURE_ITEM,
-    Disclosure,
-    DisclosureResult,
-    said,
-    text_result,
-)
+from bridge.engine.disclosure import DISCLOSURE_ITEM, Disclosure, said, text_result
 from bridge.server.records import RecordBuilder, Utterance
 from providers.events import AudioReceived, SpeechStarted
 from providers.limits import GPT_LIVE

@@ -587,7 +587,7 @@ class SessionMachine(RuleBasedStateMachine):
             return
         if frame is None or frame.pcmu is None or frame.pcmu[0] != MARK:
             return  # silence, or the core's own closing message
-        gate = getattr(self.core, "disclosure", None)
+        gate = self.core.disclosure.gate
         if gate is not None and not (self.leg_ended or self.core.ending.ended):
             self._require(
                 gate.frames > 0 and self.disclosure_sent >= gate.frames,
