@@ -1,15 +1,8 @@
 """A faithful fake of OpenAI's GPT-Live WebSocket (`/v1/live/sessions`): scripted turns, delegations and faults.
 
-Two layers, in the aioquic shape:
-
-* `LiveFakeConnection` is the sans-I/O protocol core for one connection. It never touches a socket or a clock.
-  Drivers: `receive_message(data, now)`, `handle_timer(now)`, `inject(fault, now)` and `connection_lost(code)`.
-  Outputs are pulled: `frames_to_send()` (text frames) and `close_to_send()`; `next_deadline()` gives the
-  absolute `now` (monotonic int ns) at which `handle_timer` must run. Peer input never raises: it becomes an
-  `error` event.
-* `serve()` runs it in the shared fake shell (providers/fakes/server.py): HTTP checks, one loop per
-  connection that feeds frames and the single timer, writes what the core pulls, runtime fault injection
-  (`FakeServer.inject`, `GET /_fault?spec=`), and an optional JSONL record.
+`LiveFakeConnection` is the sans-I/O core of one connection (a kit_openai.py `OpenAICore`), driven and pulled
+as server.py says every core is; `serve()` runs it in that shared shell. Peer input never raises: it becomes an
+`error` event.
 
 Wire shapes follow openai 3.57.0 `openai/types/live/` (the authoritative schema).
 
@@ -62,12 +55,11 @@ starts). A fault is appended to `record.faults` when it fires. What each does he
 * `burst:F`        every reply's media clock runs F times faster from the moment it fires (lasts).
 * `stall:MS`       every outbound frame is held for MS, then all are sent at once; pacing runs on meanwhile, so the
                    dump holds everything that became due. A graceful close ends a stall early (dump, then close).
-* `half_open`      nothing more is sent, not even a close frame; client frames are still recorded but not
-                   answered, and the model stops. Only `abrupt_close` still acts (it sends nothing).
+* `half_open`, `abrupt_close`, `garbage_json` (here a truncated audio delta) and `mutate` act as in every fake
+                   (connection.py): after `half_open` client frames are still recorded but not answered, and the
+                   model stops.
 * `close`          `session.closed` reason `expired` with the final usage, then close 1000 (before
                    `session.started`: just the close frame).
-* `abrupt_close`   `CloseRequest(1006, abrupt=True)`: the shell drops TCP without a close frame; held frames are lost.
-* `garbage_json`   one text frame that is not JSON (a truncated audio delta).
 * `invalid_audio`  one extra `session.output_audio.delta` whose `delta` is not base64 (strict or lenient).
 * `duplicate_tool_call` from then on every `session.delegation.created` is sent twice: same delegation id, each
                    with its own `event_id` (so only deduplication by delegation id works).
@@ -78,22 +70,28 @@ starts). A fault is appended to `record.faults` when it fires. What each does he
 
 from __future__ import annotations
 
-import base64
 import binascii
 import dataclasses
-import json
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
-from providers.fakes.connection import FakeCore, parse_client
+from providers.fakes.connection import parse_client
 from providers.fakes.echo import EchoModel, EchoOptions, MediaClock, Utterance, UtteranceDetected, codec
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
+from providers.fakes.kit_openai import (
+    ClientEvent,
+    OpenAICore,
+    audio_format,
+    context_args,
+    decode_audio,
+    tone,
+    whole_samples,
+)
 from providers.fakes.schema import (
+    AnyOf,
     Bool,
     ClientError,
     Int,
@@ -101,15 +99,14 @@ from providers.fakes.schema import (
     Nullable,
     Obj,
     Str,
+    Tagged,
     members,
     validate,
 )
 from providers.fakes.script import Script, ToolCallScript, Turn, label
 from providers.fakes.server import (
-    ClientFrameRecord,
     CloseRequest,
     ConnectionContext,
-    ConnectionRecord,
     FakeServer,
     IdSource,
     SequentialIds,
@@ -117,30 +114,24 @@ from providers.fakes.server import (
     exact_member,
     serving,
 )
-from rtp.audio import PCM16_16K, PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat
+from rtp.audio import AudioFormat
 from rtp.units import NS_PER_MS, NS_PER_S
 
 __all__ = [
-    "LiveFakeOptions",
-    "ClientFrameRecord",
-    "ConnectionRecord",
     "CloseRequest",
     "DelegationRecord",
-    "IdSource",
-    "SequentialIds",
     "LiveFakeConnection",
-    "LiveFakeServer",
+    "LiveFakeOptions",
+    "SequentialIds",
     "serve",
     "server",
 ]
 
-_TONE_AMPLITUDE = 0.3  # of full scale: about -10 dBFS peak, clearly voiced, far from clipping
 _GARBAGE_FRAME = '{"type":"session.output_audio.delta","delta":"AAAA'  # a truncated frame: not JSON
 # The hot frames, as json.dumps(..., separators=(",", ":")) writes them and the bridge's adapter sends them.
 _APPEND_HEAD = '{"type":"session.input_audio.append","audio":"'
 _DELTA_HEAD = '{"type":"session.output_audio.delta","delta":"'
 _STRING_TAIL = '"}'
-_NOT_JSON = "The client event is not valid JSON."
 _BAD_BASE64 = "@@not base64@@"  # rejected by strict decoding, and by lenient decoding (9 data characters)
 
 # -- options and records ------------------------------------------------------------------------------------
@@ -200,169 +191,81 @@ class DelegationRecord:
     """Client event types that named this delegation, in order (`session.commentary.append`, ...)."""
 
 
-# -- validation ---------------------------------------------------------------------------------------------
+# -- the session (SessionConfigParam, strictly: unknown keys anywhere are rejected, like the real service) ---
 
-_FORMATS: dict[tuple[str, int], AudioFormat] = {
-    ("audio/pcmu", 8000): PCMU_8K,
-    ("audio/pcma", 8000): PCMA_8K,
-    ("audio/pcm", 16000): PCM16_16K,
-    ("audio/pcm", 24000): PCM16_24K,
-}
-_FORMAT_TYPES = ("audio/pcm", "audio/pcmu", "audio/pcma")
-_DEFAULT_FORMAT = {"type": "audio/pcm", "rate": 24000}
-_SESSION_KEYS = frozenset(
+_G711 = Obj({"type": Str(), "rate": Int(choices=(8000,))}, required=("rate",))
+_ANY_OBJECT = Obj(open=True)
+SESSION = Obj(
     {
-        "model",
-        "audio",
-        "client",
-        "delegation",
-        "input",
-        "instructions",
-        "safety_identifier",
-        "store",
-        "triggers",
-    }
+        "model": Str(nonempty=True),
+        "audio": Obj(
+            {
+                "format": Tagged(
+                    {
+                        "audio/pcm": Obj({"type": Str(), "rate": Int(choices=(16000, 24000))}, ("rate",)),
+                        "audio/pcmu": _G711,
+                        "audio/pcma": _G711,
+                    }
+                ),
+                "output": Obj(
+                    {"voice": Nullable(AnyOf((Str(nonempty=True), Obj({"id": Str()}, required=("id",)))))}
+                ),
+            }
+        ),
+        "client": Obj(
+            {"data_channel": members({"allowed_client_events", "allowed_server_events"})},
+            required=("data_channel",),
+        ),
+        "delegation": Nullable(
+            Tagged(
+                {
+                    "client": Obj({"type": Str(), "acknowledgement_delay_ms": Int(lo=0)}),
+                    "responses": _ANY_OBJECT,
+                    "decisions": _ANY_OBJECT,
+                }
+            )
+        ),
+        "input": ListOf(_ANY_OBJECT),
+        "instructions": Nullable(Str()),
+        "safety_identifier": Nullable(Str()),
+        "store": Bool(),
+        "triggers": ListOf(_ANY_OBJECT),
+    },
+    required=("model",),
 )
-_UNMODELLED = frozenset(
-    {
-        "session.update",
-        "session.input_audio.mute",
-        "session.input_audio.unmute",
-        "session.output_audio.fixture.play",
-        "session.instructions.append",
-        "decision.create",
-        "decision.item.create",
-        "decision.item.delete",
-        "response.item.create",
-        "response.create",
-        "transport.dtmf.send",
-    }
-)
+"""`session.start`'s `session`: `client`, `input` and `triggers` are shape-checked only shallowly."""
 
 
-def _validate_audio(audio: Any) -> dict[str, Any]:
-    """Resolve `session.audio` to the format and voice the session will use."""
-    validate(members({"format", "output"}), audio, "session.audio")
-    fmt = audio.get("format", _DEFAULT_FORMAT)
-    validate(members({"type", "rate"}, ("type", "rate")), fmt, "session.audio.format")
-    validate(Str(), fmt["type"], "session.audio.format.type")
-    if fmt["type"] not in _FORMAT_TYPES:
-        raise ClientError(
-            "invalid_value",
-            f"Invalid value: '{fmt['type']}'. Supported values are: 'audio/pcm', 'audio/pcmu', and 'audio/pcma'.",
-            "session.audio.format.type",
-        )
-    validate(Int(), fmt["rate"], "session.audio.format.rate")
-    if (fmt["type"], fmt["rate"]) not in _FORMATS:
-        supported = "16000 or 24000" if fmt["type"] == "audio/pcm" else "8000"
-        raise ClientError(
-            "invalid_value",
-            f"Invalid value: {fmt['rate']}. '{fmt['type']}' supports a rate of {supported}.",
-            "session.audio.format.rate",
-        )
-    voice: Any = None
-    if "output" in audio:
-        output = audio["output"]
-        validate(members({"voice"}), output, "session.audio.output")
-        voice = output.get("voice")
-        if isinstance(voice, dict):
-            validate(members({"id"}, ("id",)), voice, "session.audio.output.voice")
-            validate(Str(), voice["id"], "session.audio.output.voice.id")
-        elif voice is not None:
-            validate(Str(), voice, "session.audio.output.voice")
-            if not voice:
-                message = "Invalid value: ''. Voice must not be empty."
-                raise ClientError("invalid_value", message, "session.audio.output.voice")
-    return {"format": {"type": fmt["type"], "rate": fmt["rate"]}, "voice": voice}
-
-
-def _validate_delegation(delegation: Any) -> dict[str, Any]:
-    if delegation is None:
-        return {"type": "client", "acknowledgement_delay_ms": 0}
-    validate(Obj(open=True), delegation, "session.delegation")
-    if "type" not in delegation:
-        message = "Missing required parameter: 'session.delegation.type'."
-        raise ClientError("missing_required_parameter", message, "session.delegation.type")
-    kind = delegation["type"]
-    if kind in ("responses", "decisions"):
-        message = f"The fake does not model '{kind}' delegation."
+def _session(session: dict[str, Any]) -> tuple[AudioFormat, dict[str, Any]]:
+    """A valid `session.start` session: its audio format and the session resource's settings (the voice None
+    when the client names none)."""
+    validate(SESSION, session, "session")
+    delegation = session.get("delegation") or {"type": "client"}
+    if delegation["type"] != "client":
+        message = f"The fake does not model '{delegation['type']}' delegation."
         raise ClientError("unsupported_by_fake", message, "session.delegation.type")
-    if kind != "client":
-        raise ClientError(
-            "invalid_value",
-            f"Invalid value: {json.dumps(kind)}. Supported values are: 'client', 'responses', and 'decisions'.",
-            "session.delegation.type",
-        )
-    validate(members({"type", "acknowledgement_delay_ms"}), delegation, "session.delegation")
-    delay = delegation.get("acknowledgement_delay_ms", 0)
-    validate(Int(), delay, "session.delegation.acknowledgement_delay_ms")
-    if delay < 0:
-        message = f"Invalid value: {delay}. Must be >= 0."
-        raise ClientError("invalid_value", message, "session.delegation.acknowledgement_delay_ms")
-    return {"type": "client", "acknowledgement_delay_ms": delay}
-
-
-@dataclass(frozen=True, slots=True)
-class _SessionConfig:
-    model: str
-    fmt: AudioFormat
-    format_json: dict[str, Any]
-    voice: Any
-    instructions: str | None
-    delegation: dict[str, Any]
-    store: bool
-    safety_identifier: str | None
-
-
-def _validate_session(session: Any) -> _SessionConfig:
-    """SessionConfigParam, strictly: unknown keys anywhere we look are rejected, like the real service."""
-    validate(members(_SESSION_KEYS, ("model",)), session, "session")
-    validate(Str(), session["model"], "session.model")
-    if not session["model"]:
-        raise ClientError(
-            "invalid_value", "Invalid value: ''. 'session.model' must not be empty.", "session.model"
-        )
-    for key in ("instructions", "safety_identifier"):
-        validate(Nullable(Str()), session.get(key), f"session.{key}")
-    if "store" in session:
-        validate(Bool(), session["store"], "session.store")
-    if "client" in session:
-        client = session["client"]
-        validate(members({"data_channel"}, ("data_channel",)), client, "session.client")
-        allowed = {"allowed_client_events", "allowed_server_events"}
-        validate(members(allowed), client["data_channel"], "session.client.data_channel")
-    for key in ("input", "triggers"):
-        if key in session:
-            validate(ListOf(Obj(open=True)), session[key], f"session.{key}")
-    audio = _validate_audio(session.get("audio", {}))
-    return _SessionConfig(
-        model=session["model"],
-        fmt=_FORMATS[(audio["format"]["type"], audio["format"]["rate"])],
-        format_json=audio["format"],
-        voice=audio["voice"],
-        instructions=session.get("instructions"),
-        delegation=_validate_delegation(session.get("delegation")),
-        store=session.get("store", False),
-        safety_identifier=session.get("safety_identifier"),
-    )
+    audio = session.get("audio", {})
+    fmt = audio.get("format", {"type": "audio/pcm", "rate": 24000})
+    resource = {
+        "model": session["model"],
+        "status": "active",
+        "audio": {
+            "format": {"type": fmt["type"], "rate": fmt["rate"]},
+            "output": {"voice": audio.get("output", {}).get("voice")},
+        },
+        "instructions": session.get("instructions"),
+        "delegation": {
+            "type": "client",
+            "acknowledgement_delay_ms": delegation.get("acknowledgement_delay_ms", 0),
+        },
+        "store": session.get("store", False),
+    }
+    if session.get("safety_identifier") is not None:
+        resource["safety_identifier"] = session["safety_identifier"]
+    return audio_format(fmt), resource
 
 
 # -- the speaker: scripted replies on one paced timeline ------------------------------------------------------
-
-_CONTEXT_EVENTS = ("session.commentary.append", "session.thinking.append")
-_APPEND_KEYS = frozenset({"type", "event_id", "audio"})
-
-
-def _detector_options(options: LiveFakeOptions) -> EchoOptions:
-    """The echo model as a pure utterance detector (`speak=False`): it never queues, plays or asks for a timer."""
-    return dataclasses.replace(options.echo_options(), speak=False)
-
-
-def _tone_pcm(frequency_hz: float, rate: int, first: int, count: int) -> bytes:
-    """Samples [first, first + count) of a sine starting at phase 0, as PCM16LE (chunks join seamlessly)."""
-    n = np.arange(first, first + count, dtype=np.float64)
-    wave = np.round(_TONE_AMPLITUDE * 32767 * np.sin(2 * np.pi * frequency_hz * n / rate))
-    return wave.astype("<i2").tobytes()
 
 
 @dataclass(slots=True)
@@ -392,7 +295,7 @@ class _Playout:
 # -- the sans-I/O core --------------------------------------------------------------------------------------
 
 
-class LiveFakeConnection(FakeCore):
+class LiveFakeConnection(OpenAICore):
     """One GPT-Live WebSocket connection, server side, with the scripted model and the faults behind it.
 
     `unix_time` is the wall clock (seconds) at `now`; it only feeds `expires_at`, so the core stays clock-free.
@@ -416,16 +319,15 @@ class LiveFakeConnection(FakeCore):
         super().__init__(index, ids, self.options.record_client_frames)
         self._created_now = now
         self._unix_time = unix_time
-        self._config: _SessionConfig | None = None
+        self._fmt: AudioFormat | None = None  # the session's, once `session.start` was valid
+        self._settings: dict[str, Any] = {}  # and what the session resource will say
         self._start_event_id: str | None = None
         self._announce_at: int | None = None  # when session.started is due (slow_handshake)
         self._resource: dict[str, Any] | None = None
         self._started_at = 0
         self._echo: EchoModel | None = None
         self._decode: Callable[[bytes], bytes] = bytes
-        self._encode: Callable[[bytes], bytes] = bytes
         self._carry = b""  # odd trailing byte of PCM16 input, completed by the next append
-        self._pcm16 = False  # the session's audio is PCM16 (two bytes a sample)
         self._next_usage: int | None = None
         self._expires: int | None = None
         self._utterance_no = 0
@@ -455,39 +357,26 @@ class LiveFakeConnection(FakeCore):
         """Handle one client WebSocket message. Never raises for bad peer input."""
         if self._next_due is not None and self._next_due <= now:  # before it, _advance would do nothing
             self._advance(now)
-        raw: str | None = None
         self._audio_bytes = None
         answering = not self._closing and not self._half_open
         audio = exact_member(data, _APPEND_HEAD, _STRING_TAIL) if isinstance(data, str) else None
-        frame: dict[str, Any] | None = None
-        try:
-            if audio is not None:  # what json.loads gives, without parsing
-                frame = {"type": "session.input_audio.append", "audio": audio}
-                if answering and self._resource is not None:
-                    # An append of a started session, whose shape _dispatch and _on_audio_append would check:
-                    # a string type and audio, no other key. Straight to the audio.
-                    self._append_audio(audio, now)
-                    return
-            else:
-                frame, raw, is_json = parse_client(data)
-                if frame is None:
-                    if answering:
-                        message = "A client event must be a JSON object." if is_json else _NOT_JSON
-                        raise ClientError("invalid_json", message)
-                    return
+        if audio is None:
+            frame, raw, is_json = parse_client(data)
             if answering:
-                self._dispatch(frame, now)
-        except ClientError as exc:
-            client_event_id = frame.get("event_id") if frame is not None else None
-            self._error(
-                exc.code,
-                exc.message,
-                exc.param,
-                client_event_id if isinstance(client_event_id, str) else None,
-            )
-        finally:
-            self._received(now, frame, raw)
-            self._next_due = self._compute_deadline()
+                self._client_frame(frame, is_json, now)
+        else:  # what json.loads gives, without parsing
+            frame, raw = {"type": "session.input_audio.append", "audio": audio}, None
+            if answering and self._resource is not None:
+                # An append of a started session, whose shape _dispatch would check: a string type and audio,
+                # no other key. Straight to the audio.
+                try:
+                    self._append_audio(audio, now)
+                except ClientError as exc:
+                    self._error(exc.code, exc.message, exc.param, None)
+            elif answering:
+                self._client_frame(frame, True, now)
+        self._received(now, frame, raw)
+        self._next_due = self._compute_deadline()
 
     def handle_timer(self, now: int) -> None:
         """Run everything due at or before `now`: faults, the handshake, reply chunks, usage snapshots, expiry."""
@@ -533,7 +422,7 @@ class LiveFakeConnection(FakeCore):
 
     @property
     def audio_format(self) -> AudioFormat | None:
-        return self._config.fmt if self._config else None
+        return self._fmt
 
     @property
     def echo(self) -> EchoModel | None:
@@ -573,13 +462,7 @@ class LiveFakeConnection(FakeCore):
             return
         self._speak(now)
         if now >= self._next_usage:
-            self._emit(
-                {
-                    "type": "session.usage.updated",
-                    "event_id": self._ids.new("event"),
-                    "usage": self._usage(now),
-                }
-            )
+            self._event("session.usage.updated", usage=self._usage(now))
             interval = self.options.usage_interval_ms * NS_PER_MS
             k = (now - self._started_at) // interval + 1
             self._next_usage = self._started_at + k * interval
@@ -594,10 +477,9 @@ class LiveFakeConnection(FakeCore):
 
     def _faults_at(self, now: int) -> None:
         """Fire what the schedule has due at `now`, then end a stall whose time is up."""
-        for fault in self._schedule.due(now):
-            self._fault(fault, now)
-            if self._closing:
-                return
+        self._fire(self._schedule.due(now), now)
+        if self._closing:
+            return
         self._schedule.active(FaultKind.STALL, now)  # lets the schedule forget a stall that has ended
         if self._stall_until is not None and now >= self._stall_until:
             self._end_stall()
@@ -634,48 +516,26 @@ class LiveFakeConnection(FakeCore):
         self._stall_until = None
         self._release()
 
+    def _holding(self) -> bool:
+        return self._stall_until is not None
+
     # -- client events --------------------------------------------------------------------------------------
 
-    def _dispatch(self, event: dict[str, Any], now: int) -> None:
-        if "type" not in event:
-            raise ClientError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
-        kind = event["type"]
-        validate(Str(), kind, "type")
-        if "event_id" in event and event["event_id"] is not None:
-            validate(Str(), event["event_id"], "event_id")
-        if kind == "session.start":
-            self._on_session_start(event, now)
-        elif kind == "session.input_audio.append":
-            self._require_started()
-            self._on_audio_append(event, now)
-        elif kind in _CONTEXT_EVENTS:
-            self._require_started()
-            self._on_context_append(event, kind, now)
-        elif kind == "session.close":
-            self._require_started()
-            validate(members({"type", "event_id"}), event, "")
-            self._finish("close_requested", now, event.get("event_id"))
-        elif kind in _UNMODELLED:
-            self._require_started()
-            raise ClientError(
-                "unsupported_by_fake", f"The fake GPT-Live server does not model '{kind}'.", "type"
-            )
-        else:
-            raise ClientError(
-                "invalid_event_type", f"Invalid value: '{kind}'. Unknown client event type.", "type"
-            )
+    def _admit(self, kind: str) -> None:
+        if kind != "session.start":
+            if self._resource is None:
+                message = "Send 'session.start' and wait for 'session.started' first."
+                raise ClientError("session_not_started", message)
+        elif self._fmt is not None:
+            raise ClientError("session_already_started", "The session has already started.")
 
-    def _require_started(self) -> None:
-        if self._resource is None:
-            raise ClientError(
-                "session_not_started", "Send 'session.start' and wait for 'session.started' first."
-            )
+    def _unknown_event(self, kind: str) -> ClientError:
+        return ClientError(
+            "invalid_event_type", f"Invalid value: '{kind}'. Unknown client event type.", "type"
+        )
 
     def _on_session_start(self, event: dict[str, Any], now: int) -> None:
-        if self._config is not None:
-            raise ClientError("session_already_started", "The session has already started.")
-        validate(members({"type", "event_id", "session"}, ("session",)), event, "")
-        self._config = _validate_session(event["session"])
+        self._fmt, self._settings = _session(event["session"])
         self._start_event_id = event.get("event_id")
         for fault in self._armed:
             self._schedule.add(fault, now)
@@ -687,80 +547,45 @@ class LiveFakeConnection(FakeCore):
         self._announce_at = now + int(self._slow_handshake_ms * NS_PER_MS)
         if self._slow_handshake_ms <= 0:
             self._announce(now)
-        for fault in fired:
-            if fault.kind is not FaultKind.SLOW_HANDSHAKE and not self._closing:
-                self._fault(fault, now)
+        self._fire([f for f in fired if f.kind is not FaultKind.SLOW_HANDSHAKE], now)
 
     def _announce(self, now: int) -> None:
         """The session starts: send `session.started` and start its clocks."""
-        config = self._config
-        assert config is not None
+        fmt = self._fmt
+        assert fmt is not None
         self._announce_at = None
         self._started_at = now
-        self._echo = EchoModel(config.fmt.rate, config.fmt.sample_width, _detector_options(self.options))
-        self._decode, self._encode = codec(config.fmt.encoding)
-        self._chunk_bytes = max(1, config.fmt.rate * self.options.chunk_ms // 1000) * config.fmt.sample_width
-        self._pcm16 = config.fmt.sample_width == 2
+        self._echo = EchoModel(fmt.rate, fmt.sample_width, _detector_options(self.options))
+        self._decode = codec(fmt.encoding)[0]
+        self._chunk_bytes = max(1, fmt.rate * self.options.chunk_ms // 1000) * fmt.sample_width
         self._next_usage = now + self.options.usage_interval_ms * NS_PER_MS
         self._expires = now + self.options.session_length_ms * NS_PER_MS
-        session_id = self._ids.new("sess")
-        self.record.session_id = session_id
-        expires_at = (
-            self._unix_time + (now - self._created_now) // NS_PER_S + self.options.session_length_ms // 1000
-        )
-        resource: dict[str, Any] = {
-            "id": session_id,
-            "expires_at": expires_at,
-            "model": config.model,
-            "status": "active",
-            "audio": {
-                "format": config.format_json,
-                "output": {"voice": config.voice or self.options.default_voice},
-            },
-            "instructions": config.instructions,
-            "delegation": config.delegation,
-            "store": config.store,
-        }
-        if config.safety_identifier is not None:
-            resource["safety_identifier"] = config.safety_identifier
-        self._resource = resource
-        started: dict[str, Any] = {
-            "type": "session.started",
-            "event_id": self._ids.new("event"),
-            "session": resource,
-        }
-        if isinstance(self._start_event_id, str):
-            started["client_event_id"] = self._start_event_id
-        self._emit(started)
+        self.record.session_id = session_id = self._ids.new("sess")
+        lifetime_s = (now - self._created_now) // NS_PER_S + self.options.session_length_ms // 1000
+        self._resource = {"id": session_id, "expires_at": self._unix_time + lifetime_s, **self._settings}
+        output = self._resource["audio"]["output"]
+        output["voice"] = output["voice"] or self.options.default_voice
+        started: dict[str, Any] = {"type": "session.started", "event_id": self._ids.new("event")}
+        self._emit(self._answering({**started, "session": self._resource}, self._start_event_id))
 
     def _on_audio_append(self, event: dict[str, Any], now: int) -> None:
-        validate(members(_APPEND_KEYS, ("audio",)), event, "")
         validate(Str(), event["audio"], "audio")
         self._append_audio(event["audio"], now)
 
     def _append_audio(self, audio: str, now: int) -> None:
         """A valid append's audio (base64) to the detector."""
-        try:
-            raw = base64.b64decode(audio, validate=True)
-        except (binascii.Error, ValueError):
-            message = "Invalid value for 'audio': expected base64-encoded audio."
-            raise ClientError("invalid_value", message, "audio") from None
+        raw = decode_audio(audio, "Invalid value for 'audio': expected base64-encoded audio.")
         self._audio_bytes = len(raw)
-        assert self._echo is not None and self._config is not None
-        if self._pcm16:
-            raw = self._carry + raw
-            whole = len(raw) & ~1
-            raw, self._carry = raw[:whole], raw[whole:]
+        assert self._echo is not None and self._fmt is not None
+        raw, self._carry = whole_samples(self._carry, raw, self._fmt.sample_width)
         if raw:
             self._echo.receive_audio(raw, self._decode(raw), now)
             self._drain_detector()
             self._speak(now)
 
-    def _on_context_append(self, event: dict[str, Any], kind: str, now: int) -> None:
+    def _on_context_append(self, event: dict[str, Any], now: int) -> None:
         """`session.commentary.append` / `session.thinking.append` (CommentaryAppendEventParam and its twin)."""
-        validate(
-            members({"type", "event_id", "content", "delegation_id"}, ("content", "delegation_id")), event, ""
-        )
+        kind = event["type"]
         validate(Str(), event["content"], "content")
         delegation_id = event["delegation_id"]
         delegation: DelegationRecord | None = None
@@ -779,7 +604,7 @@ class LiveFakeConnection(FakeCore):
             "start_ms": position,
             "end_ms": position,
         }
-        self._emit(self._reply(appended, event))
+        self._emit(self._answering(appended, event.get("event_id")))
         if delegation is None:
             return  # session-wide context: acknowledged, nothing waits for it
         delegation.answers.append(kind)
@@ -789,6 +614,39 @@ class LiveFakeConnection(FakeCore):
                 if reply.delegation_id == delegation.id:
                     reply.ready_at = now
             self._speak(now)
+
+    def _on_close(self, event: dict[str, Any], now: int) -> None:
+        self._finish("close_requested", now, event.get("event_id"))
+
+    def _unmodelled(self, event: dict[str, Any], now: int) -> None:
+        kind = event["type"]
+        raise ClientError("unsupported_by_fake", f"The fake GPT-Live server does not model '{kind}'.", "type")
+
+    _CONTEXT = ClientEvent(_on_context_append, ("content", "delegation_id"), ("content", "delegation_id"))
+    client_events = {
+        "session.start": ClientEvent(_on_session_start, ("session",), ("session",)),
+        "session.input_audio.append": ClientEvent(_on_audio_append, ("audio",), ("audio",)),
+        "session.commentary.append": _CONTEXT,
+        "session.thinking.append": _CONTEXT,
+        "session.close": ClientEvent(_on_close),
+        # Known GPT-Live client events the fake does not model.
+        **dict.fromkeys(
+            (
+                "session.update",
+                "session.input_audio.mute",
+                "session.input_audio.unmute",
+                "session.output_audio.fixture.play",
+                "session.instructions.append",
+                "decision.create",
+                "decision.item.create",
+                "decision.item.delete",
+                "response.item.create",
+                "response.create",
+                "transport.dtmf.send",
+            ),
+            ClientEvent(_unmodelled, None),
+        ),
+    }
 
     # -- the model ------------------------------------------------------------------------------------------
 
@@ -807,15 +665,7 @@ class LiveFakeConnection(FakeCore):
         self._utterance_no += 1
         number = self._utterance_no
         text = label("utterance", number, u.duration_ms / 1000)
-        self._emit(
-            {
-                "type": "session.input_transcript.delta",
-                "event_id": self._ids.new("event"),
-                "delta": text,
-                "start_ms": u.start_ms,
-                "end_ms": u.end_ms,
-            }
-        )
+        self._event("session.input_transcript.delta", delta=text, start_ms=u.start_ms, end_ms=u.end_ms)
         self._heard(now, str(number), number, u.duration_ms / 1000, u.duration_ms)
         if len(self._replies) >= self.options.max_queued:
             self.dropped += 1
@@ -826,17 +676,12 @@ class LiveFakeConnection(FakeCore):
             delegation_id = self._ids.new("del")
             self.delegations[delegation_id] = DelegationRecord(delegation_id, number, turn.tool_call, now)
             reply.ready_at, reply.delegation_id = None, delegation_id
-            deliveries = 2 if self._duplicate else 1
             self._answers(now, turn, str(number), "audio", delegation_id)
-            for _ in range(deliveries):
-                # GPT-Live delegations carry no task text: the tool's name and arguments stay in the fake.
-                self._emit(
-                    {
-                        "type": "session.delegation.created",
-                        "event_id": self._ids.new("event"),
-                        "delegation": {"id": delegation_id, "type": "delegation", "target": "client"},
-                        "offset_ms": self._position_ms(),
-                    }
+            # GPT-Live delegations carry no task text: the tool's name and arguments stay in the fake.
+            delegation = {"id": delegation_id, "type": "delegation", "target": "client"}
+            for _ in range(2 if self._duplicate else 1):
+                self._event(
+                    "session.delegation.created", delegation=delegation, offset_ms=self._position_ms()
                 )
         else:
             self._answers(now, turn, str(number), "audio")
@@ -884,44 +729,35 @@ class LiveFakeConnection(FakeCore):
 
     def _start(self, reply: _Reply, t0: int) -> _Playout:
         """A reply starts speaking at t0: its output transcript, then a playout on the current speed."""
-        assert self._config is not None
-        fmt = self._config.fmt
+        fmt = self._fmt
+        assert fmt is not None
         turn = reply.turn
         if turn.reply == "echo":
             length, duration_ms = len(reply.utterance.audio), reply.utterance.duration_ms
         else:
-            length, duration_ms = (
-                fmt.rate * turn.duration_ms // 1000 * fmt.sample_width,
-                float(turn.duration_ms),
-            )
+            length = fmt.rate * turn.duration_ms // 1000 * fmt.sample_width
+            duration_ms = float(turn.duration_ms)
         start_ms = max(self._position_ms(), self._out_end_ms)
         self._out_end_ms = start_ms + math.ceil(duration_ms)
         text = turn.transcript
         if text is None and turn.reply != "silence":
             text = label(turn.reply, reply.number, duration_ms / 1000)
         if text is not None:
-            self._emit(
-                {
-                    "type": "session.output_transcript.delta",
-                    "event_id": self._ids.new("event"),
-                    "delta": text,
-                    "start_ms": start_ms,
-                    "end_ms": self._out_end_ms,
-                }
+            self._event(
+                "session.output_transcript.delta", delta=text, start_ms=start_ms, end_ms=self._out_end_ms
             )
         length_ns = length * NS_PER_S // (fmt.rate * fmt.sample_width)
         return _Playout(reply, length, length_ns, MediaClock(t0, float(self._lead_ns), self._speed))
 
     def _audio(self, reply: _Reply, start: int, end: int) -> bytes:
         """Bytes [start, end) of a reply in the session's format."""
-        if reply.turn.reply == "echo":
+        turn = reply.turn
+        if turn.reply == "echo":
             return reply.utterance.audio[start:end]
-        assert self._config is not None
-        width = self._config.fmt.sample_width
-        first, count = start // width, (end - start) // width
-        if reply.turn.reply == "tone":
-            return self._encode(_tone_pcm(reply.turn.frequency_hz, self._config.fmt.rate, first, count))
-        return self._encode(bytes(2 * count))
+        assert self._fmt is not None
+        width = self._fmt.sample_width
+        frequency = turn.frequency_hz if turn.reply == "tone" else 0.0
+        return tone(self._fmt, frequency, start // width, (end - start) // width)
 
     # -- server events --------------------------------------------------------------------------------------
 
@@ -931,49 +767,35 @@ class LiveFakeConnection(FakeCore):
     def _finish(self, reason: str, now: int, client_event_id: str | None) -> None:
         assert self._resource is not None
         self._end_stall()  # a graceful end flushes what a stall held back first
-        closed = {
-            "type": "session.closed",
-            "event_id": self._ids.new("event"),
-            "reason": reason,
-            "session": self._resource,
-            "usage": self._usage(now),
-        }
-        if client_event_id is not None:
-            closed["client_event_id"] = client_event_id
-        self._emit(closed)
+        closed = {"type": "session.closed", "event_id": self._ids.new("event"), "reason": reason}
+        self._emit(
+            self._answering({**closed, "session": self._resource, "usage": self._usage(now)}, client_event_id)
+        )
         self._close_with(CloseRequest(1000))
 
     def _error(self, code: str, message: str, param: str | None, client_event_id: str | None) -> None:
-        event: dict[str, Any] = {
-            "type": "error",
-            "event_id": self._ids.new("event"),
-            "error": {
-                "type": "invalid_request_error",
-                "code": code,
-                "message": message,
-                "param": param,
-                "client_event_id": client_event_id,
-            },
-        }
-        if client_event_id is not None:
-            event["client_event_id"] = client_event_id
-        self._emit(event)
+        error = {"type": "invalid_request_error", "code": code, "message": message, "param": param}
+        event = {"type": "error", "event_id": self._ids.new("event")}
+        self._emit(
+            self._answering(
+                {**event, "error": {**error, "client_event_id": client_event_id}}, client_event_id
+            )
+        )
 
     @staticmethod
-    def _reply(event: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-        if isinstance(request.get("event_id"), str):
-            event["client_event_id"] = request["event_id"]
+    def _answering(event: dict[str, Any], client_event_id: Any) -> dict[str, Any]:
+        """`event` naming the client event it answers (`client_event_id`), when that had a string id."""
+        if isinstance(client_event_id, str):
+            event["client_event_id"] = client_event_id
         return event
 
-    def _holding(self) -> bool:
-        return self._stall_until is not None
+
+def _detector_options(options: LiveFakeOptions) -> EchoOptions:
+    """The echo model as a pure utterance detector (`speak=False`): it never queues, plays or asks for a timer."""
+    return dataclasses.replace(options.echo_options(), speak=False)
 
 
 # -- the shell ----------------------------------------------------------------------------------------------
-
-
-def _accepts_path(path: str) -> bool:
-    return path.endswith("/live/sessions")
 
 
 def server(
@@ -989,15 +811,13 @@ def server(
         opts = dataclasses.replace(opts, script=script)
 
     def factory(ctx: ConnectionContext) -> LiveFakeConnection:
-        return LiveFakeConnection(
-            opts, now=ctx.now, unix_time=ctx.unix_time, ids=ctx.ids, index=ctx.index, faults=ctx.faults
-        )
+        return LiveFakeConnection(opts, **context_args(ctx))
 
     return FakeServer(
         "openai_live",
         factory,
         path="/v1/live/sessions",
-        accepts_path=_accepts_path,
+        accepts_path=lambda path: path.endswith("/live/sessions"),
         authorize=bearer_authorize,
         faults=faults,
         record_path=record_path,
@@ -1005,5 +825,3 @@ def server(
 
 
 serve = serving(server)
-
-LiveFakeServer = FakeServer

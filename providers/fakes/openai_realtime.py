@@ -21,20 +21,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from providers.fakes.realtime_family import Dialect, RealtimeFakeOptions, dialect_server, item_variants
-from providers.fakes.schema import AnyOf, Anything, Bool, Int, ListOf, Nullable, Num, Obj, Str, Tagged
+from providers.fakes import realtime_family as family
+from providers.fakes.schema import (
+    AnyOf,
+    Anything,
+    Bool,
+    Int,
+    ListOf,
+    Nullable,
+    Num,
+    Obj,
+    Spec,
+    Str,
+    Tagged,
+    members,
+)
 from providers.fakes.server import bearer_authorize, serving
+
+RealtimeFakeOptions = family.RealtimeFakeOptions
 
 __all__ = ["DIALECT", "RealtimeFakeOptions", "server", "serve", "session_length_text"]
 
 _TYPE = Str()
-FORMAT = Tagged(
-    {
-        "audio/pcm": Obj({"type": _TYPE, "rate": Int(choices=(24000,))}, defaults={"rate": 24000}),
-        "audio/pcmu": Obj({"type": _TYPE}),
-        "audio/pcma": Obj({"type": _TYPE}),
-    }
-)
+FORMAT = family.audio_formats((24000,), g711_rate=False)
 SERVER_VAD_DEFAULTS: dict[str, Any] = {
     "threshold": 0.5,
     "prefix_padding_ms": 300,
@@ -43,6 +52,7 @@ SERVER_VAD_DEFAULTS: dict[str, Any] = {
     "create_response": True,
     "interrupt_response": True,
 }
+_RESPONDS: dict[str, Spec] = {"create_response": Bool(), "interrupt_response": Bool()}
 _TURN_DETECTION = Tagged(
     {
         "server_vad": Obj(
@@ -52,22 +62,17 @@ _TURN_DETECTION = Tagged(
                 "prefix_padding_ms": Int(lo=0),
                 "silence_duration_ms": Int(lo=0),
                 "idle_timeout_ms": Nullable(Int(lo=0)),
-                "create_response": Bool(),
-                "interrupt_response": Bool(),
+                **_RESPONDS,
             },
             defaults=SERVER_VAD_DEFAULTS,
         ),
         "semantic_vad": Obj(
-            {
-                "type": _TYPE,
-                "eagerness": Str(choices=("low", "medium", "high", "auto")),
-                "create_response": Bool(),
-                "interrupt_response": Bool(),
-            },
+            {"type": _TYPE, "eagerness": Str(choices=("low", "medium", "high", "auto")), **_RESPONDS},
             defaults={"eagerness": "auto", "create_response": True, "interrupt_response": True},
         ),
     }
 )
+_EFFORTS = ("minimal", "low", "medium", "high", "xhigh")
 _TRANSCRIPTION = Obj(
     {
         "model": Str(nonempty=True),
@@ -75,35 +80,24 @@ _TRANSCRIPTION = Obj(
         "languages": ListOf(Str()),
         "prompt": Str(),
         "keywords": ListOf(Str()),
-        "delay": Str(choices=("minimal", "low", "medium", "high", "xhigh")),
+        "delay": Str(choices=_EFFORTS),
     }
 )
 _VOICE = AnyOf((Str(nonempty=True), Obj({"id": Str(nonempty=True)}, required=("id",))))
-_FUNCTION_TOOL = Obj(
-    {"type": _TYPE, "name": Str(nonempty=True), "description": Str(), "parameters": Anything()},
-    required=("name",),
+_MCP_KEYS = (
+    "type",
+    "server_label",
+    "server_url",
+    "connector_id",
+    "authorization",
+    "headers",
+    "allowed_tools",
 )
-_MCP_TOOL = Obj(
-    {
-        key: Anything()
-        for key in (
-            "type",
-            "server_label",
-            "server_url",
-            "connector_id",
-            "authorization",
-            "headers",
-            "allowed_tools",
-            "allowed_callers",
-            "require_approval",
-            "server_description",
-            "defer_loading",
-            "tunnel_id",
-        )
-    },
+_MCP_TOOL = members(
+    (*_MCP_KEYS, "allowed_callers", "require_approval", "server_description", "defer_loading", "tunnel_id"),
     required=("server_label",),
 )
-_TOOLS = ListOf(Tagged({"function": _FUNCTION_TOOL, "mcp": _MCP_TOOL}))
+_TOOLS = ListOf(Tagged({"function": family.FUNCTION_TOOL, "mcp": _MCP_TOOL}))
 _TOOL_CHOICE = AnyOf(
     (
         Str(choices=("none", "auto", "required")),
@@ -118,71 +112,42 @@ _TOOL_CHOICE = AnyOf(
         ),
     )
 )
-_MAX_OUTPUT_TOKENS = AnyOf((Int(1, 4096), Str(choices=("inf",))))
 _MODALITIES = ListOf(Str(choices=("audio", "text")))
 _PROMPT = Nullable(Obj({"id": Str(), "variables": Anything(), "version": Nullable(Str())}, required=("id",)))
-_REASONING = Obj({"effort": Str(choices=("minimal", "low", "medium", "high", "xhigh"))})
+_RESPONSE_COMMON: dict[str, Spec] = {
+    "output_modalities": _MODALITIES,
+    "instructions": Str(),
+    "tools": _TOOLS,
+    "tool_choice": _TOOL_CHOICE,
+    "max_output_tokens": AnyOf((Int(1, 4096), family.UNLIMITED)),
+    "prompt": _PROMPT,
+    "reasoning": Obj({"effort": Str(choices=_EFFORTS)}),
+    "parallel_tool_calls": Bool(),
+}
+_NOISE_REDUCTION = Obj({"type": Str(choices=("near_field", "far_field")), "strength": Num(0.0)})
+_RETENTION = Obj(
+    {"type": _TYPE, "retention_ratio": Num(0.0, 1.0), "token_limits": Obj({"post_instructions": Int(lo=0)})},
+    required=("retention_ratio",),
+)
+_TRACING = Obj({"group_id": Str(), "metadata": Anything(), "workflow_name": Str()})
 
 SESSION = Obj(
     {
         "type": Str(choices=("realtime",)),
         "model": Str(nonempty=True),
-        "output_modalities": _MODALITIES,
-        "instructions": Str(),
-        "audio": Obj(
+        "audio": family.session_audio(
             {
-                "input": Obj(
-                    {
-                        "format": FORMAT,
-                        "noise_reduction": Nullable(
-                            Obj(
-                                {
-                                    "type": Str(choices=("near_field", "far_field")),
-                                    "strength": Num(0.0),
-                                }
-                            )
-                        ),
-                        "transcription": Nullable(_TRANSCRIPTION),
-                        "turn_detection": Nullable(_TURN_DETECTION),
-                    },
-                    merge=True,
-                ),
-                "output": Obj({"format": FORMAT, "voice": _VOICE, "speed": Num(0.25, 1.5)}, merge=True),
+                "format": FORMAT,
+                "noise_reduction": Nullable(_NOISE_REDUCTION),
+                "transcription": Nullable(_TRANSCRIPTION),
+                "turn_detection": Nullable(_TURN_DETECTION),
             },
-            merge=True,
+            {"format": FORMAT, "voice": _VOICE, "speed": Num(0.25, 1.5)},
         ),
-        "tools": _TOOLS,
-        "tool_choice": _TOOL_CHOICE,
-        "max_output_tokens": _MAX_OUTPUT_TOKENS,
-        "truncation": AnyOf(
-            (
-                Str(choices=("auto", "disabled")),
-                Tagged(
-                    {
-                        "retention_ratio": Obj(
-                            {
-                                "type": _TYPE,
-                                "retention_ratio": Num(0.0, 1.0),
-                                "token_limits": Obj({"post_instructions": Int(lo=0)}),
-                            },
-                            required=("retention_ratio",),
-                        )
-                    }
-                ),
-            )
-        ),
-        "tracing": Nullable(
-            AnyOf(
-                (
-                    Str(choices=("auto",)),
-                    Obj({"group_id": Str(), "metadata": Anything(), "workflow_name": Str()}),
-                )
-            )
-        ),
+        "truncation": AnyOf((Str(choices=("auto", "disabled")), Tagged({"retention_ratio": _RETENTION}))),
+        "tracing": Nullable(AnyOf((Str(choices=("auto",)), _TRACING))),
         "include": Nullable(ListOf(Str(choices=("item.input_audio_transcription.logprobs",)))),
-        "prompt": _PROMPT,
-        "reasoning": _REASONING,
-        "parallel_tool_calls": Bool(),
+        **_RESPONSE_COMMON,
     },
     required=("type",),
     merge=True,
@@ -190,18 +155,11 @@ SESSION = Obj(
 
 RESPONSE = Obj(
     {
-        "output_modalities": _MODALITIES,
-        "instructions": Str(),
         "audio": Obj({"output": Obj({"format": FORMAT, "voice": _VOICE})}),
-        "tools": _TOOLS,
-        "tool_choice": _TOOL_CHOICE,
-        "max_output_tokens": _MAX_OUTPUT_TOKENS,
-        "metadata": Nullable(Anything()),
+        "metadata": family.METADATA,
         "conversation": Str(),
         "input": ListOf(Anything()),
-        "prompt": _PROMPT,
-        "reasoning": _REASONING,
-        "parallel_tool_calls": Bool(),
+        **_RESPONSE_COMMON,
     }
 )
 
@@ -211,17 +169,9 @@ _ITEM_COMMON = {
     "object": Str(choices=("realtime.item",)),
     "status": Str(choices=("completed", "incomplete", "in_progress")),
 }
-_CONTENT = Obj(
-    {
-        "type": Str(choices=("input_text", "input_audio", "input_image", "output_text", "output_audio")),
-        "text": Str(),
-        "audio": Str(),
-        "transcript": Nullable(Str()),
-        "image_url": Str(),
-        "detail": Str(choices=("auto", "low", "high")),
-    }
-)
-ITEM = Tagged(item_variants(_ITEM_COMMON, _CONTENT))
+_CONTENT_TYPES = ("input_text", "input_audio", "input_image", "output_text", "output_audio")
+_CONTENT = family.content_part(_CONTENT_TYPES, image_url=Str(), detail=Str(choices=("auto", "low", "high")))
+ITEM = Tagged(family.item_variants(_ITEM_COMMON, _CONTENT))
 
 
 def _new_session(model: str, session_id: str, expires_at: int) -> dict[str, Any]:
@@ -269,8 +219,10 @@ def _expiry_message(ms: int) -> str:
 
 
 # every switch the GA protocol's, as realtime_family.Dialect's defaults say
-DIALECT = Dialect("openai_realtime", "gpt-realtime-2", SESSION, RESPONSE, ITEM, _new_session, _expiry_message)
+DIALECT = family.Dialect(
+    "openai_realtime", "gpt-realtime-2", SESSION, RESPONSE, ITEM, _new_session, _expiry_message
+)
 
 
-server = dialect_server(DIALECT, bearer_authorize)
+server = family.dialect_server(DIALECT, bearer_authorize)
 serve = serving(server)

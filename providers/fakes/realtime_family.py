@@ -4,17 +4,14 @@ xAI's Voice Agent API is an OpenAI Realtime clone with a list of differences (pr
 this one core; everything that differs is data in a `Dialect` (openai_realtime.py and xai.py each define one).
 Nothing here names a vendor: a behaviour that only one service has is a dialect field.
 
-The core, in the aioquic shape (aesthetics.md §4): `RealtimeFamilyConnection` is driven by
-`receive_message(data, now)`, `handle_timer(now)`, `inject(fault, now)` and `connection_lost(code)`; outputs are
-pulled (`frames_to_send()`, `close_to_send()`), and `next_deadline()` says when `handle_timer` must run. `now` is
-monotonic int ns, always passed in. Peer input never raises: it becomes an `error` event (session stays open).
-It satisfies the `FakeConnection` protocol of providers/fakes/server.py, whose shell runs it on loopback.
+`RealtimeFamilyConnection` is the sans-I/O core (a kit_openai.py `OpenAICore`), driven and pulled as server.py
+says every core is. Peer input never raises: it becomes an `error` event (the session stays open).
 
 The model behind it (deterministic, on bytes and `now` only):
 
 * Input audio is decoded per the session's input format and its length counted from bytes (the `*_ms` values
   of VAD events are offsets into the appended audio, never clock readings). The server VAD is the energy
-  detector of echo.py: `threshold` t (0..1) maps to -60 + 40*t dBFS per 20 ms window, `silence_duration_ms` is
+  detector of echo.py: `threshold` t (0..1) maps to -55 + 25*t dBFS per 20 ms window, `silence_duration_ms` is
   the hangover, speech counts once it holds `min_speech_ms` of voiced audio. `speech_started.audio_start_ms` =
   first voiced ms - `prefix_padding_ms`; `speech_stopped.audio_end_ms` = last voiced ms + `silence_duration_ms`.
 * `turn_detection: null` runs no VAD at all: nothing is committed or answered until the client's
@@ -36,18 +33,15 @@ its spec string); a stall holds frames here until it ends.
 from __future__ import annotations
 
 import base64
-import binascii
 import copy
 import json
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
 
-import numpy as np
-
-from providers.fakes.connection import FakeCore, parse_client
+from providers.fakes.connection import parse_client
 from providers.fakes.echo import (
     EchoModel,
     EchoOptions,
@@ -58,38 +52,48 @@ from providers.fakes.echo import (
     voiced_windows,
 )
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
+from providers.fakes.kit_openai import (
+    ClientEvent,
+    OpenAICore,
+    audio_format,
+    b64_length,
+    context_args,
+    decode_audio,
+    ms_of,
+    tone,
+    whole_samples,
+)
 from providers.fakes.schema import (
+    Anything,
     ClientError,
     Int,
     ListOf,
+    Nullable,
     Obj,
     Spec,
     Str,
     Tagged,
     invalid_value,
-    members,
     merge,
     validate,
 )
 from providers.fakes.script import Script, ToolCallScript, Turn, label
-from providers.fakes.server import (
-    Authorize,
-    CloseRequest,
-    ConnectionContext,
-    FakeServer,
-    IdSource,
-)
-from rtp.audio import AudioFormat, Encoding
+from providers.fakes.server import Authorize, CloseRequest, ConnectionContext, FakeServer, IdSource
+from rtp.audio import AudioFormat
 from rtp.units import NS_PER_MS
 
 __all__ = [
+    "FUNCTION_TOOL",
+    "METADATA",
+    "UNLIMITED",
     "Dialect",
     "RealtimeFakeOptions",
     "RealtimeFamilyConnection",
-    "connection_factory",
+    "audio_formats",
+    "content_part",
     "dialect_server",
     "item_variants",
-    "accepts_path",
+    "session_audio",
     "threshold_dbfs",
 ]
 
@@ -97,9 +101,11 @@ _MAX_APPEND_B64 = 15 * 2**20  # providers.md §1.4: up to 15 MiB of base64 per a
 _MIN_COMMIT_MS = 100  # §1.9: a commit needs at least 100 ms of audio
 _GARBAGE = '{"type":"response.output_audio.delta","event_id":"event_'  # garbage_json: cut-off JSON
 _INVALID_B64 = "!!not*base64!!"  # invalid_audio: not decodable as base64
-_NOT_JSON = "The client event is not valid JSON."
-_NOT_AN_OBJECT = "A client event must be a JSON object."
 _EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 700, "auto": 700, "high": 400}  # semantic_vad stand-in
+_RATE_LIMITS = [
+    {"name": "requests", "limit": 5000, "remaining": 4999, "reset_seconds": 0.012},
+    {"name": "tokens", "limit": 400000, "remaining": 395000, "reset_seconds": 0.75},
+]
 
 
 def _get(obj: Any, path: Sequence[str]) -> Any:
@@ -126,6 +132,44 @@ def item_variants(common: Mapping[str, Spec], content: Spec) -> dict[str, Obj]:
             {**common, "call_id": Str(nonempty=True), "output": Str()}, required=("call_id", "output")
         ),
     }
+
+
+def _message(item_id: str | None, role: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
+    """A conversation message item."""
+    item = {"id": item_id, "object": "realtime.item", "type": "message"}
+    return {**item, "role": role, "status": status, "content": content}
+
+
+# -- what both dialects' schemas share -----------------------------------------------------------------------
+
+FUNCTION_TOOL = Obj(
+    {"type": Str(), "name": Str(nonempty=True), "description": Str(), "parameters": Anything()},
+    required=("name",),
+)
+UNLIMITED = Str(choices=("inf",))
+"""`max_output_tokens: "inf"`."""
+METADATA = Nullable(Anything())
+"""A response's `metadata`."""
+
+
+def audio_formats(pcm_rates: tuple[int, ...], g711_rate: bool) -> Tagged:
+    """The `format` of either audio direction: PCM16 at `pcm_rates` (24 kHz when it names none) or G.711 (with a
+    `rate` of 8000 allowed when `g711_rate`)."""
+    g711 = Obj({"type": Str(), "rate": Int(choices=(8000,))} if g711_rate else {"type": Str()})
+    pcm = Obj({"type": Str(), "rate": Int(choices=pcm_rates)}, defaults={"rate": 24000})
+    return Tagged({"audio/pcm": pcm, "audio/pcmu": g711, "audio/pcma": g711})
+
+
+def session_audio(input: Mapping[str, Spec], output: Mapping[str, Spec]) -> Obj:
+    """The session's `audio`: its `input` and `output` members, all deep-merged by a `session.update`."""
+    return Obj({"input": Obj(input, merge=True), "output": Obj(output, merge=True)}, merge=True)
+
+
+def content_part(types: tuple[str, ...], **more: Spec) -> Obj:
+    """A message item's content part of one of `types`."""
+    return Obj(
+        {"type": Str(choices=types), "text": Str(), "audio": Str(), "transcript": Nullable(Str()), **more}
+    )
 
 
 # -- the dialect ----------------------------------------------------------------------------------------------
@@ -240,28 +284,17 @@ def threshold_dbfs(threshold: float) -> float:
     return -55.0 + 25.0 * threshold
 
 
+def _vad_dbfs(td: Mapping[str, Any]) -> float:
+    """The energy threshold of a `turn_detection` (0.5 when it names none)."""
+    threshold = td.get("threshold")
+    return threshold_dbfs(0.5 if threshold is None else float(threshold))
+
+
 # -- audio helpers -------------------------------------------------------------------------------------------
 
 
-def _format(fmt: Mapping[str, Any]) -> AudioFormat:
-    kind = fmt.get("type")
-    if kind == "audio/pcmu":
-        return AudioFormat(Encoding.PCMU, 8000)
-    if kind == "audio/pcma":
-        return AudioFormat(Encoding.PCMA, 8000)
-    return AudioFormat(Encoding.PCM16, int(fmt.get("rate") or 24000))
-
-
-def _decode(fmt: AudioFormat, raw: bytes) -> bytes:
-    return codec(fmt.encoding)[0](raw)
-
-
-def _ms(fmt: AudioFormat, nbytes: int) -> float:
-    return nbytes / fmt.sample_width * 1000 / fmt.rate
-
-
 def _has_speech(fmt: AudioFormat, raw: bytes, dbfs: float, window_ms: int) -> bool:
-    pcm = _decode(fmt, raw[: len(raw) - len(raw) % fmt.sample_width])
+    pcm = codec(fmt.encoding)[0](raw[: len(raw) - len(raw) % fmt.sample_width])
     return any(voiced_windows(pcm, max(1, fmt.rate * window_ms // 1000), mean_square(dbfs)))
 
 
@@ -302,6 +335,8 @@ class _Response:
     in_conversation: bool
     metadata: Any
     interruptible: bool
+    text_only: bool
+    """Text instead of audio (the response's modalities leave audio out, and the dialect allows that)."""
     output: list[dict[str, Any]] = field(default_factory=list)
     item_id: str | None = None
     chunks: list[_Chunk] = field(default_factory=list)
@@ -310,6 +345,16 @@ class _Response:
     audio_ms: float = 0.0
     words: list[str] = field(default_factory=list)
     first_at: int | None = None  # when the first chunk was due
+
+    def part(self, **fields: Any) -> dict[str, Any]:
+        """The members every event about the response's message part carries, and `fields`."""
+        return {
+            "response_id": self.id,
+            "item_id": self.item_id,
+            "output_index": 0,
+            "content_index": 0,
+            **fields,
+        }
 
 
 @dataclass(slots=True)
@@ -323,7 +368,7 @@ class _PendingTool:
 # -- the core ------------------------------------------------------------------------------------------------
 
 
-class RealtimeFamilyConnection(FakeCore):
+class RealtimeFamilyConnection(OpenAICore):
     """One Realtime-family WebSocket connection, server side (see the module docstring)."""
 
     append_type = "input_audio_buffer.append"
@@ -352,7 +397,10 @@ class RealtimeFamilyConnection(FakeCore):
         self._now = now
         self._corrupt_audio = False
         self._schedule = FaultSchedule(list(faults), index + 1, now)
-        self._fired = 0
+        self._handlers = {
+            kind: replace(entry, handler=_unsupported) if kind in d.unsupported_events else entry
+            for kind, entry in _CLIENT_EVENTS.items()
+        }
 
         length = opts.session_length_ms or d.session_length_ms
         self._length_ms = length
@@ -366,7 +414,7 @@ class RealtimeFamilyConnection(FakeCore):
         self._session = d.new_session(model or d.default_model, session_id, unix_time + length // 1000)
         self._conversation_id = self._ids.new("conv")
         self._items: dict[str, _Item] = {}
-        self._input_fmt = _format(_get(self._session, d.input_format_path) or {})
+        self._input_fmt = audio_format(_get(self._session, d.input_format_path) or {})
         self._carry = b""
         self._input_ms = 0.0
         self._buffer = bytearray()  # raw input since the last commit/clear (its last max_utterance_ms)
@@ -390,7 +438,7 @@ class RealtimeFamilyConnection(FakeCore):
         # beta refusal) is due at `now` and goes out from the first `handle_timer`.
         self._handshake_at: int | None = now
         self._refuse_beta = beta_header and d.beta_header_rejected
-        self._early: list[tuple[dict[str, Any], int]] = []  # client events received before session.created
+        self._early: list[dict[str, Any]] = []  # client events received before session.created
 
     # -- drivers --------------------------------------------------------------------------------------------
 
@@ -400,21 +448,15 @@ class RealtimeFamilyConnection(FakeCore):
         self._faults(now)
         self._audio_bytes = None
         frame, raw, is_json = parse_client(data)
-        try:
-            if self._closing:
-                return
-            if frame is None:
-                raise ClientError("invalid_json", _NOT_AN_OBJECT if is_json else _NOT_JSON)
-            if self._handshake_at is not None:
-                self._early.append((frame, now))
-                if frame.get("type") == "input_audio_buffer.append" and isinstance(frame.get("audio"), str):
-                    self._audio_bytes = _b64_length(frame["audio"])
-                return
-            self._dispatch(frame, now)
-        except ClientError as exc:
-            self._client_error(exc, frame)
-        finally:
-            self._received(now, frame, raw)
+        if self._closing:
+            pass
+        elif frame is None or self._handshake_at is None:
+            self._client_frame(frame, is_json, now)
+        else:  # before session.created: answered after it
+            self._early.append(frame)
+            if frame.get("type") == self.append_type and isinstance(frame.get("audio"), str):
+                self._audio_bytes = b64_length(frame["audio"])
+        self._received(now, frame, raw)
 
     def handle_timer(self, now: int) -> None:
         """Run everything due at or before `now`."""
@@ -457,17 +499,17 @@ class RealtimeFamilyConnection(FakeCore):
     def next_deadline(self) -> int | None:
         if self._closing or self._half_open:
             return None
-        candidates = [
+        r = self._response
+        due = [
             self._handshake_at,
             self._expires,
             self._next_ping,
             self._idle_at,
             self._schedule.next_deadline(),
         ]
-        if self._response is not None and self._response.sent < len(self._response.chunks):
-            candidates.append(self._response.next_at)
-        due = [t for t in candidates if t is not None]
-        return min(due) if due else None
+        if r is not None and r.sent < len(r.chunks):
+            due.append(r.next_at)
+        return min((t for t in due if t is not None), default=None)
 
     # -- introspection --------------------------------------------------------------------------------------
 
@@ -485,13 +527,10 @@ class RealtimeFamilyConnection(FakeCore):
     def responding(self) -> bool:
         return self._response is not None
 
-    # -- faults ---------------------------------------------------------------------------------------------
+    # -- faults and funnels (connection.py) -----------------------------------------------------------------
 
     def _faults(self, now: int) -> None:
-        self._schedule.due(now)
-        while self._fired < len(self._schedule.fired):
-            fault = self._schedule.fired[self._fired]
-            self._fired += 1
+        for fault in self._schedule.due(now):
             self._fault(fault, now)
 
     def _on_fault(self, fault: Fault, now: int) -> None:
@@ -511,8 +550,6 @@ class RealtimeFamilyConnection(FakeCore):
         if self._held and not self._schedule.stalled(now):
             self._release()
 
-    # -- funnels (connection.py) ----------------------------------------------------------------------------
-
     def _holding(self) -> bool:
         return self._schedule.stalled(self._now)
 
@@ -522,23 +559,18 @@ class RealtimeFamilyConnection(FakeCore):
             self._release()
             super()._close_with(request)
 
-    def _event(self, kind: str, **fields: Any) -> None:
-        self._emit({"type": kind, "event_id": self._ids.new("event"), **fields})
-
     def _error(
-        self,
-        code: str,
-        message: str,
-        param: str | None = None,
-        client_event_id: str | None = None,
-        kind: str = "invalid_request_error",
+        self, code: str, message: str, param: str | None = None, client_event_id: str | None = None
     ) -> None:
-        error = {"type": kind, "code": code, "message": message, "param": param, "event_id": client_event_id}
-        self._event("error", error=error)
+        error = {"type": "invalid_request_error", "code": code, "message": message, "param": param}
+        self._event("error", error={**error, "event_id": client_event_id})
 
-    def _client_error(self, exc: ClientError, frame: dict[str, Any] | None) -> None:
-        event_id = frame.get("event_id") if frame is not None else None
-        self._error(exc.code, exc.message, exc.param, event_id if isinstance(event_id, str) else None)
+    def _events(self) -> Mapping[str, ClientEvent]:
+        return self._handlers
+
+    def _unknown_event(self, kind: str) -> ClientError:
+        supported = ", ".join(f"'{k}'" for k in _CLIENT_EVENTS)
+        return invalid_value(kind, "type", f"Supported values are: {supported}.")
 
     # -- session lifecycle ----------------------------------------------------------------------------------
 
@@ -548,13 +580,10 @@ class RealtimeFamilyConnection(FakeCore):
         conversation = {"id": self._conversation_id, "object": "realtime.conversation"}
         self._event("conversation.created", conversation=conversation)
         early, self._early = self._early, []
-        for frame, _ in early:
+        for frame in early:
             if self._closing:
                 break
-            try:
-                self._dispatch(frame, now)
-            except ClientError as exc:
-                self._client_error(exc, frame)
+            self._client_frame(frame, True, now)
 
     def _expire(self) -> None:
         message = self.dialect.expiry_message(self._length_ms)
@@ -565,7 +594,7 @@ class RealtimeFamilyConnection(FakeCore):
     def _reconfigure(self) -> None:
         """Apply the session's formats and turn detection (a changed input side restarts the VAD)."""
         d = self.dialect
-        fmt = _format(_get(self._session, d.input_format_path) or {})
+        fmt = audio_format(_get(self._session, d.input_format_path) or {})
         td = _get(self._session, d.turn_detection_path)
         key = (fmt, json.dumps(td, sort_keys=True))
         if key == self._vad_key:
@@ -587,9 +616,8 @@ class RealtimeFamilyConnection(FakeCore):
         silence = td.get("silence_duration_ms")
         if td.get("type") == "semantic_vad":
             silence = _EAGERNESS_SILENCE_MS.get(td.get("eagerness") or "auto", 700)
-        threshold = td.get("threshold")
         return EchoOptions(
-            threshold_dbfs=threshold_dbfs(0.5 if threshold is None else float(threshold)),
+            threshold_dbfs=_vad_dbfs(td),
             window_ms=opts.window_ms,
             hangover_ms=int(500 if silence is None else silence),
             min_utterance_ms=opts.min_speech_ms,
@@ -600,32 +628,12 @@ class RealtimeFamilyConnection(FakeCore):
         )
 
     @property
-    def _td(self) -> dict[str, Any] | None:
+    def _td(self) -> dict[str, Any]:
+        """The session's turn detection ({} when it has none)."""
         td = _get(self._session, self.dialect.turn_detection_path)
-        return td if isinstance(td, dict) else None
-
-    @property
-    def _output_fmt_json(self) -> dict[str, Any]:
-        return copy.deepcopy(_get(self._session, self.dialect.output_format_path) or {"type": "audio/pcm"})
+        return td if isinstance(td, dict) else {}
 
     # -- client events --------------------------------------------------------------------------------------
-
-    def _dispatch(self, event: dict[str, Any], now: int) -> None:
-        if "type" not in event:
-            raise ClientError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
-        kind = event["type"]
-        validate(Str(), kind, "type")
-        if event.get("event_id") is not None:
-            validate(Str(), event["event_id"], "event_id")
-        entry = _CLIENT_EVENTS.get(kind)
-        if entry is None:
-            supported = ", ".join(f"'{k}'" for k in _CLIENT_EVENTS)
-            raise invalid_value(kind, "type", f"Supported values are: {supported}.")
-        handler, allowed, required = entry
-        validate(members(("type", "event_id", *allowed), required), event, "")
-        if kind in self.dialect.unsupported_events:
-            raise ClientError("unsupported_event", f"The event type '{kind}' is not supported.", "type")
-        handler(self, event, now)
 
     def _on_session_update(self, event: dict[str, Any], now: int) -> None:
         d = self.dialect
@@ -645,20 +653,13 @@ class RealtimeFamilyConnection(FakeCore):
         validate(Str(), audio, "audio")
         if len(audio) > _MAX_APPEND_B64:
             raise invalid_value(f"<{len(audio)} chars>", "audio", "Audio is larger than 15 MiB of base64.")
-        try:
-            raw = base64.b64decode(audio, validate=True)
-        except (binascii.Error, ValueError):
-            message = "Invalid 'audio': expected base64-encoded audio data."
-            raise ClientError("invalid_value", message, "audio") from None
+        raw = decode_audio(audio, "Invalid 'audio': expected base64-encoded audio data.")
         self._audio_bytes = len(raw)
         fmt = self._input_fmt
-        if fmt.sample_width == 2:
-            raw = self._carry + raw
-            whole = len(raw) & ~1
-            raw, self._carry = raw[:whole], raw[whole:]
+        raw, self._carry = whole_samples(self._carry, raw, fmt.sample_width)
         if not raw:
             return
-        ms = _ms(fmt, len(raw))
+        ms = ms_of(fmt, len(raw))
         self._input_ms += ms
         self._input_total_ms += ms
         self._buffer += raw
@@ -667,7 +668,7 @@ class RealtimeFamilyConnection(FakeCore):
         if len(self._buffer) > keep:
             del self._buffer[: len(self._buffer) - keep]
         if self._vad is not None:
-            self._vad.receive_audio(raw, _decode(fmt, raw), now)
+            self._vad.receive_audio(raw, codec(fmt.encoding)[0](raw), now)
             self._drain_vad(now)
 
     def _on_commit(self, event: dict[str, Any], now: int) -> None:
@@ -678,20 +679,21 @@ class RealtimeFamilyConnection(FakeCore):
             )
             raise ClientError("input_audio_buffer_commit_empty", message)
         d, fmt = self.dialect, self._input_fmt
-        item_id = self._speech_item or self._ids.new(d.item_prefix)
-        audio = bytes(self._buffer)
         respond = d.commit_creates_response
         if respond and d.commit_ignores_silence:
-            respond = _has_speech(fmt, audio, self._vad_threshold_dbfs(), self.options.window_ms)
-        self._audio_inputs += 1
-        source = _Input(item_id, audio, fmt, self._buffer_ms, self._audio_inputs)
-        self._reset_buffer()
-        self._commit(source, now, respond=respond)
+            respond = _has_speech(fmt, bytes(self._buffer), _vad_dbfs(self._td), self.options.window_ms)
+        item_id = self._speech_item or self._ids.new(d.item_prefix)
+        self._commit(self._buffered(item_id), now, respond=respond)
 
-    def _vad_threshold_dbfs(self) -> float:
-        td = self._td or {}
-        threshold = td.get("threshold")
-        return threshold_dbfs(0.5 if threshold is None else float(threshold))
+    def _buffered(self, item_id: str) -> _Input:
+        """The buffered input audio as the next user input `item_id`; the buffer and the detector start anew."""
+        source = self._input(item_id, bytes(self._buffer), self._buffer_ms)
+        self._reset_buffer()
+        return source
+
+    def _input(self, item_id: str, audio: bytes, ms: float) -> _Input:
+        self._audio_inputs += 1
+        return _Input(item_id, audio, self._input_fmt, ms, self._audio_inputs)
 
     def _reset_buffer(self) -> None:
         self._buffer.clear()
@@ -711,12 +713,15 @@ class RealtimeFamilyConnection(FakeCore):
         previous = event.get("previous_item_id")
         if previous is not None:
             validate(Str(), previous, "previous_item_id")
-            if previous not in self._items:
-                message = f"Item with item_id not found: {previous}"
-                raise ClientError("item_not_found", message, "previous_item_id")
+            self._item(previous, "previous_item_id")
         if item["type"] == "force_message":
             text = " ".join(str(c.get("text", "")) for c in item.get("content", []))
-            self._force_message(text, bool(item.get("interruptible", True)), now)
+            ms = max(300, len(text) * self.options.force_message_ms_per_char)
+            turn = Turn(reply="tone", duration_ms=ms)
+            self._no_active_response()
+            self._speak(
+                turn, None, 0, now, {}, transcript=text, interruptible=bool(item.get("interruptible", True))
+            )
             return
         item = copy.deepcopy(item)
         item_id = item.get("id") or self._ids.new(d.item_prefix)
@@ -735,14 +740,19 @@ class RealtimeFamilyConnection(FakeCore):
         if self.dialect.item_done_events:
             self._event("conversation.item.done", previous_item_id=previous, item=copy.deepcopy(item))
 
+    def _item(self, item_id: str, param: str) -> _Item:
+        """The conversation item `item_id` (named by the client's `param`), else `item_not_found`."""
+        entry = self._items.get(item_id)
+        if entry is None:
+            raise ClientError("item_not_found", f"Item with item_id not found: {item_id}", param)
+        return entry
+
     def _on_truncate(self, event: dict[str, Any], now: int) -> None:
         item_id, index, end = event["item_id"], event["content_index"], event["audio_end_ms"]
         validate(Str(), item_id, "item_id")
         validate(Int(lo=0), index, "content_index")
         validate(Int(lo=0), end, "audio_end_ms")
-        entry = self._items.get(item_id)
-        if entry is None:
-            raise ClientError("item_not_found", f"Item with item_id not found: {item_id}", "item_id")
+        entry = self._item(item_id, "item_id")
         item = entry.item
         if item.get("type") != "message" or item.get("role") != "assistant":
             raise ClientError("invalid_value", "Only assistant messages can be truncated.", "item_id")
@@ -762,39 +772,36 @@ class RealtimeFamilyConnection(FakeCore):
     def _on_delete(self, event: dict[str, Any], now: int) -> None:
         item_id = event["item_id"]
         validate(Str(), item_id, "item_id")
-        if self._items.pop(item_id, None) is None:
-            raise ClientError("item_not_found", f"Item with item_id not found: {item_id}", "item_id")
+        self._item(item_id, "item_id")
+        del self._items[item_id]
         self._event("conversation.item.deleted", item_id=item_id)
 
     def _on_retrieve(self, event: dict[str, Any], now: int) -> None:
         item_id = event["item_id"]
         validate(Str(), item_id, "item_id")
-        entry = self._items.get(item_id)
-        if entry is None:
-            raise ClientError("item_not_found", f"Item with item_id not found: {item_id}", "item_id")
-        self._event("conversation.item.retrieved", item=copy.deepcopy(entry.item))
+        self._event("conversation.item.retrieved", item=copy.deepcopy(self._item(item_id, "item_id").item))
 
     def _on_response_create(self, event: dict[str, Any], now: int) -> None:
         d = self.dialect
         params = event.get("response") or {}
         validate(d.response_schema, params, "response")
+        self._no_active_response()
+        if self._pending_tool is not None:
+            pending, self._pending_tool = self._pending_tool, None
+            self._speak(pending.turn, pending.source, pending.turn_no, now, params)
+        elif self._unanswered is not None:
+            self._answer(now, params)
+        elif not d.drops_repeat_response_create or not self._answered_any:
+            self._answered_any = True
+            self._speak(Turn(reply="tone", duration_ms=500), None, 0, now, params)
+
+    def _no_active_response(self) -> None:
         if self._response is not None:
             message = (
                 f"Conversation already has an active response in progress: {self._response.id}. "
                 "Wait until the response is finished before creating a new one."
             )
             raise ClientError("conversation_already_has_active_response", message)
-        if self._pending_tool is not None:
-            pending, self._pending_tool = self._pending_tool, None
-            self._speak(pending.turn, pending.source, pending.turn_no, now, params)
-            return
-        if self._unanswered is not None:
-            self._answer(now, params)
-            return
-        if d.drops_repeat_response_create and self._answered_any:
-            return
-        self._answered_any = True
-        self._speak(Turn(reply="tone", duration_ms=500), None, 0, now, params)
 
     def _on_response_cancel(self, event: dict[str, Any], now: int) -> None:
         r = self._response
@@ -813,12 +820,10 @@ class RealtimeFamilyConnection(FakeCore):
 
     def _drain_vad(self, now: int) -> None:
         assert self._vad is not None
-        vad, base = self._vad, self._vad_base_ms
-        td = self._td or {}
+        vad, base, td = self._vad, self._vad_base_ms, self._td
         while (ev := vad.next_event()) is not None:
             if isinstance(ev, UtteranceStarted):
-                item_id = self._ids.new(self.dialect.item_prefix)
-                self._speech_item = item_id
+                item_id = self._speech_item = self._ids.new(self.dialect.item_prefix)
                 start = max(0.0, (ev.voiced_start - vad.options.pad_ms * vad.rate / 1000) * 1000 / vad.rate)
                 self._event(
                     "input_audio_buffer.speech_started", audio_start_ms=int(base + start), item_id=item_id
@@ -833,8 +838,7 @@ class RealtimeFamilyConnection(FakeCore):
                 self._speech_item = None
                 end_ms = base + (u.voiced_end * 1000 / u.rate) + vad.options.hangover_ms
                 self._event("input_audio_buffer.speech_stopped", audio_end_ms=int(end_ms), item_id=item_id)
-                self._audio_inputs += 1
-                source = _Input(item_id, u.audio, self._input_fmt, u.duration_ms, self._audio_inputs)
+                source = self._input(item_id, u.audio, u.duration_ms)
                 self._buffer.clear()
                 self._buffer_ms = 0.0
                 respond = (
@@ -844,10 +848,9 @@ class RealtimeFamilyConnection(FakeCore):
 
     def _idle_timeout(self, now: int) -> None:
         self._idle_at = None
-        td = self._td or {}
         if self._response is not None or self._speech_item is not None:
             return
-        idle = int(td.get("idle_timeout_ms") or 0)
+        idle = int(self._td.get("idle_timeout_ms") or 0)
         end = int(self._input_ms)
         item_id = self._ids.new(self.dialect.item_prefix)
         self._event(
@@ -856,24 +859,14 @@ class RealtimeFamilyConnection(FakeCore):
             audio_start_ms=max(0, end - idle),
             audio_end_ms=end,
         )
-        self._audio_inputs += 1
-        source = _Input(item_id, bytes(self._buffer), self._input_fmt, self._buffer_ms, self._audio_inputs)
-        self._reset_buffer()
-        self._commit(source, now, respond=True)
+        self._commit(self._buffered(item_id), now, respond=True)
 
     def _commit(self, source: _Input, now: int, *, respond: bool) -> None:
         """A user audio item enters the conversation: committed, item events, transcription, answer."""
         previous = self._last_item()
         self._event("input_audio_buffer.committed", previous_item_id=previous, item_id=source.item_id)
-        item = {
-            "id": source.item_id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": "user",
-            "status": "completed",
-            "content": [{"type": "input_audio", "transcript": None}],
-        }
-        self._add_item(item)
+        content = [{"type": "input_audio", "transcript": None}]
+        self._add_item(_message(source.item_id, "user", "completed", content))
         self._transcribe(source)
         self._heard(now, source.item_id, source.index, source.ms / 1000, source.ms)
         self._unanswered = source
@@ -887,36 +880,19 @@ class RealtimeFamilyConnection(FakeCore):
             return
         text = label("utterance", source.index, source.ms / 1000)
         words = text.split(" ")
+        kind = "conversation.item.input_audio_transcription"
+        about: dict[str, Any] = {"item_id": source.item_id}
         if d.transcription_events == "deltas":
+            about["content_index"] = 0
             for i, word in enumerate(words):
-                delta = word if i == len(words) - 1 else word + " "
-                self._event(
-                    "conversation.item.input_audio_transcription.delta",
-                    item_id=source.item_id,
-                    content_index=0,
-                    delta=delta,
-                )
+                self._event(f"{kind}.delta", **about, delta=word if i == len(words) - 1 else word + " ")
             usage = {"type": "duration", "seconds": round(source.ms / 1000, 3)}
-            self._event(
-                "conversation.item.input_audio_transcription.completed",
-                item_id=source.item_id,
-                content_index=0,
-                transcript=text,
-                usage=usage,
-            )
+            self._event(f"{kind}.completed", **about, transcript=text, usage=usage)
         else:
             if config.get("model") == d.snapshot_model:
                 for i in range(1, len(words)):
-                    self._event(
-                        "conversation.item.input_audio_transcription.updated",
-                        item_id=source.item_id,
-                        transcript=" ".join(words[:i]),
-                    )
-            self._event(
-                "conversation.item.input_audio_transcription.completed",
-                item_id=source.item_id,
-                transcript=text,
-            )
+                    self._event(f"{kind}.updated", **about, transcript=" ".join(words[:i]))
+            self._event(f"{kind}.completed", **about, transcript=text)
         entry = self._items.get(source.item_id)
         if entry is not None:
             entry.item["content"][0]["transcript"] = text
@@ -933,44 +909,40 @@ class RealtimeFamilyConnection(FakeCore):
         item = source.item_id if source is not None else None
         kind = None if source is None else "audio" if caller is not None else "text"
         if turn.tool_call is not None and (caller is not None or not self.script.tools_answer_callers):
-            self._call_tool(turn, caller, now, params)
-            assert self._pending_tool is not None
-            self._answers(now, turn, item, kind, self._pending_tool.call_id)
+            r = self._new_response(now, params)
+            call_id = self._tool_events(r, turn.tool_call, 0)
+            self._pending_tool = _PendingTool(turn, caller, self._turn_no, call_id)
+            self._done(r, "completed", None)
+            self._answers(now, turn, item, kind, call_id)
         else:  # with `tools_answer_callers`, a text (the application's context) is spoken, not a call
             self._speak(turn, caller, self._turn_no, now, params)
             self._answers(now, turn, item, kind)
 
     def _new_response(self, now: int, params: dict[str, Any], *, interruptible: bool = True) -> _Response:
         d = self.dialect
-        fmt_json = copy.deepcopy(_get(params, ("audio", "output", "format")) or self._output_fmt_json)
+        fmt_json = _get(params, ("audio", "output", "format")) or _get(self._session, d.output_format_path)
+        fmt_json = copy.deepcopy(fmt_json or {"type": "audio/pcm"})
         if fmt_json.get("type") == "audio/pcm":
             fmt_json.setdefault("rate", 24000)
         modalities = params.get(d.response_modalities_key)
         if modalities is None and d.modalities_path is not None:
             modalities = _get(self._session, d.modalities_path)
+        modalities = tuple(modalities or ("audio",))
         r = _Response(
             id=self._ids.new("resp"),
-            fmt=_format(fmt_json),
+            fmt=audio_format(fmt_json),
             fmt_json=fmt_json,
-            modalities=tuple(modalities or ("audio",)),
+            modalities=modalities,
             in_conversation=params.get("conversation", "auto") != "none",
             metadata=params.get("metadata"),
             interruptible=interruptible,
+            text_only="audio" not in modalities and not d.text_alongside_audio,
         )
         self._idle_at = None
         self._event("response.created", response=self._response_json(r, "in_progress", None, None))
         if d.rate_limits:
-            self._event(
-                "rate_limits.updated",
-                rate_limits=[
-                    {"name": "requests", "limit": 5000, "remaining": 4999, "reset_seconds": 0.012},
-                    {"name": "tokens", "limit": 400000, "remaining": 395000, "reset_seconds": 0.75},
-                ],
-            )
+            self._event("rate_limits.updated", rate_limits=copy.deepcopy(_RATE_LIMITS))
         return r
-
-    def _speaks_text_only(self, r: _Response) -> bool:
-        return "audio" not in r.modalities and not self.dialect.text_alongside_audio
 
     def _speak(
         self,
@@ -983,78 +955,22 @@ class RealtimeFamilyConnection(FakeCore):
         transcript: str | None = None,
         interruptible: bool = True,
     ) -> None:
-        """A response that speaks `turn` (echoing `source` when it is audio)."""
+        """A response that speaks `turn` (echoing `source` when it is audio): its message opens, its chunks are
+        planned and the first go out."""
         r = self._new_response(now, params, interruptible=interruptible)
         audio, text = self._reply(turn, source, turn_no, r.fmt)
         text = transcript if transcript is not None else text
-        self._open_message(r)
-        self._plan(r, audio, text, now)
-        self._response = r
-        self._pump(now)
-
-    def _force_message(self, text: str, interruptible: bool, now: int) -> None:
-        if self._response is not None:
-            message = (
-                f"Conversation already has an active response in progress: {self._response.id}. "
-                "Wait until the response is finished before creating a new one."
-            )
-            raise ClientError("conversation_already_has_active_response", message)
-        ms = max(300, len(text) * self.options.force_message_ms_per_char)
-        self._speak(
-            Turn(reply="tone", duration_ms=ms), None, 0, now, {}, transcript=text, interruptible=interruptible
-        )
-
-    def _reply(self, turn: Turn, source: _Input | None, turn_no: int, fmt: AudioFormat) -> tuple[bytes, str]:
-        if turn.reply == "echo" and source is not None and source.audio is not None:
-            ms = source.ms
-            if source.fmt == fmt:
-                audio = source.audio
-            else:
-                audio = self._tone(fmt, ms, turn.frequency_hz)
-            text = label("echo", turn_no, ms / 1000)
-        else:
-            ms = float(turn.duration_ms)
-            kind = "silence" if turn.reply == "silence" else "tone"
-            audio = self._tone(fmt, ms, 0.0 if kind == "silence" else turn.frequency_hz)
-            text = label(kind, turn_no, ms / 1000)
-        return audio, turn.transcript if turn.transcript is not None else text
-
-    def _tone(self, fmt: AudioFormat, ms: float, freq: float) -> bytes:
-        n = int(round(fmt.rate * ms / 1000))
-        t = np.arange(n) / fmt.rate
-        x = self.options.tone_amplitude * np.sin(2 * np.pi * freq * t) if freq > 0 else np.zeros(n)
-        return codec(fmt.encoding)[1]((x * 32767).astype("<i2").tobytes())
-
-    def _open_message(self, r: _Response) -> None:
+        words = text.split(" ") if text else []
         r.item_id = self._ids.new(self.dialect.item_prefix)
-        item = {
-            "id": r.item_id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": "assistant",
-            "status": "in_progress",
-            "content": [],
-        }
+        item = _message(r.item_id, "assistant", "in_progress", [])
         self._event("response.output_item.added", response_id=r.id, output_index=0, item=copy.deepcopy(item))
         if r.in_conversation:
             previous = self._last_item()
             self._items[r.item_id] = _Item(item)
             self._event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item))
-        part = (
-            {"type": "text", "text": ""} if self._speaks_text_only(r) else {"type": "audio", "transcript": ""}
-        )
-        self._event(
-            "response.content_part.added",
-            response_id=r.id,
-            item_id=r.item_id,
-            output_index=0,
-            content_index=0,
-            part=part,
-        )
-
-    def _plan(self, r: _Response, audio: bytes, text: str, now: int) -> None:
-        words = text.split(" ") if text else []
-        if self._speaks_text_only(r):
+        part = {"type": "text", "text": ""} if r.text_only else {"type": "audio", "transcript": ""}
+        self._event("response.content_part.added", **r.part(part=part))
+        if r.text_only:
             r.chunks = [_Chunk(b"", words, 0)]
         else:
             fmt = r.fmt
@@ -1065,11 +981,26 @@ class RealtimeFamilyConnection(FakeCore):
                 _Chunk(
                     p,
                     words[len(words) * i // n : len(words) * (i + 1) // n],
-                    int(_ms(fmt, len(p)) * NS_PER_MS),
+                    int(ms_of(fmt, len(p)) * NS_PER_MS),
                 )
                 for i, p in enumerate(pieces)
             ]
         r.next_at = now + self.options.response_latency_ms * NS_PER_MS
+        self._response = r
+        self._pump(now)
+
+    def _reply(self, turn: Turn, source: _Input | None, turn_no: int, fmt: AudioFormat) -> tuple[bytes, str]:
+        """The audio of a reply in `fmt` and its transcript: the echo of `source`'s exact input bytes (a tone of
+        the same length when the formats differ: no transcoding), else the turn's tone or silence."""
+        echo = source if turn.reply == "echo" and source is not None and source.audio is not None else None
+        ms = echo.ms if echo is not None else float(turn.duration_ms)
+        if echo is not None and echo.audio is not None and echo.fmt == fmt:
+            audio = echo.audio
+        else:
+            frequency = 0.0 if turn.reply == "silence" else turn.frequency_hz
+            audio = tone(fmt, frequency, 0, int(round(fmt.rate * ms / 1000)), self.options.tone_amplitude)
+        kind = "echo" if echo is not None else "silence" if turn.reply == "silence" else "tone"
+        return audio, turn.transcript if turn.transcript is not None else label(kind, turn_no, ms / 1000)
 
     def _pump(self, now: int) -> None:
         """Send every chunk of the active response that is due at `now`; finish it after the last."""
@@ -1079,23 +1010,22 @@ class RealtimeFamilyConnection(FakeCore):
             r.sent += 1
             if r.first_at is None:
                 r.first_at = r.next_at
-            common = {"response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0}
             if chunk.audio:
                 delta = base64.b64encode(chunk.audio).decode("ascii")
                 if self._corrupt_audio:
                     self._corrupt_audio, delta = False, _INVALID_B64
-                self._event("response.output_audio.delta", **common, delta=delta)
-                r.audio_ms += _ms(r.fmt, len(chunk.audio))
+                self._event("response.output_audio.delta", **r.part(delta=delta))
+                r.audio_ms += ms_of(r.fmt, len(chunk.audio))
                 self._audio_out_any = True
             for i, word in enumerate(chunk.words):
                 last = r.sent == len(r.chunks) and i == len(chunk.words) - 1
                 delta = word if last else word + " "
-                if self._speaks_text_only(r):
-                    self._event(self.dialect.text_delta_type, **common, delta=delta)
+                if r.text_only:
+                    self._event(self.dialect.text_delta_type, **r.part(delta=delta))
                 else:
-                    self._event("response.output_audio_transcript.delta", **common, delta=delta)
+                    self._event("response.output_audio_transcript.delta", **r.part(delta=delta))
                     if "text" in r.modalities and self.dialect.text_alongside_audio:
-                        self._event(self.dialect.text_delta_type, **common, delta=delta)
+                        self._event(self.dialect.text_delta_type, **r.part(delta=delta))
                 r.words.append(word)
             r.next_at += int(chunk.ns / self._schedule.speed(now, self.options.speed))
             if r.sent == len(r.chunks):
@@ -1107,26 +1037,18 @@ class RealtimeFamilyConnection(FakeCore):
         self._response = None
         complete = status == "completed"
         text = " ".join(r.words)
-        common = {"response_id": r.id, "item_id": r.item_id, "output_index": 0, "content_index": 0}
-        if self._speaks_text_only(r):
+        if r.text_only:
             if d.text_done_type is not None:
-                self._event(d.text_done_type, **common, text=text)
+                self._event(d.text_done_type, **r.part(text=text))
             part = {"type": "text", "text": text}
             content = [{"type": "output_text", "text": text}]
         else:
-            self._event("response.output_audio.done", **common)
-            self._event("response.output_audio_transcript.done", **common, transcript=text)
+            self._event("response.output_audio.done", **r.part())
+            self._event("response.output_audio_transcript.done", **r.part(transcript=text))
             part = {"type": "audio", "transcript": text}
             content = [{"type": "output_audio", "transcript": text}]
-        self._event("response.content_part.done", **common, part=part)
-        item = {
-            "id": r.item_id,
-            "object": "realtime.item",
-            "type": "message",
-            "role": "assistant",
-            "status": "completed" if complete else "incomplete",
-            "content": content,
-        }
+        self._event("response.content_part.done", **r.part(part=part))
+        item = _message(r.item_id, "assistant", "completed" if complete else "incomplete", content)
         self._event("response.output_item.done", response_id=r.id, output_index=0, item=copy.deepcopy(item))
         r.output.append(item)
         if r.in_conversation and r.item_id in self._items:
@@ -1135,19 +1057,14 @@ class RealtimeFamilyConnection(FakeCore):
             if d.item_done_events:
                 previous = self._previous_of(r.item_id)
                 self._event("conversation.item.done", previous_item_id=previous, item=copy.deepcopy(item))
-        details = None if complete else {"type": "cancelled", "reason": reason}
-        self._done(r, status, details)
-        self._arm_idle(r, now)
-
-    def _arm_idle(self, r: _Response, now: int) -> None:
-        """The idle timeout runs from when the response's audio has played out (at real time, from its first
-        delta) plus `idle_timeout_ms` (providers.md §1.3)."""
-        td = self._td or {}
+        self._done(r, status, None if complete else {"type": "cancelled", "reason": reason})
+        # The idle timeout runs from when the response's audio has played out (at real time, from its first
+        # delta) plus `idle_timeout_ms` (providers.md §1.3).
+        td = self._td
         idle = td.get("idle_timeout_ms")
-        if not self.dialect.idle_timeout or td.get("type") != "server_vad" or not idle:
-            return
-        played_out = (r.first_at if r.first_at is not None else now) + int(r.audio_ms * NS_PER_MS)
-        self._idle_at = max(now, played_out) + int(idle) * NS_PER_MS
+        if d.idle_timeout and td.get("type") == "server_vad" and idle:
+            played_out = (r.first_at if r.first_at is not None else now) + int(r.audio_ms * NS_PER_MS)
+            self._idle_at = max(now, played_out) + int(idle) * NS_PER_MS
 
     def _previous_of(self, item_id: str) -> str | None:
         previous = None
@@ -1164,47 +1081,29 @@ class RealtimeFamilyConnection(FakeCore):
             event["usage"] = usage
         self._event("response.done", **event)
 
-    def _call_tool(self, turn: Turn, source: _Input | None, now: int, params: dict[str, Any]) -> None:
-        """A response whose only output is the scripted function call; the spoken answer waits for the result."""
-        assert turn.tool_call is not None
-        r = self._new_response(now, params)
-        call_id = self._tool_events(r, turn.tool_call, 0)
-        self._pending_tool = _PendingTool(turn, source, self._turn_no, call_id)
-        self._done(r, "completed", None)
-
     def _tool_events(self, r: _Response, call: ToolCallScript, index: int) -> str:
+        """The scripted function call as the response's output `index` (twice under `duplicate_tool_call`)."""
         d = self.dialect
         item_id, call_id = self._ids.new(d.item_prefix), self._ids.new("call")
         arguments = json.dumps(call.arguments, separators=(",", ":"))
-        base = {
-            "id": item_id,
-            "object": "realtime.item",
-            "type": "function_call",
-            "name": call.name,
-            "call_id": call_id,
-        }
+        base = {"id": item_id, "object": "realtime.item", "type": "function_call", "name": call.name}
+        base["call_id"] = call_id
         done_item = {**base, "status": "completed", "arguments": arguments}
-        common = {"response_id": r.id, "item_id": item_id, "output_index": index, "call_id": call_id}
+        at = {"response_id": r.id, "output_index": index}
+        about = {"response_id": r.id, "item_id": item_id, "output_index": index, "call_id": call_id}
         copies = 2 if self._schedule.active(FaultKind.DUPLICATE_TOOL_CALL, self._now) is not None else 1
         for _ in range(copies):
             if d.function_call_events == "streamed":
                 added = {**base, "status": "in_progress", "arguments": ""}
-                self._event("response.output_item.added", response_id=r.id, output_index=index, item=added)
+                self._event("response.output_item.added", **at, item=added)
                 if r.in_conversation:
                     self._event("conversation.item.added", previous_item_id=self._last_item(), item=added)
                 cut = max(1, len(arguments) // 2)
                 for piece in (arguments[:cut], arguments[cut:]):
                     if piece:
-                        self._event("response.function_call_arguments.delta", **common, delta=piece)
-            self._event(
-                "response.function_call_arguments.done", **common, name=call.name, arguments=arguments
-            )
-            self._event(
-                "response.output_item.done",
-                response_id=r.id,
-                output_index=index,
-                item=copy.deepcopy(done_item),
-            )
+                        self._event("response.function_call_arguments.delta", **about, delta=piece)
+            self._event("response.function_call_arguments.done", **about, name=call.name, arguments=arguments)
+            self._event("response.output_item.done", **at, item=copy.deepcopy(done_item))
             if d.item_done_events and r.in_conversation:
                 self._event("conversation.item.done", previous_item_id=self._last_item(), item=done_item)
         if r.in_conversation:
@@ -1220,14 +1119,13 @@ class RealtimeFamilyConnection(FakeCore):
     ) -> dict[str, Any]:
         obj: dict[str, Any] = {"id": r.id, "object": "realtime.response", "status": status}
         if self.dialect.rich_response:
+            voice = _get(self._session, self.dialect.voice_path)
             obj.update(
                 status_details=details,
                 output=copy.deepcopy(r.output),
                 conversation_id=self._conversation_id if r.in_conversation else None,
                 output_modalities=list(r.modalities),
-                audio={
-                    "output": {"format": r.fmt_json, "voice": _get(self._session, self.dialect.voice_path)}
-                },
+                audio={"output": {"format": r.fmt_json, "voice": voice}},
                 max_output_tokens=self._session.get("max_output_tokens", "inf"),
                 metadata=r.metadata,
                 usage=usage,
@@ -1245,95 +1143,62 @@ class RealtimeFamilyConnection(FakeCore):
         in_audio = int(self._input_total_ms // 100)
         in_text = 10 + len(str(self._session.get("instructions") or "").split())
         out_audio, out_text = int(r.audio_ms // 50), len(r.words)
-        if self.dialect.usage == "tokens":
-            return {
-                "total_tokens": in_audio + in_text + out_audio + out_text,
-                "input_tokens": in_audio + in_text,
-                "output_tokens": out_audio + out_text,
-                "input_token_details": {
-                    "text_tokens": in_text,
-                    "audio_tokens": in_audio,
-                    "image_tokens": 0,
-                    "cached_tokens": 0,
-                    "cached_tokens_details": {"text_tokens": 0, "audio_tokens": 0, "image_tokens": 0},
-                },
-                "output_token_details": {"text_tokens": out_text, "audio_tokens": out_audio},
-            }
-        return {
+        usage = {
             "total_tokens": in_audio + in_text + out_audio + out_text,
             "input_tokens": in_audio + in_text,
             "output_tokens": out_audio + out_text,
+        }
+        if self.dialect.usage == "tokens":
+            cached = {"text_tokens": 0, "audio_tokens": 0, "image_tokens": 0}
+            details = {
+                "text_tokens": in_text,
+                "audio_tokens": in_audio,
+                "image_tokens": 0,
+                "cached_tokens": 0,
+            }
+            return {
+                **usage,
+                "input_token_details": {**details, "cached_tokens_details": cached},
+                "output_token_details": {"text_tokens": out_text, "audio_tokens": out_audio},
+            }
+        return {
+            **usage,
             "input_token_details": {"grok_tokens": in_audio + in_text},
             "output_token_details": {"grok_tokens": out_audio + out_text},
             "billable_audio_seconds": round(self._input_total_ms / 1000, 3),
         }
 
 
-def _b64_length(text: str) -> int | None:
-    try:
-        return len(base64.b64decode(text, validate=True))
-    except (binascii.Error, ValueError):
-        return None
+def _unsupported(core: RealtimeFamilyConnection, event: dict[str, Any], now: int) -> None:
+    """A client event the dialect does not take (after its members were checked)."""
+    raise ClientError("unsupported_event", f"The event type '{event['type']}' is not supported.", "type")
 
 
-_Handler = Callable[[RealtimeFamilyConnection, dict[str, Any], int], None]
-# Client event type -> (handler, allowed keys besides type/event_id, required keys). providers.md §1.4.
-_CLIENT_EVENTS: dict[str, tuple[_Handler, tuple[str, ...], tuple[str, ...]]] = {
-    "session.update": (RealtimeFamilyConnection._on_session_update, ("session",), ("session",)),
-    "input_audio_buffer.append": (RealtimeFamilyConnection._on_append, ("audio",), ("audio",)),
-    "input_audio_buffer.commit": (RealtimeFamilyConnection._on_commit, (), ()),
-    "input_audio_buffer.clear": (RealtimeFamilyConnection._on_clear, (), ()),
-    "conversation.item.create": (
-        RealtimeFamilyConnection._on_item_create,
-        ("item", "previous_item_id"),
-        ("item",),
-    ),
-    "conversation.item.truncate": (
-        RealtimeFamilyConnection._on_truncate,
-        ("item_id", "content_index", "audio_end_ms"),
-        ("item_id", "content_index", "audio_end_ms"),
-    ),
-    "conversation.item.delete": (RealtimeFamilyConnection._on_delete, ("item_id",), ("item_id",)),
-    "conversation.item.retrieve": (RealtimeFamilyConnection._on_retrieve, ("item_id",), ("item_id",)),
-    "response.create": (RealtimeFamilyConnection._on_response_create, ("response",), ()),
-    "response.cancel": (RealtimeFamilyConnection._on_response_cancel, ("response_id",), ()),
-    "output_audio_buffer.clear": (RealtimeFamilyConnection._on_output_audio_buffer_clear, (), ()),
+_C = RealtimeFamilyConnection
+# Client event type -> its handler, allowed keys besides type/event_id, required keys. providers.md §1.4.
+_ITEM_ID = ("item_id",)
+_TRUNCATE = ("item_id", "content_index", "audio_end_ms")
+_CLIENT_EVENTS: dict[str, ClientEvent] = {
+    "session.update": ClientEvent(_C._on_session_update, ("session",), ("session",)),
+    "input_audio_buffer.append": ClientEvent(_C._on_append, ("audio",), ("audio",)),
+    "input_audio_buffer.commit": ClientEvent(_C._on_commit),
+    "input_audio_buffer.clear": ClientEvent(_C._on_clear),
+    "conversation.item.create": ClientEvent(_C._on_item_create, ("item", "previous_item_id"), ("item",)),
+    "conversation.item.truncate": ClientEvent(_C._on_truncate, _TRUNCATE, _TRUNCATE),
+    "conversation.item.delete": ClientEvent(_C._on_delete, _ITEM_ID, _ITEM_ID),
+    "conversation.item.retrieve": ClientEvent(_C._on_retrieve, _ITEM_ID, _ITEM_ID),
+    "response.create": ClientEvent(_C._on_response_create, ("response",)),
+    "response.cancel": ClientEvent(_C._on_response_cancel, ("response_id",)),
+    "output_audio_buffer.clear": ClientEvent(_C._on_output_audio_buffer_clear),
 }
 
 
 # -- the shell ----------------------------------------------------------------------------------------------
 
 
-def connection_factory(
-    dialect: Dialect, options: RealtimeFakeOptions | None = None, script: Script | None = None
-) -> Callable[[ConnectionContext], RealtimeFamilyConnection]:
-    """What the shell calls per connection: the `?model=` query and an `OpenAI-Beta` header reach the core."""
-
-    def factory(ctx: ConnectionContext) -> RealtimeFamilyConnection:
-        query = parse_qs(urlsplit(ctx.request.path).query)
-        model: str | None = (query.get("model") or [None])[0]  # type: ignore[list-item]
-        try:
-            beta = ctx.request.headers.get("OpenAI-Beta") is not None
-        except Exception:  # a repeated header is still a beta header
-            beta = True
-        return RealtimeFamilyConnection(
-            dialect,
-            options,
-            now=ctx.now,
-            unix_time=ctx.unix_time,
-            ids=ctx.ids,
-            index=ctx.index,
-            faults=ctx.faults,
-            script=script,
-            model=model,
-            beta_header=beta,
-        )
-
-    return factory
-
-
 def dialect_server(dialect: Dialect, authorize: Authorize) -> Callable[..., FakeServer]:
-    """A dialect module's `server(options=None, *, faults=(), record_path=None, script=None)`."""
+    """A dialect module's `server(options=None, *, faults=(), record_path=None, script=None)`: any path ending in
+    `/realtime`; the `?model=` query and an `OpenAI-Beta` header reach the core."""
 
     def server(
         options: RealtimeFakeOptions | None = None,
@@ -1342,11 +1207,21 @@ def dialect_server(dialect: Dialect, authorize: Authorize) -> Callable[..., Fake
         record_path: str | None = None,
         script: Script | None = None,
     ) -> FakeServer:
+        def factory(ctx: ConnectionContext) -> RealtimeFamilyConnection:
+            model = next(iter(parse_qs(urlsplit(ctx.request.path).query).get("model", ())), None)
+            try:
+                beta = ctx.request.headers.get("OpenAI-Beta") is not None
+            except Exception:  # a repeated header is still a beta header
+                beta = True
+            return RealtimeFamilyConnection(
+                dialect, options, script=script, model=model, beta_header=beta, **context_args(ctx)
+            )
+
         return FakeServer(
             dialect.name,
-            connection_factory(dialect, options, script),
-            path="/v1/realtime",  # any path ending in `/realtime`
-            accepts_path=accepts_path,
+            factory,
+            path="/v1/realtime",
+            accepts_path=lambda path: path.endswith("/realtime"),
             authorize=authorize,
             faults=faults,
             record_path=record_path,
@@ -1354,7 +1229,3 @@ def dialect_server(dialect: Dialect, authorize: Authorize) -> Callable[..., Fake
 
     server.__doc__ = f"A {dialect.name} fake (not yet listening: `await server(...).start(host, port)`)."
     return server
-
-
-def accepts_path(path: str) -> bool:
-    return path.endswith("/realtime")

@@ -4,9 +4,8 @@ bad client value becomes.
 A fake describes what a client may send (`Obj`, `Str`, `Int`, ... below) and `validate` checks a value against
 it, raising `ClientError` with the OpenAI family's code, message and dotted `param` path for the first problem
 (the order: an object's members in the order sent, each checked whole, then its missing required members). The
-fake's core raises it deep inside validation and turns it into its protocol's `error` event in one place, so peer
-input never raises out of the core. Gemini answers a bad value by closing the socket instead; it shares
-`unknown_member`, with its own spelling of a member's name.
+fake's core raises it deep inside validation and turns it into its protocol's `error` event in one place
+(kit_openai.py `OpenAICore`), so peer input never raises out of the core.
 """
 
 from __future__ import annotations

@@ -30,9 +30,11 @@ from typing import Any
 
 from websockets.http11 import Request
 
-from providers.fakes.realtime_family import Dialect, RealtimeFakeOptions, dialect_server, item_variants
-from providers.fakes.schema import AnyOf, Anything, Bool, Int, ListOf, Nullable, Num, Obj, Str, Tagged
+from providers.fakes import realtime_family as family
+from providers.fakes.schema import AnyOf, Bool, Int, ListOf, Nullable, Num, Obj, Str, Tagged, members
 from providers.fakes.server import bearer_authorize, serving
+
+RealtimeFakeOptions = family.RealtimeFakeOptions
 
 __all__ = ["DIALECT", "PCM_RATES", "RealtimeFakeOptions", "authorize", "server", "serve"]
 
@@ -40,71 +42,45 @@ PCM_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 SUBPROTOCOL_PREFIX = "xai-client-secret."
 
 _TYPE = Str()
-FORMAT = Tagged(
-    {
-        "audio/pcm": Obj({"type": _TYPE, "rate": Int(choices=PCM_RATES)}, defaults={"rate": 24000}),
-        "audio/pcmu": Obj({"type": _TYPE, "rate": Int(choices=(8000,))}),
-        "audio/pcma": Obj({"type": _TYPE, "rate": Int(choices=(8000,))}),
-    }
-)
+FORMAT = family.audio_formats(PCM_RATES, g711_rate=True)
 TURN_DETECTION_DEFAULTS: dict[str, Any] = {
     "threshold": 0.85,
     "silence_duration_ms": 500,
     "prefix_padding_ms": 333,
 }
-_TURN_DETECTION = Tagged(
+_SERVER_VAD = Obj(
     {
-        "server_vad": Obj(
-            {
-                "type": _TYPE,
-                "threshold": Num(0.0, 1.0),
-                "silence_duration_ms": Int(0, 10_000),
-                "prefix_padding_ms": Int(0, 10_000),
-                "create_response": Bool(),
-                "interrupt_response": Bool(),
-            },
-            defaults=TURN_DETECTION_DEFAULTS,
-        ),
-    }
+        "type": _TYPE,
+        "threshold": Num(0.0, 1.0),
+        "silence_duration_ms": Int(0, 10_000),
+        "prefix_padding_ms": Int(0, 10_000),
+        "create_response": Bool(),
+        "interrupt_response": Bool(),
+    },
+    defaults=TURN_DETECTION_DEFAULTS,
 )
-_ANY_FIELDS = Anything()
+_MCP_KEYS = ("server_url", "server_label", "allowed_tools", "authorization", "headers", "require_approval")
 _TOOLS = ListOf(
     Tagged(
         {
-            "function": Obj(
-                {"type": _TYPE, "name": Str(nonempty=True), "description": Str(), "parameters": Anything()},
-                required=("name",),
-            ),
+            "function": family.FUNCTION_TOOL,
             "web_search": Obj({"type": _TYPE}),
             "x_search": Obj({"type": _TYPE, "allowed_x_handles": ListOf(Str())}),
             "file_search": Obj(
                 {"type": _TYPE, "vector_store_ids": ListOf(Str()), "max_num_results": Int(lo=1)}
             ),
-            "mcp": Obj(
-                {
-                    key: _ANY_FIELDS
-                    for key in (
-                        "type",
-                        "server_url",
-                        "server_label",
-                        "allowed_tools",
-                        "authorization",
-                        "headers",
-                        "require_approval",
-                        "server_description",
-                    )
-                }
-            ),
+            "mcp": members(("type", *_MCP_KEYS, "server_description")),
         }
     )
 )
-_TOOL_CHOICE = AnyOf(
-    (
-        Str(choices=("none", "auto", "required")),
-        Obj({"type": Str(choices=("function",)), "name": Str(nonempty=True)}, required=("type", "name")),
-    )
+_FUNCTION_CHOICE = Obj(
+    {"type": Str(choices=("function",)), "name": Str(nonempty=True)}, required=("type", "name")
 )
-_MAX_OUTPUT_TOKENS = AnyOf((Int(lo=1), Str(choices=("inf",))))
+_TOOL_CHOICE = AnyOf((Str(choices=("none", "auto", "required")), _FUNCTION_CHOICE))
+_MAX_OUTPUT_TOKENS = AnyOf((Int(lo=1), family.UNLIMITED))
+_TRANSCRIPTION = Obj(
+    {"model": Str(nonempty=True), "language_hint": Str(), "language": Str(), "keyterms": ListOf(Str())}
+)
 
 SESSION = Obj(
     {
@@ -112,28 +88,9 @@ SESSION = Obj(
         "model": Str(nonempty=True),
         "instructions": Str(),
         "voice": Str(nonempty=True),
-        "turn_detection": Nullable(_TURN_DETECTION),
-        "audio": Obj(
-            {
-                "input": Obj(
-                    {
-                        "format": FORMAT,
-                        "transcription": Nullable(
-                            Obj(
-                                {
-                                    "model": Str(nonempty=True),
-                                    "language_hint": Str(),
-                                    "language": Str(),
-                                    "keyterms": ListOf(Str()),
-                                }
-                            )
-                        ),
-                    },
-                    merge=True,
-                ),
-                "output": Obj({"format": FORMAT}, merge=True),
-            },
-            merge=True,
+        "turn_detection": Nullable(Tagged({"server_vad": _SERVER_VAD})),
+        "audio": family.session_audio(
+            {"format": FORMAT, "transcription": Nullable(_TRANSCRIPTION)}, {"format": FORMAT}
         ),
         "tools": _TOOLS,
         "tool_choice": _TOOL_CHOICE,
@@ -152,31 +109,23 @@ RESPONSE = Obj(
         "tools": _TOOLS,
         "tool_choice": _TOOL_CHOICE,
         "max_output_tokens": _MAX_OUTPUT_TOKENS,
-        "metadata": Nullable(Anything()),
+        "metadata": family.METADATA,
         "conversation": Str(),
     }
 )
 
 _ITEM_COMMON = {"type": _TYPE, "id": Str(nonempty=True), "object": Str(), "status": Str()}
-_CONTENT = Obj(
-    {
-        "type": Str(choices=("input_text", "input_audio", "output_text", "output_audio")),
-        "text": Str(),
-        "audio": Str(),
-        "transcript": Nullable(Str()),
-    }
-)
+_CONTENT = family.content_part(("input_text", "input_audio", "output_text", "output_audio"))
+_FORCED_TEXT = Obj({"type": Str(choices=("output_text",)), "text": Str()}, required=("type", "text"))
 ITEM = Tagged(
     {
-        **item_variants(_ITEM_COMMON, _CONTENT),
+        **family.item_variants(_ITEM_COMMON, _CONTENT),
         "force_message": Obj(
             {
                 "type": _TYPE,
                 "role": Str(choices=("assistant",)),
                 "interruptible": Bool(),
-                "content": ListOf(
-                    Obj({"type": Str(choices=("output_text",)), "text": Str()}, required=("type", "text"))
-                ),
+                "content": ListOf(_FORCED_TEXT),
             },
             required=("content",),
         ),
@@ -203,7 +152,7 @@ def _expiry_message(ms: int) -> str:
     return f"Session expired: maximum session duration of {minutes:g} minutes reached."
 
 
-DIALECT = Dialect(  # what differs from the GA protocol (realtime_family.Dialect's defaults)
+DIALECT = family.Dialect(  # what differs from the GA protocol (realtime_family.Dialect's defaults)
     "xai",
     "grok-voice-think-fast-1.0",
     SESSION,
@@ -252,5 +201,5 @@ def authorize(request: Request) -> HTTPStatus | None:
     return bearer_authorize(request)
 
 
-server = dialect_server(DIALECT, authorize)
+server = family.dialect_server(DIALECT, authorize)
 serve = serving(server)

@@ -1,0 +1,182 @@
+"""The kit's part for the OpenAI-shaped fakes (GPT-Live: openai_live.py; the Realtime family: realtime_family.py
+with its dialects), and the audio helpers any fake may use.
+
+Both OpenAI protocols speak JSON events named by `type`, with an optional client `event_id`; a client event
+is looked up in the core's table of `ClientEvent`s, its members checked by the one schema validator
+(schema.py), and a bad one answered by an `error` event, never raised out of the core. `OpenAICore` (a
+connection.py `FakeCore`) owns that dispatch and the `event_id` of what it emits; the vendor core keeps its
+events, its error shape and its model. Audio arrives as base64 in the session's format (`audio_format`):
+`decode_audio` reads an append's payload (the record keeps its decoded length) and `whole_samples` keeps a
+PCM16 sample split between two appends for the next one. `tone` and `ms_of` are the audio every scripted reply
+speaks; `context_args` what a server's factory makes a core with.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from providers.fakes.connection import FakeCore
+from providers.fakes.echo import codec
+from providers.fakes.faults import Fault
+from providers.fakes.schema import ClientError, Str, members, validate
+from providers.fakes.server import ConnectionContext
+from rtp.audio import PCMA_8K, PCMU_8K, AudioFormat, Encoding
+
+__all__ = [
+    "ClientEvent",
+    "NOT_AN_OBJECT",
+    "NOT_JSON",
+    "OpenAICore",
+    "audio_format",
+    "b64_length",
+    "context_args",
+    "decode_audio",
+    "ms_of",
+    "tone",
+    "whole_samples",
+]
+
+NOT_JSON = "The client event is not valid JSON."
+NOT_AN_OBJECT = "A client event must be a JSON object."
+TONE_AMPLITUDE = 0.3  # of full scale: about -10 dBFS peak, clearly voiced, far from clipping
+
+
+# -- audio ----------------------------------------------------------------------------------------------------
+
+
+def audio_format(fmt: Mapping[str, Any]) -> AudioFormat:
+    """The audio format a (valid) OpenAI `format` object names: `audio/pcmu`, `audio/pcma` (8 kHz), else
+    `audio/pcm` at its `rate` (24 kHz when it names none)."""
+    kind = fmt.get("type")
+    if kind == "audio/pcmu":
+        return PCMU_8K
+    if kind == "audio/pcma":
+        return PCMA_8K
+    return AudioFormat(Encoding.PCM16, int(fmt.get("rate") or 24000))
+
+
+def ms_of(fmt: AudioFormat, nbytes: int) -> float:
+    """How long `nbytes` of audio in `fmt` last, in ms."""
+    return nbytes / fmt.sample_width * 1000 / fmt.rate
+
+
+def whole_samples(carry: bytes, raw: bytes, width: int) -> tuple[bytes, bytes]:
+    """`raw` after `carry` (what the previous append left) cut to whole samples of `width` bytes, and the rest."""
+    if width == 1:
+        return raw, b""
+    data = carry + raw
+    whole = len(data) - len(data) % width
+    return data[:whole], data[whole:]
+
+
+def tone(
+    fmt: AudioFormat, frequency_hz: float, first: int, count: int, amplitude: float = TONE_AMPLITUDE
+) -> bytes:
+    """Samples [first, first + count) of a sine starting at phase 0, in `fmt` (0 Hz: silence); chunks cut this way
+    join seamlessly."""
+    if frequency_hz <= 0:
+        pcm = bytes(2 * count)
+    else:
+        n = np.arange(first, first + count, dtype=np.float64)
+        wave = np.round(amplitude * 32767 * np.sin(2 * np.pi * frequency_hz * n / fmt.rate))
+        pcm = wave.astype("<i2").tobytes()
+    return codec(fmt.encoding)[1](pcm)
+
+
+def b64_length(text: str) -> int | None:
+    """The decoded length of strict base64 `text`, None when it is not."""
+    try:
+        return len(base64.b64decode(text, validate=True))
+    except (binascii.Error, ValueError):
+        return None
+
+
+def decode_audio(text: str, message: str) -> bytes:
+    """An append's base64 `audio`, strictly decoded; else `invalid_value` on `audio` with the vendor's `message`."""
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ClientError("invalid_value", message, "audio") from None
+
+
+def context_args(ctx: ConnectionContext) -> dict[str, Any]:
+    """What a core is made with from the shell's `ConnectionContext`: `now`, `unix_time`, `ids`, `index`, `faults`."""
+    return {
+        "now": ctx.now,
+        "unix_time": ctx.unix_time,
+        "ids": ctx.ids,
+        "index": ctx.index,
+        "faults": ctx.faults,
+    }
+
+
+# -- the core -------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClientEvent:
+    """A client event a core takes: its handler, the members it may carry besides `type` and `event_id` (None:
+    the handler checks them) and those it must."""
+
+    handler: Callable[[Any, dict[str, Any], int], None]
+    keys: tuple[str, ...] | None = ()
+    required: tuple[str, ...] = ()
+
+
+class OpenAICore(FakeCore):
+    """A `FakeCore` for JSON events named by `type` (see the module docstring)."""
+
+    client_events: ClassVar[Mapping[str, ClientEvent]] = {}
+
+    def _event(self, kind: str, **fields: Any) -> None:
+        self._emit({"type": kind, "event_id": self._ids.new("event"), **fields})
+
+    def _client_frame(self, frame: dict[str, Any] | None, is_json: bool, now: int) -> None:
+        """A client message (`parse_client`'s object, or None when it was none) dispatched; an error answered."""
+        try:
+            if frame is None:
+                raise ClientError("invalid_json", NOT_AN_OBJECT if is_json else NOT_JSON)
+            self._dispatch(frame, now)
+        except ClientError as exc:
+            event_id = frame.get("event_id") if frame is not None else None
+            self._error(exc.code, exc.message, exc.param, event_id if isinstance(event_id, str) else None)
+
+    def _dispatch(self, event: dict[str, Any], now: int) -> None:
+        if "type" not in event:
+            raise ClientError("missing_required_parameter", "Missing required parameter: 'type'.", "type")
+        kind = event["type"]
+        validate(Str(), kind, "type")
+        if event.get("event_id") is not None:
+            validate(Str(), event["event_id"], "event_id")
+        entry = self._events().get(kind)
+        if entry is None:
+            raise self._unknown_event(kind)
+        self._admit(kind)
+        if entry.keys is not None:
+            validate(members(("type", "event_id", *entry.keys), entry.required), event, "")
+        entry.handler(self, event, now)
+
+    def _events(self) -> Mapping[str, ClientEvent]:
+        return self.client_events
+
+    def _admit(self, kind: str) -> None:
+        """Whether the session takes `kind` now (raises `ClientError` when not), before its members are checked."""
+
+    def _unknown_event(self, kind: str) -> ClientError:
+        raise NotImplementedError
+
+    def _error(self, code: str, message: str, param: str | None, client_event_id: str | None) -> None:
+        raise NotImplementedError
+
+    def _fire(self, faults: list[Fault], now: int) -> None:
+        """Faults that came due, each through the fault funnel, until one closes the connection."""
+        for fault in faults:
+            self._fault(fault, now)
+            if self._closing:
+                return
