@@ -8,16 +8,16 @@ connection.py `FakeCore`) owns that dispatch and the `event_id` of what it emits
 events, its error shape and its model. Audio arrives as base64 in the session's format (`audio_format`):
 `decode_audio` reads an append's payload (the record keeps its decoded length) and `whole_samples` keeps a
 PCM16 sample split between two appends for the next one. `tone` and `ms_of` are the audio every scripted reply
-speaks; `context_args` what a server's factory makes a core with.
+speaks. `fake_server` makes a vendor module's `server()`, and each connection's core with `context_args`.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Required, TypedDict
 
 import numpy as np
 
@@ -25,11 +25,13 @@ from providers.fakes.connection import FakeCore
 from providers.fakes.echo import codec
 from providers.fakes.faults import Fault
 from providers.fakes.schema import ClientError, Str, members, validate
-from providers.fakes.server import ConnectionContext
+from providers.fakes.script import Script
+from providers.fakes.server import Authorize, ConnectionContext, FakeConnection, FakeServer, IdSource
 from rtp.audio import PCMA_8K, PCMU_8K, AudioFormat, Encoding
 
 __all__ = [
     "ClientEvent",
+    "CoreContext",
     "NOT_AN_OBJECT",
     "NOT_JSON",
     "OpenAICore",
@@ -37,6 +39,7 @@ __all__ = [
     "b64_length",
     "context_args",
     "decode_audio",
+    "fake_server",
     "ms_of",
     "tone",
     "whole_samples",
@@ -105,8 +108,19 @@ def decode_audio(text: str, message: str) -> bytes:
         raise ClientError("invalid_value", message, "audio") from None
 
 
-def context_args(ctx: ConnectionContext) -> dict[str, Any]:
-    """What a core is made with from the shell's `ConnectionContext`: `now`, `unix_time`, `ids`, `index`, `faults`."""
+class CoreContext(TypedDict, total=False):
+    """What a core is made with, besides its vendor's options: the shell's `ConnectionContext` (`context_args`),
+    or a test's virtual clock. `unix_time` is the wall clock (s) at `now`, for the `expires_at` a session names;
+    `index` is 0-based; `faults` are the connection's (faults.py)."""
+
+    now: Required[int]
+    unix_time: Required[int]
+    ids: IdSource | None
+    index: int
+    faults: Sequence[Fault]
+
+
+def context_args(ctx: ConnectionContext) -> CoreContext:
     return {
         "now": ctx.now,
         "unix_time": ctx.unix_time,
@@ -114,6 +128,38 @@ def context_args(ctx: ConnectionContext) -> dict[str, Any]:
         "index": ctx.index,
         "faults": ctx.faults,
     }
+
+
+def fake_server(
+    name: str,
+    path: str,
+    authorize: Authorize,
+    core: Callable[[Any, Script | None, ConnectionContext], FakeConnection],
+) -> Callable[..., FakeServer]:
+    """A vendor module's `server(options=None, *, faults=(), script=None, record_path=None)`: a fake (not yet
+    listening: `await server(...).start(host, port)`) that takes any path ending as `path` does after `/v1`, and
+    makes each connection's `core(options, script, context)`."""
+    suffix = path.removeprefix("/v1")
+
+    def server(
+        options: Any = None,
+        *,
+        faults: Sequence[Fault] = (),
+        script: Script | None = None,
+        record_path: str | None = None,
+    ) -> FakeServer:
+        return FakeServer(
+            name,
+            lambda ctx: core(options, script, ctx),
+            path=path,
+            accepts_path=lambda requested: requested.endswith(suffix),
+            authorize=authorize,
+            faults=faults,
+            record_path=record_path,
+        )
+
+    server.__doc__ = f"A {name} fake (see kit_openai.fake_server)."
+    return server
 
 
 # -- the core -------------------------------------------------------------------------------------------------
@@ -133,6 +179,11 @@ class OpenAICore(FakeCore):
     """A `FakeCore` for JSON events named by `type` (see the module docstring)."""
 
     client_events: ClassVar[Mapping[str, ClientEvent]] = {}
+
+    def __init__(self, keep_frames: bool, context: CoreContext) -> None:
+        super().__init__(context.get("index", 0), context.get("ids"), keep_frames)
+        self._created_now = context["now"]
+        self._unix_time = context["unix_time"]
 
     def _event(self, kind: str, **fields: Any) -> None:
         self._emit({"type": kind, "event_id": self._ids.new("event"), **fields})

@@ -74,19 +74,21 @@ import binascii
 import dataclasses
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from providers.fakes.connection import parse_client
 from providers.fakes.echo import EchoModel, EchoOptions, MediaClock, Utterance, UtteranceDetected, codec
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.kit_openai import (
     ClientEvent,
+    CoreContext,
     OpenAICore,
     audio_format,
     context_args,
     decode_audio,
+    fake_server,
     tone,
     whole_samples,
 )
@@ -107,8 +109,6 @@ from providers.fakes.script import Script, ToolCallScript, Turn, label
 from providers.fakes.server import (
     CloseRequest,
     ConnectionContext,
-    FakeServer,
-    IdSource,
     SequentialIds,
     bearer_authorize,
     exact_member,
@@ -138,19 +138,13 @@ _BAD_BASE64 = "@@not base64@@"  # rejected by strict decoding, and by lenient de
 
 
 @dataclass(frozen=True, slots=True)
-class LiveFakeOptions:
-    """Everything tunable about the fake. Echo fields mirror `EchoOptions` (see `echo_options()`)."""
+class LiveFakeOptions(EchoOptions):
+    """Everything tunable about the fake: the echo model's knobs (echo.py), which detects the caller's utterances
+    and paces the replies, and the session's."""
 
-    threshold_dbfs: float = -40.0
-    hangover_ms: int = 400
-    min_utterance_ms: int = 120
-    pad_ms: int = 60
-    max_utterance_ms: int = 30_000
-    chunk_ms: int = 40
     lead_ms: int = 200
     """GPT-Live paces its output near real time, a little ahead: the first 200 ms of a reply go at once, so the
     client has a small store against network jitter (a guess; the real lead is undocumented)."""
-    max_queued: int = 32
     usage_interval_ms: int = 15_000
     session_length_ms: int = 60 * 60 * 1000
     """GPT-Live's real limit is undocumented; 60 min like Realtime. Sets `expires_at` and the `expired` close."""
@@ -161,21 +155,13 @@ class LiveFakeOptions:
     """How each caller utterance is answered; the default echoes every one."""
 
     def __post_init__(self) -> None:
+        EchoOptions.__post_init__(self)  # (a slotted dataclass has no zero-argument super())
         if self.usage_interval_ms <= 0 or self.session_length_ms <= 0:
             raise ValueError("usage_interval_ms and session_length_ms must be positive")
-        self.echo_options()  # validates the echo knobs (chunk_ms, lead_ms, max_queued, ...)
 
     def echo_options(self) -> EchoOptions:
-        return EchoOptions(
-            threshold_dbfs=self.threshold_dbfs,
-            hangover_ms=self.hangover_ms,
-            min_utterance_ms=self.min_utterance_ms,
-            pad_ms=self.pad_ms,
-            max_utterance_ms=self.max_utterance_ms,
-            chunk_ms=self.chunk_ms,
-            lead_ms=self.lead_ms,
-            max_queued=self.max_queued,
-        )
+        """The echo model's knobs alone."""
+        return EchoOptions(**{f.name: getattr(self, f.name) for f in dataclasses.fields(EchoOptions)})
 
 
 @dataclass(slots=True)
@@ -305,20 +291,9 @@ class LiveFakeConnection(OpenAICore):
     append_type = "session.input_audio.append"
     garbage = _GARBAGE_FRAME
 
-    def __init__(
-        self,
-        options: LiveFakeOptions | None = None,
-        *,
-        now: int,
-        unix_time: int,
-        ids: IdSource | None = None,
-        index: int = 0,
-        faults: Sequence[Fault] = (),
-    ) -> None:
+    def __init__(self, options: LiveFakeOptions | None = None, **context: Unpack[CoreContext]) -> None:
         self.options = options or LiveFakeOptions()
-        super().__init__(index, ids, self.options.record_client_frames)
-        self._created_now = now
-        self._unix_time = unix_time
+        super().__init__(self.options.record_client_frames, context)
         self._fmt: AudioFormat | None = None  # the session's, once `session.start` was valid
         self._settings: dict[str, Any] = {}  # and what the session resource will say
         self._start_event_id: str | None = None
@@ -343,7 +318,8 @@ class LiveFakeConnection(OpenAICore):
         self.dropped = 0
         """Utterances left unanswered because `max_queued` replies were already waiting."""
         # faults
-        self._schedule = FaultSchedule([], index + 1, now)
+        self._schedule = FaultSchedule([], self.record.index + 1, context["now"])
+        faults = context.get("faults", ())
         self._armed = tuple(f for f in faults if f.kind is not FaultKind.REFUSE)  # added at session.start
         self._speed = 1.0
         self._stall_until: int | None = None  # while set, frames are held (connection.py)
@@ -798,30 +774,15 @@ def _detector_options(options: LiveFakeOptions) -> EchoOptions:
 # -- the shell ----------------------------------------------------------------------------------------------
 
 
-def server(
-    options: LiveFakeOptions | None = None,
-    *,
-    faults: Sequence[Fault] = (),
-    script: Script | None = None,
-    record_path: str | None = None,
-) -> FakeServer:
-    """A GPT-Live fake (not yet listening: `await server(...).start(host, port)`); `script` overrides the options'."""
-    opts = options or LiveFakeOptions()
+def _connect(
+    options: LiveFakeOptions | None, script: Script | None, ctx: ConnectionContext
+) -> LiveFakeConnection:
+    """A connection's core; the server's `script` overrides the options'."""
+    options = options or LiveFakeOptions()
     if script is not None:
-        opts = dataclasses.replace(opts, script=script)
-
-    def factory(ctx: ConnectionContext) -> LiveFakeConnection:
-        return LiveFakeConnection(opts, **context_args(ctx))
-
-    return FakeServer(
-        "openai_live",
-        factory,
-        path="/v1/live/sessions",
-        accepts_path=lambda path: path.endswith("/live/sessions"),
-        authorize=bearer_authorize,
-        faults=faults,
-        record_path=record_path,
-    )
+        options = dataclasses.replace(options, script=script)
+    return LiveFakeConnection(options, **context_args(ctx))
 
 
+server = fake_server("openai_live", "/v1/live/sessions", bearer_authorize, _connect)
 serve = serving(server)

@@ -38,7 +38,7 @@ import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 from urllib.parse import parse_qs, urlsplit
 
 from providers.fakes.connection import parse_client
@@ -54,11 +54,13 @@ from providers.fakes.echo import (
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.kit_openai import (
     ClientEvent,
+    CoreContext,
     OpenAICore,
     audio_format,
     b64_length,
     context_args,
     decode_audio,
+    fake_server,
     ms_of,
     tone,
     whole_samples,
@@ -78,7 +80,7 @@ from providers.fakes.schema import (
     validate,
 )
 from providers.fakes.script import Script, ToolCallScript, Turn, label
-from providers.fakes.server import Authorize, CloseRequest, ConnectionContext, FakeServer, IdSource
+from providers.fakes.server import Authorize, CloseRequest, ConnectionContext, FakeServer
 from rtp.audio import AudioFormat
 from rtp.units import NS_PER_MS
 
@@ -252,15 +254,18 @@ class RealtimeFakeOptions:
     """Audio per `response.output_audio.delta`."""
     response_latency_ms: int = 0
     """From `response.created` to the first audio delta."""
+    tone_amplitude: float = 0.3
+    """Of full scale, for the tones a reply speaks."""
+    session_length_ms: int | None = None
+    ping_interval_ms: int | None = None
+    """0 turns the dialect's keepalive ping off."""
     min_speech_ms: int = 100
     """Voiced audio needed before `speech_started` (and barge-in)."""
     max_utterance_ms: int = 30_000
     window_ms: int = 20
-    session_length_ms: int | None = None
-    ping_interval_ms: int | None = None
-    """0 turns the dialect's keepalive ping off."""
-    tone_amplitude: float = 0.3
+    """The VAD's analysis window."""
     force_message_ms_per_char: int = 60
+    """How long a `force_message` item speaks, per character of its text (at least 300 ms)."""
     record_client_frames: bool = True
 
     def __post_init__(self) -> None:
@@ -379,24 +384,18 @@ class RealtimeFamilyConnection(OpenAICore):
         dialect: Dialect,
         options: RealtimeFakeOptions | None = None,
         *,
-        now: int,
-        unix_time: int,
-        ids: IdSource | None = None,
-        index: int = 0,
-        faults: Sequence[Fault] = (),
         script: Script | None = None,
         model: str | None = None,
         beta_header: bool = False,
+        **context: Unpack[CoreContext],
     ) -> None:
         self.dialect = d = dialect
         self.options = opts = options or RealtimeFakeOptions()
-        super().__init__(index, ids, opts.record_client_frames)
+        super().__init__(opts.record_client_frames, context)
+        now = self._now = context["now"]
         self.script = script or Script()
-        self._created_now = now
-        self._unix_time = unix_time
-        self._now = now
         self._corrupt_audio = False
-        self._schedule = FaultSchedule(list(faults), index + 1, now)
+        self._schedule = FaultSchedule(list(context.get("faults", ())), self.record.index + 1, now)
         self._handlers = {
             kind: replace(entry, handler=_unsupported) if kind in d.unsupported_events else entry
             for kind, entry in _CLIENT_EVENTS.items()
@@ -411,7 +410,7 @@ class RealtimeFamilyConnection(OpenAICore):
 
         session_id = self._ids.new("sess")
         self.record.session_id = session_id
-        self._session = d.new_session(model or d.default_model, session_id, unix_time + length // 1000)
+        self._session = d.new_session(model or d.default_model, session_id, self._unix_time + length // 1000)
         self._conversation_id = self._ids.new("conv")
         self._items: dict[str, _Item] = {}
         self._input_fmt = audio_format(_get(self._session, d.input_format_path) or {})
@@ -1197,35 +1196,19 @@ _CLIENT_EVENTS: dict[str, ClientEvent] = {
 
 
 def dialect_server(dialect: Dialect, authorize: Authorize) -> Callable[..., FakeServer]:
-    """A dialect module's `server(options=None, *, faults=(), record_path=None, script=None)`: any path ending in
-    `/realtime`; the `?model=` query and an `OpenAI-Beta` header reach the core."""
+    """A dialect module's `server()` (kit_openai.fake_server): any path ending in `/realtime`; the `?model=` query
+    and an `OpenAI-Beta` header reach the core."""
 
-    def server(
-        options: RealtimeFakeOptions | None = None,
-        *,
-        faults: Sequence[Fault] = (),
-        record_path: str | None = None,
-        script: Script | None = None,
-    ) -> FakeServer:
-        def factory(ctx: ConnectionContext) -> RealtimeFamilyConnection:
-            model = next(iter(parse_qs(urlsplit(ctx.request.path).query).get("model", ())), None)
-            try:
-                beta = ctx.request.headers.get("OpenAI-Beta") is not None
-            except Exception:  # a repeated header is still a beta header
-                beta = True
-            return RealtimeFamilyConnection(
-                dialect, options, script=script, model=model, beta_header=beta, **context_args(ctx)
-            )
-
-        return FakeServer(
-            dialect.name,
-            factory,
-            path="/v1/realtime",
-            accepts_path=lambda path: path.endswith("/realtime"),
-            authorize=authorize,
-            faults=faults,
-            record_path=record_path,
+    def connect(
+        options: RealtimeFakeOptions | None, script: Script | None, ctx: ConnectionContext
+    ) -> RealtimeFamilyConnection:
+        model = next(iter(parse_qs(urlsplit(ctx.request.path).query).get("model", ())), None)
+        try:
+            beta = ctx.request.headers.get("OpenAI-Beta") is not None
+        except Exception:  # a repeated header is still a beta header
+            beta = True
+        return RealtimeFamilyConnection(
+            dialect, options, script=script, model=model, beta_header=beta, **context_args(ctx)
         )
 
-    server.__doc__ = f"A {dialect.name} fake (not yet listening: `await server(...).start(host, port)`)."
-    return server
+    return fake_server(dialect.name, "/v1/realtime", authorize, connect)
