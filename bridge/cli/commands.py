@@ -29,6 +29,7 @@ from bridge.cli.config import (
 )
 from bridge.cli.doctor import doctor_command
 from bridge.cli.ops import RoutedApplication, build, config_group, serve_config, server_config
+from bridge.engine.amd import AMD_ACTIONS, AmdAction, AmdVerdict
 from bridge.engine.delegations import JobRequest
 from bridge.server.api import Application, LiveCall, Server, outbound_outcome
 from bridge.server.heap import HeapTrim, freeze_start_up_heap, malloc_trim, tune_malloc
@@ -126,7 +127,9 @@ _CALL_SHARED = frozenset(
         "dtmf_to_model", "provider_append_ms", "rtp_port", "rtp_ports", "allow", "drop_unknown",
         "invite_rate", "options_rate", "inbound_auth", "allow_any", "external_address", "nat", "rtp_source",
         "tls", "cert", "tls_key", "tls_ca", "srtp", "max_call_duration", "rtp_timeout", "hold_timeout",
-        "session_expires", "server_header", "realm", "log_level", "log_format", "amd",
+        "session_expires", "server_header", "realm", "log_level", "log_format", "amd", "amd_machine",
+        "amd_message", "amd_message_wav", "amd_total_ms", "amd_machine_greeting_ms", "amd_beep_wait_ms",
+        "amd_decide_ms",
     }
 )  # fmt: skip
 # serve's options that `call` takes with its own default and words
@@ -341,7 +344,17 @@ class WebhookApplication(Application):
         await WebhookClient(self._config).deliver_event(event, call.call_id)
 
     async def amd_result(self, call: LiveCall, event: AmdResult) -> None:
-        await WebhookClient(self._config).deliver_event(event, call.call_id)
+        if event.kind != "verdict":  # (the verdict is POSTed by amd_action, when it is made)
+            await WebhookClient(self._config).deliver_event(event, call.call_id)
+
+    async def amd_action(self, call: LiveCall, verdict: AmdVerdict, default: AmdAction) -> AmdAction | None:
+        """The verdict's event, POSTed when it is made (not queued behind the call's other events: its answer
+        decides what follows): an output of "talk", "message" or "hang_up" chooses; any other keeps the route's
+        choice (bridge/server/webhook.py "Events")."""
+        event = AmdResult(call.call_id, "verdict", verdict.kind, verdict.reason, verdict.since_answer_ms)
+        result = await WebhookClient(self._config).deliver_event(event, call.call_id)
+        answer = result.output.strip() if result.problem is None else ""
+        return next((a for a in AMD_ACTIONS if a == answer), None)
 
     async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
         await WebhookClient(self._config).deliver_event(CallEnded(record), call.call_id)

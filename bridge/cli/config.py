@@ -16,11 +16,11 @@ shows each one with a comment:
     [[routes]]    name*, direction (inbound | outbound), number | pattern, header = {name, value}, attestation
                   (passed | failed | none | absent), provider,
                   instructions | instructions_file, tools = [{name, description, parameters}], greeting,
-                  language, voice, amd (outbound routes: overrides [outbound] amd), calling_hours and timezone
-                  (outbound routes: "mon-fri 09:00-20:00" in an IANA zone), retry_attempts, retry_on,
-                  retry_delay_s (outbound routes: override [outbound]'s), disclosure (the AI disclosure, the call's
-                  first audio: a WAV file — a value ending in .wav — the bridge plays, or a line the model must say
-                  first: bridge/engine/disclosure.py)
+                  language, voice, amd, amd_machine, amd_message, amd_message_wav (outbound routes: override
+                  [outbound]'s), calling_hours and timezone (outbound routes: "mon-fri 09:00-20:00" in an IANA
+                  zone), retry_attempts, retry_on, retry_delay_s (outbound routes: override [outbound]'s),
+                  disclosure (the AI disclosure, the call's first audio: a WAV file — a value ending in .wav — the
+                  bridge plays, or a line the model must say first: bridge/engine/disclosure.py)
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
     [recovery]    reservoir_bytes, residence_ms, failure_message (a WAV, 8 kHz mono 16-bit)
     [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, transfer_targets = {NAME = "sip:URI"},
@@ -31,6 +31,9 @@ shows each one with a comment:
     [drain]       timeout_s
     [outbound]    amd (answering-machine detection on calls placed: bridge/engine/amd.py, bridge/server/session.py),
                   retry_attempts, retry_on, retry_delay_s (busy / no-answer retries: bridge/engine/dial_retry.py)
+                  amd_machine (talk | message | hang_up: after a mailbox verdict), amd_message (the text the model
+                  says) | amd_message_wav (a recording played; 8 kHz mono 16-bit), amd_total_ms,
+                  amd_machine_greeting_ms, amd_beep_wait_ms, amd_decide_ms
 
 Rules:
 - A bad file is refused with every problem at once, one line each: the file, the key path and what was
@@ -118,6 +121,7 @@ from typing import Any, Literal, TypeVar
 
 import click
 
+from bridge.engine.amd import AMD_ACTIONS, AmdAction, AmdOptions, AmdPolicy
 from bridge.engine.calling_hours import CallingHours, parse_calling_hours
 from bridge.engine.dial_retry import DEFAULT_RETRY_ON, MAX_ATTEMPTS, MAX_DELAY_S, RetryPolicy, parse_retry_on
 from bridge.engine.rollover import RolloverOptions
@@ -285,6 +289,9 @@ class Route:
     language: str | None = None
     voice: str | None = None
     amd: bool | None = None  # an outbound route's machine detection (None: [outbound] amd)
+    amd_machine: AmdAction | None = None  # after a mailbox verdict (None: [outbound] amd_machine)
+    amd_message: str | None = None  # (None: [outbound]'s)
+    amd_message_wav: str | None = None  # a WAV path (None: [outbound]'s)
     calling_hours: CallingHours | None = None  # an outbound route's window (bridge/engine/calling_hours.py)
     # an outbound route's retry policy, each field over [outbound]'s (None: [outbound]'s; dial_retry.py)
     retry_attempts: int | None = None
@@ -370,6 +377,10 @@ class Drain:
     timeout_s: float = DEFAULT_DRAIN_S
 
 
+_AMD = AmdOptions()  # the detector's defaults, tuned on tests/bench/amd.py's corpus
+_AMD_POLICY = AmdPolicy()
+
+
 @dataclass(frozen=True, slots=True)
 class Outbound:
     amd: bool = False  # answering-machine detection on calls placed; the greeting waits for its verdict
@@ -390,6 +401,24 @@ class Outbound:
             pick(route.retry_attempts, self.retry_attempts),
             pick(route.retry_on, self.retry_on),
             pick(route.retry_delay_s, self.retry_delay_s),
+        )
+
+    amd_machine: AmdAction = _AMD_POLICY.machine  # after a mailbox verdict: talk, message (then BYE), hang_up
+    amd_message: str | None = None  # the message the model is told to say
+    amd_message_wav: str | None = None  # or a recording the bridge plays (wins over the text)
+    amd_total_ms: int = _AMD.total_ms  # the verdict at the latest this long after the answer
+    amd_machine_greeting_ms: int = _AMD.machine_greeting_ms  # a greeting this long is a machine
+    amd_beep_wait_ms: int = _AMD.beep_wait_ms  # after a machine verdict, the beep is waited for this long
+    amd_decide_ms: int = _AMD_POLICY.decide_ms  # the application's answer to the verdict, waited this long
+
+    def amd_options(self) -> AmdOptions:
+        """The detector's options: these keys over its defaults."""
+        return replace(
+            _AMD,
+            total_ms=self.amd_total_ms,
+            initial_silence_ms=min(_AMD.initial_silence_ms, self.amd_total_ms),
+            machine_greeting_ms=self.amd_machine_greeting_ms,
+            beep_wait_ms=self.amd_beep_wait_ms,
         )
 
 
@@ -1155,6 +1184,9 @@ _ROUTE_KEYS = [
     "language",
     "voice",
     "amd",
+    "amd_machine",
+    "amd_message",
+    "amd_message_wav",
     "calling_hours",
     "timezone",
     "retry_attempts",
@@ -1287,11 +1319,13 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
         if direction == "outbound" and header is not None:
             r.fail(f"{p}.header", "an outbound route has no header to match: the bridge writes the INVITE")
         amd = r.boolean(t, "amd", p, False) if "amd" in t else None
-        if direction != "outbound" and amd is not None:
-            r.fail(
-                f"{p}.amd",
-                "answering-machine detection is for outbound routes: an inbound call never runs it",
-            )
+        for key in ("amd", "amd_machine", "amd_message", "amd_message_wav"):
+            if direction != "outbound" and key in t:
+                r.fail(
+                    f"{p}.{key}",
+                    "answering-machine detection is for outbound routes: an inbound call never runs it",
+                )
+        amd_machine, amd_message, amd_message_wav = _amd_choice(r, t, p)
         attestation = r.choice(t, "attestation", p, VERSTATS, None)
         if direction == "outbound" and attestation is not None:
             r.fail(f"{p}.attestation", "an outbound route has no caller attestation to match")
@@ -1317,6 +1351,9 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
             language=r.string(t, "language", p, regex=_LANGUAGE, what='a language tag like "en" or "de-DE"'),
             voice=r.string(t, "voice", p),
             amd=amd,
+            amd_machine=amd_machine,
+            amd_message=amd_message,
+            amd_message_wav=amd_message_wav,
             calling_hours=hours,
             retry_attempts=retry_attempts,
             retry_on=retry_on,
@@ -1973,6 +2010,39 @@ OPTIONS: tuple[Option, ...] = (
            "3600).",
            type=click.FloatRange(min=0, min_open=True, max=MAX_DELAY_S), default=300.0, show_default=True,
            metavar="S", example=("60",), needs=("--retry-attempts", "2")),
+    Option("amd_machine", ("--amd-machine",), "outbound.amd_machine",
+           "With --amd, what a call answered by a mailbox does: talk (the model's greeting after the beep), "
+           "message (the --amd-message or --amd-message-wav after the beep, then BYE) or hang_up (BYE at the "
+           "verdict; the model never speaks). A person always gets talk; the application may answer the "
+           "verdict otherwise (Application.amd_action, or the webhook's answer to the amd verdict event).",
+           type=click.Choice(list(AMD_ACTIONS)), default=_AMD_POLICY.machine, show_default=True,
+           example=("hang_up",)),
+    Option("amd_message", ("--amd-message",), "outbound.amd_message",
+           "The message left on a mailbox (--amd-machine message): the model is told to say this text after "
+           "the beep; the call ends once it has played.", metavar="TEXT",
+           example=("This is Acme. Please call us back on 555 0100.",)),
+    Option("amd_message_wav", ("--amd-message-wav",), "outbound.amd_message_wav",
+           "The message left on a mailbox as a recording the bridge plays after the beep, then BYE (8 kHz mono "
+           "16-bit WAV; the model never speaks). Wins over --amd-message.",
+           type=click.Path(exists=True, dir_okay=False), example=("@wav",)),
+    Option("amd_total_ms", ("--amd-total-ms",), "outbound.amd_total_ms",
+           "The AMD verdict comes at the latest this long after the answer (unknown when no rule decided): "
+           "the longest a person's first words wait.", type=click.IntRange(min=1000, max=30_000),
+           default=_AMD.total_ms, show_default=True, metavar="MS", example=("5000",)),
+    Option("amd_machine_greeting_ms", ("--amd-machine-greeting-ms",), "outbound.amd_machine_greeting_ms",
+           "A greeting that runs this long without a pause is a mailbox's (a person's \"hello?\" is 0.4-0.8 s, "
+           "\"yes, hello, who is this?\" about 1.5 s).",
+           type=click.IntRange(min=_AMD.human_greeting_ms + 100, max=30_000), default=_AMD.machine_greeting_ms,
+           show_default=True, metavar="MS", example=("3000",)),
+    Option("amd_beep_wait_ms", ("--amd-beep-wait-ms",), "outbound.amd_beep_wait_ms",
+           "After a mailbox verdict, its beep is waited for at most this long (a greeting that ends in silence "
+           "without one starts the message sooner).", type=click.IntRange(min=1000, max=120_000),
+           default=_AMD.beep_wait_ms, show_default=True, metavar="MS", example=("20000",)),
+    Option("amd_decide_ms", ("--amd-decide-ms",), "outbound.amd_decide_ms",
+           "The application's answer to the AMD verdict is waited for at most this long; then the route's "
+           "choice applies (0: the route's at once, the application is not asked).",
+           type=click.IntRange(min=0, max=10_000), default=_AMD_POLICY.decide_ms, show_default=True,
+           metavar="MS", example=("1000",)),
 )  # fmt: skip
 
 # `serve`'s click parameter names → their row; an option without a row is an error (`apply_options`)
@@ -2117,16 +2187,42 @@ def _problem(parse: Callable[[str], str]) -> Callable[[str], str | None]:
     return check
 
 
+def _amd_choice(r: _Reader, t: dict[str, object], p: str) -> tuple[AmdAction | None, str | None, str | None]:
+    """`amd_machine`, `amd_message` and `amd_message_wav` of [outbound] or an outbound route (None: not given)."""
+    machine = r.choice(t, "amd_machine", p, AMD_ACTIONS, None)
+    message = r.string(t, "amd_message", p, what="the message's text")
+    wav = r.file(t, "amd_message_wav", p)
+    if wav is not None and Path(wav).is_file() and (problem := _check_wav(wav)) is not None:
+        r.fail(f"{p}.amd_message_wav", problem)
+    return next((a for a in AMD_ACTIONS if a == machine), None), message, wav
+
+
 def _outbound(r: _Reader, t: dict[str, object]) -> Outbound:
-    r.keys(t, "outbound", ["amd", "retry_attempts", "retry_on", "retry_delay_s"])
-    attempts, retry_on, delay = _retry_fields(r, t, "outbound")
-    default = Outbound()
+    p = "outbound"
+    r.keys(t, p, [f.name for f in fields(Outbound)])
+    machine, message, wav = _amd_choice(r, t, p)
+    attempts, retry_on, delay = _retry_fields(r, t, p)
+    d = Outbound()
+
+    def ms(key: str, lo: int, hi: int, default: int) -> int:
+        value = r.integer(t, key, p, lo=lo, hi=hi, default=default)
+        return default if value is None else value
+
     return Outbound(
-        amd=r.boolean(t, "amd", "outbound", False),
-        retry_attempts=default.retry_attempts if attempts is None else attempts,
-        retry_on=default.retry_on if retry_on is None else retry_on,
-        retry_delay_s=default.retry_delay_s if delay is None else delay,
-    )
+        amd=r.boolean(t, "amd", p, False),
+        amd_machine=machine or d.amd_machine,
+        amd_message=message,
+        amd_message_wav=wav,
+        amd_total_ms=ms("amd_total_ms", 1000, 30_000, d.amd_total_ms),
+        # a greeting longer than a person's ("yes, hello, who is this?": human_greeting_ms) is a machine's
+        amd_machine_greeting_ms=ms("amd_machine_greeting_ms", _AMD.human_greeting_ms + 100, 30_000,
+                                   d.amd_machine_greeting_ms),
+        amd_beep_wait_ms=ms("amd_beep_wait_ms", 1000, 120_000, d.amd_beep_wait_ms),
+        amd_decide_ms=ms("amd_decide_ms", 0, 10_000, d.amd_decide_ms),
+        retry_attempts=d.retry_attempts if attempts is None else attempts,
+        retry_on=d.retry_on if retry_on is None else retry_on,
+        retry_delay_s=d.retry_delay_s if delay is None else delay,
+    )  # fmt: skip
 
 
 def _recording(r: _Reader, t: dict[str, object]) -> str | None:

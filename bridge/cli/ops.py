@@ -53,6 +53,7 @@ from bridge.cli.config import (
     select_route,
 )
 from bridge.cli.config import Trunk as TrunkSection
+from bridge.engine.amd import AmdAction, AmdVerdict
 from bridge.engine.calling_hours import OutsideCallingHours
 from bridge.engine.delegations import JobRequest
 from bridge.engine.dial_limits import TrunkLimits
@@ -143,6 +144,7 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
             "outbound.amd: the pjsua2 engine places no calls and gives no callee frames to a detector: use "
             "the native engine"
         )
+    problems += amd_message_problems(config)
     if problems:
         raise ConfigError([f"{config.source or 'command line'}: {p}" for p in problems])
     limits = call_limits(config)
@@ -190,6 +192,13 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
         drain_timeout_s=config.drain.timeout_s,
         amd=config.outbound.amd,
         retry=config.outbound.retry_policy(),  # busy / no-answer retries (bridge/engine/dial_retry.py)
+        amd_options=config.outbound.amd_options(),
+        amd_machine=config.outbound.amd_machine,
+        amd_message=config.outbound.amd_message,
+        amd_message_audio=_read_message(config.outbound.amd_message_wav)
+        if config.outbound.amd_message_wav
+        else None,
+        amd_decide_ms=config.outbound.amd_decide_ms,
         route_providers=routed,
         cdr=config.logging.cdr,  # bridge/server/records.py: one JSON line per finished call
         record_dir=config.recording.dir,  # bridge/server/recording.py: a stereo WAV per call
@@ -197,6 +206,24 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
         blocked_user_agents=config.inbound.blocked_user_agents,
         **_one_trunk_global(trunks),
     )
+
+
+def amd_message_problems(config: BridgeConfig) -> list[str]:
+    """A mailbox's `message` needs a message to leave: [outbound]'s or the route's text or recording."""
+    o, problems = config.outbound, []
+    if o.amd_machine == "message" and not (o.amd_message or o.amd_message_wav):
+        problems.append(
+            "outbound.amd_machine: message needs amd_message (a text the model says) or amd_message_wav (a "
+            "recording the bridge plays)"
+        )
+    for i, r in enumerate(config.routes):
+        if r.direction == "outbound" and r.amd_machine == "message":
+            if not (r.amd_message or r.amd_message_wav or o.amd_message or o.amd_message_wav):
+                problems.append(
+                    f"routes[{i}].amd_machine: message needs amd_message or amd_message_wav (the route's or "
+                    "[outbound]'s)"
+                )
+    return problems
 
 
 def _one_trunk_global(trunks: tuple[Trunk, ...]) -> dict[str, Any]:
@@ -345,6 +372,10 @@ class RoutedApplication(Application):
         self._config = config
         self._now = now  # the wall clock a route's calling window is read on
         self._recordings: dict[str, bytes] = {}  # routes' disclosure WAVs, read at their first call
+        # each outbound route's AMD message recording, read once (the file was checked at load)
+        self._messages = {
+            r.name: _read_message(r.amd_message_wav) for r in config.routes if r.amd_message_wav is not None
+        }
 
     async def setup(self, call: CallIdentity) -> CallSetup:
         base = await self._inner.setup(call)
@@ -403,7 +434,11 @@ class RoutedApplication(Application):
                 language=base.language or d.language,
                 amd=base.amd,
                 disclosure=base.disclosure,
+                amd_machine=base.amd_machine,
+                amd_message=base.amd_message,
+                amd_message_audio=base.amd_message_audio,
             )
+        own_message = route.amd_message is not None or route.amd_message_wav is not None
         LOG_CALLS.route(call.call_id, route.name)  # JSON log lines carry it from here on
         log.info("call %s: route %s", call.call_id, route.name)
         return CallSetup(
@@ -417,6 +452,10 @@ class RoutedApplication(Application):
             language=route.language or base.language or d.language,
             amd=route.amd if route.amd is not None else base.amd,
             disclosure=self._disclosure(route) or base.disclosure,
+            amd_machine=route.amd_machine or base.amd_machine,
+            # the route's message (its text, its recording or both) replaces any other
+            amd_message=route.amd_message if own_message else base.amd_message,
+            amd_message_audio=self._messages.get(route.name) if own_message else base.amd_message_audio,
         )
 
     def _disclosure(self, route: Route) -> Disclosure | None:
@@ -446,6 +485,9 @@ class RoutedApplication(Application):
 
     async def amd_result(self, call: LiveCall, event: AmdResult) -> None:
         await self._inner.amd_result(call, event)
+
+    async def amd_action(self, call: LiveCall, verdict: AmdVerdict, default: AmdAction) -> AmdAction | None:
+        return await self._inner.amd_action(call, verdict, default)
 
     async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
         await self._inner.call_ended(call, record)

@@ -46,6 +46,18 @@ followed by a real pause is a person (talking over a mailbox costs a message; a 
 recorded message, costs the call). Frames of any length but one 20 ms frame (odd, empty, other packet times)
 are counted in `frames_ignored` and ignored: the media layer delivers 20 ms frames.
 
+**After the verdict: the application's choice** (`AmdChoice`, sans-I/O on the same `now`): `talk` (the model is
+released: its held first words go), `message` (a message is left: the model is told to say the route's text,
+or the bridge plays its recording, then the call is hung up once it has played) or `hang_up` (BYE, the model
+never speaks and nothing more is funded). A person (`human`), `silence` and `unknown` get `talk`; a mailbox
+(`machine`, `beep`) gets its route's `AmdPolicy.machine`. The application may answer the verdict with another
+action within `AmdPolicy.decide_ms` (a late answer is ignored: the route's choice has been made). `hang_up`
+starts as soon as it is chosen; `talk` and `message` to a mailbox start when its greeting is over: at the beep
+(`AmdBeep`), when the greeting ended in silence or no beep came within `beep_wait_ms` (`AmdNoBeep`), at once
+after a `beep` verdict (the tone has ended). Where the rules are silent: a person is never hung up on or given
+a recording by the route's default (a wrong `human` verdict costs a message, a wrong `machine` the call), and
+an application's `message` with no message configured keeps the route's choice (it cannot be left).
+
 Cost: a level (one dot product) per frame, and the Goertzel bank — all bins evaluated at once as one matrix
 product on a Hann-windowed frame — only on frames above `min_voice_dbfs`. bridge/engine/vad.py's detector is not
 reused as such: its threshold is fixed and its level comes from `audioop` (gone in Python 3.13); its rule (a
@@ -57,7 +69,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -65,6 +77,9 @@ from rtp.audio import FRAME_MS, FRAME_SAMPLES, PCM16_FRAME_BYTES, SAMPLE_RATE
 from rtp.units import NS_PER_MS
 
 VerdictKind = Literal["human", "machine", "beep", "silence", "unknown"]
+AmdAction = Literal["talk", "message", "hang_up"]
+AMD_ACTIONS: tuple[AmdAction, ...] = ("talk", "message", "hang_up")
+MACHINE_VERDICTS: frozenset[str] = frozenset({"machine", "beep"})  # a mailbox: its route's choice applies
 
 _FULL_SCALE_ENERGY = 32768.0 * 32768.0 * FRAME_SAMPLES
 # a tone whose frames stopped (a peer silent between packets) has ended
@@ -518,3 +533,172 @@ class AnsweringMachineDetector:
 
 def _earlier(a: int | None, b: int) -> int:
     return b if a is None else min(a, b)
+
+
+# ---------------------------------------------------------------------------------------------------- the choice
+
+
+@dataclass(frozen=True, slots=True)
+class AmdPolicy:
+    """What a call does after the verdict (module docstring): the route's choice for a mailbox, and how long the
+    application's answer to the verdict is waited for."""
+
+    #: a mailbox (`machine`, `beep`): `talk` (the model's greeting after the beep, as to a person), `message`
+    #: (the route's message after the beep, then BYE) or `hang_up` (BYE at the verdict).
+    machine: AmdAction = "talk"
+    #: the application's answer to the verdict, waited for at most this long after it (a person who said
+    #: "hello?" has waited 0.8 s already; an answer on a LAN takes tens of ms).
+    decide_ms: int = 500
+
+    def __post_init__(self) -> None:
+        if self.machine not in AMD_ACTIONS:
+            raise ValueError(f"AMD machine action {self.machine!r}: expected one of {', '.join(AMD_ACTIONS)}")
+        if self.decide_ms < 0:
+            raise ValueError(f"AMD decide_ms={self.decide_ms}: expected 0 or more")
+
+
+@dataclass(frozen=True, slots=True)
+class AmdStart:
+    """The chosen action starts now (`by`: the route's default, or the application's answer)."""
+
+    action: AmdAction
+    verdict: VerdictKind
+    by: Literal["route", "application"]
+    at_ns: int
+    since_answer_ms: int
+
+
+class AmdChoice:
+    """After the detector's verdict: which action, and when it starts (module docstring). Feed it the detector's
+    events (`event`), the application's answer (`answer`) and its timer (`handle_timer` at `next_deadline`);
+    out comes at most one `AmdStart`. `can_message`: a message is configured (else `message` cannot be left)."""
+
+    __slots__ = ("policy", "can_message", "verdict", "chosen", "by", "started", "late", "_due", "_cue")
+
+    def __init__(self, policy: AmdPolicy | None = None, *, can_message: bool = False) -> None:
+        self.policy = policy or AmdPolicy()
+        self.can_message = can_message
+        self.verdict: AmdVerdict | None = None
+        self.chosen: AmdAction | None = None
+        self.by: Literal["route", "application"] = "route"
+        self.started: AmdStart | None = None
+        self.late = 0  # the application's answers that came after the choice was made
+        self._due: int | None = None  # the application's answer is waited for until then
+        self._cue = False  # the mailbox's greeting is over (its beep, or none)
+
+    def default(self, kind: VerdictKind) -> AmdAction:
+        """The route's action for a verdict: its `machine` choice for a mailbox, `talk` for anyone else."""
+        if kind not in MACHINE_VERDICTS or (self.policy.machine == "message" and not self.can_message):
+            return "talk"
+        return self.policy.machine
+
+    def event(self, event: AmdEvent, now: int) -> AmdStart | None:
+        if isinstance(event, AmdVerdict):
+            if self.verdict is not None:
+                return None
+            self.verdict = event
+            self._cue = event.kind != "machine"  # only a machine's greeting may still be running
+            self._due = now + self.policy.decide_ms * NS_PER_MS
+        else:
+            self._cue = True
+        return self._decided(now) if self._due is not None and now >= self._due else self._go(now)
+
+    def answer(self, action: str | None, now: int) -> AmdStart | None:
+        """The application's answer to the verdict: an action, or None for the route's. Ignored once the
+        choice was made (counted in `late`), or when it names no action this call can take."""
+        if self.verdict is None or self.chosen is not None:
+            self.late += 1
+            return None
+        chosen = next((a for a in AMD_ACTIONS if a == action), None)
+        if chosen is not None and (chosen != "message" or self.can_message):
+            self.chosen, self.by = chosen, "application"
+        else:
+            self.chosen = self.default(self.verdict.kind)
+        self._due = None
+        return self._go(now)
+
+    def next_deadline(self) -> int | None:
+        return self._due if self.chosen is None else None
+
+    def handle_timer(self, now: int) -> AmdStart | None:
+        if self._due is None or now < self._due or self.chosen is not None:
+            return None
+        return self._decided(now)
+
+    def _decided(self, now: int) -> AmdStart | None:
+        assert self.verdict is not None
+        if self.chosen is None:  # no answer in time: the route's choice
+            self.chosen = self.default(self.verdict.kind)
+            self._due = None
+        return self._go(now)
+
+    def _go(self, now: int) -> AmdStart | None:
+        chosen, verdict = self.chosen, self.verdict
+        if chosen is None or verdict is None or self.started is not None:
+            return None
+        if chosen != "hang_up" and not self._cue:
+            return None  # a mailbox's greeting is still running: its beep (or none) starts it
+        since = verdict.since_answer_ms + (now - verdict.at_ns) // NS_PER_MS
+        self.started = AmdStart(chosen, verdict.kind, self.by, now, since)
+        return self.started
+
+
+#: what the model is told when it is to leave the message (`message` with a text): the text is the route's
+MESSAGE_NOTE = (
+    "You have reached an answering machine and its beep has sounded: you are recording a voicemail. Say this "
+    "message now, as it is, and nothing else: {text}"
+)
+#: a message the model speaks is given this long to have played before the BYE (end_call's goodbye has 10 s)
+MESSAGE_WITHIN_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class AmdPlan:
+    """An outbound call's machine detection and what follows it: the detector's options, the route's choice,
+    the greeting the model says on `talk`, and the message (a text the model is told to say, or PCM16 8 kHz
+    mono audio the bridge plays: the audio when both are given)."""
+
+    options: AmdOptions = field(default_factory=AmdOptions)
+    policy: AmdPolicy = field(default_factory=AmdPolicy)
+    greeting: str | None = None
+    message: str | None = None
+    message_audio: bytes | None = None
+
+    @property
+    def can_message(self) -> bool:
+        return bool(self.message_audio) or bool(self.message and self.message.strip())
+
+
+class AmdTarget(Protocol):
+    """The session core as the choice drives it (bridge/engine/coordinator.py `SessionCoordinator`)."""
+
+    def answered(self, now: int) -> None: ...
+
+    def push_update(self, text: str, *, speak: bool, now: int) -> bool: ...
+
+    def end(self, reason: str, now: int, *, message: bytes | None = None) -> None: ...
+
+    def end_after_speech(self, reason: str, now: int, within_ms: int) -> None: ...
+
+
+def carry_out(core: AmdTarget, start: AmdStart, plan: AmdPlan, now: int) -> None:
+    """The chosen action on the session core: `talk` releases the model (what it holds goes: S7's ringing line
+    is answered) and asks for the greeting; `message` plays the recording then BYE, or releases the model with
+    the message to say and ends the call once it has played; `hang_up` ends the call at once, the model never
+    released (S6: nothing is opened, authorised or funded after)."""
+    if start.action == "hang_up":
+        core.end(f"AMD {start.verdict}: hung up ({start.by}'s choice)", now)
+    elif start.action == "message" and plan.message_audio:
+        core.end(
+            f"AMD {start.verdict}: message played ({start.by}'s choice)", now, message=plan.message_audio
+        )
+    elif start.action == "message" and plan.message:
+        core.answered(now)
+        core.push_update(MESSAGE_NOTE.format(text=plan.message.strip()), speak=True, now=now)
+        core.end_after_speech(
+            f"AMD {start.verdict}: message left ({start.by}'s choice)", now, MESSAGE_WITHIN_MS
+        )
+    else:
+        core.answered(now)
+        if plan.greeting:
+            core.push_update(plan.greeting, speak=True, now=now)

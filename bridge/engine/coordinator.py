@@ -230,6 +230,17 @@ class SessionCoordinator(SessionRooms):
         ):  # it plays first (bridge/engine/disclosure.py)
             self.deadlines.moved()
 
+    def end(self, reason: str, now: int, *, message: bytes | None = None) -> None:
+        """The application ends the call (answering-machine detection's hang-up or recorded message): BYE at
+        once, or once `message` (PCM16 8 kHz) has played. Nothing is opened, authorised or funded after (S6)."""
+        self._end(reason, now, goodbye=message is not None, message=message)
+        self._settle(now)
+
+    def end_after_speech(self, reason: str, now: int, within_ms: int) -> None:
+        """BYE once the model's next words have played (end_call's goodbye), or after `within_ms`."""
+        self.ending.end_after_goodbye(now, reason, within_ms)
+        self.deadlines.moved()
+
     # --- the timer, the outputs, and what every input ends with ---
     def handle_timer(self, now: int) -> None:
         at = self.timeline.ms(now)
@@ -285,8 +296,16 @@ class SessionCoordinator(SessionRooms):
     def _may_recover(self) -> bool:
         return not self.ending.ended and not self.ending.leg_ended
 
-    def _end(self, reason: str, now: int, *, failed: bool = False, goodbye: bool = False) -> None:
-        if self.ending.end(reason, now, failed=failed, goodbye=goodbye):
+    def _end(
+        self,
+        reason: str,
+        now: int,
+        *,
+        failed: bool = False,
+        goodbye: bool = False,
+        message: bytes | None = None,
+    ) -> None:
+        if self.ending.end(reason, now, failed=failed, goodbye=goodbye, message=message):
             self.disclosure.over(f"the session ended: {reason}", now)
             self.state = "failed" if failed else "closing"
             self.rollover.end("session_ended", now)  # S6

@@ -210,21 +210,32 @@ class CallEnding:
         self._close_due: int | None = None
         self._drain_due: int | None = None
 
-    def end_after_goodbye(self, now: int, reason: str = "") -> None:
+    def end_after_goodbye(self, now: int, reason: str = "", within_ms: int | None = None) -> None:
         """DL6 end_call: once the model's goodbye has been played — or after the timeout if it says nothing — the
-        session ends and the call is hung up (`reason`: why, when it is not the model's end_call: a drain)."""
+        session ends and the call is hung up (`reason`: why, when it is not the model's end_call: a drain;
+        `within_ms`: another timeout, e.g. for a voicemail message longer than a goodbye)."""
         if self._goodbye is None and not self.ended:
             self._goodbye_reason = reason or END_CALL_REASON
-            self._goodbye = (now + TICK_NS, now + self._options.goodbye_timeout_ms * NS_PER_MS)
+            timeout_ms = self._options.goodbye_timeout_ms if within_ms is None else within_ms
+            self._goodbye = (now + TICK_NS, now + timeout_ms * NS_PER_MS)
             self._goodbye_spoken = False
 
     def assistant_audio(self) -> None:
         if self._goodbye is not None:
             self._goodbye_spoken = True
 
-    def end(self, reason: str, now: int, *, failed: bool = False, goodbye: bool = False) -> bool:
+    def end(
+        self,
+        reason: str,
+        now: int,
+        *,
+        failed: bool = False,
+        goodbye: bool = False,
+        message: bytes | None = None,
+    ) -> bool:
         """The session ends; the caller hears a short message first when it failed or a goodbye is due — never
-        a silent line that just drops. False when it had already ended."""
+        a silent line that just drops (`message`: that one instead of the closing message, e.g. a voicemail
+        message). False when it had already ended."""
         if self.ended:
             return False
         self.ended = True
@@ -233,7 +244,7 @@ class CallEnding:
         if self.leg_ended:
             return True
         if failed or goodbye:  # HR5 (a failed repair), RO6 (a refused rollover): a clean goodbye, then BYE
-            ms = self._output.play_final_message(self._message)
+            ms = self._output.play_final_message(self._message if message is None else message)
             self._hangup = (now + (ms + 100) * NS_PER_MS, reason)
         else:
             self._hang_up(reason, now)

@@ -29,7 +29,17 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from bridge.engine.amd import AmdBeep, AmdEvent, AmdOptions, AmdVerdict
+from bridge.engine.amd import (
+    AMD_ACTIONS,
+    AmdAction,
+    AmdBeep,
+    AmdEvent,
+    AmdOptions,
+    AmdPlan,
+    AmdPolicy,
+    AmdStart,
+    AmdVerdict,
+)
 from bridge.engine.calling_hours import OutsideCallingHours
 from bridge.engine.coordinator import CoordinatorOptions
 from bridge.engine.delegations import JobRequest
@@ -111,6 +121,11 @@ class CallSetup:
     # the AI disclosure, the call's first audio: a recording the bridge plays, or a line the model must say first
     # (bridge/engine/disclosure.py); the call record says whether it reached the carrier
     disclosure: Disclosure | None = None
+    # After a mailbox verdict (bridge/engine/amd.py): "talk", "message" or "hang_up" (None: ServerConfig.amd_machine),
+    # the message the model is told to say, or PCM16 8 kHz mono audio the bridge plays (None: the server's)
+    amd_machine: AmdAction | None = None
+    amd_message: str | None = None
+    amd_message_audio: bytes | None = None
 
 
 class CallRefused(Exception):  # a refusal the application means, not an error
@@ -210,9 +225,16 @@ class Application:
 
     async def amd_result(self, call: LiveCall, event: AmdResult) -> None:
         """An outbound call's answering-machine detection (`[outbound] amd`): the verdict, then for a machine
-        its beep or none. Informational: the session has already released the greeting by the default
-        policy (bridge/server/session.py) — at once for a person, silence or unknown, after the beep for a machine;
-        to hang up on a machine, call `call.hang_up(...)` here."""
+        its beep or none. Informational, in the order of the call's events: what follows the verdict is chosen
+        by the route (`amd_machine`) or by `amd_action`, which is asked at the verdict itself."""
+
+    async def amd_action(self, call: LiveCall, verdict: AmdVerdict, default: AmdAction) -> AmdAction | None:
+        """An outbound call's machine detection decided (`verdict.kind`: human, machine, beep, silence,
+        unknown): return the action to take — "talk" (the model speaks), "message" (the route's message after
+        the beep, then BYE) or "hang_up" — or None for `default` (the route's: `amd_machine` for a mailbox,
+        "talk" for anyone else). Waited for at most `amd_decide_ms` after the verdict (the greeting of a
+        person waits meanwhile); a later answer is ignored."""
+        return None
 
     async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
         """The call is over: its record (also the `--cdr` line); called before `ended`."""
@@ -293,6 +315,11 @@ class ServerConfig:
     amd: bool = False  # answering-machine detection on the calls `dial` places (bridge/engine/amd.py)
     # busy / no-answer retries of the calls `dial` places (bridge/engine/dial_retry.py); one attempt by default
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    amd_options: AmdOptions = field(default_factory=AmdOptions)  # the detector's timers and levels
+    amd_machine: AmdAction = "talk"  # after a mailbox verdict: talk, message (then BYE) or hang_up
+    amd_message: str | None = None  # the message the model is told to say (amd_machine = "message")
+    amd_message_audio: bytes | None = None  # or PCM16 8 kHz mono the bridge plays (wins over the text)
+    amd_decide_ms: int = 500  # the application's answer to the verdict is waited for this long
     cdr: str | None = None  # one JSON line per finished call appended to this file
     record_dir: str | None = None  # a stereo WAV per call in this directory
     route_providers: tuple[ProviderEndpoint, ...] = ()  # providers config routes name (plans.py)
@@ -840,6 +867,11 @@ class Server:
             return replace(choice, settings=seeded).connect(token)
 
         holder: list[LiveCall] = []
+        amd = (
+            _amd_plan(setup, self.config)
+            if identity.direction == "outbound" and _amd(setup, self.config)
+            else None
+        )
         records = self.records.call(
             identity, setup.route, _provider_name(plan), _to(app, holder), setup.disclosure
         )
@@ -859,7 +891,10 @@ class Server:
             dtmf_handler=lambda digit: app.dtmf(holder[0], digit),
             notice_sink=self.observer.tee(records.sink(self.console.notice)),
             media_tap=records.tap,  # --record
-            amd=AmdOptions() if identity.direction == "outbound" and _amd(setup, self.config) else None,
+            amd=amd,
+            amd_hook=None
+            if amd is None
+            else lambda verdict, default: app.amd_action(holder[0], verdict, default),
         )
         session.links.on_connected = self.observer.metrics.provider_connected  # connect time
         call = LiveCall(identity, session)
@@ -870,7 +905,10 @@ class Server:
         self.observer.call_started(setup.route)
         summary: CallSummary | None = None
         records.begin(session.started_ns, leg.ledger)  # call_started
-        if greeting := _first_words(setup):  # the model speaks first (bridge/server/greeting.py)
+        if (
+            greeting := _first_words(setup)
+        ) and amd is None:  # the model speaks first (bridge/server/greeting.py);
+            # with AMD on, the first words are asked for when the verdict's action is to talk (bridge/engine/amd.py)
             self._on_call_task(greet(call, greeting), f"{identity.call_id}-greeting")
         try:
             summary = await session.run()
@@ -886,7 +924,7 @@ class Server:
                 summary, session.status(), answered=session.coordinator is not None, dial=dial
             )  # once
             if amd_events := session.amd_events:
-                self._keep_amd_line(identity.call_id, amd_line(amd_events))
+                self._keep_amd_line(identity.call_id, amd_line(amd_events, session.amd_action))
             self.calls.pop(identity.call_id, None)
             self._sessions.pop(identity.call_id, None)
             self.observer.call_ended(setup.route, summary, leg)
@@ -898,9 +936,25 @@ def _amd(setup: CallSetup, config: ServerConfig) -> bool:
     return config.amd if setup.amd is None else setup.amd
 
 
-def amd_line(events: list[AmdEvent]) -> str:
+def _amd_plan(setup: CallSetup, config: ServerConfig) -> AmdPlan:
+    """An outbound call's machine detection and what follows it: its setup's (its route's) choice and message
+    over the server's."""
+    own = setup.amd_message is not None or setup.amd_message_audio is not None  # replaces the server's
+    machine = (
+        setup.amd_machine if setup.amd_machine is not None and setup.amd_machine in AMD_ACTIONS else None
+    )
+    return AmdPlan(
+        options=config.amd_options,
+        policy=AmdPolicy(machine=machine or config.amd_machine, decide_ms=config.amd_decide_ms),
+        greeting=_first_words(setup),
+        message=setup.amd_message if own else config.amd_message,
+        message_audio=setup.amd_message_audio if own else config.amd_message_audio,
+    )
+
+
+def amd_line(events: list[AmdEvent], action: AmdStart | None = None) -> str:
     """What `call` prints of a call's machine detection: "AMD machine after 2510 ms (a greeting of ...);
-    beep after 3400 ms"."""
+    beep after 3400 ms; message after 3400 ms (the route's choice)"."""
     parts = []
     for event in events:
         if isinstance(event, AmdVerdict):
@@ -908,6 +962,8 @@ def amd_line(events: list[AmdEvent]) -> str:
         else:
             name = "beep" if isinstance(event, AmdBeep) else "no beep"
             parts.append(f"{name} after {event.since_answer_ms} ms ({event.reason})")
+    if action is not None:
+        parts.append(f"{action.action} after {action.since_answer_ms} ms (the {action.by}'s choice)")
     return "; ".join(parts)
 
 

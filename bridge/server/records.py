@@ -17,7 +17,8 @@ events in order:
   session ended, after the grace) or `not_delivered` (answered, never given to the model).
 - `AmdResult`: an outbound call's answering-machine detection (bridge/engine/amd.py, on by `[outbound] amd`): the
   verdict (`human`, `machine`, `beep`, `silence`, `unknown`) with its reason and the ms from the answer, then
-  for a machine the beep (`beep`) or its absence (`no_beep`). The record keeps both (`amd`).
+  for a machine the beep (`beep`) or its absence (`no_beep`). The record keeps both (`amd`), and the action that
+  followed (`amd_action`: talk, message or hang_up, chosen by the route or the application; not an event).
 - `CallEnded`: the `CallRecord` — duration, who hung up and why, SIP status, provider and connections used,
   recoveries and rollovers, the uncertain work, QoS (`status()["qos"]`) and usage with `complete` (HR12,
   bridge/engine/usage.py).
@@ -38,7 +39,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from bridge.engine.amd import AmdBeep, AmdNoBeep, AmdVerdict
+from bridge.engine.amd import AmdBeep, AmdNoBeep, AmdStart, AmdVerdict
 from bridge.engine.commands import BargedIn, DisclosureResult, RecoveryChanged, RolloverChanged, Transcript
 from bridge.engine.connections import connection_id
 from bridge.engine.delegations import UncertainItem, WorkUncertain
@@ -65,6 +66,7 @@ RECORD_NOTICES = (
     AmdBeep,
     AmdNoBeep,
     DisclosureResult,
+    AmdStart,
 )
 """The notice types the builder reads (a shell may drop every other notice before queueing it)."""
 
@@ -364,6 +366,9 @@ class CallRecord:
     # the route's disclosure: delivered (the ledger shows it reached the carrier), partial or not_delivered, and
     # why (bridge/engine/disclosure.py); None: the route has none
     disclosure: DisclosureResult | None = None
+    # what followed the verdict: {"action": talk | message | hang_up, "by": route | application, "verdict",
+    # "since_answer_ms"} (bridge/engine/amd.py `AmdChoice`); None: no AMD, or the call ended before it
+    amd_action: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -439,6 +444,7 @@ class CallRecord:
             **({"amd": [_amd_json(a) for a in self.amd]} if self.amd else {}),
             **({"dial": dict(self.dial)} if self.dial is not None else {}),
             **({"disclosure": self.disclosure.to_json()} if self.disclosure is not None else {}),
+            **({"amd_action": dict(self.amd_action)} if self.amd_action is not None else {}),
         }
 
     def cdr_line(self) -> str:
@@ -600,6 +606,7 @@ class RecordBuilder:
         self.uncertain_total = 0
         self._uncertain_seq = 0
         self.amd: list[AmdResult] = []  # at most a verdict and a beep (or its absence)
+        self.amd_action: dict[str, Any] | None = None
 
     def started(self) -> CallStarted:
         return CallStarted(self.call, self._started_at)
@@ -643,6 +650,15 @@ class RecordBuilder:
             self._rollover(notice)
         elif isinstance(notice, WorkUncertain):
             out.append(self._uncertain(notice))
+        elif isinstance(
+            notice, AmdStart
+        ):  # the record's, not an event: the application chose it or was asked
+            self.amd_action = {
+                "action": notice.action,
+                "by": notice.by,
+                "verdict": notice.verdict,
+                "since_answer_ms": notice.since_answer_ms,
+            }
         elif isinstance(notice, AmdVerdict | AmdBeep | AmdNoBeep):
             if isinstance(notice, AmdVerdict):
                 kind: Literal["verdict", "beep", "no_beep"] = "verdict"
@@ -804,6 +820,7 @@ class RecordBuilder:
             amd=tuple(self.amd),
             dial=outcome.dial,
             disclosure=self._disclosure_outcome(),
+            amd_action=self.amd_action,
         )
         return out, record
 

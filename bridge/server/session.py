@@ -14,15 +14,26 @@ The leg's media events go to the core (S7, bridge/engine/coordinator.py): MediaH
 hold and take it off; a call the bridge placed (`sip.leg.DialledLeg`, declared `LegFeatures.dialled`) rings
 until its MediaStarted.
 
-Answering-machine detection (`CallSession(amd=AmdOptions(...))`, outbound calls only: bridge/engine/amd.py): the
+Answering-machine detection (`CallSession(amd=AmdPlan(...))`, outbound calls only: bridge/engine/amd.py): the
 detector is armed at the callee's answer (MediaStarted, never at early media), hears the callee's frames and
-runs its deadlines on a timer of its own; the coordinator is told of the answer only at the release, so the
-model's first words (the greeting, the first response) stay held until then. The release, where the
-application gives no other answer: `human`, `silence` and `unknown` at the verdict (a person waits for a
-voice: a wrong `human` costs a message, a wrong `machine` the call); `machine` at the mailbox's beep (or when
-none came: `AmdNoBeep`), so the message is left after the tone; a `beep` verdict at once (the tone has
-ended). Each event goes to the notice sink (the call record, the CDR, the application's events). Frames of
-an inbound call, or after the detector is done, cost one flag test (`CallerFrames.amd is None`).
+runs its deadlines on a timer of its own; the coordinator is told of the answer only when the action chosen
+after the verdict starts (`AmdChoice`, `carry_out`), so the model's first words (the greeting, the first
+response) stay held until then. The action: `talk` (the model is released, the plan's greeting asked for),
+`message` (the plan's recording played, or the model released with the message to say, then BYE) or
+`hang_up` (BYE; the model never released). A person, silence and unknown get `talk` at the verdict; a mailbox
+(`machine`, `beep`) its route's choice, `talk` and `message` at its beep (or when none came: `AmdNoBeep`), so
+the message is left after the tone. The application's answer to the verdict (`amd_hook`, a task) may choose
+another action within `AmdPolicy.decide_ms`. Each event and the action go to the notice sink (the call record,
+the CDR, the application's events). Frames of an inbound call, or after the detector is done, cost one flag
+test (`CallerFrames.amd is None`).
+
+The callee's audio before the action starts is withheld from the model, not sent with its answer held: the
+coordinator's line still rings (bridge/engine/reservoir.py `Line`: nothing is forwarded while it rings), so a
+mailbox's greeting is never heard, transcribed or answered by the model (a model that heard "leave a message
+after the tone" would answer it, and its answer would be spoken into the recording, or cleared, costing a
+response and its audio), a person's "hello?" costs nothing, and nothing is billed as input audio before the
+call is known to need the model. The greeting the model is asked for covers what it missed ("hello?" is not
+content). After a `hang_up` or a recorded message the model hears nothing at all.
 """
 
 from __future__ import annotations
@@ -35,7 +46,18 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from bridge.engine import commands as cmd
-from bridge.engine.amd import AmdBeep, AmdEvent, AmdNoBeep, AmdOptions, AmdVerdict, AnsweringMachineDetector
+from bridge.engine.amd import (
+    AmdAction,
+    AmdChoice,
+    AmdEvent,
+    AmdOptions,
+    AmdPlan,
+    AmdStart,
+    AmdTarget,
+    AmdVerdict,
+    AnsweringMachineDetector,
+    carry_out,
+)
 from bridge.engine.barrier import Channel
 from bridge.engine.coordinator import CoordinatorOptions, SessionCoordinator
 from bridge.engine.delegations import DeliverResult, DispatchJob, JobRequest, SendContext
@@ -87,6 +109,10 @@ AuthorizeHook = Callable[[str], Awaitable[bool]]
 opened — the first, rollovers and recovery replacements (RO7). False refuses that connection."""
 
 DtmfHandler = Callable[[str], Awaitable[None]]
+
+AmdHook = Callable[[AmdVerdict, AmdAction], Awaitable[str | None]]
+"""The application's answer to an AMD verdict, given the route's action for it: "talk", "message", "hang_up",
+or None for the route's (bridge/engine/amd.py `AmdChoice`; waited for at most `AmdPolicy.decide_ms`)."""
 
 Spawn = Callable[[str, Coroutine[Any, Any, None]], None]
 """Run a coroutine as one of the session's named tasks (cancelled when the session ends)."""
@@ -343,25 +369,52 @@ class _AmdDue:
     """The machine detector's deadline has come (its timer, through the inbox)."""
 
 
-class AmdGate:
-    """An outbound call's machine detection: the detector, its timer and the release of the held greeting
-    (module docstring). Sans-I/O but for the timer, which puts an `_AmdDue` in the session's inbox."""
+@dataclass(frozen=True, slots=True)
+class _AmdAnswer:
+    """The application's answer to the verdict (an action, or None: the route's)."""
 
-    __slots__ = ("detector", "events", "released", "_inbox", "_clock", "_handle", "_release", "_report")
+    action: str | None
+
+
+class AmdGate:
+    """An outbound call's machine detection: the detector, the choice after its verdict (bridge/engine/amd.py
+    `AmdChoice`), their timer and the action carried out on the core (`carry_out`: module docstring). Sans-I/O
+    but for the timer, which puts an `_AmdDue` in the session's inbox, and the application's answer (`ask`: a
+    task whose answer comes back as an `_AmdAnswer`; None: the route's choice at once)."""
+
+    __slots__ = (
+        "detector",
+        "choice",
+        "plan",
+        "events",
+        "_inbox",
+        "_clock",
+        "_core",
+        "_handle",
+        "_report",
+        "_ask",
+    )
 
     def __init__(
         self,
-        options: AmdOptions,
+        plan: AmdPlan,
         inbox: asyncio.Queue[object],
         clock: Callable[[], int],
-        release: Callable[[int], None],
-        report: Callable[[AmdEvent], None],
+        core: AmdTarget,
+        report: Callable[[AmdEvent | AmdStart], None],
+        ask: Callable[[AmdVerdict, AmdAction], None] | None = None,
     ) -> None:
-        self.detector = AnsweringMachineDetector(options)
+        self.plan = plan
+        self.detector = AnsweringMachineDetector(plan.options)
+        self.choice = AmdChoice(plan.policy, can_message=plan.can_message)
         self.events: list[AmdEvent] = []
-        self.released = False
-        self._inbox, self._clock, self._release, self._report = inbox, clock, release, report
+        self._inbox, self._clock, self._core, self._report, self._ask = inbox, clock, core, report, ask
         self._handle: asyncio.TimerHandle | None = None
+
+    @property
+    def released(self) -> bool:
+        """The action has started (the model released, or the call being ended)."""
+        return self.choice.started is not None
 
     def answered(self, now: int) -> None:
         self.detector.answered(now)
@@ -375,8 +428,17 @@ class AmdGate:
         now = self._clock()
         if (event := self.detector.handle_timer(now)) is not None:
             self._event(event, now)
-        else:
-            self._arm(now)
+        elif (start := self.choice.handle_timer(now)) is not None:
+            self._start(start, now)
+        self._arm(now)
+
+    def application_answered(self, action: str | None) -> None:
+        now, late = self._clock(), self.choice.late
+        if (start := self.choice.answer(action, now)) is not None:
+            self._start(start, now)
+        if self.choice.late > late:
+            log.info("AMD: the application's answer %r came after the choice was made: ignored", action)
+        self._arm(now)
 
     def cancel(self) -> None:
         if self._handle is not None:
@@ -386,21 +448,23 @@ class AmdGate:
     def _event(self, event: AmdEvent, now: int) -> None:
         self.events.append(event)
         self._report(event)
+        start = self.choice.event(event, now)
         if isinstance(event, AmdVerdict):
-            if event.kind != "machine":
-                self._release_at(now)
-        elif isinstance(event, AmdBeep | AmdNoBeep):
-            self._release_at(now)
+            if self._ask is not None:  # (asked even when it is not waited for: it is told the verdict)
+                self._ask(event, self.choice.default(event.kind))
+            elif self.choice.chosen is None:
+                start = self.choice.answer(None, now)  # nobody to ask: the route's choice at once
+        if start is not None:
+            self._start(start, now)
         self._arm(now)
 
-    def _release_at(self, now: int) -> None:
-        if not self.released:
-            self.released = True
-            self._release(now)
+    def _start(self, start: AmdStart, now: int) -> None:
+        self._report(start)
+        carry_out(self._core, start, self.plan, now)
 
     def _arm(self, now: int) -> None:
         self.cancel()
-        due = self.detector.next_deadline()
+        due = _soonest(self.detector.next_deadline(), self.choice.next_deadline())
         if due is None:
             return
         loop = asyncio.get_running_loop()
@@ -408,6 +472,10 @@ class AmdGate:
         self._handle = loop.call_at(
             loop.time() + (due - now + TIMER_SLACK_NS) / 1e9, lambda: inbox.put_nowait(_AmdDue())
         )
+
+
+def _soonest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
 
 
 class _Tasks(dict[str, "asyncio.Task[None]"]):
@@ -644,10 +712,14 @@ class CallSession:
         dtmf_handler: DtmfHandler | None = None,
         notice_sink: Callable[[str, object], None] | None = None,
         media_tap: MediaTap | None = None,
-        amd: AmdOptions | None = None,
+        amd: AmdOptions | AmdPlan | None = None,
+        amd_hook: AmdHook | None = None,
     ) -> None:
         self.leg = leg
-        self._amd_options = amd  # outbound calls only (an inbound call never runs AMD)
+        # outbound calls only (an inbound call never runs AMD); options alone: the route's defaults
+        self._amd_plan = AmdPlan(options=amd) if isinstance(amd, AmdOptions) else amd
+        self._amd_hook = amd_hook  # the application's answer to the verdict (None: the route's choice)
+        self._hangup_by = "provider"  # whom a HangUp of the core is put down to (AMD's own: the bridge)
         self._tap = media_tap  # --record
         self._settings = settings or SessionSettings()
         options = options or CoordinatorOptions()
@@ -689,7 +761,7 @@ class CallSession:
             **self.links.carriers(),
             **self._hooks.carriers(self._spawn),
             cmd.EndSession: self._session_ended,
-            cmd.HangUp: lambda c: self._hangup("provider", c.reason),
+            cmd.HangUp: lambda c: self._hangup(self._hangup_by, c.reason),
             cmd.TransferCall: self._transfer,
             cmd.SendDtmf: self._send_dtmf,
         }
@@ -750,10 +822,14 @@ class CallSession:
             self._connection_started(self.coordinator, started, now)
             if offers_dialled(self.leg) and self.leg.outbound:
                 self.coordinator.ring(now)  # S7: the greeting waits for the callee's answer
-                if self._amd_options is not None:
-                    core = self.coordinator
+                if self._amd_plan is not None:
                     self._frames.amd = self._amd_gate = AmdGate(
-                        self._amd_options, self._inbox, self._clock, core.answered, self._amd_event
+                        self._amd_plan,
+                        self._inbox,
+                        self._clock,
+                        self.coordinator,
+                        self._amd_event,
+                        None if self._amd_hook is None else self._ask_amd,
                     )
             self.leg.answer()
             if not (offers_dialled(self.leg) and self.leg.outbound):
@@ -782,7 +858,7 @@ class CallSession:
                     self._handle(inbox.get_nowait() if inbox.qsize() else await inbox.get())
                 self._carry_out(core)
         finally:
-            if (gate := self._frames.amd) is not None:
+            if (gate := self._amd_gate) is not None:
                 gate.cancel()
             self._frames.detach(self.leg)
             for task in self._tasks.values():
@@ -842,8 +918,11 @@ class CallSession:
             else:
                 core.answered(now)
         elif isinstance(item, _AmdDue):
-            if (gate := self._frames.amd) is not None:
+            if (gate := self._amd_gate) is not None and self._ended is None:  # (a call gone decides nothing)
                 gate.due()
+        elif isinstance(item, _AmdAnswer):
+            if (gate := self._amd_gate) is not None and self._ended is None:
+                gate.application_answered(item.action)
         elif isinstance(item, _ConnectFailed):
             item.report(core, now)
         elif isinstance(item, _Approved):
@@ -883,8 +962,40 @@ class CallSession:
         """The machine detector's events so far (the verdict first), empty without AMD."""
         return [] if self._amd_gate is None else list(self._amd_gate.events)
 
-    def _amd_event(self, event: AmdEvent) -> None:
-        if isinstance(event, AmdVerdict):
+    @property
+    def amd_action(self) -> AmdStart | None:
+        """The action that followed the verdict (talk, message, hang_up), once it started; None before or
+        without AMD."""
+        return None if self._amd_gate is None else self._amd_gate.choice.started
+
+    def _ask_amd(self, verdict: AmdVerdict, default: AmdAction) -> None:
+        """The application's answer to the verdict, as a task; its answer (None on a failure) to the inbox."""
+        hook, inbox = self._amd_hook, self._inbox
+        assert hook is not None
+
+        async def ask() -> None:
+            try:
+                action = await asyncio.wait_for(hook(verdict, default), _HOOK_TIMEOUT_S)
+            except Exception as exc:  # a failing hook leaves the route's choice; it never crashes the call
+                log.warning("call %s: the application's AMD answer failed: %r", self.call_id, exc)
+                action = None
+            inbox.put_nowait(_AmdAnswer(action if isinstance(action, str) else None))
+
+        self._spawn("amd-answer", ask())
+
+    def _amd_event(self, event: AmdEvent | AmdStart) -> None:
+        if isinstance(event, AmdStart):
+            log.info(
+                "call %s AMD action %s after %d ms (the %s's choice for %s)",
+                self.call_id,
+                event.action,
+                event.since_answer_ms,
+                event.by,
+                event.verdict,
+            )
+            if event.action != "talk":
+                self._hangup_by = "bridge"  # the BYE that follows is the bridge's
+        elif isinstance(event, AmdVerdict):
             log.info(
                 "call %s AMD verdict %s after %d ms: %s",
                 self.call_id,

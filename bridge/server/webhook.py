@@ -76,7 +76,12 @@ call: `call_started`, each `utterance` (caller or assistant), each `work_uncerta
 call record. They are signed, timed out and retried exactly as jobs; their body has an `"event"` member (a
 job's never does) and they carry the header `X-Parlora-Event: <event>`; the Idempotency-Key ends in
 `call_started`, `utterance-<seq>`, `work_uncertain-<seq>` or `call_ended`. The answer is only logged (any 2xx
-is fine). Bodies (bridge/server/records.py):
+is fine), but for one: an outbound call's AMD verdict (`{"event": "amd", "kind": "verdict", "verdict": "machine",
+...}`, key `amd-verdict`) is POSTed the moment it is made, not queued behind the call's other events, and an
+answer whose output (as a job's: a text/plain body, or JSON `{"output": ...}`) is `talk`, `message` or `hang_up`
+chooses what the call does next (bridge/engine/amd.py); any other answer, or none within `--amd-decide-ms`,
+keeps the route's choice (`amd_machine`). The mailbox's `beep` / `no_beep` follow in order. Bodies
+(bridge/server/records.py):
 
     {"event": "call_started", "call": {"call_id", "sip_call_id", "from", "to", "called", "source", "route",
      "provider", "trunk", "attestation": {"verstat", "level", "orig_tn", "dest_tn", "origid", "iat",
@@ -477,8 +482,11 @@ class WebhookClient:
             writer.close()
         if event is None:
             output, wrong = interpret_answer(status, content_type, answer)
-        else:  # an event's answer is only logged: any 2xx will do
-            output, wrong = "", None if 200 <= status < 300 else f"the application answered HTTP {status}"
+        elif 200 <= status < 300:  # an event's answer is only logged (any 2xx will do); its output is read
+            wrong = None  # as a job's, for the one event whose answer chooses: an AMD verdict's
+            output = interpret_answer(status, content_type, answer)[0]
+        else:
+            output, wrong = "", f"the application answered HTTP {status}"
         if wrong is None:
             log.info(
                 "%s: webhook answered %d in %d ms (%d bytes)",

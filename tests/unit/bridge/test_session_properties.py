@@ -38,6 +38,11 @@ Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
 - S6 after the call leg ended, nothing is opened (`OpenRollover`, `OpenReplacement`), authorised or approved.
 - S7 hold and ringing never start a recovery for a media condition (the hold and ring steps run only where
   the core has `hold`/`resume` and `ring`/`answered`).
+- AMD (an outbound call with answering-machine detection: bridge/engine/amd.py `AmdChoice` and `carry_out`
+  drive the core as the session shell's `AmdGate` does): the verdict (any kind), the application's answer,
+  the mailbox's beep or its absence arrive at any moment after the answer; until the chosen action starts
+  the model never speaks (no assistant frame is transmitted) and never hears the callee (no `SendAudio`);
+  after a hang-up or a recorded message (`core.end`) nothing is opened, authorised or approved (S6).
 - SE5 (barge-in, whatever else is going on): once the caller has spoken `BARGE_IN_MS` while some connection
   hears them, nothing the floor sent before they began is still transmitted.
 - Disclosure (bridge/engine/disclosure.py; a recorded one, on the calls the machine gives one): no model audio
@@ -69,6 +74,16 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from bridge.engine.amd import (
+    AmdBeep,
+    AmdChoice,
+    AmdNoBeep,
+    AmdPlan,
+    AmdPolicy,
+    AmdStart,
+    AmdVerdict,
+    carry_out,
+)
 from bridge.engine.coordinator import (
     ApproveRollover,
     AudioDiscontinuity,
@@ -211,6 +226,7 @@ class SessionMachine(RuleBasedStateMachine):
         slack=st.sampled_from([500, 0]),
         outbound=st.booleans(),
         disclosure=st.booleans(),
+        amd=st.sampled_from([None, "talk", "message", "recording", "hang_up"]),
     )
     def start(
         self,
@@ -219,6 +235,7 @@ class SessionMachine(RuleBasedStateMachine):
         slack: int,
         outbound: bool = False,
         disclosure: bool = False,
+        amd: str | None = None,
     ) -> None:
         self.profile = profile
         self.auto_answers = auto_answers  # approve and authorize answered True at once, or by steps
@@ -266,6 +283,9 @@ class SessionMachine(RuleBasedStateMachine):
         self.serial = 0
         self.answers = 0
         self.log: list[str] = []
+        self.amd: AmdChoice | None = None
+        self.amd_waiting = False  # the callee answered and the chosen action has not started: the model waits
+        self.amd_ended = False  # the action ended the call (a hang-up, a recording): nothing is funded after
         self.ready = True
         self._deliver_now(self.conns[1], SessionStarted(1, "sess_1"))
         self.ringing = outbound and hasattr(self.core, "ring")  # an outbound call rings until answered (S7)
@@ -273,6 +293,16 @@ class SessionMachine(RuleBasedStateMachine):
             self._call(self.core.ring, self.now)
         elif disclosure:
             self._call(self.core.answered, self.now)  # an inbound call is up (the shell says so at its start)
+        if (
+            self.ringing and amd is not None
+        ):  # AMD: the route's choice for a mailbox, its greeting and message
+            for_mailbox = "message" if amd == "recording" else amd
+            self.amd = AmdChoice(AmdPolicy(machine=for_mailbox), can_message=True)  # type: ignore[arg-type]
+            self.amd_plan = AmdPlan(
+                greeting="Greet the callee.",
+                message="Call us back." if amd == "message" else None,
+                message_audio=bytes(48_000) if amd == "recording" else None,  # 3 s: a window for S6
+            )
 
     def _require(self, holds: bool, invariant: str, what: str) -> None:
         """One invariant's check (named after DESIGN §14)."""
@@ -302,6 +332,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.log.append(f"{self.now // MS} ms: {command!r}"[:160])
         if isinstance(command, (OpenRollover, OpenReplacement, AuthorizeConnection, ApproveRollover)):
             self._require(not self.leg_ended, "S6", f"{type(command).__name__} after the call leg ended")
+            self._require(not self.amd_ended, "S6", f"{type(command).__name__} after AMD ended the call")
         if isinstance(command, (OpenRollover, OpenReplacement)):
             kind = "rollover" if isinstance(command, OpenRollover) else "replacement"
             if command.token not in self.conns:
@@ -387,7 +418,7 @@ class SessionMachine(RuleBasedStateMachine):
         elif isinstance(notice, RecoveryChanged):
             self.log.append(f"{self.now // MS} ms: {notice!r}")
             if notice.stage == "reconnecting":
-                if self.held or self.ringing:
+                if self.held or self.ringing or self.amd_waiting:
                     self._require(
                         notice.cause not in RECOVERY_CAUSES_OF_MEDIA,
                         "S7",
@@ -474,7 +505,15 @@ class SessionMachine(RuleBasedStateMachine):
             return
         if pull and self.pulling and not self.held and not self.ringing and not self.leg_ended:
             self._pulled(self.playout.pull(self.now))
-        if not self.leg_ended and not self.held and not self.ringing:
+        if (
+            self.amd_waiting and not self.leg_ended and not self.held
+        ):  # the callee while AMD listens: withheld
+            for conn in self.conns.values():
+                conn.got_frame = False
+            self._call(self.core.caller_frame, SPEECH if speech else SILENCE, self.now)
+            heard = [c.token for c in self.conns.values() if c.got_frame]
+            self._require(not heard, "AMD", f"the callee's audio before the AMD action reached {heard}")
+        elif not self.leg_ended and not self.held and not self.ringing:
             if speech and self.speaking is None:
                 self.next_uid += 1
                 self.speaking = self.next_uid
@@ -489,6 +528,8 @@ class SessionMachine(RuleBasedStateMachine):
         deadline = self.core.next_deadline()
         if deadline is not None and deadline <= self.now:
             self._call(self.core.handle_timer, self.now)
+        if self.amd is not None and (due := self.amd.next_deadline()) is not None and due <= self.now:
+            self._amd_start(self.amd.handle_timer(self.now))
         self._deliver_due()
 
     def _hear(self, speech: bool) -> None:
@@ -596,6 +637,9 @@ class SessionMachine(RuleBasedStateMachine):
             )
         serial = int.from_bytes(frame.pcmu[2:5], "big")
         token, floor, clears, arrived = self.chunks[serial]
+        self._require(
+            not self.amd_waiting, "AMD", f"connection {token}'s audio transmitted before the AMD action"
+        )
         self._require(
             floor, "S3", f"audio of connection {token}, not the floor when it arrived, was transmitted"
         )
@@ -878,9 +922,86 @@ class SessionMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.live and self.ringing)
     @rule()
     def callee_answers(self) -> None:
-        """The dialled callee answers: media starts (S7: what waited plays now)."""
+        """The dialled callee answers: media starts (S7: what waited plays now; with AMD, once the action
+        chosen after the verdict starts)."""
         self.ringing = False
+        if self.amd is not None:
+            self.amd_waiting = True
+            return
         self._call(self.core.answered, self.now)  # type: ignore[attr-defined]
+
+    # --- rules: answering-machine detection ---------------------------------------------------------------
+
+    @precondition(
+        lambda self: self.live and self.amd_waiting and self.amd is not None and self.amd.verdict is None
+    )
+    @rule(kind=st.sampled_from(["human", "machine", "beep", "silence", "unknown"]))
+    def amd_verdict(self, kind: str) -> None:
+        """The detector's verdict, at any moment after the answer."""
+        assert self.amd is not None
+        ms = self.now // MS
+        verdict = AmdVerdict(kind, self.now, "drawn", ms, 0, 0, 0, 0, 0, 0, 0, 0, 0)  # type: ignore[arg-type]
+        self.log.append(f"{ms} ms: AMD verdict {kind}")
+        self._amd_start(self.amd.event(verdict, self.now))
+
+    @precondition(lambda self: self.live and self.amd is not None and self.amd.verdict is not None)
+    @rule(action=st.sampled_from([None, "talk", "message", "hang_up"]))
+    def amd_application_answers(self, action: str | None) -> None:
+        """The application's answer to the verdict (in time, or late: then ignored)."""
+        assert self.amd is not None
+        self._amd_start(self.amd.answer(action, self.now))
+
+    @precondition(
+        lambda self: (
+            self.live
+            and self.amd is not None
+            and self.amd.verdict is not None
+            and self.amd.verdict.kind == "machine"
+        )
+    )
+    @rule(beep=st.booleans())
+    def amd_greeting_ends(self, beep: bool) -> None:
+        """The mailbox's beep, or its greeting ended without one."""
+        assert self.amd is not None
+        ms = self.now // MS
+        event = AmdBeep(self.now, "drawn", ms, 300, 1000) if beep else AmdNoBeep(self.now, "drawn", ms)
+        self._amd_start(self.amd.event(event, self.now))
+
+    def _amd_start(self, start: AmdStart | None) -> None:
+        """The chosen action on the core, as the shell's `AmdGate` carries it out."""
+        if start is None or self.leg_ended:
+            return
+        self.log.append(f"{self.now // MS} ms: AMD {start.action} ({start.by})")
+        self.amd_waiting = False
+        machine = self
+
+        class Core:  # the core as `carry_out` drives it, each input's commands carried out
+            def answered(self, now: int) -> None:
+                machine._call(machine.core.answered, now)
+
+            def push_update(self, text: str, *, speak: bool, now: int) -> bool:
+                machine._call(lambda: machine.core.push_update(text, speak=speak, now=now))
+                return True
+
+            def end(self, reason: str, now: int, *, message: bytes | None = None) -> None:
+                machine.amd_ended = True
+                machine._call(lambda: machine.core.end(reason, now, message=message))
+
+            def end_after_speech(self, reason: str, now: int, within_ms: int) -> None:
+                machine._call(machine.core.end_after_speech, reason, now, within_ms)
+
+        carry_out(Core(), start, self.amd_plan, self.now)
+
+    def _amd_settle(self) -> None:
+        """Teardown: a call still listening gets its verdict (a person), its answer and its greeting's end."""
+        if self.amd is None or self.amd.started is not None:
+            return
+        if self.amd.verdict is None:
+            self.amd_verdict("human")
+        if self.amd.started is None and self.amd.chosen is None:
+            self._amd_start(self.amd.answer(None, self.now))
+        if self.amd.started is None:
+            self._amd_start(self.amd.event(AmdNoBeep(self.now, "settle", self.now // MS), self.now))
 
     @precondition(lambda self: self.live and not self.leg_ended)
     @rule(now=st.integers(0, 7))
@@ -910,6 +1031,9 @@ class SessionMachine(RuleBasedStateMachine):
         self.pulling = True
         if self.ringing:
             self.callee_answers()
+        self._amd_settle()
+        if self.ended or self.leg_ended:
+            return
         for _ in range(SETTLE_TICKS):
             self._tick(False)
             if self.ended or self.leg_ended:
@@ -1335,3 +1459,17 @@ def test_s1_a_rollover_after_a_failed_one_still_knows_the_texts_told_before() ->
     machine.provider_goes_away(0, 1_500)
     machine.teardown()
     assert machine.emitted == {1: 1, 2: 1}
+
+
+def test_s6_a_mailboxs_recorded_message_then_bye_opens_and_funds_nothing() -> None:
+    """AMD leaves a recorded message (3 s) at 4.5 s; the rollover's deadline (6 s) falls while it plays: the
+    session is ending (`core.end`), so no next connection is asked for, authorised or approved (S6)."""
+    machine = SessionMachine()
+    machine.start(REALTIME_LIKE, True, 500, True, "recording")
+    machine.callee_answers()
+    machine.caller_pauses(200)  # 4 s: the callee's greeting, withheld
+    machine.amd_verdict("beep")  # a mailbox whose tone has ended: its message after the application's 500 ms
+    machine.caller_pauses(200)
+    assert machine.amd is not None and machine.amd.started is not None
+    assert (machine.amd.started.action, machine.amd_ended, machine.leg_ended) == ("message", True, True)
+    assert not [c for c in machine.conns.values() if c.kind == "rollover"]  # (S6 is checked at each command)
