@@ -225,8 +225,8 @@ class SessionMachine(RuleBasedStateMachine):
         auto_answers=st.sampled_from([True, True, True, False]),  # unanswered questions end the call (RO6)
         slack=st.sampled_from([500, 0]),
         outbound=st.booleans(),
+        amd=st.sampled_from([None, "hang_up", "recording", "message", "talk"]),
         disclosure=st.booleans(),
-        amd=st.sampled_from([None, "talk", "message", "recording", "hang_up"]),
     )
     def start(
         self,
@@ -993,15 +993,16 @@ class SessionMachine(RuleBasedStateMachine):
         carry_out(Core(), start, self.amd_plan, self.now)
 
     def _amd_settle(self) -> None:
-        """Teardown: a call still listening gets its verdict (a person), its answer and its greeting's end."""
+        """Teardown: a call still listening gets its verdict (a mailbox where its route has a choice for one, so
+        that every history with that choice takes it), its answer and the mailbox's beep."""
         if self.amd is None or self.amd.started is not None:
             return
         if self.amd.verdict is None:
-            self.amd_verdict("human")
+            self.amd_verdict("human" if self.amd.policy.machine == "talk" else "machine")
         if self.amd.started is None and self.amd.chosen is None:
             self._amd_start(self.amd.answer(None, self.now))
         if self.amd.started is None:
-            self._amd_start(self.amd.event(AmdNoBeep(self.now, "settle", self.now // MS), self.now))
+            self.amd_greeting_ends(True)
 
     @precondition(lambda self: self.live and not self.leg_ended)
     @rule(now=st.integers(0, 7))
