@@ -1474,3 +1474,20 @@ def test_s6_a_mailboxs_recorded_message_then_bye_opens_and_funds_nothing() -> No
     assert machine.amd is not None and machine.amd.started is not None
     assert (machine.amd.started.action, machine.amd_ended, machine.leg_ended) == ("message", True, True)
     assert not [c for c in machine.conns.values() if c.kind == "rollover"]  # (S6 is checked at each command)
+
+
+def test_amd_the_models_words_wait_for_the_mailboxs_beep_then_play() -> None:
+    """The model speaks while AMD listens (its greeting, as soon as the provider is up): every tick pulls and
+    nothing of it leaves (checked at each pull) until the action — talk to a mailbox — starts at its beep."""
+    machine = SessionMachine()
+    machine.start(REALTIME_LIKE, True, 500, True, "talk")
+    machine.callee_answers()
+    machine.provider_speaks(0, 20)
+    machine.caller_talks(50)  # the mailbox's greeting: withheld from the model, nothing played over it
+    machine.amd_verdict("machine")
+    machine.caller_pauses(50)  # the route's talk is chosen, the greeting still runs
+    assert machine.amd is not None and machine.amd.chosen == "talk" and machine.amd.started is None
+    assert machine.playout.ledger.frames_transmitted == 0 and machine.conns[1].frames == 0
+    machine.amd_greeting_ends(True)
+    machine.caller_pauses(50)
+    assert machine.playout.ledger.frames_transmitted >= 20  # the held words, after the beep
