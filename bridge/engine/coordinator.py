@@ -28,8 +28,7 @@ class SessionCoordinator(SessionRooms):
     def caller_frame(self, pcm: bytes, now: int) -> None:
         """One 20 ms caller frame: forwarded to the provider; it also marks a media-clock tick."""
         self.frames_in += 1
-        # S7: held (music on hold, if an engine passes it): the provider hears nothing
-        if self.call_line.paused:
+        if self.call_line.paused:  # S7: held or ringing: the provider hears nothing
             return
         if not self.recovery.discard_frame() and not self.ending.ended:  # HR8 while reconnecting
             commands = self.out.commands
@@ -191,9 +190,7 @@ class SessionCoordinator(SessionRooms):
 
     def call_ended(self, now: int) -> None:
         """The call leg is gone: a connection lost from now on is the session closing, not a fault."""
-        self.disclosure.over(
-            "the call was never answered" if self.call_line.unanswered else "the call ended", now
-        )
+        self.disclosure.leg_ended(now)
         self.ending.call_ended(self.token, now, reconnecting=self.recovery.reconnecting)
         self.rollover.end("call_ended", now)  # S6: nothing more is opened, authorised or funded
         self._ending(now)
@@ -203,10 +200,8 @@ class SessionCoordinator(SessionRooms):
     # --- the line: hold and ringing (S7, bridge/engine/reservoir.py `Line`) ---
     def hold(self, now: int) -> None:
         """The caller put the call on hold: the assistant stops at what the caller heard; nothing recovers."""
-        cancel = not self.recovery.reconnecting  # (a replacement being opened has said nothing yet)
-        if not self.ending.ended and self.call_line.hold(
-            self.token, now, self.timeline.ms(now), cancel=cancel
-        ):
+        cancel, at = not self.recovery.reconnecting, self.timeline.ms(now)  # (a replacement has said nothing)
+        if not self.ending.ended and self.call_line.hold(self.token, now, at, cancel=cancel):
             self._settle(now)
 
     def resume(self, now: int) -> None:
@@ -225,15 +220,14 @@ class SessionCoordinator(SessionRooms):
             self._settle(now)
             if lost:  # what the model said beyond the capacity while it rang
                 self.out.notices.append(AudioDiscontinuity("output", lost, "ringing", self.timeline.ms(now)))
-        if not self.ending.ended and self.disclosure.answered(
-            now
-        ):  # it plays first (bridge/engine/disclosure.py)
+        if not self.ending.ended and self.disclosure.answered(now):  # it plays first
             self.deadlines.moved()
 
     def end(self, reason: str, now: int, *, message: bytes | None = None) -> None:
         """The application ends the call (answering-machine detection's hang-up or recorded message): BYE at
         once, or once `message` (PCM16 8 kHz) has played. Nothing is opened, authorised or funded after (S6)."""
-        self._end(reason, now, goodbye=message is not None, message=message)
+        if self.ending.end(reason, now, goodbye=message is not None, message=message):
+            self._ended(reason, now, failed=False)
         self._settle(now)
 
     def end_after_speech(self, reason: str, now: int, within_ms: int) -> None:
@@ -257,11 +251,6 @@ class SessionCoordinator(SessionRooms):
             if (reason := self.ending.handle_timer(now)) is not None:
                 self._end(reason, now)
         self._settle(now)
-
-    def finished(self, now: int) -> bool:
-        """The close and drain windows are over and the uncertain work was told (S8): the shell may stop."""
-        jobs = self.delegations
-        return self.ending.finished(now) and (jobs.ended or jobs.ending_due_ms is None)
 
     def _settle(self, now: int, moved: bool = True) -> None:
         """After every input: the output fed, the drain checked, rollover decisions and jobs routed (each a
@@ -296,20 +285,15 @@ class SessionCoordinator(SessionRooms):
     def _may_recover(self) -> bool:
         return not self.ending.ended and not self.ending.leg_ended
 
-    def _end(
-        self,
-        reason: str,
-        now: int,
-        *,
-        failed: bool = False,
-        goodbye: bool = False,
-        message: bytes | None = None,
-    ) -> None:
-        if self.ending.end(reason, now, failed=failed, goodbye=goodbye, message=message):
-            self.disclosure.over(f"the session ended: {reason}", now)
-            self.state = "failed" if failed else "closing"
-            self.rollover.end("session_ended", now)  # S6
-            self._ending(now)
+    def _end(self, reason: str, now: int, *, failed: bool = False, goodbye: bool = False) -> None:
+        if self.ending.end(reason, now, failed=failed, goodbye=goodbye):
+            self._ended(reason, now, failed=failed)
+
+    def _ended(self, reason: str, now: int, *, failed: bool) -> None:
+        self.disclosure.over(f"the session ended: {reason}", now)
+        self.state = "failed" if failed else "closing"
+        self.rollover.end("session_ended", now)  # S6
+        self._ending(now)
 
     def _ending(self, now: int) -> None:
         """S8: the leg or the session ended: running jobs get their grace, bounded by the close window."""

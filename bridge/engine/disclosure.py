@@ -170,6 +170,10 @@ class DisclosureRoom:
             self._output.protected = False
             self._line.disclosed(now)
 
+    def leg_ended(self, now: int) -> None:
+        """The call leg is gone: the callee hung up, or a placed call was never answered."""
+        self.over("the call was never answered" if self._line.unanswered else "the call ended", now)
+
     def next_deadline(self) -> int | None:
         return self.gate.next_deadline() if self.gate is not None else None
 

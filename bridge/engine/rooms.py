@@ -140,6 +140,11 @@ class SessionRooms:
         mine, jobs = self.out.take_notices(), self.delegations.notices()
         return [*mine, *jobs] if jobs else mine
 
+    def finished(self, now: int) -> bool:
+        """The close and drain windows are over and the uncertain work was told (S8): the shell may stop."""
+        jobs = self.delegations
+        return self.ending.finished(now) and (jobs.ended or jobs.ending_due_ms is None)
+
     def status(self, now: int) -> dict[str, Any]:
         """The session's state for `status()` and `GET /calls/{id}` (SE7, HR13): bridge/engine/status.py."""
         return session_status(self, now)

@@ -234,8 +234,8 @@ class SessionMachine(RuleBasedStateMachine):
         auto_answers: bool,
         slack: int,
         outbound: bool = False,
-        disclosure: bool = False,
         amd: str | None = None,
+        disclosure: bool = False,
     ) -> None:
         self.profile = profile
         self.auto_answers = auto_answers  # approve and authorize answered True at once, or by steps
