@@ -5,7 +5,8 @@ reason) for the router to send, or nothing.
 - `precheck`, on every request but ACK, in this order: Max-Forwards 0 → 483 (the project's rule; RFC 4475
   "zeromf" would have an endpoint process it); method (405 for a method of RFC 3261 or a standard extension
   that we do not do, 501 for one no RFC we know defines, §8.2.1; both with Allow); the checks of
-  `sip.core.message.check_request` (416, 400 bare branch, 420 with Unsupported, 415 with Accept).
+  `sip.core.message.check_request` (416, 400 bare branch, 420 with Unsupported, 415 with Accept). An INVITE may
+  require 100rel (`sip.core.prack`); no other request may.
 - `vet_invite`, on a new INVITE the router did not refuse for its own state (a merged request, draining,
   `max_calls`): Session-Expires/Min-SE unreadable → 400, below our Min-SE → 422 with Min-SE (RFC 4028); an SDP
   body we cannot read → 400; an offer that can never be answered → 488 with a Warning (`offer_refusal`);
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from sip.core.headers import NameAddr, parse_name_addr
 from sip.core.message import Request, check_request
 from sip.core.offer_answer import OFFER_REFUSALS, OfferRefusal, check_offer
+from sip.core.prack import OPTION as RELIABLE_PROVISIONALS
 from sip.core.sdes import sdes_policy
 from sip.core.sdp import SessionDescription
 from sip.core.sessiontimer import min_se, session_expires
@@ -72,7 +74,9 @@ def precheck(request: Request) -> Refusal | None:
         accepted = ("message/sipfrag",)
     else:
         accepted = ("application/sdp", "message/sipfrag", *DTMF_TYPES)
-    rejection = check_request(request, supported_options=SUPPORTED_OPTIONS, accepted_types=accepted)
+    # 100rel is about an INVITE's provisional responses (RFC 3262 §3, sip.core.prack): nothing elsewhere
+    supported = (*SUPPORTED_OPTIONS, RELIABLE_PROVISIONALS) if method == "INVITE" else SUPPORTED_OPTIONS
+    rejection = check_request(request, supported_options=supported, accepted_types=accepted)
     if rejection is not None:
         return Refusal(rejection.status, f"refused_{rejection.status}", rejection.headers, rejection.reason)
     return None

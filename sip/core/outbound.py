@@ -7,9 +7,14 @@ scheduler, which calls `fire(now)`. The router routes the responses of its trans
   Min-SE `min_se_s`; none with 0); a 422 → the INVITE again with the 422's Min-SE as both (§7.4, at most
   twice); a 2xx with refresher=uac (or none named) makes us the refresher, refresher=uas the callee; a 2xx
   without Session-Expires means no timer (§7.2).
-- A 1xx above 100 → `CallProgress` (early media when it carries an SDP answer); the 2xx → ACK (again for each
-  retransmitted 2xx) and `CallConfirmed`: from then on the call is a `sip.core.call.Call` like an answered inbound
-  one (BYE either way, re-INVITE/UPDATE, INFO, REFER, session timers from the 2xx's Session-Expires).
+- A 1xx above 100 → `CallProgress` (early media when it carries an SDP answer, a 180 as much as a 183); the
+  2xx → ACK (again for each retransmitted 2xx) and `CallConfirmed`: from then on the call is a
+  `sip.core.call.Call` like an answered inbound one (BYE either way, re-INVITE/UPDATE, INFO, REFER, session
+  timers from the 2xx's Session-Expires).
+- Reliable provisionals (RFC 3262): the INVITE says `Supported: 100rel`; a 1xx with `Require: 100rel` and an
+  RSeq gets its PRACK in its early dialog (`sip.core.prack.PrackSender`: the order rules, the retransmissions
+  discarded); the PRACK's 200 is counted (`prack_200`), any other final (`prack_failed`) changes nothing: the
+  INVITE's own final response decides the call.
 - A non-2xx final → `CallEnded(status_code=that status, by_remote=True)`; 401/407 → the INVITE again with
   credentials (`sip.core.auth.DigestClient`, a new branch and CSeq, the same Call-ID and From tag), and
   `CallEnded(401/407, "bad credentials")` when they are refused (at most three tries); Timer B →
@@ -51,6 +56,8 @@ from sip.core.headers import Headers, parse_cseq
 from sip.core.message import Request, Response, serialize
 from sip.core.offer_answer import LocalMedia, NegotiatedMedia, accept_answer
 from sip.core.offer_answer import offer as sdp_offer
+from sip.core.prack import OPTION as RELIABLE_PROVISIONALS
+from sip.core.prack import PrackSender
 from sip.core.sdp import SessionDescription, serialize_sdp
 from sip.core.sessiontimer import min_se, offered_timer, session_expires, session_expires_or_none
 from sip.core.transaction import ClientTransaction, Timed
@@ -149,6 +156,7 @@ class OutboundCall(Timed):
         self.ring_at: int | None = None
         self.give_up_at: int | None = None
         self.early: NegotiatedMedia | None = None
+        self.prack = PrackSender()  # reliable provisionals (RFC 3262 §4)
         self.call: Call | None = None  # the call its 2xx made
         # remote tag → the ACK of that 2xx and where it went (sent again for each retransmission of the 2xx)
         self.ack: dict[str, tuple[bytes, tuple[str, int], str]] = {}
@@ -205,7 +213,7 @@ class OutboundCall(Timed):
             ("CSeq", "1 INVITE"),
             ("Contact", f"<{ctx.local_uri(tp)}>"),
             ("Allow", ALLOW),
-            ("Supported", SUPPORTED),
+            ("Supported", f"{SUPPORTED}, {RELIABLE_PROVISIONALS}"),  # we PRACK (RFC 3262 §4)
             *offered_timer(ctx.config.session_expires_s, ctx.config.min_se_s),
             *ctx.product("User-Agent"),
             *headers,
@@ -241,6 +249,8 @@ class OutboundCall(Timed):
                     self._outbound_end("no response (timeout)", 408, by_remote=True)
         elif tx.request.method == "INVITE":
             self._outbound_response(tx, response, now)
+        elif tx.request.method == "PRACK" and response.status >= 200:
+            self._ctx.stats["prack_200" if response.status < 300 else "prack_failed"] += 1
 
     def _send_invite(self, now: int) -> None:
         tx = self._ctx.layer.send_request(self.invite, self.destination, self.transport, now)
@@ -306,6 +316,8 @@ class OutboundCall(Timed):
             if status == 100:
                 return
             self.provisional = True
+            if not self._prack(tx.request, response, now):
+                return  # a reliable 1xx seen already, or one out of order (RFC 3262 §4)
             early: NegotiatedMedia | None = None
             if response.body and content_type(response) == "application/sdp":
                 theirs = parse_sdp_or_none(response.body)
@@ -345,6 +357,27 @@ class OutboundCall(Timed):
         else:
             self._outbound_end(f"{status} {response.reason}".strip(), status, by_remote=True)
 
+    def _prack(self, invite: Request, response: Response, now: int) -> bool:
+        """PRACK a reliable 1xx (RFC 3262 §4); whether the 1xx is new (to pass on to the application)."""
+        remote_tag = tag_of(response.headers.get("To"))
+        local_contact = f"<{self._ctx.local_uri(self.transport)}>"
+        new, dialog, rseq = self.prack.take(
+            invite, response, remote_tag, local_contact=local_contact, transport=self.transport
+        )
+        if rseq < 0:
+            self._ctx.stats["prack_bad_rseq"] += 1
+        if dialog is None or rseq <= 0:
+            return new
+        to_source = self._ctx.config.send_to_source
+        destination, transport = next_hop(dialog, self.destination, self.transport, to_fallback=to_source)
+        prack = self.prack.prack(
+            dialog, rseq, via=self._ctx.via(transport), headers=self._ctx.product("User-Agent")
+        )
+        tx = self._ctx.layer.send_request(prack, destination, transport, now)
+        self._ctx.owners[tx] = self
+        self._ctx.stats["prack_sent"] += 1
+        return new
+
     def _retry_invite(self, answer: AuthAnswer, now: int) -> None:
         """The INVITE again with credentials: a new branch and CSeq, the same Call-ID and From tag (§22.2)."""
         headers = self.invite.headers.without("Authorization").without("Proxy-Authorization")
@@ -382,6 +415,7 @@ class OutboundCall(Timed):
             self._ctx.stats["malformed_2xx"] += 1
             return
         number, _ = parse_cseq(tx.request.headers.get("CSeq") or "1 INVITE")
+        self.prack.continue_seq(remote_tag, dialog)  # after the PRACKs of its early dialog (RFC 3262 §4)
         to_source = self._ctx.config.send_to_source
         destination, transport = next_hop(dialog, self.destination, self.transport, to_fallback=to_source)
         data = serialize(dialog.ack(number, via=self._ctx.via(transport)))

@@ -88,7 +88,9 @@ DEFAULT_SCANNERS = (
 _UNCHALLENGED = frozenset({"ACK", "CANCEL", "OPTIONS"})
 # The methods sip.core.ua answers (its ALLOWED; a unit test keeps the two equal): the others are refused by the user
 # agent (405/501) before any digest check.
-SERVED_METHODS = frozenset({"INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY"})
+SERVED_METHODS = frozenset(
+    {"INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY", "PRACK"}
+)
 
 
 @dataclass(frozen=True, slots=True)

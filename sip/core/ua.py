@@ -71,7 +71,8 @@ its `external_address` in the call's Contact and in the Via of its in-dialog req
 Calls we place: `dial(target, local_media, now, credentials=...)` sends an INVITE with our offer and returns
 the call id; `sip.core.outbound` says what follows (`CallProgress`, `CallConfirmed`, digest retries, CANCEL, forks).
 Counters: calls_out, calls_out_answered, calls_out_failed, call_progress, early_media, cancel_sent,
-ring_timeout, auth_refused, outbound_2xx_bye, answer_without_sdp, malformed_2xx.
+ring_timeout, auth_refused, outbound_2xx_bye, answer_without_sdp, malformed_2xx, prack_sent, prack_200,
+prack_failed, prack_bad_rseq (reliable provisionals, RFC 3262: `sip.core.prack`).
 
 Registrations (RFC 3261 §10): `add_registration(sip.core.register.Registration(...), now)` carries its REGISTERs
 in this UA's client transactions (its timers join `next_deadline`); `registrations(now)` is their status;
@@ -96,7 +97,7 @@ from sip.core.dialog import Dialog, DialogId
 from sip.core.headers import parse_via
 from sip.core.incoming import Refusal, precheck, vet_invite
 from sip.core.message import Message, ParseError, Request, Response, make_response, parse, serialize
-from sip.core.offer_answer import LocalMedia
+from sip.core.offer_answer import LocalMedia, NegotiatedMedia
 from sip.core.outbound import OutboundCall
 from sip.core.policy import Accept, Challenge, Decision, Drop, Refuse
 from sip.core.register import Registration, RegistrationStatus
@@ -294,6 +295,12 @@ class UserAgent:
         """180 Ringing (with our To tag and Contact)."""
         c = self._calls.get(call)
         return c is not None and c.ring(now)
+
+    def early(self, call: str, local: LocalMedia, now: int) -> NegotiatedMedia | None:
+        """183 Session Progress with our SDP answer: early media before `answer` (`sip.core.call.Call.early`);
+        what was agreed, or None when no 183 could carry it."""
+        c = self._calls.get(call)
+        return c.early(local, now) if c is not None else None
 
     def answer(self, call: str, local: LocalMedia, now: int) -> bool:
         """200 OK with our SDP: the answer to the INVITE's offer, or our offer when it had none

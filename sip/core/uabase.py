@@ -24,10 +24,10 @@ from sip.core.transaction import ClientTransaction, Retransmit2xx, Scheduler, Se
 from sip.core.transaction_layer import TransactionLayer
 from sip.core.uaevents import UaConfig, UaEvent
 
-ALLOWED = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY")
+ALLOWED = ("INVITE", "ACK", "CANCEL", "BYE", "OPTIONS", "INFO", "UPDATE", "REFER", "NOTIFY", "PRACK")
 ALLOW = ", ".join(ALLOWED)
 # Methods other RFCs define that this UA does not do: 405 (anything else is 501).
-KNOWN_NOT_ALLOWED = frozenset({"REGISTER", "SUBSCRIBE", "PUBLISH", "MESSAGE", "PRACK"})
+KNOWN_NOT_ALLOWED = frozenset({"REGISTER", "SUBSCRIBE", "PUBLISH", "MESSAGE"})
 SUPPORTED_OPTIONS = ("timer",)
 SUPPORTED = ", ".join(SUPPORTED_OPTIONS)
 DTMF_TYPES = ("application/dtmf-relay", "application/dtmf")
