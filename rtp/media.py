@@ -161,6 +161,11 @@ class CallMedia:
         self.limits.media_changed(now, not self._listening)
         self._rewake()
 
+    def mute_input(self, muted: bool) -> None:
+        """Before the answer of a call we play early media to (sip/native/early.py): the caller's frames are
+        pulled and dropped, not handed on, so the session hears the call from its answer and never a backlog."""
+        self._listening = not muted and self.receives and not self.held
+
     # --- inbound datagrams ---
 
     def receive(self, data: bytes, source: Address, now: int) -> DtmfDigit | None:

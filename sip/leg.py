@@ -61,6 +61,18 @@ class MediaStarted:
 
 
 @dataclass(frozen=True, slots=True)
+class EarlyMediaStarted:
+    """A call the bridge placed: the far end's media before its answer (a 183 Session Progress, or a 180, with
+    an SDP answer: ringback, an announcement, an IVR). The frames from here until `MediaStarted` (the answer)
+    or `CallEnded` (a failure: "the number you dialled ...", then 404 or 486) are early media. `status` is the
+    provisional that brought it; `at_ns` when it started, on the engine's monotonic clock."""
+
+    codec: str
+    status: int
+    at_ns: int
+
+
+@dataclass(frozen=True, slots=True)
 class MediaHeld:
     """The caller put the call on hold (no audio to play out until resumed)."""
 
@@ -105,7 +117,14 @@ class CallEnded:
 
 
 LegEvent = (
-    FrameReceived | MediaStarted | MediaHeld | MediaResumed | DtmfReceived | TransferProgress | CallEnded
+    FrameReceived
+    | EarlyMediaStarted
+    | MediaStarted
+    | MediaHeld
+    | MediaResumed
+    | DtmfReceived
+    | TransferProgress
+    | CallEnded
 )
 
 
@@ -198,6 +217,8 @@ class LegFeatures:
     `qos`: the engine runs the RTP stream and reports its RTCP figures and counters (`QosSource`).
     `time_limit`: the engine enforces --max-call-duration and lets the session say goodbye (`TimeLimitedLeg`).
     `cushion`: the channel keeps its own playback cushion, read on every top-up (`CushionedChannel`).
+    `early_media`: the engine plays early media to a caller before the answer (`EarlyMediaLeg`), and reports the
+    far end's early media on the calls it places (`EarlyMediaStarted`).
     """
 
     frame_sink: bool = False
@@ -205,6 +226,7 @@ class LegFeatures:
     qos: bool = False
     time_limit: bool = False
     cushion: bool = False
+    early_media: bool = False
 
 
 class Featured(Protocol):
@@ -236,6 +258,15 @@ class DialledLeg(Protocol):
 
     @property
     def outbound(self) -> bool: ...
+
+
+class EarlyMediaLeg(Protocol):
+    """`LegFeatures.early_media`: before `answer()`, a 183 Session Progress with the SDP answer, and `audio` to the
+    caller until the answer (which carries the same SDP): a tone name of `rtp.tones.RINGBACK_TONES` (repeated
+    in its cadence), or 8 kHz mono PCM16 (an announcement, played once). False when it cannot be sent (the
+    call is not ringing, or its INVITE had no offer: the call rings on as before)."""
+
+    def play_early_media(self, audio: str | bytes) -> bool: ...
 
 
 class QosSource(Protocol):
@@ -279,6 +310,11 @@ def offers_frame_sink(leg: Featured) -> TypeGuard[FrameSinkLeg]:
 def offers_dialled(leg: Featured) -> TypeGuard[DialledLeg]:
     """The leg declares `LegFeatures.dialled`."""
     return leg.features.dialled
+
+
+def offers_early_media(leg: Featured) -> TypeGuard[EarlyMediaLeg]:
+    """The leg declares `LegFeatures.early_media`."""
+    return leg.features.early_media
 
 
 def offers_qos(leg: Featured) -> TypeGuard[QosSource]:

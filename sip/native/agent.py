@@ -56,6 +56,7 @@ from sip.native.dialling import (
     outbound_outcome,
     resolve_target,
 )
+from sip.native.early import start_outbound
 from sip.native.leg import NativeLeg, media_address
 from sip.native.tls import client_context, server_context
 from sip.native.transport import DeadlineTimer, Inbound, SipTransports, TransportRef
@@ -571,9 +572,10 @@ class NativeUserAgent:
                 leg._start_media(event.media, now)
         elif isinstance(event, core.CallProgress):  # a call we placed rings
             leg.progress.append(event.status)
-            if event.early_media is not None:
-                leg.early_media += 1  # early media is played to nobody, but counted
             log.info("%s: %d %s", leg.call, event.status, _printable(event.reason))
+            if event.early_media is not None:
+                leg.early_media += 1
+                start_outbound(leg, event.early_media, event.status, now)  # sip/native/early.py
         elif isinstance(event, core.CallConfirmed):
             if leg.outbound and not leg.answered:
                 leg.answered = True
@@ -585,6 +587,8 @@ class NativeUserAgent:
                     leg.hangup("no usable SDP answer in the ACK")
                     return
                 leg._start_media(event.media, now)
+            elif event.media is not None:
+                leg._start_media(event.media, now)  # the answer after early media (sip/native/early.py)
             leg._transfer_outputs(leg.transfer_tracker.confirmed(now), now)
         elif isinstance(event, core.CallEnded):
             self._end(leg, event.reason, event.status_code, event.by_remote, now)
@@ -683,7 +687,7 @@ class NativeUserAgent:
 
     def _end(self, leg: NativeLeg, reason: str, status: int, by_remote: bool, now: int) -> None:
         if leg.outbound and not leg.ended:
-            self.outbound_results.append(outbound_outcome(leg, status, reason))
+            self.outbound_results.append(outbound_outcome(leg, status, reason, now))
         self._legs.pop(leg.call, None)
         self._transferring.discard(leg)
         leg._end(reason, status, by_remote, now)

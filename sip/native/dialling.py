@@ -16,6 +16,7 @@ from sip.core.sdes import SrtpPolicy, sdes_policy
 from sip.core.uri import SipUri, parse_uri
 from sip.engine import EngineConfig
 from sip.leg import CallIdentity
+from sip.native.early import early_outcome
 from sip.native.leg import NativeLeg
 
 log = logging.getLogger("parlora.sip")
@@ -76,17 +77,20 @@ def outbound_identity(call: str, target: str, from_uri: str, destination: tuple[
     )
 
 
-def outbound_outcome(leg: NativeLeg, status: int, reason: str) -> dict[str, object]:
-    """How a call we placed ended, for `sip_status()["outbound"]`; one log line when it was not answered."""
+def outbound_outcome(leg: NativeLeg, status: int, reason: str, now: int) -> dict[str, object]:
+    """How a call we placed ended, for `sip_status()["outbound"]` (with its early media: sip/native/early.py);
+    one log line when it was not answered."""
     outcome = "answered" if leg.answered else _OUTCOMES.get(status, "failed")
+    early = early_outcome(leg, now)
     if not leg.answered:
         log.info(
-            "%s: outbound call to %s %s (%d %s)",
+            "%s: outbound call to %s %s (%d %s)%s",
             leg.call,
             leg.identity.to_uri,
             outcome,
             status,
             reason,
+            f" after early media ({early['early_media_ms']} ms)" if early else "",
         )
     return {
         "call": leg.call,
@@ -94,4 +98,5 @@ def outbound_outcome(leg: NativeLeg, status: int, reason: str) -> dict[str, obje
         "outcome": outcome,
         "status": status,
         "reason": reason,
+        **early,
     }

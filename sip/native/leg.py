@@ -59,6 +59,8 @@ from sip.leg import (
     PlayoutLeg,
     TransferProgress,
 )
+from sip.native.early import EarlyState, start_inbound
+from sip.native.early import answered as early_answered
 
 log = logging.getLogger("parlora.sip")
 
@@ -219,7 +221,7 @@ class _CallMedia:
 class NativeLeg(PlayoutLeg):
     """One incoming call on the native engine (implements `sip.leg.CallLeg`). Lives on the asyncio loop."""
 
-    features = LegFeatures(frame_sink=True, dialled=True, qos=True, time_limit=True)
+    features = LegFeatures(frame_sink=True, dialled=True, qos=True, time_limit=True, early_media=True)
 
     def __init__(
         self,
@@ -248,7 +250,8 @@ class NativeLeg(PlayoutLeg):
         # SDES keys only over TLS (sip.native.tls.sdes_policy): "off" elsewhere unless required (then refused earlier)
         self.srtp_policy: SrtpPolicy = sdes_policy(self.policy.srtp, self.transport) or "off"
         self.progress: list[int] = []  # outbound: the 1xx statuses seen (180, 183)
-        self.early_media = 0  # outbound: 1xx with an SDP answer (early media, played to nobody: counted)
+        self.early_media = 0  # outbound: 1xx with an SDP answer (early media: sip/native/early.py)
+        self.early_state: EarlyState | None = None  # media started before the answer (either direction)
         # behind NAT the SDP names the external address, else the one the RTP socket is bound to
         self.media_address = self.policy.external_address or media_address(sockets.host, source[0])
         self.media: _CallMedia | None = None
@@ -286,16 +289,23 @@ class NativeLeg(PlayoutLeg):
             return
         agent = self.agent
         now = agent.clock()
-        local = LocalMedia(
+        if agent.ua.answer(self.call, self.local_media(), now):  # CallAnswered follows, with what was agreed
+            self.answered = True
+        agent.flush(now)
+
+    def local_media(self) -> LocalMedia:
+        """What our SDP answer offers of this call's media (the 183's and the 200's alike)."""
+        return LocalMedia(
             address=self.media_address,
             port=self.sockets.port,
             session_id=self._session_id,
             username="parlora",
             srtp=self.srtp_policy,
         )
-        if agent.ua.answer(self.call, local, now):  # CallAnswered follows, with what was agreed
-            self.answered = True
-        agent.flush(now)
+
+    def play_early_media(self, audio: str | bytes) -> bool:
+        """`sip.leg.EarlyMediaLeg`: 183 with the SDP answer and `audio` until the answer (sip/native/early.py)."""
+        return start_inbound(self, audio)
 
     def hangup(self, reason: str = "normal clearing", status: int = 503) -> None:
         """A BYE once answered, else the final response `status` (with Retry-After for a 503)."""
@@ -381,7 +391,15 @@ class NativeLeg(PlayoutLeg):
 
     def _start_media(self, negotiated: NegotiatedMedia, now: int) -> None:
         if self.media is not None:
+            early_answered(
+                self, negotiated, now
+            )  # the answer of media that started early (sip/native/early.py)
             return
+        self.open_media(negotiated, now)
+        self.media_answered(negotiated, now)
+
+    def open_media(self, negotiated: NegotiatedMedia, now: int) -> None:
+        """The call's RTP stream and its place on the media clock (at the answer, or before it: early media)."""
         agent = self.agent
         wall = time.time_ns()  # RTP that came before the answer: read (and counted) before the stream exists
         for _ in range(EARLY_READ_MAX):
@@ -404,7 +422,12 @@ class NativeLeg(PlayoutLeg):
             rng.random,
         )
         self.media = _CallMedia(self, stream, negotiated)
-        config = agent.config
+        agent.media_clock.add(self.media)
+
+    def media_answered(self, negotiated: NegotiatedMedia, now: int) -> None:
+        """The answer: the call limits and the arrival watch start, `MediaStarted`."""
+        assert self.media is not None
+        config = self.agent.config
         self.media.set_limits(
             now,
             config.max_call_duration_s,
@@ -414,7 +437,6 @@ class NativeLeg(PlayoutLeg):
         )
         if self.media.receives and not self.media.held:
             self.media.watch_arrival(now)
-        agent.media_clock.add(self.media)
         log.info(
             "%s media: %s/8000 to %s:%d from %s:%d",
             self.call,
