@@ -34,7 +34,15 @@ from bridge.engine.delegations import JobRequest
 from bridge.server.api import Application, LiveCall, Server, outbound_outcome
 from bridge.server.heap import HeapTrim, freeze_start_up_heap, malloc_trim, tune_malloc
 from bridge.server.jsonlog import use_json_logs
-from bridge.server.records import AmdResult, CallEnded, CallRecord, CallStarted, UncertainWork, Utterance
+from bridge.server.records import (
+    AmdResult,
+    CallEnded,
+    CallRecord,
+    CallStarted,
+    EarlyMediaReport,
+    UncertainWork,
+    Utterance,
+)
 from bridge.server.webhook import WebhookClient, WebhookConfig, webhook_handler
 from providers.fakes.faults import Fault, parse_fault
 from providers.fakes.script import Script, load_script
@@ -129,7 +137,7 @@ _CALL_SHARED = frozenset(
         "tls", "cert", "tls_key", "tls_ca", "srtp", "max_call_duration", "rtp_timeout", "hold_timeout",
         "session_expires", "server_header", "realm", "log_level", "log_format", "amd", "amd_machine",
         "amd_message", "amd_message_wav", "amd_total_ms", "amd_machine_greeting_ms", "amd_beep_wait_ms",
-        "amd_decide_ms",
+        "amd_decide_ms", "early_media_to_provider",
     }
 )  # fmt: skip
 # serve's options that `call` takes with its own default and words
@@ -275,8 +283,16 @@ async def place_call(
     if outcome is None:
         click.echo(f"{call_id}: call to {target}: no outcome recorded")
         return 1
+    early = outcome.get(
+        "early_media_ms"
+    )  # sip/native/early.py: a failure after early media is not a plain one
+    heard = (
+        f" after early media heard for {early} ms"
+        if early is not None and outcome["outcome"] != "answered"
+        else ""
+    )
     click.echo(
-        f"{call_id}: call to {target}: {outcome['outcome']} (SIP {outcome['status']}: {outcome['reason']})"
+        f"{call_id}: call to {target}: {outcome['outcome']}{heard} (SIP {outcome['status']}: {outcome['reason']})"
     )
     if amd is not None:  # --amd
         click.echo(f"{call_id}: {amd}")
@@ -355,6 +371,9 @@ class WebhookApplication(Application):
         result = await WebhookClient(self._config).deliver_event(event, call.call_id)
         answer = result.output.strip() if result.problem is None else ""
         return next((a for a in AMD_ACTIONS if a == answer), None)
+
+    async def early_media(self, call: LiveCall, event: EarlyMediaReport) -> None:
+        await WebhookClient(self._config).deliver_event(event, call.call_id)
 
     async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
         await WebhookClient(self._config).deliver_event(CallEnded(record), call.call_id)

@@ -12,7 +12,8 @@ shows each one with a comment:
                   allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address, nat,
                   rtp_source (learn | strict), cps, max_calls
     [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents,
-                  server_header, realm, refuse_failed_attestation
+                  server_header, realm, refuse_failed_attestation, early_media (off | ringback | ringback-us |
+                  a WAV: 183 and early media while the provider connects, sip/native/early.py)
     [[routes]]    name*, direction (inbound | outbound), number | pattern, header = {name, value}, attestation
                   (passed | failed | none | absent), provider,
                   instructions | instructions_file, tools = [{name, description, parameters}], greeting,
@@ -20,7 +21,9 @@ shows each one with a comment:
                   [outbound]'s), calling_hours and timezone (outbound routes: "mon-fri 09:00-20:00" in an IANA
                   zone), retry_attempts, retry_on, retry_delay_s (outbound routes: override [outbound]'s),
                   disclosure (the AI disclosure, the call's first audio: a WAV file — a value ending in .wav — the
-                  bridge plays, or a line the model must say first: bridge/engine/disclosure.py)
+                  bridge plays, or a line the model must say first: bridge/engine/disclosure.py), early_media
+                  (inbound routes: overrides [inbound] early_media), early_media_to_provider (outbound routes:
+                  overrides [outbound] early_media_to_provider)
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
     [recovery]    reservoir_bytes, residence_ms, failure_message (a WAV, 8 kHz mono 16-bit)
     [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, transfer_targets = {NAME = "sip:URI"},
@@ -34,6 +37,7 @@ shows each one with a comment:
                   amd_machine (talk | message | hang_up: after a mailbox verdict), amd_message (the text the model
                   says) | amd_message_wav (a recording played; 8 kHz mono 16-bit), amd_total_ms,
                   amd_machine_greeting_ms, amd_beep_wait_ms, amd_decide_ms
+                  early_media_to_provider (the far end's early media to the model too: bridge/engine/early_media.py)
 
 Rules:
 - A bad file is refused with every problem at once, one line each: the file, the key path and what was
@@ -133,6 +137,7 @@ from providers.base import ToolSpec
 from providers.batching import APPEND_MS_CHOICES, DEFAULT_APPEND_MS
 from providers.limits import LimitOverrides
 from rtp.latch import SOURCE_POLICIES, SourcePolicy
+from rtp.tones import RINGBACK_TONES
 from sip.core.attestation import VERSTATS, Verstat, attestation_of
 from sip.core.policy import DEFAULT_SCANNERS
 from sip.engine import DEFAULT_ENGINE, ENGINES
@@ -258,6 +263,8 @@ class Inbound:
         None  # the inbound digest realm; default: the advertised address (sip.engine.digest_realm)
     )
     refuse_failed_attestation: bool = False  # verstat=TN-Validation-Failed → 608 (sip/core/attestation.py)
+    # 183 with early media while the provider connects: None (off), a tone of rtp.tones.RINGBACK_TONES, a WAV
+    early_media: str | None = None
 
 
 # a SIP header value we may send as it is: printable ASCII, no CR/LF (RFC 3261 §25.1 TEXT-UTF8 kept to ASCII)
@@ -299,6 +306,8 @@ class Route:
     retry_delay_s: float | None = None
     disclosure: str | None = None  # a line the model must say first (bridge/engine/disclosure.py)
     disclosure_wav: str | None = None  # or a recording the bridge plays first (a path)
+    early_media: str | None = None  # an inbound route's ("off", a tone, a WAV; None: [inbound] early_media)
+    early_media_to_provider: bool | None = None  # an outbound route's (None: [outbound]'s)
     _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     def matches(self, called: str, headers: Sequence[tuple[str, str]]) -> bool:
@@ -420,6 +429,10 @@ class Outbound:
             machine_greeting_ms=self.amd_machine_greeting_ms,
             beep_wait_ms=self.amd_beep_wait_ms,
         )
+
+    early_media_to_provider: bool = (
+        False  # the far end's early media goes to the model too (off: it does not)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -1166,7 +1179,20 @@ def _inbound(r: _Reader, t: dict[str, object]) -> Inbound:
         server_header=r.string(t, "server_header", p, regex=HEADER_TEXT, what="printable ASCII, 1-128 chars"),
         realm=r.string(t, "realm", p, regex=HEADER_TEXT, what="printable ASCII, 1-128 chars"),
         refuse_failed_attestation=r.boolean(t, "refuse_failed_attestation", p, False),
+        early_media=_early_media(r, t, p),
     )
+
+
+def _early_media(r: _Reader, t: Mapping[str, object], p: str) -> str | None:
+    """`early_media`: "off", a tone of rtp.tones.RINGBACK_TONES, or an 8 kHz mono 16-bit WAV (a path);
+    None when absent. A route's "off" is kept (it overrides [inbound]'s); [inbound]'s "off" is None."""
+    value = r.string(t, "early_media", p, what='"off", a tone (ringback, ringback-us) or a WAV file')
+    if value is None or value == "off" or value in RINGBACK_TONES:
+        return value
+    path = r.file(t, "early_media", p)
+    if path is not None and Path(path).is_file() and (problem := _check_wav(path)) is not None:
+        r.fail(f"{p}.early_media", problem)
+    return path
 
 
 _ROUTE_KEYS = [
@@ -1193,6 +1219,8 @@ _ROUTE_KEYS = [
     "retry_on",
     "retry_delay_s",
     "disclosure",
+    "early_media",
+    "early_media_to_provider",
 ]
 
 
@@ -1337,6 +1365,17 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
                 f"{p}.retry_attempts",
                 "retries are for outbound routes: the bridge does not call a caller back",
             )
+        early = _early_media(r, t, p)
+        if direction == "outbound" and early is not None:
+            r.fail(f"{p}.early_media", "an outbound route hears the callee's early media: it plays none")
+        to_provider = (
+            r.boolean(t, "early_media_to_provider", p, False) if "early_media_to_provider" in t else None
+        )
+        if direction != "outbound" and to_provider is not None:
+            r.fail(
+                f"{p}.early_media_to_provider",
+                "the far end's early media is an outbound call's: an inbound call plays its own (early_media)",
+            )
         route = Route(
             name=name or f"route-{i}",
             direction="outbound" if direction == "outbound" else "inbound",
@@ -1360,6 +1399,8 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
             retry_delay_s=retry_delay,
             disclosure=disclosure,
             disclosure_wav=disclosure_wav,
+            early_media=early,
+            early_media_to_provider=to_provider,
             _regex=regex,
         )
         if any(o.name == route.name for o in out):
@@ -2043,6 +2084,17 @@ OPTIONS: tuple[Option, ...] = (
            "choice applies (0: the route's at once, the application is not asked).",
            type=click.IntRange(min=0, max=10_000), default=_AMD_POLICY.decide_ms, show_default=True,
            metavar="MS", example=("1000",)),
+    Option("early_media_to_provider", ("--early-media-to-provider",), "outbound.early_media_to_provider",
+           "Calls placed: the far end's early media (a 183 or 180 with SDP before the answer: an IVR, an "
+           "announcement) goes to the model too. Without it the model hears nothing before the answer; the "
+           "recording, the call record and answering-machine detection get it either way. Native engine only.",
+           is_flag=True),
+    Option("early_media", ("--early-media",), "inbound.early_media",
+           "Calls answered: 183 Session Progress with the SDP answer while the provider connects, and the "
+           "caller hears ringback (425 Hz 1 s on 4 s off, ETSI), ringback-us (440+480 Hz 2 s on 4 s off) or a "
+           "WAV (8 kHz mono 16-bit, played once) until the 200 OK. Reliable (PRACK) when the caller requires "
+           "100rel. Native engine only.",
+           default="off", show_default=True, metavar="off|ringback|ringback-us|WAV", example=("ringback",)),
 )  # fmt: skip
 
 # `serve`'s click parameter names → their row; an option without a row is an error (`apply_options`)
@@ -2222,6 +2274,7 @@ def _outbound(r: _Reader, t: dict[str, object]) -> Outbound:
         retry_attempts=d.retry_attempts if attempts is None else attempts,
         retry_on=d.retry_on if retry_on is None else retry_on,
         retry_delay_s=d.retry_delay_s if delay is None else delay,
+        early_media_to_provider=r.boolean(t, "early_media_to_provider", p, False),
     )  # fmt: skip
 
 

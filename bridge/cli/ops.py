@@ -32,6 +32,7 @@ import wave
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import cache
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -74,10 +75,18 @@ from bridge.server.jsonlog import CALLS as LOG_CALLS
 from bridge.server.jsonlog import use_json_logs
 from bridge.server.plans import ProviderEndpoint
 from bridge.server.providers import KINDS
-from bridge.server.records import AmdResult, CallRecord, CallStarted, UncertainWork, Utterance
+from bridge.server.records import (
+    AmdResult,
+    CallRecord,
+    CallStarted,
+    EarlyMediaReport,
+    UncertainWork,
+    Utterance,
+)
 from bridge.server.session import CallSummary
 from bridge.server.webhook import WebhookConfig
 from providers.batching import DEFAULT_APPEND_MS
+from rtp.tones import RINGBACK_TONES
 from sip.core.identity import request_user
 from sip.core.trunks import Trunk, TrunkTable
 from sip.leg import CallIdentity
@@ -93,6 +102,15 @@ LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 def _read_message(path: str) -> bytes:
     with wave.open(path, "rb") as wav:
         return wav.readframes(wav.getnframes())
+
+
+@cache
+def early_audio(value: str | None) -> str | bytes | None:
+    """`early_media` as the server takes it: None or "off" as they are, a tone by name, a WAV's samples (read
+    once per file: the file was checked when the configuration was read)."""
+    if value is None or value == "off" or value in RINGBACK_TONES:
+        return value
+    return _read_message(value)
 
 
 def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: bool = True) -> ServerConfig:
@@ -145,6 +163,11 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
             "the native engine"
         )
     problems += amd_message_problems(config)
+    if config.engine.name == "pjsua2" and _early_media_asked(config):
+        problems.append(
+            "inbound.early_media / outbound.early_media_to_provider: the pjsua2 engine sends no 183 with early "
+            "media and gives no early media of the calls it places: use the native engine"
+        )
     if problems:
         raise ConfigError([f"{config.source or 'command line'}: {p}" for p in problems])
     limits = call_limits(config)
@@ -199,6 +222,8 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
         if config.outbound.amd_message_wav
         else None,
         amd_decide_ms=config.outbound.amd_decide_ms,
+        early_media=early_audio(config.inbound.early_media),
+        early_media_to_provider=config.outbound.early_media_to_provider,
         route_providers=routed,
         cdr=config.logging.cdr,  # bridge/server/records.py: one JSON line per finished call
         record_dir=config.recording.dir,  # bridge/server/recording.py: a stereo WAV per call
@@ -224,6 +249,15 @@ def amd_message_problems(config: BridgeConfig) -> list[str]:
                     "[outbound]'s)"
                 )
     return problems
+
+
+def _early_media_asked(config: BridgeConfig) -> bool:
+    """Whether the configuration asks for early media anywhere (which only the native engine does)."""
+    return (
+        config.inbound.early_media not in (None, "off")
+        or config.outbound.early_media_to_provider
+        or any(r.early_media not in (None, "off") or r.early_media_to_provider for r in config.routes)
+    )
 
 
 def _one_trunk_global(trunks: tuple[Trunk, ...]) -> dict[str, Any]:
@@ -437,6 +471,8 @@ class RoutedApplication(Application):
                 amd_machine=base.amd_machine,
                 amd_message=base.amd_message,
                 amd_message_audio=base.amd_message_audio,
+                early_media=base.early_media,
+                early_media_to_provider=base.early_media_to_provider,
             )
         own_message = route.amd_message is not None or route.amd_message_wav is not None
         LOG_CALLS.route(call.call_id, route.name)  # JSON log lines carry it from here on
@@ -456,6 +492,10 @@ class RoutedApplication(Application):
             # the route's message (its text, its recording or both) replaces any other
             amd_message=route.amd_message if own_message else base.amd_message,
             amd_message_audio=self._messages.get(route.name) if own_message else base.amd_message_audio,
+            early_media=early_audio(route.early_media) if route.early_media is not None else base.early_media,
+            early_media_to_provider=route.early_media_to_provider
+            if route.early_media_to_provider is not None
+            else base.early_media_to_provider,
         )
 
     def _disclosure(self, route: Route) -> Disclosure | None:
@@ -488,6 +528,9 @@ class RoutedApplication(Application):
 
     async def amd_action(self, call: LiveCall, verdict: AmdVerdict, default: AmdAction) -> AmdAction | None:
         return await self._inner.amd_action(call, verdict, default)
+
+    async def early_media(self, call: LiveCall, event: EarlyMediaReport) -> None:
+        await self._inner.early_media(call, event)
 
     async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
         await self._inner.call_ended(call, record)

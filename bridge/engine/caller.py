@@ -9,14 +9,16 @@ Each rule stays in its room; this object only tells them, in this order:
   completion (`turn_over`), and the half-open watchdog's wait for an answer (recovery.py);
 - captions (timeline.py `Captions`, HR11; which connection's text is emitted: rollover.py, RO3);
 - a repair begins (`afresh`): what the quarantined connection heard is not lost silently (S1), and captions
-  start a fresh epoch (HR11).
+  start a fresh epoch (HR11);
+- the caller's audio, and a placed call's early media when its route gives it to the model (`forward`): sent
+  to the connections that hear the caller (early media with no turn of the caller's).
 Sans-I/O: changes and events in with `now`.
 """
 
 from __future__ import annotations
 
 from bridge.engine.barrier import BargeIn
-from bridge.engine.commands import Outbox
+from bridge.engine.commands import Outbox, SendAudio
 from bridge.engine.connections import Connections
 from bridge.engine.delegations import Delegations
 from bridge.engine.recovery import RecoveryController
@@ -47,6 +49,16 @@ class CallerTurns:
         self._out, self._connections, self._timeline, self._turns = out, connections, timeline, turns
         self._captions, self._unheard, self._barge = captions, unheard, barge
         self._recovery, self._jobs, self._rollover, self._ending = recovery, jobs, rollover, ending
+
+    def forward(self, pcm: bytes, now: int, *, held: bool) -> None:
+        """A caller frame, or a placed call's early media (bridge/engine/early_media.py), to the connections that
+        hear the caller: never while held, after the end, or while reconnecting (HR8). Every 20 ms: flag tests."""
+        if held or self._ending.ended or self._recovery.discard_frame():
+            return
+        commands = self._out.commands
+        for target in self._connections.audio_targets:
+            commands.append(SendAudio(pcm, target))
+        self._timeline.fed(now)  # HR11: the audio map that provider times are rebased through
 
     def turn(self, change: TurnChange | None, now: int, token: int | None = None) -> None:
         """A turn change (`token`: the connection that reported it, when not the floor: in a rollover's

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from bridge.engine.commands import *  # noqa: F403 - the vocabulary, re-exported for the shell and the tests
-from bridge.engine.commands import AudioDiscontinuity, SendAudio
+from bridge.engine.commands import AudioDiscontinuity
 from bridge.engine.connections import Role
 from bridge.engine.rooms import CoordinatorOptions as CoordinatorOptions
 from bridge.engine.rooms import SessionRooms
@@ -30,11 +30,7 @@ class SessionCoordinator(SessionRooms):
         self.frames_in += 1
         if self.call_line.paused:  # S7: held or ringing: the provider hears nothing
             return
-        if not self.recovery.discard_frame() and not self.ending.ended:  # HR8 while reconnecting
-            commands = self.out.commands
-            for target in self.connections.audio_targets:
-                commands.append(SendAudio(pcm, target))
-            self.timeline.fed(now)  # HR11: the audio map that provider times are rebased through
+        self.caller.forward(pcm, now, held=False)  # to the connections that hear the caller (HR8, HR11)
         self.output.count_underrun(now)  # the cushion is fed once, by `_settle`
         change = self.turns.frame(pcm, now, self.timeline.ms(now))
         if change is not None:
@@ -229,6 +225,10 @@ class SessionCoordinator(SessionRooms):
         if self.ending.end(reason, now, goodbye=message is not None, message=message):
             self._ended(reason, now, failed=False)
         self._settle(now)
+
+    def early_media_frame(self, pcm: bytes, now: int) -> None:
+        """A placed call's early media, to the model when its route asks (bridge/engine/early_media.py)."""
+        self.caller.forward(pcm, now, held=self.call_line.on_hold)
 
     def end_after_speech(self, reason: str, now: int, within_ms: int) -> None:
         """BYE once the model's next words have played (end_call's goodbye), or after `within_ms`."""

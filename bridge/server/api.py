@@ -74,6 +74,7 @@ from bridge.server.records import (
     CallRecord,
     CallStarted,
     DialRow,
+    EarlyMediaReport,
     UncertainWork,
     Utterance,
 )
@@ -95,7 +96,7 @@ from sip.engine import (
     offers_dial,
     offers_status,
 )
-from sip.leg import CallIdentity, CallLeg, offers_time_limit
+from sip.leg import CallIdentity, CallLeg, offers_early_media, offers_time_limit
 
 if TYPE_CHECKING:
     from bridge.server.browser import BrowserChannel
@@ -126,6 +127,11 @@ class CallSetup:
     amd_machine: AmdAction | None = None
     amd_message: str | None = None
     amd_message_audio: bytes | None = None
+    # an inbound call's early media (None: ServerConfig.early_media): "off", a tone of rtp.tones.RINGBACK_TONES
+    # or an announcement (8 kHz mono PCM16), after a 183 while the provider connects (sip/native/early.py)
+    early_media: str | bytes | None = None
+    # an outbound call's: the far end's early media given to the model too (None: ServerConfig's)
+    early_media_to_provider: bool | None = None
 
 
 class CallRefused(Exception):  # a refusal the application means, not an error
@@ -236,6 +242,12 @@ class Application:
         person waits meanwhile); a later answer is ignored."""
         return None
 
+    async def early_media(self, call: LiveCall, event: EarlyMediaReport) -> None:
+        """The far end's early media on a call this bridge placed (a 183 or 180 with SDP: an IVR, an
+        announcement, ringback), when it starts and when it ends (the answer, or a failure after it: then the
+        call's record says "early media heard"). Evidence for the application; the model hears it only when
+        the route asks (`early_media_to_provider`)."""
+
     async def call_ended(self, call: LiveCall, record: CallRecord) -> None:
         """The call is over: its record (also the `--cdr` line); called before `ended`."""
 
@@ -320,6 +332,10 @@ class ServerConfig:
     amd_message: str | None = None  # the message the model is told to say (amd_machine = "message")
     amd_message_audio: bytes | None = None  # or PCM16 8 kHz mono the bridge plays (wins over the text)
     amd_decide_ms: int = 500  # the application's answer to the verdict is waited for this long
+    # inbound: 183 and early media while the provider connects: None or "off", a tone name, 8 kHz PCM16 bytes
+    early_media: str | bytes | None = None
+    # outbound: the far end's early media goes to the model too (bridge/engine/early_media.py); off: it does not
+    early_media_to_provider: bool = False
     cdr: str | None = None  # one JSON line per finished call appended to this file
     record_dir: str | None = None  # a stereo WAV per call in this directory
     route_providers: tuple[ProviderEndpoint, ...] = ()  # providers config routes name (plans.py)
@@ -826,6 +842,7 @@ class Server:
         )
         if attestation is not None and attestation.reason:
             self.observer.metrics.identity_ignored(attestation.reason)
+        outbound = identity.direction == "outbound"
         if (
             self.config.refuse_failed_attestation
             and attestation is not None
@@ -895,6 +912,7 @@ class Server:
             amd_hook=None
             if amd is None
             else lambda verdict, default: app.amd_action(holder[0], verdict, default),
+            early_media_to_provider=outbound and _early_to_provider(setup, self.config),
         )
         session.links.on_connected = self.observer.metrics.provider_connected  # connect time
         call = LiveCall(identity, session)
@@ -905,6 +923,8 @@ class Server:
         self.observer.call_started(setup.route)
         summary: CallSummary | None = None
         records.begin(session.started_ns, leg.ledger)  # call_started
+        if not outbound:
+            _play_early_media(leg, setup, self.config)  # while the provider connects
         if (
             greeting := _first_words(setup)
         ) and amd is None:  # the model speaks first (bridge/server/greeting.py);
@@ -934,6 +954,29 @@ class Server:
 def _amd(setup: CallSetup, config: ServerConfig) -> bool:
     """An outbound call's machine detection: its route's (`amd`), else the server's (`[outbound] amd`)."""
     return config.amd if setup.amd is None else setup.amd
+
+
+def _early_to_provider(setup: CallSetup, config: ServerConfig) -> bool:
+    """An outbound call's early media to the model: its route's, else the server's (off by default)."""
+    if setup.early_media_to_provider is not None:
+        return setup.early_media_to_provider
+    return config.early_media_to_provider
+
+
+def _play_early_media(leg: CallLeg, setup: CallSetup, config: ServerConfig) -> None:
+    """An inbound call's early media (its route's `early_media`, else the server's): a 183 with the SDP answer
+    and a ringback tone or an announcement until the answer (sip/native/early.py)."""
+    audio = setup.early_media if setup.early_media is not None else config.early_media
+    if audio is None or audio == "off":
+        return
+    call_id = leg.identity.call_id
+    if not offers_early_media(leg):
+        log.info("call %s: no early media: its leg cannot send any", call_id)
+        return
+    try:
+        leg.play_early_media(audio)
+    except KeyError:
+        log.warning("call %s: no early media: no tone named %r", call_id, audio)
 
 
 def _amd_plan(setup: CallSetup, config: ServerConfig) -> AmdPlan:
@@ -1047,6 +1090,8 @@ def _to(app: Application, holder: list[LiveCall]) -> Callable[[AppEvent], Corout
             await app.work_uncertain(call, event)
         elif isinstance(event, AmdResult):
             await app.amd_result(call, event)
+        elif isinstance(event, EarlyMediaReport):
+            await app.early_media(call, event)
         else:
             await app.call_ended(call, event.record)
 

@@ -19,6 +19,10 @@ events in order:
   verdict (`human`, `machine`, `beep`, `silence`, `unknown`) with its reason and the ms from the answer, then
   for a machine the beep (`beep`) or its absence (`no_beep`). The record keeps both (`amd`), and the action that
   followed (`amd_action`: talk, message or hang_up, chosen by the route or the application; not an event).
+- `EarlyMediaReport`: the far end's early media on an outbound call (bridge/engine/early_media.py): when it
+  started (the 183 or 180 that brought it), then how it ended — the answer, or a failure after it (an
+  announcement, then 404 or 486) — and how long it lasted. The record keeps the last (`early_media`), and the
+  end reason of a call that failed after it says so.
 - `CallEnded`: the `CallRecord` — duration, who hung up and why, SIP status, provider and connections used,
   recoveries and rollovers, the uncertain work, QoS (`status()["qos"]`) and usage with `complete` (HR12,
   bridge/engine/usage.py).
@@ -44,6 +48,7 @@ from bridge.engine.commands import BargedIn, DisclosureResult, RecoveryChanged, 
 from bridge.engine.connections import connection_id
 from bridge.engine.delegations import UncertainItem, WorkUncertain
 from bridge.engine.disclosure import DISCLOSURE_ITEM, Disclosure, text_result
+from bridge.engine.early_media import EarlyMedia
 from rtp.audio import FRAME_MS
 from rtp.ledger import ItemProgress, LedgerEntry
 from rtp.units import NS_PER_MS
@@ -67,6 +72,7 @@ RECORD_NOTICES = (
     AmdNoBeep,
     DisclosureResult,
     AmdStart,
+    EarlyMedia,
 )
 """The notice types the builder reads (a shell may drop every other notice before queueing it)."""
 
@@ -271,6 +277,46 @@ class AmdResult:
 
 
 @dataclass(frozen=True, slots=True)
+class EarlyMediaReport:
+    """The far end's early media on an outbound call: `phase` "started" (`status` 183 or 180) or "ended"
+    (`status` 200 and `outcome` "answered", or the final failure, e.g. 486 "486 Busy Here"); `at_ms` on the
+    session timeline (the recording's), `duration_ms` how long it lasted; `to_provider` when the route gave it
+    to the model too."""
+
+    call_id: str
+    phase: Literal["started", "ended"]
+    status: int
+    at_ms: int
+    duration_ms: int
+    outcome: str
+    to_provider: bool
+
+    @classmethod
+    def of(cls, call_id: str, notice: EarlyMedia) -> EarlyMediaReport:
+        return cls(
+            call_id,
+            notice.phase,
+            notice.status,
+            notice.at_ms,
+            notice.duration_ms,
+            notice.outcome,
+            notice.to_provider,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event": "early_media",
+            "call_id": self.call_id,
+            "phase": self.phase,
+            "status": self.status,
+            "at_ms": self.at_ms,
+            "duration_ms": self.duration_ms,
+            "outcome": self.outcome,
+            "to_provider": self.to_provider,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class UncertainEntry:
     """One piece of uncertain work as the call record lists it."""
 
@@ -369,6 +415,7 @@ class CallRecord:
     # what followed the verdict: {"action": talk | message | hang_up, "by": route | application, "verdict",
     # "since_answer_ms"} (bridge/engine/amd.py `AmdChoice`); None: no AMD, or the call ended before it
     amd_action: Mapping[str, Any] | None = None
+    early_media: EarlyMediaReport | None = None  # the far end's early media (outbound), as it ended
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -445,6 +492,7 @@ class CallRecord:
             **({"dial": dict(self.dial)} if self.dial is not None else {}),
             **({"disclosure": self.disclosure.to_json()} if self.disclosure is not None else {}),
             **({"amd_action": dict(self.amd_action)} if self.amd_action is not None else {}),
+            **({"early_media": _early_json(self.early_media)} if self.early_media is not None else {}),
         }
 
     def cdr_line(self) -> str:
@@ -456,6 +504,19 @@ def _amd_json(result: AmdResult) -> dict[str, Any]:
     body = result.to_json()
     del body["event"], body["call_id"]
     return body
+
+
+def _early_json(report: EarlyMediaReport) -> dict[str, Any]:
+    """The record's `early_media`: when it started, how long it lasted and how it ended ("answered", or the
+    failure after it). `start_ms` and `duration_ms` place it in the recording."""
+    start = report.at_ms - report.duration_ms if report.phase == "ended" else report.at_ms
+    return {
+        "start_ms": start,
+        "duration_ms": report.duration_ms,
+        "outcome": report.outcome or "unfinished",
+        "status": report.status,
+        "to_provider": report.to_provider,
+    }
 
 
 def _total(total: int | None, kept: tuple[object, ...]) -> int:
@@ -500,7 +561,7 @@ class CallEnded:
         return {"event": "call_ended", "call_id": self.record.call.call_id, "record": self.record.to_json()}
 
 
-AppEvent = CallStarted | Utterance | UncertainWork | AmdResult | CallEnded
+AppEvent = CallStarted | Utterance | UncertainWork | AmdResult | EarlyMediaReport | CallEnded
 
 
 # --- the builder ---
@@ -607,6 +668,7 @@ class RecordBuilder:
         self._uncertain_seq = 0
         self.amd: list[AmdResult] = []  # at most a verdict and a beep (or its absence)
         self.amd_action: dict[str, Any] | None = None
+        self.early_media: EarlyMediaReport | None = None  # the last early-media report (outbound)
 
     def started(self) -> CallStarted:
         return CallStarted(self.call, self._started_at)
@@ -671,6 +733,9 @@ class RecordBuilder:
             out.append(result)
         elif isinstance(notice, DisclosureResult) and self.disclosure is None:
             self.disclosure = notice
+        elif isinstance(notice, EarlyMedia):
+            self.early_media = EarlyMediaReport.of(self.call.call_id, notice)
+            out.append(self.early_media)
         return out
 
     def _uncertain(self, notice: WorkUncertain) -> UncertainWork:
@@ -821,6 +886,7 @@ class RecordBuilder:
             dial=outcome.dial,
             disclosure=self._disclosure_outcome(),
             amd_action=self.amd_action,
+            early_media=self.early_media,
         )
         return out, record
 

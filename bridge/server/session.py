@@ -34,6 +34,13 @@ after the tone" would answer it, and its answer would be spoken into the recordi
 response and its audio), a person's "hello?" costs nothing, and nothing is billed as input audio before the
 call is known to need the model. The greeting the model is asked for covers what it missed ("hello?" is not
 content). After a `hang_up` or a recorded message the model hears nothing at all.
+
+Early media on a call the bridge placed (bridge/engine/early_media.py): from the leg's `EarlyMediaStarted` until
+its `MediaStarted` (the answer) or `CallEnded`, the far end's frames go to the recording and to the detector
+(evidence; its timers start at the answer), and to the provider only when the route asks
+(`CallSession(early_media_to_provider=True)`: `SessionCoordinator.early_media_frame`, never the caller's turn
+path): one attribute test a frame (`CallerFrames.early`). Its start and end are `EarlyMedia` notices; a call
+that failed after it says so in its end reason.
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ from bridge.engine.amd import (
 from bridge.engine.barrier import Channel
 from bridge.engine.coordinator import CoordinatorOptions, SessionCoordinator
 from bridge.engine.delegations import DeliverResult, DispatchJob, JobRequest, SendContext
+from bridge.engine.early_media import EarlyMedia, EarlyMediaWindow
 from bridge.engine.recovery import seeded_settings
 from bridge.engine.telephony import TelephonyOptions
 from bridge.server.log import log_notice
@@ -70,6 +78,7 @@ from sip.leg import (
     CallEnded,
     CallLeg,
     DtmfReceived,
+    EarlyMediaStarted,
     FrameReceived,
     MediaHeld,
     MediaResumed,
@@ -210,6 +219,7 @@ class CallerFrames:
         "amd",
         "core",
         "due",
+        "early",
         "frame_ns",
         "errors",
         "queued",
@@ -232,6 +242,9 @@ class CallerFrames:
         self._handle_at = 0  # the deadline the timer is armed for (on the injected clock)
         self.core: SessionCoordinator | None = None  # set while the session's loop runs
         self.amd: AmdGate | None = None  # an outbound call's machine detection, until it is done
+        # while early media flows (bridge/engine/early_media.py): where its frames go instead of the coordinator's
+        # caller path (nowhere, or the provider when the route asks)
+        self.early: Callable[[bytes, int], None] | None = None
         self.due: int | None = None  # the core's next deadline as last read (None: none)
         self.frame_ns: int | None = None  # the latest frame through the sink: the media tick is running
         self.errors = 0
@@ -310,6 +323,9 @@ class CallerFrames:
             self._tap.caller(frame.pcm, now)  # --record
         if self.amd is not None:
             self.amd.frame(frame.pcm, now)
+        if self.early is not None:  # early media: the recording and the detector's evidence, not the caller's
+            self.early(frame.pcm, now)
+            return
         core.caller_frame(frame.pcm, now)
 
     def provider_event(self, event: ProviderEvent) -> None:
@@ -714,6 +730,7 @@ class CallSession:
         media_tap: MediaTap | None = None,
         amd: AmdOptions | AmdPlan | None = None,
         amd_hook: AmdHook | None = None,
+        early_media_to_provider: bool = False,
     ) -> None:
         self.leg = leg
         # outbound calls only (an inbound call never runs AMD); options alone: the route's defaults
@@ -733,6 +750,7 @@ class CallSession:
         self._tasks = _Tasks()
         self._clock = clock
         self.started_ns = clock()
+        self.early_media = EarlyMediaWindow(self.started_ns, to_provider=early_media_to_provider)
         self.coordinator: SessionCoordinator | None = None
         self._inbox: asyncio.Queue[object] = asyncio.Queue()
         self._hooks = ApplicationHooks(
@@ -881,6 +899,7 @@ class CallSession:
             self._frames.feed(core, item, now)
         elif isinstance(item, CallEnded):
             self._ended = item
+            self._early_media_notice(self.early_media.ended(item.status_code, item.reason, now))
             core.call_ended(now)
             if item.by_remote:
                 self._ended_by, self._end_reason = "caller", f"{item.status_code} {item.reason}"
@@ -913,10 +932,18 @@ class CallSession:
                 core.hold(now)
             elif isinstance(item, MediaResumed):
                 core.resume(now)
-            elif (gate := self._frames.amd) is not None:
-                gate.answered(now)  # the greeting waits for the verdict (the gate tells the core)
             else:
-                core.answered(now)
+                self._answered_after_early(now)
+                if (gate := self._frames.amd) is not None:
+                    gate.answered(now)  # the greeting waits for the verdict (the gate tells the core)
+                else:
+                    core.answered(now)
+        elif isinstance(item, EarlyMediaStarted):
+            # when it started, if the leg's clock is this session's (a leg queued it while the provider connected)
+            at = item.at_ns if self.started_ns <= item.at_ns <= now else now
+            if (notice := self.early_media.started(item.status, at)) is not None:
+                self._early_media_notice(notice)
+                self._frames.early = core.early_media_frame if self.early_media.to_provider else _unheard
         elif isinstance(item, _AmdDue):
             if (gate := self._amd_gate) is not None and self._ended is None:  # (a call gone decides nothing)
                 gate.due()
@@ -1016,6 +1043,29 @@ class CallSession:
         if self._amd_gate is not None and self._amd_gate.detector.done:
             self._frames.amd = None  # the frames pay one flag test from now on
 
+    def _answered_after_early(self, now: int) -> None:
+        """The answer ends early media (if any): from now on every frame goes to the coordinator."""
+        self._frames.early = None
+        self._early_media_notice(self.early_media.ended(200, "answered", now))
+
+    def _early_media_notice(self, notice: EarlyMedia | None) -> None:
+        if notice is None:
+            return
+        if notice.phase == "started":
+            log.info(
+                "call %s early media (%d) at %d ms%s",
+                self.call_id,
+                notice.status,
+                notice.at_ms,
+                ", given to the provider" if notice.to_provider else "",
+            )
+        else:
+            log.info(
+                "call %s early media for %d ms, then %s", self.call_id, notice.duration_ms, notice.outcome
+            )
+        if self._notice_sink is not None:
+            self._notice_sink(self.call_id, notice)
+
     def _session_ended(self, command: cmd.EndSession) -> None:
         if self._ended is None and (command.failed or command.goodbye):
             log.log(
@@ -1090,9 +1140,20 @@ class CallSession:
             frames_in=core.frames_in if core is not None else 0,
             frames_out=self.leg.ledger.frames_transmitted,
             ended_by=self._ended_by or "unknown",
-            reason=self._end_reason or (f"{ended.status_code} {ended.reason}" if ended else "unknown"),
+            reason=_with_note(
+                self._end_reason or (f"{ended.status_code} {ended.reason}" if ended else "unknown"),
+                self.early_media.failure_note,
+            ),
             usage_seconds=core.usage.totals.audio_seconds if core is not None else None,
         )
+
+
+def _unheard(pcm: bytes, now: int) -> None:
+    """Early media the route keeps from the model: it went to the recording and the detector already."""
+
+
+def _with_note(reason: str, note: str | None) -> str:
+    return reason if note is None else f"{reason}; {note}"
 
 
 async def _leg_end(leg: CallLeg) -> CallEnded | None:

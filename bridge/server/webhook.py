@@ -103,6 +103,11 @@ keeps the route's choice (`amd_machine`). The mailbox's `beep` / `no_beep` follo
                                                   #   2 s grace (its POST was abandoned: it may have acted);
                                                   # "not_delivered": answered, never given to the model
                 "detail": "cut off: still running when the session ended"}]}
+    {"event": "early_media", "call_id": "call-1",    # a call placed: the far end's audio before its answer
+     "phase": "ended",                      # "started" (at the 183/180) or "ended"
+     "status": 486, "outcome": "486 Busy Here",   # 200 and "answered", or the failure after early media
+     "at_ms": 4210, "duration_ms": 3890,    # session timeline; how long it lasted
+     "to_provider": false}                  # the route gave it to the model too
     {"event": "call_ended", "call_id": "call-1", "record": {...}}   # the --cdr line's object; its
                                                                     #   "uncertain" lists the same items
 
@@ -133,7 +138,15 @@ from urllib.parse import urlsplit
 import h11
 
 from bridge.engine.delegations import JobRequest
-from bridge.server.records import AmdResult, AppEvent, CallStarted, UncertainWork, Utterance, arguments_json
+from bridge.server.records import (
+    AmdResult,
+    AppEvent,
+    CallStarted,
+    EarlyMediaReport,
+    UncertainWork,
+    Utterance,
+    arguments_json,
+)
 from bridge.server.session import JobHandler
 from sip.leg import CallIdentity
 
@@ -284,9 +297,12 @@ def event_body(event: AppEvent) -> tuple[str, bytes]:
 
 def event_key(event: AppEvent) -> str:
     """The last part of an event's Idempotency-Key: `call_started`, `utterance-<seq>`, `work_uncertain-<seq>`,
-    `amd-<kind>` (`amd-verdict`, `amd-beep`, `amd-no_beep`), `call_ended`."""
+    `amd-<kind>` (`amd-verdict`, `amd-beep`, `amd-no_beep`), `early_media-<phase>` (`early_media-started`,
+    `early_media-ended`), `call_ended`."""
     if isinstance(event, AmdResult):
         return f"amd-{event.kind}"
+    if isinstance(event, EarlyMediaReport):
+        return f"early_media-{event.phase}"
     if isinstance(event, Utterance):
         return f"utterance-{event.seq}"
     if isinstance(event, UncertainWork):
