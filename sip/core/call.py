@@ -4,10 +4,8 @@ request, response and timer of that dialog to. It reads no clock: every input ta
 
 A `Call` is made by the router for a new INVITE (RINGING) or by `sip.core.outbound.OutboundCall` for the 2xx to an
 INVITE we sent (CONFIRMED at once). What it does (RFC 3261 §12-§15; RFC 3264, 3311, 3515, 4028):
-- answer: `ring` (180), `early` (183 Session Progress with the SDP answer: early media; the 2xx then carries the
-  same SDP), `answer` (200 with the SDP answer, or with our offer when the INVITE had none: the answer comes
-  in the ACK; `CallAnswered`, then `CallConfirmed` at the ACK) or `reject`. An INVITE that requires 100rel gets
-  its 180 and 183 reliably, and a 2xx that must wait for a PRACK waits (`sip.core.prack`, RFC 3262 §3).
+- answer: `ring` (180), `answer` (200 with the SDP answer, or with our offer when the INVITE had none: the
+  answer comes in the ACK; `CallAnswered`, then `CallConfirmed` at the ACK) or `reject`.
 - the 2xx is retransmitted until the ACK (§13.3.1.4); no ACK within 64·T1 → BYE and `CallEnded(408)`.
 - BYE → 200 (`CallEnded(by_remote=True)`); `bye()` sends ours (after the ACK if the 200 is still unacknowledged,
   and after the INFO digits still queued: the CallLeg contract sends every digit asked for first).
@@ -44,7 +42,7 @@ from sip.core.message import Request, Response, make_response, serialize
 from sip.core.offer_answer import LocalMedia, NegotiatedMedia, accept_answer
 from sip.core.offer_answer import answer as sdp_answer
 from sip.core.offer_answer import offer as sdp_offer
-from sip.core.prack import ReliableProvisionals
+from sip.core.prack import on_prack  # a ringing call's PRACK goes to its early answer (RFC 3262 §3)
 from sip.core.sdp import SessionDescription, serialize_sdp
 from sip.core.server_transaction import ServerInviteTransaction
 from sip.core.sessiontimer import answer_timer, check_refresh, min_se, session_expires, timer_deadlines
@@ -124,11 +122,6 @@ class Call(Timed):
         self.media: NegotiatedMedia | None = None
         self.held = False
         self.offer_in_2xx = False  # our 2xx carried the offer (`local_sdp`): the ACK carries the answer
-        self.early_sdp = False  # our 183 carried the answer (`early`): the 2xx carries the same SDP
-        # reliable provisionals (RFC 3262 §3), when the INVITE requires them; an answer that waits for a PRACK
-        required = ist is not None and ReliableProvisionals.required(invite)
-        self.reliable = ReliableProvisionals(invite, ctx.rng) if required else None
-        self.held_answer: LocalMedia | None = None
         # 2xx reliability (§13.3.1.4)
         self.retransmitter: Retransmit2xx | None = None
         self.ack_cseq = 0  # CSeq of the INVITE whose 2xx awaits its ACK
@@ -170,9 +163,6 @@ class Call(Timed):
         """180 Ringing (with our To tag and Contact)."""
         if self.stage is not Stage.RINGING:
             return False
-        if self.reliable is not None:
-            self._provisional(180, self._establishing_headers(), b"", now)
-            return True
         self._ctx.respond(
             self.server_tx,
             self.invite,
@@ -183,80 +173,12 @@ class Call(Timed):
         )
         return True
 
-    def early(self, local: LocalMedia, now: int) -> NegotiatedMedia | None:
-        """183 Session Progress with our SDP answer to the INVITE's offer (early media, RFC 3261 §13.3.1.1;
-        reliable when the INVITE requires 100rel); what was agreed, for the media to start now. None when the
-        call is not ringing, when the INVITE had no offer (our offer in a 183 would need its answer in a PRACK:
-        not done; the call rings on), or when the offer has nothing in common with `local` (nothing sent:
-        `answer` refuses it with 488 as ever). A second call gives the same media and sends nothing."""
-        if self.stage is not Stage.RINGING:
-            return None
-        if self.early_sdp:
-            return self.media
-        if self.offer is None:
-            return None
-        result = sdp_answer(self.offer, local)
-        if result is None:
-            return None
-        self.local_media, self.local_sdp = local, result.description
-        self.media, self.held, self.offer, self.early_sdp = result.media, result.media.held, None, True
-        headers = self._establishing_headers() + (("Content-Type", "application/sdp"),)
-        body = serialize_sdp(result.description)
-        if self.reliable is not None:
-            self._provisional(183, headers, body, now)
-        else:
-            tag = self.dialog.id.local_tag
-            self._ctx.respond(
-                self.server_tx, self.invite, 183, headers=headers, now=now, to_tag=tag, body=body
-            )
-        self._ctx.stats["early_media_sent"] += 1
-        return result.media
-
-    def _provisional(self, status: int, headers: tuple[tuple[str, str], ...], body: bytes, now: int) -> None:
-        """A reliable 1xx (RFC 3262 §3): sent, or queued behind the one still waiting for its PRACK."""
-        assert self.reliable is not None
-        headers = headers + self._ctx.product("Server")
-        response = make_response(
-            self.invite, status, to_tag=self.dialog.id.local_tag, headers=headers, body=body
-        )
-        retransmitter = self.reliable.send(self._ctx.layer, self.server_tx, response, now)
-        if retransmitter is not None:
-            self._ctx.acks_awaited[retransmitter] = self
-
-    def on_prack(self, request: Request, transport: str, destination: tuple[str, int], now: int) -> None:
-        """A PRACK (RFC 3262 §3): 200 when it names the reliable provisional outstanding, else 481; the next
-        queued provisional goes out, and an answer that waited for it now."""
-        tx = self._ctx.layer.server_non_invite(request, destination, transport, now)
-        reliable = self.reliable if self.stage is Stage.RINGING else None
-        outstanding = reliable.retransmitter if reliable is not None else None
-        matched = reliable is not None and reliable.acknowledge(request, self._ctx.layer)
-        if matched and outstanding is not None:
-            self._ctx.acks_awaited.pop(outstanding, None)
-        self._ctx.stats["prack_received" if matched else "prack_481"] += 1
-        self._ctx.respond(tx, request, 200 if matched else 481, now=now)
-        if not matched or reliable is None:
-            return
-        if (retransmitter := reliable.send_next(self._ctx.layer, self.server_tx, now)) is not None:
-            self._ctx.acks_awaited[retransmitter] = self
-        held = self.held_answer
-        if held is not None and not reliable.holds_answer:
-            self.held_answer = None
-            self.answer(held, now)
-
-    def _stop_reliable(self) -> None:
-        if self.reliable is not None and (r := self.reliable.retransmitter) is not None:
-            self._ctx.acks_awaited.pop(r, None)
-            self.reliable.stop(self._ctx.layer)
-
     def answer(self, local: LocalMedia, now: int) -> bool:
         """200 OK with our SDP: the answer to the INVITE's offer, or our offer when it had none
         (`CallAnswered` follows). False when the call is not ringing any more, or when the offer has nothing
         in common with `local` (then 488 went out and `CallEnded(488)` follows)."""
         if self.stage is not Stage.RINGING:
             return False
-        if self.reliable is not None and self.reliable.holds_answer:
-            self.held_answer = local  # RFC 3262 §3: the 2xx waits for the PRACK of the SDP it answers
-            return True
         if self.offer is not None:
             result = sdp_answer(self.offer, local)
             if result is None:
@@ -273,8 +195,6 @@ class Call(Timed):
                 return False
             local_sdp, self.media, self.held = result.description, result.media, result.media.held
             self.offer = None
-        elif self.early_sdp and self.local_sdp is not None:
-            local_sdp = self.local_sdp  # the answer our 183 gave, unchanged (RFC 3264 §5: one answer)
         else:
             local_sdp = sdp_offer(local)
             self.offer_in_2xx = True
@@ -807,11 +727,6 @@ class Call(Timed):
 
     def on_ack_timeout(self, retransmitter: Retransmit2xx, now: int) -> None:
         """64·T1 without the ACK for our 2xx (§13.3.1.4): BYE and the call is over."""
-        if self.reliable is not None and self.reliable.retransmitter is retransmitter:
-            self.reliable.retransmitter = None  # RFC 3262 §3: no PRACK within 64·T1 → a 5xx for the INVITE
-            self._ctx.stats["prack_timeout"] += 1
-            self.reject(504, now, reason="No PRACK")
-            return
         if self.retransmitter is not retransmitter:
             return
         self.retransmitter = None
@@ -840,8 +755,6 @@ class Call(Timed):
         data = tx.response_data or serialize(response)
         if self.retransmitter is not None:
             self._stop_2xx()
-        if tx is self.ist:
-            self._stop_reliable()  # the final response ends the provisionals' retransmission
         r = self._ctx.layer.retransmit_2xx(data, tx.destination, tx.transport, now)
         self.retransmitter = r
         # the INVITE's CSeq (the request is gone)
@@ -861,7 +774,6 @@ class Call(Timed):
             return
         self.stage = Stage.ENDED
         self._stop_2xx()
-        self._stop_reliable()
         self.refresh_at = self.expire_at = self.retry_at = None
         self.rearm()
         self.info_queue.clear()
@@ -884,5 +796,5 @@ Call.IN_DIALOG = {
     "INFO": Call.on_info,
     "REFER": Call.on_refer,
     "NOTIFY": Call.on_notify,
-    "PRACK": Call.on_prack,
+    "PRACK": on_prack,
 }

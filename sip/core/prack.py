@@ -11,7 +11,7 @@ of the early dialog's; the dialog the 2xx confirms continues from there (`contin
 never reuses the PRACK's number. A 1xx that says `Require: 100rel` without a readable `RSeq` is taken as an
 unreliable one (counted `prack_bad_rseq`): refusing the call over it would cost the caller more.
 
-As UAS (`ReliableProvisionals`, owned by `sip.core.call.Call`), §3: when the INVITE requires 100rel, every
+As UAS (`ReliableProvisionals`, in a ringing call's `EarlyAnswer`), §3: when the INVITE requires 100rel, every
 provisional above 100 goes reliably: `Require: 100rel` and `RSeq` (the first a random number from 1 to
 2**31 - 1, then one higher each), sent through the INVITE's transaction and retransmitted at T1, doubling up
 to T2 as a 2xx is (§13.3.1.4's retransmitter), until the PRACK that names it (`RAck` with its RSeq, the
@@ -26,19 +26,32 @@ peer handles).
 
 100rel is about the provisional responses of an INVITE: a Require: 100rel in any other request names
 nothing this UA can do there (420, as before).
+
+`EarlyAnswer`: what the router (`sip.core.ua.UserAgent`) keeps beside a ringing `sip.core.call.Call` whose
+INVITE requires 100rel or that sends early media (`UaContext.early_answers`, until the call ends): its
+reliable 180, its 183 Session Progress with the SDP answer (early media, RFC 3261 §13.3.1.1), and the 200
+that must carry the same answer (RFC 3264 §5: one answer; with SDES keys, the same keys: the random bytes the
+183's answer drew are drawn again for the 200's). `on_prack` is the call's PRACK handler (`Call.IN_DIALOG`).
+An INVITE without an offer gets no 183 (our offer would need its answer in a PRACK: not done; it rings on).
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Protocol
 
 from sip.core.dialog import Dialog
 from sip.core.headers import parse_cseq
-from sip.core.message import Message, Request, Response, serialize
+from sip.core.message import Message, Request, Response, make_response, serialize
+from sip.core.offer_answer import LocalMedia, NegotiatedMedia
+from sip.core.offer_answer import answer as sdp_answer
+from sip.core.sdp import SessionDescription, serialize_sdp
 from sip.core.server_transaction import ServerInviteTransaction
 from sip.core.transaction import Retransmit2xx
 from sip.core.transaction_layer import TransactionLayer
+from sip.core.uabase import ALLOW, UaContext
 
 OPTION = "100rel"
 MAX_RSEQ = 2**31 - 1
@@ -204,3 +217,145 @@ class ReliableProvisionals:
         if self.retransmitter is not None:
             layer.stop_2xx(self.retransmitter)
             self.retransmitter = None
+
+
+class _Ringing(Protocol):
+    """What `EarlyAnswer` reads of its `sip.core.call.Call` (named here: call.py imports this module)."""
+
+    id: str
+    invite: Request
+    dialog: Dialog
+
+    @property
+    def server_tx(self) -> ServerInviteTransaction: ...
+
+    def reject(
+        self, status: int, now: int, *, reason: str | None = None, headers: tuple[tuple[str, str], ...] = ()
+    ) -> bool: ...
+
+
+class EarlyAnswer:
+    """A ringing call's reliable provisionals and 183 (module docstring). `answer` is the router's (the call
+    answered with a `LocalMedia`), called back at the PRACK an answer waited for."""
+
+    def __init__(self, ctx: UaContext, call: _Ringing, answer: Callable[[LocalMedia, int], object]) -> None:
+        invite = call.invite
+        self._ctx, self._call, self._invite, self._tx, self._answer = (
+            ctx,
+            call,
+            invite,
+            call.server_tx,
+            answer,
+        )
+        self._to_tag, self._contact = call.dialog.id.local_tag, call.dialog.local_contact
+        self.reliable = (
+            ReliableProvisionals(invite, ctx.rng) if ReliableProvisionals.required(invite) else None
+        )
+        self.media: NegotiatedMedia | None = None  # what the 183 agreed
+        self._keys: list[bytes] = []  # the random bytes the 183's answer drew (SDES keys)
+        self.held: LocalMedia | None = None  # an answer waiting for a PRACK
+
+    def _headers(self, sdp: bool) -> tuple[tuple[str, str], ...]:
+        """Contact, Allow and the INVITE's Record-Route (RFC 3261 §12.1.1), as the call's own 180 and 200."""
+        routes = tuple(("Record-Route", v) for v in self._invite.headers.get_fields("Record-Route"))
+        typed = (("Content-Type", "application/sdp"),) if sdp else ()
+        return (("Contact", self._contact), ("Allow", ALLOW), *routes, *typed, *self._ctx.product("Server"))
+
+    def _send(self, status: int, body: bytes, now: int) -> None:
+        response = make_response(
+            self._invite, status, to_tag=self._to_tag, headers=self._headers(bool(body)), body=body
+        )
+        if self.reliable is None:
+            self._ctx.layer.respond(self._tx, response, now)
+        elif (retransmitter := self.reliable.send(self._ctx.layer, self._tx, response, now)) is not None:
+            self._ctx.acks_awaited[retransmitter] = self
+
+    def ring(self, now: int) -> bool:
+        """180 Ringing, reliably, when the INVITE requires it (else False: the call's own 180 is the one)."""
+        if self.reliable is not None:
+            self._send(180, b"", now)
+        return self.reliable is not None
+
+    def early(self, offer: SessionDescription, local: LocalMedia, now: int) -> NegotiatedMedia | None:
+        """183 Session Progress with our answer to `offer`; what it agreed (None: nothing in common, nothing
+        sent). Once: a second call gives the same media."""
+        if self.media is not None:
+            return self.media
+        draw = local.key_source
+
+        def recorded(n: int) -> bytes:
+            self._keys.append(draw(n))
+            return self._keys[-1]
+
+        result = sdp_answer(offer, replace(local, key_source=recorded))
+        if result is None:
+            return None
+        self.media = result.media
+        self._send(183, serialize_sdp(result.description), now)
+        self._ctx.stats["early_media_sent"] += 1
+        return result.media
+
+    def answering(self, local: LocalMedia, now: int) -> LocalMedia | None:
+        """The call is about to be answered with `local`: None when its 2xx must wait for a PRACK (RFC 3262 §3:
+        it is sent then), else `local` drawing the 183's keys again, so the 200 carries the 183's answer."""
+        if self.reliable is not None and self.reliable.holds_answer:
+            self.held = local
+            return None
+        self.stop()
+        if not self._keys:
+            return local
+        again: Iterator[bytes] = iter(list(self._keys))
+        return replace(local, key_source=lambda n: next(again, b"") or local.key_source(n))
+
+    def on_prack(self, request: Request, transport: str, destination: tuple[str, int], now: int) -> None:
+        """A PRACK in the call's dialog: 200 when it names the reliable provisional outstanding (the next
+        queued one goes out, and an answer that waited for it now), else 481."""
+        tx = self._ctx.layer.server_non_invite(request, destination, transport, now)
+        reliable = self.reliable if not self._tx.final_sent else None
+        outstanding = reliable.retransmitter if reliable is not None else None
+        matched = reliable is not None and reliable.acknowledge(request, self._ctx.layer)
+        if matched and outstanding is not None:
+            self._ctx.acks_awaited.pop(outstanding, None)
+        self._ctx.stats["prack_received" if matched else "prack_481"] += 1
+        self._ctx.respond(tx, request, 200 if matched else 481, now=now)
+        if not matched or reliable is None:
+            return
+        if (retransmitter := reliable.send_next(self._ctx.layer, self._tx, now)) is not None:
+            self._ctx.acks_awaited[retransmitter] = self
+        held = self.held
+        if held is not None and not reliable.holds_answer:
+            self.held = None
+            self._answer(held, now)
+
+    def on_ack_timeout(self, retransmitter: Retransmit2xx, now: int) -> None:
+        """No PRACK within 64·T1 (§3): the INVITE is refused with 504."""
+        if self.reliable is None or self.reliable.retransmitter is not retransmitter:
+            return
+        self.reliable.retransmitter = None
+        self._ctx.stats["prack_timeout"] += 1
+        self._call.reject(504, now, reason="No PRACK")
+
+    def stop(self) -> None:
+        """No more retransmissions (the final response goes out, or the call ended)."""
+        if self.reliable is not None and (r := self.reliable.retransmitter) is not None:
+            self._ctx.acks_awaited.pop(r, None)
+            self.reliable.stop(self._ctx.layer)
+
+
+class _InDialog(Protocol):
+    """What `on_prack` reads of the `sip.core.call.Call` it is given."""
+
+    id: str
+    _ctx: UaContext
+
+
+def on_prack(
+    call: _InDialog, request: Request, transport: str, destination: tuple[str, int], now: int
+) -> None:
+    """`Call.IN_DIALOG`'s PRACK: to the call's early answer; a call without one gets 481 (§3: nothing to
+    acknowledge)."""
+    early = call._ctx.early_answers.get(call.id)
+    if early is not None:
+        early.on_prack(request, transport, destination, now)
+    else:
+        call._ctx.refuse(request, 481, transport, destination, now, "prack_481")

@@ -71,8 +71,7 @@ its `external_address` in the call's Contact and in the Via of its in-dialog req
 Calls we place: `dial(target, local_media, now, credentials=...)` sends an INVITE with our offer and returns
 the call id; `sip.core.outbound` says what follows (`CallProgress`, `CallConfirmed`, digest retries, CANCEL, forks).
 Counters: calls_out, calls_out_answered, calls_out_failed, call_progress, early_media, cancel_sent,
-ring_timeout, auth_refused, outbound_2xx_bye, answer_without_sdp, malformed_2xx, prack_sent, prack_200,
-prack_failed, prack_bad_rseq (reliable provisionals, RFC 3262: `sip.core.prack`).
+ring_timeout, auth_refused, outbound_2xx_bye, answer_without_sdp, malformed_2xx, prack_* (sip.core.prack).
 
 Registrations (RFC 3261 §10): `add_registration(sip.core.register.Registration(...), now)` carries its REGISTERs
 in this UA's client transactions (its timers join `next_deadline`); `registrations(now)` is their status;
@@ -100,6 +99,7 @@ from sip.core.message import Message, ParseError, Request, Response, make_respon
 from sip.core.offer_answer import LocalMedia, NegotiatedMedia
 from sip.core.outbound import OutboundCall
 from sip.core.policy import Accept, Challenge, Decision, Drop, Refuse
+from sip.core.prack import EarlyAnswer, ReliableProvisionals
 from sip.core.register import Registration, RegistrationStatus
 from sip.core.registrations import Registrations
 from sip.core.server_transaction import ServerInviteTransaction
@@ -113,7 +113,7 @@ from sip.core.transaction import (
     server_key,
 )
 from sip.core.transaction_layer import TransactionLayer
-from sip.core.uabase import ALLOW, ALLOWED, UaContext, parse_dtmf_info, parse_sipfrag, tag_of
+from sip.core.uabase import ALLOW, ALLOWED, EarlyAnswering, UaContext, parse_dtmf_info, parse_sipfrag, tag_of
 from sip.core.uaevents import (
     CallAnswered,
     CallCancelled,
@@ -292,21 +292,35 @@ class UserAgent:
         self.draining = on
 
     def ring(self, call: str, now: int) -> bool:
-        """180 Ringing (with our To tag and Contact)."""
+        """180 Ringing (with our To tag and Contact; reliable when the INVITE requires 100rel)."""
         c = self._calls.get(call)
+        if c is not None and c.stage is Stage.RINGING and (early := self._ctx.early_answers.get(call)):
+            return early.ring(now) or c.ring(now)
         return c is not None and c.ring(now)
 
     def early(self, call: str, local: LocalMedia, now: int) -> NegotiatedMedia | None:
-        """183 Session Progress with our SDP answer: early media before `answer` (`sip.core.call.Call.early`);
-        what was agreed, or None when no 183 could carry it."""
+        """183 with our SDP answer (`sip.core.prack.EarlyAnswer`): what was agreed, or None: no 183 went out."""
         c = self._calls.get(call)
-        return c.early(local, now) if c is not None else None
+        if c is None or c.stage is not Stage.RINGING or c.offer is None:
+            return None
+        return self._early_answer(c).early(c.offer, local, now)
+
+    def _early_answer(self, c: Call) -> EarlyAnswering:
+        """The ringing call's early answer, made at its first need (kept until the call ends: `_forget`)."""
+        answers = self._ctx.early_answers
+        if c.id not in answers:
+            answers[c.id] = EarlyAnswer(self._ctx, c, lambda local, now: self.answer(c.id, local, now))
+        return answers[c.id]
 
     def answer(self, call: str, local: LocalMedia, now: int) -> bool:
         """200 OK with our SDP: the answer to the INVITE's offer, or our offer when it had none
         (`CallAnswered` follows). False when the call is not ringing any more, or when the offer has nothing
         in common with `local` (then 488 went out and `CallEnded(488)` follows)."""
         c = self._calls.get(call)
+        if c is not None and c.stage is Stage.RINGING and (early := self._ctx.early_answers.get(call)):
+            if (answering := early.answering(local, now)) is None:
+                return True  # after the PRACK (RFC 3262 §3)
+            local = answering  # the 183's answer again
         return c is not None and c.answer(local, now)
 
     def reject(
@@ -640,6 +654,8 @@ class UserAgent:
         self._dialogs[dialog.id] = c
         self._by_ist[ist] = c
         self._initial[(call_id, from_tag, cseq)] = c
+        if ReliableProvisionals.required(request):  # its 180 goes reliably too (RFC 3262 §3)
+            self._early_answer(c)
         self.stats["calls"] += 1
         self._ctx.events.append(
             IncomingCall(
@@ -763,6 +779,8 @@ class UserAgent:
         key = (c.dialog.id.call_id, c.dialog.id.remote_tag, c.invite.headers.get("CSeq") or "")
         if self._initial.get(key) is c:
             del self._initial[key]
+        if (early := self._ctx.early_answers.pop(c.id, None)) is not None:
+            early.stop()
 
     def _settle(self, o: OutboundCall) -> None:
         """`o` has its final response: its call (if answered) is routed like any other from now on."""

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from sip.core.dialog import Dialog
 from sip.core.headers import parse_name_addr
 from sip.core.message import Message, Request, Response, make_response
-from sip.core.offer_answer import NegotiatedMedia
+from sip.core.offer_answer import LocalMedia, NegotiatedMedia
 from sip.core.sdp import SdpError, SessionDescription, parse_sdp
 from sip.core.transaction import ClientTransaction, Retransmit2xx, Scheduler, ServerTransaction
 from sip.core.transaction_layer import TransactionLayer
@@ -48,6 +48,20 @@ class AckWaiter(Protocol):
     def on_ack_timeout(self, retransmitter: Retransmit2xx, now: int) -> None: ...
 
 
+class EarlyAnswering(Protocol):
+    """A ringing call's early answer (`sip.core.prack.EarlyAnswer`), as the router and the call's PRACK use it."""
+
+    def ring(self, now: int) -> bool: ...
+
+    def early(self, offer: SessionDescription, local: LocalMedia, now: int) -> NegotiatedMedia | None: ...
+
+    def answering(self, local: LocalMedia, now: int) -> LocalMedia | None: ...
+
+    def stop(self) -> None: ...
+
+    def on_prack(self, request: Request, transport: str, destination: tuple[str, int], now: int) -> None: ...
+
+
 class UaContext:
     """The shared services of one user agent (see the module docstring). `owners` says which object (a call, an
     outbound call, the registrations) sent each client transaction still routed; `acks_awaited` which call each 2xx retransmitter belongs to.
@@ -65,6 +79,7 @@ class UaContext:
         "acks_awaited",
         "call_ended",
         "outbound_settled",
+        "early_answers",
     )
 
     def __init__(
@@ -87,6 +102,7 @@ class UaContext:
         self.acks_awaited: dict[Retransmit2xx, AckWaiter] = {}
         self.call_ended = call_ended
         self.outbound_settled = outbound_settled
+        self.early_answers: dict[str, EarlyAnswering] = {}  # ringing calls' early answers (sip.core.prack)
 
     def via(self, transport: str, host: str | None = None) -> str:
         sent_by = self.host_port(transport, host)
