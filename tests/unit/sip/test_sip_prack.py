@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import base64
+import itertools
 import random
+from dataclasses import replace
 
 from rtp.units import NS_PER_MS as MS
 from sip.core.message import Request, Response, make_response, serialize
@@ -17,7 +20,7 @@ from sip.core.ua import (
     UserAgent,
 )
 from tests.support.sip_ua import LOCAL as UAS_LOCAL
-from tests.support.sip_ua import Caller, _to_tag, new_ua, statuses
+from tests.support.sip_ua import Caller, _to_tag, new_ua, offer_sdp, statuses
 from tests.support.sip_uac import ANSWER_SDP, LOCAL, TARGET, TRUNK, Callee
 
 S = 1000 * MS
@@ -192,3 +195,24 @@ def test_require_100rel_elsewhere_than_an_invite_is_still_420() -> None:
     caller = Caller(new_ua())
     (refused,) = caller.request("OPTIONS", 0, "z9hG4bKo1", extra=("Require: 100rel",))
     assert isinstance(refused, Response) and refused.status == 420
+
+
+def test_the_200_after_a_183_carries_the_183s_answer_srtp_keys_included() -> None:
+    caller = Caller(new_ua(srtp="optional"), transport="tls")
+    theirs = base64.b64encode(bytes(range(30))).decode()
+    offer = (
+        offer_sdp().replace("RTP/AVP", "RTP/SAVP") + f"a=crypto:1 AES_CM_128_HMAC_SHA1_80 inline:{theirs}\r\n"
+    )
+    caller.invite(0, body=offer)
+    (incoming,) = [e for e in caller.take_events() if isinstance(e, IncomingCall)]
+    counter = itertools.count(1)  # every draw of key bytes differs: a second answer would name other keys
+    local = replace(UAS_LOCAL, srtp="optional", key_source=lambda n: bytes([next(counter)]) * n)
+    early = caller.ua.early(incoming.call, local, 10 * MS)
+    assert early is not None and early.srtp is not None
+    (progress_183,) = caller.collect()
+    assert isinstance(progress_183, Response) and b"a=crypto:" in progress_183.body
+    assert caller.ua.answer(incoming.call, local, 1 * S)
+    (ok,) = caller.collect()
+    assert isinstance(ok, Response) and ok.status == 200 and ok.body == progress_183.body
+    (answered,) = [e for e in caller.take_events() if isinstance(e, CallAnswered)]
+    assert answered.media is not None and answered.media.srtp == early.srtp  # the keys the media started with
