@@ -38,7 +38,7 @@ An INVITE without an offer gets no 183 (our offer would need its answer in a PRA
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -233,23 +233,17 @@ class _Ringing(Protocol):
         self, status: int, now: int, *, reason: str | None = None, headers: tuple[tuple[str, str], ...] = ()
     ) -> bool: ...
 
+    def answer(self, local: LocalMedia, now: int) -> bool: ...
+
 
 class EarlyAnswer:
-    """A ringing call's reliable provisionals and 183 (module docstring). `answer` is the router's (the call
-    answered with a `LocalMedia`), called back at the PRACK an answer waited for."""
+    """A ringing call's reliable provisionals, its 183 and its answer after them (module docstring)."""
 
-    def __init__(self, ctx: UaContext, call: _Ringing, answer: Callable[[LocalMedia, int], object]) -> None:
-        invite = call.invite
-        self._ctx, self._call, self._invite, self._tx, self._answer = (
-            ctx,
-            call,
-            invite,
-            call.server_tx,
-            answer,
-        )
+    def __init__(self, ctx: UaContext, call: _Ringing) -> None:
+        self._ctx, self._call, self._invite, self._tx = ctx, call, call.invite, call.server_tx
         self._to_tag, self._contact = call.dialog.id.local_tag, call.dialog.local_contact
         self.reliable = (
-            ReliableProvisionals(invite, ctx.rng) if ReliableProvisionals.required(invite) else None
+            ReliableProvisionals(call.invite, ctx.rng) if ReliableProvisionals.required(call.invite) else None
         )
         self.media: NegotiatedMedia | None = None  # what the 183 agreed
         self._keys: list[bytes] = []  # the random bytes the 183's answer drew (SDES keys)
@@ -295,17 +289,19 @@ class EarlyAnswer:
         self._ctx.stats["early_media_sent"] += 1
         return result.media
 
-    def answering(self, local: LocalMedia, now: int) -> LocalMedia | None:
-        """The call is about to be answered with `local`: None when its 2xx must wait for a PRACK (RFC 3262 §3:
-        it is sent then), else `local` drawing the 183's keys again, so the 200 carries the 183's answer."""
+    def answer(self, local: LocalMedia, now: int) -> bool:
+        """Answer the call with `local` (`Call.answer`): at once, or, when its 2xx must wait for a PRACK, at the
+        PRACK (RFC 3262 §3; True meanwhile). `local` draws the 183's key bytes again, so the 200 carries the
+        183's answer."""
         if self.reliable is not None and self.reliable.holds_answer:
             self.held = local
-            return None
+            return True
         self.stop()
-        if not self._keys:
-            return local
-        again: Iterator[bytes] = iter(list(self._keys))
-        return replace(local, key_source=lambda n: next(again, b"") or local.key_source(n))
+        if self._keys:
+            again: Iterator[bytes] = iter(list(self._keys))
+            draw = local.key_source
+            local = replace(local, key_source=lambda n: next(again, b"") or draw(n))
+        return self._call.answer(local, now)
 
     def on_prack(self, request: Request, transport: str, destination: tuple[str, int], now: int) -> None:
         """A PRACK in the call's dialog: 200 when it names the reliable provisional outstanding (the next
@@ -325,7 +321,7 @@ class EarlyAnswer:
         held = self.held
         if held is not None and not reliable.holds_answer:
             self.held = None
-            self._answer(held, now)
+            self.answer(held, now)
 
     def on_ack_timeout(self, retransmitter: Retransmit2xx, now: int) -> None:
         """No PRACK within 64·T1 (§3): the INVITE is refused with 504."""

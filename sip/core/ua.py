@@ -294,8 +294,8 @@ class UserAgent:
     def ring(self, call: str, now: int) -> bool:
         """180 Ringing (with our To tag and Contact; reliable when the INVITE requires 100rel)."""
         c = self._calls.get(call)
-        if c is not None and c.stage is Stage.RINGING and (early := self._ctx.early_answers.get(call)):
-            return early.ring(now) or c.ring(now)
+        if c is not None and c.stage is Stage.RINGING and ReliableProvisionals.required(c.invite):
+            return self._early_answer(c).ring(now)
         return c is not None and c.ring(now)
 
     def early(self, call: str, local: LocalMedia, now: int) -> NegotiatedMedia | None:
@@ -305,11 +305,10 @@ class UserAgent:
             return None
         return self._early_answer(c).early(c.offer, local, now)
 
-    def _early_answer(self, c: Call) -> EarlyAnswering:
-        """The ringing call's early answer, made at its first need (kept until the call ends: `_forget`)."""
+    def _early_answer(self, c: Call) -> EarlyAnswering:  # made at its first need, kept until the call ends
         answers = self._ctx.early_answers
         if c.id not in answers:
-            answers[c.id] = EarlyAnswer(self._ctx, c, lambda local, now: self.answer(c.id, local, now))
+            answers[c.id] = EarlyAnswer(self._ctx, c)
         return answers[c.id]
 
     def answer(self, call: str, local: LocalMedia, now: int) -> bool:
@@ -318,9 +317,7 @@ class UserAgent:
         in common with `local` (then 488 went out and `CallEnded(488)` follows)."""
         c = self._calls.get(call)
         if c is not None and c.stage is Stage.RINGING and (early := self._ctx.early_answers.get(call)):
-            if (answering := early.answering(local, now)) is None:
-                return True  # after the PRACK (RFC 3262 §3)
-            local = answering  # the 183's answer again
+            return early.answer(local, now)  # the 183's answer again, maybe after a PRACK (RFC 3262 §3)
         return c is not None and c.answer(local, now)
 
     def reject(
@@ -654,8 +651,6 @@ class UserAgent:
         self._dialogs[dialog.id] = c
         self._by_ist[ist] = c
         self._initial[(call_id, from_tag, cseq)] = c
-        if ReliableProvisionals.required(request):  # its 180 goes reliably too (RFC 3262 §3)
-            self._early_answer(c)
         self.stats["calls"] += 1
         self._ctx.events.append(
             IncomingCall(
