@@ -17,7 +17,7 @@ provisional above 100 goes reliably: `Require: 100rel` and `RSeq` (the first a r
 to T2 as a 2xx is (§13.3.1.4's retransmitter), until the PRACK that names it (`RAck` with its RSeq, the
 INVITE's CSeq number and method) → 200 to the PRACK. One reliable provisional is outstanding at a time
 (§3: "MUST NOT send a second reliable provisional response until the first is acknowledged"): a later one
-waits in order. A PRACK that names none outstanding → 481 (§3). No PRACK within 64·T1 → the owner rejects
+waits in order. A PRACK that names none outstanding → 481 (§3). No PRACK within 64·T1 → `EarlyAnswer` rejects
 the INVITE with a 5xx (§3 "SHOULD"): 504 here, the peer (or the network to it) did not answer in time. A
 2xx that answers an offer or answer carried in an unacknowledged reliable provisional waits for its PRACK
 (§3: the final response "MUST NOT" be sent until then): `holds_answer`. An INVITE that only says
@@ -144,9 +144,9 @@ class PrackSender:
 
 
 class ReliableProvisionals:
-    """The reliable provisionals of one INVITE we answer (module docstring). `send` and `on_prack` return
-    what the owner acts on; its `on_ack_timeout` (the `sip.core.uabase.AckWaiter` of the retransmitter) is
-    called at 64·T1 without a PRACK, and it calls `timed_out` (the owner then rejects the INVITE)."""
+    """The reliable provisionals of one INVITE we answer (module docstring), for their owner (`EarlyAnswer`):
+    `send`, `acknowledge` and `send_next` return what it acts on; it is the `sip.core.uabase.AckWaiter` of
+    their retransmitter, told at 64·T1 without a PRACK (then it rejects the INVITE)."""
 
     __slots__ = ("rseq", "outstanding", "has_sdp", "queue", "retransmitter", "cseq")
 
