@@ -17,19 +17,13 @@ from bridge.cli.config import load
 from bridge.cli.ops import RoutedApplication
 from bridge.server.api import Application, Server
 from sip.leg import CallIdentity
+from tests.support.serve_capture import capture_servers
 
 
 @pytest.fixture
 def captured(monkeypatch: pytest.MonkeyPatch) -> list[Server]:
     """The Server `serve` would run, instead of running it."""
-    servers: list[Server] = []
-
-    def fake_run(server: Server, event_loop: str) -> int:
-        servers.append(server)
-        return 0
-
-    monkeypatch.setattr(cli, "_run_server", fake_run)
-    return servers
+    return capture_servers(monkeypatch)
 
 
 def serve(args: list[str], captured: list[Server]) -> tuple[int, str]:

@@ -25,6 +25,7 @@ from bridge.server.jsonlog import JsonFormatter, secret_values
 from bridge.server.observe import CallObserver
 from bridge.server.session import CallSummary
 from sip.leg import CallIdentity, PlayoutLeg
+from tests.support.serve_capture import capture_servers
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "deploy" / "example.toml"
 
@@ -59,14 +60,7 @@ def _file(tmp_path: Path, text: str) -> Path:
 @pytest.fixture
 def captured(monkeypatch: pytest.MonkeyPatch) -> list[Server]:
     """The Server `serve` would run, instead of running it."""
-    servers: list[Server] = []
-
-    def fake_run(server: Server, event_loop: str) -> int:
-        servers.append(server)
-        return 0
-
-    monkeypatch.setattr(cli, "_run_server", fake_run)
-    return servers
+    return capture_servers(monkeypatch)
 
 
 def test_serve_config_builds_the_server_from_the_file(tmp_path: Path, captured: list[Server]) -> None:

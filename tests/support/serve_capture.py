@@ -1,0 +1,20 @@
+"""The Server `serve` would run, captured instead of run (for tests of what the command line builds)."""
+
+from __future__ import annotations
+
+import pytest
+
+from bridge.cli import commands as cli
+from bridge.server.api import Server
+
+
+def capture_servers(monkeypatch: pytest.MonkeyPatch) -> list[Server]:
+    """Every Server `serve` builds from now on, appended here; `serve` returns 0 without running it."""
+    servers: list[Server] = []
+
+    def fake_run(server: Server, event_loop: str) -> int:
+        servers.append(server)
+        return 0
+
+    monkeypatch.setattr(cli, "_run_server", fake_run)
+    return servers
