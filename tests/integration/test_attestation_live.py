@@ -61,9 +61,15 @@ def test_failed_attestation_gets_608_and_a_passed_one_reaches_the_cdr(start_brid
     logs = (passed.workdir / "sipp_logs.log").read_text(errors="replace")
     assert "ANSWERED" in logs and "CLOSED" in logs, logs[-2000:]
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not (cdr.exists() and cdr.read_text().strip()):
+    while time.monotonic() < deadline and not (cdr.exists() and len(cdr.read_text().splitlines()) >= 2):
         time.sleep(0.05)
-    (line,) = cdr.read_text().splitlines()  # the refused call never started: no CDR line
+    # the refused call never started: a refusal row (no call record), then the passed call's record
+    refused, line = cdr.read_text().splitlines()
+    assert {k: json.loads(refused).get(k) for k in ("kind", "reason", "sip_status")} == {
+        "kind": "call_refused",
+        "reason": "attestation_failed",
+        "sip_status": 608,
+    }, refused
     attestation = json.loads(line)["call"]["attestation"]
     assert attestation == {
         "verstat": "passed",
