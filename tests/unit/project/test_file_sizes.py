@@ -1,5 +1,6 @@
 """No Python file under sip/ is longer than 800 lines: a SIP module that grows past it is split along its seams
 (its RFC sections, the sans-I/O core beside its shell), as message, sdp, transaction and the native engine were.
+README.md stays a front door of at most 200 lines.
 
 The files are read as text (nothing is imported); a line is what `wc -l` counts.
 """
@@ -34,3 +35,9 @@ def test_the_check_sees_a_long_file(tmp_path: Path) -> None:
     (tmp_path / "sip" / "core" / "full.py").write_text("x = 1\n" * 800)
     (tmp_path / "bridge" / "long.py").write_text("x = 1\n" * 900)
     assert too_long(tmp_path) == ["sip/core/long.py: 801 lines"]
+
+
+def test_the_readme_is_a_front_door() -> None:
+    """README.md says what it is, the two commands, a first call, placing calls, the shape of a deployment and
+    where to read on, in at most 200 lines; the manual is docs/."""
+    assert (ROOT / "README.md").read_bytes().count(b"\n") <= 200
