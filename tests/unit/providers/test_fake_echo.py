@@ -1,4 +1,4 @@
-"""The echo model on virtual time: detection by energy with hangover, bit-exact echo spans, pacing and queueing."""
+"""The echo model on virtual time: detection by energy with hangover, bit-exact utterance spans."""
 
 from __future__ import annotations
 
@@ -8,12 +8,9 @@ import numpy as np
 import pytest
 
 from providers.fakes.echo import (
-    EchoAudio,
     EchoEvent,
-    EchoFinished,
     EchoModel,
     EchoOptions,
-    EchoStarted,
     UtteranceDetected,
     UtteranceStarted,
 )
@@ -42,7 +39,7 @@ def ulaw(*parts: np.ndarray) -> bytes:
 
 
 class Driver:
-    """Feeds 20 ms µ-law frames at real time on a virtual clock and runs the model's timers in between."""
+    """Feeds 20 ms µ-law frames at real time on a virtual clock."""
 
     def __init__(self, model: EchoModel) -> None:
         self.model = model
@@ -54,10 +51,6 @@ class Driver:
             self.events.append(ev)
 
     def advance(self, until: int) -> None:
-        while (d := self.model.next_deadline()) is not None and d <= until:
-            self.now = max(self.now, d)
-            self.model.handle_timer(self.now)
-            self._drain()
         self.now = max(self.now, until)
 
     def feed(self, audio: bytes, frame_bytes: int = 160, frame_ms: int = 20) -> None:
@@ -86,50 +79,12 @@ def test_one_tone_burst_is_detected_once_and_echoed_bit_exactly() -> None:
     # Detected in the frame that completes 400 ms of hangover (1680..1700 ms), not earlier.
     assert det.at == 1680 * MS
 
-    echoed = b"".join(e.data for e in d.of(EchoAudio))
-    assert echoed == audio[440 * 8 : 1360 * 8]
-    assert [len(e.data) for e in d.of(EchoAudio)] == [320] * 23  # 920 ms in 40 ms chunks
-    [fin] = d.of(EchoFinished)
-    assert fin.index == 1
-
-
-def test_echo_chunks_are_due_at_t0_plus_n_chunks_and_not_earlier() -> None:
-    model = EchoModel(RATE, 1)
-    audio = ulaw(quiet(500), tone(800), quiet(400, seed=2))
-    d = Driver(model)
-    d.feed(audio)  # ends exactly at the detection frame's end
-    [started] = d.of(EchoStarted)
-    t0 = started.at
-    assert t0 == 1680 * MS
-    for n in range(1, 23):
-        due = t0 + n * 40 * MS
-        assert model.next_deadline() == due
-        before = len(d.events)
-        model.handle_timer(due - 1)
-        assert model.next_event() is None and len(d.events) == before
-        model.handle_timer(due)
-        ev = model.next_event()
-        assert isinstance(ev, EchoAudio) and ev.n == n and ev.due == due
-        d.events.append(ev)
-    assert isinstance(model.next_event(), EchoFinished)
-    assert model.next_deadline() is None
-
-
-def test_lead_sends_the_first_chunks_at_once() -> None:
-    model = EchoModel(RATE, 1, EchoOptions(lead_ms=120))
-    d = Driver(model)
-    d.feed(ulaw(quiet(500), tone(800), quiet(400, seed=2)))
-    t0 = d.of(EchoStarted)[0].at
-    assert [e.due for e in d.of(EchoAudio)] == [t0] * 4  # n = 0..3 have t0 + n*40 - 120 <= t0
-    assert model.next_deadline() == t0 + 40 * MS
-
 
 @pytest.mark.parametrize(("blip_ms", "detected"), [(100, False), (120, True)])
 def test_blips_shorter_than_min_utterance_are_ignored(blip_ms: int, detected: bool) -> None:
     d = Driver(EchoModel(RATE, 1))
     d.feed(ulaw(quiet(300), tone(blip_ms), quiet(1000, seed=3)))
     assert len(d.of(UtteranceDetected)) == int(detected)
-    assert bool(d.of(EchoAudio)) is detected
 
 
 def test_min_utterance_counts_voiced_audio_only() -> None:
@@ -158,29 +113,6 @@ def test_hangover_option_is_respected() -> None:
     assert len(d.of(UtteranceDetected)) == 2
 
 
-def test_an_utterance_ending_during_an_echo_is_queued() -> None:
-    audio = ulaw(quiet(500), tone(2000), quiet(600, seed=10), tone(400), quiet(3000, seed=11))
-    model = EchoModel(RATE, 1)
-    d = Driver(model)
-    d.feed(audio)
-    d.advance(20_000 * MS)
-
-    first, second = (e.utterance for e in d.of(UtteranceDetected))
-    assert (first.start_ms, first.end_ms) == (440, 2560)
-    assert (second.start_ms, second.end_ms) == (3040, 3560)
-    s1, s2 = d.of(EchoStarted)
-    det2 = d.of(UtteranceDetected)[1]
-    assert det2.at < s1.at + 2120 * MS  # ended while the first echo was still playing
-    assert s2.at == s1.at + 2120 * MS  # starts when the first echo has played out
-    assert (s2.start_ms, s2.end_ms) == (s1.end_ms, s1.end_ms + 520)
-    chunks2 = [e for e in d.of(EchoAudio) if e.index == 2]
-    assert [e.due for e in chunks2] == [s2.at + n * 40 * MS for n in range(len(chunks2))]
-    assert b"".join(e.data for e in chunks2) == audio[3040 * 8 : 3560 * 8]
-    # Order: all of echo 1 before any of echo 2.
-    indices = [e.index for e in d.of(EchoAudio)]
-    assert indices == sorted(indices)
-
-
 def test_pcm16_input_echoes_its_own_bytes() -> None:
     rate = 16000
     audio = pcm16(np.concatenate([quiet(300, rate), tone(500, rate), quiet(800, rate, seed=12)]))
@@ -206,19 +138,11 @@ def test_memory_stays_bounded_in_silence_and_utterances_are_capped() -> None:
     assert model.retained_bytes <= (2000 + 2 * 60) * 8 + 20 * 16
 
 
-def test_queue_is_bounded() -> None:
-    model = EchoModel(RATE, 1, EchoOptions(max_queued=1, hangover_ms=100))
-    burst = ulaw(tone(200), quiet(200, seed=14))
-    for _ in range(5):
-        model.receive_audio(burst, ulaw_decode(burst), 0)  # all at now=0: nothing plays out
-    assert model.queued == 1 and model.dropped == 3
-
-
 def test_an_onset_needs_a_run_of_voiced_windows_and_is_reported_at_once() -> None:
     """Gemini's VAD (`onset_ms`, `report_onsets`): a lone voiced window begins nothing; a run of two begins an
     utterance, reported at once even when it then ends too short to be detected (the next one takes its
     index); `end_utterance` ends one now, its pre-roll the `pad_ms` before the run."""
-    model = EchoModel(RATE, 1, EchoOptions(onset_ms=40, report_onsets=True, speak=False))
+    model = EchoModel(RATE, 1, EchoOptions(onset_ms=40, report_onsets=True))
     d = Driver(model)
     d.feed(ulaw(quiet(200), tone(20), quiet(600, seed=1)))
     assert d.events == []
