@@ -75,11 +75,10 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import numpy as np
-
 from providers.fakes.connection import FakeCore, parse_client
 from providers.fakes.echo import EchoModel, EchoOptions, UtteranceDetected, UtteranceStarted, check_options
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
+from providers.fakes.kit_openai import ms_of, tone, whole_samples
 from providers.fakes.script import Script, Turn, label
 from providers.fakes.server import (
     CloseRequest,
@@ -88,6 +87,7 @@ from providers.fakes.server import (
     IdSource,
     serving,
 )
+from rtp.audio import AudioFormat, Encoding
 from rtp.resample import Resampler
 from rtp.units import NS_PER_MS
 
@@ -106,6 +106,7 @@ __all__ = [
 
 _IN_RATE = 16_000
 _OUT_RATE = 24_000
+_OUT = AudioFormat(Encoding.PCM16, _OUT_RATE)
 _TOKENS_PER_AUDIO_S = 25
 _CONTEXT_LIMIT = 128_000
 
@@ -127,17 +128,8 @@ KNOWN_MODELS = frozenset(
     }
 )
 ALLOWED_SERVER_KEYS = frozenset(
-    {
-        "setupComplete",
-        "serverContent",
-        "toolCall",
-        "toolCallCancellation",
-        "usageMetadata",
-        "goAway",
-        "sessionResumptionUpdate",
-        "voiceActivityDetectionSignal",
-        "voiceActivity",
-    }
+    "setupComplete serverContent toolCall toolCallCancellation usageMetadata goAway sessionResumptionUpdate "
+    "voiceActivityDetectionSignal voiceActivity".split()
 )
 DEFAULT_PATH = "/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent"
 # `//ws/...` (what the SDK requests) reaches the shell's path check as `/google.ai...` (urlsplit reads `ws` as
@@ -147,41 +139,13 @@ _PATH = re.compile(
     r"BidiGenerateContent(?:Constrained)?$"
 )
 _SETUP_KEYS = frozenset(
-    {
-        "model",
-        "generationConfig",
-        "systemInstruction",
-        "tools",
-        "realtimeInputConfig",
-        "sessionResumption",
-        "contextWindowCompression",
-        "inputAudioTranscription",
-        "outputAudioTranscription",
-        "proactivity",
-        "explicitVadSignal",
-        "historyConfig",
-        "safetySettings",
-        "avatarConfig",
-        "labels",
-    }
+    "model generationConfig systemInstruction tools realtimeInputConfig sessionResumption "
+    "contextWindowCompression inputAudioTranscription outputAudioTranscription proactivity explicitVadSignal "
+    "historyConfig safetySettings avatarConfig labels".split()
 )
 _GENERATION_KEYS = frozenset(
-    {
-        "responseModalities",
-        "speechConfig",
-        "temperature",
-        "maxOutputTokens",
-        "topK",
-        "topP",
-        "seed",
-        "mediaResolution",
-        "enableAffectiveDialog",
-        "thinkingConfig",
-        "translationConfig",
-        "candidateCount",
-        "presencePenalty",
-        "frequencyPenalty",
-    }
+    "responseModalities speechConfig temperature maxOutputTokens topK topP seed mediaResolution "
+    "enableAffectiveDialog thinkingConfig translationConfig candidateCount presencePenalty frequencyPenalty".split()
 )
 _SPEECH_KEYS = frozenset({"voiceConfig", "languageCode", "multiSpeakerVoiceConfig"})  # SpeechConfig
 _REALTIME_INPUT_KEYS = frozenset(
@@ -341,13 +305,6 @@ def _audio_message(data: str) -> dict[str, Any]:
     """A model turn's audio chunk (`data`: the base64 of 24 kHz PCM16)."""
     inline = {"mimeType": f"audio/pcm;rate={_OUT_RATE}", "data": data}
     return {"serverContent": {"modelTurn": {"parts": [{"inlineData": inline}]}}}
-
-
-def _tone(ms: int, hz: float) -> bytes:
-    n = _OUT_RATE * ms // 1000
-    t = np.arange(n) / _OUT_RATE
-    ramp = np.minimum(1.0, np.minimum(np.arange(n), np.arange(n)[::-1]) / (_OUT_RATE * 0.005))
-    return (0.3 * 32767 * np.sin(2 * np.pi * hz * t) * ramp).astype("<i2").tobytes()
 
 
 # -- voice activity -----------------------------------------------------------------------------------------
@@ -752,9 +709,7 @@ class GeminiFakeConnection(FakeCore):
         self._audio_bytes = len(pcm)
         if rate != self._in_rate:
             self._in_rate, self._in_resampler, self._carry = rate, Resampler(rate, _IN_RATE), b""
-        pcm = self._carry + pcm
-        whole = len(pcm) & ~1
-        pcm, self._carry = pcm[:whole], pcm[whole:]
+        pcm, self._carry = whole_samples(self._carry, pcm, 2)
         assert self._in_resampler is not None and self._vad is not None and self.session is not None
         pcm = self._in_resampler.process(pcm)
         if self._vad.manual:
@@ -873,12 +828,12 @@ class GeminiFakeConnection(FakeCore):
         if turn.reply == "echo" and reply.utterance is not None:
             up = Resampler(_IN_RATE, _OUT_RATE)
             reply.audio = up.process(reply.utterance) + up.flush()
-            transcript = turn.transcript or label("echo", reply.number, len(reply.audio) / 2 / _OUT_RATE)
+            transcript = turn.transcript or label("echo", reply.number, ms_of(_OUT, len(reply.audio)) / 1000)
         elif turn.reply == "silence":
             reply.audio = bytes(_OUT_RATE * turn.duration_ms // 1000 * 2)
             transcript = turn.transcript or ""
         else:
-            reply.audio = _tone(turn.duration_ms, turn.frequency_hz)
+            reply.audio = tone(_OUT, turn.frequency_hz, 0, _OUT_RATE * turn.duration_ms // 1000)
             placeholder = label("tone", reply.number, turn.duration_ms / 1000)
             transcript = turn.transcript or (
                 reply.text if turn.reply == "echo" and reply.text else placeholder
