@@ -527,9 +527,7 @@ class _Socket(asyncio.Protocol):
         self._server._write_notes(core.record, now)
         if self._active:
             self._pull()
-            self._take_writes()
-            self._flush()
-            self._arm()
+            self._send()
 
     def shut_down(self) -> None:
         """The server stops: an open connection is closed with 1001 (its close handshake may take up to
@@ -537,10 +535,8 @@ class _Socket(asyncio.Protocol):
         if self._proto.state is OPEN and not self.hanging:
             self._active = False
             self._proto.send_close(CloseCode.GOING_AWAY)
-            self._take_writes()
-            self._flush()
             self._closing()
-            self._arm()
+            self._send()
         elif self._proto.state is not CLOSING:
             self.abort()
 
@@ -562,18 +558,20 @@ class _Socket(asyncio.Protocol):
         end = buffer.find(b"\r\n\r\n")
         if end < 0:
             if len(buffer) > MAX_REQUEST_BYTES:  # the protocol refuses it (a line or header too long)
-                self._split, self._buffer = False, b""
-                self._proto.receive_data(buffer)
-                self._events()
+                self._unsplit(buffer)
             return
         self._buffer = buffer[end + 4 :]
         self._proto.receive_data(buffer[: end + 4])
         self._events()
         if self._core is None:  # refused or not a request: whatever follows goes to the protocol
-            self._split, rest, self._buffer = False, self._buffer, b""
-            if rest:
-                self._proto.receive_data(rest)
-                self._events()
+            self._unsplit(self._buffer)
+
+    def _unsplit(self, data: bytes) -> None:
+        """From here on every byte goes to the protocol, `data` (what was buffered) first."""
+        self._split, self._buffer = False, b""
+        if data:
+            self._proto.receive_data(data)
+            self._events()
 
     def _frames(self) -> None:
         """Every whole frame in the buffer, in order; a partial one waits for the rest."""
@@ -582,9 +580,7 @@ class _Socket(asyncio.Protocol):
         while not self.hanging and (extent := frame_extent(buffer, at)) is not None:
             head, length = extent  # head: with the masking key
             if not buffer[at + 1] & 0x80 or length > MAX_MESSAGE_BYTES:  # the protocol fails the connection
-                self._split, rest, self._buffer = False, buffer[at:], b""
-                proto.receive_data(rest)
-                self._events()
+                self._unsplit(buffer[at:])
                 return
             end = at + head + length
             if end > size:
@@ -737,6 +733,12 @@ class _Socket(asyncio.Protocol):
             else:
                 self._eof = True
 
+    def _send(self) -> None:
+        """Everything queued goes out in one write, and the timer is re-armed for what is due next."""
+        self._take_writes()
+        self._flush()
+        self._arm()
+
     def _flush(self) -> None:
         transport, out = self._transport, self._out
         if transport is None or transport.is_closing() or self.hanging:
@@ -814,9 +816,7 @@ class _Socket(asyncio.Protocol):
                 else:
                     self._server._write_notes(core.record, now)
                     self._pull()
-        self._take_writes()
-        self._flush()
-        self._arm()
+        self._send()
 
 
 def exact_member(text: str, head: str, tail: str) -> str | None:
