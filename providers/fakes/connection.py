@@ -146,6 +146,13 @@ class FakeCore:
     def _on_fault(self, fault: Fault, now: int) -> None:
         """The vendor's part of a fault (its `close`, `invalid_audio`, `slow_handshake`, ...)."""
 
+    def _fire(self, faults: list[Fault], now: int) -> None:
+        """Faults that came due, each through `_fault`, until one closes the connection."""
+        for fault in faults:
+            self._fault(fault, now)
+            if self._closing:
+                return
+
     # -- outputs --------------------------------------------------------------------------------------------
 
     def frames_to_send(self) -> list[str]:

@@ -959,12 +959,8 @@ class GeminiFakeConnection(FakeCore):
         return self._faults is not None and self._faults.stalled(now)
 
     def _fire_faults(self, now: int) -> None:
-        if self._faults is None:
-            return
-        for fault in self._faults.due(now):
-            self._fault(fault, now)
-            if self._closing:
-                return
+        if self._faults is not None:
+            self._fire(self._faults.due(now), now)
 
     def _on_fault(self, fault: Fault, now: int) -> None:
         if fault.kind is FaultKind.CLOSE:
