@@ -103,6 +103,7 @@ _MAX_APPEND_B64 = 15 * 2**20  # providers.md §1.4: up to 15 MiB of base64 per a
 _MIN_COMMIT_MS = 100  # §1.9: a commit needs at least 100 ms of audio
 _GARBAGE = '{"type":"response.output_audio.delta","event_id":"event_'  # garbage_json: cut-off JSON
 _INVALID_B64 = "!!not*base64!!"  # invalid_audio: not decodable as base64
+_FORCE_MESSAGE_MS_PER_CHAR = 60  # how long a `force_message` item speaks (at least 300 ms)
 _EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 700, "auto": 700, "high": 400}  # semantic_vad stand-in
 _RATE_LIMITS = [
     {"name": "requests", "limit": 5000, "remaining": 4999, "reset_seconds": 0.012},
@@ -134,6 +135,15 @@ def item_variants(common: Mapping[str, Spec], content: Spec) -> dict[str, Obj]:
             {**common, "call_id": Str(nonempty=True), "output": Str()}, required=("call_id", "output")
         ),
     }
+
+
+def _part(text_only: bool, text: str, prefix: str) -> dict[str, Any]:
+    """A response message's content part (`prefix` "output_": as its item's content names it), with `text`."""
+    return (
+        {"type": prefix + "text", "text": text}
+        if text_only
+        else {"type": prefix + "audio", "transcript": text}
+    )
 
 
 def _message(item_id: str | None, role: str, status: str, content: list[dict[str, Any]]) -> dict[str, Any]:
@@ -254,8 +264,6 @@ class RealtimeFakeOptions:
     """Audio per `response.output_audio.delta`."""
     response_latency_ms: int = 0
     """From `response.created` to the first audio delta."""
-    tone_amplitude: float = 0.3
-    """Of full scale, for the tones a reply speaks."""
     session_length_ms: int | None = None
     ping_interval_ms: int | None = None
     """0 turns the dialect's keepalive ping off."""
@@ -264,14 +272,12 @@ class RealtimeFakeOptions:
     max_utterance_ms: int = 30_000
     window_ms: int = 20
     """The VAD's analysis window."""
-    force_message_ms_per_char: int = 60
-    """How long a `force_message` item speaks, per character of its text (at least 300 ms)."""
     record_client_frames: bool = True
 
     def __post_init__(self) -> None:
         if self.speed <= 0:
             raise ValueError("speed must be positive")
-        for name in ("chunk_ms", "window_ms", "max_utterance_ms", "force_message_ms_per_char"):
+        for name in ("chunk_ms", "window_ms", "max_utterance_ms"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
         if self.response_latency_ms < 0 or self.min_speech_ms < 0:
@@ -715,7 +721,7 @@ class RealtimeFamilyConnection(OpenAICore):
             self._item(previous, "previous_item_id")
         if item["type"] == "force_message":
             text = " ".join(str(c.get("text", "")) for c in item.get("content", []))
-            ms = max(300, len(text) * self.options.force_message_ms_per_char)
+            ms = max(300, len(text) * _FORCE_MESSAGE_MS_PER_CHAR)
             turn = Turn(reply="tone", duration_ms=ms)
             self._no_active_response()
             self._speak(
@@ -735,9 +741,27 @@ class RealtimeFamilyConnection(OpenAICore):
     def _add_item(self, item: dict[str, Any]) -> None:
         previous = self._last_item()
         self._items[item["id"]] = _Item(item)
-        self._event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item))
-        if self.dialect.item_done_events:
-            self._event("conversation.item.done", previous_item_id=previous, item=copy.deepcopy(item))
+        self._conversation_item("added", item, previous)
+        self._conversation_item("done", item, previous)
+
+    def _conversation_item(self, stage: str, item: dict[str, Any], previous: str | None) -> None:
+        """`conversation.item.added` / `.done` (the latter only where the dialect sends it)."""
+        if stage == "added" or self.dialect.item_done_events:
+            self._event(f"conversation.item.{stage}", previous_item_id=previous, item=item)
+
+    def _output_item(
+        self,
+        r: _Response,
+        index: int,
+        stage: str,
+        item: dict[str, Any],
+        previous: str | None | Literal[False],
+    ) -> None:
+        """`response.output_item.added` / `.done` of the response's output `index`, then its conversation event
+        when the response is in the conversation (`previous` False: the item has left it)."""
+        self._event(f"response.output_item.{stage}", response_id=r.id, output_index=index, item=item)
+        if r.in_conversation and previous is not False:
+            self._conversation_item(stage, item, previous)
 
     def _item(self, item_id: str, param: str) -> _Item:
         """The conversation item `item_id` (named by the client's `param`), else `item_not_found`."""
@@ -778,7 +802,7 @@ class RealtimeFamilyConnection(OpenAICore):
     def _on_retrieve(self, event: dict[str, Any], now: int) -> None:
         item_id = event["item_id"]
         validate(Str(), item_id, "item_id")
-        self._event("conversation.item.retrieved", item=copy.deepcopy(self._item(item_id, "item_id").item))
+        self._event("conversation.item.retrieved", item=self._item(item_id, "item_id").item)
 
     def _on_response_create(self, event: dict[str, Any], now: int) -> None:
         d = self.dialect
@@ -940,7 +964,7 @@ class RealtimeFamilyConnection(OpenAICore):
         self._idle_at = None
         self._event("response.created", response=self._response_json(r, "in_progress", None, None))
         if d.rate_limits:
-            self._event("rate_limits.updated", rate_limits=copy.deepcopy(_RATE_LIMITS))
+            self._event("rate_limits.updated", rate_limits=_RATE_LIMITS)
         return r
 
     def _speak(
@@ -962,13 +986,10 @@ class RealtimeFamilyConnection(OpenAICore):
         words = text.split(" ") if text else []
         r.item_id = self._ids.new(self.dialect.item_prefix)
         item = _message(r.item_id, "assistant", "in_progress", [])
-        self._event("response.output_item.added", response_id=r.id, output_index=0, item=copy.deepcopy(item))
+        self._output_item(r, 0, "added", item, self._last_item())
         if r.in_conversation:
-            previous = self._last_item()
             self._items[r.item_id] = _Item(item)
-            self._event("conversation.item.added", previous_item_id=previous, item=copy.deepcopy(item))
-        part = {"type": "text", "text": ""} if r.text_only else {"type": "audio", "transcript": ""}
-        self._event("response.content_part.added", **r.part(part=part))
+        self._event("response.content_part.added", **r.part(part=_part(r.text_only, "", "")))
         if r.text_only:
             r.chunks = [_Chunk(b"", words, 0)]
         else:
@@ -997,7 +1018,7 @@ class RealtimeFamilyConnection(OpenAICore):
             audio = echo.audio
         else:
             frequency = 0.0 if turn.reply == "silence" else turn.frequency_hz
-            audio = tone(fmt, frequency, 0, int(round(fmt.rate * ms / 1000)), self.options.tone_amplitude)
+            audio = tone(fmt, frequency, 0, int(round(fmt.rate * ms / 1000)))
         kind = "echo" if echo is not None else "silence" if turn.reply == "silence" else "tone"
         return audio, turn.transcript if turn.transcript is not None else label(kind, turn_no, ms / 1000)
 
@@ -1036,26 +1057,19 @@ class RealtimeFamilyConnection(OpenAICore):
         self._response = None
         complete = status == "completed"
         text = " ".join(r.words)
-        if r.text_only:
-            if d.text_done_type is not None:
-                self._event(d.text_done_type, **r.part(text=text))
-            part = {"type": "text", "text": text}
-            content = [{"type": "output_text", "text": text}]
-        else:
+        if not r.text_only:
             self._event("response.output_audio.done", **r.part())
             self._event("response.output_audio_transcript.done", **r.part(transcript=text))
-            part = {"type": "audio", "transcript": text}
-            content = [{"type": "output_audio", "transcript": text}]
-        self._event("response.content_part.done", **r.part(part=part))
+        elif d.text_done_type is not None:
+            self._event(d.text_done_type, **r.part(text=text))
+        self._event("response.content_part.done", **r.part(part=_part(r.text_only, text, "")))
+        content = [_part(r.text_only, text, "output_")]
         item = _message(r.item_id, "assistant", "completed" if complete else "incomplete", content)
-        self._event("response.output_item.done", response_id=r.id, output_index=0, item=copy.deepcopy(item))
         r.output.append(item)
-        if r.in_conversation and r.item_id in self._items:
-            entry = self._items[r.item_id]
+        entry = self._items.get(r.item_id or "") if r.in_conversation else None
+        if entry is not None:
             entry.item, entry.audio_ms, entry.words = copy.deepcopy(item), r.audio_ms, list(r.words)
-            if d.item_done_events:
-                previous = self._previous_of(r.item_id)
-                self._event("conversation.item.done", previous_item_id=previous, item=copy.deepcopy(item))
+        self._output_item(r, 0, "done", item, self._previous_of(r.item_id) if entry is not None else False)
         self._done(r, status, None if complete else {"type": "cancelled", "reason": reason})
         # The idle timeout runs from when the response's audio has played out (at real time, from its first
         # delta) plus `idle_timeout_ms` (providers.md §1.3).
@@ -1065,7 +1079,7 @@ class RealtimeFamilyConnection(OpenAICore):
             played_out = (r.first_at if r.first_at is not None else now) + int(r.audio_ms * NS_PER_MS)
             self._idle_at = max(now, played_out) + int(idle) * NS_PER_MS
 
-    def _previous_of(self, item_id: str) -> str | None:
+    def _previous_of(self, item_id: str | None) -> str | None:
         previous = None
         for key in self._items:
             if key == item_id:
@@ -1088,23 +1102,18 @@ class RealtimeFamilyConnection(OpenAICore):
         base = {"id": item_id, "object": "realtime.item", "type": "function_call", "name": call.name}
         base["call_id"] = call_id
         done_item = {**base, "status": "completed", "arguments": arguments}
-        at = {"response_id": r.id, "output_index": index}
         about = {"response_id": r.id, "item_id": item_id, "output_index": index, "call_id": call_id}
         copies = 2 if self._schedule.active(FaultKind.DUPLICATE_TOOL_CALL, self._now) is not None else 1
         for _ in range(copies):
             if d.function_call_events == "streamed":
                 added = {**base, "status": "in_progress", "arguments": ""}
-                self._event("response.output_item.added", **at, item=added)
-                if r.in_conversation:
-                    self._event("conversation.item.added", previous_item_id=self._last_item(), item=added)
+                self._output_item(r, index, "added", added, self._last_item())
                 cut = max(1, len(arguments) // 2)
                 for piece in (arguments[:cut], arguments[cut:]):
                     if piece:
                         self._event("response.function_call_arguments.delta", **about, delta=piece)
             self._event("response.function_call_arguments.done", **about, name=call.name, arguments=arguments)
-            self._event("response.output_item.done", **at, item=copy.deepcopy(done_item))
-            if d.item_done_events and r.in_conversation:
-                self._event("conversation.item.done", previous_item_id=self._last_item(), item=done_item)
+            self._output_item(r, index, "done", done_item, self._last_item())
         if r.in_conversation:
             self._items[item_id] = _Item(copy.deepcopy(done_item))
         r.output.append(done_item)
@@ -1121,7 +1130,7 @@ class RealtimeFamilyConnection(OpenAICore):
             voice = _get(self._session, self.dialect.voice_path)
             obj.update(
                 status_details=details,
-                output=copy.deepcopy(r.output),
+                output=r.output,
                 conversation_id=self._conversation_id if r.in_conversation else None,
                 output_modalities=list(r.modalities),
                 audio={"output": {"format": r.fmt_json, "voice": voice}},
@@ -1130,7 +1139,7 @@ class RealtimeFamilyConnection(OpenAICore):
                 usage=usage,
             )
         else:
-            obj["output"] = copy.deepcopy(r.output)
+            obj["output"] = r.output
             if details is not None:
                 obj["status_details"] = details
             if usage is not None:
