@@ -179,6 +179,9 @@ class OpenAICore(FakeCore):
     """A `FakeCore` for JSON events named by `type` (see the module docstring)."""
 
     client_events: ClassVar[Mapping[str, ClientEvent]] = {}
+    client_event_key: ClassVar[str] = "event_id"
+    """The member of an `error` that echoes the client's `event_id` (GPT-Live's `client_event_id` also names it at
+    the top of every event that answers one: `_answering`)."""
 
     def __init__(self, keep_frames: bool, context: CoreContext) -> None:
         super().__init__(context.get("index", 0), context.get("ids"), keep_frames)
@@ -222,8 +225,20 @@ class OpenAICore(FakeCore):
     def _unknown_event(self, kind: str) -> ClientError:
         raise NotImplementedError
 
-    def _error(self, code: str, message: str, param: str | None, client_event_id: str | None) -> None:
-        raise NotImplementedError
+    def _error(
+        self, code: str, message: str, param: str | None = None, client_event_id: str | None = None
+    ) -> None:
+        error = {"type": "invalid_request_error", "code": code, "message": message, "param": param}
+        event = {"type": "error", "event_id": self._ids.new("event")}
+        error[self.client_event_key] = client_event_id
+        self._emit(self._answering({**event, "error": error}, client_event_id))
+
+    def _answering(self, event: dict[str, Any], client_event_id: Any) -> dict[str, Any]:
+        """`event` naming the client event it answers (`client_event_id`), when the vendor does and that had a
+        string id."""
+        if self.client_event_key == "client_event_id" and isinstance(client_event_id, str):
+            event["client_event_id"] = client_event_id
+        return event
 
     def _fire(self, faults: list[Fault], now: int) -> None:
         """Faults that came due, each through the fault funnel, until one closes the connection."""

@@ -289,6 +289,7 @@ class LiveFakeConnection(OpenAICore):
     """
 
     append_type = "session.input_audio.append"
+    client_event_key = "client_event_id"
     garbage = _GARBAGE_FRAME
 
     def __init__(self, options: LiveFakeOptions | None = None, **context: Unpack[CoreContext]) -> None:
@@ -531,7 +532,9 @@ class LiveFakeConnection(OpenAICore):
         assert fmt is not None
         self._announce_at = None
         self._started_at = now
-        self._echo = EchoModel(fmt.rate, fmt.sample_width, _detector_options(self.options))
+        # the echo model as a pure utterance detector: it never queues, plays or asks for a timer
+        detector = dataclasses.replace(self.options.echo_options(), speak=False)
+        self._echo = EchoModel(fmt.rate, fmt.sample_width, detector)
         self._decode = codec(fmt.encoding)[0]
         self._chunk_bytes = max(1, fmt.rate * self.options.chunk_ms // 1000) * fmt.sample_width
         self._next_usage = now + self.options.usage_interval_ms * NS_PER_MS
@@ -748,27 +751,6 @@ class LiveFakeConnection(OpenAICore):
             self._answering({**closed, "session": self._resource, "usage": self._usage(now)}, client_event_id)
         )
         self._close_with(CloseRequest(1000))
-
-    def _error(self, code: str, message: str, param: str | None, client_event_id: str | None) -> None:
-        error = {"type": "invalid_request_error", "code": code, "message": message, "param": param}
-        event = {"type": "error", "event_id": self._ids.new("event")}
-        self._emit(
-            self._answering(
-                {**event, "error": {**error, "client_event_id": client_event_id}}, client_event_id
-            )
-        )
-
-    @staticmethod
-    def _answering(event: dict[str, Any], client_event_id: Any) -> dict[str, Any]:
-        """`event` naming the client event it answers (`client_event_id`), when that had a string id."""
-        if isinstance(client_event_id, str):
-            event["client_event_id"] = client_event_id
-        return event
-
-
-def _detector_options(options: LiveFakeOptions) -> EchoOptions:
-    """The echo model as a pure utterance detector (`speak=False`): it never queues, plays or asks for a timer."""
-    return dataclasses.replace(options.echo_options(), speak=False)
 
 
 # -- the shell ----------------------------------------------------------------------------------------------

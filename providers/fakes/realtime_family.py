@@ -564,12 +564,6 @@ class RealtimeFamilyConnection(OpenAICore):
             self._release()
             super()._close_with(request)
 
-    def _error(
-        self, code: str, message: str, param: str | None = None, client_event_id: str | None = None
-    ) -> None:
-        error = {"type": "invalid_request_error", "code": code, "message": message, "param": param}
-        self._event("error", error={**error, "event_id": client_event_id})
-
     def _events(self) -> Mapping[str, ClientEvent]:
         return self._handlers
 
