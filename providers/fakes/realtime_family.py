@@ -12,7 +12,7 @@ The model behind it (deterministic, on bytes and `now` only):
 * Input audio is decoded per the session's input format and its length counted from bytes (the `*_ms` values
   of VAD events are offsets into the appended audio, never clock readings). The server VAD is the energy
   detector of echo.py: `threshold` t (0..1) maps to -55 + 25*t dBFS per 20 ms window, `silence_duration_ms` is
-  the hangover, speech counts once it holds `min_speech_ms` of voiced audio. `speech_started.audio_start_ms` =
+  the hangover, speech counts once it holds 100 ms of voiced audio. `speech_started.audio_start_ms` =
   first voiced ms - `prefix_padding_ms`; `speech_stopped.audio_end_ms` = last voiced ms + `silence_duration_ms`.
 * `turn_detection: null` runs no VAD at all: nothing is committed or answered until the client's
   `input_audio_buffer.commit` (under 100 ms: `input_audio_buffer_commit_empty`), which is transcribed at once
@@ -103,6 +103,10 @@ _MAX_APPEND_B64 = 15 * 2**20  # providers.md §1.4: up to 15 MiB of base64 per a
 _MIN_COMMIT_MS = 100  # §1.9: a commit needs at least 100 ms of audio
 _GARBAGE = '{"type":"response.output_audio.delta","event_id":"event_'  # garbage_json: cut-off JSON
 _INVALID_B64 = "!!not*base64!!"  # invalid_audio: not decodable as base64
+_INPUT_FORMAT = ("audio", "input", "format")  # where both dialects keep it
+_WINDOW_MS = 20  # the VAD's analysis window
+_MIN_SPEECH_MS = 100  # voiced audio needed before `speech_started` (and barge-in)
+_MAX_UTTERANCE_MS = 30_000
 _FORCE_MESSAGE_MS_PER_CHAR = 60  # how long a `force_message` item speaks (at least 300 ms)
 _EAGERNESS_SILENCE_MS = {"low": 1000, "medium": 700, "auto": 700, "high": 400}  # semantic_vad stand-in
 _RATE_LIMITS = [
@@ -206,9 +210,6 @@ class Dialect:
     """Session length in ms -> the error message / close reason at the cap."""
     voice_path: tuple[str, ...] = ("audio", "output", "voice")
     turn_detection_path: tuple[str, ...] = ("audio", "input", "turn_detection")
-    input_format_path: tuple[str, ...] = ("audio", "input", "format")
-    output_format_path: tuple[str, ...] = ("audio", "output", "format")
-    transcription_path: tuple[str, ...] = ("audio", "input", "transcription")
     modalities_path: tuple[str, ...] | None = ("output_modalities",)
     """Where the session says which output modalities it wants (None: audio always)."""
     response_modalities_key: str = "output_modalities"
@@ -262,26 +263,16 @@ class RealtimeFakeOptions:
     """Output audio goes out this many times faster than real time."""
     chunk_ms: int = 100
     """Audio per `response.output_audio.delta`."""
-    response_latency_ms: int = 0
-    """From `response.created` to the first audio delta."""
     session_length_ms: int | None = None
     ping_interval_ms: int | None = None
     """0 turns the dialect's keepalive ping off."""
-    min_speech_ms: int = 100
-    """Voiced audio needed before `speech_started` (and barge-in)."""
-    max_utterance_ms: int = 30_000
-    window_ms: int = 20
-    """The VAD's analysis window."""
     record_client_frames: bool = True
 
     def __post_init__(self) -> None:
         if self.speed <= 0:
             raise ValueError("speed must be positive")
-        for name in ("chunk_ms", "window_ms", "max_utterance_ms"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive")
-        if self.response_latency_ms < 0 or self.min_speech_ms < 0:
-            raise ValueError("response_latency_ms and min_speech_ms must not be negative")
+        if self.chunk_ms <= 0:
+            raise ValueError("chunk_ms must be positive")
         if self.session_length_ms is not None and self.session_length_ms <= 0:
             raise ValueError("session_length_ms must be positive")
 
@@ -304,9 +295,9 @@ def _vad_dbfs(td: Mapping[str, Any]) -> float:
 # -- audio helpers -------------------------------------------------------------------------------------------
 
 
-def _has_speech(fmt: AudioFormat, raw: bytes, dbfs: float, window_ms: int) -> bool:
+def _has_speech(fmt: AudioFormat, raw: bytes, dbfs: float) -> bool:
     pcm = codec(fmt.encoding)[0](raw[: len(raw) - len(raw) % fmt.sample_width])
-    return any(voiced_windows(pcm, max(1, fmt.rate * window_ms // 1000), mean_square(dbfs)))
+    return any(voiced_windows(pcm, max(1, fmt.rate * _WINDOW_MS // 1000), mean_square(dbfs)))
 
 
 # -- conversation state --------------------------------------------------------------------------------------
@@ -419,7 +410,7 @@ class RealtimeFamilyConnection(OpenAICore):
         self._session = d.new_session(model or d.default_model, session_id, self._unix_time + length // 1000)
         self._conversation_id = self._ids.new("conv")
         self._items: dict[str, _Item] = {}
-        self._input_fmt = audio_format(_get(self._session, d.input_format_path) or {})
+        self._input_fmt = audio_format(_get(self._session, _INPUT_FORMAT) or {})
         self._carry = b""
         self._input_ms = 0.0
         self._buffer = bytearray()  # raw input since the last commit/clear (its last max_utterance_ms)
@@ -593,7 +584,7 @@ class RealtimeFamilyConnection(OpenAICore):
     def _reconfigure(self) -> None:
         """Apply the session's formats and turn detection (a changed input side restarts the VAD)."""
         d = self.dialect
-        fmt = audio_format(_get(self._session, d.input_format_path) or {})
+        fmt = audio_format(_get(self._session, _INPUT_FORMAT) or {})
         td = _get(self._session, d.turn_detection_path)
         key = (fmt, json.dumps(td, sort_keys=True))
         if key == self._vad_key:
@@ -611,17 +602,16 @@ class RealtimeFamilyConnection(OpenAICore):
             self._vad = EchoModel(fmt.rate, fmt.sample_width, self._vad_options(td))
 
     def _vad_options(self, td: dict[str, Any]) -> EchoOptions:
-        opts = self.options
         silence = td.get("silence_duration_ms")
         if td.get("type") == "semantic_vad":
             silence = _EAGERNESS_SILENCE_MS.get(td.get("eagerness") or "auto", 700)
         return EchoOptions(
             threshold_dbfs=_vad_dbfs(td),
-            window_ms=opts.window_ms,
+            window_ms=_WINDOW_MS,
             hangover_ms=int(500 if silence is None else silence),
-            min_utterance_ms=opts.min_speech_ms,
+            min_utterance_ms=_MIN_SPEECH_MS,
             pad_ms=int(td.get("prefix_padding_ms") or 0) if td.get("type") == "server_vad" else 300,
-            max_utterance_ms=opts.max_utterance_ms,
+            max_utterance_ms=_MAX_UTTERANCE_MS,
             report_starts=True,
             speak=False,
         )
@@ -663,7 +653,7 @@ class RealtimeFamilyConnection(OpenAICore):
         self._input_total_ms += ms
         self._buffer += raw
         self._buffer_ms += ms
-        keep = int(self.options.max_utterance_ms * fmt.rate / 1000) * fmt.sample_width
+        keep = int(_MAX_UTTERANCE_MS * fmt.rate / 1000) * fmt.sample_width
         if len(self._buffer) > keep:
             del self._buffer[: len(self._buffer) - keep]
         if self._vad is not None:
@@ -680,7 +670,7 @@ class RealtimeFamilyConnection(OpenAICore):
         d, fmt = self.dialect, self._input_fmt
         respond = d.commit_creates_response
         if respond and d.commit_ignores_silence:
-            respond = _has_speech(fmt, bytes(self._buffer), _vad_dbfs(self._td), self.options.window_ms)
+            respond = _has_speech(fmt, bytes(self._buffer), _vad_dbfs(self._td))
         item_id = self._speech_item or self._ids.new(d.item_prefix)
         self._commit(self._buffered(item_id), now, respond=respond)
 
@@ -892,7 +882,7 @@ class RealtimeFamilyConnection(OpenAICore):
 
     def _transcribe(self, source: _Input) -> None:
         d = self.dialect
-        config = _get(self._session, d.transcription_path)
+        config = _get(self._session, ("audio", "input", "transcription"))
         if not isinstance(config, dict):
             return
         text = label("utterance", source.index, source.ms / 1000)
@@ -937,7 +927,9 @@ class RealtimeFamilyConnection(OpenAICore):
 
     def _new_response(self, now: int, params: dict[str, Any], *, interruptible: bool = True) -> _Response:
         d = self.dialect
-        fmt_json = _get(params, ("audio", "output", "format")) or _get(self._session, d.output_format_path)
+        fmt_json = _get(params, ("audio", "output", "format")) or _get(
+            self._session, ("audio", "output", "format")
+        )
         fmt_json = copy.deepcopy(fmt_json or {"type": "audio/pcm"})
         if fmt_json.get("type") == "audio/pcm":
             fmt_json.setdefault("rate", 24000)
@@ -999,7 +991,7 @@ class RealtimeFamilyConnection(OpenAICore):
                 )
                 for i, p in enumerate(pieces)
             ]
-        r.next_at = now + self.options.response_latency_ms * NS_PER_MS
+        r.next_at = now
         self._response = r
         self._pump(now)
 
