@@ -148,7 +148,6 @@ class LiveFakeOptions(EchoOptions):
     usage_interval_ms: int = 15_000
     session_length_ms: int = 60 * 60 * 1000
     """GPT-Live's real limit is undocumented; 60 min like Realtime. Sets `expires_at` and the `expired` close."""
-    default_voice: str = "marin"
     record_client_frames: bool = True
     """Keep every client frame in `ConnectionRecord.client_frames`; turn off for long in-process calls."""
     script: Script = Script()
@@ -398,10 +397,6 @@ class LiveFakeConnection(OpenAICore):
         return self._resource is not None
 
     @property
-    def audio_format(self) -> AudioFormat | None:
-        return self._fmt
-
-    @property
     def echo(self) -> EchoModel | None:
         """The echo model used as the utterance detector (after session.started), for introspection in tests."""
         return self._echo
@@ -543,7 +538,7 @@ class LiveFakeConnection(OpenAICore):
         lifetime_s = (now - self._created_now) // NS_PER_S + self.options.session_length_ms // 1000
         self._resource = {"id": session_id, "expires_at": self._unix_time + lifetime_s, **self._settings}
         output = self._resource["audio"]["output"]
-        output["voice"] = output["voice"] or self.options.default_voice
+        output["voice"] = output["voice"] or "marin"  # as Realtime's default session speaks
         started: dict[str, Any] = {"type": "session.started", "event_id": self._ids.new("event")}
         self._emit(self._answering({**started, "session": self._resource}, self._start_event_id))
 
