@@ -701,7 +701,6 @@ class RealtimeFamilyConnection(OpenAICore):
         validate(d.item_schema, item, "item")
         previous = event.get("previous_item_id")
         if previous is not None:
-            validate(Str(), previous, "previous_item_id")
             self._item(previous, "previous_item_id")
         if item["type"] == "force_message":
             text = " ".join(str(c.get("text", "")) for c in item.get("content", []))
@@ -747,8 +746,9 @@ class RealtimeFamilyConnection(OpenAICore):
         if r.in_conversation and previous is not False:
             self._conversation_item(stage, item, previous)
 
-    def _item(self, item_id: str, param: str) -> _Item:
-        """The conversation item `item_id` (named by the client's `param`), else `item_not_found`."""
+    def _item(self, item_id: Any, param: str) -> _Item:
+        """The conversation item `item_id` (named by the client's `param`, a string), else `item_not_found`."""
+        validate(Str(), item_id, param)
         entry = self._items.get(item_id)
         if entry is None:
             raise ClientError("item_not_found", f"Item with item_id not found: {item_id}", param)
@@ -778,15 +778,12 @@ class RealtimeFamilyConnection(OpenAICore):
 
     def _on_delete(self, event: dict[str, Any], now: int) -> None:
         item_id = event["item_id"]
-        validate(Str(), item_id, "item_id")
         self._item(item_id, "item_id")
         del self._items[item_id]
         self._event("conversation.item.deleted", item_id=item_id)
 
     def _on_retrieve(self, event: dict[str, Any], now: int) -> None:
-        item_id = event["item_id"]
-        validate(Str(), item_id, "item_id")
-        self._event("conversation.item.retrieved", item=self._item(item_id, "item_id").item)
+        self._event("conversation.item.retrieved", item=self._item(event["item_id"], "item_id").item)
 
     def _on_response_create(self, event: dict[str, Any], now: int) -> None:
         d = self.dialect
