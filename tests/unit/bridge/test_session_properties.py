@@ -48,6 +48,11 @@ Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
 - Disclosure (bridge/engine/disclosure.py; a recorded one, on the calls the machine gives one): no model audio
   reaches the channel before every frame of the disclosure was transmitted, unless the call or the session
   ended first (then the record says `partial` or `not_delivered`).
+- Early media (an outbound call's far end before the answer, through the shell's frame path,
+  bridge/server/session.py `CallerFrames`, to `early_media_frame` only when the route asks, drawn at the start):
+  no frame of it reaches a connection (`SendAudio`) unless the route asked, none starts a caller turn, and no
+  model audio (nor the disclosure) reaches the channel before the answer (S7, ringing) — the media clock runs
+  while it flows.
 
 CI runs the machine on its `--quick` budget (`test_s1_to_s7_hold_over_the_machines_call_histories`, the same
 histories every run); tests/bench/properties.py runs it over new ones (`--seed`, `--examples`); each case it
@@ -56,6 +61,7 @@ found is a regression test below.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections import deque
@@ -103,6 +109,8 @@ from bridge.engine.coordinator import (
 )
 from bridge.engine.delegations import DeliverResult, DispatchJob, JobChanged, SendContext
 from bridge.engine.disclosure import DISCLOSURE_ITEM, Disclosure
+from bridge.engine.early_media import EarlyMediaWindow
+from bridge.server.session import CallerFrames, _unheard
 from providers.base import Capabilities
 from providers.events import (
     AudioReceived,
@@ -123,7 +131,7 @@ from providers.limits import GPT_LIVE, OPENAI_REALTIME
 from providers.limits import AudioLimits as ProviderLimits
 from rtp.audio import PCMU_8K
 from rtp.playout import ClearResult, OutboundFrame, Playout
-from sip.leg import PlayoutLeg
+from sip.leg import FrameReceived, PlayoutLeg
 from tests.support.rollover_session import SCALED
 from tests.support.session_engine import GPT_LIVE_CAPS, MS, REALTIME, TICK, speech_frame
 
@@ -227,6 +235,7 @@ class SessionMachine(RuleBasedStateMachine):
         outbound=st.booleans(),
         amd=st.sampled_from([None, "hang_up", "recording", "message", "talk"]),
         disclosure=st.booleans(),
+        early_to_provider=st.sampled_from([True, False]),
     )
     def start(
         self,
@@ -236,6 +245,7 @@ class SessionMachine(RuleBasedStateMachine):
         outbound: bool = False,
         amd: str | None = None,
         disclosure: bool = False,
+        early_to_provider: bool = False,
     ) -> None:
         self.profile = profile
         self.auto_answers = auto_answers  # approve and authorize answered True at once, or by steps
@@ -286,6 +296,12 @@ class SessionMachine(RuleBasedStateMachine):
         self.amd: AmdChoice | None = None
         self.amd_waiting = False  # the callee answered and the chosen action has not started: the model waits
         self.amd_ended = False  # the action ended the call (a hang-up, a recording): nothing is funded after
+        self.early_to_provider = early_to_provider  # the route gives the far end's early media to the model
+        self.early_media = EarlyMediaWindow(0, to_provider=early_to_provider)
+        # the shell's frame path (the leg's media tick into the core), with its early-media switch
+        self.frame_path = CallerFrames("props", asyncio.Queue(), lambda: self.now, None, lambda core: None)
+        self.in_early = False  # an early-media frame is being delivered
+        self.early_frames = 0
         self.ready = True
         self._deliver_now(self.conns[1], SessionStarted(1, "sess_1"))
         self.ringing = outbound and hasattr(self.core, "ring")  # an outbound call rings until answered (S7)
@@ -324,6 +340,11 @@ class SessionMachine(RuleBasedStateMachine):
 
     def _command(self, command: object, floor: int, listeners: set[int], recovery: bool) -> None:
         if isinstance(command, SendAudio):
+            self._require(
+                self.early_to_provider or not self.in_early,
+                "EARLY",
+                f"early media reached connection {command.token}, and the route did not ask",
+            )
             conn = self.conns[command.token]
             assert not conn.closed, f"caller audio sent to closed connection {command.token}"
             conn.frames += 1
@@ -624,6 +645,7 @@ class SessionMachine(RuleBasedStateMachine):
         """S3: a transmitted frame came from the floor of its time, and after the latest clear. The disclosure: no
         model audio before all of it."""
         if frame is not None and frame.item_id == DISCLOSURE_ITEM:
+            self._require(not self.ringing, "S7", "the disclosure transmitted before the callee answered")
             self.disclosure_sent += 1
             return
         if frame is None or frame.pcmu is None or frame.pcmu[0] != MARK:
@@ -637,6 +659,7 @@ class SessionMachine(RuleBasedStateMachine):
             )
         serial = int.from_bytes(frame.pcmu[2:5], "big")
         token, floor, clears, arrived = self.chunks[serial]
+        self._require(not self.ringing, "S7", f"connection {token}'s audio transmitted before the answer")
         self._require(
             not self.amd_waiting, "AMD", f"connection {token}'s audio transmitted before the AMD action"
         )
@@ -925,10 +948,44 @@ class SessionMachine(RuleBasedStateMachine):
         """The dialled callee answers: media starts (S7: what waited plays now; with AMD, once the action
         chosen after the verdict starts)."""
         self.ringing = False
+        self.frame_path.early = None  # the shell at the answer: the callee's frames take the caller's path
         if self.amd is not None:
             self.amd_waiting = True
             return
         self._call(self.core.answered, self.now)  # type: ignore[attr-defined]
+
+    @precondition(lambda self: self.live and self.ringing and not self.leg_ended)
+    @rule(frames=st.integers(1, 60), speech=st.booleans())
+    def far_end_early_media(self, frames: int, speech: bool) -> None:
+        """The far end's early media (an IVR prompt, an announcement, ringback) before the answer, as the shell's
+        frame path gives it (bridge/server/session.py `CallerFrames.early`): to `early_media_frame` when the route
+        asks, else nowhere. The media clock runs meanwhile. Early media is neither a caller's turn nor the callee:
+        no frame of it reaches a connection unless the route asked, none starts a caller turn, and no model audio
+        leaves before the answer (S7)."""
+        turns, path = self.core.turns, self.frame_path
+        if self.early_media.started(183, self.now) is not None:  # as the shell at the leg's EarlyMediaStarted
+            path.early = self.core.early_media_frame if self.early_media.to_provider else _unheard
+        before = turns.local_turn
+        for _ in range(frames):
+            if self.over or not self.ringing:
+                return
+            self.now += TICK
+            if self.pulling:
+                self._pulled(self.playout.pull(self.now))
+            self.early_frames += 1
+            frame = FrameReceived(SPEECH if speech else SILENCE, self.early_frames, self.now)
+            self.in_early = True
+            self._call(path.feed, self.core, frame, self.now)
+            self.in_early = False
+            self._require(
+                not turns.speaking and turns.local_turn == before and self.speaking is None,
+                "EARLY",
+                f"early media started a caller turn ({turns.local_turn})",
+            )
+            deadline = self.core.next_deadline()
+            if deadline is not None and deadline <= self.now:
+                self._call(self.core.handle_timer, self.now)
+            self._deliver_due()
 
     # --- rules: answering-machine detection ---------------------------------------------------------------
 
@@ -1491,3 +1548,25 @@ def test_amd_the_models_words_wait_for_the_mailboxs_beep_then_play() -> None:
     machine.amd_greeting_ends(True)
     machine.caller_pauses(50)
     assert machine.playout.ledger.frames_transmitted >= 20  # the held words, after the beep
+
+
+@pytest.mark.parametrize("to_provider", [True, False], ids=["route-asks", "route-silent"])
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name)
+def test_early_media_reaches_the_model_only_when_asked_and_nothing_plays_before_the_answer(
+    profile: Profile, to_provider: bool
+) -> None:
+    """An outbound call rings with an IVR's prompt as early media while the model already speaks its greeting:
+    the prompt reaches the connection only when the route asks, starts no caller turn, and the greeting waits
+    for the answer (each checked at every frame), then plays."""
+    machine = SessionMachine()
+    machine.start(profile, True, 500, True, None, False, to_provider)
+    machine.provider_speaks(0, 20)
+    machine.caller_pauses(20)  # the greeting has reached the core: it waits
+    machine.far_end_early_media(50, True)
+    machine.far_end_early_media(20, False)
+    assert machine.conns[1].frames == (70 if to_provider else 0)
+    assert machine.playout.ledger.frames_transmitted == 0
+    machine.callee_answers()
+    machine.caller_pauses(30)
+    assert machine.playout.ledger.frames_transmitted >= 20
+    machine.teardown()
