@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Literal, Protocol, TypeGuard
 
+from sip.core.app_headers import DEFAULT_ALLOW
 from sip.core.auth import Credentials, DigestServer
 from sip.core.policy import DEFAULT_SCANNERS, BindCheck, InboundPolicy, PolicyConfig, check_bind
 from sip.core.trunks import Trunk
@@ -83,6 +84,8 @@ class EngineConfig:
     # Without NAT mode, whose RTP a call takes (rtp/latch.py): "learn" the caller's source (Asterisk's strictrtp
     # with learning: the signalled address, or the first source sending 4 packets in sequence) or "strict"
     rtp_source: Literal["learn", "strict"] = "learn"
+    # The inbound headers the application sees (sip/core/app_headers.py): names, a trailing "*" a prefix
+    sip_headers: tuple[str, ...] = DEFAULT_ALLOW
     # TLS (sip/native/tls.py) and SRTP (SDES, rtp/srtp.py): a TLS listener at tls (host, port) with
     # cert/tls_key; tls_ca for outbound TLS; srtp "off" | "optional" | "required" (keys only over TLS)
     tls: tuple[str, int] | None = None

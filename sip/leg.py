@@ -34,6 +34,16 @@ class CallIdentity:
     # peer's headers, so a caller cannot claim it and be routed as an outbound call.
     direction: Literal["inbound", "outbound"] = "inbound"
     trunk: str | None = None  # the trunk the INVITE was matched to (sip/core/trunks.py); None: none
+    # What the application sees (sip/core/app_headers.py): the allowlisted headers, cleaned and bounded, how
+    # many were dropped past the count bound and how many values were cut; the caller's number (P-Asserted-
+    # Identity's on a trunk trusted with it, else From's), the number a forwarded call was first dialled to
+    # (Diversion's, trusted trunks only) and which rule gave `caller`.
+    sip_headers: tuple[tuple[str, str], ...] = field(default=())
+    headers_dropped: int = 0
+    headers_cut: int = 0
+    caller: str = ""
+    diverted_from: str = ""
+    identity_trusted: bool = False
 
     def header(self, name: str) -> str | None:
         """First value of a SIP header, case-insensitively."""

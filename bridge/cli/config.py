@@ -10,11 +10,14 @@ shows each one with a comment:
     [providers.NAME]  (NAME one of openai-live, openai-realtime, gemini-live, xai) key_env, model, voice, url, ca
     [[trunks]]    name*, registrar, auth_user, password_env, register_expires_s, register_keepalive_s,
                   allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address, nat,
-                  rtp_source (learn | strict), cps, max_calls
+                  rtp_source (learn | strict), cps, max_calls, trust_identity_headers (its P-Asserted-Identity
+                  and Diversion give the caller ID: sip/core/app_headers.py)
     [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents,
                   server_header, realm, refuse_failed_attestation, early_media (off | ringback | ringback-us |
-                  a WAV: 183 and early media while the provider connects, sip/native/early.py)
-    [[routes]]    name*, direction (inbound | outbound), number | pattern, header = {name, value}, attestation
+                  a WAV: 183 and early media while the provider connects, sip/native/early.py), sip_headers
+                  (the inbound headers the application sees: sip/core/app_headers.py)
+    [[routes]]    name*, direction (inbound | outbound), number | pattern, header = {name, value}, caller (the
+                  caller's number or a pattern: P-Asserted-Identity's on a trusted trunk, else From's), attestation
                   (passed | failed | none | absent), provider,
                   instructions | instructions_file, tools = [{name, description, parameters}], greeting,
                   language, voice, amd, amd_machine, amd_message, amd_message_wav (outbound routes: override
@@ -138,6 +141,7 @@ from providers.batching import APPEND_MS_CHOICES, DEFAULT_APPEND_MS
 from providers.limits import LimitOverrides
 from rtp.latch import SOURCE_POLICIES, SourcePolicy
 from rtp.tones import RINGBACK_TONES
+from sip.core.app_headers import DEFAULT_ALLOW, NEVER_PASSED
 from sip.core.attestation import VERSTATS, Verstat, attestation_of
 from sip.core.policy import DEFAULT_SCANNERS
 from sip.engine import DEFAULT_ENGINE, ENGINES
@@ -243,6 +247,9 @@ class Trunk:
         None  # calls placed through it per second (bridge/engine/dial_limits.py); None: no limit
     )
     max_calls: int | None = None  # calls placed through it at once, ringing ones too; None: no limit
+    trust_identity_headers: bool = (
+        False  # its P-Asserted-Identity / Diversion give the caller ID (app_headers)
+    )
 
     @property
     def needs_password(self) -> bool:
@@ -265,6 +272,8 @@ class Inbound:
     refuse_failed_attestation: bool = False  # verstat=TN-Validation-Failed → 608 (sip/core/attestation.py)
     # 183 with early media while the provider connects: None (off), a tone of rtp.tones.RINGBACK_TONES, a WAV
     early_media: str | None = None
+    # the inbound headers the application sees (sip/core/app_headers.py): names, a trailing "*" a prefix
+    sip_headers: tuple[str, ...] = DEFAULT_ALLOW
 
 
 # a SIP header value we may send as it is: printable ASCII, no CR/LF (RFC 3261 §25.1 TEXT-UTF8 kept to ASCII)
@@ -288,6 +297,9 @@ class Route:
     number: str | None = None  # exact called number
     pattern: str | None = None  # Asterisk-style (see the module docstring)
     header: HeaderMatch | None = None
+    # the caller's number (sip/core/app_headers.py: P-Asserted-Identity's on a trusted trunk, else From's): an
+    # exact number, or an Asterisk-style pattern when it starts with "_"
+    caller: str | None = None
     attestation: Verstat | None = None  # the carrier's verstat (sip/core/attestation.py); None: any
     provider: str | None = None  # None: [defaults] provider
     instructions: str | None = None
@@ -310,7 +322,13 @@ class Route:
     early_media_to_provider: bool | None = None  # an outbound route's (None: [outbound]'s)
     _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
-    def matches(self, called: str, headers: Sequence[tuple[str, str]]) -> bool:
+    def matches(self, called: str, headers: Sequence[tuple[str, str]], caller: str = "") -> bool:
+        if self.caller is not None and not (
+            compile_pattern(self.caller).fullmatch(caller) is not None
+            if self.caller.startswith("_")
+            else caller == self.caller
+        ):
+            return False
         if self.number is not None and called != self.number:
             return False
         if self.pattern is not None:
@@ -328,7 +346,11 @@ class Route:
     @property
     def catch_all(self) -> bool:
         return (
-            self.number is None and self.pattern is None and self.header is None and self.attestation is None
+            self.number is None
+            and self.pattern is None
+            and self.header is None
+            and self.attestation is None
+            and self.caller is None
         )
 
 
@@ -512,11 +534,13 @@ def select_route(
     called: str,
     headers: Sequence[tuple[str, str]] = (),
     direction: Direction = "inbound",
+    caller: str = "",
 ) -> Route | None:
     """The first route (file order) of `direction` matching the called (for an outbound call: the dialled)
-    number and SIP headers; None when none does. A route of the other direction never matches."""
+    number, SIP headers and caller's number; None when none does. A route of the other direction never
+    matches."""
     for route in routes:
-        if route.direction == direction and route.matches(called, headers):
+        if route.direction == direction and route.matches(called, headers, caller):
             return route
     return None
 
@@ -1155,6 +1179,7 @@ def _trunks(r: _Reader, items: list[dict[str, object]]) -> tuple[Trunk, ...]:
             else "learn",
             cps=r.number(t, "cps", p, lo=0.0, default=None),
             max_calls=r.integer(t, "max_calls", p, lo=1),
+            trust_identity_headers=r.boolean(t, "trust_identity_headers", p, False),
         )
         if trunk.registrar is not None and trunk.auth_user is None and "password_env" in t:
             r.fail(f"{p}.password_env", "a password without auth_user is never used")
@@ -1180,7 +1205,28 @@ def _inbound(r: _Reader, t: dict[str, object]) -> Inbound:
         realm=r.string(t, "realm", p, regex=HEADER_TEXT, what="printable ASCII, 1-128 chars"),
         refuse_failed_attestation=r.boolean(t, "refuse_failed_attestation", p, False),
         early_media=_early_media(r, t, p),
+        sip_headers=_sip_headers(r, t, p),
     )
+
+
+_HEADER_PATTERN = re.compile(r"[A-Za-z0-9!%'+.^_`|~-]+\*?")  # an RFC 3261 token, or one then "*" (a prefix)
+
+
+def _sip_headers(r: _Reader, t: Mapping[str, object], p: str) -> tuple[str, ...]:
+    """`sip_headers`: header names (a trailing "*" a prefix) the application sees; never a credentials field."""
+    names = r.string_list(t, "sip_headers", p, DEFAULT_ALLOW)
+    for name in names:
+        if not _HEADER_PATTERN.fullmatch(name):
+            r.fail(
+                f"{p}.sip_headers",
+                f"expected a SIP header name, or a prefix ending in *; got {json.dumps(name)}",
+            )
+        elif name.lower() in NEVER_PASSED:  # a prefix that covers one still never passes it
+            r.fail(
+                f"{p}.sip_headers",
+                f"{json.dumps(name)} carries credentials: it never reaches the application",
+            )
+    return names
 
 
 def _early_media(r: _Reader, t: Mapping[str, object], p: str) -> str | None:
@@ -1201,6 +1247,7 @@ _ROUTE_KEYS = [
     "number",
     "pattern",
     "header",
+    "caller",
     "attestation",
     "provider",
     "instructions",
@@ -1333,6 +1380,13 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
                 regex = compile_pattern(pattern)
             except ValueError as exc:
                 r.fail(f"{p}.pattern", f"{json.dumps(pattern)}: {exc}")
+        caller = r.string(t, "caller", p, what='a caller number, or an Asterisk-style pattern like "_+4930."')
+        if caller is not None and caller.startswith("_"):
+            try:
+                compile_pattern(caller)
+            except ValueError as exc:
+                r.fail(f"{p}.caller", f"{json.dumps(caller)}: {exc}")
+                caller = None
         header = None
         h = r.table(t, "header", p)
         if "header" in t:
@@ -1346,6 +1400,8 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
         direction = r.choice(t, "direction", p, DIRECTIONS, "inbound")
         if direction == "outbound" and header is not None:
             r.fail(f"{p}.header", "an outbound route has no header to match: the bridge writes the INVITE")
+        if direction == "outbound" and caller is not None:
+            r.fail(f"{p}.caller", "an outbound route has no caller to match: the bridge is the caller")
         amd = r.boolean(t, "amd", p, False) if "amd" in t else None
         for key in ("amd", "amd_machine", "amd_message", "amd_message_wav"):
             if direction != "outbound" and key in t:
@@ -1382,6 +1438,7 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
             number=number,
             pattern=pattern,
             header=header,
+            caller=caller,
             attestation=next((v for v in VERSTATS if v == attestation), None),
             provider=r.choice(t, "provider", p, PROVIDER_NAMES, None),
             instructions=r.instructions(t, p),
@@ -1921,7 +1978,16 @@ OPTIONS: tuple[Option, ...] = (
            "4 packets in sequence, then only that one: Asterisk's strictrtp) or strict (only the SDP's "
            "address).", type=click.Choice(SOURCE_POLICIES), default="learn", show_default=True,
            example=("strict",)),
+    Option("trust_identity_headers", ("--trust-identity-headers",), "trunks[].trust_identity_headers",
+           "This trunk sets P-Asserted-Identity and Diversion itself (a carrier, an SBC): the caller ID is the "
+           "first P-Asserted-Identity's number, diverted_from the first Diversion's (without it: From's number, "
+           "the headers passed on as claims).", is_flag=True, example=()),
     # [inbound]
+    Option("sip_header", ("--sip-header",), "inbound.sip_headers",
+           "An inbound SIP header the application sees (identity, webhook, call record, CDR); a trailing * is "
+           "a prefix; repeatable, replaces the default: X-*, P-Asserted-Identity, Diversion, History-Info. At "
+           "most 32 fields, each value cut at 1,024 characters, control characters dropped; Authorization "
+           "never.", multiple=True, metavar="NAME", example=("X-Customer-Id",)),
     Option("drop_unknown", ("--drop-unknown",), "inbound.drop_unknown",
            "Send nothing at all to a source outside --allow.", is_flag=True, needs=("--allow", "10.0.0.0/8")),
     Option("refuse_failed_attestation", ("--refuse-failed-attestation",), "inbound.refuse_failed_attestation",

@@ -87,6 +87,7 @@ from bridge.server.session import CallSummary
 from bridge.server.webhook import WebhookConfig
 from providers.batching import DEFAULT_APPEND_MS
 from rtp.tones import RINGBACK_TONES
+from sip.core.app_headers import DEFAULT_ALLOW
 from sip.core.identity import request_user
 from sip.core.trunks import Trunk, TrunkTable
 from sip.leg import CallIdentity
@@ -168,6 +169,13 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
             "inbound.early_media / outbound.early_media_to_provider: the pjsua2 engine sends no 183 with early "
             "media and gives no early media of the calls it places: use the native engine"
         )
+    if config.engine.name == "pjsua2" and (
+        config.inbound.sip_headers != DEFAULT_ALLOW or any(t.trust_identity_headers for t in config.trunks)
+    ):
+        problems.append(
+            "inbound.sip_headers / trunks[].trust_identity_headers: the pjsua2 engine matches no trunk to an "
+            "INVITE and passes only the default headers: use the native engine"
+        )
     if problems:
         raise ConfigError([f"{config.source or 'command line'}: {p}" for p in problems])
     limits = call_limits(config)
@@ -229,6 +237,7 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
         record_dir=config.recording.dir,  # bridge/server/recording.py: a stereo WAV per call
         dial_trunks=dial_trunks(config, environ),
         blocked_user_agents=config.inbound.blocked_user_agents,
+        sip_headers=config.inbound.sip_headers,
         **_one_trunk_global(trunks),
     )
 
@@ -300,6 +309,7 @@ def trunk_policies(config: BridgeConfig, environ: Mapping[str, str]) -> tuple[Tr
             register_password=environ.get(t.password_env) or None if t.needs_password else None,
             register_expires_s=t.register_expires_s,
             register_keepalive_s=t.register_keepalive_s or None,
+            trust_identity_headers=t.trust_identity_headers,
         )
         for t in config.trunks
     )
@@ -414,7 +424,7 @@ class RoutedApplication(Application):
     async def setup(self, call: CallIdentity) -> CallSetup:
         base = await self._inner.setup(call)
         routes = self._config.routes
-        route = select_route(routes, call.request_user, call.headers, "inbound")
+        route = select_route(routes, call.request_user, call.headers, "inbound", call.caller)
         if route is None and any(r.direction == "inbound" for r in routes):
             raise CallRefused(404, f"no route for the called number {call.request_user!r}")
         return self._setup(call, base, route)

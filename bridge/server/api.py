@@ -81,6 +81,7 @@ from bridge.server.records import (
 from bridge.server.session import CallSession, CallSummary
 from providers.base import Provider, SessionSettings, ToolSpec
 from providers.limits import LimitOverrides
+from sip.core.app_headers import DEFAULT_ALLOW
 from sip.core.attestation import attestation_of
 from sip.core.outbound import check_headers
 from sip.core.policy import DEFAULT_SCANNERS
@@ -323,6 +324,9 @@ class ServerConfig:
         DEFAULT_SCANNERS  # User-Agent substrings dropped (sip/core/policy.py)
     )
     external_address: str | None = None  # NAT: the address peers reach us at
+    sip_headers: tuple[str, ...] = (
+        DEFAULT_ALLOW  # inbound headers the application sees (sip/core/app_headers.py)
+    )
     drain_timeout_s: float = 0.0  # SIGTERM lets live calls finish this long (0: hang up at once)
     amd: bool = False  # answering-machine detection on the calls `dial` places (bridge/engine/amd.py)
     # busy / no-answer retries of the calls `dial` places (bridge/engine/dial_retry.py); one attempt by default
@@ -1121,6 +1125,7 @@ def _engine_config(config: ServerConfig) -> EngineConfig:
         register_keepalive_s=config.register_keepalive_s,
         register_expires_s=config.register_expires_s,
         scanner_user_agents=config.blocked_user_agents,
+        sip_headers=config.sip_headers,
         external_address=config.external_address,
         nat=config.nat,
         rtp_source=config.rtp_source,

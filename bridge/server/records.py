@@ -108,6 +108,13 @@ class CallInfo:
     trunk: str | None = None  # the trunk the call came in on (sip/core/trunks.py); None: none matched
     # STIR/SHAKEN as the carrier gave it (sip/core/attestation.py): verstat, the PASSporT's level, never verified
     attestation: Attestation = ABSENT
+    # the allowlisted inbound headers, cleaned and bounded, and the caller ID's rule (sip/core/app_headers.py)
+    sip_headers: tuple[tuple[str, str], ...] = ()
+    headers_dropped: int = 0
+    headers_cut: int = 0
+    caller: str = ""
+    diverted_from: str = ""
+    identity_trusted: bool = False
 
     @classmethod
     def of(cls, identity: CallIdentity, *, route: str | None, provider: str) -> CallInfo:
@@ -124,6 +131,12 @@ class CallInfo:
             attestation_of(identity.from_uri, identity.headers)
             if identity.direction == "inbound"
             else ABSENT,
+            identity.sip_headers,
+            identity.headers_dropped,
+            identity.headers_cut,
+            identity.caller,
+            identity.diverted_from,
+            identity.identity_trusted,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -138,6 +151,12 @@ class CallInfo:
             "provider": self.provider,
             "trunk": self.trunk,
             "attestation": self.attestation.to_json(),
+            "caller": self.caller,
+            "diverted_from": self.diverted_from,
+            "identity_trusted": self.identity_trusted,
+            "sip_headers": [[name, value] for name, value in self.sip_headers],
+            "sip_headers_dropped": self.headers_dropped,
+            "sip_headers_cut": self.headers_cut,
         }
 
 

@@ -22,7 +22,10 @@ Body (`Content-Type: application/json`; compact JSON, non-ASCII characters as \u
               "from": "\"Alice\" <sip:alice@example.com>",  # the INVITE's From and To as the SIP engine
               "to": "<sip:sales@example.com>",              #   reports them (name-addr: display name if
                                                             #   any, URI in angle brackets; no tag)
-              "called": "sales"},               # the user part of the Request-URI: the number that was called
+              "called": "sales",                # the user part of the Request-URI: the number that was called
+              "caller": "alice",                # the caller's number: P-Asserted-Identity's on a trusted trunk,
+                                                #   else From's (sip/core/app_headers.py)
+              "sip_headers": [["X-Customer-Id", "c-42"]]},  # the allowlisted inbound headers, bounded
      "requested_at_ms": 5120,               # when the model asked, in ms on the call's session timeline (not a
                                             #   wall clock)
      "supersedes": null}                    # the job_id (same call) this job corrects, or null
@@ -85,7 +88,9 @@ keeps the route's choice (`amd_machine`). The mailbox's `beep` / `no_beep` follo
 
     {"event": "call_started", "call": {"call_id", "sip_call_id", "from", "to", "called", "source", "route",
      "provider", "trunk", "attestation": {"verstat", "level", "orig_tn", "dest_tn", "origid", "iat",
-     "signed", "verified", "reason"}}, "started_at": <unix s>}
+     "signed", "verified", "reason"}, "caller", "diverted_from", "identity_trusted",
+     "sip_headers": [["X-Customer-Id", "c-42"], ...], "sip_headers_dropped", "sip_headers_cut"},
+     "started_at": <unix s>}                # sip_headers, caller: sip/core/app_headers.py
     {"event": "utterance", "call_id": "call-1", "seq": 2, "role": "assistant", "text": "...",
      "start_ms": 5120, "end_ms": 7480,      # session timeline; the assistant's from the carrier ledger
      "heard_ms": 2360,                      # assistant: audio of it transmitted to the caller
@@ -276,6 +281,8 @@ def request_body(request: JobRequest, identity: CallIdentity) -> bytes:
             "from": identity.from_uri,
             "to": identity.to_uri,
             "called": identity.request_user,
+            "caller": identity.caller,
+            "sip_headers": [[name, value] for name, value in identity.sip_headers],
         },
         "requested_at_ms": request.requested_at_ms,
         "supersedes": request.supersedes,

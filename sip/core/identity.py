@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Literal
 from urllib.parse import unquote
 
+from sip.core.app_headers import DEFAULT_POLICY, AppHeaders, HeaderPolicy, select_headers, trusted_caller
 from sip.leg import CallIdentity
 
 Headers = tuple[tuple[str, str], ...]
@@ -62,9 +63,16 @@ def call_identity(
     headers: Headers = (),
     direction: Literal["inbound", "outbound"] = "inbound",
     trunk: str | None = None,
+    header_policy: HeaderPolicy = DEFAULT_POLICY,
+    trust_identity_headers: bool = False,
 ) -> CallIdentity:
     """The `CallIdentity` of an incoming INVITE; `call_id` is the engine's id for the call (unique in the
-    process), `source` the "host:port" the INVITE came from, `trunk` the name of the trunk it matched."""
+    process), `source` the "host:port" the INVITE came from, `trunk` the name of the trunk it matched.
+    `header_policy` picks what the application sees of `headers`, `trust_identity_headers` (the trunk's) whether
+    P-Asserted-Identity and Diversion give the caller ID (sip/core/app_headers.py)."""
+    app = select_headers(headers, header_policy) if direction == "inbound" else AppHeaders()
+    trusted = trust_identity_headers and direction == "inbound"
+    caller, diverted_from = trusted_caller(from_uri, headers, trusted=trusted)
     return CallIdentity(
         call_id=call_id,
         sip_call_id=sip_call_id,
@@ -75,4 +83,10 @@ def call_identity(
         headers=headers,
         direction=direction,
         trunk=trunk,
+        sip_headers=app.headers,
+        headers_dropped=app.dropped,
+        headers_cut=app.cut,
+        caller=caller,
+        diverted_from=diverted_from,
+        identity_trusted=trusted,
     )

@@ -56,6 +56,8 @@ class Trunk:
     register_password: str | None = None
     register_expires_s: int = 3600
     register_keepalive_s: float | None = 30.0  # OPTIONS to the registrar this often while registered
+    # P-Asserted-Identity and Diversion of its INVITEs give the caller ID (sip/core/app_headers.py)
+    trust_identity_headers: bool = False
 
     def __repr__(self) -> str:
         user = self.inbound_auth[0] if self.inbound_auth is not None else None

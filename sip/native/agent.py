@@ -40,6 +40,7 @@ from collections.abc import Callable
 from rtp.clock import MEDIA_PHASES, MediaClockShell
 from rtp.endpoint import PortPool, PortsExhausted, RtpSocketPair
 from sip.core import ua as core
+from sip.core.app_headers import HeaderPolicy
 from sip.core.framing import StreamFramer
 from sip.core.identity import call_identity
 from sip.core.native_plan import build_policy, describe_policy
@@ -129,6 +130,7 @@ class NativeUserAgent:
         self.rtp_before_answer = 0
         self._registering = bool(config.register) or any(t.registrar for t in config.trunks)
         self.trunk_calls: Counter[str] = Counter()  # inbound calls by the trunk they came in on
+        self._header_policy = HeaderPolicy(allow=config.sip_headers)
         # what a call of no trunk gets (and calls we place): the engine's own policy, as a nameless trunk
         self.global_policy = Trunk(
             "",
@@ -667,6 +669,8 @@ class NativeUserAgent:
             source=f"{host}:{source[1]}",
             headers=event.headers,
             trunk=trunk.name if trunk is not None else None,
+            header_policy=self._header_policy,
+            trust_identity_headers=trunk is not None and trunk.trust_identity_headers,
         )
         if trunk is not None:
             self.trunk_calls[trunk.name] += 1
