@@ -29,6 +29,7 @@ was forwarded to us). Elsewhere (an untrusted trunk, no trunk at all) `caller` i
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sip.core.headers import parse_name_addr
@@ -123,30 +124,29 @@ def select_headers(headers: Headers, policy: HeaderPolicy = DEFAULT_POLICY) -> A
     return AppHeaders(tuple(kept), dropped, cut)
 
 
-def number_of(value: str) -> str:
-    """The number (user part of a sip:/sips: URI, a tel: URI's number) of a name-addr field value such as
-    P-Asserted-Identity's or Diversion's; the first of a comma-separated list; "" when there is none."""
-    from sip.core.identity import request_user  # identity builds CallIdentity with this module
-
-    try:
-        uri = parse_name_addr(value).uri
-    except ValueError:
+def number_of(value: str, user_of: Callable[[str], str]) -> str:
+    """The number (by `user_of`, sip.core.identity.request_user: a sip:/sips: URI's user part, a tel: URI's
+    number) of a name-addr or addr-spec field value such as From's, P-Asserted-Identity's or Diversion's; the
+    first of a comma-separated list; "" when there is none."""
+    uri = ""
+    for text in (value, value.split(",", 1)[0]):
         try:
-            uri = parse_name_addr(value.split(",", 1)[0]).uri
+            uri = parse_name_addr(text).uri
+            break
         except ValueError:
-            return ""
-    return clean_value(request_user(uri))[:MAX_NAME]
+            continue
+    return clean_value(user_of(uri))[:MAX_NAME]
 
 
-def trusted_caller(from_uri: str, headers: Headers, *, trusted: bool) -> tuple[str, str]:
+def trusted_caller(
+    from_uri: str, headers: Headers, *, trusted: bool, user_of: Callable[[str], str]
+) -> tuple[str, str]:
     """(`caller`, `diverted_from`) by the trust rule of the module docstring."""
-    from sip.core.identity import request_user
-
-    own = clean_value(request_user(from_uri))[:MAX_NAME]
+    own = number_of(from_uri, user_of)
     if not trusted:
         return own, ""
 
     def first(name: str) -> str:
-        return next((number_of(v) for k, v in headers if k.lower() == name), "")
+        return next((number_of(v, user_of) for k, v in headers if k.lower() == name), "")
 
     return first("p-asserted-identity") or own, first("diversion")

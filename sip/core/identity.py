@@ -72,7 +72,7 @@ def call_identity(
     P-Asserted-Identity and Diversion give the caller ID (sip/core/app_headers.py)."""
     app = select_headers(headers, header_policy) if direction == "inbound" else AppHeaders()
     trusted = trust_identity_headers and direction == "inbound"
-    caller, diverted_from = trusted_caller(from_uri, headers, trusted=trusted)
+    caller, diverted_from = trusted_caller(from_uri, headers, trusted=trusted, user_of=request_user)
     return CallIdentity(
         call_id=call_id,
         sip_call_id=sip_call_id,

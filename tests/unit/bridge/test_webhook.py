@@ -136,6 +136,8 @@ async def test_dl4_signature_idempotency_key_headers_and_body(apps) -> None:
             "from": "sip:alice@127.0.0.1",
             "to": "sip:sales@127.0.0.1",
             "called": "sales",
+            "caller": "",  # an identity built by hand: no INVITE, so no caller number and no headers
+            "sip_headers": [],
         },
         "requested_at_ms": 5120,
         "supersedes": None,

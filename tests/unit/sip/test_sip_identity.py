@@ -106,5 +106,7 @@ def test_call_identity_is_a_pure_function_of_the_invites_parts() -> None:
         "+15551234",
         "192.0.2.1:5060",
         headers,
+        sip_headers=headers,  # both on the default allowlist (sip/core/app_headers.py)
+        caller="caller",  # From's user: no trunk trusts the P-Asserted-Identity
     )
     assert identity.header("p-asserted-identity") == "<sip:+15550000@carrier>"
