@@ -114,6 +114,7 @@ NEXT_KINDS = frozenset({"slow_handshake", "refuse"})
 # (the retry also drew slow_handshake). Opening takes up to slow_handshake's 1.5 s plus about a second on a loaded bridge;
 # a loss by RO6 less than this long after a next connection failed is attributed to `late_next_loss`.
 NEXT_OPEN_MS = 2_500
+RO6_STAGES = ("approve_timeout", "authorize_timeout", "next_not_open")  # a retry's stage at the hard stop
 # Each fatal fault that hits ends one call, and a campaign whose calls are all dead has nowhere to put the rest
 # of its faults (a CI run once lost 7 of its 8 calls by the 83rd fault and injected no more). So at most a
 # quarter of the calls (at least one) get a fatal kind; once that many were injected, the draw is re-made among
@@ -235,9 +236,10 @@ def fatal_kind(reason: str) -> str | None:
 
 def late_next(f: LogFigures, call: str, reason: str) -> str | None:
     """`late_next_loss` when RO6 ended the call (`reason`) for want of a next connection less than NEXT_OPEN_MS
-    after one failed (its retry had no time to open), else None."""
+    after one failed: its retry had no time to be approved, authorised or opened (the refusal names the stage
+    the retry had reached: bridge/engine/rollover.py `_ASKING`), else None."""
     failed, refused = f.next_failed_at.get(call), f.refused_at.get(call)
-    if failed is None or refused is None or not reason.endswith("next_not_open"):
+    if failed is None or refused is None or not reason.endswith(RO6_STAGES):
         return None
     return "late_next_loss" if 0 <= refused - failed < NEXT_OPEN_MS else None
 
