@@ -6,7 +6,8 @@ shows each one with a comment:
     [listeners]   sip_udp, sip_tcp ("HOST:PORT": sip_udp's, the default; or "off"), sip_tls, tls_cert, tls_key,
                   tls_ca, http, http_token_env, webrtc_address, stun ("stun:HOST[:PORT]")
     [engine]      name (native | pjsua2), max_calls, rtp_ports ("LOW-HIGH", or the first port as a number)
-    [defaults]    provider, instructions | instructions_file, greeting, language, voice, turn_detection
+    [defaults]    provider, instructions | instructions_file, greeting, language, voice, turn_detection,
+                  recording_consent | recording_consent_wav (the recording consent: bridge/server/recording.py)
     [providers.NAME]  (NAME one of openai-live, openai-realtime, gemini-live, xai) key_env, model, voice, url, ca
     [[trunks]]    name*, registrar, auth_user, password_env, register_expires_s, register_keepalive_s,
                   allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address, nat,
@@ -26,7 +27,9 @@ shows each one with a comment:
                   disclosure (the AI disclosure, the call's first audio: a WAV file — a value ending in .wav — the
                   bridge plays, or a line the model must say first: bridge/engine/disclosure.py), early_media
                   (inbound routes: overrides [inbound] early_media), early_media_to_provider (outbound routes:
-                  overrides [outbound] early_media_to_provider)
+                  overrides [outbound] early_media_to_provider), recording_consent (a line the model says
+                  first) | recording_consent_wav (a recording the bridge plays; both over [defaults]'s: the
+                  recording starts once it was heard whole, bridge/server/recording.py)
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
     [recovery]    reservoir_bytes, residence_ms, failure_message (a WAV, 8 kHz mono 16-bit)
     [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, transfer_targets = {NAME = "sip:URI"},
@@ -223,6 +226,10 @@ class Defaults:
     language: str | None = None
     voice: str | None = None
     turn_detection: TurnDetection = "server"
+    # the recording consent every call gets where its route names none (bridge/server/recording.py): a line the
+    # model says first, or a recording the bridge plays (a path)
+    recording_consent: str | None = None
+    recording_consent_wav: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +327,8 @@ class Route:
     disclosure_wav: str | None = None  # or a recording the bridge plays first (a path)
     early_media: str | None = None  # an inbound route's ("off", a tone, a WAV; None: [inbound] early_media)
     early_media_to_provider: bool | None = None  # an outbound route's (None: [outbound]'s)
+    recording_consent: str | None = None  # a line the model says first (None: [defaults]'s)
+    recording_consent_wav: str | None = None  # or a recording the bridge plays (a path; None: [defaults]'s)
     _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     def matches(self, called: str, headers: Sequence[tuple[str, str]], caller: str = "") -> bool:
@@ -1073,9 +1082,20 @@ def _defaults(r: _Reader, t: dict[str, object]) -> Defaults:
     r.keys(
         t,
         p,
-        ["provider", "instructions", "instructions_file", "greeting", "language", "voice", "turn_detection"],
+        [
+            "provider",
+            "instructions",
+            "instructions_file",
+            "greeting",
+            "language",
+            "voice",
+            "turn_detection",
+            "recording_consent",
+            "recording_consent_wav",
+        ],
     )
     turns = r.choice(t, "turn_detection", p, ["server", "client"], "server")
+    consent, consent_wav = _recording_consent(r, t, p)
     return Defaults(
         provider=r.choice(t, "provider", p, PROVIDER_NAMES, None),
         instructions=r.instructions(t, p),
@@ -1083,6 +1103,8 @@ def _defaults(r: _Reader, t: dict[str, object]) -> Defaults:
         language=r.string(t, "language", p, regex=_LANGUAGE, what='a language tag like "en" or "de-DE"'),
         voice=r.string(t, "voice", p),
         turn_detection="client" if turns == "client" else "server",
+        recording_consent=consent,
+        recording_consent_wav=consent_wav,
     )
 
 
@@ -1268,7 +1290,24 @@ _ROUTE_KEYS = [
     "disclosure",
     "early_media",
     "early_media_to_provider",
+    "recording_consent",
+    "recording_consent_wav",
 ]
+
+
+def _recording_consent(r: _Reader, t: dict[str, object], p: str) -> tuple[str | None, str | None]:
+    """`recording_consent` (a line of text) or `recording_consent_wav` (an 8 kHz mono 16-bit WAV), not both."""
+    text = r.string(t, "recording_consent", p, what="a line of text the model says first")
+    if text is not None and not text.strip():
+        r.fail(f"{p}.recording_consent", "expected a line of text; got an empty one")
+        text = None
+    path = r.file(t, "recording_consent_wav", p)
+    if path is not None and Path(path).is_file() and (problem := _check_wav(path)) is not None:
+        r.fail(f"{p}.recording_consent_wav", problem)
+        path = None
+    if text is not None and path is not None:
+        r.fail(f"{p}.recording_consent", "give recording_consent (a line) or recording_consent_wav, not both")
+    return text, path
 
 
 def _disclosure(r: _Reader, t: dict[str, object], p: str) -> tuple[str | None, str | None]:
@@ -1416,6 +1455,7 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
         hours = _calling_hours(r, t, p, direction)
         retry_attempts, retry_on, retry_delay = _retry_fields(r, t, p)
         disclosure, disclosure_wav = _disclosure(r, t, p)
+        consent, consent_wav = _recording_consent(r, t, p)
         if direction != "outbound" and (retry_attempts, retry_on, retry_delay) != (None, None, None):
             r.fail(
                 f"{p}.retry_attempts",
@@ -1458,6 +1498,8 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
             disclosure_wav=disclosure_wav,
             early_media=early,
             early_media_to_provider=to_provider,
+            recording_consent=consent,
+            recording_consent_wav=consent_wav,
             _regex=regex,
         )
         if any(o.name == route.name for o in out):
@@ -1728,6 +1770,33 @@ def deployment_problems(config: BridgeConfig, *, inbound: bool = True) -> list[s
                     f"telephony.{key}: the {engine.name} engine cannot end calls on it (use the native engine, "
                     'or 0 / "off")'
                 )
+    out.extend(_consent_problems(config))
+    return out
+
+
+def _consent_problems(config: BridgeConfig) -> list[str]:
+    """A recording consent (bridge/server/recording.py) with recording off announces a recording that never
+    starts; a recorded one cannot follow a disclosure the model says (the disclosure comes first, and the
+    bridge plays its recordings before the model speaks)."""
+    d, out = config.defaults, []
+    default = d.recording_consent or d.recording_consent_wav
+    if default and config.recording.dir is None:
+        out.append(
+            "defaults.recording_consent: recording is off: give recording.dir (--record DIR), or no consent"
+        )
+    for i, r in enumerate(config.routes):
+        own = r.recording_consent is not None or r.recording_consent_wav is not None
+        if own and config.recording.dir is None:
+            out.append(
+                f"routes[{i}].recording_consent: recording is off: give recording.dir (--record DIR), or no "
+                "consent"
+            )
+        wav = r.recording_consent_wav if own else d.recording_consent_wav
+        if wav is not None and r.disclosure is not None:
+            out.append(
+                f"routes[{i}].recording_consent_wav: a recorded consent cannot follow the disclosure the model "
+                "says (the disclosure comes first): give the disclosure as a WAV, or the consent as a line"
+            )
     return out
 
 
@@ -1925,6 +1994,16 @@ OPTIONS: tuple[Option, ...] = (
            "the provider's off and commits each turn itself (client; openai-realtime and xai only).",
            type=click.Choice(["server", "client"]), default="server", show_default=True,
            example=("client",), needs=("--provider", "xai", "@env", "XAI_API_KEY=xai-test")),
+    Option("recording_consent", ("--recording-consent",), "defaults.recording_consent",
+           "With --record: a recording consent line the model says first (after a disclosure); each call's "
+           "recording starts only once it was heard whole, and not at all when a barge-in, a provider recovery "
+           "or a hang-up cut it. A route's recording_consent or recording_consent_wav wins.", metavar="TEXT",
+           example=("This call is recorded.",), needs=("--record", "@dir")),
+    Option("recording_consent_wav", ("--recording-consent-wav",), "defaults.recording_consent_wav",
+           "With --record: the recording consent as a recording the bridge plays first (8 kHz mono 16-bit WAV; "
+           "after a recorded disclosure; barge-in does not stop it); each call's recording starts where its "
+           "last frame left.", type=click.Path(exists=True, dir_okay=False), example=("@wav",),
+           needs=("--record", "@dir")),
     # [providers.NAME] of the provider chosen
     Option("provider_url", ("--provider-url",), "providers.<provider>.url",
            "WebSocket URL of the provider (e.g. a fake-provider).", file_values=_url_or_nothing,

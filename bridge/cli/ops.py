@@ -235,11 +235,19 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
         route_providers=routed,
         cdr=config.logging.cdr,  # bridge/server/records.py: one JSON line per finished call
         record_dir=config.recording.dir,  # bridge/server/recording.py: a stereo WAV per call
+        recording_consent=_consent(config.defaults.recording_consent, config.defaults.recording_consent_wav),
         dial_trunks=dial_trunks(config, environ),
         blocked_user_agents=config.inbound.blocked_user_agents,
         sip_headers=config.inbound.sip_headers,
         **_one_trunk_global(trunks),
     )
+
+
+def _consent(text: str | None, wav: str | None) -> Disclosure | None:
+    """A recording consent (bridge/server/recording.py): a line, or a recording read from its WAV."""
+    if text is not None:
+        return Disclosure(text=text)
+    return Disclosure(audio=_read_message(wav)) if wav is not None else None
 
 
 def amd_message_problems(config: BridgeConfig) -> list[str]:
@@ -416,6 +424,10 @@ class RoutedApplication(Application):
         self._config = config
         self._now = now  # the wall clock a route's calling window is read on
         self._recordings: dict[str, bytes] = {}  # routes' disclosure WAVs, read at their first call
+        # each route's own recording consent, read once ([defaults]' is the server's: ServerConfig)
+        self._consents = {
+            r.name: _consent(r.recording_consent, r.recording_consent_wav) for r in config.routes
+        }
         # each outbound route's AMD message recording, read once (the file was checked at load)
         self._messages = {
             r.name: _read_message(r.amd_message_wav) for r in config.routes if r.amd_message_wav is not None
@@ -483,6 +495,7 @@ class RoutedApplication(Application):
                 amd_message_audio=base.amd_message_audio,
                 early_media=base.early_media,
                 early_media_to_provider=base.early_media_to_provider,
+                recording_consent=base.recording_consent,
             )
         own_message = route.amd_message is not None or route.amd_message_wav is not None
         LOG_CALLS.route(call.call_id, route.name)  # JSON log lines carry it from here on
@@ -506,6 +519,7 @@ class RoutedApplication(Application):
             early_media_to_provider=route.early_media_to_provider
             if route.early_media_to_provider is not None
             else base.early_media_to_provider,
+            recording_consent=self._consents.get(route.name) or base.recording_consent,
         )
 
     def _disclosure(self, route: Route) -> Disclosure | None:

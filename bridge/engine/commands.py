@@ -368,6 +368,9 @@ class DisclosureResult:
     transmitted_ms: int
     length_ms: int | None  # the recording's length (None: a line of text)
     at_ms: int  # on the session timeline
+    # which announcement: the AI disclosure, or the recording consent (bridge/server/recording.py)
+    what: Literal["disclosure", "consent"] = "disclosure"
+    ended_ms: int | None = None  # delivered: when its last frame's audio ended on the wire (session ms)
 
     def to_json(self) -> dict[str, object]:
         return {

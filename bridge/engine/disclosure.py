@@ -23,12 +23,21 @@ Callers and regulators require it (47 CFR 64.1200, state bot-disclosure laws, EU
 When: an inbound call's disclosure plays as the session starts (before the provider's first words); a placed
 call's at the callee's answer — after answering-machine detection's release when AMD is on (a person's
 `human` verdict, or a mailbox's beep, so the message left on it begins with the disclosure).
+
+The recording consent (a route's `recording_consent` / `recording_consent_wav`: "this call is recorded") is the
+same mechanism, a second announcement (`what` "consent" in its `DisclosureResult`): a recording plays as item
+`consent` right after the disclosure's (the disclosure first: the caller learns who is speaking before what is
+kept), both held ahead of the model, and is `delivered` only when the ledger shows its last frame sent; a line
+of text joins the disclosure's line in the model's first words (disclosure, then consent) and the call record
+checks the first utterance for each. The recording (bridge/server/recording.py) starts only on a `delivered`
+consent, at the moment its last frame's audio ended on the wire (`ended_ms`). A barge-in cuts nothing of a
+recording (it plays whole, so it counts), but cuts a line of text (not delivered: no recording this call).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from bridge.engine.commands import AudioDiscontinuity, DisclosureResult, Outbox, Outcome
@@ -39,6 +48,8 @@ from rtp.ledger import ItemProgress
 from rtp.units import NS_PER_MS
 
 DISCLOSURE_ITEM = "disclosure"
+CONSENT_ITEM = "consent"  # the recording consent's recording (module docstring)
+ANNOUNCEMENT_ITEMS = (DISCLOSURE_ITEM, CONSENT_ITEM)  # the bridge's own audio, no utterance of the model's
 TICK_NS = FRAME_MS * NS_PER_MS
 
 
@@ -68,10 +79,16 @@ class DisclosureGate:
     """A recorded disclosure's state: `waiting` (the line is not up yet), `playing` (queued for the carrier),
     `done` (`result` says how it ended)."""
 
-    def __init__(self, disclosure: Disclosure) -> None:
+    def __init__(
+        self,
+        disclosure: Disclosure,
+        item: str = DISCLOSURE_ITEM,
+        what: Literal["disclosure", "consent"] = "disclosure",
+    ) -> None:
         if disclosure.audio is None:
             raise ValueError("the gate plays a recording; a line of text is checked by the call record")
         self.audio = disclosure.audio
+        self.item, self.what = item, what
         self.state: Literal["waiting", "playing", "done"] = "waiting"
         self.frames = 0  # frames queued for the carrier
         self.result: DisclosureResult | None = None
@@ -112,14 +129,23 @@ class DisclosureGate:
     ) -> DisclosureResult:
         self.state = "done"
         sent = progress.frames * FRAME_MS if progress is not None else 0
-        self.result = DisclosureResult(outcome, "audio", reason, sent, self.frames * FRAME_MS, at_ms)
+        self.result = DisclosureResult(
+            outcome, "audio", reason, sent, self.frames * FRAME_MS, at_ms, self.what
+        )
+        return self.result
+
+    def stamp_end(self, ended_ms: int) -> DisclosureResult | None:
+        """A delivered recording's end on the wire (session ms), put in its result."""
+        if self.result is not None and self.result.outcome == "delivered":
+            self.result = replace(self.result, ended_ms=ended_ms)
         return self.result
 
 
 class DisclosureRoom:
-    """A route's recorded disclosure in one session: held from the start, played at the answer, read from the
-    ledger while it plays, told when it reached the carrier or when the call ended first. Without a recording
-    (none, or a line of text) every call here is a no-op."""
+    """A route's recorded announcements in one session — the disclosure, then the recording consent: held from
+    the start, played at the answer (in that order, back to back), read from the ledger while they play, each
+    told when it reached the carrier or when the call ended first; the model is heard once both are over.
+    Without a recording (none, or lines of text) every call here is a no-op."""
 
     def __init__(
         self,
@@ -129,30 +155,34 @@ class DisclosureRoom:
         out: Outbox,
         timeline: Timeline,
         now: int,
+        consent: DisclosureGate | None = None,
     ) -> None:
         self.gate, self._output, self._line, self._out, self._timeline = gate, output, line, out, timeline
-        if gate is not None:
-            line.disclose(now)  # the model's output waits for it from the start
+        self.consent = consent
+        self._gates = tuple(g for g in (gate, consent) if g is not None)  # the order they play in
+        if self._gates:
+            line.disclose(now)  # the model's output waits for them from the start
 
     def answered(self, now: int) -> bool:
-        """The line is up (an inbound session's start, a placed call's answer): the recording goes to the
-        playout ahead of anything of the model's. True when it began."""
-        gate = self.gate
-        if gate is None or gate.state != "waiting":
-            return False
-        gate.start(self._output.play_disclosure(gate.audio, DISCLOSURE_ITEM), now)
-        return True
+        """The line is up (an inbound session's start, a placed call's answer): the recordings go to the
+        playout ahead of anything of the model's. True when they began."""
+        waiting = [g for g in self._gates if g.state == "waiting"]
+        for gate in waiting:
+            gate.start(self._output.play_disclosure(gate.audio, gate.item), now)
+        return bool(waiting)
 
     def check(self, now: int) -> None:
-        """While it plays (the coordinator asks while `Line.disclosing`): once the ledger shows all of it sent,
-        the model is heard; what it said beyond the reservoir's capacity meanwhile is an output discontinuity."""
-        gate = self.gate
-        if gate is None or gate.state != "playing":
+        """While they play (the coordinator asks while `Line.disclosing`): each is told once the ledger shows
+        all of it sent; once all are, the model is heard, and what it said beyond the reservoir's capacity
+        meanwhile is an output discontinuity."""
+        ledger = self._output.channel.ledger
+        for gate in self._gates:
+            if gate.state == "playing":
+                progress = ledger.progress(gate.item)
+                if gate.check(progress, now, self._timeline.ms(now)) is not None:
+                    self._tell(gate, progress)
+        if not self._gates or any(g.state != "done" for g in self._gates):
             return
-        progress = self._output.channel.ledger.progress(DISCLOSURE_ITEM)
-        if (result := gate.check(progress, now, self._timeline.ms(now))) is None:
-            return
-        self._out.notices.append(result)
         self._output.protected = False
         if dropped := self._line.disclosed(now):
             self._out.notices.append(
@@ -160,22 +190,31 @@ class DisclosureRoom:
             )
 
     def over(self, reason: str, now: int) -> None:
-        """The call or the session ends: a disclosure that has not reached the carrier is partial or not
+        """The call or the session ends: a recording that has not reached the carrier is partial or not
         delivered, and a goodbye is not held behind it."""
-        gate = self.gate
-        if gate is not None and gate.state != "done":
-            progress = self._output.channel.ledger.progress(DISCLOSURE_ITEM)
-            if (result := gate.ended(progress, reason, self._timeline.ms(now))) is not None:
-                self._out.notices.append(result)
+        pending = [g for g in self._gates if g.state != "done"]
+        for gate in pending:
+            progress = self._output.channel.ledger.progress(gate.item)
+            if gate.ended(progress, reason, self._timeline.ms(now)) is not None:
+                self._tell(gate, progress)
+        if pending:
             self._output.protected = False
             self._line.disclosed(now)
+
+    def _tell(self, gate: DisclosureGate, progress: ItemProgress | None) -> None:
+        """A gate's result as a notice; a delivered one says when its last frame's audio ended on the wire."""
+        result = gate.result
+        if progress is not None:
+            result = gate.stamp_end(self._timeline.ms(progress.last_ns) + FRAME_MS)
+        if result is not None:
+            self._out.notices.append(result)
 
     def leg_ended(self, now: int) -> None:
         """The call leg is gone: the callee hung up, or a placed call was never answered."""
         self.over("the call was never answered" if self._line.unanswered else "the call ended", now)
 
     def next_deadline(self) -> int | None:
-        return self.gate.next_deadline() if self.gate is not None else None
+        return min((d for g in self._gates if (d := g.next_deadline()) is not None), default=None)
 
 
 _WORDS = re.compile(r"[^\w]+")

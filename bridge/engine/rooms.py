@@ -15,7 +15,8 @@ Where each rule lives (DESIGN §2):
 - telephony.py `TelephonyTools` and `CallEnding`: DL6, and one way to say goodbye, then BYE.
 - timeline.py `Timeline` and `Captions`: SE6, HR11; `Unheard`: S1; `Deadlines`: the soonest deadline.
 - usage.py `UsageMeter`: HR12. status.py: the `status()` view.
-- disclosure.py `DisclosureRoom`: a recorded disclosure is the call's first audio, timed by the ledger.
+- disclosure.py `DisclosureRoom`: a recorded disclosure is the call's first audio, timed by the ledger; a recorded
+  recording consent follows it.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from bridge.engine.commands import Command, Notice, Outbox
 from bridge.engine.connections import Connections
 from bridge.engine.cushion import CARRIER_LEAD_FRAMES
 from bridge.engine.delegations import DelegationOptions, Delegations
-from bridge.engine.disclosure import Disclosure, DisclosureGate, DisclosureRoom
+from bridge.engine.disclosure import CONSENT_ITEM, Disclosure, DisclosureGate, DisclosureRoom
 from bridge.engine.recovery import RecoveryController, seeds
 from bridge.engine.reservoir import Line, OutputPath
 from bridge.engine.rollover import RolloverLink, RolloverOptions
@@ -57,6 +58,9 @@ class CoordinatorOptions:
     closing_message: bytes = b""  # what the caller hears before a failed or refused session's BYE
     disclosure: Disclosure | None = (
         None  # played or said before the model is heard (bridge/engine/disclosure.py)
+    )
+    consent: Disclosure | None = (
+        None  # the recording consent, after the disclosure (bridge/engine/disclosure.py)
     )
 
 
@@ -112,7 +116,9 @@ class SessionRooms:
         line = self.call_line = Line(output, out, recovery, truncate=caps.truncate, token=token)  # S7
         recording = o.disclosure if o.disclosure is not None and o.disclosure.audio is not None else None
         gate = DisclosureGate(recording) if recording is not None else None
-        disclosure = self.disclosure = DisclosureRoom(gate, output, line, out, timeline, now)
+        consent = o.consent if o.consent is not None and o.consent.audio is not None else None
+        consent_gate = DisclosureGate(consent, CONSENT_ITEM, "consent") if consent is not None else None
+        disclosure = self.disclosure = DisclosureRoom(gate, output, line, out, timeline, now, consent_gate)
         ending = self.ending = CallEnding(out, output, o.telephony, o.closing_message)
         self.telephony = TelephonyTools(out, o.telephony, jobs, ending)
         self.usage = UsageMeter()

@@ -133,6 +133,9 @@ class CallSetup:
     early_media: str | bytes | None = None
     # an outbound call's: the far end's early media given to the model too (None: ServerConfig's)
     early_media_to_provider: bool | None = None
+    # the recording consent, after the disclosure: a recording the bridge plays or a line the model says first;
+    # the recording starts once it was heard whole (bridge/server/recording.py; None: ServerConfig's)
+    recording_consent: Disclosure | None = None
 
 
 class CallRefused(Exception):  # a refusal the application means, not an error
@@ -342,6 +345,7 @@ class ServerConfig:
     early_media_to_provider: bool = False
     cdr: str | None = None  # one JSON line per finished call appended to this file
     record_dir: str | None = None  # a stereo WAV per call in this directory
+    recording_consent: Disclosure | None = None  # every call's, where its setup names none (CallSetup)
     route_providers: tuple[ProviderEndpoint, ...] = ()  # providers config routes name (plans.py)
     # The trunks calls placed with `dial` go out on, with their credentials (bridge/server/dialing.py); empty: every
     # call goes direct, challenges answered with the registration's credentials.
@@ -385,6 +389,8 @@ class Server:
         self.calls_changed = asyncio.Event()  # a call ended (the drain waits on it)
         # the AMD line of the last calls placed with it (`amd_line`; bounded: the oldest go first)
         self._amd_lines: dict[str, str] = {}
+        if problem := consent_problem(None, config.recording_consent, config.record_dir):
+            raise ValueError(problem)  # an option that cannot be honoured refuses to start
         self.records = RecordKeeper(config.cdr, config.record_dir)  # events, --cdr, --record
         self._browser: BrowserChannel | None = None  # imported (aiortc) only when the HTTP listener is on
         self._console_poll: asyncio.Task[None] | None = None
@@ -877,6 +883,13 @@ class Server:
             leg.hangup("application setup failed", status=500)
             self.observer.call_refused(None, 500)
             return
+        if setup.recording_consent is None and self.config.recording_consent is not None:
+            setup = replace(setup, recording_consent=self.config.recording_consent)
+        if problem := consent_problem(setup.disclosure, setup.recording_consent, self.config.record_dir):
+            log.error("call %s: refused 500: %s", identity.call_id, problem)  # it cannot be honoured
+            leg.hangup("recording consent cannot be honoured", status=500)
+            self.observer.call_refused(None, 500)
+            return
         plan, rollover = self._plans.for_call(setup.provider)  # the route's provider
         telephony, settings = (
             self.config.telephony,
@@ -893,8 +906,9 @@ class Server:
             if identity.direction == "outbound" and _amd(setup, self.config)
             else None
         )
+        consent = setup.recording_consent
         records = self.records.call(
-            identity, setup.route, _provider_name(plan), _to(app, holder), setup.disclosure
+            identity, setup.route, _provider_name(plan), _to(app, holder), setup.disclosure, consent
         )
         session = CallSession(
             leg,
@@ -902,9 +916,11 @@ class Server:
             reconnect=reconnect,
             settings=settings,
             failure_message=self.config.failure_message,
-            options=CoordinatorOptions(rollover=rollover, disclosure=setup.disclosure)
+            options=CoordinatorOptions(rollover=rollover, disclosure=setup.disclosure, consent=consent)
             if lead_frames is None
-            else CoordinatorOptions(rollover=rollover, lead_frames=lead_frames, disclosure=setup.disclosure),
+            else CoordinatorOptions(
+                rollover=rollover, lead_frames=lead_frames, disclosure=setup.disclosure, consent=consent
+            ),
             job_handler=lambda job: app.job(holder[0], job),
             approve=lambda rollover_id: app.approve_rollover(holder[0], rollover_id),
             authorize=app.authorize,
@@ -1045,10 +1061,37 @@ def outbound_outcome(server: Server, call_id: str) -> dict[str, Any] | None:
     return next((o for o in reversed(outbound) if o.get("call") == call_id), None)
 
 
+def _lines(setup: CallSetup) -> str | None:
+    """The lines the model must say first: the disclosure's, then the recording consent's (one line when both
+    are text: bridge/engine/disclosure.py; the record checks the first utterance for each)."""
+    lines = [
+        a.text for a in (setup.disclosure, setup.recording_consent) if a is not None and a.text is not None
+    ]
+    return " ".join(lines) if lines else None
+
+
+def consent_problem(
+    disclosure: Disclosure | None, consent: Disclosure | None, record_dir: str | None
+) -> str | None:
+    """What a recording consent asks that cannot be honoured: a recording that is off, or a recorded consent
+    after a disclosure the model says (the bridge plays its recordings first; the disclosure comes first)."""
+    if consent is None:
+        return None
+    if record_dir is None:
+        return "a recording consent is announced only for a recording, and recording is off"
+    if consent.audio is not None and disclosure is not None and disclosure.text is not None:
+        return (
+            "a recorded consent cannot follow a disclosure the model says (the disclosure comes first): give "
+            "both as recordings, or the consent as a line of text"
+        )
+    return None
+
+
 def _first_words(setup: CallSetup) -> str | None:
-    """What the model is asked to say as the call comes up: the greeting, after a disclosure line when the route
-    has one (bridge/engine/disclosure.py: the record checks that the first utterance said it)."""
-    line = setup.disclosure.text if setup.disclosure is not None else None
+    """What the model is asked to say as the call comes up: the greeting, after the disclosure and recording
+    consent lines when the route has them (bridge/engine/disclosure.py: the record checks that the first
+    utterance said them)."""
+    line = _lines(setup)
     if line is None:
         return setup.greeting
     return disclosure_instruction(line) + (f" Then: {setup.greeting}" if setup.greeting else "")
@@ -1058,8 +1101,8 @@ def _settings(config: ServerConfig, setup: CallSetup) -> SessionSettings:
     """One call's session settings: its setup over the server's defaults, with the telephony tools (and a
     disclosure line's instruction: bridge/engine/disclosure.py)."""
     instructions = setup.instructions or config.instructions
-    if setup.disclosure is not None and setup.disclosure.text is not None:
-        rule = disclosure_instruction(setup.disclosure.text)
+    if (line := _lines(setup)) is not None:
+        rule = disclosure_instruction(line)
         instructions = f"{instructions}\n\n{rule}" if instructions else rule
     return SessionSettings(
         instructions=instructions,

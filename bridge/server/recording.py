@@ -14,6 +14,19 @@ never written. Both channels are placed on the call's timeline in 20 ms slots (s
 sent or received). Per frame, the session only appends a reference to a list (`caller`, `enqueue`); the
 matching, the interleaving and the file writes happen once a second in `WavWriter`'s task, the writes in a
 worker thread.
+
+Recording consent (a route's `recording_consent` or `recording_consent_wav`; two-party-consent jurisdictions
+require the announcement before capture): the recording starts only once the announcement was heard whole —
+the call record's consent result (bridge/server/records.py `RecordBuilder.consent`: a recording's from the
+carrier ledger, bridge/engine/disclosure.py; a line of text's from the model's first utterance) is `delivered`
+— and the WAV begins where its last frame's audio ended on the wire (`ended_ms`): no caller audio from before
+that point is ever written, and there is no file until then. While it is awaited the caller's frames of the
+last `HELD_KEEP_MS` are kept in memory only (the verdict on a line of text comes when its utterance closes,
+`quiet_ms` after its last frame; the caller's "yes" right after the announcement belongs in the recording),
+older ones are dropped unwritten. Not delivered — a barge-in cut the model's line, a provider recovery cleared
+it, the caller hung up first, the model said something else — means no consent: nothing of the call is
+recorded and the record says why (`consent`). A recording plays whole through a barge-in (the caller heard
+every frame of it), so it counts; the recording starts after its last frame either way.
 """
 
 from __future__ import annotations
@@ -31,6 +44,7 @@ from typing import Any, BinaryIO, ClassVar
 import numpy as np
 
 from bridge.engine.barrier import Channel
+from bridge.engine.commands import DisclosureResult
 from bridge.engine.disclosure import Disclosure
 from bridge.server.records import (
     RECORD_NOTICES,
@@ -58,6 +72,7 @@ SILENCE = bytes(FRAME_BYTES)
 RATE = 8000
 MARGIN_FRAMES = 10  # slots this recent are not written yet (a frame may still be placed there)
 EVENT_TIMEOUT_S = 10.0  # one application event handler, at most
+HELD_KEEP_MS = 3_000  # awaiting the consent: the caller's latest frames kept in memory (module docstring)
 MAX_QUEUED_NOTICES = 10_000
 
 Deliver = Callable[[AppEvent], Awaitable[None]]
@@ -95,8 +110,10 @@ class CallReporter:
         *,
         cdr: CdrWriter | None = None,
         clock: Callable[[], int] = time.monotonic_ns,
+        on_consent: Callable[[DisclosureResult], None] | None = None,
     ) -> None:
         self.builder = builder
+        self._on_consent = on_consent  # told once, when the builder has the recording consent's result
         self._deliver = deliver
         self._cdr = cdr
         self._clock = clock
@@ -141,6 +158,9 @@ class CallReporter:
                 if item is None:
                     return
                 events = builder.notice(*item)
+            if self._on_consent is not None and builder.consent is not None:
+                self._on_consent(builder.consent)
+                self._on_consent = None
             for event in events:
                 await self._send(event)
 
@@ -209,7 +229,11 @@ class CallRecording:
     """The stereo recording of one call (see the module docstring). Sans-I/O: `take(now)` returns the
     interleaved PCM that is ready; `WavWriter` writes it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, consent: bool = False) -> None:
+        # awaiting the recording consent (module docstring): nothing is written until `consented`
+        self.held = consent
+        self._origin = 0  # the session's start
+        self._dropped_ns = 0  # awaiting it: caller frames and ledger entries before this were dropped
         self._caller: list[tuple[int, bytes]] = []
         self._sent: deque[OutboundFrame] = deque()
         self._ledger: CarrierLedger | None = None
@@ -226,7 +250,7 @@ class CallRecording:
 
     def channel(self, leg: Channel, start_ns: int) -> Channel:
         """The channel the session core plays to: the leg, with every queued frame kept for the recording."""
-        self._start, self._ledger_seen = start_ns, start_ns - 1
+        self._start, self._ledger_seen, self._origin = start_ns, start_ns - 1, start_ns
         self._ledger = leg.ledger
         self._left, self._right = _Track(start_ns), _Track(start_ns)
         self._tee = tee_channel(leg, self._sent)
@@ -244,6 +268,25 @@ class CallRecording:
         self._caller.clear()
         self._sent.clear()
 
+    def refused(self) -> None:
+        """The consent was not heard whole: nothing of this call is recorded."""
+        self.abandon()
+
+    def consented(self, ended_ns: int) -> None:
+        """The consent was heard whole, its audio ending on the wire at `ended_ns`: the WAV begins there (or
+        where frames were already dropped, if the verdict came later than `HELD_KEEP_MS` after it)."""
+        if not self.held or not self._on:
+            return
+        self.held = False
+        start = max(ended_ns, self._dropped_ns, self._origin)
+        self._start = start
+        self._left, self._right = _Track(start), _Track(start)
+
+    @property
+    def start_ms(self) -> int | None:
+        """Where the WAV begins on the session timeline; None while nothing may be written."""
+        return None if self.held else (self._start - self._origin) // NS_PER_MS
+
     # --- the writer's side (once a second) ---
 
     def take(self, now: int, *, final: bool = False) -> bytes:
@@ -251,12 +294,27 @@ class CallRecording:
         if left is None or right is None or ledger is None:
             return b""
         caller, self._caller = self._caller, []
+        if self.held and not self._on:  # no consent: nothing is kept or written
+            return b""
+        if self.held:  # awaiting the consent: the latest frames kept in memory, nothing written
+            cutoff = self._dropped_ns = max(self._dropped_ns, now - HELD_KEEP_MS * NS_PER_MS)
+            self._caller = [frame for frame in caller if frame[0] >= cutoff]
+            for entry in ledger.entries_after(self._ledger_seen):
+                if entry.transmitted_ns >= cutoff:
+                    break
+                self._match(entry.item_id, entry.offset_ms, entry.epoch)  # its queued frame is let go
+                self._ledger_seen = entry.transmitted_ns
+            return b""
+        start = self._start
         for at, pcm in caller:
-            left.place(at, pcm)
+            if at >= start:
+                left.place(at, pcm)
         # only the entries new since the last call (the media clock may be recording meanwhile)
         entries = ledger.entries_after(self._ledger_seen)
         for entry in entries:
-            right.place(entry.transmitted_ns, self._match(entry.item_id, entry.offset_ms, entry.epoch))
+            frame = self._match(entry.item_id, entry.offset_ms, entry.epoch)
+            if entry.transmitted_ns >= start:
+                right.place(entry.transmitted_ns, frame)
         if entries:
             self._ledger_seen = entries[-1].transmitted_ns
         if final:
@@ -332,13 +390,16 @@ class WavWriter:
 
     async def _flush(self, *, final: bool = False) -> None:
         block = self.recording.take(self._clock(), final=final)
+        if block and self._wav is None:  # awaiting the consent, the file was not made yet
+            await asyncio.to_thread(self._open)
         if block:
             self.frames_written += len(block) // (2 * FRAME_BYTES)
             await asyncio.to_thread(self._write, block)
 
     async def _run(self) -> None:
         try:
-            await asyncio.to_thread(self._open)
+            if not self.recording.held:
+                await asyncio.to_thread(self._open)
             while not self._stop.is_set():
                 try:
                     await asyncio.wait_for(self._stop.wait(), self._interval)
@@ -450,9 +511,12 @@ class RecordKeeper:
         provider: str,
         deliver: Deliver,
         disclosure: Disclosure | None = None,
+        consent: Disclosure | None = None,
     ) -> CallRecords:
-        """One call's records (`route`, `provider` and its `disclosure` as the call's setup chose them)."""
-        return CallRecords(self, CallInfo.of(identity, route=route, provider=provider), deliver, disclosure)
+        """One call's records (`route`, `provider`, its `disclosure` and recording `consent` as the call's setup
+        chose them)."""
+        info = CallInfo.of(identity, route=route, provider=provider)
+        return CallRecords(self, info, deliver, disclosure, consent)
 
     async def row(self, row: DialRow) -> None:
         """A CDR row that is no call's record (a refusal, a dial series' end); nothing without `--cdr`."""
@@ -465,11 +529,17 @@ class CallRecords:
     session exists, `end` once it has run."""
 
     def __init__(
-        self, keeper: RecordKeeper, info: CallInfo, deliver: Deliver, disclosure: Disclosure | None = None
+        self,
+        keeper: RecordKeeper,
+        info: CallInfo,
+        deliver: Deliver,
+        disclosure: Disclosure | None = None,
+        consent: Disclosure | None = None,
     ) -> None:
         self._keeper, self.info, self._deliver = keeper, info, deliver
-        self._disclosure = disclosure
-        self.tap = CallRecording() if keeper.record_dir else None
+        self._disclosure, self._consent = disclosure, consent
+        self.tap = CallRecording(consent=consent is not None) if keeper.record_dir else None
+        self._start_ns = 0
         self._reporter: CallReporter | None = None
         self._wav: WavWriter | None = None
         self._ending = False
@@ -486,13 +556,31 @@ class CallRecords:
 
     def begin(self, start_ns: int, ledger: CarrierLedger) -> None:
         builder = RecordBuilder(
-            self.info, ledger=ledger, start_ns=start_ns, started_at=time.time(), disclosure=self._disclosure
+            self.info,
+            ledger=ledger,
+            start_ns=start_ns,
+            started_at=time.time(),
+            disclosure=self._disclosure,
+            consent=self._consent,
         )
-        self._reporter = CallReporter(builder, self._deliver, cdr=self._keeper.cdr)
+        self._start_ns = start_ns
+        self._reporter = CallReporter(
+            builder, self._deliver, cdr=self._keeper.cdr, on_consent=self._consented
+        )
         self._reporter.start()
         if self.tap is not None and self._keeper.record_dir is not None:
             self._wav = WavWriter(self.tap, recording_path(self._keeper.record_dir, self.info.call_id))
             self._wav.start()
+
+    def _consented(self, result: DisclosureResult) -> None:
+        """The recording consent's verdict (module docstring): the recording starts where it ended, or never."""
+        tap = self.tap
+        if tap is None:
+            return
+        if result.outcome == "delivered" and result.ended_ms is not None:
+            tap.consented(self._start_ns + result.ended_ms * NS_PER_MS)
+        else:
+            tap.refused()
 
     async def end(
         self,
@@ -518,5 +606,6 @@ class CallRecords:
             frames_out=summary.frames_out if summary else 0,
             recording=path,
             dial=dial,
+            recording_start_ms=self.tap.start_ms if self.tap is not None and path is not None else None,
         )
         return await self._reporter.finish(outcome)

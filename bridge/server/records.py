@@ -40,14 +40,14 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from bridge.engine.amd import AmdBeep, AmdNoBeep, AmdStart, AmdVerdict
 from bridge.engine.commands import BargedIn, DisclosureResult, RecoveryChanged, RolloverChanged, Transcript
 from bridge.engine.connections import connection_id
 from bridge.engine.delegations import UncertainItem, WorkUncertain
-from bridge.engine.disclosure import DISCLOSURE_ITEM, Disclosure, text_result
+from bridge.engine.disclosure import ANNOUNCEMENT_ITEMS, Disclosure, text_result
 from bridge.engine.early_media import EarlyMedia
 from rtp.audio import FRAME_MS
 from rtp.ledger import ItemProgress, LedgerEntry
@@ -393,6 +393,7 @@ class CallOutcome:
     dial: Mapping[str, Any] | None = (
         None  # a placed call's attempt of its dial's series (bridge/engine/dial_retry.py)
     )
+    recording_start_ms: int | None = None  # where the WAV begins on the session timeline (None: no recording)
 
 
 @dataclass(frozen=True, slots=True)
@@ -435,6 +436,8 @@ class CallRecord:
     # "since_answer_ms"} (bridge/engine/amd.py `AmdChoice`); None: no AMD, or the call ended before it
     amd_action: Mapping[str, Any] | None = None
     early_media: EarlyMediaReport | None = None  # the far end's early media (outbound), as it ended
+    # the route's recording consent (bridge/server/recording.py): None, the route asks for none
+    consent: ConsentStamp | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -512,11 +515,48 @@ class CallRecord:
             **({"disclosure": self.disclosure.to_json()} if self.disclosure is not None else {}),
             **({"amd_action": dict(self.amd_action)} if self.amd_action is not None else {}),
             **({"early_media": _early_json(self.early_media)} if self.early_media is not None else {}),
+            **({"consent": self.consent.to_json()} if self.consent is not None else {}),
         }
 
     def cdr_line(self) -> str:
         """One line of `--cdr FILE`: the record as compact JSON (no newline inside)."""
         return json.dumps(self.to_json(), separators=(",", ":"), default=str)
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentStamp:
+    """The record's recording consent: whether the announcement was heard whole (`announced`), how (`wav`: a
+    recording the bridge played, `text`: the model's first words), why not, when it ended on the wire (session
+    ms, from the carrier ledger) and where the WAV begins (`recording_start_ms`; None: recording never started)."""
+
+    announced: bool
+    how: Literal["wav", "text"]
+    outcome: str  # delivered, partial, not_delivered (DisclosureResult)
+    reason: str
+    ended_ms: int | None
+    recording_start_ms: int | None
+
+    @classmethod
+    def of(cls, result: DisclosureResult, recording_start_ms: int | None) -> ConsentStamp:
+        delivered = result.outcome == "delivered"
+        return cls(
+            delivered,
+            "wav" if result.kind == "audio" else "text",
+            result.outcome,
+            result.reason,
+            result.ended_ms if delivered else None,
+            recording_start_ms if delivered else None,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "announced": self.announced,
+            "how": self.how,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "ended_ms": self.ended_ms,
+            "recording_start_ms": self.recording_start_ms,
+        }
 
 
 def _amd_json(result: AmdResult) -> dict[str, Any]:
@@ -650,6 +690,7 @@ class _Assistant:
     items: dict[str, None] = field(default_factory=dict)  # ledger items, in order
     chars: int = 0  # the length of `parts` joined
     dropped: int = 0  # characters of fragments that came past MAX_TEXT_CHARS
+    recovered: bool = False  # a provider recovery began while it played: its output was cleared (HR3)
 
 
 class RecordBuilder:
@@ -666,8 +707,11 @@ class RecordBuilder:
         first_token: int = 1,
         quiet_ms: int = 600,
         disclosure: Disclosure | None = None,
+        consent: Disclosure | None = None,
     ) -> None:
         self.call = call
+        self._consent = consent  # the recording consent: its outcome is `consent` (as the disclosure's)
+        self.consent: DisclosureResult | None = None
         self._disclosure = (
             disclosure  # the route's: its outcome is `disclosure` (the gate's, or the first utterance's)
         )
@@ -725,6 +769,8 @@ class RecordBuilder:
             self._barged_in(notice, now, out)
         elif isinstance(notice, RecoveryChanged):
             self.history.connection(connection_id(notice.token))
+            if notice.stage == "reconnecting" and self._open is not None:
+                self._open.recovered = True
             if notice.stage not in ("awaiting_user",):
                 self.history.recovery(notice.token, notice.cause, notice.stage, notice.elapsed_ms)
         elif isinstance(notice, RolloverChanged):
@@ -750,6 +796,8 @@ class RecordBuilder:
             result = AmdResult(self.call.call_id, kind, verdict, notice.reason, notice.since_answer_ms)
             self.amd.append(result)
             out.append(result)
+        elif isinstance(notice, DisclosureResult) and notice.what == "consent":
+            self.consent = self.consent or notice
         elif isinstance(notice, DisclosureResult) and self.disclosure is None:
             self.disclosure = notice
         elif isinstance(notice, EarlyMedia):
@@ -826,7 +874,7 @@ class RecordBuilder:
         """Give the ledger items transmitted since the last look (and by `until`) to the open utterance."""
         seen, claimed = self._seen_ns, self._claimed
         for item in self._ledger.items_between(seen, until):  # (not the entries, which are bounded)
-            if item not in claimed and item != FINAL_MESSAGE_ITEM and item != DISCLOSURE_ITEM:
+            if item not in claimed and item != FINAL_MESSAGE_ITEM and item not in ANNOUNCEMENT_ITEMS:
                 current.items.setdefault(item, None)
         if (last := self._ledger.last()) is not None:
             self._seen_ns = max(seen, min(until, last.transmitted_ns))
@@ -847,11 +895,17 @@ class RecordBuilder:
         heard = sum(p.frames for p in progress) * FRAME_MS
         call_id = self.call.call_id
         line = self._disclosure.text if self._disclosure is not None else None
+        at_ms = start if start is not None else current.opened_ms
         if (
             line is not None and self.disclosure is None
         ):  # a line of text: the first assistant utterance says it
-            at_ms = start if start is not None else current.opened_ms
-            self.disclosure = text_result(line, text, cut is not None, heard, at_ms)
+            self.disclosure = _first_words(line, text, cut is not None, current.recovered, heard, at_ms)
+        consent = self._consent.text if self._consent is not None else None
+        if consent is not None and self.consent is None:  # in the same first utterance, after the disclosure
+            result = _first_words(consent, text, cut is not None, current.recovered, heard, at_ms)
+            self.consent = replace(
+                result, what="consent", ended_ms=end if result.outcome == "delivered" else None
+            )
         return Utterance(call_id, self._next(), "assistant", text, start, end, heard, cut, cut_chars)
 
     # --- the end ---
@@ -906,8 +960,19 @@ class RecordBuilder:
             disclosure=self._disclosure_outcome(),
             amd_action=self.amd_action,
             early_media=self.early_media,
+            consent=self._consent_stamp(outcome.recording_start_ms),
         )
         return out, record
+
+    def _consent_stamp(self, recording_start_ms: int | None) -> ConsentStamp | None:
+        """The route's recording consent at the end: its result (none came: not delivered, as the disclosure)."""
+        if self._consent is None:
+            return None
+        result = self.consent
+        if result is None:
+            why = "the call ended before it" if self._consent.kind == "audio" else "the model said nothing"
+            result = DisclosureResult("not_delivered", self._consent.kind, why, 0, None, 0, "consent")
+        return ConsentStamp.of(result, recording_start_ms)
 
     def _disclosure_outcome(self) -> DisclosureResult | None:
         """The route's disclosure at the end: its result, or not delivered when none came (the session never
@@ -916,6 +981,18 @@ class RecordBuilder:
             return self.disclosure
         why = "the call ended before it" if self._disclosure.kind == "audio" else "the model said nothing"
         return DisclosureResult("not_delivered", self._disclosure.kind, why, 0, None, 0)
+
+
+def _first_words(
+    line: str, text: str | None, cut: bool, recovered: bool, heard: int, at_ms: int
+) -> DisclosureResult:
+    """A line of text the first assistant utterance must say (bridge/engine/disclosure.py `text_result`); a
+    provider recovery that began while it played cleared the rest of it (HR3), as a barge-in would: it was
+    not heard whole, whatever its transcript says (which runs ahead of the audio)."""
+    result = text_result(line, text, cut, heard, at_ms)
+    if recovered and result.outcome == "delivered":
+        return replace(result, outcome="partial", reason="a provider recovery cut it")
+    return result
 
 
 def _one_way_audio(qos: object) -> str | None:
