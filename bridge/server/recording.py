@@ -268,6 +268,14 @@ class CallRecording:
         self._caller.clear()
         self._sent.clear()
 
+    def verdict(self, result: DisclosureResult) -> None:
+        """The recording consent's result (the call record's, module docstring): the recording starts where its
+        audio ended on the wire, or never."""
+        if result.outcome == "delivered" and result.ended_ms is not None:
+            self.consented(self._origin + result.ended_ms * NS_PER_MS)
+        else:
+            self.refused()
+
     def refused(self) -> None:
         """The consent was not heard whole: nothing of this call is recorded."""
         self.abandon()
@@ -539,7 +547,6 @@ class CallRecords:
         self._keeper, self.info, self._deliver = keeper, info, deliver
         self._disclosure, self._consent = disclosure, consent
         self.tap = CallRecording(consent=consent is not None) if keeper.record_dir else None
-        self._start_ns = 0
         self._reporter: CallReporter | None = None
         self._wav: WavWriter | None = None
         self._ending = False
@@ -563,7 +570,6 @@ class CallRecords:
             disclosure=self._disclosure,
             consent=self._consent,
         )
-        self._start_ns = start_ns
         self._reporter = CallReporter(
             builder, self._deliver, cdr=self._keeper.cdr, on_consent=self._consented
         )
@@ -573,14 +579,8 @@ class CallRecords:
             self._wav.start()
 
     def _consented(self, result: DisclosureResult) -> None:
-        """The recording consent's verdict (module docstring): the recording starts where it ended, or never."""
-        tap = self.tap
-        if tap is None:
-            return
-        if result.outcome == "delivered" and result.ended_ms is not None:
-            tap.consented(self._start_ns + result.ended_ms * NS_PER_MS)
-        else:
-            tap.refused()
+        if self.tap is not None:
+            self.tap.verdict(result)
 
     async def end(
         self,
