@@ -48,6 +48,11 @@ Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
 - Disclosure (bridge/engine/disclosure.py; a recorded one, on the calls the machine gives one): no model audio
   reaches the channel before every frame of the disclosure was transmitted, unless the call or the session
   ended first (then the record says `partial` or `not_delivered`).
+- Recording consent (bridge/engine/disclosure.py, bridge/server/recording.py; a recorded one, on the calls the
+  machine gives one, with the shell's recording tap fed every caller frame): it plays after every frame of the
+  disclosure and before any model audio; the recording writes nothing until the consent was delivered (a hang-up
+  or the session's end first: never), its stamp is when its last frame's audio ended on the wire (the ledger),
+  and no caller frame from before that point is in the recording.
 - Early media (an outbound call's far end before the answer, through the shell's frame path,
   bridge/server/session.py `CallerFrames`, to `early_media_frame` only when the route asks, drawn at the start):
   no frame of it reaches a connection (`SendAudio`) unless the route asked, none starts a caller turn, and no
@@ -67,6 +72,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -90,6 +96,7 @@ from bridge.engine.amd import (
     AmdVerdict,
     carry_out,
 )
+from bridge.engine.commands import DisclosureResult
 from bridge.engine.coordinator import (
     ApproveRollover,
     AudioDiscontinuity,
@@ -108,8 +115,9 @@ from bridge.engine.coordinator import (
     Transcript,
 )
 from bridge.engine.delegations import DeliverResult, DispatchJob, JobChanged, SendContext
-from bridge.engine.disclosure import DISCLOSURE_ITEM, Disclosure
+from bridge.engine.disclosure import CONSENT_ITEM, DISCLOSURE_ITEM, Disclosure
 from bridge.engine.early_media import EarlyMediaWindow
+from bridge.server.recording import CallRecording
 from bridge.server.session import CallerFrames, _unheard
 from providers.base import Capabilities
 from providers.events import (
@@ -146,6 +154,7 @@ MARK = 0xA5  # the first byte of each 20 ms of assistant audio the fake provider
 UTTERANCE = re.compile(r"<u(\d+):(\d+)-(\d+)>")  # utterance, its first and last frame in the text
 RECOVERY_CAUSES_OF_MEDIA = ("output_overflow", "output_stale", "provider_silent")
 DISCLOSURE = Disclosure(audio=b"\x10\x00" * 24_000)  # 3 s the bridge plays first: the caller talks over it
+CONSENT = Disclosure(audio=b"\x30\x00" * 8_000)  # 1 s "this call is recorded", after it
 
 
 @dataclass(frozen=True)
@@ -236,6 +245,7 @@ class SessionMachine(RuleBasedStateMachine):
         amd=st.sampled_from([None, "hang_up", "recording", "message", "talk"]),
         disclosure=st.booleans(),
         early_to_provider=st.sampled_from([True, False]),
+        consent=st.booleans(),
     )
     def start(
         self,
@@ -246,6 +256,7 @@ class SessionMachine(RuleBasedStateMachine):
         amd: str | None = None,
         disclosure: bool = False,
         early_to_provider: bool = False,
+        consent: bool = False,
     ) -> None:
         self.profile = profile
         self.auto_answers = auto_answers  # approve and authorize answered True at once, or by steps
@@ -259,17 +270,26 @@ class SessionMachine(RuleBasedStateMachine):
 
         self.clears = 0
         self.playout = TracedPlayout()
+        # the recording consent: the shell's recording tap is the channel, fed every caller frame
+        self.tap = CallRecording(consent=True) if consent else None
+        leg = PlayoutLeg(self.playout)
         self.core = SessionCoordinator(
             limits=profile.limits.for_format(PCMU_8K),
             output_format=PCMU_8K,
             capabilities=profile.caps,
-            channel=PlayoutLeg(self.playout),
+            channel=leg if self.tap is None else self.tap.channel(leg, 0),
             now=0,
             options=CoordinatorOptions(
-                rollover=replace(SCALED, match_slack_ms=slack), disclosure=DISCLOSURE if disclosure else None
+                rollover=replace(SCALED, match_slack_ms=slack),
+                disclosure=DISCLOSURE if disclosure else None,
+                consent=CONSENT if consent else None,
             ),
         )
         self.disclosure_sent = 0  # frames of the disclosure the media clock took
+        self.consent_sent = 0  # of the consent
+        self.consent: DisclosureResult | None = None  # its result
+        self.speech_at: list[int] = []  # when each caller speech frame reached the recording tap (ns)
+        self.recorded_speech = 0  # caller speech frames in what the recording wrote
         self.conns: dict[int, FakeConnection] = {1: FakeConnection(1, "first")}
         self.utterances: dict[int, Utterance] = {}
         self.speaking: int | None = None  # the caller's utterance now
@@ -307,7 +327,7 @@ class SessionMachine(RuleBasedStateMachine):
         self.ringing = outbound and hasattr(self.core, "ring")  # an outbound call rings until answered (S7)
         if self.ringing:
             self._call(self.core.ring, self.now)
-        elif disclosure:
+        elif disclosure or consent:
             self._call(self.core.answered, self.now)  # an inbound call is up (the shell says so at its start)
         if (
             self.ringing and amd is not None
@@ -450,6 +470,10 @@ class SessionMachine(RuleBasedStateMachine):
                 self.recovering.pop(notice.token, None)
         elif isinstance(notice, JobChanged) and notice.state == "superseded":
             self.superseded.add(notice.job_id)
+        elif isinstance(notice, DisclosureResult) and notice.what == "consent" and self.tap is not None:
+            self.log.append(f"{self.now // MS} ms: {notice!r}")
+            self.consent = notice
+            self.tap.verdict(notice)  # as the shell, through the call record
 
     def _leg_gone(self) -> None:
         if not self.leg_ended:
@@ -532,6 +556,7 @@ class SessionMachine(RuleBasedStateMachine):
             for conn in self.conns.values():
                 conn.got_frame = False
             self._call(self.core.caller_frame, SPEECH if speech else SILENCE, self.now)
+            self._recorded(speech)
             heard = [c.token for c in self.conns.values() if c.got_frame]
             self._require(not heard, "AMD", f"the callee's audio before the AMD action reached {heard}")
         elif not self.leg_ended and not self.held and not self.ringing:
@@ -545,6 +570,7 @@ class SessionMachine(RuleBasedStateMachine):
             for conn in self.conns.values():
                 conn.got_frame = False
             self._call(self.core.caller_frame, SPEECH if speech else SILENCE, self.now)
+            self._recorded(speech)
             self._hear(speech)
         deadline = self.core.next_deadline()
         if deadline is not None and deadline <= self.now:
@@ -552,6 +578,13 @@ class SessionMachine(RuleBasedStateMachine):
         if self.amd is not None and (due := self.amd.next_deadline()) is not None and due <= self.now:
             self._amd_start(self.amd.handle_timer(self.now))
         self._deliver_due()
+
+    def _recorded(self, speech: bool) -> None:
+        """The caller's frame to the recording tap too, as the shell's frame path gives it (one append)."""
+        if self.tap is not None:
+            self.tap.caller(SPEECH if speech else SILENCE, self.now)
+            if speech:
+                self.speech_at.append(self.now)
 
     def _hear(self, speech: bool) -> None:
         """Each connection's server VAD and transcription, on what it received this tick."""
@@ -648,9 +681,25 @@ class SessionMachine(RuleBasedStateMachine):
             self._require(not self.ringing, "S7", "the disclosure transmitted before the callee answered")
             self.disclosure_sent += 1
             return
+        first = self.core.disclosure.gate
+        if frame is not None and frame.item_id == CONSENT_ITEM:
+            self._require(
+                first is None or self.disclosure_sent >= first.frames,
+                "CONSENT",
+                f"the consent transmitted after {self.disclosure_sent} of the disclosure's frames",
+            )
+            self.consent_sent += 1
+            return
         if frame is None or frame.pcmu is None or frame.pcmu[0] != MARK:
             return  # silence, or the core's own closing message
-        gate = self.core.disclosure.gate
+        consent = self.core.disclosure.consent
+        if consent is not None and not (self.leg_ended or self.core.ending.ended):
+            self._require(
+                consent.frames > 0 and self.consent_sent >= consent.frames,
+                "CONSENT",
+                f"model audio transmitted after {self.consent_sent} of the consent's {consent.frames} frames",
+            )
+        gate = first
         if gate is not None and not (self.leg_ended or self.core.ending.ended):
             self._require(
                 gate.frames > 0 and self.disclosure_sent >= gate.frames,
@@ -1069,6 +1118,43 @@ class SessionMachine(RuleBasedStateMachine):
             self._leg_gone()
 
     # --- invariants -----------------------------------------------------------------------------------
+
+    @invariant()
+    def consent_nothing_recorded_before_it_ended(self) -> None:
+        """The recording (the writer's once-a-second `take`, here after every step) writes nothing until the
+        consent was delivered; its stamp is where its last frame's audio ended (the ledger's own account); no
+        more caller speech is in the recording than the caller said from that point on."""
+        tap = self.tap
+        if tap is None or not self.ready:
+            return
+        block = tap.take(self.now)
+        if not block:
+            return
+        consent = self.consent
+        self._require(
+            consent is not None and consent.outcome == "delivered",
+            "CONSENT",
+            f"{len(block)} bytes recorded before the consent was delivered ({consent!r})",
+        )
+        assert consent is not None and consent.ended_ms is not None
+        progress = self.playout.ledger.progress(CONSENT_ITEM)
+        self._require(
+            progress is not None and consent.ended_ms == progress.last_ns // MS + 20,
+            "CONSENT",
+            f"the consent stamped as ended at {consent.ended_ms} ms; the ledger says {progress!r}",
+        )
+        start = tap.start_ms
+        self._require(
+            start is not None and start >= consent.ended_ms, "CONSENT", f"the WAV begins at {start}"
+        )
+        left = np.frombuffer(block, dtype="<i2")[::2].reshape(-1, 160)
+        self.recorded_speech += int(np.count_nonzero(left.any(axis=1)))
+        after = sum(1 for at in self.speech_at if at >= consent.ended_ms * MS)
+        self._require(
+            self.recorded_speech <= after,
+            "CONSENT",
+            f"{self.recorded_speech} caller speech frames recorded; {after} came after the consent ended",
+        )
 
     @invariant()
     def s5_every_recovery_reconnects_within_5_s(self) -> None:
