@@ -126,8 +126,8 @@ FORMATTERS: dict[type, Callable[[Any], Lines]] = {
     DisclosureResult: lambda n: [
         (
             logging.INFO if n.outcome == "delivered" else logging.WARNING,
-            "disclosure %s: %d of %s ms sent (%s)",
-            (n.outcome, n.transmitted_ms, n.length_ms, n.reason),
+            "%s %s: %d of %s ms sent (%s)",
+            (n.what, n.outcome, n.transmitted_ms, n.length_ms, n.reason),
         )
     ],
     Reseeded: lambda n: [
