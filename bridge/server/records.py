@@ -690,7 +690,9 @@ class _Assistant:
     items: dict[str, None] = field(default_factory=dict)  # ledger items, in order
     chars: int = 0  # the length of `parts` joined
     dropped: int = 0  # characters of fragments that came past MAX_TEXT_CHARS
-    recovered: bool = False  # a provider recovery began while it played: its output was cleared (HR3)
+    # why the rest of it was never heard, though no barge-in cut it: a provider recovery began while it played
+    # (its output was cleared, HR3), or the call ended before it was over
+    lost: str | None = None
 
 
 class RecordBuilder:
@@ -770,7 +772,7 @@ class RecordBuilder:
         elif isinstance(notice, RecoveryChanged):
             self.history.connection(connection_id(notice.token))
             if notice.stage == "reconnecting" and self._open is not None:
-                self._open.recovered = True
+                self._open.lost = self._open.lost or "a provider recovery cut it"
             if notice.stage not in ("awaiting_user",):
                 self.history.recovery(notice.token, notice.cause, notice.stage, notice.elapsed_ms)
         elif isinstance(notice, RolloverChanged):
@@ -899,10 +901,10 @@ class RecordBuilder:
         if (
             line is not None and self.disclosure is None
         ):  # a line of text: the first assistant utterance says it
-            self.disclosure = _first_words(line, text, cut is not None, current.recovered, heard, at_ms)
+            self.disclosure = _first_words(line, text, cut is not None, current.lost, heard, at_ms)
         consent = self._consent.text if self._consent is not None else None
         if consent is not None and self.consent is None:  # in the same first utterance, after the disclosure
-            result = _first_words(consent, text, cut is not None, current.recovered, heard, at_ms)
+            result = _first_words(consent, text, cut is not None, current.lost, heard, at_ms)
             self.consent = replace(
                 result, what="consent", ended_ms=end if result.outcome == "delivered" else None
             )
@@ -915,6 +917,8 @@ class RecordBuilder:
         out: list[AppEvent] = []
         if self._open is not None:
             self._scan(self._open, now)
+            if (deadline := self.next_deadline()) is not None and now < deadline:  # it may still have played
+                self._open.lost = self._open.lost or "the call ended while it played"
             out.append(self._close(self._open, None))
         history = self.history
         recoveries = tuple(
@@ -984,14 +988,15 @@ class RecordBuilder:
 
 
 def _first_words(
-    line: str, text: str | None, cut: bool, recovered: bool, heard: int, at_ms: int
+    line: str, text: str | None, cut: bool, lost: str | None, heard: int, at_ms: int
 ) -> DisclosureResult:
-    """A line of text the first assistant utterance must say (bridge/engine/disclosure.py `text_result`); a
-    provider recovery that began while it played cleared the rest of it (HR3), as a barge-in would: it was
-    not heard whole, whatever its transcript says (which runs ahead of the audio)."""
+    """A line of text the first assistant utterance must say (bridge/engine/disclosure.py `text_result`). A
+    provider recovery that began while it was open cleared the rest of it (HR3), as a barge-in would, and a
+    call that ended within `quiet_ms` of its last frame may have cut it: either way (`lost`) it was not proven
+    heard whole, whatever its transcript says (which runs ahead of the audio)."""
     result = text_result(line, text, cut, heard, at_ms)
-    if recovered and result.outcome == "delivered":
-        return replace(result, outcome="partial", reason="a provider recovery cut it")
+    if lost is not None and result.outcome == "delivered":
+        return replace(result, outcome="partial", reason=lost)
     return result
 
 

@@ -328,3 +328,12 @@ def test_a_consent_with_recording_off_or_after_a_spoken_disclosure_refuses_to_st
         load(path)
     with pytest.raises(ValueError, match="recording is off"):
         Server(Application(), ServerConfig(recording_consent=Disclosure(text=LINE)))
+
+
+def test_a_hang_up_while_the_line_plays_means_no_consent_though_its_transcript_is_whole() -> None:
+    ledger, tap, b = _text_call()
+    b.notice(Transcript("assistant", LINE, 0, True), 0)  # the whole text came at once
+    _transmit(ledger, "item_a", 0, 40)  # 800 ms of its audio left, then the caller hung up
+    _, record = b.finish(replace(outcome(), recording_start_ms=tap.start_ms), 900 * MS)
+    assert record.consent is not None
+    assert (record.consent.announced, record.consent.reason) == (False, "the call ended while it played")
