@@ -241,7 +241,7 @@ class CallRecording:
         self._right: _Track | None = None
         self._start = 0
         self._ledger_seen = 0
-        self.frames_right = 0  # ledger frames written to the right channel
+        self.frames_right = 0  # ledger frames matched: written on the right, or let go before a consent
         self.unmatched = 0  # ledger entries whose frame was not seen queued (written as silence)
         self._on = True
         self._tee: Channel | None = None
