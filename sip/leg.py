@@ -229,6 +229,8 @@ class LegFeatures:
     `cushion`: the channel keeps its own playback cushion, read on every top-up (`CushionedChannel`).
     `early_media`: the engine plays early media to a caller before the answer (`EarlyMediaLeg`), and reports the
     far end's early media on the calls it places (`EarlyMediaStarted`).
+    `sip_headers`: the application's SIP headers go on the leg's BYE and REFER (`HeaderedLeg`); a channel that
+    is not SIP (the browser) cannot carry them.
     """
 
     frame_sink: bool = False
@@ -237,6 +239,7 @@ class LegFeatures:
     time_limit: bool = False
     cushion: bool = False
     early_media: bool = False
+    sip_headers: bool = False
 
 
 class Featured(Protocol):
@@ -277,6 +280,19 @@ class EarlyMediaLeg(Protocol):
     call is not ringing, or its INVITE had no offer: the call rings on as before)."""
 
     def play_early_media(self, audio: str | bytes) -> bool: ...
+
+
+class HeaderedLeg(Protocol):
+    """`LegFeatures.sip_headers`: `hangup` and `transfer` take the application's `headers`, (name, value) pairs
+    checked by `sip.core.app_headers.check_app_headers` (the leg checks them again: ValueError, nothing sent).
+    They go on the BYE, and on the REFER (sent at once, or when the ACK comes); a call not answered yet ends
+    by a final response or a CANCEL, which carry none (RFC 3261 §9.1)."""
+
+    def hangup(
+        self, reason: str = "normal clearing", status: int = 503, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None: ...
+
+    def transfer(self, target: str, headers: tuple[tuple[str, str], ...] = ()) -> None: ...
 
 
 class QosSource(Protocol):
@@ -325,6 +341,11 @@ def offers_dialled(leg: Featured) -> TypeGuard[DialledLeg]:
 def offers_early_media(leg: Featured) -> TypeGuard[EarlyMediaLeg]:
     """The leg declares `LegFeatures.early_media`."""
     return leg.features.early_media
+
+
+def offers_sip_headers(leg: Featured) -> TypeGuard[HeaderedLeg]:
+    """The leg declares `LegFeatures.sip_headers`."""
+    return leg.features.sip_headers
 
 
 def offers_qos(leg: Featured) -> TypeGuard[QosSource]:

@@ -150,9 +150,12 @@ class AuthorizeConnection:
 
 @dataclass(frozen=True, slots=True)
 class TransferCall:
-    """DL6: a blind transfer by SIP REFER; the transferee's final answer comes back as `transfer_progress`."""
+    """DL6: a blind transfer by SIP REFER; the transferee's final answer comes back as `transfer_progress`.
+    `headers`: the application's on the REFER (`LiveCall.transfer`, checked by sip/core/app_headers.py); the
+    model's `transfer_call` sets none."""
 
     target: str
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from bridge.engine.amd import (
     AmdVerdict,
 )
 from bridge.engine.calling_hours import OutsideCallingHours
+from bridge.engine.commands import TransferCall
 from bridge.engine.coordinator import CoordinatorOptions
 from bridge.engine.delegations import JobRequest
 from bridge.engine.dial_limits import DialLimits
@@ -85,6 +86,7 @@ from sip.core.app_headers import DEFAULT_ALLOW
 from sip.core.attestation import attestation_of
 from sip.core.outbound import check_headers
 from sip.core.policy import DEFAULT_SCANNERS
+from sip.core.telephony import validate_transfer_target
 from sip.core.trunks import Trunk
 from sip.engine import (
     DEFAULT_ENGINE,
@@ -97,7 +99,7 @@ from sip.engine import (
     offers_dial,
     offers_status,
 )
-from sip.leg import CallIdentity, CallLeg, offers_early_media, offers_time_limit
+from sip.leg import CallIdentity, CallLeg, offers_early_media, offers_sip_headers, offers_time_limit
 
 if TYPE_CHECKING:
     from bridge.server.browser import BrowserChannel
@@ -172,8 +174,38 @@ class LiveCall:
         """A later (revised) result of a job the model asked for."""
         return self._session.push_result(job_id, output)
 
-    def hang_up(self, reason: str = "ended by the application") -> None:
-        self._session.leg.hangup(reason)
+    def hang_up(
+        self,
+        reason: str = "ended by the application",
+        *,
+        headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+    ) -> None:
+        """End the call: BYE (a final response before the answer). `headers` go on the BYE (none on a final
+        response or a CANCEL): names the SIP stack does not own, values without CR, LF or control characters,
+        at most 16, 1,024 bytes a value and 2,048 in all (sip/core/app_headers.py `check_app_headers` says which
+        and why); one that breaks those rules, or any on a call that is not SIP (the browser), is a ValueError
+        (`HeaderRefused` names the header) and nothing is sent."""
+        leg, checked = self._session.leg, self._checked(headers)
+        if checked and offers_sip_headers(leg):
+            leg.hangup(reason, headers=checked)
+        else:
+            leg.hangup(reason)
+
+    def transfer(self, target: str, *, headers: Mapping[str, str] | Sequence[tuple[str, str]] = ()) -> None:
+        """Cold (blind) transfer by SIP REFER to `target`, a sip:, sips: or tel: URI, the REFER carrying
+        `headers` (checked as `hang_up`'s). ValueError for a bad target or header, nothing sent. When the
+        transferee reports that the target answered, the bridge hangs up ("transferred to <target>"); any other
+        outcome leaves the call up and is logged (sip/leg.py `CallLeg.transfer`)."""
+        checked = self._checked(headers)
+        self._session._transfer(TransferCall(validate_transfer_target(target), checked))
+
+    def _checked(self, headers: Mapping[str, str] | Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
+        checked = check_headers(headers)
+        if checked and not offers_sip_headers(self._session.leg):
+            raise ValueError(
+                f"call {self.call_id}: its leg cannot carry SIP headers (LegFeatures.sip_headers)"
+            )
+        return checked
 
     def say_goodbye(self, note: str, reason: str) -> bool:
         """The drain timeout: the model is asked for a short goodbye (`note`), then BYE once it has

@@ -86,6 +86,7 @@ from sip.leg import (
     TransferProgress,
     offers_dialled,
     offers_frame_sink,
+    offers_sip_headers,
 )
 
 log = logging.getLogger("parlora.session")
@@ -1078,7 +1079,10 @@ class CallSession:
 
     def _transfer(self, command: cmd.TransferCall) -> None:
         log.info("call %s transferring to %s", self.call_id, command.target)
-        self.leg.transfer(command.target)
+        if command.headers and offers_sip_headers(self.leg):  # the application's (LiveCall.transfer checked)
+            self.leg.transfer(command.target, command.headers)
+        else:
+            self.leg.transfer(command.target)
 
     def _send_dtmf(self, command: cmd.SendDtmf) -> None:
         try:

@@ -36,6 +36,7 @@ from enum import Enum
 from typing import ClassVar
 
 from rtp.units import NS_PER_S
+from sip.core.app_headers import Headers as AppHeaders
 from sip.core.dialog import Dialog
 from sip.core.headers import parse_cseq
 from sip.core.message import Request, Response, make_response, serialize
@@ -132,6 +133,7 @@ class Call(Timed):
         self.retry_at: int | None = None
         self.bye_pending: str | None = None  # reason of a bye() that waits for the ACK
         self.bye_after_info: str | None = None  # reason of a bye() that waits for the queued INFO digits
+        self.bye_headers: AppHeaders = ()  # the application's, on our BYE (sip.core.app_headers)
         self.info_queue: list[tuple[str, int]] = []
         self.info_tx: ClientTransaction | None = None
         self.refer_active = False  # our REFER's subscription may NOTIFY
@@ -238,9 +240,10 @@ class Call(Timed):
         self._end(reason or f"rejected with {status}", status, by_remote=False)
         return True
 
-    def bye(self, now: int, reason: str = "normal clearing") -> bool:
-        """End the call: BYE when answered (after the ACK if it has not come yet, §15.1.1); a ringing call gets
-        480. `CallEnded(by_remote=False)` follows at once."""
+    def bye(self, now: int, reason: str = "normal clearing", headers: AppHeaders = ()) -> bool:
+        """End the call: BYE when answered (after the ACK if it has not come yet, §15.1.1) with `headers`
+        (sip.core.app_headers, checked); a ringing call gets 480. `CallEnded(by_remote=False)` follows at once."""
+        self.bye_headers = headers if self.stage in (Stage.ANSWERED, Stage.CONFIRMED) else self.bye_headers
         if self.stage is Stage.RINGING:
             return self.reject(480, now, reason="Temporarily Unavailable")
         if self.stage is Stage.ANSWERED:
@@ -264,15 +267,15 @@ class Call(Timed):
         self._end(reason, 200, by_remote=False)
         return True
 
-    def refer(self, target: str, now: int) -> bool:
-        """Send a REFER (RFC 3515) with Refer-To `target` (a validated sip:/sips:/tel: URI). False when it
-        cannot be sent (the call is not confirmed). Outcomes come as `ReferResponse` and `ReferNotify`."""
+    def refer(self, target: str, now: int, extra: AppHeaders = ()) -> bool:
+        """Send a REFER (RFC 3515) with Refer-To `target` (a validated sip:/sips:/tel: URI), then `extra` (checked).
+        False when it cannot be sent (the call is not confirmed). Outcomes: `ReferResponse` and `ReferNotify`."""
         if self.stage is not Stage.CONFIRMED:
             return False
         refer_to = target if target.startswith("<") else f"<{target}>"
         headers = (("Refer-To", refer_to), ("Referred-By", f"<{self._ctx.local_uri(host=self.host)}>"))
         self.refer_active = False
-        self._send_in_dialog("REFER", now, headers=headers, purpose="REFER")
+        self._send_in_dialog("REFER", now, headers=headers + extra, purpose="REFER")
         return True
 
     def send_info_dtmf(self, digit: str, now: int, duration_ms: int = 160) -> bool:
@@ -468,15 +471,8 @@ class Call(Timed):
         terminated = state == "terminated"
         frag = parse_sipfrag(request.body) if request.body else None
         if request.body and frag is None:
-            self._ctx.refuse(
-                request,
-                400,
-                transport,
-                destination,
-                now,
-                "notify_bad_sipfrag",
-                reason="Bad message/sipfrag body",
-            )
+            why = "Bad message/sipfrag body"
+            self._ctx.refuse(request, 400, transport, destination, now, "notify_bad_sipfrag", reason=why)
             if not terminated:
                 return
         else:
@@ -606,7 +602,7 @@ class Call(Timed):
         return tx
 
     def _send_bye(self, now: int) -> None:
-        self._send_in_dialog("BYE", now, purpose="BYE")
+        self._send_in_dialog("BYE", now, headers=self.bye_headers, purpose="BYE")
 
     def _next_info(self, now: int) -> None:
         sending = self.stage is Stage.CONFIRMED or (

@@ -26,29 +26,18 @@ When it has its final outcome it tells the router once (`UaContext.outbound_sett
 answered `Call`, or None. It stays the owner of its transactions after that, so a 2xx retransmitted (or forked)
 later is still ACKed.
 
-Headers the application sets on the INVITE (`check_headers`, applied by `place`): they are one line each of
-what the application passes on to the trunk, so they are checked, never silently dropped (ValueError):
-- no CR, LF or NUL anywhere (header injection: a CRLF in a value would start a header, or the body, of the
-  application's choosing); a name is an RFC 3261 §25.1 token; a value is printable (tab and 0x20-0x7E, and
-  UTF-8 above 0x7F, as §25.1 TEXT-UTF8 allows); at most 16 headers, a name at most 64 characters, a value at
-  most 1,024 (an `Identity` PASSporT is a few hundred bytes; a trunk's MTU is the real bound).
-- only an allowlist of names: `X-*` (the private headers trunks and PBXs read: account codes, campaign ids),
-  `P-Asserted-Identity` and `P-Preferred-Identity` (RFC 3325: the caller id a trusted trunk asserts; the trunk
-  decides whether it trusts us), `Identity` (RFC 8224, STIR/SHAKEN: passed through as given, we neither sign
-  nor check it), `Diversion` (RFC 5806) and `History-Info` (RFC 7044) (the redirecting number carriers
-  still ask for on forwarded calls), `Privacy` (RFC 3323, goes with P-Asserted-Identity), `Subject`,
-  `Priority`, `Call-Info`, `Alert-Info` and `User-to-User` (RFC 7433: context for the callee's PBX).
-  Anything else is refused, because every other header is either the UA's own (Via, From, To, Call-ID,
-  CSeq, Contact, Max-Forwards, Content-*, Route, Record-Route, Authorization, Proxy-*, Allow, Supported,
-  Require, Session-Expires, ...) and a second copy would break the dialog or the transaction, or unknown to
-  us, and a name we do not know is one we cannot say is harmless. The compact forms (`f`, `t`, `i`, ...)
-  are one letter and are not on the list either.
-- they go in the order given, after the UA's own headers and before Content-Type.
+Headers the application sets on the INVITE (`check_headers`, applied by `place`): the one validator of
+`sip.core.app_headers.check_app_headers` (a token name the stack does not own, no CR, LF, NUL or control
+character in a value, at most 16 headers, 1,024 bytes a value, 2,048 in all), refused with a ValueError, never
+silently dropped; they go in the order given, after the UA's own headers and before Content-Type. A CANCEL
+of this INVITE carries none of them (§9.1: it copies only the INVITE's Request-URI, Call-ID, To, From and
+CSeq number), nor does the ACK of a non-2xx (§17.1.1.3, the transaction's own).
 """
 
 from __future__ import annotations
 
 from rtp.units import NS_PER_S
+from sip.core.app_headers import check_app_headers
 from sip.core.auth import AuthAnswer, Credentials, DigestClient
 from sip.core.call import Call, Stage
 from sip.core.dialog import Dialog
@@ -65,61 +54,7 @@ from sip.core.uabase import ALLOW, SUPPORTED, UaContext, content_type, next_hop,
 from sip.core.uaevents import CallConfirmed, CallEnded, CallProgress
 from sip.core.uri import parse_uri
 
-MAX_HEADERS = 16
-MAX_HEADER_NAME = 64
-MAX_HEADER_VALUE = 1024
-ALLOWED_HEADERS = frozenset(
-    name.lower()
-    for name in (
-        "P-Asserted-Identity",
-        "P-Preferred-Identity",
-        "Identity",
-        "Diversion",
-        "History-Info",
-        "Privacy",
-        "Subject",
-        "Priority",
-        "Call-Info",
-        "Alert-Info",
-        "User-to-User",
-    )
-)
-_TOKEN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.!%*_+`'~")
-
-
-def check_headers(headers: object) -> tuple[tuple[str, str], ...]:
-    """The application's INVITE headers as (name, value) pairs, in order; ValueError naming the first that
-    breaks a rule of this module's docstring. Takes a mapping or a sequence of pairs."""
-    if isinstance(headers, dict):
-        pairs = list(headers.items())
-    elif isinstance(headers, (list, tuple)):
-        pairs = [tuple(p) if isinstance(p, (list, tuple)) else (p,) for p in headers]
-    else:
-        raise ValueError("headers: a mapping of name to value, or (name, value) pairs")
-    if len(pairs) > MAX_HEADERS:
-        raise ValueError(f"headers: at most {MAX_HEADERS}, got {len(pairs)}")
-    out: list[tuple[str, str]] = []
-    for pair in pairs:
-        if len(pair) != 2 or not all(isinstance(p, str) for p in pair):
-            raise ValueError("headers: each is a name and a value, both strings")
-        name, value = pair
-        shown = repr(name[:MAX_HEADER_NAME])
-        if not name or len(name) > MAX_HEADER_NAME or not set(name) <= _TOKEN:
-            raise ValueError(
-                f"header name {shown}: a token (RFC 3261 §25.1) of 1 to {MAX_HEADER_NAME} characters"
-            )
-        if not (name.lower().startswith("x-") and len(name) > 2) and name.lower() not in ALLOWED_HEADERS:
-            raise ValueError(
-                f"header {shown} may not be set: only X-* and "
-                + ", ".join(sorted(ALLOWED_HEADERS))
-                + " (the UA owns the others)"
-            )
-        if len(value) > MAX_HEADER_VALUE:
-            raise ValueError(f"header {shown}: the value is over {MAX_HEADER_VALUE} characters")
-        if any(c in "\r\n\0" or (c < " " and c != "\t") or c == "\x7f" for c in value):
-            raise ValueError(f"header {shown}: CR, LF, NUL and control characters are not allowed in a value")
-        out.append((name, value.strip(" \t")))
-    return tuple(out)
+check_headers = check_app_headers  # the name `dial` and the API have always imported
 
 
 class OutboundCall(Timed):

@@ -4,7 +4,8 @@ One `TransferTracker` per call. The engine tells it what happened (a transfer as
 the REFER could not be sent, the REFER's response, each NOTIFY's sipfrag, the subscription ended, the call
 ended) with `now` (int monotonic ns), and carries out what it returns, in order:
 - `TransferProgress`: post it to the leg's events;
-- `SendRefer`: send the REFER with Refer-To `target` now (if that fails: `refer_failed`);
+- `SendRefer`: send the REFER with Refer-To `target` and the application's `headers` now (if that fails:
+  `refer_failed`);
 - `EndTransferredCall`: the transferee reached the target; hang up (BYE) with `reason`, status 200.
 `next_deadline()` and `handle_timer(now)` keep the transfer timeout: no report (REFER response or NOTIFY)
 for `timeout_ns` ends the transfer with a final 408, and the call stays up.
@@ -36,9 +37,11 @@ class DialogStage(Enum):
 
 @dataclass(frozen=True, slots=True)
 class SendRefer:
-    """Send the REFER (Refer-To `target`) in the call's dialog now."""
+    """Send the REFER (Refer-To `target`, then the application's `headers`, sip.core.app_headers) in the call's
+    dialog now."""
 
     target: str
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +63,7 @@ class TransferTracker:
             raise ValueError(f"transfer timeout must be positive, got {timeout_ns} ns")
         self.timeout_ns = timeout_ns
         self._target: str | None = None  # the transfer in progress
+        self._headers: tuple[tuple[str, str], ...] = ()  # the application's, on its REFER
         self._deferred = False  # its REFER waits for the ACK
         self._deadline: int | None = None
         self._expired: str | None = None  # timed out (408 reported), REFER sent: a late report may still come
@@ -78,19 +82,22 @@ class TransferTracker:
     def next_deadline(self) -> int | None:
         return self._deadline
 
-    def start(self, target: str, now: int, stage: DialogStage) -> list[TransferOutput]:
-        """A transfer to `target` (already validated: sip.core.telephony.validate_transfer_target) was asked for."""
+    def start(
+        self, target: str, now: int, stage: DialogStage, headers: tuple[tuple[str, str], ...] = ()
+    ) -> list[TransferOutput]:
+        """A transfer to `target` (already validated: sip.core.telephony.validate_transfer_target) was asked for,
+        its REFER to carry `headers` (checked: sip.core.app_headers `check_app_headers`)."""
         busy = self._target or self._expired
         if busy is not None:
             return [TransferProgress(target, 491, f"a transfer to {busy} is still in progress", True)]
         if stage is DialogStage.NOT_ANSWERED:
             return [TransferProgress(target, 500, "REFER not sent: the call is not answered", True)]
-        self._target = target
+        self._target, self._headers = target, headers
         self._deadline = now + self.timeout_ns
         if stage is DialogStage.AWAITING_ACK:
             self._deferred = True
             return []
-        return [SendRefer(target)]
+        return [SendRefer(target, headers)]
 
     @property
     def waiting_for_ack(self) -> bool:
@@ -101,7 +108,7 @@ class TransferTracker:
         if not self._deferred or self._target is None:
             return []
         self._deferred = False
-        return [SendRefer(self._target)]
+        return [SendRefer(self._target, self._headers)]
 
     def refer_failed(self, reason: str, now: int) -> list[TransferOutput]:
         """The REFER could not be sent (engine or transport error)."""

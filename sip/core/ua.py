@@ -90,6 +90,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import ClassVar, Protocol
 
+from sip.core.app_headers import Headers as AppHeaders
 from sip.core.auth import Credentials
 from sip.core.call import Call, Stage
 from sip.core.dialog import Dialog, DialogId
@@ -335,19 +336,22 @@ class UserAgent:
         c = self._calls.get(call)
         return c is not None and c.reject(status, now, reason=reason, headers=headers)
 
-    def bye(self, call: str, now: int, reason: str = "normal clearing") -> bool:
-        """End the call: BYE when answered (after the ACK if it has not come yet, §15.1.1); a ringing call gets
-        480; a call we placed that has no final response is cancelled. `CallEnded(by_remote=False)` follows."""
+    def bye(self, call: str, now: int, reason: str = "normal clearing", headers: AppHeaders = ()) -> bool:
+        """End the call: BYE when answered (after the ACK if it has not come yet, §15.1.1), with the application's
+        `headers` (sip.core.app_headers `check_app_headers`, checked by the caller); a ringing call gets 480; a
+        call we placed that has no final response is cancelled (the CANCEL carries no `headers`: RFC 3261 §9.1).
+        `CallEnded(by_remote=False)` follows."""
         if call in self._outbound:
             return self.cancel(call, now, reason)
         c = self._calls.get(call)
-        return c is not None and c.bye(now, reason)
+        return c is not None and c.bye(now, reason, headers)
 
-    def refer(self, call: str, target: str, now: int) -> bool:
-        """Send a REFER (RFC 3515) with Refer-To `target` (a validated sip:/sips:/tel: URI). False when it
-        cannot be sent (the call is not confirmed). Outcomes come as `ReferResponse` and `ReferNotify`."""
+    def refer(self, call: str, target: str, now: int, headers: AppHeaders = ()) -> bool:
+        """Send a REFER (RFC 3515) with Refer-To `target` (a validated sip:/sips:/tel: URI) and the application's
+        `headers` (checked). False when it cannot be sent (the call is not confirmed). Outcomes come as
+        `ReferResponse` and `ReferNotify`."""
         c = self._calls.get(call)
-        return c is not None and c.refer(target, now)
+        return c is not None and c.refer(target, now, headers)
 
     def send_info_dtmf(self, call: str, digit: str, now: int, duration_ms: int = 160) -> bool:
         """One digit as INFO application/dtmf-relay; digits queue behind an INFO still in progress."""

@@ -41,6 +41,7 @@ from rtp.rtcp import QoS
 from rtp.srtp import SrtpContext
 from rtp.stream import ARRIVAL_WINDOW_MS, OneWayAudio, RtpStream, StreamConfig
 from sip.core import ua as core
+from sip.core.app_headers import check_app_headers
 from sip.core.offer_answer import LocalMedia, NegotiatedMedia
 from sip.core.sdes import SrtpPolicy, sdes_policy
 from sip.core.telephony import validate_dtmf_digits, validate_transfer_target
@@ -221,7 +222,9 @@ class _CallMedia:
 class NativeLeg(PlayoutLeg):
     """One incoming call on the native engine (implements `sip.leg.CallLeg`). Lives on the asyncio loop."""
 
-    features = LegFeatures(frame_sink=True, dialled=True, qos=True, time_limit=True, early_media=True)
+    features = LegFeatures(
+        frame_sink=True, dialled=True, qos=True, time_limit=True, early_media=True, sip_headers=True
+    )
 
     def __init__(
         self,
@@ -307,8 +310,12 @@ class NativeLeg(PlayoutLeg):
         """`sip.leg.EarlyMediaLeg`: 183 with the SDP answer and `audio` until the answer (sip/native/early.py)."""
         return start_inbound(self, audio)
 
-    def hangup(self, reason: str = "normal clearing", status: int = 503) -> None:
-        """A BYE once answered, else the final response `status` (with Retry-After for a 503)."""
+    def hangup(
+        self, reason: str = "normal clearing", status: int = 503, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        """A BYE once answered, with the application's `headers` (`sip.leg.HeaderedLeg`: ValueError for a bad
+        one, nothing sent), else the final response `status` (with Retry-After for a 503)."""
+        headers = check_app_headers(headers)
         if self.hangup_requested or self.ended:
             return
         self.hangup_requested = True
@@ -318,16 +325,18 @@ class NativeLeg(PlayoutLeg):
         if (
             self.answered or self.outbound
         ):  # an outbound call not yet answered: CANCEL (sip.core.ua's bye does it)
-            agent.ua.bye(self.call, now, reason)
+            agent.ua.bye(self.call, now, reason, headers)
         else:
             code = status if 300 <= status <= 699 else 480
             headers = (("Retry-After", str(agent.config.retry_after_s)),) if code == 503 else ()
             agent.ua.reject(self.call, code, now, reason=_reason_phrase(reason), headers=headers)
         agent.flush(now)
 
-    def transfer(self, target: str) -> None:
-        """Blind transfer (REFER) per `CallLeg.transfer`: ValueError for a malformed target, nothing sent."""
+    def transfer(self, target: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
+        """Blind transfer (REFER) per `CallLeg.transfer`, the REFER with the application's `headers`
+        (`sip.leg.HeaderedLeg`): ValueError for a malformed target or header, nothing sent."""
         uri = validate_transfer_target(target)
+        headers = check_app_headers(headers)
         if self.ended:
             return
         now = self.agent.clock()
@@ -340,7 +349,7 @@ class NativeLeg(PlayoutLeg):
         )
         if stage is DialogStage.AWAITING_ACK:
             log.info("%s: blind transfer to %s waits for the ACK", self.call, uri)
-        self._transfer_outputs(self.transfer_tracker.start(uri, now, stage), now)
+        self._transfer_outputs(self.transfer_tracker.start(uri, now, stage, headers), now)
         self.agent.track_transfer(self)  # its timeout is on the engine's one timer
         self.agent.flush(now)
 
@@ -499,7 +508,7 @@ class NativeLeg(PlayoutLeg):
             if isinstance(out, TransferProgress):
                 self._post(out)
             elif isinstance(out, SendRefer):
-                if self.agent.ua.refer(self.call, out.target, now):
+                if self.agent.ua.refer(self.call, out.target, now, out.headers):
                     log.info("%s: blind transfer to %s (REFER sent)", self.call, out.target)
                 else:
                     self._transfer_outputs(

@@ -48,6 +48,7 @@ import pjsua2 as pj  # type: ignore[import-untyped, import-not-found, unused-ign
 
 from rtp import probe as _probe
 from rtp.audio import PCM16_FRAME_BYTES
+from sip.core.app_headers import check_app_headers
 from sip.core.identity import call_identity, parse_head
 from sip.core.telephony import validate_dtmf_digits, validate_transfer_target
 from sip.core.transfer import DialogStage, EndTransferredCall, SendRefer, TransferOutput, TransferTracker
@@ -74,12 +75,22 @@ assert ENGINES["pjsua2"].cap == ENGINES["pjsua2"].default_max_calls == WHEEL_MAX
 _POLL_MS = 10
 PJMEDIA_RTP_EREMNORFC2833 = 220107  # pjmedia: "Remote does not support RFC 2833" (measured on the wheel)
 _VOID_PTR = ctypes.POINTER(ctypes.c_void_p)
+# a command for the pjsua thread: (verb, call key, reason/target/digits, status, the application's headers)
+Command = tuple[str, int, str, int, tuple[tuple[str, str], ...]]
 
 
 def _vector_begin(vector: pj.ByteVector) -> int:
     """Address of a std::vector<uint8_t>'s data ({begin, end, cap} layout): 2 µs instead of 130 µs for
     `bytes(vector)`, which iterates the SWIG proxy element by element."""
     return int(ctypes.cast(int(vector.this), _VOID_PTR)[0] or 0)
+
+
+def tx_headers(op: pj.CallOpParam, headers: tuple[tuple[str, str], ...]) -> None:
+    """The application's headers (checked: sip.core.app_headers) on the request `op` sends (its SipTxOption)."""
+    for name, value in headers:
+        header = pj.SipHeader()
+        header.hName, header.hValue = name, value
+        op.txOption.headers.append(header)
 
 
 def _frame_bytes(frame: pj.MediaFrame) -> bytes:
@@ -94,7 +105,8 @@ class Pjsua2Leg(PlayoutLeg):
     Created on the pjsua thread, used from the asyncio loop; only `_post` crosses from other threads.
     """
 
-    features = LegFeatures()  # none beyond `CallLeg`: caller frames come as events, pjmedia runs the RTP
+    # caller frames come as events, pjmedia runs the RTP; the application's headers ride pjsua's SipTxOption
+    features = LegFeatures(sip_headers=True)
 
     def __init__(self, agent: Pjsua2UserAgent, key: int, identity: CallIdentity) -> None:
         super().__init__()
@@ -120,23 +132,30 @@ class Pjsua2Leg(PlayoutLeg):
                 return
 
     def answer(self) -> None:
-        self._agent._command(("answer", self._key, "", 200))
+        self._agent._command(("answer", self._key, "", 200, ()))
 
-    def hangup(self, reason: str = "normal clearing", status: int = 503) -> None:
+    def hangup(
+        self, reason: str = "normal clearing", status: int = 503, headers: tuple[tuple[str, str], ...] = ()
+    ) -> None:
+        """A BYE once answered, with the application's `headers` (`sip.leg.HeaderedLeg`: ValueError for a bad
+        one, nothing sent), else the final response `status`."""
+        headers = check_app_headers(headers)
         if not self.hangup_requested:
             self.hangup_requested = True
             self.hangup_reason = reason
-            self._agent._command(("hangup", self._key, reason, status))
+            self._agent._command(("hangup", self._key, reason, status, headers))
 
-    def transfer(self, target: str) -> None:
-        """Blind transfer (REFER). Raises ValueError for a malformed target, before anything is sent; every
-        other outcome, including failures, arrives as `TransferProgress` events (see `sip.leg.CallLeg`)."""
-        self._agent._command(("transfer", self._key, validate_transfer_target(target), 0))
+    def transfer(self, target: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
+        """Blind transfer (REFER) with the application's `headers`. Raises ValueError for a malformed target or
+        header, before anything is sent; every other outcome, including failures, arrives as
+        `TransferProgress` events (see `sip.leg.CallLeg`)."""
+        target = validate_transfer_target(target)
+        self._agent._command(("transfer", self._key, target, 0, check_app_headers(headers)))
 
     def send_dtmf(self, digits: str) -> None:
         """RFC 4733 telephone-events to the caller. Raises ValueError (nothing sent) unless `digits` is 1 to 32
         of 0-9 * # A-D; a/b/c/d are taken as A-D."""
-        self._agent._command(("dtmf", self._key, validate_dtmf_digits(digits), 0))
+        self._agent._command(("dtmf", self._key, validate_dtmf_digits(digits), 0, ()))
 
     def _post(self, event: LegEvent) -> None:
         """Hand an event to the asyncio loop (any thread)."""
@@ -253,7 +272,7 @@ class _Call(pj.Call):  # type: ignore[misc]
 
     # --- blind transfer (REFER, RFC 3515) and outgoing DTMF; all on the pjsua thread ---
 
-    def start_transfer(self, target: str) -> None:
+    def start_transfer(self, target: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
         assert self.leg is not None
         state = self.getInfo().state
         # 200 sent, ACK not yet in (CONNECTING): a REFER now would cross it; onCallState sends it at CONFIRMED.
@@ -264,7 +283,7 @@ class _Call(pj.Call):  # type: ignore[misc]
             if state == pj.PJSIP_INV_STATE_CONNECTING
             else DialogStage.NOT_ANSWERED
         )
-        self._apply(self.transfer.start(target, time.monotonic_ns(), stage))
+        self._apply(self.transfer.start(target, time.monotonic_ns(), stage, headers))
         if self.transfer.waiting_for_ack:
             log.info("%s: blind transfer to %s waits for the ACK", self.leg.identity.call_id, target)
 
@@ -290,15 +309,17 @@ class _Call(pj.Call):  # type: ignore[misc]
                 )
                 leg._post(out)
             elif isinstance(out, SendRefer):
-                self._send_refer(out.target)
+                self._send_refer(out.target, out.headers)
             elif isinstance(out, EndTransferredCall):
                 log.info("%s: %s: ending the call", leg.identity.call_id, out.reason)
                 leg.hangup(out.reason, 200)  # BYE, sent from the command queue after this callback
 
-    def _send_refer(self, target: str) -> None:
+    def _send_refer(self, target: str, headers: tuple[tuple[str, str], ...]) -> None:
         assert self.leg is not None
+        op = pj.CallOpParam()
+        tx_headers(op, headers)
         try:
-            self.xfer(target, pj.CallOpParam())
+            self.xfer(target, op)
         except pj.Error as exc:
             log.warning("%s: REFER to %s not sent: %s", self.leg.identity.call_id, target, exc.info())
             self._apply(self.transfer.refer_failed(str(exc.reason), time.monotonic_ns()))
@@ -464,7 +485,7 @@ class Pjsua2UserAgent:
         self._on_call = on_call
         self._draining = False  # written on the loop, read on the pjsua thread (a bool: atomic)
         self._active = 0  # calls handed to on_call and not yet disconnected; written on the pjsua thread only
-        self._commands: queue.SimpleQueue[tuple[str, int, str, int]] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._calls: dict[int, _Call] = {}
         self._dead: list[_Call] = []
         self._ids = itertools.count(1)
@@ -532,7 +553,7 @@ class Pjsua2UserAgent:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def _command(self, command: tuple[str, int, str, int]) -> None:
+    def _command(self, command: Command) -> None:
         self._commands.put(command)
 
     # --- pjsua thread ---
@@ -681,7 +702,7 @@ class Pjsua2UserAgent:
     def _run_commands(self) -> None:
         while True:
             try:
-                verb, key, reason, status = self._commands.get_nowait()
+                verb, key, reason, status, headers = self._commands.get_nowait()
             except queue.Empty:
                 return
             call = self._calls.get(key)
@@ -697,9 +718,11 @@ class Pjsua2UserAgent:
                     # Before the 200 this is a final response (status, e.g. 503); after it, a BYE.
                     op.statusCode = status
                     op.reason = reason
+                    if call.getInfo().state in (pj.PJSIP_INV_STATE_CONNECTING, pj.PJSIP_INV_STATE_CONFIRMED):
+                        tx_headers(op, headers)  # on the BYE, never on a final response (sip.leg.HeaderedLeg)
                     call.hangup(op)
                 elif verb == "transfer":
-                    call.start_transfer(reason)
+                    call.start_transfer(reason, headers)
                 elif verb == "dtmf":
                     call.send_digits(reason)
             except pj.Error as exc:
