@@ -6,8 +6,10 @@ A stand-in for the session engine in tests of leg-level telephony (transfer, DTM
 Every call is answered at once. Commands, one per line on stdin:
 
     transfer CALL_ID TARGET     leg.transfer(TARGET)
+    transfer CALL_ID TARGET NAME: VALUE   the same, the REFER with that header (sip.leg.HeaderedLeg)
     dtmf CALL_ID DIGITS         leg.send_dtmf(DIGITS)
     hangup CALL_ID              leg.hangup("driver hangup")
+    hangup CALL_ID NAME: VALUE  the same, the BYE with that header
     quit                        stop the agent and exit
 
 stdout gets one JSON object per line (after ~6 lines pjlib prints before its log settings apply):
@@ -33,7 +35,7 @@ import sys
 import threading
 
 from sip.engine import DEFAULT_ENGINE, ENGINES, EngineConfig, EngineError, create_engine
-from sip.leg import CallLeg, FrameReceived
+from sip.leg import CallLeg, FrameReceived, offers_sip_headers
 
 
 def emit(**fields: object) -> None:
@@ -92,10 +94,20 @@ async def main() -> int:
             emit(event="error", command=line, error=f"no call {call_id!r}")
             return
         try:
-            if verb == "transfer":
+            # "NAME: VALUE" after the target (transfer) or the call (hangup): one header for the application's
+            target, _, header = arg.partition(" ") if verb == "transfer" else ("", "", arg)
+            name, colon, value = header.partition(":")
+            headers = ((name.strip(), value.strip()),) if colon and verb in ("transfer", "hangup") else ()
+            if headers and not offers_sip_headers(leg):
+                raise ValueError(f"the {args.engine} engine's legs take no SIP headers")
+            if verb == "transfer" and headers and offers_sip_headers(leg):
+                leg.transfer(target, headers)
+            elif verb == "transfer":
                 leg.transfer(arg)
             elif verb == "dtmf":
                 leg.send_dtmf(arg)
+            elif verb == "hangup" and headers and offers_sip_headers(leg):
+                leg.hangup("driver hangup", headers=headers)
             elif verb == "hangup":
                 leg.hangup("driver hangup")
             else:

@@ -77,19 +77,28 @@ def order(driver: LegDriver) -> list[str]:
 
 
 def test_transfer_accepted_reports_notify_progress_then_bridge_hangs_up(
-    leg_driver, sipp, bridge_engine: str
+    leg_driver, sipp, bridge_engine: str, tmp_path: Path
 ) -> None:
+    # The REFER carries the application's header (sip.leg.HeaderedLeg): SIPp's scenario fails without it.
+    text = (peers.SCENARIOS / "uac_refer_notify.xml").read_text()
+    refer_to = '<ereg regexp=".*" search_in="hdr" header="Refer-To:" check_it="true" assign_to="refer_to" />'
+    assert refer_to in text
+    check = '<ereg regexp="billing" search_in="hdr" header="X-Queue:" check_it="true" assign_to="x_queue" />'
+    scenario = tmp_path / "uac_refer_notify_x_queue.xml"
+    log = '<log message="REFER_X_QUEUE [$x_queue]" />'
+    scenario.write_text(text.replace(refer_to, f"{refer_to}\n      {check}\n      {log}", 1))
     driver = leg_driver()
-    run = sipp("uac_refer_notify", driver.sip_port)
+    run = sipp(str(scenario), driver.sip_port)
     call = driver.wait_event("MediaStarted", timeout=15)
-    driver.send(f"transfer {call['call_id']} {TARGET}")
+    driver.send(f"transfer {call['call_id']} {TARGET} X-Queue: billing")
     ended = driver.wait_event("CallEnded", timeout=20)
     result = run.result(timeout=60)
 
-    sipp_ok(result)  # it got REFER, its NOTIFYs were answered 200, and then it got our BYE
+    sipp_ok(result)  # it got REFER (with X-Queue), its NOTIFYs were answered 200, and then it got our BYE
     # RFC 3515 Refer-To is name-addr or addr-spec: native sends <uri>, pjsua2 the bare URI; both are valid
     assert [v.strip() for v in result.log_events["REFER_TO"]] in ([TARGET], [f"<{TARGET}>"])
     assert result.count("BYE_RECEIVED") == 1
+    assert [v.strip() for v in result.log_events["REFER_X_QUEUE"]] == ["billing"]
     # 100 "Accepted" is pjsua's report of the 202; then one report per NOTIFY sipfrag, the 200 final.
     assert progress(driver) == [(100, "Accepted", False), (100, "Trying", False), (200, "OK", True)]
     assert all(e["target"] == TARGET for e in driver.events("TransferProgress"))
@@ -282,15 +291,30 @@ def test_send_dtmf_falls_back_to_sip_info_without_telephone_event(
     assert "sending DTMF 12# as SIP INFO" in driver.proc.stderr
 
 
-def test_caller_dtmf_from_sipp_pcaps_arrives_as_dtmf_received(leg_driver, sipp, bridge_engine: str) -> None:
+def test_caller_dtmf_from_sipp_pcaps_arrives_as_dtmf_received(
+    leg_driver, sipp, bridge_engine: str, tmp_path: Path
+) -> None:
     for name in ("1", "9", "star", "pound"):
         assert Path(f"/usr/share/sip-tester/dtmf_2833_{name}.pcap").is_file()
+    # Our BYE carries the application's headers (sip.leg.HeaderedLeg): SIPp's scenario fails without them.
+    text = (peers.SCENARIOS / "uac_dtmf_rx.xml").read_text()
+    bye = '<recv request="BYE" timeout="20000" />'
+    assert bye in text
+    # (pjsua writes a Reason of its own, "SIP ;cause=...", before ours: RFC 3326 allows one per protocol)
+    check = '<ereg regexp="Reason: Q\\.850;cause=16" search_in="msg" check_it="true" assign_to="why" />'
+    log = '<log message="BYE_REASON [$why]" />'
+    scenario = tmp_path / "uac_dtmf_rx_reason.xml"
+    scenario.write_text(
+        text.replace(bye, f'<recv request="BYE" timeout="20000"><action>{check}{log}</action></recv>')
+    )
     driver = leg_driver()
-    run = sipp("uac_dtmf_rx", driver.sip_port)
+    run = sipp(str(scenario), driver.sip_port)
     driver.wait_event("DtmfReceived", timeout=20, count=4)
     call_id = driver.events("call")[0]["call_id"]
-    driver.send(f"hangup {call_id}")
+    driver.send(f"hangup {call_id} Reason: Q.850;cause=16")
     driver.wait_event("CallEnded", timeout=15)
-    sipp_ok(run.result(timeout=60))
+    result = run.result(timeout=60)
+    sipp_ok(result)
     # Each pcap is one key press (marker start, 7 updates, 3 end packets, one RTP timestamp): one digit each.
     assert [e["digit"] for e in driver.events("DtmfReceived")] == ["1", "9", "*", "#"]
+    assert [v.strip() for v in result.log_events["BYE_REASON"]] == ["Reason: Q.850;cause=16"]
