@@ -75,8 +75,8 @@ assert ENGINES["pjsua2"].cap == ENGINES["pjsua2"].default_max_calls == WHEEL_MAX
 _POLL_MS = 10
 PJMEDIA_RTP_EREMNORFC2833 = 220107  # pjmedia: "Remote does not support RFC 2833" (measured on the wheel)
 _VOID_PTR = ctypes.POINTER(ctypes.c_void_p)
-# a command for the pjsua thread: (verb, call key, reason/target/digits, status, the application's headers)
-Command = tuple[str, int, str, int, tuple[tuple[str, str], ...]]
+Command = tuple[str, int, str, int]  # for the pjsua thread: verb, call key, reason/target/digits, status
+Headers = tuple[tuple[str, str], ...]  # the application's, with a hangup or a transfer (sip.leg.HeaderedLeg)
 
 
 def _vector_begin(vector: pj.ByteVector) -> int:
@@ -132,7 +132,7 @@ class Pjsua2Leg(PlayoutLeg):
                 return
 
     def answer(self) -> None:
-        self._agent._command(("answer", self._key, "", 200, ()))
+        self._agent._command(("answer", self._key, "", 200))
 
     def hangup(
         self, reason: str = "normal clearing", status: int = 503, headers: tuple[tuple[str, str], ...] = ()
@@ -143,19 +143,19 @@ class Pjsua2Leg(PlayoutLeg):
         if not self.hangup_requested:
             self.hangup_requested = True
             self.hangup_reason = reason
-            self._agent._command(("hangup", self._key, reason, status, headers))
+            self._agent._command(("hangup", self._key, reason, status), headers)
 
     def transfer(self, target: str, headers: tuple[tuple[str, str], ...] = ()) -> None:
         """Blind transfer (REFER) with the application's `headers`. Raises ValueError for a malformed target or
         header, before anything is sent; every other outcome, including failures, arrives as
         `TransferProgress` events (see `sip.leg.CallLeg`)."""
         target = validate_transfer_target(target)
-        self._agent._command(("transfer", self._key, target, 0, check_app_headers(headers)))
+        self._agent._command(("transfer", self._key, target, 0), check_app_headers(headers))
 
     def send_dtmf(self, digits: str) -> None:
         """RFC 4733 telephone-events to the caller. Raises ValueError (nothing sent) unless `digits` is 1 to 32
         of 0-9 * # A-D; a/b/c/d are taken as A-D."""
-        self._agent._command(("dtmf", self._key, validate_dtmf_digits(digits), 0, ()))
+        self._agent._command(("dtmf", self._key, validate_dtmf_digits(digits), 0))
 
     def _post(self, event: LegEvent) -> None:
         """Hand an event to the asyncio loop (any thread)."""
@@ -485,7 +485,7 @@ class Pjsua2UserAgent:
         self._on_call = on_call
         self._draining = False  # written on the loop, read on the pjsua thread (a bool: atomic)
         self._active = 0  # calls handed to on_call and not yet disconnected; written on the pjsua thread only
-        self._commands: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._commands: queue.SimpleQueue[tuple[Command, Headers]] = queue.SimpleQueue()
         self._calls: dict[int, _Call] = {}
         self._dead: list[_Call] = []
         self._ids = itertools.count(1)
@@ -553,8 +553,8 @@ class Pjsua2UserAgent:
         self._thread.join(timeout)
         return not self._thread.is_alive()
 
-    def _command(self, command: Command) -> None:
-        self._commands.put(command)
+    def _command(self, command: Command, headers: Headers = ()) -> None:
+        self._commands.put((command, headers))
 
     # --- pjsua thread ---
 
@@ -702,7 +702,7 @@ class Pjsua2UserAgent:
     def _run_commands(self) -> None:
         while True:
             try:
-                verb, key, reason, status, headers = self._commands.get_nowait()
+                (verb, key, reason, status), headers = self._commands.get_nowait()
             except queue.Empty:
                 return
             call = self._calls.get(key)

@@ -16,9 +16,11 @@ class _Agent:
 
     def __init__(self) -> None:
         self.commands: list[tuple[str, int, str, int]] = []
+        self.headers: list[tuple[tuple[str, str], ...]] = []  # the application's, with each command
 
-    def _command(self, command: tuple[str, int, str, int]) -> None:
+    def _command(self, command: tuple[str, int, str, int], headers: tuple[tuple[str, str], ...] = ()) -> None:
         self.commands.append(command)
+        self.headers.append(headers)
 
 
 def _leg() -> tuple["Pjsua2Leg", _Agent]:
@@ -104,3 +106,31 @@ def test_malformed_transfer_targets_raise_value_error_and_nothing_is_sent(target
 def test_validators_are_usable_on_their_own() -> None:
     assert validate_dtmf_digits("1a") == "1A"
     assert validate_transfer_target("<tel:+15551234>") == "tel:+15551234"
+
+
+def test_the_applications_headers_are_queued_with_the_transfer_and_the_hangup() -> None:
+    leg, agent = _leg()
+    assert leg.features.sip_headers  # sip.leg.HeaderedLeg on pjsua2 too
+    leg.transfer("sip:agent@127.0.0.1:5999", (("X-Queue", " billing "),))
+    leg.hangup("done", 200, (("Reason", "Q.850;cause=16"),))
+    assert agent.commands == [("transfer", 7, "sip:agent@127.0.0.1:5999", 0), ("hangup", 7, "done", 200)]
+    assert agent.headers == [(("X-Queue", "billing"),), (("Reason", "Q.850;cause=16"),)]
+
+
+def test_a_bad_header_raises_and_nothing_is_queued() -> None:
+    leg, agent = _leg()
+    with pytest.raises(ValueError, match="CR, LF"):
+        leg.transfer("sip:agent@127.0.0.1:5999", (("X-Queue", "1\r\nVia: evil"),))
+    with pytest.raises(ValueError, match="may not be set"):
+        leg.hangup("done", 200, (("Refer-To", "<sip:evil@x>"),))
+    assert agent.commands == [] and not leg.hangup_requested
+
+
+def test_the_headers_ride_the_requests_sip_tx_option() -> None:
+    pj = pytest.importorskip("pjsua2")
+    from sip.pjsua2.agent import tx_headers
+
+    op = pj.CallOpParam()
+    tx_headers(op, (("X-Queue", "billing"), ("Reason", "Q.850;cause=16")))
+    sent = [(h.hName, h.hValue) for h in op.txOption.headers]
+    assert sent == [("X-Queue", "billing"), ("Reason", "Q.850;cause=16")]
