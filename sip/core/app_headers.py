@@ -64,7 +64,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from sip.core.headers import parse_name_addr
+from sip.core.headers import TOKEN_RE, parse_name_addr
 
 __all__ = [
     "DEFAULT_ALLOW",
@@ -142,8 +142,8 @@ STACK_OWNED = frozenset(
         "Server",
     )
 )
-OWNED_PREFIXES = ("content-", "security-")  # the body's headers (Content-Type, -Length, ...); RFC 3329's
-_TOKEN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.!%*_+`'~")
+# the body's (Content-Type, Content-Length, ...) and RFC 3329's (Security-Client, -Server, -Verify)
+OWNED_PREFIXES = ("content-", "security-")
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +275,7 @@ def check_app_headers(headers: object) -> tuple[tuple[str, str], ...]:
         if len(pair) != 2 or not isinstance(pair[0], str) or not isinstance(pair[1], str):
             raise HeaderRefused("", "each is a name and a value, both strings")
         name, value = pair[0][: MAX_NAME + 1], pair[1]
-        if not name or len(name) > MAX_NAME or not set(name) <= _TOKEN:
+        if len(name) > MAX_NAME or not TOKEN_RE.fullmatch(name):
             raise HeaderRefused(
                 name[:MAX_NAME], f"the name is not a token (RFC 3261 §25.1) of 1 to {MAX_NAME} characters"
             )
