@@ -5,8 +5,10 @@ whichever source saw it (the local detector or a provider's speech events, bridg
 Each rule stays in its room; this object only tells them, in this order:
 - a start: where the caller's words begin (S1, timeline.py `Unheard`), the barge-in (barrier.py, SE5), the
   first fresh interval after a repair (HR10, recovery.py, then delegations.py), the rollover's marks (S2, RO3);
+  the barge-in source's start stops the no-input clock (no_input.py);
 - an end: the barge-in's suppression ends, the rollover's marks, the ledger's fresh interval and the repair's
-  completion (`turn_over`), and the half-open watchdog's wait for an answer (recovery.py);
+  completion (`turn_over`), and the half-open watchdog's wait for an answer (recovery.py); the no-input clock
+  may run again (`turn_over`);
 - captions (timeline.py `Captions`, HR11; which connection's text is emitted: rollover.py, RO3);
 - a repair begins (`afresh`): what the quarantined connection heard is not lost silently (S1), and captions
   start a fresh epoch (HR11);
@@ -21,6 +23,7 @@ from bridge.engine.barrier import BargeIn
 from bridge.engine.commands import Outbox, SendAudio
 from bridge.engine.connections import Connections
 from bridge.engine.delegations import Delegations
+from bridge.engine.no_input import NoInputRoom
 from bridge.engine.recovery import RecoveryController
 from bridge.engine.rollover import RolloverLink
 from bridge.engine.telephony import CallEnding
@@ -45,10 +48,12 @@ class CallerTurns:
         jobs: Delegations,
         rollover: RolloverLink,
         ending: CallEnding,
+        no_input: NoInputRoom,
     ) -> None:
         self._out, self._connections, self._timeline, self._turns = out, connections, timeline, turns
         self._captions, self._unheard, self._barge = captions, unheard, barge
         self._recovery, self._jobs, self._rollover, self._ending = recovery, jobs, rollover, ending
+        self._no_input = no_input
 
     def forward(self, pcm: bytes, now: int, *, held: bool) -> None:
         """A caller frame, or a placed call's early media (bridge/engine/early_media.py), to the connections that
@@ -72,6 +77,8 @@ class CallerTurns:
             self._unheard.turn_started(timeline.ms(heard) if heard is not None else at)
             if change.barge and (change.source == "local_vad" or not self._barge.suppressed):
                 self._barge.cut_in(self._out, now, timeline.ms(now), change.source)
+            if change.barge:  # the session's barge-in source: the caller speaks (no-input clock stopped)
+                self._no_input.caller_started()
             # After a repair, a fresh start opens the first fresh interval (HR10); a tail's does not
             # (bridge/engine/recovery.py: a replacement's own start of a turn under way at its ready instant).
             stamped = change.provider_ms is not None and heard is None
@@ -94,6 +101,7 @@ class CallerTurns:
 
     def turn_over(self, now: int) -> None:
         """The caller's turn is over: delegations' fresh interval ends; after a repair, it is complete."""
+        self._no_input.caller_quiet()
         self._jobs.caller_turn_ended(self._timeline.ms(now))
         self._recovery.caller_stopped(now)
 

@@ -386,6 +386,17 @@ class DisclosureResult:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class NoInputTimeout:
+    """The caller was silent for the route's no-input timeout (bridge/engine/no_input.py): the model was asked to
+    check in (`prompt`) or, the second time, to say goodbye before the call ends (`goodbye`)."""
+
+    stage: Literal["prompt", "goodbye"]
+    silent_ms: int  # the stretch of expected silence that timed out
+    sent: bool  # the instruction went to the model (False: over the command-record limit, DL2)
+    at_ms: int  # on the session timeline
+
+
 Notice = (
     ConditionDetected
     | BargedIn
@@ -398,6 +409,7 @@ Notice = (
     | Reseeded
     | DelegationNotice
     | DisclosureResult
+    | NoInputTimeout
 )
 
 

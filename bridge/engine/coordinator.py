@@ -273,6 +273,7 @@ class SessionCoordinator(SessionRooms):
         if jobs.handover != gate:  # (a bool test per frame)
             jobs.floor(self.token, gate, self.timeline.ms(now))
             moved = True
+        moved |= self.no_input.on and self.no_input.check(now)  # a check-in or a goodbye: jobs to route
         if jobs.waiting():  # DL6: jobs to the tools or the shell
             self.telephony.route(self.token, self.timeline.ms(now), now)
             moved = True
@@ -281,9 +282,6 @@ class SessionCoordinator(SessionRooms):
             moved = True
         if moved:
             self.deadlines.moved()
-
-    def _may_recover(self) -> bool:
-        return not self.ending.ended and not self.ending.leg_ended
 
     def _end(self, reason: str, now: int, *, failed: bool = False, goodbye: bool = False) -> None:
         if self.ending.end(reason, now, failed=failed, goodbye=goodbye):

@@ -17,6 +17,7 @@ Where each rule lives (DESIGN §2):
 - usage.py `UsageMeter`: HR12. status.py: the `status()` view.
 - disclosure.py `DisclosureRoom`: a recorded disclosure is the call's first audio, timed by the ledger; a recorded
   recording consent follows it.
+- no_input.py `NoInputRoom`: the caller's no-input timeout (a check-in, then a goodbye), off by default.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from bridge.engine.connections import Connections
 from bridge.engine.cushion import CARRIER_LEAD_FRAMES
 from bridge.engine.delegations import DelegationOptions, Delegations
 from bridge.engine.disclosure import CONSENT_ITEM, Disclosure, DisclosureGate, DisclosureRoom
+from bridge.engine.no_input import NoInputOptions, NoInputRoom
 from bridge.engine.recovery import RecoveryController, seeds
 from bridge.engine.reservoir import Line, OutputPath
 from bridge.engine.rollover import RolloverLink, RolloverOptions
@@ -62,6 +64,7 @@ class CoordinatorOptions:
     consent: Disclosure | None = (
         None  # the recording consent, after the disclosure (bridge/engine/disclosure.py)
     )
+    no_input: NoInputOptions | None = None  # the caller's no-input timeout (bridge/engine/no_input.py)
 
 
 class SessionRooms:
@@ -122,16 +125,22 @@ class SessionRooms:
         ending = self.ending = CallEnding(out, output, o.telephony, o.closing_message)
         self.telephony = TelephonyTools(out, o.telephony, jobs, ending)
         self.usage = UsageMeter()
+        no_input = self.no_input = NoInputRoom(
+            o.no_input, out, output, line, recovery, jobs, ending, timeline, lambda: conns.floor
+        )
         self.caller = CallerTurns(
-            out, conns, timeline, turns, captions, unheard, barge, recovery, jobs, rollover, ending
+            out, conns, timeline, turns, captions, unheard, barge, recovery, jobs, rollover, ending, no_input
         )
         # The soonest of every room's deadlines (S8: the jobs' grace at the end of the session, too).
-        rooms = (recovery, ending, rollover, captions, disclosure)
+        rooms = (recovery, ending, rollover, captions, disclosure, no_input)
         self.deadlines = Deadlines(output.next_deadline, rooms, timeline, jobs.next_deadline_ms)
         self.next_deadline = self.deadlines.soonest  # when `handle_timer` is due (monotonic ns; None: never)
         self.state = "connecting"  # then "ready", "closing" or "failed": the coordinator moves it
         self.frames_in = 0
         rollover.start()
+
+    def _may_recover(self) -> bool:
+        return not self.ending.ended and not self.ending.leg_ended
 
     def _afresh(self, old: int, now: int) -> None:
         """A replacement starts afresh (`CallerTurns.afresh`; the recovery room is built before it)."""

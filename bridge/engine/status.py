@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from bridge.engine.barrier import BargeIn, Channel
 from bridge.engine.connections import Connections
 from bridge.engine.delegations import Delegations
+from bridge.engine.no_input import NoInputRoom
 from bridge.engine.recovery import RecoveryController
 from bridge.engine.reservoir import Line, OutputPath
 from bridge.engine.rollover import RolloverLink
@@ -36,6 +37,7 @@ class SessionParts(Protocol):
     ending: CallEnding
     usage: UsageMeter
     call_line: Line
+    no_input: NoInputRoom
 
     @property
     def token(self) -> int: ...
@@ -71,4 +73,5 @@ def session_status(core: SessionParts, now: int) -> dict[str, Any]:
         "recoveries": core.recovery.status(),
         "delegations": core.delegations.status(),
         "usage": core.usage.status(),
+        "no_input": core.no_input.status(),  # None: off
     }

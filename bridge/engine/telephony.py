@@ -220,6 +220,11 @@ class CallEnding:
             self._goodbye = (now + TICK_NS, now + timeout_ms * NS_PER_MS)
             self._goodbye_spoken = False
 
+    @property
+    def goodbye_due(self) -> bool:
+        """A goodbye is under way: the call ends once it has been played (or timed out)."""
+        return self._goodbye is not None
+
     def assistant_audio(self) -> None:
         if self._goodbye is not None:
             self._goodbye_spoken = True

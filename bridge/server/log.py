@@ -15,6 +15,7 @@ from bridge.engine.commands import (
     BargedIn,
     ConditionDetected,
     DisclosureResult,
+    NoInputTimeout,
     RecoveryChanged,
     Reseeded,
     RolloverChanged,
@@ -128,6 +129,17 @@ FORMATTERS: dict[type, Callable[[Any], Lines]] = {
             logging.INFO if n.outcome == "delivered" else logging.WARNING,
             "%s %s: %d of %s ms sent (%s)",
             (n.what, n.outcome, n.transmitted_ms, n.length_ms, n.reason),
+        )
+    ],
+    NoInputTimeout: lambda n: [
+        (
+            logging.INFO,
+            "no input: the caller was silent for %d ms; the model was asked for a %s%s",
+            (
+                n.silent_ms,
+                "check-in" if n.stage == "prompt" else "goodbye (then BYE)",
+                "" if n.sent else " (not sent)",
+            ),
         )
     ],
     Reseeded: lambda n: [
