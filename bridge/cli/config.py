@@ -8,6 +8,8 @@ shows each one with a comment:
     [engine]      name (native | pjsua2), max_calls, rtp_ports ("LOW-HIGH", or the first port as a number)
     [defaults]    provider, instructions | instructions_file, greeting, language, voice, turn_detection,
                   recording_consent | recording_consent_wav (the recording consent: bridge/server/recording.py)
+                  no_input_timeout_s (the caller's silence before the model checks in, and again before the call
+                  ends with a goodbye: bridge/engine/no_input.py; 0 or "off", the default: never)
     [providers.NAME]  (NAME one of openai-live, openai-realtime, gemini-live, xai) key_env, model, voice, url, ca
     [[trunks]]    name*, registrar, auth_user, password_env, register_expires_s, register_keepalive_s,
                   allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address, nat,
@@ -30,6 +32,7 @@ shows each one with a comment:
                   overrides [outbound] early_media_to_provider), recording_consent (a line the model says
                   first) | recording_consent_wav (a recording the bridge plays; both over [defaults]'s: the
                   recording starts once it was heard whole, bridge/server/recording.py)
+                  overrides [outbound] early_media_to_provider), no_input_timeout_s (overrides [defaults]')
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
     [recovery]    reservoir_bytes, residence_ms, failure_message (a WAV, 8 kHz mono 16-bit)
     [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, transfer_targets = {NAME = "sip:URI"},
@@ -161,6 +164,8 @@ DEFAULT_DRAIN_S = 300.0  # [drain] timeout_s, `serve --drain-timeout`
 DEFAULT_RTP_TIMEOUT_S = 60.0
 DEFAULT_HOLD_TIMEOUT_S = 7200.0
 DEFAULT_MAX_CALL_DURATION_S = 14400.0
+# A no-input timeout shorter than this prompts callers in a natural pause (bridge/engine/no_input.py); off by default
+NO_INPUT_LEAST_S = 5.0
 DEFAULT_BLOCKED_USER_AGENTS = DEFAULT_SCANNERS  # the engine's (sip/core/policy.py)
 
 Address = tuple[str, int]
@@ -230,6 +235,7 @@ class Defaults:
     # model says first, or a recording the bridge plays (a path)
     recording_consent: str | None = None
     recording_consent_wav: str | None = None
+    no_input_timeout_s: float = 0.0  # the caller's no-input timeout (bridge/engine/no_input.py); 0: off
 
 
 @dataclass(frozen=True, slots=True)
@@ -329,6 +335,7 @@ class Route:
     early_media_to_provider: bool | None = None  # an outbound route's (None: [outbound]'s)
     recording_consent: str | None = None  # a line the model says first (None: [defaults]'s)
     recording_consent_wav: str | None = None  # or a recording the bridge plays (a path; None: [defaults]'s)
+    no_input_timeout_s: float | None = None  # (None: [defaults]'; 0: off for this route)
     _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     def matches(self, called: str, headers: Sequence[tuple[str, str]], caller: str = "") -> bool:
@@ -1092,6 +1099,7 @@ def _defaults(r: _Reader, t: dict[str, object]) -> Defaults:
             "turn_detection",
             "recording_consent",
             "recording_consent_wav",
+            "no_input_timeout_s",
         ],
     )
     turns = r.choice(t, "turn_detection", p, ["server", "client"], "server")
@@ -1105,6 +1113,7 @@ def _defaults(r: _Reader, t: dict[str, object]) -> Defaults:
         turn_detection="client" if turns == "client" else "server",
         recording_consent=consent,
         recording_consent_wav=consent_wav,
+        no_input_timeout_s=r.seconds_or_off(t, "no_input_timeout_s", p, least=NO_INPUT_LEAST_S) or 0.0,
     )
 
 
@@ -1292,6 +1301,7 @@ _ROUTE_KEYS = [
     "early_media_to_provider",
     "recording_consent",
     "recording_consent_wav",
+    "no_input_timeout_s",
 ]
 
 
@@ -1500,6 +1510,7 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
             early_media_to_provider=to_provider,
             recording_consent=consent,
             recording_consent_wav=consent_wav,
+            no_input_timeout_s=r.seconds_or_off(t, "no_input_timeout_s", p, least=NO_INPUT_LEAST_S),
             _regex=regex,
         )
         if any(o.name == route.name for o in out):
@@ -2004,6 +2015,12 @@ OPTIONS: tuple[Option, ...] = (
            "after a recorded disclosure; barge-in does not stop it); each call's recording starts where its "
            "last frame left.", type=click.Path(exists=True, dir_okay=False), example=("@wav",),
            needs=("--record", "@dir")),
+    Option("no_input_timeout", ("--no-input-timeout",), "defaults.no_input_timeout_s",
+           "When the caller has said nothing for S seconds while it was theirs to speak (not while the model "
+           "speaks, on hold, during a repair or a tool call), the model checks in with them; after a second "
+           f"such silence it says goodbye and the call ends. At least {NO_INPUT_LEAST_S:g} s; a route's "
+           "no_input_timeout_s overrides it. 0 or off: never (the default).", type=SecondsOrOff(NO_INPUT_LEAST_S),
+           metavar="S|off", example=("20",)),
     # [providers.NAME] of the provider chosen
     Option("provider_url", ("--provider-url",), "providers.<provider>.url",
            "WebSocket URL of the provider (e.g. a fake-provider).", file_values=_url_or_nothing,

@@ -201,6 +201,7 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
         max_calls=config.engine.max_calls,
         engine=config.engine.name,
         turn_detection=config.defaults.turn_detection,
+        no_input_timeout_s=config.defaults.no_input_timeout_s,
         http=lis.http,
         http_token=token,
         webrtc_address=lis.webrtc_address,
@@ -496,6 +497,7 @@ class RoutedApplication(Application):
                 early_media=base.early_media,
                 early_media_to_provider=base.early_media_to_provider,
                 recording_consent=base.recording_consent,
+                no_input_timeout_s=base.no_input_timeout_s,
             )
         own_message = route.amd_message is not None or route.amd_message_wav is not None
         LOG_CALLS.route(call.call_id, route.name)  # JSON log lines carry it from here on
@@ -520,6 +522,9 @@ class RoutedApplication(Application):
             if route.early_media_to_provider is not None
             else base.early_media_to_provider,
             recording_consent=self._consents.get(route.name) or base.recording_consent,
+            no_input_timeout_s=route.no_input_timeout_s
+            if route.no_input_timeout_s is not None
+            else base.no_input_timeout_s,
         )
 
     def _disclosure(self, route: Route) -> Disclosure | None:

@@ -47,6 +47,7 @@ from bridge.engine.delegations import JobRequest
 from bridge.engine.dial_limits import DialLimits
 from bridge.engine.dial_retry import DialSeries, RetryPolicy
 from bridge.engine.disclosure import Disclosure, disclosure_instruction
+from bridge.engine.no_input import NoInputOptions
 from bridge.engine.rollover import RolloverOptions
 from bridge.engine.telephony import (
     TIME_LIMIT_NOTE,
@@ -138,6 +139,7 @@ class CallSetup:
     # the recording consent, after the disclosure: a recording the bridge plays or a line the model says first;
     # the recording starts once it was heard whole (bridge/server/recording.py; None: ServerConfig's)
     recording_consent: Disclosure | None = None
+    no_input_timeout_s: float | None = None  # the caller's no-input timeout (None: ServerConfig's; 0: off)
 
 
 class CallRefused(Exception):  # a refusal the application means, not an error
@@ -375,6 +377,9 @@ class ServerConfig:
     early_media: str | bytes | None = None
     # outbound: the far end's early media goes to the model too (bridge/engine/early_media.py); off: it does not
     early_media_to_provider: bool = False
+    # the caller's silence before the model checks in, then before a goodbye ends the call (bridge/engine/no_input.py);
+    # 0: never
+    no_input_timeout_s: float = 0.0
     cdr: str | None = None  # one JSON line per finished call appended to this file
     record_dir: str | None = None  # a stereo WAV per call in this directory
     recording_consent: Disclosure | None = None  # every call's, where its setup names none (CallSetup)
@@ -948,10 +953,13 @@ class Server:
             reconnect=reconnect,
             settings=settings,
             failure_message=self.config.failure_message,
-            options=CoordinatorOptions(rollover=rollover, disclosure=setup.disclosure, consent=consent)
-            if lead_frames is None
-            else CoordinatorOptions(
-                rollover=rollover, lead_frames=lead_frames, disclosure=setup.disclosure, consent=consent
+            options=replace(
+                CoordinatorOptions(rollover=rollover, disclosure=setup.disclosure, consent=consent)
+                if lead_frames is None
+                else CoordinatorOptions(
+                    rollover=rollover, lead_frames=lead_frames, disclosure=setup.disclosure, consent=consent
+                ),
+                no_input=_no_input(setup, self.config),
             ),
             job_handler=lambda job: app.job(holder[0], job),
             approve=lambda rollover_id: app.approve_rollover(holder[0], rollover_id),
@@ -1013,6 +1021,12 @@ def _early_to_provider(setup: CallSetup, config: ServerConfig) -> bool:
     if setup.early_media_to_provider is not None:
         return setup.early_media_to_provider
     return config.early_media_to_provider
+
+
+def _no_input(setup: CallSetup, config: ServerConfig) -> NoInputOptions | None:
+    """The call's no-input timeout: its route's (`no_input_timeout_s`), else the server's; None: off."""
+    seconds = config.no_input_timeout_s if setup.no_input_timeout_s is None else setup.no_input_timeout_s
+    return NoInputOptions(round(seconds * 1000)) if seconds > 0 else None
 
 
 def _play_early_media(leg: CallLeg, setup: CallSetup, config: ServerConfig) -> None:
