@@ -53,6 +53,12 @@ Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
   disclosure and before any model audio; the recording writes nothing until the consent was delivered (a hang-up
   or the session's end first: never), its stamp is when its last frame's audio ended on the wire (the ledger),
   and no caller frame from before that point is in the recording.
+- No-input (bridge/engine/no_input.py; on the calls the machine gives a timeout, whose model speaks each check-in
+  and goodbye it is asked for): at most one prompt per silence — a second prompt only after caller speech that
+  could have reached the core since the first (its start sent by a connection within `LATENCY_MS`), at most one
+  goodbye and only after a prompt; no prompt or goodbye while held or ringing (AMD's listening included), while a
+  recovery reconnects, while anything is queued for the caller or held in the reservoir (the assistant audible),
+  nor after the hang-up or the session's end.
 - Early media (an outbound call's far end before the answer, through the shell's frame path,
   bridge/server/session.py `CallerFrames`, to `early_media_frame` only when the route asks, drawn at the start):
   no frame of it reaches a connection (`SendAudio`) unless the route asked, none starts a caller turn, and no
@@ -106,6 +112,7 @@ from bridge.engine.coordinator import (
     CoordinatorOptions,
     EndSession,
     HangUp,
+    NoInputTimeout,
     OpenReplacement,
     OpenRollover,
     RecoveryChanged,
@@ -117,6 +124,7 @@ from bridge.engine.coordinator import (
 from bridge.engine.delegations import DeliverResult, DispatchJob, JobChanged, SendContext
 from bridge.engine.disclosure import CONSENT_ITEM, DISCLOSURE_ITEM, Disclosure
 from bridge.engine.early_media import EarlyMediaWindow
+from bridge.engine.no_input import GOODBYE, PROMPT, NoInputOptions
 from bridge.server.recording import CallRecording
 from bridge.server.session import CallerFrames, _unheard
 from providers.base import Capabilities
@@ -155,6 +163,7 @@ UTTERANCE = re.compile(r"<u(\d+):(\d+)-(\d+)>")  # utterance, its first and last
 RECOVERY_CAUSES_OF_MEDIA = ("output_overflow", "output_stale", "provider_silent")
 DISCLOSURE = Disclosure(audio=b"\x10\x00" * 24_000)  # 3 s the bridge plays first: the caller talks over it
 CONSENT = Disclosure(audio=b"\x30\x00" * 8_000)  # 1 s "this call is recorded", after it
+NO_INPUT_MS = 1_000  # the no-input timeout of the calls that have one (its least: a step's silence passes it)
 
 
 @dataclass(frozen=True)
@@ -246,6 +255,7 @@ class SessionMachine(RuleBasedStateMachine):
         disclosure=st.booleans(),
         early_to_provider=st.sampled_from([True, False]),
         consent=st.booleans(),
+        no_input=st.sampled_from([None, NO_INPUT_MS]),
     )
     def start(
         self,
@@ -257,6 +267,7 @@ class SessionMachine(RuleBasedStateMachine):
         disclosure: bool = False,
         early_to_provider: bool = False,
         consent: bool = False,
+        no_input: int | None = None,
     ) -> None:
         self.profile = profile
         self.auto_answers = auto_answers  # approve and authorize answered True at once, or by steps
@@ -283,6 +294,7 @@ class SessionMachine(RuleBasedStateMachine):
                 rollover=replace(SCALED, match_slack_ms=slack),
                 disclosure=DISCLOSURE if disclosure else None,
                 consent=CONSENT if consent else None,
+                no_input=NoInputOptions(no_input) if no_input is not None else None,
             ),
         )
         self.disclosure_sent = 0  # frames of the disclosure the media clock took
@@ -322,6 +334,11 @@ class SessionMachine(RuleBasedStateMachine):
         self.frame_path = CallerFrames("props", asyncio.Queue(), lambda: self.now, None, lambda core: None)
         self.in_early = False  # an early-media frame is being delivered
         self.early_frames = 0
+        self.no_input = no_input  # the caller's no-input timeout (ms), or None: off
+        self.last_speech_ns = -(10**12)  # the latest caller frame of speech the core was given
+        self.prompted_at: int | None = None  # the latest no-input prompt
+        self.goodbyes = 0
+        self.settling = False  # teardown: the model speaks no check-in (S1 is judged on a call that goes on)
         self.ready = True
         self._deliver_now(self.conns[1], SessionStarted(1, "sess_1"))
         self.ringing = outbound and hasattr(self.core, "ring")  # an outbound call rings until answered (S7)
@@ -429,6 +446,10 @@ class SessionMachine(RuleBasedStateMachine):
                 self._require(
                     f"result-of-{job}-" not in text, "S4", f"the superseded {job}'s result announced: {text}"
                 )
+            if isinstance(command, SendContext) and text in (PROMPT, GOODBYE) and not self.settling:
+                conn = self.conns.get(command.token)
+                if conn is not None and conn.started:  # the model checks in, or says goodbye: 600 ms
+                    self._answer(conn, 30)
         elif isinstance(command, EndSession):
             self.ended = True
             self.recovering.clear()
@@ -474,6 +495,44 @@ class SessionMachine(RuleBasedStateMachine):
             self.log.append(f"{self.now // MS} ms: {notice!r}")
             self.consent = notice
             self.tap.verdict(notice)  # as the shell, through the call record
+        elif isinstance(notice, NoInputTimeout):
+            self._no_input_action(notice)
+
+    def _no_input_action(self, notice: NoInputTimeout) -> None:
+        """No-input: a prompt or a goodbye only in a silence that was the caller's (the module docstring)."""
+        self.log.append(f"{self.now // MS} ms: {notice!r}")
+        what = f"a no-input {notice.stage}"
+        self._require(
+            not self.leg_ended and not self.ended, "NO-INPUT", f"{what} after the call or session ended"
+        )
+        self._require(
+            not self.held and not self.ringing and not self.amd_waiting,
+            "NO-INPUT",
+            f"{what} while held or ringing",
+        )
+        self._require(
+            not self.recovering, "NO-INPUT", f"{what} while a recovery reconnects: {self.recovering}"
+        )
+        self._require(
+            self.playout.depth == 0 and not self.core.output.busy,
+            "NO-INPUT",
+            f"{what} while the assistant is audible ({self.playout.depth} frames queued for the caller)",
+        )
+        if notice.stage == "prompt":
+            self._require(
+                self.prompted_at is None or self.last_speech_ns >= self.prompted_at - LATENCY_MS * MS,
+                "NO-INPUT",
+                f"a second prompt in one silence (the first at {(self.prompted_at or 0) // MS} ms, the caller's "
+                f"last speech at {self.last_speech_ns // MS} ms)",
+            )
+            self.prompted_at = self.now
+        else:
+            self.goodbyes += 1
+            self._require(
+                self.prompted_at is not None and self.goodbyes == 1,
+                "NO-INPUT",
+                "a goodbye without a prompt, or two",
+            )
 
     def _leg_gone(self) -> None:
         if not self.leg_ended:
@@ -569,6 +628,8 @@ class SessionMachine(RuleBasedStateMachine):
                 self.speaking = None
             for conn in self.conns.values():
                 conn.got_frame = False
+            if speech:
+                self.last_speech_ns = self.now
             self._call(self.core.caller_frame, SPEECH if speech else SILENCE, self.now)
             self._recorded(speech)
             self._hear(speech)
@@ -766,6 +827,13 @@ class SessionMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.ready)
     @rule(frames=st.integers(1, 100))
     def caller_pauses(self, frames: int) -> None:
+        for _ in range(frames):
+            self._tick(False)
+
+    @precondition(lambda self: self.live and self.no_input is not None)
+    @rule(frames=st.integers(40, 90))
+    def caller_stays_silent(self, frames: int) -> None:
+        """No-input: the caller says nothing for about the timeout (the media clock runs, the model may speak)."""
         for _ in range(frames):
             self._tick(False)
 
@@ -1173,6 +1241,7 @@ class SessionMachine(RuleBasedStateMachine):
             return
         self.held = False
         self.pulling = True
+        self.settling = True
         if self.ringing:
             self.callee_answers()
         self._amd_settle()
