@@ -24,9 +24,8 @@ from tests.support.session_engine import GPT_LIVE_CAPS, TICK, Call, pcmu_tone, s
 TIMEOUT_MS = 5_000
 
 
-def call_with(timeout_ms: int | None = TIMEOUT_MS, **options: object) -> Call:
-    no_input = NoInputOptions(timeout_ms) if timeout_ms is not None else None
-    return Call(no_input=no_input, **options)
+def call_with(timeout_ms: int | None = TIMEOUT_MS) -> Call:
+    return Call(no_input=NoInputOptions(timeout_ms) if timeout_ms is not None else None)
 
 
 def silence(call: Call, ms: int) -> None:

@@ -77,3 +77,37 @@ def test_a_route_sets_its_own_or_switches_it_off(tmp_path: Path) -> None:
     assert [s.no_input_timeout_s for s in setups] == [8.0, 0.0, None]
     server = ServerConfig(no_input_timeout_s=config.defaults.no_input_timeout_s)
     assert [_no_input(s, server) for s in setups] == [NoInputOptions(8_000), None, NoInputOptions(30_000)]
+
+
+def test_the_server_gives_each_call_its_setups_timeout_over_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Server._run_call builds the call's session core with the timeout of its setup (its route's), else the
+    server's (`[defaults]`, `--no-input-timeout`)."""
+    from bridge.server import api
+
+    built: list[object] = []
+
+    class Built(Exception):
+        pass
+
+    def session(*args: object, **kwargs: object) -> object:
+        built.append(kwargs["options"])
+        raise Built
+
+    class Routed(Application):
+        async def setup(self, call: CallIdentity) -> CallSetup:
+            return CallSetup(no_input_timeout_s=8.0 if call.request_user == "100" else None)
+
+    class Leg:
+        def __init__(self, identity: CallIdentity) -> None:
+            self.identity = identity
+
+    monkeypatch.setattr(api, "CallSession", session)
+
+    async def run() -> None:
+        server = Server(Routed(), ServerConfig(no_input_timeout_s=20.0))
+        for called in ("100", "101"):
+            with pytest.raises(Built):
+                await server._run_call(Leg(identity(called)))  # type: ignore[arg-type]
+
+    asyncio.run(run())
+    assert [o.no_input for o in built] == [NoInputOptions(8_000), NoInputOptions(20_000)]  # type: ignore[attr-defined]
