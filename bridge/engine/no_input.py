@@ -13,7 +13,10 @@ to speak. The clock runs only while all of these hold, and stops while any does 
   end of its last word, as an IVR's counts from the end of its prompt;
 - the voice path is whole: no recovery is active (HR5 reconnecting, HR13 awaiting the caller: the caller may be
   talking into a replacement that discards them, HR8), no rollover hands the floor over (RO8), and nothing the
-  model is to be told waits (HR9: results and updates held until the caller spoke);
+  model is to be told waits (HR9: results and updates held until the caller spoke). A repair ends with the
+  caller's fresh turn, so a caller who never speaks again after one is not timed out here — a check-in would be
+  held for that very turn (HR9), and the replacement's own notice already asked them to repeat (HR7); the RTP
+  timeout and the maximum duration bound that call;
 - no job is pending (held, running at the application or as a telephony action, or answered and not yet
   delivered): the caller waits for its result (a lookup, a transfer ringing), and says nothing meanwhile;
 - the caller is not speaking: from a caller start by the session's barge-in source (the provider's speech
