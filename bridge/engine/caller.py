@@ -6,7 +6,7 @@ Each rule stays in its room; this object only tells them, in this order:
 - a start: where the caller's words begin (S1, timeline.py `Unheard`), the barge-in (barrier.py, SE5), the
   first fresh interval after a repair (HR10, recovery.py, then delegations.py), the rollover's marks (S2, RO3);
   the barge-in source's start stops the no-input clock (no_input.py);
-- an end: the barge-in's suppression ends, the rollover's marks, the ledger's fresh interval and the repair's
+- an end: where the caller's speech ended (latency.py), the barge-in's suppression ends, the rollover's marks, the ledger's fresh interval and the repair's
   completion (`turn_over`), and the half-open watchdog's wait for an answer (recovery.py); the no-input clock
   may run again (`turn_over`);
 - captions (timeline.py `Captions`, HR11; which connection's text is emitted: rollover.py, RO3);
@@ -24,6 +24,7 @@ from bridge.engine.commands import Outbox, SendAudio
 from bridge.engine.connections import Connections
 from bridge.engine.delegations import Delegations
 from bridge.engine.no_input import NoInputRoom
+from bridge.engine.latency import TurnClock
 from bridge.engine.recovery import RecoveryController
 from bridge.engine.rollover import RolloverLink
 from bridge.engine.telephony import CallEnding
@@ -49,11 +50,13 @@ class CallerTurns:
         rollover: RolloverLink,
         ending: CallEnding,
         no_input: NoInputRoom,
+        clock: TurnClock,
     ) -> None:
         self._out, self._connections, self._timeline, self._turns = out, connections, timeline, turns
         self._captions, self._unheard, self._barge = captions, unheard, barge
         self._recovery, self._jobs, self._rollover, self._ending = recovery, jobs, rollover, ending
         self._no_input = no_input
+        self._clock = clock
 
     def forward(self, pcm: bytes, now: int, *, held: bool) -> None:
         """A caller frame, or a placed call's early media (bridge/engine/early_media.py), to the connections that
@@ -89,6 +92,12 @@ class CallerTurns:
             if change.source == "local_vad" and change.barge:
                 rollover.local_turn(True, now)  # without server VAD, the local detector marks utterances
         elif isinstance(change, CallerStopped):
+            source = self._connections.floor if token is None else token
+            last = change.ended_ns  # where the caller's speech ended on the wire (bridge/engine/latency.py)
+            end_ms = (
+                timeline.ms(last) if last is not None else timeline.rebase(source, change.provider_ms, now)
+            )
+            self._clock.speech_ended(end_ms, source)
             recovery.caller_ended()
             if (ended := self._barge.turn_over(timeline.ms(now))) is not None:
                 self._out.notices.append(ended)

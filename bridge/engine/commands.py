@@ -397,6 +397,21 @@ class NoInputTimeout:
     at_ms: int  # on the session timeline
 
 
+@dataclass(frozen=True, slots=True)
+class TurnTiming:
+    """The first audio of an assistant item arrived (bridge/engine/latency.py): the turn's times as the session
+    knows them, session ms. `speech_end_ms`: the caller's speech end it answers (None: it answers none, e.g. a
+    greeting, a second item of a reply); `kind`: "conversation", "recovery" (a replacement's, HR7) or
+    "rollover" (the caller's end was heard by another connection than the one answering, RO8). The first frame
+    out is the carrier ledger's (bridge/server/records.py reads it there)."""
+
+    item_id: str
+    token: int
+    kind: Literal["conversation", "recovery", "rollover"]
+    speech_end_ms: int | None
+    first_audio_ms: int
+
+
 Notice = (
     ConditionDetected
     | BargedIn
@@ -410,6 +425,7 @@ Notice = (
     | DelegationNotice
     | DisclosureResult
     | NoInputTimeout
+    | TurnTiming
 )
 
 

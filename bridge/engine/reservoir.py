@@ -28,6 +28,7 @@ Sans-I/O: every call takes `now` (monotonic ns); `next_deadline()` says when sta
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Protocol
 
 from bridge.engine.barrier import Channel, PlaybackBarrier
@@ -220,6 +221,7 @@ class OutputPath:
         self.paused = False  # S7: the line is held or ringing (`pause`)
         # the disclosure plays (bridge/engine/disclosure.py): a clear (a barge-in, a hold) leaves the channel alone
         self.protected = False
+        self.on_item: Callable[[str, int], None] | None = None  # told of each item's first audio (item, now)
 
     def _quiet(self, now: int) -> bool:
         """No audio for `item_quiet_ms` (or none yet): the item audio was arriving for is over."""
@@ -227,15 +229,19 @@ class OutputPath:
 
     def push(self, audio: bytes, item_id: str | None, now: int) -> tuple[bool, OutputOverflow | None]:
         """Store received audio; returns (whether it began an unnamed item, the overflow if it did not fit)."""
-        began = False
+        began = new = False
         if item_id is None:  # GPT-Live: a pause ends an item
             if self._item_id is None or self._quiet(now):
                 self._items += 1
                 self._item_id = f"out-{self._items}"
-                began = True
+                began = new = True
             item_id = self._item_id
-        else:
-            self._item_id = item_id
+        elif item_id != self._item_id:
+            self._item_id, new = item_id, True
+        if (
+            new and self.on_item is not None
+        ):  # the first audio of an item arrived (a turn's times: latency.py)
+            self.on_item(item_id, now)
         self._last_audio_ns = now
         overflow = self.reservoir.push(audio, now, item_id)
         if overflow is None:

@@ -14,7 +14,7 @@ Where each rule lives (DESIGN §2):
 - delegations.py `Delegations`: the job ledger, HR6, HR9, HR10, DL1, DL2.
 - telephony.py `TelephonyTools` and `CallEnding`: DL6, and one way to say goodbye, then BYE.
 - timeline.py `Timeline` and `Captions`: SE6, HR11; `Unheard`: S1; `Deadlines`: the soonest deadline.
-- usage.py `UsageMeter`: HR12. status.py: the `status()` view.
+- usage.py `UsageMeter`: HR12. status.py: the `status()` view. latency.py `TurnClock`: each turn's times.
 - disclosure.py `DisclosureRoom`: a recorded disclosure is the call's first audio, timed by the ledger; a recorded
   recording consent follows it.
 - no_input.py `NoInputRoom`: the caller's no-input timeout (a check-in, then a goodbye), off by default.
@@ -34,6 +34,7 @@ from bridge.engine.cushion import CARRIER_LEAD_FRAMES
 from bridge.engine.delegations import DelegationOptions, Delegations
 from bridge.engine.disclosure import CONSENT_ITEM, Disclosure, DisclosureGate, DisclosureRoom
 from bridge.engine.no_input import NoInputOptions, NoInputRoom
+from bridge.engine.latency import TurnClock
 from bridge.engine.recovery import RecoveryController, seeds
 from bridge.engine.reservoir import Line, OutputPath
 from bridge.engine.rollover import RolloverLink, RolloverOptions
@@ -128,8 +129,22 @@ class SessionRooms:
         no_input = self.no_input = NoInputRoom(
             o.no_input, out, output, line, recovery, jobs, ending, timeline, lambda: conns.floor
         )
+        clock = self.turn_clock = TurnClock(out, timeline, lambda: conns.floor, _repairing(recovery))
+        output.on_item = clock.item_began  # each item's first audio (per item, never per frame)
         self.caller = CallerTurns(
-            out, conns, timeline, turns, captions, unheard, barge, recovery, jobs, rollover, ending, no_input
+            out,
+            conns,
+            timeline,
+            turns,
+            captions,
+            unheard,
+            barge,
+            recovery,
+            jobs,
+            rollover,
+            ending,
+            no_input,
+            clock,
         )
         # The soonest of every room's deadlines (S8: the jobs' grace at the end of the session, too).
         rooms = (recovery, ending, rollover, captions, disclosure, no_input)
@@ -175,3 +190,13 @@ class SessionRooms:
     @property
     def hold_dropped_bytes(self) -> int:  # the floor's audio dropped while held
         return self.call_line.dropped_bytes
+
+
+def _repairing(recovery: RecoveryController) -> Callable[[int], bool]:
+    """Whether connection `token` is a recovery's replacement whose repair is not complete (HR7, HR13)."""
+
+    def repairing(token: int) -> bool:
+        active = recovery.active
+        return active is not None and active.token == token
+
+    return repairing

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from bridge.engine.vad import VadOptions, VoiceActivityDetector, VoiceStarted, VoiceStopped
 from providers.base import Capabilities
 from providers.events import ProviderEvent, SpeechStarted, SpeechStopped
+from rtp.units import NS_PER_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,10 @@ class CallerStarted:
 @dataclass(frozen=True, slots=True)
 class CallerStopped:
     source: str
+    # facts beside the change (bridge/engine/latency.py): the provider's time of the end (its audio offset) and,
+    # for the local detector's, when the last voiced frame arrived (monotonic ns)
+    provider_ms: int | None = field(default=None, compare=False)
+    ended_ns: int | None = field(default=None, compare=False)
 
 
 TurnChange = CallerStarted | CallerStopped
@@ -47,6 +52,9 @@ class TurnTracker:
         self.timed_captions = capabilities.timed_captions
         needed = not self.provider_starts or not self.provider_ends or not self.timed_captions
         self._vad = VoiceActivityDetector(vad) if needed else None
+        self._hangover_ns = (
+            vad.hangover_ms * NS_PER_MS
+        )  # a local stop comes this long after the last voiced frame
         self.local_turn = (0, 0)  # the caller's last turn by the local detector, session ms
 
     @property
@@ -65,7 +73,9 @@ class TurnTracker:
             return CallerStarted("local_vad", None, barge=not self.provider_starts, heard_ns=change.at)
         if isinstance(change, VoiceStopped):
             self.local_turn = (self.local_turn[0], at_ms)
-            return CallerStopped("local_vad") if not self.provider_ends else None
+            if self.provider_ends:
+                return None
+            return CallerStopped("local_vad", ended_ns=change.at - self._hangover_ns)
         return None
 
     def provider(self, event: ProviderEvent) -> TurnChange | None:
@@ -73,5 +83,5 @@ class TurnTracker:
         if isinstance(event, SpeechStarted) and self.provider_starts:
             return CallerStarted("provider", event.at_ms, barge=True)
         if isinstance(event, SpeechStopped):
-            return CallerStopped("provider")
+            return CallerStopped("provider", event.at_ms)
         return None

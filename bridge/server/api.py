@@ -945,7 +945,12 @@ class Server:
         )
         consent = setup.recording_consent
         records = self.records.call(
-            identity, setup.route, _provider_name(plan), _to(app, holder), setup.disclosure, consent
+            identity,
+            setup.route,
+            _provider_name(plan),
+            self.observer.events(_to(app, holder)),  # each turn's times to /metrics
+            setup.disclosure,
+            consent,
         )
         session = CallSession(
             leg,

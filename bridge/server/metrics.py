@@ -39,6 +39,11 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
     rollovers_total{outcome}                     RO1-RO9
     audio_discontinuities_total{direction,cause} HR2, HR8
     jobs_total{outcome}, job_duration_seconds    delegations and tool calls
+    turn_provider_seconds{kind}                  per assistant turn: the caller's speech end on the wire to the
+                                                 provider's first audio (bridge/engine/latency.py); kind:
+                                                 conversation, recovery (a replacement's first words), rollover
+    turn_bridge_seconds{kind}                    the first audio's arrival to its first frame handed to the carrier
+    turn_wait_seconds{kind}                      the caller's speech end to that first frame: what the caller waited
     registrations{trunk,state}                   1 for each trunk's current state, 0 for the others
     sip_auth_failures_total                      inbound digest checks failed (wrong response, unknown user,
                                                  forged nonce, replay), every method together (sip/core/guard.py)
@@ -112,6 +117,9 @@ PACING_BUCKETS = tuple(us / 1e6 for us in LATENESS_BOUNDS_US)  # the media clock
 CONNECT_BUCKETS = (0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 RECOVERY_BUCKETS = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.5, 10.0)  # HR5: within 5 s or fatal
 JOB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# A turn's shares: the bridge's is a frame or two (20-60 ms), a provider's 300 ms-1.5 s; 5 s is a stall.
+TURN_BUCKETS = (0.02, 0.04, 0.06, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
+TurnKind = Literal["conversation", "recovery", "rollover"]
 
 
 def _code_label(code: int) -> str:
@@ -233,6 +241,20 @@ class BridgeMetrics:
             buckets=JOB_BUCKETS,
             registry=r,
         )
+        self._turn = {
+            share: Histogram(
+                f"{PREFIX}_turn_{share}_seconds",
+                help_text,
+                ["kind"],
+                buckets=TURN_BUCKETS,
+                registry=r,
+            )
+            for share, help_text in (
+                ("provider", "Per turn: the caller's speech end to the provider's first audio."),
+                ("bridge", "Per turn: the provider's first audio to its first frame handed to the carrier."),
+                ("wait", "Per turn: the caller's speech end to the first frame handed to the carrier."),
+            )
+        }
         self._auth_failures = Counter(
             f"{PREFIX}_sip_auth_failures",
             "Inbound digest checks that failed (wrong response, unknown user, forged nonce, replay), all methods.",
@@ -415,6 +437,13 @@ class BridgeMetrics:
     def job(self, outcome: JobOutcome, seconds: float) -> None:
         self._jobs.labels(outcome=outcome).inc()
         self._job_duration.observe(seconds)
+
+    def turn(self, kind: TurnKind, shares: Mapping[str, float | None]) -> None:
+        """One assistant turn's shares in seconds ("provider", "bridge", "wait"; None: not known), once a turn."""
+        for share, seconds in shares.items():
+            histogram = self._turn.get(share)
+            if histogram is not None and seconds is not None:
+                histogram.labels(kind=kind).observe(max(seconds, 0.0))
 
     # --- trunks ---
 

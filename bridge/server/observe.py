@@ -1,7 +1,8 @@
 """What the server reports to Prometheus and the probes: `/metrics`, `/healthz`, `/readyz`.
 
 `CallObserver` turns what the server already knows — a call's start and `CallSummary`, its refusal, the
-session's notices (recoveries, rollovers, discontinuities, jobs) and, at the end of a call, the leg's RTP
+session's notices (recoveries, rollovers, discontinuities, jobs), each assistant turn's times (`events`,
+from the call's events) and, at the end of a call, the leg's RTP
 counters (`sip.leg.QosSource`, where the leg declares `LegFeatures.qos`) — into `BridgeMetrics` updates.
 Nothing here runs per media frame: notices are a few per call, the RTP figures are taken once, at the end of
 the call. `http_extra` answers the three extra GET paths of the HTTP listener (bridge/server/http.py).
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import get_args
 
 from bridge.engine.commands import AudioDiscontinuity, RecoveryChanged, RolloverChanged
@@ -41,6 +42,7 @@ from bridge.server.metrics import (
     RegistrationState,
     RolloverOutcome,
 )
+from bridge.server.records import AppEvent, TurnLatency, Utterance
 from bridge.server.session import CallSummary
 from rtp.clock import LATE_CAUSES
 from sip.engine import SipEngine, offers_counters, offers_held, offers_status
@@ -204,6 +206,22 @@ class CallObserver:
         elif (job_outcome := _JOB_OUTCOMES.get(notice.state)) is not None:
             started = timed.pop(notice.job_id, notice.at_ms) if timed is not None else notice.at_ms
             self.metrics.job(job_outcome, max(notice.at_ms - started, 0) / 1000.0)
+
+    def turn(self, latency: TurnLatency) -> None:
+        """An assistant turn's times (bridge/server/records.py `TurnLatency`): each share observed once."""
+        shares = {"provider": latency.provider_ms, "bridge": latency.bridge_ms, "wait": latency.wait_ms}
+        self.metrics.turn(latency.kind, {k: None if v is None else v / 1000.0 for k, v in shares.items()})
+
+    def events(self, deliver: Callable[[AppEvent], Awaitable[None]]) -> Callable[[AppEvent], Awaitable[None]]:
+        """A call's events to `deliver`, each assistant turn's times observed first (once: each event is
+        delivered once)."""
+
+        async def observed(event: AppEvent) -> None:
+            if isinstance(event, Utterance) and event.latency is not None:
+                self.turn(event.latency)
+            await deliver(event)
+
+        return observed
 
     def tee(self, other: Callable[[str, object], None] | None) -> Callable[[str, object], None]:
         """A notice sink that feeds this observer and then `other` (e.g. the console feed)."""

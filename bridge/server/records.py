@@ -11,6 +11,10 @@ events in order:
   end are when its first and last frames were handed to the carrier, and `heard_ms` is how much of it left.
   When the caller barged in, `cut` says when (session ms) and how far each interrupted item had been
   transmitted at that moment (`BargedIn.heard`, read from the ledger by bridge/engine/barrier.py).
+  An assistant utterance that answers a turn carries its `latency` (`TurnLatency`, bridge/engine/latency.py):
+  the caller's speech end, the first audio's arrival (the engine's `TurnTiming`), the first frame out (the
+  ledger's first frame of that item) and, when cut, how much of it had left; the provider's share and the
+  bridge's.
 - `UncertainWork` (S8): work whose outcome became uncertain, from the job ledger's `WorkUncertain` notice
   (bridge/engine/delegations.py): each request (job id, tool, bounded arguments) with what is known of its outcome —
   `unknown` (sent on a connection lost before it acknowledged it, HR6), `cut_off` (still running when the
@@ -24,8 +28,9 @@ events in order:
   announcement, then 404 or 486) — and how long it lasted. The record keeps the last (`early_media`), and the
   end reason of a call that failed after it says so.
 - `CallEnded`: the `CallRecord` — duration, who hung up and why, SIP status, provider and connections used,
-  recoveries and rollovers, the uncertain work, QoS (`status()["qos"]`) and usage with `complete` (HR12,
-  bridge/engine/usage.py).
+  recoveries and rollovers, the uncertain work, QoS (`status()["qos"]`), usage with `complete` (HR12,
+  bridge/engine/usage.py) and the turns' latency (`LatencySummary`: p50 and max of each share, the last `KEPT`
+  turns).
 
 An assistant utterance opens with its first transcript (or with the first frame a barge-in cuts) and closes
 when the caller barges in, or once nothing of it has been transmitted for `quiet_ms` (the timer: the builder
@@ -44,7 +49,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from bridge.engine.amd import AmdBeep, AmdNoBeep, AmdStart, AmdVerdict
-from bridge.engine.commands import BargedIn, DisclosureResult, RecoveryChanged, RolloverChanged, Transcript
+from bridge.engine.commands import (
+    BargedIn,
+    DisclosureResult,
+    RecoveryChanged,
+    RolloverChanged,
+    Transcript,
+    TurnTiming,
+)
 from bridge.engine.connections import connection_id
 from bridge.engine.delegations import UncertainItem, WorkUncertain
 from bridge.engine.disclosure import ANNOUNCEMENT_ITEMS, Disclosure, text_result
@@ -73,6 +85,7 @@ RECORD_NOTICES = (
     DisclosureResult,
     AmdStart,
     EarlyMedia,
+    TurnTiming,
 )
 """The notice types the builder reads (a shell may drop every other notice before queueing it)."""
 
@@ -179,6 +192,48 @@ class Cut:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnLatency:
+    """One assistant turn's times, ms on the session timeline (bridge/engine/latency.py says how each is taken):
+    the caller's speech end on the wire (None: the item answers no caller turn), the first audio's arrival, the
+    first frame handed to the carrier (None: none of it left), and on barge-in the ms of it transmitted."""
+
+    kind: Literal["conversation", "recovery", "rollover"]
+    speech_end_ms: int | None
+    first_audio_ms: int
+    first_frame_ms: int | None
+    truncated_ms: int | None = None  # barge-in: how much of the answering item had left when it was cut
+
+    @property
+    def provider_ms(self) -> int | None:
+        """The provider's share: its first audio after the caller's speech end."""
+        return None if self.speech_end_ms is None else self.first_audio_ms - self.speech_end_ms
+
+    @property
+    def bridge_ms(self) -> int | None:
+        """The bridge's share: from the first audio's arrival to its first frame out."""
+        return None if self.first_frame_ms is None else self.first_frame_ms - self.first_audio_ms
+
+    @property
+    def wait_ms(self) -> int | None:
+        """What the caller waited: from their speech end to the first frame out."""
+        if self.speech_end_ms is None or self.first_frame_ms is None:
+            return None
+        return self.first_frame_ms - self.speech_end_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "speech_end_ms": self.speech_end_ms,
+            "first_audio_ms": self.first_audio_ms,
+            "first_frame_ms": self.first_frame_ms,
+            "truncated_ms": self.truncated_ms,
+            "provider_ms": self.provider_ms,
+            "bridge_ms": self.bridge_ms,
+            "wait_ms": self.wait_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class Utterance:
     """One caller or assistant utterance. Times are ms on the session timeline (None: not known)."""
 
@@ -191,6 +246,7 @@ class Utterance:
     heard_ms: int = 0  # assistant: audio of it transmitted to the carrier (ledger frames x 20 ms)
     cut: Cut | None = None  # assistant: the barge-in that cut it
     text_cut_chars: int = 0  # characters of the provider's text past MAX_TEXT_CHARS, not carried
+    latency: TurnLatency | None = None  # assistant: the turn's times (None: no item of it was timed)
 
     @property
     def interrupted(self) -> bool:
@@ -217,6 +273,8 @@ class Utterance:
                 if cut is None
                 else {"at_ms": cut.at_ms, "source": cut.source, "items": [list(i) for i in cut.items]}
             )
+            if self.latency is not None:  # (absent when none of it was timed)
+                body["latency"] = self.latency.to_json()
         return body
 
 
@@ -396,6 +454,51 @@ class CallOutcome:
     recording_start_ms: int | None = None  # where the WAV begins on the session timeline (None: no recording)
 
 
+class TurnLog:
+    """The turns' latency as the record lists it: the last `KEPT` turns, a count of every one, and each share's
+    maximum over all of them (the median is the kept turns': a long call's last 64)."""
+
+    SHARES = ("provider_ms", "bridge_ms", "wait_ms")
+
+    def __init__(self) -> None:
+        self.kept: deque[TurnLatency] = deque(maxlen=KEPT)
+        self.total = 0
+        self.maxima: dict[str, int] = {}
+
+    def add(self, turn: TurnLatency) -> None:
+        self.kept.append(turn)
+        self.total += 1
+        maxima = self.maxima
+        for share in self.SHARES:
+            value = getattr(turn, share)
+            if value is not None and value > maxima.get(share, value - 1):
+                maxima[share] = value
+
+    def summary(self) -> LatencySummary:
+        return LatencySummary(tuple(self.kept), self.total, tuple(sorted(self.maxima.items())))
+
+
+@dataclass(frozen=True, slots=True)
+class LatencySummary:
+    """The record's `latency`: the last `KEPT` turns, how many there were, each share's maximum over all."""
+
+    turns: tuple[TurnLatency, ...] = ()
+    total: int = 0
+    maxima: tuple[tuple[str, int], ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        maxima = dict(self.maxima)
+        body: dict[str, Any] = {"turns": self.total}
+        for share in TurnLog.SHARES:
+            values = sorted(v for t in self.turns if (v := getattr(t, share)) is not None)
+            body[share] = {
+                "p50": values[(len(values) - 1) // 2] if values else None,
+                "max": maxima.get(share),
+            }
+        body["items"] = [t.to_json() for t in self.turns]
+        return _counted(body, len(self.turns), self.total)
+
+
 @dataclass(frozen=True, slots=True)
 class CallRecord:
     call: CallInfo
@@ -438,6 +541,7 @@ class CallRecord:
     early_media: EarlyMediaReport | None = None  # the far end's early media (outbound), as it ended
     # the route's recording consent (bridge/server/recording.py): None, the route asks for none
     consent: ConsentStamp | None = None
+    latency: LatencySummary = LatencySummary()  # the turns' times (bridge/engine/latency.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -510,6 +614,7 @@ class CallRecord:
             "barge_ins": self.barge_ins,
             "recording": self.recording,
             "one_way_audio": self.one_way_audio,
+            "latency": self.latency.to_json(),
             **({"amd": [_amd_json(a) for a in self.amd]} if self.amd else {}),
             **({"dial": dict(self.dial)} if self.dial is not None else {}),
             **({"disclosure": self.disclosure.to_json()} if self.disclosure is not None else {}),
@@ -734,6 +839,8 @@ class RecordBuilder:
         self.amd: list[AmdResult] = []  # at most a verdict and a beep (or its absence)
         self.amd_action: dict[str, Any] | None = None
         self.early_media: EarlyMediaReport | None = None  # the last early-media report (outbound)
+        self._timings: dict[str, TurnTiming] = {}  # the items' first audio, until their utterance closes
+        self.turns = TurnLog()
 
     def started(self) -> CallStarted:
         return CallStarted(self.call, self._started_at)
@@ -805,6 +912,9 @@ class RecordBuilder:
         elif isinstance(notice, EarlyMedia):
             self.early_media = EarlyMediaReport.of(self.call.call_id, notice)
             out.append(self.early_media)
+        elif isinstance(notice, TurnTiming):
+            self._timings[notice.item_id] = notice
+            _trim(self._timings, CLAIMED_ITEMS)
         return out
 
     def _uncertain(self, notice: WorkUncertain) -> UncertainWork:
@@ -895,6 +1005,7 @@ class RecordBuilder:
         else:
             start = end = None
         heard = sum(p.frames for p in progress) * FRAME_MS
+        latency = self._latency(current, cut, heard)
         call_id = self.call.call_id
         line = self._disclosure.text if self._disclosure is not None else None
         at_ms = start if start is not None else current.opened_ms
@@ -908,7 +1019,25 @@ class RecordBuilder:
             self.consent = replace(
                 result, what="consent", ended_ms=end if result.outcome == "delivered" else None
             )
-        return Utterance(call_id, self._next(), "assistant", text, start, end, heard, cut, cut_chars)
+        return Utterance(call_id, self._next(), "assistant", text, start, end, heard, cut, cut_chars, latency)
+
+    def _latency(self, current: _Assistant, cut: Cut | None, heard: int) -> TurnLatency | None:
+        """The turn's times: its first timed item's first audio, that item's first frame in the ledger and, when
+        cut, the ms of it transmitted then (the cut's own figure; the utterance's when the cut names it not)."""
+        timing = next((t for item in current.items if (t := self._timings.pop(item, None)) is not None), None)
+        if timing is None:
+            return None
+        first = self._ledger.progress(timing.item_id)
+        truncated = None if cut is None else dict(cut.items).get(timing.item_id, heard)
+        latency = TurnLatency(
+            timing.kind,
+            timing.speech_end_ms,
+            timing.first_audio_ms,
+            None if first is None else self._ms(first.first_ns),
+            truncated,
+        )
+        self.turns.add(latency)
+        return latency
 
     # --- the end ---
 
@@ -965,6 +1094,7 @@ class RecordBuilder:
             amd_action=self.amd_action,
             early_media=self.early_media,
             consent=self._consent_stamp(outcome.recording_start_ms),
+            latency=self.turns.summary(),
         )
         return out, record
 
