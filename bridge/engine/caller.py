@@ -23,8 +23,8 @@ from bridge.engine.barrier import BargeIn
 from bridge.engine.commands import Outbox, SendAudio
 from bridge.engine.connections import Connections
 from bridge.engine.delegations import Delegations
-from bridge.engine.no_input import NoInputRoom
 from bridge.engine.latency import TurnClock
+from bridge.engine.no_input import NoInputRoom
 from bridge.engine.recovery import RecoveryController
 from bridge.engine.rollover import RolloverLink
 from bridge.engine.telephony import CallEnding

@@ -39,7 +39,7 @@ class SessionCoordinator(SessionRooms):
 
     def provider_event(self, event: ev.ProviderEvent, now: int) -> None:
         if isinstance(event, (ev.UsageUpdated, ev.SessionClosed)):
-            self.usage.observe(event)  # usage of any transport counts, also a quarantined one (HR12)
+            self.usage.observe(event, now)  # usage of any transport counts, also a quarantined one (HR12)
         role = self.connections.classify(event.token)  # another token is inert (HR2, HR5)
         if self.delegations.echoes and role is not Role.STALE:  # S2: a rollover's next connection
             self.rollover.echo(event, now)

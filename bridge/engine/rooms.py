@@ -33,8 +33,8 @@ from bridge.engine.connections import Connections
 from bridge.engine.cushion import CARRIER_LEAD_FRAMES
 from bridge.engine.delegations import DelegationOptions, Delegations
 from bridge.engine.disclosure import CONSENT_ITEM, Disclosure, DisclosureGate, DisclosureRoom
-from bridge.engine.no_input import NoInputOptions, NoInputRoom
 from bridge.engine.latency import TurnClock
+from bridge.engine.no_input import NoInputOptions, NoInputRoom
 from bridge.engine.recovery import RecoveryController, seeds
 from bridge.engine.reservoir import Line, OutputPath
 from bridge.engine.rollover import RolloverLink, RolloverOptions
@@ -42,7 +42,7 @@ from bridge.engine.status import session_status
 from bridge.engine.telephony import CallEnding, TelephonyOptions, TelephonyTools
 from bridge.engine.timeline import Captions, Deadlines, Timeline, Unheard
 from bridge.engine.turns import TurnTracker
-from bridge.engine.usage import UsageMeter
+from bridge.engine.usage import BUDGET_NOTE, BUDGET_REASON, Part, Pricing, UsageMeter
 from bridge.engine.vad import VadOptions
 from providers.base import Capabilities, SessionSettings
 from providers.limits import AudioLimits
@@ -66,6 +66,8 @@ class CoordinatorOptions:
         None  # the recording consent, after the disclosure (bridge/engine/disclosure.py)
     )
     no_input: NoInputOptions | None = None  # the caller's no-input timeout (bridge/engine/no_input.py)
+    pricing: Pricing | None = None  # the provider's rates (bridge/engine/usage.py); None: nothing is priced
+    budget: float | None = None  # the route's: the call ends politely at this price (None: no limit)
 
 
 class SessionRooms:
@@ -125,11 +127,14 @@ class SessionRooms:
         disclosure = self.disclosure = DisclosureRoom(gate, output, line, out, timeline, now, consent_gate)
         ending = self.ending = CallEnding(out, output, o.telephony, o.closing_message)
         self.telephony = TelephonyTools(out, o.telephony, jobs, ending)
-        self.usage = UsageMeter()
+        repairing = _repairing(recovery)
+        self.usage = UsageMeter(
+            _part(conns, repairing), o.pricing, o.budget, _goodbye_at_budget(jobs, ending, conns)
+        )
         no_input = self.no_input = NoInputRoom(
             o.no_input, out, output, line, recovery, jobs, ending, timeline, lambda: conns.floor
         )
-        clock = self.turn_clock = TurnClock(out, timeline, lambda: conns.floor, _repairing(recovery))
+        clock = self.turn_clock = TurnClock(out, timeline, lambda: conns.floor, repairing)
         output.on_item = clock.item_began  # each item's first audio (per item, never per frame)
         self.caller = CallerTurns(
             out,
@@ -200,3 +205,30 @@ def _repairing(recovery: RecoveryController) -> Callable[[int], bool]:
         return active is not None and active.token == token
 
     return repairing
+
+
+def _part(conns: Connections, repairing: Callable[[int], bool]) -> Callable[[int], Part]:
+    """Which part a connection's usage counts in now (bridge/engine/usage.py): a replacement still repairing, a
+    rollover's next connection before it takes the floor (tokens only grow), or the conversation."""
+
+    def part(token: int) -> Part:
+        if repairing(token):
+            return "recovery"
+        if token in conns.listeners and token > conns.floor:
+            return "rollover"
+        return "conversation"
+
+    return part
+
+
+def _goodbye_at_budget(jobs: Delegations, ending: CallEnding, conns: Connections) -> Callable[[int], None]:
+    """The budget is reached: a short goodbye, then BYE once it has played (`LiveCall.say_goodbye`'s way); at
+    once when the update is refused. Nothing after the session ended or the caller hung up."""
+
+    def goodbye(now: int) -> None:
+        if ending.ended or ending.leg_ended:
+            return
+        spoken = jobs.push_update(BUDGET_NOTE, True, conns.floor)
+        ending.end_after_goodbye(now, BUDGET_REASON, None if spoken else 0)
+
+    return goodbye

@@ -74,4 +74,5 @@ def session_status(core: SessionParts, now: int) -> dict[str, Any]:
         "delegations": core.delegations.status(),
         "usage": core.usage.status(),
         "no_input": core.no_input.status(),  # None: off
+        "cost": core.usage.cost_status(),  # the usage split and its price (bridge/engine/usage.py)
     }
