@@ -31,8 +31,11 @@ shows each one with a comment:
                   (inbound routes: overrides [inbound] early_media), early_media_to_provider (outbound routes:
                   overrides [outbound] early_media_to_provider), recording_consent (a line the model says
                   first) | recording_consent_wav (a recording the bridge plays; both over [defaults]'s: the
-                  recording starts once it was heard whole, bridge/server/recording.py)
-                  overrides [outbound] early_media_to_provider), no_input_timeout_s (overrides [defaults]')
+                  recording starts once it was heard whole, bridge/server/recording.py), no_input_timeout_s
+                  (overrides [defaults]'), budget (a price, currency-less: at it the call ends with a goodbye,
+                  reason "budget": bridge/engine/usage.py; none: no limit)
+    [pricing.NAME]  (NAME a provider, or echo) audio_per_minute, input_tokens_per_million,
+                  output_tokens_per_million: the rates a call's usage is priced at, replay included
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
     [recovery]    reservoir_bytes, residence_ms, failure_message (a WAV, 8 kHz mono 16-bit)
     [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, transfer_targets = {NAME = "sip:URI"},
@@ -139,6 +142,7 @@ from bridge.engine.calling_hours import CallingHours, parse_calling_hours
 from bridge.engine.dial_retry import DEFAULT_RETRY_ON, MAX_ATTEMPTS, MAX_DELAY_S, RetryPolicy, parse_retry_on
 from bridge.engine.rollover import RolloverOptions
 from bridge.engine.telephony import TelephonyOptions
+from bridge.engine.usage import Pricing
 from bridge.server.console import parse_stun_url, parse_webrtc_address
 from bridge.server.providers import KINDS
 from bridge.server.webhook import SECRET_ENV
@@ -336,6 +340,9 @@ class Route:
     recording_consent: str | None = None  # a line the model says first (None: [defaults]'s)
     recording_consent_wav: str | None = None  # or a recording the bridge plays (a path; None: [defaults]'s)
     no_input_timeout_s: float | None = None  # (None: [defaults]'; 0: off for this route)
+    budget: float | None = (
+        None  # the call ends with a goodbye at this price (bridge/engine/usage.py); None: none
+    )
     _regex: re.Pattern[str] | None = field(default=None, compare=False, repr=False)
 
     def matches(self, called: str, headers: Sequence[tuple[str, str]], caller: str = "") -> bool:
@@ -491,6 +498,9 @@ class BridgeConfig:
     recording: Recording = field(default_factory=Recording)
     drain: Drain = field(default_factory=Drain)
     outbound: Outbound = field(default_factory=Outbound)
+    pricing: tuple[
+        tuple[str, Pricing], ...
+    ] = ()  # [pricing.NAME]: each provider's rates (bridge/engine/usage.py)
 
     def provider(self, name: str) -> ProviderConfig:
         """The configuration of provider `name`: the file's section, or the defaults (its usual key variable)."""
@@ -1000,6 +1010,7 @@ _SECTIONS = (
     "recording",
     "drain",
     "outbound",
+    "pricing",
 )
 
 
@@ -1024,6 +1035,7 @@ def parse(data: Mapping[str, object], *, label: str = "<config>", base: Path | N
         recording=Recording(_recording_dir(r, r.table(data, "recording", ""))),
         drain=_drain(r, r.table(data, "drain", "")),
         outbound=_outbound(r, r.table(data, "outbound", "")),
+        pricing=_pricing(r, r.table(data, "pricing", "")),
     )
     _cross_checks(r, config)
     if r.problems:
@@ -1147,6 +1159,31 @@ def _providers(r: _Reader, t: dict[str, object]) -> tuple[ProviderConfig, ...]:
                 append_ms=_append_ms(r, section.get("append_ms", 20), f"{p}.append_ms"),
             )
         )
+    return tuple(out)
+
+
+PRICING_KEYS = ("audio_per_minute", "input_tokens_per_million", "output_tokens_per_million")
+
+
+def _pricing(r: _Reader, t: dict[str, object]) -> tuple[tuple[str, Pricing], ...]:
+    """[pricing.NAME]: a provider's rates, each a number >= 0 (currency-less; a rate not given is 0)."""
+    out = []
+    for name, section in t.items():
+        p = f"pricing.{name}"
+        if name not in PROVIDER_NAMES:
+            r.fail(
+                p,
+                f"expected a pricing section named one of {', '.join(PROVIDER_NAMES)}; got {json.dumps(name)}",
+            )
+            continue
+        if not isinstance(section, dict):
+            r.expect(p, "a table", section)
+            continue
+        r.keys(section, p, PRICING_KEYS)
+        rates = {
+            key: r.number(section, key, p, lo=0.0, default=0.0, inclusive=True) or 0.0 for key in PRICING_KEYS
+        }
+        out.append((name, Pricing(**rates)))
     return tuple(out)
 
 
@@ -1302,6 +1339,7 @@ _ROUTE_KEYS = [
     "recording_consent",
     "recording_consent_wav",
     "no_input_timeout_s",
+    "budget",
 ]
 
 
@@ -1511,6 +1549,7 @@ def _routes(r: _Reader, items: list[dict[str, object]]) -> tuple[Route, ...]:
             recording_consent=consent,
             recording_consent_wav=consent_wav,
             no_input_timeout_s=r.seconds_or_off(t, "no_input_timeout_s", p, least=NO_INPUT_LEAST_S),
+            budget=r.number(t, "budget", p, lo=0.0, default=None),
             _regex=regex,
         )
         if any(o.name == route.name for o in out):
@@ -2193,6 +2232,17 @@ OPTIONS: tuple[Option, ...] = (
            "goodbye from the model and BYE for the rest, and exit; a second SIGTERM or SIGINT ends at once.",
            type=click.FloatRange(min=0), default=DEFAULT_DRAIN_S, show_default=True, metavar="S",
            example=("0",)),
+    # [pricing.NAME] of the provider chosen
+    Option("price_audio", ("--price-audio-per-minute",), "pricing.<provider>.audio_per_minute",
+           "The provider's price of a minute of audio (currency-less; recoveries' and rollovers' replay "
+           "included): the call record's and /metrics' price, and what a route's budget is checked against.",
+           type=click.FloatRange(min=0), metavar="PRICE", example=("0.06",), needs=("--provider", "echo")),
+    Option("price_input_tokens", ("--price-input-tokens",), "pricing.<provider>.input_tokens_per_million",
+           "The provider's price of a million input tokens (currency-less).",
+           type=click.FloatRange(min=0), metavar="PRICE", example=("4",), needs=("--provider", "echo")),
+    Option("price_output_tokens", ("--price-output-tokens",), "pricing.<provider>.output_tokens_per_million",
+           "The provider's price of a million output tokens (currency-less).",
+           type=click.FloatRange(min=0), metavar="PRICE", example=("16",), needs=("--provider", "echo")),
     # [outbound]
     Option("amd", ("--amd",), "outbound.amd",
            "Answering-machine detection on calls placed: the model's first words wait for the verdict (human, "
@@ -2335,6 +2385,7 @@ def apply_options(config: BridgeConfig, given: Mapping[str, object]) -> BridgeCo
     problems: list[str] = []
     sections: dict[str, dict[str, Any]] = {}
     providers: dict[str, Any] = {}
+    pricing: dict[str, Any] = {}
     trunk: dict[str, Any] = {}
     registrars: tuple[str, ...] | None = None
     for name, value in given.items():
@@ -2361,6 +2412,9 @@ def apply_options(config: BridgeConfig, given: Mapping[str, object]) -> BridgeCo
             parsed_p = _providers(r, {"openai-realtime": doc})
             if parsed_p:
                 providers.update(_set_fields(row, parsed_p[0]))
+        elif row.table == "pricing":
+            for _, rates in _pricing(r, {ECHO: doc}):
+                pricing.update(_set_fields(row, rates))
         else:
             section = _SECTION_READERS[row.table](r, doc)
             sections.setdefault(row.table, {}).update(_set_fields(row, section))
@@ -2374,6 +2428,7 @@ def apply_options(config: BridgeConfig, given: Mapping[str, object]) -> BridgeCo
         else:
             out = replace(out, **{section: replace(getattr(out, section), **values)})
     out = _apply_providers(out, providers, problems)
+    out = _apply_pricing(out, pricing)
     out = _apply_trunks(out, trunk, registrars, problems)
     if problems:
         raise ConfigError(problems)
@@ -2485,6 +2540,18 @@ def _apply_providers(config: BridgeConfig, values: dict[str, Any], problems: lis
     updated = tuple(replace(config.provider(name), **values) for name in names)
     others = tuple(p for p in config.providers if p.name not in names)
     return replace(config, providers=(*others, *updated))
+
+
+def _apply_pricing(config: BridgeConfig, values: dict[str, Any]) -> BridgeConfig:
+    """--price-* apply to the provider the command line or [defaults] chose (without one: to echo and to
+    openai-live, `serve`'s default either way), over the file's rates for it."""
+    if not values:
+        return config
+    names = [config.defaults.provider] if config.defaults.provider is not None else [ECHO, "openai-live"]
+    kept = dict(config.pricing)
+    for name in names:
+        kept[name] = replace(kept.get(name, Pricing()), **values)
+    return replace(config, pricing=tuple(kept.items()))
 
 
 def _apply_trunks(

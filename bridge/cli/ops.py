@@ -234,6 +234,7 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
         early_media=early_audio(config.inbound.early_media),
         early_media_to_provider=config.outbound.early_media_to_provider,
         route_providers=routed,
+        pricing=config.pricing,  # each provider's rates (bridge/engine/usage.py)
         cdr=config.logging.cdr,  # bridge/server/records.py: one JSON line per finished call
         record_dir=config.recording.dir,  # bridge/server/recording.py: a stereo WAV per call
         recording_consent=_consent(config.defaults.recording_consent, config.defaults.recording_consent_wav),
@@ -498,6 +499,7 @@ class RoutedApplication(Application):
                 early_media_to_provider=base.early_media_to_provider,
                 recording_consent=base.recording_consent,
                 no_input_timeout_s=base.no_input_timeout_s,
+                budget=base.budget,
             )
         own_message = route.amd_message is not None or route.amd_message_wav is not None
         LOG_CALLS.route(call.call_id, route.name)  # JSON log lines carry it from here on
@@ -525,6 +527,7 @@ class RoutedApplication(Application):
             no_input_timeout_s=route.no_input_timeout_s
             if route.no_input_timeout_s is not None
             else base.no_input_timeout_s,
+            budget=route.budget if route.budget is not None else base.budget,
         )
 
     def _disclosure(self, route: Route) -> Disclosure | None:

@@ -55,6 +55,7 @@ from bridge.engine.telephony import (
     time_limit_grace_s,
     tool_specs,
 )
+from bridge.engine.usage import Pricing
 from bridge.server.console import ConsoleFeed, ConsoleHooks, poll_status
 from bridge.server.dial_queue import DialQueue, DialRefused
 from bridge.server.dial_series import DoNotCall as DoNotCall  # re-exported: the application raises it
@@ -140,6 +141,8 @@ class CallSetup:
     # the recording starts once it was heard whole (bridge/server/recording.py; None: ServerConfig's)
     recording_consent: Disclosure | None = None
     no_input_timeout_s: float | None = None  # the caller's no-input timeout (None: ServerConfig's; 0: off)
+    # the call ends with a goodbye (end reason "budget") once its price reaches this (bridge/engine/usage.py)
+    budget: float | None = None
 
 
 class CallRefused(Exception):  # a refusal the application means, not an error
@@ -384,6 +387,7 @@ class ServerConfig:
     record_dir: str | None = None  # a stereo WAV per call in this directory
     recording_consent: Disclosure | None = None  # every call's, where its setup names none (CallSetup)
     route_providers: tuple[ProviderEndpoint, ...] = ()  # providers config routes name (plans.py)
+    pricing: tuple[tuple[str, Pricing], ...] = ()  # each provider's rates, by name (bridge/engine/usage.py)
     # The trunks calls placed with `dial` go out on, with their credentials (bridge/server/dialing.py); empty: every
     # call goes direct, challenges answered with the registration's credentials.
     dial_trunks: tuple[DialTrunk, ...] = ()
@@ -965,6 +969,8 @@ class Server:
                     rollover=rollover, lead_frames=lead_frames, disclosure=setup.disclosure, consent=consent
                 ),
                 no_input=_no_input(setup, self.config),
+                pricing=dict(self.config.pricing).get(_provider_name(plan)),  # the call's price
+                budget=setup.budget,
             ),
             job_handler=lambda job: app.job(holder[0], job),
             approve=lambda rollover_id: app.approve_rollover(holder[0], rollover_id),

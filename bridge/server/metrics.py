@@ -44,6 +44,10 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
                                                  conversation, recovery (a replacement's first words), rollover
     turn_bridge_seconds{kind}                    the first audio's arrival to its first frame handed to the carrier
     turn_wait_seconds{kind}                      the caller's speech end to that first frame: what the caller waited
+    provider_audio_seconds_total{provider,part}  provider audio by part: conversation, recovery or rollover replay
+    provider_tokens_total{provider,part,direction}  provider tokens (input, output) by part
+    call_price_total{provider}                   the finished calls' price at the [pricing.NAME] rates
+                                                 (currency-less; bridge/engine/usage.py), counted at each call's end
     registrations{trunk,state}                   1 for each trunk's current state, 0 for the others
     sip_auth_failures_total                      inbound digest checks failed (wrong response, unknown user,
                                                  forged nonce, replay), every method together (sip/core/guard.py)
@@ -255,6 +259,21 @@ class BridgeMetrics:
                 ("wait", "Per turn: the caller's speech end to the first frame handed to the carrier."),
             )
         }
+        self._usage_seconds = Counter(
+            f"{PREFIX}_provider_audio_seconds",
+            "Provider audio seconds by part (conversation, recovery or rollover replay), at each call's end.",
+            ["provider", "part"],
+            registry=r,
+        )
+        self._usage_tokens = Counter(
+            f"{PREFIX}_provider_tokens",
+            "Provider tokens by part and direction, at each call's end.",
+            ["provider", "part", "direction"],
+            registry=r,
+        )
+        self._price = Counter(
+            f"{PREFIX}_call_price", "Finished calls' price at the configured rates.", ["provider"], registry=r
+        )
         self._auth_failures = Counter(
             f"{PREFIX}_sip_auth_failures",
             "Inbound digest checks that failed (wrong response, unknown user, forged nonce, replay), all methods.",
@@ -444,6 +463,19 @@ class BridgeMetrics:
             histogram = self._turn.get(share)
             if histogram is not None and seconds is not None:
                 histogram.labels(kind=kind).observe(max(seconds, 0.0))
+
+    def call_cost(self, provider: str, parts: Mapping[str, Mapping[str, float]], price: float) -> None:
+        """A finished call's usage by part ("conversation", "recovery", "rollover") and its price."""
+        for part, share in parts.items():
+            if part not in ("conversation", "recovery", "rollover"):
+                continue
+            self._usage_seconds.labels(provider=provider, part=part).inc(
+                max(share.get("audio_seconds", 0), 0)
+            )
+            for direction in ("input", "output"):
+                tokens = max(share.get(f"{direction}_tokens", 0), 0)
+                self._usage_tokens.labels(provider=provider, part=part, direction=direction).inc(tokens)
+        self._price.labels(provider=provider).inc(max(price, 0.0))
 
     # --- trunks ---
 

@@ -42,7 +42,7 @@ from bridge.server.metrics import (
     RegistrationState,
     RolloverOutcome,
 )
-from bridge.server.records import AppEvent, TurnLatency, Utterance
+from bridge.server.records import AppEvent, CallEnded, CallRecord, TurnLatency, Utterance
 from bridge.server.session import CallSummary
 from rtp.clock import LATE_CAUSES
 from sip.engine import SipEngine, offers_counters, offers_held, offers_status
@@ -212,13 +212,22 @@ class CallObserver:
         shares = {"provider": latency.provider_ms, "bridge": latency.bridge_ms, "wait": latency.wait_ms}
         self.metrics.turn(latency.kind, {k: None if v is None else v / 1000.0 for k, v in shares.items()})
 
+    def cost(self, record: CallRecord) -> None:
+        """A finished call's usage split and price (its record's `cost`), once: the record comes once."""
+        cost = record.cost
+        parts, price = (cost.get("parts"), cost.get("price")) if cost is not None else (None, None)
+        if isinstance(parts, Mapping) and isinstance(price, int | float):
+            self.metrics.call_cost(record.call.provider, parts, float(price))
+
     def events(self, deliver: Callable[[AppEvent], Awaitable[None]]) -> Callable[[AppEvent], Awaitable[None]]:
-        """A call's events to `deliver`, each assistant turn's times observed first (once: each event is
-        delivered once)."""
+        """A call's events to `deliver`, each assistant turn's times and the call's cost observed first (once:
+        each event is delivered once)."""
 
         async def observed(event: AppEvent) -> None:
             if isinstance(event, Utterance) and event.latency is not None:
                 self.turn(event.latency)
+            elif isinstance(event, CallEnded):
+                self.cost(event.record)
             await deliver(event)
 
         return observed

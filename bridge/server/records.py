@@ -29,7 +29,8 @@ events in order:
   end reason of a call that failed after it says so.
 - `CallEnded`: the `CallRecord` — duration, who hung up and why, SIP status, provider and connections used,
   recoveries and rollovers, the uncertain work, QoS (`status()["qos"]`), usage with `complete` (HR12,
-  bridge/engine/usage.py) and the turns' latency (`LatencySummary`: p50 and max of each share, the last `KEPT`
+  bridge/engine/usage.py), its split and price (`cost`: conversation, recovery and rollover replay) and the
+  turns' latency (`LatencySummary`: p50 and max of each share, the last `KEPT`
   turns).
 
 An assistant utterance opens with its first transcript (or with the first frame a barge-in cuts) and closes
@@ -542,6 +543,9 @@ class CallRecord:
     # the route's recording consent (bridge/server/recording.py): None, the route asks for none
     consent: ConsentStamp | None = None
     latency: LatencySummary = LatencySummary()  # the turns' times (bridge/engine/latency.py)
+    # the usage split into conversation, recovery and rollover replay, its price and the route's budget
+    # (bridge/engine/usage.py `UsageMeter.cost_status`); None: the session never started
+    cost: Mapping[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -615,6 +619,7 @@ class CallRecord:
             "recording": self.recording,
             "one_way_audio": self.one_way_audio,
             "latency": self.latency.to_json(),
+            "cost": None if self.cost is None else dict(self.cost),
             **({"amd": [_amd_json(a) for a in self.amd]} if self.amd else {}),
             **({"dial": dict(self.dial)} if self.dial is not None else {}),
             **({"disclosure": self.disclosure.to_json()} if self.disclosure is not None else {}),
@@ -1095,6 +1100,7 @@ class RecordBuilder:
             early_media=self.early_media,
             consent=self._consent_stamp(outcome.recording_start_ms),
             latency=self.turns.summary(),
+            cost=cost if isinstance(cost := status.get("cost"), Mapping) else None,
         )
         return out, record
 

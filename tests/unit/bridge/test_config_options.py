@@ -97,8 +97,8 @@ def _file_text(row: Option, argv: list[str], needs: list[str]) -> str:
         return "".join(f'[[trunks]]\nname = "cli"\nregistrar = {_toml(v)}\n' for v in value)
     if table == "trunks[]":
         head = '[[trunks]]\nname = "cli"'  # the trunk the command line makes has this name
-    elif table == "providers":
-        head = f"[providers.{needs[needs.index('--provider') + 1]}]"
+    elif table in ("providers", "pricing"):  # the provider chosen's table
+        head = f"[{table}.{needs[needs.index('--provider') + 1]}]"
     else:
         head = f"[{table}]"
     return "\n".join([head, *lines]) + "\n"

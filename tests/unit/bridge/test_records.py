@@ -231,6 +231,7 @@ def test_the_record_has_duration_who_hung_up_why_and_the_sip_status() -> None:
         200,
     )
     assert body["provider"] == "echo" and body["frames_in"] == 600 and body["frames_out"] == 150
+    assert body["cost"] is None  # no session status: nothing was priced
     assert body["latency"] == {  # no assistant turn was timed
         "turns": 0,
         "provider_ms": {"p50": None, "max": None},

@@ -3,9 +3,14 @@ transport ended without finalising."""
 
 from __future__ import annotations
 
+import asyncio
+
 from bridge.engine.commands import EndSession
 from bridge.engine.delegations import SendContext
 from bridge.engine.usage import BUDGET_NOTE, Pricing, UsageMeter
+from bridge.server.metrics import BridgeMetrics
+from bridge.server.observe import CallObserver
+from bridge.server.records import CallEnded
 from providers.events import (
     AudioReceived,
     SessionClosed,
@@ -15,6 +20,8 @@ from providers.events import (
     UsageUpdated,
 )
 from rtp.audio import PCMU_8K
+from rtp.ledger import CarrierLedger
+from tests.support.records import builder, outcome
 from tests.support.session_engine import Call, pcmu_tone
 
 
@@ -112,3 +119,34 @@ def test_the_budget_asks_nothing_after_the_caller_hung_up_and_no_budget_is_no_li
     unlimited = Call(pricing=Pricing(audio_per_minute=1.0))
     unlimited.provider(UsageUpdated(1, audio_seconds=3_600.0))
     assert not _updates(unlimited) and unlimited.core.status(unlimited.now)["cost"]["price"] == 60.0
+
+
+def test_the_record_and_metrics_carry_the_split_and_the_price() -> None:
+    call = Call(pricing=Pricing(audio_per_minute=0.5))
+    call.provider(UsageUpdated(1, audio_seconds=60.0, input_tokens=100, output_tokens=40))
+    b = builder(CarrierLedger())
+    _, record = b.finish(outcome(call.core.status(call.now)), call.now)
+    assert record.to_json()["cost"] == {
+        "parts": {
+            "conversation": {"audio_seconds": 60.0, "input_tokens": 100, "output_tokens": 40},
+            "recovery": {"audio_seconds": 0.0, "input_tokens": 0, "output_tokens": 0},
+            "rollover": {"audio_seconds": 0.0, "input_tokens": 0, "output_tokens": 0},
+        },
+        "price": 0.5,
+        "budget": None,
+        "budget_reached": False,
+    }
+    metrics = BridgeMetrics()
+    seen: list[object] = []
+
+    async def deliver(event: object) -> None:
+        seen.append(event)
+
+    asyncio.run(CallObserver(metrics).events(deliver)(CallEnded(record)))
+    text = metrics.render().decode()
+    assert 'parlora_call_price_total{provider="echo"} 0.5' in text
+    assert 'parlora_provider_audio_seconds_total{part="conversation",provider="echo"} 60.0' in text
+    assert (
+        'parlora_provider_tokens_total{direction="output",part="conversation",provider="echo"} 40.0' in text
+    )
+    assert len(seen) == 1
