@@ -28,8 +28,8 @@ from typing import Literal
 from providers.events import SessionClosed, UsageUpdated
 
 BUDGET_REASON = "budget"  # the end reason of a call that reached its route's budget
-BUDGET_NOTE = (
-    "This call has reached its time limit. Tell the caller so in one short sentence and say goodbye."
+BUDGET_NOTE = (  # what the model is told (a caller is not told about money)
+    "This call has to end now. Tell the caller so politely in one short sentence and say goodbye."
 )
 Part = Literal["conversation", "recovery", "rollover"]
 PARTS: tuple[Part, ...] = ("conversation", "recovery", "rollover")

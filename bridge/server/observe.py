@@ -44,6 +44,7 @@ from bridge.server.metrics import (
 )
 from bridge.server.records import AppEvent, CallEnded, CallRecord, TurnLatency, Utterance
 from bridge.server.session import CallSummary
+from bridge.server.tracing import TurnSpans
 from rtp.clock import LATE_CAUSES
 from sip.engine import SipEngine, offers_counters, offers_held, offers_status
 from sip.leg import CallLeg, offers_qos
@@ -128,6 +129,7 @@ class CallObserver:
         self._job_started_ms: dict[str, dict[str, int]] = {}  # call id -> job id -> when it began to run
         self._engine = _Deltas()
         self._policy = _Deltas()
+        self.spans = TurnSpans()  # each turn as spans (the optional OpenTelemetry extra)
 
     # --- calls ---
 
@@ -224,6 +226,7 @@ class CallObserver:
         each event is delivered once)."""
 
         async def observed(event: AppEvent) -> None:
+            self.spans.event(event)  # OpenTelemetry, where the extra is installed (bridge/server/tracing.py)
             if isinstance(event, Utterance) and event.latency is not None:
                 self.turn(event.latency)
             elif isinstance(event, CallEnded):
