@@ -294,4 +294,16 @@ def test_issue15_the_application_gets_the_call_s_events_in_order_with_its_record
     assert record["frames_out"] * 20 == sum(u["heard_ms"] for u in echoes)  # every frame sent is in an echo
     assert record["usage"]["complete"] in (True, False) and record["qos"]["frames_in"] > 200
     assert record["recording"] is None  # --record is opt-in
+    # The turn's times: the caller's end (the local detector's last voiced frame), the echo's first audio, its
+    # first frame out (the ledger's: the echo's start) and the truncation point (the cut's), split in two.
+    latency = cut_echo["latency"]
+    assert said[0]["start_ms"] < latency["speech_end_ms"] < latency["first_audio_ms"], latency
+    assert latency["first_frame_ms"] == cut_echo["start_ms"] and latency["truncated_ms"] == cut["items"][0][1]
+    assert latency["provider_ms"] == latency["first_audio_ms"] - latency["speech_end_ms"], latency
+    assert 0 <= latency["bridge_ms"] <= 200 and latency["kind"] == "conversation", latency  # a frame or two
+    assert (
+        record["latency"]["turns"] >= 1 and record["latency"]["provider_ms"]["max"] >= latency["provider_ms"]
+    )
+    assert set(record["cost"]["parts"]) == {"conversation", "recovery", "rollover"}, record["cost"]
     print(f"utterances {[(u['role'], u['start_ms'], u['end_ms'], u.get('cut')) for u in utterances]}")
+    print(f"latency {latency}")
