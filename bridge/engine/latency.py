@@ -49,7 +49,6 @@ class TurnClock:
         self._out, self._timeline, self._floor, self._repairing = out, timeline, floor, repairing
         self._speech_end: tuple[int, int] | None = None  # (session ms, the token that reported it)
         self._speaker = floor()  # the connection whose item was timed last
-        self.turns = 0
 
     def speech_ended(self, at_ms: int, token: int) -> None:
         """The caller's speech ended at `at_ms` (session ms on the wire), as connection `token` heard it."""
@@ -79,6 +78,5 @@ class TurnClock:
         elif token != self._speaker or (end is not None and end[1] != token):
             kind = "rollover"  # the first words of a rollover's next connection, or an end the old one heard
         self._speaker = token
-        self.turns += 1
         at = self._timeline.ms(now)
         self._out.notices.append(TurnTiming(item_id, token, kind, None if end is None else end[0], at))
