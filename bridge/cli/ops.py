@@ -56,6 +56,7 @@ from bridge.cli.config import (
 from bridge.cli.config import Trunk as TrunkSection
 from bridge.engine.amd import AmdAction, AmdVerdict
 from bridge.engine.calling_hours import OutsideCallingHours
+from bridge.engine.card import CardResult
 from bridge.engine.delegations import JobRequest
 from bridge.engine.dial_limits import TrunkLimits
 from bridge.engine.dial_retry import RetryPolicy
@@ -545,6 +546,9 @@ class RoutedApplication(Application):
 
     async def dtmf(self, call: LiveCall, digit: str) -> None:
         await self._inner.dtmf(call, digit)
+
+    async def card_collected(self, call: LiveCall, result: CardResult) -> None:
+        await self._inner.card_collected(call, result)
 
     async def call_started(self, call: LiveCall, event: CallStarted) -> None:
         await self._inner.call_started(call, event)

@@ -166,6 +166,21 @@ class SendDtmf:
     job_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class RecordingTool:
+    """DL6: the model's `pause_recording` (`pause`) or `resume_recording`; the shell answers job `job_id`."""
+
+    pause: bool
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CollectCard:
+    """DL6: the model's `collect_card` (bridge/engine/card.py); the shell answers job `job_id` with the outcome."""
+
+    job_id: str
+
+
 # --- decisions of the rollover controller routed inside the core ---
 
 
@@ -250,6 +265,8 @@ Command = (
     | AuthorizeConnection
     | TransferCall
     | SendDtmf
+    | RecordingTool
+    | CollectCard
     | DelegationCommand
 )
 

@@ -6,6 +6,10 @@
   outcome the transferee reported by NOTIFY (answered, busy, refused...). After a successful transfer the
   bridge leaves the call.
 - `send_dtmf`: RFC 4733 digits to the caller's side (an IVR behind the caller, a conference PIN).
+- `pause_recording` / `resume_recording` (`recording_tools`): the call's recording (bridge/server/recording.py);
+  the model is told whether it changed anything.
+- `collect_card` (`card`: its shape, bridge/engine/card.py): the bridge collects the digits the caller keys in;
+  the model is told the outcome only, the application gets the digits.
 
 The caller's own key presses reach the application, and, with `dtmf_to_model`, the model as silent context.
 These tools never go to the application's handler: `TelephonyTools` decides, the shell carries the leg
@@ -22,7 +26,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from bridge.engine.commands import EndSession, HangUp, Outbox, RequestClose, SendDtmf, TransferCall
+from bridge.engine.card import CardOptions
+from bridge.engine.commands import (
+    CollectCard,
+    EndSession,
+    HangUp,
+    Outbox,
+    RecordingTool,
+    RequestClose,
+    SendDtmf,
+    TransferCall,
+)
 from bridge.engine.delegations import Delegations, DispatchJob, JobRequest
 from bridge.engine.reservoir import TICK_NS, OutputPath
 from providers.base import ToolSpec
@@ -32,6 +46,9 @@ from sip.core.telephony import DTMF_DIGITS, MAX_DTMF_DIGITS
 END_CALL = "end_call"
 TRANSFER_CALL = "transfer_call"
 SEND_DTMF = "send_dtmf"
+PAUSE_RECORDING = "pause_recording"
+RESUME_RECORDING = "resume_recording"
+COLLECT_CARD = "collect_card"
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +60,8 @@ class TelephonyOptions:
     goodbye_timeout_ms: int = 10_000
     close_ms: int = 2_000  # after the caller's BYE, how long the provider's final usage is waited for
     drain_ms: int = 5_000  # after the bridge's BYE, how long the leg's end is waited for
+    recording_tools: bool = False  # pause_recording and resume_recording
+    card: CardOptions | None = None  # collect_card, with this shape
 
     @property
     def names(self) -> frozenset[str]:
@@ -50,6 +69,9 @@ class TelephonyOptions:
             END_CALL: self.end_call,
             TRANSFER_CALL: bool(self.transfer_targets),
             SEND_DTMF: self.send_dtmf,
+            PAUSE_RECORDING: self.recording_tools,
+            RESUME_RECORDING: self.recording_tools,
+            COLLECT_CARD: self.card is not None,
         }
         return frozenset(name for name, on in enabled.items() if on)
 
@@ -86,6 +108,21 @@ def tool_specs(options: TelephonyOptions) -> tuple[ToolSpec, ...]:
                 SEND_DTMF,
                 "Send touch-tone digits on the line (0-9, *, #).",
                 {"type": "object", "properties": {"digits": {"type": "string"}}, "required": ["digits"]},
+            )
+        )
+    if options.recording_tools:
+        for name, what in ((PAUSE_RECORDING, "Pause"), (RESUME_RECORDING, "Resume")):
+            specs.append(
+                ToolSpec(name, f"{what} the call's recording.", {"type": "object", "properties": {}})
+            )
+    if options.card is not None:
+        specs.append(
+            ToolSpec(
+                COLLECT_CARD,
+                "Collect a payment card number the caller keys in on their keypad. Ask them to key it in, "
+                "then the hash key, before you call this. You never hear or see the digits: you are told "
+                "only the outcome (collected, timeout, invalid, cancelled). Never ask the caller to say it.",
+                {"type": "object", "properties": {}},
             )
         )
     return tuple(specs)
@@ -170,6 +207,12 @@ class TelephonyTools:
             self._transfer_job = request.job_id
             self._out.commands.append(TransferCall(target[1]))
             return None  # answered when the transferee's final status arrives
+        if request.name in (PAUSE_RECORDING, RESUME_RECORDING):
+            self._out.commands.append(RecordingTool(request.name == PAUSE_RECORDING, request.job_id))
+            return None  # answered by the shell, which holds the recording
+        if request.name == COLLECT_CARD:
+            self._out.commands.append(CollectCard(request.job_id))
+            return None  # answered by the shell when the collection ends: its outcome only
         digits = argument(request.arguments, "digits") or ""
         if not 0 < len(digits) <= MAX_DTMF_DIGITS or set(digits) - DTMF_DIGITS:
             return result(sent="", error=f"not DTMF digits: {digits!r}")

@@ -41,6 +41,7 @@ from bridge.engine.amd import (
     AmdVerdict,
 )
 from bridge.engine.calling_hours import OutsideCallingHours
+from bridge.engine.card import CardOptions, CardResult
 from bridge.engine.commands import TransferCall
 from bridge.engine.coordinator import CoordinatorOptions
 from bridge.engine.delegations import JobRequest
@@ -212,6 +213,45 @@ class LiveCall:
             )
         return checked
 
+    def pause_recording(self) -> bool:
+        """Pause the call's recording (`--record`): silence for the gap's real duration in the WAV, the gap in
+        the record. False when the call is not recorded or the application's pause is already on."""
+        return self._session.pause_recording("application")
+
+    def resume_recording(self) -> bool:
+        """End the application's pause (a card collection's own pause goes on until it ends); False when it
+        was not on."""
+        return self._session.resume_recording("application")
+
+    async def collect_card(
+        self,
+        *,
+        min_digits: int = 12,
+        max_digits: int = 19,
+        terminator: str = "#",
+        digit_timeout_s: float = 10.0,
+        timeout_s: float = 90.0,
+        reference: str | None = None,
+    ) -> CardResult:
+        """Payment-card mode (bridge/engine/card.py): the caller keys in digits (RFC 4733) while their audio is
+        withheld from the provider and the recording is paused; returns the result (`outcome` "collected",
+        "timeout", "invalid", "cancelled", "hangup" or "refused"; `digits` when collected; `reference` as
+        given). The digits reach nothing else: not the model, the `dtmf` handler, the record, a log or a
+        metric. Have the model prompt the caller first (`push_update`); its voice still plays meanwhile."""
+        options = CardOptions(
+            min_digits,
+            max_digits,
+            terminator,
+            int(digit_timeout_s * 1000),
+            int(timeout_s * 1000),
+            reference,
+        )
+        return await self._session.collect_card(options)
+
+    def cancel_card(self) -> bool:
+        """End the card collection under way (`cancelled`); False when there is none."""
+        return self._session.cancel_card()
+
     def say_goodbye(self, note: str, reason: str) -> bool:
         """The drain timeout: the model is asked for a short goodbye (`note`), then BYE once it has
         been played (or after the goodbye timeout); False when the call is not live (then hang it up)."""
@@ -252,7 +292,11 @@ class Application:
         return '{"error": "no application handler is configured for tools"}'
 
     async def dtmf(self, call: LiveCall, digit: str) -> None:
-        """The caller pressed a key (RFC 4733)."""
+        """The caller pressed a key (RFC 4733); never a key of a card collection."""
+
+    async def card_collected(self, call: LiveCall, result: CardResult) -> None:
+        """A card collection the model started (its `collect_card` tool) ended: the only place its digits go
+        (`result.digits` when `result.outcome` is "collected"). The model was told the outcome only."""
 
     async def ended(self, call: LiveCall, summary: CallSummary) -> None:
         """The call is over."""
@@ -977,6 +1021,7 @@ class Server:
             authorize=app.authorize,
             telephony_options=telephony,
             dtmf_handler=lambda digit: app.dtmf(holder[0], digit),
+            card_handler=lambda result: app.card_collected(holder[0], result),
             notice_sink=self.observer.tee(records.sink(self.console.notice)),
             media_tap=records.tap,  # --record
             amd=amd,

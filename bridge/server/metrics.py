@@ -109,6 +109,7 @@ DiscontinuityCause = Literal[
     "rollover",
     "rollover_next_lost",
     "ringing",
+    "card_collection",  # caller audio withheld while card digits were keyed in (bridge/engine/card.py)
 ]
 JobOutcome = Literal["completed", "failed", "timeout", "refused", "unknown"]
 BanScope = Literal["source", "user"]

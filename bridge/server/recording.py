@@ -27,6 +27,13 @@ older ones are dropped unwritten. Not delivered — a barge-in cut the model's l
 it, the caller hung up first, the model said something else — means no consent: nothing of the call is
 recorded and the record says why (`consent`). A recording plays whole through a barge-in (the caller heard
 every frame of it), so it counts; the recording starts after its last frame either way.
+
+Pausing (`CallRecording.pause`/`resume`: the application's or the model's `pause_recording`, and a payment-card
+collection, bridge/engine/card.py): while paused, neither channel keeps any audio, and the file gets silence for
+the gap's real duration, so the timeline stays true (a second in the file is a second of the call, and the
+record's times are offsets into it). Each gap (start, end, who asked) is kept in `gaps`, and the session tells
+the record (bridge/server/records.py `RecordingChanged`). A card collection holds its own pause: the application
+or the model resuming meanwhile ends their pause only, the gap goes on until the collection ends.
 """
 
 from __future__ import annotations
@@ -74,6 +81,7 @@ MARGIN_FRAMES = 10  # slots this recent are not written yet (a frame may still b
 EVENT_TIMEOUT_S = 10.0  # one application event handler, at most
 HELD_KEEP_MS = 3_000  # awaiting the consent: the caller's latest frames kept in memory (module docstring)
 MAX_QUEUED_NOTICES = 10_000
+MAX_GAPS = 256  # a recording's pauses kept (the oldest ended ones go first)
 
 Deliver = Callable[[AppEvent], Awaitable[None]]
 
@@ -245,6 +253,10 @@ class CallRecording:
         self.unmatched = 0  # ledger entries whose frame was not seen queued (written as silence)
         self._on = True
         self._tee: Channel | None = None
+        self._paused = False  # a gap: nothing is kept (a flag test per caller frame)
+        self._holds: dict[str, str] = {}  # "manual" or "card" -> who asked
+        self.gaps: list[list[Any]] = []  # [start ns, end ns or None, by]: the latest MAX_GAPS
+        self._gap_seen = 0  # gaps before this index ended before the last ledger entry placed
 
     # --- the session's side (per frame: one append) ---
 
@@ -257,8 +269,43 @@ class CallRecording:
         return self._tee
 
     def caller(self, pcm: bytes, now: int) -> None:
-        if self._on:
+        if self._on and not self._paused:
             self._caller.append((now, pcm))
+
+    def pause(self, now: int, by: str, *, card: bool = False) -> bool:
+        """A gap begins (or goes on under another hold); False when this hold was already on."""
+        key = "card" if card else "manual"
+        if key in self._holds:
+            return False
+        self._holds[key] = by
+        if not self._paused:
+            self._paused = True
+            self.gaps.append([now, None, by])
+            if len(self.gaps) > MAX_GAPS and self._gap_seen:
+                del self.gaps[0]
+                self._gap_seen -= 1
+        return True
+
+    def resume(self, now: int, *, card: bool = False) -> bool:
+        """This hold ends, and the gap with it unless the other hold is still on; False when it was not on."""
+        if self._holds.pop("card" if card else "manual", None) is None:
+            return False
+        if not self._holds:
+            self._paused = False
+            self.gaps[-1][1] = now
+        return True
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    def _in_gap(self, at: int) -> bool:
+        """Whether `at` (a ledger entry's time: they come in order) lies in a gap."""
+        gaps, seen = self.gaps, self._gap_seen
+        while seen < len(gaps) and gaps[seen][1] is not None and gaps[seen][1] <= at:
+            seen += 1
+        self._gap_seen = seen
+        return seen < len(gaps) and gaps[seen][0] <= at
 
     def abandon(self) -> None:
         """The file cannot be written: keep nothing more for the rest of the call."""
@@ -320,9 +367,11 @@ class CallRecording:
         # only the entries new since the last call (the media clock may be recording meanwhile)
         entries = ledger.entries_after(self._ledger_seen)
         for entry in entries:
-            frame = self._match(entry.item_id, entry.offset_ms, entry.epoch)
+            pcm = self._match(entry.item_id, entry.offset_ms, entry.epoch)
             if entry.transmitted_ns >= start:
-                right.place(entry.transmitted_ns, frame)
+                right.place(
+                    entry.transmitted_ns, SILENCE if self.gaps and self._in_gap(entry.transmitted_ns) else pcm
+                )
         if entries:
             self._ledger_seen = entries[-1].transmitted_ns
         if final:

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from bridge.engine.amd import AmdBeep, AmdNoBeep, AmdStart, AmdVerdict
+from bridge.engine.card import CardEnded
 from bridge.engine.commands import (
     BargedIn,
     DisclosureResult,
@@ -74,6 +75,18 @@ FINAL_MESSAGE_ITEM = (
     "final-message"  # bridge/engine/reservoir.py: the closing message, not an utterance of the model
 )
 
+
+@dataclass(frozen=True, slots=True)
+class RecordingChanged:
+    """The call's recording paused or resumed (bridge/server/recording.py): `by` "application", "model" or
+    "card" (a payment-card collection, bridge/engine/card.py); `at_ms` on the session timeline, which is the
+    recording's own clock (an offset into the WAV file)."""
+
+    paused: bool
+    by: str
+    at_ms: int
+
+
 RECORD_NOTICES = (
     Transcript,
     BargedIn,
@@ -87,6 +100,8 @@ RECORD_NOTICES = (
     AmdStart,
     EarlyMedia,
     TurnTiming,
+    CardEnded,
+    RecordingChanged,
 )
 """The notice types the builder reads (a shell may drop every other notice before queueing it)."""
 
@@ -546,6 +561,10 @@ class CallRecord:
     # the usage split into conversation, recovery and rollover replay, its price and the route's budget
     # (bridge/engine/usage.py `UsageMeter.cost_status`); None: the session never started
     cost: Mapping[str, Any] | None = None
+    # the recording's pauses: {"start_ms", "end_ms" (None: to the end), "by"}, offsets into the WAV; and each
+    # payment-card collection's outcome (bridge/engine/card.py: never a digit)
+    recording_gaps: tuple[Mapping[str, Any], ...] = ()
+    card_collections: tuple[CardEnded, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -626,6 +645,17 @@ class CallRecord:
             **({"amd_action": dict(self.amd_action)} if self.amd_action is not None else {}),
             **({"early_media": _early_json(self.early_media)} if self.early_media is not None else {}),
             **({"consent": self.consent.to_json()} if self.consent is not None else {}),
+            **({"recording_gaps": [dict(g) for g in self.recording_gaps]} if self.recording_gaps else {}),
+            **(
+                {
+                    "card_collections": [
+                        {"outcome": c.outcome, "started_ms": c.started_ms, "ended_ms": c.ended_ms, "by": c.by}
+                        for c in self.card_collections
+                    ]
+                }
+                if self.card_collections
+                else {}
+            ),
         }
 
     def cdr_line(self) -> str:
@@ -846,6 +876,8 @@ class RecordBuilder:
         self.early_media: EarlyMediaReport | None = None  # the last early-media report (outbound)
         self._timings: dict[str, TurnTiming] = {}  # the items' first audio, until their utterance closes
         self.turns = TurnLog()
+        self.recording_gaps: deque[dict[str, Any]] = deque(maxlen=KEPT)  # the last ones
+        self.card_collections: deque[CardEnded] = deque(maxlen=KEPT)
 
     def started(self) -> CallStarted:
         return CallStarted(self.call, self._started_at)
@@ -920,6 +952,14 @@ class RecordBuilder:
         elif isinstance(notice, TurnTiming):
             self._timings[notice.item_id] = notice
             _trim(self._timings, CLAIMED_ITEMS)
+        elif isinstance(notice, RecordingChanged):
+            gaps = self.recording_gaps
+            if notice.paused:
+                gaps.append({"start_ms": notice.at_ms, "end_ms": None, "by": notice.by})
+            elif gaps and gaps[-1]["end_ms"] is None:
+                gaps[-1]["end_ms"] = notice.at_ms
+        elif isinstance(notice, CardEnded):
+            self.card_collections.append(notice)
         return out
 
     def _uncertain(self, notice: WorkUncertain) -> UncertainWork:
@@ -1101,6 +1141,8 @@ class RecordBuilder:
             consent=self._consent_stamp(outcome.recording_start_ms),
             latency=self.turns.summary(),
             cost=cost if isinstance(cost := status.get("cost"), Mapping) else None,
+            recording_gaps=tuple(dict(g) for g in self.recording_gaps),
+            card_collections=tuple(self.card_collections),
         )
         return out, record
 

@@ -41,16 +41,30 @@ its `MediaStarted` (the answer) or `CallEnded`, the far end's frames go to the r
 (`CallSession(early_media_to_provider=True)`: `SessionCoordinator.early_media_frame`, never the caller's turn
 path): one attribute test a frame (`CallerFrames.early`). Its start and end are `EarlyMedia` notices; a call
 that failed after it says so in its end reason.
+
+The recording and the payment-card mode (the application's `LiveCall` calls, or the model's tools
+`pause_recording`, `resume_recording`, `collect_card`: bridge/engine/telephony.py): `pause_recording` and
+`resume_recording` hold the recording (bridge/server/recording.py: a gap of silence; a pause while paused changes
+nothing and says so), each change a `RecordingChanged` notice for the record. `collect_card` runs one
+`CardCollector` (bridge/engine/card.py): from its start the caller's frames are withheld from the coordinator
+(`CallerFrames.card`: one attribute test a frame), the recording is paused, and every key the caller presses goes
+to the collector alone — not to the `dtmf` handler, the coordinator (`dtmf_to_model`) or a log line. Its timer
+is a `loop.call_at` of its own (a `_CardDue` in the inbox). At its end (collected, a timeout, invalid, cancelled,
+the caller gone) the frames flow again, the recording resumes, the withheld stretch is one input
+`audio_discontinuity` (`card_collection`), the record gets a `CardEnded` (the outcome: no digit, no count), the
+model (when it asked) gets the outcome only, and the application the `CardResult` (the awaiting `collect_card`
+call, or `card_handler` for a collection the model started).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from bridge.engine import commands as cmd
 from bridge.engine.amd import (
@@ -66,12 +80,14 @@ from bridge.engine.amd import (
     carry_out,
 )
 from bridge.engine.barrier import Channel
+from bridge.engine.card import CardCollector, CardOptions, CardOutcome, CardResult, model_answer
 from bridge.engine.coordinator import CoordinatorOptions, SessionCoordinator
 from bridge.engine.delegations import DeliverResult, DispatchJob, JobRequest, SendContext
 from bridge.engine.early_media import EarlyMedia, EarlyMediaWindow
 from bridge.engine.recovery import seeded_settings
 from bridge.engine.telephony import TelephonyOptions
 from bridge.server.log import log_notice
+from bridge.server.records import RecordingChanged
 from providers.base import DeliversEvents, Provider, ProviderUnavailable, ResumptionRejected, SessionSettings
 from providers.events import ProviderEvent, SessionStarted, bounded
 from sip.leg import (
@@ -120,6 +136,9 @@ opened — the first, rollovers and recovery replacements (RO7). False refuses t
 
 DtmfHandler = Callable[[str], Awaitable[None]]
 
+CardHandler = Callable[[CardResult], Awaitable[None]]
+"""The application's `card_collected`: the result of a collection the model started (the digits are in it)."""
+
 AmdHook = Callable[[AmdVerdict, AmdAction], Awaitable[str | None]]
 """The application's answer to an AMD verdict, given the route's action for it: "talk", "message", "hang_up",
 or None for the route's (bridge/engine/amd.py `AmdChoice`; waited for at most `AmdPolicy.decide_ms`)."""
@@ -135,6 +154,18 @@ class MediaTap(Protocol):
     def channel(self, leg: Channel, start_ns: int) -> Channel: ...
 
     def caller(self, pcm: bytes, now: int) -> None: ...
+
+
+@runtime_checkable
+class PausableTap(Protocol):
+    """A tap that can pause (bridge/server/recording.py `CallRecording`)."""
+
+    @property
+    def paused(self) -> bool: ...
+
+    def pause(self, now: int, by: str, *, card: bool = False) -> bool: ...
+
+    def resume(self, now: int, *, card: bool = False) -> bool: ...
 
 
 async def _allow(_: str) -> bool:
@@ -218,6 +249,7 @@ class CallerFrames:
         "_handle",
         "_handle_at",
         "amd",
+        "card",
         "core",
         "due",
         "early",
@@ -243,6 +275,7 @@ class CallerFrames:
         self._handle_at = 0  # the deadline the timer is armed for (on the injected clock)
         self.core: SessionCoordinator | None = None  # set while the session's loop runs
         self.amd: AmdGate | None = None  # an outbound call's machine detection, until it is done
+        self.card: CardCollector | None = None  # a payment-card collection: frames withheld from the provider
         # while early media flows (bridge/engine/early_media.py): where its frames go instead of the coordinator's
         # caller path (nowhere, or the provider when the route asks)
         self.early: Callable[[bytes, int], None] | None = None
@@ -327,6 +360,10 @@ class CallerFrames:
         if self.early is not None:  # early media: the recording and the detector's evidence, not the caller's
             self.early(frame.pcm, now)
             return
+        if self.card is not None:  # counted for one input discontinuity at its end (bridge/engine/card.py)
+            self.card.withheld += 1
+            core.frames_in += 1
+            return
         core.caller_frame(frame.pcm, now)
 
     def provider_event(self, event: ProviderEvent) -> None:
@@ -380,6 +417,10 @@ class CallerFrames:
                 log.exception(
                     "call %s: a caller frame failed in the frame sink (counted from now on)", self._call_id
                 )
+
+
+class _CardDue:
+    """The card collection's deadline has come (its timer, through the inbox)."""
 
 
 class _AmdDue:
@@ -732,8 +773,14 @@ class CallSession:
         amd: AmdOptions | AmdPlan | None = None,
         amd_hook: AmdHook | None = None,
         early_media_to_provider: bool = False,
+        card_handler: CardHandler | None = None,
     ) -> None:
         self.leg = leg
+        self._card_handler = card_handler  # the application's `card_collected`
+        self._card: CardCollector | None = None  # the collection under way
+        self._card_job: str | None = None  # the model's collect_card job it answers
+        self._card_waiters: list[asyncio.Future[CardResult]] = []
+        self._card_timer: asyncio.TimerHandle | None = None
         # outbound calls only (an inbound call never runs AMD); options alone: the route's defaults
         self._amd_plan = AmdPlan(options=amd) if isinstance(amd, AmdOptions) else amd
         self._amd_hook = amd_hook  # the application's answer to the verdict (None: the route's choice)
@@ -783,6 +830,8 @@ class CallSession:
             cmd.HangUp: lambda c: self._hangup(self._hangup_by, c.reason),
             cmd.TransferCall: self._transfer,
             cmd.SendDtmf: self._send_dtmf,
+            cmd.RecordingTool: self._recording_tool,
+            cmd.CollectCard: self._model_card,
         }
 
     @property
@@ -877,6 +926,8 @@ class CallSession:
                     self._handle(inbox.get_nowait() if inbox.qsize() else await inbox.get())
                 self._carry_out(core)
         finally:
+            if self._card is not None:
+                self._card_end("hangup")
             if (gate := self._amd_gate) is not None:
                 gate.cancel()
             self._frames.detach(self.leg)
@@ -900,12 +951,26 @@ class CallSession:
             self._frames.feed(core, item, now)
         elif isinstance(item, CallEnded):
             self._ended = item
+            if self._card is not None:
+                self._card_end("hangup")
             self._early_media_notice(self.early_media.ended(item.status_code, item.reason, now))
             core.call_ended(now)
             if item.by_remote:
                 self._ended_by, self._end_reason = "caller", f"{item.status_code} {item.reason}"
             elif not self._ended_by:
                 self._ended_by, self._end_reason = "bridge", item.reason
+        elif isinstance(item, DtmfReceived) and (card := self._card) is not None:
+            # a payment-card collection takes every key, and tells nobody but the application (never logged)
+            if (result := card.digit(item.digit, now, core.timeline.ms(now))) is not None:
+                self._card_over(result)
+            else:
+                self._arm_card(now)
+        elif isinstance(item, _CardDue):
+            if (card := self._card) is not None:
+                if (result := card.handle_timer(now, core.timeline.ms(now))) is not None:
+                    self._card_over(result)
+                else:
+                    self._arm_card(now)
         elif isinstance(item, DtmfReceived):
             log.info("call %s caller pressed %s", self.call_id, item.digit)
             if self._dtmf_handler is not None:
@@ -1129,6 +1194,144 @@ class CallSession:
         accepted = self.coordinator.job_answered(job_id, output, self._clock())
         self._inbox.put_nowait(_Wake())
         return accepted
+
+    # --- the recording's pauses and the payment-card mode (the module docstring) ---
+
+    def _tell(self, notice: object) -> None:
+        """A notice the shell itself makes: the log, then the sink (the record, /metrics, the console)."""
+        log_notice(self.call_id, notice)
+        if self._notice_sink is not None:
+            self._notice_sink(self.call_id, notice)
+
+    def _at_ms(self, now: int) -> int:
+        return (now - self.started_ns) // 1_000_000
+
+    def pause_recording(self, by: str = "application", *, card: bool = False) -> bool:
+        """Pause the recording (a gap of silence); False when there is none, or it was already paused by this
+        hold (nothing changes)."""
+        tap, now = self._tap, self._clock()
+        if not isinstance(tap, PausableTap):
+            log.info("call %s pause_recording (%s): the call is not recorded", self.call_id, by)
+            return False
+        was = tap.paused
+        if not tap.pause(now, by, card=card):
+            log.info("call %s pause_recording (%s): already paused, nothing changed", self.call_id, by)
+            return False
+        if not was:
+            log.info("call %s recording paused (%s)", self.call_id, by)
+            self._tell(RecordingChanged(True, by, self._at_ms(now)))
+        return True
+
+    def resume_recording(self, by: str = "application", *, card: bool = False) -> bool:
+        """End this pause (`card`: the card collection's); False when it was not paused so. The gap ends when no
+        other pause holds it (a card collection's goes on until the collection ends)."""
+        tap, now = self._tap, self._clock()
+        if not isinstance(tap, PausableTap) or not tap.resume(now, card=card):
+            log.info("call %s resume_recording (%s): not paused, nothing changed", self.call_id, by)
+            return False
+        if not tap.paused:
+            log.info("call %s recording resumed (%s)", self.call_id, by)
+            self._tell(RecordingChanged(False, by, self._at_ms(now)))
+        return True
+
+    def _recording_tool(self, command: cmd.RecordingTool) -> None:
+        """The model's pause_recording / resume_recording: done, and the model told whether it changed anything."""
+        changed = self.pause_recording("model") if command.pause else self.resume_recording("model")
+        tap = self._tap
+        recorded = isinstance(tap, PausableTap)
+        paused = isinstance(tap, PausableTap) and tap.paused
+        output = json.dumps({"recording": recorded, "paused": paused, "changed": changed})
+        self._inbox.put_nowait(_JobAnswered(command.job_id, output))
+
+    def _model_card(self, command: cmd.CollectCard) -> None:
+        """The model's collect_card: answered with the outcome when the collection ends (or refused now)."""
+        self._start_card(None, "model", command.job_id)
+
+    async def collect_card(self, options: CardOptions | None = None) -> CardResult:
+        """The application's `collect_card`: the collection's result (`refused` at once when one is under way or
+        the call is not up)."""
+        started = self._start_card(options, "application", None)
+        return started if isinstance(started, CardResult) else await started
+
+    def cancel_card(self) -> bool:
+        """End the collection under way as `cancelled`; False when there is none."""
+        if self._card is None:
+            return False
+        self._card_end("cancelled")
+        self._inbox.put_nowait(_Wake())
+        return True
+
+    def _start_card(
+        self, options: CardOptions | None, by: str, job_id: str | None
+    ) -> CardResult | asyncio.Future[CardResult]:
+        core, now = self.coordinator, self._clock()
+        options = options or self._options.telephony.card or CardOptions()
+        up = core is not None and not core.ending.ended and not core.call_line.unanswered
+        if self._card is not None or not up or self._ended is not None or self._frames.early is not None:
+            refused = CardResult("refused", reference=options.reference, by=by)
+            log.info("call %s card collection (%s) refused", self.call_id, by)
+            if job_id is not None:
+                self._inbox.put_nowait(_JobAnswered(job_id, model_answer(refused)))
+            return refused
+        assert core is not None
+        card = self._card = CardCollector(options, now, core.timeline.ms(now), by)
+        self._card_job = job_id
+        self._frames.card = card  # from the next frame on: withheld from the provider
+        self.pause_recording("card", card=True)
+        log.info("call %s card collection started (%s)", self.call_id, by)
+        self._arm_card(now)
+        future: asyncio.Future[CardResult] = asyncio.get_running_loop().create_future()
+        self._card_waiters.append(future)
+        return future
+
+    def _arm_card(self, now: int) -> None:
+        if self._card_timer is not None:
+            self._card_timer.cancel()
+            self._card_timer = None
+        card = self._card
+        if card is None or (due := card.next_deadline()) is None:
+            return
+        loop, inbox = asyncio.get_running_loop(), self._inbox
+        at = loop.time() + (due - now + TIMER_SLACK_NS) / 1e9
+        self._card_timer = loop.call_at(at, lambda: inbox.put_nowait(_CardDue()))
+
+    def _card_end(self, outcome: CardOutcome) -> None:
+        card, now = self._card, self._clock()
+        if card is not None:
+            at = self.coordinator.timeline.ms(now) if self.coordinator is not None else self._at_ms(now)
+            if (result := card.end(outcome, at)) is not None:
+                self._card_over(result)
+
+    def _card_over(self, result: CardResult) -> None:
+        """The collection ended: the frames flow, the recording resumes; the model, the record and the
+        application told (the module docstring)."""
+        card, self._card = self._card, None
+        self._frames.card = None
+        if self._card_timer is not None:
+            self._card_timer.cancel()
+            self._card_timer = None
+        self.resume_recording("card", card=True)
+        log.info(
+            "call %s card collection %s (%s) after %d ms",
+            self.call_id,
+            result.outcome,
+            result.by,
+            result.ended_ms - result.started_ms,
+        )
+        if card is not None:
+            if (gap := card.discontinuity()) is not None:
+                self._tell(gap)
+            if (notice := card.notice) is not None:
+                self._tell(notice)
+        if (job := self._card_job) is not None:
+            self._card_job = None
+            self._inbox.put_nowait(_JobAnswered(job, model_answer(result)))
+            if self._card_handler is not None:
+                self._spawn(f"card-{job}", self._card_handler(result))
+        waiters, self._card_waiters = self._card_waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(result)
 
     def _hangup(self, by: str, reason: str) -> None:
         if self._ended is None and not self._ended_by:

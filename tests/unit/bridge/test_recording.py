@@ -226,3 +226,50 @@ async def test_a_recording_that_cannot_be_written_keeps_nothing_for_the_rest_of_
     tee.enqueue(frames("out-3", [1, 2], epoch=1))
     assert not rec._caller  # nothing kept
     assert not rec._sent and leg.depth == 2  # the call's audio still goes out
+
+
+# --- pausing: a gap of silence for its real duration, on both channels ---
+
+
+def test_a_paused_recording_keeps_nothing_and_its_gap_lasts_as_long_as_the_pause() -> None:
+    """Paused from 400 to 1,000 ms: neither the caller's frames nor what left for the carrier in between are in
+    the file, which still has every slot (the timeline stays true); before and after, everything is."""
+    leg = PlayoutLeg()
+    rec = CallRecording()
+    tee = rec.channel(leg, T0)
+    tee.enqueue(frames("out-1", list(range(1, 61)), epoch=0))
+    for slot in range(75):  # 1.5 s of the caller, and of the assistant for the first 1.2 s
+        now = T0 + (20 * slot + 5) * MS
+        if slot == 20:
+            assert rec.pause(now, "application")
+            assert not rec.pause(now, "model")  # idempotent: already paused, nothing changes
+        if slot == 50:
+            assert rec.resume(now)
+            assert not rec.resume(now)
+        rec.caller(pcm(1000 + slot), now)
+        if slot < 60:
+            send(leg, 1, 20 * slot)
+    left, right = channels(rec.take(T0 + 5 * 1000 * MS, final=True))
+    assert len(left) == 75  # every slot, the gap's too
+    for slot in range(75):
+        gap = 20 <= slot < 50
+        assert (left[slot] == (0 if gap else 1000 + slot)).all(), slot
+        if slot < 60:  # (the carrier's frames leave 3 ms into their slot, 2 ms before the caller's come)
+            sent_in_gap = 21 <= slot <= 50
+            assert (right[slot] == (0 if sent_in_gap else slot + 1)).all(), slot
+    assert rec.gaps == [[T0 + 405 * MS, T0 + 1005 * MS, "application"]]
+
+
+def test_a_card_collections_pause_outlasts_the_applications_resume() -> None:
+    rec = CallRecording()
+    rec.channel(PlayoutLeg(), T0)
+    assert rec.pause(T0 + 100 * MS, "card", card=True)
+    assert rec.pause(T0 + 200 * MS, "model")  # a second hold under the same gap
+    assert rec.resume(T0 + 300 * MS)  # the model's hold ends; the card's goes on
+    assert rec.paused
+    rec.caller(pcm(5), T0 + 320 * MS)
+    assert rec.resume(T0 + 500 * MS, card=True)
+    assert not rec.paused
+    assert rec.gaps == [[T0 + 100 * MS, T0 + 500 * MS, "card"]]
+    left, _ = channels(rec.take(T0 + 10 * 1000 * MS, final=True))
+    assert not left.any()
