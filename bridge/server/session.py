@@ -1243,6 +1243,11 @@ class CallSession:
         output = json.dumps({"recording": recorded, "paused": paused, "changed": changed})
         self._inbox.put_nowait(_JobAnswered(command.job_id, output))
 
+    @property
+    def collecting_card(self) -> bool:
+        """A card collection is under way (the caller's audio is withheld from the provider)."""
+        return self._card is not None
+
     def _model_card(self, command: cmd.CollectCard) -> None:
         """The model's collect_card: answered with the outcome when the collection ends (or refused now)."""
         self._start_card(None, "model", command.job_id)
