@@ -366,6 +366,14 @@ class CallerFrames:
             return
         core.caller_frame(frame.pcm, now)
 
+    def key(self, core: SessionCoordinator, digit: str, now: int) -> CardResult | None:
+        """A key the caller pressed: a card collection's alone while one runs (its result when the key ended
+        it), else the coordinator's (`dtmf_to_model`)."""
+        if (card := self.card) is not None:
+            return card.digit(digit, now, core.timeline.ms(now))
+        core.caller_pressed(digit, now)
+        return None
+
     def provider_event(self, event: ProviderEvent) -> None:
         inbox, core = self._inbox, self.core
         if core is None or inbox.qsize() or isinstance(event, SessionStarted):
@@ -959,9 +967,9 @@ class CallSession:
                 self._ended_by, self._end_reason = "caller", f"{item.status_code} {item.reason}"
             elif not self._ended_by:
                 self._ended_by, self._end_reason = "bridge", item.reason
-        elif isinstance(item, DtmfReceived) and (card := self._card) is not None:
+        elif isinstance(item, DtmfReceived) and self._card is not None:
             # a payment-card collection takes every key, and tells nobody but the application (never logged)
-            if (result := card.digit(item.digit, now, core.timeline.ms(now))) is not None:
+            if (result := self._frames.key(core, item.digit, now)) is not None:
                 self._card_over(result)
             else:
                 self._arm_card(now)
@@ -975,7 +983,7 @@ class CallSession:
             log.info("call %s caller pressed %s", self.call_id, item.digit)
             if self._dtmf_handler is not None:
                 self._spawn(f"dtmf-{core.frames_in}-{item.digit}", self._dtmf_handler(item.digit))
-            core.caller_pressed(item.digit, now)
+            self._frames.key(core, item.digit, now)
         elif isinstance(item, TransferProgress):
             log.info(
                 "call %s transfer to %s: %d %s%s",

@@ -64,6 +64,15 @@ Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
   no frame of it reaches a connection (`SendAudio`) unless the route asked, none starts a caller turn, and no
   model audio (nor the disclosure) reaches the channel before the answer (S7, ringing) — the media clock runs
   while it flows.
+- Card mode (a payment-card collection, bridge/engine/card.py, started, keyed into and ended as the shell does:
+  bridge/server/session.py; the caller's frames take the shell's frame path, `CallerFrames`, all along): no
+  caller frame reaches a connection while a collection runs (`SendAudio`), and no key the caller pressed during
+  one reaches the provider (the core tells the model each key pressed outside one, `dtmf_to_model`: those are
+  drawn from `*` and `#`, the card's from the digits, so a digit in any provider command is a card's); the
+  withheld stretch is one reported input `audio_discontinuity`, which S1 counts as any other.
+- Recording (bridge/server/recording.py, the tap on the shell's frame path and the channel): paused by the model
+  and resumed at any moment, and by every card collection: nothing of either side is in the file while paused
+  (silence for the gap's length), checked at `teardown`.
 
 CI runs the machine on its `--quick` budget (`test_s1_to_s7_hold_over_the_machines_call_histories`, the same
 histories every run); tests/bench/properties.py runs it over new ones (`--seed`, `--examples`); each case it
@@ -102,6 +111,7 @@ from bridge.engine.amd import (
     AmdVerdict,
     carry_out,
 )
+from bridge.engine.card import CardCollector, CardOptions, CardResult
 from bridge.engine.commands import DisclosureResult
 from bridge.engine.coordinator import (
     ApproveRollover,
@@ -125,6 +135,7 @@ from bridge.engine.delegations import DeliverResult, DispatchJob, JobChanged, Se
 from bridge.engine.disclosure import CONSENT_ITEM, DISCLOSURE_ITEM, Disclosure
 from bridge.engine.early_media import EarlyMediaWindow
 from bridge.engine.no_input import GOODBYE, PROMPT, NoInputOptions
+from bridge.engine.telephony import TelephonyOptions
 from bridge.server.recording import CallRecording
 from bridge.server.session import CallerFrames, _unheard
 from providers.base import Capabilities
@@ -164,6 +175,8 @@ RECOVERY_CAUSES_OF_MEDIA = ("output_overflow", "output_stale", "provider_silent"
 DISCLOSURE = Disclosure(audio=b"\x10\x00" * 24_000)  # 3 s the bridge plays first: the caller talks over it
 CONSENT = Disclosure(audio=b"\x30\x00" * 8_000)  # 1 s "this call is recorded", after it
 NO_INPUT_MS = 1_000  # the no-input timeout of the calls that have one (its least: a step's silence passes it)
+CARD = CardOptions(min_digits=4, max_digits=8, digit_timeout_ms=1_500, timeout_ms=5_000)  # scaled down
+KEYED_DIGIT = re.compile(r"pressed the key [0-9]")  # a card's key told to the model (outside keys: * and #)
 
 
 @dataclass(frozen=True)
@@ -281,22 +294,27 @@ class SessionMachine(RuleBasedStateMachine):
 
         self.clears = 0
         self.playout = TracedPlayout()
-        # the recording consent: the shell's recording tap is the channel, fed every caller frame
-        self.tap = CallRecording(consent=True) if consent else None
+        # --record: the tap on the channel and on the shell's frame path; on the calls with a recording consent it
+        # holds everything until the consent was delivered (`tap`, the consent's invariants)
+        self.recording = CallRecording(consent=consent)
+        self.tap = self.recording if consent else None
+        self.taken: list[bytes] = []  # what the consent's invariant took of the recording, step by step
         leg = PlayoutLeg(self.playout)
         self.core = SessionCoordinator(
             limits=profile.limits.for_format(PCMU_8K),
             output_format=PCMU_8K,
             capabilities=profile.caps,
-            channel=leg if self.tap is None else self.tap.channel(leg, 0),
+            channel=self.recording.channel(leg, 0),
             now=0,
             options=CoordinatorOptions(
                 rollover=replace(SCALED, match_slack_ms=slack),
                 disclosure=DISCLOSURE if disclosure else None,
                 consent=CONSENT if consent else None,
                 no_input=NoInputOptions(no_input) if no_input is not None else None,
+                telephony=TelephonyOptions(dtmf_to_model=True),
             ),
         )
+        self.card: CardCollector | None = None  # a payment-card collection under way
         self.disclosure_sent = 0  # frames of the disclosure the media clock took
         self.consent_sent = 0  # of the consent
         self.consent: DisclosureResult | None = None  # its result
@@ -331,7 +349,9 @@ class SessionMachine(RuleBasedStateMachine):
         self.early_to_provider = early_to_provider  # the route gives the far end's early media to the model
         self.early_media = EarlyMediaWindow(0, to_provider=early_to_provider)
         # the shell's frame path (the leg's media tick into the core), with its early-media switch
-        self.frame_path = CallerFrames("props", asyncio.Queue(), lambda: self.now, None, lambda core: None)
+        self.frame_path = CallerFrames(
+            "props", asyncio.Queue(), lambda: self.now, self.recording, lambda core: None
+        )
         self.in_early = False  # an early-media frame is being delivered
         self.early_frames = 0
         self.no_input = no_input  # the caller's no-input timeout (ms), or None: off
@@ -378,6 +398,11 @@ class SessionMachine(RuleBasedStateMachine):
     def _command(self, command: object, floor: int, listeners: set[int], recovery: bool) -> None:
         if isinstance(command, SendAudio):
             self._require(
+                self.card is None,
+                "CARD",
+                f"a caller frame reached connection {command.token} while collecting",
+            )
+            self._require(
                 self.early_to_provider or not self.in_early,
                 "EARLY",
                 f"early media reached connection {command.token}, and the route did not ask",
@@ -388,6 +413,9 @@ class SessionMachine(RuleBasedStateMachine):
             conn.got_frame = True
             return
         self.log.append(f"{self.now // MS} ms: {command!r}"[:160])
+        self._require(
+            not KEYED_DIGIT.search(repr(command)), "CARD", f"a card's key reached the provider: {command}"
+        )
         if isinstance(command, (OpenRollover, OpenReplacement, AuthorizeConnection, ApproveRollover)):
             self._require(not self.leg_ended, "S6", f"{type(command).__name__} after the call leg ended")
             self._require(not self.amd_ended, "S6", f"{type(command).__name__} after AMD ended the call")
@@ -536,6 +564,8 @@ class SessionMachine(RuleBasedStateMachine):
 
     def _leg_gone(self) -> None:
         if not self.leg_ended:
+            if self.card is not None:  # as the shell at the leg's CallEnded: the collection ends first
+                self._card_over(self.card.end("hangup", self.now // MS))
             self.leg_ended = True
             self._call(self.core.call_ended, self.now)
 
@@ -630,9 +660,12 @@ class SessionMachine(RuleBasedStateMachine):
                 conn.got_frame = False
             if speech:
                 self.last_speech_ns = self.now
-            self._call(self.core.caller_frame, SPEECH if speech else SILENCE, self.now)
-            self._recorded(speech)
+            frame = FrameReceived(SPEECH if speech else SILENCE, 0, self.now)
+            self._call(self.frame_path.feed, self.core, frame, self.now)  # the shell's frame path: tap, card
+            self._recorded(speech, tapped=True)
             self._hear(speech)
+        if self.card is not None and (due := self.card.next_deadline()) is not None and due <= self.now:
+            self._card_over(self.card.handle_timer(self.now, self.now // MS))  # the shell's card timer
         deadline = self.core.next_deadline()
         if deadline is not None and deadline <= self.now:
             self._call(self.core.handle_timer, self.now)
@@ -640,10 +673,12 @@ class SessionMachine(RuleBasedStateMachine):
             self._amd_start(self.amd.handle_timer(self.now))
         self._deliver_due()
 
-    def _recorded(self, speech: bool) -> None:
-        """The caller's frame to the recording tap too, as the shell's frame path gives it (one append)."""
+    def _recorded(self, speech: bool, *, tapped: bool = False) -> None:
+        """The caller's frame to the recording tap too, as the shell's frame path gives it (one append; `tapped`:
+        the frame path gave it already)."""
         if self.tap is not None:
-            self.tap.caller(SPEECH if speech else SILENCE, self.now)
+            if not tapped:
+                self.tap.caller(SPEECH if speech else SILENCE, self.now)
             if speech:
                 self.speech_at.append(self.now)
 
@@ -1178,6 +1213,83 @@ class SessionMachine(RuleBasedStateMachine):
         if self.amd.started is None:
             self.amd_greeting_ends(True)
 
+    # --- rules: the recording and the payment-card mode (as the shell: bridge/server/session.py) -----------
+
+    @precondition(lambda self: self.live and not self.leg_ended)
+    @rule(pause=st.booleans())
+    def model_pauses_or_resumes_the_recording(self, pause: bool) -> None:
+        if pause:
+            self.recording.pause(self.now, "model")
+        else:
+            self.recording.resume(self.now)
+
+    @precondition(
+        lambda self: (
+            self.live
+            and not self.leg_ended
+            and not self.ended
+            and self.card is None
+            and not self.ringing
+            and not self.amd_waiting
+        )
+    )
+    @rule()
+    def card_collection_starts(self) -> None:
+        """collect_card: from now on the caller's frames are withheld (the frame path's `card`), the recording
+        paused."""
+        self.card = self.frame_path.card = CardCollector(CARD, self.now, self.now // MS, "model")
+        self.recording.pause(self.now, "card", card=True)
+        self.log.append(f"{self.now // MS} ms: card collection starts")
+
+    @precondition(lambda self: self.live and not self.leg_ended)
+    @rule(key=st.sampled_from("0123456789#*"))
+    def caller_presses_a_key(self, key: str) -> None:
+        """A key (RFC 4733), routed as the shell routes it (`CallerFrames.key`): to the collection while one runs
+        (every key), else to the core (`dtmf_to_model`); outside a collection the caller presses `*` and `#` only
+        (the module docstring)."""
+        if self.card is None and key not in "*#":
+            return
+        results: list[CardResult | None] = []
+        self._call(
+            lambda: results.append(self.frame_path.key(self.core, key, self.now))
+        )  # the shell's routing
+        if results[0] is not None:
+            self._card_over(results[0])
+
+    @precondition(lambda self: self.live and self.card is not None)
+    @rule()
+    def card_collection_is_cancelled(self) -> None:
+        assert self.card is not None
+        self._card_over(self.card.end("cancelled", self.now // MS))
+
+    def _card_over(self, result: CardResult | None) -> None:
+        """The collection ended: the frames flow again, the recording resumes, the withheld stretch reported."""
+        card, self.card = self.card, None
+        self.frame_path.card = None
+        self.recording.resume(self.now, card=True)
+        assert card is not None and result is not None
+        self.log.append(
+            f"{self.now // MS} ms: card collection {result.outcome}, {card.withheld} frames withheld"
+        )
+        if (gap := card.discontinuity()) is not None:
+            self._notice(gap)
+
+    def _check_recording(self) -> None:
+        """A paused recording writes nothing: silence on both channels for every slot inside a gap."""
+        rec = self.recording
+        gaps = [(start, self.now if end is None else end) for start, end, _ in rec.gaps]
+        written = b"".join(self.taken) + rec.take(self.now, final=True)
+        stereo = np.frombuffer(written, dtype="<i2").reshape(-1, 320)
+        origin = (rec.start_ms or 0) * MS // TICK  # a recording consent: the file begins where it ended
+        for start, end in gaps:
+            first, last = max(start // TICK + 2 - origin, 0), min(end // TICK - 1 - origin, len(stereo))
+            if first < last:
+                self._require(
+                    not stereo[first:last].any(),
+                    "RECORDING",
+                    f"audio recorded while paused ({start // MS}-{end // MS} ms)",
+                )
+
     @precondition(lambda self: self.live and not self.leg_ended)
     @rule(now=st.integers(0, 7))
     def caller_hangs_up(self, now: int) -> None:
@@ -1198,6 +1310,7 @@ class SessionMachine(RuleBasedStateMachine):
         block = tap.take(self.now)
         if not block:
             return
+        self.taken.append(block)  # the pauses' check (`_check_recording`) reads the whole file
         consent = self.consent
         self._require(
             consent is not None and consent.outcome == "delivered",
@@ -1237,6 +1350,10 @@ class SessionMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         """S1 at a quiet settle: 6 s of silence with every event delivered; then each utterance the caller
         finished has reached the application, or its loss is accounted for."""
+        if self.ready:
+            self._check_recording()
+        if self.card is not None and not self.over:  # the application cancels it: the settle hears the caller
+            self._card_over(self.card.end("cancelled", self.now // MS))
         if not self.ready or self.ended or self.leg_ended:
             return
         self.held = False
