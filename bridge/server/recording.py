@@ -32,7 +32,9 @@ Pausing (`CallRecording.pause`/`resume`: the application's or the model's `pause
 collection, bridge/engine/card.py): while paused, neither channel keeps any audio, and the file gets silence for
 the gap's real duration, so the timeline stays true (a second in the file is a second of the call, and the
 record's times are offsets into it). Each gap (start, end, who asked) is kept in `gaps`, and the session tells
-the record (bridge/server/records.py `RecordingChanged`). A card collection holds its own pause: the application
+the record (bridge/server/records.py `RecordingChanged`); the file marks each one too, as a cue point at its
+start ("recording paused (card)") and one at its end ("recording resumed"), in a RIFF `cue ` chunk with a
+`LIST`/`adtl` of their labels after the audio (read by audio editors; players skip it). A card collection holds its own pause: the application
 or the model resuming meanwhile ends their pause only, the gap goes on until the collection ends.
 """
 
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import struct
 import threading
 import time
 import wave
@@ -299,6 +302,16 @@ class CallRecording:
     def paused(self) -> bool:
         return self._paused
 
+    def marks(self) -> list[tuple[int, str]]:
+        """Each gap's start and end as (sample offset into the file, label), for the file's cue points."""
+        rate = RATE / 1e9
+        marks: list[tuple[int, str]] = []
+        for start, end, by in self.gaps:
+            marks.append((max(0, round((start - self._start) * rate)), f"recording paused ({by})"))
+            if end is not None:
+                marks.append((max(0, round((end - self._start) * rate)), "recording resumed"))
+        return marks
+
     def _in_gap(self, at: int) -> bool:
         """Whether `at` (a ledger entry's time: they come in order) lies in a gap."""
         gaps, seen = self.gaps, self._gap_seen
@@ -436,8 +449,11 @@ class WavWriter:
 
     def _close(self) -> None:
         if self._wav is not None:
+            frames = self.frames_written * FRAME_BYTES // 2  # samples per channel
             self._wav.close()  # writes the header's lengths
             self._wav = None
+            if self._file is not None and (marks := self.recording.marks()):
+                _append_cues(self._file, [(min(at, frames), label) for at, label in marks])
         if self._file is not None:
             self._file.close()
             self._file = None
@@ -476,6 +492,23 @@ class WavWriter:
         self._stop.set()
         await asyncio.gather(self._task, return_exceptions=True)
         return str(self.path) if self.path.exists() else None
+
+
+def _append_cues(file: BinaryIO, marks: list[tuple[int, str]]) -> None:
+    """Cue points (sample offset, label) after the audio: a `cue ` chunk and a `LIST`/`adtl` of `labl` chunks;
+    the RIFF size patched to include them."""
+    points = b"".join(struct.pack("<II4sIII", i, at, b"data", 0, 0, at) for i, (at, _) in enumerate(marks, 1))
+    labels = b""
+    for i, (_, label) in enumerate(marks, 1):
+        text = label.encode("ascii", "replace") + b"\0"
+        labels += b"labl" + struct.pack("<II", 4 + len(text), i) + text + b"\0" * (len(text) % 2)
+    cue = b"cue " + struct.pack("<II", 4 + len(points), len(marks)) + points
+    chunks = cue + b"LIST" + struct.pack("<I", 4 + len(labels)) + b"adtl" + labels
+    file.seek(0, 2)
+    size = file.tell() + len(chunks)
+    file.write(chunks)
+    file.seek(4)
+    file.write(struct.pack("<I", size - 8))
 
 
 def recording_path(directory: str | Path, call_id: str, wall: float | None = None) -> Path:

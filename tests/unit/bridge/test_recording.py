@@ -273,3 +273,28 @@ def test_a_card_collections_pause_outlasts_the_applications_resume() -> None:
     assert rec.gaps == [[T0 + 100 * MS, T0 + 500 * MS, "card"]]
     left, _ = channels(rec.take(T0 + 10 * 1000 * MS, final=True))
     assert not left.any()
+
+
+async def test_the_file_marks_each_gap_with_cue_points_and_stays_a_valid_wav(tmp_path: Path) -> None:
+    rec, _ = scenario()  # (its caller frames came before the pause: kept, as they reached the tap before it)
+    rec.pause(T0 + 500 * MS, "card", card=True)
+    rec.resume(T0 + 1_250 * MS, card=True)
+    writer = WavWriter(rec, tmp_path / "call.wav", interval_s=0.01, clock=lambda: T0 + 600 * MS)
+    writer.start()
+    for _ in range(200):  # bounded: the writer's first step
+        if writer.frames_written:
+            break
+        await asyncio.sleep(0.01)
+    assert await writer.close() == str(tmp_path / "call.wav")
+    data = (tmp_path / "call.wav").read_bytes()
+    assert int.from_bytes(data[4:8], "little") == len(data) - 8  # the RIFF size covers the cue chunks
+    cue = data.index(b"cue ")
+    count = int.from_bytes(data[cue + 8 : cue + 12], "little")
+    offsets = [
+        int.from_bytes(data[cue + 12 + 24 * i + 4 : cue + 12 + 24 * i + 8], "little") for i in range(count)
+    ]
+    assert offsets == [500 * 8, 1_250 * 8]  # samples at 8 kHz from the file's start
+    assert b"recording paused (card)\0" in data and b"recording resumed\0" in data
+    with wave.open(str(tmp_path / "call.wav"), "rb") as wav:  # a reader skips them
+        left, _ = channels(wav.readframes(wav.getnframes()))
+    assert len(left) == 100
