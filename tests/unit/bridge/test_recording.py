@@ -67,6 +67,13 @@ def channels(stereo: bytes) -> tuple[np.ndarray, np.ndarray]:
     return samples[:, 0].reshape(-1, 160), samples[:, 1].reshape(-1, 160)
 
 
+async def first_write(writer: WavWriter) -> None:
+    for _ in range(200):  # bounded: the writer's first step
+        if writer.frames_written:
+            break
+        await asyncio.sleep(0.01)
+
+
 def scenario() -> tuple[CallRecording, PlayoutLeg]:
     leg = PlayoutLeg()
     rec = CallRecording()
@@ -149,10 +156,7 @@ async def test_the_wav_file_has_two_channels_at_8_khz_16_bit(tmp_path: Path) -> 
     rec, _ = scenario()
     writer = WavWriter(rec, tmp_path / "call.wav", interval_s=0.01, clock=lambda: T0 + 600 * MS)
     writer.start()
-    for _ in range(200):  # bounded: the writer's first step
-        if writer.frames_written:
-            break
-        await asyncio.sleep(0.01)
+    await first_write(writer)
     assert writer.frames_written == 600 // 20 - 10
     assert await writer.close() == str(tmp_path / "call.wav")
     with wave.open(str(tmp_path / "call.wav"), "rb") as wav:
@@ -281,10 +285,7 @@ async def test_the_file_marks_each_gap_with_cue_points_and_stays_a_valid_wav(tmp
     rec.resume(T0 + 1_250 * MS, card=True)
     writer = WavWriter(rec, tmp_path / "call.wav", interval_s=0.01, clock=lambda: T0 + 600 * MS)
     writer.start()
-    for _ in range(200):  # bounded: the writer's first step
-        if writer.frames_written:
-            break
-        await asyncio.sleep(0.01)
+    await first_write(writer)
     assert await writer.close() == str(tmp_path / "call.wav")
     data = (tmp_path / "call.wav").read_bytes()
     assert int.from_bytes(data[4:8], "little") == len(data) - 8  # the RIFF size covers the cue chunks
