@@ -427,6 +427,9 @@ class CallerFrames:
                 )
 
 
+_HANDED: set[asyncio.Task[None]] = set()  # card results being handed to the application (kept until done)
+
+
 class _CardDue:
     """The card collection's deadline has come (its timer, through the inbox)."""
 
@@ -1339,12 +1342,22 @@ class CallSession:
         if (job := self._card_job) is not None:
             self._card_job = None
             self._inbox.put_nowait(_JobAnswered(job, model_answer(result)))
-            if self._card_handler is not None:
-                self._spawn(f"card-{job}", self._card_handler(result))
+            if self._card_handler is not None:  # not one of the session's tasks: the call's end never cuts it
+                task = asyncio.create_task(self._handed_over(self._card_handler, result), name=f"{job}-card")
+                _HANDED.add(task)
+                task.add_done_callback(_HANDED.discard)
         waiters, self._card_waiters = self._card_waiters, []
         for future in waiters:
             if not future.done():
                 future.set_result(result)
+
+    async def _handed_over(self, handler: CardHandler, result: CardResult) -> None:
+        try:
+            await handler(result)
+        except Exception as exc:  # the application's failure, logged without the result (it has the digits)
+            log.warning(
+                "call %s: the application's card_collected failed: %s", self.call_id, type(exc).__name__
+            )
 
     def _hangup(self, by: str, reason: str) -> None:
         if self._ended is None and not self._ended_by:

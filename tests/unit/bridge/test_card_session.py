@@ -20,7 +20,7 @@ from prometheus_client import generate_latest
 
 from bridge.engine.card import CardOptions, CardResult
 from bridge.engine.commands import AudioDiscontinuity
-from bridge.engine.telephony import TelephonyOptions
+from bridge.engine.telephony import TelephonyOptions, tool_specs
 from bridge.server.observe import CallObserver
 from bridge.server.recording import CallRecording, CallReporter, CdrWriter, WavWriter
 from bridge.server.records import AppEvent, CallInfo, CallOutcome, RecordBuilder, RecordingChanged
@@ -258,3 +258,40 @@ async def test_pause_and_resume_recording_are_idempotent_and_tell_the_record() -
     assert not any(isinstance(n, AudioDiscontinuity) for n in notices)
     leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
     await asyncio.wait_for(task, 5)
+
+
+def test_the_tools_are_offered_only_when_enabled_and_tell_the_model_to_key_not_say() -> None:
+    assert tool_specs(TelephonyOptions()) == ()
+    specs = {s.name: s for s in tool_specs(TelephonyOptions(recording_tools=True, card=CardOptions()))}
+    assert set(specs) == {"pause_recording", "resume_recording", "collect_card"}
+    assert "never ask the caller to say it" in specs["collect_card"].description.lower()
+
+
+async def test_a_hang_up_right_after_the_digits_does_not_cut_the_applications_handler() -> None:
+    """The caller keys the card in and hangs up at once: the application's `card_collected` still runs to its
+    end (it is not one of the session's tasks, which the call's end cancels)."""
+    leg, provider = FakeLeg(), WireProvider()
+    done: list[str] = []
+    handled = asyncio.Event()
+
+    async def on_card(result: CardResult) -> None:
+        await asyncio.sleep(5)  # the payment processor, slower than the call's close window
+        done.append(result.digits)
+        handled.set()
+
+    session = CallSession(
+        leg,
+        provider,
+        clock=virtual_time.loop_clock(),
+        telephony_options=TelephonyOptions(card=CardOptions()),
+        card_handler=on_card,
+    )
+    task = asyncio.create_task(session.run())
+    provider.queue.put_nowait(ToolCallRequested(1, "call_card", "collect_card", "{}"))
+    await until(lambda: session.collecting_card)
+    for digit in PAN + "#":
+        leg.queue.put_nowait(DtmfReceived(digit))
+    leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
+    await asyncio.wait_for(task, 5)
+    await asyncio.wait_for(handled.wait(), 10)  # (virtual time moves while the loop waits)
+    assert done == [PAN]
