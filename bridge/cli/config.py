@@ -38,7 +38,7 @@ shows each one with a comment:
                   output_tokens_per_million: the rates a call's usage is priced at, replay included
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
     [recovery]    reservoir_bytes, residence_ms, failure_message (a WAV, 8 kHz mono 16-bit)
-    [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, transfer_targets = {NAME = "sip:URI"},
+    [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, recording_tools, transfer_targets = {NAME = "sip:URI"},
                   max_call_duration_s, rtp_timeout_s, hold_timeout_s (seconds, or 0 / "off")
     [webhook]     url, timeout_s, ca              (the signing secret is always in $PARLORA_WEBHOOK_SECRET)
     [logging]     level, format (text | json), cdr (a file: one JSON line per finished call)
@@ -158,7 +158,9 @@ from sip.engine import DEFAULT_ENGINE, ENGINES
 
 ECHO = "echo"
 PROVIDER_NAMES: tuple[str, ...] = (*KINDS, ECHO)
-TELEPHONY_TOOLS = frozenset({"end_call", "transfer_call", "send_dtmf"})
+TELEPHONY_TOOLS = frozenset(
+    {"end_call", "transfer_call", "send_dtmf", "pause_recording", "resume_recording", "collect_card"}
+)
 DEFAULT_SIP_PASSWORD_ENV = "PARLORA_SIP_PASSWORD"  # the registration password's variable
 DEFAULT_INBOUND_PASSWORD_ENV = (
     "PARLORA_INBOUND_PASSWORD"  # as `serve --inbound-auth` (bridge/cli/commands.py)
@@ -399,6 +401,7 @@ class Telephony:
     end_call_tool: bool = False
     send_dtmf_tool: bool = False
     dtmf_to_model: bool = False
+    recording_tools: bool = False
     transfer_targets: tuple[tuple[str, str], ...] = ()  # (name the model uses, SIP URI)
     # None: the default (`call_limits`: DEFAULT_* on the native engine); 0.0: off ("off" or 0 in the file)
     max_call_duration_s: float | None = None
@@ -531,6 +534,7 @@ class BridgeConfig:
             transfer_targets=dict(t.transfer_targets),
             send_dtmf=t.send_dtmf_tool,
             dtmf_to_model=t.dtmf_to_model,
+            recording_tools=t.recording_tools,
         )
 
     def rollover_options(self, provider: str) -> RolloverOptions | None:
@@ -1605,6 +1609,7 @@ def _telephony(r: _Reader, t: dict[str, object]) -> Telephony:
         end_call_tool=r.boolean(t, "end_call_tool", p, False),
         send_dtmf_tool=r.boolean(t, "send_dtmf_tool", p, False),
         dtmf_to_model=r.boolean(t, "dtmf_to_model", p, False),
+        recording_tools=r.boolean(t, "recording_tools", p, False),
         transfer_targets=tuple(targets),
         max_call_duration_s=r.seconds_or_off(t, "max_call_duration_s", p),
         rtp_timeout_s=r.seconds_or_off(t, "rtp_timeout_s", p),
@@ -2184,6 +2189,8 @@ OPTIONS: tuple[Option, ...] = (
            "Offer the model `send_dtmf` (RFC 4733 digits).", is_flag=True),
     Option("dtmf_to_model", ("--dtmf-to-model",), "telephony.dtmf_to_model",
            "Tell the model which keys the caller presses.", is_flag=True),
+    Option("recording_tools", ("--recording-tools",), "telephony.recording_tools",
+           "Offer the model `pause_recording` and `resume_recording` (the `--record` WAV).", is_flag=True),
     Option("max_call_duration", ("--max-call-duration",), "telephony.max_call_duration_s",
            "End every call after S seconds: the model says a short goodbye, then BYE."
            + _LIMIT_HELP.format(default=DEFAULT_MAX_CALL_DURATION_S), type=SecondsOrOff(), metavar="S|off",
