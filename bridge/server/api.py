@@ -237,7 +237,8 @@ class LiveCall:
         withheld from the provider and the recording is paused; returns the result (`outcome` "collected",
         "timeout", "invalid", "cancelled", "hangup" or "refused"; `digits` when collected; `reference` as
         given). The digits reach nothing else: not the model, the `dtmf` handler, the record, a log or a
-        metric. Have the model prompt the caller first (`push_update`); its voice still plays meanwhile."""
+        metric. Have the model prompt the caller first (`push_update`); its voice still plays meanwhile.
+        ValueError for a shape that cannot be honoured (bridge/engine/card.py `CardOptions`)."""
         options = CardOptions(
             min_digits,
             max_digits,

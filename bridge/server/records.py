@@ -27,6 +27,9 @@ events in order:
   started (the 183 or 180 that brought it), then how it ended — the answer, or a failure after it (an
   announcement, then 404 or 486) — and how long it lasted. The record keeps the last (`early_media`), and the
   end reason of a call that failed after it says so.
+- (no event) the recording's pauses (`RecordingChanged`, from the session shell) and payment-card collections
+  (bridge/engine/card.py `CardEnded`: the outcome, never a digit): the record lists both (`recording_gaps`,
+  `card_collections`).
 - `CallEnded`: the `CallRecord` — duration, who hung up and why, SIP status, provider and connections used,
   recoveries and rollovers, the uncertain work, QoS (`status()["qos"]`), usage with `complete` (HR12,
   bridge/engine/usage.py), its split and price (`cost`: conversation, recovery and rollover replay) and the
