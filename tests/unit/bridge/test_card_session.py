@@ -26,7 +26,8 @@ from bridge.server.recording import CallRecording, CallReporter, CdrWriter, WavW
 from bridge.server.records import AppEvent, CallInfo, CallOutcome, RecordBuilder, RecordingChanged
 from bridge.server.session import CallSession
 from bridge.server.webhook import event_body
-from providers.events import ToolCallRequested
+from providers.events import AudioReceived, ToolCallRequested
+from rtp.audio import PCMU_8K
 from sip.leg import CallEnded, DtmfReceived, FrameReceived
 from tests.support import virtual_time
 from tests.support.delegations import ToolProvider
@@ -65,9 +66,12 @@ async def until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-unt
 
 
 async def frames(leg: FakeLeg, count: int, value: int, seq: list[int]) -> None:
+    """The caller's frames, 20 ms apart, and the media clock taking one frame of the assistant's each time."""
+    clock = virtual_time.loop_clock()
     for _ in range(count):
         seq[0] += 1
         leg.queue.put_nowait(FrameReceived(pcm_frame(value), seq[0], seq[0]))
+        leg.playout.pull(clock())
         await asyncio.sleep(0.02)
 
 
@@ -119,11 +123,13 @@ async def test_card_digits_reach_the_application_alone(
     sent_before = len(provider.sent)
     provider.queue.put_nowait(ToolCallRequested(1, "call_card", "collect_card", "{}"))
     await until(lambda: session.collecting_card)
+    provider.queue.put_nowait(AudioReceived(1, b"\x2a" * 1_600, PCMU_8K))  # its prompt: 200 ms, still played
     for digit in PAN + "#":  # keyed in while the caller's line still sends frames
         await frames(leg, 15, 0x30, seq)
         leg.queue.put_nowait(DtmfReceived(digit))
     await until(lambda: bool(cards) and len(provider.results) == 1)
     assert not session.collecting_card
+    assert leg.ledger.frames_transmitted == 10  # the prompt played while collecting
     withheld = len(provider.sent) - sent_before
     await frames(leg, 50, 0x40, seq)
     leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, seq[0], 0))
