@@ -93,6 +93,9 @@ class EngineConfig:
     tls_key: str | None = None
     tls_ca: str | None = None
     srtp: Literal["off", "optional", "required"] = "off"
+    # The audio codecs a call of no trunk (and a call placed) offers and accepts, in our order; a trunk has its own
+    # (sip.core.offer_answer.CODECS, sip/core/trunks.py)
+    codecs: tuple[str, ...] = ("PCMU", "PCMA")
     # Call limits: BYE after this long (None: no limit); BYE when no caller RTP came for this long
     # (None: never; a call on hold is exempt), so a lost BYE cannot leave a call and its provider open
     max_call_duration_s: float | None = None

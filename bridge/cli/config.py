@@ -14,7 +14,8 @@ shows each one with a comment:
     [[trunks]]    name*, registrar, auth_user, password_env, register_expires_s, register_keepalive_s,
                   allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address, nat,
                   rtp_source (learn | strict), cps, max_calls, trust_identity_headers (its P-Asserted-Identity
-                  and Diversion give the caller ID: sip/core/app_headers.py)
+                  and Diversion give the caller ID: sip/core/app_headers.py), codecs (offered and accepted, in
+                  order: PCMU, PCMA; sip/core/offer_answer.py)
     [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents,
                   server_header, realm, refuse_failed_attestation, early_media (off | ringback | ringback-us |
                   a WAV: 183 and early media while the provider connects, sip/native/early.py), sip_headers
@@ -153,6 +154,7 @@ from rtp.latch import SOURCE_POLICIES, SourcePolicy
 from rtp.tones import RINGBACK_TONES
 from sip.core.app_headers import DEFAULT_ALLOW, NEVER_PASSED
 from sip.core.attestation import VERSTATS, Verstat, attestation_of
+from sip.core.offer_answer import CODECS, DEFAULT_CODECS, codec_list
 from sip.core.policy import DEFAULT_SCANNERS
 from sip.engine import DEFAULT_ENGINE, ENGINES
 
@@ -269,6 +271,7 @@ class Trunk:
     trust_identity_headers: bool = (
         False  # its P-Asserted-Identity / Diversion give the caller ID (app_headers)
     )
+    codecs: tuple[str, ...] = DEFAULT_CODECS  # offered and accepted, in our order (sip.core.offer_answer)
 
     @property
     def needs_password(self) -> bool:
@@ -1208,6 +1211,16 @@ def _cidr(r: _Reader, path: str, value: str) -> str | None:
         return None
 
 
+def _codecs(r: _Reader, t: dict[str, object], p: str) -> tuple[str, ...]:
+    """A trunk's `codecs`: names of sip.core.offer_answer.CODECS, in the order offered; an unknown one refuses."""
+    names = r.string_list(t, "codecs", p, DEFAULT_CODECS)
+    try:
+        return codec_list(names)
+    except ValueError as exc:
+        r.fail(f"{p}.codecs", str(exc))
+        return DEFAULT_CODECS
+
+
 def _trunks(r: _Reader, items: list[dict[str, object]]) -> tuple[Trunk, ...]:
     out = []
     for i, t in enumerate(items):
@@ -1252,6 +1265,7 @@ def _trunks(r: _Reader, items: list[dict[str, object]]) -> tuple[Trunk, ...]:
             cps=r.number(t, "cps", p, lo=0.0, default=None),
             max_calls=r.integer(t, "max_calls", p, lo=1),
             trust_identity_headers=r.boolean(t, "trust_identity_headers", p, False),
+            codecs=_codecs(r, t, p),
         )
         if trunk.registrar is not None and trunk.auth_user is None and "password_env" in t:
             r.fail(f"{p}.password_env", "a password without auth_user is never used")
@@ -2122,6 +2136,11 @@ OPTIONS: tuple[Option, ...] = (
            "This trunk sets P-Asserted-Identity and Diversion itself (a carrier, an SBC): the caller ID is the "
            "first P-Asserted-Identity's number, diverted_from the first Diversion's (without it: From's number, "
            "the headers passed on as claims).", is_flag=True, example=()),
+    Option("codec", ("--codec",), "trunks[].codecs",
+           "An audio codec calls offer and accept, in order of preference (repeatable; default PCMU then "
+           "PCMA): a carrier that fails on anything but G.711 gets only what is listed. Known: "
+           f"{', '.join(CODECS)}; another name refuses to start.", multiple=True, metavar="NAME",
+           example=("PCMA",)),
     # [inbound]
     Option("sip_header", ("--sip-header",), "inbound.sip_headers",
            "An inbound SIP header the application sees (identity, webhook, call record, CDR); a trailing * is "

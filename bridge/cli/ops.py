@@ -90,6 +90,7 @@ from providers.batching import DEFAULT_APPEND_MS
 from rtp.tones import RINGBACK_TONES
 from sip.core.app_headers import DEFAULT_ALLOW
 from sip.core.identity import request_user
+from sip.core.offer_answer import DEFAULT_CODECS
 from sip.core.trunks import Trunk, TrunkTable
 from sip.leg import CallIdentity
 
@@ -154,6 +155,8 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
         TrunkTable(trunks)
     except ValueError as exc:  # two trunks with one inbound digest user: a request could not be told apart
         problems.append(f"trunks: {exc}")
+    if config.engine.name == "pjsua2" and any(t.codecs != DEFAULT_CODECS for t in trunks):
+        problems.append("trunks: codecs: the pjsua2 engine negotiates its own codecs; use the native engine")
     if config.engine.name == "pjsua2" and len({t.policy_key() for t in trunks}) > 1:
         problems.append(
             "engine.name: pjsua2 cannot tell one trunk's requests from another's (it has no per-request "
@@ -296,6 +299,7 @@ def _one_trunk_global(trunks: tuple[Trunk, ...]) -> dict[str, Any]:
         "register_keepalive_s": t.register_keepalive_s,
         "register_expires_s": t.register_expires_s,
         "srtp": t.srtp,
+        "codecs": t.codecs,
         "external_address": t.external_address,
         "nat": t.nat,
         "rtp_source": t.rtp_source,
@@ -321,6 +325,7 @@ def trunk_policies(config: BridgeConfig, environ: Mapping[str, str]) -> tuple[Tr
             register_expires_s=t.register_expires_s,
             register_keepalive_s=t.register_keepalive_s or None,
             trust_identity_headers=t.trust_identity_headers,
+            codecs=t.codecs,
         )
         for t in config.trunks
     )

@@ -445,6 +445,7 @@ class ServerConfig:
     model: str | None = None  # the provider's model and voice where a call's setup names none
     voice: str | None = None
     srtp: Literal["off", "optional", "required"] = "off"  # SDES-SRTP, keys only over TLS
+    codecs: tuple[str, ...] = ("PCMU", "PCMA")  # offered and accepted, in our order (sip.core.offer_answer)
     # Call limits (None: none). `serve` fills in its defaults (bridge.cli.config.call_limits); this API does not.
     max_call_duration_s: float | None = None  # BYE after this long
     rtp_timeout_s: float | None = None  # BYE when the caller sent no RTP for this long (not while held)
@@ -1280,6 +1281,7 @@ def _engine_config(config: ServerConfig) -> EngineConfig:
         tls_key=config.tls_key,
         tls_ca=config.tls_ca,
         srtp=config.srtp,
+        codecs=config.codecs,
         max_call_duration_s=config.max_call_duration_s,
         rtp_timeout_s=config.rtp_timeout_s,
         hold_timeout_s=config.hold_timeout_s,

@@ -123,7 +123,8 @@ def offer_refusal(
         return OFFER_REFUSALS["tls_required"]
     if offer is None:
         return None
-    refusal = check_offer(offer, codecs=config.codecs, srtp=policy, crypto_suites=config.crypto_suites)
+    codecs = trunk.codecs if trunk is not None else config.codecs
+    refusal = check_offer(offer, codecs=codecs, srtp=policy, crypto_suites=config.crypto_suites)
     if refusal is not None and refusal.cause == "srtp_off" and srtp != "off":
         return OFFER_REFUSALS["srtp_needs_tls"]  # SRTP is on, but not over this transport
     return refusal

@@ -1,7 +1,8 @@
 """The offer/answer model (RFC 3264) for one audio stream of G.711, with SDES-keyed SRTP (RFC 4568). No I/O, no
 clock.
 
-Audio only, codecs PCMU (PT 0), PCMA (PT 8) and telephone-event/8000 (dynamic PT), ptime 20, on the descriptions
+Audio only, codecs PCMU (PT 0), PCMA (PT 8) (`CODECS`; `LocalMedia.codecs` the ones a call offers and accepts, a
+trunk's list, by default `DEFAULT_CODECS`) and telephone-event/8000 (dynamic PT), ptime 20, on the descriptions
 of sip.core.sdp:
 - `LocalMedia`: what this side offers or accepts (RTP address and port, codecs in preference order,
   telephone-event PT for our offers, the direction we want: "sendonly" or "inactive" when *we* hold).
@@ -81,6 +82,8 @@ from sip.core.sdp import (
 )
 
 __all__ = [
+    "CODECS",
+    "DEFAULT_CODECS",
     "OFFER_REFUSALS",
     "Answer",
     "LocalMedia",
@@ -90,19 +93,35 @@ __all__ = [
     "accept_answer",
     "answer",
     "check_offer",
+    "codec_list",
     "negotiate",
     "offer",
 ]
 
-_SUPPORTED = frozenset({"PCMU", "PCMA"})
-_STATIC_PT = {"PCMU": 0, "PCMA": 8}
+# The audio codecs we run, by rtpmap name: (static payload type, rtpmap clock rate) (RFC 3551 table 4).
+CODECS: dict[str, tuple[int, int]] = {"PCMU": (0, 8000), "PCMA": (8, 8000)}
+DEFAULT_CODECS = ("PCMU", "PCMA")
+_SUPPORTED = frozenset(CODECS)
+
+
+def codec_list(names: tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """`names` as a `LocalMedia.codecs` (upper case, in order, each once); ValueError for an empty list or a
+    name that is not one of `CODECS` (a configuration that cannot be honoured refuses to start)."""
+    out = tuple(dict.fromkeys(name.upper() for name in names))
+    unknown = [name for name in out if name not in _SUPPORTED]
+    if unknown:
+        raise ValueError(f"unknown codec {unknown[0]!r}: expected some of {', '.join(CODECS)}")
+    if not out:
+        raise ValueError(f"no codec: expected some of {', '.join(CODECS)}")
+    return out
 
 
 @dataclass(frozen=True, slots=True)
 class LocalMedia:
     """This side of the media session.
 
-    `codecs` are the ones we accept (a subset of PCMU, PCMA), in the order we offer them; `telephone_event` is
+    `codecs` are the ones we accept (names of `CODECS`), in the order we offer them (a trunk's list: what we
+    offer is what we accept); `telephone_event` is
     the payload type we offer for RFC 4733 events (None: do not offer or accept them); `direction` is what we
     want ("sendonly" or "inactive" when we hold the call); `session_id` is our o= session id (pick it once per
     dialog, e.g. from a random or the NTP time).
@@ -203,11 +222,17 @@ def _telephone_event(section: MediaDescription) -> int | None:
 
 def _choose(section: MediaDescription, supported: tuple[str, ...]) -> Codec | None:
     """The first codec of the m= line's format order that we support (RFC 3264 §6.1)."""
-    wanted = {name.upper() for name in supported} & _SUPPORTED
+    wanted = {name.upper() for name in supported}
     for codec in section.codecs().values():
-        if codec.name.upper() in wanted and codec.clock_rate == 8000 and codec.channels == 1:
+        if codec.name.upper() in wanted and _runnable(codec):
             return codec
     return None
+
+
+def _runnable(codec: Codec) -> bool:
+    """A codec of `CODECS` at its rtpmap clock rate, mono."""
+    known = CODECS.get(codec.name.upper())
+    return known is not None and codec.clock_rate == known[1] and codec.channels == 1
 
 
 def _audio_section(
@@ -279,12 +304,12 @@ def offer(local: LocalMedia, previous: SessionDescription | None = None) -> Sess
     SRTP on, one a=crypto line per suite of `local.crypto_suites` (tags 1, 2, ...), each with its own key.
     `previous` is the last description we sent in this dialog (for the o= version, and our keys)."""
     codecs = tuple(
-        Codec(_STATIC_PT[name.upper()], name.upper(), 8000)
-        for name in local.codecs
-        if name.upper() in _SUPPORTED
+        Codec(CODECS[n][0], n, CODECS[n][1])
+        for n in (name.upper() for name in local.codecs)
+        if n in _SUPPORTED
     )
     if not codecs:
-        raise ValueError("LocalMedia.codecs has none of PCMU, PCMA")
+        raise ValueError(f"LocalMedia.codecs has none of {', '.join(CODECS)}")
     proto = PLAIN_PROTO
     crypto: tuple[CryptoAttribute, ...] = ()
     if local.srtp != "off":
@@ -490,15 +515,8 @@ def negotiate(local: SessionDescription, remote: SessionDescription) -> Negotiat
         connection = _usable_connection(remote, theirs)
         if connection is None:
             continue
-        listed = {codec.name.upper() for codec in ours.codecs().values() if codec.clock_rate == 8000}
-        codec = next(
-            (
-                c
-                for c in theirs.codecs().values()
-                if c.name.upper() in listed & _SUPPORTED and c.clock_rate == 8000 and c.channels == 1
-            ),
-            None,
-        )
+        listed = {codec.name.upper() for codec in ours.codecs().values() if _runnable(codec)}
+        codec = next((c for c in theirs.codecs().values() if c.name.upper() in listed and _runnable(c)), None)
         if codec is None:
             return None
         remote_direction = stream_state(remote, theirs)

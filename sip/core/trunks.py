@@ -2,7 +2,7 @@
 
 A `Trunk` is one `[[trunks]]` of the configuration as a SIP engine needs it: who it is (its `allow` CIDRs, its
 inbound digest user, its registrar), what its calls get (SRTP mode, NAT mode, RTP source policy, the external
-address written into Contact, Via and SDP) and how we register with it (registrar AoR, credentials, expiry,
+address written into Contact, Via and SDP, the codecs offered and accepted) and how we register with it (registrar AoR, credentials, expiry,
 keep-alive). Its fields are its own: a trunk without `external_address` advertises the bound address, one
 without `srtp` gets plain RTP, whatever another trunk says.
 
@@ -58,6 +58,8 @@ class Trunk:
     register_keepalive_s: float | None = 30.0  # OPTIONS to the registrar this often while registered
     # P-Asserted-Identity and Diversion of its INVITEs give the caller ID (sip/core/app_headers.py)
     trust_identity_headers: bool = False
+    # the audio codecs its calls offer and accept, in our order (sip.core.offer_answer.CODECS)
+    codecs: tuple[str, ...] = ("PCMU", "PCMA")
 
     def __repr__(self) -> str:
         user = self.inbound_auth[0] if self.inbound_auth is not None else None
@@ -74,7 +76,15 @@ class Trunk:
     def policy_key(self) -> tuple[object, ...]:
         """Everything an inbound request or call of this trunk gets: two trunks with equal keys are treated
         alike."""
-        return (self.allow, self.inbound_auth, self.srtp, self.nat, self.rtp_source, self.external_address)
+        return (
+            self.allow,
+            self.inbound_auth,
+            self.srtp,
+            self.nat,
+            self.rtp_source,
+            self.external_address,
+            self.codecs,
+        )
 
 
 def host_address(host: str) -> Address | None:

@@ -140,6 +140,7 @@ class NativeUserAgent:
             nat=config.nat,
             rtp_source=config.rtp_source,
             external_address=config.external_address,
+            codecs=config.codecs,
         )
 
     # --- SipEngine ---
@@ -238,6 +239,7 @@ class NativeUserAgent:
                 retry_after_s=config.retry_after_s,
                 timers=self._timers,
                 srtp=config.srtp,  # an offer no answer could accept gets 488 before the 180 (sip.core.offer_answer.check_offer)
+                codecs=config.codecs,  # a trunk's own list replaces it for its requests (sip.core.incoming)
                 session_expires_s=config.session_expires_s,
             ),
             rng=random.Random(self.rng.getrandbits(64)),
@@ -300,7 +302,12 @@ class NativeUserAgent:
         session_id = self.rng.getrandbits(31)
         ours = self.config.external_address or media_address(sockets.host, destination[0])
         local = LocalMedia(
-            address=ours, port=sockets.port, session_id=session_id, username="parlora", srtp=srtp
+            address=ours,
+            port=sockets.port,
+            session_id=session_id,
+            username="parlora",
+            srtp=srtp,
+            codecs=self.global_policy.codecs,
         )
         try:
             call = ua.dial(

@@ -304,6 +304,7 @@ class NativeLeg(PlayoutLeg):
             session_id=self._session_id,
             username="parlora",
             srtp=self.srtp_policy,
+            codecs=self.policy.codecs,
         )
 
     def play_early_media(self, audio: str | bytes) -> bool:
