@@ -26,8 +26,9 @@ Inbound: the slot's frame comes out of `RtpStream.pull_frame` every slot, and is
 sends by its SDP (not held, not recvonly). A late clock's skipped slots are owed (rtp.jitter `skip`): one more
 frame a tick until they are paid, so the provider hears every word. Outbound: while we send by the SDP, each slot
 takes one frame from the Playout (none while an RFC 4733 event is being sent), a PCMU call sends the provider's
-own µ-law as it came (bit-exact, DESIGN §5), and the frame enters the carrier ledger only once `sendto` returned
-(DESIGN §3.2, §11, HR4); on hold (we are recvonly / inactive) RTP time goes on and nothing is sent.
+own µ-law as it came (bit-exact, DESIGN §5), a G.722 call (rtp.g722) encodes every slot's frame, silence in an
+idle one (its encoder must follow what the peer decodes), and the frame enters the carrier ledger only once
+`sendto` returned (DESIGN §3.2, §11, HR4); on hold (we are recvonly / inactive) RTP time goes on and nothing is sent.
 
 The limits (rtp.limits) and the one-way-audio window (rtp.stream `arrival_problem`, ARRIVAL_WINDOW_MS after the
 media started or resumed) are deadlines in `next_deadline()`, beside the stream's RTCP and DTMF ones: one
@@ -37,10 +38,12 @@ SRTP's output aside), logs nothing and takes no lock but the Playout's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rtp.dtmf import DtmfDigit
 from rtp.g711 import alaw_encode, ulaw_encode
+from rtp.g722 import G722, G722Encoder
 from rtp.jitter import PlayoutFrame
 from rtp.latch import Address
 from rtp.limits import NEVER, Action, CallLimits
@@ -69,6 +72,7 @@ class CallMedia:
     __slots__ = (
         "_arrival_at",
         "_encode",
+        "_idle",
         "_listening",
         "_passthrough",
         "frames_in",
@@ -101,8 +105,15 @@ class CallMedia:
         self.stream = stream
         self.playout = playout
         self.srtp = srtp
-        self._passthrough = stream.config.payload_type == PCMU
-        self._encode = ulaw_encode if self._passthrough else alaw_encode
+        pt = stream.config.payload_type
+        self._passthrough = pt == PCMU
+        encoder = G722Encoder() if pt == G722 else None
+        self._encode: Callable[[bytes], bytes] = (
+            encoder if encoder is not None else ulaw_encode if self._passthrough else alaw_encode
+        )
+        # G.722 encodes silence in a slot with nothing to say (its encoder's state must follow every frame
+        # the peer decodes: rtp.g722); G.711 sends the stream's idle pattern
+        self._idle = encoder.silence if encoder is not None else None
         self.sends, self.receives, self.held = sends, receives, held
         self._listening = receives and not held
         self.frames_in = 0
@@ -233,11 +244,14 @@ class CallMedia:
         if not self.sends:  # on hold (we are recvonly / inactive): RTP time goes on, nothing is sent
             stream.skip(1)
             return None
-        out = self.playout.take() if stream.wants_audio(now) else None
+        wants = stream.wants_audio(now)
+        out = self.playout.take() if wants else None
         payload = None
         if out is not None:  # a PCMU call sends the provider's own µ-law as it came (bit-exact)
             pcmu = out.pcmu if self._passthrough else None
             payload = pcmu if pcmu is not None else self._encode(out.pcm)
+        elif self._idle is not None and wants:
+            payload = self._encode(self._idle)
         packet = stream.next_packet(payload, now)
         to = stream.destination
         if packet is None or to is None:

@@ -48,6 +48,7 @@ from dataclasses import dataclass, replace
 
 from rtp.audio import FRAME_SAMPLES
 from rtp.dtmf import DtmfDigit, DtmfReceiver, DtmfSender
+from rtp.g722 import G722, G722Decoder
 from rtp.jitter import JitterBuffer, PlayoutFrame, fast_alaw_decode, fast_ulaw_decode
 from rtp.latch import Address, SourceLatch, SourcePolicy
 from rtp.packet import Drop, RtpPacket, is_rtcp, pack_into, parse
@@ -62,10 +63,14 @@ __all__ = [
     "ARRIVAL_WINDOW_MS",
     "PCMU",
     "PCMA",
+    "G722",
     "COMFORT_NOISE",
 ]
 
 PCMU, PCMA, COMFORT_NOISE = 0, 8, 13
+# a 20 ms frame of silence is 160 bytes of this in each codec (G.722: what its encoder gives for silence once
+# settled; rtp.media encodes G.722's idle slots instead of sending it, see rtp.g722)
+_IDLE_BYTE = {PCMU: 0xFF, PCMA: 0xD5, G722: 0xFA}
 _MAX_PAYLOAD = 1200
 
 
@@ -80,7 +85,7 @@ class StreamConfig:
     cname: str
     remote: Address | None  # the peer's signalled RTP address
     remote_rtcp: Address | None = None  # a=rtcp, else RTP port + 1 (or the RTP address with rtcp-mux)
-    payload_type: int = PCMU  # 0 PCMU or 8 PCMA: what we send and what we decode
+    payload_type: int = PCMU  # 0 PCMU, 8 PCMA or 9 G722 (rtp.g722): what we send and what we decode
     dtmf_payload_type: int | None = 101  # telephone-event/8000, None if not negotiated
     rtcp_mux: bool = False
     nat: bool = False
@@ -115,7 +120,7 @@ class RtcpReceived:
 
 
 class RtpStream:
-    """The media core of one call (one RTP session, one remote source, G.711 at 8 kHz)."""
+    """The media core of one call (one RTP session, one remote source, G.711 or G.722 with an 8 kHz RTP clock)."""
 
     pull_frame: Callable[[int], PlayoutFrame | None]
     """`pull_frame(now)`: this slot's inbound frame (None until the caller's first packet), once per clock slot.
@@ -123,8 +128,8 @@ class RtpStream:
     a second per call)."""
 
     def __init__(self, config: StreamConfig, rand: Callable[[], float]) -> None:
-        if config.payload_type not in (PCMU, PCMA):
-            raise ValueError("payload_type must be 0 (PCMU) or 8 (PCMA)")
+        if config.payload_type not in (PCMU, PCMA, G722):
+            raise ValueError("payload_type must be 0 (PCMU), 8 (PCMA) or 9 (G722)")
         self.config = config
         self._pt = config.payload_type
         self._dtmf_pt = config.dtmf_payload_type if config.dtmf_payload_type is not None else -1
@@ -133,14 +138,17 @@ class RtpStream:
         self._seq = config.initial_seq & 0xFFFF
         self._ts = config.initial_timestamp & 0xFFFFFFFF
         self._marker = True
-        self._silence = bytes([0xFF if self._pt == PCMU else 0xD5]) * FRAME_SAMPLES
+        self._silence = bytes([_IDLE_BYTE[self._pt]]) * FRAME_SAMPLES
         self._buf = bytearray(12 + _MAX_PAYLOAD)
         self._view = memoryview(self._buf)
         self._last_n = 12 + FRAME_SAMPLES
         self._last_view = self._view[: self._last_n]
         self.latch = SourceLatch(config.remote, config.nat, policy=config.source_policy)
+        decode: Callable[[bytes], bytes] = (
+            fast_ulaw_decode if self._pt == PCMU else fast_alaw_decode if self._pt == PCMA else G722Decoder()
+        )
         self.jitter = JitterBuffer(
-            fast_ulaw_decode if self._pt == PCMU else fast_alaw_decode,
+            decode,
             min_ms=config.jitter_min_ms,
             max_ms=config.jitter_max_ms,
             silence_byte=self._silence[0],

@@ -1,7 +1,7 @@
 """The offer/answer model (RFC 3264) for one audio stream of G.711, with SDES-keyed SRTP (RFC 4568). No I/O, no
 clock.
 
-Audio only, codecs PCMU (PT 0), PCMA (PT 8) (`CODECS`; `LocalMedia.codecs` the ones a call offers and accepts, a
+Audio only, codecs PCMU (PT 0), PCMA (PT 8), G722 (PT 9, rtpmap G722/8000: rtp.g722) (`CODECS`; `LocalMedia.codecs` the ones a call offers and accepts, a
 trunk's list, by default `DEFAULT_CODECS`) and telephone-event/8000 (dynamic PT), ptime 20, on the descriptions
 of sip.core.sdp:
 - `LocalMedia`: what this side offers or accepts (RTP address and port, codecs in preference order,
@@ -99,7 +99,9 @@ __all__ = [
 ]
 
 # The audio codecs we run, by rtpmap name: (static payload type, rtpmap clock rate) (RFC 3551 table 4).
-CODECS: dict[str, tuple[int, int]] = {"PCMU": (0, 8000), "PCMA": (8, 8000)}
+# G722's rtpmap clock is 8000 although it samples at 16 kHz (RFC 3551 §4.5.2), and it runs on its static PT
+# only (every G.722 phone sends 9; rtp.stream knows the codec by its PT).
+CODECS: dict[str, tuple[int, int]] = {"PCMU": (0, 8000), "PCMA": (8, 8000), "G722": (9, 8000)}
 DEFAULT_CODECS = ("PCMU", "PCMA")
 _SUPPORTED = frozenset(CODECS)
 
@@ -231,8 +233,11 @@ def _choose(section: MediaDescription, supported: tuple[str, ...]) -> Codec | No
 
 def _runnable(codec: Codec) -> bool:
     """A codec of `CODECS` at its rtpmap clock rate, mono."""
-    known = CODECS.get(codec.name.upper())
-    return known is not None and codec.clock_rate == known[1] and codec.channels == 1
+    name = codec.name.upper()
+    known = CODECS.get(name)
+    if known is None or codec.clock_rate != known[1] or codec.channels != 1:
+        return False
+    return name != "G722" or codec.payload_type == known[0]
 
 
 def _audio_section(
@@ -400,7 +405,9 @@ OFFER_REFUSALS: dict[OfferCause, OfferRefusal] = {
         OfferRefusal("srtp_required", "SRTP Required", 302, "SRTP is required: offer RTP/SAVP with a=crypto"),
         OfferRefusal("crypto", "No Usable Crypto Suite", 306, "no a=crypto line with a suite and key we run"),
         OfferRefusal("address", "Unusable Media Address", 301, "the audio c= is no IP address of its type"),
-        OfferRefusal("codec", "No Common Codec", 305, "no PCMU or PCMA (8000 Hz, mono) in the audio stream"),
+        OfferRefusal(
+            "codec", "No Common Codec", 305, "no codec we accept (PCMU, PCMA, G722) in the audio stream"
+        ),
     )
 }
 

@@ -5,7 +5,7 @@
 What runs 50 times a second per call at 300 calls (15,000 times a second per direction) is measured here:
 RTP parse, RTP pack_into, a jitter-buffer push + pop (with G.711 decode), the stream's whole inbound path
 (receive + pull_frame; also with a learned source, rtp/latch.py) and outbound path (next_packet), the source
-latch's per-packet check, the receiver statistics update, and one call's whole media slot as the native engine
+latch's per-packet check, G.722's decode and encode per frame (rtp/g722.py), the receiver statistics update, and one call's whole media slot as the native engine
 runs it (sip/native/leg.py's media shell over the rtp cores: a caller datagram in, the slot's frame handed on, an
 assistant frame taken from the Playout, sent, and recorded in the carrier ledger; the socket is a stand-in). PLC concealment
 runs only on loss and is measured per concealed frame. Figures are CPU time of this process; run on an idle
@@ -28,6 +28,7 @@ from types import SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from rtp.g711 import ulaw_encode
+from rtp.g722 import G722Decoder, G722Encoder
 from rtp.jitter import JitterBuffer, fast_ulaw_decode
 from rtp.latch import SourceLatch
 from rtp.packet import build, pack_into, parse
@@ -213,6 +214,20 @@ def main() -> None:
     results["plc: one isolated loss (pitch search + synth + cross-fade in)"] = best(
         conceal_loop, max(1, n // 20)
     )
+
+    def g722_decode_loop(count: int) -> None:
+        decoder = G722Decoder()
+        for i in range(count):
+            decoder(wide[i % 4])  # four distinct objects: never the decoder's repeat shortcut
+
+    def g722_encode_loop(count: int) -> None:
+        encoder, pcm = G722Encoder(), [fast_ulaw_decode(p) for p in payloads[:4]]
+        for i in range(count):
+            encoder(pcm[i % 4])
+
+    wide = [G722Encoder()(fast_ulaw_decode(p)) for p in payloads[:4]]
+    results["g722 (rtp/g722.py): decode + 16 -> 8 kHz, per frame"] = best(g722_decode_loop, max(1, n // 20))
+    results["g722 (rtp/g722.py): 8 -> 16 kHz + encode, per frame"] = best(g722_encode_loop, max(1, n // 20))
 
     per_call = (
         results["stream inbound: receive + pull_frame"] + results["stream outbound: next_packet"]

@@ -1,0 +1,61 @@
+"""G.722 in offer/answer (sip/core/offer_answer.py, RFC 3264, RFC 3551 §4.5.2): static PT 9 with rtpmap
+"G722/8000" although it samples at 16 kHz; chosen in the offerer's order among the codecs the call accepts;
+never by default (G.711 only, as before), never at another PT or clock rate."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sip.core.offer_answer import LocalMedia, answer, check_offer, negotiate, offer
+from sip.core.sdp import parse_sdp
+
+WIDE = LocalMedia("192.0.2.10", 40000, 4242, codecs=("G722", "PCMU", "PCMA"))
+
+
+def _offer(formats: str, *extra: str) -> str:
+    lines = ["v=0", "o=- 1 1 IN IP4 h", "s=-", "c=IN IP4 198.51.100.5", "t=0 0"]
+    lines += [f"m=audio 30000 RTP/AVP {formats}", *extra]
+    return "\r\n".join(lines) + "\r\n"
+
+
+def test_our_offer_lists_g722_as_pt_9_with_an_8000_clock_in_our_order() -> None:
+    (audio,) = offer(WIDE).media
+    assert audio.formats == ("9", "0", "8", "101")
+    assert audio.attribute_values("rtpmap")[0] == "9 G722/8000"
+    only_wide = offer(replace(WIDE, codecs=("G722",), telephone_event=None)).media[0]
+    assert only_wide.formats == ("9",)
+
+
+def test_the_answer_takes_the_offerers_order_and_g722_at_its_static_pt() -> None:
+    event = "a=rtpmap:101 telephone-event/8000"
+    first = answer(parse_sdp(_offer("9 0 8 101", "a=rtpmap:9 G722/8000", event)), WIDE)
+    assert first is not None and (first.media.codec, first.media.payload_type) == ("G722", 9)
+    assert first.media.clock_rate == 8000
+    assert first.description.media[0].formats == ("9", "101")
+    assert first.description.media[0].attribute_values("rtpmap")[0] == "9 G722/8000"
+    second = answer(parse_sdp(_offer("0 9")), WIDE)  # PT 9 without rtpmap: RFC 3551's static table
+    assert second is not None and second.media.codec == "PCMU"
+
+
+def test_a_g722_only_offer_is_refused_by_default_and_answered_where_the_trunk_lists_it() -> None:
+    g722_only = parse_sdp(_offer("9", "a=rtpmap:9 G722/8000"))
+    default = LocalMedia("192.0.2.10", 40000, 4242)
+    assert answer(g722_only, default) is None
+    refusal = check_offer(g722_only)
+    assert refusal is not None and refusal.cause == "codec"
+    assert check_offer(g722_only, codecs=("G722",)) is None
+    assert answer(g722_only, replace(default, codecs=("G722",))) is not None
+
+
+def test_g722_at_a_dynamic_pt_or_a_16000_clock_is_not_g722() -> None:
+    dynamic = parse_sdp(_offer("96", "a=rtpmap:96 G722/8000"))
+    sixteen = parse_sdp(_offer("9", "a=rtpmap:9 G722/16000"))
+    assert answer(dynamic, WIDE) is None and answer(sixteen, WIDE) is None
+    assert check_offer(dynamic, codecs=("G722",)) is not None
+
+
+def test_negotiate_reads_g722_from_the_peers_answer_to_our_offer() -> None:
+    ours = offer(WIDE)
+    theirs = parse_sdp(_offer("9 101", "a=rtpmap:9 G722/8000", "a=rtpmap:101 telephone-event/8000"))
+    media = negotiate(ours, theirs)
+    assert media is not None and (media.codec, media.payload_type, media.telephone_event) == ("G722", 9, 101)
