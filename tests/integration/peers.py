@@ -887,8 +887,18 @@ class BaresipResult:
     lines: list[LogLine] = field(default_factory=list, repr=False)
 
 
+def _resampled(samples: np.ndarray, rate: int, to: int) -> np.ndarray:
+    """`samples` at `to` Hz, by the bridge's own resampler (rtp/resample.py: a few samples late)."""
+    from rtp.resample import Resampler
+
+    resampler = Resampler(rate, to)
+    out = resampler.process(samples.astype("<i2").tobytes()) + resampler.flush()
+    return np.frombuffer(out, dtype="<i2").astype(np.int16)
+
+
 class BaresipCaller:
-    """One headless baresip 1.0.0 call from ``sip:caller@127.0.0.1`` (PCMU only).
+    """One headless baresip 1.0.0 call from ``sip:caller@127.0.0.1`` (PCMU only, unless ``codecs`` names
+    G722: its g722 module is loaded and the dumps, 16 kHz then, are read at 8 kHz).
 
     Writes a config dir under ``workdir`` (``sip_listen``/``net_interface``
     127.0.0.1, ``audio_source aufile,<wav>``, ``audio_player aubridge``,
@@ -968,7 +978,7 @@ class BaresipCaller:
             "net_interface": LOOPBACK,  # else SDP c= is the eth0 address
             "dns_server": f"{LOOPBACK}:53",
             "audio_player": "aubridge,nowhere",
-            "audio_source": f"aufile,{self.audio_wav}",
+            "audio_source": f"aufile,{self._source_wav()}",
             "audio_alert": "aubridge,nowhere",
             "rtp_ports": "20000-39999",
             "module_path": "/usr/lib/baresip/modules",
@@ -976,7 +986,10 @@ class BaresipCaller:
         }
         cfg.update(self.extra_config)
         lines = [f"{k}\t{v}" for k, v in cfg.items()]
-        lines += [f"module\t{m}.so" for m in ("stdio", "g711", "aufile", "aubridge", "sndfile")]
+        modules = ["stdio", "g711", "aufile", "aubridge", "sndfile"]
+        if "G722" in self.codecs.upper():  # baresip's g722 module (spandsp's G.722)
+            modules.insert(2, "g722")
+        lines += [f"module\t{m}.so" for m in modules]
         lines += [f"module_app\t{m}.so" for m in ("account", "contact", "menu")]
         (self.confdir / "config").write_text("\n".join(lines) + "\n")
         acct = f"<sip:{self.user}@{LOOPBACK}>;regint=0;audio_codecs={self.codecs}"
@@ -984,6 +997,14 @@ class BaresipCaller:
             acct += ";" + self.account_params.lstrip(";")
         (self.confdir / "accounts").write_text(acct + "\n")
         (self.confdir / "contacts").write_text("")
+
+    def _source_wav(self) -> Path:
+        """The WAV aufile plays: `audio_wav`, or for G.722 (whose aufile wants the codec's 16 kHz) a copy at 16 kHz."""
+        if "G722" not in self.codecs.upper():
+            return self.audio_wav
+        rate, samples = read_wav(self.audio_wav)
+        wide = self.workdir / "source-16k.wav"
+        return write_wav(wide, samples if rate == 16000 else _resampled(samples, rate, 16000), rate=16000)
 
     @staticmethod
     def target_uri(target: str | int) -> str:
@@ -1108,9 +1129,12 @@ class BaresipCaller:
                 rate, a = read_wav(paths[-1])
             except ValueError:
                 return empty, paths[-1]
-            if rate != SAMPLE_RATE:
+            a = a if a.ndim == 1 else a[:, 0]
+            if rate != SAMPLE_RATE and rate % SAMPLE_RATE == 0:  # a wideband codec's dump: to 8 kHz
+                a = _resampled(a, rate, SAMPLE_RATE)
+            elif rate != SAMPLE_RATE:
                 raise PeerError(f"{paths[-1]}: rate {rate}, expected {SAMPLE_RATE}")
-            return (a if a.ndim == 1 else a[:, 0]), paths[-1]
+            return a, paths[-1]
 
         received, rpath = load(dec)
         sent, spath = load(enc)
