@@ -37,7 +37,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from rtp.audio import FRAME_SAMPLES, PCM16_FRAME_BYTES
 
-__all__ = ["G722", "G722Decoder", "G722Encoder", "WIDE_RATE"]
+__all__ = ["G722", "Decimator", "G722Decoder", "G722Encoder", "WIDE_RATE", "lowpass", "to_pcm16"]
 
 G722 = 9  # static payload type (RFC 3551 table 4)
 WIDE_RATE = 16000
@@ -45,29 +45,55 @@ _WIDE_SAMPLES = 2 * FRAME_SAMPLES  # 320 samples of 16 kHz audio in 20 ms
 _SILENCE_8K = bytes(PCM16_FRAME_BYTES)
 
 
-def _lowpass(taps: int = 31, cutoff_hz: float = 3700.0, beta: float = 6.0) -> np.ndarray:
-    """A linear-phase low-pass at 16 kHz, unity gain at DC: the anti-alias (and anti-image) filter for 2:1."""
+def lowpass(rate: int, taps: int, cutoff_hz: float = 3700.0, beta: float = 6.0) -> np.ndarray:
+    """A linear-phase low-pass at `rate`, unity gain at DC: the anti-alias (and anti-image) filter between
+    `rate` and the bridge's 8 kHz."""
     n = np.arange(taps) - (taps - 1) / 2
-    h = np.sinc(2 * cutoff_hz / WIDE_RATE * n) * np.kaiser(taps, beta)
-    return np.asarray(h / h.sum(), dtype=np.float64)
+    h = np.sinc(2 * cutoff_hz / rate * n) * np.kaiser(taps, beta)
+    return np.asarray(h / h.sum(), dtype=np.float32)
 
 
-_H = _lowpass().astype(np.float32)
+_H = lowpass(WIDE_RATE, 31)
 _H2 = 2 * _H  # zero-stuffing halves the level: the interpolator's gain is 2
 _HIST = len(_H) - 1  # 30: even, so the stuffed samples stay on even positions across frames
 
 
-def _to_pcm16(samples: np.ndarray) -> bytes:
+def to_pcm16(samples: np.ndarray) -> bytes:
+    """Float samples (overwritten) as PCM16LE bytes, rounded and clipped."""
     np.rint(samples, out=samples)
     np.clip(samples, -32768, 32767, out=samples)
     return samples.astype("<i2").tobytes()
+
+
+class Decimator:
+    """One 20 ms frame of `factor` x 8 kHz PCM16 in, the 8 kHz frame out (320 bytes), filtered by `taps` of
+    `lowpass` whose history carries across frames: every frame in gives one frame out, `(taps - 1) / 2` input
+    samples late. `push(None)` (nothing decoded) filters silence."""
+
+    __slots__ = ("_buffer", "_filter", "_history", "_samples", "_windows")
+
+    def __init__(self, factor: int, taps: int) -> None:
+        self._samples = factor * FRAME_SAMPLES
+        self._filter = lowpass(factor * 8000, taps)
+        self._history = taps - 1
+        self._buffer = np.zeros(self._history + self._samples, dtype=np.float32)  # history, then this frame
+        self._windows = sliding_window_view(self._buffer, taps)[::factor]  # only the outputs kept
+
+    def push(self, wide: np.ndarray | None) -> bytes:
+        buffer, history = self._buffer, self._history
+        buffer[:history] = buffer[self._samples :]
+        if wide is not None:
+            buffer[history:] = wide
+        else:
+            buffer[history:] = 0
+        return to_pcm16(self._windows @ self._filter)
 
 
 class G722Decoder:
     """One stream's G.722 decoder: `decoder(payload)` is the 8 kHz PCM16 of one 160-byte frame (320 bytes), as
     rtp.jitter's `decode` wants it. Never raises on peer input: a payload FFmpeg refuses decodes to silence."""
 
-    __slots__ = ("_buffer", "_context", "_last_in", "_last_out", "_windows", "errors")
+    __slots__ = ("_context", "_decimator", "_last_in", "_last_out", "errors")
 
     def __init__(self) -> None:
         context = av.CodecContext.create("g722", "r")
@@ -75,8 +101,7 @@ class G722Decoder:
         context.layout = "mono"
         context.open()
         self._context = context
-        self._buffer = np.zeros(_HIST + _WIDE_SAMPLES, dtype=np.float32)  # history, then this frame
-        self._windows = sliding_window_view(self._buffer, len(_H))[::2]  # the even outputs only: 2:1
+        self._decimator = Decimator(2, len(_H))
         self._last_in: bytes | None = None
         self._last_out = _SILENCE_8K
         self.errors = 0
@@ -86,18 +111,16 @@ class G722Decoder:
             payload is self._last_in
         ):  # the same frame asked again (rtp.jitter's shrink test): state moves once
             return self._last_out
-        try:
-            frames = self._context.decode(av.Packet(payload))
+        try:  # (an empty packet would end FFmpeg's stream: every later decode would fail)
+            frames = self._context.decode(av.Packet(payload)) if payload else []
         except (av.FFmpegError, ValueError):
             frames = []
-        buffer = self._buffer
-        buffer[:_HIST] = buffer[_WIDE_SAMPLES:]
+        wide = None
         if len(frames) == 1 and frames[0].samples == _WIDE_SAMPLES:
-            buffer[_HIST:] = np.frombuffer(memoryview(frames[0].planes[0]), dtype="<i2", count=_WIDE_SAMPLES)
+            wide = np.frombuffer(memoryview(frames[0].planes[0]), dtype="<i2", count=_WIDE_SAMPLES)
         else:
             self.errors += 1
-            buffer[_HIST:] = 0
-        out = _to_pcm16(self._windows @ _H)
+        out = self._decimator.push(wide)
         self._last_in, self._last_out = payload, out
         return out
 
@@ -129,7 +152,7 @@ class G722Encoder:
         buffer[_HIST:] = 0
         buffer[_HIST : _HIST + 2 * len(narrow) : 2] = narrow
         frame = self._frame
-        frame.planes[0].update(_to_pcm16(self._windows @ _H2))
+        frame.planes[0].update(to_pcm16(self._windows @ _H2))
         frame.pts = None
         packets = self._context.encode(frame)
         return bytes(packets[0]) if len(packets) == 1 else b"".join(bytes(p) for p in packets)

@@ -118,10 +118,16 @@ class JitterBuffer:
         min_ms: int = 20,
         max_ms: int = 200,
         silence_byte: int = 0xFF,
+        frame_ts: int = FRAME_SAMPLES,
+        sliced: bool = True,
     ) -> None:
         if not FRAME_MS <= min_ms <= max_ms <= (_RING - 4) * FRAME_MS:
             raise ValueError("jitter buffer depth must satisfy 20 <= min_ms <= max_ms <= 240")
         self._decode = decode
+        self._frame_ts = frame_ts  # RTP timestamp units a slot: 160 in an 8000 Hz clock, 960 in Opus's 48000
+        self._sliced = (
+            sliced  # a payload of n x 160 bytes is n frames (G.711, G.722); Opus: one packet a slot
+        )
         self._min_frames = min_ms // FRAME_MS
         self._max_frames = max_ms // FRAME_MS
         self._pad = bytes([silence_byte])
@@ -217,7 +223,8 @@ class JitterBuffer:
             ext = self._last_ext + delta
             if delta > 0:
                 self._last_ts, self._last_ext = timestamp, ext
-        slot = (ext - self._base_ts + FRAME_SAMPLES // 2) // FRAME_SAMPLES
+        frame_ts = self._frame_ts
+        slot = (ext - self._base_ts + frame_ts // 2) // frame_ts
         cursor = self._cursor
         if slot < cursor:
             if cursor - slot > _RESYNC_BACK:
@@ -245,7 +252,7 @@ class JitterBuffer:
             self._tr_cur_min, self._tr_cur_max = 1 << 62, -(1 << 62)
             self._tr_count = 0
         n = len(payload)
-        if n == FRAME_SAMPLES:
+        if n == FRAME_SAMPLES or not self._sliced:
             return self._store(slot, seq, payload, arrival_ns)
         # other packet times: 20 ms pieces; a short tail is padded with the codec's silence
         if n < FRAME_SAMPLES:

@@ -43,13 +43,14 @@ from dataclasses import dataclass
 
 from rtp.dtmf import DtmfDigit
 from rtp.g711 import alaw_encode, ulaw_encode
-from rtp.g722 import G722, G722Encoder
+from rtp.g722 import G722Encoder
 from rtp.jitter import PlayoutFrame
 from rtp.latch import Address
 from rtp.limits import NEVER, Action, CallLimits
+from rtp.opus import OpusEncoder
 from rtp.playout import OutboundFrame, Playout
 from rtp.srtp import SrtpContext
-from rtp.stream import ARRIVAL_WINDOW_MS, PCMU, OneWayAudio, RtpStream
+from rtp.stream import ARRIVAL_WINDOW_MS, OneWayAudio, RtpStream
 from rtp.units import NS_PER_MS
 
 __all__ = ["CallMedia", "LimitReached", "TimerItem"]
@@ -105,13 +106,13 @@ class CallMedia:
         self.stream = stream
         self.playout = playout
         self.srtp = srtp
-        pt = stream.config.payload_type
-        self._passthrough = pt == PCMU
-        encoder = G722Encoder() if pt == G722 else None
+        codec = stream.codec
+        self._passthrough = codec == "PCMU"
+        encoder = G722Encoder() if codec == "G722" else OpusEncoder() if codec == "OPUS" else None
         self._encode: Callable[[bytes], bytes] = (
             encoder if encoder is not None else ulaw_encode if self._passthrough else alaw_encode
         )
-        # G.722 encodes silence in a slot with nothing to say (its encoder's state must follow every frame
+        # G.722 and Opus encode silence in a slot with nothing to say (its encoder's state must follow every frame
         # the peer decodes: rtp.g722); G.711 sends the stream's idle pattern
         self._idle = encoder.silence if encoder is not None else None
         self.sends, self.receives, self.held = sends, receives, held

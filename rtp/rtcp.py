@@ -51,7 +51,6 @@ _RTP_SEQ_MOD = 1 << 16
 _MAX_DROPOUT = 3000
 _MAX_MISORDER = 100
 _MIN_SEQUENTIAL = 2
-_NS_PER_TS = 125_000  # one 8 kHz sample in ns
 
 
 def ntp_from_ns(unix_ns: int) -> int:
@@ -259,10 +258,11 @@ class ReceiverStats:
 
     __slots__ = (
         "ssrc", "max_seq", "cycles", "base_seq", "bad_seq", "probation", "received", "expected_prior",
-        "received_prior", "transit", "jitter16", "octets", "started", "_timed",
+        "received_prior", "transit", "jitter16", "octets", "started", "_timed", "ns_per_ts",
     )  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(self, clock_rate: int = 8000) -> None:
+        self.ns_per_ts = 1_000_000_000 // clock_rate  # one RTP timestamp unit in ns (8000 Hz: 125,000)
         self.reset(0)
 
     def reset(self, ssrc: int) -> None:
@@ -326,7 +326,7 @@ class ReceiverStats:
             return
         first = first or not self._timed
         self._timed = True
-        transit = (arrival_ns // _NS_PER_TS - timestamp) & 0xFFFFFFFF  # A.8, in timestamp units mod 2**32
+        transit = (arrival_ns // self.ns_per_ts - timestamp) & 0xFFFFFFFF  # A.8, in timestamp units mod 2**32
         if not first:
             d = ((transit - self.transit + 0x80000000) & 0xFFFFFFFF) - 0x80000000
             if d < 0:
@@ -350,7 +350,7 @@ class ReceiverStats:
 
     @property
     def jitter(self) -> int:
-        """Interarrival jitter in timestamp units (1/8000 s), as reported."""
+        """Interarrival jitter in timestamp units (1/8000 s, Opus 1/48000 s), as reported."""
         return self.jitter16 >> 4
 
     def report_block(self, lsr: int, dlsr: int) -> ReportBlock:
@@ -423,7 +423,7 @@ class RtcpSession:
         self._offset = wallclock_offset_ns
         self._interval = interval_ns
         self._rate = clock_rate
-        self.receiver = ReceiverStats()
+        self.receiver = ReceiverStats(clock_rate)
         self.packets_sent = 0
         self.octets_sent = 0
         self._last_rtp_ts = 0

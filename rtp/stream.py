@@ -18,7 +18,7 @@ one-way-audio window) drives a stream so, for the engine's shell that owns the s
     at hang-up:             stream.goodbye(now) -> the RTCP BYE datagram
 
 Outbound continuity: the SSRC never changes; the sequence number grows by one per packet sent and the
-timestamp by 160 per slot (sent, DTMF-replaced, or skipped), so silence, barge-in clears and playback epochs
+timestamp by 160 per slot (960 for Opus, whose RTP clock is 48000 Hz: rtp.opus) (sent, DTMF-replaced, or skipped), so silence, barge-in clears and playback epochs
 (rtp.playout) never show as a discontinuity. The payload handed to `next_packet` (one 20 ms frame per slot)
 goes on the wire as it is (PCMU from the provider byte for byte); None sends the codec's idle pattern, so RTP
 never stops. The marker bit is set on the first packet and on the first packet after skipped slots.
@@ -46,11 +46,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from rtp.audio import FRAME_SAMPLES
+from rtp.audio import FRAME_MS, FRAME_SAMPLES
 from rtp.dtmf import DtmfDigit, DtmfReceiver, DtmfSender
 from rtp.g722 import G722, G722Decoder
 from rtp.jitter import JitterBuffer, PlayoutFrame, fast_alaw_decode, fast_ulaw_decode
 from rtp.latch import Address, SourceLatch, SourcePolicy
+from rtp.opus import OPUS_CLOCK, OpusDecoder
 from rtp.packet import Drop, RtpPacket, is_rtcp, pack_into, parse
 from rtp.rtcp import Goodbye, QoS, RtcpPacket, RtcpSession
 
@@ -65,12 +66,29 @@ __all__ = [
     "PCMA",
     "G722",
     "COMFORT_NOISE",
+    "stream_codec",
 ]
 
 PCMU, PCMA, COMFORT_NOISE = 0, 8, 13
-# a 20 ms frame of silence is 160 bytes of this in each codec (G.722: what its encoder gives for silence once
-# settled; rtp.media encodes G.722's idle slots instead of sending it, see rtp.g722)
-_IDLE_BYTE = {PCMU: 0xFF, PCMA: 0xD5, G722: 0xFA}
+# a 20 ms frame of silence in each codec (G.722: what its encoder gives for silence once settled; Opus: the
+# 3-byte silent CELT frame; rtp.media encodes G.722's and Opus's idle slots instead of sending these)
+_IDLE = {
+    "PCMU": b"\xff" * FRAME_SAMPLES,
+    "PCMA": b"\xd5" * FRAME_SAMPLES,
+    "G722": b"\xfa" * FRAME_SAMPLES,
+    "OPUS": b"\xf8\xff\xfe",
+}
+_BY_PT = {PCMU: "PCMU", PCMA: "PCMA", G722: "G722"}
+
+
+def stream_codec(config: StreamConfig) -> str:
+    """The stream's codec: `config.codec`, or by its static payload type; ValueError for one we do not run."""
+    codec = config.codec or _BY_PT.get(config.payload_type)
+    if codec not in _IDLE or (codec == "OPUS") != (config.clock_rate == OPUS_CLOCK):
+        raise ValueError("payload_type must be 0 (PCMU), 8 (PCMA) or 9 (G722), or codec OPUS at 48000 Hz")
+    return codec
+
+
 _MAX_PAYLOAD = 1200
 
 
@@ -86,6 +104,8 @@ class StreamConfig:
     remote: Address | None  # the peer's signalled RTP address
     remote_rtcp: Address | None = None  # a=rtcp, else RTP port + 1 (or the RTP address with rtcp-mux)
     payload_type: int = PCMU  # 0 PCMU, 8 PCMA or 9 G722 (rtp.g722): what we send and what we decode
+    codec: str | None = None  # None: by payload_type; "OPUS" (rtp.opus) for its dynamic one, at clock 48000
+    clock_rate: int = 8000  # the RTP clock: 8000 (G.722 too, RFC 3551 §4.5.2), Opus 48000 (RFC 7587)
     dtmf_payload_type: int | None = 101  # telephone-event/8000, None if not negotiated
     rtcp_mux: bool = False
     nat: bool = False
@@ -128,8 +148,8 @@ class RtpStream:
     a second per call)."""
 
     def __init__(self, config: StreamConfig, rand: Callable[[], float]) -> None:
-        if config.payload_type not in (PCMU, PCMA, G722):
-            raise ValueError("payload_type must be 0 (PCMU), 8 (PCMA) or 9 (G722)")
+        codec = stream_codec(config)
+        self.codec = codec
         self.config = config
         self._pt = config.payload_type
         self._dtmf_pt = config.dtmf_payload_type if config.dtmf_payload_type is not None else -1
@@ -138,24 +158,39 @@ class RtpStream:
         self._seq = config.initial_seq & 0xFFFF
         self._ts = config.initial_timestamp & 0xFFFFFFFF
         self._marker = True
-        self._silence = bytes([_IDLE_BYTE[self._pt]]) * FRAME_SAMPLES
+        self._step = config.clock_rate // (1000 // FRAME_MS)  # timestamp units a 20 ms frame: 160, Opus 960
+        self._silence = _IDLE[codec]
         self._buf = bytearray(12 + _MAX_PAYLOAD)
         self._view = memoryview(self._buf)
         self._last_n = 12 + FRAME_SAMPLES
         self._last_view = self._view[: self._last_n]
         self.latch = SourceLatch(config.remote, config.nat, policy=config.source_policy)
         decode: Callable[[bytes], bytes] = (
-            fast_ulaw_decode if self._pt == PCMU else fast_alaw_decode if self._pt == PCMA else G722Decoder()
+            fast_ulaw_decode
+            if codec == "PCMU"
+            else fast_alaw_decode
+            if codec == "PCMA"
+            else G722Decoder()
+            if codec == "G722"
+            else OpusDecoder()
         )
         self.jitter = JitterBuffer(
             decode,
             min_ms=config.jitter_min_ms,
             max_ms=config.jitter_max_ms,
             silence_byte=self._silence[0],
+            frame_ts=self._step,
+            sliced=codec != "OPUS",
         )
         self.pull_frame = self.jitter.pop
+        # Opus's decoder needs each packet's sequence number (rtp.opus: its PLC runs for the packets it missed)
+        self._push = self._push_sequenced if codec == "OPUS" else self.jitter.push
         self.rtcp = RtcpSession(
-            config.ssrc, config.cname, rand, wallclock_offset_ns=config.wallclock_offset_ns
+            config.ssrc,
+            config.cname,
+            rand,
+            wallclock_offset_ns=config.wallclock_offset_ns,
+            clock_rate=config.clock_rate,
         )
         self._stats = self.rtcp.receiver
         self.dtmf_in = DtmfReceiver()
@@ -234,7 +269,7 @@ class RtpStream:
         self.packets_in += 1
         self._stats.update(p.seq, p.timestamp, now, len(p.payload), pt == self._pt)
         if pt == self._pt:
-            dropped = self.jitter.push(p.seq, p.timestamp, p.ssrc, p.payload, now)
+            dropped = self._push(p.seq, p.timestamp, p.ssrc, p.payload, now)
             if dropped is not None:
                 self.drops[dropped] += 1
             return None
@@ -246,6 +281,9 @@ class RtpStream:
         self.drops[Drop.UNKNOWN_PT] += 1
         self.unknown_pt = pt
         return None
+
+    def _push_sequenced(self, seq: int, timestamp: int, ssrc: int, payload: bytes, now: int) -> Drop | None:
+        return self.jitter.push(seq, timestamp, ssrc, seq.to_bytes(2, "big") + payload, now)
 
     def _new_source(self, ssrc: int) -> None:
         if self._in_ssrc != -1:
@@ -302,7 +340,7 @@ class RtpStream:
     def skip(self, slots: int) -> None:
         """The media clock skipped `slots` (late wake-up): advance the timestamp, mark the next packet."""
         if slots > 0:
-            self._ts = (self._ts + slots * FRAME_SAMPLES) & 0xFFFFFFFF
+            self._ts = (self._ts + slots * self._step) & 0xFFFFFFFF
             self._marker = True
             self.slots_skipped += slots
 
@@ -311,7 +349,7 @@ class RtpStream:
         DTMF packet instead while digits are being sent; None when this slot sends nothing (between a
         DTMF event's updates). ValueError if the payload exceeds 1200 bytes."""
         ts = self._ts
-        self._ts = (ts + FRAME_SAMPLES) & 0xFFFFFFFF
+        self._ts = (ts + self._step) & 0xFFFFFFFF
         if not self._started:
             self._start(now)
         dtmf = self.dtmf_out

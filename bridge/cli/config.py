@@ -15,7 +15,8 @@ shows each one with a comment:
                   allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address, nat,
                   rtp_source (learn | strict), cps, max_calls, trust_identity_headers (its P-Asserted-Identity
                   and Diversion give the caller ID: sip/core/app_headers.py), codecs (offered and accepted, in
-                  order, of PCMU, PCMA, G722 (narrowband inside: rtp/g722.py); default PCMU, PCMA)
+                  order, of PCMU, PCMA, G722, OPUS (narrowband inside: rtp/g722.py, rtp/opus.py); default
+                  PCMU, PCMA)
     [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents,
                   server_header, realm, refuse_failed_attestation, early_media (off | ringback | ringback-us |
                   a WAV: 183 and early media while the provider connects, sip/native/early.py), sip_headers
@@ -151,6 +152,7 @@ from providers.base import ToolSpec
 from providers.batching import APPEND_MS_CHOICES, DEFAULT_APPEND_MS
 from providers.limits import LimitOverrides
 from rtp.latch import SOURCE_POLICIES, SourcePolicy
+from rtp.opus import available as opus_available
 from rtp.tones import RINGBACK_TONES
 from sip.core.app_headers import DEFAULT_ALLOW, NEVER_PASSED
 from sip.core.attestation import VERSTATS, Verstat, attestation_of
@@ -1215,10 +1217,13 @@ def _codecs(r: _Reader, t: dict[str, object], p: str) -> tuple[str, ...]:
     """A trunk's `codecs`: names of sip.core.offer_answer.CODECS, in the order offered; an unknown one refuses."""
     names = r.string_list(t, "codecs", p, DEFAULT_CODECS)
     try:
-        return codec_list(names)
+        codecs = codec_list(names)
     except ValueError as exc:
         r.fail(f"{p}.codecs", str(exc))
         return DEFAULT_CODECS
+    if "OPUS" in codecs and not opus_available():
+        r.fail(f"{p}.codecs", "OPUS needs libopus (the system's, or PyAV's copy), which could not be loaded")
+    return codecs
 
 
 def _trunks(r: _Reader, items: list[dict[str, object]]) -> tuple[Trunk, ...]:

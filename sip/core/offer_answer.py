@@ -1,7 +1,8 @@
 """The offer/answer model (RFC 3264) for one audio stream of G.711, with SDES-keyed SRTP (RFC 4568). No I/O, no
 clock.
 
-Audio only, codecs PCMU (PT 0), PCMA (PT 8), G722 (PT 9, rtpmap G722/8000: rtp.g722) (`CODECS`; `LocalMedia.codecs` the ones a call offers and accepts, a
+Audio only, codecs PCMU (PT 0), PCMA (PT 8), G722 (PT 9, rtpmap G722/8000: rtp.g722), opus (dynamic PT, rtpmap
+opus/48000/2, no telephone-event beside it: rtp.opus) (`CODECS`; `LocalMedia.codecs` the ones a call offers and accepts, a
 trunk's list, by default `DEFAULT_CODECS`) and telephone-event/8000 (dynamic PT), ptime 20, on the descriptions
 of sip.core.sdp:
 - `LocalMedia`: what this side offers or accepts (RTP address and port, codecs in preference order,
@@ -98,10 +99,18 @@ __all__ = [
     "offer",
 ]
 
-# The audio codecs we run, by rtpmap name: (static payload type, rtpmap clock rate) (RFC 3551 table 4).
-# G722's rtpmap clock is 8000 although it samples at 16 kHz (RFC 3551 §4.5.2), and it runs on its static PT
-# only (every G.722 phone sends 9; rtp.stream knows the codec by its PT).
-CODECS: dict[str, tuple[int, int]] = {"PCMU": (0, 8000), "PCMA": (8, 8000), "G722": (9, 8000)}
+# The audio codecs we run, by rtpmap name: (payload type of our offers, rtpmap clock rate, rtpmap channels)
+# (RFC 3551 table 4). G722's rtpmap clock is 8000 although it samples at 16 kHz (RFC 3551 §4.5.2), and it runs
+# on its static PT only (every G.722 phone sends 9). Opus is "opus/48000/2" whatever is sent (RFC 7587 §7),
+# at a dynamic PT (an answer takes the offerer's), with our narrowband limits in its fmtp (rtp.opus).
+CODECS: dict[str, tuple[int, int, int]] = {
+    "PCMU": (0, 8000, 1),
+    "PCMA": (8, 8000, 1),
+    "G722": (9, 8000, 1),
+    "OPUS": (111, 48000, 2),
+}
+_RTPMAP_NAME = {"OPUS": "opus"}  # how the rtpmap spells it (names are case-insensitive; peers are not)
+_OPUS_FMTP = "maxplaybackrate=8000; sprop-maxcapturerate=8000"
 DEFAULT_CODECS = ("PCMU", "PCMA")
 _SUPPORTED = frozenset(CODECS)
 
@@ -232,12 +241,17 @@ def _choose(section: MediaDescription, supported: tuple[str, ...]) -> Codec | No
 
 
 def _runnable(codec: Codec) -> bool:
-    """A codec of `CODECS` at its rtpmap clock rate, mono."""
+    """A codec of `CODECS` at its rtpmap clock rate and channels (G722 at its static PT only)."""
     name = codec.name.upper()
     known = CODECS.get(name)
-    if known is None or codec.clock_rate != known[1] or codec.channels != 1:
+    if known is None or codec.clock_rate != known[1] or codec.channels != known[2]:
         return False
     return name != "G722" or codec.payload_type == known[0]
+
+
+def _rtpmap(codec: Codec) -> str:
+    channels = f"/{codec.channels}" if codec.channels != 1 else ""
+    return f"{codec.payload_type} {codec.name}/{codec.clock_rate}{channels}"
 
 
 def _audio_section(
@@ -250,7 +264,8 @@ def _audio_section(
     crypto: tuple[CryptoAttribute, ...] = (),
 ) -> MediaDescription:
     formats = [str(codec.payload_type) for codec in codecs]
-    attributes: list[Attribute] = [("rtpmap", f"{c.payload_type} {c.name}/{c.clock_rate}") for c in codecs]
+    attributes: list[Attribute] = [("rtpmap", _rtpmap(c)) for c in codecs]
+    attributes += [("fmtp", f"{c.payload_type} {_OPUS_FMTP}") for c in codecs if c.name.upper() == "OPUS"]
     if event_pt is not None:
         formats.append(str(event_pt))
         attributes.append(("rtpmap", f"{event_pt} telephone-event/8000"))
@@ -309,7 +324,7 @@ def offer(local: LocalMedia, previous: SessionDescription | None = None) -> Sess
     SRTP on, one a=crypto line per suite of `local.crypto_suites` (tags 1, 2, ...), each with its own key.
     `previous` is the last description we sent in this dialog (for the o= version, and our keys)."""
     codecs = tuple(
-        Codec(CODECS[n][0], n, CODECS[n][1])
+        Codec(CODECS[n][0], _RTPMAP_NAME.get(n, n), CODECS[n][1], CODECS[n][2])
         for n in (name.upper() for name in local.codecs)
         if n in _SUPPORTED
     )
@@ -406,7 +421,7 @@ OFFER_REFUSALS: dict[OfferCause, OfferRefusal] = {
         OfferRefusal("crypto", "No Usable Crypto Suite", 306, "no a=crypto line with a suite and key we run"),
         OfferRefusal("address", "Unusable Media Address", 301, "the audio c= is no IP address of its type"),
         OfferRefusal(
-            "codec", "No Common Codec", 305, "no codec we accept (PCMU, PCMA, G722) in the audio stream"
+            "codec", "No Common Codec", 305, "no codec we accept (PCMU, PCMA, G722, opus) in the audio stream"
         ),
     )
 }
@@ -487,7 +502,9 @@ def _accept_offered(
         crypto = (CryptoAttribute(chosen.tag, chosen.suite, (CryptoKey(key),)),)
     codec = _choose(offered, local.codecs)
     assert codec is not None  # _stream_problem checked it
-    event_pt = _telephone_event(offered) if local.telephone_event is not None else None
+    # RFC 4733 events run at the audio clock: telephone-event/8000 only beside an 8000 Hz codec (not Opus)
+    events = local.telephone_event is not None and codec.clock_rate == 8000
+    event_pt = _telephone_event(offered) if events else None
     event_fmtp = (offered.fmtp(event_pt) or "0-16") if event_pt is not None else ""
     remote_sends, remote_receives = split_direction(stream_state(offer, offered))
     local_sends, local_receives = split_direction(local.direction)
@@ -529,7 +546,8 @@ def negotiate(local: SessionDescription, remote: SessionDescription) -> Negotiat
         remote_direction = stream_state(remote, theirs)
         remote_sends, remote_receives = split_direction(remote_direction)
         local_sends, local_receives = split_direction(local.direction_of(ours))
-        event_pt = _telephone_event(theirs) if _telephone_event(ours) is not None else None
+        both = _telephone_event(ours) is not None and codec.clock_rate == 8000  # not beside Opus
+        event_pt = _telephone_event(theirs) if both else None
         return NegotiatedMedia(
             codec=codec.name.upper(),
             payload_type=codec.payload_type,

@@ -146,14 +146,15 @@ def start_outbound(leg: EarlyLeg, negotiated: NegotiatedMedia, status: int, now:
     leg.open_media(negotiated, now)
     leg.early_state = EarlyState(now, negotiated)
     log.info(
-        "%s: early media (%d): %s/8000 from %s:%d",
+        "%s: early media (%d): %s/%d from %s:%d",
         leg.call,
         status,
         negotiated.codec,
+        negotiated.clock_rate,
         negotiated.remote_address,
         negotiated.remote_port,
     )
-    leg._post(EarlyMediaStarted(f"{negotiated.codec}/8000", status, now))
+    leg._post(EarlyMediaStarted(f"{negotiated.codec}/{negotiated.clock_rate}", status, now))
 
 
 def start_inbound(leg: EarlyLeg, audio: str | bytes) -> bool:

@@ -424,6 +424,8 @@ class NativeLeg(PlayoutLeg):
                 cname=f"parlora-{self.call}@{self.sockets.host}",
                 remote=(negotiated.remote_address, negotiated.remote_port),
                 payload_type=negotiated.payload_type,
+                codec=negotiated.codec,
+                clock_rate=negotiated.clock_rate,
                 dtmf_payload_type=negotiated.telephone_event,
                 wallclock_offset_ns=agent.wallclock_offset_ns,
                 nat=self.policy.nat,  # symmetric RTP: latch to the first valid packet's source
@@ -448,15 +450,16 @@ class NativeLeg(PlayoutLeg):
         if self.media.receives and not self.media.held:
             self.media.watch_arrival(now)
         log.info(
-            "%s media: %s/8000 to %s:%d from %s:%d",
+            "%s media: %s/%d to %s:%d from %s:%d",
             self.call,
             negotiated.codec,
+            negotiated.clock_rate,
             negotiated.remote_address,
             negotiated.remote_port,
             self.sockets.host,
             self.sockets.port,
         )
-        self._post(MediaStarted(f"{negotiated.codec}/8000"))
+        self._post(MediaStarted(f"{negotiated.codec}/{negotiated.clock_rate}"))
 
     def _on_rtp(self, data: bytes, source: tuple[str, int], now: int) -> None:
         media = self.media

@@ -1,6 +1,8 @@
-"""G.722 in offer/answer (sip/core/offer_answer.py, RFC 3264, RFC 3551 §4.5.2): static PT 9 with rtpmap
-"G722/8000" although it samples at 16 kHz; chosen in the offerer's order among the codecs the call accepts;
-never by default (G.711 only, as before), never at another PT or clock rate."""
+"""G.722 and Opus in offer/answer (sip/core/offer_answer.py, RFC 3264): G.722 at static PT 9 with rtpmap
+"G722/8000" although it samples at 16 kHz (RFC 3551 §4.5.2); Opus at a dynamic PT as "opus/48000/2" with our
+narrowband limits in its fmtp (RFC 7587), without telephone-event beside it; each chosen in the offerer's order
+among the codecs the call accepts; never by default (G.711 only, as before), never at another PT, clock rate
+or channel count."""
 
 from __future__ import annotations
 
@@ -59,3 +61,50 @@ def test_negotiate_reads_g722_from_the_peers_answer_to_our_offer() -> None:
     theirs = parse_sdp(_offer("9 101", "a=rtpmap:9 G722/8000", "a=rtpmap:101 telephone-event/8000"))
     media = negotiate(ours, theirs)
     assert media is not None and (media.codec, media.payload_type, media.telephone_event) == ("G722", 9, 101)
+
+
+OPUS = LocalMedia("192.0.2.10", 40000, 4242, codecs=("OPUS", "PCMU"))
+OPUS_MAP = "a=rtpmap:107 opus/48000/2"
+EVENT = "a=rtpmap:101 telephone-event/8000"
+
+
+def test_our_opus_offer_is_a_dynamic_pt_at_48000_2_with_narrowband_limits() -> None:
+    (audio,) = offer(OPUS).media
+    assert audio.formats == ("111", "0", "101")
+    assert audio.attribute_values("rtpmap")[:2] == ("111 opus/48000/2", "0 PCMU/8000")
+    assert audio.fmtp(111) == "maxplaybackrate=8000; sprop-maxcapturerate=8000"
+
+
+def test_the_answer_takes_the_offerers_opus_pt_and_drops_telephone_event_beside_it() -> None:
+    result = answer(parse_sdp(_offer("107 0 101", OPUS_MAP, EVENT)), OPUS)
+    assert result is not None
+    media = result.media
+    assert (media.codec, media.payload_type, media.clock_rate, media.telephone_event) == (
+        "OPUS",
+        107,
+        48000,
+        None,
+    )
+    audio = result.description.media[0]
+    assert audio.formats == ("107",) and audio.attribute_values("rtpmap") == ("107 opus/48000/2",)
+    assert audio.fmtp(107) == "maxplaybackrate=8000; sprop-maxcapturerate=8000"
+    pcmu_first = answer(parse_sdp(_offer("0 107 101", OPUS_MAP, EVENT)), OPUS)
+    assert pcmu_first is not None and (pcmu_first.media.codec, pcmu_first.media.telephone_event) == (
+        "PCMU",
+        101,
+    )
+
+
+def test_opus_that_is_not_48000_2_is_not_opus_and_the_default_list_refuses_it() -> None:
+    for rtpmap in ("a=rtpmap:107 opus/48000", "a=rtpmap:107 opus/16000/2"):
+        assert answer(parse_sdp(_offer("107", rtpmap)), OPUS) is None
+    only_opus = parse_sdp(_offer("107", OPUS_MAP))
+    refusal = check_offer(only_opus)
+    assert refusal is not None and refusal.cause == "codec"
+    assert check_offer(only_opus, codecs=("OPUS",)) is None
+
+
+def test_negotiate_reads_opus_from_the_peers_answer_without_telephone_event() -> None:
+    media = negotiate(offer(OPUS), parse_sdp(_offer("111 101", "a=rtpmap:111 opus/48000/2", EVENT)))
+    assert media is not None and (media.codec, media.payload_type, media.clock_rate) == ("OPUS", 111, 48000)
+    assert media.telephone_event is None

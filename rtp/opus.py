@@ -1,0 +1,173 @@
+"""Opus (RFC 6716) at the call's edge: decoded by libopus itself (ctypes), encoded through PyAV's libopus.
+
+On the wire (RFC 7587): a dynamic payload type, rtpmap "opus/48000/2" whatever is sent (the /2 is fixed, the
+stream may be mono), the RTP clock at 48000 Hz: the timestamp advances 960 per 20 ms frame. Packets are of
+any size, so the jitter buffer (rtp.jitter) files one packet per 20 ms slot of the 48 kHz clock and never cuts
+or pads a payload.
+
+What stays narrowband: the bridge's frames are 8 kHz PCM16 (rtp.g722's docstring says where). libopus
+decodes straight to 8 kHz mono (it resamples and mixes down itself), and the encoder takes the session's 8 kHz
+frames as they are (libopus codes an 8 kHz input narrowband). Our SDP says so (fmtp maxplaybackrate=8000;
+sprop-maxcapturerate=8000, RFC 7587 §6.1), so a peer may spare its bits above 4 kHz. Opus-only trunks work;
+the provider still hears and speaks 0-4 kHz.
+
+Loss: the frames played for a missing slot are rtp.plc's, as for G.711; the decoder itself runs its own PLC
+for every packet it missed before it decodes the next (`OpusDecoder` says why that is not optional). A packet of
+more than 20 ms (a peer that ignores our ptime) gives its first 20 ms; the rest is not played (`long_packets`)
+and the jitter buffer conceals the slot it would have filled. RFC 4733 digits need telephone-event at the audio
+clock (48000 here), which the bridge does not run: an Opus call has no DTMF (sip.core.offer_answer drops
+telephone-event beside it).
+
+The encoder is fed every slot we send audio, silence included, as rtp.g722's is. Cost, measured as rtp.g722's
+(tests/bench/rtp_micro.py): see the report of the change; the decode is one libopus call, the encode one PyAV
+call.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+from pathlib import Path
+
+import av
+
+from rtp.audio import FRAME_SAMPLES, PCM16_FRAME_BYTES
+
+__all__ = ["OPUS_CLOCK", "OPUS_PT", "OpusDecoder", "OpusEncoder", "available"]
+
+OPUS_CLOCK = 48000
+OPUS_PT = 111  # the dynamic payload type of our offers (an answer takes the offerer's)
+_SILENCE_8K = bytes(PCM16_FRAME_BYTES)
+_BITRATE = 16000  # narrowband speech: libopus's NB mode is transparent for a phone call well below this
+
+
+def _load_libopus() -> ctypes.CDLL | None:
+    """libopus itself: the system's, else the copy PyAV's wheel carries (av.libs); None if neither loads."""
+    candidates = [ctypes.util.find_library("opus")]
+    candidates += [str(p) for p in sorted((Path(av.__file__).parent.parent / "av.libs").glob("libopus*.so*"))]
+    for name in candidates:
+        if not name:
+            continue
+        try:
+            lib = ctypes.CDLL(name)
+        except OSError:
+            continue
+        lib.opus_decoder_create.restype = ctypes.c_void_p
+        lib.opus_decoder_create.argtypes = [ctypes.c_int32, ctypes.c_int, ctypes.POINTER(ctypes.c_int)]
+        lib.opus_decode.restype = ctypes.c_int
+        lib.opus_decode.argtypes = [
+            ctypes.c_void_p,
+            ctypes.c_char_p,
+            ctypes.c_int32,
+            ctypes.POINTER(ctypes.c_int16),
+            ctypes.c_int,
+            ctypes.c_int,
+        ]
+        lib.opus_decoder_destroy.argtypes = [ctypes.c_void_p]
+        return lib
+    return None
+
+
+_LIB = _load_libopus()
+_MAX_SAMPLES = 6 * FRAME_SAMPLES  # 120 ms at 8 kHz: Opus's longest packet
+_MAX_CONCEALED = 5  # a longer gap (a new source, a resync) is not bridged frame by frame
+
+
+def available() -> bool:
+    """Whether libopus could be loaded (sip.core.offer_answer refuses OPUS in a codec list otherwise)."""
+    return _LIB is not None
+
+
+class OpusDecoder:
+    """One stream's Opus decoder (libopus through ctypes, at 8 kHz mono: libopus resamples and mixes down
+    itself). `decoder(payload)` takes what rtp.stream files for Opus: the packet's RTP sequence number (2
+    bytes, big-endian) then its payload, and gives the 8 kHz PCM16 of its first 20 ms (320 bytes). Never
+    raises on peer input: a packet libopus refuses decodes to silence (`errors`).
+
+    Why libopus itself, not PyAV: libopus must be told of a lost packet (its PLC, `opus_decode` with no data)
+    before it decodes the next one, or SILK's predictors run on state the encoder never assumed: measured, a
+    20 ms SILK packet skipped made the next 300 ms come out at 6 times the level (near full scale). FFmpeg's
+    API has no call for that (an empty packet ends the stream). So a gap in the sequence numbers (a packet
+    lost, or skipped by the jitter buffer's shrink, ceiling or resync) runs the PLC once per missing packet,
+    at most `_MAX_CONCEALED` times, before the packet that came."""
+
+    __slots__ = ("_buffer", "_last_in", "_last_out", "_next_seq", "_state", "errors", "long_packets", "plc")
+
+    def __init__(self) -> None:
+        if _LIB is None:
+            raise RuntimeError("libopus is not available")
+        error = ctypes.c_int(0)
+        self._state = _LIB.opus_decoder_create(8000, 1, ctypes.byref(error))
+        if not self._state or error.value != 0:
+            raise RuntimeError(f"opus_decoder_create failed ({error.value})")
+        self._buffer = (ctypes.c_int16 * _MAX_SAMPLES)()
+        self._next_seq = -1
+        self._last_in: bytes | None = None
+        self._last_out = _SILENCE_8K
+        self.errors = 0
+        self.long_packets = 0
+        self.plc = 0  # frames the decoder concealed for packets it never saw
+
+    def __del__(self) -> None:
+        if _LIB is not None and getattr(self, "_state", None):
+            _LIB.opus_decoder_destroy(self._state)
+            self._state = None
+
+    def __call__(self, sequenced: bytes) -> bytes:
+        if sequenced is self._last_in:  # the same packet asked again (rtp.jitter's shrink test): decoded once
+            return self._last_out
+        assert _LIB is not None
+        seq = int.from_bytes(sequenced[:2], "big")
+        if self._next_seq >= 0:
+            missing = (seq - self._next_seq) & 0xFFFF
+            for _ in range(min(missing, _MAX_CONCEALED) if missing < 0x8000 else 0):
+                _LIB.opus_decode(self._state, None, 0, self._buffer, FRAME_SAMPLES, 0)
+                self.plc += 1
+        self._next_seq = (seq + 1) & 0xFFFF
+        payload = sequenced[2:]
+        n = (
+            _LIB.opus_decode(self._state, payload, len(payload), self._buffer, _MAX_SAMPLES, 0)
+            if payload
+            else -1
+        )
+        if n >= FRAME_SAMPLES:
+            out = ctypes.string_at(self._buffer, PCM16_FRAME_BYTES)
+            if n > FRAME_SAMPLES:
+                self.long_packets += 1
+        else:
+            self.errors += 1
+            out = _SILENCE_8K
+        self._last_in, self._last_out = sequenced, out
+        return out
+
+
+class OpusEncoder:
+    """One stream's Opus encoder: `encoder(pcm)` is the Opus packet of one 20 ms frame of 8 kHz PCM16 (320
+    bytes; a short one is padded with silence)."""
+
+    __slots__ = ("_context", "_frame", "_pts")
+
+    silence = _SILENCE_8K  # what to encode in a slot with nothing to say (rtp.g722's docstring says why)
+
+    def __init__(self) -> None:
+        context = av.CodecContext.create("libopus", "w")
+        context.sample_rate = 8000
+        context.layout = "mono"
+        context.format = "s16"
+        context.bit_rate = _BITRATE
+        context.options = {"application": "voip", "frame_duration": "20"}
+        context.open()
+        self._context = context
+        self._frame = av.AudioFrame(format="s16", layout="mono", samples=FRAME_SAMPLES)
+        self._frame.sample_rate = 8000
+        self._pts = 0
+
+    def __call__(self, pcm: bytes) -> bytes:
+        if len(pcm) != PCM16_FRAME_BYTES:
+            pcm = (pcm + _SILENCE_8K)[:PCM16_FRAME_BYTES]
+        frame = self._frame
+        frame.planes[0].update(pcm)
+        frame.pts = self._pts
+        self._pts += FRAME_SAMPLES
+        packets = self._context.encode(frame)
+        return bytes(packets[0]) if len(packets) == 1 else b"".join(bytes(p) for p in packets)
