@@ -84,12 +84,14 @@ class OpusDecoder:
     bytes, big-endian) then its payload, and gives the 8 kHz PCM16 of its first 20 ms (320 bytes). Never
     raises on peer input: a packet libopus refuses decodes to silence (`errors`).
 
-    Why libopus itself, not PyAV: libopus must be told of a lost packet (its PLC, `opus_decode` with no data)
-    before it decodes the next one, or SILK's predictors run on state the encoder never assumed: measured, a
-    20 ms SILK packet skipped made the next 300 ms come out at 6 times the level (near full scale). FFmpeg's
-    API has no call for that (an empty packet ends the stream). So a gap in the sequence numbers (a packet
-    lost, or skipped by the jitter buffer's shrink, ceiling or resync) runs the PLC once per missing packet,
-    at most `_MAX_CONCEALED` times, before the packet that came."""
+    Why libopus itself, not PyAV: libopus is to be told of a lost packet (its PLC, `opus_decode` with no
+    data) before it decodes the next one, and FFmpeg's API has no call for that (an empty packet ends the
+    stream). So a gap in the sequence numbers (a packet lost, or skipped by the jitter buffer's shrink, ceiling
+    or resync) runs the PLC once per missing packet, at most `_MAX_CONCEALED` times, before the packet that
+    came. Measured (3 losses in 60 packets, RMS distance from the lossless decode): a 200-2200 Hz sweep 9,500
+    with the PLC against 20,600 without (SILK's long-term predictor runs away on so periodic a signal either
+    way: the next 300 ms came out at 6 times the level); a voice-like signal 177 against 138, alike.
+    """
 
     __slots__ = ("_buffer", "_last_in", "_last_out", "_next_seq", "_state", "errors", "long_packets", "plc")
 
