@@ -898,7 +898,8 @@ def _resampled(samples: np.ndarray, rate: int, to: int) -> np.ndarray:
 
 class BaresipCaller:
     """One headless baresip 1.0.0 call from ``sip:caller@127.0.0.1`` (PCMU only, unless ``codecs`` names
-    G722: its g722 module is loaded and the dumps, 16 kHz then, are read at 8 kHz).
+    G722 or opus: its module is loaded, aufile gets a copy at the codec's rate, the dumps, 16 or 48 kHz then,
+    are read at 8 kHz).
 
     Writes a config dir under ``workdir`` (``sip_listen``/``net_interface``
     127.0.0.1, ``audio_source aufile,<wav>``, ``audio_player aubridge``,
@@ -989,6 +990,8 @@ class BaresipCaller:
         modules = ["stdio", "g711", "aufile", "aubridge", "sndfile"]
         if "G722" in self.codecs.upper():  # baresip's g722 module (spandsp's G.722)
             modules.insert(2, "g722")
+        if "OPUS" in self.codecs.upper():  # baresip's opus module (libopus)
+            modules.insert(2, "opus")
         lines += [f"module\t{m}.so" for m in modules]
         lines += [f"module_app\t{m}.so" for m in ("account", "contact", "menu")]
         (self.confdir / "config").write_text("\n".join(lines) + "\n")
@@ -999,12 +1002,24 @@ class BaresipCaller:
         (self.confdir / "contacts").write_text("")
 
     def _source_wav(self) -> Path:
-        """The WAV aufile plays: `audio_wav`, or for G.722 (whose aufile wants the codec's 16 kHz) a copy at 16 kHz."""
-        if "G722" not in self.codecs.upper():
+        """The WAV aufile plays: `audio_wav`, or a copy at the codec's rate and channels, which aufile wants:
+        16 kHz mono for G.722, 48 kHz stereo (both channels alike) for opus/48000/2."""
+        wanted = 16000 if "G722" in self.codecs.upper() else 48000 if "OPUS" in self.codecs.upper() else 0
+        if not wanted:
             return self.audio_wav
+        import wave
+
         rate, samples = read_wav(self.audio_wav)
-        wide = self.workdir / "source-16k.wav"
-        return write_wav(wide, samples if rate == 16000 else _resampled(samples, rate, 16000), rate=16000)
+        wide = samples if rate == wanted else _resampled(samples, rate, wanted)
+        channels = 2 if wanted == 48000 else 1
+        path = self.workdir / f"source-{wanted}.wav"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        with wave.open(os.fspath(path), "wb") as w:
+            w.setnchannels(channels)
+            w.setsampwidth(2)
+            w.setframerate(wanted)
+            w.writeframes(np.repeat(wide.astype("<i2"), channels).tobytes())
+        return path
 
     @staticmethod
     def target_uri(target: str | int) -> str:
