@@ -24,9 +24,9 @@ the two disagree when speech resumes.
 
 Resampling is a 31-tap Kaiser-windowed sinc (cut-off 3.7 kHz, 15 samples of delay at 16 kHz each way), its
 history kept across frames, so every frame in gives exactly one frame out (no delay line to fill, no short
-first frame). Measured on this machine (timeit, 2,000 frames, tests/bench/rtp_micro.py has the G.711
-figures): decode with the decimation about 50 µs a frame, encode with the interpolation about 80 µs, against
-about 0.5 µs for a G.711 decode; the G.711 path is unchanged.
+first frame). Measured (tests/bench/rtp_micro.py, on a loaded 2-CPU host, so an upper bound): decode with the
+decimation about 40 µs a frame, encode with the interpolation about 100 µs, against about 1 µs for a G.711
+decode; the G.711 path is unchanged.
 """
 
 from __future__ import annotations

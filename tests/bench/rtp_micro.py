@@ -5,7 +5,7 @@
 What runs 50 times a second per call at 300 calls (15,000 times a second per direction) is measured here:
 RTP parse, RTP pack_into, a jitter-buffer push + pop (with G.711 decode), the stream's whole inbound path
 (receive + pull_frame; also with a learned source, rtp/latch.py) and outbound path (next_packet), the source
-latch's per-packet check, G.722's decode and encode per frame (rtp/g722.py), the receiver statistics update, and one call's whole media slot as the native engine
+latch's per-packet check, G.722's and Opus's decode and encode per frame (rtp/g722.py, rtp/opus.py), the receiver statistics update, and one call's whole media slot as the native engine
 runs it (sip/native/leg.py's media shell over the rtp cores: a caller datagram in, the slot's frame handed on, an
 assistant frame taken from the Playout, sent, and recorded in the carrier ledger; the socket is a stand-in). PLC concealment
 runs only on loss and is measured per concealed frame. Figures are CPU time of this process; run on an idle
@@ -31,6 +31,7 @@ from rtp.g711 import ulaw_encode
 from rtp.g722 import G722Decoder, G722Encoder
 from rtp.jitter import JitterBuffer, fast_ulaw_decode
 from rtp.latch import SourceLatch
+from rtp.opus import OpusDecoder, OpusEncoder
 from rtp.packet import build, pack_into, parse
 from rtp.plc import Concealer
 from rtp.rtcp import ReceiverStats
@@ -225,6 +226,20 @@ def main() -> None:
         for i in range(count):
             encoder(pcm[i % 4])
 
+    def opus_decode_loop(count: int) -> None:
+        decoder = OpusDecoder()
+        for i in range(count):
+            decoder(opus[i % 4])
+
+    def opus_encode_loop(count: int) -> None:
+        encoder, pcm = OpusEncoder(), [fast_ulaw_decode(p) for p in payloads[:4]]
+        for i in range(count):
+            encoder(pcm[i % 4])
+
+    opus_encoder = OpusEncoder()
+    opus = [i.to_bytes(2, "big") + opus_encoder(fast_ulaw_decode(p)) for i, p in enumerate(payloads[:4])]
+    results["opus (rtp/opus.py): decode to 8 kHz, per frame"] = best(opus_decode_loop, max(1, n // 20))
+    results["opus (rtp/opus.py): encode 8 kHz, per frame"] = best(opus_encode_loop, max(1, n // 20))
     wide = [G722Encoder()(fast_ulaw_decode(p)) for p in payloads[:4]]
     results["g722 (rtp/g722.py): decode + 16 -> 8 kHz, per frame"] = best(g722_decode_loop, max(1, n // 20))
     results["g722 (rtp/g722.py): 8 -> 16 kHz + encode, per frame"] = best(g722_encode_loop, max(1, n // 20))
