@@ -276,3 +276,18 @@ def test_one_media_clock_drives_every_stream_and_media_time_tracks_wall_time() -
         assert all(ts == (2**32 - 480 + 160 * slot) % 2**32 for slot, ts in sent_ts[i])
         assert [slot for slot, _ in sent_ts[i]] == [0, 1, 2, 3, 6, 7, 8, 9, 14, 15, 16]
     assert clock.slots_skipped == 6 and streams[0].slots_skipped == 6
+
+
+def test_pcmu_at_a_dynamic_payload_type_runs_as_the_sdp_named_it() -> None:
+    # an offer may map PCMU/8000 to a dynamic PT (sip.core.offer_answer answers it); the stream takes the codec
+    # by name: before, any PT but 0 and 8 was refused and the call's media never started
+    a, b = (
+        stream(0xA, B_ADDR, payload_type=98, codec="PCMU"),
+        stream(0xB, A_ADDR, payload_type=98, codec="PCMU"),
+    )
+    voice = bytes(range(160))
+    out = sent(a.next_packet(voice, 0))
+    assert out.pt == 98 and out.payload == voice
+    b.receive(bytes(a.next_packet(voice, 20 * MS) or b""), A_ADDR, 21 * MS)
+    frame = b.pull_frame(30 * MS)
+    assert frame is not None and frame.kind is FrameKind.AUDIO and frame.pcm == ulaw_decode(voice)
