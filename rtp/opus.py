@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 from pathlib import Path
 
 import av
@@ -41,8 +42,11 @@ _SILENCE_8K = bytes(PCM16_FRAME_BYTES)
 _BITRATE = 16000  # narrowband speech: libopus's NB mode is transparent for a phone call well below this
 
 
+@functools.cache
 def _load_libopus() -> ctypes.CDLL | None:
-    """libopus itself: the system's, else the copy PyAV's wheel carries (av.libs); None if neither loads."""
+    """libopus itself: the system's, else the copy PyAV's wheel carries (av.libs); None if neither loads.
+    Looked for once, when the first Opus call (or the configuration check) needs it: `find_library` runs
+    ldconfig."""
     candidates = [ctypes.util.find_library("opus")]
     candidates += [str(p) for p in sorted((Path(av.__file__).parent.parent / "av.libs").glob("libopus*.so*"))]
     for name in candidates:
@@ -68,14 +72,13 @@ def _load_libopus() -> ctypes.CDLL | None:
     return None
 
 
-_LIB = _load_libopus()
 _MAX_SAMPLES = 6 * FRAME_SAMPLES  # 120 ms at 8 kHz: Opus's longest packet
 _MAX_CONCEALED = 5  # a longer gap (a new source, a resync) is not bridged frame by frame
 
 
 def available() -> bool:
     """Whether libopus could be loaded (sip.core.offer_answer refuses OPUS in a codec list otherwise)."""
-    return _LIB is not None
+    return _load_libopus() is not None
 
 
 class OpusDecoder:
@@ -93,13 +96,25 @@ class OpusDecoder:
     way: the next 300 ms came out at 6 times the level); a voice-like signal 177 against 138, alike.
     """
 
-    __slots__ = ("_buffer", "_last_in", "_last_out", "_next_seq", "_state", "errors", "long_packets", "plc")
+    __slots__ = (
+        "_buffer",
+        "_last_in",
+        "_last_out",
+        "_lib",
+        "_next_seq",
+        "_state",
+        "errors",
+        "long_packets",
+        "plc",
+    )
 
     def __init__(self) -> None:
-        if _LIB is None:
+        lib = _load_libopus()
+        if lib is None:
             raise RuntimeError("libopus is not available")
+        self._lib = lib
         error = ctypes.c_int(0)
-        self._state = _LIB.opus_decoder_create(8000, 1, ctypes.byref(error))
+        self._state = lib.opus_decoder_create(8000, 1, ctypes.byref(error))
         if not self._state or error.value != 0:
             raise RuntimeError(f"opus_decoder_create failed ({error.value})")
         self._buffer = (ctypes.c_int16 * _MAX_SAMPLES)()
@@ -111,24 +126,24 @@ class OpusDecoder:
         self.plc = 0  # frames the decoder concealed for packets it never saw
 
     def __del__(self) -> None:
-        if _LIB is not None and getattr(self, "_state", None):
-            _LIB.opus_decoder_destroy(self._state)
+        if getattr(self, "_state", None):
+            self._lib.opus_decoder_destroy(self._state)
             self._state = None
 
     def __call__(self, sequenced: bytes) -> bytes:
         if sequenced is self._last_in:  # the same packet asked again (rtp.jitter's shrink test): decoded once
             return self._last_out
-        assert _LIB is not None
+        lib = self._lib
         seq = int.from_bytes(sequenced[:2], "big")
         if self._next_seq >= 0:
             missing = (seq - self._next_seq) & 0xFFFF
             for _ in range(min(missing, _MAX_CONCEALED) if missing < 0x8000 else 0):
-                _LIB.opus_decode(self._state, None, 0, self._buffer, FRAME_SAMPLES, 0)
+                lib.opus_decode(self._state, None, 0, self._buffer, FRAME_SAMPLES, 0)
                 self.plc += 1
         self._next_seq = (seq + 1) & 0xFFFF
         payload = sequenced[2:]
         n = (
-            _LIB.opus_decode(self._state, payload, len(payload), self._buffer, _MAX_SAMPLES, 0)
+            lib.opus_decode(self._state, payload, len(payload), self._buffer, _MAX_SAMPLES, 0)
             if payload
             else -1
         )

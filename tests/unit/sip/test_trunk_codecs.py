@@ -67,6 +67,16 @@ def test_a_codec_the_bridge_cannot_run_refuses_to_start(tmp_path: Path, codecs: 
     assert any("bridge.toml: trunks[0].codecs: " in p for p in refused.value.problems), refused.value
 
 
+def test_opus_without_libopus_refuses_to_start(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "bridge.toml"
+    path.write_text(CONFIG.format(more="").replace('["pcma"]', '["opus", "PCMU"]'))
+    assert _engine(tmp_path, path.read_text()).codecs == ("OPUS", "PCMU")
+    monkeypatch.setattr("rtp.opus._load_libopus", lambda: None)
+    with pytest.raises(ConfigError) as refused:
+        server_config(load(path), {})
+    assert any("trunks[0].codecs: OPUS needs libopus" in p for p in refused.value.problems), refused.value
+
+
 def test_pjsua2_refuses_a_codec_list_it_cannot_honour(tmp_path: Path) -> None:
     path = tmp_path / "bridge.toml"
     path.write_text(CONFIG.format(more='[engine]\nname = "pjsua2"\n'))
