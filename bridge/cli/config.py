@@ -7,7 +7,7 @@ shows each one with a comment:
                   tls_ca, http, http_token_env, webrtc_address, stun ("stun:HOST[:PORT]")
     [engine]      name (native | pjsua2), max_calls, rtp_ports ("LOW-HIGH", or the first port as a number)
     [defaults]    provider, instructions | instructions_file, greeting, language, voice, turn_detection,
-                  recording_consent | recording_consent_wav (the recording consent: bridge/server/recording.py)
+                  recording_consent | recording_consent_wav (the recording consent: bridge/server/recording.py),
                   no_input_timeout_s (the caller's silence before the model checks in, and again before the call
                   ends with a goodbye: bridge/engine/no_input.py; 0 or "off", the default: never)
     [providers.NAME]  (NAME one of openai-live, openai-realtime, gemini-live, xai) key_env, model, voice, url, ca
