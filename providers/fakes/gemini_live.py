@@ -78,7 +78,7 @@ from urllib.parse import parse_qs, urlsplit
 from providers.fakes.connection import FakeCore, parse_client
 from providers.fakes.echo import EchoModel, EchoOptions, UtteranceDetected, UtteranceStarted, check_options
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
-from providers.fakes.kit_openai import ms_of, tone, whole_samples
+from providers.fakes.kit_openai import ms_of, whole_samples
 from providers.fakes.script import Script, Turn, label
 from providers.fakes.server import (
     CloseRequest,
@@ -87,6 +87,7 @@ from providers.fakes.server import (
     IdSource,
     serving,
 )
+from providers.fakes.speech import Speech, turn_audio
 from rtp.audio import AudioFormat, Encoding
 from rtp.resample import Resampler
 from rtp.units import NS_PER_MS
@@ -333,13 +334,7 @@ class _Reply:
     utterance: bytes | None  # 16 kHz PCM the user said, when spoken
     text: str | None  # what the user typed, when text
     calls: dict[str, str] = field(default_factory=dict)  # open tool calls: id -> name
-    audio: bytes = b""
-    words: list[str] = field(default_factory=list)
-    t0: int | None = None  # when output starts
-    next_due: int = 0
-    sent: int = 0
-    words_sent: int = 0
-    generated: bool = False  # generationComplete sent
+    speech: Speech | None = None  # once generated (its last chunk taken: generationComplete sent)
     done_at: int | None = None  # when turnComplete goes
 
 
@@ -514,8 +509,8 @@ class GeminiFakeConnection(FakeCore):
         if self._faults is not None:
             candidates.append(self._faults.next_deadline())
         reply = self._reply
-        if reply is not None and reply.t0 is not None:
-            candidates.append(reply.done_at if reply.generated else reply.next_due)
+        if reply is not None and reply.speech is not None:
+            candidates.append(reply.done_at if reply.speech.done else reply.speech.due())
         due = [t for t in candidates if t is not None]
         return min(due) if due else None
 
@@ -827,51 +822,43 @@ class GeminiFakeConnection(FakeCore):
         turn = reply.script
         if turn.reply == "echo" and reply.utterance is not None:
             up = Resampler(_IN_RATE, _OUT_RATE)
-            reply.audio = up.process(reply.utterance) + up.flush()
-            transcript = turn.transcript or label("echo", reply.number, ms_of(_OUT, len(reply.audio)) / 1000)
-        elif turn.reply == "silence":
-            reply.audio = bytes(_OUT_RATE * turn.duration_ms // 1000 * 2)
-            transcript = turn.transcript or ""
+            audio = up.process(reply.utterance) + up.flush()
+            transcript = turn.transcript or label("echo", reply.number, ms_of(_OUT, len(audio)) / 1000)
         else:
-            reply.audio = tone(_OUT, turn.frequency_hz, 0, _OUT_RATE * turn.duration_ms // 1000)
+            audio = turn_audio(turn, _OUT, _OUT_RATE * turn.duration_ms // 1000)
             placeholder = label("tone", reply.number, turn.duration_ms / 1000)
-            transcript = turn.transcript or (
-                reply.text if turn.reply == "echo" and reply.text else placeholder
-            )
-        reply.words = _words(transcript) if transcript else []
-        reply.t0 = reply.next_due = now + self.options.response_latency_ms * NS_PER_MS
+            echoed = reply.text if turn.reply == "echo" and reply.text else placeholder
+            transcript = turn.transcript or ("" if turn.reply == "silence" else echoed)
+        faults, burst = self._faults, self.options.burst_factor
+        assert faults is not None
+
+        def gap(nbytes: int, now: int) -> int:  # the chunk's real-time length over the speed
+            return int(nbytes / 2 / _OUT_RATE * 1e9 / faults.speed(now, burst))
+
+        step = 2 * _OUT_RATE * self.options.chunk_ms // 1000
+        start = now + self.options.response_latency_ms * NS_PER_MS
+        words = _words(transcript) if transcript else []
+        reply.speech = Speech(audio, step, words, start, gap=gap, words_by_bytes=True)
 
     def _pump(self, now: int) -> None:
         """Send what is due of the open turn; then generationComplete, then turnComplete."""
         reply = self._reply
-        if reply is None or reply.t0 is None:
+        speech = reply.speech if reply is not None else None
+        if reply is None or speech is None:
             return
-        assert self._faults is not None
-        chunk = 2 * _OUT_RATE * self.options.chunk_ms // 1000
-        while not reply.generated and reply.next_due <= now:
-            if reply.sent < len(reply.audio):
-                data = reply.audio[reply.sent : reply.sent + chunk]
-                reply.sent += len(data)
+        while (chunk := speech.take(now)) is not None:
+            data, words = chunk
+            if data:
                 self._emit(_audio_message(base64.b64encode(data).decode("ascii")))
-                self._transcribe_upto(reply, math.ceil(len(reply.words) * reply.sent / len(reply.audio)))
-                speed = self._faults.speed(now, self.options.burst_factor)
-                reply.next_due += int(len(data) / 2 / _OUT_RATE * 1e9 / speed)
-            if reply.sent >= len(reply.audio):
-                self._transcribe_upto(reply, len(reply.words))
-                reply.generated = True
+            for word in words if self._transcribe_out else ():
+                self._emit({"serverContent": {"outputTranscription": {"text": word}}})
+            if speech.done:
                 self._emit({"serverContent": {"generationComplete": True}})
-                playback_end = reply.t0 + len(reply.audio) * 1_000_000_000 // (2 * _OUT_RATE)
+                assert speech.first_at is not None
+                playback_end = speech.first_at + len(speech.audio) * 1_000_000_000 // (2 * _OUT_RATE)
                 reply.done_at = max(now, playback_end) if self.options.wait_for_playback else now
-        if reply.generated and reply.done_at is not None and now >= reply.done_at:
+        if speech.done and reply.done_at is not None and now >= reply.done_at:
             self._complete(reply, now, interrupted=False)
-
-    def _transcribe_upto(self, reply: _Reply, n: int) -> None:
-        while reply.words_sent < min(n, len(reply.words)):
-            if self._transcribe_out:
-                self._emit(
-                    {"serverContent": {"outputTranscription": {"text": reply.words[reply.words_sent]}}}
-                )
-            reply.words_sent += 1
 
     def _interrupt(self, now: int) -> None:
         reply = self._reply
@@ -885,7 +872,8 @@ class GeminiFakeConnection(FakeCore):
     def _complete(self, reply: _Reply, now: int, *, interrupted: bool) -> None:
         session = self.session
         assert session is not None
-        response = math.ceil(reply.sent / 2 / _OUT_RATE * _TOKENS_PER_AUDIO_S)
+        sent = reply.speech.sent if reply.speech is not None else 0
+        response = math.ceil(sent / 2 / _OUT_RATE * _TOKENS_PER_AUDIO_S)
         prompt_text, prompt_audio = session.context_text, session.context_audio
         prompt = prompt_text + prompt_audio
         usage: dict[str, Any] = {

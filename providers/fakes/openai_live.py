@@ -89,7 +89,6 @@ from providers.fakes.kit_openai import (
     context_args,
     decode_audio,
     fake_server,
-    tone,
     whole_samples,
 )
 from providers.fakes.schema import (
@@ -114,6 +113,7 @@ from providers.fakes.server import (
     exact_member,
     serving,
 )
+from providers.fakes.speech import Speech, turn_audio
 from rtp.audio import AudioFormat
 from rtp.units import NS_PER_MS, NS_PER_S
 
@@ -264,19 +264,6 @@ class _Reply:
     delegation_id: str | None = None
 
 
-@dataclass(slots=True)
-class _Playout:
-    """A reply being spoken on its media clock (echo.py; a burst rebases it, so the chunks already due keep their
-    times)."""
-
-    reply: _Reply
-    length: int  # bytes in the session's format
-    length_ns: int
-    clock: MediaClock
-    n: int = 0
-    sent: int = 0
-
-
 # -- the sans-I/O core --------------------------------------------------------------------------------------
 
 
@@ -308,7 +295,7 @@ class LiveFakeConnection(OpenAICore):
         self._utterance_no = 0
         # the speaker
         self._replies: deque[_Reply] = deque()
-        self._playout: _Playout | None = None
+        self._playout: Speech | None = None  # the reply being spoken, on its media clock (speech.py)
         self._free_at = 0  # when the last reply's media clock reached its end
         self._out_end_ms = 0  # where the last output transcript ended on the input timeline
         self._chunk_ns = self.options.chunk_ms * NS_PER_MS
@@ -480,7 +467,7 @@ class LiveFakeConnection(OpenAICore):
 
     def _set_speed(self, speed: float, now: int) -> None:
         p = self._playout
-        if p is not None:
+        if p is not None and p.clock is not None:
             p.clock.rebase(now, speed)
         self._speed = speed
 
@@ -663,14 +650,10 @@ class LiveFakeConnection(OpenAICore):
 
     def _speaker_deadline(self) -> int | None:
         if self._playout is not None:
-            return self._due(self._playout)
+            return self._playout.due()
         if self._replies and self._replies[0].ready_at is not None:
             return max(self._replies[0].ready_at, self._free_at)
         return None
-
-    def _due(self, p: _Playout) -> int:
-        """When chunk `p.n` is due: the media clock reaches n·chunk_ms."""
-        return p.clock.due(p.n * self._chunk_ns)
 
     def _speak(self, now: int) -> None:
         """Hand out every reply chunk due at or before `now`, starting queued replies in order."""
@@ -685,31 +668,29 @@ class LiveFakeConnection(OpenAICore):
                     return
                 self._replies.popleft()
                 p = self._playout = self._start(head, t0)
-            while p.sent < p.length:
-                due = self._due(p)
-                if due > now:
-                    return
-                end = min(p.length, p.sent + self._chunk_bytes)
-                data = self._audio(p.reply, p.sent, end)
+            while (chunk := p.take(now)) is not None:
                 # No event_id on the primary WebSocket (OutputAudioDeltaEvent). Byte for byte what _emit writes
                 # (base64 needs no JSON escaping), without json.dumps.
                 self._send(
-                    _DELTA_HEAD + binascii.b2a_base64(data, newline=False).decode("ascii") + _STRING_TAIL
+                    _DELTA_HEAD + binascii.b2a_base64(chunk[0], newline=False).decode("ascii") + _STRING_TAIL
                 )
-                p.sent = end
-                p.n += 1
-            self._free_at = p.clock.due(self._lead_ns + p.length_ns)  # its media clock reached its end
+            if not p.done:
+                return
+            assert p.clock is not None and self._fmt is not None
+            length_ns = len(p.audio) * NS_PER_S // (self._fmt.rate * self._fmt.sample_width)
+            self._free_at = p.clock.due(self._lead_ns + length_ns)  # its media clock reached its end
             self._playout = None
 
-    def _start(self, reply: _Reply, t0: int) -> _Playout:
-        """A reply starts speaking at t0: its output transcript, then a playout on the current speed."""
+    def _start(self, reply: _Reply, t0: int) -> Speech:
+        """A reply starts speaking at t0: its output transcript, then its speech on a media clock at the current
+        speed (a burst rebases it, so the chunks already due keep their times)."""
         fmt = self._fmt
         assert fmt is not None
         turn = reply.turn
         if turn.reply == "echo":
-            length, duration_ms = len(reply.utterance.audio), reply.utterance.duration_ms
+            audio, duration_ms = reply.utterance.audio, reply.utterance.duration_ms
         else:
-            length = fmt.rate * turn.duration_ms // 1000 * fmt.sample_width
+            audio = turn_audio(turn, fmt, fmt.rate * turn.duration_ms // 1000)
             duration_ms = float(turn.duration_ms)
         start_ms = max(self._position_ms(), self._out_end_ms)
         self._out_end_ms = start_ms + math.ceil(duration_ms)
@@ -720,18 +701,8 @@ class LiveFakeConnection(OpenAICore):
             self._event(
                 "session.output_transcript.delta", delta=text, start_ms=start_ms, end_ms=self._out_end_ms
             )
-        length_ns = length * NS_PER_S // (fmt.rate * fmt.sample_width)
-        return _Playout(reply, length, length_ns, MediaClock(t0, float(self._lead_ns), self._speed))
-
-    def _audio(self, reply: _Reply, start: int, end: int) -> bytes:
-        """Bytes [start, end) of a reply in the session's format."""
-        turn = reply.turn
-        if turn.reply == "echo":
-            return reply.utterance.audio[start:end]
-        assert self._fmt is not None
-        width = self._fmt.sample_width
-        frequency = turn.frequency_hz if turn.reply == "tone" else 0.0
-        return tone(self._fmt, frequency, start // width, (end - start) // width)
+        clock = MediaClock(t0, float(self._lead_ns), self._speed)
+        return Speech(audio, self._chunk_bytes, (), t0, clock=clock, chunk_ns=self._chunk_ns)
 
     # -- server events --------------------------------------------------------------------------------------
 

@@ -62,7 +62,6 @@ from providers.fakes.kit_openai import (
     decode_audio,
     fake_server,
     ms_of,
-    tone,
     whole_samples,
 )
 from providers.fakes.schema import (
@@ -81,6 +80,7 @@ from providers.fakes.schema import (
 )
 from providers.fakes.script import Script, ToolCallScript, Turn, label
 from providers.fakes.server import Authorize, CloseRequest, ConnectionContext, FakeServer
+from providers.fakes.speech import Speech, turn_audio
 from rtp.audio import AudioFormat
 from rtp.units import NS_PER_MS
 
@@ -322,13 +322,6 @@ class _Item:
 
 
 @dataclass(slots=True)
-class _Chunk:
-    audio: bytes
-    words: list[str]
-    ns: int  # real-time duration of the audio
-
-
-@dataclass(slots=True)
 class _Response:
     id: str
     fmt: AudioFormat
@@ -341,12 +334,13 @@ class _Response:
     """Text instead of audio (the response's modalities leave audio out, and the dialect allows that)."""
     output: list[dict[str, Any]] = field(default_factory=list)
     item_id: str | None = None
-    chunks: list[_Chunk] = field(default_factory=list)
-    sent: int = 0
-    next_at: int = 0
+    speech: Speech | None = None  # None: a response that only calls a tool
     audio_ms: float = 0.0
-    words: list[str] = field(default_factory=list)
-    first_at: int | None = None  # when the first chunk was due
+
+    @property
+    def words(self) -> list[str]:
+        """The words of its transcript that went out."""
+        return self.speech.words[: self.speech.words_sent] if self.speech is not None else []
 
     def part(self, **fields: Any) -> dict[str, Any]:
         """The members every event about the response's message part carries, and `fields`."""
@@ -503,8 +497,8 @@ class RealtimeFamilyConnection(OpenAICore):
             self._idle_at,
             self._schedule.next_deadline(),
         ]
-        if r is not None and r.sent < len(r.chunks):
-            due.append(r.next_at)
+        if r is not None and r.speech is not None and not r.speech.done:
+            due.append(r.speech.due())
         return min((t for t in due if t is not None), default=None)
 
     # -- introspection --------------------------------------------------------------------------------------
@@ -973,22 +967,13 @@ class RealtimeFamilyConnection(OpenAICore):
         if r.in_conversation:
             self._items[r.item_id] = _Item(item)
         self._event("response.content_part.added", **r.part(part=_part(r.text_only, "", "")))
-        if r.text_only:
-            r.chunks = [_Chunk(b"", words, 0)]
-        else:
-            fmt = r.fmt
-            step = max(1, int(round(fmt.rate * self.options.chunk_ms / 1000))) * fmt.sample_width
-            pieces = [audio[i : i + step] for i in range(0, len(audio), step)] or [b""]
-            n = len(pieces)
-            r.chunks = [
-                _Chunk(
-                    p,
-                    words[len(words) * i // n : len(words) * (i + 1) // n],
-                    int(ms_of(fmt, len(p)) * NS_PER_MS),
-                )
-                for i, p in enumerate(pieces)
-            ]
-        r.next_at = now
+        fmt = r.fmt
+        step = max(1, int(round(fmt.rate * self.options.chunk_ms / 1000))) * fmt.sample_width
+
+        def gap(nbytes: int, now: int) -> int:  # the chunk's real-time length over the speed
+            return int(int(ms_of(fmt, nbytes) * NS_PER_MS) / self._schedule.speed(now, self.options.speed))
+
+        r.speech = Speech(b"" if r.text_only else audio, step, words, now, gap=gap)
         self._response = r
         self._pump(now)
 
@@ -1000,28 +985,27 @@ class RealtimeFamilyConnection(OpenAICore):
         if echo is not None and echo.audio is not None and echo.fmt == fmt:
             audio = echo.audio
         else:
-            frequency = 0.0 if turn.reply == "silence" else turn.frequency_hz
-            audio = tone(fmt, frequency, 0, int(round(fmt.rate * ms / 1000)))
+            audio = turn_audio(turn, fmt, int(round(fmt.rate * ms / 1000)))
         kind = "echo" if echo is not None else "silence" if turn.reply == "silence" else "tone"
         return audio, turn.transcript if turn.transcript is not None else label(kind, turn_no, ms / 1000)
 
     def _pump(self, now: int) -> None:
         """Send every chunk of the active response that is due at `now`; finish it after the last."""
         r = self._response
-        while r is not None and r is self._response and r.sent < len(r.chunks) and r.next_at <= now:
-            chunk = r.chunks[r.sent]
-            r.sent += 1
-            if r.first_at is None:
-                r.first_at = r.next_at
-            if chunk.audio:
-                delta = base64.b64encode(chunk.audio).decode("ascii")
+        while r is not None and r is self._response and r.speech is not None:
+            chunk = r.speech.take(now)
+            if chunk is None:
+                return
+            audio, words = chunk
+            if audio:
+                delta = base64.b64encode(audio).decode("ascii")
                 if self._corrupt_audio:
                     self._corrupt_audio, delta = False, _INVALID_B64
                 self._event("response.output_audio.delta", **r.part(delta=delta))
-                r.audio_ms += ms_of(r.fmt, len(chunk.audio))
+                r.audio_ms += ms_of(r.fmt, len(audio))
                 self._audio_out_any = True
-            for i, word in enumerate(chunk.words):
-                last = r.sent == len(r.chunks) and i == len(chunk.words) - 1
+            for i, word in enumerate(words):
+                last = r.speech.done and i == len(words) - 1
                 delta = word if last else word + " "
                 if r.text_only:
                     self._event(self.dialect.text_delta_type, **r.part(delta=delta))
@@ -1029,9 +1013,7 @@ class RealtimeFamilyConnection(OpenAICore):
                     self._event("response.output_audio_transcript.delta", **r.part(delta=delta))
                     if "text" in r.modalities and self.dialect.text_alongside_audio:
                         self._event(self.dialect.text_delta_type, **r.part(delta=delta))
-                r.words.append(word)
-            r.next_at += int(chunk.ns / self._schedule.speed(now, self.options.speed))
-            if r.sent == len(r.chunks):
+            if r.speech.done:
                 self._finish(r, "completed", None, now)
 
     def _finish(self, r: _Response, status: str, reason: str | None, now: int) -> None:
@@ -1059,7 +1041,8 @@ class RealtimeFamilyConnection(OpenAICore):
         td = self._td
         idle = td.get("idle_timeout_ms")
         if d.idle_timeout and td.get("type") == "server_vad" and idle:
-            played_out = (r.first_at if r.first_at is not None else now) + int(r.audio_ms * NS_PER_MS)
+            first_at = r.speech.first_at if r.speech is not None else None
+            played_out = (first_at if first_at is not None else now) + int(r.audio_ms * NS_PER_MS)
             self._idle_at = max(now, played_out) + int(idle) * NS_PER_MS
 
     def _previous_of(self, item_id: str | None) -> str | None:
