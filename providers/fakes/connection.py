@@ -33,7 +33,12 @@ from providers.fakes.server import (
     shorten_audio,
 )
 
-__all__ = ["FakeCore", "parse_client"]
+__all__ = ["FakeCore", "parse_client", "soonest"]
+
+
+def soonest(*times: int | None) -> int | None:
+    """The earliest of the deadlines that are set (None: none is)."""
+    return min((t for t in times if t is not None), default=None)
 
 
 def parse_client(data: str | bytes) -> tuple[dict[str, Any] | None, str | None, bool]:

@@ -75,7 +75,7 @@ from http import HTTPStatus
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from providers.fakes.connection import FakeCore, parse_client
+from providers.fakes.connection import FakeCore, parse_client, soonest
 from providers.fakes.echo import EchoModel, EchoOptions, UtteranceDetected, UtteranceStarted, check_options
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.kit_openai import ms_of, whole_samples
@@ -499,20 +499,12 @@ class GeminiFakeConnection(FakeCore):
             return None
         if self._reject is not None:
             return self._created
-        candidates = [
-            self._setup_complete_at,
-            self._next_update,
-            self._go_away_at,
-            self._close_at,
-            self._cap_at,
-        ]
-        if self._faults is not None:
-            candidates.append(self._faults.next_deadline())
-        reply = self._reply
+        faults = self._faults.next_deadline() if self._faults is not None else None
+        reply, speech = self._reply, None
         if reply is not None and reply.speech is not None:
-            candidates.append(reply.done_at if reply.speech.done else reply.speech.due())
-        due = [t for t in candidates if t is not None]
-        return min(due) if due else None
+            speech = reply.done_at if reply.speech.done else reply.speech.due()
+        timers = (self._setup_complete_at, self._next_update, self._go_away_at, self._close_at, self._cap_at)
+        return soonest(*timers, faults, speech)
 
     @property
     def replying(self) -> bool:

@@ -78,7 +78,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Unpack
 
-from providers.fakes.connection import parse_client
+from providers.fakes.connection import parse_client, soonest
 from providers.fakes.echo import EchoModel, EchoOptions, MediaClock, Utterance, UtteranceDetected, codec
 from providers.fakes.faults import Fault, FaultKind, FaultSchedule
 from providers.fakes.kit_openai import (
@@ -365,18 +365,11 @@ class LiveFakeConnection(OpenAICore):
         """The next deadline, kept in `_next_due` at the end of every driver (they alone change it)."""
         if self._closing:
             return None
-        due = self._fault_deadline()
         if self._half_open:
-            return due
-        for t in (self._announce_at, self._speaker_deadline() if self._resource is not None else None):
-            if t is not None and (due is None or t < due):
-                due = t
-        if self._resource is not None:  # both set when the session started
-            assert self._next_usage is not None and self._expires is not None
-            t = min(self._next_usage, self._expires)
-            if due is None or t < due:
-                due = t
-        return due
+            return self._fault_deadline()
+        started = self._resource is not None
+        speaker = self._speaker_deadline() if started else None
+        return soonest(self._fault_deadline(), self._announce_at, speaker, self._next_usage, self._expires)
 
     @property
     def started(self) -> bool:
@@ -429,10 +422,7 @@ class LiveFakeConnection(OpenAICore):
     # -- faults ---------------------------------------------------------------------------------------------
 
     def _fault_deadline(self) -> int | None:
-        due, stall = self._schedule.next_deadline(), self._stall_until
-        if stall is None:
-            return due
-        return stall if due is None else min(due, stall)
+        return soonest(self._schedule.next_deadline(), self._stall_until)
 
     def _faults_at(self, now: int) -> None:
         """Fire what the schedule has due at `now`, then end a stall whose time is up."""

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Unpack
 from urllib.parse import parse_qs, urlsplit
 
-from providers.fakes.connection import parse_client
+from providers.fakes.connection import parse_client, soonest
 from providers.fakes.echo import (
     EchoModel,
     EchoOptions,
@@ -490,16 +490,9 @@ class RealtimeFamilyConnection(OpenAICore):
         if self._closing or self._half_open:
             return None
         r = self._response
-        due = [
-            self._handshake_at,
-            self._expires,
-            self._next_ping,
-            self._idle_at,
-            self._schedule.next_deadline(),
-        ]
-        if r is not None and r.speech is not None and not r.speech.done:
-            due.append(r.speech.due())
-        return min((t for t in due if t is not None), default=None)
+        speech = r.speech.due() if r is not None and r.speech is not None and not r.speech.done else None
+        schedule = self._schedule.next_deadline()
+        return soonest(self._handshake_at, self._expires, self._next_ping, self._idle_at, schedule, speech)
 
     # -- introspection --------------------------------------------------------------------------------------
 
