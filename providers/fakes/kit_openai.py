@@ -19,10 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Required, TypedDict
 
-import numpy as np
-
 from providers.fakes.connection import FakeCore
-from providers.fakes.echo import codec
 from providers.fakes.faults import Fault
 from providers.fakes.schema import ClientError, Str, members, validate
 from providers.fakes.script import Script
@@ -41,13 +38,11 @@ __all__ = [
     "decode_audio",
     "fake_server",
     "ms_of",
-    "tone",
     "whole_samples",
 ]
 
 NOT_JSON = "The client event is not valid JSON."
 NOT_AN_OBJECT = "A client event must be a JSON object."
-TONE_AMPLITUDE = 0.3  # of full scale: about -10 dBFS peak, clearly voiced, far from clipping
 
 
 # -- audio ----------------------------------------------------------------------------------------------------
@@ -76,20 +71,6 @@ def whole_samples(carry: bytes, raw: bytes, width: int) -> tuple[bytes, bytes]:
     data = carry + raw
     whole = len(data) - len(data) % width
     return data[:whole], data[whole:]
-
-
-def tone(
-    fmt: AudioFormat, frequency_hz: float, first: int, count: int, amplitude: float = TONE_AMPLITUDE
-) -> bytes:
-    """Samples [first, first + count) of a sine starting at phase 0, in `fmt` (0 Hz: silence); chunks cut this way
-    join seamlessly."""
-    if frequency_hz <= 0:
-        pcm = bytes(2 * count)
-    else:
-        n = np.arange(first, first + count, dtype=np.float64)
-        wave = np.round(amplitude * 32767 * np.sin(2 * np.pi * frequency_hz * n / fmt.rate))
-        pcm = wave.astype("<i2").tobytes()
-    return codec(fmt.encoding)[1](pcm)
 
 
 def b64_length(text: str) -> int | None:

@@ -21,17 +21,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from providers.fakes.echo import MediaClock
-from providers.fakes.kit_openai import tone
+import numpy as np
+
+from providers.fakes.echo import MediaClock, codec
 from providers.fakes.script import Turn
 from rtp.audio import AudioFormat
 
-__all__ = ["Speech", "turn_audio"]
+__all__ = ["TONE_AMPLITUDE", "Speech", "turn_audio"]
+
+TONE_AMPLITUDE = 0.3  # of full scale: about -10 dBFS peak, clearly voiced, far from clipping
 
 
 def turn_audio(turn: Turn, fmt: AudioFormat, samples: int) -> bytes:
-    """A tone or silence turn's `samples` in `fmt` (an echo turn without audio to echo speaks its tone)."""
-    return tone(fmt, 0.0 if turn.reply == "silence" else turn.frequency_hz, 0, samples)
+    """A tone turn's `samples` in `fmt`, a sine from phase 0 (an echo turn with nothing to echo speaks its tone);
+    a silence turn's, digital silence."""
+    if turn.reply == "silence" or turn.frequency_hz <= 0:
+        pcm = bytes(2 * samples)
+    else:
+        n = np.arange(samples, dtype=np.float64)
+        wave = np.round(TONE_AMPLITUDE * 32767 * np.sin(2 * np.pi * turn.frequency_hz * n / fmt.rate))
+        pcm = wave.astype("<i2").tobytes()
+    return codec(fmt.encoding)[1](pcm)
 
 
 class Speech:
