@@ -5,6 +5,11 @@
 - `transfer_call`: a blind transfer by SIP REFER to one of the configured targets; the model is told the
   outcome the transferee reported by NOTIFY (answered, busy, refused...). After a successful transfer the
   bridge leaves the call.
+  One transfer at a time per call, whoever asked (the model's tool or the application's `LiveCall.transfer`),
+  as RFC 3515 implementations keep one REFER at a time per dialog: a leg's `TransferProgress` events do not
+  say which REFER they answer, so the final one belongs to the one transfer in progress. A second one is
+  refused where it is asked: the model's tool gets `transferred: false` with the error, the application a
+  `TransferInProgress`, and nothing is sent.
 - `send_dtmf`: RFC 4733 digits to the caller's side (an IVR behind the caller, a conference PIN).
 - `pause_recording` / `resume_recording` (`recording_tools`): the call's recording (bridge/server/recording.py);
   the model is told whether it changed anything.
@@ -147,6 +152,11 @@ def transfer_target(options: TelephonyOptions, arguments: str) -> tuple[str, str
     return None
 
 
+class TransferInProgress(RuntimeError):
+    """`LiveCall.transfer` while another transfer of the call (the model's or the application's) awaits its
+    final outcome: nothing was sent (one REFER at a time per dialog)."""
+
+
 def result(**fields: object) -> str:
     return json.dumps(fields)
 
@@ -176,6 +186,17 @@ class TelephonyTools:
         self._delegations = delegations
         self._ending = ending
         self._transfer_job: str | None = None  # the transfer_call job waiting for the transferee's answer
+        self._application_transfer = False  # LiveCall.transfer's REFER waits for its final outcome
+
+    @property
+    def transferring(self) -> bool:
+        """A transfer (the model's or the application's) waits for its final outcome."""
+        return self._transfer_job is not None or self._application_transfer
+
+    def application_transfer(self) -> None:
+        """The application's REFER was sent (the shell checked `transferring` first): its final outcome is its
+        own, never the answer to a transfer_call job."""
+        self._application_transfer = True
 
     def handles(self, request: JobRequest) -> bool:
         return request.name in self.options.names
@@ -201,7 +222,7 @@ class TelephonyTools:
             return result(ok=True, note=END_CALL_NOTE)
         if request.name == TRANSFER_CALL:
             target = transfer_target(self.options, request.arguments)
-            if target is None or self._transfer_job is not None:
+            if target is None or self.transferring:
                 why = "a transfer is already in progress" if target else "unknown destination"
                 return result(transferred=False, error=why)
             self._transfer_job = request.job_id
@@ -220,8 +241,11 @@ class TelephonyTools:
         return result(sent=digits)
 
     def transfer_progress(self, status: int, reason: str, final: bool, token: int, at_ms: int) -> None:
-        """The transferee's answer, for the model once it is final."""
-        if final and self._transfer_job is not None:
+        """The transferee's answer, for the model once it is final (the application's transfer: for nobody
+        here, the shell logs it)."""
+        if final and self._application_transfer:
+            self._application_transfer = False
+        elif final and self._transfer_job is not None:
             job, self._transfer_job = self._transfer_job, None
             output = result(transferred=200 <= status < 300, status=status, reason=reason)
             self._delegations.job_answered(job, output, token, at_ms)

@@ -201,9 +201,11 @@ class LiveCall:
         """Cold (blind) transfer by SIP REFER to `target`, a sip:, sips: or tel: URI, the REFER carrying
         `headers` (checked as `hang_up`'s). ValueError for a bad target or header, nothing sent. When the
         transferee reports that the target answered, the bridge hangs up ("transferred to <target>"); any other
-        outcome leaves the call up and is logged (sip/leg.py `CallLeg.transfer`)."""
+        outcome leaves the call up and is logged (sip/leg.py `CallLeg.transfer`). One transfer at a time per
+        call: while one (the model's transfer_call or an earlier one of these) awaits its outcome, this raises
+        `TransferInProgress` (bridge/engine/telephony.py) and nothing is sent."""
         checked = self._checked(headers)
-        self._session._transfer(TransferCall(validate_transfer_target(target), checked))
+        self._session.transfer(TransferCall(validate_transfer_target(target), checked))
 
     def _checked(self, headers: Mapping[str, str] | Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
         checked = check_headers(headers)

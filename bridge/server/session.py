@@ -85,7 +85,7 @@ from bridge.engine.coordinator import CoordinatorOptions, SessionCoordinator
 from bridge.engine.delegations import DeliverResult, DispatchJob, JobRequest, SendContext
 from bridge.engine.early_media import EarlyMedia, EarlyMediaWindow
 from bridge.engine.recovery import seeded_settings
-from bridge.engine.telephony import TelephonyOptions
+from bridge.engine.telephony import TelephonyOptions, TransferInProgress
 from bridge.server.log import log_notice
 from bridge.server.records import RecordingChanged
 from providers.base import DeliversEvents, Provider, ProviderUnavailable, ResumptionRejected, SessionSettings
@@ -1152,6 +1152,16 @@ class CallSession:
                 "failed" if command.failed else "ends",
                 command.reason,
             )
+
+    def transfer(self, command: cmd.TransferCall) -> None:
+        """The application's transfer (`LiveCall.transfer`): one at a time per call, the model's included
+        (bridge/engine/telephony.py); TransferInProgress, nothing sent, while one awaits its outcome."""
+        core = self.coordinator
+        if core is not None and core.telephony.transferring:
+            raise TransferInProgress(f"call {self.call_id}: a transfer is already in progress")
+        self._transfer(command)
+        if core is not None:
+            core.telephony.application_transfer()
 
     def _transfer(self, command: cmd.TransferCall) -> None:
         log.info("call %s transferring to %s", self.call_id, command.target)

@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from bridge.engine.delegations import DeliverResult
-from bridge.engine.telephony import TelephonyOptions, tool_specs
+from bridge.engine.telephony import TelephonyOptions, TransferInProgress, tool_specs
+from bridge.server.api import LiveCall
 from bridge.server.session import CallSession
 from providers.events import AudioReceived, SessionClosed, ToolCallRequested
 from rtp.audio import PCMU_8K
@@ -94,6 +97,39 @@ async def test_dl6_transfer_call_sends_refer_and_reports_the_transferee_s_answer
     provider.queue.put_nowait(ToolCallRequested(1, "call_x", "send_dtmf", '{"digits": "12x"}'))
     await until(lambda: len(provider.results) == 3)
     assert leg.digits == ["12#"] and "error" in json.loads(provider.results[2][1]) and ran == []
+    leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
+    await asyncio.wait_for(task, 5)
+
+
+async def test_one_transfer_at_a_time_the_application_s_outcome_never_answers_the_model_s_job() -> None:
+    # RFC 3515: one REFER at a time per dialog; a leg's TransferProgress does not say which REFER it answers
+    leg, provider = TelephonyLeg(), TextProvider()
+    session = CallSession(leg, provider, clock=virtual_time.loop_clock(), telephony_options=OPTIONS)
+    live, task = LiveCall(leg.identity, session), asyncio.create_task(session.run())
+    provider.queue.put_nowait(ToolCallRequested(1, "call_t", "transfer_call", '{"destination": "sales"}'))
+    await until(lambda: leg.transfers)
+    with pytest.raises(TransferInProgress, match="already in progress"):
+        live.transfer("sip:agent@127.0.0.1:5070")  # the model's transfer is still waiting for its answer
+    assert leg.transfers == ["sip:sales@127.0.0.1:5090"] and not provider.results  # no second REFER
+    leg.queue.put_nowait(TransferProgress("sip:sales@127.0.0.1:5090", 486, "Busy Here", True))
+    await asyncio.wait_for(provider.answered.wait(), 5)
+    assert [(c, json.loads(o)) for c, o in provider.results] == [
+        ("call_t", {"transferred": False, "status": 486, "reason": "Busy Here"})
+    ]
+    live.transfer("sip:agent@127.0.0.1:5070")  # the application's, now that none is in progress
+    provider.queue.put_nowait(ToolCallRequested(1, "call_u", "transfer_call", '{"destination": "sales"}'))
+    await until(lambda: len(provider.results) == 2)
+    assert json.loads(provider.results[1][1]) == {
+        "transferred": False,
+        "error": "a transfer is already in progress",
+    }
+    leg.queue.put_nowait(
+        TransferProgress("sip:agent@127.0.0.1:5070", 603, "Decline", True)
+    )  # the application's
+    provider.queue.put_nowait(ToolCallRequested(1, "call_v", "transfer_call", '{"destination": "sales"}'))
+    await until(lambda: len(leg.transfers) == 3)  # the model's, once the application's outcome came
+    assert leg.transfers[1:] == ["sip:agent@127.0.0.1:5070", "sip:sales@127.0.0.1:5090"]
+    assert len(provider.results) == 2  # the application's outcome answered no job of the model's
     leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
     await asyncio.wait_for(task, 5)
 
