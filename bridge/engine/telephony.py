@@ -24,6 +24,10 @@ commands out.
 model's end_call (its own goodbye, once played), a failed session or a refused rollover (the closing message,
 then BYE), and the windows after the call: a caller BYE waits `close_ms` for the provider's final usage, a
 BYE the bridge sent waits `drain_ms` for the leg to end. All of them are core deadlines, never sleeps.
+A goodbye asked with a reason of its own (the no-input timeout, the route's budget, the time limit, the drain,
+an answering machine's message) is the bridge's policy ending the call, not the model's choice: once it has
+ended the session, `CallEnding.by_bridge` says so, and the call record's `ended_by` is "bridge" (the reason
+says which); the model's end_call, a failed session and the provider's close stay "provider".
 """
 
 from __future__ import annotations
@@ -273,6 +277,7 @@ class CallEnding:
         self._goodbye: tuple[int, int] | None = None  # end_call: (next check, give up at), ns
         self._goodbye_spoken = False
         self._goodbye_reason = END_CALL_REASON
+        self.by_bridge = False  # the session was ended by a goodbye the bridge's policy asked for
         self._hangup: tuple[int, str] | None = None  # BYE once the closing message has played: (at, reason)
         self._close_due: int | None = None
         self._drain_due: int | None = None
@@ -353,6 +358,7 @@ class CallEnding:
             played = self._goodbye_spoken and self._output.drained(now)
             if played or now >= self._goodbye[1]:
                 self._goodbye = None
+                self.by_bridge = self._goodbye_reason != END_CALL_REASON  # the session ends with it (`end`)
                 return self._goodbye_reason
             self._goodbye = (now + TICK_NS, self._goodbye[1])
         return None

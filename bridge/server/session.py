@@ -570,7 +570,7 @@ class CallSummary:
     duration_s: float
     frames_in: int
     frames_out: int
-    ended_by: str  # "caller", "bridge" or "provider"
+    ended_by: str  # "caller", "bridge" (its own policy too: no input, budget, limits) or "provider"
     reason: str
     usage_seconds: float | None
 
@@ -838,7 +838,7 @@ class CallSession:
             **self.links.carriers(),
             **self._hooks.carriers(self._spawn),
             cmd.EndSession: self._session_ended,
-            cmd.HangUp: lambda c: self._hangup(self._hangup_by, c.reason),
+            cmd.HangUp: lambda c: self._hangup(self._bye_by(), c.reason),
             cmd.TransferCall: self._transfer,
             cmd.SendDtmf: self._send_dtmf,
             cmd.RecordingTool: self._recording_tool,
@@ -1368,6 +1368,12 @@ class CallSession:
             log.warning(
                 "call %s: the application's card_collected failed: %s", self.call_id, type(exc).__name__
             )
+
+    def _bye_by(self) -> str:
+        """Whom the core's BYE is put down to: the bridge when its policy's goodbye ended the session (no input,
+        budget, time limit, drain: bridge/engine/telephony.py `CallEnding.by_bridge`), else `_hangup_by`."""
+        core = self.coordinator
+        return "bridge" if core is not None and core.ending.by_bridge else self._hangup_by
 
     def _hangup(self, by: str, reason: str) -> None:
         if self._ended is None and not self._ended_by:

@@ -8,7 +8,9 @@ import json
 
 import pytest
 
+from bridge.engine.coordinator import CoordinatorOptions
 from bridge.engine.delegations import DeliverResult
+from bridge.engine.no_input import NO_INPUT_REASON, NoInputOptions
 from bridge.engine.telephony import TelephonyOptions, TransferInProgress, tool_specs
 from bridge.server.api import LiveCall
 from bridge.server.session import CallSession
@@ -152,6 +154,19 @@ async def test_dl6_end_call_lets_the_goodbye_play_then_hangs_up() -> None:
     summary = await asyncio.wait_for(task, 5)
     assert leg.hangups and "end_call" in leg.hangups[0] and summary.ended_by == "provider"
     assert leg.played_at_hangup == 7  # the whole goodbye (1024 bytes = 128 ms = 7 frames) left before the BYE
+
+
+async def test_a_goodbye_the_bridge_s_policy_asked_for_is_put_down_to_the_bridge_not_the_model() -> None:
+    # the no-input timeout's goodbye (the budget's, the time limit's and the drain's take the same path:
+    # CallEnding.end_after_goodbye with their reason); the model's own end_call stays "provider" (above)
+    leg, provider = TelephonyLeg(), TextProvider()
+    options = CoordinatorOptions(no_input=NoInputOptions(timeout_ms=5_000))
+    session = CallSession(
+        leg, provider, clock=virtual_time.loop_clock(), options=options, telephony_options=OPTIONS
+    )
+    summary = await asyncio.wait_for(session.run(), 60)  # a check-in, a goodbye nobody said, the BYE
+    assert leg.hangups == [NO_INPUT_REASON]
+    assert (summary.ended_by, summary.reason) == ("bridge", NO_INPUT_REASON)
 
 
 async def test_dl6_the_caller_s_keys_reach_the_application_and_the_model() -> None:

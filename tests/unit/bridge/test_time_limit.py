@@ -91,4 +91,5 @@ def test_the_goodbye_is_played_before_the_bye_which_names_the_limit() -> None:
     assert not [c for c in call.commands if isinstance(c, HangUp)]  # not while it plays
     call.tick(count=30)
     assert [c for c in call.commands if isinstance(c, HangUp)] == [HangUp(REASON)]
+    assert call.core.ending.by_bridge  # the record's ended_by: "bridge"
     assert len(call.sent) == 15  # every goodbye frame left before the BYE

@@ -107,6 +107,7 @@ def test_the_budget_ends_the_call_with_one_goodbye() -> None:
     call.provider(AudioReceived(1, pcmu_tone(600), PCMU_8K, "bye"))  # the model's goodbye plays
     call.tick(count=60)
     assert _ends(call) == [EndSession("budget", False)]
+    assert call.core.ending.by_bridge  # the record's ended_by: "bridge", the model did not choose to end
     call.provider(UsageUpdated(1, audio_seconds=60.0))  # its final usage after the end
     assert len(_updates(call)) == 1 and len(_ends(call)) == 1
 
