@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
@@ -83,7 +83,8 @@ FINAL_MESSAGE_ITEM = (
 class RecordingChanged:
     """The call's recording paused or resumed (bridge/server/recording.py): `by` "application", "model" or
     "card" (a payment-card collection, bridge/engine/card.py); `at_ms` on the session timeline, which is the
-    recording's own clock (an offset into the WAV file)."""
+    recording's own clock: the WAV begins at 0 there, or with a recording consent at `recording_start_ms`
+    (the record's `recording_gaps` are offsets into the WAV: `_gaps_in_wav`)."""
 
     paused: bool
     by: str
@@ -1144,7 +1145,7 @@ class RecordBuilder:
             consent=self._consent_stamp(outcome.recording_start_ms),
             latency=self.turns.summary(),
             cost=cost if isinstance(cost := status.get("cost"), Mapping) else None,
-            recording_gaps=tuple(dict(g) for g in self.recording_gaps),
+            recording_gaps=_gaps_in_wav(self.recording_gaps, outcome.recording_start_ms),
             card_collections=tuple(self.card_collections),
         )
         return out, record
@@ -1179,6 +1180,22 @@ def _first_words(
     if lost is not None and result.outcome == "delivered":
         return replace(result, outcome="partial", reason=lost)
     return result
+
+
+def _gaps_in_wav(gaps: Iterable[Mapping[str, Any]], start_ms: int | None) -> tuple[dict[str, Any], ...]:
+    """The recording's gaps as offsets into the WAV, which begins at `start_ms` on the session timeline (a
+    recording consent: where the announcement ended; None: no WAV began later than the call, the times stand):
+    a gap that began before the WAV starts at 0, one that ended before it is not in the file and is left out
+    (as the file's cue points, bridge/server/recording.py `marks`)."""
+    if not start_ms:
+        return tuple(dict(g) for g in gaps)
+    kept = []
+    for gap in gaps:
+        end = gap["end_ms"]
+        if end is None or end > start_ms:
+            begin = max(0, gap["start_ms"] - start_ms)
+            kept.append({**gap, "start_ms": begin, "end_ms": None if end is None else end - start_ms})
+    return tuple(kept)
 
 
 def _one_way_audio(qos: object) -> str | None:

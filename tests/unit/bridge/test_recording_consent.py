@@ -19,7 +19,7 @@ from bridge.engine.commands import BargedIn, DisclosureResult, RecoveryChanged, 
 from bridge.engine.coordinator import CoordinatorOptions, SessionCoordinator
 from bridge.engine.disclosure import CONSENT_ITEM, DISCLOSURE_ITEM, Disclosure
 from bridge.server.recording import CallRecording, WavWriter
-from bridge.server.records import CallRecord, RecordBuilder
+from bridge.server.records import CallRecord, RecordBuilder, RecordingChanged
 from providers.events import AudioReceived, SessionStarted, SpeechStarted
 from providers.limits import OPENAI_REALTIME
 from rtp.audio import PCMU_8K
@@ -233,6 +233,34 @@ def test_a_line_said_whole_starts_the_recording_where_it_ended_and_keeps_the_cal
     assert tap.start_ms == 2_000 and left[0] == 1100  # from 2,000 ms: the reply kept while the verdict came
     _, record = b.finish(replace(outcome(), recording_start_ms=tap.start_ms), 3_000 * MS)
     assert record.consent is not None and record.consent.to_json()["how"] == "text"
+
+
+def test_the_record_s_recording_gaps_are_offsets_into_the_wav_that_begins_after_the_consent() -> None:
+    ledger, tap, b = _text_call()
+    b.notice(Transcript("assistant", f"{LINE} How can I help?", 0, True), 0)
+    _transmit(ledger, "item_a", 0, 100)  # the line: 0-2,000 ms, the WAV begins where it ended
+    changes = [(300, True, "model"), (600, False, "model"), (1_500, True, "application")]
+    changes += [(2_500, False, "application"), (4_000, True, "card")]  # the card's gap runs to the end
+    for at, paused, by in changes:  # as the session does it: the tap, and the record told
+        card = by == "card"
+        assert tap.pause(at * MS, by, card=card) if paused else tap.resume(at * MS, card=card)
+        b.notice(RecordingChanged(paused, by, at), at * MS)
+        if at == 2_500:
+            assert b.handle_timer(2_600 * MS)  # the consent's verdict
+            tap.verdict(b.consent)  # type: ignore[arg-type]
+    assert tap.start_ms == 2_000
+    _, record = b.finish(replace(outcome(), recording_start_ms=tap.start_ms), 5_000 * MS)
+    # the one before the WAV is not in it; the one it began in starts at 0
+    assert record.to_json()["recording_gaps"] == [
+        {"start_ms": 0, "end_ms": 500, "by": "application"},
+        {"start_ms": 2_000, "end_ms": None, "by": "card"},
+    ]
+    # the same places as the file's own cue points (8 samples a ms)
+    assert tap.marks()[2:] == [
+        (0, "recording paused (application)"),
+        (500 * 8, "recording resumed"),
+        (2_000 * 8, "recording paused (card)"),
+    ]
 
 
 def test_a_barge_in_that_cuts_the_line_means_no_consent_and_no_recording() -> None:
