@@ -207,7 +207,7 @@ def test_the_example_file_runs_as_a_deployment(tmp_path: Path) -> None:
             ch = Channel(udp, ("127.0.0.1", sip), "UDP")
             final, branch, uri = _invite(ch, "+493012345678", "ex-udp-sales")
             assert final.status == 200, final
-            ch.send(_request(ch, "ACK", uri, "ex-udp-sales", 2, f"ack-{branch}", to_tag=_to_tag(final)))
+            ch.send(_request(ch, "ACK", uri, "ex-udp-sales", 1, f"ack-{branch}", to_tag=_to_tag(final)))
             bridge.wait_for(r"route sales", 5)
             # [telephony] max_call_duration_s (2 s here): the goodbye asked of the model, then the bridge's BYE
             began = time.monotonic()
@@ -222,7 +222,7 @@ def test_the_example_file_runs_as_a_deployment(tmp_path: Path) -> None:
             final, branch, uri = _invite(ch, "08001234", "ex-udp-support")
             assert final.status == 200, final
             bridge.wait_for(r"route support\b", 5)
-            ch.send(_request(ch, "ACK", uri, "ex-udp-support", 2, f"ack-{branch}", to_tag=_to_tag(final)))
+            ch.send(_request(ch, "ACK", uri, "ex-udp-support", 1, f"ack-{branch}", to_tag=_to_tag(final)))
             ch.send(_request(ch, "BYE", uri, "ex-udp-support", 3, "bye-support", to_tag=_to_tag(final)))
 
         # [inbound] + the trunks' allowlists: a source outside them gets 403 (drop_unknown = false)
