@@ -256,12 +256,15 @@ class LiveCall:
         return self._session.cancel_card()
 
     def say_goodbye(self, note: str, reason: str) -> bool:
-        """The drain timeout: the model is asked for a short goodbye (`note`), then BYE once it has
-        been played (or after the goodbye timeout); False when the call is not live (then hang it up)."""
+        """The drain timeout, the time limit or the application's own: the model is asked for a short goodbye
+        (`note`), then BYE with `reason` once it has been played (or after the goodbye timeout); False when the
+        call is not live (then hang it up). The record's `ended_by` is "bridge" (not the model's choice nor the
+        caller's: bridge/engine/telephony.py `CallEnding.by_bridge`; the record has no "application" value),
+        its `reason` this `reason`; an empty one is the model's `end_call` and stays "provider"."""
         core = self._session.coordinator
         if core is None or core.ending.ended or not self._session.push_update(note, speak=True):
             return False
-        core.ending.end_after_goodbye(time.monotonic_ns(), reason)  # the Server's sessions run on this clock
+        core.ending.end_after_goodbye(self._session.now(), reason)  # on the session's clock, as its core
         return True
 
 

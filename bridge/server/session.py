@@ -1203,6 +1203,11 @@ class CallSession:
         self._inbox.put_nowait(_Wake())
         return accepted
 
+    def now(self) -> int:
+        """The session's clock (monotonic ns; the injected one: virtual time in the tests), for a core call the
+        application's side makes on this session (`LiveCall.say_goodbye`)."""
+        return self._clock()
+
     def push_fact(self, text: str) -> None:
         """A task fact or verified result: kept for the seed of any later connection (HR7), never spoken."""
         if self.coordinator is not None:

@@ -13,7 +13,7 @@ from bridge.engine.delegations import DeliverResult
 from bridge.engine.no_input import NO_INPUT_REASON, NoInputOptions
 from bridge.engine.telephony import TelephonyOptions, TransferInProgress, tool_specs
 from bridge.server.api import LiveCall
-from bridge.server.session import CallSession
+from bridge.server.session import CallSession, CallSummary
 from providers.events import AudioReceived, SessionClosed, ToolCallRequested
 from rtp.audio import PCMU_8K
 from sip.leg import CallEnded, DtmfReceived, TransferProgress
@@ -64,6 +64,14 @@ async def until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-unt
     async with asyncio.timeout(timeout):
         while not predicate():
             await asyncio.sleep(0)
+
+
+async def play_out(leg: FakeLeg, task: asyncio.Task[CallSummary]) -> None:
+    for tick in range(50):  # the media clock plays it out, one frame per 20 ms (bounded)
+        if task.done():
+            break
+        leg.playout.pull(tick * 20_000_000)
+        await asyncio.sleep(0.02)
 
 
 def test_dl6_the_tools_are_offered_only_when_enabled() -> None:
@@ -146,11 +154,7 @@ async def test_dl6_end_call_lets_the_goodbye_play_then_hangs_up() -> None:
     provider.queue.put_nowait(AudioReceived(1, bytes(range(256)) * 4, PCMU_8K))  # the goodbye (128 ms)
     await until(lambda: leg.playout.depth > 0)
     assert leg.hangups == []  # not while the goodbye waits to be played
-    for tick in range(50):  # the media clock plays it out, one frame per 20 ms (bounded)
-        if task.done():
-            break
-        leg.playout.pull(tick * 20_000_000)
-        await asyncio.sleep(0.02)
+    await play_out(leg, task)
     summary = await asyncio.wait_for(task, 5)
     assert leg.hangups and "end_call" in leg.hangups[0] and summary.ended_by == "provider"
     assert leg.played_at_hangup == 7  # the whole goodbye (1024 bytes = 128 ms = 7 frames) left before the BYE
@@ -167,6 +171,24 @@ async def test_a_goodbye_the_bridge_s_policy_asked_for_is_put_down_to_the_bridge
     summary = await asyncio.wait_for(session.run(), 60)  # a check-in, a goodbye nobody said, the BYE
     assert leg.hangups == [NO_INPUT_REASON]
     assert (summary.ended_by, summary.reason) == ("bridge", NO_INPUT_REASON)
+
+
+async def test_an_application_s_goodbye_ends_the_call_once_heard_on_the_session_s_clock() -> None:
+    # LiveCall.say_goodbye (the drain's and the time limit's way, or the application's own) runs the core on
+    # the session's clock: on the monotonic clock its goodbye's deadlines were nowhere near virtual time
+    leg, provider = TelephonyLeg(), TextProvider()
+    session = CallSession(leg, provider, clock=virtual_time.loop_clock(), telephony_options=OPTIONS)
+    live, task = LiveCall(leg.identity, session), asyncio.create_task(session.run())
+    await until(lambda: session.coordinator is not None)
+    assert live.say_goodbye("Say goodbye: the office is closing.", "closing time")
+    await until(lambda: provider.texts == [("Say goodbye: the office is closing.", True)])
+    provider.queue.put_nowait(AudioReceived(1, bytes(range(256)) * 4, PCMU_8K))  # the goodbye (128 ms)
+    await until(lambda: leg.playout.depth > 0)
+    assert leg.hangups == []  # not while the goodbye waits to be played
+    await play_out(leg, task)
+    summary = await asyncio.wait_for(task, 5)
+    assert leg.hangups == ["closing time"] and leg.played_at_hangup == 7  # the whole goodbye, then the BYE
+    assert (summary.ended_by, summary.reason) == ("bridge", "closing time")  # not the model's end_call
 
 
 async def test_dl6_the_caller_s_keys_reach_the_application_and_the_model() -> None:
