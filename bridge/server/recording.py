@@ -31,7 +31,8 @@ every frame of it), so it counts; the recording starts after its last frame eith
 Pausing (`CallRecording.pause`/`resume`: the application's or the model's `pause_recording`, and a payment-card
 collection, bridge/engine/card.py): while paused, neither channel keeps any audio, and the file gets silence for
 the gap's real duration, so the timeline stays true (a second in the file is a second of the call, and the
-record's times are offsets into it). Each gap (start, end, who asked) is kept in `gaps`, and the session tells
+record's `recording_gaps` and `card_collections` are offsets into it; its other times are on the call's timeline,
+where the file begins at `recording_start_ms`). Each gap (start, end, who asked) is kept in `gaps`, and the session tells
 the record (bridge/server/records.py `RecordingChanged`); the file marks each one too, as a cue point at its
 start ("recording paused (card)") and one at its end ("recording resumed"), in a RIFF `cue ` chunk with a
 `LIST`/`adtl` of their labels after the audio (read by audio editors; players skip it). A card collection holds its own pause: the application

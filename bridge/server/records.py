@@ -1146,7 +1146,7 @@ class RecordBuilder:
             latency=self.turns.summary(),
             cost=cost if isinstance(cost := status.get("cost"), Mapping) else None,
             recording_gaps=_gaps_in_wav(self.recording_gaps, outcome.recording_start_ms),
-            card_collections=tuple(self.card_collections),
+            card_collections=_cards_in_wav(self.card_collections, outcome.recording_start_ms),
         )
         return out, record
 
@@ -1196,6 +1196,19 @@ def _gaps_in_wav(gaps: Iterable[Mapping[str, Any]], start_ms: int | None) -> tup
             begin = max(0, gap["start_ms"] - start_ms)
             kept.append({**gap, "start_ms": begin, "end_ms": None if end is None else end - start_ms})
     return tuple(kept)
+
+
+def _cards_in_wav(cards: Iterable[CardEnded], start_ms: int | None) -> tuple[CardEnded, ...]:
+    """The card collections as offsets into the WAV, as its gaps (`_gaps_in_wav`: a card's gap is the same
+    span): one that began before the WAV starts at 0. One that ended before it is kept, at 0 to 0: the record
+    lists every collection (its outcome matters beyond the file), where a gap not in the file has nothing to
+    mark."""
+    if not start_ms:
+        return tuple(cards)
+    return tuple(
+        replace(c, started_ms=max(0, c.started_ms - start_ms), ended_ms=max(0, c.ended_ms - start_ms))
+        for c in cards
+    )
 
 
 def _one_way_audio(qos: object) -> str | None:

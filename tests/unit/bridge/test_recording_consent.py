@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bridge.engine.card import CardEnded
 from bridge.engine.commands import BargedIn, DisclosureResult, RecoveryChanged, Transcript
 from bridge.engine.coordinator import CoordinatorOptions, SessionCoordinator
 from bridge.engine.disclosure import CONSENT_ITEM, DISCLOSURE_ITEM, Disclosure
@@ -261,6 +262,33 @@ def test_the_record_s_recording_gaps_are_offsets_into_the_wav_that_begins_after_
         (500 * 8, "recording resumed"),
         (2_000 * 8, "recording paused (card)"),
     ]
+
+
+def test_the_record_s_card_collections_are_offsets_into_the_wav_as_their_gaps() -> None:
+    ledger, tap, b = _text_call()
+    b.notice(Transcript("assistant", f"{LINE} How can I help?", 0, True), 0)
+    _transmit(ledger, "item_a", 0, 100)  # the line: 0-2,000 ms, the WAV begins where it ended
+    cards = [(500, 900, "timeout"), (1_500, 3_000, "collected"), (4_000, 5_000, "cancelled")]
+    for start, end, result in cards:  # as the session does it: the card's pause and resume, then its notice
+        assert tap.pause(start * MS, "card", card=True)
+        b.notice(RecordingChanged(True, "card", start), start * MS)
+        if start == 1_500:
+            assert b.handle_timer(2_600 * MS)  # the consent's verdict
+            tap.verdict(b.consent)  # type: ignore[arg-type]
+        assert tap.resume(end * MS, card=True)
+        b.notice(RecordingChanged(False, "card", end), end * MS)
+        b.notice(CardEnded(result, start, end, "application"), end * MS)  # type: ignore[arg-type]
+    assert tap.start_ms == 2_000
+    _, record = b.finish(replace(outcome(), recording_start_ms=tap.start_ms), 6_000 * MS)
+    out = record.to_json()
+    # each collection where its gap is in the file; the one that began before it from 0, and the one that
+    # ended before it still listed (the record lists every collection), at 0
+    assert [(c["outcome"], c["started_ms"], c["ended_ms"]) for c in out["card_collections"]] == [
+        ("timeout", 0, 0),
+        ("collected", 0, 1_000),
+        ("cancelled", 2_000, 3_000),
+    ]
+    assert [(g["start_ms"], g["end_ms"]) for g in out["recording_gaps"]] == [(0, 1_000), (2_000, 3_000)]
 
 
 def test_a_barge_in_that_cuts_the_line_means_no_consent_and_no_recording() -> None:
