@@ -478,8 +478,10 @@ class WavWriter:
                 try:
                     await asyncio.wait_for(self._stop.wait(), self._interval)
                 except TimeoutError:
-                    pass
-                await self._flush(final=self._stop.is_set())
+                    await self._flush()
+            # the rest of the call, also when close() came while a once-a-second write was in its thread (the
+            # loop then ends without another turn: the end of the call would be lost)
+            await self._flush(final=True)
         except OSError as exc:
             log.error("recording %s: %s; not recording the rest of this call", self.path, exc)
             self.recording.abandon()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import wave
 from collections import deque
 from pathlib import Path
@@ -171,6 +172,37 @@ async def test_the_wav_file_has_two_channels_at_8_khz_16_bit(tmp_path: Path) -> 
         61,
         62,
     }
+
+
+async def test_a_close_while_a_write_is_in_its_thread_still_writes_the_rest_of_the_call(
+    tmp_path: Path,
+) -> None:
+    """close() during a once-a-second write: the writer still takes the rest (final), the file is the whole
+    call (the loop used to end at its next check, the end of the call lost)."""
+    rec, _ = scenario()
+    writer = WavWriter(rec, tmp_path / "call.wav", interval_s=0.01, clock=lambda: T0 + 600 * MS)
+    in_write, release = threading.Event(), threading.Event()
+    write = writer._write
+
+    def slow_write(block: bytes) -> None:  # the first write waits, in its thread, until close() was called
+        in_write.set()
+        release.wait(5)
+        write(block)
+
+    writer._write = slow_write  # type: ignore[method-assign]
+    writer.start()
+    for _ in range(500):  # bounded: until the first write is in its thread
+        if in_write.is_set():
+            break
+        await asyncio.sleep(0.01)
+    assert in_write.is_set()
+    closing = asyncio.create_task(writer.close())
+    await asyncio.sleep(0.05)  # close() has set the stop while the write is still in its thread
+    release.set()
+    assert await closing == str(tmp_path / "call.wav")
+    with wave.open(str(tmp_path / "call.wav"), "rb") as wav:
+        left, _ = channels(wav.readframes(wav.getnframes()))
+    assert len(left) == 100  # the whole 2 s of the caller, not the 600 ms of the first write
 
 
 def test_recording_paths_never_collide(tmp_path: Path) -> None:
