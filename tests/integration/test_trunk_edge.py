@@ -290,7 +290,7 @@ def test_max_call_duration_says_goodbye_then_ends_the_call(start_fake, start_bri
     # the engine hands the limit to the session (a goodbye from the model, then BYE), not a BYE at once
     bridge.wait_for(r"call-1: the call reached --max-call-duration \(2 s\); goodbye, then BYE", timeout=5)
     ended = bridge.wait_for(
-        r"call call-1 ended after [\d.]+ s by provider \(the call reached --max-call-duration \(2 s\)\): "
+        r"call call-1 ended after [\d.]+ s by bridge \(the call reached --max-call-duration \(2 s\)\): "
         r"frames in \d+, out (\d+)",
         timeout=10,
     )
