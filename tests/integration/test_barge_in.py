@@ -86,7 +86,9 @@ def test_caller_interrupts_the_echo_and_it_stops_within_two_frames(
         f"stopped {1000 * (stop - second_start) / RATE:.0f} ms after the second began, "
         f"{1000 * (stop - echo_start) / RATE:.0f} ms of it heard (ledger says {heard_ms} ms)"
     )
-    assert 0 <= stop - second_start <= int(0.2 * RATE)
+    # the lower bound allows the 20 ms windows `stop` is measured in and the dump's alignment within a frame
+    # (baresip's dec.wav is packet-indexed): -7 ms was seen on a clean clone
+    assert -int(0.04 * RATE) <= stop - second_start <= int(0.2 * RATE)
     assert abs(1000 * (stop - echo_start) / RATE - heard_ms) <= 60  # the ledger knows what the caller got
     bridge.wait_for(r"call call-1 ended after .* by caller")
 
