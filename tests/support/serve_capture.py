@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from click.testing import CliRunner
 
 from bridge.cli import commands as cli
 from bridge.server.api import Server
@@ -18,3 +21,16 @@ def capture_servers(monkeypatch: pytest.MonkeyPatch) -> list[Server]:
 
     monkeypatch.setattr(cli, "_run_server", fake_run)
     return servers
+
+
+def serve(args: list[str], captured: list[Server]) -> tuple[int, str]:
+    """`parlora-bridge serve ARGS` with the servers captured: its exit code and output."""
+    captured.clear()
+    result = CliRunner().invoke(cli.main, ["serve", *args])
+    return result.exit_code, result.output
+
+
+def config_file(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "bridge.toml"
+    path.write_text(text)
+    return path

@@ -10,32 +10,18 @@ import wave
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from bridge.cli import commands as cli
 from bridge.cli.config import load
 from bridge.cli.ops import RoutedApplication
 from bridge.server.api import Application, Server
 from sip.leg import CallIdentity
-from tests.support.serve_capture import capture_servers
+from tests.support.serve_capture import capture_servers, config_file, serve
 
 
 @pytest.fixture
 def captured(monkeypatch: pytest.MonkeyPatch) -> list[Server]:
     """The Server `serve` would run, instead of running it."""
     return capture_servers(monkeypatch)
-
-
-def serve(args: list[str], captured: list[Server]) -> tuple[int, str]:
-    captured.clear()
-    result = CliRunner().invoke(cli.main, ["serve", *args])
-    return result.exit_code, result.output
-
-
-def config_file(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "bridge.toml"
-    path.write_text(text)
-    return path
 
 
 def identity(called: str, direction: str = "inbound") -> CallIdentity:

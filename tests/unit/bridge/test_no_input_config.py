@@ -7,32 +7,18 @@ import asyncio
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from bridge.cli import commands as cli
 from bridge.cli.config import ConfigError, load
 from bridge.cli.ops import RoutedApplication
 from bridge.engine.no_input import NoInputOptions
 from bridge.server.api import Application, CallSetup, Server, ServerConfig, _no_input
 from sip.leg import CallIdentity
-from tests.support.serve_capture import capture_servers
+from tests.support.serve_capture import capture_servers, config_file, serve
 
 
 @pytest.fixture
 def captured(monkeypatch: pytest.MonkeyPatch) -> list[Server]:
     return capture_servers(monkeypatch)
-
-
-def serve(args: list[str], captured: list[Server]) -> tuple[int, str]:
-    captured.clear()
-    result = CliRunner().invoke(cli.main, ["serve", *args])
-    return result.exit_code, result.output
-
-
-def config_file(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "bridge.toml"
-    path.write_text(text)
-    return path
 
 
 def identity(called: str) -> CallIdentity:
