@@ -131,7 +131,7 @@ import os
 import re
 import tomllib
 import wave
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -723,6 +723,29 @@ class _Reader:
                 hint = f' (did you mean "{close[0]}"?)' if close else ""
                 self.fail(_join(path, key), f"unknown key{hint}; expected one of {', '.join(allowed)}")
 
+    def named_tables(
+        self,
+        parent: Mapping[str, object],
+        prefix: str,
+        what: str,
+        names: Sequence[str],
+        hints: Mapping[str, str] | None = None,
+    ) -> Iterator[tuple[str, dict[str, object], str]]:
+        """The [PREFIX.NAME] tables (`what` sections) whose NAME is one of `names`: (name, table, path); any other
+        NAME is a problem, with its hint if `hints` has one."""
+        for name, section in parent.items():
+            path = f"{prefix}.{name}"
+            if name not in names:
+                self.fail(
+                    path,
+                    f"expected a {what} section named one of {', '.join(names)}{(hints or {}).get(name, '')}; "
+                    f"got {json.dumps(name)}",
+                )
+            elif not isinstance(section, dict):
+                self.expect(path, "a table", section)
+            else:
+                yield name, section, path
+
     def table(self, parent: Mapping[str, object], key: str, path: str) -> dict[str, object]:
         value = parent.get(key, _MISSING)
         if value is _MISSING:
@@ -1140,18 +1163,9 @@ def _defaults(r: _Reader, t: dict[str, object]) -> Defaults:
 
 def _providers(r: _Reader, t: dict[str, object]) -> tuple[ProviderConfig, ...]:
     out = []
-    for name, section in t.items():
-        p = f"providers.{name}"
-        if name not in KINDS:
-            hint = " (echo needs no section)" if name == ECHO else ""
-            r.fail(
-                p,
-                f"expected a provider section named one of {', '.join(KINDS)}{hint}; got {json.dumps(name)}",
-            )
-            continue
-        if not isinstance(section, dict):
-            r.expect(p, "a table", section)
-            continue
+    for name, section, p in r.named_tables(
+        t, "providers", "provider", list(KINDS), {ECHO: " (echo needs no section)"}
+    ):
         r.keys(section, p, ["key_env", "model", "voice", "url", "ca", "append_ms"])
         url = r.string(section, "url", p, regex=re.compile(r"wss?://\S+"), what="a ws:// or wss:// URL")
         ca = r.file(section, "ca", p)
@@ -1177,17 +1191,7 @@ PRICING_KEYS = ("audio_per_minute", "input_tokens_per_million", "output_tokens_p
 def _pricing(r: _Reader, t: dict[str, object]) -> tuple[tuple[str, Pricing], ...]:
     """[pricing.NAME]: a provider's rates, each a number >= 0 (currency-less; a rate not given is 0)."""
     out = []
-    for name, section in t.items():
-        p = f"pricing.{name}"
-        if name not in PROVIDER_NAMES:
-            r.fail(
-                p,
-                f"expected a pricing section named one of {', '.join(PROVIDER_NAMES)}; got {json.dumps(name)}",
-            )
-            continue
-        if not isinstance(section, dict):
-            r.expect(p, "a table", section)
-            continue
+    for name, section, p in r.named_tables(t, "pricing", "pricing", PROVIDER_NAMES):
         r.keys(section, p, PRICING_KEYS)
         rates = {
             key: r.number(section, key, p, lo=0.0, default=0.0, inclusive=True) or 0.0 for key in PRICING_KEYS

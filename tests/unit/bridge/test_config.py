@@ -125,6 +125,16 @@ def test_a_secret_pasted_into_key_env_is_refused_and_not_echoed(tmp_path: Path) 
     assert "NAME of an environment variable" in problems[0] and secret not in problems[0]
 
 
+def test_a_provider_section_of_an_unknown_name_or_not_a_table_is_refused(tmp_path: Path) -> None:
+    problems = _problems(tmp_path, "[providers.echo]\n[providers.gpt]\n[providers]\nxai = 3\n")
+    assert [p.split(": ")[1] for p in problems] == ["providers.echo", "providers.gpt", "providers.xai"]
+    assert "expected a provider section named one of" in problems[0]
+    assert (
+        problems[0].endswith('(echo needs no section); got "echo"') and "needs no section" not in problems[1]
+    )
+    assert "expected a table; got 3" in problems[2]
+
+
 def test_not_toml_and_missing_file(tmp_path: Path) -> None:
     assert "not valid TOML" in _problems(tmp_path, "[routes\n")[0]
     with pytest.raises(ConfigError, match="cannot read"):
