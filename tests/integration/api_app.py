@@ -5,6 +5,12 @@ It prints one JSON line per thing it sees (setup, job, dtmf, ended) on stdout, a
 
     python tests/integration/api_app.py --sip 127.0.0.1:5070 --rtp-port 40000 --provider openai-realtime \
         --provider-url ws://127.0.0.1:PORT [--provider-ca FILE] [--job-delay 1.5] [--transfer-target desk=sip:..]
+
+The call's policies for the live tests of the recording's pauses, the payment-card mode, the no-input timeout
+and the budget: `--card` (the model's `collect_card`; the application prints the result, digits and all, as the
+one place they go), `--recording-tools`, `--record DIR`, `--cdr FILE`, `--http PORT` (/metrics), a price table
+(`--price-input-tokens`, `--price-output-tokens`: the provider's) and per number called `--no-input USER=SECONDS`,
+`--budget USER=PRICE` and `--greet USER` (the model speaks first).
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import ssl
 import sys
 
 import bridge
+from bridge.engine.card import CardOptions
 from bridge.engine.telephony import TelephonyOptions
+from bridge.engine.usage import Pricing
 from bridge.server.records import CallRecord, CallStarted, Utterance
 
 LOOKUP = bridge.ToolSpec(
@@ -32,15 +40,20 @@ def say(**fields: object) -> None:
 
 
 class Shop(bridge.Application):
-    def __init__(self, job_delay: float, hangup_on_pound: bool = False) -> None:
+    def __init__(
+        self, job_delay: float, hangup_on_pound: bool = False, per_number: dict[str, dict] | None = None
+    ) -> None:
         self.job_delay = job_delay
         self.hangup_on_pound = hangup_on_pound
+        self.per_number = per_number or {}  # CallSetup fields by the number called
         self.runs = 0
 
     async def setup(self, call):  # type: ignore[no-untyped-def]
         say(event="setup", called=call.request_user, account=call.header("X-Account"))
         return bridge.CallSetup(
-            instructions=f"You answer the {call.request_user} line of the shop.", tools=(LOOKUP,)
+            instructions=f"You answer the {call.request_user} line of the shop.",
+            tools=(LOOKUP,),
+            **self.per_number.get(call.request_user, {}),
         )
 
     async def job(self, call, job):  # type: ignore[no-untyped-def]
@@ -65,8 +78,11 @@ class Shop(bridge.Application):
         if digit == "#" and self.hangup_on_pound:  # like an IVR: "press pound to finish"
             call.hang_up("the caller finished with #")
 
+    async def card_collected(self, call, result):  # type: ignore[no-untyped-def]
+        say(event="card", call_id=call.call_id, outcome=result.outcome, digits=result.digits, by=result.by)
+
     async def ended(self, call, summary):  # type: ignore[no-untyped-def]
-        say(event="ended", by=summary.ended_by, reason=summary.reason)
+        say(event="ended", by=summary.ended_by, reason=summary.reason, call_id=call.call_id)
 
     # The call's events
     async def call_started(self, call, event):  # type: ignore[no-untyped-def]
@@ -75,7 +91,12 @@ class Shop(bridge.Application):
 
     async def utterance(self, call, utterance):  # type: ignore[no-untyped-def]
         assert isinstance(utterance, Utterance)
-        say(event="utterance", interrupted=utterance.interrupted, utterance=utterance.to_json())
+        say(
+            event="utterance",
+            interrupted=utterance.interrupted,
+            utterance=utterance.to_json(),
+            call_id=call.call_id,
+        )
 
     async def call_ended(self, call, record):  # type: ignore[no-untyped-def]
         assert isinstance(record, CallRecord)
@@ -94,9 +115,35 @@ def main() -> int:
     parser.add_argument("--end-call-tool", action="store_true")
     parser.add_argument("--send-dtmf-tool", action="store_true")
     parser.add_argument("--hangup-on-pound", action="store_true")
+    parser.add_argument("--card", action="store_true")
+    parser.add_argument("--recording-tools", action="store_true")
+    parser.add_argument("--dtmf-to-model", action="store_true")
+    parser.add_argument("--record")
+    parser.add_argument("--cdr")
+    parser.add_argument("--http", type=int)
+    parser.add_argument("--price-input-tokens", type=float, default=0.0)
+    parser.add_argument("--price-output-tokens", type=float, default=0.0)
+    parser.add_argument("--no-input", action="append", default=[])
+    parser.add_argument("--budget", action="append", default=[])
+    parser.add_argument("--greet", action="append", default=[])
+    parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args()
+    per_number: dict[str, dict] = {}
+    for spec in args.no_input:
+        user, seconds = spec.split("=", 1)
+        per_number.setdefault(user, {})["no_input_timeout_s"] = float(seconds)
+    for spec in args.budget:
+        user, price = spec.split("=", 1)
+        per_number.setdefault(user, {})["budget"] = float(price)
+    for user in args.greet:
+        per_number.setdefault(user, {})["greeting"] = "Greet the caller."
+    pricing = Pricing(
+        input_tokens_per_million=args.price_input_tokens, output_tokens_per_million=args.price_output_tokens
+    )
     logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
     )
     host, port = args.sip.rsplit(":", 1)
     extra = (
@@ -111,10 +158,20 @@ def main() -> int:
         sip=(host, int(port)),
         rtp_port=args.rtp_port,
         telephony=TelephonyOptions(
-            end_call=args.end_call_tool, transfer_targets=targets, send_dtmf=args.send_dtmf_tool
+            end_call=args.end_call_tool,
+            transfer_targets=targets,
+            send_dtmf=args.send_dtmf_tool,
+            dtmf_to_model=args.dtmf_to_model,
+            recording_tools=args.recording_tools,
+            card=CardOptions() if args.card else None,
         ),
+        record_dir=args.record,
+        cdr=args.cdr,
+        http=("127.0.0.1", args.http) if args.http else None,
+        pricing=((args.provider, pricing),) if args.price_input_tokens or args.price_output_tokens else (),
     )
-    return asyncio.run(bridge.Server(Shop(args.job_delay, args.hangup_on_pound), config).run())
+    shop = Shop(args.job_delay, args.hangup_on_pound, per_number)
+    return asyncio.run(bridge.Server(shop, config).run())
 
 
 if __name__ == "__main__":

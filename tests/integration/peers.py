@@ -571,6 +571,33 @@ def read_wav(path: str | os.PathLike[str]) -> tuple[int, np.ndarray]:
     raise ValueError(f"{path}: no data chunk")
 
 
+def wav_cues(path: str | os.PathLike[str]) -> list[tuple[int, str]]:
+    """A WAV's cue points as (sample offset, label), in cue order: the `cue ` chunk's points (RIFF, each 24
+    bytes: id, position, "data", chunk start, block start, sample offset) named by the `LIST`/`adtl` chunk's
+    `labl` sub-chunks (id, NUL-terminated text). No `cue ` chunk: an empty list."""
+    raw = Path(path).read_bytes()
+    offsets: dict[int, int] = {}
+    labels: dict[int, str] = {}
+    pos = 12
+    while pos + 8 <= len(raw):
+        cid, size = raw[pos : pos + 4], struct.unpack_from("<I", raw, pos + 4)[0]
+        body = pos + 8
+        if cid == b"cue ":
+            for i in range(struct.unpack_from("<I", raw, body)[0]):
+                point, *_, offset = struct.unpack_from("<II4sIII", raw, body + 4 + 24 * i)
+                offsets[point] = offset
+        elif cid == b"LIST" and raw[body : body + 4] == b"adtl":
+            sub = body + 4
+            while sub + 8 <= body + size:
+                sid, ssize = raw[sub : sub + 4], struct.unpack_from("<I", raw, sub + 4)[0]
+                if sid == b"labl":
+                    point = struct.unpack_from("<I", raw, sub + 8)[0]
+                    labels[point] = raw[sub + 12 : sub + 8 + ssize].split(b"\0", 1)[0].decode("ascii")
+                sub += 8 + ssize + (ssize & 1)
+        pos = body + size + (size & 1)
+    return [(offsets[point], labels.get(point, "")) for point in sorted(offsets)]
+
+
 def write_wav(path: str | os.PathLike[str], samples: np.ndarray, rate: int = SAMPLE_RATE) -> Path:
     """Write mono int16 samples as a canonical 16-bit PCM WAV."""
     import wave
