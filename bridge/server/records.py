@@ -9,6 +9,8 @@ events in order:
 - `Utterance`: each caller utterance (its final transcript; start and end on the session timeline) and each
   assistant utterance. An assistant utterance is timed by the ledger, never by the model's text: its start and
   end are when its first and last frames were handed to the carrier, and `heard_ms` is how much of it left.
+  A reply whose frames still leave when the next reply's text comes (the provider streams faster than real
+  time: a greeting and a goodbye asked right after it) is closed when its audio is over, before the next one.
   When the caller barged in, `cut` says when (session ms) and how far each interrupted item had been
   transmitted at that moment (`BargedIn.heard`, read from the ledger by bridge/engine/barrier.py).
   An assistant utterance that answers a turn carries its `latency` (`TurnLatency`, bridge/engine/latency.py):
@@ -73,6 +75,10 @@ from sip.core.attestation import ABSENT, Attestation, attestation_of
 from sip.leg import CallIdentity
 
 FRAME_NS = FRAME_MS * NS_PER_MS
+# A reply whose last frame left this recently (past its own 20 ms) is still playing when the next reply's text
+# comes: a provider streams faster than real time, so a greeting and the goodbye asked right after it (a
+# budget's, the no-input room's) are both queued while the first plays. Three frames of pacing slack.
+STILL_PLAYING_NS = 3 * FRAME_NS
 
 FINAL_MESSAGE_ITEM = (
     "final-message"  # bridge/engine/reservoir.py: the closing message, not an utterance of the model
@@ -869,6 +875,9 @@ class RecordBuilder:
         self._seen_ns = start_ns - 1  # ledger entries up to here have been given to an utterance
         self._claimed: dict[str, None] = {}  # ledger items already given to an utterance (the last ones)
         self._open: _Assistant | None = None
+        # replies that are over (a new one began) while their audio still leaves: each closes, in order, when
+        # its audio is over (the quiet rule), before anything after it; its items are claimed already
+        self._ending: list[_Assistant] = []
         self._seq = 0
         self.barge_ins = 0
         self.history = CallHistory(connection_id(first_token))
@@ -919,8 +928,9 @@ class RecordBuilder:
             self._barged_in(notice, now, out)
         elif isinstance(notice, RecoveryChanged):
             self.history.connection(connection_id(notice.token))
-            if notice.stage == "reconnecting" and self._open is not None:
-                self._open.lost = self._open.lost or "a provider recovery cut it"
+            if notice.stage == "reconnecting":
+                for cut_off in (*self._ending, *([self._open] if self._open is not None else [])):
+                    cut_off.lost = cut_off.lost or "a provider recovery cut it"
             if notice.stage not in ("awaiting_user",):
                 self.history.recovery(notice.token, notice.cause, notice.stage, notice.elapsed_ms)
         elif isinstance(notice, RolloverChanged):
@@ -976,7 +986,13 @@ class RecordBuilder:
         current = self._open
         if current is not None and current.final_text is not None:  # a new reply after a final transcript
             self._scan(current, now)
-            out.append(self._close(current, None))
+            if self._last_frame_ns(current) + FRAME_NS + STILL_PLAYING_NS > now:  # its audio still leaves
+                self._claimed.update(dict.fromkeys(current.items))
+                self._ending.append(current)
+                self._open = None
+            else:
+                out.extend(self._close(ending, None) for ending in self._take_ending())
+                out.append(self._close(current, None))
             current = None
         if current is None:
             current = self._open = _Assistant(notice.at_ms, now)
@@ -993,12 +1009,16 @@ class RecordBuilder:
         self.barge_ins += 1
         if not notice.cleared_ms and not notice.heard:
             return  # nothing was playing: nothing was cut
+        cut = Cut(notice.at_ms, notice.source, notice.heard)
+        cut_items = {item for item, _ in notice.heard}
+        for ending in self._take_ending():  # cut too, when the caller cut into its audio
+            out.append(self._close(ending, cut if cut_items.intersection(ending.items) else None))
         current = self._open or _Assistant(notice.at_ms, now)
         self._scan(current, now)
         for item, _ in notice.heard:
             if item not in self._claimed:
                 current.items.setdefault(item, None)
-        out.append(self._close(current, Cut(notice.at_ms, notice.source, notice.heard)))
+        out.append(self._close(current, cut))
 
     def _rollover(self, notice: RolloverChanged) -> None:
         cid = notice.connection_id
@@ -1013,19 +1033,30 @@ class RecordBuilder:
     # --- the timer: an assistant utterance whose audio is over ---
 
     def next_deadline(self) -> int | None:
-        current = self._open
+        current = self._ending[0] if self._ending else self._open
         if current is None:
             return None
-        return max(current.last_text_ns, self._last_frame_ns(current)) + self._quiet_ns
+        return self._over_at(current)
 
     def handle_timer(self, now: int) -> list[AppEvent]:
+        out: list[AppEvent] = []
+        while self._ending and now >= self._over_at(self._ending[0]):
+            out.append(self._close(self._ending.pop(0), None))
         current = self._open
-        if current is None:
-            return []
+        if current is None or self._ending:
+            return out
         self._scan(current, now)
-        if now < max(current.last_text_ns, self._last_frame_ns(current)) + self._quiet_ns:
-            return []
-        return [self._close(current, None)]
+        if now < self._over_at(current):
+            return out
+        return [*out, self._close(current, None)]
+
+    def _over_at(self, current: _Assistant) -> int:
+        """When an utterance is over: the quiet rule after its last text and its last frame."""
+        return max(current.last_text_ns, self._last_frame_ns(current)) + self._quiet_ns
+
+    def _take_ending(self) -> list[_Assistant]:
+        ending, self._ending = self._ending, []
+        return ending
 
     def _last_frame_ns(self, current: _Assistant) -> int:
         ends = [p.last_ns for item in current.items if (p := self._ledger.progress(item)) is not None]
@@ -1041,7 +1072,8 @@ class RecordBuilder:
             self._seen_ns = max(seen, min(until, last.transmitted_ns))
 
     def _close(self, current: _Assistant, cut: Cut | None) -> Utterance:
-        self._open = None
+        if current is self._open:
+            self._open = None
         progress = [p for item in current.items if (p := self._ledger.progress(item)) is not None]
         self._claimed.update(dict.fromkeys(current.items))
         _trim(self._claimed, CLAIMED_ITEMS)
@@ -1093,6 +1125,10 @@ class RecordBuilder:
     def finish(self, outcome: CallOutcome, now: int) -> tuple[list[AppEvent], CallRecord]:
         """The call is over: the open utterance (if any) and the record. Call it once."""
         out: list[AppEvent] = []
+        for ending in self._take_ending():
+            if now < self._over_at(ending):  # it may still have played
+                ending.lost = ending.lost or "the call ended while it played"
+            out.append(self._close(ending, None))
         if self._open is not None:
             self._scan(self._open, now)
             if (deadline := self.next_deadline()) is not None and now < deadline:  # it may still have played

@@ -34,7 +34,7 @@ from bridge.engine.usage import BUDGET_NOTE
 
 APP = Path(__file__).with_name("api_app.py")
 RATE = 8000
-CARD = "5105105105105100"  # a test card number (16 digits)
+CARD = "371449635398"  # the first 12 digits of a test card number (the fewest a card collection takes)
 SCRIPT = {
     "turns": [
         {"tool_call": {"name": "pause_recording"}, "reply": "tone", "duration_ms": 400},
@@ -44,14 +44,14 @@ SCRIPT = {
     "then": {"reply": "tone", "duration_ms": 600},
     "tools_answer_callers": True,  # the no-input prompt, the goodbyes and the greeting get a tone, no tool
 }
-SENTENCES = ("Please stop the recording now", "Now you may record me again", "I would like to pay by card")
+SENTENCES = ("Stop the recording", "Record me again", "I pay by card")
 _LOGGED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
 
 
 def _caller_wav(workdir: Path) -> tuple[Path, int]:
     """The card caller's audio: the three sentences 2 s apart, then silence while keys are pressed. Returns
     the WAV and the second sentence's length in samples (said while the recording is paused)."""
-    gap = np.zeros(2 * RATE, dtype=np.int16)
+    gap = np.zeros(int(1.2 * RATE), dtype=np.int16)
     parts, second = [np.zeros(int(0.3 * RATE), dtype=np.int16)], 0
     for i, text in enumerate(SENTENCES):
         said = peers.make_utterance(workdir / f"u{i}.wav", text, lead_silence_s=0.0, tail_silence_s=0.0)
@@ -59,6 +59,15 @@ def _caller_wav(workdir: Path) -> tuple[Path, int]:
         second = said.speech.size if i == 1 else second
     parts.append(np.zeros(20 * RATE, dtype=np.int16))  # hung up before its end
     return peers.write_wav(workdir / "caller.wav", np.concatenate(parts)), second
+
+
+def _assistant(events: list[dict], call_id: str) -> list[dict]:
+    """The call's assistant utterances, as the application got them."""
+    return [
+        e["utterance"]
+        for e in events
+        if e["event"] == "utterance" and e["call_id"] == call_id and e["utterance"]["role"] == "assistant"
+    ]
 
 
 def _logged_at(log: str, pattern: str) -> float:
@@ -70,22 +79,30 @@ def _logged_at(log: str, pattern: str) -> float:
 
 
 @pytest.mark.timeout(90)
-def test_card_mode_recording_pause_no_input_and_budget_on_one_bridge(start_fake, tmp_path: Path) -> None:
+def test_card_mode_recording_pause_no_input_and_budget_on_one_bridge(tmp_path: Path) -> None:
     script = tmp_path / "script.json"
     script.write_text(json.dumps(SCRIPT))
-    fake = start_fake("openai-realtime", "--script", str(script))
     (tmp_path / "card").mkdir()
     wav, second_len = _caller_wav(tmp_path / "card")
+    # The fake and the application start side by side (each imports the bridge: seconds on a busy machine).
+    fake_port, fake_record = peers.free_udp_port(also_tcp=True), tmp_path / "fake.jsonl"
+    fake_url = f"ws://127.0.0.1:{fake_port}/v1/realtime"
+    fake = peers.ManagedProcess(
+        [sys.executable, "-m", "bridge", "fake-provider", "--protocol", "openai-realtime"]
+        + ["--listen", f"127.0.0.1:{fake_port}", "--record", str(fake_record), "--script", str(script)],
+        name="fake-provider",
+    )
     record, cdr = tmp_path / "record", tmp_path / "cdr.jsonl"
     record.mkdir()
     sip_port, rtp_port = peers.free_udp_port(), peers.free_rtp_port()
     http_port = peers.free_udp_port(also_tcp=True)
     argv = [sys.executable, str(APP), "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port)]
-    argv += ["--provider", "openai-realtime", "--provider-url", fake.url, "--http", str(http_port)]
+    argv += ["--provider", "openai-realtime", "--provider-url", fake_url, "--http", str(http_port)]
     argv += ["--card", "--recording-tools", "--dtmf-to-model", "--record", str(record), "--cdr", str(cdr)]
     argv += ["--price-input-tokens", "1000", "--price-output-tokens", "1000", "--budget", "budget=0.01"]
     argv += ["--greet", "budget", "--no-input", "quiet=5", "--log-level", "debug"]
-    with peers.ManagedProcess(argv, name="api-app") as app, ThreadPoolExecutor(2) as pool:
+    with fake, peers.ManagedProcess(argv, name="api-app") as app, ThreadPoolExecutor(2) as pool:
+        assert fake.wait_for(r"listening on (ws\S+)", 20).group(1) == fake_url
         app.wait_for(r"listening on udp", 20)
         silent = {
             name: pool.submit(
@@ -98,9 +115,7 @@ def test_card_mode_recording_pause_no_input_and_budget_on_one_bridge(start_fake,
             app.wait_for(r"card collection started \(model\)", 30)
             peers.baresip_dtmf(caller, CARD + "#")
             app.wait_for(r'"event": "card"', 15)
-            app.wait_for(r"recording resumed \(card\)", 5)
-            mark = app.line_count()
-            app.wait_for(r'"event": "utterance"', 5, since=mark)  # the model's answer, recorded after the gap
+            app.wait_for(r"recording resumed \(card\)", 5)  # the collection is over: hang up
             caller.hangup()
             heard = caller.wait(10)
         sipp = {name: future.result() for name, future in silent.items()}
@@ -116,10 +131,10 @@ def test_card_mode_recording_pause_no_input_and_budget_on_one_bridge(start_fake,
     assert heard.established, heard.stderr[-2000:]
     records = {r["call"]["called"]: r for r in map(json.loads, cdr.read_text().splitlines())}
     assert set(records) == {"card", "quiet", "budget"}, records
-    frames: dict[int, list[str]] = {}
-    for line in fake.record.read_text().splitlines():
-        entry = json.loads(line)
-        frames.setdefault(entry["conn"], []).append(json.dumps(entry.get("frame") or entry.get("raw")))
+    parsed: dict[int, list[dict]] = {}  # what the provider received, by connection
+    for entry in map(json.loads, fake_record.read_text().splitlines()):
+        parsed.setdefault(entry["conn"], []).append({"t_ns": entry["t_ns"], **(entry.get("frame") or {})})
+    frames = {c: [json.dumps(f) for f in fs] for c, fs in parsed.items()}
     conn = {
         called: next(c for c, fs in frames.items() if any(f"the {called} line" in f for f in fs))
         for called in records
@@ -130,45 +145,56 @@ def test_card_mode_recording_pause_no_input_and_budget_on_one_bridge(start_fake,
     cards = [e for e in events if e["event"] == "card"]
     assert [(e["outcome"], e["digits"], e["by"]) for e in cards] == [("collected", CARD, "model")], cards
     assert not [e for e in events if e["event"] == "dtmf"], events  # no key reached the application's dtmf
-    card_frames = frames[conn["card"]]
-    outputs = [f for f in card_frames if "function_call_output" in f]
-    assert any('{\\"outcome\\": \\"collected\\"}' in f for f in outputs), outputs
-    for where, text in (("provider", fake.record.read_text()), ("log", log), ("cdr", cdr.read_text())):
+    outputs = [
+        json.loads(f["item"]["output"])
+        for f in parsed[conn["card"]]
+        if (f.get("item") or {}).get("type") == "function_call_output"
+    ]
+    assert outputs == [
+        {"recording": True, "paused": True, "changed": True},  # pause_recording
+        {"recording": True, "paused": False, "changed": True},  # resume_recording
+        {"outcome": "collected"},  # collect_card
+    ], outputs
+    for where, text in (("provider", fake_record.read_text()), ("log", log), ("cdr", cdr.read_text())):
         assert CARD not in text and CARD[:8] not in text, where
-    assert CARD not in metrics and "parlora_" in metrics
-    assert not any("pressed the key" in f for f in card_frames)  # dtmf_to_model told the model no key
-    assert re.search(r"call \S+ card collection collected \(model\) after \d+ ms", log), log[-3000:]
+    assert CARD not in metrics and CARD[:8] not in metrics and "parlora_" in metrics
+    assert not any("pressed the key" in f for f in frames[conn["card"]])  # dtmf_to_model: no key to the model
+    pressed = re.findall(r".*caller pressed.*", log)  # the log's line for each key outside a collection
+    assert not pressed, pressed
+    collected = re.search(r"card collection collected \(model\) after (\d+) ms", log)
+    assert collected is not None, log[-3000:]
+    card_ms = int(collected.group(1))
+    # The caller's audio was withheld from the provider while the keys were pressed: one input discontinuity.
+    dropped = re.search(r"audio_discontinuity input: (\d+) caller frames dropped \(card_collection\)", log)
+    assert dropped is not None and abs(20 * int(dropped.group(1)) - card_ms) <= 100, (dropped, card_ms)
+    appends = [f["t_ns"] for f in parsed[conn["card"]] if f.get("type") == "input_audio_buffer.append"]
+    assert np.diff(appends).max() >= (card_ms - 100) * 1_000_000  # not one frame in the collection
     card = records["card"]
     assert [(c["outcome"], c["by"]) for c in card["card_collections"]] == [("collected", "model")], card
 
     # The recording's pauses: the model's and the card collection's, each a silent gap of its length, cued.
     gaps = card["recording_gaps"]
     assert [g["by"] for g in gaps] == ["model", "card"], gaps
+    lengths = [g["end_ms"] - g["start_ms"] for g in gaps]
+    paused = _logged_at(log, r"recording resumed \(model\)") - _logged_at(log, r"recording paused \(model\)")
+    assert abs(lengths[0] - 1000 * paused) <= 40 and abs(lengths[1] - card_ms) <= 40, (lengths, paused)
+    assert lengths[0] >= 1000 * second_len // RATE  # the second sentence was said in it
     rate, stereo = peers.read_wav(card["recording"])
     assert rate == RATE
-    cues = peers.wav_cues(card["recording"])
     expected = []
     for g in gaps:
         expected += [
             (g["start_ms"] * 8, f"recording paused ({g['by']})"),
             (g["end_ms"] * 8, "recording resumed"),
         ]
+    cues = peers.wav_cues(card["recording"])
     assert [label for _, label in cues] == [label for _, label in expected], cues
     assert all(abs(at - want) <= 8 for (at, _), (want, _) in zip(cues, expected, strict=True)), (cues, gaps)
-    model_gap = _logged_at(log, r"recording resumed \(model\)") - _logged_at(
-        log, r"recording paused \(model\)"
-    )
-    card_ms = int(re.search(r"card collection collected \(model\) after (\d+) ms", log).group(1))  # type: ignore[union-attr]
-    lengths = [g["end_ms"] - g["start_ms"] for g in gaps]
-    assert abs(lengths[0] - 1000 * model_gap) <= 40 and abs(lengths[1] - card_ms) <= 40, (lengths, model_gap)
-    assert lengths[0] >= 1000 * second_len // RATE  # the second sentence was said in it
-    caller_side = stereo[:, 0].astype(np.float64)
     for g in gaps:
         assert not stereo[g["start_ms"] * 8 + 160 : g["end_ms"] * 8 - 160].any(), g  # silence, both channels
-    before, between = (
-        caller_side[: gaps[0]["start_ms"] * 8],
-        caller_side[gaps[0]["end_ms"] * 8 : gaps[1]["start_ms"] * 8],
-    )
+    caller_side = stereo[:, 0]
+    before = caller_side[: gaps[0]["start_ms"] * 8]
+    between = caller_side[gaps[0]["end_ms"] * 8 : gaps[1]["start_ms"] * 8]
     assert peers.rms_dbfs(before) > -40 and peers.rms_dbfs(between) > -40  # the first and third sentences
 
     # No input: prompted once, then the goodbye, heard, then the bridge's BYE.
@@ -177,14 +203,8 @@ def test_card_mode_recording_pause_no_input_and_budget_on_one_bridge(start_fake,
     assert (quiet["ended_by"], quiet["reason"]) == ("bridge", NO_INPUT_REASON), quiet
     said = [json.dumps(PROMPT)[1:-1], json.dumps(GOODBYE)[1:-1]]
     assert [sum(text in f for f in frames[conn["quiet"]]) for text in said] == [1, 1], frames[conn["quiet"]]
-    answers = [
-        e["utterance"]
-        for e in events
-        if e["event"] == "utterance"
-        and e["call_id"] == quiet["call"]["call_id"]
-        and e["utterance"]["role"] == "assistant"
-    ]
-    assert len(answers) == 2 and all(u["heard_ms"] >= 380 for u in answers), answers  # both played whole
+    answers = _assistant(events, quiet["call"]["call_id"])
+    assert [u["heard_ms"] for u in answers] == [400, 400], answers  # the check-in and the goodbye, whole
     assert quiet["duration_s"] >= 10  # two timeouts of 5 s
 
     # The budget: the greeting's tokens priced past it, a goodbye, the bridge's BYE.
@@ -193,3 +213,5 @@ def test_card_mode_recording_pause_no_input_and_budget_on_one_bridge(start_fake,
     assert (budget["ended_by"], budget["reason"]) == ("bridge", "budget"), budget
     assert sum(json.dumps(BUDGET_NOTE)[1:-1] in f for f in frames[conn["budget"]]) == 1
     assert budget["cost"]["price"] >= 0.01, budget["cost"]
+    answers = _assistant(events, budget["call"]["call_id"])
+    assert [u["heard_ms"] for u in answers] == [400, 400], answers  # the greeting and the goodbye, whole

@@ -162,6 +162,45 @@ def test_a_final_assistant_transcript_replaces_its_deltas_and_a_new_reply_opens_
     assert record.utterances == 2
 
 
+def test_a_reply_still_playing_when_the_next_one_begins_is_heard_whole_and_closes_first() -> None:
+    """A provider streams faster than real time: a greeting's text and audio are all in, and the goodbye asked
+    right after it (a budget's) begins, while the greeting's frames still leave. The greeting is an utterance
+    of all its 400 ms, not of the 60 ms that had left when the goodbye's text came; then the goodbye."""
+    ledger = CarrierLedger()
+    b = builder(ledger, quiet_ms=600)
+    b.notice(Transcript("assistant", "Hello, how can I help?", 100, True), at(100))
+    transmit(ledger, "greeting", 100, 3)  # 100, 120, 140 ms have left
+    assert b.notice(Transcript("assistant", "Goodbye.", 150, True), at(150)) == []  # it still plays
+    transmit(ledger, "greeting", 160, 17)  # the rest of it: to 500 ms
+    transmit(ledger, "goodbye", 500, 20)  # then the goodbye: to 900 ms
+    assert b.next_deadline() == at(480 + 600)  # the greeting's last frame, then the quiet rule
+    assert b.handle_timer(at(1000)) == []
+    timed = [(1080, 880 + 600), (1480, None)]  # each closes at its deadline: the next one's is then due
+    texts = ["Hello, how can I help?", "Goodbye."]
+    for seq, ((close_ms, next_ms), text) in enumerate(zip(timed, texts, strict=True), 1):
+        [u] = b.handle_timer(at(close_ms))
+        assert isinstance(u, Utterance) and (u.seq, u.text, u.heard_ms) == (seq, text, 400)
+        assert (u.start_ms, u.end_ms) == ((100, 500) if seq == 1 else (500, 900))
+        assert b.next_deadline() == (None if next_ms is None else at(next_ms))
+
+
+def test_a_barge_in_cuts_a_reply_still_playing_and_the_one_after_it_in_order() -> None:
+    ledger = CarrierLedger()
+    b = builder(ledger, quiet_ms=600)
+    b.notice(Transcript("assistant", "First.", 100, True), at(100))
+    transmit(ledger, "one", 100, 5)  # 100 .. 200 ms
+    assert b.notice(Transcript("assistant", "Second.", 190, False), at(190)) == []
+    transmit(ledger, "one", 200, 5)  # to 300 ms, where the caller cuts in
+    heard = (("one", ledger.transmitted_ms("one")),)
+    events = b.notice(BargedIn(300, "local_vad", 400, heard, -10.0), at(300))
+    assert [(u.seq, u.text, u.heard_ms, u.interrupted) for u in events if isinstance(u, Utterance)] == [
+        (1, "First.", 200, True),
+        (2, "Second.", 0, True),
+    ]
+    events, record = b.finish(outcome(), at(400))
+    assert not [e for e in events if isinstance(e, Utterance)] and record.utterances == 2
+
+
 def test_a_recovery_and_a_rollover_are_counted_with_the_connections_used() -> None:
     b = builder(CarrierLedger())
     b.notice(RecoveryChanged(2, "transport_lost", "reconnecting", 0), at(1000))
