@@ -121,7 +121,9 @@ def test_card_mode_recording_pause_no_input_and_budget_on_one_bridge(tmp_path: P
         sipp = {name: future.result() for name, future in silent.items()}
         give_up = time.monotonic() + 20  # each call's end, and its CDR line
         while time.monotonic() < give_up and not (
-            app.stdout.count('"event": "ended"') == 3 and len(cdr.read_text().splitlines()) == 3
+            app.stdout.count('"event": "ended"') == 3
+            and cdr.exists()
+            and len(cdr.read_text().splitlines()) == 3
         ):
             time.sleep(0.1)
         with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/metrics", timeout=5) as answer:
