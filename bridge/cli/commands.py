@@ -34,6 +34,7 @@ from bridge.engine.delegations import JobRequest
 from bridge.server.api import Application, LiveCall, Server, outbound_outcome
 from bridge.server.heap import HeapTrim, freeze_start_up_heap, malloc_trim, tune_malloc
 from bridge.server.jsonlog import use_json_logs
+from bridge.server.looplag import LoopLagMonitor
 from bridge.server.records import (
     AmdResult,
     CallEnded,
@@ -333,9 +334,13 @@ async def _serving(server: Server) -> int:
     heap = None if trim is None else HeapTrim(trim)
     if heap is not None:
         heap.start(asyncio.get_running_loop())
+    lag = LoopLagMonitor()  # the loop's lag on /metrics (bridge/server/looplag.py)
+    server.observer.metrics.loop_lag.meter = lag.meter
+    lag.start(asyncio.get_running_loop())
     try:
         return await server.run()
     finally:
+        lag.stop()
         if heap is not None:
             heap.stop()
 

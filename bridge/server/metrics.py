@@ -34,6 +34,10 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
     pacing_max_lateness_seconds                  the media clock's worst lateness since start
     media_clock_late_ticks_total{cause}          its phase ticks later than 5 ms by what held them:
                                                  own, gc, loop, unscheduled (rtp/clock.py's docstring)
+    loop_lag_seconds                             how late the event loop's lag probe fired (every 20 ms, calls
+                                                 or not: bridge/server/looplag.py), read at each scrape
+    loop_lag_late_total                          lag probes later than 5 ms
+    loop_lag_max_seconds                         the probe's worst lateness since start
     provider_connect_seconds{provider}           WebSocket open to session confirmed
     recoveries_total{cause,outcome}, recovery_duration_seconds{cause}   HR1-HR5
     rollovers_total{outcome}                     RO1-RO9
@@ -68,8 +72,11 @@ from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.registry import Collector
 
+from bridge.server.looplag import LAG_BOUNDS_US, LagMeter
 from rtp.clock import LATE_CAUSES, LATENESS_BOUNDS_US
 from rtp.stream import ONE_WAY_CAUSES
 from sip.core.attestation import IgnoredReason
@@ -125,6 +132,40 @@ JOB_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # A turn's shares: the bridge's is a frame or two (20-60 ms), a provider's 300 ms-1.5 s; 5 s is a stall.
 TURN_BUCKETS = (0.02, 0.04, 0.06, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0)
 TurnKind = Literal["conversation", "recovery", "rollover"]
+
+
+class LoopLagCollector(Collector):
+    """The event loop's lag probe (bridge/server/looplag.py `LagMeter`), read whole at each scrape: its bucket
+    counts are exact, so nothing is observed per probe. Empty (zero counts) until `meter` is set."""
+
+    def __init__(self) -> None:
+        self.meter: LagMeter | None = None
+
+    def collect(self) -> Iterable[Metric]:
+        m = self.meter
+        buckets, total_ns, late, worst_ns = (
+            (m.buckets, m.sum_ns, m.late, m.max_ns)
+            if m is not None
+            else ([0] * (len(LAG_BOUNDS_US) + 1), 0, 0, 0)
+        )
+        cumulative, rows = 0, []
+        for bound_us, count in zip((*LAG_BOUNDS_US, None), buckets, strict=True):
+            cumulative += count
+            rows.append(("+Inf" if bound_us is None else repr(bound_us / 1e6), cumulative))
+        yield HistogramMetricFamily(
+            f"{PREFIX}_loop_lag_seconds",
+            "How late the event loop's lag probe (every 20 ms) fired after its deadline.",
+            buckets=rows,
+            sum_value=total_ns / 1e9,
+        )
+        yield CounterMetricFamily(
+            f"{PREFIX}_loop_lag_late", "Lag probes that fired more than 5 ms late.", value=late
+        )
+        yield GaugeMetricFamily(
+            f"{PREFIX}_loop_lag_max_seconds",
+            "The lag probe's worst lateness since start.",
+            value=worst_ns / 1e9,
+        )
 
 
 def _code_label(code: int) -> str:
@@ -330,6 +371,8 @@ class BridgeMetrics:
             ["trunk", "state"],
             registry=r,
         )
+        self.loop_lag = LoopLagCollector()  # set its `meter` to the running probe's
+        r.register(self.loop_lag)
 
     # --- calls and signalling ---
 
