@@ -68,6 +68,7 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from typing import Literal
 
@@ -75,6 +76,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from bridge.server.looplag import LAG_BOUNDS_US, LagMeter
 from rtp.clock import LATE_CAUSES, LATENESS_BOUNDS_US
@@ -134,6 +136,40 @@ TURN_BUCKETS = (0.02, 0.04, 0.06, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0,
 TurnKind = Literal["conversation", "recovery", "rollover"]
 
 
+class CountedHistogram(Collector):
+    """A histogram kept as plain counts and rendered at a scrape, for figures that arrive as bucket counts:
+    `add(value, count)` is `count` observations of `value` in one step (`observe` one). Its exposition is a
+    prometheus-client Histogram's without `_created`."""
+
+    def __init__(self, name: str, documentation: str, bounds: tuple[float, ...]) -> None:
+        self._name, self._doc, self._bounds = name, documentation, bounds
+        self._counts = [0] * (len(bounds) + 1)
+        self._sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.add(value, 1)
+
+    def add(self, value: float, count: int) -> None:
+        if count > 0:
+            self._counts[bisect_left(self._bounds, value)] += (
+                count  # a bound's own value is in its bucket (le)
+            )
+            self._sum += value * count
+
+    def collect(self) -> Iterable[Metric]:
+        yield HistogramMetricFamily(
+            self._name, self._doc, buckets=_cumulative(self._bounds, self._counts), sum_value=self._sum
+        )
+
+
+def _cumulative(bounds: Iterable[float], counts: Iterable[int]) -> list[tuple[str, float]]:
+    total, rows = 0, list[tuple[str, float]]()
+    for bound, count in zip((*bounds, None), counts, strict=True):
+        total += count
+        rows.append(("+Inf" if bound is None else str(floatToGoString(bound)), total))  # type: ignore[no-untyped-call]
+    return rows
+
+
 class LoopLagCollector(Collector):
     """The event loop's lag probe (bridge/server/looplag.py `LagMeter`), read whole at each scrape: its bucket
     counts are exact, so nothing is observed per probe. Empty (zero counts) until `meter` is set."""
@@ -148,14 +184,10 @@ class LoopLagCollector(Collector):
             if m is not None
             else ([0] * (len(LAG_BOUNDS_US) + 1), 0, 0, 0)
         )
-        cumulative, rows = 0, []
-        for bound_us, count in zip((*LAG_BOUNDS_US, None), buckets, strict=True):
-            cumulative += count
-            rows.append(("+Inf" if bound_us is None else repr(bound_us / 1e6), cumulative))
         yield HistogramMetricFamily(
             f"{PREFIX}_loop_lag_seconds",
             "How late the event loop's lag probe (every 20 ms) fired after its deadline.",
-            buckets=rows,
+            buckets=_cumulative((us / 1e6 for us in LAG_BOUNDS_US), buckets),
             sum_value=total_ns / 1e9,
         )
         yield CounterMetricFamily(
@@ -225,12 +257,12 @@ class BridgeMetrics:
             buckets=JITTER_BUCKETS,
             registry=r,
         )
-        self._pacing = Histogram(
+        self._pacing = CountedHistogram(
             f"{PREFIX}_pacing_lateness_seconds",
             "How late the media clock's ticks (each serves every call of its phase) came after their absolute deadlines.",
-            buckets=PACING_BUCKETS,
-            registry=r,
+            PACING_BUCKETS,
         )
+        r.register(self._pacing)
         self._pacing_ticks = Counter(
             f"{PREFIX}_pacing_ticks",
             "The media clock's 20 ms slots: served, skipped (a whole period missed), late (served late).",
@@ -459,11 +491,11 @@ class BridgeMetrics:
 
     def pacing_buckets(self, ticks: Mapping[float | None, int]) -> None:
         """The media clock's new ticks per lateness bucket (its upper bound in s; None: over the last). Each is
-        observed at its bucket's bound, so `_bucket` counts are exact and `_sum` is an upper bound."""
+        counted at its bucket's bound, so `_bucket` counts are exact and `_sum` is an upper bound. One addition
+        per bucket: observing each tick took 18 ms of the loop for a 15 s scrape interval's 7,500 ticks."""
         for bound, count in ticks.items():
             value = bound if bound is not None else 2 * PACING_BUCKETS[-1]
-            for _ in range(min(count, 1_000_000)):  # bounded work (an hour unscraped is 1.8 M ticks)
-                self._pacing.observe(value)
+            self._pacing.add(value, count)
 
     def pacing_ticks(self, *, served: int = 0, skipped: int = 0, late: int = 0) -> None:
         """Add the media clock's slot counters' deltas (from the engine's counters, at a scrape)."""

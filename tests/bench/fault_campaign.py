@@ -170,6 +170,7 @@ class Plan:
     pin: tuple[str, str] | None = None  # --pin: (the bridge's CPUs, the peers' CPUs) for taskset -c
     bridge_nice: int | None = None  # --bridge-nice: the bridge under `nice -n N` (negative: needs root)
     bridge_env: tuple[tuple[str, str], ...] = ()  # --bridge-env NAME=VALUE: more environment for the bridge
+    record: bool = False  # --record: every call recorded (serve --record), so its writes load the loop too
 
     @property
     def call_ms(self) -> int:  # every call outlives the fault window by 10 s
@@ -985,6 +986,9 @@ def run(plan: Plan, work: Path, logs: Path | None = None) -> dict[str, Any]:
         ]
         argv += ["--rollover-deadline-ms", str(plan.rollover_deadline_ms)]
         argv += ["--rollover-hard-stop-ms", str(plan.rollover_hard_stop_ms)]
+        if plan.record:
+            (work / "recordings").mkdir(exist_ok=True)
+            argv += ["--record", str(work / "recordings")]
         argv = pinned(argv, bridge_cpus)
         if plan.bridge_nice is not None:  # nice execs the rest: the PID stays the bridge's
             argv = ["nice", "-n", str(plan.bridge_nice), *argv]
@@ -1163,6 +1167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "sets gc thresholds",
     )
     parser.add_argument(
+        "--record", action="store_true", help="record every call (serve --record into the working directory)"
+    )
+    parser.add_argument(
         "--rejoin",
         type=Path,
         default=None,
@@ -1217,6 +1224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         pin=pin,
         bridge_nice=args.bridge_nice,
         bridge_env=tuple(bridge_env),
+        record=args.record,
     )
     print(
         f"fault campaign seed {plan.seed}: {plan.calls} calls, {plan.faults} faults",

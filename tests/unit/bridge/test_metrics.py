@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.server.metrics import CONTENT_TYPE, BridgeMetrics
@@ -166,3 +166,39 @@ def test_render_is_the_text_format_with_help_and_type() -> None:
     }
     assert {n: names.get(n) for n in expected} == expected
     assert "# HELP parlora_calls_active Calls in progress." in text
+
+
+def test_the_pacing_buckets_are_added_whole_as_observing_each_tick_would_count_them() -> None:
+    """A scrape's worth of the media clock's ticks is one addition per bucket (observing each tick held the loop
+    for 18 ms at 7,500 ticks), with the exposition a prometheus-client Histogram observing each tick gives."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from bridge.server.metrics import PACING_BUCKETS
+
+    ticks: dict[float | None, int] = {0.0002: 7_000, 0.001: 150, 0.005: 40, 0.04: 3, None: 2}
+    m = BridgeMetrics()
+    m.pacing_buckets(ticks)
+    m.pacing([0.0003, 0.05])
+    reference = CollectorRegistry()
+    h = Histogram("parlora_pacing_lateness_seconds", "", buckets=PACING_BUCKETS, registry=reference)
+    for bound, count in ticks.items():
+        for _ in range(count):
+            h.observe(bound if bound is not None else 2 * PACING_BUCKETS[-1])
+    h.observe(0.0003)
+    h.observe(0.05)
+    expected = {
+        (s.name, s.labels.get("le")): s.value
+        for f in text_string_to_metric_families(generate_latest(reference).decode())
+        for s in f.samples
+        if not s.name.endswith("_created")
+    }
+    got = {
+        (name, dict(labels).get("le")): value
+        for (name, labels), value in _samples(m).items()
+        if name.startswith("parlora_pacing_lateness_seconds") and not name.endswith("_created")
+    }
+    assert got.keys() == expected.keys()
+    for key, value in expected.items():
+        assert math.isclose(got[key], value), key
+    m.pacing_buckets({0.0002: 2_000_000})  # an unscraped hour and more: every tick counted
+    assert _value(m, "parlora_pacing_lateness_seconds_bucket", le="0.0002") == 2_007_000
