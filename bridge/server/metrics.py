@@ -61,9 +61,10 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
                                                  malformed_NNN (answered NNN), internal_error (dropped)
     engine_held{resource}                        what the engine holds now: calls, transactions, RTP ports,
                                                  media channels, TCP connections, tasks (read at each scrape)
-    heap{figure}                                 the process heap at each scrape (bridge/server/heap.py):
-                                                 malloc_in_use, malloc_free, malloc_mmapped (bytes),
-                                                 python_blocks (the interpreter's allocated blocks)
+    heap{figure}                                 the process heap (bridge/server/heap.py): python_blocks (the
+                                                 interpreter's allocated blocks) at each scrape; glibc's
+                                                 malloc_in_use, malloc_free, malloc_mmapped (bytes) walked at
+                                                 most once a minute, or at once for /metrics?heap=walk
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import get_args
 
@@ -69,6 +70,9 @@ _JOB_OUTCOMES: dict[str, JobOutcome] = {
 }
 
 HttpAnswer = tuple[int, bytes, str]  # status, body, content type
+# glibc's heap figures are walked at most this often by a scrape (bridge/server/heap.py `figures`: a walk holds
+# the loop, and so every call's RTP, for tens of ms on a fragmented heap); `/metrics?heap=walk` walks at once
+HEAP_WALK_EVERY_NS = 60_000_000_000
 JOBS_TIMED = 64  # bounded: a call's jobs timed at once, at most (a pending job is one of DL2's few)
 
 # The engine's counter names (sip/core/ua.py `stats`, sip/core/policy.py) -> the refusal reason they count.
@@ -124,8 +128,12 @@ class _Deltas:
 class CallObserver:
     """The metrics side of the server: one per `Server`, fed from its call handling."""
 
-    def __init__(self, metrics: BridgeMetrics | None = None) -> None:
+    def __init__(
+        self, metrics: BridgeMetrics | None = None, clock: Callable[[], int] = time.monotonic_ns
+    ) -> None:
         self.metrics = metrics if metrics is not None else BridgeMetrics()
+        self._clock = clock
+        self._heap_walked_at: int | None = None
         self._job_started_ms: dict[str, dict[str, int]] = {}  # call id -> job id -> when it began to run
         self._engine = _Deltas()
         self._policy = _Deltas()
@@ -247,8 +255,10 @@ class CallObserver:
 
     # --- what the engine counts itself, read at each scrape ---
 
-    def scrape(self, engine: SipEngine | None) -> None:
-        """Bring the engine's refusal counters, responses by code and registrations into the metrics."""
+    def scrape(self, engine: SipEngine | None, *, heap_walk: bool = False) -> None:
+        """Bring the engine's refusal counters, responses by code and registrations into the metrics; the heap's
+        glibc figures only when `heap_walk` or the last walk is `HEAP_WALK_EVERY_NS` old (their gauges keep the
+        last walk's values in between)."""
         if offers_counters(engine):
             stats = engine.stats()
             grown_all = self._engine.grown(stats)
@@ -279,7 +289,11 @@ class CallObserver:
                     self.metrics.sip_rejected("internal_error" if name == "internal_errors" else name, grown)
         if offers_held(engine):
             self.metrics.engine_held(engine.counts())
-        self.metrics.heap(heap_figures())  # a leak against fragmentation
+        now = self._clock()
+        walk = heap_walk or self._heap_walked_at is None or now - self._heap_walked_at >= HEAP_WALK_EVERY_NS
+        if walk:
+            self._heap_walked_at = now
+        self.metrics.heap(heap_figures(walk))  # a leak against fragmentation
         if offers_status(engine):
             status = engine.sip_status()
             policy = status.get("policy")
@@ -305,13 +319,14 @@ class CallObserver:
     def http_extra(
         self, ready: Callable[[], tuple[bool, str]], engine: Callable[[], SipEngine | None] = lambda: None
     ) -> Callable[[str], HttpAnswer | None]:
-        """`GET /metrics` (after a `scrape` of `engine()`), `/healthz` (alive) and `/readyz` (`ready()`:
+        """`GET /metrics` (after a `scrape` of `engine()`; `?heap=walk`: glibc's heap figures walked now), `/healthz` (alive) and `/readyz` (`ready()`:
         listening, not draining, registered where configured)."""
 
-        def answer(path: str) -> HttpAnswer | None:
-            path = path.split("?", 1)[0].rstrip("/")
+        def answer(target: str) -> HttpAnswer | None:
+            path, _, query = target.partition("?")
+            path = path.rstrip("/")
             if path == "/metrics":
-                self.scrape(engine())
+                self.scrape(engine(), heap_walk="heap=walk" in query.split("&"))
                 return 200, self.metrics.render(), CONTENT_TYPE
             if path == "/healthz":
                 return 200, b'{"alive": true}', "application/json"

@@ -60,7 +60,9 @@ def held(pid: int, http: int) -> dict[str, Any]:
     threads = re.search(r"^Threads:\s+(\d+)", status, re.MULTILINE)
     sip = http_json(http, "/sip")
     calls = http_json(http, "/calls")
-    with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5) as response:  # loopback only
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{http}/metrics?heap=walk", timeout=5
+    ) as response:  # loopback only
         heap = {  # bridge/server/heap.py: glibc's bytes in use, free and mmapped in MB; the interpreter's blocks in k
             figure: round(float(value) / (1e3 if figure == "python_blocks" else 2**20), 2)
             for figure, value in _HEAP.findall(response.read().decode())

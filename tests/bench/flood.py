@@ -80,7 +80,9 @@ _HEAP = re.compile(r'^parlora_heap\{figure="(\w+)"\} (\S+)$', re.MULTILINE)
 def heap(http: int) -> dict[str, float]:
     """bridge/server/heap.py's figures from /metrics: glibc's bytes in use, free in its heap and mmapped (MB), and
     the interpreter's allocated blocks (thousands)."""
-    with urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=5) as response:  # loopback only
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{http}/metrics?heap=walk", timeout=5
+    ) as response:  # loopback
         text = response.read().decode()
     return {
         figure: round(float(value) / (1e3 if figure == "python_blocks" else 2**20), 2)

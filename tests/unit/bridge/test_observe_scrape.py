@@ -7,6 +7,7 @@ import asyncio
 import sys
 from typing import Any
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from bridge.server.metrics import BridgeMetrics
@@ -211,6 +212,32 @@ def test_each_scrape_reports_the_heap_live_data_apart_from_fragmentation() -> No
     if sys.platform.startswith("linux"):  # glibc: this machine's CI
         assert _value(obs.metrics, "parlora_heap", figure="malloc_in_use") > 1_000_000
         assert 'parlora_heap{figure="malloc_free"}' in obs.metrics.render().decode()
+
+
+def test_glibc_s_heap_is_walked_at_most_once_a_minute_unless_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """mallinfo2 walks every free chunk under the arena's lock (tens of ms on a fragmented heap, the loop held):
+    a scrape walks when the last walk is a minute old or `?heap=walk` asks; python_blocks is read every time."""
+    import bridge.server.observe as observe
+
+    walks: list[bool] = []
+    blocks = iter(range(1, 100))
+
+    def figures(walk: bool = True) -> dict[str, int]:
+        walks.append(walk)
+        return {"python_blocks": next(blocks)} | ({"malloc_free": len(walks)} if walk else {})
+
+    monkeypatch.setattr(observe, "heap_figures", figures)
+    now = [0]
+    obs = CallObserver(clock=lambda: now[0])
+    answer = obs.http_extra(lambda: (True, "listening"))
+    for at_s in (0, 15, 30, 45, 60, 75):
+        now[0] = at_s * 1_000_000_000
+        assert answer("/metrics") is not None
+    assert walks == [True, False, False, False, True, False]
+    assert _value(obs.metrics, "parlora_heap", figure="malloc_free") == 5  # the last walk's, kept
+    assert _value(obs.metrics, "parlora_heap", figure="python_blocks") == 6  # live
+    assert answer("/metrics?heap=walk") is not None
+    assert walks[-1] is True and _value(obs.metrics, "parlora_heap", figure="malloc_free") == 7
 
 
 class _Provider:
