@@ -726,6 +726,42 @@ def rtp_gap_figures(packets: Sequence[stats.Packet] | None, ports: dict[int, str
         "rtp_interval_p99_ms": round(percentile(pooled, 99) or 0.0, 1) if pooled else None,
         "rtp_streams": len(per_stream),
         "rtp_ssrc_changes": len(per_stream) - len({p for p, _ in per_stream}),
+    } | rtp_continuity_figures(packets, set(ports))
+
+
+def rtp_continuity_figures(packets: Sequence[stats.Packet], bridge_ports: set[int]) -> dict[str, Any]:
+    """What the headers of the RTP the bridge sent to the callers say, with no arrival gap (peers.rtp_continuity,
+    per stream: local port and SSRC, PCMU/PCMA at 8 kHz): `rtp_seq_breaks` and `rtp_odd_steps` over every
+    stream; `rtp_skipped_run_max_ms`, the longest run of slots one timestamp step gave up (the media clock
+    skips the slots of a stall: rtp/pacer.py); `rtp_clock_behind_max_ms`, the most a stream's timestamps fell
+    behind the capture's span (a stream that stopped and went on where it stopped, which no step shows)."""
+    headers: dict[tuple[int, int], list[tuple[int, int, int]]] = defaultdict(list)
+    first_last: dict[tuple[int, int], list[float]] = {}
+    for p in packets:
+        rtp = stats.parse_rtp(p.payload) if p.sport in bridge_ports else None
+        if rtp is None or rtp.pt >= 96:  # telephone-event: not the audio clock
+            continue
+        key = (p.sport, rtp.ssrc)
+        headers[key].append((rtp.seq, rtp.ts, rtp.ssrc))
+        first_last.setdefault(key, [p.t, p.t])[1] = p.t
+    if not headers:
+        return {"rtp_seq_breaks": None, "rtp_odd_steps": None}
+    breaks = odd = 0
+    skipped_run = behind = 0.0
+    for key, stream in headers.items():
+        c = peers.rtp_continuity(stream)
+        breaks += c.seq_breaks
+        odd += c.odd_steps
+        steps = [(t1 - t0) % (1 << 32) for (_, t0, _), (_, t1, _) in itertools.pairwise(stream)]
+        skipped_run = max(skipped_run, (max(steps, default=160) - 160) / 8)
+        span_ts_ms = ((stream[-1][1] - stream[0][1]) % (1 << 32)) / 8 + 20  # the last packet's frame included
+        span_wall_ms = 1000 * (first_last[key][1] - first_last[key][0]) + 20
+        behind = max(behind, span_wall_ms - span_ts_ms)
+    return {
+        "rtp_seq_breaks": breaks,
+        "rtp_odd_steps": odd,
+        "rtp_skipped_run_max_ms": round(skipped_run, 1),
+        "rtp_clock_behind_max_ms": round(behind, 1),
     }
 
 
