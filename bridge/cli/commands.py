@@ -315,7 +315,10 @@ def _run_server(server: Server, event_loop: str) -> int:
     # calls (tests/bench/README.md "The media clock protected"): no full collection while calls ran, with either
     # (700, 10, 10) or (700, 10, 100); generation 0 and 1 pauses p99 6.4 vs 5.4 ms, max 6.4 vs 5.4 ms of CPU on a
     # saturated host: within run-to-run noise, so nothing to gain here at that load.
-    freeze_start_up_heap()
+    # The browser channel's aiortc imported here, not on the loop: 372-391 ms of CPU that held the loop at start
+    # (tests/bench/slow_callbacks.py), now frozen with the rest.
+    browser = server.config.http is not None and server.config.browser_channel
+    freeze_start_up_heap(("bridge.server.browser",) if browser else ())
     return _run_on_loop(_serving(server), event_loop)
 
 

@@ -68,10 +68,11 @@ def tune_malloc() -> bool:
     )
 
 
-def freeze_start_up_heap() -> int:
-    """Import what a call would import later, collect, then `gc.freeze()`: modules, classes and configuration
-    live as long as the process, so no full collection walks them again. The number of objects frozen."""
-    for name in PRELOAD:
+def freeze_start_up_heap(also: tuple[str, ...] = ()) -> int:
+    """Import what a call would import later (PRELOAD, and the modules `also` names), collect, then
+    `gc.freeze()`: modules, classes and configuration live as long as the process, so no full collection walks
+    them again. The number of objects frozen."""
+    for name in (*PRELOAD, *also):
         try:
             import_module(name)
         except ImportError:  # an optional extra not installed (uvloop): it is never imported later either
