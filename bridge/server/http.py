@@ -65,6 +65,8 @@ from bridge.server.dial_queue import DialRefused
 from bridge.server.dial_series import DoNotCall
 from bridge.server.idempotency import Dialled, KeyReused, check_key
 
+ExtraAnswer = tuple[int, bytes, str]  # GET /metrics, /healthz, /readyz: status, body, content type
+
 log = logging.getLogger("parlora.http")
 
 _MAX_REQUEST_BYTES = 16 * 1024
@@ -208,7 +210,7 @@ class StatusServer:
         token: str | None = None,
         sip: Callable[[], dict[str, Any]] | None = None,
         dial: Callable[..., Awaitable[str | Dialled]] | None = None,
-        extra: Callable[[str], tuple[int, bytes, str] | None] | None = None,
+        extra: Callable[[str], ExtraAnswer | Awaitable[ExtraAnswer] | None] | None = None,
         drain: Callable[[], dict[str, Any]] | None = None,
         registry: CollectorRegistry | None = None,
     ) -> None:
@@ -310,6 +312,8 @@ class StatusServer:
             await self._send(conn, writer, 405, {"error": "only GET"})
             return
         if self._extra is not None and (extra := self._extra(request.target.decode("ascii", "replace"))):
+            if not isinstance(extra, tuple):  # /metrics renders in pieces, the loop let through between them
+                extra = await extra
             await self._send(conn, writer, extra[0], extra[1], content_type=extra[2])  # /metrics and probes
             return
         status, body = route(request.target.decode("ascii", "replace"), self._source(), self._sip)

@@ -69,6 +69,7 @@ Metric names (all prefixed `parlora_`; counters end in `_total` in the expositio
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping
 from typing import Literal
@@ -566,3 +567,22 @@ class BridgeMetrics:
     def render(self) -> bytes:
         """The Prometheus text exposition format (version 0.0.4) of every metric."""
         return generate_latest(self.registry)
+
+    async def render_in_pieces(self) -> bytes:
+        """`render()`, one collector's families at a time, the loop let through between them: in one piece
+        a scrape held the loop 5-14 ms of CPU at 16 calls on a busy host (tests/bench/slow_callbacks.py)."""
+        parts = []
+        for family in self.registry.collect():
+            parts.append(generate_latest(_Families(family)))
+            await asyncio.sleep(0)
+        return b"".join(parts)
+
+
+class _Families:
+    """What `generate_latest` reads of a registry: `collect()`, here of one family."""
+
+    def __init__(self, *families: Metric) -> None:
+        self._families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return iter(self._families)

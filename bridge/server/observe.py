@@ -316,18 +316,21 @@ class CallObserver:
 
     # --- the HTTP listener's extra paths ---
 
+    async def _rendered(self) -> HttpAnswer:
+        return 200, await self.metrics.render_in_pieces(), CONTENT_TYPE
+
     def http_extra(
         self, ready: Callable[[], tuple[bool, str]], engine: Callable[[], SipEngine | None] = lambda: None
-    ) -> Callable[[str], HttpAnswer | None]:
+    ) -> Callable[[str], HttpAnswer | Awaitable[HttpAnswer] | None]:
         """`GET /metrics` (after a `scrape` of `engine()`; `?heap=walk`: glibc's heap figures walked now), `/healthz` (alive) and `/readyz` (`ready()`:
         listening, not draining, registered where configured)."""
 
-        def answer(target: str) -> HttpAnswer | None:
+        def answer(target: str) -> HttpAnswer | Awaitable[HttpAnswer] | None:
             path, _, query = target.partition("?")
             path = path.rstrip("/")
             if path == "/metrics":
                 self.scrape(engine(), heap_walk="heap=walk" in query.split("&"))
-                return 200, self.metrics.render(), CONTENT_TYPE
+                return self._rendered()
             if path == "/healthz":
                 return 200, b'{"alive": true}', "application/json"
             if path == "/readyz":
