@@ -48,7 +48,7 @@ from bridge.server.webhook import WebhookClient, WebhookConfig, webhook_handler
 from providers.fakes.faults import Fault, parse_fault
 from providers.fakes.script import Script, load_script
 from sip.core.uri import parse_uri
-from sip.engine import EngineError
+from sip.engine import ENGINES, EngineError
 
 log = logging.getLogger("parlora")
 
@@ -315,10 +315,14 @@ def _run_server(server: Server, event_loop: str) -> int:
     # calls (tests/bench/README.md "The media clock protected"): no full collection while calls ran, with either
     # (700, 10, 10) or (700, 10, 100); generation 0 and 1 pauses p99 6.4 vs 5.4 ms, max 6.4 vs 5.4 ms of CPU on a
     # saturated host: within run-to-run noise, so nothing to gain here at that load.
-    # The browser channel's aiortc imported here, not on the loop: 372-391 ms of CPU that held the loop at start
-    # (tests/bench/slow_callbacks.py), now frozen with the rest.
-    browser = server.config.http is not None and server.config.browser_channel
-    freeze_start_up_heap(("bridge.server.browser",) if browser else ())
+    # The SIP engine's module and the browser channel's aiortc imported here, not on the loop, where they held it
+    # 110 and 372-391 ms of CPU at start (tests/bench/slow_callbacks.py); frozen with the rest.
+    spec = ENGINES.get(server.config.engine)
+    engine = (spec.target.partition(":")[0],) if spec is not None else ()
+    browser = (
+        ("bridge.server.browser",) if server.config.http is not None and server.config.browser_channel else ()
+    )
+    freeze_start_up_heap(engine + browser)
     return _run_on_loop(_serving(server), event_loop)
 
 

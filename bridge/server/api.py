@@ -553,7 +553,9 @@ class Server:
 
                 channel, talk = make_channel, self._talk
         hooks = ConsoleHooks(self.console, self._hangup, talk, self.config.stun)
-        extra = self.observer.http_extra(self._ready, lambda: self._agent)  # /metrics scrapes the engine
+        extra = self.observer.http_extra(
+            self._ready, lambda: self._agent, in_pieces=True
+        )  # /metrics scrapes it
         status = StatusServer(
             source,
             console=hooks,

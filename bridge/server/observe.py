@@ -320,17 +320,23 @@ class CallObserver:
         return 200, await self.metrics.render_in_pieces(), CONTENT_TYPE
 
     def http_extra(
-        self, ready: Callable[[], tuple[bool, str]], engine: Callable[[], SipEngine | None] = lambda: None
+        self,
+        ready: Callable[[], tuple[bool, str]],
+        engine: Callable[[], SipEngine | None] = lambda: None,
+        *,
+        in_pieces: bool = False,
     ) -> Callable[[str], HttpAnswer | Awaitable[HttpAnswer] | None]:
-        """`GET /metrics` (after a `scrape` of `engine()`; `?heap=walk`: glibc's heap figures walked now), `/healthz` (alive) and `/readyz` (`ready()`:
-        listening, not draining, registered where configured)."""
+        """`GET /metrics` (after a `scrape` of `engine()`; `?heap=walk`: glibc's heap figures walked now),
+        `/healthz` (alive) and `/readyz` (`ready()`: listening, not draining, registered where configured).
+        `in_pieces` (the server's): the /metrics answer is awaited, its exposition rendered a collector at a time
+        with the loop let through between them."""
 
         def answer(target: str) -> HttpAnswer | Awaitable[HttpAnswer] | None:
             path, _, query = target.partition("?")
             path = path.rstrip("/")
             if path == "/metrics":
                 self.scrape(engine(), heap_walk="heap=walk" in query.split("&"))
-                return self._rendered()
+                return self._rendered() if in_pieces else (200, self.metrics.render(), CONTENT_TYPE)
             if path == "/healthz":
                 return 200, b'{"alive": true}', "application/json"
             if path == "/readyz":

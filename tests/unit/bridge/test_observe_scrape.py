@@ -229,7 +229,7 @@ def test_glibc_s_heap_is_walked_at_most_once_a_minute_unless_asked(monkeypatch: 
     monkeypatch.setattr(observe, "heap_figures", figures)
     now = [0]
     obs = CallObserver(clock=lambda: now[0])
-    answer = obs.http_extra(lambda: (True, "listening"))
+    answer = obs.http_extra(lambda: (True, "listening"), in_pieces=True)
 
     def get(target: str) -> tuple[int, bytes, str]:
         pending = answer(target)
