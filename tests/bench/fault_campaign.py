@@ -1136,7 +1136,8 @@ def sample_bridge(
             rss = stats.proc_status_rss_mb(Path(f"/proc/{bridge.pid}/status").read_text()) or 0.0
             fds = len(os.listdir(f"/proc/{bridge.pid}/fd"))
             cpu = stats.proc_stat_cpu_seconds(Path(f"/proc/{bridge.pid}/stat").read_text(), TICKS)
-            metrics = _get(f"http://127.0.0.1:{http}/metrics", None)
+            # ?heap=walk: glibc's heap figures of this sample (a plain scrape walks at most once a minute)
+            metrics = _get(f"http://127.0.0.1:{http}/metrics?heap=walk", None)
             sip = _get(f"http://127.0.0.1:{http}/sip", None)
             sample = parse_sample(now - start, rss, fds, cpu, os.getloadavg()[0], metrics, sip)
             wait = read_schedstat_wait_ns(Path(f"/proc/{bridge.pid}/schedstat").read_text())
