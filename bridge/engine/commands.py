@@ -159,6 +159,16 @@ class TransferCall:
 
 
 @dataclass(frozen=True, slots=True)
+class WarmTransferCall:
+    """DL6: the model's warm transfer (bridge/engine/warm_transfer.py); its outcome comes back as
+    `transfer_progress` with the typed reason and answers job `job_id`. `brief`: None, a summary of the call."""
+
+    target: str
+    brief: str | None
+    job_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class SendDtmf:
     """DL6: RFC 4733 digits to the caller's side; the result answers job `job_id`."""
 
@@ -264,6 +274,7 @@ Command = (
     | ApproveRollover
     | AuthorizeConnection
     | TransferCall
+    | WarmTransferCall
     | SendDtmf
     | RecordingTool
     | CollectCard

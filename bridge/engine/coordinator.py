@@ -149,8 +149,8 @@ class SessionCoordinator(SessionRooms):
         self.telephony.caller_pressed(digit, self.token)
         self._settle(now)
 
-    def transfer_progress(self, status: int, reason: str, final: bool, now: int) -> None:
-        self.telephony.transfer_progress(status, reason, final, self.token, self.timeline.ms(now))
+    def transfer_progress(self, status: int, reason: str, final: bool, now: int, outcome: str = "") -> None:
+        self.telephony.transfer_progress(status, reason, final, self.token, self.timeline.ms(now), outcome)
         self._settle(now)
 
     def rollover_approved(self, rollover_id: str, approved: bool | None, error: str | None, now: int) -> None:
@@ -194,15 +194,15 @@ class SessionCoordinator(SessionRooms):
         self.deadlines.moved()
 
     # --- the line: hold and ringing (S7, bridge/engine/reservoir.py `Line`) ---
-    def hold(self, now: int) -> None:
-        """The caller put the call on hold: the assistant stops at what the caller heard; nothing recovers."""
+    def hold(self, now: int, by: str = "caller") -> None:
+        """The caller (or a warm transfer, `by`) held the call: the assistant stops at what the caller heard."""
         cancel, at = not self.recovery.reconnecting, self.timeline.ms(now)  # (a replacement has said nothing)
-        if not self.ending.ended and self.call_line.hold(self.token, now, at, cancel=cancel):
+        if not self.ending.ended and self.call_line.hold(self.token, now, at, cancel=cancel, by=by):
             self._settle(now)
 
-    def resume(self, now: int) -> None:
-        """The caller took the call off hold: the conversation goes on."""
-        if self.call_line.resume(self.token, now, truncate=not self.ending.ended):
+    def resume(self, now: int, by: str = "caller") -> None:
+        """The caller took the call off hold (or the warm transfer was undone): the conversation goes on."""
+        if self.call_line.resume(self.token, now, truncate=not self.ending.ended, by=by):
             self._settle(now)
 
     def ring(self, now: int) -> None:

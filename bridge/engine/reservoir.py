@@ -428,6 +428,9 @@ class Line:
     - `ring` (an outbound call not answered yet): what the model says is stored, paused, and plays when the
       callee answers (`answered`, the leg's MediaStarted); speakable updates — the route's greeting — are held
       until then, so the greeting is spoken to the callee, not to the ringing line.
+    - A hold has holders (`by`): the caller's (MediaHeld) and a warm transfer's (bridge/engine/warm_transfer.py,
+      the caller waiting on hold music). The line is held while either holds it and resumes when the last
+      lets go: a caller who resumes during a warm transfer still does not hear the model.
     """
 
     def __init__(
@@ -435,6 +438,7 @@ class Line:
     ) -> None:
         self._output, self._out, self._watchdog, self._truncate = output, out, watchdog, truncate
         self.on_hold = False  # the caller holds the call (`hold`)
+        self._holders: set[str] = set()  # who holds it: "caller", "transfer"
         self.unanswered = False  # an outbound call still rings (`ring`)
         # the disclosure has not reached the carrier yet (`disclose`): the output is held, caller frames still go
         self.disclosing = False
@@ -449,10 +453,11 @@ class Line:
     def state(self) -> str:
         return "held" if self.on_hold else "ringing" if self.unanswered else "up"
 
-    def hold(self, token: int, now: int, at_ms: int, *, cancel: bool) -> bool:
+    def hold(self, token: int, now: int, at_ms: int, *, cancel: bool, by: str = "caller") -> bool:
         """The caller put the call on hold: the assistant stops at what the caller heard (`cancel`: the floor
         has a response to stop; a replacement being opened has said nothing yet). False when already held."""
-        if self.on_hold:
+        held, self._holders = self.on_hold, self._holders | {by}
+        if held:
             return False
         self.on_hold = True
         cleared_ms, heard = self._output.cut()
@@ -478,10 +483,11 @@ class Line:
             self._unheard[item_id] = True
         return True
 
-    def resume(self, token: int, now: int, *, truncate: bool) -> bool:
+    def resume(self, token: int, now: int, *, truncate: bool, by: str = "caller") -> bool:
         """The caller took the call off hold (`truncate`: the session goes on, so unheard items are cut).
-        False when it was not held."""
-        if not self.on_hold:
+        False when it was not held, or another holder still holds it."""
+        self._holders = self._holders - {by}
+        if not self.on_hold or self._holders:
             return False
         self.on_hold = False
         if self._truncate and truncate and self._unheard_token == token:

@@ -4,7 +4,9 @@
   after `goodbye_timeout_ms` at most).
 - `transfer_call`: a blind transfer by SIP REFER to one of the configured targets; the model is told the
   outcome the transferee reported by NOTIFY (answered, busy, refused...). After a successful transfer the
-  bridge leaves the call.
+  bridge leaves the call. With `warm` set, the tool takes `mode` ("cold", the default, or "warm") and an optional
+  `brief`: a warm transfer (bridge/engine/warm_transfer.py) holds the caller, dials and briefs the human, and
+  joins the legs on acceptance; the model is told the typed outcome (`outcome`, `status`) when it is decided.
   One transfer at a time per call, whoever asked (the model's tool or the application's `LiveCall.transfer`),
   as RFC 3515 implementations keep one REFER at a time per dialog: a leg's `TransferProgress` events do not
   say which REFER they answer, so the final one belongs to the one transfer in progress. A second one is
@@ -45,9 +47,11 @@ from bridge.engine.commands import (
     RequestClose,
     SendDtmf,
     TransferCall,
+    WarmTransferCall,
 )
 from bridge.engine.delegations import Delegations, DispatchJob, JobRequest
 from bridge.engine.reservoir import TICK_NS, OutputPath
+from bridge.engine.warm_transfer import ACCEPTED, WarmOptions
 from providers.base import ToolSpec
 from rtp.units import NS_PER_MS
 from sip.core.telephony import DTMF_DIGITS, MAX_DTMF_DIGITS
@@ -71,6 +75,7 @@ class TelephonyOptions:
     drain_ms: int = 5_000  # after the bridge's BYE, how long the leg's end is waited for
     recording_tools: bool = False  # pause_recording and resume_recording
     card: CardOptions | None = None  # collect_card, with this shape
+    warm: WarmOptions | None = None  # transfer_call may be warm (bridge/engine/warm_transfer.py)
 
     @property
     def names(self) -> frozenset[str]:
@@ -99,16 +104,20 @@ def tool_specs(options: TelephonyOptions) -> tuple[ToolSpec, ...]:
         )
     if options.transfer_targets:
         names = sorted(options.transfer_targets)
+        properties: dict[str, object] = {"destination": {"type": "string", "enum": names}}
+        what = "Transfer the caller to a person or department. You will be told whether the transfer was answered."
+        if options.warm is not None:
+            properties["mode"] = {"type": "string", "enum": ["cold", "warm"]}
+            properties["brief"] = {"type": "string"}
+            what += (
+                " mode warm: the caller waits on hold while a colleague is called and briefed (brief: what to "
+                "tell them; a summary of the call when empty); if they decline, the caller is back with you."
+            )
         specs.append(
             ToolSpec(
                 TRANSFER_CALL,
-                "Transfer the caller to a person or department. You will be told "
-                "whether the transfer was answered.",
-                {
-                    "type": "object",
-                    "properties": {"destination": {"type": "string", "enum": names}},
-                    "required": ["destination"],
-                },
+                what,
+                {"type": "object", "properties": properties, "required": ["destination"]},
             )
         )
     if options.send_dtmf:
@@ -154,6 +163,15 @@ def transfer_target(options: TelephonyOptions, arguments: str) -> tuple[str, str
     if destination is None and len(options.transfer_targets) == 1:
         return next(iter(options.transfer_targets.items()))
     return None
+
+
+def untransferred(outcome: str, status: int, reason: str) -> str:
+    """What the model is told when the application's warm transfer was undone (its own tool's: the answer)."""
+    sip = f" (SIP {status})" if status else ""
+    return (
+        f"The warm transfer did not go through: {outcome}{sip}, {reason}. The caller is back with you and "
+        "heard hold music meanwhile; tell them and go on helping."
+    )
 
 
 class TransferInProgress(RuntimeError):
@@ -230,8 +248,12 @@ class TelephonyTools:
                 why = "a transfer is already in progress" if target else "unknown destination"
                 return result(transferred=False, error=why)
             self._transfer_job = request.job_id
-            self._out.commands.append(TransferCall(target[1]))
-            return None  # answered when the transferee's final status arrives
+            if self.options.warm is not None and argument(request.arguments, "mode") == "warm":
+                brief = argument(request.arguments, "brief")
+                self._out.commands.append(WarmTransferCall(target[1], brief or None, request.job_id))
+            else:
+                self._out.commands.append(TransferCall(target[1]))
+            return None  # answered when the transferee's (or the warm transfer's) final status arrives
         if request.name in (PAUSE_RECORDING, RESUME_RECORDING):
             self._out.commands.append(RecordingTool(request.name == PAUSE_RECORDING, request.job_id))
             return None  # answered by the shell, which holds the recording
@@ -244,14 +266,28 @@ class TelephonyTools:
         self._out.commands.append(SendDtmf(digits, request.job_id))
         return result(sent=digits)
 
-    def transfer_progress(self, status: int, reason: str, final: bool, token: int, at_ms: int) -> None:
+    def transfer_progress(
+        self, status: int, reason: str, final: bool, token: int, at_ms: int, outcome: str = ""
+    ) -> None:
         """The transferee's answer, for the model once it is final (the application's transfer: for nobody
-        here, the shell logs it)."""
+        here, the shell logs it). `outcome`: a warm transfer's typed reason (bridge/engine/warm_transfer.py),
+        its status the one the target leg gave."""
         if final and self._application_transfer:
             self._application_transfer = False
+            if outcome and outcome != ACCEPTED:  # the caller is back with the model, who is told why
+                self._delegations.push_update(untransferred(outcome, status, reason), True, token)
         elif final and self._transfer_job is not None:
             job, self._transfer_job = self._transfer_job, None
-            output = result(transferred=200 <= status < 300, status=status, reason=reason)
+            if outcome:
+                output = result(
+                    transferred=outcome == "accepted",
+                    mode="warm",
+                    outcome=outcome,
+                    status=status,
+                    reason=reason,
+                )
+            else:
+                output = result(transferred=200 <= status < 300, status=status, reason=reason)
             self._delegations.job_answered(job, output, token, at_ms)
 
     def caller_pressed(self, digit: str, token: int) -> None:

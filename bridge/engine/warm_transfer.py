@@ -35,6 +35,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol
 
 from rtp.units import NS_PER_MS
 
@@ -219,6 +220,37 @@ def briefing(brief: str | None, utterances: list[tuple[str, str]], *, limit: int
     if not lines:
         return lead + "Nothing was said on the call yet: say that a caller is waiting."
     return lead + "The call so far:\n" + "\n".join(lines)
+
+
+HOLDER = "transfer"  # the warm transfer's hold of the caller's line (bridge/engine/reservoir.py `Line`)
+
+
+class SessionSide(Protocol):
+    """What of the session core (bridge/engine/coordinator.py) a warm transfer uses."""
+
+    def hold(self, now: int, by: str = ...) -> None: ...
+
+    def resume(self, now: int, by: str = ...) -> None: ...
+
+    def transfer_progress(
+        self, status: int, reason: str, final: bool, now: int, outcome: str = ...
+    ) -> None: ...
+
+
+def caller_side(core: SessionSide, actions: list[WarmAction], now: int) -> list[WarmAction]:
+    """Carry out on the session core what is its part: the line held for the transfer (S7: the provider hears
+    nothing, the model is not heard, results wait) and released, and the one outcome told to the model (its
+    tool's answer, or an update for the application's transfer). Returns the actions, all of them, for the
+    shell (hold music, the target leg, the relay, the application's result)."""
+    for action in actions:
+        if isinstance(action, HoldCaller):
+            core.hold(now, by=HOLDER)
+        elif isinstance(action, ReleaseCaller):
+            core.resume(now, by=HOLDER)
+        elif isinstance(action, Outcome):
+            done = action.result
+            core.transfer_progress(done.status, done.reason, True, now, done.outcome)
+    return actions
 
 
 class WarmTransfer:
