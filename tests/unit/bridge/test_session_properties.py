@@ -73,6 +73,13 @@ Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
 - Recording (bridge/server/recording.py, the tap on the shell's frame path and the channel): paused by the model
   and resumed at any moment, and by every card collection: nothing of either side is in the file while paused
   (silence for the gap's length), checked at `teardown`.
+- Transfer (the application's, cold by REFER or warm: bridge/engine/warm_transfer.py, its actions carried out on
+  the core by `caller_side` as the shell does; the target's answers drawn step by step, at any moment of a
+  recovery or a rollover's overlap or drain): while the caller waits on hold music no caller frame reaches a
+  connection (`SendAudio`) and no model audio is transmitted (the caller waits quietly); nothing is dialled,
+  briefed or joined after the hang-up (S6); each transfer's outcome is reported exactly once and ends the
+  core's `transferring`; none is left undecided when the call or the session ended; an accepted warm transfer
+  hands the caller's leg to the relay (the AI leaves: the core is told the leg is gone).
 
 CI runs the machine on its `--quick` budget (`test_s1_to_s7_hold_over_the_machines_call_histories`, the same
 histories every run); tests/bench/properties.py runs it over new ones (`--seed`, `--examples`); each case it
@@ -136,6 +143,26 @@ from bridge.engine.disclosure import CONSENT_ITEM, DISCLOSURE_ITEM, Disclosure
 from bridge.engine.early_media import EarlyMediaWindow
 from bridge.engine.no_input import GOODBYE, PROMPT, NoInputOptions
 from bridge.engine.telephony import TelephonyOptions
+from bridge.engine.warm_transfer import (
+    BriefingSpoken,
+    BriefTarget,
+    CallerHungUp,
+    DialTarget,
+    HoldCaller,
+    JoinLegs,
+    Outcome,
+    ReleaseCaller,
+    SendTargetDigits,
+    SessionEnded,
+    TargetDigit,
+    TargetHungUp,
+    TargetProgress,
+    WarmAction,
+    WarmEvent,
+    WarmOptions,
+    WarmTransfer,
+    caller_side,
+)
 from bridge.server.recording import CallRecording
 from bridge.server.session import CallerFrames, _unheard
 from providers.base import Capabilities
@@ -176,6 +203,18 @@ DISCLOSURE = Disclosure(audio=b"\x10\x00" * 24_000)  # 3 s the bridge plays firs
 CONSENT = Disclosure(audio=b"\x30\x00" * 8_000)  # 1 s "this call is recorded", after it
 NO_INPUT_MS = 1_000  # the no-input timeout of the calls that have one (its least: a step's silence passes it)
 CARD = CardOptions(min_digits=4, max_digits=8, digit_timeout_ms=1_500, timeout_ms=5_000)  # scaled down
+WARM = WarmOptions(ring_timeout_ms=2_000, accept_timeout_ms=3_000)  # scaled down
+WARM_STEPS: dict[str, WarmEvent] = {
+    "ringing": TargetProgress(180),
+    "answered": TargetProgress(200),
+    "spoken": BriefingSpoken(),
+    "accepts": TargetDigit("1"),
+    "refuses": TargetDigit("2"),
+    "hangs_up": TargetHungUp(),
+    "busy": TargetProgress(486),
+    "fails": TargetProgress(503),
+}
+COLD_STATUS = {"ringing": 180, "answered": 200, "accepts": 200, "busy": 486, "fails": 503, "refuses": 603}
 KEYED_DIGIT = re.compile(r"pressed the key [0-9]")  # a card's key told to the model (outside keys: * and #)
 
 
@@ -359,6 +398,11 @@ class SessionMachine(RuleBasedStateMachine):
         self.prompted_at: int | None = None  # the latest no-input prompt
         self.goodbyes = 0
         self.settling = False  # teardown: the model speaks no check-in (S1 is judged on a call that goes on)
+        self.transfer: str | None = None  # "cold" or "warm": the application's transfer awaiting its outcome
+        self.warm: WarmTransfer | None = None
+        self.parked = False  # the caller waits on hold music for a warm transfer
+        self.transfers = 0  # transfers started
+        self.outcomes = 0  # their outcomes reported
         self.ready = True
         self._deliver_now(self.conns[1], SessionStarted(1, "sess_1"))
         self.ringing = outbound and hasattr(self.core, "ring")  # an outbound call rings until answered (S7)
@@ -406,6 +450,9 @@ class SessionMachine(RuleBasedStateMachine):
                 self.early_to_provider or not self.in_early,
                 "EARLY",
                 f"early media reached connection {command.token}, and the route did not ask",
+            )
+            self._require(
+                not self.parked, "WARM", f"a caller frame reached connection {command.token} on hold music"
             )
             conn = self.conns[command.token]
             assert not conn.closed, f"caller audio sent to closed connection {command.token}"
@@ -481,6 +528,9 @@ class SessionMachine(RuleBasedStateMachine):
         elif isinstance(command, EndSession):
             self.ended = True
             self.recovering.clear()
+            if self.warm is not None and self.warm.active:  # as the shell: the transfer is undone
+                warm = self.warm
+                self._warm(lambda: warm.handle(SessionEnded(command.reason), self.now))
         elif isinstance(command, HangUp):
             self._leg_gone()
 
@@ -508,7 +558,7 @@ class SessionMachine(RuleBasedStateMachine):
         elif isinstance(notice, RecoveryChanged):
             self.log.append(f"{self.now // MS} ms: {notice!r}")
             if notice.stage == "reconnecting":
-                if self.held or self.ringing or self.amd_waiting:
+                if self.held or self.ringing or self.amd_waiting or self.parked:
                     self._require(
                         notice.cause not in RECOVERY_CAUSES_OF_MEDIA,
                         "S7",
@@ -568,6 +618,11 @@ class SessionMachine(RuleBasedStateMachine):
                 self._card_over(self.card.end("hangup", self.now // MS))
             self.leg_ended = True
             self._call(self.core.call_ended, self.now)
+            if self.warm is not None and self.warm.active:  # the shell: the target leg ended, undone
+                warm = self.warm
+                self._warm(lambda: warm.handle(CallerHungUp(), self.now))
+            elif self.transfer == "cold":  # the engine's own final report: 487, the call ended first
+                self._cold(487, True)
 
     def _lose(self, conn: FakeConnection, why: str) -> None:
         if why == "rollover-close" and self.profile.caps.server_vad:  # RO2, judged on what the core knew
@@ -633,6 +688,9 @@ class SessionMachine(RuleBasedStateMachine):
         """20 ms: the media clock takes a frame, the caller's frame arrives, the timers, each provider's VAD."""
         if self.over:
             return
+        speech = (
+            speech and not self.parked
+        )  # (on hold music the caller waits quietly: SendAudio still checked)
         self.now += TICK
         if self.leg_ended and self.core.finished(self.now):
             self.over = True  # as the shell: nothing more is fed to the core, nothing more is carried out
@@ -671,6 +729,8 @@ class SessionMachine(RuleBasedStateMachine):
             self._call(self.core.handle_timer, self.now)
         if self.amd is not None and (due := self.amd.next_deadline()) is not None and due <= self.now:
             self._amd_start(self.amd.handle_timer(self.now))
+        if (warm := self.warm) is not None and (due := warm.next_deadline()) is not None and due <= self.now:
+            self._warm(lambda: warm.handle_timer(self.now))  # the ring or the decision timed out
         self._deliver_due()
 
     def _recorded(self, speech: bool, *, tapped: bool = False) -> None:
@@ -788,6 +848,7 @@ class SessionMachine(RuleBasedStateMachine):
             return
         if frame is None or frame.pcmu is None or frame.pcmu[0] != MARK:
             return  # silence, or the core's own closing message
+        self._require(not self.parked, "WARM", "the model's audio transmitted to a caller on hold music")
         consent = self.core.disclosure.consent
         if consent is not None and not (self.leg_ended or self.core.ending.ended):
             self._require(
@@ -1290,6 +1351,80 @@ class SessionMachine(RuleBasedStateMachine):
                     f"audio recorded while paused ({start // MS}-{end // MS} ms)",
                 )
 
+    # --- rules: a transfer, cold or warm ----------------------------------------------------------------
+
+    @precondition(
+        lambda self: (
+            self.live
+            and not self.leg_ended
+            and not self.ended
+            and self.transfer is None
+            and not self.ringing
+            and not self.amd_waiting
+        )
+    )
+    @rule(warm=st.booleans())
+    def application_transfers(self, warm: bool) -> None:
+        """`LiveCall.transfer`: the shell marks it (one at a time), then REFERs or starts the warm transfer."""
+        self._require(
+            not self.core.telephony.transferring, "WARM", "a transfer in progress with none started"
+        )
+        self._call(self.core.telephony.application_transfer)
+        self.transfers += 1
+        self.transfer = "warm" if warm else "cold"
+        self.log.append(f"{self.now // MS} ms: {self.transfer} transfer starts")
+        if warm:
+            transfer = self.warm = WarmTransfer("sip:agent@pbx.example", "brief", self.now, WARM, "12")
+            self._warm(transfer.start)
+
+    @precondition(lambda self: self.live and self.transfer is not None)
+    @rule(step=st.sampled_from(sorted(WARM_STEPS)))
+    def transfer_target_answers(self, step: str) -> None:
+        """The target's next answer: a response to the warm transfer's INVITE, a key, a hang-up; or the cold
+        transfer's NOTIFY."""
+        if self.transfer == "cold":
+            if step in COLD_STATUS:
+                self._cold(COLD_STATUS[step], step != "ringing")
+        elif (warm := self.warm) is not None:
+            self._warm(lambda: warm.handle(WARM_STEPS[step], self.now))
+
+    def _cold(self, status: int, final: bool) -> None:
+        self._call(self.core.transfer_progress, status, "sipfrag", final, self.now)
+        if final:
+            self._reported(f"cold {status}")
+            if 200 <= status < 300 and not self.leg_ended:  # as the shell: transferred, the bridge hangs up
+                self._call(self.core.end, "transferred", self.now)
+
+    def _warm(self, produce: object) -> None:
+        """The warm transfer's actions (`produce()`), carried out on the core by `caller_side` as the shell does;
+        the legs' part (hold music, the target leg, the relay) checked here."""
+        actions: list[WarmAction] = []
+        self._call(lambda: actions.extend(caller_side(self.core, produce(), self.now)))  # type: ignore[operator]
+        for action in actions:
+            self.log.append(f"{self.now // MS} ms: warm {action!r}"[:160])
+            if isinstance(action, (DialTarget, BriefTarget, SendTargetDigits, JoinLegs)):
+                self._require(not self.leg_ended, "S6", f"warm transfer {action!r} after the call leg ended")
+            if isinstance(action, HoldCaller):
+                self.parked = True
+            elif isinstance(action, ReleaseCaller):
+                self.parked = False
+            elif isinstance(action, Outcome):
+                self._reported(action.result.outcome)
+        if JoinLegs() in actions:
+            self._leg_gone()  # the AI leaves: the caller's leg is the relay's now (S6 from here on)
+        elif self.transfer is None:
+            self.parked = False
+
+    def _reported(self, outcome: str) -> None:
+        self.outcomes += 1
+        self._require(
+            self.outcomes == self.transfers and self.transfer is not None,
+            "WARM",
+            f"a transfer's outcome ({outcome}) reported twice, or for no transfer",
+        )
+        self.transfer = None
+        self._require(not self.core.telephony.transferring, "WARM", f"still transferring after {outcome}")
+
     @precondition(lambda self: self.live and not self.leg_ended)
     @rule(now=st.integers(0, 7))
     def caller_hangs_up(self, now: int) -> None:
@@ -1352,6 +1487,16 @@ class SessionMachine(RuleBasedStateMachine):
         finished has reached the application, or its loss is accounted for."""
         if self.ready:
             self._check_recording()
+            self._require(
+                self.transfer is None or not (self.leg_ended or self.ended),
+                "WARM",
+                f"a {self.transfer} transfer left undecided after the call or the session ended",
+            )
+            if self.warm is not None and self.warm.active and not self.over:  # the human hangs up: undone
+                warm = self.warm
+                self._warm(lambda: warm.handle(TargetHungUp(), self.now))
+            if self.transfer == "cold" and not self.over:
+                self._cold(487, True)
         if self.card is not None and not self.over:  # the application cancels it: the settle hears the caller
             self._card_over(self.card.end("cancelled", self.now // MS))
         if not self.ready or self.ended or self.leg_ended:
