@@ -261,7 +261,7 @@ class WarmTransfer:
     ) -> None:
         self.target = target
         self.options = options
-        self._brief = brief_text
+        self.brief_text = brief_text  # the briefing session's instructions
         self._digits = digits
         self._started = now
         self.state = WarmState.DIALING
@@ -340,7 +340,7 @@ class WarmTransfer:
             actions: list[WarmAction] = []
             if self._digits:
                 actions.append(SendTargetDigits(self._digits))
-            actions.append(BriefTarget(self._brief))
+            actions.append(BriefTarget(self.brief_text))
             return actions
         if status >= 300 or status == 0:
             if self.answered:

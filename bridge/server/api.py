@@ -57,6 +57,7 @@ from bridge.engine.telephony import (
     tool_specs,
 )
 from bridge.engine.usage import Pricing
+from bridge.engine.warm_transfer import TransferResult
 from bridge.server.console import ConsoleFeed, ConsoleHooks, poll_status
 from bridge.server.dial_queue import DialQueue, DialRefused
 from bridge.server.dial_series import DoNotCall as DoNotCall  # re-exported: the application raises it
@@ -83,6 +84,7 @@ from bridge.server.records import (
     Utterance,
 )
 from bridge.server.session import CallSession, CallSummary
+from bridge.server.warm import WarmDeps
 from providers.base import Provider, SessionSettings, ToolSpec
 from providers.limits import LimitOverrides
 from sip.core.app_headers import DEFAULT_ALLOW
@@ -197,15 +199,37 @@ class LiveCall:
         else:
             leg.hangup(reason)
 
-    def transfer(self, target: str, *, headers: Mapping[str, str] | Sequence[tuple[str, str]] = ()) -> None:
+    def transfer(
+        self,
+        target: str,
+        *,
+        headers: Mapping[str, str] | Sequence[tuple[str, str]] = (),
+        mode: Literal["cold", "warm"] = "cold",
+        brief: str | None = None,
+        digits: str = "",
+    ) -> asyncio.Future[TransferResult] | None:
         """Cold (blind) transfer by SIP REFER to `target`, a sip:, sips: or tel: URI, the REFER carrying
         `headers` (checked as `hang_up`'s). ValueError for a bad target or header, nothing sent. When the
         transferee reports that the target answered, the bridge hangs up ("transferred to <target>"); any other
         outcome leaves the call up and is logged (sip/leg.py `CallLeg.transfer`). One transfer at a time per
         call: while one (the model's transfer_call or an earlier one of these) awaits its outcome, this raises
-        `TransferInProgress` (bridge/engine/telephony.py) and nothing is sent."""
+        `TransferInProgress` (bridge/engine/telephony.py) and nothing is sent.
+
+        `mode="warm"` (bridge/engine/warm_transfer.py, bridge/server/warm.py): the caller waits on hold while the
+        bridge dials `target` (keying `digits` after the answer), a second session briefs the human (`brief`,
+        or a summary of the call's last utterances) and the human keys 1 to accept (hanging up or 2 refuses);
+        accepted, the bridge relays media between the two legs and the AI leaves; otherwise the caller is back
+        with the model, who is told the typed reason. Returns a future of the `TransferResult` (`outcome`,
+        the target's SIP `status`); `headers` are not used (ValueError when given)."""
+        if mode == "warm":
+            if headers:
+                raise ValueError("a warm transfer places a call: it carries no REFER headers")
+            if digits and set(digits) - set("0123456789*#ABCD"):
+                raise ValueError(f"not DTMF digits: {digits!r}")
+            return self._session.warm_transfer(validate_transfer_target(target), brief, digits)
         checked = self._checked(headers)
         self._session.transfer(TransferCall(validate_transfer_target(target), checked))
+        return None
 
     def _checked(self, headers: Mapping[str, str] | Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
         checked = check_headers(headers)
@@ -665,6 +689,29 @@ class Server:
                 return False, "not registered"
         return True, "listening"
 
+    def _warm_deps(
+        self, reconnect: Callable[[int, SessionSettings], Provider], settings: SessionSettings
+    ) -> WarmDeps | None:
+        """A call's warm transfers (bridge/server/warm.py): the engine's dial, and the briefing session on the
+        route's provider with the briefing as its instructions (no tools, no history). None: the engine
+        places no calls."""
+        agent = self._agent
+        if agent is None or not offers_dial(agent):
+            return None
+        dialer = agent
+
+        async def dial(target: str, ring_timeout_s: float) -> CallLeg:
+            return await dialer.dial(target, ring_timeout_s=ring_timeout_s)
+
+        def briefing(leg: CallLeg, instructions: str) -> CallSession:
+            brief = replace(settings, instructions=instructions, tools=(), history=())
+            failure = self.config.failure_message
+            return CallSession(
+                leg, reconnect(1, brief), reconnect=reconnect, settings=brief, failure_message=failure
+            )
+
+        return WarmDeps(dial, briefing)
+
     async def dial(
         self,
         to: str,
@@ -1038,6 +1085,7 @@ class Server:
             if amd is None
             else lambda verdict, default: app.amd_action(holder[0], verdict, default),
             early_media_to_provider=outbound and _early_to_provider(setup, self.config),
+            warm=self._warm_deps(reconnect, settings),
         )
         session.links.on_connected = self.observer.metrics.provider_connected  # connect time
         call = LiveCall(identity, session)

@@ -86,8 +86,10 @@ from bridge.engine.delegations import DeliverResult, DispatchJob, JobRequest, Se
 from bridge.engine.early_media import EarlyMedia, EarlyMediaWindow
 from bridge.engine.recovery import seeded_settings
 from bridge.engine.telephony import TelephonyOptions, TransferInProgress
+from bridge.engine.warm_transfer import TransferResult
 from bridge.server.log import log_notice
 from bridge.server.records import RecordingChanged
+from bridge.server.warm import TargetEvent, WarmDeps, WarmDue, WarmSeat
 from providers.base import DeliversEvents, Provider, ProviderUnavailable, ResumptionRejected, SessionSettings
 from providers.events import ProviderEvent, SessionStarted, bounded
 from sip.leg import (
@@ -785,6 +787,7 @@ class CallSession:
         amd_hook: AmdHook | None = None,
         early_media_to_provider: bool = False,
         card_handler: CardHandler | None = None,
+        warm: WarmDeps | None = None,
     ) -> None:
         self.leg = leg
         self._card_handler = card_handler  # the application's `card_collected`
@@ -843,7 +846,19 @@ class CallSession:
             cmd.SendDtmf: self._send_dtmf,
             cmd.RecordingTool: self._recording_tool,
             cmd.CollectCard: self._model_card,
+            cmd.WarmTransferCall: lambda c: self.warm.model(self.coordinator, c),
         }
+        # warm transfers (bridge/server/warm.py): the dial and the briefing session are the server's
+        self.warm = WarmSeat(
+            warm,
+            self._options.telephony.warm,
+            call_id=leg.identity.call_id,
+            caller=leg,
+            inbox=self._inbox,
+            spawn=self._spawn,
+            cancel=self._cancel,
+            clock=clock,
+        )
 
     @property
     def call_id(self) -> str:
@@ -926,14 +941,17 @@ class CallSession:
         self._spawn(f"provider-{first}", self.links.read(self.providers[first]))
         frames, inbox = self._frames, self._inbox
         try:
-            while not core.finished(now := self._clock()):
-                deadline = core.next_deadline()
+            while not core.finished(now := self._clock()) or (self.warm.relaying and self._ended is None):
+                deadline = None if self.warm.relaying else core.next_deadline()  # (relaying: the AI left)
                 if deadline is not None and deadline <= now:
                     core.handle_timer(now)  # a due timer first, then one queued input: neither starves
                     if not inbox.empty():
                         self._handle(inbox.get_nowait())
                 else:
-                    frames.settled(core, now)  # the one timer: its callback wakes this loop when one is due
+                    if not self.warm.relaying:  # (relaying: no timer of the core's is waited for)
+                        frames.settled(
+                            core, now
+                        )  # the one timer: its callback wakes this loop when one is due
                     self._handle(inbox.get_nowait() if inbox.qsize() else await inbox.get())
                 self._carry_out(core)
         finally:
@@ -966,6 +984,7 @@ class CallSession:
                 self._card_end("hangup")
             self._early_media_notice(self.early_media.ended(item.status_code, item.reason, now))
             core.call_ended(now)
+            self.warm.caller_gone(core, now)  # a warm transfer under way is undone, a relay ends the target
             if item.by_remote:
                 self._ended_by, self._end_reason = "caller", f"{item.status_code} {item.reason}"
             elif not self._ended_by:
@@ -1027,6 +1046,12 @@ class CallSession:
         elif isinstance(item, _AmdAnswer):
             if (gate := self._amd_gate) is not None and self._ended is None:
                 gate.application_answered(item.action)
+        elif isinstance(item, (TargetEvent, WarmDue)):
+            self.warm.handle(core, item, now)
+            if self.warm.relaying and not core.ending.ended:  # joined: the AI leaves, the leg is the relay's
+                self._frames.early = self.warm.relay_to_target
+                core.end("transferred (warm)", now)
+                self._spawn("warm-ai-leaves", self.links.close_all())
         elif isinstance(item, _ConnectFailed):
             item.report(core, now)
         elif isinstance(item, _Approved):
@@ -1052,6 +1077,7 @@ class CallSession:
         for command in core.commands():
             self._carriers[type(command)](command)
         for notice in core.notices():
+            self.warm.heard(notice)  # (the last utterances, for a warm transfer's briefing)
             log_notice(self.call_id, notice)
             if self._notice_sink is not None:
                 self._notice_sink(self.call_id, notice)
@@ -1144,6 +1170,8 @@ class CallSession:
             self._notice_sink(self.call_id, notice)
 
     def _session_ended(self, command: cmd.EndSession) -> None:
+        if self.coordinator is not None:
+            self.warm.session_ended(self.coordinator, command.reason, self._clock())
         if self._ended is None and (command.failed or command.goodbye):
             log.log(
                 logging.ERROR if command.failed else logging.WARNING,
@@ -1162,6 +1190,14 @@ class CallSession:
         self._transfer(command)
         if core is not None:
             core.telephony.application_transfer()
+
+    def warm_transfer(
+        self, target: str, brief: str | None, digits: str = ""
+    ) -> asyncio.Future[TransferResult]:
+        """The application's warm transfer (bridge/server/warm.py): its result when decided."""
+        result = self.warm.start(self.coordinator, target, brief, digits)
+        self._inbox.put_nowait(_Wake())  # the core's commands (hold) carried out by the loop
+        return result
 
     def _transfer(self, command: cmd.TransferCall) -> None:
         log.info("call %s transferring to %s", self.call_id, command.target)
@@ -1381,6 +1417,8 @@ class CallSession:
         return "bridge" if core is not None and core.ending.by_bridge else self._hangup_by
 
     def _hangup(self, by: str, reason: str) -> None:
+        if self.warm.relaying:  # the caller's leg is the relay's now: it ends when either side hangs up
+            return
         if self._ended is None and not self._ended_by:
             self._ended_by, self._end_reason = by, reason
             log.warning("call %s: %s; hanging up", self.call_id, reason)
