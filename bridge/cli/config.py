@@ -40,7 +40,7 @@ shows each one with a comment:
                   output_tokens_per_million: the rates a call's usage is priced at, replay included
     [rollover]    enabled, session_cap_ms, after_ms, deadline_ms, hard_stop_ms, overlap_ms
     [recovery]    reservoir_bytes, residence_ms, failure_message (a WAV, 8 kHz mono 16-bit)
-    [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, recording_tools, transfer_targets = {NAME = "sip:URI"},
+    [telephony]   end_call_tool, send_dtmf_tool, dtmf_to_model, recording_tools, warm_transfer_ring_s, transfer_targets = {NAME = "sip:URI"},
                   max_call_duration_s, rtp_timeout_s, hold_timeout_s (seconds, or 0 / "off")
     [webhook]     url, timeout_s, ca              (the signing secret is always in $PARLORA_WEBHOOK_SECRET)
     [logging]     level, format (text | json), cdr (a file: one JSON line per finished call)
@@ -145,6 +145,7 @@ from bridge.engine.dial_retry import DEFAULT_RETRY_ON, MAX_ATTEMPTS, MAX_DELAY_S
 from bridge.engine.rollover import RolloverOptions
 from bridge.engine.telephony import TelephonyOptions
 from bridge.engine.usage import Pricing
+from bridge.engine.warm_transfer import WarmOptions
 from bridge.server.console import parse_stun_url, parse_webrtc_address
 from bridge.server.providers import KINDS
 from bridge.server.webhook import SECRET_ENV
@@ -408,6 +409,9 @@ class Telephony:
     dtmf_to_model: bool = False
     recording_tools: bool = False
     transfer_targets: tuple[tuple[str, str], ...] = ()  # (name the model uses, SIP URI)
+    warm_transfer_ring_s: float | None = (
+        None  # transfer_call may be warm, ringing this long (None: cold only)
+    )
     # None: the default (`call_limits`: DEFAULT_* on the native engine); 0.0: off ("off" or 0 in the file)
     max_call_duration_s: float | None = None
     rtp_timeout_s: float | None = None
@@ -540,6 +544,9 @@ class BridgeConfig:
             send_dtmf=t.send_dtmf_tool,
             dtmf_to_model=t.dtmf_to_model,
             recording_tools=t.recording_tools,
+            warm=None
+            if t.warm_transfer_ring_s is None
+            else WarmOptions(ring_timeout_ms=int(t.warm_transfer_ring_s * 1000)),
         )
 
     def rollover_options(self, provider: str) -> RolloverOptions | None:
@@ -1634,6 +1641,7 @@ def _telephony(r: _Reader, t: dict[str, object]) -> Telephony:
         dtmf_to_model=r.boolean(t, "dtmf_to_model", p, False),
         recording_tools=r.boolean(t, "recording_tools", p, False),
         transfer_targets=tuple(targets),
+        warm_transfer_ring_s=r.number(t, "warm_transfer_ring_s", p, lo=1.0, default=None, inclusive=True),
         max_call_duration_s=r.seconds_or_off(t, "max_call_duration_s", p),
         rtp_timeout_s=r.seconds_or_off(t, "rtp_timeout_s", p),
         hold_timeout_s=r.seconds_or_off(t, "hold_timeout_s", p),
@@ -2213,6 +2221,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("transfer_targets", ("--transfer-target",), "telephony.transfer_targets",
            "Offer the model `transfer_call` to this destination (SIP REFER; repeatable).", multiple=True,
            metavar="NAME=sip:URI", file_values=_transfer_targets, example=("desk=sip:desk@pbx.example.com",)),
+    Option("warm_transfer_ring_s", ("--warm-transfer-ring",), "telephony.warm_transfer_ring_s",
+           "Let the model's `transfer_call` be warm (mode warm: the caller on hold, the target dialled and "
+           "briefed by a second session, joined when the human keys 1) ringing the target at most S seconds. "
+           "Default: cold transfers only.", type=click.FloatRange(min=1.0), metavar="S", example=("30",)),
     Option("send_dtmf_tool", ("--send-dtmf-tool",), "telephony.send_dtmf_tool",
            "Offer the model `send_dtmf` (RFC 4733 digits).", is_flag=True),
     Option("dtmf_to_model", ("--dtmf-to-model",), "telephony.dtmf_to_model",
