@@ -121,6 +121,7 @@ class WarmShell:
         self.result: asyncio.Future[TransferResult] = asyncio.get_running_loop().create_future()
         self.joined = False  # relaying
         self._answered = False
+        self.relayed = [0, 0]  # frames relayed: to the target, to the caller
 
     # --- events of the target leg, into the caller session's inbox ---
     def _leg_event(self, event: LegEvent) -> None:
@@ -137,11 +138,13 @@ class WarmShell:
 
     def relay_to_caller(self, frame: FrameReceived) -> None:
         """The target's frame to the caller (the target leg's frame sink, or its events, once joined)."""
+        self.relayed[1] += 1
         self._caller.enqueue([OutboundFrame(frame.pcm, RELAY_EPOCH, RELAY_ITEM, 0)])
 
     def relay_to_target(self, pcm: bytes, now: int) -> None:
         """The caller's frame to the target (the caller session's frame path, once joined)."""
         if (target := self.target) is not None:
+            self.relayed[0] += 1
             target.enqueue([OutboundFrame(pcm, RELAY_EPOCH, RELAY_ITEM, 0)])
 
     # --- the actions ---
@@ -149,6 +152,14 @@ class WarmShell:
         """Carry out the transfer's actions: the caller's side on the session core, the rest on the legs."""
         for action in caller_side(core, actions, now):
             log.info("call %s warm transfer: %s", self._call_id, action)
+            if self.joined and isinstance(action, (HangUpCaller, DropTarget)):
+                to_target, to_caller = self.relayed
+                log.info(
+                    "call %s warm transfer relay ended: %d frames to the target, %d to the caller",
+                    self._call_id,
+                    to_target,
+                    to_caller,
+                )
             if isinstance(action, DialTarget):
                 self._spawn("warm-dial", self._dial(action.target, action.ring_timeout_ms / 1000))
             elif isinstance(action, SendTargetDigits) and self.target is not None:

@@ -26,6 +26,7 @@ import bridge
 from bridge.engine.card import CardOptions
 from bridge.engine.telephony import TelephonyOptions
 from bridge.engine.usage import Pricing
+from bridge.engine.warm_transfer import WarmOptions
 from bridge.server.records import CallRecord, CallStarted, Utterance
 
 LOOKUP = bridge.ToolSpec(
@@ -41,11 +42,16 @@ def say(**fields: object) -> None:
 
 class Shop(bridge.Application):
     def __init__(
-        self, job_delay: float, hangup_on_pound: bool = False, per_number: dict[str, dict] | None = None
+        self,
+        job_delay: float,
+        hangup_on_pound: bool = False,
+        per_number: dict[str, dict] | None = None,
+        warm_to: str | None = None,
     ) -> None:
         self.job_delay = job_delay
         self.hangup_on_pound = hangup_on_pound
         self.per_number = per_number or {}  # CallSetup fields by the number called
+        self.warm_to = warm_to  # a warm transfer to this URI, asked 1 s into each call
         self.runs = 0
 
     async def setup(self, call):  # type: ignore[no-untyped-def]
@@ -88,6 +94,13 @@ class Shop(bridge.Application):
     async def call_started(self, call, event):  # type: ignore[no-untyped-def]
         assert isinstance(event, CallStarted)
         say(event="call_started", call_id=event.call.call_id, called=event.call.called)
+        if self.warm_to is not None:
+            self.transfers = [asyncio.ensure_future(self._warm(call, self.warm_to))]
+
+    async def _warm(self, call, target: str) -> None:  # type: ignore[no-untyped-def]
+        await asyncio.sleep(1.0)
+        result = await call.transfer(target, mode="warm", brief="The caller wants a refund for order 42.")
+        say(event="warm_transfer", outcome=result.outcome, status=result.status, reason=result.reason)
 
     async def utterance(self, call, utterance):  # type: ignore[no-untyped-def]
         assert isinstance(utterance, Utterance)
@@ -127,6 +140,8 @@ def main() -> int:
     parser.add_argument("--budget", action="append", default=[])
     parser.add_argument("--greet", action="append", default=[])
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--warm-transfer-ring", type=float)  # transfer_call may be warm
+    parser.add_argument("--warm-to")  # the application's warm transfer to this URI, 1 s into each call
     args = parser.parse_args()
     per_number: dict[str, dict] = {}
     for spec in args.no_input:
@@ -164,13 +179,16 @@ def main() -> int:
             dtmf_to_model=args.dtmf_to_model,
             recording_tools=args.recording_tools,
             card=CardOptions() if args.card else None,
+            warm=None
+            if args.warm_transfer_ring is None
+            else WarmOptions(ring_timeout_ms=int(args.warm_transfer_ring * 1000)),
         ),
         record_dir=args.record,
         cdr=args.cdr,
         http=("127.0.0.1", args.http) if args.http else None,
         pricing=((args.provider, pricing),) if args.price_input_tokens or args.price_output_tokens else (),
     )
-    shop = Shop(args.job_delay, args.hangup_on_pound, per_number)
+    shop = Shop(args.job_delay, args.hangup_on_pound, per_number, args.warm_to)
     return asyncio.run(bridge.Server(shop, config).run())
 
 
