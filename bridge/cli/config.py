@@ -409,9 +409,8 @@ class Telephony:
     dtmf_to_model: bool = False
     recording_tools: bool = False
     transfer_targets: tuple[tuple[str, str], ...] = ()  # (name the model uses, SIP URI)
-    warm_transfer_ring_s: float | None = (
-        None  # transfer_call may be warm, ringing this long (None: cold only)
-    )
+    warm_transfer_ring_s: float | None = None  # transfer_call may be warm: its ring timeout (None: cold)
+    hold_music: str | None = None  # WAV path: what a caller waiting for a warm transfer hears (None: silence)
     # None: the default (`call_limits`: DEFAULT_* on the native engine); 0.0: off ("off" or 0 in the file)
     max_call_duration_s: float | None = None
     rtp_timeout_s: float | None = None
@@ -1642,11 +1641,20 @@ def _telephony(r: _Reader, t: dict[str, object]) -> Telephony:
         recording_tools=r.boolean(t, "recording_tools", p, False),
         transfer_targets=tuple(targets),
         warm_transfer_ring_s=r.number(t, "warm_transfer_ring_s", p, lo=1.0, default=None, inclusive=True),
+        hold_music=_wav_file(r, t, "hold_music", p),
         max_call_duration_s=r.seconds_or_off(t, "max_call_duration_s", p),
         rtp_timeout_s=r.seconds_or_off(t, "rtp_timeout_s", p),
         hold_timeout_s=r.seconds_or_off(t, "hold_timeout_s", p),
         session_expires_s=_session_expires(r, t, p),
     )
+
+
+def _wav_file(r: _Reader, t: dict[str, object], key: str, p: str) -> str | None:
+    """A WAV the bridge plays (8 kHz mono 16-bit), checked when the configuration is read."""
+    path = r.file(t, key, p)
+    if path is not None and Path(path).is_file() and (problem := _check_wav(path)) is not None:
+        r.fail(f"{p}.{key}", problem)
+    return path
 
 
 def _session_expires(r: _Reader, t: dict[str, object], p: str) -> int:
@@ -2225,6 +2233,9 @@ OPTIONS: tuple[Option, ...] = (
            "Let the model's `transfer_call` be warm (mode warm: the caller on hold, the target dialled and "
            "briefed by a second session, joined when the human keys 1) ringing the target at most S seconds. "
            "Default: cold transfers only.", type=click.FloatRange(min=1.0), metavar="S", example=("30",)),
+    Option("hold_music", ("--hold-music",), "telephony.hold_music",
+           "WAV (8 kHz mono 16-bit, looped) a caller hears while a warm transfer dials and briefs the target "
+           "(default: silence).", type=click.Path(exists=True, dir_okay=False), example=("@wav",)),
     Option("send_dtmf_tool", ("--send-dtmf-tool",), "telephony.send_dtmf_tool",
            "Offer the model `send_dtmf` (RFC 4733 digits).", is_flag=True),
     Option("dtmf_to_model", ("--dtmf-to-model",), "telephony.dtmf_to_model",

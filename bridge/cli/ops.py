@@ -217,6 +217,7 @@ def server_config(config: BridgeConfig, environ: Mapping[str, str], *, inbound: 
         else None,
         rollover=rollover,
         telephony=config.telephony_options(),
+        hold_music=_read_message(config.telephony.hold_music) if config.telephony.hold_music else None,
         trunks=trunks,  # each trunk's allowlist, digest, SRTP, NAT and registration: sip/core/trunks.py
         drop_unknown=config.inbound.drop_unknown,
         allow_any=config.inbound.allow_any,

@@ -412,6 +412,9 @@ class ServerConfig:
     instructions: str | None = None  # used when the application's setup gives none
     limits: LimitOverrides | None = None
     failure_message: bytes | None = None
+    hold_music: bytes | None = (
+        None  # PCM16 8 kHz, looped while a caller waits for a warm transfer (None: silence)
+    )
     rollover: RolloverOptions | None | str = "default"  # "default": from the provider's cap; None: off
     telephony: TelephonyOptions = field(default_factory=TelephonyOptions)
     engine: str = DEFAULT_ENGINE  # the SIP engine: a name in sip.engine.ENGINES
@@ -710,7 +713,7 @@ class Server:
                 leg, reconnect(1, brief), reconnect=reconnect, settings=brief, failure_message=failure
             )
 
-        return WarmDeps(dial, briefing)
+        return WarmDeps(dial, briefing, self.config.hold_music or b"")
 
     async def dial(
         self,

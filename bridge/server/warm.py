@@ -35,8 +35,10 @@ from bridge.engine.warm_transfer import (
     DialTarget,
     DropTarget,
     HangUpCaller,
+    HoldCaller,
     JoinLegs,
     Outcome,
+    ReleaseCaller,
     SendTargetDigits,
     SessionEnded,
     TargetDigit,
@@ -58,6 +60,8 @@ log = logging.getLogger("parlora")
 BRIEF_NOW = "Your colleague has answered: greet them and brief them now."
 RELAY_EPOCH = 1 << 40  # relayed frames: above every epoch a session's barrier could have cleared
 RELAY_ITEM = "relay"
+MUSIC_ITEM = "hold-music"
+MUSIC_LEAD = 3  # frames of hold music waiting in the caller's playout at most
 
 
 class Briefing(Protocol):
@@ -75,6 +79,7 @@ class WarmDeps:
 
     dial: Callable[[str, float], Awaitable[CallLeg]]
     briefing: Callable[[CallLeg, str], Briefing]
+    hold_music: bytes = b""  # PCM16 8 kHz, looped to the waiting caller (empty: silence)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +165,10 @@ class WarmShell:
                     to_target,
                     to_caller,
                 )
+            if isinstance(action, HoldCaller) and self._deps.hold_music:
+                self._spawn("warm-music", self._music(self._deps.hold_music))
+            elif isinstance(action, (ReleaseCaller, JoinLegs, Outcome)):
+                self._cancel("warm-music")
             if isinstance(action, DialTarget):
                 self._spawn("warm-dial", self._dial(action.target, action.ring_timeout_ms / 1000))
             elif isinstance(action, SendTargetDigits) and self.target is not None:
@@ -180,6 +189,18 @@ class WarmShell:
 
     def caller_gone(self, core: Any, now: int) -> None:
         self.handle(core, CallerHungUp(), now)
+
+    async def _music(self, music: bytes) -> None:
+        """Hold music to the caller's leg, looped, paced by the carrier: at most `MUSIC_LEAD` frames wait in its
+        playout (what is left of them when the caller is released plays before the model: 60 ms at most)."""
+        frames = [music[at : at + 320].ljust(320, b"\0") for at in range(0, len(music), 320)]
+        played = 0
+        while True:
+            while self._caller.depth < MUSIC_LEAD:
+                frame = OutboundFrame(frames[played % len(frames)], RELAY_EPOCH, MUSIC_ITEM, 0)
+                self._caller.enqueue([frame])
+                played += 1
+            await asyncio.sleep(0.02)
 
     async def _dial(self, target: str, ring_timeout_s: float) -> None:
         try:

@@ -10,7 +10,7 @@ from bridge.engine.telephony import TelephonyOptions, TransferInProgress
 from bridge.engine.warm_transfer import ACCEPTED, NO_ANSWER, REFUSED, TransferResult, WarmOptions
 from bridge.server.api import LiveCall
 from bridge.server.session import CallSession, CallSummary
-from bridge.server.warm import BRIEF_NOW, WarmDeps
+from bridge.server.warm import BRIEF_NOW, MUSIC_ITEM, WarmDeps
 from providers.events import ToolCallRequested
 from sip.leg import CallEnded, CallLeg, DtmfReceived, FrameReceived, LegFeatures, MediaStarted
 from tests.support import virtual_time
@@ -47,7 +47,7 @@ class TextProvider(ToolProvider):
 
 
 class Rig:
-    def __init__(self, *, fail_dial: bool = False, tools: bool = False) -> None:
+    def __init__(self, *, fail_dial: bool = False, tools: bool = False, music: bytes = b"") -> None:
         self.caller, self.provider = Leg(), TextProvider()
         self.target, self.briefer = TargetLeg(), TextProvider()
         self.dialled: list[tuple[str, float]] = []
@@ -74,7 +74,7 @@ class Rig:
             self.provider,
             clock=virtual_time.loop_clock(),
             telephony_options=telephony,
-            warm=WarmDeps(dial, briefing),
+            warm=WarmDeps(dial, briefing, music),
         )
         self.live = LiveCall(self.caller.identity, self.session)
         self.task: asyncio.Task[CallSummary] = asyncio.create_task(self.session.run())
@@ -171,5 +171,28 @@ async def test_the_model_s_warm_transfer_that_cannot_be_dialled_is_answered_fail
     answer = json.loads(output)
     assert call_id == "call_w" and answer["outcome"] == "failed" and answer["mode"] == "warm"
     assert "no RTP port free" in answer["reason"] and answer["transferred"] is False
+    rig.caller.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
+    await asyncio.wait_for(rig.task, 5)
+
+
+async def test_the_waiting_caller_hears_the_hold_music_looped_and_it_stops_when_the_caller_is_back() -> None:
+    music = bytes(range(256)) * 5  # 1,280 bytes: four frames, looped
+    rig = Rig(music=music)
+    await rig.up()
+    result = rig.transfer()
+    await until(lambda: rig.caller.playout.depth == 3)  # paced: three frames wait at most
+    pulled = [rig.caller.playout.pull(n * 20_000_000) for n in range(1, 7)]
+    await asyncio.sleep(0.1)
+    pulled += [rig.caller.playout.pull(n * 20_000_000) for n in range(7, 10)]
+    frames = [f for f in pulled if f is not None]
+    assert [f.item_id for f in frames] == [MUSIC_ITEM] * len(frames) and len(frames) >= 6
+    assert frames[0].pcm == music[:320] and frames[4].pcm == music[:320]  # the loop
+    rig.target.queue.put_nowait(CallEnded("Busy Here", 486, True, 0, 0))
+    assert (await asyncio.wait_for(result, 5)).outcome == "busy"
+    await asyncio.sleep(0.1)
+    for n in range(10, 14):
+        rig.caller.playout.pull(n * 20_000_000)
+    await asyncio.sleep(0.1)
+    assert rig.caller.playout.depth == 0  # the music stopped with the caller back
     rig.caller.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
     await asyncio.wait_for(rig.task, 5)
