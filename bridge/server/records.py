@@ -31,7 +31,8 @@ events in order:
   end reason of a call that failed after it says so.
 - (no event) the recording's pauses (`RecordingChanged`, from the session shell) and payment-card collections
   (bridge/engine/card.py `CardEnded`: the outcome, never a digit): the record lists both (`recording_gaps`,
-  `card_collections`).
+  `card_collections`); each warm transfer's outcome (bridge/engine/warm_transfer.py `TransferResult`, from the
+  session shell): `transfers`.
 - `CallEnded`: the `CallRecord` — duration, who hung up and why, SIP status, provider and connections used,
   recoveries and rollovers, the uncertain work, QoS (`status()["qos"]`), usage with `complete` (HR12,
   bridge/engine/usage.py), its split and price (`cost`: conversation, recovery and rollover replay) and the
@@ -68,6 +69,7 @@ from bridge.engine.connections import connection_id
 from bridge.engine.delegations import UncertainItem, WorkUncertain
 from bridge.engine.disclosure import ANNOUNCEMENT_ITEMS, Disclosure, text_result
 from bridge.engine.early_media import EarlyMedia
+from bridge.engine.warm_transfer import TransferResult
 from rtp.audio import FRAME_MS
 from rtp.ledger import ItemProgress, LedgerEntry
 from rtp.units import NS_PER_MS
@@ -112,6 +114,7 @@ RECORD_NOTICES = (
     TurnTiming,
     CardEnded,
     RecordingChanged,
+    TransferResult,
 )
 """The notice types the builder reads (a shell may drop every other notice before queueing it)."""
 
@@ -575,6 +578,8 @@ class CallRecord:
     # payment-card collection's outcome (bridge/engine/card.py: never a digit)
     recording_gaps: tuple[Mapping[str, Any], ...] = ()
     card_collections: tuple[CardEnded, ...] = ()
+    # each warm transfer's outcome (bridge/engine/warm_transfer.py): the target, the typed outcome, its SIP status
+    transfers: tuple[TransferResult, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -656,6 +661,7 @@ class CallRecord:
             **({"early_media": _early_json(self.early_media)} if self.early_media is not None else {}),
             **({"consent": self.consent.to_json()} if self.consent is not None else {}),
             **({"recording_gaps": [dict(g) for g in self.recording_gaps]} if self.recording_gaps else {}),
+            **({"transfers": [_transfer_json(t) for t in self.transfers]} if self.transfers else {}),
             **(
                 {
                     "card_collections": [
@@ -891,6 +897,7 @@ class RecordBuilder:
         self.turns = TurnLog()
         self.recording_gaps: deque[dict[str, Any]] = deque(maxlen=KEPT)  # the last ones
         self.card_collections: deque[CardEnded] = deque(maxlen=KEPT)
+        self.transfers: deque[TransferResult] = deque(maxlen=KEPT)  # warm transfers' outcomes
 
     def started(self) -> CallStarted:
         return CallStarted(self.call, self._started_at)
@@ -974,6 +981,8 @@ class RecordBuilder:
                 gaps[-1]["end_ms"] = notice.at_ms
         elif isinstance(notice, CardEnded):
             self.card_collections.append(notice)
+        elif isinstance(notice, TransferResult):
+            self.transfers.append(notice)
         return out
 
     def _uncertain(self, notice: WorkUncertain) -> UncertainWork:
@@ -1183,6 +1192,7 @@ class RecordBuilder:
             cost=cost if isinstance(cost := status.get("cost"), Mapping) else None,
             recording_gaps=_gaps_in_wav(self.recording_gaps, outcome.recording_start_ms),
             card_collections=_cards_in_wav(self.card_collections, outcome.recording_start_ms),
+            transfers=tuple(self.transfers),
         )
         return out, record
 
@@ -1258,3 +1268,14 @@ _RECOVERY_OUTCOMES: dict[str, Literal["recovered", "failed", "interrupted"]] = {
     "failed": "failed",
     "interrupted": "interrupted",
 }
+
+
+def _transfer_json(result: TransferResult) -> dict[str, Any]:
+    return {
+        "target": result.target,
+        "mode": "warm",
+        "outcome": result.outcome,
+        "status": result.status,
+        "reason": result.reason,
+        "elapsed_ms": result.elapsed_ms,
+    }

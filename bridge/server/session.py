@@ -858,6 +858,7 @@ class CallSession:
             spawn=self._spawn,
             cancel=self._cancel,
             clock=clock,
+            tell=self._tell,
         )
 
     @property

@@ -263,8 +263,10 @@ class WarmSeat:
         spawn: Callable[[str, Any], None],
         cancel: Callable[[str], None],
         clock: Callable[[], int],
+        tell: Callable[[object], None],
     ) -> None:
         self._deps, self._options = deps, options or WarmOptions()
+        self._tell = tell  # the outcome, to the log and the call's record
         self._call_id, self._caller, self._inbox = call_id, caller, inbox
         self._spawn, self._cancel, self._clock = spawn, cancel, clock
         self.said: deque[tuple[str, str]] = deque(maxlen=24)  # (role, text) of the final transcripts
@@ -343,6 +345,9 @@ class WarmSeat:
         shell = self.shell
         assert shell is not None
         shell.act(core, actions, now)
+        for action in actions:
+            if isinstance(action, Outcome):
+                self._tell(action.result)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None

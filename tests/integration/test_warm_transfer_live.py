@@ -54,3 +54,8 @@ def test_warm_transfer_accepted_relays_both_ways_and_ends_with_the_target(tmp_pa
     assert to_target >= 50 and to_caller >= 50, (to_target, to_caller)
     [ended] = [e for e in events if e["event"] == "ended"]
     assert ended["by"] == "bridge", ended
+    [record] = [e["record"] for e in events if e["event"] == "call_ended"]
+    [transfer] = record["transfers"]
+    assert transfer["outcome"] == "accepted" and transfer["status"] == 200 and transfer["target"] == uri, (
+        record
+    )
