@@ -696,15 +696,24 @@ class Server:
         self, reconnect: Callable[[int, SessionSettings], Provider], settings: SessionSettings
     ) -> WarmDeps | None:
         """A call's warm transfers (bridge/server/warm.py): the engine's dial, and the briefing session on the
-        route's provider with the briefing as its instructions (no tools, no history). None: the engine
-        places no calls."""
+        route's provider with the briefing as its instructions (no tools, no history). The target goes out as
+        `dial`'s calls do (the trunk `choose_trunk` picks, its credentials), outside the dial queue: it belongs
+        to a call already admitted. None: the engine places no calls."""
         agent = self._agent
         if agent is None or not offers_dial(agent):
             return None
         dialer = agent
 
         async def dial(target: str, ring_timeout_s: float) -> CallLeg:
-            return await dialer.dial(target, ring_timeout_s=ring_timeout_s)
+            via = choose_trunk(self.config.dial_trunks, target)  # as `dial`: the trunk's identity and digest
+            auth_user, password = via.credentials if via is not None else (None, "")
+            return await dialer.dial(
+                dial_target(target, via),
+                from_uri=via.identity if via is not None else None,
+                ring_timeout_s=ring_timeout_s,
+                auth_user=auth_user,
+                password=password,
+            )
 
         def briefing(leg: CallLeg, instructions: str) -> CallSession:
             brief = replace(settings, instructions=instructions, tools=(), history=())
