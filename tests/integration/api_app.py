@@ -46,12 +46,13 @@ class Shop(bridge.Application):
         job_delay: float,
         hangup_on_pound: bool = False,
         per_number: dict[str, dict] | None = None,
-        warm_to: str | None = None,
+        warm_to: dict[str, str] | None = None,
     ) -> None:
         self.job_delay = job_delay
         self.hangup_on_pound = hangup_on_pound
         self.per_number = per_number or {}  # CallSetup fields by the number called
-        self.warm_to = warm_to  # a warm transfer to this URI, asked 1 s into each call
+        self.warm_to = warm_to or {}  # called number -> the URI of a warm transfer asked 1 s into the call
+        self.transfers: list[asyncio.Future[None]] = []
         self.runs = 0
 
     async def setup(self, call):  # type: ignore[no-untyped-def]
@@ -94,13 +95,15 @@ class Shop(bridge.Application):
     async def call_started(self, call, event):  # type: ignore[no-untyped-def]
         assert isinstance(event, CallStarted)
         say(event="call_started", call_id=event.call.call_id, called=event.call.called)
-        if self.warm_to is not None:
-            self.transfers = [asyncio.ensure_future(self._warm(call, self.warm_to))]
+        if (target := self.warm_to.get(event.call.called)) is not None:
+            self.transfers.append(asyncio.ensure_future(self._warm(call, target)))  # (kept: not collected)
 
     async def _warm(self, call, target: str) -> None:  # type: ignore[no-untyped-def]
         await asyncio.sleep(1.0)
         result = await call.transfer(target, mode="warm", brief="The caller wants a refund for order 42.")
-        say(event="warm_transfer", outcome=result.outcome, status=result.status, reason=result.reason)
+        say(
+            event="warm_transfer", called=call.info.request_user, outcome=result.outcome, status=result.status
+        )
 
     async def utterance(self, call, utterance):  # type: ignore[no-untyped-def]
         assert isinstance(utterance, Utterance)
@@ -141,7 +144,9 @@ def main() -> int:
     parser.add_argument("--greet", action="append", default=[])
     parser.add_argument("--log-level", default="INFO")
     parser.add_argument("--warm-transfer-ring", type=float)  # transfer_call may be warm
-    parser.add_argument("--warm-to")  # the application's warm transfer to this URI, 1 s into each call
+    parser.add_argument(
+        "--warm-to", action="append", default=[]
+    )  # NUMBER=URI: a warm transfer 1 s into its calls
     args = parser.parse_args()
     per_number: dict[str, dict] = {}
     for spec in args.no_input:
@@ -188,7 +193,8 @@ def main() -> int:
         http=("127.0.0.1", args.http) if args.http else None,
         pricing=((args.provider, pricing),) if args.price_input_tokens or args.price_output_tokens else (),
     )
-    shop = Shop(args.job_delay, args.hangup_on_pound, per_number, args.warm_to)
+    warm_to = dict(w.split("=", 1) for w in args.warm_to)
+    shop = Shop(args.job_delay, args.hangup_on_pound, per_number, warm_to)
     return asyncio.run(bridge.Server(shop, config).run())
 
 

@@ -1,14 +1,17 @@
 """Warm transfer, live (bridge/engine/warm_transfer.py, bridge/server/warm.py): an application embedding the
-bridge (tests/integration/api_app.py, the echo provider) asks for a warm transfer of a SIPp caller 1 s into the
-call; the target is a SIPp UAS that answers, hears the briefing, keys 1 (RFC 4733) and talks (echoing the RTP it
-gets) before hanging up. The bridge relays media between the legs both ways and, when the target hangs up,
-ends the caller's leg; the application gets the typed outcome."""
+bridge (tests/integration/api_app.py, the echo provider) asks for a warm transfer of each of two SIPp callers
+1 s into its call, at once. One target, a SIPp UAS, answers, hears the briefing, keys 1 (RFC 4733) and talks
+(echoing the RTP it gets) before hanging up: the bridge relays media between the legs both ways and, when the
+target hangs up, ends the caller's leg. The other answers and hangs up without a key: refused, the caller is
+back with the model and hangs up itself. The application and the call records get the typed outcomes."""
 
 from __future__ import annotations
 
 import json
 import re
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import peers
@@ -20,42 +23,69 @@ APP = Path(__file__).with_name("api_app.py")
 
 
 @pytest.mark.timeout(60)
-def test_warm_transfer_accepted_relays_both_ways_and_ends_with_the_target(tmp_path: Path) -> None:
-    workdir = tmp_path / "sipp"
-    workdir.mkdir()
-    peers.make_utterance(
-        workdir / "speech.wav", "I would like a refund, please.", tail_silence_s=1.0, ulaw=True
+def test_warm_transfer_accepted_relays_both_ways_refused_gives_the_caller_back(tmp_path: Path) -> None:
+    accepting, refusing = tmp_path / "accept", tmp_path / "refuse"
+    for workdir in (accepting, refusing):
+        workdir.mkdir()
+        peers.make_utterance(workdir / "speech.wav", "I would like a refund.", tail_silence_s=1.0, ulaw=True)
+    human, human_port, human_log = _callee(
+        "uas_warm_accept", accepting, "-rtp_echo", "-set", "brief_ms", "1500", "-set", "talk_ms", "2500"
     )
-    target, target_port, target_log = _callee(
-        "uas_warm_accept", tmp_path, "-rtp_echo", "-set", "brief_ms", "1500", "-set", "talk_ms", "2500"
-    )
+    busy, busy_port, busy_log = _callee("uas_answer_bye", refusing, "-set", "talk_ms", "1500")
     sip_port, rtp_port = peers.free_udp_port(), peers.free_rtp_port()
-    uri = f"sip:human@127.0.0.1:{target_port}"
+    uri, other = f"sip:human@127.0.0.1:{human_port}", f"sip:busy@127.0.0.1:{busy_port}"
     argv = [sys.executable, str(APP), "--sip", f"127.0.0.1:{sip_port}", "--rtp-port", str(rtp_port)]
-    with target, peers.ManagedProcess([*argv, "--provider", "echo", "--warm-to", uri], name="api-app") as app:
+    warm = ["--warm-to", f"accept={uri}", "--warm-to", f"refuse={other}"]
+    with human, busy, peers.ManagedProcess([*argv, "--provider", "echo", *warm], name="api-app") as app:
         app.wait_for(r"listening on udp", 20)
-        result = peers.run_sipp("uac_talk_wait_bye", sip_port, workdir=workdir, timeout=30)
-        app.wait_for(r'"event": "ended"', 20)
-        target.wait(timeout=10)
+        with ThreadPoolExecutor(2) as pool:
+            accepted = pool.submit(
+                peers.run_sipp, "uac_talk_wait_bye", sip_port, service="accept", workdir=accepting, timeout=30
+            )
+            refused = pool.submit(
+                peers.run_sipp, "uac_stream", sip_port, service="refuse", extra_args=["-d", "6000"],
+                workdir=refusing, timeout=30,
+            )  # fmt: skip
+            accepted_result, refused_result = accepted.result(), refused.result()
+        for _ in range(200):  # both calls' ends reach the application
+            if app.stdout.count('"event": "ended"') >= 2:
+                break
+            time.sleep(0.1)
+        human.wait(timeout=10)
+        busy.wait(timeout=10)
         events, log = (
             [json.loads(line) for line in app.stdout.splitlines() if line.startswith("{")],
             app.stderr,
         )
-    assert result.returncode == 0, result.screen[-2000:]
-    assert result.count("BYE_RECEIVED") == 1  # the bridge ended the caller's leg after the target hung up
-    said = target_log.read_text()
+    assert accepted_result.returncode == 0, accepted_result.screen[-2000:]
+    assert (
+        accepted_result.count("BYE_RECEIVED") == 1
+    )  # the bridge ended the caller's leg after the target's BYE
+    assert refused_result.returncode == 0, refused_result.screen[-2000:]  # the refused caller hung up itself
+    said = human_log.read_text()
     assert "ANSWERED" in said and "KEYED" in said and "HUNGUP" in said, said[-2000:]
-    [outcome] = [e for e in events if e["event"] == "warm_transfer"]
-    assert outcome["outcome"] == "accepted" and outcome["status"] == 200, outcome
-    relay = re.search(r"warm transfer relay ended: (\d+) frames to the target, (\d+) to the caller", log)
-    assert relay is not None, log[-3000:]
-    # 2.5 s of the call joined: the caller's stream reached the target, and the target's echo of it the caller
-    to_target, to_caller = int(relay.group(1)), int(relay.group(2))
+    assert "HUNGUP" in busy_log.read_text()
+    outcomes = {e["called"]: e for e in events if e["event"] == "warm_transfer"}
+    assert outcomes["accept"]["outcome"] == "accepted" and outcomes["accept"]["status"] == 200, outcomes
+    assert outcomes["refuse"]["outcome"] == "refused" and outcomes["refuse"]["status"] == 200, outcomes
+    relay = re.findall(r"warm transfer relay ended: (\d+) frames to the target, (\d+) to the caller", log)
+    assert len(relay) == 1, log[-3000:]
+    # 2.5 s joined: the caller's stream reached the target, and the target's echo of it the caller
+    to_target, to_caller = map(int, relay[0])
     assert to_target >= 50 and to_caller >= 50, (to_target, to_caller)
-    [ended] = [e for e in events if e["event"] == "ended"]
-    assert ended["by"] == "bridge", ended
-    [record] = [e["record"] for e in events if e["event"] == "call_ended"]
-    [transfer] = record["transfers"]
-    assert transfer["outcome"] == "accepted" and transfer["status"] == 200 and transfer["target"] == uri, (
-        record
-    )
+    records = {e["record"]["call"]["called"]: e["record"] for e in events if e["event"] == "call_ended"}
+    assert [t["outcome"] for t in records["accept"]["transfers"]] == ["accepted"], records["accept"]
+    assert records["accept"]["ended_by"] == "bridge"
+    assert [t["outcome"] for t in records["refuse"]["transfers"]] == ["refused"], records["refuse"]
+    assert records["refuse"]["ended_by"] == "caller"  # the refused transfer left the caller's call up
+    # On hold from 1 s until the refusal (the target hung up 1.5 s after its answer): the model was not heard
+    # meanwhile, and is heard after (the echo of what the caller said)
+    call_id = records["refuse"]["call"]["call_id"]
+    starts = [
+        e["utterance"]["start_ms"]
+        for e in events
+        if e["event"] == "utterance"
+        and e["utterance"]["call_id"] == call_id
+        and e["utterance"]["role"] == "assistant"
+    ]
+    assert starts and all(not 1_000 <= start < 2_400 for start in starts) and max(starts) >= 2_400, starts
