@@ -288,10 +288,11 @@ class WarmSeat:
         """Start a warm transfer (the application's, or the model's `transfer_call` with mode warm: `model`).
         The application's: TransferInProgress while one awaits its outcome, ValueError when this session
         cannot place calls or is not up; nothing is sent then."""
+        over = core is not None and (core.ending.ended or core.ending.leg_ended)  # S6: nothing dialled then
         if not model:
             if core is not None and core.telephony.transferring:
                 raise TransferInProgress(f"call {self._call_id}: a transfer is already in progress")
-            if self._deps is None or core is None:
+            if self._deps is None or core is None or over:
                 raise ValueError(
                     f"call {self._call_id}: a warm transfer needs a live call on an engine that dials"
                 )
@@ -299,9 +300,12 @@ class WarmSeat:
         now = self._clock()
         transfer = WarmTransfer(target, briefing(brief, list(self.said)), now, self._options, digits)
         deps = self._deps
-        if deps is None:  # the model's, on an engine that cannot dial: told at once
+        if (
+            deps is None or over
+        ):  # the model's, on an engine that cannot dial or a call that is over: told now
             shell_result: asyncio.Future[TransferResult] = asyncio.get_running_loop().create_future()
-            core.transfer_progress(0, "this bridge cannot place calls", True, now, FAILED)
+            why = "the call is over" if over else "this bridge cannot place calls"
+            core.transfer_progress(0, why, True, now, FAILED)
             return shell_result
         self.shell = WarmShell(
             transfer,

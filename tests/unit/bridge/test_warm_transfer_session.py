@@ -196,3 +196,19 @@ async def test_the_waiting_caller_hears_the_hold_music_looped_and_it_stops_when_
     assert rig.caller.playout.depth == 0  # the music stopped with the caller back
     rig.caller.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
     await asyncio.wait_for(rig.task, 5)
+
+
+async def test_after_the_caller_hung_up_nothing_is_dialled() -> None:
+    rig = Rig()
+    await rig.up()
+    core = rig.session.coordinator
+    assert core is not None
+    rig.caller.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
+    await until(lambda: core.ending.leg_ended)
+    try:
+        rig.transfer()
+        raise AssertionError("a warm transfer started on a call that is over")
+    except ValueError:
+        pass
+    await asyncio.wait_for(rig.task, 5)
+    assert rig.dialled == []
