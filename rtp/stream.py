@@ -52,8 +52,9 @@ from rtp.g722 import G722, G722Decoder
 from rtp.jitter import JitterBuffer, PlayoutFrame, fast_alaw_decode, fast_ulaw_decode
 from rtp.latch import Address, SourceLatch, SourcePolicy
 from rtp.opus import OPUS_CLOCK, OpusDecoder
-from rtp.packet import Drop, RtpPacket, is_rtcp, pack_into, parse
+from rtp.packet import Drop, RtpPacket, is_rtcp
 from rtp.rtcp import Goodbye, QoS, RtcpPacket, RtcpSession
+from rtp.speedups import pack_into, parse  # rtp.packet's, compiled where built
 
 __all__ = [
     "StreamConfig",

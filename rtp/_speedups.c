@@ -1,0 +1,218 @@
+/* The compiled twins of the media path's per-packet functions (rtp/speedups.py chooses them at import).
+
+   Each function here answers exactly as its pure-Python twin does, for every input (the parity test,
+   tests/unit/rtp/test_speedups_parity.py, holds them equal): the common case is done here, and any input
+   outside it (another buffer type, a non-int field, a buffer too small) is handed to the pure twin, so an
+   error or an odd result is the pure one's. CPython C API only; no allocation beyond the result objects the
+   pure twins allocate too.
+
+   parse(data)                          rtp.packet.parse: an RtpPacket, or the Drop member saying why not
+   pack_into(buf, pt, m, seq, ts, ssrc, payload)   rtp.packet.pack_into: the 12-byte header and the payload
+   g711_decode(table, pure, payload)    rtp.jitter.table_decoder's frame decoder: 8-bit codes to PCM16LE by a
+                                        512-byte table (the 256 samples of the codec's decode, little-endian)
+*/
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+
+static PyObject *packet_type = NULL;   /* rtp.packet.RtpPacket (a tuple subclass without a __dict__) */
+static PyObject *drops = NULL;         /* tuple of the rtp.packet.Drop members, by value */
+static PyObject *pure_parse = NULL;
+static PyObject *pure_pack_into = NULL;
+
+enum { TOO_SHORT = 0, BAD_VERSION = 1, BAD_CSRC = 2, BAD_EXTENSION = 3, BAD_PADDING = 4, EMPTY_PAYLOAD = 5 };
+
+static PyObject *
+drop(int reason)
+{
+    PyObject *member = PyTuple_GET_ITEM(drops, reason);
+    Py_INCREF(member);
+    return member;
+}
+
+static PyObject *
+setup(PyObject *self, PyObject *args)
+{
+    PyObject *cls, *members, *parse_fn, *pack_fn;
+    if (!PyArg_ParseTuple(args, "O!O!OO", &PyType_Type, &cls, &PyTuple_Type, &members, &parse_fn, &pack_fn))
+        return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type) || PyTuple_GET_SIZE(members) <= EMPTY_PAYLOAD) {
+        PyErr_SetString(PyExc_ValueError, "setup(RtpPacket, tuple(Drop), parse, pack_into)");
+        return NULL;
+    }
+    Py_INCREF(cls);
+    Py_INCREF(members);
+    Py_INCREF(parse_fn);
+    Py_INCREF(pack_fn);
+    Py_XSETREF(packet_type, cls);
+    Py_XSETREF(drops, members);
+    Py_XSETREF(pure_parse, parse_fn);
+    Py_XSETREF(pure_pack_into, pack_fn);
+    Py_RETURN_NONE;
+}
+
+static int
+ready(void)
+{
+    if (packet_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "rtp._speedups.setup() was not called");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *
+parse(PyObject *self, PyObject *data)
+{
+    if (!ready())
+        return NULL;
+    if (!PyBytes_CheckExact(data))  /* bytearray, memoryview, ...: the pure twin's answer */
+        return PyObject_CallOneArg(pure_parse, data);
+    const unsigned char *p = (const unsigned char *)PyBytes_AS_STRING(data);
+    Py_ssize_t n = PyBytes_GET_SIZE(data);
+    if (n < 12)
+        return drop(TOO_SHORT);
+    unsigned int b0 = p[0], b1 = p[1];
+    if ((b0 & 0xC0) != 0x80)
+        return drop(BAD_VERSION);
+    Py_ssize_t offset = 12, end = n;
+    if (b0 & 0x3F) {
+        offset = 12 + 4 * (Py_ssize_t)(b0 & 0x0F);
+        if (offset > n)
+            return drop(BAD_CSRC);
+        if (b0 & 0x10) {  /* header extension (RFC 3550 5.3.1): skipped */
+            if (offset + 4 > n)
+                return drop(BAD_EXTENSION);
+            offset += 4 + 4 * (Py_ssize_t)((p[offset + 2] << 8) | p[offset + 3]);
+            if (offset > n)
+                return drop(BAD_EXTENSION);
+        }
+        if (b0 & 0x20) {  /* padding (5.1): the last octet counts the padding octets, itself included */
+            Py_ssize_t pad = p[n - 1];
+            if (pad == 0 || pad > n - offset)
+                return drop(BAD_PADDING);
+            end = n - pad;
+        }
+    }
+    if (end <= offset)
+        return drop(EMPTY_PAYLOAD);
+    unsigned long seq = ((unsigned long)p[2] << 8) | p[3];
+    unsigned long ts = ((unsigned long)p[4] << 24) | ((unsigned long)p[5] << 16) | ((unsigned long)p[6] << 8) | p[7];
+    unsigned long ssrc =
+        ((unsigned long)p[8] << 24) | ((unsigned long)p[9] << 16) | ((unsigned long)p[10] << 8) | p[11];
+    PyObject *packet = ((PyTypeObject *)packet_type)->tp_alloc((PyTypeObject *)packet_type, 6);
+    if (packet == NULL)
+        return NULL;
+    PyObject *items[6];
+    items[0] = PyLong_FromLong((long)(b1 & 0x7F));
+    items[1] = PyBool_FromLong(b1 >= 0x80);
+    items[2] = PyLong_FromUnsignedLong(seq);
+    items[3] = PyLong_FromUnsignedLong(ts);
+    items[4] = PyLong_FromUnsignedLong(ssrc);
+    items[5] = PyBytes_FromStringAndSize((const char *)p + offset, end - offset);
+    for (int i = 0; i < 6; i++) {
+        if (items[i] == NULL) {
+            for (int j = 0; j < 6; j++)
+                Py_XDECREF(items[j]);
+            Py_DECREF(packet);
+            return NULL;
+        }
+    }
+    for (int i = 0; i < 6; i++)
+        PyTuple_SET_ITEM(packet, i, items[i]);
+    return packet;
+}
+
+static PyObject *
+pack_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    if (!ready())
+        return NULL;
+    if (kwnames != NULL || nargs != 7 || !PyByteArray_CheckExact(args[0]))
+        goto pure;
+    for (int i = 1; i < 6; i++)
+        if (i != 2 && !PyLong_Check(args[i]))
+            goto pure;
+    int marker = PyObject_IsTrue(args[2]);
+    if (marker < 0)
+        return NULL;
+    unsigned long long pt = PyLong_AsUnsignedLongLongMask(args[1]);
+    unsigned long long seq = PyLong_AsUnsignedLongLongMask(args[3]);
+    unsigned long long ts = PyLong_AsUnsignedLongLongMask(args[4]);
+    unsigned long long ssrc = PyLong_AsUnsignedLongLongMask(args[5]);
+    if (PyErr_Occurred())
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[6], &view, PyBUF_SIMPLE) < 0) {
+        PyErr_Clear();
+        goto pure;
+    }
+    Py_ssize_t n = 12 + view.len;
+    if (PyByteArray_GET_SIZE(args[0]) < n) {  /* the pure twin grows the buffer: leave it that */
+        PyBuffer_Release(&view);
+        goto pure;
+    }
+    unsigned char *out = (unsigned char *)PyByteArray_AS_STRING(args[0]);
+    out[0] = 0x80;
+    out[1] = (unsigned char)((marker ? 0x80 : 0) | (pt & 0x7F));
+    out[2] = (unsigned char)(seq >> 8);
+    out[3] = (unsigned char)seq;
+    out[4] = (unsigned char)(ts >> 24);
+    out[5] = (unsigned char)(ts >> 16);
+    out[6] = (unsigned char)(ts >> 8);
+    out[7] = (unsigned char)ts;
+    out[8] = (unsigned char)(ssrc >> 24);
+    out[9] = (unsigned char)(ssrc >> 16);
+    out[10] = (unsigned char)(ssrc >> 8);
+    out[11] = (unsigned char)ssrc;
+    memmove(out + 12, view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(n);
+pure:
+    return PyObject_Vectorcall(pure_pack_into, args, (size_t)nargs, kwnames);
+}
+
+static PyObject *
+g711_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyBytes_CheckExact(args[0]) || PyBytes_GET_SIZE(args[0]) != 512) {
+        PyErr_SetString(PyExc_TypeError, "g711_decode(table: 512 bytes, pure, payload)");
+        return NULL;
+    }
+    PyObject *payload = args[2];
+    if (!PyBytes_CheckExact(payload))  /* bytearray, ...: the pure twin's answer */
+        return PyObject_CallOneArg(args[1], payload);
+    const unsigned char *table = (const unsigned char *)PyBytes_AS_STRING(args[0]);
+    const unsigned char *in = (const unsigned char *)PyBytes_AS_STRING(payload);
+    Py_ssize_t n = PyBytes_GET_SIZE(payload);
+    PyObject *result = PyBytes_FromStringAndSize(NULL, 2 * n);
+    if (result == NULL)
+        return NULL;
+    unsigned char *out = (unsigned char *)PyBytes_AS_STRING(result);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const unsigned char *sample = table + 2 * in[i];
+        out[2 * i] = sample[0];
+        out[2 * i + 1] = sample[1];
+    }
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"setup", setup, METH_VARARGS, "setup(RtpPacket, tuple(Drop), parse, pack_into): the pure module's types"},
+    {"parse", parse, METH_O, "rtp.packet.parse, compiled"},
+    {"pack_into", (PyCFunction)(void (*)(void))pack_into, METH_FASTCALL | METH_KEYWORDS,
+     "rtp.packet.pack_into, compiled"},
+    {"g711_decode", (PyCFunction)(void (*)(void))g711_decode, METH_FASTCALL,
+     "g711_decode(table, pure, payload): G.711 codes to PCM16LE by the codec's 512-byte decode table"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "rtp._speedups", "The compiled twins of rtp's per-packet functions.", -1, methods,
+};
+
+PyMODINIT_FUNC
+PyInit__speedups(void)
+{
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,77 @@
+"""The media path's compiled twins, chosen here at import: the one place that says which path runs.
+
+`rtp/_speedups.c` is a small C extension (CPython C API, no other dependency) built by `pip install -e .`
+where a compiler exists (setup.py: the build is optional, a failed compile leaves the package installed
+without it). Each of its functions answers exactly as its pure-Python twin, for every input (the parity
+property test, tests/unit/rtp/test_speedups_parity.py); an input outside the common case is handed to the
+pure twin by the C code itself, so errors and odd types come out as the pure path gives them.
+
+- `parse`, `pack_into`: rtp.packet's (the RTP header read and write, per packet either way);
+- `table_decode(table, pure)`: rtp.jitter `table_decoder`'s G.711 frame decoder (per caller frame).
+
+`COMPILED` says which path runs (`parlora-bridge doctor` and `GET /sip` report it as `media_path`). The
+environment variable PARLORA_PURE_MEDIA=1 forces the pure path (tests, a suspected difference in the field);
+`pure` and `compiled` hold both sets whatever was chosen (`compiled` is None when the extension is not built),
+so that the parity test can compare them in one process.
+
+Measured (tests/bench/README.md, "Compiled media path"): what each saves per packet and per call slot. A C
+function is wired here only if it was measurably faster and parity holds.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from types import ModuleType
+
+from rtp import packet as _packet
+
+__all__ = ["COMPILED", "MEDIA_PATH", "Impl", "compiled", "pack_into", "parse", "pure", "table_decode"]
+
+PURE_ENV = "PARLORA_PURE_MEDIA"
+
+
+@dataclass(frozen=True, slots=True)
+class Impl:
+    """One implementation of the replaced functions (see the module docstring)."""
+
+    name: str  # "compiled" or "pure"
+    parse: Callable[[bytes], _packet.RtpPacket | _packet.Drop]
+    pack_into: Callable[[bytearray, int, bool, int, int, int, bytes | bytearray], int]
+    table_decode: Callable[[bytes, Callable[[bytes], bytes]], Callable[[bytes], bytes]]
+
+
+def _pure_table_decode(table: bytes, pure: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
+    return pure
+
+
+def _load() -> ModuleType | None:
+    try:
+        from rtp import _speedups  # type: ignore[attr-defined]  # built by setup.py where a compiler exists
+    except ImportError:
+        return None
+    _speedups.setup(_packet.RtpPacket, tuple(_packet.Drop), _packet.parse, _packet.pack_into)
+    return _speedups  # type: ignore[no-any-return]
+
+
+def _compiled(module: ModuleType) -> Impl:
+    decode = module.g711_decode
+
+    def table_decode(table: bytes, pure: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
+        return partial(decode, table, pure)
+
+    return Impl("compiled", module.parse, module.pack_into, table_decode)
+
+
+pure = Impl("pure", _packet.parse, _packet.pack_into, _pure_table_decode)
+_module = _load()
+compiled: Impl | None = _compiled(_module) if _module is not None else None
+_active = pure if compiled is None or os.environ.get(PURE_ENV, "") not in ("", "0") else compiled
+
+COMPILED = _active is compiled
+MEDIA_PATH = _active.name  # "compiled" or "pure": what doctor and GET /sip report
+parse = _active.parse
+pack_into = _active.pack_into
+table_decode = _active.table_decode
