@@ -14,7 +14,8 @@ Checks, in order (each line `ok`, `warn` or `FAIL`, the check's name and what wa
   provider confirms the session (auth accepted), and it is closed at once. The echo provider needs none of it;
 - **registrar AOR**: each trunk's registrar answers a SIP OPTIONS over UDP (any response: it is there);
 - **engine**: the SIP engine can be loaded, its limits (from `sip.engine.ENGINES`), and the process's open-file
-  limit against what `max_calls` calls need.
+  limit against what `max_calls` calls need, and the media path the native engine runs (rtp.speedups: compiled
+  or pure).
 
 The exit status is 1 when any check failed, else 0 (warnings do not fail). Everything here is a shell: sockets
 and the adapters, each wait bounded by `timeout_s`.
@@ -53,6 +54,7 @@ from bridge.cli.config import (
 from bridge.server.jsonlog import secret_values
 from bridge.server.providers import KINDS, ProviderChoice
 from providers.base import ProviderUnavailable, SessionSettings
+from rtp.speedups import MEDIA_PATH
 from sip.core.uri import parse_uri
 from sip.engine import ENGINES, EngineError, load_engine
 
@@ -196,6 +198,13 @@ def check_limits(config: BridgeConfig) -> list[Finding]:
     return out
 
 
+# rtp.speedups: which of the native engine's per-packet functions run (either answers the same, bit for bit)
+_MEDIA_PATHS = {
+    "compiled": "compiled (rtp/_speedups.c)",
+    "pure": "pure Python (the extension is not built, or PARLORA_PURE_MEDIA=1)",
+}
+
+
 def check_engine(config: BridgeConfig) -> list[Finding]:
     name = config.engine.name
     spec = ENGINES[name]
@@ -210,6 +219,7 @@ def check_engine(config: BridgeConfig) -> list[Finding]:
         out.append(Finding(f"engine {name}", "fail", f"max_calls {calls} above its cap of {spec.cap}"))
     else:
         out.append(Finding(f"engine {name}", "ok", f"{spec.limits}; max_calls {calls}"))
+    out.append(Finding("media path", "ok", _MEDIA_PATHS[MEDIA_PATH]))
     try:
         import resource
 

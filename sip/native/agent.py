@@ -39,6 +39,7 @@ from collections.abc import Callable
 
 from rtp.clock import MEDIA_PHASES, MediaClockShell
 from rtp.endpoint import PortPool, PortsExhausted, RtpSocketPair
+from rtp.speedups import MEDIA_PATH
 from sip.core import ua as core
 from sip.core.app_headers import HeaderPolicy
 from sip.core.framing import StreamFramer
@@ -457,6 +458,7 @@ class NativeUserAgent:
         stats = ua.stats if ua is not None else {}
         return {
             "engine": "native",
+            "media_path": MEDIA_PATH,  # rtp.speedups: "compiled" (rtp/_speedups.c) or "pure"
             "listening": f"{self.local[0]}:{self.local[1]}" if self.local is not None else None,
             "draining": self._draining,
             "active_calls": len(self._legs),
