@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,12 +50,14 @@ rtp_packets = st.builds(
 rtp_bytes = rtp_packets.map(lambda p: build(p.pt, p.marker, p.seq, p.timestamp, p.ssrc, p.payload))
 
 
+@pytest.mark.usefixtures("media_path")  # on each media path (rtp.speedups)
 @fuzz
 @given(rtp_packets)
 def test_rtp_build_parse_round_trip(p: RtpPacket) -> None:
     assert parse(build(p.pt, p.marker, p.seq, p.timestamp, p.ssrc, p.payload)) == p
 
 
+@pytest.mark.usefixtures("media_path")
 @fuzz
 @given(st.one_of(st.binary(max_size=400), mutated(rtp_bytes)))
 def test_rtp_parse_never_raises(data: bytes) -> None:

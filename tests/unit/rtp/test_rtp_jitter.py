@@ -16,6 +16,8 @@ from rtp.packet import Drop
 from rtp.plc import SILENCE_FRAME
 from rtp.units import NS_PER_MS as MS
 
+pytestmark = pytest.mark.usefixtures("media_path")  # on each media path (rtp.speedups)
+
 SSRC = 0x1234
 
 

@@ -4,6 +4,8 @@ call limits' goodbye grace and backstop BYE (rtp/limits.py) as that core's deadl
 
 from __future__ import annotations
 
+import pytest
+
 from rtp.dtmf import DtmfDigit
 from rtp.jitter import fast_ulaw_decode
 from rtp.limits import NEVER, CallLimits
@@ -13,6 +15,8 @@ from rtp.playout import OutboundFrame, Playout
 from rtp.stream import PCMA, RtpStream, StreamConfig
 from rtp.units import NS_PER_MS as MS
 from rtp.units import NS_PER_S as S
+
+pytestmark = pytest.mark.usefixtures("media_path")  # on each media path (rtp.speedups)
 
 CALLER = ("192.0.2.2", 4000)
 

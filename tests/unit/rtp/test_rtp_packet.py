@@ -6,6 +6,8 @@ import pytest
 
 from rtp.packet import Drop, RtpPacket, build, is_rtcp, pack_into, parse
 
+pytestmark = pytest.mark.usefixtures("media_path")  # on each media path (rtp.speedups)
+
 
 def header(b0: int = 0x80, b1: int = 0, seq: int = 1, ts: int = 160, ssrc: int = 0x11223344) -> bytes:
     return struct.pack("!BBHII", b0, b1, seq, ts, ssrc)

@@ -15,6 +15,8 @@ from rtp.rtcp import Goodbye, ReceiverReport, SenderReport, parse_compound
 from rtp.stream import RtcpReceived, RtpStream, StreamConfig
 from rtp.units import NS_PER_MS as MS
 
+pytestmark = pytest.mark.usefixtures("media_path")  # on each media path (rtp.speedups)
+
 A_ADDR = ("127.0.0.1", 40000)
 B_ADDR = ("127.0.0.1", 50000)
 

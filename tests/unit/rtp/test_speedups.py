@@ -7,7 +7,10 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
+
+import pytest
 
 from rtp import packet, speedups
 from tests.support.native_trunk import engine_factory
@@ -71,8 +74,14 @@ def test_the_environment_forces_the_pure_path() -> None:
     assert ran.stdout.split() == ["pure", "False", "True"], ran.stderr
 
 
+def _compiler() -> str | None:
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()
+    return shutil.which(cc[0]) if cc else None
+
+
+@pytest.mark.skipif(_compiler() is None, reason="no C compiler here: the pure path is the one expected")
 def test_the_built_extension_is_the_path_in_use() -> None:
-    # this tree is installed with its extension (pip install -e . on a machine with a compiler)
+    # with a compiler, pip install -e . builds the extension, and it runs
     if os.environ.get("PARLORA_PURE_MEDIA", "") not in ("", "0"):
         assert speedups.MEDIA_PATH == "pure" and speedups.parse is packet.parse
         return
