@@ -9,7 +9,9 @@ latch's per-packet check, G.722's and Opus's decode and encode per frame (rtp/g7
 runs it (sip/native/leg.py's media shell over the rtp cores: a caller datagram in, the slot's frame handed on, an
 assistant frame taken from the Playout, sent, and recorded in the carrier ledger; the socket is a stand-in). PLC concealment
 runs only on loss and is measured per concealed frame. Figures are CPU time of this process; run on an idle
-machine. `--json` prints one JSON object instead of the table.
+machine. `--json` prints one JSON object instead of the table; `--wall` times with `time.perf_counter_ns`
+instead of the process's CPU time. The media path (rtp.speedups: the compiled twins where built) is the one the
+import chose; PARLORA_PURE_MEDIA=1 measures the pure one (tests/bench/README.md, "Compiled media path").
 """
 
 from __future__ import annotations
@@ -32,22 +34,24 @@ from rtp.g722 import G722Decoder, G722Encoder
 from rtp.jitter import JitterBuffer, fast_ulaw_decode
 from rtp.latch import SourceLatch
 from rtp.opus import OpusDecoder, OpusEncoder
-from rtp.packet import build, pack_into, parse
+from rtp.packet import build
 from rtp.plc import Concealer
 from rtp.rtcp import ReceiverStats
+from rtp.speedups import MEDIA_PATH, pack_into, parse
 from rtp.stream import RtpStream, StreamConfig
 from rtp.units import NS_PER_MS as MS
 
 ADDR = ("127.0.0.1", 40000)
+CLOCK = time.process_time_ns  # --wall: time.perf_counter_ns
 
 
 def best(fn: Callable[[int], None], n: int, runs: int = 5) -> float:
     """ns per iteration of `fn(n)` (which loops n times), best of `runs`."""
     out = math.inf
     for _ in range(runs):
-        t0 = time.process_time_ns()
+        t0 = CLOCK()
         fn(n)
-        out = min(out, (time.process_time_ns() - t0) / n)
+        out = min(out, (CLOCK() - t0) / n)
     return out
 
 
@@ -121,11 +125,96 @@ def call_slot_loop(inbound: list[bytes]) -> Callable[[int], None]:
     return loop
 
 
+def side_by_side(n: int, rounds: int) -> dict[str, dict[str, float]]:
+    """The functions rtp.speedups replaces, and the paths they sit on, on each media path in one process:
+    the paths alternate round by round (`rounds` of n iterations each) and the best round of each counts,
+    so that load from other processes (a shared machine) weighs on both alike."""
+    from tests.support.media_paths import IMPLS, use
+
+    payloads = [speech(k) for k in range(50)]
+    dgrams = [build(0, False, k & 0xFFFF, 160 * k, 0xA, payloads[k % 50]) for k in range(1000)]
+    inbound = [build(0, False, k & 0xFFFF, (160 * k) & 0xFFFFFFFF, 0xA, payloads[k % 50]) for k in range(n)]
+    config = StreamConfig(ssrc=0xB, initial_seq=1, initial_timestamp=0, cname="b", remote=ADDR)
+
+    def rows() -> dict[str, Callable[[int], None]]:
+        import rtp.stream
+
+        parse_, pack_, decode = rtp.stream.parse, rtp.stream.pack_into, rtp.stream.fast_ulaw_decode
+        buf, payload = bytearray(1212), payloads[0]
+
+        def parse_loop(count: int) -> None:
+            for i in range(count):
+                parse_(dgrams[i % 1000])
+
+        def pack_loop(count: int) -> None:
+            for i in range(count):
+                pack_(buf, 0, False, i, 160 * i, 0xA, payload)
+
+        def decode_loop(count: int) -> None:
+            for i in range(count):
+                decode(payloads[i % 50])
+
+        def jitter_loop(count: int) -> None:
+            jb = JitterBuffer()
+            for i in range(count):
+                jb.push(i & 0xFFFF, (160 * i) & 0xFFFFFFFF, 0xA, payloads[i % 50], i * 20 * MS)
+                jb.pop(i * 20 * MS + 10 * MS)
+
+        def inbound_loop(count: int) -> None:
+            s = RtpStream(config, rand=lambda: 0.5)
+            for i in range(count):
+                s.receive(inbound[i], ADDR, i * 20 * MS)
+                s.pull_frame(i * 20 * MS + 10 * MS)
+
+        def outbound_loop(count: int) -> None:
+            s = RtpStream(config, rand=lambda: 0.5)
+            for i in range(count):
+                s.next_packet(payload, i * 20 * MS)
+
+        return {
+            "rtp parse (per packet)": parse_loop,
+            "rtp pack_into (per packet)": pack_loop,
+            "G.711 frame decode (per frame)": decode_loop,
+            "jitter push + pop (incl. decode)": jitter_loop,
+            "stream inbound: receive + pull_frame": inbound_loop,
+            "stream outbound: next_packet": outbound_loop,
+            "call media slot (per call and slot)": call_slot_loop(inbound),
+        }
+
+    out: dict[str, dict[str, float]] = {}
+    for _ in range(rounds):
+        for name, impl in IMPLS.items():
+            with use(impl):
+                for row, fn in rows().items():
+                    took = best(fn, n, runs=1)
+                    out.setdefault(row, {})[name] = min(out.get(row, {}).get(name, math.inf), took)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--wall", action="store_true")
+    ap.add_argument("--paths", type=int, default=0, metavar="ROUNDS", help="pure against compiled, in rounds")
     args = ap.parse_args()
+    global CLOCK
+    if args.wall:
+        CLOCK = time.perf_counter_ns
+    if args.paths:
+        table = side_by_side(args.n, args.paths)
+        if args.json:
+            print(json.dumps(table, indent=1))
+            return
+        clock = "wall time" if args.wall else "process CPU time"
+        print(
+            f"python {sys.version.split()[0]}, n={args.n}, best of {args.paths} alternating rounds ({clock}), ns"
+        )
+        print(f"  {'':<40} {'pure':>9} {'compiled':>9} {'saved':>9}")
+        for row, by in table.items():
+            pure, comp = by.get("pure", math.nan), by.get("compiled", math.nan)
+            print(f"  {row:<40} {pure:9.0f} {comp:9.0f} {pure - comp:9.0f}")
+        return
     n, as_json = args.n, args.json
     payloads = [speech(k) for k in range(50)]
     dgrams = [build(0, False, k & 0xFFFF, 160 * k, 0xA, payloads[k % 50]) for k in range(1000)]
@@ -249,9 +338,10 @@ def main() -> None:
     ) * 50
     results["=> per call, both directions, % of one core"] = per_call / 1e9 * 100
     if as_json:
-        print(json.dumps(results, indent=1))
+        print(json.dumps({"media_path": MEDIA_PATH, **results}, indent=1))
         return
-    print(f"python {sys.version.split()[0]}, n={n}, best of 5 (process CPU time)")
+    clock = "wall time" if args.wall else "process CPU time"
+    print(f"python {sys.version.split()[0]}, media path {MEDIA_PATH}, n={n}, best of 5 ({clock})")
     for name, value in results.items():
         unit = "%" if name.startswith("=>") else "ns"
         print(f"  {name:<66} {value:10.4f} {unit}" if unit == "%" else f"  {name:<66} {value:10.0f} {unit}")
