@@ -10,10 +10,18 @@
    pack_into(buf, pt, m, seq, ts, ssrc, payload)   rtp.packet.pack_into: the 12-byte header and the payload
    g711_decode(table, pure, payload)    rtp.jitter.table_decoder's frame decoder: 8-bit codes to PCM16LE by a
                                         512-byte table (the 256 samples of the codec's decode, little-endian)
+   recv_stamped(sock, size)             rtp.endpoint's recv_stamped (IPv4 sockets): one datagram, its source and
+                                        the kernel's receive time (SO_TIMESTAMPNS), without an exception for
+                                        an empty socket
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
+#include <errno.h>
+#include <time.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 
 static PyObject *packet_type = NULL;   /* rtp.packet.RtpPacket (a tuple subclass without a __dict__) */
 static PyObject *drops = NULL;         /* tuple of the rtp.packet.Drop members, by value */
@@ -197,6 +205,65 @@ g711_decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     return result;
 }
 
+static unsigned char datagram[65536];
+
+static PyObject *
+recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "recv_stamped(sock, size)");
+        return NULL;
+    }
+    int fd = PyObject_AsFileDescriptor(args[0]);
+    if (fd < 0)
+        return NULL;
+    Py_ssize_t size = PyLong_AsSsize_t(args[1]);
+    if (size == -1 && PyErr_Occurred())
+        return NULL;
+    if (size < 0 || size > (Py_ssize_t)sizeof(datagram)) {
+        PyErr_SetString(PyExc_ValueError, "recv_stamped: size out of range");
+        return NULL;
+    }
+    struct sockaddr_storage source;
+    union {
+        char buf[CMSG_SPACE(sizeof(struct timespec))];
+        struct cmsghdr align;
+    } control;
+    struct iovec iov = {datagram, (size_t)size};
+    struct msghdr msg;
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_name = &source;
+    msg.msg_namelen = sizeof(source);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.buf;
+    msg.msg_controllen = sizeof(control.buf);
+    ssize_t n = recvmsg(fd, &msg, 0);
+    if (n < 0) {
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+            Py_RETURN_NONE;  /* nothing waiting (the pure twin: BlockingIOError, InterruptedError) */
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    if (source.ss_family != AF_INET) {
+        PyErr_SetString(PyExc_OSError, "recv_stamped reads IPv4 sockets only");
+        return NULL;
+    }
+    const struct sockaddr_in *in4 = (const struct sockaddr_in *)&source;
+    char host[INET_ADDRSTRLEN];
+    if (inet_ntop(AF_INET, &in4->sin_addr, host, sizeof(host)) == NULL)
+        return PyErr_SetFromErrno(PyExc_OSError);
+    long long stamp = -1;
+    struct cmsghdr *first = CMSG_FIRSTHDR(&msg);  /* the first ancillary item only, as the pure twin reads it */
+    if (first != NULL && first->cmsg_level == SOL_SOCKET && first->cmsg_type == SO_TIMESTAMPNS &&
+        first->cmsg_len >= CMSG_LEN(sizeof(struct timespec))) {
+        struct timespec ts;
+        memcpy(&ts, CMSG_DATA(first), sizeof(ts));
+        stamp = (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    }
+    return Py_BuildValue("(y#(si)L)", (const char *)datagram, (Py_ssize_t)(n > size ? size : n), host,
+                         (int)ntohs(in4->sin_port), stamp);
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(RtpPacket, tuple(Drop), parse, pack_into): the pure module's types"},
     {"parse", parse, METH_O, "rtp.packet.parse, compiled"},
@@ -204,6 +271,8 @@ static PyMethodDef methods[] = {
      "rtp.packet.pack_into, compiled"},
     {"g711_decode", (PyCFunction)(void (*)(void))g711_decode, METH_FASTCALL,
      "g711_decode(table, pure, payload): G.711 codes to PCM16LE by the codec's 512-byte decode table"},
+    {"recv_stamped", (PyCFunction)(void (*)(void))recv_stamped, METH_FASTCALL,
+     "recv_stamped(sock, size): (datagram, (host, port), kernel receive ns or -1), or None when none waits"},
     {NULL, NULL, 0, NULL},
 };
 

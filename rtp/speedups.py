@@ -7,7 +7,10 @@ property test, tests/unit/rtp/test_speedups_parity.py); an input outside the com
 pure twin by the C code itself, so errors and odd types come out as the pure path gives them.
 
 - `parse`, `pack_into`: rtp.packet's (the RTP header read and write, per packet either way);
-- `table_decode(table, pure)`: rtp.jitter `table_decoder`'s G.711 frame decoder (per caller frame).
+- `table_decode(table, pure)`: rtp.jitter `table_decoder`'s G.711 frame decoder (per caller frame);
+- `recv_stamped(sock, size)`: the read of rtp.endpoint `read_rtp` on an IPv4 socket (a datagram, its source,
+  the kernel's receive time, None for an empty socket): None on the pure path, where `read_rtp` reads with
+  `socket.recvmsg` itself (this module imports no socket: a sans-I/O module, DESIGN §3.1).
 
 `COMPILED` says which path runs (`parlora-bridge doctor` and `GET /sip` report it as `media_path`). The
 environment variable PARLORA_PURE_MEDIA=1 forces the pure path (tests, a suspected difference in the field);
@@ -25,12 +28,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from types import ModuleType
+from typing import Any
 
 from rtp import packet as _packet
 
-__all__ = ["COMPILED", "MEDIA_PATH", "Impl", "compiled", "pack_into", "parse", "pure", "table_decode"]
+__all__ = [
+    "COMPILED",
+    "MEDIA_PATH",
+    "Impl",
+    "compiled",
+    "pack_into",
+    "parse",
+    "pure",
+    "recv_stamped",
+    "table_decode",
+]
 
 PURE_ENV = "PARLORA_PURE_MEDIA"
+
+
+RecvStamped = Callable[[Any, int], "tuple[bytes, tuple[str, int], int] | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +58,7 @@ class Impl:
     parse: Callable[[bytes], _packet.RtpPacket | _packet.Drop]
     pack_into: Callable[[bytearray, int, bool, int, int, int, bytes | bytearray], int]
     table_decode: Callable[[bytes, Callable[[bytes], bytes]], Callable[[bytes], bytes]]
+    recv_stamped: RecvStamped | None
 
 
 def _pure_table_decode(table: bytes, pure: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
@@ -62,10 +80,10 @@ def _compiled(module: ModuleType) -> Impl:
     def table_decode(table: bytes, pure: Callable[[bytes], bytes]) -> Callable[[bytes], bytes]:
         return partial(decode, table, pure)
 
-    return Impl("compiled", module.parse, module.pack_into, table_decode)
+    return Impl("compiled", module.parse, module.pack_into, table_decode, module.recv_stamped)
 
 
-pure = Impl("pure", _packet.parse, _packet.pack_into, _pure_table_decode)
+pure = Impl("pure", _packet.parse, _packet.pack_into, _pure_table_decode, None)
 _module = _load()
 compiled: Impl | None = _compiled(_module) if _module is not None else None
 _active = pure if compiled is None or os.environ.get(PURE_ENV, "") not in ("", "0") else compiled
@@ -75,3 +93,4 @@ MEDIA_PATH = _active.name  # "compiled" or "pure": what doctor and GET /sip repo
 parse = _active.parse
 pack_into = _active.pack_into
 table_decode = _active.table_decode
+recv_stamped = _active.recv_stamped

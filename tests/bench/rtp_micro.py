@@ -171,6 +171,16 @@ def side_by_side(n: int, rounds: int) -> dict[str, dict[str, float]]:
             for i in range(count):
                 s.next_packet(payload, i * 20 * MS)
 
+        def read_loop(count: int) -> None:  # a loopback sendto, then the media clock's read of it
+            sink: list[object] = []
+            pair.on_rtp = lambda data, source, arrival: sink.append(data)
+            target = ("127.0.0.1", pair.port)
+            read, wall = pair.read_rtp, time.time_ns()
+            for i in range(count):
+                sender.sendto(dgrams[i % 1000], target)
+                read(i, wall)
+                sink.clear()
+
         return {
             "rtp parse (per packet)": parse_loop,
             "rtp pack_into (per packet)": pack_loop,
@@ -179,15 +189,29 @@ def side_by_side(n: int, rounds: int) -> dict[str, dict[str, float]]:
             "stream inbound: receive + pull_frame": inbound_loop,
             "stream outbound: next_packet": outbound_loop,
             "call media slot (per call and slot)": call_slot_loop(inbound),
+            "sendto + read_rtp (per datagram)": read_loop,
         }
+
+    import asyncio
+    import socket
+
+    from rtp.endpoint import PortPool, RtpSocketPair
+
+    loop = asyncio.new_event_loop()
+    pair = RtpSocketPair.open(loop, "127.0.0.1", PortPool(47000, 47400), print, print, time.monotonic_ns)
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 
     out: dict[str, dict[str, float]] = {}
     for _ in range(rounds):
         for name, impl in IMPLS.items():
+            pair._recv = impl.recv_stamped  # rtp.endpoint: the compiled read, or None for the pure one
             with use(impl):
                 for row, fn in rows().items():
                     took = best(fn, n, runs=1)
                     out.setdefault(row, {})[name] = min(out.get(row, {}).get(name, math.inf), took)
+    sender.close()
+    pair.close()
+    loop.close()
     return out
 
 

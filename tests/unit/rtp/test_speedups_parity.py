@@ -208,3 +208,59 @@ def test_the_fixture_puts_each_path_where_the_cores_look(media_path: speedups.Im
     assert rtp.stream.parse is media_path.parse and rtp.stream.pack_into is media_path.pack_into
     decode = JitterBuffer()._decode
     assert (type(decode).__name__ == "partial") is (media_path is COMPILED)
+
+
+def _read_all(recv: Any) -> tuple[list[bytes], list[int], list[bool], int]:
+    """Datagrams (one longer than MAX_DATAGRAM) and an empty socket, read by
+    rtp.endpoint `read_rtp` with `recv` (None: the pure read): what reached `on_rtp`, the arrival ages, what
+    each read returned, and the receive errors counted."""
+    import asyncio
+    import socket
+    import time
+
+    from rtp.endpoint import MAX_DATAGRAM, PortPool, RtpSocketPair
+
+    got: list[tuple[bytes, tuple[str, int], int]] = []
+    loop = asyncio.new_event_loop()
+    probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    probe.bind(("127.0.0.1", 0))
+    first = probe.getsockname()[1] + 2
+    probe.close()
+    pair = RtpSocketPair.open(
+        loop,
+        "127.0.0.1",
+        PortPool(first, first + 400),
+        lambda data, source, arrival: got.append((data, source, arrival)),
+        lambda *a: None,
+        time.monotonic_ns,
+    )
+    pair._recv = recv
+    sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sender.bind(("127.0.0.1", 0))
+    try:
+        for k in range(4):
+            sender.sendto(bytes([0x80, k]) * (10 + k), ("127.0.0.1", pair.port))
+        sender.sendto(b"\x80" * (MAX_DATAGRAM + 100), ("127.0.0.1", pair.port))  # cut to MAX_DATAGRAM
+        now, later = 10**12, time.time_ns() + 5 * 10**9
+        results = [pair.read_rtp(now, later) for _ in range(6)]
+        results.append(pair.read_rtp(now, later))
+        port = sender.getsockname()[1]
+        assert [source for _, source, _ in got] == [("127.0.0.1", port)] * len(got)  # each from its sender
+        return (
+            [data for data, _, _ in got],
+            [now - arrival for _, _, arrival in got],
+            results,
+            pair.receive_errors,
+        )
+    finally:
+        sender.close()
+        pair.close()
+        loop.close()
+
+
+def test_the_rtp_read_is_the_same_on_both_paths() -> None:
+    pure, compiled = _read_all(None), _read_all(COMPILED.recv_stamped)
+    assert pure[0] == compiled[0] and [len(d) for d in pure[0]] == [20, 22, 24, 26, 2048]
+    assert pure[2] == compiled[2] == [True] * 5 + [False] * 2  # an empty socket: False, nothing raised
+    assert pure[3] == compiled[3] == 0
+    assert all(4.9e9 < age < 5.1e9 for age in pure[1] + compiled[1])  # both stamped by the kernel
