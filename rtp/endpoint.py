@@ -7,7 +7,8 @@ call's media address is known the moment its INVITE is accepted.
 
 Inbound RTP is read by the media clock in its tick (`read_rtp`: `rtp.clock` polls the sockets of a
 phase once and reads what is waiting), each datagram stamped with the time the kernel received it
-(SO_TIMESTAMPNS), so that arrival times do not depend on when the datagram was read. RTCP (a report every few
+(SO_TIMESTAMPNS), so that arrival times do not depend on when the datagram was read (on an IPv4 socket by the
+compiled `recv_stamped` where it is built: rtp.speedups). RTCP (a report every few
 seconds) is read one datagram per loop wake-up. Either goes to its callback with the time; outbound datagrams
 leave with `send_rtp`/`send_rtcp`, which return True only once `sendto` has returned: the moment the carrier
 ledger records a frame as transmitted (DESIGN §3.2). A datagram the kernel refuses (buffer full, ICMP error) is
