@@ -215,8 +215,13 @@ recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     int fd = PyObject_AsFileDescriptor(args[0]);
-    if (fd < 0)
-        return NULL;
+    if (fd < 0) {  /* a closed socket (fileno() -1): recvmsg's own error, as the pure read gets it */
+        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+            return NULL;
+        PyErr_Clear();
+        errno = EBADF;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
     Py_ssize_t size = PyLong_AsSsize_t(args[1]);
     if (size == -1 && PyErr_Occurred())
         return NULL;

@@ -211,7 +211,7 @@ def test_the_fixture_puts_each_path_where_the_cores_look(media_path: speedups.Im
 
 
 def _read_all(recv: Any) -> tuple[list[bytes], list[int], list[bool], int]:
-    """Datagrams (one longer than MAX_DATAGRAM) and an empty socket, read by
+    """Datagrams (one longer than MAX_DATAGRAM), an empty socket and a closed one, read by
     rtp.endpoint `read_rtp` with `recv` (None: the pure read): what reached `on_rtp`, the arrival ages, what
     each read returned, and the receive errors counted."""
     import asyncio
@@ -244,6 +244,8 @@ def _read_all(recv: Any) -> tuple[list[bytes], list[int], list[bool], int]:
         now, later = 10**12, time.time_ns() + 5 * 10**9
         results = [pair.read_rtp(now, later) for _ in range(6)]
         results.append(pair.read_rtp(now, later))
+        pair._rtp.close()  # a read after the socket closed: an error counted, nothing raised
+        results.append(pair.read_rtp(now, later))
         port = sender.getsockname()[1]
         assert [source for _, source, _ in got] == [("127.0.0.1", port)] * len(got)  # each from its sender
         return (
@@ -261,6 +263,6 @@ def _read_all(recv: Any) -> tuple[list[bytes], list[int], list[bool], int]:
 def test_the_rtp_read_is_the_same_on_both_paths() -> None:
     pure, compiled = _read_all(None), _read_all(COMPILED.recv_stamped)
     assert pure[0] == compiled[0] and [len(d) for d in pure[0]] == [20, 22, 24, 26, 2048]
-    assert pure[2] == compiled[2] == [True] * 5 + [False] * 2  # an empty socket: False, nothing raised
-    assert pure[3] == compiled[3] == 0
+    assert pure[2] == compiled[2] == [True] * 5 + [False] * 3  # empty, closed: False, nothing raised
+    assert pure[3] == compiled[3] == 1  # the closed socket's error
     assert all(4.9e9 < age < 5.1e9 for age in pure[1] + compiled[1])  # both stamped by the kernel
