@@ -41,10 +41,12 @@ def test_a_failed_compile_installs_nothing_and_the_import_falls_back_to_pure(tmp
     )
     assert built.returncode == 0, built.stderr
     assert not list((tmp_path / "rtp").glob("_speedups*.so"))
+    # -S: no site, so no .pth of an editable install of this checkout, whose finder would hand over the
+    # checkout's built extension for `rtp._speedups`; the dependencies come from site-packages on the path
     ran = subprocess.run(
-        [sys.executable, "-c", _PROBE],
+        [sys.executable, "-S", "-c", _PROBE],
         cwd=tmp_path,
-        env=_env(PYTHONPATH=str(tmp_path)),
+        env=_env(PYTHONPATH=os.pathsep.join([str(tmp_path), sysconfig.get_paths()["purelib"]])),
         capture_output=True,
         text=True,
         timeout=60,
