@@ -166,7 +166,7 @@ class RtpSocketPair:
             data, addr = sock.recvfrom(MAX_DATAGRAM)
         except (BlockingIOError, InterruptedError):
             return False
-        except OSError:  # ICMP port unreachable from a caller that went away, reported on the next read
+        except OSError:  # a closed socket (Linux tells an unconnected UDP socket of no ICMP error)
             self.receive_errors += 1
             return False
         try:  # IPv4 gives (host, port) as it is; IPv6 (host, port, flowinfo, scope_id) is cut to two
@@ -205,7 +205,7 @@ class RtpSocketPair:
             data, ancillary, _, addr = self._rtp.recvmsg(MAX_DATAGRAM, _ANCILLARY)
         except (BlockingIOError, InterruptedError):
             return False
-        except OSError:  # ICMP port unreachable from a caller that went away, reported on the next read
+        except OSError:  # a closed socket (Linux tells an unconnected UDP socket of no ICMP error)
             self.receive_errors += 1
             return False
         arrival = now
