@@ -159,6 +159,14 @@ class JitterBuffer:
         self.resets = 0
         self._reset_stream(None)
 
+    def recodec(self, decode: Callable[[bytes], bytes], silence_byte: int) -> None:
+        """A new codec in the same RTP clock (a re-INVITE's answer): what is buffered is of the old one and
+        is dropped; the next packet starts the stream afresh (counted in `resets`)."""
+        self._decode = decode
+        self._pad = bytes([silence_byte])
+        self.resets += 1
+        self._reset_stream(None)
+
     # --- state ---
 
     def _reset_stream(self, ssrc: int | None) -> None:

@@ -106,15 +106,7 @@ class CallMedia:
         self.stream = stream
         self.playout = playout
         self.srtp = srtp
-        codec = stream.codec
-        self._passthrough = codec == "PCMU"
-        encoder = G722Encoder() if codec == "G722" else OpusEncoder() if codec == "OPUS" else None
-        self._encode: Callable[[bytes], bytes] = (
-            encoder if encoder is not None else ulaw_encode if self._passthrough else alaw_encode
-        )
-        # G.722 and Opus encode silence in a slot with nothing to say (its encoder's state must follow every frame
-        # the peer decodes: rtp.g722); G.711 sends the stream's idle pattern
-        self._idle = encoder.silence if encoder is not None else None
+        self._encoder_of(stream.codec)
         self.sends, self.receives, self.held = sends, receives, held
         self._listening = receives and not held
         self.frames_in = 0
@@ -161,6 +153,22 @@ class CallMedia:
         if stream.packets_in == 0 and stream.one_way_audio is None:
             self._arrival_at = now + ARRIVAL_WINDOW_MS * NS_PER_MS
             self._rewake()
+
+    def _encoder_of(self, codec: str) -> None:
+        self._passthrough = codec == "PCMU"
+        encoder = G722Encoder() if codec == "G722" else OpusEncoder() if codec == "OPUS" else None
+        self._encode: Callable[[bytes], bytes] = (
+            encoder if encoder is not None else ulaw_encode if self._passthrough else alaw_encode
+        )
+        # G.722 and Opus encode silence in a slot with nothing to say (its encoder's state must follow every frame
+        # the peer decodes: rtp.g722); G.711 sends the stream's idle pattern
+        self._idle = encoder.silence if encoder is not None else None
+
+    def recodec(self, payload_type: int, codec: str | None, dtmf_payload_type: int | None) -> None:
+        """A re-INVITE's answer changed the codec (same RTP clock: `RtpStream.recodec`): the next slot sends the
+        new one, with a fresh encoder."""
+        self.stream.recodec(payload_type, codec, dtmf_payload_type)
+        self._encoder_of(self.stream.codec)
 
     def update(self, now: int, *, sends: bool, receives: bool, held: bool, remote: Address | None) -> None:
         """A re-INVITE/UPDATE changed the stream: direction, hold, remote address. The hold limit starts with a

@@ -90,6 +90,15 @@ def stream_codec(config: StreamConfig) -> str:
     return codec
 
 
+def _decoder(codec: str) -> Callable[[bytes], bytes]:
+    """A fresh decoder of `codec` (G.722's and Opus's keep state from frame to frame)."""
+    if codec == "PCMU":
+        return fast_ulaw_decode
+    if codec == "PCMA":
+        return fast_alaw_decode
+    return G722Decoder() if codec == "G722" else OpusDecoder()
+
+
 _MAX_PAYLOAD = 1200
 
 
@@ -166,17 +175,8 @@ class RtpStream:
         self._last_n = 12 + FRAME_SAMPLES
         self._last_view = self._view[: self._last_n]
         self.latch = SourceLatch(config.remote, config.nat, policy=config.source_policy)
-        decode: Callable[[bytes], bytes] = (
-            fast_ulaw_decode
-            if codec == "PCMU"
-            else fast_alaw_decode
-            if codec == "PCMA"
-            else G722Decoder()
-            if codec == "G722"
-            else OpusDecoder()
-        )
         self.jitter = JitterBuffer(
-            decode,
+            _decoder(codec),
             min_ms=config.jitter_min_ms,
             max_ms=config.jitter_max_ms,
             silence_byte=self._silence[0],
@@ -211,6 +211,24 @@ class RtpStream:
         self._pending_at = 0
         self.unknown_pt = -1  # the last payload type dropped as not negotiated (for the diagnosis)
         self.one_way_audio: OneWayAudio | None = None  # set by the shell when its arrival check found nothing
+
+    def recodec(self, payload_type: int, codec: str | None, dtmf_payload_type: int | None) -> None:
+        """A re-INVITE's answer changed the codec, in the same RTP clock: send and decode the new one from the
+        next packet. The SSRC, sequence numbers and timestamps go on (RFC 3550 §5.1: a payload type change
+        within a source); the jitter buffer drops what it held of the old codec. ValueError for a codec this
+        stream cannot run or a change of the RTP clock (the SIP core refuses those re-offers with 488)."""
+        config = replace(
+            self.config, payload_type=payload_type, codec=codec, dtmf_payload_type=dtmf_payload_type
+        )
+        new = stream_codec(config)
+        if new == "OPUS" or self.codec == "OPUS":
+            raise ValueError("a codec change to or from Opus changes the RTP clock")
+        self.config = config
+        self.codec = new
+        self._pt = payload_type
+        self._dtmf_pt = dtmf_payload_type if dtmf_payload_type is not None else -1
+        self._silence = _IDLE[new]
+        self.jitter.recodec(_decoder(new), self._silence[0])
 
     # --- addresses ---
 

@@ -10,8 +10,8 @@ INVITE we sent (CONFIRMED at once). What it does (RFC 3261 §12-§15; RFC 3264, 
 - BYE → 200 (`CallEnded(by_remote=True)`); `bye()` sends ours (after the ACK if the 200 is still unacknowledged,
   and after the INFO digits still queued: the CallLeg contract sends every digit asked for first).
 - re-INVITE and UPDATE: answered at once (no 100) from the call's local media; a=sendonly / inactive / c=0.0.0.0 →
-  `CallHeld`, back → `CallResumed`, any other new SDP → `MediaUpdated`; 488 when the new offer has nothing in
-  common; 491 when our own re-INVITE/UPDATE is in progress (glare, §14.2; ours is retried after 0-2 s, as the
+  `CallHeld`, back → `CallResumed`, any other new SDP → `MediaUpdated` (a new codec too, within the call's RTP
+  clock: the media shell re-codes in place); 488 when the new offer has nothing in common in that clock; 491 when our own re-INVITE/UPDATE is in progress (glare, §14.2; ours is retried after 0-2 s, as the
   UA that does not own the Call-ID); 500 with Retry-After when an earlier INVITE has no final response yet.
 - session timers (RFC 4028, the rules in `sip.core.sessiontimer`): an interval that passes unrefreshed → BYE,
   `SessionExpired`, `CallEnded(408)`; we refresh (UPDATE when the peer allows it, else re-INVITE with our
@@ -32,6 +32,7 @@ tells the router once (`UaContext.call_ended`), which forgets its routes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from enum import Enum
 from typing import ClassVar
 
@@ -40,7 +41,7 @@ from sip.core.app_headers import Headers as AppHeaders
 from sip.core.dialog import Dialog
 from sip.core.headers import parse_cseq
 from sip.core.message import Request, Response, make_response, serialize
-from sip.core.offer_answer import LocalMedia, NegotiatedMedia, accept_answer
+from sip.core.offer_answer import CODECS, LocalMedia, NegotiatedMedia, accept_answer
 from sip.core.offer_answer import answer as sdp_answer
 from sip.core.offer_answer import offer as sdp_offer
 from sip.core.prack import on_prack  # a ringing call's PRACK goes to its early answer (RFC 3262 §3)
@@ -427,6 +428,12 @@ class Call(Timed):
         if request.body == self.remote_body:  # a refresh with the same SDP: the same answer, no event
             return serialize_sdp(self.local_sdp), sdp_type, 0
         result = sdp_answer(offer, self.local_media, previous=self.local_sdp)
+        running = self.media
+        if result is not None and running is not None and result.media.clock_rate != running.clock_rate:
+            # The media shell changes codecs within the call's RTP clock only (rtp.stream `recodec`): the
+            # offer's codecs of that clock, or none (488 below)
+            same = tuple(c for c in self.local_media.codecs if CODECS[c.upper()][1] == running.clock_rate)
+            result = sdp_answer(offer, replace(self.local_media, codecs=same), previous=self.local_sdp)
         if result is None:
             self._ctx.stats["reoffer_488"] += 1
             return b"", (), 488  # the old session goes on (RFC 3264 §8)

@@ -123,7 +123,7 @@ class _CallMedia:
     last_rtp = property(lambda self: self.core.last_rtp)
 
     def update(self, negotiated: NegotiatedMedia) -> None:
-        """A re-INVITE/UPDATE changed the stream: direction, hold, remote address, SRTP keys."""
+        """A re-INVITE/UPDATE changed the stream: direction, hold, remote address, codec, SRTP keys."""
         self.core.update(
             self._clock(),
             sends=negotiated.sends,
@@ -131,6 +131,16 @@ class _CallMedia:
             held=negotiated.held,
             remote=(negotiated.remote_address, negotiated.remote_port),
         )
+        stream = self.stream
+        if (negotiated.payload_type, negotiated.telephone_event) != (
+            stream.config.payload_type,
+            stream.config.dtmf_payload_type,
+        ) or negotiated.codec != stream.codec:
+            # a new codec in the same clock (the SIP core refuses a re-offer that changes the clock with 488)
+            self.core.recodec(negotiated.payload_type, negotiated.codec, negotiated.telephone_event)
+            self.codec = negotiated.codec
+            self.telephone_event = negotiated.telephone_event is not None
+            log.info("%s media: now %s/%d", self._leg.call, negotiated.codec, negotiated.clock_rate)
         keys = negotiated.srtp
         if self.srtp is not None and keys is not None:  # a re-key on re-INVITE
             self.srtp.rekey(suite_name=keys.suite, local_key=keys.local_key, remote_key=keys.remote_key)

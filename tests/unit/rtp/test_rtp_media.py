@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 from rtp.dtmf import DtmfDigit
-from rtp.jitter import fast_ulaw_decode
+from rtp.g711 import alaw_encode
+from rtp.jitter import fast_alaw_decode, fast_ulaw_decode
 from rtp.limits import NEVER, CallLimits
 from rtp.media import CallMedia, LimitReached
-from rtp.packet import build, parse
+from rtp.packet import Drop, build, parse
 from rtp.playout import OutboundFrame, Playout
 from rtp.stream import PCMA, RtpStream, StreamConfig
 from rtp.units import NS_PER_MS as MS
@@ -130,3 +131,40 @@ def test_the_media_core_reports_the_backstop_on_its_own_clock_after_a_goodbye_se
     assert media.handle_timer(62 * S) == []
     assert media.handle_timer(62_500 * MS) == [LimitReached("backstop")]
     assert media.next_deadline() == NEVER
+
+
+def test_a_new_codec_in_the_calls_clock_is_sent_and_decoded_from_the_next_slot_on_the_same_source() -> None:
+    # A re-INVITE answered PCMA to a PCMU call (sip.core.call): the next datagram is PCMA of the same frame the
+    # provider sent as µ-law, on the same SSRC, the sequence and timestamp going on; the caller's PCMA decodes
+    # and their old PCMU no longer does.
+    media = _media()
+    media.receive(build(0, True, 1, 0, 0xA, bytes(range(160))), CALLER, 0)
+    media.playout.enqueue([_frame(3, pcmu=b"\x7f" * 160), _frame(4, pcmu=b"\x7f" * 160)])
+    assert media.pull_frame(20 * MS) is not None
+    before = parse(bytes(media.pull_datagram(20 * MS) or b""))
+    media.sent(20 * MS)
+    media.recodec(PCMA, None, 101)
+    after = parse(bytes(media.pull_datagram(40 * MS) or b""))
+    assert not isinstance(before, int) and not isinstance(after, int)
+    assert (before.pt, before.payload) == (0, b"\x7f" * 160)
+    assert after.pt == PCMA and after.payload == alaw_encode(bytes([4]) * 320)
+    assert (after.ssrc, after.seq, after.timestamp) == (before.ssrc, before.seq + 1, before.timestamp + 160)
+    media.sent(40 * MS)
+    resets = media.stream.jitter.resets
+    media.receive(
+        build(0, False, 2, 160, 0xA, bytes(range(160))), CALLER, 40 * MS
+    )  # the old codec, in flight
+    assert media.stream.drops[Drop.UNKNOWN_PT] == 1
+    voice = bytes(range(255, 95, -1))
+    media.receive(build(PCMA, False, 3, 320, 0xA, voice), CALLER, 60 * MS)
+    frame = media.pull_frame(80 * MS)
+    assert frame is not None and frame.pcm == fast_alaw_decode(voice) and media.stream.jitter.resets == resets
+
+
+def test_a_codec_change_of_the_rtp_clock_is_refused_and_changes_nothing() -> None:
+    media = _media()
+    with pytest.raises(ValueError):
+        media.recodec(111, "OPUS", None)
+    with pytest.raises(ValueError):
+        media.recodec(18, None, 101)  # G.729: not a codec the stream runs
+    assert (media.stream.codec, media.stream.config.payload_type) == ("PCMU", 0)

@@ -438,6 +438,45 @@ async def test_a_call_resumed_after_a_hold_longer_than_the_rtp_timeout_is_not_en
     assert agent.sip_status()["limit_hangups"] == {"rtp_timeout": 1}
 
 
+async def test_a_reinvite_to_another_codec_of_the_clock_changes_what_the_rtp_carries_on_the_same_source(
+    engine_factory,
+) -> None:  # type: ignore[no-untyped-def]
+    # A PBX re-INVITEs a PCMU call to PCMA only (it moved the call to a phone that has only PCMA): the 200
+    # answers PCMA and the bridge's RTP turns PCMA (idle 0xD5) on the same SSRC, its sequence going on.
+    agent, calls = await engine_factory(nat=True)
+    peer, rtp = Peer("127.0.0.1"), Peer("127.0.0.1")
+    ok = await _answered(agent, calls, peer)
+    peer.sock.sendto(_ack_for(ok, agent.local[1], peer), agent.local)
+    media = ("127.0.0.1", int(ok.decode().split("m=audio ", 1)[1].split()[0]))
+
+    async def exchange(pt: int, payload: int, n: int) -> bytes | None:
+        """A caller packet of `pt` (so that the bridge latches and sends), and the bridge's next packet."""
+        header = bytes([0x80, pt, 0, n, 0, 0, n, 160, 0x12, 0x34, 0x56, 0x78])
+        rtp.sock.sendto(header + bytes([payload]) * 160, media)
+        return await rtp.recv(0.05)
+
+    first = None
+    for n in range(1, 21):  # bounded
+        if (first := await exchange(0, 0xFF, n)) is not None:
+            break
+    assert first is not None and first[1] & 0x7F == 0 and first[12:] == b"\xff" * 160, first
+    pcma = _reinvite(ok, agent.local[1], peer, 2, "sendrecv").replace(
+        b"RTP/AVP 0\r\na=rtpmap:0 PCMU/8000", b"RTP/AVP 8\r\na=rtpmap:8 PCMA/8000"
+    )
+    peer.sock.sendto(pcma, agent.local)  # the same length: PCMA for PCMU
+    answer = await peer.final()
+    assert answer is not None and answer.startswith(b"SIP/2.0 200") and b"RTP/AVP 8" in answer, answer
+    last = None
+    for n in range(21, 61):  # bounded: until a packet of the new codec comes back
+        got = await exchange(8, 0xD5, n)
+        if got is not None and got[1] & 0x7F == 8:
+            last = got
+            break
+    assert last is not None, "no PCMA after the re-INVITE"
+    assert last[8:12] == first[8:12] and last[12:] == b"\xd5" * 160
+    assert int.from_bytes(last[2:4], "big") != int.from_bytes(first[2:4], "big")
+
+
 # --- serve's bind check ---
 
 

@@ -371,6 +371,44 @@ def test_reinvite_with_a_new_address_is_a_media_update_and_a_bad_reoffer_keeps_t
     assert caller.take_events() == []
 
 
+def test_a_reoffer_of_another_codec_in_the_calls_clock_is_taken_and_one_of_another_clock_only_is_488() -> (
+    None
+):
+    caller = Caller(new_ua(codecs=("PCMU", "PCMA", "OPUS")))
+    caller.invite(0)
+    (incoming,) = [e for e in caller.take_events() if isinstance(e, IncomingCall)]
+    assert caller.ua.answer(incoming.call, replace(LOCAL, codecs=("PCMU", "PCMA", "OPUS")), 100 * MS)
+    caller.to_tag = _to_tag(caller.collect()[-1])
+    caller.ack(1 * S)
+    caller.take_events()
+    opus_map = "a=rtpmap:111 opus/48000/2\r\n"
+
+    def offer(version: int, formats: str) -> str:  # the offer's m= line with these formats, and Opus's rtpmap
+        body = offer_sdp(version=version).replace("RTP/AVP 0 8 101\r\n", f"RTP/AVP {formats}\r\n{opus_map}")
+        assert opus_map in body
+        return body
+
+    # PCMA alone (a PBX moved the call to a phone that has only it): answered PCMA, a MediaUpdated to re-code
+    out = caller.request("INVITE", 2 * S, "z9hG4bKre1", body=offer(2, "8 101"))
+    assert statuses(out) == [200] and b"RTP/AVP 8 101\r\n" in out[-1].body
+    (update,) = caller.take_events()
+    assert isinstance(update, MediaUpdated) and (update.media.codec, update.media.payload_type) == ("PCMA", 8)
+    caller.ack(2100 * MS)
+    # Opus first, then PCMU: Opus would change the RTP clock (48000), so PCMU, in the call's 8000
+    out = caller.request("INVITE", 3 * S, "z9hG4bKre2", body=offer(3, "111 0 101"))
+    assert statuses(out) == [200] and b"RTP/AVP 0 101\r\n" in out[-1].body
+    (update,) = caller.take_events()
+    assert isinstance(update, MediaUpdated) and (update.media.codec, update.media.clock_rate) == (
+        "PCMU",
+        8000,
+    )
+    caller.ack(3100 * MS)
+    # Opus alone: 488, and the call goes on as it was (RFC 3264 §8)
+    out = caller.request("INVITE", 4 * S, "z9hG4bKre3", body=offer(4, "111"))
+    assert statuses(out) == [488] and caller.take_events() == []
+    assert caller.ua.stats["reoffer_488"] == 1
+
+
 def test_reinvite_without_sdp_gets_our_unchanged_offer() -> None:
     caller, call = answered_call()
     first_200 = [m for m in caller.sent if isinstance(m, Response) and m.status == 200][0]
