@@ -220,27 +220,15 @@ class _Call(pj.Call):  # type: ignore[misc]
         self.held = False
         self.held_since = 0  # monotonic ns of the caller's hold (rtp/limits.py's hold limit), when `held`
         self.transfer = TransferTracker(int(agent.config.transfer_timeout_s * 1e9))  # blind transfer rules
-        self.released = False
 
     def release(self) -> None:
-        """Destroy this call's C++ objects now, on the pjsua thread, while their Python objects are still held.
-
-        Left to Python (dropping the last reference), the port's Python object is cleared first and its C++
-        destructor runs after, which releases the GIL while it waits for the port's lock; pjmedia's clock
-        thread, already inside that port's get/put_frame, then runs our callback on the half-freed object and
-        frees it a second time (measured: "'_MediaPort' object has no attribute '_playout'", then SIGSEGV in
-        the pjsua thread; the calls still up never got a 200 to their BYE). Destroyed explicitly, the
-        destructor waits for a callback in flight on an intact object, and no callback follows (pjsua2 clears
-        the port's owner under that lock). The Call goes at DISCONNECTED too, where pjsua2 allows it: `~Call`
-        acts on its slot number (clears its user data, hangs up the call there if active), and by the next
-        poll pjsua may have given that slot to a new INVITE."""
-        if self.released:
-            return
-        self.released = True
-        port, self.port = self.port, None
-        if port is not None:
-            pj.AudioMediaPort.__swig_destroy__(port)  # SWIG's delete: disowns, then the C++ destructor
-        pj.Call.__swig_destroy__(self)
+        """The port's and the Call's C++ objects, destroyed now (at DISCONNECTED, where pjsua2 allows it) with their
+        Python objects held. Dropped, a port's attributes were cleared while its destructor waited (GIL released) for
+        a clock thread callback in flight: it ran on the half-freed object, SIGSEGV. `~Call` acts on a reusable slot."""
+        if self.port is not None and self.port.this.own():
+            pj.AudioMediaPort.__swig_destroy__(self.port)  # SWIG's delete: disowns, then the C++ destructor
+        if self.this.own():
+            pj.Call.__swig_destroy__(self)
 
     def onCallState(self, prm: pj.OnCallStateParam) -> None:
         try:
@@ -705,9 +693,7 @@ class Pjsua2UserAgent:
 
     def _on_disconnected(self, call: _Call, reason: str, status: int) -> None:
         self._calls.pop(call.key, None)
-        self._dead.append(
-            call
-        )  # its Python shell is dropped after this callback returns, still on this thread
+        self._dead.append(call)  # dropped after this callback returns, still on this thread
         leg = call.leg
         if leg is not None:
             self._active -= 1
@@ -721,7 +707,7 @@ class Pjsua2UserAgent:
                     frames_out=leg.frames_out,
                 )
             )
-        call.release()  # C++ objects now (see _Call.release); the Python shell is dropped after this callback
+        call.release()  # the C++ objects now; the Python shell is dropped after this callback
 
     def _run_commands(self) -> None:
         while True:
@@ -792,14 +778,10 @@ class Pjsua2UserAgent:
         for _ in range(5):  # let the BYE transactions get their responses
             ep.libHandleEvents(_POLL_MS)
 
-    def _release_all(self) -> None:
-        # A method: its loop variable dies with the frame, not at libDestroy (pitfall 3).
-        for call in self._calls.values():
-            call.release()  # while the clock thread still runs (see _Call.release)
-
     def _destroy(self, ep: pj.Endpoint | None, account: _Account | None) -> None:
         """Every Call, port and Account must be gone before libDestroy, or pjsip asserts at exit (pitfall 3)."""
-        self._release_all()
+        for call in self._calls.values():
+            call.release()  # while the clock thread runs; a released shell may outlive libDestroy (pitfall 3)
         self._calls.clear()
         self._dead.clear()
         # A traceback kept by SWIG's PyErr_Print can hold a Call alive (pitfall 4).
