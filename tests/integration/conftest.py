@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -86,6 +87,7 @@ class Bridge:
         self.proc = proc
         self.sip_port = sip_port
         self.rtp_port = rtp_port  # the first call's RTP port
+        self.crash_expected = False  # a test that crashes the bridge on purpose says so
 
     @property
     def log(self) -> str:
@@ -97,7 +99,14 @@ class Bridge:
     def stop(self) -> int | None:
         rc = self.proc.stop(term_timeout=15.0)
         assert "Assertion" not in self.log, self.log[-3000:]
+        # A bridge that crashed during the test (a segfault in pjsua2's threads, say) fails it here, whatever
+        # the test's own checks saw: SIGTERM and SIGKILL are the only signals a bridge may end by.
+        if not self.crash_expected:
+            assert "Fatal Python error" not in self.log and rc not in _CRASHES, (rc, self.log[-3000:])
         return rc
+
+
+_CRASHES = {-signal.SIGSEGV, -signal.SIGABRT, -signal.SIGBUS, -signal.SIGFPE, -signal.SIGILL}
 
 
 def _clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -295,6 +295,7 @@ def test_a_crash_prints_every_threads_python_stack(start_bridge) -> None:
     the process's threads on stderr (faulthandler), so a crash in pjsua2 or PyAV under load can be placed."""
     bridge = start_bridge("--provider", "echo")
     bridge.wait_for(r"listening on udp")
+    bridge.crash_expected = True
     bridge.proc.proc.send_signal(signal.SIGSEGV)
     assert bridge.proc.wait(timeout=10) == -signal.SIGSEGV
     bridge.proc.stop()  # joins the readers: all of stderr is in
