@@ -206,12 +206,16 @@ def utterance(tmp_path_factory: pytest.TempPathFactory) -> peers.Utterance:
 
 
 class Capture:
-    """tshark on loopback, limited by a capture filter to the project's own traffic."""
+    """A capture on loopback, limited by a capture filter to the project's own traffic, read with tshark.
+
+    dumpcap (tshark's package's) writes it (what `tshark -w` runs underneath): it is capturing within 0.05 s for 0.01 s of CPU,
+    where tshark first loads every dissector (2 s to "Capturing on" and 0.7 s of CPU, measured beside a loaded
+    suite on 7 December 2026) only to hand the capture to dumpcap."""
 
     def __init__(self, path: Path, capture_filter: str) -> None:
         self.path = path
         self.proc = peers.ManagedProcess(
-            ["tshark", "-i", "lo", "-f", capture_filter, "-w", str(path)], name="tshark"
+            ["dumpcap", "-i", "lo", "-f", capture_filter, "-w", str(path)], name="dumpcap"
         )
         self.proc.wait_for(r"Capturing on", timeout=15)
 
