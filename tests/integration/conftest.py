@@ -214,6 +214,7 @@ class Capture:
 
     def __init__(self, path: Path, capture_filter: str) -> None:
         self.path = path
+        self._read: dict[int, list[list[str]]] = {}
         self.proc = peers.ManagedProcess(
             ["dumpcap", "-i", "lo", "-f", capture_filter, "-w", str(path)], name="dumpcap"
         )
@@ -222,50 +223,37 @@ class Capture:
     def stop(self) -> None:
         self.proc.stop(term_timeout=5.0)
 
-    def packet_times(self, port: int) -> list[float]:
-        """Capture times (s) of the UDP packets sent from `port`."""
+    def _packets(self, port: int) -> list[list[str]]:
+        """Each UDP packet sent from `port`, in capture order: its capture time, then its RTP sequence number,
+        timestamp, SSRC and payload (empty where it does not parse as RTP). One tshark read per port of a
+        stopped capture, for the three below: tshark takes about a second to load its dissectors."""
+        if port in self._read:
+            return self._read[port]
+        fields = ("frame.time_epoch", "rtp.seq", "rtp.timestamp", "rtp.ssrc", "rtp.payload")
         out = peers._run_bounded(
-            [
-                "tshark",
-                "-r",
-                str(self.path),
-                "-Y",
-                f"udp.srcport=={port}",
-                "-T",
-                "fields",
-                "-e",
-                "frame.time_epoch",
-            ],
-            60,
-        )
-        return [float(line) for line in out.stdout.split() if line]
-
-    def _rtp_fields(self, port: int, *fields: str) -> list[list[str]]:
-        """The given fields of each RTP packet sent from `port`, in capture order."""
-        out = peers._run_bounded(
-            [
-                "tshark",
-                "-r",
-                str(self.path),
-                "-d",
-                f"udp.port=={port},rtp",
-                "-Y",
-                f"rtp && udp.srcport=={port}",
-            ]
+            ["tshark", "-r", str(self.path), "-d", f"udp.port=={port},rtp", "-Y", f"udp.srcport=={port}"]
             + ["-T", "fields", "-E", "separator=,", *(arg for f in fields for arg in ("-e", f))],
             60,
         )
-        return [line.split(",") for line in out.stdout.split() if line]
+        rows = [line.split(",") for line in out.stdout.split() if line]
+        if not self.proc.running():
+            self._read[port] = rows
+        return rows
+
+    def packet_times(self, port: int) -> list[float]:
+        """Capture times (s) of the UDP packets sent from `port`."""
+        return [float(time) for time, *_ in self._packets(port)]
 
     def rtp_headers(self, port: int) -> list[tuple[int, int, int]]:
         """(sequence number, timestamp, SSRC) of the RTP packets sent from `port`, in capture order."""
-        rows = self._rtp_fields(port, "rtp.seq", "rtp.timestamp", "rtp.ssrc")
-        return [(int(seq), int(ts), int(ssrc, 0)) for seq, ts, ssrc in rows]
+        return [(int(seq), int(ts), int(ssrc, 0)) for _, seq, ts, ssrc, _ in self._packets(port) if seq]
 
     def rtp_payloads(self, port: int) -> list[bytes]:
         """Payloads of the RTP packets sent from `port`, in capture order."""
         return [
-            bytes.fromhex(payload.replace(":", "")) for (payload,) in self._rtp_fields(port, "rtp.payload")
+            bytes.fromhex(payload.replace(":", ""))
+            for _, seq, _, _, payload in self._packets(port)
+            if seq and payload
         ]
 
 
