@@ -10,11 +10,8 @@ import logging
 import os
 import signal
 import sys
-import tempfile
-from collections.abc import Coroutine
 from dataclasses import replace
-from importlib import import_module
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
@@ -28,7 +25,12 @@ from bridge.cli.config import (
     given_options,
 )
 from bridge.cli.doctor import doctor_command
+from bridge.cli.fake import fake_provider
 from bridge.cli.ops import RoutedApplication, build, config_group, serve_config, server_config
+from bridge.cli.process import EVENT_LOOP_ENV
+from bridge.cli.process import host_port as _host_port
+from bridge.cli.process import run_on_loop as _run_on_loop
+from bridge.cli.process import setup_logging as _setup_logging
 from bridge.engine.amd import AMD_ACTIONS, AmdAction, AmdVerdict
 from bridge.engine.delegations import JobRequest
 from bridge.server.api import Application, LiveCall, Server, outbound_outcome
@@ -45,21 +47,10 @@ from bridge.server.records import (
     Utterance,
 )
 from bridge.server.webhook import WebhookClient, WebhookConfig, webhook_handler
-from providers.fakes.faults import Fault, parse_fault
-from providers.fakes.script import Script, load_script
 from sip.core.uri import parse_uri
 from sip.engine import ENGINES, EngineError
 
 log = logging.getLogger("parlora")
-
-
-def _host_port(value: str, default_port: int) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    if not sep:
-        return value, default_port
-    if not port.isdigit() or not host:
-        raise click.BadParameter(f"expected HOST:PORT, got {value!r}")
-    return host.strip("[]"), int(port)
 
 
 def _http_token(http_addr: str | None, env_name: str | None) -> str | None:
@@ -72,16 +63,6 @@ def _http_token(http_addr: str | None, env_name: str | None) -> str | None:
         raise click.UsageError("; ".join(exc.problems)) from None
 
 
-def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
-    # websockets logs request headers at DEBUG, Authorization included: keep API keys out of every log.
-    logging.getLogger("websockets").setLevel(max(logging.INFO, logging.getLogger().level))
-
-
 SIP_PASSWORD_ENV = DEFAULT_SIP_PASSWORD_ENV  # --register's and --auth-user's digest password
 
 
@@ -89,18 +70,6 @@ SIP_PASSWORD_ENV = DEFAULT_SIP_PASSWORD_ENV  # --register's and --auth-user's di
 @click.version_option(package_name="parlora-bridge")
 def main() -> None:
     """parlora-bridge: phone calls to realtime speech-to-speech AI."""
-
-
-_FAKES = {  # protocol: (module, options class module, options class)
-    "openai-live": ("providers.fakes.openai_live", "providers.fakes.openai_live", "LiveFakeOptions"),
-    "openai-realtime": (
-        "providers.fakes.openai_realtime",
-        "providers.fakes.realtime_family",
-        "RealtimeFakeOptions",
-    ),
-    "gemini-live": ("providers.fakes.gemini_live", "providers.fakes.gemini_live", "GeminiFakeOptions"),
-    "xai": ("providers.fakes.xai", "providers.fakes.realtime_family", "RealtimeFakeOptions"),
-}
 
 
 @main.command()
@@ -300,11 +269,6 @@ async def place_call(
     return 0 if outcome["outcome"] == "answered" else 1
 
 
-# The process around the loop: the event loop, malloc and the heap (bridge/server/heap.py).
-EVENT_LOOP_ENV = "PARLORA_EVENT_LOOP"  # auto (uvloop when installed) | uvloop | asyncio
-T = TypeVar("T")
-
-
 def _run_server(server: Server, event_loop: str) -> int:
     """The server on uvloop when installed (PARLORA_EVENT_LOOP=asyncio: the stdlib loop; =uvloop: uvloop or an
     error), with malloc tuned, the start-up heap frozen and the C heap trimmed once a minute (bridge/server/heap.py).
@@ -324,20 +288,6 @@ def _run_server(server: Server, event_loop: str) -> int:
     )
     freeze_start_up_heap(engine + browser)
     return _run_on_loop(_serving(server), event_loop)
-
-
-def _run_on_loop(main: Coroutine[Any, Any, T], event_loop: str) -> T:
-    """`main` on uvloop when installed, or as PARLORA_EVENT_LOOP says (`serve` and `fake-provider` alike)."""
-    if event_loop != "asyncio":
-        try:
-            import uvloop
-        except ImportError:
-            if event_loop == "uvloop":
-                raise click.UsageError(f"{EVENT_LOOP_ENV}=uvloop: uvloop is not installed") from None
-        else:
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-                return runner.run(main)
-    return asyncio.run(main)
 
 
 async def _serving(server: Server) -> int:
@@ -397,141 +347,4 @@ class WebhookApplication(Application):
 
 main.add_command(config_group)  # `parlora-bridge config check FILE` (bridge/cli/ops.py)
 main.add_command(doctor_command)  # `parlora-bridge doctor` (bridge/cli/doctor.py)
-
-
-@main.command("fake-provider")
-@click.option("--protocol", type=click.Choice(list(_FAKES)), default="openai-live", show_default=True)
-@click.option(
-    "--listen", default="127.0.0.1:8765", show_default=True, help="HOST:PORT to listen on (loopback)."
-)
-@click.option(
-    "--record", "record_path", default=None, help="Append every client frame to this JSON-lines file."
-)
-@click.option(
-    "--fault",
-    "faults",
-    multiple=True,
-    help="Inject a fault: [N/]KIND[:VALUE][@AFTER_MS] (repeatable; "
-    "see providers/fakes/faults.py). At runtime: GET /_fault?spec=... on the same port.",
-)
-@click.option(
-    "--notes",
-    "notes_path",
-    default=None,
-    metavar="FILE",
-    help="Append what each connection heard and answered (its session id, the caller utterances it transcribed, "
-    "its replies and tool calls, the faults that fired) to this JSON-lines file (providers/fakes/server.py).",
-)
-@click.option("--script", "script_path", default=None, help="JSON script of the fake model's answers.")
-@click.option(
-    "--session-ms",
-    type=int,
-    default=None,
-    metavar="MS",
-    help="How long one connection lasts before the fake ends it the way the provider does (default: the "
-    "provider's; Gemini: the connection lifetime, with goAway a quarter of it before).",
-)
-@click.option(
-    "--handle-ttl-ms",
-    type=int,
-    default=None,
-    metavar="MS",
-    help="gemini-live: how long a session resumption handle stays valid after its session ended "
-    "(default: the service's 2 h).",
-)
-@click.option("--cert", default=None, help="TLS certificate (gemini-live; generated when absent).")
-@click.option("--key", "key_path", default=None, help="TLS private key (gemini-live; generated when absent).")
-@click.option(
-    "--log-level", default="info", type=click.Choice(["debug", "info", "warning", "error"]), show_default=True
-)
-def fake_provider(
-    protocol: str,
-    listen: str,
-    record_path: str | None,
-    faults: tuple[str, ...],
-    notes_path: str | None,
-    script_path: str | None,
-    session_ms: int | None,
-    handle_ttl_ms: int | None,
-    cert: str | None,
-    key_path: str | None,
-    log_level: str,
-) -> None:
-    """Run a provider fake on its own, for tests and for trying the bridge without a key."""
-    _setup_logging(log_level)
-    host, port = _host_port(listen, 8765)
-    try:
-        parsed = [parse_fault(spec) for spec in faults]
-        script = load_script(script_path) if script_path else None
-    except (ValueError, KeyError, OSError) as exc:
-        raise click.UsageError(str(exc)) from None
-    if handle_ttl_ms is not None and protocol != "gemini-live":
-        raise click.UsageError("--handle-ttl-ms applies to --protocol gemini-live")
-    _run_on_loop(  # uvloop, as serve runs on (the bench's echo fake serves up to 300 calls)
-        _fake_provider(
-            protocol,
-            host,
-            port,
-            record_path,
-            parsed,
-            script,
-            cert,
-            key_path,
-            session_ms,
-            handle_ttl_ms,
-            notes_path,
-        ),
-        os.environ.get(EVENT_LOOP_ENV, "auto"),
-    )
-
-
-async def _fake_provider(
-    protocol: str,
-    host: str,
-    port: int,
-    record_path: str | None,
-    faults: list[Fault],
-    script: Script | None,
-    cert: str | None,
-    key_path: str | None,
-    session_ms: int | None = None,
-    handle_ttl_ms: int | None = None,
-    notes_path: str | None = None,
-) -> None:
-    module_name, options_module, options_class = _FAKES[protocol]
-    module = import_module(module_name)
-    # A standalone fake may run for hours: it writes client frames to --record, never keeps them in memory.
-    lengths: dict[str, int] = {}
-    if session_ms is not None:
-        lengths = (
-            {"connection_lifetime_ms": session_ms, "go_away_ms": session_ms // 4}
-            if protocol == "gemini-live"
-            else {"session_length_ms": session_ms}
-        )
-    if handle_ttl_ms is not None:
-        lengths["handle_ttl_ms"] = handle_ttl_ms
-    named: dict[str, bool] = {"name_sessions": True} if notes_path and protocol == "gemini-live" else {}
-    options = getattr(import_module(options_module), options_class)(
-        record_client_frames=False, **lengths, **named
-    )
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
-    kwargs: dict[str, object] = {"record_path": record_path, "faults": faults, "options": options}
-    if script is not None:
-        kwargs["script"] = script
-    if protocol == "gemini-live":
-        cert_path, key_file, generated = module.ensure_cert(
-            cert, key_path, tempfile.mkdtemp(prefix="parlora-tls-")
-        )
-        if generated:
-            print(f"generated a self-signed TLS pair: cert {cert_path} key {key_file}", flush=True)
-        kwargs.update(cert=cert_path, key=key_file)
-    server = await module.serve(host, port, **kwargs)
-    server.keep_records = False  # lifetimes go to --record's .connections file; memory keeps the open ones
-    if notes_path is not None:
-        server.keep_notes(notes_path)
-    log.info("fake provider %s listening on %s", protocol, server.url)
-    await stop.wait()
-    await server.close()
+main.add_command(fake_provider)  # `parlora-bridge fake-provider` (bridge/cli/fake.py)
