@@ -32,7 +32,6 @@ tells the router once (`UaContext.call_ended`), which forgets its routes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from enum import Enum
 from typing import ClassVar
 
@@ -41,7 +40,7 @@ from sip.core.app_headers import Headers as AppHeaders
 from sip.core.dialog import Dialog
 from sip.core.headers import parse_cseq
 from sip.core.message import Request, Response, make_response, serialize
-from sip.core.offer_answer import CODECS, LocalMedia, NegotiatedMedia, accept_answer
+from sip.core.offer_answer import LocalMedia, NegotiatedMedia, accept_answer
 from sip.core.offer_answer import answer as sdp_answer
 from sip.core.offer_answer import offer as sdp_offer
 from sip.core.prack import on_prack  # a ringing call's PRACK goes to its early answer (RFC 3262 §3)
@@ -427,13 +426,9 @@ class Call(Timed):
             return b"", (), 400
         if request.body == self.remote_body:  # a refresh with the same SDP: the same answer, no event
             return serialize_sdp(self.local_sdp), sdp_type, 0
-        result = sdp_answer(offer, self.local_media, previous=self.local_sdp)
-        running = self.media
-        if result is not None and running is not None and result.media.clock_rate != running.clock_rate:
-            # The media shell changes codecs within the call's RTP clock only (rtp.stream `recodec`): the
-            # offer's codecs of that clock, or none (488 below)
-            same = tuple(c for c in self.local_media.codecs if CODECS[c.upper()][1] == running.clock_rate)
-            result = sdp_answer(offer, replace(self.local_media, codecs=same), previous=self.local_sdp)
+        # The media shell changes codecs within the call's RTP clock only (rtp.stream `recodec`)
+        clock = self.media.clock_rate if self.media is not None else None
+        result = sdp_answer(offer, self.local_media, previous=self.local_sdp, clock_rate=clock)
         if result is None:
             self._ctx.stats["reoffer_488"] += 1
             return b"", (), 488  # the old session goes on (RFC 3264 §8)

@@ -347,7 +347,10 @@ def offer(local: LocalMedia, previous: SessionDescription | None = None) -> Sess
 
 
 def answer(
-    offer: SessionDescription, local: LocalMedia, previous: SessionDescription | None = None
+    offer: SessionDescription,
+    local: LocalMedia,
+    previous: SessionDescription | None = None,
+    clock_rate: int | None = None,
 ) -> Answer | None:
     """Our answer to an offer (RFC 3264 §6), or None when no audio stream is acceptable (→ 488).
 
@@ -355,7 +358,10 @@ def answer(
     SRTP on RTP/SAVP(F) with a usable a=crypto; port not 0, a usable c=, a codec in common) is accepted and all
     others are rejected with port 0. With `local.srtp` "required" a stream without a usable a=crypto is not
     acceptable. `previous` is the
-    last description we sent in this dialog (for the o= version)."""
+    last description we sent in this dialog (for the o= version). `clock_rate`: only our codecs of that RTP
+    clock (a re-offer in a call whose media cannot change its clock: the native engine's)."""
+    if clock_rate is not None:
+        local = replace(local, codecs=tuple(c for c in local.codecs if CODECS[c.upper()][1] == clock_rate))
     sections: list[MediaDescription] = []
     accepted_one = False
     for offered in offer.media:
