@@ -90,10 +90,10 @@ done
 # The unit suite again on Python 3.13 (installed by the background job), without pjsua2 (no wheel past 3.12:
 # its tests skip there), so that a newer Python cannot silently break the install or the code; the live tests
 # stay on .venv's Python. Its property tests and state machines draw at most 20 examples each (the profile
-# `smoke`, tests/unit/conftest.py): the run above drew them all.
+# `smoke`, the plugin tests/support/smoke_profile.py): the run above drew them all.
 if ((install313_ok)); then
   echo "unit suite on $python313"
-  .venv313/bin/python -m pytest -n 2 tests/unit --hypothesis-profile smoke || failed+=("pytest (unit, Python 3.13)")
+  .venv313/bin/python -m pytest -n 2 tests/unit -p tests.support.smoke_profile --hypothesis-profile smoke || failed+=("pytest (unit, Python 3.13)")
 fi
 if ((${#failed[@]})); then
   echo "failed: ${failed[*]}"

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import peers
 import pytest
+from conftest import BRIDGE, _clean_env
 
 from tests.support.kamailio import NATIVE, Kamailio, _calls, kamailio
 
@@ -161,8 +162,6 @@ request_route {
 def test_call_answers_a_407_from_kamailio_and_the_callee_behind_it_answers(
     kamailio: list[Kamailio], tmp_path: Path
 ) -> None:
-    from conftest import BRIDGE, _clean_env
-
     callee_port = peers.free_udp_port()
     media = peers.free_rtp_port()
     callee_log = tmp_path / "callee.log"

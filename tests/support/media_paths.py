@@ -3,7 +3,8 @@
 `use(impl, *modules)` puts one implementation's functions where the media cores look them up (rtp.stream's
 parse, pack_into and G.711 decoders, rtp.jitter's decoders and `JitterBuffer`'s default one) and into each
 module given that binds one of the same names (a test module's own imports), for the time of the block. The
-`media_path` fixture (tests/unit/rtp/conftest.py) runs a test module once per path this way."""
+`media_path` fixture (below; a test module imports it) runs the module once per path this way: pure, and compiled
+where the extension is built (skipped where it is not). Module-scoped, so hypothesis tests may use it."""
 
 from __future__ import annotations
 
@@ -43,3 +44,12 @@ def use(impl: speedups.Impl, *modules: ModuleType) -> Iterator[speedups.Impl]:
                     patch.setattr(module, name, value)
         patch.setattr(JitterBuffer.__init__, "__defaults__", (ulaw,))
         yield impl
+
+
+@pytest.fixture(scope="module", params=["pure", "compiled"])
+def media_path(request: pytest.FixtureRequest) -> Iterator[speedups.Impl]:
+    impl = IMPLS.get(request.param)
+    if impl is None:
+        pytest.skip("the compiled media path is not built here (rtp/_speedups.c)")
+    with use(impl, request.module) as chosen:
+        yield chosen

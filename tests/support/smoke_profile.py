@@ -1,4 +1,4 @@
-"""The unit suite's hypothesis profile for its second run.
+"""The unit suite's hypothesis profile for its second run: a pytest plugin (`-p tests.support.smoke_profile`).
 
 `--hypothesis-profile smoke` (tests/run.sh: the unit suite once more, on Python 3.13) draws at most
 SMOKE_EXAMPLES examples in every property test and state machine, their own `@settings(max_examples=...)`
@@ -50,5 +50,5 @@ def _run_capped(factory: Any, *, settings: Any = None, **kwargs: Any) -> None:
     _run_state_machine_as_test(factory, settings=settings, **kwargs)
 
 
-# The test modules import it by name after this conftest: the state machines take the cap as well.
+# The test modules import it by name after this plugin: the state machines take the cap as well.
 hypothesis.stateful.run_state_machine_as_test = _run_capped

@@ -25,6 +25,9 @@ from rtp.rtcp import (
     parse_compound,
 )
 from rtp.stream import RtpStream, StreamConfig
+from tests.support.media_paths import media_path
+
+__all__ = ["media_path"]  # the fixture, from the shared harness
 
 EXAMPLES = int(os.environ.get("PARLORA_FUZZ_EXAMPLES", "200"))
 fuzz = settings(max_examples=EXAMPLES, deadline=None)

@@ -15,6 +15,9 @@ from rtp.jitter import FrameKind, JitterBuffer, PlayoutFrame
 from rtp.packet import Drop
 from rtp.plc import SILENCE_FRAME
 from rtp.units import NS_PER_MS as MS
+from tests.support.media_paths import media_path
+
+__all__ = ["media_path"]  # the fixture, from the shared harness
 
 pytestmark = pytest.mark.usefixtures("media_path")  # on each media path (rtp.speedups)
 

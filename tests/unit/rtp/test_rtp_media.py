@@ -16,6 +16,9 @@ from rtp.playout import OutboundFrame, Playout
 from rtp.stream import PCMA, RtpStream, StreamConfig
 from rtp.units import NS_PER_MS as MS
 from rtp.units import NS_PER_S as S
+from tests.support.media_paths import media_path
+
+__all__ = ["media_path"]  # the fixture, from the shared harness
 
 pytestmark = pytest.mark.usefixtures("media_path")  # on each media path (rtp.speedups)
 

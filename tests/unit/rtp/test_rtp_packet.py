@@ -5,6 +5,9 @@ import struct
 import pytest
 
 from rtp.packet import Drop, RtpPacket, build, is_rtcp, pack_into, parse
+from tests.support.media_paths import media_path
+
+__all__ = ["media_path"]  # the fixture, from the shared harness
 
 pytestmark = pytest.mark.usefixtures("media_path")  # on each media path (rtp.speedups)
 

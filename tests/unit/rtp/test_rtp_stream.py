@@ -14,6 +14,9 @@ from rtp.packet import Drop, RtpPacket, build, parse
 from rtp.rtcp import Goodbye, ReceiverReport, SenderReport, parse_compound
 from rtp.stream import RtcpReceived, RtpStream, StreamConfig
 from rtp.units import NS_PER_MS as MS
+from tests.support.media_paths import media_path
+
+__all__ = ["media_path"]  # the fixture, from the shared harness
 
 pytestmark = pytest.mark.usefixtures("media_path")  # on each media path (rtp.speedups)
 

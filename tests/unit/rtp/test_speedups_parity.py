@@ -24,7 +24,9 @@ from rtp.jitter import JitterBuffer
 from rtp.packet import Drop, RtpPacket
 from rtp.stream import RtpStream, StreamConfig
 from rtp.units import NS_PER_MS as MS
-from tests.support.media_paths import decoders, use
+from tests.support.media_paths import decoders, media_path, use
+
+__all__ = ["media_path"]  # the fixture, from the shared harness
 
 pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="the compiled media path is not built")
 
