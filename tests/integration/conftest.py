@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
 import sys
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import peers
 import pytest
+
+from rtp import speedups
 
 BRIDGE = [sys.executable, "-m", "bridge"]
 READY = re.compile(r"listening on udp 127\.0\.0\.1:(\d+)")
@@ -42,6 +46,15 @@ SERIAL_MODULES = frozenset(
 )
 
 
+# The media paths a test that takes `bridge_media_path` runs on: see that fixture.
+MEDIA_PATHS = ("compiled", "pure")
+NATIVE_ALSO_PURE = pytest.mark.parametrize(
+    ("bridge_engine", "bridge_media_path"),
+    [*((engine, "compiled") for engine in CONTRACT_ENGINES), ("native", "pure")],
+    ids=[*CONTRACT_ENGINES, "native-pure"],
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "contract: the call-leg contract subset, run on every SIP engine")
 
@@ -50,6 +63,35 @@ def pytest_configure(config: pytest.Config) -> None:
 def bridge_engine(request: pytest.FixtureRequest) -> str:
     """The SIP engine a contract test runs on (each test that takes it runs on both)."""
     return str(request.param)
+
+
+@pytest.fixture(params=MEDIA_PATHS)
+def bridge_media_path(request: pytest.FixtureRequest) -> str:
+    """The media path (rtp.speedups: the compiled rtp/_speedups.c or the pure functions, the same answers bit
+    for bit) a live test's bridge runs. A test that takes it runs once per path (ids [compiled], [pure]):
+    `start_bridge` gives the bridge PARLORA_PURE_MEDIA=1 for the pure one (empty for the compiled one), then asks
+    the bridge itself which path it runs (GET /sip's `media_path`, on an HTTP listener it adds when the test gave
+    none) and fails the test if it is not the one asked for; [compiled] is skipped where the extension is not
+    built. A contract test (it takes `bridge_engine` too) takes both through `NATIVE_ALSO_PURE`: ids [native] and
+    [pjsua2] as before, and [native-pure] (pjsua2's RTP goes through pjmedia, not rtp.speedups).
+
+    Which tests run on both: the cheap ones whose media crosses what the compiled path replaces (RTP parse and
+    pack, the G.711 frame decode, the stamped receive), one per kind: the echo read off the wire
+    (test_native_engine's SIPp echo, 11.6 s), PCMU byte for byte from the provider to the caller (12.3 s), hold
+    and resume by re-INVITE (test_native_engine's SIPp hold, 6.4 s), RFC 4733 DTMF in (test_engine_peers'
+    baresip DTMF, 6.0 s) and SDES-SRTP (test_trunk_tls_srtp's baresip echo, 11.1 s). Their pure runs add 47 s of
+    test time (measured one at a time on 7 December 2026, load 0.9; each as long as its compiled twin), spread
+    over the parallel part's two workers by file: 24 to 41 s of its wall time. Every other live test runs on
+    the compiled path alone: the whole live suite twice would not fit the clean-clone run's 30 minutes (it takes
+    about 25)."""
+    return str(request.param)
+
+
+def media_path_of(request: pytest.FixtureRequest) -> str | None:
+    """The media path the requesting test asked for (`bridge_media_path`), or None (the bridge's own choice)."""
+    if "bridge_media_path" not in request.fixturenames:
+        return None
+    return str(request.getfixturevalue("bridge_media_path"))
 
 
 def engine_args(request: pytest.FixtureRequest) -> list[str]:
@@ -121,10 +163,20 @@ def start_bridge(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cal
     """Start `serve` with extra CLI args; every bridge started is stopped (and checked) at teardown."""
     started: list[Bridge] = []
     engine = engine_args(request)
+    media_path = media_path_of(request)
+    if engine[1:] == ["pjsua2"]:
+        media_path = None  # pjmedia carries pjsua2's RTP: rtp.speedups is not on its path
+    if media_path == "compiled" and speedups.compiled is None:
+        pytest.skip("the compiled media path is not built here (rtp/_speedups.c)")
 
     def start(*args: str, env: dict[str, str] | None = None) -> Bridge:
         sip_port = peers.free_udp_port()
         rtp_port = peers.free_rtp_port()  # even: the first call takes exactly this port on either engine
+        http: list[str] = []
+        if media_path is not None:
+            env = {**(env or {}), speedups.PURE_ENV: "1" if media_path == "pure" else ""}
+            if "--http" not in args:
+                http = ["--http", f"127.0.0.1:{peers.free_udp_port(also_tcp=True)}"]
         # --drain-timeout 0: a test that stops its bridge mid-call gets today's hang-up at once; a test of the
         # drain passes its own value after it (click takes the last).
         argv = [
@@ -137,6 +189,7 @@ def start_bridge(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cal
             *engine,
             "--drain-timeout",
             "0",
+            *http,
             *args,
             "--log-level",
             os.environ.get("PARLORA_TEST_LOG_LEVEL", "info"),
@@ -145,6 +198,11 @@ def start_bridge(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Cal
         bridge = Bridge(proc, sip_port, rtp_port)
         started.append(bridge)
         bridge.wait_for(READY.pattern, timeout=20)
+        if media_path is not None:
+            listener = [*http, *args][[*http, *args].index("--http") + 1]
+            with urllib.request.urlopen(f"http://{listener}/sip", timeout=5) as answer:
+                runs = json.loads(answer.read()).get("media_path")
+            assert runs == media_path, f"asked for the {media_path} media path, the bridge runs {runs}"
         return bridge
 
     yield start

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import peers
 import pytest
+from conftest import NATIVE_ALSO_PURE
 
 from rtp.audio import FRAME_SAMPLES
 from rtp.g711 import ulaw_decode
@@ -293,8 +294,9 @@ def test_baresip_holds_and_resumes(
     _assert_heard(engine, late_utterance.speech, wire, floor=0.99)  # PCMU on the wire: exact where in step
 
 
+@NATIVE_ALSO_PURE
 def test_baresip_dtmf_reaches_the_session(
-    engine: str, start_bridge, short_tone: Path, tmp_path: Path
+    engine: str, start_bridge, short_tone: Path, tmp_path: Path, bridge_media_path: str
 ) -> None:
     bridge = _serve(start_bridge, engine, "--provider", "echo")
     with peers.BaresipCaller(tmp_path / "baresip", short_tone) as caller:

@@ -87,7 +87,7 @@ def utterance_ul(tmp_path_factory: pytest.TempPathFactory) -> tuple[peers.Uttera
 
 
 def test_native_answers_a_sipp_call_and_the_caller_hears_its_echo(
-    start_bridge, capture, utterance_ul, tmp_path: Path
+    start_bridge, capture, utterance_ul, tmp_path: Path, bridge_media_path: str
 ) -> None:
     utterance, ulaw = utterance_ul
     bridge = start_bridge(*NATIVE, "--provider", "echo")
@@ -121,7 +121,7 @@ def test_native_answers_a_sipp_call_and_the_caller_hears_its_echo(
 
 
 def test_native_pcmu_from_the_provider_is_the_callers_rtp_payload_byte_for_byte(
-    start_fake, start_bridge, capture, utterance, tmp_path: Path
+    start_fake, start_bridge, capture, utterance, tmp_path: Path, bridge_media_path: str
 ) -> None:
     """What the provider sent (the echo fake speaks back exactly what it was sent) is the RTP payload the
     caller received, byte for byte: no resampling, no level change, no transcoding on the way out."""
@@ -264,7 +264,9 @@ def test_native_two_calls_at_once(start_bridge, utterance_ul, tmp_path: Path) ->
     assert started[1] and ended[0] and started[1].start() < ended[0].start()  # they overlapped
 
 
-def test_native_hold_and_resume_by_reinvite(start_bridge, utterance_ul, tmp_path: Path) -> None:
+def test_native_hold_and_resume_by_reinvite(
+    start_bridge, utterance_ul, tmp_path: Path, bridge_media_path: str
+) -> None:
     _, ulaw = utterance_ul
     bridge = start_bridge(*NATIVE, "--provider", "echo")
     workdir = tmp_path / "sipp"

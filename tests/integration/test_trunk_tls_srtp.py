@@ -37,7 +37,7 @@ def speech(tmp_path_factory: pytest.TempPathFactory) -> peers.Utterance:
 
 
 def test_serve_tls_srtp_required_baresip_hears_the_echo(
-    start_bridge, capture, pki, speech, tmp_path: Path
+    start_bridge, capture, pki, speech, tmp_path: Path, bridge_media_path: str
 ) -> None:
     cert, key = pki
     tls_port = peers.free_udp_port(also_tcp=True)
