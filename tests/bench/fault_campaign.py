@@ -64,8 +64,9 @@ import campaign_join  # noqa: E402
 import conftest  # noqa: E402  (BRIDGE, _clean_env, Fake: the integration fixtures' own pieces)
 import peers  # noqa: E402
 import stats  # noqa: E402
+from compare import parse_pin  # noqa: E402  (run.py's --pin, the same meaning here)
 from report import run_in_scratch  # noqa: E402
-from run import cpu_list, parse_bridge_env, parse_pin, pinned  # noqa: E402  (run.py's --pin, the same meaning here)
+from run import cpu_list, parse_bridge_env, pinned  # noqa: E402
 
 LATE_CAUSES = ("own", "gc", "loop", "unscheduled")  # rtp/clock.py's, as /metrics labels them
 

@@ -1,6 +1,7 @@
 """The benchmark of `parlora-bridge serve`: one command, run by hand, not part of CI.
 
     .venv/bin/python tests/bench/run.py [--engine NAME] [--quick] [--steps 1,2,3,4] [--seconds S] [--no-probe] [--keep]
+        [--paths compiled,pure] [--pin auto --pin off]
 
 `--engine` (default pjsua2) is a name in sip/engine.py's registry, passed to `serve --engine`; every step of
 the JSON says which engine it measured. For each load step of N concurrent calls (--quick: 1 and 4; default:
@@ -14,7 +15,9 @@ recovers, then stops everything and computes the figures below from /proc, the c
 and GET /calls/{id}. tests/bench/README.md says what each figure means and how it is measured.
 
 Prints a Markdown table and writes tests/bench/results/latest.json (one object per step; null where a figure
-could not be measured, with the reason in "notes").
+could not be measured, with the reason in "notes"). `--paths compiled,pure` runs each step on both media paths
+of the native engine and `--pin` (repeatable, `off` for unpinned) on each pin setting, and prints the figures of
+each step side by side (tests/bench/compare.py).
 """
 
 from __future__ import annotations
@@ -41,12 +44,14 @@ sys.path.insert(0, str(BENCH.parent / "integration"))
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(ROOT))
 
+import compare  # noqa: E402
 import numpy as np  # noqa: E402
 import peers  # noqa: E402
 import stats  # noqa: E402
 
 from rtp.g711 import ulaw_decode  # noqa: E402
 from rtp.probe import CHUNK_HEADER  # noqa: E402
+from rtp.speedups import PURE_ENV  # noqa: E402
 from sip.engine import DEFAULT_ENGINE, ENGINES, EngineSpec  # noqa: E402  (the registry only: no engine import)
 
 PY = sys.executable
@@ -83,6 +88,9 @@ class Config:
     env: tuple[tuple[str, str], ...] = ()  # extra environment of the bridge (e.g. MALLOC_MMAP_THRESHOLD_)
     gc_freeze_after_s: float | None = None  # gc.collect() + gc.freeze() this long after the bridge started
     serve_args: tuple[str, ...] = ()  # extra options of `serve` (e.g. --provider-append-ms 100)
+    media_path: str | None = (
+        None  # "compiled" or "pure" (rtp.speedups; PARLORA_PURE_MEDIA), None: the bridge's choice
+    )
 
 
 # --- processes and small I/O ---------------------------------------------------------------------------------
@@ -131,18 +139,6 @@ def parse_bridge_env(items: list[str], parser: argparse.ArgumentParser) -> list[
             parser.error(f"--bridge-env takes NAME=VALUE, not {item!r}")
         pairs.append((name, value))
     return pairs
-
-
-def parse_pin(value: str, ncpu: int) -> tuple[str, str]:
-    """`--pin`: "auto" (the bridge on the last CPU, the peers on the others) or "BRIDGE:PEERS" CPU lists."""
-    if value == "auto":
-        if ncpu < 2:
-            raise ValueError("--pin needs at least 2 CPUs")
-        return str(ncpu - 1), "0" if ncpu == 2 else f"0-{ncpu - 2}"
-    bridge, sep, others = value.partition(":")
-    if not sep or not re.fullmatch(r"[0-9,-]+", bridge) or not re.fullmatch(r"[0-9,-]+", others):
-        raise ValueError(f"--pin takes auto or BRIDGE:PEERS CPU lists (e.g. 1:0), not {value!r}")
-    return bridge, others
 
 
 def cpu_list(cpus: str) -> set[int]:
@@ -210,6 +206,8 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
         rtp_port = peers._free_udp_port_pair()
         http_port = peers.free_udp_port(also_tcp=True)
         bridge_env = env | ({"PARLORA_PROBE": str(probe_dir)} if cfg.probe else {}) | dict(cfg.env)
+        if cfg.media_path is not None:  # rtp.speedups reads it at import: "1" the pure path, "" the compiled
+            bridge_env[PURE_ENV] = "1" if cfg.media_path == "pure" else ""
         spec = ENGINES[cfg.engine]
         more = ["--max-calls", str(calls)] if calls > spec.default_max_calls else []
         profiler = ["-m", "cProfile", "-o", str(step / "bridge.prof")] if cfg.profile else []
@@ -254,6 +252,10 @@ def run_step(calls: int, cfg: Config, speech_ul: Path, work: Path) -> dict[str, 
         bridge.wait_for(r"listening on udp", 30)
         calls_url = f"http://127.0.0.1:{http_port}/calls"
         http_json(calls_url)
+        try:  # the path the bridge runs, as it says (pjsua2 has none: pjmedia carries its RTP)
+            raw["media_path"] = http_json(f"http://127.0.0.1:{http_port}/sip").get("media_path")
+        except OSError:  # the analysis notes it when a path was asked for
+            raw["media_path"] = None
 
         # Idle baseline: the process listening, no call.
         c0, m0 = cpu_seconds(bridge.pid), time.monotonic()
@@ -428,6 +430,10 @@ def analyse(
     out: dict[str, Any] = {"engine": cfg.engine, "calls": calls}
     out["load_avg"] = raw.get("load_avg")  # 1, 5, 15 min load averages as the step started (uptime)
     out["pinned"] = None if cfg.pin is None else {"bridge": cfg.pin[0], "peers": cfg.pin[1]}
+    out["media_path"] = raw.get("media_path")  # what GET /sip said the bridge ran
+    out["media_path_asked"] = cfg.media_path
+    if cfg.media_path is not None and raw.get("media_path") != cfg.media_path:
+        notes.append(f"media path: asked for {cfg.media_path}, the bridge ran {raw.get('media_path')}")
 
     # CPU and memory of the bridge process.
     answered = raw.get("calls_answered") or 0
@@ -663,6 +669,13 @@ def fmt(value: Any, unit: str = "") -> str:
     return "—" if value is None else f"{value:g}{unit}"
 
 
+def label(r: dict[str, Any]) -> str:
+    """The engine, with the media path and pin setting when the run compared them."""
+    extra = [r["media_path_asked"]] if r.get("media_path_asked") else []
+    extra += [compare.pin_label(compare.pin_of(r.get("pinned")))] if r.get("pins_compared") else []
+    return f"{r.get('engine')} ({', '.join(extra)})" if extra else str(r.get("engine"))
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
         "| engine | calls (failed) | CPU %/call | RSS MB/call (total) | RTP interval p50 / p99 / max ms (outside 20±2) "
@@ -673,7 +686,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     lines = [head, "|" + "---|" * 9]
     for r in rows:
         lines.append(
-            f"| {r.get('engine')} | {r.get('calls')} ({fmt(r.get('calls_failed'))}) | {fmt(r.get('cpu_pct_per_call'))} "
+            f"| {label(r)} | {r.get('calls')} ({fmt(r.get('calls_failed'))}) | {fmt(r.get('cpu_pct_per_call'))} "
             f"| {fmt(r.get('rss_mb_per_call'))} ({fmt(r.get('rss_mb'))}) "
             f"| {fmt(r.get('rtp_interval_p50_ms'))} / {fmt(r.get('rtp_interval_p99_ms'))} / {fmt(r.get('rtp_interval_max_ms'))} "
             f"({fmt(r.get('rtp_interval_outside_2ms_pct'), ' %')}) "
@@ -735,9 +748,16 @@ def main() -> int:
     )
     parser.add_argument(
         "--pin",
-        default=None,
+        action="append",
+        default=[],
         help="pin with taskset: auto (the bridge on the last CPU, SIPp, tshark and the fake on the others) "
-        "or BRIDGE:PEERS CPU lists, e.g. 1:0",
+        "or BRIDGE:PEERS CPU lists, e.g. 1:0; repeatable, `off` unpinned: each step runs on each setting",
+    )
+    parser.add_argument(
+        "--paths",
+        default=None,
+        help="media paths of the native engine each step runs on, side by side: compiled,pure "
+        "(PARLORA_PURE_MEDIA=1 in the bridge's environment for pure; default the bridge's own choice)",
     )
     parser.add_argument(
         "--gc-freeze",
@@ -781,11 +801,15 @@ def main() -> int:
             parser.error(f"each step must be 1..{spec.cap or 'N'}: engine {engine}: {engine_limit(spec)}")
         plan.append((engine, steps))
     try:
-        pin = parse_pin(args.pin, os.cpu_count() or 1) if args.pin else None
+        pins = compare.parse_pins(args.pin, os.cpu_count() or 1) if args.pin else (None,)
+        paths: tuple[str | None, ...] = compare.parse_paths(args.paths) if args.paths else (None,)
     except ValueError as exc:
         parser.error(str(exc))
+    if args.paths and engines != ["native"]:
+        parser.error("--paths compares the native engine's media paths: use it with --engine native")
+    pin = pins[0]  # the top level's `pinned`: the first setting
     bridge_env = parse_bridge_env(args.bridge_env, parser)
-    tools = ("sipp", "tshark", "sox", "espeak-ng") + (("taskset",) if pin else ())
+    tools = ("sipp", "tshark", "sox", "espeak-ng") + (("taskset",) if any(pins) else ())
     missing = [tool for tool in tools if shutil.which(tool) is None]
     if missing:
         print(f"missing tools: {', '.join(missing)} (bash tests/run.sh installs them)", file=sys.stderr)
@@ -803,31 +827,49 @@ def main() -> int:
     loop_s = 0.0
     try:
         speech, loop_s = make_audio(work)
-        for engine, steps in plan:
+        for engine, steps, pin_i, n, path in (
+            (e, e_steps, i, n, path)
+            for e, e_steps in plan
+            for i in range(len(pins))
+            for n in e_steps
+            for path in paths
+        ):
             cfg = Config(
                 steps=steps,
                 window_s=window_s,
                 probe=not args.no_probe,
                 engine=engine,
-                pin=pin,
+                pin=pins[pin_i],
                 profile=args.profile,
                 env=tuple(bridge_env),
                 gc_freeze_after_s=args.gc_freeze,
                 serve_args=tuple(args.serve_arg),
+                media_path=path,
             )
-            engine_work = work / engine
-            engine_work.mkdir()
-            for n in steps:
-                t = time.monotonic()
-                print(f"step: {engine}, {n} call(s)...", flush=True)
-                try:
-                    rows.append(run_step(n, cfg, speech, engine_work))
-                except Exception as exc:  # one failed step still reports the others
-                    rows.append(
-                        {k: None for k in KEYS}
-                        | {"engine": engine, "calls": n, "notes": [f"step failed: {exc!r}"]}
-                    )
-                print(f"  done in {time.monotonic() - t:.0f} s", flush=True)
+            # one directory per engine, pin setting and path (as before with neither compared)
+            run_work = work / engine / (f"pin-{pin_i}" if len(pins) > 1 else "") / (path or "")
+            run_work.mkdir(parents=True, exist_ok=True)
+            t = time.monotonic()
+            what = ", ".join(
+                [
+                    f"{n} call(s)",
+                    *([path] if path else []),
+                    *([compare.pin_label(cfg.pin)] if len(pins) > 1 else []),
+                ]
+            )
+            print(f"step: {engine}, {what}...", flush=True)
+            try:
+                row = run_step(n, cfg, speech, run_work)
+            except Exception as exc:  # one failed step still reports the others
+                row = {k: None for k in KEYS} | {
+                    "engine": engine,
+                    "calls": n,
+                    "media_path_asked": path,
+                    "pinned": None if cfg.pin is None else {"bridge": cfg.pin[0], "peers": cfg.pin[1]},
+                    "notes": [f"step failed: {exc!r}"],
+                }
+            rows.append(row | {"pins_compared": len(pins) > 1})
+            print(f"  done in {time.monotonic() - t:.0f} s", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -835,9 +877,12 @@ def main() -> int:
     print()
     print(table(rows))
     print()
+    if args.paths:
+        print(compare.side_by_side(rows, [p for p in paths if p]))
+        print()
     for r in rows:
         for note in r.get("notes", []):
-            print(f"- {r['engine']}, {r['calls']} call(s): {note}")
+            print(f"- {label(r)}, {r['calls']} call(s): {note}")
     print(
         f"\nwall time {wall:.0f} s; results in {args.output}"
         + (f"; artefacts in {work}" if args.keep else "")
@@ -857,6 +902,8 @@ def main() -> int:
                 "fault": FAULT,
                 "probe": not args.no_probe,
                 "pinned": None if pin is None else {"bridge": pin[0], "peers": pin[1]},
+                "pins": [None if p is None else {"bridge": p[0], "peers": p[1]} for p in pins],
+                "media_paths": [p for p in paths if p],  # empty: the bridge's own choice
                 "bridge_env": dict(bridge_env),
                 "profile": args.profile,
                 "gc_freeze_after_s": args.gc_freeze,
