@@ -9,6 +9,9 @@ For each engine of conftest's `bridge_engine` (ids `[native]`, `[pjsua2]`; marke
 - BYE from the caller (end of the call) and from the bridge: the model calls `end_call` (a scripted turn of the
   GPT-Live fake, `--end-call-tool`), the bridge plays the goodbye, then sends BYE, which the caller answers.
 
+baresip also calls the native engine offering one codec alone: G.722, Opus, and A-law (on both media paths,
+conftest's `bridge_media_path`), and hears its echo.
+
 Every wait is bounded and waits for an event (a log line, a process exit); each test stays under about 20 s.
 """
 
@@ -28,7 +31,12 @@ from rtp.audio import FRAME_SAMPLES
 from rtp.g711 import ulaw_decode
 
 MIN_CORRELATION = 0.9
-BARESIP_CODECS = {"PCMU": "PCMU/8000/1", "G722": "G722/16000/1", "OPUS": "opus/48000/2"}  # audio_codecs
+BARESIP_CODECS = {  # audio_codecs
+    "PCMU": "PCMU/8000/1",
+    "PCMA": "PCMA/8000/1",
+    "G722": "G722/16000/1",
+    "OPUS": "opus/48000/2",
+}
 # Opus codes what is heard, not the waveform: an echo through it twice each way matched the speech 0.75-0.92
 # an eighth (measured, native engine), against 0.99 and more through G.711 and G.722
 ECHO_FLOOR = {"OPUS": 0.7}
@@ -249,6 +257,14 @@ def test_baresip_offering_one_wideband_codec_hears_its_echo(
     against the bridge's, rtp/opus.py), the bridge lists it (`--codec`; the native engine's: pjsua2 refuses a
     codec list at start); the echo crosses both ends' codecs twice, through the bridge's 8 kHz frames."""
     _baresip_echo("native", codec, start_bridge, utterance, tmp_path)
+
+
+def test_baresip_offering_pcma_alone_hears_its_echo(
+    start_bridge, utterance, tmp_path: Path, bridge_media_path: str
+) -> None:
+    """baresip offers A-law alone (the native engine's second default codec): the echo crosses the bridge's
+    A-law decoder, one of the frame decoders rtp.speedups swaps, on each media path."""
+    _baresip_echo("native", "PCMA", start_bridge, utterance, tmp_path)
 
 
 def _baresip_echo(engine: str, codec: str, start_bridge, utterance, tmp_path: Path) -> None:
