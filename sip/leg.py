@@ -231,6 +231,8 @@ class LegFeatures:
     far end's early media on the calls it places (`EarlyMediaStarted`).
     `sip_headers`: the application's SIP headers go on the leg's BYE and REFER (`HeaderedLeg`); a channel that
     is not SIP (the browser) cannot carry them.
+    `replaces`: the engine can tell whether the caller's side takes a REFER with Replaces, and give the Refer-To
+    that replaces a call it placed (`ReplacesLeg`: the warm transfer's join, sip/core/replaces.py).
     """
 
     frame_sink: bool = False
@@ -240,6 +242,7 @@ class LegFeatures:
     cushion: bool = False
     early_media: bool = False
     sip_headers: bool = False
+    replaces: bool = False
 
 
 class Featured(Protocol):
@@ -326,6 +329,23 @@ class CushionedChannel(Protocol):
 
     @property
     def cushion_frames(self) -> int: ...
+
+
+class ReplacesLeg(Protocol):
+    """`LegFeatures.replaces`: attended transfer by REFER with Replaces (RFC 5589 §7, RFC 3891).
+
+    `accepts_replaces()`: the caller's INVITE declared Replaces and allows REFER (sip/core/replaces.py
+    `accepts_replaces`). `replaces_refer_to()`: for a confirmed call, the Refer-To (its far end's contact with a
+    Replaces header naming this dialog) that makes a transferee replace it; "" when there is none."""
+
+    def accepts_replaces(self) -> bool: ...
+
+    def replaces_refer_to(self) -> str: ...
+
+
+def offers_replaces(leg: Featured) -> TypeGuard[ReplacesLeg]:
+    """The leg declares `LegFeatures.replaces`."""
+    return leg.features.replaces
 
 
 def offers_frame_sink(leg: Featured) -> TypeGuard[FrameSinkLeg]:

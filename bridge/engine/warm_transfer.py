@@ -7,7 +7,7 @@ the session core keeps the caller's side (bridge/engine/reservoir.py `Line`: the
 hold by the caller does, S7 — the caller's audio does not reach the provider and nothing the model says is
 heard).
 
-States: dialing → ringing → briefing → awaiting (acceptance) → joined, or undone with a typed reason.
+States: dialing → ringing → briefing → awaiting (acceptance) → [joining →] joined, or undone with a typed reason.
 
 - Start: `HoldCaller` (hold music, a WAV from the config, or silence) and `DialTarget` (the outbound-call
   machinery: sip/engine.py `Dialer.dial`), with a ring timeout counted from the start.
@@ -20,9 +20,22 @@ States: dialing → ringing → briefing → awaiting (acceptance) → joined, o
   acceptance (a spoken "yes" would depend on a recogniser on the second session, and a human who silently
   stays on the line has decided nothing: after `accept_timeout_ms` that is `no_decision`); other keys are
   ignored, so a human keying through the briefing is not taken as a refusal.
-- Joined: `JoinLegs` — the bridge relays media between the two legs and the AI leaves (the model's session
-  ends; the caller's leg stays up); from then a hang-up of either leg ends the other (`HangUpCaller`,
-  `DropTarget`).
+- Join, by REFER with Replaces (RFC 5589 §7 attended transfer, RFC 3891) when the caller's side can take one
+  (`caller_replaces`: sip/core/replaces.py `accepts_replaces`) and the target's engine gave the Refer-To that
+  replaces its dialog (`TargetProgress.refer_to`): `ReferCaller` — the briefing stops and the caller is sent
+  that REFER in its own dialog (the cold transfer's machinery, sip/core/transfer.py); the caller stays on hold
+  meanwhile (joining). Its outcome (`ReferProgress`, the NOTIFY sipfrag or the REFER's error response):
+  - 2xx: joined by `replaces` — the caller now talks to the target directly; the bridge's caller leg is ended
+    by the transfer machinery (BYE after a 2xx sipfrag), the target ends its replaced leg with a BYE (the
+    normal end there, not a refusal, even when it comes before the NOTIFY), and what the target has not ended
+    within `replaced_wait_ms` is ended by the bridge (`DropTarget`). The AI leaves.
+  - a refusal (REFER 4xx-6xx, 405/501 included, a failed sipfrag) or no outcome within `join_timeout_ms`:
+    the join falls back to the relay below, so the call is never lost; if the target's leg ended meanwhile
+    there is nothing to relay to: undone (`failed`), the caller back with the model.
+  - the caller hanging up while joining: undone (`caller_hung_up`), the target's leg ended.
+- Joined by `relay` (`JoinLegs`): the bridge relays media between the two legs and the AI leaves (the model's
+  session ends; the caller's leg stays up); from then a hang-up of either leg ends the other (`HangUpCaller`,
+  `DropTarget`). An accepted outcome names the join it got (`TransferResult.join`).
 - Undone (refusal, no answer, busy, a failure, no decision, the caller hanging up first, the session ending):
   `DropTarget` (CANCEL before the answer, BYE after) unless the target is already gone, `ReleaseCaller`
   (hold music stops, the caller is back with the model) unless the caller is gone, and one `Outcome`.
@@ -45,6 +58,7 @@ class WarmState(Enum):
     RINGING = "ringing"
     BRIEFING = "briefing"
     AWAITING = "awaiting"
+    JOINING = "joining"  # REFER with Replaces sent to the caller, its outcome awaited
     JOINED = "joined"
     UNDONE = "undone"
 
@@ -60,6 +74,12 @@ NO_DECISION = "no_decision"  # answered, but neither accepted nor refused in tim
 CALLER_HUNG_UP = "caller_hung_up"
 SESSION_ENDED = "session_ended"  # the call's session ended (the application, a failure) first
 
+# How an accepted transfer joined the legs (`TransferResult.join`)
+JOIN_REPLACES = (
+    "replaces"  # the caller's side replaced the bridge's dialog with the target's: the bridge left
+)
+JOIN_RELAY = "relay"  # the bridge relays media between the legs
+
 OUTCOMES = (ACCEPTED, REFUSED, NO_ANSWER, BUSY, DECLINED, FAILED, NO_DECISION, CALLER_HUNG_UP, SESSION_ENDED)
 
 
@@ -69,19 +89,25 @@ class WarmOptions:
     accept_timeout_ms: int = 60_000  # from the answer: the briefing and the human's decision
     accept_digit: str = "1"
     refuse_digit: str = "2"
+    join_timeout_ms: int = 8_000  # REFER with Replaces sent: no outcome by then falls back to the relay
+    replaced_wait_ms: int = (
+        3_000  # joined by Replaces: the target's BYE of its replaced leg awaited this long
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class TransferResult:
     """The outcome of one transfer, for the application (`LiveCall.transfer`) and the model (its tool's answer).
     `status`: the SIP status the target leg gave (0: none, e.g. the caller hung up before any answer);
-    `elapsed_ms`: from the start."""
+    `elapsed_ms`: from the start; `join`: how an accepted transfer joined the legs (`JOIN_REPLACES`,
+    `JOIN_RELAY`), "" when it was not accepted."""
 
     target: str
     outcome: str
     status: int
     reason: str
     elapsed_ms: int
+    join: str = ""
 
     @property
     def transferred(self) -> bool:
@@ -96,6 +122,7 @@ class TargetProgress:
 
     status: int
     reason: str = ""
+    refer_to: str = ""  # with the 2xx: the Refer-To that replaces the target's dialog (sip/core/replaces.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +152,19 @@ class SessionEnded:
     reason: str
 
 
-WarmEvent = TargetProgress | TargetDigit | BriefingSpoken | TargetHungUp | CallerHungUp | SessionEnded
+@dataclass(frozen=True, slots=True)
+class ReferProgress:
+    """A report on the caller's REFER with Replaces (sip/leg.py `TransferProgress`): the NOTIFY sipfrag's
+    status, or the REFER's error response; `final` for its outcome."""
+
+    status: int
+    reason: str
+    final: bool
+
+
+WarmEvent = (
+    TargetProgress | TargetDigit | BriefingSpoken | TargetHungUp | CallerHungUp | SessionEnded | ReferProgress
+)
 
 
 # --- actions (outputs) ---
@@ -162,6 +201,14 @@ class DropTarget:
 
 
 @dataclass(frozen=True, slots=True)
+class ReferCaller:
+    """The human accepted: the briefing stops (the AI leaves the target's leg) and the caller is sent a REFER
+    whose Refer-To, `refer_to`, replaces the target's dialog with the bridge (RFC 5589 §7)."""
+
+    refer_to: str
+
+
+@dataclass(frozen=True, slots=True)
 class JoinLegs:
     """The human accepted: relay media between the caller's and the target's legs; the AI leaves."""
 
@@ -189,6 +236,7 @@ WarmAction = (
     | SendTargetDigits
     | BriefTarget
     | DropTarget
+    | ReferCaller
     | JoinLegs
     | ReleaseCaller
     | HangUpCaller
@@ -257,7 +305,14 @@ class WarmTransfer:
     """One warm transfer's state machine (see the module's docstring)."""
 
     def __init__(
-        self, target: str, brief_text: str, now: int, options: WarmOptions, digits: str = ""
+        self,
+        target: str,
+        brief_text: str,
+        now: int,
+        options: WarmOptions,
+        digits: str = "",
+        *,
+        caller_replaces: bool = False,
     ) -> None:
         self.target = target
         self.options = options
@@ -270,6 +325,9 @@ class WarmTransfer:
         self._deadline: int | None = now + options.ring_timeout_ms * NS_PER_MS
         self._caller_gone = False
         self._target_gone = False
+        self._caller_replaces = caller_replaces  # the caller's side takes a REFER with Replaces
+        self._refer_to = ""  # the target's: the Refer-To that replaces its dialog
+        self.join = ""  # JOIN_REPLACES or JOIN_RELAY once joined
 
     def start(self) -> list[WarmAction]:
         return [HoldCaller(), DialTarget(self.target, self.options.ring_timeout_ms)]
@@ -281,14 +339,27 @@ class WarmTransfer:
 
     @property
     def answered(self) -> bool:
-        return self.state in (WarmState.BRIEFING, WarmState.AWAITING, WarmState.JOINED)
+        return self.state in (WarmState.BRIEFING, WarmState.AWAITING, WarmState.JOINING, WarmState.JOINED)
+
+    @property
+    def lingering(self) -> bool:
+        """Joined by Replaces and the target has not ended its replaced leg yet (the bounded wait)."""
+        return self.join == JOIN_REPLACES and not self._target_gone
 
     def next_deadline(self) -> int | None:
-        return self._deadline if self.active else None
+        return self._deadline if self.active or self.lingering else None
 
     def handle_timer(self, now: int) -> list[WarmAction]:
-        if self._deadline is None or now < self._deadline or not self.active:
+        if self._deadline is None or now < self._deadline:
             return []
+        if self.lingering:  # the target kept the dialog it replaced: the bridge ends it
+            self._deadline = None
+            self._target_gone = True
+            return [DropTarget(True, "the replaced leg was not ended by the target")]
+        if not self.active:
+            return []
+        if self.state is WarmState.JOINING:
+            return self._refer_failed(f"no REFER outcome within {self.options.join_timeout_ms} ms", now)
         if self.answered:
             return self._undo(NO_DECISION, "no decision in time", now)
         return self._undo(NO_ANSWER, "no answer in time", now)
@@ -298,6 +369,10 @@ class WarmTransfer:
             return self._joined(event)
         if self.state is WarmState.UNDONE:
             return []
+        if self.state is WarmState.JOINING:
+            return self._joining(event, now)
+        if isinstance(event, ReferProgress):
+            return []  # (no REFER of ours is in progress)
         if isinstance(event, TargetProgress):
             return self._progress(event, now)
         if isinstance(event, TargetDigit):
@@ -335,6 +410,7 @@ class WarmTransfer:
             if self.answered:
                 return []  # a retransmitted 2xx
             self.status = status
+            self._refer_to = event.refer_to
             self.state = WarmState.BRIEFING
             self._deadline = now + self.options.accept_timeout_ms * NS_PER_MS
             actions: list[WarmAction] = []
@@ -352,12 +428,55 @@ class WarmTransfer:
         return []  # 100 Trying: the next hop, not the target
 
     def _join(self, now: int) -> list[WarmAction]:
+        if self._caller_replaces and self._refer_to:
+            self.state = WarmState.JOINING
+            self._deadline = now + self.options.join_timeout_ms * NS_PER_MS
+            return [ReferCaller(self._refer_to)]
+        return self._relay("the target accepted", now)
+
+    def _relay(self, reason: str, now: int) -> list[WarmAction]:
         self.state = WarmState.JOINED
+        self.join = JOIN_RELAY
         self._deadline = None
-        return [JoinLegs(), self._outcome(ACCEPTED, "the target accepted", now)]
+        return [JoinLegs(), self._outcome(ACCEPTED, reason, now)]
+
+    def _joining(self, event: WarmEvent, now: int) -> list[WarmAction]:
+        """The REFER with Replaces is out: its outcome decides the join (see the module's docstring)."""
+        if isinstance(event, ReferProgress):
+            if not event.final and event.status < 200:
+                return []  # 100 Accepted, a 1xx sipfrag: the caller is working on it
+            if 200 <= event.status < 300:
+                self.state = WarmState.JOINED
+                self.join = JOIN_REPLACES
+                self._caller_gone = True  # the transfer machinery ends the caller's leg (BYE)
+                self._deadline = (
+                    None if self._target_gone else now + self.options.replaced_wait_ms * NS_PER_MS
+                )
+                return [self._outcome(ACCEPTED, "the target accepted; the caller replaced the bridge", now)]
+            return self._refer_failed(f"REFER with Replaces: {event.status} {event.reason}".strip(), now)
+        if isinstance(event, TargetHungUp):
+            self._target_gone = True  # the target ends the leg it replaced: the REFER's outcome decides
+            return []
+        if isinstance(event, CallerHungUp):
+            self._caller_gone = True
+            return self._undo(CALLER_HUNG_UP, "the caller hung up during the join", now)
+        if isinstance(event, SessionEnded):
+            return self._undo(SESSION_ENDED, event.reason, now)
+        return []  # the human's keys, a late response: the join is under way
+
+    def _refer_failed(self, why: str, now: int) -> list[WarmAction]:
+        if self._target_gone:  # nothing to relay to
+            return self._undo(FAILED, f"the target's leg ended during the join ({why})", now)
+        return self._relay(f"the target accepted; {why}: media relayed", now)
 
     def _joined(self, event: WarmEvent) -> list[WarmAction]:
-        """After the join the bridge only relays: either side's hang-up ends the other."""
+        """After the join the bridge only relays (either side's hang-up ends the other), or, joined by Replaces,
+        waits for the target to end the leg it replaced."""
+        if self.join == JOIN_REPLACES:
+            if isinstance(event, TargetHungUp):
+                self._target_gone = True
+                self._deadline = None
+            return []
         if isinstance(event, TargetHungUp) and not self._target_gone:
             self._target_gone = True
             return [] if self._caller_gone else [HangUpCaller("the transfer target hung up")]
@@ -381,5 +500,5 @@ class WarmTransfer:
 
     def _outcome(self, outcome: str, reason: str, now: int) -> Outcome:
         elapsed = max(0, (now - self._started) // NS_PER_MS)
-        self.result = TransferResult(self.target, outcome, self.status, reason, elapsed)
+        self.result = TransferResult(self.target, outcome, self.status, reason, elapsed, self.join)
         return Outcome(self.result)

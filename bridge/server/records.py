@@ -1278,4 +1278,5 @@ def _transfer_json(result: TransferResult) -> dict[str, Any]:
         "status": result.status,
         "reason": result.reason,
         "elapsed_ms": result.elapsed_ms,
+        **({"join": result.join} if result.join else {}),
     }

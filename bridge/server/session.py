@@ -942,14 +942,20 @@ class CallSession:
         self._spawn(f"provider-{first}", self.links.read(self.providers[first]))
         frames, inbox = self._frames, self._inbox
         try:
-            while not core.finished(now := self._clock()) or (self.warm.relaying and self._ended is None):
-                deadline = None if self.warm.relaying else core.next_deadline()  # (relaying: the AI left)
+            while (
+                not core.finished(now := self._clock())
+                or (self.warm.relaying and self._ended is None)
+                or self.warm.lingering  # (joined by Replaces: until the target ended its leg, bounded)
+            ):
+                # (relaying, or a finished core lingering for a replaced leg: the AI left)
+                left = self.warm.relaying or (self.warm.lingering and core.finished(now))
+                deadline = None if left else core.next_deadline()
                 if deadline is not None and deadline <= now:
                     core.handle_timer(now)  # a due timer first, then one queued input: neither starves
                     if not inbox.empty():
                         self._handle(inbox.get_nowait())
                 else:
-                    if not self.warm.relaying:  # (relaying: no timer of the core's is waited for)
+                    if not left:  # (relaying: no timer of the core's is waited for)
                         frames.settled(
                             core, now
                         )  # the one timer: its callback wakes this loop when one is due
@@ -1007,6 +1013,8 @@ class CallSession:
             if self._dtmf_handler is not None:
                 self._spawn(f"dtmf-{core.frames_in}-{item.digit}", self._dtmf_handler(item.digit))
             self._frames.key(core, item.digit, now)
+        elif isinstance(item, TransferProgress) and self.warm.refer_progress(core, item, now):
+            self._warm_joined(core, now)  # (the warm transfer's REFER with Replaces)
         elif isinstance(item, TransferProgress):
             log.info(
                 "call %s transfer to %s: %d %s%s",
@@ -1049,10 +1057,7 @@ class CallSession:
                 gate.application_answered(item.action)
         elif isinstance(item, (TargetEvent, WarmDue)):
             self.warm.handle(core, item, now)
-            if self.warm.relaying and not core.ending.ended:  # joined: the AI leaves, the leg is the relay's
-                self._frames.early = self.warm.relay_to_target
-                core.end("transferred (warm)", now)
-                self._spawn("warm-ai-leaves", self.links.close_all())
+            self._warm_joined(core, now)
         elif isinstance(item, _ConnectFailed):
             item.report(core, now)
         elif isinstance(item, _Approved):
@@ -1410,6 +1415,14 @@ class CallSession:
             log.warning(
                 "call %s: the application's card_collected failed: %s", self.call_id, type(exc).__name__
             )
+
+    def _warm_joined(self, core: SessionCoordinator, now: int) -> None:
+        """A warm transfer joined: the AI leaves (relaying: the caller's leg is the relay's)."""
+        if self.warm.joined and not core.ending.ended:
+            if self.warm.relaying:
+                self._frames.early = self.warm.relay_to_target
+            core.end("transferred (warm)", now)
+            self._spawn("warm-ai-leaves", self.links.close_all())
 
     def _bye_by(self) -> str:
         """Whom the core's BYE is put down to: the bridge when its policy's goodbye ended the session (no input,

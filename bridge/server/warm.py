@@ -9,7 +9,12 @@ call's session (bridge/server/session.py `CallSession`).
   target's leg are told to the transfer first (`_TeeLeg`): the answer, the human's keys, the hang-up.
 - Hold music: the caller's line is held by the session core (bridge/engine/reservoir.py `Line`, holder
   "transfer"); what the caller hears meanwhile is the carrier's silence.
-- Join: the briefing session is stopped (its provider connections closed, the target's leg kept), the caller's
+- Join by REFER with Replaces (`ReferCaller`, when the caller's leg takes one: sip/leg.py `ReplacesLeg`): the
+  briefing session is stopped, the target's leg is read for its end (`_pump`, nothing relayed yet) and the
+  caller's leg sends the REFER (`CallLeg.transfer`, the cold transfer's machinery: its `TransferProgress`
+  reports come back through the caller session, `WarmSeat.refer_progress`). Joined that way, the session runs
+  on only until the target ended its replaced leg or the core's bounded wait dropped it (`WarmSeat.lingering`).
+- Join by relay: the briefing session is stopped (its provider connections closed, the target's leg kept), the caller's
   frames go to the target's leg (the session's frame path, `CallerFrames.early`, a flag it already tests) and the
   target's to the caller's; the caller's session core is ended without a BYE (the AI leaves; nothing is opened
   or funded after, S6) and the session runs on, relaying, until either leg ends (`CallSession.relaying`).
@@ -38,6 +43,8 @@ from bridge.engine.warm_transfer import (
     HoldCaller,
     JoinLegs,
     Outcome,
+    ReferCaller,
+    ReferProgress,
     ReleaseCaller,
     SendTargetDigits,
     SessionEnded,
@@ -53,7 +60,17 @@ from bridge.engine.warm_transfer import (
     caller_side,
 )
 from rtp.playout import OutboundFrame
-from sip.leg import CallEnded, CallLeg, DtmfReceived, FrameReceived, LegEvent, MediaStarted, offers_frame_sink
+from sip.leg import (
+    CallEnded,
+    CallLeg,
+    DtmfReceived,
+    FrameReceived,
+    LegEvent,
+    MediaStarted,
+    TransferProgress,
+    offers_frame_sink,
+    offers_replaces,
+)
 
 log = logging.getLogger("parlora")
 
@@ -125,6 +142,8 @@ class WarmShell:
         self._briefing: Briefing | None = None
         self.result: asyncio.Future[TransferResult] = asyncio.get_running_loop().create_future()
         self.joined = False  # relaying
+        self.refer_to = ""  # the REFER with Replaces sent to the caller, if any
+        self._pumping = False  # the target's leg is read by `_pump`
         self._answered = False
         self.relayed = [0, 0]  # frames relayed: to the target, to the caller
 
@@ -133,7 +152,9 @@ class WarmShell:
         warm: WarmEvent | None = None
         if isinstance(event, MediaStarted) and not self._answered:
             self._answered = True
-            warm = TargetProgress(200)
+            target = self.target
+            refer_to = target.replaces_refer_to() if target is not None and offers_replaces(target) else ""
+            warm = TargetProgress(200, refer_to=refer_to)
         elif isinstance(event, DtmfReceived):
             warm = TargetDigit(event.digit)
         elif isinstance(event, CallEnded):
@@ -177,6 +198,8 @@ class WarmShell:
                 self._briefing.push_update(BRIEF_NOW, speak=True)
             elif isinstance(action, DropTarget):
                 self._drop(action.reason)
+            elif isinstance(action, ReferCaller):
+                self._refer(action.refer_to)
             elif isinstance(action, JoinLegs):
                 self._join()
             elif isinstance(action, HangUpCaller):
@@ -223,6 +246,19 @@ class WarmShell:
         if self.target is not None:
             self.target.hangup(reason[:100])
 
+    def _refer(self, refer_to: str) -> None:
+        """The AI leaves the target's leg (the briefing session stops; its leg stays up, read for its end) and the
+        caller is sent the REFER with Replaces; a REFER the leg cannot send is a failed one (the relay then)."""
+        self._cancel("warm-briefing")
+        self.refer_to = refer_to
+        if (target := self.target) is not None and not self._pumping:
+            self._pumping = True
+            self._spawn("warm-target", self._pump(target))
+        try:
+            self._caller.transfer(refer_to)
+        except ValueError as exc:
+            self._inbox.put_nowait(TargetEvent(ReferProgress(500, f"REFER not sent: {exc}", True)))
+
     def _join(self) -> None:
         """The AI leaves the target's leg (the briefing session stops; its leg stays up) and the relay starts."""
         self.joined = True
@@ -230,14 +266,17 @@ class WarmShell:
         target = self.target
         if target is None:
             return
-        self._spawn("warm-target", self._pump(target))
+        if not self._pumping:
+            self._pumping = True
+            self._spawn("warm-target", self._pump(target))
         if offers_frame_sink(target):
             target.set_frame_sink(self.relay_to_caller)
 
     async def _pump(self, target: CallLeg) -> None:
         async for event in target.events():
             if isinstance(event, FrameReceived):
-                self.relay_to_caller(event)
+                if self.joined:  # (joining by Replaces: the caller hears the hold music, not the target)
+                    self.relay_to_caller(event)
             elif isinstance(event, CallEnded):
                 self._inbox.put_nowait(TargetEvent(TargetHungUp()))
                 return
@@ -278,6 +317,26 @@ class WarmSeat:
         """Joined: the session runs on, relaying, until either leg ends."""
         return self.shell is not None and self.shell.joined
 
+    @property
+    def joined(self) -> bool:
+        """Joined either way (relaying, or replaced by the caller's side): the AI leaves."""
+        return self.shell is not None and self.shell.transfer.join != ""
+
+    @property
+    def lingering(self) -> bool:
+        """Joined by Replaces, the target's replaced leg not ended yet: the session runs on for the core's
+        bounded wait."""
+        return self.shell is not None and self.shell.transfer.lingering
+
+    def refer_progress(self, core: Any, progress: TransferProgress, now: int) -> bool:
+        """A report on the caller's leg's REFER: the warm join's (told to its core: True) or not (False)."""
+        shell = self.shell
+        if shell is None or not shell.refer_to or progress.target != shell.refer_to:
+            return False
+        event = ReferProgress(progress.status_code, progress.reason, progress.final)
+        self._act(core, shell.transfer.handle(event, now), now)
+        return True
+
     def heard(self, notice: object) -> None:
         if isinstance(notice, Transcript) and notice.final and notice.text:
             self.said.append((notice.role, notice.text))
@@ -298,7 +357,10 @@ class WarmSeat:
                 )
             core.telephony.application_transfer()
         now = self._clock()
-        transfer = WarmTransfer(target, briefing(brief, list(self.said)), now, self._options, digits)
+        replaces = offers_replaces(self._caller) and self._caller.accepts_replaces()
+        transfer = WarmTransfer(
+            target, briefing(brief, list(self.said)), now, self._options, digits, caller_replaces=replaces
+        )
         deps = self._deps
         if (
             deps is None or over

@@ -242,6 +242,9 @@ class UserAgent:
     def call_ids(self) -> list[str]:
         return list(self._calls) + [c for c in self._outbound if c not in self._calls]
 
+    def call_of(self, call: str) -> Call | None:  # the dialog object, once there is one (read only)
+        return self._calls.get(call)
+
     # --- input ---
 
     def receive(self, data: bytes, source: tuple[str, int], transport: str, now: int) -> None:

@@ -43,6 +43,7 @@ from rtp.stream import ARRIVAL_WINDOW_MS, OneWayAudio, RtpStream, StreamConfig
 from sip.core import ua as core
 from sip.core.app_headers import check_app_headers
 from sip.core.offer_answer import LocalMedia, NegotiatedMedia
+from sip.core.replaces import accepts_replaces, replaces_refer_to
 from sip.core.sdes import SrtpPolicy, sdes_policy
 from sip.core.telephony import validate_dtmf_digits, validate_transfer_target
 from sip.core.transfer import DialogStage, EndTransferredCall, SendRefer, TransferOutput, TransferTracker
@@ -233,7 +234,13 @@ class NativeLeg(PlayoutLeg):
     """One incoming call on the native engine (implements `sip.leg.CallLeg`). Lives on the asyncio loop."""
 
     features = LegFeatures(
-        frame_sink=True, dialled=True, qos=True, time_limit=True, early_media=True, sip_headers=True
+        frame_sink=True,
+        dialled=True,
+        qos=True,
+        time_limit=True,
+        early_media=True,
+        sip_headers=True,
+        replaces=True,
     )
 
     def __init__(
@@ -363,6 +370,21 @@ class NativeLeg(PlayoutLeg):
         self._transfer_outputs(self.transfer_tracker.start(uri, now, stage, headers), now)
         self.agent.track_transfer(self)  # its timeout is on the engine's one timer
         self.agent.flush(now)
+
+    def accepts_replaces(self) -> bool:
+        """`sip.leg.ReplacesLeg`: this inbound call's INVITE declared Replaces and allows REFER."""
+        c = None if self.outbound else self.agent.ua.call_of(self.call)
+        return c is not None and accepts_replaces(c.invite)
+
+    def replaces_refer_to(self) -> str:
+        """`sip.leg.ReplacesLeg`: the Refer-To that replaces this call's dialog at its far end ("" if none)."""
+        c = self.agent.ua.call_of(self.call)
+        if c is None or self.ended:
+            return ""
+        try:
+            return replaces_refer_to(c.dialog)
+        except ValueError:  # a remote target we cannot name (a tel: contact): no Replaces
+            return ""
 
     def send_dtmf(self, digits: str) -> None:
         """RFC 4733 events on the call's RTP (SIP INFO without a negotiated telephone-event)."""

@@ -1,4 +1,6 @@
-"""The warm transfer's state machine (bridge/engine/warm_transfer.py) on virtual time: every outcome, once."""
+"""The warm transfer's state machine (bridge/engine/warm_transfer.py) on virtual time: every outcome, once; and the
+join by REFER with Replaces: sent when both sides can, its success, refusal, failed NOTIFY and timeout (the relay
+then), the caller hanging up meanwhile, the target's BYE of the leg it replaced."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from bridge.engine.warm_transfer import (
     CALLER_HUNG_UP,
     DECLINED,
     FAILED,
+    JOIN_RELAY,
+    JOIN_REPLACES,
     NO_ANSWER,
     NO_DECISION,
     REFUSED,
@@ -23,6 +27,8 @@ from bridge.engine.warm_transfer import (
     HoldCaller,
     JoinLegs,
     Outcome,
+    ReferCaller,
+    ReferProgress,
     ReleaseCaller,
     SendTargetDigits,
     SessionEnded,
@@ -196,3 +202,144 @@ def test_the_briefing_is_the_brief_or_a_bounded_summary_of_the_utterances() -> N
     text = briefing(None, said, limit=3)
     assert "caller: line 19" in text and "line 16" not in text and text.count("caller:") == 2
     assert "a caller is waiting" in briefing(None, [])
+
+
+# --- the join by REFER with Replaces (RFC 5589 §7) ---
+REFER_TO = "sip:human@10.0.0.9:5070?Replaces=abc%401.2.3.4%3Bto-tag%3Dtheirs%3Bfrom-tag%3Dours"
+OPTIONS = WarmOptions(
+    ring_timeout_ms=20_000, accept_timeout_ms=30_000, join_timeout_ms=8_000, replaced_wait_ms=3_000
+)
+
+
+def joins(actions: list[WarmAction]) -> list[tuple[str, str]]:
+    return [(a.result.outcome, a.result.join) for a in actions if isinstance(a, Outcome)]
+
+
+def accepted(
+    *, caller_replaces: bool = True, refer_to: str = REFER_TO
+) -> tuple[WarmTransfer, list[WarmAction]]:
+    """Answered at 2 s (the target's engine giving `refer_to`), keyed 1 at 5 s."""
+    transfer = WarmTransfer("sip:human@pbx", "brief", 0, OPTIONS, caller_replaces=caller_replaces)
+    transfer.start()
+    assert transfer.handle(TargetProgress(200, refer_to=refer_to), 2_000 * MS) == [BriefTarget("brief")]
+    return transfer, transfer.handle(TargetDigit("1"), 5_000 * MS)
+
+
+def test_acceptance_sends_the_caller_a_refer_with_replaces_and_waits_for_its_outcome() -> None:
+    transfer, actions = accepted()
+    assert actions == [ReferCaller(REFER_TO)]  # no outcome yet, the caller stays held, nothing relayed
+    assert transfer.state is WarmState.JOINING and transfer.active and transfer.answered
+    assert transfer.next_deadline() == 13_000 * MS  # join_timeout_ms from the acceptance
+    assert transfer.handle(ReferProgress(100, "Accepted", False), 5_100 * MS) == []
+    assert transfer.handle(ReferProgress(180, "Ringing", False), 5_200 * MS) == []
+    assert transfer.handle(TargetDigit("2"), 5_300 * MS) == []  # the decision is made: keys change nothing
+    assert transfer.state is WarmState.JOINING
+
+
+@pytest.mark.parametrize(("caller_replaces", "refer_to"), [(False, REFER_TO), (True, "")])
+def test_without_both_sides_able_the_acceptance_relays_as_before(
+    caller_replaces: bool, refer_to: str
+) -> None:
+    transfer, actions = accepted(caller_replaces=caller_replaces, refer_to=refer_to)
+    assert actions[0] == JoinLegs() and joins(actions) == [(ACCEPTED, JOIN_RELAY)]
+    assert transfer.result is not None and transfer.result.join == JOIN_RELAY
+
+
+@pytest.mark.parametrize("target_bye_first", [False, True])
+def test_a_2xx_sipfrag_joins_by_replaces_and_the_targets_bye_is_the_normal_end(
+    target_bye_first: bool,
+) -> None:
+    transfer, _ = accepted()
+    if target_bye_first:  # the target ends the replaced leg before the caller's NOTIFY reaches the bridge
+        assert transfer.handle(TargetHungUp(), 5_400 * MS) == []
+        assert transfer.state is WarmState.JOINING
+    actions = transfer.handle(ReferProgress(200, "OK", True), 5_500 * MS)
+    result = transfer.result
+    assert result is not None and result.transferred and result.elapsed_ms == 5_500
+    assert actions == [Outcome(result)] and joins(actions) == [(ACCEPTED, JOIN_REPLACES)]
+    assert transfer.state is WarmState.JOINED and not transfer.active
+    assert ReleaseCaller() not in actions and JoinLegs() not in actions
+    # the caller's leg is ended by the transfer machinery: its end asks nothing more of the bridge
+    assert transfer.handle(CallerHungUp(), 5_600 * MS) == []
+    if target_bye_first:
+        assert transfer.next_deadline() is None and not transfer.lingering
+    else:
+        assert transfer.lingering and transfer.next_deadline() == 8_500 * MS
+        assert transfer.handle(TargetHungUp(), 6_000 * MS) == []  # not a refusal, no HangUpCaller
+        assert transfer.next_deadline() is None and transfer.handle_timer(9_000 * MS) == []
+
+
+def test_a_replaced_leg_the_target_keeps_is_ended_after_the_bounded_wait() -> None:
+    transfer, _ = accepted()
+    transfer.handle(ReferProgress(200, "OK", True), 5_500 * MS)
+    assert transfer.handle_timer(8_499 * MS) == []
+    assert transfer.handle_timer(8_500 * MS) == [
+        DropTarget(True, "the replaced leg was not ended by the target")
+    ]
+    assert transfer.next_deadline() is None and transfer.handle_timer(20_000 * MS) == []
+    assert transfer.handle(TargetHungUp(), 9_000 * MS) == []
+
+
+@pytest.mark.parametrize(
+    ("report", "why"),
+    [
+        (ReferProgress(405, "Method Not Allowed", True), "405 Method Not Allowed"),  # REFER refused
+        (ReferProgress(501, "Not Implemented", True), "501 Not Implemented"),
+        (ReferProgress(403, "Forbidden", True), "403 Forbidden"),
+        (ReferProgress(481, "Call Does Not Exist", True), "481 Call Does Not Exist"),  # a failed sipfrag
+        (ReferProgress(503, "Service Unavailable", True), "503 Service Unavailable"),
+        (ReferProgress(408, "no answer to the transfer within 30 s", True), "408"),  # the engine's timeout
+    ],
+)
+def test_a_refused_refer_or_a_failed_notify_falls_back_to_the_relay(report: ReferProgress, why: str) -> None:
+    transfer, _ = accepted()
+    transfer.handle(ReferProgress(100, "Accepted", False), 5_100 * MS)
+    actions = transfer.handle(report, 6_000 * MS)
+    assert actions[0] == JoinLegs() and joins(actions) == [(ACCEPTED, JOIN_RELAY)]
+    assert not any(isinstance(a, (DropTarget, ReleaseCaller)) for a in actions)  # nobody is let go
+    assert transfer.result is not None and why in transfer.result.reason
+    assert transfer.state is WarmState.JOINED and not transfer.lingering
+    # joined by relay from then: either side's hang-up ends the other
+    assert transfer.handle(TargetHungUp(), 9_000 * MS) == [HangUpCaller("the transfer target hung up")]
+
+
+def test_no_refer_outcome_in_time_falls_back_to_the_relay() -> None:
+    transfer, _ = accepted()
+    assert transfer.handle_timer(12_999 * MS) == []
+    actions = transfer.handle_timer(13_000 * MS)
+    assert actions[0] == JoinLegs() and joins(actions) == [(ACCEPTED, JOIN_RELAY)]
+    assert transfer.result is not None and "no REFER outcome within 8000 ms" in transfer.result.reason
+    # the REFER's late report changes nothing: the outcome was given once
+    assert transfer.handle(ReferProgress(200, "OK", True), 14_000 * MS) == []
+
+
+def test_a_failed_refer_after_the_target_left_gives_the_caller_back() -> None:
+    transfer, _ = accepted()
+    transfer.handle(TargetHungUp(), 5_400 * MS)  # (not a replace after all)
+    actions = transfer.handle(ReferProgress(603, "Decline", True), 5_500 * MS)
+    assert actions[0] == ReleaseCaller() and joins(actions) == [(FAILED, "")]
+    assert not any(isinstance(a, (DropTarget, JoinLegs)) for a in actions)  # its leg is gone already
+
+
+def test_the_caller_hanging_up_during_the_refer_ends_the_target_leg() -> None:
+    transfer, _ = accepted()
+    actions = transfer.handle(CallerHungUp(), 5_300 * MS)
+    assert actions[0] == DropTarget(True, "the caller hung up during the join")
+    assert ReleaseCaller() not in actions and joins(actions) == [(CALLER_HUNG_UP, "")]
+    # the REFER's 487 (the tracker's last word as the call ends) and the timer: nothing more
+    assert transfer.handle(ReferProgress(487, "the call ended", True), 5_301 * MS) == []
+    assert transfer.next_deadline() is None and transfer.handle_timer(20_000 * MS) == []
+
+
+def test_the_session_ending_during_the_refer_undoes_the_transfer() -> None:
+    transfer, _ = accepted()
+    actions = transfer.handle(SessionEnded("the application ended the call"), 6_000 * MS)
+    assert actions[:2] == [DropTarget(True, "the application ended the call"), ReleaseCaller()]
+    assert joins(actions) == [(SESSION_ENDED, "")]
+
+
+def test_a_refer_report_with_no_join_under_way_is_ignored() -> None:
+    transfer = WarmTransfer("sip:human@pbx", "brief", 0, OPTIONS, caller_replaces=True)
+    transfer.start()
+    assert transfer.handle(ReferProgress(200, "OK", True), 1_000 * MS) == []
+    assert transfer.state is WarmState.DIALING

@@ -7,12 +7,28 @@ import asyncio
 import json
 
 from bridge.engine.telephony import TelephonyOptions, TransferInProgress
-from bridge.engine.warm_transfer import ACCEPTED, NO_ANSWER, REFUSED, TransferResult, WarmOptions
+from bridge.engine.warm_transfer import (
+    ACCEPTED,
+    JOIN_RELAY,
+    JOIN_REPLACES,
+    NO_ANSWER,
+    REFUSED,
+    TransferResult,
+    WarmOptions,
+)
 from bridge.server.api import LiveCall
 from bridge.server.session import CallSession, CallSummary
 from bridge.server.warm import BRIEF_NOW, MUSIC_ITEM, WarmDeps
 from providers.events import ToolCallRequested
-from sip.leg import CallEnded, CallLeg, DtmfReceived, FrameReceived, LegFeatures, MediaStarted
+from sip.leg import (
+    CallEnded,
+    CallLeg,
+    DtmfReceived,
+    FrameReceived,
+    LegFeatures,
+    MediaStarted,
+    TransferProgress,
+)
 from tests.support import virtual_time
 from tests.support.delegations import ToolProvider
 from tests.support.session import FakeLeg, pcm_frame
@@ -37,6 +53,38 @@ class TargetLeg(Leg):
     outbound = True
 
 
+REFER_TO = "sip:agent@127.0.0.1:5070?Replaces=t1%3Bto-tag%3Dtheirs%3Bfrom-tag%3Dours"
+
+
+class ReplacesCaller(Leg):
+    """A caller whose INVITE declared Replaces and allows REFER (sip/leg.py `ReplacesLeg`)."""
+
+    features = LegFeatures(replaces=True)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refers: list[str] = []
+
+    def accepts_replaces(self) -> bool:
+        return True
+
+    def replaces_refer_to(self) -> str:
+        return ""
+
+    def transfer(self, target: str) -> None:
+        self.refers.append(target)
+
+
+class ReplacesTarget(TargetLeg):
+    features = LegFeatures(dialled=True, replaces=True)
+
+    def accepts_replaces(self) -> bool:
+        return False
+
+    def replaces_refer_to(self) -> str:
+        return REFER_TO
+
+
 class TextProvider(ToolProvider):
     def __init__(self) -> None:
         super().__init__()
@@ -47,9 +95,11 @@ class TextProvider(ToolProvider):
 
 
 class Rig:
-    def __init__(self, *, fail_dial: bool = False, tools: bool = False, music: bytes = b"") -> None:
-        self.caller, self.provider = Leg(), TextProvider()
-        self.target, self.briefer = TargetLeg(), TextProvider()
+    def __init__(
+        self, *, fail_dial: bool = False, tools: bool = False, music: bytes = b"", replaces: bool = False
+    ) -> None:
+        self.caller, self.provider = (ReplacesCaller() if replaces else Leg()), TextProvider()
+        self.target, self.briefer = (ReplacesTarget() if replaces else TargetLeg()), TextProvider()
         self.dialled: list[tuple[str, float]] = []
         self.instructions: list[str] = []
         self.briefings: list[CallSession] = []
@@ -212,3 +262,62 @@ async def test_after_the_caller_hung_up_nothing_is_dialled() -> None:
         pass
     await asyncio.wait_for(rig.task, 5)
     assert rig.dialled == []
+
+
+async def accepted_by_replaces() -> tuple[Rig, asyncio.Future[TransferResult]]:
+    """The human keys 1: the caller, who declared Replaces, is sent the REFER that replaces the target's dialog."""
+    rig = Rig(replaces=True)
+    await rig.up()
+    result = rig.transfer()
+    await until(lambda: rig.dialled)
+    rig.target.queue.put_nowait(MediaStarted("PCMU"))
+    await until(lambda: (BRIEF_NOW, True) in rig.briefer.texts)
+    rig.target.queue.put_nowait(DtmfReceived("1"))
+    caller = rig.caller
+    assert isinstance(caller, ReplacesCaller)
+    await until(lambda: caller.refers == [REFER_TO])
+    await until(lambda: rig.briefer.closed)  # the AI left the target's leg
+    assert not result.done() and not rig.provider.closed  # the caller's session waits for the REFER's outcome
+    assert rig.session.status()["line"] == "held"
+    caller.queue.put_nowait(TransferProgress(REFER_TO, 100, "Accepted", False))
+    return rig, result
+
+
+async def test_joined_by_replaces_the_ai_leaves_and_the_targets_bye_ends_the_session() -> None:
+    rig, result = await accepted_by_replaces()
+    rig.caller.queue.put_nowait(TransferProgress(REFER_TO, 200, "OK", True))
+    done = await asyncio.wait_for(result, 5)
+    assert done.outcome == ACCEPTED and done.join == JOIN_REPLACES and done.transferred
+    await until(lambda: rig.provider.closed)  # the AI leaves
+    # the leg's transfer machinery BYEs the caller's dialog after a 2xx sipfrag (sip/core/transfer.py)
+    rig.caller.queue.put_nowait(CallEnded("transferred", 200, False, 0, 0))
+    await asyncio.sleep(0.5)
+    assert not rig.task.done()  # waiting for the target to end the leg it replaced
+    rig.target.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))  # the target's BYE
+    await asyncio.wait_for(rig.task, 5)
+    assert rig.target.hangups == []  # its BYE was the normal end: the bridge sent none
+
+
+async def test_joined_by_replaces_a_replaced_leg_the_target_keeps_is_ended_after_the_bounded_wait() -> None:
+    rig, result = await accepted_by_replaces()
+    rig.caller.queue.put_nowait(TransferProgress(REFER_TO, 200, "OK", True))
+    await asyncio.wait_for(result, 5)
+    rig.caller.queue.put_nowait(CallEnded("transferred", 200, False, 0, 0))
+    await asyncio.wait_for(rig.task, 10)  # the 3 s wait (WarmOptions.replaced_wait_ms), virtual time
+    assert rig.target.hangups == ["the replaced leg was not ended by the target"]
+
+
+async def test_a_refused_refer_with_replaces_falls_back_to_the_relay() -> None:
+    rig, result = await accepted_by_replaces()
+    rig.caller.queue.put_nowait(TransferProgress(REFER_TO, 405, "Method Not Allowed", True))
+    done = await asyncio.wait_for(result, 5)
+    assert done.outcome == ACCEPTED and done.join == JOIN_RELAY and "405 Method Not Allowed" in done.reason
+    await until(lambda: rig.provider.closed)
+    queued = rig.target.playout.depth
+    for n in range(5):  # relayed both ways
+        rig.caller.queue.put_nowait(FrameReceived(pcm_frame(0x20), 100 + n, 0))
+        rig.target.queue.put_nowait(FrameReceived(pcm_frame(0x30), n, 0))
+    await until(lambda: rig.target.playout.depth >= queued + 5 and rig.caller.playout.depth >= 5)
+    rig.target.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))
+    await asyncio.wait_for(rig.task, 5)
+    assert rig.caller.hangups == ["the transfer target hung up"]
