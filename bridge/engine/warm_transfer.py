@@ -26,7 +26,7 @@ States: dialing → ringing → briefing → awaiting (acceptance) → [joining 
   that REFER in its own dialog (the cold transfer's machinery, sip/core/transfer.py); the caller stays on hold
   meanwhile (joining). Its outcome (`ReferProgress`, the NOTIFY sipfrag or the REFER's error response):
   - 2xx: joined by `replaces` — the caller now talks to the target directly; the bridge's caller leg is ended
-    by the transfer machinery (BYE after a 2xx sipfrag), the target ends its replaced leg with a BYE (the
+    (`HangUpCaller`: the transfer machinery's BYE after a 2xx sipfrag, where it sent one already), the target ends its replaced leg with a BYE (the
     normal end there, not a refusal, even when it comes before the NOTIFY), and what the target has not ended
     within `replaced_wait_ms` is ended by the bridge (`DropTarget`). The AI leaves.
   - a refusal (REFER 4xx-6xx, 405/501 included, a failed sipfrag) or no outcome within `join_timeout_ms`:
@@ -79,6 +79,8 @@ JOIN_REPLACES = (
     "replaces"  # the caller's side replaced the bridge's dialog with the target's: the bridge left
 )
 JOIN_RELAY = "relay"  # the bridge relays media between the legs
+
+REPLACED = "transferred (warm, replaced)"  # the reason on the caller's leg joined by Replaces
 
 OUTCOMES = (ACCEPTED, REFUSED, NO_ANSWER, BUSY, DECLINED, FAILED, NO_DECISION, CALLER_HUNG_UP, SESSION_ENDED)
 
@@ -448,11 +450,14 @@ class WarmTransfer:
             if 200 <= event.status < 300:
                 self.state = WarmState.JOINED
                 self.join = JOIN_REPLACES
-                self._caller_gone = True  # the transfer machinery ends the caller's leg (BYE)
+                self._caller_gone = True
                 self._deadline = (
                     None if self._target_gone else now + self.options.replaced_wait_ms * NS_PER_MS
                 )
-                return [self._outcome(ACCEPTED, "the target accepted; the caller replaced the bridge", now)]
+                return [
+                    HangUpCaller(REPLACED),  # (the transfer machinery's BYE already, where it sends one)
+                    self._outcome(ACCEPTED, "the target accepted; the caller replaced the bridge", now),
+                ]
             return self._refer_failed(f"REFER with Replaces: {event.status} {event.reason}".strip(), now)
         if isinstance(event, TargetHungUp):
             self._target_gone = True  # the target ends the leg it replaced: the REFER's outcome decides

@@ -1431,7 +1431,7 @@ class CallSession:
         return "bridge" if core is not None and core.ending.by_bridge else self._hangup_by
 
     def _hangup(self, by: str, reason: str) -> None:
-        if self.warm.relaying:  # the caller's leg is the relay's now: it ends when either side hangs up
+        if self.warm.joined:  # the caller's leg is the relay's now, or replaced: the transfer ends it
             return
         if self._ended is None and not self._ended_by:
             self._ended_by, self._end_reason = by, reason

@@ -102,7 +102,11 @@ class Shop(bridge.Application):
         await asyncio.sleep(1.0)
         result = await call.transfer(target, mode="warm", brief="The caller wants a refund for order 42.")
         say(
-            event="warm_transfer", called=call.info.request_user, outcome=result.outcome, status=result.status
+            event="warm_transfer",
+            called=call.info.request_user,
+            outcome=result.outcome,
+            status=result.status,
+            join=result.join,
         )
 
     async def utterance(self, call, utterance):  # type: ignore[no-untyped-def]

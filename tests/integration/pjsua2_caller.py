@@ -214,6 +214,38 @@ def load_source(args: argparse.Namespace) -> bytes:
     return b""
 
 
+def start_endpoint(user_agent: str, sip_port: int, bind: str, log_level: int = 1) -> tuple[Any, int]:
+    """A started Endpoint for one test peer: every callback on the main thread (pitfall 1), no sound device,
+    PCMU/8000 only at 20 ms, one UDP transport on `bind`:`sip_port` (0: a free one). Returns it and the port."""
+    ep = pj.Endpoint()
+    ep.libCreate()
+    cfg = pj.EpConfig()
+    cfg.uaConfig.threadCnt = 0
+    cfg.uaConfig.mainThreadOnly = True
+    cfg.uaConfig.maxCalls = 4
+    cfg.uaConfig.userAgent = user_agent
+    cfg.logConfig.consoleLevel = log_level
+    cfg.logConfig.level = log_level
+    med = cfg.medConfig
+    med.clockRate = med.sndClockRate = RATE
+    med.audioFramePtime = 20
+    med.ptime = 20
+    med.noVad = True
+    med.ecTailLen = 0
+    ep.libInit(cfg)
+    tcfg = pj.TransportConfig()
+    tcfg.port = sip_port or free_udp_port()
+    tcfg.boundAddress = bind
+    ep.transportCreate(pj.PJSIP_TRANSPORT_UDP, tcfg)
+    ep.libStart()
+    ep.audDevManager().setNullDev()
+    for codec in ep.codecEnum2():
+        ep.codecSetPriority(codec.codecId, 0)
+    ep.codecSetPriority("PCMU/8000", 250)
+    port: int = tcfg.port
+    return ep, port
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -244,41 +276,19 @@ def main() -> int:
     t_start = time.monotonic()
     deadline = t_start + args.timeout
 
-    ep = pj.Endpoint()
-    ep.libCreate()
-    cfg = pj.EpConfig()
-    cfg.uaConfig.threadCnt = 0
-    cfg.uaConfig.mainThreadOnly = True
-    cfg.uaConfig.maxCalls = 4
-    cfg.uaConfig.userAgent = "pjsua2-caller (parlora-bridge tests)"
-    cfg.logConfig.consoleLevel = args.log_level
-    cfg.logConfig.level = args.log_level
-    med = cfg.medConfig
-    med.clockRate = med.sndClockRate = RATE
-    med.audioFramePtime = 20
-    med.ptime = 20
-    med.noVad = True
-    med.ecTailLen = 0
-    ep.libInit(cfg)
-    tcfg = pj.TransportConfig()
-    tcfg.port = args.sip_port or free_udp_port()
-    tcfg.boundAddress = args.bind
-    ep.transportCreate(pj.PJSIP_TRANSPORT_UDP, tcfg)
-    ep.libStart()
-    ep.audDevManager().setNullDev()
-    for codec in ep.codecEnum2():
-        ep.codecSetPriority(codec.codecId, 0)
-    ep.codecSetPriority("PCMU/8000", 250)
+    ep, sip_port = start_endpoint(
+        "pjsua2-caller (parlora-bridge tests)", args.sip_port, args.bind, args.log_level
+    )
 
     acfg = pj.AccountConfig()
-    acfg.idUri = f"sip:caller@{args.bind}:{tcfg.port}"
+    acfg.idUri = f"sip:caller@{args.bind}:{sip_port}"
     if args.auth_user:
         acfg.sipConfig.authCreds.append(pj.AuthCredInfo("digest", "*", args.auth_user, 0, args.auth_password))
     acfg.mediaConfig.transportConfig.port = args.rtp_port or (free_udp_port() & ~1)
     acfg.mediaConfig.transportConfig.boundAddress = args.bind
     acc = pj.Account()
     acc.create(acfg)
-    summary["sip_port"] = tcfg.port
+    summary["sip_port"] = sip_port
 
     call: Caller | None = Caller(acc, source)
     assert call is not None

@@ -17,6 +17,7 @@ from bridge.engine.warm_transfer import (
     NO_ANSWER,
     NO_DECISION,
     REFUSED,
+    REPLACED,
     SESSION_ENDED,
     BriefingSpoken,
     BriefTarget,
@@ -256,7 +257,8 @@ def test_a_2xx_sipfrag_joins_by_replaces_and_the_targets_bye_is_the_normal_end(
     actions = transfer.handle(ReferProgress(200, "OK", True), 5_500 * MS)
     result = transfer.result
     assert result is not None and result.transferred and result.elapsed_ms == 5_500
-    assert actions == [Outcome(result)] and joins(actions) == [(ACCEPTED, JOIN_REPLACES)]
+    assert actions == [HangUpCaller(REPLACED), Outcome(result)]  # the bridge's legs end, not the call
+    assert joins(actions) == [(ACCEPTED, JOIN_REPLACES)]
     assert transfer.state is WarmState.JOINED and not transfer.active
     assert ReleaseCaller() not in actions and JoinLegs() not in actions
     # the caller's leg is ended by the transfer machinery: its end asks nothing more of the bridge

@@ -13,6 +13,7 @@ from bridge.engine.warm_transfer import (
     JOIN_REPLACES,
     NO_ANSWER,
     REFUSED,
+    REPLACED,
     TransferResult,
     WarmOptions,
 )
@@ -289,8 +290,7 @@ async def test_joined_by_replaces_the_ai_leaves_and_the_targets_bye_ends_the_ses
     done = await asyncio.wait_for(result, 5)
     assert done.outcome == ACCEPTED and done.join == JOIN_REPLACES and done.transferred
     await until(lambda: rig.provider.closed)  # the AI leaves
-    # the leg's transfer machinery BYEs the caller's dialog after a 2xx sipfrag (sip/core/transfer.py)
-    rig.caller.queue.put_nowait(CallEnded("transferred", 200, False, 0, 0))
+    assert rig.caller.hangups == [REPLACED]  # the bridge's caller leg ends (the transfer machinery's BYE)
     await asyncio.sleep(0.5)
     assert not rig.task.done()  # waiting for the target to end the leg it replaced
     rig.target.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 0, 0))  # the target's BYE
@@ -302,7 +302,6 @@ async def test_joined_by_replaces_a_replaced_leg_the_target_keeps_is_ended_after
     rig, result = await accepted_by_replaces()
     rig.caller.queue.put_nowait(TransferProgress(REFER_TO, 200, "OK", True))
     await asyncio.wait_for(result, 5)
-    rig.caller.queue.put_nowait(CallEnded("transferred", 200, False, 0, 0))
     await asyncio.wait_for(rig.task, 10)  # the 3 s wait (WarmOptions.replaced_wait_ms), virtual time
     assert rig.target.hangups == ["the replaced leg was not ended by the target"]
 
