@@ -79,7 +79,8 @@ Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
   connection (`SendAudio`) and no model audio is transmitted (the caller waits quietly); nothing is dialled,
   briefed or joined after the hang-up (S6); each transfer's outcome is reported exactly once and ends the
   core's `transferring`; none is left undecided when the call or the session ended; an accepted warm transfer
-  hands the caller's leg to the relay (the AI leaves: the core is told the leg is gone).
+  hands the caller's leg to the relay, or (every other caller taking a REFER with Replaces, whose outcome is a
+  step) ends it replaced (the AI leaves: the core is told the leg is gone).
 
 CI runs the machine on its `--quick` budget (`test_s1_to_s7_hold_over_the_machines_call_histories`, the same
 histories every run); tests/bench/properties.py runs it over new ones (`--seed`, `--examples`); each case it
@@ -148,9 +149,12 @@ from bridge.engine.warm_transfer import (
     BriefTarget,
     CallerHungUp,
     DialTarget,
+    HangUpCaller,
     HoldCaller,
     JoinLegs,
     Outcome,
+    ReferCaller,
+    ReferProgress,
     ReleaseCaller,
     SendTargetDigits,
     SessionEnded,
@@ -206,13 +210,15 @@ CARD = CardOptions(min_digits=4, max_digits=8, digit_timeout_ms=1_500, timeout_m
 WARM = WarmOptions(ring_timeout_ms=2_000, accept_timeout_ms=3_000)  # scaled down
 WARM_STEPS: dict[str, WarmEvent] = {
     "ringing": TargetProgress(180),
-    "answered": TargetProgress(200),
+    "answered": TargetProgress(200, refer_to="sip:agent@10.0.0.9?Replaces=t1%3Bto-tag%3Da%3Bfrom-tag%3Db"),
     "spoken": BriefingSpoken(),
     "accepts": TargetDigit("1"),
     "refuses": TargetDigit("2"),
     "hangs_up": TargetHungUp(),
     "busy": TargetProgress(486),
     "fails": TargetProgress(503),
+    "replaced": ReferProgress(200, "OK", True),  # the join by REFER with Replaces: its outcome
+    "refer_refused": ReferProgress(405, "Method Not Allowed", True),
 }
 COLD_STATUS = {"ringing": 180, "answered": 200, "accepts": 200, "busy": 486, "fails": 503, "refuses": 603}
 KEYED_DIGIT = re.compile(r"pressed the key [0-9]")  # a card's key told to the model (outside keys: * and #)
@@ -1374,7 +1380,10 @@ class SessionMachine(RuleBasedStateMachine):
         self.transfer = "warm" if warm else "cold"
         self.log.append(f"{self.now // MS} ms: {self.transfer} transfer starts")
         if warm:
-            transfer = self.warm = WarmTransfer("sip:agent@pbx.example", "brief", self.now, WARM, "12")
+            replaces = self.transfers % 2 == 0  # every other caller takes a REFER with Replaces
+            transfer = self.warm = WarmTransfer(
+                "sip:agent@pbx.example", "brief", self.now, WARM, "12", caller_replaces=replaces
+            )
             self._warm(transfer.start)
 
     @precondition(lambda self: self.live and self.transfer is not None)
@@ -1402,7 +1411,7 @@ class SessionMachine(RuleBasedStateMachine):
         self._call(lambda: actions.extend(caller_side(self.core, produce(), self.now)))  # type: ignore[operator]
         for action in actions:
             self.log.append(f"{self.now // MS} ms: warm {action!r}"[:160])
-            if isinstance(action, (DialTarget, BriefTarget, SendTargetDigits, JoinLegs)):
+            if isinstance(action, (DialTarget, BriefTarget, SendTargetDigits, ReferCaller, JoinLegs)):
                 self._require(not self.leg_ended, "S6", f"warm transfer {action!r} after the call leg ended")
             if isinstance(action, HoldCaller):
                 self.parked = True
@@ -1410,8 +1419,8 @@ class SessionMachine(RuleBasedStateMachine):
                 self.parked = False
             elif isinstance(action, Outcome):
                 self._reported(action.result.outcome)
-        if JoinLegs() in actions:
-            self._leg_gone()  # the AI leaves: the caller's leg is the relay's now (S6 from here on)
+        if JoinLegs() in actions or any(isinstance(a, HangUpCaller) for a in actions):
+            self._leg_gone()  # the AI leaves: the caller's leg is the relay's, or replaced (S6 from here on)
         elif self.transfer is None:
             self.parked = False
 
