@@ -3,11 +3,16 @@ names the target's dialog (RFC 3891 §3, §5; RFC 3261 §19.1.1 escaping), parse
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from sip.core.dialog import Dialog, DialogId
 from sip.core.message import Request, Response, parse
 from sip.core.replaces import accepts_replaces, parse_replaces, replaces_refer_to
+from sip.core.ua import UaConfig, UserAgent
+from tests.support.sip_ua import S, answered_call
+from tests.support.sip_uac import LOCAL, TARGET, Callee
 
 
 def invite(*extra: str) -> Request:
@@ -104,3 +109,26 @@ def test_a_tel_remote_target_has_no_refer_to() -> None:
 )
 def test_a_refer_to_without_a_whole_replaces_parses_to_none(text: str) -> None:
     assert parse_replaces(text) is None
+
+
+def test_the_ua_hands_out_the_caller_s_invite_and_the_placed_call_s_dialog() -> None:
+    """What the native leg reads (sip/native/leg.py `accepts_replaces`, `replaces_refer_to`): `UserAgent.call_of`."""
+    caller, call = answered_call(extra=("Supported: replaces", "Allow: INVITE, ACK, BYE, REFER, NOTIFY"))
+    inbound = caller.ua.call_of(call)
+    assert inbound is not None and accepts_replaces(inbound.invite)
+    plain, other = answered_call()
+    assert (c := plain.ua.call_of(other)) is not None and not accepts_replaces(c.invite)
+
+    ua = UserAgent(UaConfig(host="192.0.2.1", port=5060), rng=random.Random(4))
+    callee = Callee(ua)
+    placed = ua.dial(TARGET, LOCAL, 0)
+    (invite,) = callee.collect()
+    assert isinstance(invite, Request) and ua.call_of(placed) is None  # no dialog before the answer
+    callee.answer(invite, 1 * S)
+    answered = ua.call_of(placed)
+    assert answered is not None
+    ours = (invite.headers.get("From") or "").split(";tag=", 1)[1]
+    assert parse_replaces(replaces_refer_to(answered.dialog)) == (
+        "sip:callee@198.51.100.21:5070",  # the 2xx's Contact
+        DialogId(invite.headers.get("Call-ID") or "", "callee1", ours),
+    )
