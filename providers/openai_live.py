@@ -46,8 +46,9 @@ from providers.events import (
 from providers.language import with_speak_line
 from providers.limits import GPT_LIVE, AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
-from rtp.audio import PCMA_8K, PCMU_8K, AudioFormat, Encoding
+from rtp.audio import PCM16_FRAME_BYTES, PCMA_8K, PCMU_8K, AudioFormat, Encoding
 from rtp.g711 import alaw_encode, ulaw_encode
+from rtp.g722 import NarrowView
 
 log = logging.getLogger("parlora.providers.openai_live")
 
@@ -304,6 +305,7 @@ class OpenAILiveAdapter:
         self.core = LiveClientProtocol(config, token)
         self.token = token
         self.url = resolve_url(url)
+        self._narrow = NarrowView()
         self._encode = _ENCODERS[config.audio_format]
         self._batch = AppendBatcher(append_ms, 8) if append_ms != DEFAULT_APPEND_MS else None  # G.711: 8 B/ms
         self.shell = WebSocketShell(
@@ -336,7 +338,8 @@ class OpenAILiveAdapter:
         return await self.shell.connect()
 
     def send_audio(self, pcm16_8k: bytes) -> None:
-        audio = self._encode(pcm16_8k)
+        """G.711 at 8 kHz: a 16 kHz frame (a G.722 leg, rtp.g722) is sent as its 8 kHz view."""
+        audio = self._encode(pcm16_8k if len(pcm16_8k) == PCM16_FRAME_BYTES else self._narrow(pcm16_8k))
         if self._batch is not None:
             batch = self._batch.add(audio)
             if batch is None:

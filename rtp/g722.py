@@ -5,16 +5,16 @@ clock runs at 8000 Hz, so the timestamp advances 160 per 20 ms frame, as for G.7
 (one byte per 125 µs: 6 bits of the low band, 2 of the high), so the jitter buffer (rtp.jitter) files and splits
 G.722 payloads exactly as it does G.711's: slot = timestamp / 160, a 20 ms piece = 160 bytes.
 
-What stays narrowband: the bridge's frame path is 8 kHz PCM16 in 20 ms frames of 160 samples (rtp.audio, the
-session and its rooms, the providers' converters, the recording, AMD). `G722Decoder` decodes a caller's frame
-to 16 kHz and brings it down to 8 kHz; `G722Encoder` brings the session's 8 kHz frame up to 16 kHz and encodes
-it. A G.722 call therefore works with a PBX that offers only G.722, but the provider hears and speaks 0-4 kHz,
-as on G.711: the band above 4 kHz is dropped on the way in and never produced on the way out. Carrying 16 kHz
-to the provider (Gemini takes it natively) needs the session's frames to carry their rate; not done here.
+The leg's media rate: a G.722 stream of the native engine runs at 16 kHz (rtp.stream `StreamConfig.media_rate`):
+`G722Decoder(wide=True)` hands the session the decoder's 16 kHz frame as it is (640 bytes, 320 samples) and
+`G722Encoder` encodes a 640-byte frame as it is, so the band above 4 kHz reaches the provider and comes back
+(a session frame's length says its rate: 320 bytes 8 kHz, 640 bytes 16 kHz, both 20 ms). At 8 kHz (the
+default; an engine that mixes at 8 kHz) `G722Decoder` brings the decoded frame down to 8 kHz and
+`G722Encoder` brings a 320-byte frame up to 16 kHz: the provider hears and speaks 0-4 kHz, as on G.711.
 
 Loss concealment and jitter: the jitter buffer decodes at playout, in slot order, so the ADPCM decoder sees
 the packets that came in the order they were sent, never a late or duplicate one; a missing frame is
-concealed by rtp.plc on the 8 kHz frames, as for G.711 (the decoder then resumes from its last state: ADPCM
+concealed by rtp.plc on the frames at the media rate, as for G.711 (the decoder then resumes from its last state: ADPCM
 re-adapts within a few ms, and rtp.plc's cross-fade covers the seam). A payload decoded twice in a row (the
 jitter buffer's quiet-frame test before a shrink) is decoded once: the state must advance once per frame.
 
@@ -37,12 +37,23 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from rtp.audio import FRAME_SAMPLES, PCM16_FRAME_BYTES
 
-__all__ = ["G722", "Decimator", "G722Decoder", "G722Encoder", "WIDE_RATE", "lowpass", "to_pcm16"]
+__all__ = [
+    "G722",
+    "Decimator",
+    "G722Decoder",
+    "G722Encoder",
+    "NarrowView",
+    "WIDE_RATE",
+    "lowpass",
+    "to_pcm16",
+]
 
 G722 = 9  # static payload type (RFC 3551 table 4)
 WIDE_RATE = 16000
 _WIDE_SAMPLES = 2 * FRAME_SAMPLES  # 320 samples of 16 kHz audio in 20 ms
+_WIDE_BYTES = 2 * _WIDE_SAMPLES  # 640: a 16 kHz session frame
 _SILENCE_8K = bytes(PCM16_FRAME_BYTES)
+_SILENCE_16K = bytes(_WIDE_BYTES)
 
 
 def lowpass(rate: int, taps: int, cutoff_hz: float = 3700.0, beta: float = 6.0) -> np.ndarray:
@@ -89,21 +100,42 @@ class Decimator:
         return to_pcm16(self._windows @ self._filter)
 
 
-class G722Decoder:
-    """One stream's G.722 decoder: `decoder(payload)` is the 8 kHz PCM16 of one 160-byte frame (320 bytes), as
-    rtp.jitter's `decode` wants it. Never raises on peer input: a payload FFmpeg refuses decodes to silence."""
+class NarrowView:
+    """The 8 kHz view of a stream of session frames, for what analyses or sends at 8 kHz only (AMD, the
+    recording, a G.711 provider or encoder): `view(pcm)` is a 320-byte frame itself (no work, no allocation)
+    and a 16 kHz one (640 bytes) brought down through a `Decimator` made at the first (its history is this
+    stream's: one view per stream, frames in order)."""
 
-    __slots__ = ("_context", "_decimator", "_last_in", "_last_out", "errors")
+    __slots__ = ("_decimator",)
 
     def __init__(self) -> None:
+        self._decimator: Decimator | None = None
+
+    def __call__(self, pcm: bytes) -> bytes:
+        if len(pcm) != _WIDE_BYTES:
+            return pcm
+        if self._decimator is None:
+            self._decimator = Decimator(2, len(_H))
+        return self._decimator.push(np.frombuffer(pcm, dtype="<i2"))
+
+
+class G722Decoder:
+    """One stream's G.722 decoder: `decoder(payload)` is the 8 kHz PCM16 of one 160-byte frame (320 bytes), as
+    rtp.jitter's `decode` wants it; with `wide`, its 16 kHz PCM16 (640 bytes). Never raises on peer input: a
+    payload FFmpeg refuses decodes to silence."""
+
+    __slots__ = ("_context", "_decimator", "_last_in", "_last_out", "_silence", "errors")
+
+    def __init__(self, *, wide: bool = False) -> None:
         context = av.CodecContext.create("g722", "r")
         context.sample_rate = WIDE_RATE
         context.layout = "mono"
         context.open()
         self._context = context
-        self._decimator = Decimator(2, len(_H))
+        self._decimator = None if wide else Decimator(2, len(_H))
+        self._silence = _SILENCE_16K if wide else _SILENCE_8K
         self._last_in: bytes | None = None
-        self._last_out = _SILENCE_8K
+        self._last_out = self._silence
         self.errors = 0
 
     def __call__(self, payload: bytes) -> bytes:
@@ -120,14 +152,19 @@ class G722Decoder:
             wide = np.frombuffer(memoryview(frames[0].planes[0]), dtype="<i2", count=_WIDE_SAMPLES)
         else:
             self.errors += 1
-        out = self._decimator.push(wide)
+        decimator = self._decimator
+        if decimator is not None:
+            out = decimator.push(wide)
+        else:
+            out = self._silence if wide is None else wide.tobytes()
         self._last_in, self._last_out = payload, out
         return out
 
 
 class G722Encoder:
     """One stream's G.722 encoder: `encoder(pcm)` is the 160-byte G.722 frame of one 20 ms frame of 8 kHz PCM16
-    (320 bytes; a short one is padded with silence)."""
+    (320 bytes; a short one is padded with silence), or of 16 kHz PCM16 (640 bytes, encoded as it is; the
+    interpolator's history then goes on from silence)."""
 
     __slots__ = ("_buffer", "_context", "_frame", "_windows")
 
@@ -146,13 +183,16 @@ class G722Encoder:
         self._windows = sliding_window_view(self._buffer, len(_H2))
 
     def __call__(self, pcm: bytes) -> bytes:
-        narrow = np.frombuffer(pcm, dtype="<i2", count=min(len(pcm) // 2, FRAME_SAMPLES))
-        buffer = self._buffer
-        buffer[:_HIST] = buffer[_WIDE_SAMPLES:]
-        buffer[_HIST:] = 0
-        buffer[_HIST : _HIST + 2 * len(narrow) : 2] = narrow
-        frame = self._frame
-        frame.planes[0].update(to_pcm16(self._windows @ _H2))
+        buffer, frame = self._buffer, self._frame
+        if len(pcm) == _WIDE_BYTES:  # a 16 kHz leg's frame: no detour through 8 kHz
+            buffer[:] = 0
+            frame.planes[0].update(pcm)
+        else:
+            narrow = np.frombuffer(pcm, dtype="<i2", count=min(len(pcm) // 2, FRAME_SAMPLES))
+            buffer[:_HIST] = buffer[_WIDE_SAMPLES:]
+            buffer[_HIST:] = 0
+            buffer[_HIST : _HIST + 2 * len(narrow) : 2] = narrow
+            frame.planes[0].update(to_pcm16(self._windows @ _H2))
         frame.pts = None
         packets = self._context.encode(frame)
         return bytes(packets[0]) if len(packets) == 1 else b"".join(bytes(p) for p in packets)

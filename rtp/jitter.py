@@ -50,7 +50,7 @@ from typing import NamedTuple
 from rtp.audio import FRAME_MS, FRAME_SAMPLES
 from rtp.g711 import alaw_decode, ulaw_decode
 from rtp.packet import Drop
-from rtp.plc import SILENCE_FRAME, Concealer
+from rtp.plc import Concealer
 from rtp.speedups import table_decode
 
 __all__ = [
@@ -126,6 +126,7 @@ class JitterBuffer:
         silence_byte: int = 0xFF,
         frame_ts: int = FRAME_SAMPLES,
         sliced: bool = True,
+        plc: Concealer | None = None,
     ) -> None:
         if not FRAME_MS <= min_ms <= max_ms <= (_RING - 4) * FRAME_MS:
             raise ValueError("jitter buffer depth must satisfy 20 <= min_ms <= max_ms <= 240")
@@ -137,7 +138,8 @@ class JitterBuffer:
         self._min_frames = min_ms // FRAME_MS
         self._max_frames = max_ms // FRAME_MS
         self._pad = bytes([silence_byte])
-        self.plc = Concealer()
+        self.plc = plc if plc is not None else Concealer()  # a 16 kHz leg's: Concealer(2)
+        self._silence = self.plc.silence  # SILENCE_FRAME at 8 kHz
         self._payload: list[bytes | None] = [None] * _RING
         self._slot: list[int] = [_EMPTY] * _RING
         self._seq: list[int] = [0] * _RING
@@ -159,9 +161,14 @@ class JitterBuffer:
         self.resets = 0
         self._reset_stream(None)
 
-    def recodec(self, decode: Callable[[bytes], bytes], silence_byte: int) -> None:
+    def recodec(
+        self, decode: Callable[[bytes], bytes], silence_byte: int, plc: Concealer | None = None
+    ) -> None:
         """A new codec in the same RTP clock (a re-INVITE's answer): what is buffered is of the old one and
-        is dropped; the next packet starts the stream afresh (counted in `resets`)."""
+        is dropped; the next packet starts the stream afresh (counted in `resets`). `plc`: the concealer of
+        the new codec's frame rate, where it changed."""
+        if plc is not None:
+            self.plc, self._silence = plc, plc.silence
         self._decode = decode
         self._pad = bytes([silence_byte])
         self.resets += 1
@@ -382,7 +389,7 @@ class JitterBuffer:
                 return self._play(first & _MASK, first)
             self._cursor = cursor + 1
             self.frames_silence += 1
-            return self._emit(SILENCE_FRAME, now, FrameKind.SILENCE)
+            return self._emit(self._silence, now, FrameKind.SILENCE)
         if level < self._target_frames() and self._held < self._max_frames:
             self._held += 1  # thinner than the jitter needs: wait for it (the delay grows by a frame)
             self.waits += 1
@@ -425,7 +432,7 @@ class JitterBuffer:
 
     def _conceal(self, now: int) -> PlayoutFrame:
         pcm = self.plc.conceal()
-        if pcm is SILENCE_FRAME:  # faded out (or nothing to conceal from)
+        if pcm is self._silence:  # faded out (or nothing to conceal from)
             self.frames_silence += 1
             return self._emit(pcm, now, FrameKind.SILENCE)
         self.frames_concealed += 1

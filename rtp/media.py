@@ -41,9 +41,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from rtp.audio import PCM16_FRAME_BYTES
 from rtp.dtmf import DtmfDigit
 from rtp.g711 import alaw_encode, ulaw_encode
-from rtp.g722 import G722Encoder
+from rtp.g722 import G722Encoder, NarrowView
 from rtp.jitter import PlayoutFrame
 from rtp.latch import Address
 from rtp.limits import NEVER, Action, CallLimits
@@ -64,6 +65,18 @@ class LimitReached:
 
 
 TimerItem = bytes | DtmfDigit | LimitReached | OneWayAudio
+
+
+class _Narrowed:
+    """An 8 kHz encoder that also takes a 16 kHz frame (640 bytes), through its 8 kHz view."""
+
+    __slots__ = ("_encode", "_view")
+
+    def __init__(self, encode: Callable[[bytes], bytes]) -> None:
+        self._encode, self._view = encode, NarrowView()
+
+    def __call__(self, pcm: bytes) -> bytes:
+        return self._encode(pcm if len(pcm) == PCM16_FRAME_BYTES else self._view(pcm))
 
 
 class CallMedia:
@@ -160,6 +173,10 @@ class CallMedia:
         self._encode: Callable[[bytes], bytes] = (
             encoder if encoder is not None else ulaw_encode if self._passthrough else alaw_encode
         )
+        if codec != "G722":
+            # an 8 kHz codec takes the 8 kHz view of a 16 kHz frame (a G.722 leg's relayed by a warm transfer,
+            # a 16 kHz session re-offered to G.711); an 8 kHz frame passes as it is (one length test)
+            self._encode = _Narrowed(self._encode)
         # G.722 and Opus encode silence in a slot with nothing to say (its encoder's state must follow every frame
         # the peer decodes: rtp.g722); G.711 sends the stream's idle pattern
         self._idle = encoder.silence if encoder is not None else None

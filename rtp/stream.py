@@ -48,11 +48,12 @@ from dataclasses import dataclass, replace
 
 from rtp.audio import FRAME_MS, FRAME_SAMPLES
 from rtp.dtmf import DtmfDigit, DtmfReceiver, DtmfSender
-from rtp.g722 import G722, G722Decoder
+from rtp.g722 import G722, WIDE_RATE, G722Decoder
 from rtp.jitter import JitterBuffer, PlayoutFrame, fast_alaw_decode, fast_ulaw_decode
 from rtp.latch import Address, SourceLatch, SourcePolicy
 from rtp.opus import OPUS_CLOCK, OpusDecoder
 from rtp.packet import Drop, RtpPacket, is_rtcp
+from rtp.plc import Concealer
 from rtp.rtcp import Goodbye, QoS, RtcpPacket, RtcpSession
 from rtp.speedups import pack_into, parse  # rtp.packet's, compiled where built
 
@@ -90,13 +91,20 @@ def stream_codec(config: StreamConfig) -> str:
     return codec
 
 
-def _decoder(codec: str) -> Callable[[bytes], bytes]:
-    """A fresh decoder of `codec` (G.722's and Opus's keep state from frame to frame)."""
+def _decoder(codec: str, media_rate: int = 8000) -> Callable[[bytes], bytes]:
+    """A fresh decoder of `codec` (G.722's and Opus's keep state from frame to frame); G.722 at 16 kHz when
+    the stream's `media_rate` is (rtp.g722)."""
     if codec == "PCMU":
         return fast_ulaw_decode
     if codec == "PCMA":
         return fast_alaw_decode
-    return G722Decoder() if codec == "G722" else OpusDecoder()
+    return G722Decoder(wide=media_rate == WIDE_RATE) if codec == "G722" else OpusDecoder()
+
+
+def frame_rate(codec: str, media_rate: int) -> int:
+    """The PCM rate of the frames a stream of `codec` hands the session: 16000 for G.722 where the stream's
+    `media_rate` is 16000, else 8000 (G.711, and Opus, which libopus decodes to 8 kHz: rtp.opus)."""
+    return WIDE_RATE if codec == "G722" and media_rate == WIDE_RATE else 8000
 
 
 _MAX_PAYLOAD = 1200
@@ -116,6 +124,9 @@ class StreamConfig:
     payload_type: int = PCMU  # 0 PCMU, 8 PCMA or 9 G722 (rtp.g722): what we send and what we decode
     codec: str | None = None  # None: by payload_type; "OPUS" (rtp.opus) for its dynamic one, at clock 48000
     clock_rate: int = 8000  # the RTP clock: 8000 (G.722 too, RFC 3551 §4.5.2), Opus 48000 (RFC 7587)
+    # the session frames' PCM rate where the codec's is wider (`frame_rate`): 16000 runs G.722 at 16 kHz both
+    # ways (rtp.g722); 8000 for an engine whose session takes 8 kHz frames only
+    media_rate: int = 8000
     dtmf_payload_type: int | None = 101  # telephone-event/8000, None if not negotiated
     rtcp_mux: bool = False
     nat: bool = False
@@ -175,13 +186,15 @@ class RtpStream:
         self._last_n = 12 + FRAME_SAMPLES
         self._last_view = self._view[: self._last_n]
         self.latch = SourceLatch(config.remote, config.nat, policy=config.source_policy)
+        self.media_rate = frame_rate(codec, config.media_rate)  # the decoded frames' PCM rate
         self.jitter = JitterBuffer(
-            _decoder(codec),
+            _decoder(codec, config.media_rate),
             min_ms=config.jitter_min_ms,
             max_ms=config.jitter_max_ms,
             silence_byte=self._silence[0],
             frame_ts=self._step,
             sliced=codec != "OPUS",
+            plc=Concealer(self.media_rate // 8000),
         )
         self.pull_frame = self.jitter.pop
         # Opus's decoder needs each packet's sequence number (rtp.opus: its PLC runs for the packets it missed)
@@ -228,7 +241,10 @@ class RtpStream:
         self._pt = payload_type
         self._dtmf_pt = dtmf_payload_type if dtmf_payload_type is not None else -1
         self._silence = _IDLE[new]
-        self.jitter.recodec(_decoder(new), self._silence[0])
+        rate = frame_rate(new, config.media_rate)  # G.722 <-> G.711 on a 16 kHz stream: the frames' rate too
+        plc = Concealer(rate // 8000) if rate != self.media_rate else None
+        self.media_rate = rate
+        self.jitter.recodec(_decoder(new, config.media_rate), self._silence[0], plc)
 
     # --- addresses ---
 

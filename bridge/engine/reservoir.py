@@ -202,6 +202,7 @@ class OutputPath:
         self.reservoir = GenerationReservoir(limits, fmt)
         self.converter = CarrierConverter(fmt)
         self._pcmu = fmt == PCMU_8K  # frames carry the provider's µ-law too, for a PCMU call as it came
+        self.rate = 8000  # the leg's media rate: the PCM rate of the frames played (`set_rate`)
         self.framer = ItemFramer()
         self.barrier = PlaybackBarrier(channel)
         self.channel = channel
@@ -222,6 +223,18 @@ class OutputPath:
         # the disclosure plays (bridge/engine/disclosure.py): a clear (a barge-in, a hold) leaves the channel alone
         self.protected = False
         self.on_item: Callable[[str, int], None] | None = None  # told of each item's first audio (item, now)
+
+    def set_rate(self, rate: int) -> None:
+        """The leg's media rate, from its answer (sip.leg `MediaStarted.rate`): frames are made at it from the
+        next item on (16 kHz on a G.722 leg: the provider's audio is resampled once, never through 8 kHz). An
+        item already being framed finishes at the rate it started at; the µ-law passthrough is 8 kHz only."""
+        self.rate = rate
+
+    def _start_item(self, item: str) -> None:
+        if self.converter.rate != self.rate:  # the media rate changed: the converter follows (once an item)
+            self.converter = CarrierConverter(self.reservoir.format, self.rate)
+            self._pcmu = self.rate == 8000 and self.reservoir.format == PCMU_8K
+        self.framer.start(item, self.barrier.epoch, pcmu=self._pcmu, rate=self.rate)
 
     def _quiet(self, now: int) -> bool:
         """No audio for `item_quiet_ms` (or none yet): the item audio was arriving for is over."""
@@ -278,7 +291,7 @@ class OutputPath:
                 break
             if item != self.framer.item_id:
                 self._ready += self._flush_converter() + self.framer.finish()
-                self.framer.start(item or "out", self.barrier.epoch, pcmu=self._pcmu)
+                self._start_item(item or "out")
             self._ready += self.framer.add(self.converter.convert(data), data if self._pcmu else None)
         if room > 0 and self._ready:
             batch, self._ready = self._ready[:room], self._ready[room:]

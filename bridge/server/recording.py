@@ -69,6 +69,7 @@ from bridge.server.records import (
 )
 from bridge.server.session import CallSummary
 from rtp.audio import FRAME_MS
+from rtp.g722 import NarrowView
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame
 from rtp.rtcp import QoS
@@ -212,6 +213,7 @@ class _Track:
         self.next_slot = 0  # the first slot not yet placed
         self.written = 0  # slots up to here are written
         self._placed: deque[tuple[int, bytes]] = deque()
+        self._narrow = NarrowView()  # the WAV is 8 kHz: a 16 kHz (G.722) leg's frames are brought down to it
 
     def place(self, at_ns: int, pcm: bytes) -> None:
         rel = at_ns - self._start
@@ -229,6 +231,7 @@ class _Track:
             at, pcm = placed.popleft()
             if at > slot:
                 parts.append(SILENCE * (at - slot))
+            pcm = self._narrow(pcm)
             parts.append(pcm if len(pcm) == FRAME_BYTES else pcm[:FRAME_BYTES].ljust(FRAME_BYTES, b"\0"))
             slot = at + 1
         if upto > slot:

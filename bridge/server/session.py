@@ -92,6 +92,7 @@ from bridge.server.records import RecordingChanged
 from bridge.server.warm import TargetEvent, WarmDeps, WarmDue, WarmSeat
 from providers.base import DeliversEvents, Provider, ProviderUnavailable, ResumptionRejected, SessionSettings
 from providers.events import ProviderEvent, SessionStarted, bounded
+from rtp.g722 import NarrowView
 from sip.leg import (
     CallEnded,
     CallLeg,
@@ -464,6 +465,7 @@ class AmdGate:
         "_handle",
         "_report",
         "_ask",
+        "_narrow",
     )
 
     def __init__(
@@ -481,6 +483,7 @@ class AmdGate:
         self.events: list[AmdEvent] = []
         self._inbox, self._clock, self._core, self._report, self._ask = inbox, clock, core, report, ask
         self._handle: asyncio.TimerHandle | None = None
+        self._narrow = NarrowView()  # the detector's 8 kHz view of a 16 kHz (G.722) leg's frames
 
     @property
     def released(self) -> bool:
@@ -492,7 +495,7 @@ class AmdGate:
         self._arm(now)
 
     def frame(self, pcm: bytes, now: int) -> None:
-        if (event := self.detector.frame(pcm, now)) is not None:
+        if (event := self.detector.frame(self._narrow(pcm), now)) is not None:
             self._event(event, now)
 
     def due(self) -> None:
@@ -1033,6 +1036,8 @@ class CallSession:
             # resume); MediaStarted answers a call the bridge placed (for an inbound call: nothing to do)
             if isinstance(item, MediaStarted) and self.answered_ns is None:
                 self.answered_ns = now
+            if isinstance(item, MediaStarted):
+                core.output.set_rate(item.rate)  # the leg's media rate: the provider's audio is framed at it
             if isinstance(item, MediaHeld):
                 core.hold(now)
             elif isinstance(item, MediaResumed):

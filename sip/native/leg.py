@@ -34,6 +34,7 @@ from rtp import probe as _probe
 from rtp.clock import MediaClockShell
 from rtp.dtmf import DtmfDigit
 from rtp.endpoint import RtpSocketPair
+from rtp.g722 import WIDE_RATE
 from rtp.ledger import CarrierLedger
 from rtp.media import CallMedia, LimitReached
 from rtp.playout import Playout
@@ -458,6 +459,7 @@ class NativeLeg(PlayoutLeg):
                 payload_type=negotiated.payload_type,
                 codec=negotiated.codec,
                 clock_rate=negotiated.clock_rate,
+                media_rate=WIDE_RATE if negotiated.codec == "G722" else 8000,  # G.722 at its 16 kHz
                 dtmf_payload_type=negotiated.telephone_event,
                 wallclock_offset_ns=agent.wallclock_offset_ns,
                 nat=self.policy.nat,  # symmetric RTP: latch to the first valid packet's source
@@ -491,7 +493,7 @@ class NativeLeg(PlayoutLeg):
             self.sockets.host,
             self.sockets.port,
         )
-        self._post(MediaStarted(f"{negotiated.codec}/{negotiated.clock_rate}"))
+        self._post(MediaStarted(f"{negotiated.codec}/{negotiated.clock_rate}", self.media.stream.media_rate))
 
     def _on_rtp(self, data: bytes, source: tuple[str, int], now: int) -> None:
         media = self.media
