@@ -1,0 +1,102 @@
+"""A 16 kHz caller frame (640 bytes: a G.722 leg at its own rate, rtp.g722) at the adapters: Gemini takes it as
+its own 16 kHz input, as it is; a G.711 adapter (the Realtime family, GPT-Live) sends its 8 kHz view; an 8 kHz
+frame goes as before. And through the Gemini fake's echo, a 6 kHz tone (above what 8 kHz carries) comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+
+import numpy as np
+
+from providers.base import SessionSettings
+from providers.events import AudioReceived, ProviderEvent, UsageUpdated
+from providers.fakes.gemini_live import GeminiFakeOptions, serve
+from providers.gemini_live import GeminiLiveAdapter
+from providers.openai_live import LiveConfig, OpenAILiveAdapter
+from providers.openai_realtime import OpenAIRealtimeAdapter
+from rtp.audio import PCM16_24K, PCMU_8K
+from rtp.g711 import ulaw_encode
+from rtp.g722 import NarrowView
+from rtp.resample import Resampler
+
+
+def tone(hz: float, ms: int, rate: int, level: float = 8000.0) -> bytes:
+    t = np.arange(rate * ms // 1000) / rate
+    return np.asarray(level * np.sin(2 * np.pi * hz * t), dtype="<i2").tobytes()
+
+
+def cut(pcm: bytes, size: int) -> list[bytes]:
+    return [pcm[i : i + size] for i in range(0, len(pcm), size)]
+
+
+def gemini(**kwargs: object) -> GeminiLiveAdapter:
+    return GeminiLiveAdapter(
+        "k",
+        SessionSettings(),
+        limits=GeminiLiveAdapter.audio_limits(PCM16_24K),
+        url="ws://127.0.0.1:9/",
+        **kwargs,
+    )  # type: ignore[arg-type]
+
+
+def test_gemini_takes_a_16khz_frame_as_it_is_and_resamples_an_8khz_one() -> None:
+    live, sent = gemini(), []
+    live.shell.send_audio_frame = sent.append  # type: ignore[method-assign]
+    wide = tone(6000.0, 20, 16000)
+    live.send_audio(wide)
+    [frame] = sent
+    audio = json.loads(frame)["realtimeInput"]["audio"]
+    assert base64.b64decode(audio["data"]) == wide and audio["mimeType"] == "audio/pcm;rate=16000"
+    narrow = tone(1000.0, 100, 8000)
+    reference = Resampler(8000, 16000)
+    sent.clear()
+    for f in cut(narrow, 320):
+        live.send_audio(f)
+    up = b"".join(base64.b64decode(json.loads(f)["realtimeInput"]["audio"]["data"]) for f in sent)
+    assert up == b"".join(reference.process(f) for f in cut(narrow, 320))  # the 8 kHz path as before
+
+
+def test_the_g711_adapters_send_the_8khz_view_of_a_16khz_frame() -> None:
+    wide = cut(tone(1000.0, 60, 16000), 640)
+    realtime = OpenAIRealtimeAdapter(
+        "k", SessionSettings(), limits=OpenAIRealtimeAdapter.audio_limits(PCMU_8K)
+    )
+    live = OpenAILiveAdapter(
+        "k", LiveConfig.from_settings(SessionSettings()), limits=OpenAILiveAdapter.audio_limits(PCMU_8K)
+    )
+    for adapter in (realtime, live):
+        sent: list[str | bytes] = []
+        adapter.shell.send_audio_frame = sent.append  # type: ignore[method-assign]
+        for f in wide:
+            adapter.send_audio(f)
+        view = NarrowView()
+        expected = [ulaw_encode(view(f)) for f in wide]
+        assert len(sent) == 3 and all(
+            base64.b64encode(e) in (s if isinstance(s, bytes) else s.encode())
+            for e, s in zip(expected, sent, strict=True)
+        )
+
+
+async def test_a_6khz_tone_in_16khz_frames_comes_back_from_the_gemini_echo() -> None:
+    options = GeminiFakeOptions(response_latency_ms=20, burst_factor=8.0)
+    async with await serve(options=options) as fake:
+        live = GeminiLiveAdapter(
+            "k", SessionSettings(), limits=GeminiLiveAdapter.audio_limits(PCM16_24K), url=fake.url,
+            ssl_context=fake.client_ssl_context(),
+        )  # fmt: skip
+        await live.connect()
+        for f in cut(tone(6000.0, 600, 16000) + bytes(800 * 32), 640):
+            live.send_audio(f)
+        events: list[ProviderEvent] = []
+        async with asyncio.timeout(5):
+            async for event in live.events():
+                events.append(event)
+                if isinstance(event, UsageUpdated):
+                    break
+        await live.close()
+    audio = b"".join(e.audio for e in events if isinstance(e, AudioReceived))
+    x = np.frombuffer(audio, dtype="<i2").astype(float)
+    peak = np.argmax(np.abs(np.fft.rfft(x * np.hanning(len(x))))) * 24000 / len(x)
+    assert abs(peak - 6000) < 10 and 640 <= len(audio) / 48 <= 680  # the tone, not a 3 kHz one twice as long
