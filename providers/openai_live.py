@@ -48,7 +48,7 @@ from providers.limits import GPT_LIVE, AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
 from rtp.audio import PCM16_FRAME_BYTES, PCMA_8K, PCMU_8K, AudioFormat, Encoding
 from rtp.g711 import alaw_encode, ulaw_encode
-from rtp.g722 import NarrowView
+from rtp.resample import NarrowView
 
 log = logging.getLogger("parlora.providers.openai_live")
 

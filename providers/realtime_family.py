@@ -75,7 +75,7 @@ from providers.limits import AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
 from rtp.audio import PCM16_FRAME_BYTES, PCMA_8K, PCMU_8K, AudioFormat
 from rtp.g711 import alaw_encode, ulaw_encode
-from rtp.g722 import NarrowView
+from rtp.resample import NarrowView
 
 RAW_LOG_LIMIT = 2000  # characters of an offending frame kept for the log
 MIN_COMMIT_BYTES = 800  # 100 ms of 8 kHz G.711, the least audio a commit may hold (§1.9 commit_empty)

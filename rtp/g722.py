@@ -42,7 +42,6 @@ __all__ = [
     "Decimator",
     "G722Decoder",
     "G722Encoder",
-    "NarrowView",
     "WIDE_RATE",
     "lowpass",
     "to_pcm16",
@@ -98,25 +97,6 @@ class Decimator:
         else:
             buffer[history:] = 0
         return to_pcm16(self._windows @ self._filter)
-
-
-class NarrowView:
-    """The 8 kHz view of a stream of session frames, for what analyses or sends at 8 kHz only (AMD, the
-    recording, a G.711 provider or encoder): `view(pcm)` is a 320-byte frame itself (no work, no allocation)
-    and a 16 kHz one (640 bytes) brought down through a `Decimator` made at the first (its history is this
-    stream's: one view per stream, frames in order)."""
-
-    __slots__ = ("_decimator",)
-
-    def __init__(self) -> None:
-        self._decimator: Decimator | None = None
-
-    def __call__(self, pcm: bytes) -> bytes:
-        if len(pcm) != _WIDE_BYTES:
-            return pcm
-        if self._decimator is None:
-            self._decimator = Decimator(2, len(_H))
-        return self._decimator.push(np.frombuffer(pcm, dtype="<i2"))
 
 
 class G722Decoder:

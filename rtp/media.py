@@ -44,12 +44,13 @@ from dataclasses import dataclass
 from rtp.audio import PCM16_FRAME_BYTES
 from rtp.dtmf import DtmfDigit
 from rtp.g711 import alaw_encode, ulaw_encode
-from rtp.g722 import G722Encoder, NarrowView
+from rtp.g722 import G722Encoder
 from rtp.jitter import PlayoutFrame
 from rtp.latch import Address
 from rtp.limits import NEVER, Action, CallLimits
 from rtp.opus import OpusEncoder
 from rtp.playout import OutboundFrame, Playout
+from rtp.resample import NarrowView
 from rtp.srtp import SrtpContext
 from rtp.stream import ARRIVAL_WINDOW_MS, OneWayAudio, RtpStream
 from rtp.units import NS_PER_MS

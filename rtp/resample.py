@@ -9,13 +9,22 @@ The filter delays its output by a few samples (libswresample's polyphase filter 
 samples for 8 -> 16 kHz), so the first chunk comes out slightly short and `flush()` returns the tail.
 
 Cost: about 30 µs per 20 ms frame (one frame allocation, one filter pass); nothing else is allocated per call.
+
+`NarrowView` is the other way a frame changes rate: the 8 kHz view of a 16 kHz leg's frames (rtp.g722) for
+what runs at 8 kHz only, through rtp.g722's own decimator (one frame in, one out, no delay line to fill).
 """
 
 from __future__ import annotations
 
 import av
+import numpy as np
 
-__all__ = ["Resampler"]
+from rtp.g722 import WIDE_RATE, Decimator
+
+__all__ = ["NarrowView", "Resampler"]
+
+_WIDE_BYTES = WIDE_RATE * 2 // 50  # 640: a 20 ms frame at 16 kHz
+_TAPS = 31  # rtp.g722's decimation filter (cut-off 3.7 kHz)
 
 
 class Resampler:
@@ -78,3 +87,22 @@ class Resampler:
             f = frames[0]
             return bytes(f.planes[0])[: f.samples * 2]
         return b"".join(bytes(f.planes[0])[: f.samples * 2] for f in frames)
+
+
+class NarrowView:
+    """The 8 kHz view of a stream of session frames, for what analyses or sends at 8 kHz only (AMD, the
+    recording, a G.711 provider or encoder): `view(pcm)` is a 320-byte frame itself (no work, no allocation)
+    and a 16 kHz one (640 bytes) brought down through a `Decimator` made at the first (its history is this
+    stream's: one view per stream, frames in order)."""
+
+    __slots__ = ("_decimator",)
+
+    def __init__(self) -> None:
+        self._decimator: Decimator | None = None
+
+    def __call__(self, pcm: bytes) -> bytes:
+        if len(pcm) != _WIDE_BYTES:
+            return pcm
+        if self._decimator is None:
+            self._decimator = Decimator(2, _TAPS)
+        return self._decimator.push(np.frombuffer(pcm, dtype="<i2"))

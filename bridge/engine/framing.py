@@ -8,8 +8,8 @@ any call: the leg plays an 8 kHz frame as well.
 
 Two small pieces, both sans-I/O:
 - `CarrierConverter` turns audio of the received format into PCM16 at the media rate: G.711 is decoded with the
-  standard tables (bit-exact; then brought up to 16 kHz on a 16 kHz leg), PCM16 at another rate goes through
-  PyAV's resampler (rtp/resample.py), once: Gemini's 24 kHz goes straight to a G.722 leg's 16 kHz.
+  standard tables (bit-exact; always at 8 kHz, on any leg), PCM16 at another rate goes through PyAV's
+  resampler (rtp/resample.py), once: Gemini's 24 kHz goes straight to a G.722 leg's 16 kHz.
 - `ItemFramer` cuts that PCM into exact 20 ms frames and numbers them within their *item* (an assistant
   utterance), because the carrier ledger answers "how much of item X has the caller been sent" and barge-in
   truncation needs exactly that. A partial last frame is padded with silence when its item ends. When the
@@ -36,17 +36,13 @@ class CarrierConverter:
         self.frame_bytes = fmt.bytes_per_ms * FRAME_MS
         self._resampler = None
         self._convert: Callable[[bytes], bytes]
-        if rate != 8000:
+        if rate != 8000:  # a wider leg: PCM16 only (8 kHz G.711 is framed at 8 kHz: reservoir `set_rate`)
+            if fmt.encoding is not Encoding.PCM16:
+                raise ValueError(f"no conversion from {fmt} to the carrier's {rate} Hz PCM16")
             from rtp.resample import Resampler
 
-            decode = {PCMU_8K: ulaw_decode, PCMA_8K: alaw_decode}.get(fmt)
-            if decode is None and fmt.encoding is not Encoding.PCM16:
-                raise ValueError(f"no conversion from {fmt} to the carrier's {rate} Hz PCM16")
-            self._resampler = resampler = Resampler(fmt.rate, rate)
-            if decode is None:
-                self._convert = resampler.process
-            else:
-                self._convert = lambda audio: resampler.process(decode(audio))
+            self._resampler = Resampler(fmt.rate, rate)
+            self._convert = self._resampler.process
         elif fmt == PCMU_8K:
             self._convert = ulaw_decode
         elif fmt == PCMA_8K:

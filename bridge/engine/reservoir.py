@@ -226,14 +226,15 @@ class OutputPath:
 
     def set_rate(self, rate: int) -> None:
         """The leg's media rate, from its answer (sip.leg `MediaStarted.rate`): frames are made at it from the
-        next item on (16 kHz on a G.722 leg: the provider's audio is resampled once, never through 8 kHz). An
-        item already being framed finishes at the rate it started at; the µ-law passthrough is 8 kHz only."""
-        self.rate = rate
+        next item on (16 kHz on a G.722 leg: Gemini's 24 kHz is resampled once, never through 8 kHz). A
+        provider that speaks 8 kHz G.711 stays framed at 8 kHz, as before: it has nothing above 4 kHz, and the
+        leg's encoder takes an 8 kHz frame (G.722's own interpolator). An item already being framed finishes
+        at the rate it started at."""
+        self.rate = rate if self.reservoir.format.rate > 8000 else 8000
 
     def _start_item(self, item: str) -> None:
         if self.converter.rate != self.rate:  # the media rate changed: the converter follows (once an item)
             self.converter = CarrierConverter(self.reservoir.format, self.rate)
-            self._pcmu = self.rate == 8000 and self.reservoir.format == PCMU_8K
         self.framer.start(item, self.barrier.epoch, pcmu=self._pcmu, rate=self.rate)
 
     def _quiet(self, now: int) -> bool:

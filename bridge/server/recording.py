@@ -69,9 +69,9 @@ from bridge.server.records import (
 )
 from bridge.server.session import CallSummary
 from rtp.audio import FRAME_MS
-from rtp.g722 import NarrowView
 from rtp.ledger import CarrierLedger
 from rtp.playout import ClearResult, OutboundFrame
+from rtp.resample import NarrowView
 from rtp.rtcp import QoS
 from rtp.units import NS_PER_MS
 from sip.leg import CallIdentity, CushionedChannel, LegFeatures, QosSource, offers_cushion, offers_qos

@@ -92,7 +92,7 @@ from bridge.server.records import RecordingChanged
 from bridge.server.warm import TargetEvent, WarmDeps, WarmDue, WarmSeat
 from providers.base import DeliversEvents, Provider, ProviderUnavailable, ResumptionRejected, SessionSettings
 from providers.events import ProviderEvent, SessionStarted, bounded
-from rtp.g722 import NarrowView
+from rtp.resample import NarrowView
 from sip.leg import (
     CallEnded,
     CallLeg,

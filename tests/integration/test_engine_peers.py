@@ -267,6 +267,43 @@ def test_baresip_offering_pcma_alone_hears_its_echo(
     _baresip_echo("native", "PCMA", start_bridge, utterance, tmp_path)
 
 
+def test_baresip_offering_g722_hears_its_6khz_back_through_gemini_at_16khz(
+    start_bridge, start_fake, tmp_path: Path
+) -> None:
+    """baresip offers G.722 only and says a 1 kHz + 6 kHz chord; the native engine runs the leg at 16 kHz
+    (rtp/g722.py), so the chord reaches the Gemini fake at its own 16 kHz and its 24 kHz echo comes back to
+    G.722 framed at 16 kHz: the 6 kHz half (above the 4 kHz an 8 kHz frame carries, filtered out there)
+    is in what baresip decoded."""
+    rate = 16000
+    t = np.arange(int(0.8 * rate)) / rate
+    chord = 6000 * np.sin(2 * np.pi * 1000 * t) + 6000 * np.sin(2 * np.pi * 6000 * t)
+    wav = peers.write_wav(
+        tmp_path / "chord.wav", np.concatenate([np.zeros(rate // 2), chord, np.zeros(3 * rate)]), rate
+    )
+    fake = start_fake("gemini-live")
+    bridge = _serve(
+        start_bridge,
+        "native",
+        *fake.bridge_args("gemini-live"),
+        "--codec",
+        "G722",
+        env={"GEMINI_API_KEY": "k"},
+    )
+    with peers.BaresipCaller(tmp_path / "baresip", wav, codecs=BARESIP_CODECS["G722"]) as caller:
+        result = caller.run(bridge.sip_port, timeout=20)
+    assert result.established and result.end_of_file and result.received_path, result.stdout[-2000:]
+    dump_rate, received = peers.read_wav(result.received_path)
+    assert dump_rate == rate
+    x = received.astype(np.float64)
+    loud = np.flatnonzero(np.abs(x) > 3000)
+    assert loud.size > 0.4 * rate, "no echo of the chord came back"
+    echo = x[loud[0] + rate // 10 : loud[-1] - rate // 10]
+    power = np.abs(np.fft.rfft(echo * np.hanning(len(echo)))) ** 2
+    hz = np.fft.rfftfreq(len(echo), 1 / rate)
+    low, high = power[np.abs(hz - 1000) < 100].sum(), power[np.abs(hz - 6000) < 100].sum()
+    assert high > 0.3 * low, high / low  # the 6 kHz half came back (at 8 kHz frames: under 0.001)
+
+
 def _baresip_echo(engine: str, codec: str, start_bridge, utterance, tmp_path: Path) -> None:
     """A call from baresip offering `codec` alone to the echo provider: it hears its own speech back."""
     bridge = _serve(

@@ -73,12 +73,17 @@ def test_gemini_s_24khz_voice_is_framed_at_16khz_for_a_16khz_leg_and_keeps_its_6
     assert np.frombuffer(b"".join(f.pcm for f in frames[2:-2]), dtype="<i2").std() < 300
 
 
-def test_a_16khz_leg_with_a_mulaw_provider_is_framed_at_16khz_without_the_passthrough() -> None:
-    path, playout = output(PCMU_8K)
-    path.set_rate(16000)
-    path.push(ulaw_encode(tone(1000.0, 100, 8000).tobytes()), "item_a", 0)
-    frames = played(path, playout, 8)
-    assert frames and {len(f.pcm) for f in frames} == {640} and {f.pcmu for f in frames} == {None}
+def test_a_mulaw_provider_on_a_16khz_leg_is_framed_at_8khz_as_before() -> None:
+    """8 kHz G.711 has nothing above 4 kHz: its frames stay 8 kHz, G.722's encoder interpolates them as before
+    (the same bytes on the wire as before the media rate existed)."""
+    audio = ulaw_encode(tone(1000.0, 100, 8000).tobytes())
+    frames = {}
+    for rate in (8000, 16000):
+        path, playout = output(PCMU_8K)
+        path.set_rate(rate)
+        path.push(audio, "item_a", 0)
+        frames[rate] = played(path, playout, 8)
+    assert path.rate == 8000 and frames[16000] and frames[16000] == frames[8000]
 
 
 def test_an_item_being_framed_finishes_at_its_rate_and_the_next_takes_the_new_one() -> None:

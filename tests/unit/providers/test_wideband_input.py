@@ -18,8 +18,7 @@ from providers.openai_live import LiveConfig, OpenAILiveAdapter
 from providers.openai_realtime import OpenAIRealtimeAdapter
 from rtp.audio import PCM16_24K, PCMU_8K
 from rtp.g711 import ulaw_encode
-from rtp.g722 import NarrowView
-from rtp.resample import Resampler
+from rtp.resample import NarrowView, Resampler
 
 
 def tone(hz: float, ms: int, rate: int, level: float = 8000.0) -> bytes:

@@ -10,12 +10,13 @@ import hashlib
 import numpy as np
 
 from rtp.g711 import ulaw_decode, ulaw_encode
-from rtp.g722 import G722, G722Decoder, G722Encoder, NarrowView
+from rtp.g722 import G722, G722Decoder, G722Encoder
 from rtp.jitter import FrameKind
 from rtp.media import CallMedia
 from rtp.packet import build
 from rtp.playout import OutboundFrame, Playout
 from rtp.plc import Concealer
+from rtp.resample import NarrowView
 from rtp.stream import RtpStream, StreamConfig
 from rtp.units import NS_PER_MS as MS
 from tests.support import codec_signal as cs
