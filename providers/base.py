@@ -114,7 +114,8 @@ class Provider(Protocol):
         ...
 
     def send_audio(self, pcm16_8k: bytes) -> None:
-        """Caller audio, 8 kHz PCM16LE; never blocks (the adapter converts and queues it)."""
+        """Caller audio, 8 kHz PCM16LE, or 16 kHz from a G.722 leg (640 bytes a 20 ms frame: the length says
+        the rate); never blocks (the adapter converts and queues it)."""
         ...
 
     def truncate(self, item_id: str, audio_end_ms: int) -> None:

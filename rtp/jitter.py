@@ -105,7 +105,8 @@ class FrameKind(enum.IntEnum):
 
 
 class PlayoutFrame(NamedTuple):
-    """One 20 ms frame for the session: 8 kHz PCM16LE (320 bytes), an output counter (+1 per frame), the
+    """One 20 ms frame for the session: 8 kHz PCM16LE (320 bytes; 16 kHz, 640, on a wide G.722 stream: rtp.g722 and
+    its `Concealer(2)`), an output counter (+1 per frame), the
     arrival time of the packet it came from (the tick's `now` when synthesised) and its kind."""
 
     pcm: bytes

@@ -5,7 +5,7 @@ stream may be mono), the RTP clock at 48000 Hz: the timestamp advances 960 per 2
 any size, so the jitter buffer (rtp.jitter) files one packet per 20 ms slot of the 48 kHz clock and never cuts
 or pads a payload.
 
-What stays narrowband: the bridge's frames are 8 kHz PCM16 (rtp.g722's docstring says where). libopus
+What stays narrowband: an Opus leg's frames are 8 kHz PCM16 (G.722's run at 16 kHz: rtp.g722). libopus
 decodes straight to 8 kHz mono (it resamples and mixes down itself), and the encoder takes the session's 8 kHz
 frames as they are (libopus codes an 8 kHz input narrowband). Our SDP says so (fmtp maxplaybackrate=8000;
 sprop-maxcapturerate=8000, RFC 7587 §6.1), so a peer may spare its bits above 4 kHz. Opus-only trunks work;
