@@ -167,3 +167,15 @@ def test_the_8khz_path_gives_the_same_bytes_as_before() -> None:
             wire.append(packet.payload)
             media.sent(i * TICK_NS)
     assert _digest(b"".join(wire)) == GOLDEN["pcmu_passthrough"]
+
+
+def test_a_re_offer_from_wide_g722_to_pcmu_and_back_changes_the_frames_rate_and_the_concealer() -> None:
+    stream = _receiver(G722, 16000)
+    assert stream.media_rate == 16000 and stream.jitter.plc.silence == bytes(640)
+    stream.recodec(0, None, 101)  # PCMU: its 8 kHz frames, an 8 kHz concealer
+    assert stream.media_rate == 8000 and stream.jitter.plc.silence == bytes(320)
+    narrow = _frames(_tone(1000.0, 5, 8000), 160)
+    out = _through(stream, [ulaw_encode(f) for f in narrow])
+    assert out and {len(pcm) for pcm, _ in out} == {320}
+    stream.recodec(G722, None, 101)  # and back: 16 kHz again
+    assert stream.media_rate == 16000 and stream.jitter.plc.silence == bytes(640)
