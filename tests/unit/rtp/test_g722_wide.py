@@ -179,3 +179,12 @@ def test_a_re_offer_from_wide_g722_to_pcmu_and_back_changes_the_frames_rate_and_
     assert out and {len(pcm) for pcm, _ in out} == {320}
     stream.recodec(G722, None, 101)  # and back: 16 kHz again
     assert stream.media_rate == 16000 and stream.jitter.plc.silence == bytes(640)
+
+
+def test_the_8khz_view_of_a_wide_decode_is_the_narrow_decode_byte_for_byte() -> None:
+    """A G.711 provider (or AMD, the recording) on a 16 kHz G.722 leg hears what it heard when the leg was
+    decoded to 8 kHz: the same decimator, in the same place."""
+    encoder = G722Encoder()
+    payloads = [encoder(f) for f in _frames(_tone(300.0, 20, 16000) + _tone(5000.0, 20, 16000, 3000.0), 320)]
+    wide, narrow, view = G722Decoder(wide=True), G722Decoder(), NarrowView()
+    assert [view(wide(p)) for p in payloads] == [narrow(p) for p in payloads]
