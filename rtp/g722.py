@@ -14,8 +14,8 @@ default; an engine that mixes at 8 kHz) `G722Decoder` brings the decoded frame d
 
 Loss concealment and jitter: the jitter buffer decodes at playout, in slot order, so the ADPCM decoder sees
 the packets that came in the order they were sent, never a late or duplicate one; a missing frame is
-concealed by rtp.plc on the frames at the media rate, as for G.711 (the decoder then resumes from its last state: ADPCM
-re-adapts within a few ms, and rtp.plc's cross-fade covers the seam). A payload decoded twice in a row (the
+concealed by rtp.plc at the stream's media rate, as for G.711 (the decoder then resumes from its last state:
+ADPCM re-adapts within a few ms, and rtp.plc's cross-fade covers the seam). A payload decoded twice in a row (the
 jitter buffer's quiet-frame test before a shrink) is decoded once: the state must advance once per frame.
 
 Outbound, the encoder is fed every slot we send audio, silence included (`G722Encoder.silence`): the peer's
@@ -37,15 +37,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from rtp.audio import FRAME_SAMPLES, PCM16_FRAME_BYTES
 
-__all__ = [
-    "G722",
-    "Decimator",
-    "G722Decoder",
-    "G722Encoder",
-    "WIDE_RATE",
-    "lowpass",
-    "to_pcm16",
-]
+__all__ = ["G722", "Decimator", "G722Decoder", "G722Encoder", "WIDE_RATE", "lowpass", "to_pcm16"]
 
 G722 = 9  # static payload type (RFC 3551 table 4)
 WIDE_RATE = 16000

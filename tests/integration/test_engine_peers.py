@@ -255,7 +255,8 @@ def test_baresip_offering_one_wideband_codec_hears_its_echo(
 ) -> None:
     """baresip offers only that codec (spandsp's G.722 against the bridge's FFmpeg one, rtp/g722.py; its libopus
     against the bridge's, rtp/opus.py), the bridge lists it (`--codec`; the native engine's: pjsua2 refuses a
-    codec list at start); the echo crosses both ends' codecs twice, through the bridge's 8 kHz frames."""
+    codec list at start); the echo crosses both ends' codecs twice (G.722's 16 kHz frames reach the echo
+    provider, a G.711 one, as their 8 kHz view; Opus runs at 8 kHz)."""
     _baresip_echo("native", codec, start_bridge, utterance, tmp_path)
 
 
