@@ -49,7 +49,11 @@ class Capabilities:
     stops speaking before the connection is presumed dead (half-open); None where WebSocket pings find that
     out. `response_events`: every response ends with ResponseDone (Realtime's and xAI's `response.done`,
     Gemini's `turnComplete`), also one whose last part is a tool call that comes after its audio; GPT-Live
-    names no response boundaries.
+    names no response boundaries. `append_frames`: how many 20 ms caller frames the session may join into one
+    `send_audio` (1: each frame alone); 2 where the protocol takes any length of audio per append, so that the
+    provider path's per-append work (encoding, JSON, WebSocket frame, socket write) is paid every 40 ms. The
+    session holds a frame for at most one frame (bridge/server/session.py `ProviderLinks`), so the provider,
+    its server VAD included, hears the caller at most 20 ms later.
     """
 
     server_vad: bool
@@ -61,6 +65,7 @@ class Capabilities:
     client_commits: bool = False
     answer_within_ms: int | None = None
     response_events: bool = False
+    append_frames: int = 1
 
 
 @dataclass(frozen=True, slots=True)

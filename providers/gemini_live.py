@@ -44,7 +44,7 @@ import logging
 import re
 import ssl as ssl_module
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -461,6 +461,7 @@ class GeminiLiveAdapter:
         resumption=True,
         answer_within_ms=6_000,
         response_events=True,
+        append_frames=2,
     )
 
     def __init__(
@@ -498,6 +499,8 @@ class GeminiLiveAdapter:
         self._resampler = Resampler(8000, INPUT_RATE)
         # 16 kHz PCM16: 32 B/ms
         self._batch = AppendBatcher(append_ms, 32) if append_ms != DEFAULT_APPEND_MS else None
+        if self._batch is not None:  # its own batcher joins the frames: the session gives them one by one
+            self.capabilities = replace(self.capabilities, append_frames=1)
         self._closer: asyncio.Task[None] | None = None
         self.shell = WebSocketShell(
             self.core,

@@ -23,7 +23,7 @@ import json
 import logging
 from binascii import b2a_base64
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -281,7 +281,7 @@ class OpenAILiveAdapter:
 
     name = "openai-live"
     capabilities = Capabilities(
-        server_vad=False, speech_end_events=False, timed_captions=True, truncate=False
+        server_vad=False, speech_end_events=False, timed_captions=True, truncate=False, append_frames=2
     )
 
     def __init__(
@@ -308,6 +308,8 @@ class OpenAILiveAdapter:
         self._narrow = NarrowView()
         self._encode = _ENCODERS[config.audio_format]
         self._batch = AppendBatcher(append_ms, 8) if append_ms != DEFAULT_APPEND_MS else None  # G.711: 8 B/ms
+        if self._batch is not None:  # its own batcher joins the frames: the session gives them one by one
+            self.capabilities = replace(self.capabilities, append_frames=1)
         self.shell = WebSocketShell(
             self.core,
             self.url,

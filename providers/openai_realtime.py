@@ -56,6 +56,7 @@ class OpenAIRealtimeAdapter(RealtimeAdapter):
         truncate=True,
         client_commits=True,
         response_events=True,
+        append_frames=2,
     )
     dialect = DIALECT
     log = logging.getLogger("parlora.providers.openai_realtime")

@@ -44,7 +44,7 @@ import json
 import logging
 from binascii import b2a_base64
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -578,7 +578,7 @@ class RealtimeAdapter:
     """
 
     name: ClassVar[str]
-    capabilities: ClassVar[Capabilities]
+    capabilities: Capabilities  # (the vendor's, per class; an instance with its own batcher joins no frames)
     dialect: ClassVar[Dialect]
     log: ClassVar[logging.Logger]
 
@@ -611,6 +611,8 @@ class RealtimeAdapter:
         self._narrow = NarrowView()
         self._encode = _ENCODERS[self.core.audio_format]
         self._batch = AppendBatcher(append_ms, 8) if append_ms != DEFAULT_APPEND_MS else None  # G.711: 8 B/ms
+        if self._batch is not None:  # its own batcher joins the frames: the session gives them one by one
+            self.capabilities = replace(self.capabilities, append_frames=1)
         self._closing: asyncio.Task[None] | None = None
         self.shell = WebSocketShell(
             self.core,

@@ -58,6 +58,7 @@ class XAIAdapter(RealtimeAdapter):
         truncate=False,
         client_commits=True,
         response_events=True,
+        append_frames=2,
     )
     dialect = DIALECT
     log = logging.getLogger("parlora.providers.xai")

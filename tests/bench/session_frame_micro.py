@@ -71,7 +71,9 @@ def _adapter(protocol: str, url: str, token: int) -> Any:
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         limits = GeminiLiveAdapter.audio_limits(PCMU_8K)
         url = url.replace("ws://", "wss://")
-        return GeminiLiveAdapter("k", SessionSettings(), limits=limits, url=url, token=token, ssl_context=context)
+        return GeminiLiveAdapter(
+            "k", SessionSettings(), limits=limits, url=url, token=token, ssl_context=context
+        )
     if protocol == "xai":
         from providers.xai import XAIAdapter as Realtime
     else:
@@ -220,7 +222,9 @@ def driver_main(args: argparse.Namespace) -> None:
         result = json.loads(out.stdout.strip().splitlines()[-1])
         results.append(result)
         print(json.dumps(result), flush=True)
-    print("| protocol | sessions | µs per caller frame (median) | Python calls per frame | WS frames per frame |")
+    print(
+        "| protocol | sessions | µs per caller frame (median) | Python calls per frame | WS frames per frame |"
+    )
     print("|---|---|---|---|---|")
     for r in results:
         print(
