@@ -369,3 +369,25 @@ async def test_a_refusal_that_is_not_about_the_handle_stays_provider_unavailable
         with pytest.raises(ProviderUnavailable) as info:
             await unknown_model.connect()
         assert not isinstance(info.value, ResumptionRejected) and "1008" in str(info.value)
+
+
+async def test_paired_caller_frames_go_up_as_40_ms_audio_and_come_back_the_same() -> None:
+    """`Capabilities.append_frames` 2 (the session joins two 20 ms frames per `send_audio`): the fake, which
+    checks every client message, takes 40 ms of 16 kHz audio per `realtimeInput.audio` and answers as to 20 ms
+    ones."""
+    assert GeminiLiveAdapter.capabilities.append_frames == 2
+    async with await serve(options=OPTIONS) as fake:
+        live = adapter(fake)
+        await live.connect()
+        frames = tone_frames(600) + silence_frames(800)
+        speak(live, [frames[i] + frames[i + 1] for i in range(0, len(frames), 2)])
+        events = await collect(live, lambda e: isinstance(e, UsageUpdated))
+        assert not [e for e in events if isinstance(e, ProviderError)]
+        assert "".join(e.text for e in events if isinstance(e, OutputTranscript)) == "[echo 1, 0.7 s]"
+        await live.close()
+        audio = [r for r in fake.connections[0].client_frames if r.audio_bytes]
+        assert (
+            len(audio) == len(frames) // 2 and abs(sum(r.audio_bytes or 0 for r in audio) - 1400 * 32) <= 64
+        )
+    own = adapter(fake, append_ms=100)  # its own batcher joins the frames: the session gives them one by one
+    assert own.capabilities.append_frames == 1 and GeminiLiveAdapter.capabilities.append_frames == 2

@@ -194,3 +194,32 @@ async def test_ro2_commit_input_is_a_no_op_on_gpt_live() -> None:
         assert "session.thinking.append" in types and not any("commit" in str(t) for t in types)
         assert not OpenAILiveAdapter.capabilities.client_commits
         await live.close()
+
+
+async def test_paired_caller_frames_go_up_as_40_ms_appends_and_the_echo_comes_back_bit_exact() -> None:
+    """`Capabilities.append_frames` 2 (the session joins two 20 ms frames per `send_audio`): the fake, which
+    checks every client message, takes 40 ms appends and echoes the same PCMU bytes."""
+    assert OpenAILiveAdapter.capabilities.append_frames == 2
+    async with await serve() as fake:
+        live = adapter(fake.url)
+        await live.connect()
+        frames = tone_frames(600) + [bytes(320)] * 30
+        for i in range(0, len(frames), 2):
+            live.send_audio(frames[i] + frames[i + 1])
+        echoed = b""
+        errors = []
+        async with asyncio.timeout(10):
+            async for event in live.events():
+                errors += [event] if isinstance(event, ProviderError) else []
+                if isinstance(event, AudioReceived):
+                    echoed += event.audio
+                    if len(echoed) >= 600 * 8:
+                        break
+        assert errors == [] and echoed[:4800] in ulaw_encode(b"".join(frames))
+        await live.close()
+    own = OpenAILiveAdapter(
+        "k", LiveConfig(), limits=OpenAILiveAdapter.audio_limits(PCMU_8K), url=fake.url, append_ms=100
+    )
+    assert (
+        own.capabilities.append_frames == 1
+    )  # its own batcher joins the frames: the session gives them alone

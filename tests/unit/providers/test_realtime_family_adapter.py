@@ -597,3 +597,33 @@ def test_ro5_the_server_config_turn_detection_reaches_the_rollover_and_is_refuse
     for name in ("echo", "openai-live", "gemini-live"):
         with pytest.raises(ValueError, match="turn detection"):
             Server(Application(), ServerConfig(provider=name, key="k", turn_detection="client"))
+
+
+@FAMILIES
+async def test_paired_caller_frames_go_up_as_40_ms_appends_and_are_heard_as_20_ms_ones(
+    family: Family,
+) -> None:
+    """`Capabilities.append_frames` 2 (the session joins two 20 ms frames per `send_audio`): the fake, which
+    checks every client message, takes 40 ms appends, and its VAD places the caller's speech where it placed it
+    from 20 ms appends."""
+    assert family.adapter.capabilities.append_frames == 2
+    frames = utterance()
+    starts: list[tuple[int | None, int | None]] = []
+    for batch in (frames, [frames[i] + frames[i + 1] for i in range(0, len(frames) - 1, 2)]):
+        async with await family.serve(options=FAST) as fake:
+            provider, events = await session(fake, family)
+            for audio in batch:
+                provider.send_audio(audio)
+            await events.until(is_(ResponseDone))
+            [started] = events.of(SpeechStarted)
+            [stopped] = events.of(SpeechStopped)
+            starts.append((started.at_ms, stopped.at_ms))
+            assert events.of(ProviderError) == []
+            appends = client_frames(fake, "input_audio_buffer.append")
+            assert len(appends) == len(batch)
+            await provider.close()
+    assert starts[0] == starts[1]
+    own = adapter(
+        fake, family, append_ms=100
+    )  # its own batcher joins the frames: the session gives them alone
+    assert own.capabilities.append_frames == 1 and family.adapter.capabilities.append_frames == 2
