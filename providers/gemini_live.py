@@ -201,6 +201,10 @@ def _b64decode(data: str) -> bytes:
         return base64.b64decode(data, altchars=b"-_", validate=True)
 
 
+_AUDIO_HEAD = b'{"realtimeInput":{"audio":{"data":"'
+_AUDIO_TAIL = b'","mimeType":"audio/pcm;rate=16000"}}}'
+
+
 class GeminiClientProtocol:
     """The client side of one Gemini Live connection, without I/O. `token` tags every event it produces.
 
@@ -235,12 +239,12 @@ class GeminiClientProtocol:
         return []  # no goodbye message: closing the socket ends the session
 
     @staticmethod
-    def audio_frame(pcm16_16k: bytes) -> str:
-        """A `realtimeInput.audio` frame for 16 kHz PCM16LE (base64 needs no JSON escaping)."""
-        data = base64.b64encode(pcm16_16k).decode("ascii")
-        return '{"realtimeInput":{"audio":{"data":"' + data + '","mimeType":"audio/pcm;rate=16000"}}}'
+    def audio_frame(pcm16_16k: bytes) -> bytes:
+        """A `realtimeInput.audio` frame (UTF-8) for 16 kHz PCM16LE: base64 needs no JSON escaping, so the frame
+        is built as the bytes that go on the wire (no str to decode and encode again on the media path)."""
+        return _AUDIO_HEAD + binascii.b2a_base64(pcm16_16k, newline=False) + _AUDIO_TAIL
 
-    def stream_audio(self, pcm16_16k: bytes) -> str:
+    def stream_audio(self, pcm16_16k: bytes) -> bytes:
         """`audio_frame`, noting that the audio stream is open (it has something `commit_input` may end)."""
         self._audio_open = True
         return self.audio_frame(pcm16_16k)
