@@ -6,6 +6,10 @@ appending every 100 ms instead cuts that cost about in half (tests/bench/provide
 The price is latency: the provider hears the caller up to `append_ms - 20` ms later, which delays its
 turn detection and answers by as much.
 
+Without this option the session still joins two 20 ms frames per append to every protocol that declares
+`Capabilities.append_frames` 2 (bridge/server/session.py `ProviderLinks`: at most one frame, 20 ms, of added
+latency); an adapter built with `append_ms` above 20 declares 1 instead and gathers the frames itself.
+
 A plain value object without I/O: the adapter asks it for the bytes to append, and takes what it holds before
 a commit, so that a commit still follows all of its audio.
 """

@@ -689,7 +689,8 @@ class ProviderLinks:
       frame was counted as fed before it was held (HR8 counts only the frames the core discards); after a
       hang-up nothing more goes to a provider (S6).
     A recovery's replacement and a rollover's next connection begin their own pairs at their first frame.
-    Measured (tests/bench/session_frame_micro.py): about half the provider path's CPU per caller frame."""
+    Measured (tests/bench/session_frame_micro.py, CPU per call and caller frame from the frame sink to the socket,
+    loopback): GPT-Live 83 -> 67 µs, Realtime 70 -> 49, xAI 71 -> 52, Gemini (TLS, resampled) 220 -> 138."""
 
     def __init__(
         self,
