@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import asyncio
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from bridge.engine import commands as cmd
 from bridge.engine.card import CARD_CAUSE, CardOptions
 from bridge.engine.commands import AudioDiscontinuity
-from bridge.server.session import CallSession
+from bridge.server.session import ApplicationHooks, CallSession, ProviderLinks
 from providers.base import Capabilities, SessionSettings
 from providers.events import SessionClosed, SessionStarted
 from sip.leg import CallEnded, FrameReceived, FrameSink, LegFeatures, MediaHeld
@@ -240,3 +243,105 @@ async def test_the_frame_waiting_at_the_callers_hang_up_goes_before_the_close_re
     leg.tick(2)
     await ended(leg, task)
     assert provider.wire == [frame_of(0) + frame_of(1), frame_of(2)] and provider.close_requested
+
+
+# -- the pairing rules alone, over any sequence (ProviderLinks without a session) ----------------------------
+
+TOKENS = (1, 2, 3)  # 1 and 2 take pairs, 3 frames one by one
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(
+            st.just("frame"), st.frozensets(st.sampled_from(TOKENS))
+        ),  # the connections the core sent it to
+        st.tuples(st.just("commit"), st.sampled_from(TOKENS)),
+        st.tuples(st.just("cancel"), st.sampled_from(TOKENS)),
+        st.tuples(st.just("card"), st.just(0)),
+        st.tuples(st.just("close"), st.sampled_from((2, 3))),
+    ),
+    max_size=40,
+)
+
+
+def _links(providers: dict[int, FakeProvider]) -> ProviderLinks:
+    inbox: asyncio.Queue[object] = asyncio.Queue()
+    made = iter((providers[2], providers[3]))
+    links = ProviderLinks(
+        providers[1],
+        call_id="c",
+        inbox=inbox,
+        hooks=ApplicationHooks("c", inbox, job_handler=None, approve=None, authorize=None),
+        spawn=lambda _name, coro: coro.close(),  # (no connection is opened: nothing runs)
+        cancel=lambda _name: None,
+        floor=lambda: 1,
+        reconnect=lambda _token, _settings: next(made),
+        settings=SessionSettings(),
+    )
+    links.open(cmd.OpenRollover("conn-2"))
+    links.open(cmd.OpenRollover("conn-3"))
+    return links
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps=STEPS)
+def test_every_frame_goes_once_in_order_at_most_one_frame_late_unless_a_card_or_its_close_drops_it(
+    steps: list[tuple[str, object]],
+) -> None:
+    """Whatever the interleaving of frames (to any subset of the connections, as holds, recoveries and
+    rollovers make it), commands, card starts and closes, each connection's calls are exactly the rules'
+    (ProviderLinks' docstring): a pair's first frame waits for the next frame, goes alone at the end of a frame
+    that did not bring its pair or before another command, and is dropped only at a card's start (then never
+    sent to that connection) or with its connection."""
+    three = FakeProvider()
+    three.token = 3
+    providers: dict[int, FakeProvider] = {1: PairProvider(1), 2: PairProvider(2), 3: three}
+    links = _links(providers)
+    carriers = links.carriers()
+    expected: dict[int, list[bytes]] = {t: [] for t in TOKENS}  # each connection's audio, send by send
+    given: dict[int, list[int]] = {t: [] for t in TOKENS}
+    pending: dict[int, int] = {}  # the model: a connection's frame waiting for its pair
+    lost: dict[int, set[int]] = {t: set() for t in TOKENS}  # frames dropped at a card's start
+    closed_with: dict[int, set[int]] = {t: set() for t in TOKENS}  # ... with their connection
+    open_tokens = set(TOKENS)
+    n = 0
+    for kind, arg in steps:
+        if kind == "frame":
+            n += 1
+            for token in sorted(arg):  # type: ignore[call-overload]
+                carriers[cmd.SendAudio](cmd.SendAudio(frame_of(n), token))
+                if token not in open_tokens:
+                    continue
+                given[token].append(n)
+                if token == 3:
+                    expected[3].append(frame_of(n))
+                elif token in pending:
+                    expected[token].append(frame_of(pending.pop(token)) + frame_of(n))
+                else:
+                    pending[token] = n
+            if links.held or links.waiting:  # as CallerFrames does once a frame's commands are carried out
+                links.frame_end()
+            for token, first in list(pending.items()):
+                if first < n:  # its pair did not come with this frame: alone, now
+                    expected[token].append(frame_of(pending.pop(token)))
+        elif kind in ("commit", "cancel") and arg in open_tokens:
+            command = cmd.CommitInput(f"conn-{arg}") if kind == "commit" else cmd.CancelResponse(arg)  # type: ignore[arg-type]
+            carriers[type(command)](command)
+            if arg in pending:
+                expected[arg].append(frame_of(pending.pop(arg)))  # type: ignore[call-overload]
+        elif kind == "card":
+            assert links.drop_waiting() == (1 if pending else 0)
+            for token, first in pending.items():
+                lost[token].add(first)
+            pending.clear()
+        elif kind == "close" and arg in open_tokens:
+            links.close(cmd.CloseTransport(f"conn-{arg}"))
+            if (first := pending.pop(arg, None)) is not None:  # type: ignore[call-overload]
+                closed_with[arg].add(first)  # type: ignore[index]
+            open_tokens.discard(arg)  # type: ignore[arg-type]
+        for token in TOKENS:
+            assert providers[token].sent == expected[token], (token, n)
+    for token in TOKENS:  # and, from what was given alone: order, sizes, nothing dropped but by card or close
+        sent = providers[token].sent
+        assert all(len(chunk) in ((320,) if token == 3 else (320, 640)) for chunk in sent)
+        gone = lost[token] | closed_with[token] | ({pending[token]} if token in pending else set())
+        assert b"".join(sent) == b"".join(frame_of(f) for f in given[token] if f not in gone)
+        assert not any(frame_of(f) in chunk for f in lost[token] for chunk in sent)
