@@ -1,14 +1,16 @@
 """Caller audio gathered into fewer, larger provider appends (`serve --provider-append-ms`).
 
-Each caller frame is 20 ms. Sending each one as its own append is the lowest latency and the default; at 300
-calls the per-frame JSON, base64, WebSocket framing and TLS record cost most of the provider path, and
-appending every 100 ms instead cuts that cost about in half (tests/bench/provider_micro.py has the numbers).
-The price is latency: the provider hears the caller up to `append_ms - 20` ms later, which delays its
-turn detection and answers by as much.
+Each caller frame is 20 ms. Sending each one as its own append (20) is the lowest latency; at 300 calls the
+per-frame JSON, base64, WebSocket framing and TLS record cost most of the provider path, and appending every
+100 ms instead cuts that cost about in half (tests/bench/provider_micro.py has the numbers). The price is
+latency: the provider hears the caller up to `append_ms - 20` ms later, which delays its turn detection and
+answers by as much.
 
-Without this option the session still joins two 20 ms frames per append to every protocol that declares
-`Capabilities.append_frames` 2 (bridge/server/session.py `ProviderLinks`: at most one frame, 20 ms, of added
-latency); an adapter built with `append_ms` above 20 declares 1 instead and gathers the frames itself.
+The default, 40, is the most a caller frame waits that the provider path allows (one frame): the session
+itself joins two frames per `send_audio` to a protocol that declares `Capabilities.append_frames` 2 (every
+one here: their appends take any length), with the rules of bridge/server/session.py `ProviderLinks`, for
+20-40 % less CPU per caller frame (tests/bench/session_frame_micro.py). An adapter built with 20 or with 60 to
+100 declares 1 instead: each frame goes alone, or its own `AppendBatcher` gathers them.
 
 A plain value object without I/O: the adapter asks it for the bytes to append, and takes what it holds before
 a commit, so that a commit still follows all of its audio.
@@ -17,7 +19,16 @@ a commit, so that a commit still follows all of its audio.
 from __future__ import annotations
 
 APPEND_MS_CHOICES = (20, 40, 60, 80, 100)
-DEFAULT_APPEND_MS = 20
+DEFAULT_APPEND_MS = 40
+PAIRED_APPEND_MS = 40  # the session's pairs (module docstring): the adapter gathers nothing itself
+
+
+def adapter_batcher(append_ms: int, bytes_per_ms: int) -> AppendBatcher | None:
+    """What an adapter built with `append_ms` gathers itself: nothing for 20 (each frame alone) or 40 (the
+    session's pairs), an `AppendBatcher` above; ValueError for a value not in APPEND_MS_CHOICES."""
+    if append_ms not in APPEND_MS_CHOICES:
+        raise ValueError(f"append_ms must be one of {APPEND_MS_CHOICES}, got {append_ms}")
+    return AppendBatcher(append_ms, bytes_per_ms) if append_ms > PAIRED_APPEND_MS else None
 
 
 class AppendBatcher:

@@ -51,7 +51,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from providers.base import Capabilities, ProviderUnavailable, ResumptionRejected, SessionSettings, ToolSpec
-from providers.batching import DEFAULT_APPEND_MS, AppendBatcher
+from providers.batching import DEFAULT_APPEND_MS, PAIRED_APPEND_MS, adapter_batcher
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -502,8 +502,10 @@ class GeminiLiveAdapter:
             )  # the shell would pass ssl=None, which wss refuses
         self._resampler = Resampler(8000, INPUT_RATE)
         # 16 kHz PCM16: 32 B/ms
-        self._batch = AppendBatcher(append_ms, 32) if append_ms != DEFAULT_APPEND_MS else None
-        if self._batch is not None:  # its own batcher joins the frames: the session gives them one by one
+        self._batch = adapter_batcher(append_ms, 32)
+        if (
+            append_ms != PAIRED_APPEND_MS
+        ):  # each frame alone, or its own batcher gathers them (providers/batching.py)
             self.capabilities = replace(self.capabilities, append_frames=1)
         self._closer: asyncio.Task[None] | None = None
         self.shell = WebSocketShell(

@@ -30,7 +30,7 @@ from urllib.parse import urlsplit, urlunsplit
 import orjson
 
 from providers.base import Capabilities, SessionSettings
-from providers.batching import DEFAULT_APPEND_MS, AppendBatcher
+from providers.batching import DEFAULT_APPEND_MS, PAIRED_APPEND_MS, adapter_batcher
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -307,8 +307,10 @@ class OpenAILiveAdapter:
         self.url = resolve_url(url)
         self._narrow = NarrowView()
         self._encode = _ENCODERS[config.audio_format]
-        self._batch = AppendBatcher(append_ms, 8) if append_ms != DEFAULT_APPEND_MS else None  # G.711: 8 B/ms
-        if self._batch is not None:  # its own batcher joins the frames: the session gives them one by one
+        self._batch = adapter_batcher(append_ms, 8)  # G.711: 8 B/ms
+        if (
+            append_ms != PAIRED_APPEND_MS
+        ):  # each frame alone, or its own batcher gathers them (providers/batching.py)
             self.capabilities = replace(self.capabilities, append_frames=1)
         self.shell = WebSocketShell(
             self.core,

@@ -52,7 +52,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import orjson
 
 from providers.base import Capabilities, SessionSettings
-from providers.batching import DEFAULT_APPEND_MS, AppendBatcher
+from providers.batching import DEFAULT_APPEND_MS, PAIRED_APPEND_MS, adapter_batcher
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -610,8 +610,10 @@ class RealtimeAdapter:
         self.url = resolve_url(self.dialect, url, self.model)
         self._narrow = NarrowView()
         self._encode = _ENCODERS[self.core.audio_format]
-        self._batch = AppendBatcher(append_ms, 8) if append_ms != DEFAULT_APPEND_MS else None  # G.711: 8 B/ms
-        if self._batch is not None:  # its own batcher joins the frames: the session gives them one by one
+        self._batch = adapter_batcher(append_ms, 8)  # G.711: 8 B/ms
+        if (
+            append_ms != PAIRED_APPEND_MS
+        ):  # each frame alone, or its own batcher gathers them (providers/batching.py)
             self.capabilities = replace(self.capabilities, append_frames=1)
         self._closing: asyncio.Task[None] | None = None
         self.shell = WebSocketShell(

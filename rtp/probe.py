@@ -88,17 +88,20 @@ def current_call() -> str | None:
 
 
 def ws_sent(call: str | None, t_ns: int, frame: str) -> None:
-    """A caller-audio frame (JSON text with a base64 G.711 µ-law payload) was written to the socket."""
+    """A caller-audio frame (JSON text with a base64 G.711 µ-law payload) was written to the socket: each 20 ms
+    of it noted as one frame, so that an append of several caller frames (`--provider-append-ms` above 20)
+    is still followed frame by frame from `media_in`."""
     match = _AUDIO_FIELD.search(frame)
     if call is None or match is None:
         return
     from rtp.g711 import ulaw_decode
 
     try:
-        pcm = ulaw_decode(base64.b64decode(match.group(1)))
+        ulaw = base64.b64decode(match.group(1))
     except ValueError:
         return
-    _note(call, "ws_sent", t_ns, zlib.crc32(pcm))
+    for at in range(0, len(ulaw), 160):  # 20 ms of 8 kHz G.711
+        _note(call, "ws_sent", t_ns, zlib.crc32(ulaw_decode(ulaw[at : at + 160])))
 
 
 def ws_received(call: str | None, t_ns: int, audio: bytes, fmt: object) -> None:

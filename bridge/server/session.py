@@ -670,7 +670,8 @@ class ProviderLinks:
     and carrying the coordinator's provider commands to the connection each names. A connection that is gone
     takes no command: its commands are dropped here.
 
-    Caller frames in pairs (`Capabilities.append_frames` 2): to such a connection the first frame of a pair
+    Caller frames in pairs (`Capabilities.append_frames` 2: the protocol's appends take any length, and
+    `--provider-append-ms` is 40, the default; providers/batching.py): the first frame of a pair
     waits (`held`, then `waiting` once its frame's commands are all carried out) and leaves joined with the
     next one, one `send_audio` (one encoding, one append, one WebSocket frame, one write) per 40 ms. No frame
     waits longer than one frame, whatever happens meanwhile:

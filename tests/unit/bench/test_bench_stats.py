@@ -170,3 +170,21 @@ def test_log_lines_and_sdp_ports() -> None:
         "SIP/2.0 200 OK\nm=audio 40066 RTP/AVP 0 101\n"
     )
     assert stats.sdp_audio_ports(log) == ([40066], [34893])
+
+
+def test_an_append_of_two_caller_frames_is_noted_as_two_frames_at_its_write() -> None:
+    """`ws_sent` keys each 20 ms of an append, so the caller's frames (`media_in`) are followed through the
+    session's pairs (and `--provider-append-ms` above 20); a whole-append key matched no frame."""
+    import base64
+
+    from rtp import probe
+    from rtp.g711 import ulaw_encode
+
+    pcm = np.random.default_rng(2).integers(-8000, 8000, 320, dtype="<i2").tobytes()  # two 20 ms frames
+    ulaw = ulaw_encode(pcm)
+    frame = '{"type":"input_audio_buffer.append","audio":"' + base64.b64encode(ulaw).decode() + '"}'
+    probe.ws_sent("probe-test-call", 7 * MS, frame)
+    times, keys = probe._records.pop("probe-test-call")["ws_sent"]
+    decoded = ulaw_decode(ulaw)
+    assert list(times) == [7 * MS, 7 * MS]
+    assert list(keys) == [probe.key(decoded[:320]), probe.key(decoded[320:])]

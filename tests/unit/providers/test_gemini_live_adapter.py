@@ -391,3 +391,5 @@ async def test_paired_caller_frames_go_up_as_40_ms_audio_and_come_back_the_same(
         )
     own = adapter(fake, append_ms=100)  # its own batcher joins the frames: the session gives them one by one
     assert own.capabilities.append_frames == 1 and GeminiLiveAdapter.capabilities.append_frames == 2
+    assert adapter(fake, append_ms=20).capabilities.append_frames == 1  # each frame alone
+    assert adapter(fake).capabilities.append_frames == 2  # the default, 40: the session's pairs

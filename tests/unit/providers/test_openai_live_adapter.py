@@ -217,9 +217,11 @@ async def test_paired_caller_frames_go_up_as_40_ms_appends_and_the_echo_comes_ba
                         break
         assert errors == [] and echoed[:4800] in ulaw_encode(b"".join(frames))
         await live.close()
-    own = OpenAILiveAdapter(
-        "k", LiveConfig(), limits=OpenAILiveAdapter.audio_limits(PCMU_8K), url=fake.url, append_ms=100
-    )
+    limits = OpenAILiveAdapter.audio_limits(PCMU_8K)
+    own = OpenAILiveAdapter("k", LiveConfig(), limits=limits, url=fake.url, append_ms=100)
     assert (
         own.capabilities.append_frames == 1
-    )  # its own batcher joins the frames: the session gives them alone
+    )  # its own batcher gathers the frames: the session gives them alone
+    alone = OpenAILiveAdapter("k", LiveConfig(), limits=limits, url=fake.url, append_ms=20)
+    assert alone.capabilities.append_frames == 1 and alone._batch is None  # each frame its own append
+    assert adapter(fake.url).capabilities.append_frames == 2  # the default, 40: the session's pairs

@@ -627,3 +627,5 @@ async def test_paired_caller_frames_go_up_as_40_ms_appends_and_are_heard_as_20_m
         fake, family, append_ms=100
     )  # its own batcher joins the frames: the session gives them alone
     assert own.capabilities.append_frames == 1 and family.adapter.capabilities.append_frames == 2
+    assert adapter(fake, family, append_ms=20).capabilities.append_frames == 1  # each frame alone
+    assert adapter(fake, family).capabilities.append_frames == 2  # the default, 40: the session's pairs
