@@ -53,7 +53,10 @@ class Capabilities:
     `send_audio` (1: each frame alone); 2 where the protocol takes any length of audio per append, so that the
     provider path's per-append work (encoding, JSON, WebSocket frame, socket write) is paid every 40 ms. The
     session holds a frame for at most one frame (bridge/server/session.py `ProviderLinks`), so the provider,
-    its server VAD included, hears the caller at most 20 ms later.
+    its server VAD included, hears the caller at most 20 ms later. `wide_input`: a 16 kHz leg's caller frames
+    (G.722, rtp.g722) go to the protocol as they are, `send_audio(pcm, wide=True)`; any other connection gets
+    their 8 kHz view from the session (rtp.resample.NarrowView), so an adapter never guesses a rate from a
+    length (two 8 kHz frames joined are as long as one 16 kHz frame).
     """
 
     server_vad: bool
@@ -66,6 +69,7 @@ class Capabilities:
     answer_within_ms: int | None = None
     response_events: bool = False
     append_frames: int = 1
+    wide_input: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,9 +122,9 @@ class Provider(Protocol):
         """Open and configure the session; raises `ProviderUnavailable` with a reason."""
         ...
 
-    def send_audio(self, pcm16_8k: bytes) -> None:
-        """Caller audio, 8 kHz PCM16LE, or 16 kHz from a G.722 leg (640 bytes a 20 ms frame: the length says
-        the rate); never blocks (the adapter converts and queues it)."""
+    def send_audio(self, pcm16_8k: bytes, wide: bool = False) -> None:
+        """Caller audio, one or more 20 ms frames of 8 kHz PCM16LE, or of 16 kHz when `wide` (a G.722 leg; only
+        to a protocol whose capabilities say `wide_input`); never blocks (the adapter converts and queues it)."""
         ...
 
     def truncate(self, item_id: str, audio_end_ms: int) -> None:

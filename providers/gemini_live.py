@@ -82,7 +82,6 @@ DEFAULT_MODEL = "gemini-3.1-flash-live-preview"
 DEFAULT_VOICE = "Puck"
 DEFAULT_HOST = "generativelanguage.googleapis.com"
 INPUT_RATE = 16_000
-WIDE_FRAME = INPUT_RATE * 2 // 50  # bytes in a 20 ms caller frame at 16 kHz: 640
 OUTPUT_MIME = "audio/pcm;rate=24000"
 RAW_LOG_LIMIT = 2000  # characters of an offending frame kept for the log
 PING_INTERVAL_S = 20.0
@@ -466,6 +465,7 @@ class GeminiLiveAdapter:
         answer_within_ms=6_000,
         response_events=True,
         append_frames=2,
+        wide_input=True,
     )
 
     def __init__(
@@ -553,10 +553,10 @@ class GeminiLiveAdapter:
         self.shell.flush()  # history seeded on setupComplete
         return started
 
-    def send_audio(self, pcm16_8k: bytes) -> None:
-        """A 16 kHz frame (640 bytes: a G.722 leg, rtp.g722) is Gemini's own input rate and goes as it is;
-        an 8 kHz one is resampled up."""
-        pcm: bytes | None = pcm16_8k if len(pcm16_8k) == WIDE_FRAME else self._resampler.process(pcm16_8k)
+    def send_audio(self, pcm16_8k: bytes, wide: bool = False) -> None:
+        """16 kHz audio (`wide`: a G.722 leg, rtp.g722) is Gemini's own input rate and goes as it is; 8 kHz
+        audio is resampled up."""
+        pcm: bytes | None = pcm16_8k if wide else self._resampler.process(pcm16_8k)
         if pcm and self._batch is not None:
             pcm = self._batch.add(pcm)
         if pcm:

@@ -46,9 +46,8 @@ from providers.events import (
 from providers.language import with_speak_line
 from providers.limits import GPT_LIVE, AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
-from rtp.audio import PCM16_FRAME_BYTES, PCMA_8K, PCMU_8K, AudioFormat, Encoding
+from rtp.audio import PCMA_8K, PCMU_8K, AudioFormat, Encoding
 from rtp.g711 import alaw_encode, ulaw_encode
-from rtp.resample import NarrowView
 
 log = logging.getLogger("parlora.providers.openai_live")
 
@@ -305,7 +304,6 @@ class OpenAILiveAdapter:
         self.core = LiveClientProtocol(config, token)
         self.token = token
         self.url = resolve_url(url)
-        self._narrow = NarrowView()
         self._encode = _ENCODERS[config.audio_format]
         self._batch = adapter_batcher(append_ms, 8)  # G.711: 8 B/ms
         if (
@@ -341,9 +339,9 @@ class OpenAILiveAdapter:
     async def connect(self) -> SessionStarted:
         return await self.shell.connect()
 
-    def send_audio(self, pcm16_8k: bytes) -> None:
-        """G.711 at 8 kHz: a 16 kHz frame (a G.722 leg, rtp.g722) is sent as its 8 kHz view."""
-        audio = self._encode(pcm16_8k if len(pcm16_8k) == PCM16_FRAME_BYTES else self._narrow(pcm16_8k))
+    def send_audio(self, pcm16_8k: bytes, wide: bool = False) -> None:
+        """G.711 at 8 kHz: a G.722 leg's frames come as their 8 kHz view (`Capabilities.wide_input` False)."""
+        audio = self._encode(pcm16_8k)
         if self._batch is not None:
             batch = self._batch.add(audio)
             if batch is None:

@@ -73,9 +73,8 @@ from providers.events import (
 from providers.language import iso639_1, with_speak_line
 from providers.limits import AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
-from rtp.audio import PCM16_FRAME_BYTES, PCMA_8K, PCMU_8K, AudioFormat
+from rtp.audio import PCMA_8K, PCMU_8K, AudioFormat
 from rtp.g711 import alaw_encode, ulaw_encode
-from rtp.resample import NarrowView
 
 RAW_LOG_LIMIT = 2000  # characters of an offending frame kept for the log
 MIN_COMMIT_BYTES = 800  # 100 ms of 8 kHz G.711, the least audio a commit may hold (§1.9 commit_empty)
@@ -608,7 +607,6 @@ class RealtimeAdapter:
         self.core = RealtimeClientProtocol(self.dialect, settings, token)
         self.token = token
         self.url = resolve_url(self.dialect, url, self.model)
-        self._narrow = NarrowView()
         self._encode = _ENCODERS[self.core.audio_format]
         self._batch = adapter_batcher(append_ms, 8)  # G.711: 8 B/ms
         if (
@@ -636,9 +634,9 @@ class RealtimeAdapter:
     async def connect(self) -> SessionStarted:
         return await self.shell.connect()
 
-    def send_audio(self, pcm16_8k: bytes) -> None:
-        """G.711 at 8 kHz: a 16 kHz frame (a G.722 leg, rtp.g722) is sent as its 8 kHz view."""
-        audio = self._encode(pcm16_8k if len(pcm16_8k) == PCM16_FRAME_BYTES else self._narrow(pcm16_8k))
+    def send_audio(self, pcm16_8k: bytes, wide: bool = False) -> None:
+        """G.711 at 8 kHz: a G.722 leg's frames come as their 8 kHz view (`Capabilities.wide_input` False)."""
+        audio = self._encode(pcm16_8k)
         if self._batch is not None:
             batch = self._batch.add(audio)
             if batch is None:

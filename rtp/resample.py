@@ -21,9 +21,9 @@ import numpy as np
 
 from rtp.g722 import WIDE_RATE, Decimator
 
-__all__ = ["NarrowView", "Resampler"]
+__all__ = ["WIDE_FRAME_BYTES", "NarrowView", "Resampler"]
 
-_WIDE_BYTES = WIDE_RATE * 2 // 50  # 640: a 20 ms frame at 16 kHz
+WIDE_FRAME_BYTES = WIDE_RATE * 2 // 50  # 640: a 20 ms frame at 16 kHz
 _TAPS = 31  # rtp.g722's decimation filter (cut-off 3.7 kHz)
 
 
@@ -101,7 +101,7 @@ class NarrowView:
         self._decimator: Decimator | None = None
 
     def __call__(self, pcm: bytes) -> bytes:
-        if len(pcm) != _WIDE_BYTES:
+        if len(pcm) != WIDE_FRAME_BYTES:
             return pcm
         if self._decimator is None:
             self._decimator = Decimator(2, _TAPS)

@@ -92,7 +92,7 @@ from bridge.server.records import RecordingChanged
 from bridge.server.warm import TargetEvent, WarmDeps, WarmDue, WarmSeat
 from providers.base import DeliversEvents, Provider, ProviderUnavailable, ResumptionRejected, SessionSettings
 from providers.events import ProviderEvent, SessionStarted, bounded
-from rtp.resample import NarrowView
+from rtp.resample import WIDE_FRAME_BYTES, NarrowView
 from sip.leg import (
     CallEnded,
     CallLeg,
@@ -690,6 +690,11 @@ class ProviderLinks:
       frame was counted as fed before it was held (HR8 counts only the frames the core discards); after a
       hang-up nothing more goes to a provider (S6).
     A recovery's replacement and a rollover's next connection begin their own pairs at their first frame.
+    A 16 kHz leg's frame (G.722, 640 bytes) goes as it is to a connection that takes 16 kHz
+    (`Capabilities.wide_input`), with `wide=True`; the others get its 8 kHz view, one view per connection (its
+    filter's history is that connection's stream). The rate is known here, from one frame's length, and is
+    passed on: two 8 kHz frames joined are as long as one 16 kHz frame. A pair never mixes rates: a frame
+    waiting across a re-offer that changed the rate goes alone.
     Measured (tests/bench/session_frame_micro.py, CPU per call and caller frame from the frame sink to the socket,
     loopback): GPT-Live 83 -> 67 µs, Realtime 70 -> 49, xAI 71 -> 52, Gemini (TLS, resampled) 220 -> 138."""
 
@@ -709,6 +714,7 @@ class ProviderLinks:
         self.first_token, self.name = first.token, first.name  # (not the connection: it goes when it closes)
         self.providers: dict[int, Provider] = {first.token: first}  # by transport token
         self._pairs: set[int] = set()  # the connections that take caller frames in pairs (class docstring)
+        self._narrow: dict[int, NarrowView] = {}  # by token: an 8 kHz connection's view of 16 kHz frames
         self.held: dict[int, bytes] = {}  # by token: the first frame of a pair, in the frame under way
         self.waiting: dict[int, bytes] = {}  # ... from the frame before, waiting for its pair
         self._added(first)
@@ -744,15 +750,20 @@ class ProviderLinks:
         }
 
     def _send_audio(self, command: cmd.SendAudio) -> None:  # every caller frame: no closure made
-        token = command.token
+        token, pcm = command.token, command.pcm16_8k
         if (provider := self.providers.get(token)) is None:
             return
+        if len(pcm) == WIDE_FRAME_BYTES and (view := self._narrow.get(token)) is not None:
+            pcm = view(pcm)
         if token not in self._pairs:
-            provider.send_audio(command.pcm16_8k)
+            provider.send_audio(pcm, len(pcm) == WIDE_FRAME_BYTES)
         elif (first := self.waiting.pop(token, None)) is None:
-            self.held[token] = command.pcm16_8k  # the first of a pair (class docstring)
-        else:
-            provider.send_audio(first + command.pcm16_8k)
+            self.held[token] = pcm  # the first of a pair (class docstring)
+        elif len(first) == len(pcm):
+            provider.send_audio(first + pcm, len(pcm) == WIDE_FRAME_BYTES)
+        else:  # the rate changed between the two (a re-offer): the waiting frame alone, this one waits
+            provider.send_audio(first, len(first) == WIDE_FRAME_BYTES)
+            self.held[token] = pcm
 
     def frame_end(self) -> None:
         """A caller frame's commands are carried out: a frame that waited through it without its pair goes
@@ -760,7 +771,7 @@ class ProviderLinks:
         waiting, providers = self.waiting, self.providers
         for token, pcm in waiting.items():
             if (provider := providers.get(token)) is not None:
-                provider.send_audio(pcm)
+                provider.send_audio(pcm, len(pcm) == WIDE_FRAME_BYTES)
         waiting.clear()
         self.waiting, self.held = self.held, waiting
 
@@ -775,6 +786,8 @@ class ProviderLinks:
     def _added(self, provider: Provider) -> None:
         if provider.capabilities.append_frames == 2:
             self._pairs.add(provider.token)
+        if not provider.capabilities.wide_input:
+            self._narrow[provider.token] = NarrowView()
 
     def _flush(self, token: int, provider: Provider) -> None:
         """Before any other command for connection `token`: its frame that waits for a pair, alone."""
@@ -782,7 +795,7 @@ class ProviderLinks:
         if first is None:
             first = self.held.pop(token, None)
         if first is not None:
-            provider.send_audio(first)
+            provider.send_audio(first, len(first) == WIDE_FRAME_BYTES)
 
     def _on(self, token: int, act: Callable[[Provider], None]) -> None:
         if (provider := self.providers.get(token)) is not None:
@@ -835,6 +848,7 @@ class ProviderLinks:
         token = command.token
         self._cancel(f"provider-{token}")
         self._pairs.discard(token)
+        self._narrow.pop(token, None)
         self.held.pop(token, None)  # dropped with its connection (class docstring)
         self.waiting.pop(token, None)
         if (provider := self.providers.pop(token, None)) is not None:

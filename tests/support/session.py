@@ -55,6 +55,7 @@ class FakeProvider:
         self.close_requested = False
         self.truncated: list[tuple[str, int]] = []
         self.commits = 0
+        self.wide: list[bool] = []  # each send_audio's rate: 16 kHz (True) or 8 kHz
         self.got_audio = asyncio.Event()
 
     async def connect(self) -> SessionStarted:
@@ -62,8 +63,9 @@ class FakeProvider:
             raise ProviderUnavailable("connection refused")
         return SessionStarted(1, "sess", None)
 
-    def send_audio(self, audio: bytes) -> None:
+    def send_audio(self, audio: bytes, wide: bool = False) -> None:
         self.sent.append(audio)
+        self.wide.append(wide)
         self.got_audio.set()
 
     async def events(self) -> AsyncIterator[ProviderEvent]:

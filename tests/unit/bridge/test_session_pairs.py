@@ -9,7 +9,9 @@ on virtual time.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +21,7 @@ from bridge.engine.commands import AudioDiscontinuity
 from bridge.server.session import ApplicationHooks, CallSession, ProviderLinks
 from providers.base import Capabilities, SessionSettings
 from providers.events import SessionClosed, SessionStarted
+from rtp.resample import NarrowView
 from sip.leg import CallEnded, FrameReceived, FrameSink, LegFeatures, MediaHeld
 from tests.support import virtual_time
 from tests.support.session import FakeLeg, FakeProvider, pcm_frame
@@ -62,7 +65,7 @@ class PairProvider(FakeProvider):
     async def connect(self) -> SessionStarted:
         return SessionStarted(self.token, f"sess_{self.token}", None)
 
-    def send_audio(self, audio: bytes) -> None:
+    def send_audio(self, audio: bytes, wide: bool = False) -> None:
         super().send_audio(audio)
         self.wire.append(audio)
 
@@ -345,3 +348,73 @@ def test_every_frame_goes_once_in_order_at_most_one_frame_late_unless_a_card_or_
         gone = lost[token] | closed_with[token] | ({pending[token]} if token in pending else set())
         assert b"".join(sent) == b"".join(frame_of(f) for f in given[token] if f not in gone)
         assert not any(frame_of(f) in chunk for f in lost[token] for chunk in sent)
+
+
+class WideSinkLeg(SinkLeg):
+    def tick_wide(self, pcm: bytes) -> None:
+        """One 16 kHz caller frame (a G.722 leg's, 640 bytes)."""
+        self.seq += 1
+        assert self.sink is not None and self.queue.empty()
+        self.sink(FrameReceived(pcm, self.seq, self.seq * 160))
+
+
+class RatedPairProvider(PairProvider):
+    """A pairing provider that also notes each send's rate; `wide_input` as the test says."""
+
+    def __init__(self, wide_input: bool) -> None:
+        super().__init__()
+        self.capabilities = replace(PairProvider.capabilities, wide_input=wide_input)
+        self.rates: list[bool] = []
+
+    def send_audio(self, audio: bytes, wide: bool = False) -> None:
+        super().send_audio(audio, wide)
+        self.rates.append(wide)
+
+
+def wide_frames(n: int) -> list[bytes]:
+    """`n` 20 ms frames of a 1 kHz tone at 16 kHz."""
+    t = np.arange(n * 320) / 16000
+    pcm = np.asarray(8000 * np.sin(2 * np.pi * 1000 * t), dtype="<i2").tobytes()
+    return [pcm[640 * i : 640 * (i + 1)] for i in range(n)]
+
+
+async def test_a_16khz_leg_s_pairs_go_wide_to_a_wide_provider_and_as_their_8khz_view_to_the_others() -> None:
+    """Two 8 kHz frames joined are as long as one 16 kHz frame: the session, which knows each frame's rate,
+    says it (`wide`) to a provider that takes 16 kHz and gives the others the 8 kHz view, one view per stream."""
+    frames = wide_frames(4)
+    leg, wide = WideSinkLeg(), RatedPairProvider(wide_input=True)
+    _, task = await started(leg, wide)
+    for pcm in frames:
+        leg.tick_wide(pcm)
+    assert wide.wire == [frames[0] + frames[1], frames[2] + frames[3]] and wide.rates == [True, True]
+    await ended(leg, task)
+
+    leg, narrow = WideSinkLeg(), RatedPairProvider(wide_input=False)
+    _, task = await started(leg, narrow)
+    for pcm in frames:
+        leg.tick_wide(pcm)
+    view = NarrowView()
+    views = [view(pcm) for pcm in frames]
+    assert narrow.wire == [views[0] + views[1], views[2] + views[3]] and narrow.rates == [False, False]
+    assert all(len(v) == 320 for v in views)
+    await ended(leg, task)
+
+    leg, eight = WideSinkLeg(), RatedPairProvider(wide_input=True)  # an 8 kHz leg: its pairs are not wide
+    _, task = await started(leg, eight)
+    for value in range(4):
+        leg.tick(value)
+    assert [len(a) for a in eight.wire] == [640, 640] and eight.rates == [False, False]
+    await ended(leg, task)
+
+
+async def test_a_pair_never_joins_frames_of_two_rates() -> None:
+    """A re-offer changed the leg's rate between two frames: the waiting one goes alone at its rate."""
+    [wide_frame] = wide_frames(1)
+    leg, provider = WideSinkLeg(), RatedPairProvider(wide_input=True)
+    _, task = await started(leg, provider)
+    leg.tick(0)
+    leg.tick_wide(wide_frame)
+    assert provider.wire == [frame_of(0)] and provider.rates == [False]
+    leg.tick_wide(wide_frame)
+    assert provider.wire == [frame_of(0), wide_frame + wide_frame] and provider.rates == [False, True]
+    await ended(leg, task)

@@ -6,6 +6,7 @@ detector, the recording) takes an explicit 8 kHz view; an 8 kHz leg is framed as
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import numpy as np
 
@@ -121,13 +122,15 @@ def test_the_recording_writes_a_16khz_leg_at_8khz() -> None:
 async def test_a_16khz_leg_s_caller_frames_reach_the_provider_and_its_voice_the_leg_at_16khz() -> None:
     leg, provider = FakeLeg(), FakeProvider()
     provider.output_format = PCM16_24K  # Gemini's voice
+    provider.capabilities = replace(provider.capabilities, wide_input=True)  # takes 16 kHz as Gemini does
     task = asyncio.create_task(session(leg, provider).run())
     leg.queue.put_nowait(MediaStarted("G722/8000", 16000))
     caller = tone(6000.0, 60, 16000).tobytes()
     for i in range(3):
         leg.queue.put_nowait(FrameReceived(caller[640 * i : 640 * (i + 1)], i, i))
     await wait_for(lambda: len(provider.sent) == 3)
-    assert provider.sent == [caller[640 * i : 640 * (i + 1)] for i in range(3)]  # the adapter's to convert
+    assert provider.sent == [caller[640 * i : 640 * (i + 1)] for i in range(3)]  # as they are, said wide
+    assert provider.wide == [True, True, True]
     provider.queue.put_nowait(AudioReceived(1, tone(6000.0, 200, 24000).tobytes(), PCM16_24K, "item_a"))
     await wait_for(lambda: leg.playout.depth >= 2)
     frames = [leg.playout.take() for _ in range(2)]

@@ -1,6 +1,8 @@
-"""A 16 kHz caller frame (640 bytes: a G.722 leg at its own rate, rtp.g722) at the adapters: Gemini takes it as
-its own 16 kHz input, as it is; a G.711 adapter (the Realtime family, GPT-Live) sends its 8 kHz view; an 8 kHz
-frame goes as before. And through the Gemini fake's echo, a 6 kHz tone (above what 8 kHz carries) comes back."""
+"""16 kHz caller audio (a G.722 leg at its own rate, rtp.g722; `send_audio(pcm, wide=True)`) at the adapters:
+Gemini (`Capabilities.wide_input`) takes it as its own 16 kHz input, as it is; 8 kHz audio, one frame or two
+joined (as long as one 16 kHz frame), is resampled as before. The G.711 adapters take 8 kHz only: the session
+gives them the 8 kHz view (tests/unit/bridge/test_session_pairs.py). And through the Gemini fake's echo, a 6 kHz
+tone (above what 8 kHz carries) comes back."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from providers.openai_live import LiveConfig, OpenAILiveAdapter
 from providers.openai_realtime import OpenAIRealtimeAdapter
 from rtp.audio import PCM16_24K, PCMU_8K
 from rtp.g711 import ulaw_encode
-from rtp.resample import NarrowView, Resampler
+from rtp.resample import Resampler
 
 
 def tone(hz: float, ms: int, rate: int, level: float = 8000.0) -> bytes:
@@ -44,7 +46,7 @@ def test_gemini_takes_a_16khz_frame_as_it_is_and_resamples_an_8khz_one() -> None
     live, sent = gemini(), []
     live.shell.send_audio_frame = sent.append  # type: ignore[method-assign]
     wide = tone(6000.0, 20, 16000)
-    live.send_audio(wide)
+    live.send_audio(wide, True)
     [frame] = sent
     audio = json.loads(frame)["realtimeInput"]["audio"]
     assert base64.b64decode(audio["data"]) == wide and audio["mimeType"] == "audio/pcm;rate=16000"
@@ -55,10 +57,19 @@ def test_gemini_takes_a_16khz_frame_as_it_is_and_resamples_an_8khz_one() -> None
         live.send_audio(f)
     up = b"".join(base64.b64decode(json.loads(f)["realtimeInput"]["audio"]["data"]) for f in sent)
     assert up == b"".join(reference.process(f) for f in cut(narrow, 320))  # the 8 kHz path as before
+    joined, reference = gemini(), Resampler(8000, 16000)  # two 8 kHz frames in one call: 640 bytes, not wide
+    sent.clear()
+    joined.shell.send_audio_frame = sent.append  # type: ignore[method-assign]
+    for pair in cut(narrow, 640):
+        joined.send_audio(pair)
+    up = b"".join(base64.b64decode(json.loads(f)["realtimeInput"]["audio"]["data"]) for f in sent)
+    assert up == b"".join(reference.process(f) for f in cut(narrow, 640))
 
 
-def test_the_g711_adapters_send_the_8khz_view_of_a_16khz_frame() -> None:
-    wide = cut(tone(1000.0, 60, 16000), 640)
+def test_the_g711_adapters_take_two_joined_8khz_frames_as_40_ms_of_8khz_audio() -> None:
+    """A pair of 8 kHz frames is as long as one 16 kHz frame: it is 8 kHz audio, encoded whole (no guess from the
+    length, which once took it for a 16 kHz frame and sent half of it)."""
+    pairs = cut(tone(1000.0, 80, 8000), 640)
     realtime = OpenAIRealtimeAdapter(
         "k", SessionSettings(), limits=OpenAIRealtimeAdapter.audio_limits(PCMU_8K)
     )
@@ -68,11 +79,10 @@ def test_the_g711_adapters_send_the_8khz_view_of_a_16khz_frame() -> None:
     for adapter in (realtime, live):
         sent: list[str | bytes] = []
         adapter.shell.send_audio_frame = sent.append  # type: ignore[method-assign]
-        for f in wide:
-            adapter.send_audio(f)
-        view = NarrowView()
-        expected = [ulaw_encode(view(f)) for f in wide]
-        assert len(sent) == 3 and all(
+        for pair in pairs:
+            adapter.send_audio(pair)
+        expected = [ulaw_encode(pair) for pair in pairs]
+        assert len(sent) == 2 and all(
             base64.b64encode(e) in (s if isinstance(s, bytes) else s.encode())
             for e, s in zip(expected, sent, strict=True)
         )
@@ -87,7 +97,7 @@ async def test_a_6khz_tone_in_16khz_frames_comes_back_from_the_gemini_echo() -> 
         )  # fmt: skip
         await live.connect()
         for f in cut(tone(6000.0, 600, 16000) + bytes(800 * 32), 640):
-            live.send_audio(f)
+            live.send_audio(f, True)
         events: list[ProviderEvent] = []
         async with asyncio.timeout(5):
             async for event in live.events():
