@@ -13,6 +13,10 @@
    recv_stamped(sock, size)             rtp.endpoint's recv_stamped (IPv4 sockets): one datagram, its source and
                                         the kernel's receive time (SO_TIMESTAMPNS), without an exception for
                                         an empty socket
+   send_batch(socks, datagrams, addresses, results)   rtp.endpoint `send_all`: a media-clock tick's RTP, one
+                                        sendto each on non-blocking IPv4 sockets; results[i] 0 sent, 1 refused
+                                        (an OSError); a destination that is not a numeric IPv4 pair goes to
+                                        socket.sendto itself. Returns how many were refused.
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -269,6 +273,156 @@ recv_stamped(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
                          (int)ntohs(in4->sin_port), stamp);
 }
 
+/* The IPv4 destination of `address` when it is what the pure sendto reads as one without a name lookup: a
+   2-tuple of a dotted-quad str (CPython's own numeric check, inet_pton) and an int port 0..65535. 0 for
+   anything else (a name, IPv6, another type, a port out of range): that entry is the pure sendto's. */
+static int
+ipv4_destination(PyObject *address, struct sockaddr_in *out)
+{
+    if (!PyTuple_Check(address) || PyTuple_GET_SIZE(address) != 2)
+        return 0;
+    PyObject *host = PyTuple_GET_ITEM(address, 0), *port = PyTuple_GET_ITEM(address, 1);
+    if (!PyUnicode_Check(host) || !PyLong_CheckExact(port))
+        return 0;
+    Py_ssize_t size;
+    const char *name = PyUnicode_AsUTF8AndSize(host, &size);
+    if (name == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int overflow;
+    long number = PyLong_AsLongAndOverflow(port, &overflow);
+    if (overflow || number < 0 || number > 0xFFFF || (Py_ssize_t)strlen(name) != size)
+        return 0;
+    memset(out, 0, sizeof(*out));
+    out->sin_family = AF_INET;
+    out->sin_port = htons((unsigned short)number);
+    return inet_pton(AF_INET, name, &out->sin_addr) == 1;
+}
+
+/* One datagram by the pure path (socket.sendto): 0 sent, 1 refused (OSError), -1 another exception. */
+static int
+send_pure(PyObject *sock, PyObject *datagram, PyObject *address)
+{
+    static PyObject *name = NULL;
+    if (name == NULL && (name = PyUnicode_InternFromString("sendto")) == NULL)
+        return -1;
+    PyObject *done = PyObject_CallMethodObjArgs(sock, name, datagram, address, NULL);
+    if (done != NULL) {
+        Py_DECREF(done);
+        return 0;
+    }
+    if (!PyErr_ExceptionMatches(PyExc_OSError))
+        return -1;
+    PyErr_Clear();
+    return 1;
+}
+
+/* socket.socket and _socket.socket: only an object of exactly one of these is sent on here (any other, a
+   subclass that may send otherwise included, goes to its own sendto), and only an AF_INET one (read by
+   _socket.socket's own `family` member, without socket.socket's enum): an AF_INET6 socket reads an IPv4
+   address its own way (a name lookup, which refuses it) */
+static PyObject *socket_types[2] = {NULL, NULL};
+static PyObject *family_member = NULL;
+
+static int
+is_ipv4_socket(PyObject *sock)
+{
+    PyObject *kind = (PyObject *)Py_TYPE(sock);
+    if (kind != socket_types[0] && kind != socket_types[1])
+        return 0;
+    PyObject *family = Py_TYPE(family_member)->tp_descr_get(family_member, sock, kind);
+    if (family == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    long value = PyLong_Check(family) ? PyLong_AsLong(family) : -1;
+    Py_DECREF(family);
+    if (value == -1 && PyErr_Occurred())
+        PyErr_Clear();
+    return value == AF_INET;
+}
+
+static int
+load_socket_types(void)
+{
+    const char *modules[2] = {"socket", "_socket"};
+    for (int i = 0; i < 2; i++) {
+        if (socket_types[i] != NULL)
+            continue;
+        PyObject *module = PyImport_ImportModule(modules[i]);
+        if (module == NULL)
+            return 0;
+        socket_types[i] = PyObject_GetAttrString(module, "socket");
+        Py_DECREF(module);
+        if (socket_types[i] == NULL)
+            return 0;
+    }
+    if (family_member == NULL) {
+        family_member = PyObject_GetAttrString(socket_types[1], "family");
+        if (family_member == NULL)
+            return 0;
+        if (Py_TYPE(family_member)->tp_descr_get == NULL) {
+            Py_CLEAR(family_member);
+            PyErr_SetString(PyExc_TypeError, "_socket.socket.family is not a descriptor");
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static PyObject *
+send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[1]) || !PyList_CheckExact(args[2]) ||
+        !PyByteArray_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "send_batch(socks: list, datagrams: list, addresses: list, results)");
+        return NULL;
+    }
+    PyObject *socks = args[0], *datagrams = args[1], *addresses = args[2];
+    Py_ssize_t n = PyList_GET_SIZE(socks);
+    if (PyList_GET_SIZE(datagrams) != n || PyList_GET_SIZE(addresses) != n || PyByteArray_GET_SIZE(args[3]) < n) {
+        PyErr_SetString(PyExc_ValueError, "send_batch: lists of one length, results at least as long");
+        return NULL;
+    }
+    if (!load_socket_types())
+        return NULL;
+    Py_ssize_t failed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *sock = PyList_GET_ITEM(socks, i), *datagram = PyList_GET_ITEM(datagrams, i);
+        PyObject *address = PyList_GET_ITEM(addresses, i);
+        struct sockaddr_in to;
+        Py_buffer view;
+        int outcome;
+        if (!is_ipv4_socket(sock) || !ipv4_destination(address, &to)) {
+            outcome = send_pure(sock, datagram, address);
+        } else if (PyObject_GetBuffer(datagram, &view, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear();
+            outcome = send_pure(sock, datagram, address);  /* not a buffer: the pure twin's TypeError */
+        } else {
+            int fd = PyObject_AsFileDescriptor(sock);
+            if (fd < 0) {
+                /* a closed socket (fileno() -1): refused, as sendto refuses it (EBADF) */
+                outcome = PyErr_ExceptionMatches(PyExc_ValueError) ? 1 : -1;
+                if (outcome == 1)
+                    PyErr_Clear();
+            } else {
+                ssize_t sent;
+                do  /* EINTR: sent again, as CPython's sendto does (PEP 475) */
+                    sent = sendto(fd, view.buf, (size_t)view.len, 0, (struct sockaddr *)&to, sizeof(to));
+                while (sent < 0 && errno == EINTR);
+                outcome = sent < 0;  /* EAGAIN (buffer full), unreachable, ...: refused */
+            }
+            PyBuffer_Release(&view);
+        }
+        if (outcome < 0)
+            return NULL;  /* results of this entry and the ones after it are left as they were */
+        PyByteArray_AS_STRING(args[3])[i] = (char)outcome;
+        failed += outcome;
+    }
+    return PyLong_FromSsize_t(failed);
+}
+
 static PyMethodDef methods[] = {
     {"setup", setup, METH_VARARGS, "setup(RtpPacket, tuple(Drop), parse, pack_into): the pure module's types"},
     {"parse", parse, METH_O, "rtp.packet.parse, compiled"},
@@ -278,6 +432,8 @@ static PyMethodDef methods[] = {
      "g711_decode(table, pure, payload): G.711 codes to PCM16LE by the codec's 512-byte decode table"},
     {"recv_stamped", (PyCFunction)(void (*)(void))recv_stamped, METH_FASTCALL,
      "recv_stamped(sock, size): (datagram, (host, port), kernel receive ns or -1), or None when none waits"},
+    {"send_batch", (PyCFunction)(void (*)(void))send_batch, METH_FASTCALL,
+     "send_batch(socks, datagrams, addresses, results): sendto of each, results[i] 0 sent / 1 refused; refused"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -21,6 +21,11 @@ datagrams a channel a tick). A loop reader woke the loop and ran a callback for 
 call, on cold caches; here a phase's packets cost two system calls besides their reads, and the stream's state
 is warm for the slot that follows.
 
+Outbound RTP leaves in one call a phase too: a channel that takes the clock's `SendBatch` (`BatchingChannel`,
+rtp.endpoint) queues its slot's datagram there instead of sending it, and once every channel of the phase was
+served the batch sends them all (rtp.speedups `send_batch`) and settles each call's carrier ledger. A channel
+driven directly (not by this clock) sends its own.
+
 The clock starts with its first channel and stops with the last, so an idle process has no timer at all.
 
 Phases (inbound latency): with `phases=G` the period is cut into G evenly spaced phases, phase k's
@@ -65,6 +70,7 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from rtp.audio import FRAME_MS
+from rtp.endpoint import SendBatch
 from rtp.pacer import MediaClock
 
 log = logging.getLogger("parlora.rtp.clock")
@@ -171,6 +177,15 @@ class ReadingChannel(MediaChannel, Protocol):
         ...
 
 
+@runtime_checkable
+class BatchingChannel(MediaChannel, Protocol):
+    """A channel that sends its slots' RTP through the clock's `SendBatch` while it is on the clock."""
+
+    def join_batch(self, batch: SendBatch | None) -> None:
+        """Queue the last due slot's datagram on `batch` from now on (None: send it at once, as before)."""
+        ...
+
+
 class MediaClockShell:
     """One `loop.call_at` timer for all channels, driven by one `rtp.pacer.MediaClock` core per phase."""
 
@@ -206,6 +221,7 @@ class MediaClockShell:
         self._readers: dict[int, tuple[int, RtpReader]] = {}  # by descriptor: (id(channel), its reader)
         self._reading: dict[int, int] = {}  # id(channel) -> the descriptor it was registered with
         self.rtp_reads = 0  # datagrams read in ticks (`read_rtp` returned True)
+        self.sends = SendBatch(clock)  # the phase's outbound RTP, flushed after its channels were served
         self._t0: int | None = None  # phase k's slots at t0 + k * period / phases + n * period
         self._handle: asyncio.TimerHandle | None = None
         self._handle_at: int | None = None
@@ -279,6 +295,8 @@ class MediaClockShell:
         self._phase_of[key] = phase
         if isinstance(channel, ReadingChannel):
             self._register(phase, channel)
+        if isinstance(channel, BatchingChannel):
+            channel.join_batch(self.sends)
         if self._cores[phase] is None:
             anchor = self._t0 + phase * (self.period_ns // self.phases)
             anchor += (
@@ -298,6 +316,8 @@ class MediaClockShell:
         phase = self._phase_of.pop(id(channel), None)
         if phase is None:
             return
+        if isinstance(channel, BatchingChannel):
+            channel.join_batch(None)
         self._unregister(phase, id(channel))
         group = self._groups[phase]
         group.pop(id(channel), None)
@@ -368,6 +388,9 @@ class MediaClockShell:
         for phase in range(self.phases):
             self._retire(phase)
         for group in self._groups:
+            for channel in group.values():
+                if isinstance(channel, BatchingChannel):
+                    channel.join_batch(None)
             group.clear()
         self._phase_of.clear()
         self._readers.clear()
@@ -500,6 +523,14 @@ class MediaClockShell:
                     if group.pop(key, None) is not None:
                         self._phase_of.pop(key, None)
                         self._unregister(phase, key)
+                        if isinstance(channel, BatchingChannel):
+                            channel.join_batch(None)
+            if self.sends.owners:
+                try:
+                    self.sends.flush()
+                except Exception:  # the calls were settled (what did not leave: unsent); the clock goes on
+                    self.channel_errors += 1
+                    log.exception("sending the media clock's RTP failed")
             if not group:
                 self._retire(phase)
             else:

@@ -14,7 +14,9 @@ media shell. `sip.native.agent.NativeUserAgent` makes the legs and routes the co
   `sendto`, and only once `sendto` has returned tells the core, which records the frame in the carrier ledger
   (a failed send is counted, never recorded) (DESIGN §3.2, §11, HR4); a late clock's skipped slots are paid one
   frame a tick; at the core's deadline, RTCP, lost digit ends, the call limits (rtp/limits.py: the BYE, or the
-  goodbye and its backstop BYE) and the one-way-audio line.
+  goodbye and its backstop BYE) and the one-way-audio line. On the clock, a tick's last due slot does not send
+  its datagram itself: it queues it on the clock's `rtp.endpoint.SendBatch`, which sends every call's of the
+  phase in one call and then records each sent frame in its ledger (`unsent` for a refused one).
 
 A leg reaches its engine only through `LegEngine` (the SIP core, the one flush, the media clock, the counters).
 """
@@ -33,7 +35,7 @@ from typing import Protocol
 from rtp import probe as _probe
 from rtp.clock import MediaClockShell
 from rtp.dtmf import DtmfDigit
-from rtp.endpoint import RtpSocketPair
+from rtp.endpoint import RtpSocketPair, SendBatch
 from rtp.g722 import WIDE_RATE
 from rtp.ledger import CarrierLedger
 from rtp.media import CallMedia, LimitReached
@@ -114,6 +116,8 @@ class _CallMedia:
         )
         self.stream = stream
         self.srtp = self.core.srtp
+        # the media clock's send batch and the RTP socket it sends from, while the clock serves this call
+        self._batch: tuple[SendBatch, socket.socket] | None = None
         leg.sockets.on_rtp = self.on_rtp  # the clock reads 50 datagrams a second per call: straight here
 
     # the core's figures, read by the leg's status and its CallEnded
@@ -159,12 +163,29 @@ class _CallMedia:
         stall too, so the slots it catches up find the packets that came meanwhile."""
         return self._sockets.rtp_fileno, self._sockets.read_rtp
 
+    def join_batch(self, batch: SendBatch | None) -> None:
+        """The media clock's send batch (rtp.clock `BatchingChannel`): an IPv4 call queues its tick's last
+        datagram there; an IPv6 one (or one off the clock: None) sends each itself."""
+        sock = getattr(self._sockets, "batch_socket", None)  # (a test's stand-in sockets have none)
+        self._batch = (batch, sock) if batch is not None and sock is not None else None
+
+    @property
+    def call_id(self) -> str:
+        return self._leg.identity.call_id
+
+    def unsent(self) -> None:
+        """The batch's sendto of this call's datagram was refused: counted, never in the ledger."""
+        self._sockets.send_errors += 1
+        self.core.unsent()
+
     def on_slots(self, now: int, due: int, skipped: int) -> None:
-        """The media clock's tick (rtp.clock): each due slot hands the caller's frame on, then sends ours."""
+        """The media clock's tick (rtp.clock): each due slot hands the caller's frame on, then sends ours (the
+        last one through the clock's batch, when the call is in one)."""
         core = self.core
         if skipped:
             core.skip(skipped, now)
-        for _ in range(due):
+        batch = self._batch
+        for slot in range(due):
             frame = core.pull_frame(now)
             if frame is not None:
                 self._leg._post(FrameReceived(frame.pcm, frame.seq, frame.arrival_ns))
@@ -172,7 +193,9 @@ class _CallMedia:
                     _probe.media_in(self._leg.identity.call_id, now, frame.pcm)
             datagram = core.pull_datagram(now)
             if datagram is not None:
-                if self._sockets.send_rtp(datagram, core.to):
+                if batch is not None and slot == due - 1:  # (a view of the stream's buffer: the last slot's)
+                    batch[0].add(batch[1], datagram, core.to, self)
+                elif self._sockets.send_rtp(datagram, core.to):
                     out = core.out
                     if out is not None:  # handed to the kernel: transmitted when sendto returned
                         sent_ns = self._clock()
