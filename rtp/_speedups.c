@@ -388,9 +388,15 @@ send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (!load_socket_types())
         return NULL;
     Py_ssize_t failed = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
+    /* (the sizes are read again each round: a socket's own sendto is Python code, which may change them) */
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(socks) && i < PyList_GET_SIZE(datagrams) &&
+                           i < PyList_GET_SIZE(addresses) && i < PyByteArray_GET_SIZE(args[3]);
+         i++) {
         PyObject *sock = PyList_GET_ITEM(socks, i), *datagram = PyList_GET_ITEM(datagrams, i);
         PyObject *address = PyList_GET_ITEM(addresses, i);
+        Py_INCREF(sock);
+        Py_INCREF(datagram);
+        Py_INCREF(address);
         struct sockaddr_in to;
         Py_buffer view;
         int outcome;
@@ -415,9 +421,13 @@ send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
             }
             PyBuffer_Release(&view);
         }
+        Py_DECREF(sock);
+        Py_DECREF(datagram);
+        Py_DECREF(address);
         if (outcome < 0)
             return NULL;  /* results of this entry and the ones after it are left as they were */
-        PyByteArray_AS_STRING(args[3])[i] = (char)outcome;
+        if (i < PyByteArray_GET_SIZE(args[3]))
+            PyByteArray_AS_STRING(args[3])[i] = (char)outcome;
         failed += outcome;
     }
     return PyLong_FromSsize_t(failed);

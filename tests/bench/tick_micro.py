@@ -11,7 +11,8 @@ RTP to a sink socket on loopback, recording it in the carrier ledger. Only `run_
 `time.process_time_ns` (the CPU time of this process: the other processes of a shared machine do not count,
 the kernel's work for our system calls does); the feeding and the sink's draining are outside it. Best of
 `--rounds` runs of `--ticks` ticks, the calls sending their RTP through the clock's send batch
-(rtp.endpoint `SendBatch`) and each its own (`sendto` per call, as before the batch) in alternate runs.
+(rtp.endpoint `SendBatch`) and each its own (`sendto` per call, as before the batch) in alternate ticks of
+each run (a tree without the batch: per call only).
 `--no-inbound` leaves the caller side out (the send side alone).
 The media path is the one rtp.speedups chose at import (PARLORA_PURE_MEDIA=1: the pure one).
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import resource
 import socket
 import sys
 import time
@@ -58,9 +60,11 @@ class _Leg:
         pass
 
 
-def run(calls: int, ticks: int, inbound: bool, batched: bool) -> float:
-    """CPU µs per call and tick of `run_due` over `ticks` ticks of `calls` calls (`batched`: each call's RTP
-    through the clock's send batch; else each call sends its own, as before the batch)."""
+def run(calls: int, ticks: int, inbound: bool, modes: tuple[bool, ...]) -> dict[bool, tuple[float, float]]:
+    """CPU µs per call and tick of `run_due` over `ticks` ticks of `calls` calls, for each mode of `modes`
+    (True: each call's RTP through the clock's send batch; False: each call sends its own, as before the
+    batch), the modes taking turns tick by tick: the same sockets, caches and load for each. Also the user
+    part of it (getrusage: the rest is the kernel's, the system calls')."""
     loop = asyncio.new_event_loop()
     now = [10**12]
     sink = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
@@ -83,17 +87,20 @@ def run(calls: int, ticks: int, inbound: bool, batched: bool) -> float:
         media = _CallMedia(leg, stream, negotiated)  # type: ignore[arg-type]
         media.set_limits(now[0], 3600.0, 30.0, 7200.0)
         shell.add(media)
-        if not batched and hasattr(media, "join_batch"):
-            media.join_batch(None)
         legs.append((leg, media))
     pcmu = ulaw_encode(bytes(320))
     frames = [OutboundFrame(bytes(320), 1, "item", 20 * t, pcmu) for t in range(ticks)]
     ports = [(HOST, leg.sockets.port) for leg, _ in legs]
     payload = bytes(range(160))
-    spent = 0
+    spent = dict.fromkeys(modes, 0)
+    user = dict.fromkeys(modes, 0.0)
     core = shell.core
     assert core is not None
     for t in range(ticks):
+        batched = modes[t % len(modes)]
+        if hasattr(_CallMedia, "join_batch"):
+            for _, media in legs:
+                media.join_batch(shell.sends if batched else None)
         if inbound:
             dgram = build(0, False, t & 0xFFFF, 160 * t, 0xA, payload)
             for port in ports:
@@ -101,9 +108,11 @@ def run(calls: int, ticks: int, inbound: bool, batched: bool) -> float:
         for leg, _ in legs:
             leg.playout.enqueue((frames[t],))
         now[0] = core.next_deadline()
+        u0 = resource.getrusage(resource.RUSAGE_SELF).ru_utime
         c0 = time.process_time_ns()
         shell.run_due(now[0])
-        spent += time.process_time_ns() - c0
+        spent[batched] += time.process_time_ns() - c0
+        user[batched] += resource.getrusage(resource.RUSAGE_SELF).ru_utime - u0
         try:
             while True:
                 sink.recv(2048)
@@ -117,7 +126,8 @@ def run(calls: int, ticks: int, inbound: bool, batched: bool) -> float:
     sink.close()
     feeder.close()
     loop.close()
-    return spent / 1000 / calls / ticks
+    per = calls * (ticks // len(modes))
+    return {mode: (ns / 1000 / per, user[mode] * 1e6 / per) for mode, ns in spent.items()}
 
 
 def main() -> None:
@@ -128,20 +138,23 @@ def main() -> None:
     ap.add_argument("--no-inbound", action="store_true")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    modes = {"per call": False, "batched": True} if hasattr(_CallMedia, "join_batch") else {"per call": False}
-    out: dict[str, dict[int, float]] = {mode: {} for mode in modes}
-    for _ in range(args.rounds):  # the modes alternate round by round: the machine's load weighs on both
+    names = {False: "per call", True: "batched"}
+    modes = (False, True) if hasattr(_CallMedia, "join_batch") else (False,)
+    out: dict[str, dict[int, tuple[float, float]]] = {names[mode]: {} for mode in modes}
+    for _ in range(args.rounds):
         for n in args.calls:
-            for mode, batched in modes.items():
-                took = run(n, args.ticks, not args.no_inbound, batched)
-                out[mode][n] = min(out[mode].get(n, float("inf")), took)
+            for mode, took in run(n, args.ticks, not args.no_inbound, modes).items():
+                out[names[mode]][n] = min(out[names[mode]].get(n, (float("inf"), 0.0)), took)
     if args.json:
         print(json.dumps({"path": MEDIA_PATH, "us_per_call_tick": out}))
         return
     side = "send side only" if args.no_inbound else "read + slot + send"
     for mode, by in out.items():
-        for n, us in by.items():
-            print(f"{MEDIA_PATH:>8} {mode:>8} {n:4d} calls ({side}): {us:6.2f} µs CPU per call and tick")
+        for n, (us, user) in by.items():
+            print(
+                f"{MEDIA_PATH:>8} {mode:>8} {n:4d} calls ({side}): {us:6.2f} µs CPU per call and tick"
+                f" (user {user:5.2f})"
+            )
 
 
 if __name__ == "__main__":
