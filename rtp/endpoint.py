@@ -99,6 +99,20 @@ class SendBatch:
         self.addresses.append(to)
         self.owners.append(owner)
 
+    def _settle(self, results: bytearray) -> None:
+        now = self._clock()  # every datagram of the batch had left by now
+        probe = _probe.ENABLED
+        for i, owner in enumerate(self.owners):
+            if results[i]:
+                owner.unsent()
+                continue
+            core = owner.core
+            out = core.out
+            if out is not None:
+                core.sent(now)
+                if probe:
+                    _probe.media_out(owner.call_id, now, out.pcm)
+
     def flush(self) -> int:
         """Send every queued datagram, in the order queued, then settle each call; returns how many were
         refused. An exception of the sends (not an OSError: those are refusals) is raised after the calls are
@@ -112,23 +126,14 @@ class SendBatch:
         try:
             refused = self._send(self.socks, self.datagrams, self.addresses, results)
         finally:
-            now = self._clock()  # every datagram of the batch had left by now
-            probe = _probe.ENABLED
-            for i, owner in enumerate(owners):
-                if results[i]:
-                    owner.unsent()
-                    continue
-                core = owner.core
-                out = core.out
-                if out is not None:
-                    core.sent(now)
-                    if probe:
-                        _probe.media_out(owner.call_id, now, out.pcm)
-            self.socks.clear()
-            self.datagrams.clear()
-            self.addresses.clear()
-            owners.clear()
-            self.flushes += 1
+            try:
+                self._settle(results)
+            finally:  # (emptied whatever happens: a datagram view is only valid until its call's next slot)
+                self.socks.clear()
+                self.datagrams.clear()
+                self.addresses.clear()
+                owners.clear()
+                self.flushes += 1
         return refused
 
 

@@ -243,6 +243,61 @@ def test_each_phase_tick_sends_every_calls_rtp_in_one_call_and_records_only_what
         loop.close()
 
 
+def test_an_exception_of_the_sends_settles_every_call_and_the_clock_goes_on() -> None:
+    """The sends raise (not an OSError: a bug) after the first datagram left: that call's frame is recorded,
+    the untried one is counted unsent and never recorded, the batch is emptied (its views would be stale by the
+    next tick), the clock counts the error and the next tick sends both."""
+    impl = speedups.pure
+    raised: list[int] = []
+
+    def failing_once(socks: list[Any], datagrams: list[Any], addresses: list[Any], results: bytearray) -> int:
+        if not raised:
+            raised.append(1)
+            impl.send_batch(socks[:1], datagrams[:1], addresses[:1], results)
+            raise RuntimeError("a bug in the sends")
+        return impl.send_batch(socks, datagrams, addresses, results)
+
+    loop = asyncio.new_event_loop()
+    now = [10**12]
+    clock = lambda: now[0]  # noqa: E731
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind((HOST, 0))
+    peer.setblocking(False)
+    shell = MediaClockShell(loop, clock, phases=1, watch_gc=False)
+    shell.sends = SendBatch(clock, failing_once)
+    pool = PortPool(*_free_range(2))
+    calls = []
+    try:
+        for k in range(2):
+            pair = RtpSocketPair.open(loop, HOST, pool, lambda *a: None, lambda *a: None, clock)
+            leg = _Leg(pair, clock, f"call-{k}")
+            to = (HOST, peer.getsockname()[1])
+            negotiated = NegotiatedMedia("PCMU", PCMU, 101, *to, "sendrecv", "sendrecv")
+            config = StreamConfig(ssrc=k, initial_seq=0, initial_timestamp=0, cname="t", remote=to)
+            media = _CallMedia(leg, RtpStream(config, lambda: 0.5), negotiated)  # type: ignore[arg-type]
+            shell.add(media)
+            calls.append((leg, media))
+        core = shell.core
+        assert core is not None
+        for tick in range(2):
+            for leg, _ in calls:
+                leg.playout.enqueue([OutboundFrame(bytes(320), 1, leg.call, 20 * tick)])
+            now[0] = core.next_deadline()
+            shell.run_due(now[0])
+            assert shell.sends.owners == [] and shell.sends.datagrams == []
+        (first, m0), (second, m1) = calls
+        assert shell.channel_errors == 1 and len(_drain(peer)) == 3
+        assert [e.offset_ms for e in first.playout.ledger.entries()] == [0, 20] and m0.frames_out == 2
+        assert [e.offset_ms for e in second.playout.ledger.entries()] == [20]
+        assert m1.frames_unsent == 1 and second.sockets.send_errors == 1 and m1.frames_out == 1
+    finally:
+        shell.stop()
+        for leg, _ in calls:
+            leg.sockets.close()
+        peer.close()
+        loop.close()
+
+
 # --- send_batch against garbage -----------------------------------------------------------------------------
 
 hosts = st.sampled_from(
