@@ -13,6 +13,9 @@ import asyncio
 import os
 import socket
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -185,6 +188,58 @@ def test_random_multi_call_ticks_send_and_record_the_same_on_both_paths(
         assert len(entries) == frames_out
 
 
+@dataclass
+class _Plain:
+    """Plain PCMU calls on one clock (`plain_calls`): the shell, its loop's clock, the peer, the calls."""
+
+    shell: MediaClockShell
+    now: list[int]
+    peer: socket.socket
+    calls: list[tuple[_Leg, _CallMedia]]
+
+    def tick(self, tick: int) -> None:
+        """One frame queued for each call, then the clock's next tick."""
+        for leg, _ in self.calls:
+            leg.playout.enqueue([OutboundFrame(bytes(320), 1, leg.call, 20 * tick)])
+        core = self.shell.core
+        assert core is not None
+        self.now[0] = core.next_deadline()
+        self.shell.run_due(self.now[0])
+
+
+@contextmanager
+def plain_calls(send: Any, hosts: list[str], batch_clock_offset: int = 0) -> Iterator[_Plain]:
+    """A PCMU call to the peer's port at each of `hosts`, on a clock whose batch sends with `send` and reads
+    its clock `batch_clock_offset` ns after the shell's."""
+    loop = asyncio.new_event_loop()
+    now = [10**12]
+    clock = lambda: now[0]  # noqa: E731
+    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    peer.bind((HOST, 0))
+    peer.setblocking(False)
+    shell = MediaClockShell(loop, clock, phases=1, watch_gc=False)
+    shell.sends = SendBatch(lambda: now[0] + batch_clock_offset, send)
+    pool = PortPool(*_free_range(len(hosts)))
+    calls: list[tuple[_Leg, _CallMedia]] = []
+    try:
+        for k, address in enumerate(hosts):
+            pair = RtpSocketPair.open(loop, HOST, pool, lambda *a: None, lambda *a: None, clock)
+            leg = _Leg(pair, clock, f"call-{k}")
+            to = (address, peer.getsockname()[1])
+            negotiated = NegotiatedMedia("PCMU", PCMU, 101, *to, "sendrecv", "sendrecv")
+            config = StreamConfig(ssrc=k, initial_seq=0, initial_timestamp=0, cname="t", remote=to)
+            media = _CallMedia(leg, RtpStream(config, lambda: 0.5), negotiated)  # type: ignore[arg-type]
+            shell.add(media)
+            calls.append((leg, media))
+        yield _Plain(shell, now, peer, calls)
+    finally:
+        shell.stop()
+        for leg, _ in calls:
+            leg.sockets.close()
+        peer.close()
+        loop.close()
+
+
 @pytest.mark.parametrize("path", list(IMPLS))
 def test_each_phase_tick_sends_every_calls_rtp_in_one_call_and_records_only_what_left(path: str) -> None:
     """Four calls on one clock, one of them to a destination the kernel refuses (broadcast without
@@ -197,50 +252,19 @@ def test_each_phase_tick_sends_every_calls_rtp_in_one_call_and_records_only_what
         batches.append(len(socks))
         return impl.send_batch(socks, datagrams, addresses, results)
 
-    loop = asyncio.new_event_loop()
-    now = [10**12]
-    clock = lambda: now[0]  # noqa: E731
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.bind((HOST, 0))
-    shell = MediaClockShell(loop, clock, phases=1, watch_gc=False)
-    shell.sends = SendBatch(lambda: now[0] + 7, counting)  # the batch reads the clock once its sends returned
-    pool = PortPool(*_free_range(4))
-    calls = []
-    try:
-        for k, address in enumerate([HOST, HOST, "255.255.255.255", HOST]):
-            pair = RtpSocketPair.open(loop, HOST, pool, lambda *a: None, lambda *a: None, clock)
-            leg = _Leg(pair, clock, f"call-{k}")
-            to = (address, peer.getsockname()[1])
-            negotiated = NegotiatedMedia("PCMU", PCMU, 101, *to, "sendrecv", "sendrecv")
-            config = StreamConfig(ssrc=k, initial_seq=0, initial_timestamp=0, cname="t", remote=to)
-            media = _CallMedia(leg, RtpStream(config, lambda: 0.5), negotiated)  # type: ignore[arg-type]
-            shell.add(media)
-            calls.append((leg, media))
-        core = shell.core
-        assert core is not None
+    # the batch reads its clock 7 ns after the tick: once its sends returned
+    with plain_calls(counting, [HOST, HOST, "255.255.255.255", HOST], 7) as run:
         for tick in range(3):
-            for leg, _ in calls:
-                leg.playout.enqueue([OutboundFrame(bytes(320), 1, leg.call, 20 * tick)])
-            now[0] = core.next_deadline()
-            shell.run_due(now[0])
+            run.tick(tick)
             assert batches[-1] == 4
-            for k, (leg, media) in enumerate(calls):
+            for k, (leg, media) in enumerate(run.calls):
                 entries = leg.playout.ledger.entries()
                 if k == 2:
-                    assert (
-                        entries == []
-                        and media.frames_unsent == tick + 1
-                        and leg.sockets.send_errors == tick + 1
-                    )
+                    assert entries == [] and media.frames_unsent == leg.sockets.send_errors == tick + 1
                 else:
-                    assert entries[-1].transmitted_ns == now[0] + 7 and media.frames_out == tick + 1
-        assert batches == [4, 4, 4] and shell.sends.flushes == 3
-    finally:
-        shell.stop()
-        for leg, _ in calls:
-            leg.sockets.close()
-        peer.close()
-        loop.close()
+                    assert entries[-1].transmitted_ns == run.now[0] + 7 and media.frames_out == tick + 1
+        assert batches == [4, 4, 4] and run.shell.sends.flushes == 3
+        assert len(_drain(run.peer)) == 9
 
 
 def test_an_exception_of_the_sends_settles_every_call_and_the_clock_goes_on() -> None:
@@ -257,45 +281,15 @@ def test_an_exception_of_the_sends_settles_every_call_and_the_clock_goes_on() ->
             raise RuntimeError("a bug in the sends")
         return impl.send_batch(socks, datagrams, addresses, results)
 
-    loop = asyncio.new_event_loop()
-    now = [10**12]
-    clock = lambda: now[0]  # noqa: E731
-    peer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    peer.bind((HOST, 0))
-    peer.setblocking(False)
-    shell = MediaClockShell(loop, clock, phases=1, watch_gc=False)
-    shell.sends = SendBatch(clock, failing_once)
-    pool = PortPool(*_free_range(2))
-    calls = []
-    try:
-        for k in range(2):
-            pair = RtpSocketPair.open(loop, HOST, pool, lambda *a: None, lambda *a: None, clock)
-            leg = _Leg(pair, clock, f"call-{k}")
-            to = (HOST, peer.getsockname()[1])
-            negotiated = NegotiatedMedia("PCMU", PCMU, 101, *to, "sendrecv", "sendrecv")
-            config = StreamConfig(ssrc=k, initial_seq=0, initial_timestamp=0, cname="t", remote=to)
-            media = _CallMedia(leg, RtpStream(config, lambda: 0.5), negotiated)  # type: ignore[arg-type]
-            shell.add(media)
-            calls.append((leg, media))
-        core = shell.core
-        assert core is not None
+    with plain_calls(failing_once, [HOST, HOST]) as run:
         for tick in range(2):
-            for leg, _ in calls:
-                leg.playout.enqueue([OutboundFrame(bytes(320), 1, leg.call, 20 * tick)])
-            now[0] = core.next_deadline()
-            shell.run_due(now[0])
-            assert shell.sends.owners == [] and shell.sends.datagrams == []
-        (first, m0), (second, m1) = calls
-        assert shell.channel_errors == 1 and len(_drain(peer)) == 3
+            run.tick(tick)
+            assert run.shell.sends.owners == [] and run.shell.sends.datagrams == []
+        (first, m0), (second, m1) = run.calls
+        assert run.shell.channel_errors == 1 and len(_drain(run.peer)) == 3
         assert [e.offset_ms for e in first.playout.ledger.entries()] == [0, 20] and m0.frames_out == 2
         assert [e.offset_ms for e in second.playout.ledger.entries()] == [20]
         assert m1.frames_unsent == 1 and second.sockets.send_errors == 1 and m1.frames_out == 1
-    finally:
-        shell.stop()
-        for leg, _ in calls:
-            leg.sockets.close()
-        peer.close()
-        loop.close()
 
 
 # --- send_batch against garbage -----------------------------------------------------------------------------
