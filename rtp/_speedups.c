@@ -17,6 +17,9 @@
                                         sendto each on non-blocking IPv4 sockets; results[i] 0 sent, 1 refused
                                         (an OSError); a destination that is not a numeric IPv4 pair goes to
                                         socket.sendto itself. Returns how many were refused.
+                                        (The GIL is held over each sendto(2): on a non-blocking socket, as
+                                        RtpSocketPair binds them, it never waits; a socket with a timeout is
+                                        refused at once where socket.sendto would wait for room.)
 */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
