@@ -37,7 +37,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from rtp.audio import FRAME_SAMPLES, PCM16_FRAME_BYTES
 
-__all__ = ["G722", "Decimator", "G722Decoder", "G722Encoder", "WIDE_RATE", "lowpass", "to_pcm16"]
+__all__ = ["G722", "Decimator", "G722Decoder", "G722Encoder", "WIDE_RATE", "WideView", "lowpass", "to_pcm16"]
 
 G722 = 9  # static payload type (RFC 3551 table 4)
 WIDE_RATE = 16000
@@ -133,12 +133,36 @@ class G722Decoder:
         return out
 
 
+class WideView:
+    """The 16 kHz view of a stream of session frames, for an encoder that runs at 16 kHz (G.722 always, Opus
+    on a 16 kHz leg: rtp.opus): `view(pcm)` is a 640-byte frame itself and a 320-byte (8 kHz) one brought up
+    through the zero-stuffing interpolator (a short one padded with silence), its history kept across frames
+    (one frame in, one out); after a 16 kHz frame the history goes on from silence. One view per stream."""
+
+    __slots__ = ("_buffer", "_windows")
+
+    def __init__(self) -> None:
+        self._buffer = np.zeros(_HIST + _WIDE_SAMPLES, dtype=np.float32)  # zero-stuffed: history, this frame
+        self._windows = sliding_window_view(self._buffer, len(_H2))
+
+    def __call__(self, pcm: bytes) -> bytes:
+        buffer = self._buffer
+        if len(pcm) == _WIDE_BYTES:  # a 16 kHz leg's frame: no detour through 8 kHz
+            buffer[:] = 0
+            return pcm
+        narrow = np.frombuffer(pcm, dtype="<i2", count=min(len(pcm) // 2, FRAME_SAMPLES))
+        buffer[:_HIST] = buffer[_WIDE_SAMPLES:]
+        buffer[_HIST:] = 0
+        buffer[_HIST : _HIST + 2 * len(narrow) : 2] = narrow
+        return to_pcm16(self._windows @ _H2)
+
+
 class G722Encoder:
     """One stream's G.722 encoder: `encoder(pcm)` is the 160-byte G.722 frame of one 20 ms frame of 8 kHz PCM16
     (320 bytes; a short one is padded with silence), or of 16 kHz PCM16 (640 bytes, encoded as it is; the
-    interpolator's history then goes on from silence)."""
+    interpolator's history then goes on from silence): `WideView`."""
 
-    __slots__ = ("_buffer", "_context", "_frame", "_windows")
+    __slots__ = ("_context", "_frame", "_wide")
 
     silence = _SILENCE_8K  # what to encode in a slot with nothing to say (see the module docstring)
 
@@ -151,20 +175,11 @@ class G722Encoder:
         self._context = context
         self._frame = av.AudioFrame(format="s16", layout="mono", samples=_WIDE_SAMPLES)
         self._frame.sample_rate = WIDE_RATE
-        self._buffer = np.zeros(_HIST + _WIDE_SAMPLES, dtype=np.float32)  # zero-stuffed: history, this frame
-        self._windows = sliding_window_view(self._buffer, len(_H2))
+        self._wide = WideView()
 
     def __call__(self, pcm: bytes) -> bytes:
-        buffer, frame = self._buffer, self._frame
-        if len(pcm) == _WIDE_BYTES:  # a 16 kHz leg's frame: no detour through 8 kHz
-            buffer[:] = 0
-            frame.planes[0].update(pcm)
-        else:
-            narrow = np.frombuffer(pcm, dtype="<i2", count=min(len(pcm) // 2, FRAME_SAMPLES))
-            buffer[:_HIST] = buffer[_WIDE_SAMPLES:]
-            buffer[_HIST:] = 0
-            buffer[_HIST : _HIST + 2 * len(narrow) : 2] = narrow
-            frame.planes[0].update(to_pcm16(self._windows @ _H2))
+        frame = self._frame
+        frame.planes[0].update(self._wide(pcm))
         frame.pts = None
         packets = self._context.encode(frame)
         return bytes(packets[0]) if len(packets) == 1 else b"".join(bytes(p) for p in packets)

@@ -170,11 +170,12 @@ class CallMedia:
 
     def _encoder_of(self, codec: str) -> None:
         self._passthrough = codec == "PCMU"
-        encoder = G722Encoder() if codec == "G722" else OpusEncoder() if codec == "OPUS" else None
+        rate = self.stream.media_rate  # Opus at 16 kHz on a 16 kHz stream (rtp.opus)
+        encoder = G722Encoder() if codec == "G722" else OpusEncoder(rate) if codec == "OPUS" else None
         self._encode: Callable[[bytes], bytes] = (
             encoder if encoder is not None else ulaw_encode if self._passthrough else alaw_encode
         )
-        if codec != "G722":
+        if codec != "G722" and rate == 8000:
             # an 8 kHz codec takes the 8 kHz view of a 16 kHz frame (a G.722 leg's relayed by a warm transfer,
             # a 16 kHz session re-offered to G.711); an 8 kHz frame passes as it is (one length test)
             self._encode = _Narrowed(self._encode)

@@ -81,6 +81,7 @@ _IDLE = {
     "OPUS": b"\xf8\xff\xfe",
 }
 _BY_PT = {PCMU: "PCMU", PCMA: "PCMA", G722: "G722"}
+_WIDE_CODECS = frozenset(("G722", "OPUS"))  # run at a 16 kHz stream's `media_rate` (rtp.g722, rtp.opus)
 
 
 def stream_codec(config: StreamConfig) -> str:
@@ -92,19 +93,20 @@ def stream_codec(config: StreamConfig) -> str:
 
 
 def _decoder(codec: str, media_rate: int = 8000) -> Callable[[bytes], bytes]:
-    """A fresh decoder of `codec` (G.722's and Opus's keep state from frame to frame); G.722 at 16 kHz when
-    the stream's `media_rate` is (rtp.g722)."""
+    """A fresh decoder of `codec` (G.722's and Opus's keep state from frame to frame); G.722 and Opus at 16 kHz
+    when the stream's `media_rate` is (rtp.g722, rtp.opus)."""
     if codec == "PCMU":
         return fast_ulaw_decode
     if codec == "PCMA":
         return fast_alaw_decode
-    return G722Decoder(wide=media_rate == WIDE_RATE) if codec == "G722" else OpusDecoder()
+    wide = media_rate == WIDE_RATE
+    return G722Decoder(wide=wide) if codec == "G722" else OpusDecoder(WIDE_RATE if wide else 8000)
 
 
 def frame_rate(codec: str, media_rate: int) -> int:
-    """The PCM rate of the frames a stream of `codec` hands the session: 16000 for G.722 where the stream's
-    `media_rate` is 16000, else 8000 (G.711, and Opus, which libopus decodes to 8 kHz: rtp.opus)."""
-    return WIDE_RATE if codec == "G722" and media_rate == WIDE_RATE else 8000
+    """The PCM rate of the frames a stream of `codec` hands the session: 16000 for G.722 and Opus where the
+    stream's `media_rate` is 16000, else 8000 (G.711, and every codec of an 8 kHz stream)."""
+    return WIDE_RATE if codec in _WIDE_CODECS and media_rate == WIDE_RATE else 8000
 
 
 _MAX_PAYLOAD = 1200

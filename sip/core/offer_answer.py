@@ -102,7 +102,7 @@ __all__ = [
 # The audio codecs we run, by rtpmap name: (payload type of our offers, rtpmap clock rate, rtpmap channels)
 # (RFC 3551 table 4). G722's rtpmap clock is 8000 although it samples at 16 kHz (RFC 3551 §4.5.2), and it runs
 # on its static PT only (every G.722 phone sends 9). Opus is "opus/48000/2" whatever is sent (RFC 7587 §7),
-# at a dynamic PT (an answer takes the offerer's), with our narrowband limits in its fmtp (rtp.opus).
+# at a dynamic PT (an answer takes the offerer's), with our wideband limits (16 kHz) in its fmtp (rtp.opus).
 CODECS: dict[str, tuple[int, int, int]] = {
     "PCMU": (0, 8000, 1),
     "PCMA": (8, 8000, 1),
@@ -110,7 +110,7 @@ CODECS: dict[str, tuple[int, int, int]] = {
     "OPUS": (111, 48000, 2),
 }
 _RTPMAP_NAME = {"OPUS": "opus"}  # how the rtpmap spells it (names are case-insensitive; peers are not)
-_OPUS_FMTP = "maxplaybackrate=8000; sprop-maxcapturerate=8000"
+_OPUS_FMTP = "maxplaybackrate=16000; sprop-maxcapturerate=16000"
 DEFAULT_CODECS = ("PCMU", "PCMA")
 _SUPPORTED = frozenset(CODECS)
 

@@ -482,7 +482,7 @@ class NativeLeg(PlayoutLeg):
                 payload_type=negotiated.payload_type,
                 codec=negotiated.codec,
                 clock_rate=negotiated.clock_rate,
-                media_rate=WIDE_RATE if negotiated.codec == "G722" else 8000,  # G.722 at its 16 kHz
+                media_rate=WIDE_RATE if negotiated.codec in ("G722", "OPUS") else 8000,  # rtp.g722, rtp.opus
                 dtmf_payload_type=negotiated.telephone_event,
                 wallclock_offset_ns=agent.wallclock_offset_ns,
                 nat=self.policy.nat,  # symmetric RTP: latch to the first valid packet's source

@@ -15,6 +15,25 @@ def frames(signal: np.ndarray) -> list[bytes]:
     return [signal[i : i + SAMPLES_PER_FRAME].tobytes() for i in range(0, len(signal), SAMPLES_PER_FRAME)]
 
 
+def tone(hz: float, frames: int, rate: int, level: float = 8000.0) -> np.ndarray:
+    """`frames` x 20 ms of a sine at `rate` (PCM16 samples)."""
+    t = np.arange(rate // 50 * frames) / rate
+    return np.asarray(level * np.sin(2 * np.pi * hz * t), dtype="<i2")
+
+
+def split(signal: np.ndarray, samples: int) -> list[bytes]:
+    """`signal` cut into frames of `samples` (160 at 8 kHz, 320 at 16 kHz)."""
+    return [signal[i : i + samples].tobytes() for i in range(0, len(signal), samples)]
+
+
+def band_share(pcm: bytes, rate: int, lo: float, hi: float) -> float:
+    """The share of the signal's energy between `lo` and `hi` Hz."""
+    x = np.frombuffer(pcm, dtype="<i2").astype(np.float64)
+    power = np.abs(np.fft.rfft(x * np.hanning(len(x)))) ** 2
+    hz = np.fft.rfftfreq(len(x), 1 / rate)
+    return float(power[(hz >= lo) & (hz <= hi)].sum() / power.sum())
+
+
 def pcm(decoded: list[bytes]) -> np.ndarray:
     return np.frombuffer(b"".join(decoded), dtype="<i2").astype(np.float64)
 

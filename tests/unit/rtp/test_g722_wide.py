@@ -24,21 +24,9 @@ from tests.support import codec_signal as cs
 PEER = ("127.0.0.1", 40000)
 
 
-def _tone(hz: float, frames: int, rate: int, level: float = 8000.0) -> np.ndarray:
-    t = np.arange(rate // 50 * frames) / rate
-    return np.asarray(level * np.sin(2 * np.pi * hz * t), dtype="<i2")
-
-
-def _frames(signal: np.ndarray, samples: int) -> list[bytes]:
-    return [signal[i : i + samples].tobytes() for i in range(0, len(signal), samples)]
-
-
-def _share(pcm: bytes, rate: int, lo: float, hi: float) -> float:
-    """The share of the signal's energy between `lo` and `hi` Hz."""
-    x = np.frombuffer(pcm, dtype="<i2").astype(np.float64)
-    power = np.abs(np.fft.rfft(x * np.hanning(len(x)))) ** 2
-    hz = np.fft.rfftfreq(len(x), 1 / rate)
-    return float(power[(hz >= lo) & (hz <= hi)].sum() / power.sum())
+_tone = cs.tone
+_frames = cs.split
+_share = cs.band_share
 
 
 def _receiver(payload_type: int, media_rate: int = 8000) -> RtpStream:

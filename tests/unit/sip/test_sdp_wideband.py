@@ -1,6 +1,6 @@
 """G.722 and Opus in offer/answer (sip/core/offer_answer.py, RFC 3264): G.722 at static PT 9 with rtpmap
 "G722/8000" although it samples at 16 kHz (RFC 3551 §4.5.2); Opus at a dynamic PT as "opus/48000/2" with our
-narrowband limits in its fmtp (RFC 7587), without telephone-event beside it; each chosen in the offerer's order
+16 kHz limits in its fmtp (RFC 7587), without telephone-event beside it; each chosen in the offerer's order
 among the codecs the call accepts; never by default (G.711 only, as before), never at another PT, clock rate
 or channel count."""
 
@@ -72,7 +72,7 @@ def test_our_opus_offer_is_a_dynamic_pt_at_48000_2_with_narrowband_limits() -> N
     (audio,) = offer(OPUS).media
     assert audio.formats == ("111", "0", "101")
     assert audio.attribute_values("rtpmap")[:2] == ("111 opus/48000/2", "0 PCMU/8000")
-    assert audio.fmtp(111) == "maxplaybackrate=8000; sprop-maxcapturerate=8000"
+    assert audio.fmtp(111) == "maxplaybackrate=16000; sprop-maxcapturerate=16000"
 
 
 def test_the_answer_takes_the_offerers_opus_pt_and_drops_telephone_event_beside_it() -> None:
@@ -87,7 +87,7 @@ def test_the_answer_takes_the_offerers_opus_pt_and_drops_telephone_event_beside_
     )
     audio = result.description.media[0]
     assert audio.formats == ("107",) and audio.attribute_values("rtpmap") == ("107 opus/48000/2",)
-    assert audio.fmtp(107) == "maxplaybackrate=8000; sprop-maxcapturerate=8000"
+    assert audio.fmtp(107) == "maxplaybackrate=16000; sprop-maxcapturerate=16000"
     pcmu_first = answer(parse_sdp(_offer("0 107 101", OPUS_MAP, EVENT)), OPUS)
     assert pcmu_first is not None and (pcmu_first.media.codec, pcmu_first.media.telephone_event) == (
         "PCMU",
