@@ -1,7 +1,7 @@
 """Audio formats and the telephone frame: 8 kHz, 20 ms, 160 samples.
 
-These value types are shared by every room: `sip` hands 8 kHz PCM16 frames in and out (16 kHz on a G.722 leg
-of the native engine, 640 bytes a frame: rtp.g722), `providers` declare the formats they send and receive, and
+These value types are shared by every room: `sip` hands 8 kHz PCM16 frames in and out (16 kHz on a G.722 or
+Opus leg of the native engine, 640 bytes a frame: rtp.g722, rtp.opus), `providers` declare the formats they send and receive, and
 `bridge` converts between them.
 """
 

@@ -23,7 +23,9 @@ telephone-event beside it).
 
 The encoder is fed every slot we send audio, silence included, as rtp.g722's is. Cost (tests/bench/rtp_micro.py
 on a loaded 2-CPU host, so an upper bound): decode about 10 µs a frame (one libopus call), encode about 170 µs
-(PyAV's libopus at its default complexity).
+(PyAV's libopus at its default complexity) at 8 kHz. At 16 kHz the encode took 1.7 times the 8 kHz one side by
+side (200 frames of a two-tone signal, same host), the decode no longer; an 8 kHz frame then adds the
+interpolator's pass (rtp.g722).
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class CallIdentity:
 @dataclass(frozen=True, slots=True)
 class FrameReceived:
     """20 ms of the caller's audio, PCM16LE at the leg's media rate: 8 kHz (320 bytes), or 16 kHz (640 bytes)
-    on a G.722 call of the native engine (`MediaStarted.rate`). The length says the rate."""
+    on a G.722 or Opus call of the native engine (`MediaStarted.rate`). The length says the rate."""
 
     pcm: bytes
     seq: int
@@ -67,8 +67,8 @@ class FrameReceived:
 @dataclass(frozen=True, slots=True)
 class MediaStarted:
     """Media is flowing; `codec` is the negotiated payload (e.g. "PCMU/8000"); `rate` the PCM rate of the
-    leg's 20 ms frames both ways (8000, or 16000 for G.722 on the native engine: rtp.g722): the caller's
-    frames come at it, and the frames played to the leg may be at it (an 8 kHz frame plays too)."""
+    leg's 20 ms frames both ways (8000, or 16000 for G.722 and Opus on the native engine: rtp.g722, rtp.opus):
+    the caller's frames come at it, and the frames played to the leg may be at it (an 8 kHz frame plays too)."""
 
     codec: str
     rate: int = 8000

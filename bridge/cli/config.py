@@ -15,7 +15,7 @@ shows each one with a comment:
                   allow (CIDRs), inbound_auth_user, inbound_password_env, transport, srtp, external_address, nat,
                   rtp_source (learn | strict), cps, max_calls, trust_identity_headers (its P-Asserted-Identity
                   and Diversion give the caller ID: sip/core/app_headers.py), codecs (offered and accepted, in
-                  order, of PCMU, PCMA, G722, OPUS (narrowband inside: rtp/g722.py, rtp/opus.py); default
+                  order, of PCMU, PCMA, G722, OPUS (16 kHz inside: rtp/g722.py, rtp/opus.py); default
                   PCMU, PCMA)
     [inbound]     drop_unknown, allow_any, invite_rate_per_s, options_rate_per_s, blocked_user_agents,
                   server_header, realm, refuse_failed_attestation, early_media (off | ringback | ringback-us |

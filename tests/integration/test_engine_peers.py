@@ -256,7 +256,7 @@ def test_baresip_offering_one_wideband_codec_hears_its_echo(
     """baresip offers only that codec (spandsp's G.722 against the bridge's FFmpeg one, rtp/g722.py; its libopus
     against the bridge's, rtp/opus.py), the bridge lists it (`--codec`; the native engine's: pjsua2 refuses a
     codec list at start); the echo crosses both ends' codecs twice (G.722's 16 kHz frames reach the echo
-    provider, a G.711 one, as their 8 kHz view; Opus runs at 8 kHz)."""
+    provider, a G.711 one, as their 8 kHz view; Opus's 16 kHz ones too, rtp/opus.py)."""
     _baresip_echo("native", codec, start_bridge, utterance, tmp_path)
 
 
@@ -268,13 +268,14 @@ def test_baresip_offering_pcma_alone_hears_its_echo(
     _baresip_echo("native", "PCMA", start_bridge, utterance, tmp_path)
 
 
+@pytest.mark.parametrize("codec", ["G722", "OPUS"])
 def test_baresip_offering_g722_hears_its_6khz_back_through_gemini_at_16khz(
-    start_bridge, start_fake, tmp_path: Path
+    codec: str, start_bridge, start_fake, tmp_path: Path
 ) -> None:
-    """baresip offers G.722 only and says a 1 kHz + 6 kHz chord; the native engine runs the leg at 16 kHz
-    (rtp/g722.py), so the chord reaches the Gemini fake at its own 16 kHz and its 24 kHz echo comes back to
-    G.722 framed at 16 kHz: the 6 kHz half (above the 4 kHz an 8 kHz frame carries, filtered out there)
-    is in what baresip decoded."""
+    """baresip offers G.722 only (or Opus only) and says a 1 kHz + 6 kHz chord; the native engine runs the leg
+    at 16 kHz (rtp/g722.py, rtp/opus.py), so the chord reaches the Gemini fake at its own 16 kHz and its 24 kHz
+    echo comes back to the codec framed at 16 kHz: the 6 kHz half (above the 4 kHz an 8 kHz frame carries,
+    filtered out there) is in what baresip decoded (its dump: 16 kHz for G.722, Opus's 48 kHz stereo)."""
     rate = 16000
     t = np.arange(int(0.8 * rate)) / rate
     chord = 6000 * np.sin(2 * np.pi * 1000 * t) + 6000 * np.sin(2 * np.pi * 6000 * t)
@@ -287,15 +288,17 @@ def test_baresip_offering_g722_hears_its_6khz_back_through_gemini_at_16khz(
         "native",
         *fake.bridge_args("gemini-live"),
         "--codec",
-        "G722",
+        codec,
         env={"GEMINI_API_KEY": "k"},
     )
-    with peers.BaresipCaller(tmp_path / "baresip", wav, codecs=BARESIP_CODECS["G722"]) as caller:
+    with peers.BaresipCaller(tmp_path / "baresip", wav, codecs=BARESIP_CODECS[codec]) as caller:
         result = caller.run(bridge.sip_port, timeout=20)
     assert result.established and result.end_of_file and result.received_path, result.stdout[-2000:]
+    bridge.wait_for(rf"media: {codec}/{48000 if codec == 'OPUS' else 8000}")
     dump_rate, received = peers.read_wav(result.received_path)
-    assert dump_rate == rate
-    x = received.astype(np.float64)
+    assert dump_rate == (48000 if codec == "OPUS" else rate)
+    rate = dump_rate
+    x = (received if received.ndim == 1 else received[:, 0]).astype(np.float64)
     loud = np.flatnonzero(np.abs(x) > 3000)
     assert loud.size > 0.4 * rate, "no echo of the chord came back"
     echo = x[loud[0] + rate // 10 : loud[-1] - rate // 10]
