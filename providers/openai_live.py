@@ -46,8 +46,9 @@ from providers.events import (
 from providers.language import with_speak_line
 from providers.limits import GPT_LIVE, AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
-from rtp.audio import PCMA_8K, PCMU_8K, AudioFormat, Encoding
+from rtp.audio import PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat, Encoding
 from rtp.g711 import alaw_encode, ulaw_encode
+from rtp.resample import PcmInput
 
 log = logging.getLogger("parlora.providers.openai_live")
 
@@ -296,20 +297,26 @@ class OpenAILiveAdapter:
         append_ms: int = DEFAULT_APPEND_MS,
     ) -> None:
         """`append_ms`: caller audio per `session.input_audio.append` (providers/batching.py)."""
-        if config.audio_format not in _ENCODERS:
+        if config.audio_format not in _ENCODERS and config.audio_format != PCM16_24K:
             raise ValueError(
-                f"the telephone bridge speaks 8 kHz G.711 to GPT-Live, not {config.audio_format}"
+                f"the telephone bridge speaks 8 kHz G.711 or 24 kHz PCM16 to GPT-Live, not {config.audio_format}"
             )
         self._limits = require_limits(limits, type(self).__name__)
         self.core = LiveClientProtocol(config, token)
         self.token = token
         self.url = resolve_url(url)
-        self._encode = _ENCODERS[config.audio_format]
-        self._batch = adapter_batcher(append_ms, 8)  # G.711: 8 B/ms
+        fmt = config.audio_format
+        # G.711 takes 8 kHz frames (a 16 kHz leg's 8 kHz view, from the session); PCM16 (a 16 kHz leg's, sip.leg
+        # `CallIdentity.media_rate`) takes its 16 kHz frames as they are, resampled once to its rate
+        self._pcm = PcmInput(fmt.rate) if fmt not in _ENCODERS else None
+        self._encode = _ENCODERS.get(fmt, bytes)
+        self._batch = adapter_batcher(append_ms, fmt.bytes_per_ms)
         if (
             append_ms != PAIRED_APPEND_MS
         ):  # each frame alone, or its own batcher gathers them (providers/batching.py)
             self.capabilities = replace(self.capabilities, append_frames=1)
+        if self._pcm is not None:
+            self.capabilities = replace(self.capabilities, wide_input=True)
         self.shell = WebSocketShell(
             self.core,
             self.url,
@@ -340,8 +347,10 @@ class OpenAILiveAdapter:
         return await self.shell.connect()
 
     def send_audio(self, pcm16_8k: bytes, wide: bool = False) -> None:
-        """G.711 at 8 kHz: a G.722 leg's frames come as their 8 kHz view (`Capabilities.wide_input` False)."""
-        audio = self._encode(pcm16_8k)
+        """G.711 at 8 kHz (`Capabilities.wide_input` False: a 16 kHz leg's frames come as their 8 kHz view);
+        PCM16 at 24 kHz from the 16 kHz frames as they are (`wide`), or from 8 kHz ones."""
+        pcm = self._pcm
+        audio = self._encode(pcm16_8k) if pcm is None else pcm(pcm16_8k, wide)
         if self._batch is not None:
             batch = self._batch.add(audio)
             if batch is None:

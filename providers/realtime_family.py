@@ -73,8 +73,9 @@ from providers.events import (
 from providers.language import iso639_1, with_speak_line
 from providers.limits import AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
-from rtp.audio import PCMA_8K, PCMU_8K, AudioFormat
+from rtp.audio import PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat
 from rtp.g711 import alaw_encode, ulaw_encode
+from rtp.resample import PcmInput
 
 RAW_LOG_LIMIT = 2000  # characters of an offending frame kept for the log
 MIN_COMMIT_BYTES = 800  # 100 ms of 8 kHz G.711, the least audio a commit may hold (§1.9 commit_empty)
@@ -174,7 +175,7 @@ def turn_detection(settings: SessionSettings) -> dict[str, Any] | None:
 
 
 def session_update_frame(dialect: Dialect, settings: SessionSettings, fmt: AudioFormat) -> dict[str, Any]:
-    """The `session.update` client event: G.711 both ways, server VAD (or none in client turn-detection mode),
+    """The `session.update` client event: `fmt` both ways (G.711, or PCM16 at 24 kHz on a 16 kHz leg), server VAD (or none in client turn-detection mode),
     input transcription, function tools. The call's language (module docstring) goes in the transcription's
     language field and, since the protocol has no field for the model's spoken language, in the instructions."""
     voice = settings.voice or dialect.default_voice
@@ -226,8 +227,10 @@ class RealtimeClientProtocol:
         *,
         audio_format: AudioFormat = PCMU_8K,
     ) -> None:
-        if audio_format not in (PCMU_8K, PCMA_8K):
-            raise ValueError(f"the telephone bridge speaks 8 kHz G.711 to {dialect.name}, not {audio_format}")
+        if audio_format not in (PCMU_8K, PCMA_8K, PCM16_24K):
+            raise ValueError(
+                f"the telephone bridge speaks 8 kHz G.711 or 24 kHz PCM16 to {dialect.name}, not {audio_format}"
+            )
         for role, _ in settings.history:
             if role not in HISTORY_ROLES:
                 raise ValueError(f"history role must be one of {HISTORY_ROLES}, got {role!r}")
@@ -289,7 +292,7 @@ class RealtimeClientProtocol:
         deferred while a response is active). Nothing when under 100 ms are uncommitted: the server would
         refuse the commit (`input_audio_buffer_commit_empty`), and a server-VAD commit has already taken it; in
         server mode nothing either while the VAD hears no one (it would commit silence as an empty user turn)."""
-        if self._uncommitted < MIN_COMMIT_BYTES:
+        if self._uncommitted < MIN_COMMIT_BYTES * self.audio_format.bytes_per_ms // 8:  # 100 ms in its format
             return
         if self.settings.turn_detection == "server" and not self._speech_open:
             return
@@ -598,21 +601,28 @@ class RealtimeAdapter:
         model: str | None = None,
         wire_tap: WireTapFactory | None = None,
         append_ms: int = DEFAULT_APPEND_MS,
+        audio_format: AudioFormat = PCMU_8K,
     ) -> None:
-        """`append_ms`: caller audio per `input_audio_buffer.append` (providers/batching.py)."""
+        """`append_ms`: caller audio per `input_audio_buffer.append` (providers/batching.py); `audio_format`
+        both ways: G.711, or PCM16 at 24 kHz on a 16 kHz leg (sip.leg `CallIdentity.media_rate`)."""
         if settings.turn_detection == "client" and not self.capabilities.client_commits:
             raise ValueError(f"{self.name} cannot switch turn detection off (turn_detection='client')")
         self._limits = require_limits(limits, type(self).__name__)
         self.model = model or settings.model or self.dialect.default_model
-        self.core = RealtimeClientProtocol(self.dialect, settings, token)
+        self.core = RealtimeClientProtocol(self.dialect, settings, token, audio_format=audio_format)
         self.token = token
         self.url = resolve_url(self.dialect, url, self.model)
-        self._encode = _ENCODERS[self.core.audio_format]
-        self._batch = adapter_batcher(append_ms, 8)  # G.711: 8 B/ms
+        # G.711 takes 8 kHz frames (a 16 kHz leg's 8 kHz view, from the session); PCM16 takes a 16 kHz leg's
+        # frames as they are, resampled once to its rate
+        self._pcm = PcmInput(audio_format.rate) if audio_format not in _ENCODERS else None
+        self._encode = _ENCODERS.get(audio_format, bytes)
+        self._batch = adapter_batcher(append_ms, audio_format.bytes_per_ms)
         if (
             append_ms != PAIRED_APPEND_MS
         ):  # each frame alone, or its own batcher gathers them (providers/batching.py)
             self.capabilities = replace(self.capabilities, append_frames=1)
+        if self._pcm is not None:
+            self.capabilities = replace(self.capabilities, wide_input=True)
         self._closing: asyncio.Task[None] | None = None
         self.shell = WebSocketShell(
             self.core,
@@ -635,8 +645,10 @@ class RealtimeAdapter:
         return await self.shell.connect()
 
     def send_audio(self, pcm16_8k: bytes, wide: bool = False) -> None:
-        """G.711 at 8 kHz: a G.722 leg's frames come as their 8 kHz view (`Capabilities.wide_input` False)."""
-        audio = self._encode(pcm16_8k)
+        """G.711 at 8 kHz (`Capabilities.wide_input` False: a 16 kHz leg's frames come as their 8 kHz view);
+        PCM16 at 24 kHz from the 16 kHz frames as they are (`wide`), or from 8 kHz ones."""
+        pcm = self._pcm
+        audio = self._encode(pcm16_8k) if pcm is None else pcm(pcm16_8k, wide)
         if self._batch is not None:
             batch = self._batch.add(audio)
             if batch is None:

@@ -12,6 +12,7 @@ Cost: about 30 µs per 20 ms frame (one frame allocation, one filter pass); noth
 
 `NarrowView` is the other way a frame changes rate: the 8 kHz view of a 16 kHz leg's frames (rtp.g722) for
 what runs at 8 kHz only, through rtp.g722's own decimator (one frame in, one out, no delay line to fill).
+`PcmInput` brings a 16 kHz leg's frames to a PCM16 provider's input rate (24 kHz for the OpenAI family).
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from __future__ import annotations
 import av
 import numpy as np
 
-from rtp.g722 import WIDE_RATE, Decimator
+from rtp.g722 import WIDE_RATE, Decimator, WideView
 
-__all__ = ["WIDE_FRAME_BYTES", "NarrowView", "Resampler"]
+__all__ = ["WIDE_FRAME_BYTES", "NarrowView", "PcmInput", "Resampler"]
 
 WIDE_FRAME_BYTES = WIDE_RATE * 2 // 50  # 640: a 20 ms frame at 16 kHz
 _TAPS = 31  # rtp.g722's decimation filter (cut-off 3.7 kHz)
@@ -106,3 +107,23 @@ class NarrowView:
         if self._decimator is None:
             self._decimator = Decimator(2, _TAPS)
         return self._decimator.push(np.frombuffer(pcm, dtype="<i2"))
+
+
+class PcmInput:
+    """A stream of caller audio as PCM16 at `rate` (a provider's input rate) through one `Resampler` from 16 kHz:
+    16 kHz frames (`wide`: a 16 kHz leg's, one or more joined) as they are; 8 kHz ones (the leg went back to
+    G.711) brought up to 16 kHz first, frame by frame (rtp.g722 `WideView`), so the resampler's stream stays at
+    one rate. The caller says the rate: two 8 kHz frames joined are as long as one 16 kHz frame. One per
+    stream, frames in order."""
+
+    __slots__ = ("_resampler", "_wide")
+
+    def __init__(self, rate: int) -> None:
+        self._wide = WideView()
+        self._resampler = Resampler(WIDE_RATE, rate)
+
+    def __call__(self, pcm: bytes, wide: bool) -> bytes:
+        if not wide:
+            view, step = self._wide, WIDE_FRAME_BYTES // 2
+            pcm = b"".join([view(pcm[i : i + step]) for i in range(0, len(pcm), step)])
+        return self._resampler.process(pcm)

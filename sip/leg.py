@@ -44,6 +44,10 @@ class CallIdentity:
     caller: str = ""
     diverted_from: str = ""
     identity_trusted: bool = False
+    # The media rate the answer will run at (`MediaStarted.rate`), known from the INVITE's offer before the
+    # session connects its provider (the offer decides the answer's codec, RFC 3264): 16000 when the native
+    # engine will answer G.722 or Opus, else 8000 (a provider then negotiates its format for it).
+    media_rate: int = 8000
 
     def header(self, name: str) -> str | None:
         """First value of a SIP header, case-insensitively."""

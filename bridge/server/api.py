@@ -1048,7 +1048,7 @@ class Server:
             self.config.telephony,
             call_settings(_settings(self.config, setup), plan.settings),
         )
-        choice = replace(plan, settings=settings)
+        choice = replace(plan, settings=settings, media_rate=identity.media_rate)  # a 16 kHz leg: wide format
 
         def reconnect(token: int, seeded: SessionSettings) -> Provider:
             return replace(choice, settings=seeded).connect(token)

@@ -30,6 +30,9 @@ class ProviderKind:
     # xAI's cap is configurable (30-120 min, 30 assumed); Gemini announces each connection's end with goAway
     # (about 10 min), which drives the rollover earlier when it comes.
     session_cap_ms: int = 60 * 60_000
+    # Its format both ways on a 16 kHz leg (G.722, Opus: sip.leg `CallIdentity.media_rate`), where it has one
+    # wider than `output_format`: the OpenAI family's PCM16 at 24 kHz (Gemini's input is 16 kHz anyway).
+    wide_format: AudioFormat | None = None
 
     def check_language(self, tag: str) -> None:
         """ValueError when this protocol cannot carry the language `tag` (each adapter's `check_language`)."""
@@ -44,9 +47,21 @@ class ProviderKind:
 KINDS = {
     kind.name: kind
     for kind in (
-        ProviderKind("openai-live", "providers.openai_live", "OpenAILiveAdapter", "OPENAI_API_KEY", PCMU_8K),
         ProviderKind(
-            "openai-realtime", "providers.openai_realtime", "OpenAIRealtimeAdapter", "OPENAI_API_KEY", PCMU_8K
+            "openai-live",
+            "providers.openai_live",
+            "OpenAILiveAdapter",
+            "OPENAI_API_KEY",
+            PCMU_8K,
+            wide_format=PCM16_24K,
+        ),
+        ProviderKind(
+            "openai-realtime",
+            "providers.openai_realtime",
+            "OpenAIRealtimeAdapter",
+            "OPENAI_API_KEY",
+            PCMU_8K,
+            wide_format=PCM16_24K,
         ),
         ProviderKind(
             "gemini-live",
@@ -57,7 +72,13 @@ KINDS = {
             session_cap_ms=10 * 60_000,
         ),
         ProviderKind(
-            "xai", "providers.xai", "XAIAdapter", "XAI_API_KEY", PCMU_8K, session_cap_ms=30 * 60_000
+            "xai",
+            "providers.xai",
+            "XAIAdapter",
+            "XAI_API_KEY",
+            PCMU_8K,
+            session_cap_ms=30 * 60_000,
+            wide_format=PCM16_24K,
         ),
     )
 }
@@ -104,6 +125,12 @@ class ProviderChoice:
     settings: SessionSettings
     overrides: LimitOverrides | None = None
     extra: tuple[tuple[str, Any], ...] = ()  # adapter-specific keyword arguments (e.g. a TLS context)
+    media_rate: int = 8000  # the leg's (sip.leg `CallIdentity.media_rate`): 16000 picks `kind.wide_format`
+
+    def audio_format(self) -> AudioFormat:
+        """The format the connection negotiates: the kind's wide one on a 16 kHz leg, else its own."""
+        wide = self.kind.wide_format
+        return wide if wide is not None and self.media_rate == 16000 else self.kind.output_format
 
     def adapter_class(self) -> Any:
         return getattr(import_module(self.kind.module), self.kind.adapter)
@@ -119,10 +146,13 @@ class ProviderChoice:
         if self.kind.name == "openai-live":
             from providers.openai_live import LiveConfig
 
-            config = LiveConfig.from_settings(self.settings)
+            config = LiveConfig.from_settings(self.settings, self.audio_format())
             limits = merge_limits(cls.audio_limits(config.audio_format), self.overrides)
             live: Provider = cls(self.key, config, limits=limits, url=self.url, token=token, **extra)
             return live
-        limits = merge_limits(cls.audio_limits(self.kind.output_format), self.overrides)
+        fmt = self.audio_format()
+        if fmt != self.kind.output_format:
+            extra["audio_format"] = fmt
+        limits = merge_limits(cls.audio_limits(fmt), self.overrides)
         adapter: Provider = cls(self.key, self.settings, limits=limits, url=self.url, token=token, **extra)
         return adapter

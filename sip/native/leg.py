@@ -30,6 +30,7 @@ import socket
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Protocol
 
 from rtp import probe as _probe
@@ -46,6 +47,7 @@ from rtp.stream import ARRIVAL_WINDOW_MS, OneWayAudio, RtpStream, StreamConfig
 from sip.core import ua as core
 from sip.core.app_headers import check_app_headers
 from sip.core.offer_answer import LocalMedia, NegotiatedMedia
+from sip.core.offer_answer import answer as sdp_answer
 from sip.core.replaces import accepts_replaces, replaces_refer_to
 from sip.core.sdes import SrtpPolicy, sdes_policy
 from sip.core.telephony import validate_dtmf_digits, validate_transfer_target
@@ -68,6 +70,12 @@ from sip.native.early import EarlyState, start_inbound
 from sip.native.early import answered as early_answered
 
 log = logging.getLogger("parlora.sip")
+
+
+def _media_rate(codec: str) -> int:
+    """The PCM rate a call of `codec` runs at inside: G.722 and Opus at 16 kHz (rtp.g722, rtp.opus), else 8 kHz."""
+    return WIDE_RATE if codec in ("G722", "OPUS") else 8000
+
 
 EARLY_READ_MAX = 64  # datagrams that came before the answer, read and counted as the media starts
 
@@ -312,6 +320,10 @@ class NativeLeg(PlayoutLeg):
         # limits core's backstop (rtp/limits.py)
         self._time_limit: Callable[[str], object] | None = None
         self._time_limit_grace_s = 0.0
+        if self.offer is not None:  # the offer decides the answer's codec (RFC 3264): its rate is known now
+            local = replace(self.local_media(), key_source=bytes)  # (a prediction: no keys drawn)
+            if (predicted := sdp_answer(self.offer, local)) is not None:
+                self._identity = replace(identity, media_rate=_media_rate(predicted.media.codec))
 
     # --- CallLeg ---
 
@@ -482,7 +494,7 @@ class NativeLeg(PlayoutLeg):
                 payload_type=negotiated.payload_type,
                 codec=negotiated.codec,
                 clock_rate=negotiated.clock_rate,
-                media_rate=WIDE_RATE if negotiated.codec in ("G722", "OPUS") else 8000,  # rtp.g722, rtp.opus
+                media_rate=_media_rate(negotiated.codec),
                 dtmf_payload_type=negotiated.telephone_event,
                 wallclock_offset_ns=agent.wallclock_offset_ns,
                 nat=self.policy.nat,  # symmetric RTP: latch to the first valid packet's source

@@ -30,7 +30,7 @@ from providers.events import (
 from providers.openai_realtime import OpenAIRealtimeAdapter
 from providers.realtime_family import Dialect, RealtimeClientProtocol, resolve_url
 from providers.xai import XAIAdapter
-from rtp.audio import PCM16_24K, PCMA_8K, PCMU_8K
+from rtp.audio import PCM16_16K, PCMA_8K, PCMU_8K
 
 OPENAI, XAI = openai_realtime.DIALECT, xai.DIALECT
 TOOL = ToolSpec(
@@ -252,7 +252,7 @@ def test_settings_the_protocol_cannot_express_are_refused_up_front() -> None:
     with pytest.raises(ValueError, match="history role"):
         core(history=(("tool", "x"),))
     with pytest.raises(ValueError, match="8 kHz G.711"):
-        RealtimeClientProtocol(OPENAI, SessionSettings(), audio_format=PCM16_24K)
+        RealtimeClientProtocol(OPENAI, SessionSettings(), audio_format=PCM16_16K)  # PCM16 only at 24 kHz
 
 
 # -- server events ----------------------------------------------------------------------------------------------

@@ -109,3 +109,72 @@ async def test_a_6khz_tone_in_16khz_frames_comes_back_from_the_gemini_echo() -> 
     x = np.frombuffer(audio, dtype="<i2").astype(float)
     peak = np.argmax(np.abs(np.fft.rfft(x * np.hanning(len(x))))) * 24000 / len(x)
     assert abs(peak - 6000) < 10 and 640 <= len(audio) / 48 <= 680  # the tone, not a 3 kHz one twice as long
+
+
+# --- the OpenAI family at PCM16 24 kHz on a 16 kHz leg (bridge/server/providers.py `ProviderKind.wide_format`) ---
+
+OPENAI_FAMILY = ("openai-live", "openai-realtime", "xai")
+
+
+def _appended(frame: str | bytes) -> bytes:
+    """The audio of one append frame (either protocol's: `{"type": ..., "audio": base64}`)."""
+    return base64.b64decode(json.loads(frame)["audio"])
+
+
+def test_on_a_16khz_leg_the_openai_family_negotiates_pcm16_at_24khz_and_on_8khz_g711_as_before() -> None:
+    from bridge.server.providers import KINDS, ProviderChoice
+    from providers.openai_live import session_start_frame
+    from providers.realtime_family import session_update_frame
+
+    for name in OPENAI_FAMILY:
+        wide = ProviderChoice(KINDS[name], "k", None, SessionSettings(), media_rate=16000).connect(1)
+        narrow = ProviderChoice(KINDS[name], "k", None, SessionSettings()).connect(1)
+        assert (wide.output_format, narrow.output_format) == (PCM16_24K, PCMU_8K), name
+        assert (
+            wide.limits.capacity_bytes == 6 * narrow.limits.capacity_bytes
+        )  # the same seconds: 48 B/ms, not 8
+        if isinstance(wide, OpenAILiveAdapter):
+            fmt = session_start_frame(wide.core.config)["session"]["audio"]["format"]
+            assert fmt == {"type": "audio/pcm", "rate": 24000}
+        else:
+            audio = session_update_frame(wide.dialect, SessionSettings(), wide.core.audio_format)["session"][
+                "audio"
+            ]
+            assert audio["input"]["format"]["type"] == audio["output"]["format"]["type"] == "audio/pcm"
+    gemini_wide = ProviderChoice(KINDS["gemini-live"], "k", None, SessionSettings(), media_rate=16000)
+    assert gemini_wide.audio_format() == PCM16_24K == KINDS["gemini-live"].output_format  # its own, as before
+
+
+def test_the_openai_family_on_pcm16_sends_each_16khz_frame_resampled_once_to_24khz() -> None:
+    from bridge.server.providers import KINDS, ProviderChoice
+
+    wide = cut(tone(6000.0, 200, 16000), 640)
+    for name in OPENAI_FAMILY:
+        adapter = ProviderChoice(KINDS[name], "k", None, SessionSettings(), media_rate=16000).connect(1)
+        sent: list[str | bytes] = []
+        adapter.shell.send_audio_frame = sent.append  # type: ignore[attr-defined]
+        for f in wide:
+            adapter.send_audio(f)
+        reference = Resampler(16000, 24000)
+        expected = [reference.process(f) for f in wide]
+        assert [_appended(s) for s in sent] == expected, name  # one resampler, frame by frame
+        assert all(
+            len(e) == 960 for e in expected[1:]
+        )  # 20 ms at 24 kHz (the first: less the filter's delay)
+        x = np.frombuffer(b"".join(expected[2:]), dtype="<i2").astype(np.float64)
+        power = np.abs(np.fft.rfft(x * np.hanning(len(x)))) ** 2
+        hz = np.fft.rfftfreq(len(x), 1 / 24000)
+        assert power[np.abs(hz - 6000) < 200].sum() > 0.9 * power.sum()  # the 6 kHz tone itself
+
+
+def test_a_client_commit_on_pcm16_waits_for_100_ms_of_24khz_audio_not_800_bytes() -> None:
+    from providers.realtime_family import RealtimeClientProtocol
+    from providers.xai import DIALECT
+
+    core = RealtimeClientProtocol(DIALECT, SessionSettings(turn_detection="client"), audio_format=PCM16_24K)
+    core.append_audio(bytes(960 * 4))  # 80 ms at 24 kHz: 3840 bytes, over G.711's 800 but under 100 ms
+    core.commit_input()
+    assert not any("input_audio_buffer.commit" in f for f in core.frames_to_send())
+    core.append_audio(bytes(960))  # 100 ms
+    core.commit_input()
+    assert any("input_audio_buffer.commit" in f for f in core.frames_to_send())

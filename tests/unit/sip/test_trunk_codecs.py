@@ -161,3 +161,26 @@ async def _calls(calls: list[CallLeg], n: int) -> list[CallLeg]:
         while len(calls) < n:
             await asyncio.sleep(0.01)
     return calls
+
+
+G722_FIRST = "m=audio 40000 RTP/AVP 9 0\r\n"
+OPUS_FIRST = "m=audio 40000 RTP/AVP 107 0\r\na=rtpmap:107 opus/48000/2\r\n"
+
+
+@needs_loopback
+async def test_the_incoming_calls_identity_carries_the_media_rate_its_answer_will_run_at(
+    engine_factory,
+) -> None:  # type: ignore[no-untyped-def]
+    """Known from the offer when the INVITE arrives (the session connects its provider before it answers):
+    16000 for an answer of G.722 or Opus, 8000 for G.711."""
+    agent, calls = await engine_factory(
+        trunks=(Trunk("wide-pbx", allow=("127.0.0.3/32",), codecs=("G722", "OPUS", "PCMU")),)
+    )
+    pbx = Peer("127.0.0.3")
+    for n, media in enumerate((G722_FIRST, OPUS_FIRST, PCMU_ONLY), 1):
+        pbx.sock.sendto(_invite(agent.local[1], pbx.address, n, media), agent.local)
+    legs = await _calls(calls, 3)
+    rates = {leg.identity.sip_call_id.split("@")[0]: leg.identity.media_rate for leg in legs}
+    assert rates == {"codec-1": 16000, "codec-2": 16000, "codec-3": 8000}
+    for leg in legs:
+        leg.hangup("test over", 486)
