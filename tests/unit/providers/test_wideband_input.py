@@ -20,7 +20,7 @@ from providers.openai_live import LiveConfig, OpenAILiveAdapter
 from providers.openai_realtime import OpenAIRealtimeAdapter
 from rtp.audio import PCM16_24K, PCMU_8K
 from rtp.g711 import ulaw_encode
-from rtp.resample import Resampler
+from rtp.resample import PcmInput, Resampler
 
 
 def tone(hz: float, ms: int, rate: int, level: float = 8000.0) -> bytes:
@@ -153,8 +153,9 @@ def test_the_openai_family_on_pcm16_sends_each_16khz_frame_resampled_once_to_24k
         adapter = ProviderChoice(KINDS[name], "k", None, SessionSettings(), media_rate=16000).connect(1)
         sent: list[str | bytes] = []
         adapter.shell.send_audio_frame = sent.append  # type: ignore[attr-defined]
+        assert adapter.capabilities.wide_input  # the session gives it the 16 kHz frames as they are
         for f in wide:
-            adapter.send_audio(f)
+            adapter.send_audio(f, True)
         reference = Resampler(16000, 24000)
         expected = [reference.process(f) for f in wide]
         assert [_appended(s) for s in sent] == expected, name  # one resampler, frame by frame
@@ -165,6 +166,8 @@ def test_the_openai_family_on_pcm16_sends_each_16khz_frame_resampled_once_to_24k
         power = np.abs(np.fft.rfft(x * np.hanning(len(x)))) ** 2
         hz = np.fft.rfftfreq(len(x), 1 / 24000)
         assert power[np.abs(hz - 6000) < 200].sum() > 0.9 * power.sum()  # the 6 kHz tone itself
+        narrow = ProviderChoice(KINDS[name], "k", None, SessionSettings()).connect(1)
+        assert not narrow.capabilities.wide_input  # G.711: the session gives it the 8 kHz view
 
 
 def test_a_client_commit_on_pcm16_waits_for_100_ms_of_24khz_audio_not_800_bytes() -> None:
@@ -178,3 +181,22 @@ def test_a_client_commit_on_pcm16_waits_for_100_ms_of_24khz_audio_not_800_bytes(
     core.append_audio(bytes(960))  # 100 ms
     core.commit_input()
     assert any("input_audio_buffer.commit" in f for f in core.frames_to_send())
+
+
+def test_pcm_input_takes_joined_frames_at_the_rate_it_is_told() -> None:
+    """Two 8 kHz frames joined (the session's pairs) are as long as one 16 kHz frame: told 8 kHz, they are 40 ms
+    of 8 kHz audio; told 16 kHz, a joined pair is 40 ms of 16 kHz audio."""
+    narrow_pairs = cut(tone(1000.0, 400, 8000), 640)
+    told_narrow = PcmInput(24000)
+    out = b"".join(told_narrow(pair, False) for pair in narrow_pairs)
+    assert abs(len(out) - 400 * 48) <= 2 * 960  # 400 ms at 24 kHz (less the filters' delay), not 200
+    x = np.frombuffer(out[960 * 4 :], dtype="<i2").astype(np.float64)
+    hz = np.fft.rfftfreq(len(x), 1 / 24000)[np.argmax(np.abs(np.fft.rfft(x * np.hanning(len(x)))))]
+    assert abs(hz - 1000) < 30  # its pitch kept: not read as 16 kHz (which would give 2 kHz)
+    wide_pairs = cut(tone(6000.0, 400, 16000), 1280)
+    told_wide = PcmInput(24000)
+    out = b"".join(told_wide(pair, True) for pair in wide_pairs)
+    assert abs(len(out) - 400 * 48) <= 2 * 960
+    x = np.frombuffer(out[960 * 4 :], dtype="<i2").astype(np.float64)
+    hz = np.fft.rfftfreq(len(x), 1 / 24000)[np.argmax(np.abs(np.fft.rfft(x * np.hanning(len(x)))))]
+    assert abs(hz - 6000) < 30
