@@ -13,6 +13,12 @@ asked.
     .venv/bin/python tests/bench/properties.py                    # the long profile
     .venv/bin/python tests/bench/properties.py --examples 50000   # overnight
     .venv/bin/python tests/bench/properties.py --quick --seed 7   # one history set again
+    .venv/bin/python tests/bench/properties.py --warm --statistics # the warm-transfer machine, how far it got
+
+`--warm` runs `WarmTransferMachine` (the warm transfer amid recoveries, rollovers, holds, barge-ins) instead of
+the session's machine; `--statistics` prints hypothesis's statistics of the run, with the machine's `event`s
+(how far each warm transfer got and what its acceptance met), which pytest's `--hypothesis-show-statistics`
+does not show for a state machine run from a plain test.
 
 A failing case is kept in hypothesis's example database (.hypothesis/, in the working directory) and is tried
 first on the next run.
@@ -27,6 +33,7 @@ from pathlib import Path
 
 import hypothesis.core
 from hypothesis import settings
+from hypothesis.statistics import collector, describe_statistics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "bridge"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: the tests' tests.support
@@ -40,6 +47,8 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=None, help="examples (default: the profile's)")
     parser.add_argument("--steps", type=int, default=None, help="steps per example (default: the profile's)")
     parser.add_argument("--seed", type=int, default=None, help="hypothesis's seed (default: a random one)")
+    parser.add_argument("--warm", action="store_true", help="the warm-transfer machine")
+    parser.add_argument("--statistics", action="store_true", help="print the run's statistics and events")
     args = parser.parse_args()
     profile = machine.PROFILE if args.quick else machine.LONG
     if args.examples is not None:
@@ -52,11 +61,17 @@ def main() -> int:
     )
     if args.seed is not None:
         hypothesis.core.global_force_seed = args.seed  # what pytest's --hypothesis-seed sets
+    which = machine.WarmTransferMachine if args.warm else machine.SessionMachine
+    stats: list[str] = []
     try:
-        machine.run_the_machine(profile, 40 if args.quick else 300)
+        with collector.with_value(lambda found: stats.append(describe_statistics(found))):
+            machine.run_the_machine(profile, 40 if args.quick else 300, which)
     except AssertionError:
         traceback.print_exc()
         return 1
+    finally:
+        if args.statistics:  # (hypothesis's own events name whole strategies: cut short)
+            print("\n".join(line[:160] for found in stats for line in found.splitlines()))
     print("no promise broken")
     return 0
 

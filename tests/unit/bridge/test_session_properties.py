@@ -86,7 +86,7 @@ Invariants, named after DESIGN §14 (S8 belongs to the job ledger's own tests):
   put on hold music once per transfer and, undone, given back to the model exactly once; nothing is dialled, briefed
   or joined after the session ended either. `WarmTransferMachine` draws the warm transfer's steps often and mostly
   along the happy path, each decision interleaved with a recovery, a rollover's overlap or drain, a hold, a
-  barge-in or a hang-up (the machine's `event`s: `--hypothesis-show-statistics` shows how far transfers got).
+  barge-in or a hang-up (its `event`s: tests/bench/properties.py --warm --statistics shows how far transfers got).
 
 CI runs the machine on its `--quick` budget (`test_s1_to_s7_hold_over_the_machines_call_histories`, the same
 histories every run); tests/bench/properties.py runs it over new ones (`--seed`, `--examples`); each case it
@@ -1450,7 +1450,7 @@ class SessionMachine(RuleBasedStateMachine):
         self._call(lambda: actions.extend(caller_side(self.core, produce(), self.now)))  # type: ignore[operator]
         for action in actions:
             self.log.append(f"{self.now // MS} ms: warm {action!r}"[:160])
-            event(f"warm: {type(action).__name__}")  # (--hypothesis-show-statistics: how far transfers get)
+            event(f"warm: {type(action).__name__}")  # (how far transfers get: properties.py --statistics)
             if isinstance(action, (DialTarget, BriefTarget, SendTargetDigits, ReferCaller, JoinLegs)):
                 self._require(not self.leg_ended, "S6", f"warm transfer {action!r} after the call leg ended")
                 self._require(not self.ended, "S6", f"warm transfer {action!r} after the session ended")
@@ -1713,13 +1713,16 @@ PROFILE = settings(
 LONG = settings(PROFILE, max_examples=5_000, stateful_step_count=150)
 
 
-def run_the_machine(profile: settings, shrink_seconds: int) -> None:
+def run_the_machine(
+    profile: settings, shrink_seconds: int, machine: type[SessionMachine] | None = None
+) -> None:
     """S1-S7 and barge-in after every step of every call history the machine draws (tests/bench/properties.py
-    runs it; the cases it found are the regression tests of this module, which CI runs)."""
+    runs it; the cases it found are the regression tests of this module, which CI runs). `machine`: the
+    session's (`SessionMachine`, the default) or `WarmTransferMachine`."""
     saved = engine.MAX_SHRINKING_SECONDS  # hypothesis's own bound on shrinking (300 s), read when it starts
     engine.MAX_SHRINKING_SECONDS = shrink_seconds
     try:
-        run_state_machine_as_test(SessionMachine, settings=profile)
+        run_state_machine_as_test(machine or SessionMachine, settings=profile)
     finally:
         engine.MAX_SHRINKING_SECONDS = saved
 
