@@ -125,6 +125,14 @@ class Flooder:
         self.sent += n
         return n / max(elapsed, 1e-9)
 
+    def settle(self, quiet: float = 0.3, at_most: float = 5.0) -> None:
+        """Until no response came for `quiet` seconds (at most `at_most`): the responses to the last requests
+        sent, which a busy bridge sends late, are counted before the counts are read."""
+        deadline, seen = time.monotonic() + at_most, -1
+        while (total := sum(self.codes.values())) != seen and time.monotonic() < deadline:
+            seen = total
+            time.sleep(quiet)  # pacing, not a check
+
     def close(self) -> None:
         self._stop.set()
         self._reader.join(1.0)
@@ -232,6 +240,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             args.invite_seconds,
         )  # fmt: skip
         timer.join(10)
+        flooder.settle()
         invite_codes = dict(flooder.codes)
         flooder.codes.clear()
         invites_sent = flooder.sent

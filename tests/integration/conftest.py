@@ -76,14 +76,15 @@ def bridge_media_path(request: pytest.FixtureRequest) -> str:
     [pjsua2] as before, and [native-pure] (pjsua2's RTP goes through pjmedia, not rtp.speedups).
 
     Which tests run on both: the cheap ones whose media crosses what the compiled path replaces (RTP parse and
-    pack, the G.711 frame decoders, the stamped receive), one per kind: the echo read off the wire
-    (test_native_engine's SIPp echo, 11.6 s), PCMU byte for byte from the provider to the caller (12.3 s), A-law
-    (test_engine_peers' baresip offering PCMA alone, 11.8 s: new, no live test called in A-law before), hold and
-    resume by re-INVITE (test_native_engine's SIPp hold, 6.4 s), RFC 4733 DTMF in (test_engine_peers' baresip
-    DTMF, 6.0 s) and SDES-SRTP (test_trunk_tls_srtp's baresip echo, 11.1 s). Their pure runs and the new A-law
-    test's compiled one add 72 s of test time (measured one at a time on 7 December 2026, load 0.9 to 3; each
-    pure run as long as its compiled twin), spread over the parallel part's two workers by file: about 36 s of
-    its wall time. Every other live test runs on the compiled path alone: the whole live suite twice would not
+    pack, the G.711 frame decoders, the stamped receive), one per kind: PCMU byte for byte from the provider to
+    the caller (test_native_engine, 12.3 s), the caller's echo in A-law (test_engine_peers' baresip offering PCMA
+    alone, 11.8 s: no live test called in A-law before), hold and resume by re-INVITE (test_native_engine's SIPp
+    hold, 6.4 s), RFC 4733 DTMF in (test_engine_peers' baresip DTMF, 6.0 s) and SDES-SRTP (test_trunk_tls_srtp's
+    baresip echo, 11.1 s). The echo through baresip allows a jitter-buffer slip of a stalled host; test_native_
+    engine's SIPp echo, which allows none (every eighth of the utterance heard whole), stays on the compiled path:
+    its pure run was the first live test of a loaded clean-clone run and met one 11 ms slip, which no path causes
+    (the jitter buffer is the same Python on both). These pure runs and the A-law test's compiled one add about
+    60 s of test time, spread over the parallel part's two workers by file: about 30 s of its wall time. Every other live test runs on the compiled path alone: the whole live suite twice would not
     fit the clean-clone run's 30 minutes (it takes about 25)."""
     return str(request.param)
 

@@ -87,7 +87,7 @@ def utterance_ul(tmp_path_factory: pytest.TempPathFactory) -> tuple[peers.Uttera
 
 
 def test_native_answers_a_sipp_call_and_the_caller_hears_its_echo(
-    start_bridge, capture, utterance_ul, tmp_path: Path, bridge_media_path: str
+    start_bridge, capture, utterance_ul, tmp_path: Path
 ) -> None:
     utterance, ulaw = utterance_ul
     bridge = start_bridge(*NATIVE, "--provider", "echo")
