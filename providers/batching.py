@@ -18,6 +18,13 @@ a commit, so that a commit still follows all of its audio.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from providers.base import Capabilities
+from rtp.audio import AudioFormat
+from rtp.resample import PcmInput
+
 APPEND_MS_CHOICES = (20, 40, 60, 80, 100)
 DEFAULT_APPEND_MS = 40
 PAIRED_APPEND_MS = 40  # the session's pairs (module docstring): the adapter gathers nothing itself
@@ -29,6 +36,34 @@ def adapter_batcher(append_ms: int, bytes_per_ms: int) -> AppendBatcher | None:
     if append_ms not in APPEND_MS_CHOICES:
         raise ValueError(f"append_ms must be one of {APPEND_MS_CHOICES}, got {append_ms}")
     return AppendBatcher(append_ms, bytes_per_ms) if append_ms > PAIRED_APPEND_MS else None
+
+
+@dataclass(frozen=True, slots=True)
+class CallerInput:
+    """How an adapter whose protocol speaks G.711 or PCM16 takes caller audio: G.711 takes 8 kHz frames (a 16 kHz
+    leg's 8 kHz view, from the session); PCM16 (on a 16 kHz leg, sip.leg `CallIdentity.media_rate`) takes the
+    16 kHz frames as they are, resampled once to its rate (`pcm`), and says so (`Capabilities.wide_input`)."""
+
+    pcm: PcmInput | None
+    encode: Callable[[bytes], bytes]
+    batch: AppendBatcher | None
+    capabilities: Capabilities
+
+
+def caller_input(
+    fmt: AudioFormat,
+    encoders: Mapping[AudioFormat, Callable[[bytes], bytes]],
+    append_ms: int,
+    capabilities: Capabilities,
+) -> CallerInput:
+    pcm = PcmInput(fmt.rate) if fmt not in encoders else None
+    if append_ms != PAIRED_APPEND_MS:  # each frame alone, or its own batcher gathers them (module docstring)
+        capabilities = replace(capabilities, append_frames=1)
+    if pcm is not None:
+        capabilities = replace(capabilities, wide_input=True)
+    return CallerInput(
+        pcm, encoders.get(fmt, bytes), adapter_batcher(append_ms, fmt.bytes_per_ms), capabilities
+    )
 
 
 class AppendBatcher:

@@ -23,14 +23,14 @@ import json
 import logging
 from binascii import b2a_base64
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
 from providers.base import Capabilities, SessionSettings
-from providers.batching import DEFAULT_APPEND_MS, PAIRED_APPEND_MS, adapter_batcher
+from providers.batching import DEFAULT_APPEND_MS, caller_input
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -48,7 +48,6 @@ from providers.limits import GPT_LIVE, AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
 from rtp.audio import PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat, Encoding
 from rtp.g711 import alaw_encode, ulaw_encode
-from rtp.resample import PcmInput
 
 log = logging.getLogger("parlora.providers.openai_live")
 
@@ -305,18 +304,13 @@ class OpenAILiveAdapter:
         self.core = LiveClientProtocol(config, token)
         self.token = token
         self.url = resolve_url(url)
-        fmt = config.audio_format
-        # G.711 takes 8 kHz frames (a 16 kHz leg's 8 kHz view, from the session); PCM16 (a 16 kHz leg's, sip.leg
-        # `CallIdentity.media_rate`) takes its 16 kHz frames as they are, resampled once to its rate
-        self._pcm = PcmInput(fmt.rate) if fmt not in _ENCODERS else None
-        self._encode = _ENCODERS.get(fmt, bytes)
-        self._batch = adapter_batcher(append_ms, fmt.bytes_per_ms)
-        if (
-            append_ms != PAIRED_APPEND_MS
-        ):  # each frame alone, or its own batcher gathers them (providers/batching.py)
-            self.capabilities = replace(self.capabilities, append_frames=1)
-        if self._pcm is not None:
-            self.capabilities = replace(self.capabilities, wide_input=True)
+        given = caller_input(config.audio_format, _ENCODERS, append_ms, self.capabilities)
+        self._pcm, self._encode, self._batch, self.capabilities = (
+            given.pcm,
+            given.encode,
+            given.batch,
+            given.capabilities,
+        )
         self.shell = WebSocketShell(
             self.core,
             self.url,

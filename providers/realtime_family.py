@@ -44,7 +44,7 @@ import json
 import logging
 from binascii import b2a_base64
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cache
 from typing import Any, ClassVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -52,7 +52,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import orjson
 
 from providers.base import Capabilities, SessionSettings
-from providers.batching import DEFAULT_APPEND_MS, PAIRED_APPEND_MS, adapter_batcher
+from providers.batching import DEFAULT_APPEND_MS, caller_input
 from providers.events import (
     AudioReceived,
     InputTranscript,
@@ -75,7 +75,6 @@ from providers.limits import AudioLimits, require_limits
 from providers.ws_shell import WebSocketShell, WireTapFactory
 from rtp.audio import PCM16_24K, PCMA_8K, PCMU_8K, AudioFormat
 from rtp.g711 import alaw_encode, ulaw_encode
-from rtp.resample import PcmInput
 
 RAW_LOG_LIMIT = 2000  # characters of an offending frame kept for the log
 MIN_COMMIT_BYTES = 800  # 100 ms of 8 kHz G.711, the least audio a commit may hold (§1.9 commit_empty)
@@ -612,17 +611,13 @@ class RealtimeAdapter:
         self.core = RealtimeClientProtocol(self.dialect, settings, token, audio_format=audio_format)
         self.token = token
         self.url = resolve_url(self.dialect, url, self.model)
-        # G.711 takes 8 kHz frames (a 16 kHz leg's 8 kHz view, from the session); PCM16 takes a 16 kHz leg's
-        # frames as they are, resampled once to its rate
-        self._pcm = PcmInput(audio_format.rate) if audio_format not in _ENCODERS else None
-        self._encode = _ENCODERS.get(audio_format, bytes)
-        self._batch = adapter_batcher(append_ms, audio_format.bytes_per_ms)
-        if (
-            append_ms != PAIRED_APPEND_MS
-        ):  # each frame alone, or its own batcher gathers them (providers/batching.py)
-            self.capabilities = replace(self.capabilities, append_frames=1)
-        if self._pcm is not None:
-            self.capabilities = replace(self.capabilities, wide_input=True)
+        given = caller_input(audio_format, _ENCODERS, append_ms, self.capabilities)
+        self._pcm, self._encode, self._batch, self.capabilities = (
+            given.pcm,
+            given.encode,
+            given.batch,
+            given.capabilities,
+        )
         self._closing: asyncio.Task[None] | None = None
         self.shell = WebSocketShell(
             self.core,

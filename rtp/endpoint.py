@@ -67,9 +67,9 @@ class BatchedCall(Protocol):
         ...
 
 
-_UNTRIED = (
-    b"\x02" * 65536
-)  # a result not yet written: its entry was never tried (an exception stopped the sends)
+# a result not yet written: its entry was never tried (an exception stopped the sends); a view, so that
+# resetting a tick's results copies into the batch's buffer without making a new bytes object each tick
+_UNTRIED = memoryview(b"\x02" * 65536)
 
 
 class SendBatch:

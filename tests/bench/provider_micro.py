@@ -234,27 +234,20 @@ def worker_main(args: argparse.Namespace) -> None:
 # -- the driver: the fake, then each variant --------------------------------------------------------------------
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
 
-def _start_fake(port: int) -> subprocess.Popen[bytes]:
-    exe = ROOT / ".venv" / "bin" / "parlora-bridge"
+def start_fake(port: int, protocol: str = "openai-live") -> subprocess.Popen[bytes]:
+    """`parlora-bridge fake-provider` of `protocol` on 127.0.0.1:`port`, once it accepts connections."""
     fake = subprocess.Popen(
-        [
-            str(exe),
-            "fake-provider",
-            "--protocol",
-            "openai-live",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--log-level",
-            "warning",
-        ],
+        [sys.executable, "-m", "bridge", "fake-provider", "--protocol", protocol]
+        + ["--listen", f"127.0.0.1:{port}", "--log-level", "warning"],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
     )
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
@@ -273,8 +266,8 @@ def driver_main(args: argparse.Namespace) -> None:
     rows = []
     for size in sizes:
         for name in names:
-            port = _free_port()
-            fake = _start_fake(port)  # a fresh fake per run: no leftovers from the last one
+            port = free_port()
+            fake = start_fake(port)  # a fresh fake per run: no leftovers from the last one
             try:
                 cmd = [
                     sys.executable,

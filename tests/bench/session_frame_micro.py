@@ -36,7 +36,6 @@ import asyncio
 import json
 import math
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(ROOT)]
+sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
+
+from provider_micro import free_port, start_fake  # noqa: E402  (the bench's directory, just put on the path)
 
 FRAME_MS = 20
 RATE = 8000
@@ -187,37 +188,11 @@ def worker_main(args: argparse.Namespace) -> None:
     print(json.dumps(result), flush=True)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _start_fake(protocol: str, port: int) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    fake = subprocess.Popen(
-        [sys.executable, "-m", "bridge", "fake-provider", "--protocol", protocol]
-        + ["--listen", f"127.0.0.1:{port}", "--log-level", "warning"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=env,
-    )
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-            return fake
-        except OSError:
-            time.sleep(0.2)
-    fake.kill()
-    raise RuntimeError("the fake provider did not start")
-
-
 def driver_main(args: argparse.Namespace) -> None:
     results = []
     for protocol in args.protocols.split(","):
-        port = _free_port()
-        fake = _start_fake(protocol, port)
+        port = free_port()
+        fake = start_fake(port, protocol)
         try:
             out = subprocess.run(
                 [sys.executable, __file__, "--worker", "--protocol", protocol]

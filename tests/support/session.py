@@ -9,7 +9,7 @@ from providers.events import ProviderEvent, SessionClosed, SessionStarted
 from providers.limits import AudioLimits
 from rtp.audio import PCMU_8K, AudioFormat
 from rtp.g711 import ulaw_decode
-from sip.leg import CallEnded, CallIdentity, LegEvent, PlayoutLeg
+from sip.leg import CallEnded, CallIdentity, FrameReceived, FrameSink, LegEvent, LegFeatures, PlayoutLeg
 from tests.support import virtual_time
 
 
@@ -38,6 +38,28 @@ class FakeLeg(PlayoutLeg):
     def hangup(self, reason: str = "normal clearing", status: int = 503) -> None:
         self.hangups.append(reason)
         self.queue.put_nowait(CallEnded("bridge hangup", 200, False, 0, 0))
+
+
+class SinkLeg(FakeLeg):
+    """A fake leg with a frame sink (`sip.leg.FrameSinkLeg`): `deliver` hands a frame over the way the native
+    leg's media tick does (sip/native/leg.py `NativeLeg._post`): straight in, or queued behind its events."""
+
+    features = LegFeatures(frame_sink=True)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sink: FrameSink | None = None
+        self.sinks_set: list[bool] = []
+
+    def set_frame_sink(self, sink: FrameSink | None) -> None:
+        self.sink = sink
+        self.sinks_set.append(sink is not None)
+
+    def deliver(self, frame: FrameReceived) -> None:
+        if self.sink is not None and self.queue.empty():
+            self.sink(frame)
+        else:
+            self.queue.put_nowait(frame)
 
 
 class FakeProvider:

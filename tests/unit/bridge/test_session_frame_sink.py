@@ -26,37 +26,14 @@ from rtp.audio import PCMU_8K
 from sip.leg import (
     CallEnded,
     FrameReceived,
-    FrameSink,
-    LegFeatures,
     MediaHeld,
     MediaStarted,
     offers_frame_sink,
 )
 from tests.support import virtual_time
-from tests.support.session import FakeLeg, FakeProvider, pcm_frame, session
+from tests.support.session import FakeLeg, FakeProvider, SinkLeg, pcm_frame, session
 
 event_loop_policy = virtual_time.policy_fixture()
-
-
-class SinkLeg(FakeLeg):
-    """A fake leg with the feature, delivering frames the way the native leg's media tick does."""
-
-    features = LegFeatures(frame_sink=True)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.sink: FrameSink | None = None
-        self.sinks_set: list[bool] = []
-
-    def set_frame_sink(self, sink: FrameSink | None) -> None:
-        self.sink = sink
-        self.sinks_set.append(sink is not None)
-
-    def tick(self, frame: FrameReceived) -> None:  # sip/native/leg.py NativeLeg._post
-        if self.sink is not None and self.queue.empty():
-            self.sink(frame)
-        else:
-            self.queue.put_nowait(frame)
 
 
 async def _attached(leg: SinkLeg) -> None:
@@ -77,7 +54,7 @@ async def test_frames_through_the_sink_reach_the_provider_without_the_leg_queue(
     task = asyncio.create_task(session(leg, provider).run())
     await _attached(leg)
     for i in range(5):
-        leg.tick(_frame(i))
+        leg.deliver(_frame(i))
         # synchronous: sent before the tick returns, nothing waits in a queue
         assert provider.sent == [pcm_frame(0x10 + k) for k in range(i + 1)] and leg.queue.empty()
     leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 5, 0))
@@ -90,9 +67,9 @@ async def test_a_frame_never_overtakes_an_event_queued_before_it() -> None:
     leg, provider = SinkLeg(), FakeProvider()
     task = asyncio.create_task(session(leg, provider).run())
     await _attached(leg)
-    leg.tick(_frame(0))
+    leg.deliver(_frame(0))
     leg.queue.put_nowait(CallEnded("Normal call clearing", 200, True, 2, 0))
-    leg.tick(_frame(1))  # after the BYE: queued behind it, so the ended call never forwards it
+    leg.deliver(_frame(1))  # after the BYE: queued behind it, so the ended call never forwards it
     summary = await asyncio.wait_for(task, 5)
     assert provider.sent == [pcm_frame(0x10)]
     assert summary.frames_in == 1
@@ -132,7 +109,7 @@ async def test_an_exception_in_the_sink_is_counted_logged_once_and_not_raised(
     await _attached(leg)
     with caplog.at_level(logging.ERROR, logger="parlora.session"):
         for i in range(3):
-            leg.tick(_frame(i))  # would raise into the media tick without the guard
+            leg.deliver(_frame(i))  # would raise into the media tick without the guard
     assert tap.calls == 3 and call._frames.errors == 3
     assert sum("frame sink" in r.getMessage() for r in caplog.records) == 1
     assert not task.done()  # the call goes on

@@ -22,32 +22,23 @@ from bridge.server.session import ApplicationHooks, CallSession, ProviderLinks
 from providers.base import Capabilities, SessionSettings
 from providers.events import SessionClosed, SessionStarted
 from rtp.resample import NarrowView
-from sip.leg import CallEnded, FrameReceived, FrameSink, LegFeatures, MediaHeld
+from sip.leg import CallEnded, FrameReceived, MediaHeld
+from tests.support import session as support
 from tests.support import virtual_time
-from tests.support.session import FakeLeg, FakeProvider, pcm_frame
+from tests.support.session import FakeProvider, pcm_frame
 
 event_loop_policy = virtual_time.policy_fixture()
 
 
-class SinkLeg(FakeLeg):
-    features = LegFeatures(frame_sink=True)
-
+class SinkLeg(support.SinkLeg):
     def __init__(self) -> None:
         super().__init__()
-        self.sink: FrameSink | None = None
         self.seq = 0
 
-    def set_frame_sink(self, sink: FrameSink | None) -> None:
-        self.sink = sink
-
     def tick(self, value: int) -> None:
-        """One caller frame, as the native leg's media tick hands it (straight in, or queued behind events)."""
+        """One caller frame of `frame_of(value)`, as the native leg's media tick hands it."""
         self.seq += 1
-        frame = FrameReceived(frame_of(value), self.seq, self.seq * 160)
-        if self.sink is not None and self.queue.empty():
-            self.sink(frame)
-        else:
-            self.queue.put_nowait(frame)
+        self.deliver(FrameReceived(frame_of(value), self.seq, self.seq * 160))
 
 
 class PairProvider(FakeProvider):
